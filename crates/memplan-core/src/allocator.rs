@@ -1,0 +1,62 @@
+//! The allocator layer: a view of the engine's caching allocator.
+//!
+//! Engines hand memplan an [`AllocatorView`] (PyTorch's `memory_stats`, a Rust engine's own
+//! pool); memplan's own calibration uses [`OwnAccounting`], which counts the raw allocations
+//! memplan made itself.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Result;
+
+/// Allocator statistics at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocatorStats {
+    /// Bytes held from the driver (cached or in use).
+    pub reserved: u64,
+    /// Bytes in use.
+    pub allocated: u64,
+    /// Peak of `allocated` since the last `reset_peak`.
+    pub peak_allocated: u64,
+}
+
+/// What memplan needs from an engine's caching allocator.
+pub trait AllocatorView {
+    /// Current statistics. Cheap; called at every snapshot.
+    fn stats(&self) -> AllocatorStats;
+    /// Return every cached (reserved but unallocated) segment to the driver
+    /// (`torch.cuda.empty_cache()`).
+    fn release_cached(&mut self) -> Result<()>;
+    /// Reset the peak of `allocated` to the current value.
+    fn reset_peak(&mut self);
+}
+
+/// Accounting of memplan's own raw allocations (no caching: reserved == allocated).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OwnAccounting {
+    allocated: u64,
+    peak: u64,
+}
+
+impl OwnAccounting {
+    /// Record an allocation.
+    pub fn add(&mut self, bytes: u64) {
+        self.allocated = self.allocated.saturating_add(bytes);
+        self.peak = self.peak.max(self.allocated);
+    }
+    /// Record a free.
+    pub fn remove(&mut self, bytes: u64) {
+        self.allocated = self.allocated.saturating_sub(bytes);
+    }
+}
+
+impl AllocatorView for OwnAccounting {
+    fn stats(&self) -> AllocatorStats {
+        AllocatorStats { reserved: self.allocated, allocated: self.allocated, peak_allocated: self.peak }
+    }
+    fn release_cached(&mut self) -> Result<()> {
+        Ok(())
+    }
+    fn reset_peak(&mut self) {
+        self.peak = self.allocated;
+    }
+}

@@ -1,0 +1,115 @@
+//! Byte quantities: parsing of user input (`512MiB`, `14.99GiB`, `80GB`, `1073741824`) and
+//! formatting for people.
+//!
+//! Parsing is strict: unknown units, negative values, NaN and values that overflow `u64` are
+//! errors, never silently 0.
+
+use crate::error::Error;
+
+/// One kibibyte.
+pub const KIB: u64 = 1 << 10;
+/// One mebibyte.
+pub const MIB: u64 = 1 << 20;
+/// One gibibyte.
+pub const GIB: u64 = 1 << 30;
+
+/// Parse a byte quantity: a plain integer number of bytes, or a number with a unit
+/// (`B`, `KB`/`MB`/`GB`/`TB` = powers of 1000, `KiB`/`MiB`/`GiB`/`TiB` = powers of 1024,
+/// `K`/`M`/`G`/`T` alone = powers of 1024 as engines print them). Case-insensitive for the
+/// SI part; fractional values are rounded to the nearest byte.
+pub fn parse_bytes(field: &str, input: &str) -> Result<u64, Error> {
+    let bad = |why: &str| Error::InvalidInput {
+        field: field.to_string(),
+        message: format!("{input:?} is not a byte quantity ({why}); use e.g. 1073741824, 512MiB, 14.99GiB or 80GB"),
+    };
+    let s = input.trim().replace('_', "");
+    if s.is_empty() {
+        return Err(bad("empty"));
+    }
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let unit = unit.trim();
+    if num.is_empty() {
+        return Err(bad("no number"));
+    }
+    let mult: u64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => KIB,
+        "m" | "mib" => MIB,
+        "g" | "gib" => GIB,
+        "t" | "tib" => GIB * KIB,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        _ => return Err(bad(&format!("unknown unit {unit:?}"))),
+    };
+    if !num.contains('.') {
+        let n: u64 = num.parse().map_err(|_| bad("not a number"))?;
+        return n.checked_mul(mult).ok_or_else(|| bad("overflows 64 bits"));
+    }
+    let x: f64 = num.parse().map_err(|_| bad("not a number"))?;
+    let v = x * mult as f64;
+    if !v.is_finite() || v < 0.0 || v >= u64::MAX as f64 {
+        return Err(bad("out of range"));
+    }
+    Ok(v.round() as u64)
+}
+
+/// Format bytes for people: `23.99 GiB`, `512.00 MiB`, `12 KiB`, `17 B`.
+pub fn fmt_bytes(b: u64) -> String {
+    if b >= GIB {
+        format!("{:.2} GiB", b as f64 / GIB as f64)
+    } else if b >= MIB {
+        format!("{:.2} MiB", b as f64 / MIB as f64)
+    } else if b >= KIB {
+        format!("{:.0} KiB", b as f64 / KIB as f64)
+    } else {
+        format!("{b} B")
+    }
+}
+
+/// Format a signed byte difference for people, with an explicit sign.
+pub fn fmt_signed(d: i64) -> String {
+    let sign = if d < 0 { "-" } else { "+" };
+    format!("{sign}{}", fmt_bytes(d.unsigned_abs()))
+}
+
+/// Format an optional reading: absent values are shown as `absent`, never as 0.
+pub fn fmt_opt(b: Option<u64>) -> String {
+    b.map(fmt_bytes).unwrap_or_else(|| "absent".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_units() {
+        assert_eq!(parse_bytes("x", "1024").unwrap(), 1024);
+        assert_eq!(parse_bytes("x", "512MiB").unwrap(), 512 * MIB);
+        assert_eq!(parse_bytes("x", "80GB").unwrap(), 80_000_000_000);
+        assert_eq!(parse_bytes("x", "14.99GiB").unwrap(), (14.99 * GIB as f64).round() as u64);
+        assert_eq!(parse_bytes("x", " 2 g ").unwrap(), 2 * GIB);
+        assert_eq!(parse_bytes("x", "1_000").unwrap(), 1000);
+    }
+
+    #[test]
+    fn rejects_garbage() {
+        for bad in ["", "GiB", "-1", "1.2.3GiB", "12 parsecs", "99999999999999999999", "20000000000TiB", "nan"] {
+            let e = parse_bytes("--weights-bytes", bad).unwrap_err().to_string();
+            assert!(e.contains("--weights-bytes"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn formats() {
+        assert_eq!(fmt_bytes(24 * GIB), "24.00 GiB");
+        assert_eq!(fmt_bytes(4 * MIB), "4.00 MiB");
+        assert_eq!(fmt_bytes(17), "17 B");
+        assert_eq!(fmt_signed(-22 * MIB as i64), "-22.00 MiB");
+        assert_eq!(fmt_opt(None), "absent");
+    }
+}

@@ -1,0 +1,239 @@
+//! `MemoryInfo`: one snapshot of every memory layer, and windows (differences of snapshots).
+//!
+//! The three layers must never be confused (see `docs/architecture.md`):
+//! - **driver**: `total` / `free` as the driver reports them (device-wide on CUDA);
+//! - **allocator**: `reserved` (segments the engine's caching allocator holds from the driver,
+//!   cached or in use), `allocated` (in use), `peak_allocated` (since the last reset), for this
+//!   process only;
+//! - **graph pool**: memory the driver attributes to graph memory-allocation nodes.
+//!
+//! Every value is `Option`: a reading that could not be sourced is `None`, never 0.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+use crate::bytes::{fmt_opt, fmt_signed};
+
+/// Driver-level readings.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DriverMemory {
+    /// Total device memory as the driver reports it.
+    pub total: Option<u64>,
+    /// Free device memory as the driver reports it.
+    pub free: Option<u64>,
+}
+
+/// Allocator-level readings (this process, the engine's caching allocator).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocatorMemory {
+    /// Bytes held from the driver (cached or in use).
+    pub reserved: Option<u64>,
+    /// Bytes in use.
+    pub allocated: Option<u64>,
+    /// Peak of `allocated` since the last reset.
+    pub peak_allocated: Option<u64>,
+}
+
+/// Graph-pool readings (graph memory-allocation nodes only).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GraphPoolMemory {
+    /// Bytes currently in use by graph allocation nodes.
+    pub used: Option<u64>,
+    /// Bytes currently reserved for graph allocations.
+    pub reserved: Option<u64>,
+    /// High-water mark of `used`.
+    pub used_high: Option<u64>,
+    /// High-water mark of `reserved`.
+    pub reserved_high: Option<u64>,
+}
+
+/// One snapshot of every layer, taken after a synchronize.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryInfo {
+    /// Driver layer.
+    pub driver: DriverMemory,
+    /// Allocator layer.
+    pub allocator: AllocatorMemory,
+    /// Graph-pool layer.
+    pub graph_pool: GraphPoolMemory,
+}
+
+impl MemoryInfo {
+    /// `total - free`: everything the device holds (all processes, where the driver is
+    /// device-wide). `None` when either reading is absent or the driver reports free > total.
+    pub fn driver_used(&self) -> Option<u64> {
+        self.driver.total?.checked_sub(self.driver.free?)
+    }
+
+    /// `driver_used - reserved`: context, library workspaces, graph exec objects, other
+    /// processes. Signed, because a process-local driver reading can make it negative, which is
+    /// evidence, not something to clamp.
+    pub fn non_allocator(&self) -> Option<i64> {
+        Some(to_i64(self.driver_used()?) - to_i64(self.allocator.reserved?))
+    }
+
+    /// The window from `self` (earlier) to `later`.
+    pub fn window_to(&self, later: &MemoryInfo) -> MemoryWindow {
+        MemoryWindow {
+            driver_free: delta(self.driver.free, later.driver.free),
+            driver_used: delta(self.driver_used(), later.driver_used()),
+            allocator_reserved: delta(self.allocator.reserved, later.allocator.reserved),
+            allocator_allocated: delta(self.allocator.allocated, later.allocator.allocated),
+            graph_pool_used: delta(self.graph_pool.used, later.graph_pool.used),
+            graph_pool_reserved: delta(self.graph_pool.reserved, later.graph_pool.reserved),
+            non_allocator: match (self.non_allocator(), later.non_allocator()) {
+                (Some(a), Some(b)) => Some(b - a),
+                _ => None,
+            },
+        }
+    }
+}
+
+impl std::ops::Sub for MemoryInfo {
+    type Output = MemoryWindow;
+    /// `later - earlier` is the window from `earlier` to `later`.
+    fn sub(self, earlier: MemoryInfo) -> MemoryWindow {
+        earlier.window_to(&self)
+    }
+}
+
+fn to_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn delta(a: Option<u64>, b: Option<u64>) -> Option<i64> {
+    Some(to_i64(b?) - to_i64(a?))
+}
+
+/// Differences between two snapshots (later minus earlier). Absent when either side is absent.
+/// Negative values are kept: a negative window is evidence of a broken protocol or a
+/// neighbour freeing memory, and is reported, never clamped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryWindow {
+    /// Change of driver free memory (negative = memory was taken).
+    pub driver_free: Option<i64>,
+    /// Change of `driver_used`.
+    pub driver_used: Option<i64>,
+    /// Change of allocator reserved bytes.
+    pub allocator_reserved: Option<i64>,
+    /// Change of allocator allocated bytes.
+    pub allocator_allocated: Option<i64>,
+    /// Change of graph-pool used bytes.
+    pub graph_pool_used: Option<i64>,
+    /// Change of graph-pool reserved bytes.
+    pub graph_pool_reserved: Option<i64>,
+    /// Change of memory held outside the allocator.
+    pub non_allocator: Option<i64>,
+}
+
+impl MemoryWindow {
+    /// Memory the device lost during the window according to the driver (`-driver_free`).
+    pub fn driver_taken(&self) -> Option<i64> {
+        self.driver_free.map(|d| -d)
+    }
+}
+
+fn fmt_delta(d: Option<i64>) -> String {
+    d.map(fmt_signed).unwrap_or_else(|| "absent".into())
+}
+
+impl fmt::Display for MemoryInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let rows: [(&str, String); 10] = [
+            ("driver total", fmt_opt(self.driver.total)),
+            ("driver free", fmt_opt(self.driver.free)),
+            ("driver used", fmt_opt(self.driver_used())),
+            ("allocator reserved", fmt_opt(self.allocator.reserved)),
+            ("allocator allocated", fmt_opt(self.allocator.allocated)),
+            ("allocator peak", fmt_opt(self.allocator.peak_allocated)),
+            ("non-allocator", fmt_delta(self.non_allocator()).trim_start_matches('+').to_string()),
+            ("graph pool used", fmt_opt(self.graph_pool.used)),
+            ("graph pool reserved", fmt_opt(self.graph_pool.reserved)),
+            ("graph pool used (high)", fmt_opt(self.graph_pool.used_high)),
+        ];
+        for (k, v) in rows {
+            writeln!(f, "  {k:<24} {v:>14}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for MemoryWindow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "free {} | used {} | reserved {} | allocated {} | graph pool {} | non-allocator {}",
+            fmt_delta(self.driver_free),
+            fmt_delta(self.driver_used),
+            fmt_delta(self.allocator_reserved),
+            fmt_delta(self.allocator_allocated),
+            fmt_delta(self.graph_pool_used),
+            fmt_delta(self.non_allocator),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bytes::{GIB, MIB};
+
+    fn snap(total: u64, free: u64, reserved: Option<u64>) -> MemoryInfo {
+        MemoryInfo {
+            driver: DriverMemory { total: Some(total), free: Some(free) },
+            allocator: AllocatorMemory { reserved, allocated: reserved, peak_allocated: reserved },
+            graph_pool: GraphPoolMemory::default(),
+        }
+    }
+
+    #[test]
+    fn derived_values() {
+        let s = snap(24 * GIB, 20 * GIB, Some(3 * GIB));
+        assert_eq!(s.driver_used(), Some(4 * GIB));
+        assert_eq!(s.non_allocator(), Some(GIB as i64));
+    }
+
+    #[test]
+    fn absent_stays_absent() {
+        let s = MemoryInfo { driver: DriverMemory { total: Some(GIB), free: None }, ..Default::default() };
+        assert_eq!(s.driver_used(), None);
+        assert_eq!(s.non_allocator(), None);
+        let w = s.window_to(&s);
+        assert_eq!(w.driver_free, None);
+        assert_eq!(w.allocator_reserved, None);
+        assert!(s.to_string().contains("absent"));
+    }
+
+    #[test]
+    fn free_above_total_is_not_a_number() {
+        let s = snap(GIB, 2 * GIB, None);
+        assert_eq!(s.driver_used(), None);
+    }
+
+    #[test]
+    fn negative_windows_are_kept() {
+        // The vLLM failure: the cache flush inside the window releases 22 MiB.
+        let before = snap(24 * GIB, 10 * GIB, Some(5 * GIB));
+        let after = snap(24 * GIB, 10 * GIB + 22 * MIB, Some(5 * GIB - 22 * MIB));
+        let w = after - before;
+        assert_eq!(w.driver_taken(), Some(-22 * MIB as i64));
+        assert_eq!(w.allocator_reserved, Some(-22 * MIB as i64));
+        assert_eq!(w.non_allocator, Some(0));
+    }
+
+    #[test]
+    fn non_allocator_can_be_negative() {
+        // Process-local free readings can understate use.
+        let s = snap(24 * GIB, 23 * GIB, Some(2 * GIB));
+        assert_eq!(s.non_allocator(), Some(-(GIB as i64)));
+    }
+
+    #[test]
+    fn serde_round_trip() {
+        let s = snap(24 * GIB, 20 * GIB, None);
+        let j = serde_json::to_string(&s).unwrap();
+        assert!(j.contains("\"reserved\":null"));
+        let back: MemoryInfo = serde_json::from_str(&j).unwrap();
+        assert_eq!(back, s);
+    }
+}
