@@ -19,6 +19,12 @@ pub use memplan_core::*;
 fn link_backends() {
     #[cfg(feature = "sim")]
     memplan_backend_sim::link();
+    #[cfg(feature = "cuda")]
+    memplan_backend_cuda::link();
+    #[cfg(feature = "rocm")]
+    memplan_backend_rocm::link();
+    #[cfg(feature = "xpu")]
+    memplan_backend_xpu::link();
 }
 
 /// The backends compiled into this build.

@@ -1,0 +1,1 @@
+//! Level Zero FFI (being built).
