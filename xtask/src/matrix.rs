@@ -1,0 +1,62 @@
+//! The platform matrix: feature combinations that must each pass clippy and the tests.
+//!
+//! Runtime-loaded backends (cuda, rocm, xpu) build on any machine; rocm and xpu need the
+//! Debian packages `.ci/run` installs (HIP headers for hip-runtime-sys's build script; Level
+//! Zero headers for the layout tests).
+
+use crate::run::step;
+
+/// One matrix entry.
+pub struct Entry {
+    /// Name (`XTASK_ONLY=name`).
+    pub name: &'static str,
+    /// What it proves.
+    pub why: &'static str,
+    /// Package/feature selection passed to clippy and test.
+    pub select: &'static [&'static str],
+}
+
+/// The matrix, smallest first.
+pub const ENTRIES: &[Entry] = &[
+    Entry {
+        name: "none",
+        why: "the core and facade with no backend at all",
+        select: &["-p", "memplan-core", "-p", "memplan", "--no-default-features"],
+    },
+    Entry {
+        name: "sim",
+        why: "the facade and planner with only the simulated backend",
+        select: &["-p", "memplan", "-p", "memplan-planner", "-p", "memplan-model", "-p", "memplan-backend-sim"],
+    },
+    Entry {
+        name: "default",
+        why: "every crate with default features (CLI: sim + cuda)",
+        select: &["--workspace"],
+    },
+    Entry {
+        name: "all-backends",
+        why: "every crate, CLI with sim + cuda + rocm + xpu",
+        select: &["--workspace", "--all-features"],
+    },
+];
+
+impl Entry {
+    /// clippy with warnings denied, then the tests.
+    pub fn run(&self) -> Result<(), String> {
+        let mut clippy = vec!["cargo", "clippy", "--all-targets"];
+        clippy.extend_from_slice(self.select);
+        clippy.extend_from_slice(&["--", "-D", "warnings"]);
+        step(&format!("{} clippy", self.name), &clippy)?;
+        let mut test = vec!["cargo", "test"];
+        test.extend_from_slice(self.select);
+        step(&format!("{} test", self.name), &test)
+    }
+}
+
+/// Print the matrix.
+pub fn print() {
+    println!("feature matrix:");
+    for e in ENTRIES {
+        println!("  {:<14} {:<60} {}", e.name, e.select.join(" "), e.why);
+    }
+}
