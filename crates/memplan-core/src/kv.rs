@@ -1,12 +1,34 @@
 //! The KV-cache spec the planner sizes: layer groups (full attention, sliding window, MLA), head
 //! counts and dims, the cache dtype and the block size. Produced by `memplan-model` from a
 //! model config (or written by hand), consumed by the planner's KV sizing.
+//!
+//! ## Sizing contract ([`KvSpec::size`], in [`sizing`])
+//!
+//! - One *page* is one block of `block_size` tokens of one layer:
+//!   `kv_heads * block_size * (head_dim_k + head_dim_v) * bytes(dtype)` plus the per-token
+//!   quantization scales the dtype carries ([`KvDtype::scale_bytes_per_token_head`]).
+//! - Layers are grouped the way vLLM's v1 KV-cache manager groups them: one group per attention
+//!   kind when the model is uniform; for hybrid models (full + sliding window) every kind is cut
+//!   into groups of the same number of layers, and the budget is split into `group_size` pools
+//!   in which one block serves one layer of every group.
+//! - `num_blocks = floor(budget / (page * group_size))`; one block is the null block; the
+//!   engine's token count is `(num_blocks - 1) / num_groups * block_size`.
+//! - Maximum concurrency at `max_model_len` and the longest `max_model_len` that fits follow the
+//!   engine's per-request block count (sliding windows only keep `window - 1 +
+//!   max_num_batched_tokens` tokens, plus one block).
+//!
+//! Every product is checked: an overflow or a zero-sized layout is an error naming the field,
+//! never a silent 0.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
 use crate::error::Error;
+
+pub mod sizing;
+
+pub use sizing::{KvLimits, KvSizing};
 
 /// Element type of the KV cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -39,6 +61,21 @@ impl KvDtype {
     /// Is this a quantized (1-byte) cache that carries scale factors?
     pub fn is_quantized(self) -> bool {
         self.bytes() == 1
+    }
+
+    /// Bytes of quantization scale stored in the paged cache per token, per KV head, per
+    /// tensor (K or V).
+    ///
+    /// - fp8 (e4m3/e5m2): 0. Engines (vLLM, SGLang) scale fp8 caches per tensor: one f32 for K
+    ///   and one for V per layer, held beside the weights, not in the pages.
+    /// - int8: 4. Integer caches are scaled per token and head (one f32 each for K and V, as in
+    ///   LMDeploy and TensorRT-LLM's int8 KV cache), stored beside the values in the pages.
+    /// - f32/f16/bf16: 0 (not quantized).
+    pub fn scale_bytes_per_token_head(self) -> u64 {
+        match self {
+            KvDtype::Int8 => 4,
+            _ => 0,
+        }
     }
 
     /// Name as engines spell it.
@@ -113,6 +150,37 @@ pub struct LayerGroup {
     pub head_dim_v: u32,
 }
 
+impl LayerGroup {
+    /// Bytes of one page (one block of `block_size` tokens) of one layer of this group,
+    /// including per-token quantization scales. Overflow and an all-zero layout are errors.
+    pub fn page_bytes(&self, dtype: KvDtype, block_size: u32) -> Result<u64, Error> {
+        let over = || {
+            Error::invalid(
+                "kv spec",
+                format!("page size of {self:?} overflows 64 bits"),
+            )
+        };
+        let dims = u64::from(self.head_dim_k) + u64::from(self.head_dim_v);
+        // Scales exist per stored tensor: K always, V only when it has a head dim.
+        let tensors = 1 + u64::from(self.head_dim_v > 0);
+        let per_token_head = dims
+            .checked_mul(dtype.bytes())
+            .and_then(|v| v.checked_add(tensors * dtype.scale_bytes_per_token_head()))
+            .ok_or_else(over)?;
+        let page = per_token_head
+            .checked_mul(u64::from(self.kv_heads))
+            .and_then(|v| v.checked_mul(u64::from(block_size)))
+            .ok_or_else(over)?;
+        if page == 0 {
+            return Err(Error::invalid(
+                "kv spec",
+                format!("layer group {:?} has a zero-sized page (kv_heads, head dims and block size must be > 0)", self.attention),
+            ));
+        }
+        Ok(page)
+    }
+}
+
 /// The KV cache to size.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KvSpec {
@@ -122,4 +190,56 @@ pub struct KvSpec {
     pub dtype: KvDtype,
     /// Tokens per block.
     pub block_size: u32,
+}
+
+impl KvSpec {
+    /// Check the spec: at least one layer, block size > 0, every group with layers, heads and
+    /// a head dim, windows > 0. Errors name the field.
+    pub fn validate(&self) -> Result<(), Error> {
+        if self.block_size == 0 {
+            return Err(Error::invalid(
+                "block-size",
+                "must be > 0 (engines use 16 by default)",
+            ));
+        }
+        if self.groups.iter().all(|g| g.num_layers == 0) {
+            return Err(Error::invalid("kv spec", "no attention layers to size"));
+        }
+        for g in &self.groups {
+            if g.num_layers == 0 {
+                continue;
+            }
+            if g.kv_heads == 0 {
+                return Err(Error::invalid(
+                    "num_key_value_heads",
+                    format!("0 KV heads in a {:?} group", g.attention),
+                ));
+            }
+            if g.head_dim_k == 0 {
+                return Err(Error::invalid(
+                    "head_dim",
+                    format!("0 in a {:?} group", g.attention),
+                ));
+            }
+            if let AttentionKind::SlidingWindow { window: 0 } = g.attention {
+                return Err(Error::invalid("sliding_window", "must be > 0"));
+            }
+            g.page_bytes(self.dtype, self.block_size)?;
+        }
+        Ok(())
+    }
+
+    /// Bytes the KV cache of one token takes across every layer, ignoring block rounding and
+    /// windows (full-attention equivalent). For display; sizing uses [`KvSpec::size`].
+    pub fn bytes_per_token(&self) -> Result<u64, Error> {
+        let mut sum = 0u64;
+        for g in self.groups.iter().filter(|g| g.num_layers > 0) {
+            let page = g.page_bytes(self.dtype, 1)?;
+            sum = page
+                .checked_mul(u64::from(g.num_layers))
+                .and_then(|v| v.checked_add(sum))
+                .ok_or_else(|| Error::invalid("kv spec", "bytes per token overflow 64 bits"))?;
+        }
+        Ok(sum)
+    }
 }

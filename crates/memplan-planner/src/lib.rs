@@ -1,1 +1,3 @@
 //! Work in progress.
+
+pub mod budget;
