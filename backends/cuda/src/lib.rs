@@ -1,4 +1,59 @@
-//! memplan backend `cuda` (being built).
+//! # memplan-backend-cuda
+//!
+//! memplan's NVIDIA backend: the CUDA driver API through cudarc 0.19, loaded at run time, so a
+//! binary that includes it builds anywhere and starts on machines without NVIDIA's driver.
+//!
+//! ## The contract
+//!
+//! - **No panic without a driver.** cudarc's loader panics on a missing library or symbol, so
+//!   [`loader`] finds the library first (the names cudarc tries, in its order), checks the
+//!   symbols and the driver version (`cuDriverGetVersion`) against a table ([`loader::Feature`])
+//!   and only then lets any cudarc function run. A missing library is
+//!   [`Error::LibraryNotFound`](memplan_core::Error::LibraryNotFound) naming `libcuda.so.1`; an
+//!   old driver is `DriverTooOld`; a failing call is `DriverCall { call, code, name }` with the
+//!   `CUresult` name; an allocation that does not fit is `OutOfMemory`.
+//! - **Primary context.** A device retains the primary context (the one the CUDA runtime and
+//!   PyTorch use), so in-process use shares the engine's context and costs nothing extra.
+//! - **Readings.** `cuMemGetInfo` (exact, device-wide; the instance's memory under MIG);
+//!   graph-pool attributes `USED/RESERVED_MEM_CURRENT/HIGH` (`cuDeviceGetGraphMemAttribute`,
+//!   CUDA >= 11.4, graph allocation nodes only). The allocator layer is not the backend's: it
+//!   comes from the engine's allocator view or memplan's own accounting.
+//! - **Capability from facts** ([`capability`]): driver version, `VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED`,
+//!   `MEMORY_POOLS_SUPPORTED`, `INTEGRATED` (unified memory), the MIG profile in the device name.
+//! - **Operations.** Raw allocations (`cuMemAlloc`), graph capture ([`graph`]: stream capture of
+//!   a trivial kernel and a graph allocation node into the graph pool, trimmed with
+//!   `cuDeviceGraphMemTrim`), virtual memory ([`vmm`]: reserve / create / map / set access).
+//!   Everything memplan creates is destroyed when the device is dropped.
+//! - **NVML** ([`nvml`]), optional: driver-reserved framebuffer and other processes' memory, as
+//!   descriptor properties. Absent NVML is not an error.
+//!
+//! The layout is the same in every backend folder: `loader`, `backend`, `device`, `capability`,
+//! `graph`, `vmm`, `conv` (plus `kernel` and `nvml` here). Tests that need a GPU are marked
+//! `#[ignore = "needs an NVIDIA GPU"]` and run by `scripts/gpu-check.sh` with `--ignored`.
+
+pub mod backend;
+pub mod capability;
+pub mod conv;
+pub mod device;
+pub mod graph;
+pub mod kernel;
+pub mod loader;
+pub mod nvml;
+pub mod vmm;
+
+#[cfg(test)]
+mod gpu_tests;
+
+pub use backend::CudaBackend;
+pub use device::CudaDevice;
+
+memplan_core::inventory::submit! {
+    memplan_core::BackendRegistration { kind: memplan_core::BackendKind::Cuda, create }
+}
+
+fn create() -> Box<dyn memplan_core::Backend> {
+    Box::new(CudaBackend)
+}
 
 /// Referenced by the facade so the linker keeps this crate's registration.
 pub fn link() {}

@@ -1,0 +1,256 @@
+//! The CUDA [`Device`]: readings, synchronize, raw allocations, and access to graph capture and
+//! virtual memory.
+//!
+//! A device holds a reference on the device's *primary* context (`cuDevicePrimaryCtxRetain`),
+//! the one the CUDA runtime and PyTorch use, so in-process use shares the engine's context and
+//! costs no extra memory. Every call makes that context current on the calling thread first,
+//! so a device may move between threads. Dropping the device frees what memplan allocated
+//! (raw allocations, graphs, mappings, ranges) and then releases the context reference.
+
+use std::collections::BTreeMap;
+
+use cudarc::driver::sys::{self, CUgraphMem_attribute as G};
+use memplan_core::{
+    Device, DeviceDescriptor, DriverMemory, Error, GraphCapture, GraphPoolMemory,
+    ProfilingCapability, RawAllocation, Result, Support, VirtualMemory,
+};
+
+use crate::backend::Described;
+use crate::capability::declare;
+use crate::conv::{self, check, check_alloc};
+use crate::graph::CudaGraphs;
+use crate::loader::Driver;
+use crate::nvml;
+use crate::vmm::CudaVmm;
+
+/// A device handle and its retained primary context.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ctx {
+    pub(crate) dev: sys::CUdevice,
+    pub(crate) ctx: sys::CUcontext,
+}
+
+// SAFETY: a CUDA context may be used from any thread once made current there, which `bind`
+// does before every call; the handle itself is an opaque pointer the driver owns.
+unsafe impl Send for Ctx {}
+
+impl Ctx {
+    /// Make the context current on this thread.
+    pub(crate) fn bind(&self) -> Result<()> {
+        // SAFETY: `ctx` is a retained primary context, valid until the device is dropped.
+        check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(self.ctx) })
+    }
+}
+
+/// One opened NVIDIA device.
+pub struct CudaDevice {
+    descriptor: DeviceDescriptor,
+    caps: ProfilingCapability,
+    ctx: Ctx,
+    driver: &'static Driver,
+    compute_capability: (i32, i32),
+    allocations: BTreeMap<u64, u64>,
+    graphs: Option<CudaGraphs>,
+    vmm: Option<CudaVmm>,
+    nvml: Option<nvml::NvmlMemory>,
+}
+
+impl CudaDevice {
+    /// Retain the primary context of a described device and declare its capability.
+    pub(crate) fn open(driver: &'static Driver, d: Described) -> Result<Self> {
+        let mut ctx: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: `d.handle` came from cuDeviceGet; `ctx` is a valid out-pointer.
+        check("cuDevicePrimaryCtxRetain", unsafe {
+            sys::cuDevicePrimaryCtxRetain(&mut ctx, d.handle)
+        })?;
+        let ctx = Ctx { dev: d.handle, ctx };
+        let mut descriptor = d.descriptor;
+        let mut caps = declare(&d.facts);
+        let nvml = d.uuid.as_deref().and_then(nvml::memory);
+        match &nvml {
+            Some(m) => {
+                descriptor.properties.extend(m.properties());
+                caps.notes.push("NVML: driver-reserved framebuffer and other processes' memory in the properties".into());
+            }
+            None => caps
+                .notes
+                .push("NVML not available: other processes' memory is not itemised".into()),
+        }
+        let dev = CudaDevice {
+            descriptor,
+            caps,
+            ctx,
+            driver,
+            compute_capability: d.compute_capability,
+            allocations: BTreeMap::new(),
+            graphs: None,
+            vmm: None,
+            nvml,
+        };
+        dev.ctx.bind()?;
+        Ok(dev)
+    }
+
+    /// NVML's view of this device when NVML could be loaded (read at open time).
+    pub fn nvml_memory(&self) -> Option<&nvml::NvmlMemory> {
+        self.nvml.as_ref()
+    }
+
+    /// Where the capture kernel came from (`nvrtc` or `embedded PTX`), once graph capture ran.
+    pub fn kernel_source(&self) -> Option<&str> {
+        self.graphs.as_ref().and_then(|g| g.kernel_source())
+    }
+
+    fn graph_attribute(&self, attr: G) -> Option<u64> {
+        let mut v: u64 = 0;
+        // SAFETY: the graph-memory feature was checked (version and symbol) before the
+        // capability declared the attributes supported; the attribute value is a cuuint64_t.
+        let res = unsafe {
+            sys::cuDeviceGetGraphMemAttribute(self.ctx.dev, attr, (&mut v as *mut u64).cast())
+        };
+        match check("cuDeviceGetGraphMemAttribute", res) {
+            Ok(()) => Some(v),
+            Err(e) => {
+                tracing::warn!(attribute = ?attr, "{e}: reading left absent");
+                None
+            }
+        }
+    }
+}
+
+fn unsupported(what: &'static str, s: &Support) -> Option<Error> {
+    match s {
+        Support::Supported => None,
+        Support::Unsupported { reason } => Some(Error::unsupported(what, reason.clone())),
+    }
+}
+
+impl Device for CudaDevice {
+    fn descriptor(&self) -> &DeviceDescriptor {
+        &self.descriptor
+    }
+
+    fn capabilities(&self) -> &ProfilingCapability {
+        &self.caps
+    }
+
+    fn driver_memory(&mut self) -> Result<DriverMemory> {
+        self.ctx.bind()?;
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: context current; both out-pointers valid.
+        check("cuMemGetInfo_v2", unsafe {
+            sys::cuMemGetInfo_v2(&mut free, &mut total)
+        })?;
+        Ok(conv::driver_memory(free, total))
+    }
+
+    fn graph_pool_memory(&mut self) -> Result<GraphPoolMemory> {
+        if !self.caps.facts.graph_pool_attributes.is_supported() {
+            return Ok(GraphPoolMemory::default());
+        }
+        self.ctx.bind()?;
+        Ok(conv::graph_pool(
+            self.graph_attribute(G::CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT),
+            self.graph_attribute(G::CU_GRAPH_MEM_ATTR_USED_MEM_HIGH),
+            self.graph_attribute(G::CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT),
+            self.graph_attribute(G::CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH),
+        ))
+    }
+
+    fn synchronize(&mut self) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: context current.
+        check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() })
+    }
+
+    fn allocate(&mut self, bytes: u64) -> Result<RawAllocation> {
+        if bytes == 0 {
+            return Err(Error::invalid(
+                "bytes",
+                "a raw allocation must be at least 1 byte",
+            ));
+        }
+        let size = usize::try_from(bytes)
+            .map_err(|_| Error::invalid("bytes", "larger than the address space"))?;
+        self.ctx.bind()?;
+        let mut ptr: sys::CUdeviceptr = 0;
+        // SAFETY: context current; `ptr` is a valid out-pointer.
+        let res = unsafe { sys::cuMemAlloc_v2(&mut ptr, size) };
+        check_alloc("cuMemAlloc_v2", res, bytes)?;
+        self.allocations.insert(ptr, bytes);
+        Ok(RawAllocation { handle: ptr, bytes })
+    }
+
+    fn free(&mut self, allocation: RawAllocation) -> Result<()> {
+        if self.allocations.get(&allocation.handle) != Some(&allocation.bytes) {
+            return Err(Error::invalid(
+                "allocation",
+                format!("{:#x} was not allocated by this device", allocation.handle),
+            ));
+        }
+        self.ctx.bind()?;
+        // SAFETY: the pointer came from cuMemAlloc_v2 on this context and was not freed yet.
+        check("cuMemFree_v2", unsafe {
+            sys::cuMemFree_v2(allocation.handle)
+        })?;
+        self.allocations.remove(&allocation.handle);
+        Ok(())
+    }
+
+    fn graph_capture(&mut self) -> Result<&mut dyn GraphCapture> {
+        if let Some(e) = unsupported("graph capture", &self.caps.facts.graph_capture) {
+            return Err(e);
+        }
+        if self.graphs.is_none() {
+            self.graphs = Some(CudaGraphs::new(
+                self.ctx,
+                self.driver,
+                self.compute_capability,
+            )?);
+        }
+        match self.graphs.as_mut() {
+            Some(g) => Ok(g),
+            None => Err(Error::Measurement("graph state vanished".into())),
+        }
+    }
+
+    fn virtual_memory(&mut self) -> Result<&mut dyn VirtualMemory> {
+        if let Some(e) = unsupported("virtual memory", &self.caps.facts.virtual_memory) {
+            return Err(e);
+        }
+        if self.vmm.is_none() {
+            self.vmm = Some(CudaVmm::new(self.ctx, self.driver)?);
+        }
+        match self.vmm.as_mut() {
+            Some(v) => Ok(v),
+            None => Err(Error::Measurement("virtual-memory state vanished".into())),
+        }
+    }
+}
+
+impl Drop for CudaDevice {
+    fn drop(&mut self) {
+        if let Err(e) = self.ctx.bind() {
+            tracing::warn!("cannot tear down {}: {e}", self.descriptor.id);
+            return;
+        }
+        if let Some(mut g) = self.graphs.take() {
+            g.teardown();
+        }
+        if let Some(mut v) = self.vmm.take() {
+            v.teardown();
+        }
+        for (ptr, _) in std::mem::take(&mut self.allocations) {
+            // SAFETY: allocated by cuMemAlloc_v2 on this context, not freed yet.
+            if let Err(e) = check("cuMemFree_v2", unsafe { sys::cuMemFree_v2(ptr) }) {
+                tracing::warn!("{e}");
+            }
+        }
+        // SAFETY: balances the cuDevicePrimaryCtxRetain of `open`.
+        if let Err(e) = check("cuDevicePrimaryCtxRelease_v2", unsafe {
+            sys::cuDevicePrimaryCtxRelease_v2(self.ctx.dev)
+        }) {
+            tracing::warn!("{e}");
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! Tests that need an NVIDIA GPU. Ignored by default; `scripts/gpu-check.sh` runs them with
+//! `--ignored --test-threads=1`. They also hold a lock, because memory readings of one test
+//! would see another's allocations.
+
+use std::sync::Mutex;
+
+use memplan_core::{protocol::snapshot, Backend, CaptureWork, Device, Error, Reading};
+
+use crate::CudaBackend;
+
+static GPU: Mutex<()> = Mutex::new(());
+const MIB: u64 = 1 << 20;
+/// Slack for driver bookkeeping between two readings (page tables, allocation granularity).
+const SLACK: i64 = 2 * MIB as i64;
+
+fn open() -> Box<dyn Device> {
+    CudaBackend
+        .open("0")
+        .unwrap_or_else(|e| panic!("cuda:0 should open on a GPU machine: {e}"))
+}
+
+fn free(d: &mut dyn Device) -> i64 {
+    let m = snapshot(d, None).expect("snapshot");
+    m.driver.free.expect("cuMemGetInfo gives free") as i64
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn enumerates_and_declares() {
+    let _g = GPU.lock();
+    let devs = CudaBackend.devices().expect("devices");
+    assert!(!devs.is_empty());
+    let d = open();
+    let desc = d.descriptor();
+    assert!(desc.total_bytes.unwrap_or(0) > 0, "{desc:?}");
+    assert!(desc
+        .properties
+        .iter()
+        .any(|(k, _)| k == "compute_capability"));
+    let c = d.capabilities();
+    assert!(c.reading(Reading::DriverFree).measures_own_usage(), "{c}");
+    let e = CudaBackend.open("4096").err().expect("no such device");
+    assert!(matches!(e, Error::UnknownDevice { .. }), "{e}");
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn readings_are_consistent() {
+    let _g = GPU.lock();
+    let mut d = open();
+    let m = snapshot(d.as_mut(), None).expect("snapshot");
+    let (free, total) = (m.driver.free.expect("free"), m.driver.total.expect("total"));
+    assert!(free <= total && total > 0, "{m}");
+    assert_eq!(
+        Some(total),
+        d.descriptor().total_bytes,
+        "cuMemGetInfo and cuDeviceTotalMem agree"
+    );
+    if d.capabilities().facts.graph_pool_attributes.is_supported() {
+        assert!(
+            m.graph_pool.used.is_some() && m.graph_pool.reserved_high.is_some(),
+            "{m}"
+        );
+    } else {
+        assert_eq!(m.graph_pool.used, None);
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn raw_allocation_moves_free_memory_exactly() {
+    let _g = GPU.lock();
+    let mut d = open();
+    let before = free(d.as_mut());
+    let a = d.allocate(256 * MIB).expect("allocate");
+    let during = free(d.as_mut());
+    let taken = before - during;
+    assert!(
+        (taken - 256 * MIB as i64).abs() <= SLACK,
+        "allocated 256 MiB, free dropped {taken}"
+    );
+    d.free(a).expect("free");
+    let after = free(d.as_mut());
+    assert!(
+        (after - before).abs() <= SLACK,
+        "free did not come back: {before} -> {after}"
+    );
+    let e = d.allocate(1 << 52).expect_err("4 PiB cannot fit");
+    assert!(matches!(e, Error::OutOfMemory { .. }), "{e}");
+    assert!(matches!(d.allocate(0), Err(Error::InvalidInput { .. })));
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn graph_capture_uses_and_releases_the_pool() {
+    let _g = GPU.lock();
+    let mut d = open();
+    if !d.capabilities().facts.graph_capture.is_supported() {
+        return;
+    }
+    d.graph_capture()
+        .expect("capture")
+        .release_pool()
+        .expect("trim");
+    let base = snapshot(d.as_mut(), None).expect("snapshot");
+    let g = d.graph_capture().expect("capture");
+    g.begin_capture().expect("begin");
+    g.record(&CaptureWork {
+        kernel_nodes: 16,
+        alloc_node_bytes: 64 * MIB,
+    })
+    .expect("record");
+    let id = g.end_capture().expect("end");
+    g.replay(id).expect("replay");
+    let after = snapshot(d.as_mut(), None).expect("snapshot");
+    let w = after - base;
+    let pool = w.graph_pool_reserved.expect("graph pool reserved");
+    assert!(pool >= 64 * MIB as i64, "graph pool grew by {pool}: {w}");
+    assert!(
+        w.driver_taken().expect("free") >= pool - SLACK,
+        "free dropped less than the pool grew: {w}"
+    );
+    let g = d.graph_capture().expect("capture");
+    g.destroy(id).expect("destroy");
+    g.release_pool().expect("trim");
+    let end = snapshot(d.as_mut(), None).expect("snapshot");
+    assert_eq!(end.graph_pool.reserved, Some(0), "{end}");
+    assert!(
+        (end.driver.free.unwrap_or(0) as i64 - base.driver.free.unwrap_or(0) as i64).abs() <= SLACK,
+        "{end}"
+    );
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn aborted_capture_leaves_the_stream_usable() {
+    let _g = GPU.lock();
+    let mut d = open();
+    if !d.capabilities().facts.graph_capture.is_supported() {
+        return;
+    }
+    let g = d.graph_capture().expect("capture");
+    g.abort_capture().expect("abort without capture is a no-op");
+    g.begin_capture().expect("begin");
+    g.record(&CaptureWork {
+        kernel_nodes: 2,
+        alloc_node_bytes: MIB,
+    })
+    .expect("record");
+    g.abort_capture().expect("abort");
+    assert!(g.end_capture().is_err(), "nothing to end after abort");
+    g.begin_capture().expect("begin again");
+    g.record(&CaptureWork {
+        kernel_nodes: 1,
+        alloc_node_bytes: 0,
+    })
+    .expect("record");
+    let id = g.end_capture().expect("end");
+    g.replay(id).expect("replay");
+    g.destroy(id).expect("destroy");
+    assert!(
+        g.destroy(id).is_err(),
+        "double destroy is an error, not a crash"
+    );
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn virtual_memory_maps_real_memory() {
+    let _g = GPU.lock();
+    let mut d = open();
+    if !d.capabilities().facts.virtual_memory.is_supported() {
+        return;
+    }
+    let before = free(d.as_mut());
+    let vm = d.virtual_memory().expect("vmm");
+    let g = vm.granularity().expect("granularity");
+    assert!(g > 0 && g.is_power_of_two(), "{g}");
+    let range = vm.reserve(64 * g).expect("reserve");
+    assert!(matches!(
+        vm.map(&range, 1, g),
+        Err(Error::InvalidInput { .. })
+    ));
+    assert!(matches!(
+        vm.map(&range, 64 * g, g),
+        Err(Error::InvalidInput { .. })
+    ));
+    let m = vm.map(&range, g, 32 * g).expect("map");
+    let mapped = free(d.as_mut());
+    let taken = before - mapped;
+    assert!(
+        (taken - (32 * g) as i64).abs() <= SLACK,
+        "mapped {} bytes, free dropped {taken}",
+        32 * g
+    );
+    let vm = d.virtual_memory().expect("vmm");
+    assert!(
+        vm.release(VaRangeCopy(&range).get()).is_err(),
+        "release with a live mapping is refused"
+    );
+    vm.unmap(m).expect("unmap");
+    vm.release(range).expect("release");
+    let after = free(d.as_mut());
+    assert!((after - before).abs() <= SLACK, "{before} -> {after}");
+}
+
+/// A second `VaRange` value for the same reservation (the type is not `Clone` on purpose).
+struct VaRangeCopy<'a>(&'a memplan_core::VaRange);
+
+impl VaRangeCopy<'_> {
+    fn get(&self) -> memplan_core::VaRange {
+        memplan_core::VaRange {
+            handle: self.0.handle,
+            bytes: self.0.bytes,
+        }
+    }
+}

@@ -1,0 +1,394 @@
+//! Loading the CUDA driver library and gating calls by driver version.
+//!
+//! cudarc's dynamic loader panics when the library or a symbol is missing, so nothing in this
+//! backend calls a cudarc function before [`driver`] has (1) found a loadable library among the
+//! names cudarc will try, in cudarc's order, (2) checked that the library exports the symbols
+//! memplan calls (per [`Feature`]), (3) read `cuDriverGetVersion` and (4) run `cuInit`. Every
+//! later use of a symbol that older drivers lack goes through [`Driver::require`], which checks
+//! the version table ([`min_version`]) and the symbol table ([`symbols`]) first.
+//!
+//! The outcome is computed once per process and cached, success or failure.
+
+use std::sync::OnceLock;
+
+use cudarc::driver::sys;
+use memplan_core::{Error, Result};
+
+use crate::conv::{self, CudaVersion};
+
+/// A group of driver entry points with one minimum driver version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Feature {
+    /// Enumeration, primary context, memory info, raw allocations (CUDA 11.0: the bindings call
+    /// `cuDevicePrimaryCtxRelease_v2`).
+    Basic,
+    /// `cuDeviceGetUuid_v2` (CUDA 11.4).
+    Uuid,
+    /// `cuDeviceGetGraphMemAttribute` and `cuDeviceGraphMemTrim` (CUDA 11.4).
+    GraphMemory,
+    /// Stream capture with graph allocation nodes: `cuGraphInstantiateWithFlags`,
+    /// `cuMemAllocAsync`/`cuMemFreeAsync` (CUDA 11.4; stream-ordered allocation is 11.2).
+    GraphCapture,
+    /// Virtual-memory management: `cuMemAddressReserve`, `cuMemCreate`, `cuMemMap`... (CUDA 10.2).
+    VirtualMemory,
+}
+
+impl Feature {
+    /// Every feature, for tables and tests.
+    pub const ALL: [Feature; 5] = [
+        Feature::Basic,
+        Feature::Uuid,
+        Feature::GraphMemory,
+        Feature::GraphCapture,
+        Feature::VirtualMemory,
+    ];
+
+    /// What the feature is, for error messages.
+    pub fn what(self) -> &'static str {
+        match self {
+            Feature::Basic => "the CUDA backend",
+            Feature::Uuid => "device UUIDs (cuDeviceGetUuid_v2)",
+            Feature::GraphMemory => "graph-pool attributes (cuDeviceGetGraphMemAttribute)",
+            Feature::GraphCapture => "graph capture with allocation nodes",
+            Feature::VirtualMemory => "virtual-memory management (cuMemAddressReserve/cuMemMap)",
+        }
+    }
+}
+
+/// The oldest driver (as `cuDriverGetVersion` reports it) that has every symbol of `f`.
+pub fn min_version(f: Feature) -> CudaVersion {
+    CudaVersion(match f {
+        Feature::Basic => 11000,
+        Feature::Uuid | Feature::GraphMemory | Feature::GraphCapture => 11040,
+        Feature::VirtualMemory => 10020,
+    })
+}
+
+/// The symbols memplan calls for `f`.
+pub fn symbols(f: Feature) -> &'static [&'static str] {
+    match f {
+        Feature::Basic => &[
+            "cuInit",
+            "cuDriverGetVersion",
+            "cuGetErrorName",
+            "cuDeviceGetCount",
+            "cuDeviceGet",
+            "cuDeviceGetName",
+            "cuDeviceTotalMem_v2",
+            "cuDeviceGetAttribute",
+            "cuDevicePrimaryCtxRetain",
+            "cuDevicePrimaryCtxRelease_v2",
+            "cuCtxSetCurrent",
+            "cuCtxSynchronize",
+            "cuMemGetInfo_v2",
+            "cuMemAlloc_v2",
+            "cuMemFree_v2",
+        ],
+        Feature::Uuid => &["cuDeviceGetUuid_v2"],
+        Feature::GraphMemory => &["cuDeviceGetGraphMemAttribute", "cuDeviceGraphMemTrim"],
+        Feature::GraphCapture => &[
+            "cuStreamCreate",
+            "cuStreamDestroy_v2",
+            "cuStreamSynchronize",
+            "cuStreamBeginCapture_v2",
+            "cuStreamEndCapture",
+            "cuStreamIsCapturing",
+            "cuGraphInstantiateWithFlags",
+            "cuGraphLaunch",
+            "cuGraphExecDestroy",
+            "cuGraphDestroy",
+            "cuMemAllocAsync",
+            "cuMemFreeAsync",
+            "cuModuleLoadData",
+            "cuModuleGetFunction",
+            "cuModuleUnload",
+            "cuLaunchKernel",
+        ],
+        Feature::VirtualMemory => &[
+            "cuMemGetAllocationGranularity",
+            "cuMemAddressReserve",
+            "cuMemAddressFree",
+            "cuMemCreate",
+            "cuMemRelease",
+            "cuMemMap",
+            "cuMemUnmap",
+            "cuMemSetAccess",
+        ],
+    }
+}
+
+/// `Ok` when a driver of version `have` is new enough for `f`, else [`Error::DriverTooOld`].
+pub fn check_version(have: CudaVersion, f: Feature) -> Result<()> {
+    let need = min_version(f);
+    if have >= need {
+        Ok(())
+    } else {
+        Err(Error::DriverTooOld {
+            have: have.to_string(),
+            need: need.to_string(),
+            what: f.what().to_string(),
+        })
+    }
+}
+
+/// The loaded driver library.
+pub struct Driver {
+    /// The file name that loaded (`libcuda.so.1`).
+    pub library: String,
+    /// `cuDriverGetVersion`.
+    pub version: CudaVersion,
+    lib: libloading::Library,
+}
+
+impl std::fmt::Debug for Driver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Driver")
+            .field("library", &self.library)
+            .field("version", &self.version)
+            .finish()
+    }
+}
+
+impl Driver {
+    /// Does the library export `symbol`?
+    pub fn has_symbol(&self, symbol: &str) -> bool {
+        // SAFETY: looking a symbol up runs no code of the library; the pointer is not used.
+        unsafe { self.lib.get::<*const ()>(symbol.as_bytes()).is_ok() }
+    }
+
+    /// Check that the driver's version and exports allow the calls of `f`.
+    pub fn require(&self, f: Feature) -> Result<()> {
+        check_version(self.version, f)?;
+        match symbols(f).iter().find(|s| !self.has_symbol(s)) {
+            None => Ok(()),
+            Some(s) => Err(Error::MissingSymbol {
+                library: self.library.clone(),
+                symbol: (*s).to_string(),
+                detail: format!("needed for {}", f.what()),
+            }),
+        }
+    }
+
+    /// Whether `f` is usable, as a yes/no with the reason.
+    pub fn supports(&self, f: Feature) -> std::result::Result<(), String> {
+        self.require(f).map_err(|e| e.to_string())
+    }
+}
+
+/// Why loading failed, kept so that every later call reports the same error.
+#[derive(Debug, Clone)]
+enum LoadFailure {
+    Library {
+        library: String,
+        detail: String,
+    },
+    Symbol {
+        library: String,
+        symbol: String,
+        detail: String,
+    },
+    Call {
+        call: String,
+        code: i64,
+        name: String,
+    },
+    TooOld {
+        have: String,
+        need: String,
+        what: String,
+    },
+}
+
+impl LoadFailure {
+    fn from_error(e: Error) -> Self {
+        match e {
+            Error::MissingSymbol {
+                library,
+                symbol,
+                detail,
+            } => LoadFailure::Symbol {
+                library,
+                symbol,
+                detail,
+            },
+            Error::DriverCall { call, code, name } => LoadFailure::Call { call, code, name },
+            Error::DriverTooOld { have, need, what } => LoadFailure::TooOld { have, need, what },
+            Error::LibraryNotFound { library, detail } => LoadFailure::Library { library, detail },
+            other => LoadFailure::Library {
+                library: canonical_name().into(),
+                detail: other.to_string(),
+            },
+        }
+    }
+
+    fn to_error(&self) -> Error {
+        match self.clone() {
+            LoadFailure::Library { library, detail } => Error::LibraryNotFound { library, detail },
+            LoadFailure::Symbol {
+                library,
+                symbol,
+                detail,
+            } => Error::MissingSymbol {
+                library,
+                symbol,
+                detail,
+            },
+            LoadFailure::Call { call, code, name } => Error::DriverCall { call, code, name },
+            LoadFailure::TooOld { have, need, what } => Error::DriverTooOld { have, need, what },
+        }
+    }
+}
+
+/// The name people know the driver library by on this platform.
+pub fn canonical_name() -> &'static str {
+    if cfg!(windows) {
+        "nvcuda.dll"
+    } else {
+        "libcuda.so.1"
+    }
+}
+
+/// The file names cudarc tries, in its order (so the first that loads here is the one it loads).
+pub fn candidates() -> Vec<String> {
+    ["cuda", "nvcuda"]
+        .iter()
+        .flat_map(|l| cudarc::get_lib_name_candidates(l))
+        .collect()
+}
+
+/// Load the first of `names` that loads. The error names the canonical library and what the
+/// loader said about it (or about the last name tried).
+pub fn probe(names: &[String]) -> Result<(String, libloading::Library)> {
+    let mut detail = None;
+    for name in names {
+        // SAFETY: loading the driver library runs its initialisers, which is what every CUDA
+        // program does; the library is kept loaded for the life of the process.
+        match unsafe { libloading::Library::new(name) } {
+            Ok(lib) => return Ok((name.clone(), lib)),
+            Err(e) if name == canonical_name() || detail.is_none() => detail = Some(e.to_string()),
+            Err(_) => {}
+        }
+    }
+    let detail = detail.unwrap_or_else(|| "no candidate names".into());
+    Err(Error::LibraryNotFound {
+        library: canonical_name().into(),
+        detail: format!(
+            "{detail} (tried {} names; is the NVIDIA driver installed?)",
+            names.len()
+        ),
+    })
+}
+
+fn load() -> Result<Driver> {
+    let (library, lib) = probe(&candidates())?;
+    let base = Driver {
+        library,
+        version: CudaVersion(0),
+        lib,
+    };
+    for s in ["cuDriverGetVersion", "cuInit"] {
+        if !base.has_symbol(s) {
+            return Err(Error::MissingSymbol {
+                library: base.library,
+                symbol: s.into(),
+                detail: "not a CUDA driver".into(),
+            });
+        }
+    }
+    let mut v: std::ffi::c_int = 0;
+    // SAFETY: the library is loaded and exports the symbol (checked above); `v` is a valid
+    // out-pointer. cuDriverGetVersion needs no prior cuInit.
+    let res = unsafe { sys::cuDriverGetVersion(&mut v) };
+    conv::check("cuDriverGetVersion", res)?;
+    let driver = Driver {
+        version: CudaVersion(v),
+        ..base
+    };
+    driver.require(Feature::Basic)?;
+    // SAFETY: symbol present (Basic checked); flags must be 0.
+    let res = unsafe { sys::cuInit(0) };
+    conv::check("cuInit", res)?;
+    tracing::debug!(library = %driver.library, version = %driver.version, "CUDA driver loaded");
+    Ok(driver)
+}
+
+/// The process's driver: loaded, version-checked and initialised once.
+pub fn driver() -> Result<&'static Driver> {
+    static DRIVER: OnceLock<std::result::Result<Driver, LoadFailure>> = OnceLock::new();
+    DRIVER
+        .get_or_init(|| load().map_err(LoadFailure::from_error))
+        .as_ref()
+        .map_err(LoadFailure::to_error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_gating_table() {
+        let v = |x| CudaVersion(x);
+        assert!(check_version(v(11000), Feature::Basic).is_ok());
+        assert!(check_version(v(10020), Feature::Basic).is_err());
+        assert!(check_version(v(10020), Feature::VirtualMemory).is_ok());
+        for f in [Feature::Uuid, Feature::GraphMemory, Feature::GraphCapture] {
+            assert!(check_version(v(11040), f).is_ok(), "{f:?}");
+            assert!(check_version(v(12090), f).is_ok(), "{f:?}");
+            let e = check_version(v(11020), f).unwrap_err();
+            assert!(
+                matches!(&e, Error::DriverTooOld { have, need, .. } if have == "11.2" && need == "11.4"),
+                "{e}"
+            );
+        }
+        let e = check_version(v(11020), Feature::GraphMemory)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("cuDeviceGetGraphMemAttribute") && e.contains("11.2") && e.contains("11.4"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn every_feature_lists_symbols() {
+        for f in Feature::ALL {
+            assert!(!symbols(f).is_empty(), "{f:?}");
+            assert!(symbols(f).iter().all(|s| s.starts_with("cu")), "{f:?}");
+        }
+        assert!(symbols(Feature::GraphMemory).contains(&"cuDeviceGetGraphMemAttribute"));
+    }
+
+    #[test]
+    fn missing_library_is_a_typed_error() {
+        let e = probe(&["libmemplan-no-such-driver.so.1".into()]).unwrap_err();
+        assert!(matches!(e, Error::LibraryNotFound { .. }), "{e}");
+        assert!(e.to_string().contains(canonical_name()), "{e}");
+        assert!(probe(&[]).is_err());
+    }
+
+    #[test]
+    fn candidates_include_the_runtime_name() {
+        assert!(candidates().iter().any(|c| c == canonical_name()));
+    }
+
+    #[test]
+    fn load_never_panics_and_caches_its_outcome() {
+        // Without a driver this is LibraryNotFound; with one it is a usable driver.
+        match driver() {
+            Ok(d) => assert!(d.version >= min_version(Feature::Basic)),
+            Err(e) => {
+                assert!(
+                    matches!(
+                        e,
+                        Error::LibraryNotFound { .. }
+                            | Error::DriverCall { .. }
+                            | Error::DriverTooOld { .. }
+                            | Error::MissingSymbol { .. }
+                    ),
+                    "{e}"
+                );
+                assert_eq!(driver().unwrap_err().to_string(), e.to_string());
+            }
+        }
+    }
+}

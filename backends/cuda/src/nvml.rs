@@ -1,0 +1,218 @@
+//! Optional NVML (`libnvidia-ml.so.1`), loaded at run time, for what the driver API cannot say:
+//! the framebuffer the driver reserves for itself and the memory other processes hold.
+//!
+//! Absent NVML is not an error: [`memory`] returns `None` and the device says so in its notes.
+//! Values NVML reports as not available (`NVML_VALUE_NOT_AVAILABLE`) stay `None`. In a container
+//! with its own PID namespace NVML reports host PIDs, so this process cannot recognise itself
+//! and `other_processes_bytes` then includes its own usage: read it as "processes on the
+//! device" there.
+
+use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void, CString};
+
+type Device = *mut c_void;
+
+/// `nvmlMemory_v2_t`.
+#[repr(C)]
+#[derive(Default)]
+struct MemoryV2 {
+    version: c_uint,
+    total: c_ulonglong,
+    reserved: c_ulonglong,
+    free: c_ulonglong,
+    used: c_ulonglong,
+}
+
+/// `nvmlProcessInfo_t` as the `_v3` process queries fill it.
+#[repr(C)]
+#[derive(Default, Clone, Copy)]
+struct ProcessInfo {
+    pid: c_uint,
+    used_gpu_memory: c_ulonglong,
+    gpu_instance_id: c_uint,
+    compute_instance_id: c_uint,
+}
+
+const SUCCESS: c_int = 0;
+const INSUFFICIENT_SIZE: c_int = 7;
+const VALUE_NOT_AVAILABLE: u64 = u64::MAX;
+/// `sizeof(nvmlMemory_v2_t) | 2 << 24`, the header's `nvmlMemory_v2`.
+const MEMORY_V2_VERSION: c_uint = (std::mem::size_of::<MemoryV2>() as c_uint) | (2 << 24);
+
+/// NVML's view of one device, read once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NvmlMemory {
+    /// Total framebuffer.
+    pub total: u64,
+    /// Framebuffer the driver and firmware reserve (not usable by anyone), when reported.
+    pub reserved: Option<u64>,
+    /// Framebuffer in use, all processes.
+    pub used: u64,
+    /// Memory held by compute processes other than this one, when the list could be read.
+    pub other_processes_bytes: Option<u64>,
+    /// How many other compute processes hold memory, when the list could be read.
+    pub other_processes: Option<usize>,
+}
+
+impl NvmlMemory {
+    /// Descriptor properties (`nvml_*`).
+    pub fn properties(&self) -> Vec<(String, String)> {
+        let mut v = vec![
+            ("nvml_total".to_string(), self.total.to_string()),
+            ("nvml_used".to_string(), self.used.to_string()),
+        ];
+        if let Some(r) = self.reserved {
+            v.push(("nvml_reserved".into(), r.to_string()));
+        }
+        if let (Some(b), Some(n)) = (self.other_processes_bytes, self.other_processes) {
+            v.push(("nvml_other_processes".into(), n.to_string()));
+            v.push(("nvml_other_processes_bytes".into(), b.to_string()));
+        }
+        v
+    }
+}
+
+/// Sum the memory of processes other than `own_pid`; `None` values (not available) are skipped.
+pub fn other_processes(list: &[(u32, u64)], own_pid: u32) -> (usize, u64) {
+    list.iter()
+        .filter(|(pid, _)| *pid != own_pid)
+        .fold((0, 0), |(n, b), (_, used)| {
+            if *used == VALUE_NOT_AVAILABLE {
+                (n + 1, b)
+            } else {
+                (n + 1, b + used)
+            }
+        })
+}
+
+fn library_name() -> &'static str {
+    if cfg!(windows) {
+        "nvml.dll"
+    } else {
+        "libnvidia-ml.so.1"
+    }
+}
+
+/// Read NVML's view of the device with this UUID (`GPU-…` / `MIG-…`), or `None` when NVML is
+/// absent, fails, or does not know the device. Never panics.
+pub fn memory(uuid: &str) -> Option<NvmlMemory> {
+    // SAFETY: loading NVML runs its initialisers only; it is unloaded when `lib` drops, after
+    // nvmlShutdown balanced the nvmlInit_v2 below.
+    let lib = match unsafe { libloading::Library::new(library_name()) } {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::debug!("NVML not loaded: {e}");
+            return None;
+        }
+    };
+    // SAFETY: the signatures match nvml.h for these symbols; each is looked up before use.
+    unsafe {
+        let init = lib
+            .get::<unsafe extern "C" fn() -> c_int>(b"nvmlInit_v2")
+            .ok()?;
+        let shutdown = lib
+            .get::<unsafe extern "C" fn() -> c_int>(b"nvmlShutdown")
+            .ok()?;
+        if init() != SUCCESS {
+            return None;
+        }
+        let out = query(&lib, uuid);
+        shutdown();
+        out
+    }
+}
+
+/// # Safety
+/// NVML must be initialised in `lib`.
+unsafe fn query(lib: &libloading::Library, uuid: &str) -> Option<NvmlMemory> {
+    type ByUuid = unsafe extern "C" fn(*const c_char, *mut Device) -> c_int;
+    type MemInfo = unsafe extern "C" fn(Device, *mut MemoryV2) -> c_int;
+    type Procs = unsafe extern "C" fn(Device, *mut c_uint, *mut ProcessInfo) -> c_int;
+    let c_uuid = CString::new(uuid).ok()?;
+    let mut dev: Device = std::ptr::null_mut();
+    // SAFETY: symbol signatures per nvml.h; pointers valid for the calls (caller initialised NVML).
+    unsafe {
+        let by_uuid = lib.get::<ByUuid>(b"nvmlDeviceGetHandleByUUID").ok()?;
+        if by_uuid(c_uuid.as_ptr(), &mut dev) != SUCCESS {
+            return None;
+        }
+        let mem_info = lib.get::<MemInfo>(b"nvmlDeviceGetMemoryInfo_v2").ok()?;
+        let mut m = MemoryV2 {
+            version: MEMORY_V2_VERSION,
+            ..Default::default()
+        };
+        if mem_info(dev, &mut m) != SUCCESS {
+            return None;
+        }
+        let mut list = None;
+        if let Ok(procs) = lib.get::<Procs>(b"nvmlDeviceGetComputeRunningProcesses_v3") {
+            let mut buf = vec![ProcessInfo::default(); 64];
+            for _ in 0..3 {
+                let mut n = buf.len() as c_uint;
+                match procs(dev, &mut n, buf.as_mut_ptr()) {
+                    SUCCESS => {
+                        list = Some(
+                            buf[..(n as usize).min(buf.len())]
+                                .iter()
+                                .map(|p| (p.pid, p.used_gpu_memory))
+                                .collect::<Vec<_>>(),
+                        );
+                        break;
+                    }
+                    INSUFFICIENT_SIZE => {
+                        buf.resize((n as usize).max(buf.len() * 2), ProcessInfo::default())
+                    }
+                    _ => break,
+                }
+            }
+        }
+        let others = list.map(|l: Vec<(u32, u64)>| other_processes(&l, std::process::id()));
+        Some(NvmlMemory {
+            total: m.total,
+            reserved: (m.reserved != VALUE_NOT_AVAILABLE).then_some(m.reserved),
+            used: m.used,
+            other_processes_bytes: others.map(|o| o.1),
+            other_processes: others.map(|o| o.0),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn struct_layouts_match_nvml_h() {
+        assert_eq!(std::mem::size_of::<MemoryV2>(), 40);
+        assert_eq!(MEMORY_V2_VERSION, 0x0200_0028);
+        assert_eq!(std::mem::size_of::<ProcessInfo>(), 24);
+    }
+
+    #[test]
+    fn other_processes_exclude_this_one_and_unknown_sizes() {
+        let l = [(10, 100), (11, 200), (12, VALUE_NOT_AVAILABLE)];
+        assert_eq!(other_processes(&l, 10), (2, 200));
+        assert_eq!(other_processes(&[], 10), (0, 0));
+    }
+
+    #[test]
+    fn absent_nvml_is_none_not_an_error() {
+        // SAFETY: loading NVML only runs its initialisers.
+        if unsafe { libloading::Library::new(library_name()) }.is_err() {
+            assert_eq!(memory("GPU-00000000-0000-0000-0000-000000000000"), None);
+        }
+    }
+
+    #[test]
+    fn properties_skip_absent_values() {
+        let m = NvmlMemory {
+            total: 1,
+            reserved: None,
+            used: 0,
+            other_processes_bytes: None,
+            other_processes: None,
+        };
+        let p = m.properties();
+        assert_eq!(p.len(), 2);
+        assert!(!p.iter().any(|(k, _)| k == "nvml_reserved"));
+    }
+}

@@ -1,0 +1,274 @@
+//! Virtual-memory management on CUDA: `cuMemAddressReserve` reserves address space,
+//! `cuMemCreate` + `cuMemMap` + `cuMemSetAccess` back part of it with device memory, and
+//! `cuMemUnmap` + `cuMemRelease` / `cuMemAddressFree` undo both.
+//!
+//! Sizes and offsets must be multiples of the granularity (`cuMemGetAllocationGranularity`,
+//! minimum); a violation is an `InvalidInput` naming the field, checked before any call. Every
+//! range and mapping still live when the device is dropped is released by [`CudaVmm::teardown`].
+
+use std::collections::BTreeMap;
+
+use cudarc::driver::sys;
+use memplan_core::{Error, Mapping, Result, VaRange, VirtualMemory};
+
+use crate::conv::{check, check_alloc};
+use crate::device::Ctx;
+use crate::loader::{Driver, Feature};
+
+/// Virtual-memory state of one device.
+pub(crate) struct CudaVmm {
+    ctx: Ctx,
+    granularity: Option<u64>,
+    ranges: BTreeMap<u64, u64>,
+    /// physical handle -> (address, bytes)
+    mappings: BTreeMap<u64, (u64, u64)>,
+}
+
+fn location(dev: sys::CUdevice) -> sys::CUmemLocation {
+    sys::CUmemLocation {
+        type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+        __bindgen_anon_1: sys::CUmemLocation_st__bindgen_ty_1 { id: dev },
+    }
+}
+
+fn properties(dev: sys::CUdevice) -> sys::CUmemAllocationProp {
+    // SAFETY: the struct is plain data (integers, a null pointer, flags) for which all-zero is
+    // the documented default; the needed fields are set below.
+    let mut p: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
+    p.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+    p.requestedHandleTypes = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE;
+    p.location = location(dev);
+    p
+}
+
+/// Check that `value` (named `field`) is a positive multiple of `granularity`.
+pub fn check_multiple(field: &str, value: u64, granularity: u64, allow_zero: bool) -> Result<()> {
+    if value == 0 && !allow_zero {
+        return Err(Error::invalid(field, "must be > 0"));
+    }
+    if granularity == 0 || value % granularity != 0 {
+        return Err(Error::invalid(
+            field,
+            format!("{value} is not a multiple of the granularity {granularity}"),
+        ));
+    }
+    Ok(())
+}
+
+fn size(v: u64) -> Result<usize> {
+    usize::try_from(v).map_err(|_| Error::invalid("bytes", "larger than the address space"))
+}
+
+impl CudaVmm {
+    /// Check the driver and bind the context.
+    pub(crate) fn new(ctx: Ctx, driver: &Driver) -> Result<Self> {
+        driver.require(Feature::VirtualMemory)?;
+        ctx.bind()?;
+        Ok(CudaVmm {
+            ctx,
+            granularity: None,
+            ranges: BTreeMap::new(),
+            mappings: BTreeMap::new(),
+        })
+    }
+
+    /// Unmap and release everything still live. Errors are logged: this runs on drop.
+    pub(crate) fn teardown(&mut self) {
+        let mut errors = Vec::new();
+        for (handle, (addr, bytes)) in std::mem::take(&mut self.mappings) {
+            errors.extend(unmap_release(handle, addr, bytes).err());
+        }
+        for (addr, bytes) in std::mem::take(&mut self.ranges) {
+            // SAFETY: reserved by `reserve`, freed once (taken out of the map).
+            errors.extend(
+                check("cuMemAddressFree", unsafe {
+                    sys::cuMemAddressFree(addr, bytes as usize)
+                })
+                .err(),
+            );
+        }
+        for e in errors {
+            tracing::warn!("virtual-memory teardown: {e}");
+        }
+    }
+}
+
+fn unmap_release(handle: u64, addr: u64, bytes: u64) -> Result<()> {
+    // SAFETY: `addr..addr+bytes` was mapped by `map` and is unmapped once.
+    let a = check("cuMemUnmap", unsafe {
+        sys::cuMemUnmap(addr, bytes as usize)
+    });
+    // SAFETY: `handle` came from cuMemCreate and is released once.
+    let b = check("cuMemRelease", unsafe { sys::cuMemRelease(handle) });
+    a.and(b)
+}
+
+impl VirtualMemory for CudaVmm {
+    fn granularity(&mut self) -> Result<u64> {
+        if let Some(g) = self.granularity {
+            return Ok(g);
+        }
+        self.ctx.bind()?;
+        let prop = properties(self.ctx.dev);
+        let mut g: usize = 0;
+        let flag = sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM;
+        // SAFETY: `prop` is fully initialised; `g` is a valid out-pointer.
+        check("cuMemGetAllocationGranularity", unsafe {
+            sys::cuMemGetAllocationGranularity(&mut g, &prop, flag)
+        })?;
+        let g = g as u64;
+        self.granularity = Some(g);
+        Ok(g)
+    }
+
+    fn reserve(&mut self, bytes: u64) -> Result<VaRange> {
+        check_multiple("bytes", bytes, self.granularity()?, false)?;
+        let mut addr: sys::CUdeviceptr = 0;
+        // SAFETY: context bound by granularity(); no fixed address, default alignment, no flags.
+        let res = unsafe { sys::cuMemAddressReserve(&mut addr, size(bytes)?, 0, 0, 0) };
+        check_alloc("cuMemAddressReserve", res, bytes)?;
+        self.ranges.insert(addr, bytes);
+        Ok(VaRange {
+            handle: addr,
+            bytes,
+        })
+    }
+
+    fn map(&mut self, range: &VaRange, offset: u64, bytes: u64) -> Result<Mapping> {
+        let g = self.granularity()?;
+        if self.ranges.get(&range.handle) != Some(&range.bytes) {
+            return Err(Error::invalid(
+                "range",
+                format!(
+                    "{:#x} is not a live reservation of this device",
+                    range.handle
+                ),
+            ));
+        }
+        check_multiple("offset", offset, g, true)?;
+        check_multiple("bytes", bytes, g, false)?;
+        if !matches!(offset.checked_add(bytes), Some(end) if end <= range.bytes) {
+            return Err(Error::invalid(
+                "bytes",
+                format!(
+                    "offset {offset} + {bytes} exceeds the range of {}",
+                    range.bytes
+                ),
+            ));
+        }
+        let prop = properties(self.ctx.dev);
+        let mut handle: sys::CUmemGenericAllocationHandle = 0;
+        let len = size(bytes)?;
+        // SAFETY: `prop` is initialised; `handle` is a valid out-pointer; size is a granularity multiple.
+        let res = unsafe { sys::cuMemCreate(&mut handle, len, &prop, 0) };
+        check_alloc("cuMemCreate", res, bytes)?;
+        let addr = range.handle + offset;
+        // SAFETY: the target lies inside a live reservation (checked above) and is unmapped.
+        let mapped = check("cuMemMap", unsafe {
+            sys::cuMemMap(addr, bytes as usize, 0, handle, 0)
+        });
+        let access = mapped.and_then(|_| {
+            let desc = sys::CUmemAccessDesc {
+                location: location(self.ctx.dev),
+                flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+            };
+            // SAFETY: the range was just mapped; one descriptor is passed.
+            check("cuMemSetAccess", unsafe {
+                sys::cuMemSetAccess(addr, bytes as usize, &desc, 1)
+            })
+        });
+        if let Err(e) = access {
+            // SAFETY: undoing this call's own map/create on its error path; unmapping an
+            // unmapped range only returns an error, which is ignored.
+            unsafe {
+                let _ = sys::cuMemUnmap(addr, bytes as usize);
+                let _ = sys::cuMemRelease(handle);
+            }
+            return Err(e);
+        }
+        self.mappings.insert(handle, (addr, bytes));
+        Ok(Mapping {
+            handle,
+            range: range.handle,
+            offset,
+            bytes,
+        })
+    }
+
+    fn unmap(&mut self, mapping: Mapping) -> Result<()> {
+        let addr = mapping.range + mapping.offset;
+        if self.mappings.get(&mapping.handle) != Some(&(addr, mapping.bytes)) {
+            return Err(Error::invalid(
+                "mapping",
+                format!("{:#x} is not a live mapping of this device", mapping.handle),
+            ));
+        }
+        self.ctx.bind()?;
+        self.mappings.remove(&mapping.handle);
+        unmap_release(mapping.handle, addr, mapping.bytes)
+    }
+
+    fn release(&mut self, range: VaRange) -> Result<()> {
+        if self.ranges.get(&range.handle) != Some(&range.bytes) {
+            return Err(Error::invalid(
+                "range",
+                format!(
+                    "{:#x} is not a live reservation of this device",
+                    range.handle
+                ),
+            ));
+        }
+        let end = range.handle + range.bytes;
+        if self
+            .mappings
+            .values()
+            .any(|(a, _)| *a >= range.handle && *a < end)
+        {
+            return Err(Error::invalid(
+                "range",
+                "unmap every mapping in the range before releasing it",
+            ));
+        }
+        self.ctx.bind()?;
+        // SAFETY: a live reservation with no mappings left, freed once (removed below).
+        check("cuMemAddressFree", unsafe {
+            sys::cuMemAddressFree(range.handle, range.bytes as usize)
+        })?;
+        self.ranges.remove(&range.handle);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_must_be_granularity_multiples() {
+        let g = 2 << 20;
+        assert!(check_multiple("bytes", 4 << 20, g, false).is_ok());
+        let e = check_multiple("bytes", (4 << 20) + 1, g, false).unwrap_err();
+        assert!(
+            matches!(&e, Error::InvalidInput { field, .. } if field == "bytes"),
+            "{e}"
+        );
+        assert!(check_multiple("bytes", 0, g, false).is_err());
+        assert!(check_multiple("offset", 0, g, true).is_ok());
+        assert!(check_multiple("offset", 1, 0, true).is_err());
+    }
+
+    #[test]
+    fn allocation_properties_name_the_device() {
+        let p = properties(3);
+        assert_eq!(
+            p.type_,
+            sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED
+        );
+        assert_eq!(
+            p.location.type_,
+            sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE
+        );
+        // SAFETY: the union was written through its `id` field.
+        assert_eq!(unsafe { p.location.__bindgen_anon_1.id }, 3);
+    }
+}
