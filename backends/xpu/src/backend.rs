@@ -1,0 +1,130 @@
+//! [`XpuBackend`]: loads the Level Zero loader on first use, enumerates root GPU devices and
+//! opens them by ordinal (`xpu:0`). Creating the backend loads nothing.
+
+use std::sync::{Arc, Mutex};
+
+use level_zero_sys as ze;
+use memplan_core::{Backend, BackendKind, Device, DeviceDescriptor, DeviceId, Error, Result};
+
+use crate::device::XpuDevice;
+use crate::loader::{self, CoreDevice, Runtime};
+
+/// The Level Zero backend.
+#[derive(Debug)]
+pub struct XpuBackend {
+    library: String,
+    runtime: Mutex<Option<Arc<Runtime>>>,
+}
+
+impl Default for XpuBackend {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl XpuBackend {
+    /// A backend that will open `libze_loader.so.1` (or `MEMPLAN_LEVEL_ZERO_LOADER`).
+    pub fn new() -> Self {
+        Self::with_library(loader::library_name())
+    }
+
+    /// A backend that will open `library` (a file name or a path) instead.
+    pub fn with_library(library: impl Into<String>) -> Self {
+        XpuBackend {
+            library: library.into(),
+            runtime: Mutex::new(None),
+        }
+    }
+
+    /// The initialised runtime, initialising it on first use. A failure is not cached: the
+    /// next call tries again (the calls are cheap when they fail).
+    fn runtime(&self) -> Result<Arc<Runtime>> {
+        let mut guard = self.runtime.lock().map_err(|_| Error::BackendUnavailable {
+            backend: BackendKind::Xpu,
+            reason: "a previous Level Zero initialisation panicked".into(),
+        })?;
+        if let Some(rt) = guard.as_ref() {
+            return Ok(rt.clone());
+        }
+        let rt = Arc::new(loader::init(&self.library)?);
+        *guard = Some(rt.clone());
+        Ok(rt)
+    }
+}
+
+/// The descriptor of root device `ordinal`.
+pub(crate) fn descriptor(rt: &Runtime, ordinal: usize, d: &CoreDevice) -> DeviceDescriptor {
+    let mems: Vec<String> = d.memories.iter().map(|(n, b)| format!("{n}={b}")).collect();
+    let properties = vec![
+        ("vendor_id".into(), format!("{:#06x}", d.vendor_id)),
+        ("device_id".into(), format!("{:#06x}", d.device_id)),
+        ("uuid".into(), d.uuid_text()),
+        (
+            "kind".into(),
+            if d.integrated {
+                "integrated"
+            } else {
+                "discrete"
+            }
+            .into(),
+        ),
+        ("sub_devices".into(), d.sub_devices.to_string()),
+        (
+            "memories".into(),
+            if mems.is_empty() {
+                "none listed".into()
+            } else {
+                mems.join(", ")
+            },
+        ),
+        ("driver_version".into(), d.driver_version.to_string()),
+        (
+            "api_version".into(),
+            format!(
+                "{}.{}",
+                ze::api_major(d.api_version),
+                ze::api_minor(d.api_version)
+            ),
+        ),
+        ("sysman".into(), rt.sysman.to_string()),
+        ("loader".into(), rt.api.library().to_string()),
+    ];
+    DeviceDescriptor {
+        id: DeviceId::new(BackendKind::Xpu, ordinal.to_string()),
+        name: d.name.clone(),
+        total_bytes: d.core_total(),
+        properties,
+    }
+}
+
+impl Backend for XpuBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Xpu
+    }
+
+    fn devices(&self) -> Result<Vec<DeviceDescriptor>> {
+        let rt = self.runtime()?;
+        Ok(rt
+            .devices
+            .iter()
+            .enumerate()
+            .map(|(i, d)| descriptor(&rt, i, d))
+            .collect())
+    }
+
+    fn open(&self, selector: &str) -> Result<Box<dyn Device>> {
+        let id = DeviceId::new(BackendKind::Xpu, selector);
+        let ordinal = id.ordinal()?;
+        let rt = self.runtime()?;
+        if ordinal >= rt.devices.len() {
+            return Err(Error::UnknownDevice {
+                id: id.to_string(),
+                available: match rt.devices.len() {
+                    0 => "none (no Level Zero GPU device)".into(),
+                    n => format!("xpu:0 .. xpu:{}", n - 1),
+                },
+            });
+        }
+        Ok(Box::new(XpuDevice::open(rt, ordinal)?))
+    }
+}

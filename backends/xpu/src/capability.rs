@@ -1,0 +1,184 @@
+//! The capability this backend declares for a device, from facts read at open: integrated or
+//! discrete, what Sysman gave (or why it gave nothing), whether virtual memory is supported.
+//! Calibration (in the planner) later confirms or downgrades it with evidence.
+//!
+//! Known traps, each a declaration rather than a silent number:
+//! - Sysman unreachable (no `zesInit` in the loader and `ZES_ENABLE_SYSMAN` not set, or a
+//!   failing Sysman call): free memory **unavailable**, with the reason.
+//! - Integrated GPU: free memory **unavailable** ("shared system memory"), unified memory set.
+//! - free == total right after memplan created a context: what i915 reports to non-root users
+//!   on some kernels. Declared **approximate** with a tolerance of the whole device, flagged as
+//!   suspect; calibration checks whether free memory moves with an allocation and downgrades.
+//! - Otherwise free memory is device-wide (the kernel's memory-region counters): exact.
+
+use memplan_core::{DeviceFacts, GraphRelease, ProfilingCapability, Reading, Reliability, Support};
+
+use crate::conv::SysmanFree;
+use crate::graph;
+
+/// Where the declared total comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TotalSource {
+    /// Sysman's `zes_mem_state_t.size` (same source as free, so `total - free` is consistent).
+    Sysman,
+    /// `zeDeviceGetMemoryProperties` `totalSize` (Sysman unavailable).
+    CoreProperties,
+}
+
+/// The facts a declaration is made from.
+#[derive(Debug, Clone)]
+pub struct Facts {
+    /// `ZE_DEVICE_PROPERTY_FLAG_INTEGRATED`.
+    pub integrated: bool,
+    /// The Sysman reading taken at open (or why there is none).
+    pub sysman: SysmanFree,
+    /// Virtual-memory support as probed with `zeVirtualMemQueryPageSize`.
+    pub virtual_memory: Support,
+}
+
+impl Facts {
+    /// Where the total comes from, given the Sysman reading.
+    pub fn total_source(&self) -> TotalSource {
+        match self.sysman {
+            SysmanFree::Readable { .. } => TotalSource::Sysman,
+            SysmanFree::Unavailable { .. } => TotalSource::CoreProperties,
+        }
+    }
+}
+
+/// Declare the capability of one device.
+pub fn declare(f: &Facts) -> ProfilingCapability {
+    let mut notes = Vec::new();
+    let free = match &f.sysman {
+        SysmanFree::Unavailable { reason } => Reliability::Unavailable {
+            reason: reason.clone(),
+        },
+        SysmanFree::Readable { size, .. } if f.sysman.free_equals_total() => {
+            notes.push("suspect: Sysman reported free == total with a context open; calibration must confirm".into());
+            Reliability::Approximate {
+                tolerance_bytes: *size,
+                why: "Sysman free == total: i915 reports this to non-root users on some kernels, hiding all usage".into(),
+            }
+        }
+        SysmanFree::Readable { .. } => {
+            notes.push("driver_free: Sysman zesMemoryGetState, device-wide, ~150 ms per read, read once per snapshot".into());
+            Reliability::Exact
+        }
+    };
+    notes.push(match f.total_source() {
+        TotalSource::Sysman => {
+            "driver_total: Sysman zes_mem_state_t.size of the device-local modules".into()
+        }
+        TotalSource::CoreProperties => {
+            "driver_total: zeDeviceGetMemoryProperties totalSize (Sysman unavailable)".into()
+        }
+    });
+    if f.integrated {
+        notes.push(
+            "integrated GPU: driver_total is the share of system memory the driver exposes".into(),
+        );
+    }
+    let mut c = ProfilingCapability {
+        readings: Default::default(),
+        facts: DeviceFacts {
+            graph_capture: graph::capture_support(),
+            graph_pool_attributes: graph::pool_attributes(),
+            virtual_memory: f.virtual_memory.clone(),
+            unified_memory: f.integrated,
+            graph_release: GraphRelease::Immediate,
+            hidden_bytes_per_capture: None,
+        },
+        notes,
+    };
+    c.set(Reading::DriverTotal, Reliability::Exact);
+    c.set(Reading::DriverFree, free);
+    c.set(Reading::GraphPool, graph::pool_reading());
+    c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memplan_core::bytes::GIB;
+
+    fn facts(integrated: bool, sysman: SysmanFree) -> Facts {
+        Facts {
+            integrated,
+            sysman,
+            virtual_memory: Support::Supported,
+        }
+    }
+
+    #[test]
+    fn discrete_with_sysman_is_exact() {
+        let c = declare(&facts(
+            false,
+            SysmanFree::Readable {
+                free: 40 * GIB,
+                size: 48 * GIB,
+                modules: 1,
+            },
+        ));
+        assert!(c.reading(Reading::DriverFree).is_exact());
+        assert_eq!(c.reading(Reading::GraphPool).label(), "unavailable");
+        assert!(!c.facts.graph_capture.is_supported());
+        assert!(c.facts.virtual_memory.is_supported());
+        assert!(!c.facts.unified_memory);
+    }
+
+    #[test]
+    fn free_equal_total_is_suspect() {
+        let c = declare(&facts(
+            false,
+            SysmanFree::Readable {
+                free: 16 * GIB,
+                size: 16 * GIB,
+                modules: 1,
+            },
+        ));
+        match c.reading(Reading::DriverFree) {
+            Reliability::Approximate {
+                tolerance_bytes,
+                why,
+            } => {
+                assert_eq!(tolerance_bytes, 16 * GIB);
+                assert!(why.contains("non-root"), "{why}");
+            }
+            other => panic!("expected approximate, got {other}"),
+        }
+        assert!(c.notes.iter().any(|n| n.starts_with("suspect")));
+    }
+
+    #[test]
+    fn missing_sysman_is_unavailable_with_reason() {
+        let c = declare(&facts(
+            false,
+            SysmanFree::unavailable("ZES_ENABLE_SYSMAN is not set"),
+        ));
+        assert_eq!(
+            c.reading(Reading::DriverFree).detail(),
+            "ZES_ENABLE_SYSMAN is not set"
+        );
+        assert!(c
+            .notes
+            .iter()
+            .any(|n| n.contains("zeDeviceGetMemoryProperties")));
+        assert!(c.reading(Reading::DriverTotal).is_exact());
+    }
+
+    #[test]
+    fn integrated_gpu_is_unified_without_free() {
+        let s = crate::conv::translate(true, &[]);
+        let c = declare(&Facts {
+            integrated: true,
+            sysman: s,
+            virtual_memory: Support::no("x"),
+        });
+        assert!(c.facts.unified_memory);
+        assert!(!c.reading(Reading::DriverFree).measures_own_usage());
+        assert!(c
+            .reading(Reading::DriverFree)
+            .detail()
+            .contains("shared system memory"));
+    }
+}

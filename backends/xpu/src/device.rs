@@ -1,0 +1,264 @@
+//! [`XpuDevice`]: one opened root GPU with its own Level Zero context.
+//!
+//! Readings: total and free from Sysman (device-local modules), total from the core memory
+//! properties when Sysman is unavailable, free then absent (never 0). The Sysman read is
+//! cached until the next synchronize, allocation, free or mapping change, so one snapshot
+//! pays its ~150 ms once.
+//!
+//! `synchronize` submits nothing and waits for nothing: this backend never submits work
+//! (raw allocations and frees are synchronous calls), and Level Zero has no device-wide
+//! synchronize; an engine synchronizes its own queues before a snapshot. It does mark the
+//! start of a snapshot by invalidating the cached Sysman reading.
+//!
+//! Handles passed back by the caller (allocations, ranges, mappings) are checked against what
+//! this device handed out, so a stale or foreign handle is an error, never a driver call on a
+//! bad pointer. Everything still held is released when the device is dropped.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use level_zero_sys as ze;
+use memplan_core::{
+    Device, DeviceDescriptor, DriverMemory, Error, GraphCapture, ProfilingCapability,
+    RawAllocation, Result, Support, VirtualMemory,
+};
+
+use crate::capability::{declare, Facts};
+use crate::conv::{check, check_alloc, SysmanFree};
+use crate::graph;
+use crate::loader::{Handle, Runtime};
+use crate::sysman::SysmanMemory;
+
+/// One opened Level Zero GPU.
+#[derive(Debug)]
+pub struct XpuDevice {
+    pub(crate) rt: Arc<Runtime>,
+    pub(crate) index: usize,
+    pub(crate) context: Handle,
+    descriptor: DeviceDescriptor,
+    caps: ProfilingCapability,
+    sysman: Option<SysmanMemory>,
+    allocations: HashMap<u64, u64>,
+    /// Reserved ranges: base -> bytes.
+    pub(crate) ranges: HashMap<u64, u64>,
+    /// Mappings: physical handle -> (virtual address, bytes).
+    pub(crate) mappings: HashMap<u64, (u64, u64)>,
+}
+
+/// The size probed with `zeVirtualMemQueryPageSize` at open and used for the granularity.
+pub(crate) const VMM_PROBE_BYTES: usize = 1 << 30;
+
+impl XpuDevice {
+    /// Create a context on root device `index` of `rt`, probe virtual memory and Sysman, and
+    /// declare the capability.
+    pub(crate) fn open(rt: Arc<Runtime>, index: usize) -> Result<Self> {
+        let core = rt
+            .devices
+            .get(index)
+            .ok_or_else(|| Error::Measurement(format!("no xpu device {index}")))?;
+        let desc = ze::ze_context_desc_t::new();
+        let mut ctx = ze::null_handle();
+        // SAFETY: valid driver handle from initialisation; `desc` is initialised; `ctx` is an
+        // out-parameter.
+        check("zeContextCreate", unsafe {
+            (rt.api.zeContextCreate)(core.driver.0, &desc, &mut ctx)
+        })?;
+        let context = Handle(ctx);
+        let mut page = 0usize;
+        // SAFETY: valid context and device handles; `page` is an out-parameter.
+        let rc = unsafe {
+            (rt.api.zeVirtualMemQueryPageSize)(ctx, core.device.0, VMM_PROBE_BYTES, &mut page)
+        };
+        let virtual_memory = match check("zeVirtualMemQueryPageSize", rc) {
+            Ok(()) if page > 0 => Support::Supported,
+            Ok(()) => Support::no("zeVirtualMemQueryPageSize returned a page size of 0"),
+            Err(e) => Support::no(e.to_string()),
+        };
+        let mut sysman = SysmanMemory::attach(&rt.api, &rt.sysman, core);
+        let first = match &mut sysman {
+            Ok(s) => s
+                .read(&rt.api)
+                .unwrap_or_else(|e| SysmanFree::unavailable(e.to_string())),
+            Err(reason) => SysmanFree::unavailable(reason.clone()),
+        };
+        let facts = Facts {
+            integrated: core.integrated,
+            sysman: first,
+            virtual_memory,
+        };
+        let caps = declare(&facts);
+        let sysman = match facts.sysman {
+            SysmanFree::Readable { .. } => sysman.ok(),
+            SysmanFree::Unavailable { .. } => None,
+        };
+        let descriptor = crate::backend::descriptor(&rt, index, core);
+        tracing::debug!(device = %descriptor.id, sysman = sysman.is_some(), "xpu device opened");
+        Ok(XpuDevice {
+            rt,
+            index,
+            context,
+            descriptor,
+            caps,
+            sysman,
+            allocations: HashMap::new(),
+            ranges: HashMap::new(),
+            mappings: HashMap::new(),
+        })
+    }
+
+    /// The core device handle.
+    pub(crate) fn device_handle(&self) -> Handle {
+        self.rt.devices[self.index].device
+    }
+
+    /// Forget the cached Sysman reading.
+    pub(crate) fn invalidate(&mut self) {
+        if let Some(s) = &mut self.sysman {
+            s.invalidate();
+        }
+    }
+}
+
+impl Device for XpuDevice {
+    fn descriptor(&self) -> &DeviceDescriptor {
+        &self.descriptor
+    }
+
+    fn capabilities(&self) -> &ProfilingCapability {
+        &self.caps
+    }
+
+    fn driver_memory(&mut self) -> Result<DriverMemory> {
+        let core_total = self.rt.devices[self.index].core_total();
+        let Some(s) = &mut self.sysman else {
+            return Ok(DriverMemory {
+                total: core_total,
+                free: None,
+            });
+        };
+        Ok(match s.read(&self.rt.api)? {
+            SysmanFree::Readable { free, size, .. } => DriverMemory {
+                total: Some(size),
+                free: Some(free),
+            },
+            SysmanFree::Unavailable { reason } => {
+                tracing::warn!(device = %self.descriptor.id, %reason, "Sysman free memory became unreadable");
+                DriverMemory {
+                    total: core_total,
+                    free: None,
+                }
+            }
+        })
+    }
+
+    fn synchronize(&mut self) -> Result<()> {
+        self.invalidate();
+        Ok(())
+    }
+
+    fn allocate(&mut self, bytes: u64) -> Result<RawAllocation> {
+        if bytes == 0 {
+            return Err(Error::invalid(
+                "bytes",
+                "a raw allocation must be at least 1 byte",
+            ));
+        }
+        let size = usize::try_from(bytes)
+            .map_err(|_| Error::invalid("bytes", format!("{bytes} does not fit in size_t")))?;
+        let desc = ze::ze_device_mem_alloc_desc_t::new();
+        let mut ptr: *mut c_void = std::ptr::null_mut();
+        // SAFETY: valid context and device; `desc` initialised (ordinal 0, the first memory);
+        // alignment 0 lets the driver choose; `ptr` is an out-parameter.
+        let rc = unsafe {
+            (self.rt.api.zeMemAllocDevice)(
+                self.context.0,
+                &desc,
+                size,
+                0,
+                self.device_handle().0,
+                &mut ptr,
+            )
+        };
+        check_alloc("zeMemAllocDevice", rc, bytes)?;
+        if ptr.is_null() {
+            return Err(Error::Measurement(
+                "zeMemAllocDevice succeeded but returned a null pointer".into(),
+            ));
+        }
+        self.invalidate();
+        let handle = ptr as u64;
+        self.allocations.insert(handle, bytes);
+        Ok(RawAllocation { handle, bytes })
+    }
+
+    fn free(&mut self, allocation: RawAllocation) -> Result<()> {
+        if self.allocations.get(&allocation.handle) != Some(&allocation.bytes) {
+            return Err(Error::invalid(
+                "allocation",
+                format!("{:#x} was not allocated by this device", allocation.handle),
+            ));
+        }
+        // SAFETY: the pointer came from zeMemAllocDevice in this context and is still live
+        // (checked above); no work of ours references it.
+        check("zeMemFree", unsafe {
+            (self.rt.api.zeMemFree)(self.context.0, allocation.handle as *mut c_void)
+        })?;
+        self.allocations.remove(&allocation.handle);
+        self.invalidate();
+        Ok(())
+    }
+
+    fn graph_capture(&mut self) -> Result<&mut dyn GraphCapture> {
+        Err(Error::unsupported(
+            "graph capture",
+            graph::CAPTURE_UNSUPPORTED,
+        ))
+    }
+
+    fn virtual_memory(&mut self) -> Result<&mut dyn VirtualMemory> {
+        match &self.caps.facts.virtual_memory {
+            Support::Supported => Ok(self),
+            Support::Unsupported { reason } => {
+                Err(Error::unsupported("virtual memory", reason.clone()))
+            }
+        }
+    }
+}
+
+impl Drop for XpuDevice {
+    fn drop(&mut self) {
+        let api = &self.rt.api;
+        let ctx = self.context.0;
+        for (phys, (va, bytes)) in self.mappings.drain() {
+            // SAFETY: a live mapping made by this device in this context.
+            log_teardown("zeVirtualMemUnmap", unsafe {
+                (api.zeVirtualMemUnmap)(ctx, va as *const c_void, bytes as usize)
+            });
+            // SAFETY: the physical memory was created in this context and is now unmapped.
+            log_teardown("zePhysicalMemDestroy", unsafe {
+                (api.zePhysicalMemDestroy)(ctx, phys as ze::ze_physical_mem_handle_t)
+            });
+        }
+        for (base, bytes) in self.ranges.drain() {
+            // SAFETY: a live reservation made by this device in this context, unmapped above.
+            log_teardown("zeVirtualMemFree", unsafe {
+                (api.zeVirtualMemFree)(ctx, base as *const c_void, bytes as usize)
+            });
+        }
+        for (ptr, _) in self.allocations.drain() {
+            // SAFETY: a live allocation made by this device in this context.
+            log_teardown("zeMemFree", unsafe {
+                (api.zeMemFree)(ctx, ptr as *mut c_void)
+            });
+        }
+        // SAFETY: the context was created in `open`; everything in it was released above.
+        log_teardown("zeContextDestroy", unsafe { (api.zeContextDestroy)(ctx) });
+    }
+}
+
+fn log_teardown(call: &str, rc: ze::ze_result_t) {
+    if let Err(e) = check(call, rc) {
+        tracing::warn!(error = %e, "xpu teardown");
+    }
+}
