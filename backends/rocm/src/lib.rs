@@ -1,4 +1,57 @@
-//! memplan backend `rocm` (being built).
+//! # memplan-backend-rocm
+//!
+//! memplan's backend for AMD GPUs and APUs through the HIP runtime (`rocm:N`, alias `hip:N`).
+//!
+//! ## The contract
+//!
+//! - **Loaded at run time.** `libamdhip64` is opened with libloading on the first call
+//!   ([`loader`]); a binary built with `rocm` starts on a machine without it, and the backend
+//!   reports itself unavailable with the reason: the library it could not load, the symbol it
+//!   lacks, or the call that failed with its hipError_t code and name (`hipGetDeviceCount
+//!   failed: hipErrorNoDevice (100)`). hip-runtime-sys supplies types and struct layouts only;
+//!   return codes are read as integers ([`conv`]), never into its HIP 5.4 enums.
+//! - **Capabilities are data.** Every version and device rule of DESIGN.md's AMD column is
+//!   one row of [`capability::RULES`]: ROCm <= 5.4 free memory is process-local; >= 5.5 it is
+//!   device-wide but blind to graphics allocations (approximate), and where the amdgpu DRM
+//!   counters exist ([`sysfs`]) free is the smaller of both; graph-pool attributes are absent
+//!   before 5.3, a stub returning 0 until 5.5.1 and real from 5.6 (read into a zeroed u64,
+//!   since older runtimes write 4 bytes); from 6.2 a destroyed graph's memory returns only at
+//!   the next synchronize and ~4 MiB per capture stays hidden; APUs have unified memory bounded
+//!   by the host's MemAvailable, not the VRAM aperture ([`free`]).
+//! - **Readings and primitives only.** A device ([`device::RocmDevice`]) reads memory,
+//!   synchronizes, allocates raw memory (hipMalloc), captures graphs ([`graph`]) and maps
+//!   virtual memory ([`vmm`]) where supported. It never decides when to measure: the core's
+//!   protocol and the planner do.
+//! - **Errors, not panics.** Out of memory is [`memplan_core::Error::OutOfMemory`]; a failed
+//!   call is `DriverCall { call, code, name }` (unknown codes are `unknown code N`); an
+//!   optional operation the runtime or device lacks is `Unsupported` with the reason.
+//!
+//! ## Building
+//!
+//! hip-runtime-sys's build script needs the HIP headers: Debian's `libamdhip64-dev` with
+//! `HIP_PATH=/usr`, or a ROCm install under `/opt/rocm`. The runtime itself is not needed to
+//! build, and `libamdhip64` must not appear in `readelf -d` of the binary
+//! (`tests/no_hard_link.rs`).
+
+pub mod backend;
+pub mod capability;
+pub mod conv;
+pub mod device;
+pub mod free;
+pub mod graph;
+pub mod loader;
+pub mod sysfs;
+pub mod vmm;
+
+pub use backend::RocmBackend;
+
+memplan_core::inventory::submit! {
+    memplan_core::BackendRegistration { kind: memplan_core::BackendKind::Rocm, create: create_backend }
+}
+
+fn create_backend() -> Box<dyn memplan_core::Backend> {
+    Box::new(RocmBackend::new())
+}
 
 /// Referenced by the facade so the linker keeps this crate's registration.
 pub fn link() {}

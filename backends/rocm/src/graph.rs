@@ -1,0 +1,296 @@
+//! HIP graph capture: hipStreamBeginCapture / EndCapture / GraphInstantiate / Launch /
+//! Destroy, and hipDeviceGraphMemTrim for the pool.
+//!
+//! Recorded work has no compiled kernel to launch (memplan ships no code objects), so each
+//! "kernel node" is a `hipMemsetAsync` on a small scratch buffer, which HIP runs as a fill
+//! kernel and captures as a memset node; an allocation node is `hipMallocAsync` + a memset
+//! touching it + `hipFreeAsync`, all inside the graph. The stream and the scratch buffer are
+//! created before capture begins (allocating during capture would invalidate it). Capture
+//! runs in thread-local mode, so another thread's synchronize does not abort it.
+//!
+//! Handles are stored as integers; teardown (abort, destroy every graph, free scratch,
+//! destroy the stream) also runs on drop.
+
+use std::collections::BTreeMap;
+use std::ffi::{c_int, c_void};
+use std::ptr::null_mut;
+use std::sync::Arc;
+
+use memplan_core::{CaptureWork, Error, GraphCapture, GraphId, Result};
+
+use crate::conv::{check, check_alloc, CAPTURE_MODE_THREAD_LOCAL, STREAM_NON_BLOCKING};
+use crate::loader::{Api, Handle};
+
+/// Bytes of the scratch buffer each memset node writes.
+const SCRATCH_BYTES: usize = 4096;
+
+/// Graph state of one device.
+pub struct RocmGraphs {
+    api: Arc<Api>,
+    ordinal: c_int,
+    stream: usize,
+    scratch: usize,
+    capturing: bool,
+    graphs: BTreeMap<u64, (usize, usize)>,
+    next: u64,
+}
+
+fn h(v: usize) -> Handle {
+    v as Handle
+}
+
+impl RocmGraphs {
+    /// No stream, no graphs yet: both are created on first use.
+    pub fn new(api: Arc<Api>, ordinal: c_int) -> Self {
+        RocmGraphs {
+            api,
+            ordinal,
+            stream: 0,
+            scratch: 0,
+            capturing: false,
+            graphs: BTreeMap::new(),
+            next: 1,
+        }
+    }
+
+    fn prepare(&mut self) -> Result<()> {
+        self.api.set_device(self.ordinal)?;
+        if self.stream == 0 {
+            let f = self.api.need(
+                self.api.sym.hipStreamCreateWithFlags,
+                "hipStreamCreateWithFlags",
+                "graph capture",
+            )?;
+            let mut s: Handle = null_mut();
+            // SAFETY: writes one stream handle through a valid pointer.
+            check("hipStreamCreateWithFlags", unsafe {
+                f(&mut s, STREAM_NON_BLOCKING)
+            })?;
+            self.stream = s as usize;
+        }
+        if self.scratch == 0 {
+            let mut p: *mut c_void = null_mut();
+            // SAFETY: writes one device pointer through a valid pointer.
+            check_alloc(
+                "hipMalloc",
+                unsafe { (self.api.sym.hipMalloc)(&mut p, SCRATCH_BYTES) },
+                SCRATCH_BYTES as u64,
+            )?;
+            self.scratch = p as usize;
+        }
+        Ok(())
+    }
+
+    fn memset(&self, ptr: usize, bytes: usize) -> Result<()> {
+        let f = self.api.need(
+            self.api.sym.hipMemsetAsync,
+            "hipMemsetAsync",
+            "graph capture",
+        )?;
+        // SAFETY: `ptr` is a live device allocation of at least `bytes` bytes (the scratch
+        // buffer, or a graph allocation made just before), and the stream is ours.
+        check("hipMemsetAsync", unsafe {
+            f(ptr as *mut c_void, 0, bytes, h(self.stream))
+        })
+    }
+
+    fn lookup(&self, graph: GraphId) -> Result<(usize, usize)> {
+        self.graphs
+            .get(&graph.0)
+            .copied()
+            .ok_or_else(|| Error::invalid("graph", format!("no graph {} on this device", graph.0)))
+    }
+}
+
+impl GraphCapture for RocmGraphs {
+    fn begin_capture(&mut self) -> Result<()> {
+        if self.capturing {
+            return Err(Error::Measurement(
+                "begin_capture while a capture is in progress".into(),
+            ));
+        }
+        self.prepare()?;
+        let f = self.api.need(
+            self.api.sym.hipStreamBeginCapture,
+            "hipStreamBeginCapture",
+            "graph capture",
+        )?;
+        // SAFETY: our stream, a valid capture-mode value.
+        check("hipStreamBeginCapture", unsafe {
+            f(h(self.stream), CAPTURE_MODE_THREAD_LOCAL)
+        })?;
+        self.capturing = true;
+        Ok(())
+    }
+
+    fn record(&mut self, work: &CaptureWork) -> Result<()> {
+        if !self.capturing {
+            return Err(Error::Measurement("record outside a capture".into()));
+        }
+        for _ in 0..work.kernel_nodes {
+            self.memset(self.scratch, SCRATCH_BYTES)?;
+        }
+        if work.alloc_node_bytes > 0 {
+            let bytes = usize::try_from(work.alloc_node_bytes)
+                .map_err(|_| Error::invalid("alloc_node_bytes", "exceeds the address space"))?;
+            let alloc = self.api.need(
+                self.api.sym.hipMallocAsync,
+                "hipMallocAsync",
+                "graph allocation nodes",
+            )?;
+            let free = self.api.need(
+                self.api.sym.hipFreeAsync,
+                "hipFreeAsync",
+                "graph allocation nodes",
+            )?;
+            let mut p: *mut c_void = null_mut();
+            // SAFETY: captured into a graph allocation node; writes one pointer.
+            check_alloc(
+                "hipMallocAsync",
+                unsafe { alloc(&mut p, bytes, h(self.stream)) },
+                work.alloc_node_bytes,
+            )?;
+            self.memset(p as usize, bytes.min(SCRATCH_BYTES))?;
+            // SAFETY: `p` is the graph allocation just made on this stream.
+            check("hipFreeAsync", unsafe { free(p, h(self.stream)) })?;
+        }
+        Ok(())
+    }
+
+    fn end_capture(&mut self) -> Result<GraphId> {
+        if !self.capturing {
+            return Err(Error::Measurement(
+                "end_capture without begin_capture".into(),
+            ));
+        }
+        self.capturing = false;
+        let end = self.api.need(
+            self.api.sym.hipStreamEndCapture,
+            "hipStreamEndCapture",
+            "graph capture",
+        )?;
+        let inst = self.api.need(
+            self.api.sym.hipGraphInstantiate,
+            "hipGraphInstantiate",
+            "graph capture",
+        )?;
+        let mut graph: Handle = null_mut();
+        // SAFETY: our capturing stream; writes one graph handle.
+        check("hipStreamEndCapture", unsafe {
+            end(h(self.stream), &mut graph)
+        })?;
+        let mut exec: Handle = null_mut();
+        // SAFETY: `graph` was just captured; no error node or log buffer requested.
+        let rc = unsafe { inst(&mut exec, graph, null_mut(), null_mut(), 0) };
+        if let Err(e) = check("hipGraphInstantiate", rc) {
+            if let Some(d) = self.api.sym.hipGraphDestroy {
+                // SAFETY: destroys the graph captured above, which nothing else references.
+                unsafe { d(graph) };
+            }
+            return Err(e);
+        }
+        let id = self.next;
+        self.next += 1;
+        self.graphs.insert(id, (graph as usize, exec as usize));
+        Ok(GraphId(id))
+    }
+
+    fn abort_capture(&mut self) -> Result<()> {
+        if !self.capturing {
+            return Ok(());
+        }
+        self.capturing = false;
+        let Some(end) = self.api.sym.hipStreamEndCapture else {
+            return Ok(());
+        };
+        let mut graph: Handle = null_mut();
+        // SAFETY: ends the capture on our stream; an invalidated capture returns an error and
+        // possibly no graph, both fine here.
+        let rc = unsafe { end(h(self.stream), &mut graph) };
+        if !graph.is_null() {
+            if let Some(d) = self.api.sym.hipGraphDestroy {
+                // SAFETY: the graph returned by the capture just ended, referenced nowhere else.
+                unsafe { d(graph) };
+            }
+        }
+        tracing::debug!(rc, "capture aborted");
+        Ok(())
+    }
+
+    fn replay(&mut self, graph: GraphId) -> Result<()> {
+        let (_, exec) = self.lookup(graph)?;
+        self.api.set_device(self.ordinal)?;
+        let launch = self.api.need(
+            self.api.sym.hipGraphLaunch,
+            "hipGraphLaunch",
+            "graph capture",
+        )?;
+        let sync = self.api.need(
+            self.api.sym.hipStreamSynchronize,
+            "hipStreamSynchronize",
+            "graph capture",
+        )?;
+        // SAFETY: `exec` is a live executable graph of this device; the stream is ours.
+        check("hipGraphLaunch", unsafe { launch(h(exec), h(self.stream)) })?;
+        // SAFETY: our stream.
+        check("hipStreamSynchronize", unsafe { sync(h(self.stream)) })
+    }
+
+    fn destroy(&mut self, graph: GraphId) -> Result<()> {
+        let (g, exec) = self.lookup(graph)?;
+        self.graphs.remove(&graph.0);
+        self.api.set_device(self.ordinal)?;
+        if let Some(f) = self.api.sym.hipGraphExecDestroy {
+            // SAFETY: `exec` is live and removed from the table, so it is destroyed once.
+            check("hipGraphExecDestroy", unsafe { f(h(exec)) })?;
+        }
+        if let Some(f) = self.api.sym.hipGraphDestroy {
+            // SAFETY: as above, for the graph.
+            check("hipGraphDestroy", unsafe { f(h(g)) })?;
+        }
+        Ok(())
+    }
+
+    fn release_pool(&mut self) -> Result<()> {
+        self.api.set_device(self.ordinal)?;
+        match (
+            self.api.sym.hipDeviceGraphMemTrim,
+            self.api.sym.hipMallocAsync,
+        ) {
+            // SAFETY: plain call with the device ordinal.
+            (Some(trim), _) => check("hipDeviceGraphMemTrim", unsafe { trim(self.ordinal) }),
+            // No graph allocation nodes on this runtime, so no pool holds memory.
+            (None, None) => Ok(()),
+            (None, Some(_)) => Err(Error::unsupported(
+                "graph pool release",
+                format!(
+                    "{} (HIP {}) has graph allocation nodes but no `hipDeviceGraphMemTrim`",
+                    self.api.library, self.api.runtime
+                ),
+            )),
+        }
+    }
+}
+
+impl Drop for RocmGraphs {
+    fn drop(&mut self) {
+        let _ = self.abort_capture();
+        let ids: Vec<u64> = self.graphs.keys().copied().collect();
+        for id in ids {
+            if let Err(e) = self.destroy(GraphId(id)) {
+                tracing::warn!(%e, "graph teardown");
+            }
+        }
+        if self.scratch != 0 {
+            // SAFETY: the scratch buffer was allocated by hipMalloc in `prepare`, freed once.
+            let rc = unsafe { (self.api.sym.hipFree)(self.scratch as *mut c_void) };
+            if rc != 0 {
+                tracing::warn!(rc, "hipFree of the capture scratch buffer failed");
+            }
+        }
+        if let (true, Some(f)) = (self.stream != 0, self.api.sym.hipStreamDestroy) {
+            // SAFETY: our stream, destroyed once.
+            unsafe { f(h(self.stream)) };
+        }
+    }
+}
