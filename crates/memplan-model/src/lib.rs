@@ -1,1 +1,116 @@
-//! Work in progress.
+//! # memplan-model
+//!
+//! Model specs for memplan's dry run: what a model needs on each tensor-parallel rank before
+//! the KV cache gets the rest.
+//!
+//! ## The contract
+//!
+//! - [`Model::load`] takes a path (a model directory or its `config.json`) or the name of a
+//!   shipped preset ([`presets`]); a directory's `*.safetensors` headers are read (never the
+//!   tensors) for the exact checkpoint bytes ([`safetensors`]).
+//! - [`ModelConfig`] holds the facts of `config.json`; malformed configs, unknown
+//!   architectures and absurd values are one-line [`Error::InvalidInput`]s naming the key.
+//! - [`ModelConfig::kv_spec`] gives the KV layout of one rank (full, sliding-window and MLA
+//!   layer groups) for `memplan_core::kv` sizing.
+//! - [`weights::weight_bytes`] computes weights from the architecture; [`estimate`] gives the
+//!   activation peak, non-allocator growth and graph memory, each an [`estimate::Estimate`]
+//!   labelled with its basis. Measured values always win over these.
+//! - Tensor parallelism divides what it divides: attention heads, MLP and expert columns,
+//!   vocab-parallel embeddings; norms, routers and too-few KV heads are replicated.
+
+pub mod arch;
+pub mod config;
+pub mod estimate;
+pub mod presets;
+pub mod quant;
+pub mod safetensors;
+pub mod weights;
+
+use std::path::{Path, PathBuf};
+
+pub use config::{Family, ModelConfig};
+pub use estimate::{EngineShape, Estimate};
+pub use memplan_core::Error;
+use memplan_core::Result;
+pub use quant::Quantization;
+
+/// Where a model's config came from.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "kind", content = "value", rename_all = "snake_case")]
+pub enum Source {
+    /// A shipped preset (Hugging Face id).
+    Preset(String),
+    /// A file or directory on disk.
+    Path(PathBuf),
+}
+
+/// A loaded model.
+#[derive(Debug, Clone)]
+pub struct Model {
+    /// Display name.
+    pub name: String,
+    /// Where it came from.
+    pub source: Source,
+    /// Its config.
+    pub config: ModelConfig,
+    /// Safetensors headers, when the directory has them.
+    pub checkpoint: Option<safetensors::Summary>,
+}
+
+impl Model {
+    /// Load from a path (directory or `config.json`), else from the presets by name.
+    pub fn load(name_or_path: &str) -> Result<Self> {
+        let p = Path::new(name_or_path);
+        if !p.exists() {
+            let preset = presets::find(name_or_path)?;
+            return Ok(Model {
+                name: preset.model.clone(),
+                source: Source::Preset(preset.model),
+                config: preset.config,
+                checkpoint: None,
+            });
+        }
+        let (config_path, dir) = if p.is_dir() {
+            (p.join("config.json"), Some(p))
+        } else {
+            (p.to_path_buf(), None)
+        };
+        let text = std::fs::read_to_string(&config_path).map_err(|e| Error::Io {
+            path: config_path.display().to_string(),
+            source: e,
+        })?;
+        let config = ModelConfig::from_json_str(&text).map_err(|e| match e {
+            Error::InvalidInput { field, message } => {
+                Error::invalid(format!("{}: {field}", config_path.display()), message)
+            }
+            other => other,
+        })?;
+        let checkpoint = match dir {
+            Some(d) => safetensors::read_dir(d)?,
+            None => None,
+        };
+        let name = dir
+            .unwrap_or(p)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| name_or_path.to_string());
+        Ok(Model {
+            name,
+            source: Source::Path(p.to_path_buf()),
+            config,
+            checkpoint,
+        })
+    }
+}
+
+/// Bytes per element of a model dtype name (`bfloat16`, `float16`, `float32`, short forms).
+pub fn dtype_bytes(name: &str) -> Result<u64> {
+    match name.to_ascii_lowercase().as_str() {
+        "bfloat16" | "bf16" | "float16" | "fp16" | "half" => Ok(2),
+        "float32" | "fp32" | "float" => Ok(4),
+        other => Err(Error::invalid(
+            "dtype",
+            format!("unknown dtype {other:?}; expected auto, bfloat16, float16 or float32"),
+        )),
+    }
+}

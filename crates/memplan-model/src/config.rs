@@ -1,0 +1,306 @@
+//! Reading a Hugging Face `config.json` into a [`ModelConfig`]: the facts memplan needs
+//! (layer counts, heads, dims, vocab, dtype, MoE, MLA, sliding-window layout, quantization).
+//!
+//! Accepted architectures: Llama 2/3.x (and CodeLlama), Mistral, Mixtral, Qwen2/2.5, Qwen3,
+//! Qwen3-MoE, Gemma 2/3 (text or multimodal wrapper), Phi-3/Phi-4, Phi-2 (both key styles),
+//! DeepSeek-V2/V3 (MLA), gpt-oss, and Pixtral/Mistral-3 multimodal wrappers (text part plus
+//! a vision-tower estimate). Anything else is an error naming `architectures`.
+//!
+//! Every missing required key, wrong type or absurd value is a one-line error naming the key.
+
+use memplan_core::{Error, Result};
+use serde_json::{Map, Value};
+
+use crate::quant::Quantization;
+
+/// Architecture families memplan knows how to size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Family {
+    /// Llama, Mistral, Qwen2/3, Phi-3: dense decoder, gated MLP.
+    Dense,
+    /// Mixtral, Qwen3-MoE, gpt-oss: routed experts.
+    Moe,
+    /// DeepSeek-V2/V3: MLA attention, routed + shared experts.
+    DeepSeek,
+    /// Gemma 2/3: dense, interleaved sliding-window layers, tied embeddings.
+    Gemma,
+    /// Phi-2: dense, plain (non-gated) MLP, LayerNorm with bias.
+    Phi2,
+}
+
+/// Routed-expert facts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Moe {
+    /// Routed experts per MoE layer.
+    pub num_experts: u64,
+    /// Experts per token.
+    pub top_k: u64,
+    /// Intermediate size of one expert.
+    pub expert_intermediate: u64,
+    /// Intermediate size of the shared experts together (0 when none).
+    pub shared_intermediate: u64,
+    /// Leading layers that stay dense (DeepSeek `first_k_dense_replace`).
+    pub dense_layers: u64,
+}
+
+/// Multi-head latent attention facts (DeepSeek-V2/V3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Mla {
+    /// Rank of the compressed KV (the cached latent).
+    pub kv_lora_rank: u64,
+    /// Rank of the compressed Q (0 = no Q compression).
+    pub q_lora_rank: u64,
+    /// Rotary part of the QK head dim (cached beside the latent).
+    pub qk_rope_head_dim: u64,
+    /// Non-rotary part of the QK head dim.
+    pub qk_nope_head_dim: u64,
+    /// V head dim.
+    pub v_head_dim: u64,
+}
+
+/// A vision tower attached to a multimodal wrapper (weights only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Vision {
+    /// Hidden size.
+    pub hidden: u64,
+    /// Layers.
+    pub layers: u64,
+    /// MLP intermediate size.
+    pub intermediate: u64,
+    /// Patch size (pixels).
+    pub patch: u64,
+    /// Gated MLP (Pixtral) or plain (SigLIP).
+    pub gated: bool,
+}
+
+/// The normalised facts of a model config.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ModelConfig {
+    /// `architectures[0]`.
+    pub architecture: String,
+    /// Family.
+    pub family: Family,
+    /// Hidden size.
+    pub hidden_size: u64,
+    /// Decoder layers.
+    pub num_layers: u64,
+    /// Attention (query) heads.
+    pub num_heads: u64,
+    /// KV heads (= heads without GQA).
+    pub num_kv_heads: u64,
+    /// Head dim (explicit or hidden / heads).
+    pub head_dim: u64,
+    /// Dense MLP intermediate size.
+    pub intermediate_size: u64,
+    /// Vocabulary size.
+    pub vocab_size: u64,
+    /// Input and output embeddings shared.
+    pub tie_word_embeddings: bool,
+    /// `torch_dtype` / `dtype` as written (`bfloat16`), if any.
+    pub torch_dtype: Option<String>,
+    /// Context length the model was trained for.
+    pub max_position_embeddings: Option<u64>,
+    /// Biases on the QKV projections (Qwen2, gpt-oss).
+    pub qkv_bias: bool,
+    /// Per layer: `Some(window)` for sliding-window layers, `None` for full attention.
+    pub sliding: Vec<Option<u64>>,
+    /// Routed experts, if any.
+    pub moe: Option<Moe>,
+    /// MLA, if any.
+    pub mla: Option<Mla>,
+    /// Checkpoint quantization, if any.
+    pub quantization: Option<Quantization>,
+    /// Vision tower of a multimodal wrapper, if any.
+    pub vision: Option<Vision>,
+}
+
+/// Field access with errors that name the key.
+pub(crate) struct Fields<'a> {
+    pub(crate) map: &'a Map<String, Value>,
+    pub(crate) outer: Option<&'a Map<String, Value>>,
+}
+
+impl<'a> Fields<'a> {
+    pub(crate) fn get(&self, key: &str) -> Option<&'a Value> {
+        self.map
+            .get(key)
+            .filter(|v| !v.is_null())
+            .or_else(|| self.outer.and_then(|o| o.get(key)).filter(|v| !v.is_null()))
+    }
+
+    /// A positive integer below 2^40 (anything bigger is absurd for a model dimension).
+    pub(crate) fn opt_u64(&self, key: &str) -> Result<Option<u64>> {
+        let Some(v) = self.get(key) else {
+            return Ok(None);
+        };
+        let n = v
+            .as_u64()
+            .or_else(|| {
+                v.as_f64()
+                    .filter(|f| f.fract() == 0.0 && *f >= 0.0)
+                    .map(|f| f as u64)
+            })
+            .ok_or_else(|| {
+                Error::invalid(key, format!("expected a non-negative integer, found {v}"))
+            })?;
+        if n >= 1 << 40 {
+            return Err(Error::invalid(key, format!("{n} is not a plausible value")));
+        }
+        Ok(Some(n))
+    }
+
+    pub(crate) fn u64(&self, key: &str) -> Result<u64> {
+        self.opt_u64(key)?
+            .ok_or_else(|| Error::invalid(key, "missing from config.json"))
+    }
+
+    pub(crate) fn positive(&self, key: &str) -> Result<u64> {
+        match self.u64(key)? {
+            0 => Err(Error::invalid(key, "must be > 0")),
+            n => Ok(n),
+        }
+    }
+
+    /// The first of several alias keys that is present.
+    fn first(&self, keys: &[&str]) -> Result<Option<u64>> {
+        for k in keys {
+            if let Some(v) = self.opt_u64(k)? {
+                return Ok(Some(v));
+            }
+        }
+        Ok(None)
+    }
+
+    fn bool(&self, key: &str, default: bool) -> Result<bool> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(v) => v
+                .as_bool()
+                .ok_or_else(|| Error::invalid(key, format!("expected true or false, found {v}"))),
+        }
+    }
+
+    fn str(&self, key: &str) -> Option<&'a str> {
+        self.get(key).and_then(Value::as_str)
+    }
+}
+
+impl ModelConfig {
+    /// Parse the text of a `config.json`.
+    pub fn from_json_str(text: &str) -> Result<Self> {
+        let v: Value = serde_json::from_str(text)
+            .map_err(|e| Error::invalid("config.json", format!("not valid JSON: {e}")))?;
+        Self::from_value(&v)
+    }
+
+    /// Parse a parsed `config.json`.
+    pub fn from_value(v: &Value) -> Result<Self> {
+        let top = v
+            .as_object()
+            .ok_or_else(|| Error::invalid("config.json", "expected a JSON object"))?;
+        let arch = top
+            .get("architectures")
+            .and_then(Value::as_array)
+            .and_then(|a| a.first())
+            .and_then(Value::as_str)
+            .ok_or_else(|| Error::invalid("architectures", "missing or not a list of names"))?
+            .to_string();
+        // Multimodal wrappers keep the decoder in `text_config`; top-level keys are fallbacks.
+        let text = match top.get("text_config") {
+            Some(Value::Object(t)) => Some(t),
+            Some(Value::Null) | None => None,
+            Some(_) => return Err(Error::invalid("text_config", "expected an object")),
+        };
+        let f = match text {
+            Some(t) => Fields {
+                map: t,
+                outer: Some(top),
+            },
+            None => Fields {
+                map: top,
+                outer: None,
+            },
+        };
+        crate::arch::parse(&arch, &f, top)
+    }
+
+    /// Parse the common dense-decoder keys (with Phi-2's alternative spellings).
+    pub(crate) fn dense(architecture: String, family: Family, f: &Fields<'_>) -> Result<Self> {
+        let hidden = f
+            .first(&["hidden_size", "n_embd", "d_model"])?
+            .ok_or_else(|| Error::invalid("hidden_size", "missing from config.json"))?;
+        let layers = f
+            .first(&["num_hidden_layers", "n_layer"])?
+            .ok_or_else(|| Error::invalid("num_hidden_layers", "missing from config.json"))?;
+        let heads = f
+            .first(&["num_attention_heads", "n_head"])?
+            .ok_or_else(|| Error::invalid("num_attention_heads", "missing from config.json"))?;
+        for (k, n) in [
+            ("hidden_size", hidden),
+            ("num_hidden_layers", layers),
+            ("num_attention_heads", heads),
+        ] {
+            if n == 0 {
+                return Err(Error::invalid(k, "must be > 0"));
+            }
+        }
+        if layers > 4096 {
+            return Err(Error::invalid(
+                "num_hidden_layers",
+                format!("{layers} is not a plausible layer count"),
+            ));
+        }
+        let kv = f
+            .first(&["num_key_value_heads", "n_head_kv"])?
+            .unwrap_or(heads);
+        if kv == 0 || heads % kv != 0 {
+            return Err(Error::invalid(
+                "num_key_value_heads",
+                format!("{kv} does not divide num_attention_heads {heads}"),
+            ));
+        }
+        let head_dim = match f.opt_u64("head_dim")? {
+            Some(0) => return Err(Error::invalid("head_dim", "must be > 0")),
+            Some(d) => d,
+            None if hidden % heads == 0 => hidden / heads,
+            None => return Err(Error::invalid("head_dim", format!("missing, and hidden_size {hidden} is not a multiple of num_attention_heads {heads}"))),
+        };
+        let intermediate = f
+            .first(&["intermediate_size", "n_inner"])?
+            .unwrap_or(4 * hidden);
+        let vocab = f.positive("vocab_size")?;
+        let dtype = f
+            .str("torch_dtype")
+            .or_else(|| f.str("dtype"))
+            .map(str::to_string);
+        let quantization = match f.get("quantization_config") {
+            Some(q) => Some(Quantization::from_config(q)?),
+            None => None,
+        };
+        Ok(ModelConfig {
+            architecture,
+            family,
+            hidden_size: hidden,
+            num_layers: layers,
+            num_heads: heads,
+            num_kv_heads: kv,
+            head_dim,
+            intermediate_size: intermediate,
+            vocab_size: vocab,
+            tie_word_embeddings: f.bool("tie_word_embeddings", false)?,
+            torch_dtype: dtype,
+            max_position_embeddings: f.first(&[
+                "max_position_embeddings",
+                "n_positions",
+                "max_seq_len",
+            ])?,
+            qkv_bias: f.bool("attention_bias", false)?,
+            sliding: vec![None; layers as usize],
+            moe: None,
+            mla: None,
+            quantization,
+            vision: None,
+        })
+    }
+}

@@ -1,0 +1,114 @@
+//! Model presets shipped with memplan (`models/model-configs.jsonl`, embedded at build time):
+//! found by full Hugging Face id or by the part after `/`, case-insensitively.
+
+use memplan_core::{Error, Result};
+use serde_json::Value;
+
+use crate::config::ModelConfig;
+
+const PRESETS: &str = include_str!("../../../models/model-configs.jsonl");
+
+/// A shipped preset.
+#[derive(Debug, Clone)]
+pub struct Preset {
+    /// Hugging Face id.
+    pub model: String,
+    /// Where the config comes from.
+    pub source: String,
+    /// The parsed config.
+    pub config: ModelConfig,
+}
+
+fn entries() -> impl Iterator<Item = (usize, Value)> {
+    PRESETS
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .filter_map(|(i, l)| serde_json::from_str(l).ok().map(|v| (i, v)))
+}
+
+fn id_of(v: &Value) -> Option<&str> {
+    v.get("model").and_then(Value::as_str)
+}
+
+/// Every preset id.
+pub fn names() -> Vec<String> {
+    entries()
+        .filter_map(|(_, v)| id_of(&v).map(str::to_string))
+        .collect()
+}
+
+fn matches(id: &str, query: &str) -> bool {
+    let q = query.to_ascii_lowercase();
+    let id = id.to_ascii_lowercase();
+    id == q || id.rsplit('/').next() == Some(q.as_str())
+}
+
+/// The preset named `name`, or an error listing the presets.
+pub fn find(name: &str) -> Result<Preset> {
+    for (line, v) in entries() {
+        let Some(id) = id_of(&v) else { continue };
+        if !matches(id, name) {
+            continue;
+        }
+        let config = v
+            .get("config")
+            .ok_or_else(|| {
+                Error::invalid(
+                    "models/model-configs.jsonl",
+                    format!("line {}: no config", line + 1),
+                )
+            })
+            .and_then(ModelConfig::from_value)
+            .map_err(|e| Error::invalid(format!("preset {id}"), e.to_string()))?;
+        let source = v
+            .get("source")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        return Ok(Preset {
+            model: id.to_string(),
+            source,
+            config,
+        });
+    }
+    let short: Vec<String> = names()
+        .iter()
+        .map(|n| n.rsplit('/').next().unwrap_or(n).to_ascii_lowercase())
+        .collect();
+    Err(Error::invalid(
+        "model",
+        format!(
+            "{name:?} is neither a path nor a shipped preset; presets: {}",
+            short.join(", ")
+        ),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_preset_parses() {
+        let n = names();
+        assert!(n.len() >= 17, "{n:?}");
+        for name in n {
+            let p = find(&name).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(p.config.num_layers > 0);
+        }
+    }
+
+    #[test]
+    fn lookup_by_short_name() {
+        assert_eq!(
+            find("QWEN2.5-1.5B-INSTRUCT").unwrap().model,
+            "Qwen/Qwen2.5-1.5B-Instruct"
+        );
+        let e = find("no-such-model").unwrap_err().to_string();
+        assert!(
+            e.starts_with("model:") && e.contains("qwen2.5-0.5b-instruct"),
+            "{e}"
+        );
+    }
+}
