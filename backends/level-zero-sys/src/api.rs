@@ -10,6 +10,7 @@ use std::ffi::c_void;
 use std::fmt;
 
 use crate::result::ze_result_t;
+use crate::structs::*;
 use crate::types::*;
 
 /// The loader's file name on Linux.

@@ -33,8 +33,10 @@
 
 pub mod api;
 pub mod result;
+pub mod structs;
 pub mod types;
 
 pub use api::{api_major, api_minor, LevelZero, LoadError, LOADER_LIBRARY};
 pub use result::*;
+pub use structs::*;
 pub use types::*;

@@ -135,12 +135,14 @@ fn init_drivers(api: &ze::LevelZero) -> Result<Vec<Handle>> {
         Some(init_drivers) if !env_sysman => {
             let mut desc = ze::ze_init_driver_type_desc_t::new();
             desc.flags = ze::ZE_INIT_DRIVER_TYPE_FLAG_GPU;
-            // SAFETY: count-then-fill protocol of zeInitDrivers; `desc` is a valid descriptor
-            // and the array has `*count` elements when non-null.
             enumerate(
                 "zeInitDrivers(ZE_INIT_DRIVER_TYPE_FLAG_GPU)",
                 ze::null_handle(),
-                |n, p| unsafe { init_drivers(n, p, &mut desc) },
+                |n, p| {
+                    // SAFETY: count-then-fill protocol of zeInitDrivers; `desc` is a valid
+                    // descriptor and the array has `*n` elements when non-null.
+                    unsafe { init_drivers(n, p, &mut desc) }
+                },
             )?
         }
         _ => {
@@ -148,9 +150,9 @@ fn init_drivers(api: &ze::LevelZero) -> Result<Vec<Handle>> {
             check("zeInit(ZE_INIT_FLAG_GPU_ONLY)", unsafe {
                 (api.zeInit)(ze::ZE_INIT_FLAG_GPU_ONLY)
             })?;
-            // SAFETY: count-then-fill protocol of zeDriverGet.
-            enumerate("zeDriverGet", ze::null_handle(), |n, p| unsafe {
-                (api.zeDriverGet)(n, p)
+            enumerate("zeDriverGet", ze::null_handle(), |n, p| {
+                // SAFETY: count-then-fill protocol of zeDriverGet.
+                unsafe { (api.zeDriverGet)(n, p) }
             })?
         }
     };
@@ -166,12 +168,11 @@ fn describe(api: &ze::LevelZero, driver: Handle, device: Handle) -> Result<Optio
     if p.type_ != ze::ZE_DEVICE_TYPE_GPU {
         return Ok(None);
     }
-    // SAFETY: count-then-fill protocol; every element is initialised with its stype.
-    let mems = enumerate(
-        "zeDeviceGetMemoryProperties",
-        ze::ze_device_memory_properties_t::new(),
-        |n, m| unsafe { (api.zeDeviceGetMemoryProperties)(device.0, n, m) },
-    )?;
+    let fill = ze::ze_device_memory_properties_t::new();
+    let mems = enumerate("zeDeviceGetMemoryProperties", fill, |n, m| {
+        // SAFETY: count-then-fill protocol; every element is initialised with its stype.
+        unsafe { (api.zeDeviceGetMemoryProperties)(device.0, n, m) }
+    })?;
     let mut sub = 0u32;
     // SAFETY: count query only (null array).
     check("zeDeviceGetSubDevices", unsafe {
@@ -219,9 +220,9 @@ pub fn init(library: &str) -> Result<Runtime> {
     }
     let mut devices = Vec::new();
     for d in drivers {
-        // SAFETY: count-then-fill protocol of zeDeviceGet on a driver handle from init.
-        let handles = enumerate("zeDeviceGet", ze::null_handle(), |n, p| unsafe {
-            (api.zeDeviceGet)(d.0, n, p)
+        let handles = enumerate("zeDeviceGet", ze::null_handle(), |n, p| {
+            // SAFETY: count-then-fill protocol of zeDeviceGet on a driver handle from init.
+            unsafe { (api.zeDeviceGet)(d.0, n, p) }
         })?;
         for h in handles {
             devices.extend(describe(&api, d, Handle(h))?);

@@ -130,14 +130,14 @@ fn zes_devices(
     device_get: DeviceGet,
 ) -> Result<Vec<([u8; 16], Handle)>> {
     let mut out = Vec::new();
-    // SAFETY: count-then-fill protocol of zesDriverGet after a successful zesInit.
-    let drivers = enumerate("zesDriverGet", ze::null_handle(), |n, p| unsafe {
-        driver_get(n, p)
+    let drivers = enumerate("zesDriverGet", ze::null_handle(), |n, p| {
+        // SAFETY: count-then-fill protocol of zesDriverGet after a successful zesInit.
+        unsafe { driver_get(n, p) }
     })?;
     for d in drivers {
-        // SAFETY: count-then-fill protocol of zesDeviceGet on a Sysman driver handle.
-        let devices = enumerate("zesDeviceGet", ze::null_handle(), |n, p| unsafe {
-            device_get(d, n, p)
+        let devices = enumerate("zesDeviceGet", ze::null_handle(), |n, p| {
+            // SAFETY: count-then-fill protocol of zesDeviceGet on a Sysman driver handle.
+            unsafe { device_get(d, n, p) }
         })?;
         for h in devices {
             let mut p = ze::zes_device_properties_t::new();
@@ -168,12 +168,10 @@ impl SysmanMemory {
         core: &CoreDevice,
     ) -> std::result::Result<Self, String> {
         let dev = route.device_for(core)?;
-        // SAFETY: count-then-fill protocol of zesDeviceEnumMemoryModules on a Sysman handle.
-        let handles = enumerate(
-            "zesDeviceEnumMemoryModules",
-            ze::null_handle(),
-            |n, p| unsafe { (api.zesDeviceEnumMemoryModules)(dev.0, n, p) },
-        )
+        let handles = enumerate("zesDeviceEnumMemoryModules", ze::null_handle(), |n, p| {
+            // SAFETY: count-then-fill protocol of zesDeviceEnumMemoryModules on a Sysman handle.
+            unsafe { (api.zesDeviceEnumMemoryModules)(dev.0, n, p) }
+        })
         .map_err(|e| e.to_string())?;
         let mut modules = Vec::with_capacity(handles.len());
         for h in handles {
