@@ -1,4 +1,80 @@
-//! Simulated GPUs (work in progress: see issue 2).
+//! # memplan-backend-sim
+//!
+//! Simulated GPUs that reproduce each vendor's memory behaviour, deterministically, so that
+//! memplan's protocol, planner and CLI run and are tested on machines without a GPU.
+//!
+//! ## Contract (engineer B and the conformance suite build on these shapes)
+//!
+//! - [`profiles`] / [`profile`]: named GPUs ([`SimProfile`]) with totals as real drivers
+//!   report them (each with its source), a context overhead, the platform's [`Quirks`] and the
+//!   capability the real backend would declare (`declared`).
+//! - [`SimGpu`]: a cheap clonable handle (`Arc<Mutex<..>>`); clones share one device, so an
+//!   "engine" and memplan can both hold it. [`SimGpu::open`] takes a selector:
+//!   `name[,modifier...]`, modifiers being `declare-exact` (declare every reading exact while
+//!   the quirks stay on: calibration must catch it), `QUIRK=on|off`,
+//!   `hidden-bytes-per-capture=BYTES`, `other=BYTES`, `graphics=BYTES` ([`Modifiers`]).
+//! - The world outside the process: [`SimGpu::set_other_processes`],
+//!   [`SimGpu::set_graphics_bytes`], [`SimGpu::schedule_other_processes`]. **Clock**: one tick
+//!   per `Device::synchronize`; a change scheduled at tick `t` applies at the synchronize that
+//!   reaches `t` (a tick already passed applies at the next synchronize). Deferred graph
+//!   releases and the stale-free lag also advance at synchronize. [`SimGpu::truth`] gives the
+//!   real numbers ([`GroundTruth`]) for tests and oracles.
+//! - `impl Device for SimGpu`: `driver_memory` / `graph_pool_memory` obey the quirks, and a
+//!   reading the declaration calls unavailable is returned as `None` (a backend does not source
+//!   what it cannot trust); [`SimGpu::raw_driver_memory`] / [`SimGpu::raw_graph_pool_memory`]
+//!   show the unmasked vendor values. `allocate` rounds physical use up to 2 MiB (like
+//!   cuMemAlloc) and reports the bytes asked for. `GraphCapture` and `VirtualMemory` are
+//!   available where the platform supports them, `Error::Unsupported` otherwise.
+//!   `synchronize`, raw allocations and replays during a capture fail (global capture mode).
+//! - [`SimAllocator`] (`Clone + AllocatorView`, one per GPU): PyTorch-like caching allocator.
+//!   Requests round up to 512 B; requests <= 1 MiB come from 2 MiB small segments, larger ones
+//!   from segments rounded up to 2 MiB; free blocks are reused best-fit and split (when the
+//!   remainder is at least 512 B for small, over 1 MiB for large blocks); the cache is kept until `empty_cache`; on a driver OOM the
+//!   cache is given back and the request retried once, then `Error::OutOfMemory`. `reserved`
+//!   includes the graph private pool, as PyTorch's does.
+//! - Engine graphs ([`SimAllocator::begin_graph_capture`] / `end_graph_capture(&GraphSpec)` /
+//!   `destroy_graph` / `release_private_pools`): entering capture empties the cache when
+//!   `capture_empties_cache` (on by default); allocations during capture go to one private
+//!   pool shared by every graph. Per graph, the driver sees `kernel_nodes * 64 KiB` of exec
+//!   object (no allocator sees it) plus `hidden_bytes_per_capture` (never returned);
+//!   intermediates are allocated and freed in the private pool (which keeps them cached, so it
+//!   grows to the largest graph's need); each graph keeps an output of `intermediate_bytes / 16`
+//!   live in the pool until destroyed (the per-graph allocator part); `alloc_node_bytes` go to
+//!   the driver's graph pool. This is what makes a linear extrapolation from two samples wrong
+//!   in both directions.
+//!
+//! ## Additions beyond the original contract
+//!
+//! `SimProfile` also has `device_name`, `total_source` and `apu_aperture_bytes` (for unified
+//! memory APUs `total_bytes` is the memory the GPU can really use; the driver reports the
+//! aperture). `Quirks` also has `no_graph_pool_query` (Level Zero has no such query).
+//! `SimGpu::quirks`, `tick`, `raw_*`; `SimAllocator::abort_graph_capture`, `gpu`;
+//! `GraphSpec::output_bytes`.
+
+mod allocator;
+mod backend;
+mod capture;
+mod catalog;
+mod declared;
+mod gpu;
+mod heap;
+mod profile;
+mod quirks;
+mod readings;
+mod state;
+mod vmm;
+
+#[cfg(test)]
+mod tests;
+
+pub use allocator::{GraphSpec, SimAllocator};
+pub use backend::SimBackend;
+pub use gpu::{GroundTruth, SimGpu, RAW_ROUND};
+pub use heap::BlockId;
+pub use profile::{profile, profile_names, profiles, SimProfile};
+pub use quirks::{Modifiers, Quirks, QUIRK_NAMES};
+pub use state::EXEC_BYTES_PER_KERNEL_NODE;
+pub use vmm::GRANULARITY;
 
 /// Referenced by the facade so the linker keeps this crate's registration.
 pub fn link() {}

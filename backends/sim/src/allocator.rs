@@ -1,0 +1,189 @@
+//! `SimAllocator`: the engine's caching allocator on a simulated GPU (PyTorch-like, see
+//! `heap.rs` for the block rules), with engine-style graph capture into a private pool shared
+//! by every graph.
+
+use memplan_core::{AllocatorStats, AllocatorView, Error, GraphId, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::gpu::SimGpu;
+use crate::heap::{round_request, BlockId, Pool};
+use crate::state::Capture;
+
+/// One engine graph, as the simulator costs it.
+///
+/// Costs: the driver sees `kernel_nodes * 64 KiB` of exec object (no allocator sees it) plus
+/// the platform's hidden per-capture bytes; `intermediate_bytes` are allocated and freed in the
+/// private pool during capture (the pool keeps them cached, so it grows to the largest graph's
+/// need, not the sum); each graph keeps an output buffer of `intermediate_bytes / 16` (rounded
+/// to 512 B) live in the pool until it is destroyed (the per-graph allocator part);
+/// `alloc_node_bytes` go to the driver's graph pool (graph-pool attributes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GraphSpec {
+    /// Kernel nodes of the graph.
+    pub kernel_nodes: u32,
+    /// Intermediate activations allocated into the private pool while capturing.
+    pub intermediate_bytes: u64,
+    /// Bytes of graph memory-allocation nodes (graph pool).
+    pub alloc_node_bytes: u64,
+}
+
+impl GraphSpec {
+    /// The output buffer each graph keeps in the private pool.
+    pub fn output_bytes(&self) -> u64 {
+        if self.intermediate_bytes == 0 {
+            0
+        } else {
+            round_request(self.intermediate_bytes / 16)
+        }
+    }
+}
+
+/// The engine's caching allocator. Clones share the same allocator (one per GPU).
+#[derive(Clone, Debug)]
+pub struct SimAllocator {
+    gpu: SimGpu,
+}
+
+impl SimAllocator {
+    pub(crate) fn new(gpu: SimGpu) -> Self {
+        SimAllocator { gpu }
+    }
+
+    /// The GPU it allocates on.
+    pub fn gpu(&self) -> &SimGpu {
+        &self.gpu
+    }
+
+    /// Allocate `bytes` (rounded up to 512 B). Inside an engine capture the block comes from
+    /// the private pool. `Error::OutOfMemory` when the device is full even after giving the
+    /// cache back.
+    pub fn malloc(&self, bytes: u64) -> Result<BlockId> {
+        let mut s = self.gpu.lock();
+        let pool = match &s.capture {
+            None => Pool::Default,
+            Some(Capture { engine: true, .. }) => Pool::Private,
+            Some(_) => {
+                return Err(Error::Measurement(
+                    "allocator malloc during a device-level graph capture".into(),
+                ))
+            }
+        };
+        s.malloc(&self.gpu.shared.profile, pool, bytes)
+    }
+
+    /// Free a block (it stays cached in its segment).
+    pub fn free(&self, b: BlockId) -> Result<()> {
+        self.gpu
+            .lock()
+            .heap
+            .free(b)
+            .map(|_| ())
+            .ok_or_else(|| Error::invalid("block", format!("no live block {}", b.0)))
+    }
+
+    /// Give every wholly free segment of the default pool back to the driver.
+    pub fn empty_cache(&self) {
+        self.gpu.lock().heap.release_free(Pool::Default);
+    }
+
+    /// Start an engine graph capture (`torch.cuda.graph`-like): empties the cache first when
+    /// `capture_empties_cache` is on; later mallocs go to the shared private pool.
+    pub fn begin_graph_capture(&self) -> Result<()> {
+        self.gpu.capture_support()?;
+        let mut s = self.gpu.lock();
+        s.no_capture("begin_graph_capture")?;
+        if self.gpu.shared.quirks.capture_empties_cache {
+            s.heap.release_free(Pool::Default);
+        }
+        s.capture = Some(Capture {
+            engine: true,
+            ..Capture::default()
+        });
+        Ok(())
+    }
+
+    /// End the engine capture: allocate the spec's intermediates and output into the private
+    /// pool, instantiate the graph (exec object, hidden bytes, allocation nodes). On error the
+    /// capture is abandoned and what it allocated is freed.
+    pub fn end_graph_capture(&self, spec: &GraphSpec) -> Result<GraphId> {
+        let p = &self.gpu.shared.profile;
+        let hidden = self.gpu.shared.quirks.hidden_bytes_per_capture;
+        let mut s = self.gpu.lock();
+        if !matches!(s.capture, Some(Capture { engine: true, .. })) {
+            return Err(Error::invalid(
+                "end_graph_capture",
+                "no engine graph capture in progress",
+            ));
+        }
+        s.capture = None;
+        let mut output = None;
+        if spec.intermediate_bytes > 0 {
+            let tmp = s.malloc(p, Pool::Private, spec.intermediate_bytes)?;
+            let out = s.malloc(p, Pool::Private, spec.output_bytes());
+            s.heap.free(tmp);
+            output = Some(out?);
+        }
+        match s.instantiate(
+            p,
+            u64::from(spec.kernel_nodes),
+            spec.alloc_node_bytes,
+            hidden,
+        ) {
+            Ok(id) => {
+                if let Some(g) = s.graphs.get_mut(&id) {
+                    g.output = output;
+                }
+                Ok(GraphId(id))
+            }
+            Err(e) => {
+                if let Some(b) = output {
+                    s.heap.free(b);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Abandon an engine capture in progress (a no-op when none is).
+    pub fn abort_graph_capture(&self) {
+        let mut s = self.gpu.lock();
+        if matches!(s.capture, Some(Capture { engine: true, .. })) {
+            s.capture = None;
+        }
+    }
+
+    /// Destroy a graph: its output returns to the private pool at once; its driver memory now,
+    /// or at the next synchronize with `deferred_graph_release`.
+    pub fn destroy_graph(&self, g: GraphId) -> Result<()> {
+        let deferred = self.gpu.deferred_release();
+        self.gpu.lock().destroy(g.0, deferred)
+    }
+
+    /// Give the private pool's wholly free segments back to the driver.
+    pub fn release_private_pools(&self) -> Result<()> {
+        let mut s = self.gpu.lock();
+        s.no_capture("release_private_pools")?;
+        s.heap.release_free(Pool::Private);
+        Ok(())
+    }
+}
+
+impl AllocatorView for SimAllocator {
+    fn stats(&self) -> AllocatorStats {
+        let s = self.gpu.lock();
+        AllocatorStats {
+            reserved: s.heap.reserved(None),
+            allocated: s.heap.allocated(None),
+            peak_allocated: s.heap.peak(),
+        }
+    }
+
+    fn release_cached(&mut self) -> Result<()> {
+        self.empty_cache();
+        Ok(())
+    }
+
+    fn reset_peak(&mut self) {
+        self.gpu.lock().heap.reset_peak();
+    }
+}

@@ -1,0 +1,35 @@
+//! The `sim` backend: enumerates every profile and opens devices by selector.
+
+use memplan_core::{Backend, BackendKind, Device, DeviceDescriptor, Result};
+
+use crate::gpu::SimGpu;
+use crate::profile::profiles;
+
+/// The simulated backend. Always available.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SimBackend;
+
+impl Backend for SimBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Sim
+    }
+
+    fn devices(&self) -> Result<Vec<DeviceDescriptor>> {
+        Ok(profiles()
+            .iter()
+            .map(|p| SimGpu::new(p).shared.descriptor.clone())
+            .collect())
+    }
+
+    fn open(&self, selector: &str) -> Result<Box<dyn Device>> {
+        Ok(Box::new(SimGpu::open(selector)?))
+    }
+}
+
+fn create() -> Box<dyn Backend> {
+    Box::new(SimBackend)
+}
+
+memplan_core::inventory::submit! {
+    memplan_core::BackendRegistration { kind: BackendKind::Sim, create }
+}

@@ -1,0 +1,167 @@
+//! The capabilities each simulated platform declares, as the real backend would declare them
+//! from the driver version and device attributes. One function per platform; the profiles in
+//! `catalog.rs` point at them.
+
+use memplan_core::bytes::MIB;
+use memplan_core::{GraphRelease, ProfilingCapability, Reading, Reliability, Support};
+
+fn unavailable(reason: &str) -> Reliability {
+    Reliability::Unavailable {
+        reason: reason.into(),
+    }
+}
+
+const ROCM54_FREE: &str = "hipMemGetInfo on ROCm <= 5.4 counts only this process's allocations";
+const ROCM_GRAPH_STUB: &str =
+    "hipDeviceGetGraphMemAttribute is a stub returning 0 on ROCm 5.3 - 5.5.1";
+const BLIND: &str =
+    "hipMemGetInfo (ROCm >= 5.5) is device-wide but blind to graphics (DRM) allocations";
+const L0_NO_GRAPH_POOL: &str = "Level Zero has no graph-pool memory query";
+const HIDDEN_4MIB: u64 = 4 * MIB;
+
+/// NVIDIA CUDA (driver >= 11.4): every reading exact, graph-memory attributes meaningful,
+/// cuMemAddressReserve/cuMemMap available.
+pub fn cuda() -> ProfilingCapability {
+    let mut c = ProfilingCapability::exact_discrete();
+    c.notes
+        .push("cuMemGetInfo: device-wide, exact after a synchronize".into());
+    c.notes
+        .push("cuDeviceGetGraphMemAttribute (CUDA >= 11.4) counts graph allocation nodes".into());
+    c
+}
+
+/// AMD ROCm 5.4 on a discrete card: free is process-local, graph-pool attributes are a stub,
+/// no virtual-memory management on this device/runtime.
+pub fn rocm54() -> ProfilingCapability {
+    let mut c = ProfilingCapability::exact_discrete();
+    c.set(
+        Reading::DriverFree,
+        Reliability::ProcessLocal {
+            why: ROCM54_FREE.into(),
+        },
+    );
+    c.set(Reading::GraphPool, unavailable(ROCM_GRAPH_STUB));
+    c.facts.graph_pool_attributes = Support::no(ROCM_GRAPH_STUB);
+    c.facts.virtual_memory =
+        Support::no("hipMemAddressReserve is not supported by this device/runtime (sim: ROCm 5.4)");
+    c.notes.push("sim platform: ROCm 5.4".into());
+    c
+}
+
+/// AMD ROCm 5.5 on a discrete desktop card: free is device-wide but blind to graphics, the
+/// graph-pool attributes are still the stub.
+pub fn rocm55() -> ProfilingCapability {
+    let mut c = rocm54();
+    c.set(
+        Reading::DriverFree,
+        Reliability::Approximate {
+            tolerance_bytes: 512 * MIB,
+            why: BLIND.into(),
+        },
+    );
+    c.notes = vec!["sim platform: ROCm 5.5; tolerance = a desktop's graphics allocations".into()];
+    c
+}
+
+fn rocm62_common(tolerance_bytes: u64) -> ProfilingCapability {
+    let mut c = ProfilingCapability::exact_discrete();
+    c.set(
+        Reading::DriverFree,
+        Reliability::Approximate {
+            tolerance_bytes,
+            why: BLIND.into(),
+        },
+    );
+    c.facts.graph_release = GraphRelease::AtNextSync;
+    c.facts.hidden_bytes_per_capture = Some(HIDDEN_4MIB);
+    c.notes
+        .push("sim platform: ROCm 6.2: graph-pool attributes real (>= 5.6)".into());
+    c.notes
+        .push("hipGraphExecDestroy frees memory only at the next synchronize (>= 6.2)".into());
+    c.notes
+        .push("~4 MiB per capture kept by the HIP fragment allocator".into());
+    c
+}
+
+/// AMD ROCm 6.2 on a discrete desktop card (RDNA3): deferred graph release, hidden per-capture
+/// memory; virtual-memory management unsupported on this device in the sim.
+pub fn rocm62_desktop() -> ProfilingCapability {
+    let mut c = rocm62_common(512 * MIB);
+    c.facts.virtual_memory =
+        Support::no("hipDeviceAttributeVirtualMemoryManagementSupported = 0 (sim: RDNA3 desktop)");
+    c
+}
+
+/// AMD ROCm 6.2 on an Instinct accelerator: as desktop, with virtual memory and no display.
+pub fn rocm62_instinct() -> ProfilingCapability {
+    let mut c = rocm62_common(64 * MIB);
+    c.notes
+        .push("headless accelerator: graphics allocations are rare, tolerance 64 MiB".into());
+    c
+}
+
+/// AMD ROCm 6.2 on an APU (unified memory): total and free come from the VRAM aperture, not
+/// from the GTT memory the GPU uses, so neither can be trusted.
+pub fn rocm62_apu() -> ProfilingCapability {
+    let why = "APU: hipMemGetInfo reports the VRAM aperture (BIOS carve-out), not the GTT memory the GPU uses";
+    let mut c = rocm62_common(0);
+    c.set(Reading::DriverTotal, unavailable(why));
+    c.set(Reading::DriverFree, unavailable(why));
+    c.facts.unified_memory = true;
+    c.facts.virtual_memory = Support::no("not declared for this APU in the sim (device dependent)");
+    c.notes
+        .push("unified memory: plan with an absolute byte budget".into());
+    c
+}
+
+fn level_zero(free: Reliability, capture: Support) -> ProfilingCapability {
+    let mut c = ProfilingCapability::exact_discrete();
+    c.set(Reading::DriverFree, free);
+    c.set(Reading::GraphPool, unavailable(L0_NO_GRAPH_POOL));
+    c.facts.graph_pool_attributes = Support::no(L0_NO_GRAPH_POOL);
+    c.facts.graph_capture = capture;
+    c.notes.push(
+        "zeDeviceGetMemoryProperties gives total; free only through Sysman (~150 ms per call)"
+            .into(),
+    );
+    c
+}
+
+/// Intel Arc A770 on i915, non-root: Sysman answers but free == total; no record/replay on
+/// this (older) driver.
+pub fn xpu_arc_a770() -> ProfilingCapability {
+    level_zero(
+        unavailable("zesMemoryGetState on i915 reports free == total for non-root users"),
+        Support::no("command-list record/replay needs a newer driver (sim: older i915 stack)"),
+    )
+}
+
+/// Intel Data Center GPU Max 1550 with Sysman available: free exact, record/replay supported
+/// without a memory query.
+pub fn xpu_max1550() -> ProfilingCapability {
+    level_zero(Reliability::Exact, Support::Supported)
+}
+
+/// An Intel GPU whose process did not enable Sysman: free cannot be read at all.
+pub fn xpu_no_sysman() -> ProfilingCapability {
+    level_zero(
+        unavailable(
+            "Level Zero Sysman not initialised (ZES_ENABLE_SYSMAN=1 unset and zesInit failed)",
+        ),
+        Support::Supported,
+    )
+}
+
+/// What `declare-exact` turns a declaration into: every reading exact, graph-pool attributes
+/// meaningful, immediate release, no hidden cost; what the device can do (capture, virtual
+/// memory, unified memory) is kept, since it decides which operations work at all.
+pub fn declare_exact(platform: &ProfilingCapability) -> ProfilingCapability {
+    let mut c = ProfilingCapability::exact_discrete();
+    c.facts.graph_capture = platform.facts.graph_capture.clone();
+    c.facts.virtual_memory = platform.facts.virtual_memory.clone();
+    c.facts.unified_memory = platform.facts.unified_memory;
+    c.notes.push(
+        "declare-exact: every reading declared exact while the platform's quirks stay on".into(),
+    );
+    c
+}

@@ -1,0 +1,373 @@
+//! `SimGpu`: a cheap clonable handle on one simulated GPU, the world outside the process, and
+//! its `Device` implementation.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use memplan_core::bytes::fmt_bytes;
+use memplan_core::{
+    BackendKind, Device, DeviceDescriptor, DeviceId, DriverMemory, Error, GraphCapture,
+    GraphPoolMemory, ProfilingCapability, RawAllocation, Result, Support, VirtualMemory,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::allocator::SimAllocator;
+use crate::declared;
+use crate::heap::Pool;
+use crate::profile::{profile, profile_names, SimProfile};
+use crate::quirks::{parse_selector, Quirks};
+use crate::readings;
+use crate::state::State;
+
+/// Rounding of raw driver allocations (`Device::allocate`), like cuMemAlloc's 2 MiB pages.
+pub const RAW_ROUND: u64 = 2 << 20;
+
+pub(crate) struct Shared {
+    pub profile: SimProfile,
+    pub quirks: Quirks,
+    /// What the real platform declares (decides which operations work).
+    pub platform: ProfilingCapability,
+    /// What this device declares (the platform's, or everything exact with `declare-exact`).
+    pub capability: ProfilingCapability,
+    pub descriptor: DeviceDescriptor,
+}
+
+/// A simulated GPU. Clones share the same device: the "engine" and memplan can both hold one.
+#[derive(Clone)]
+pub struct SimGpu {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) state: Arc<Mutex<State>>,
+}
+
+/// The real numbers behind the readings, for tests and oracles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroundTruth {
+    /// Synchronizes so far.
+    pub tick: u64,
+    /// Memory the GPU can really use.
+    pub total: u64,
+    /// Really free memory.
+    pub free: u64,
+    /// This process's context and runtime libraries.
+    pub context: u64,
+    /// Memory held by other processes.
+    pub other_processes: u64,
+    /// Graphics (DRM) allocations.
+    pub graphics: u64,
+    /// Raw allocations (`Device::allocate`), after the driver's 2 MiB rounding.
+    pub raw_allocations: u64,
+    /// Caching-allocator segments of the default pool.
+    pub allocator_reserved: u64,
+    /// Live blocks of the default pool.
+    pub allocator_allocated: u64,
+    /// Caching-allocator segments of the graph private pool.
+    pub private_pool_reserved: u64,
+    /// Live blocks of the graph private pool.
+    pub private_pool_allocated: u64,
+    /// Exec objects of live graphs (no allocator sees them).
+    pub graph_exec: u64,
+    /// Per-capture memory kept by the runtime and never returned.
+    pub hidden_capture: u64,
+    /// Memory reserved for graph allocation nodes.
+    pub graph_pool_reserved: u64,
+    /// Physical memory mapped into reserved virtual ranges.
+    pub vmm_mapped: u64,
+    /// Exec objects of destroyed graphs that return at the next synchronize.
+    pub pending_release: u64,
+    /// Live graphs.
+    pub live_graphs: usize,
+}
+
+impl GroundTruth {
+    /// Everything this process holds on the device.
+    pub fn this_process(&self) -> u64 {
+        self.context
+            + self.raw_allocations
+            + self.allocator_reserved
+            + self.private_pool_reserved
+            + self.graph_exec
+            + self.hidden_capture
+            + self.graph_pool_reserved
+            + self.vmm_mapped
+            + self.pending_release
+    }
+}
+
+impl SimGpu {
+    /// A GPU with the profile's own quirks.
+    pub fn new(profile: &SimProfile) -> Self {
+        Self::with_quirks(profile, profile.quirks)
+    }
+
+    /// A GPU with other quirks (the declaration stays the profile's).
+    pub fn with_quirks(profile: &SimProfile, quirks: Quirks) -> Self {
+        Self::build(profile, quirks, false, profile.name.to_string())
+    }
+
+    fn build(profile: &SimProfile, quirks: Quirks, declare_exact: bool, selector: String) -> Self {
+        let platform = (profile.declared)();
+        let capability = if declare_exact {
+            declared::declare_exact(&platform)
+        } else {
+            platform.clone()
+        };
+        let total = readings::mask_driver(
+            &capability,
+            DriverMemory {
+                total: Some(readings::reported_total(profile, &quirks)),
+                free: None,
+            },
+        )
+        .total;
+        let mut properties = vec![
+            ("platform".to_string(), profile.vendor_label.to_string()),
+            ("total_source".to_string(), profile.total_source.to_string()),
+            (
+                "context_overhead".to_string(),
+                fmt_bytes(profile.context_overhead_bytes),
+            ),
+            ("quirks".to_string(), quirks.active().join(" ")),
+        ];
+        if profile.apu_aperture_bytes.is_some() {
+            properties.push(("usable_memory".to_string(), fmt_bytes(profile.total_bytes)));
+        }
+        let descriptor = DeviceDescriptor {
+            id: DeviceId::new(BackendKind::Sim, selector),
+            name: profile.device_name.to_string(),
+            total_bytes: total,
+            properties,
+        };
+        let shared = Shared {
+            profile: profile.clone(),
+            quirks,
+            platform,
+            capability,
+            descriptor,
+        };
+        let mut state = State::default();
+        if quirks.stale_free {
+            let f = readings::fresh_free(profile, &quirks, &state).unwrap_or(0);
+            state.stale = Some((f, f));
+        }
+        SimGpu {
+            shared: Arc::new(shared),
+            state: Arc::new(Mutex::new(state)),
+        }
+    }
+
+    /// Open by selector: a profile name and optional modifiers, e.g. `arc-a770,declare-exact`
+    /// or `rtx4090,other=2GiB,capture-empties-cache=off` (see [`crate::Modifiers`]).
+    pub fn open(selector: &str) -> Result<Self> {
+        let (name, quirks, mods) = parse_selector(selector, |name| {
+            profile(name)
+                .map(|p| p.quirks)
+                .ok_or_else(|| Error::UnknownDevice {
+                    id: format!("sim:{name}"),
+                    available: format!("sim:{{{}}} with optional ,modifiers", profile_names()),
+                })
+        })?;
+        let p = profile(&name).ok_or_else(|| Error::UnknownDevice {
+            id: name.clone(),
+            available: profile_names(),
+        })?;
+        let gpu = Self::build(
+            p,
+            quirks,
+            mods.declare_exact,
+            selector.trim().to_ascii_lowercase(),
+        );
+        if let Some(b) = mods.other_processes {
+            gpu.set_other_processes(b);
+        }
+        if let Some(b) = mods.graphics {
+            gpu.set_graphics_bytes(b);
+        }
+        Ok(gpu)
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic in another holder cannot leave the plain-data state half-updated in a way
+        // that matters more than losing the device; keep going with what is there.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The profile.
+    pub fn profile(&self) -> &SimProfile {
+        &self.shared.profile
+    }
+
+    /// The quirks in force.
+    pub fn quirks(&self) -> &Quirks {
+        &self.shared.quirks
+    }
+
+    /// Memory held by other processes, from now on.
+    pub fn set_other_processes(&self, bytes: u64) {
+        self.lock().other = bytes;
+    }
+
+    /// Graphics (DRM) allocations, from now on (invisible with `free_blind_to_graphics`).
+    pub fn set_graphics_bytes(&self, bytes: u64) {
+        self.lock().graphics = bytes;
+    }
+
+    /// Other processes will hold `bytes` from the synchronize that reaches `at_tick` on (one
+    /// tick per synchronize; a tick already passed applies at the next synchronize).
+    pub fn schedule_other_processes(&self, at_tick: u64, bytes: u64) {
+        let mut s = self.lock();
+        s.schedule.push((at_tick, bytes));
+        s.schedule.sort_by_key(|x| x.0);
+    }
+
+    /// The current tick (synchronizes so far).
+    pub fn tick(&self) -> u64 {
+        self.lock().tick
+    }
+
+    /// The real numbers.
+    pub fn truth(&self) -> GroundTruth {
+        let s = self.lock();
+        let p = &self.shared.profile;
+        GroundTruth {
+            tick: s.tick,
+            total: p.total_bytes,
+            free: s.real_free(p),
+            context: p.context_overhead_bytes,
+            other_processes: s.other,
+            graphics: s.graphics,
+            raw_allocations: s.raw_bytes(),
+            allocator_reserved: s.heap.reserved(Some(Pool::Default)),
+            allocator_allocated: s.heap.allocated(Some(Pool::Default)),
+            private_pool_reserved: s.heap.reserved(Some(Pool::Private)),
+            private_pool_allocated: s.heap.allocated(Some(Pool::Private)),
+            graph_exec: s.exec,
+            hidden_capture: s.hidden,
+            graph_pool_reserved: s.gp_reserved,
+            vmm_mapped: s.vmm_mapped(),
+            pending_release: s.pending.iter().map(|x| x.exec).sum(),
+            live_graphs: s.graphs.len(),
+        }
+    }
+
+    /// The engine's caching allocator on this GPU (one per GPU: clones share it).
+    pub fn allocator(&self) -> SimAllocator {
+        SimAllocator::new(self.clone())
+    }
+
+    /// The driver reading with the quirks applied and nothing masked (what the vendor call
+    /// returns, even where the declaration says not to trust it).
+    pub fn raw_driver_memory(&self) -> DriverMemory {
+        readings::raw_driver(&self.shared.profile, &self.shared.quirks, &self.lock())
+    }
+
+    /// The graph-pool reading with the quirks applied and nothing masked.
+    pub fn raw_graph_pool_memory(&self) -> GraphPoolMemory {
+        readings::raw_graph_pool(&self.shared.quirks, &self.lock())
+    }
+
+    /// With `stale_free`, a synchronize reports the free memory of the previous synchronize
+    /// and remembers the current one for the next.
+    fn advance_stale(&self, s: &mut State) {
+        if let Some((_, latest)) = s.stale {
+            let fresh =
+                readings::fresh_free(&self.shared.profile, &self.shared.quirks, s).unwrap_or(0);
+            s.stale = Some((latest, fresh));
+        }
+    }
+
+    pub(crate) fn deferred_release(&self) -> bool {
+        self.shared.quirks.deferred_graph_release
+    }
+
+    pub(crate) fn capture_support(&self) -> Result<()> {
+        match &self.shared.platform.facts.graph_capture {
+            Support::Supported => Ok(()),
+            Support::Unsupported { reason } => {
+                Err(Error::unsupported("graph capture", reason.clone()))
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for SimGpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimGpu")
+            .field("id", &self.shared.descriptor.id.to_string())
+            .field("truth", &self.truth())
+            .finish()
+    }
+}
+
+impl Device for SimGpu {
+    fn descriptor(&self) -> &DeviceDescriptor {
+        &self.shared.descriptor
+    }
+
+    fn capabilities(&self) -> &ProfilingCapability {
+        &self.shared.capability
+    }
+
+    fn driver_memory(&mut self) -> Result<DriverMemory> {
+        Ok(readings::mask_driver(
+            &self.shared.capability,
+            self.raw_driver_memory(),
+        ))
+    }
+
+    fn graph_pool_memory(&mut self) -> Result<GraphPoolMemory> {
+        Ok(readings::mask_graph_pool(
+            &self.shared.capability,
+            self.raw_graph_pool_memory(),
+        ))
+    }
+
+    fn synchronize(&mut self) -> Result<()> {
+        let mut s = self.lock();
+        s.no_capture("synchronize")?;
+        s.synchronize();
+        self.advance_stale(&mut s);
+        Ok(())
+    }
+
+    fn allocate(&mut self, bytes: u64) -> Result<RawAllocation> {
+        if bytes == 0 {
+            return Err(Error::invalid("allocate.bytes", "must be greater than 0"));
+        }
+        let mut s = self.lock();
+        s.no_capture("raw allocation")?;
+        let physical = bytes.div_ceil(RAW_ROUND) * RAW_ROUND;
+        s.take(&self.shared.profile, physical, "sim allocate")
+            .map_err(|_| Error::OutOfMemory {
+                call: "sim allocate".into(),
+                requested: bytes,
+            })?;
+        s.next_handle += 1;
+        let handle = s.next_handle;
+        s.raw.insert(handle, physical);
+        Ok(RawAllocation { handle, bytes })
+    }
+
+    fn free(&mut self, allocation: RawAllocation) -> Result<()> {
+        let mut s = self.lock();
+        s.raw.remove(&allocation.handle).ok_or_else(|| {
+            Error::invalid(
+                "allocation",
+                format!("no live raw allocation {}", allocation.handle),
+            )
+        })?;
+        Ok(())
+    }
+
+    fn graph_capture(&mut self) -> Result<&mut dyn GraphCapture> {
+        self.capture_support()?;
+        Ok(self)
+    }
+
+    fn virtual_memory(&mut self) -> Result<&mut dyn VirtualMemory> {
+        match &self.shared.platform.facts.virtual_memory {
+            Support::Supported => Ok(self),
+            Support::Unsupported { reason } => {
+                Err(Error::unsupported("virtual memory", reason.clone()))
+            }
+        }
+    }
+}

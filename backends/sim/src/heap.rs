@@ -1,0 +1,243 @@
+//! The block bookkeeping of the simulated caching allocator (PyTorch-like), without the driver.
+//!
+//! Rules (documented in the crate docs): requests are rounded up to 512 B; requests of at most
+//! 1 MiB are served from 2 MiB "small" segments, larger ones from "large" segments rounded up to
+//! 2 MiB; a free block is reused best-fit within its pool and kind, split when the remainder is
+//! at least 512 B (small) or more than 1 MiB (large); freed blocks merge with free neighbours;
+//! segments stay reserved (cached) until released while wholly free. The default pool and the
+//! graph private pool never share segments.
+
+use std::collections::BTreeMap;
+
+use memplan_core::bytes::MIB;
+use serde::{Deserialize, Serialize};
+
+/// Rounding of every request.
+pub const ROUND: u64 = 512;
+/// Largest "small" request.
+pub const SMALL_MAX: u64 = MIB;
+/// Size of a small segment, and the rounding of large segments.
+pub const SEGMENT_ROUND: u64 = 2 * MIB;
+
+/// An allocation made by [`crate::SimAllocator::malloc`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct BlockId(pub u64);
+
+/// Which pool a segment belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pool {
+    /// Ordinary allocations.
+    Default,
+    /// The graph-capture private pool (shared by every captured graph).
+    Private,
+}
+
+#[derive(Debug, Clone)]
+struct Segment {
+    pool: Pool,
+    small: bool,
+    /// Blocks in address order: (size, owner).
+    blocks: Vec<(u64, Option<BlockId>)>,
+}
+
+impl Segment {
+    fn size(&self) -> u64 {
+        self.blocks.iter().map(|b| b.0).sum()
+    }
+    fn is_free(&self) -> bool {
+        self.blocks.iter().all(|b| b.1.is_none())
+    }
+}
+
+/// Round a request the way the allocator does.
+pub fn round_request(bytes: u64) -> u64 {
+    bytes.max(1).div_ceil(ROUND) * ROUND
+}
+
+/// The segment size a request needs when no cached block fits.
+pub fn segment_size(rounded: u64) -> u64 {
+    if rounded <= SMALL_MAX {
+        SEGMENT_ROUND
+    } else {
+        rounded.div_ceil(SEGMENT_ROUND) * SEGMENT_ROUND
+    }
+}
+
+/// Segments and blocks of every pool.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Heap {
+    segments: BTreeMap<u64, Segment>,
+    next_segment: u64,
+    next_block: u64,
+    peak: u64,
+}
+
+impl Heap {
+    /// Place a rounded request in a cached block of `pool`, if one fits.
+    pub fn place_cached(&mut self, pool: Pool, rounded: u64) -> Option<BlockId> {
+        let small = rounded <= SMALL_MAX;
+        let (sid, idx, _) = self
+            .segments
+            .iter()
+            .filter(|(_, s)| s.pool == pool && s.small == small)
+            .flat_map(|(sid, s)| s.blocks.iter().enumerate().map(move |(i, b)| (*sid, i, *b)))
+            .filter(|(_, _, (size, owner))| owner.is_none() && *size >= rounded)
+            .min_by_key(|(sid, i, (size, _))| (*size, *sid, *i))
+            .map(|(sid, i, (size, _))| (sid, i, size))?;
+        Some(self.take(sid, idx, rounded))
+    }
+
+    /// Add a segment of `seg_bytes` to `pool` and place the request at its start.
+    pub fn place_new(&mut self, pool: Pool, rounded: u64, seg_bytes: u64) -> BlockId {
+        let sid = self.next_segment;
+        self.next_segment += 1;
+        let small = rounded <= SMALL_MAX;
+        self.segments.insert(
+            sid,
+            Segment {
+                pool,
+                small,
+                blocks: vec![(seg_bytes, None)],
+            },
+        );
+        self.take(sid, 0, rounded)
+    }
+
+    fn take(&mut self, sid: u64, idx: usize, rounded: u64) -> BlockId {
+        let id = BlockId(self.next_block);
+        self.next_block += 1;
+        if let Some(seg) = self.segments.get_mut(&sid) {
+            let size = seg.blocks[idx].0;
+            let rest = size - rounded;
+            let split = if seg.small {
+                rest >= ROUND
+            } else {
+                rest > SMALL_MAX
+            };
+            if split {
+                seg.blocks[idx] = (rounded, Some(id));
+                seg.blocks.insert(idx + 1, (rest, None));
+            } else {
+                seg.blocks[idx].1 = Some(id);
+            }
+        }
+        self.peak = self.peak.max(self.allocated(None));
+        id
+    }
+
+    /// Free a block; returns its pool, or `None` when no live block has that id.
+    pub fn free(&mut self, id: BlockId) -> Option<Pool> {
+        for seg in self.segments.values_mut() {
+            if let Some(i) = seg.blocks.iter().position(|b| b.1 == Some(id)) {
+                seg.blocks[i].1 = None;
+                if i + 1 < seg.blocks.len() && seg.blocks[i + 1].1.is_none() {
+                    seg.blocks[i].0 += seg.blocks.remove(i + 1).0;
+                }
+                if i > 0 && seg.blocks[i - 1].1.is_none() {
+                    seg.blocks[i - 1].0 += seg.blocks.remove(i).0;
+                }
+                return Some(seg.pool);
+            }
+        }
+        None
+    }
+
+    /// Release every wholly free segment of `pool`; returns the bytes given back.
+    pub fn release_free(&mut self, pool: Pool) -> u64 {
+        let ids: Vec<u64> = self
+            .segments
+            .iter()
+            .filter(|(_, s)| s.pool == pool && s.is_free())
+            .map(|(k, _)| *k)
+            .collect();
+        ids.iter()
+            .filter_map(|k| self.segments.remove(k))
+            .map(|s| s.size())
+            .sum()
+    }
+
+    /// Bytes of segments (of one pool, or all with `None`).
+    pub fn reserved(&self, pool: Option<Pool>) -> u64 {
+        self.segments
+            .values()
+            .filter(|s| pool.map_or(true, |p| s.pool == p))
+            .map(Segment::size)
+            .sum()
+    }
+
+    /// Bytes of live blocks (of one pool, or all with `None`).
+    pub fn allocated(&self, pool: Option<Pool>) -> u64 {
+        self.segments
+            .values()
+            .filter(|s| pool.map_or(true, |p| s.pool == p))
+            .flat_map(|s| s.blocks.iter())
+            .filter(|b| b.1.is_some())
+            .map(|b| b.0)
+            .sum()
+    }
+
+    /// Peak of allocated bytes since the last reset.
+    pub fn peak(&self) -> u64 {
+        self.peak
+    }
+
+    /// Reset the peak to the current allocated bytes.
+    pub fn reset_peak(&mut self) {
+        self.peak = self.allocated(None);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounding_rules() {
+        assert_eq!(round_request(1), 512);
+        assert_eq!(round_request(0), 512);
+        assert_eq!(round_request(513), 1024);
+        assert_eq!(segment_size(512), 2 * MIB);
+        assert_eq!(segment_size(MIB), 2 * MIB);
+        assert_eq!(segment_size(MIB + 512), 2 * MIB);
+        assert_eq!(segment_size(5 * MIB), 6 * MIB);
+    }
+
+    #[test]
+    fn small_blocks_share_a_segment_and_merge() {
+        let mut h = Heap::default();
+        let a = h.place_new(Pool::Default, 1024, 2 * MIB);
+        let b = h
+            .place_cached(Pool::Default, 4096)
+            .expect("fits in the small segment");
+        assert_eq!(h.reserved(None), 2 * MIB);
+        assert_eq!(h.allocated(None), 5120);
+        assert_eq!(h.free(a), Some(Pool::Default));
+        assert_eq!(h.free(b), Some(Pool::Default));
+        assert_eq!(h.free(b), None, "double free is detected");
+        assert_eq!(h.allocated(None), 0);
+        assert_eq!(h.peak(), 5120);
+        assert_eq!(h.release_free(Pool::Default), 2 * MIB);
+        assert_eq!(h.reserved(None), 0);
+    }
+
+    #[test]
+    fn large_blocks_split_only_above_one_mib() {
+        let mut h = Heap::default();
+        let a = h.place_new(Pool::Default, 8 * MIB, 8 * MIB);
+        h.free(a);
+        // 8 MiB - 7.5 MiB leaves 0.5 MiB: not split, the whole block is used.
+        let b = h.place_cached(Pool::Default, 7 * MIB + MIB / 2).unwrap();
+        assert_eq!(h.allocated(None), 8 * MIB);
+        h.free(b);
+        let _c = h.place_cached(Pool::Default, 4 * MIB).unwrap();
+        assert_eq!(h.allocated(None), 4 * MIB);
+        assert!(
+            h.place_cached(Pool::Default, 3 * MIB).is_some(),
+            "the 4 MiB remainder is reusable"
+        );
+        assert!(
+            h.place_cached(Pool::Private, 512).is_none(),
+            "pools never share segments"
+        );
+    }
+}

@@ -1,0 +1,145 @@
+//! `SimProfile`: a named simulated GPU, and the lookups over the catalogue.
+
+use memplan_core::ProfilingCapability;
+
+use crate::catalog::PROFILES;
+use crate::quirks::Quirks;
+
+/// A named, deterministic simulated GPU.
+///
+/// `total_bytes` is what the real driver reports for discrete GPUs. For unified-memory APUs
+/// (`apu_aperture_bytes` is `Some`) it is the memory the GPU can really use, while the driver
+/// (with [`Quirks::apu_wrong_pool`]) reports the aperture.
+#[derive(Debug, Clone)]
+pub struct SimProfile {
+    /// Selector name, e.g. `rtx4090`.
+    pub name: &'static str,
+    /// Vendor and platform for display only (never used for decisions).
+    pub vendor_label: &'static str,
+    /// Marketing name as the driver reports it.
+    pub device_name: &'static str,
+    /// Usable device memory in bytes (see the type docs).
+    pub total_bytes: u64,
+    /// Where `total_bytes` comes from.
+    pub total_source: &'static str,
+    /// Driver memory the process's context (and runtime libraries) holds from the start.
+    pub context_overhead_bytes: u64,
+    /// APUs: the VRAM aperture the driver wrongly reports as total (with `apu_wrong_pool`).
+    pub apu_aperture_bytes: Option<u64>,
+    /// The behaviours of the real platform.
+    pub quirks: Quirks,
+    /// The capability the real backend would declare for this platform.
+    pub declared: fn() -> ProfilingCapability,
+}
+
+/// Every profile, in catalogue order.
+pub fn profiles() -> &'static [SimProfile] {
+    PROFILES
+}
+
+/// A profile by name (case-insensitive).
+pub fn profile(name: &str) -> Option<&'static SimProfile> {
+    PROFILES.iter().find(|p| p.name.eq_ignore_ascii_case(name))
+}
+
+/// The profile names, comma separated (for error messages).
+pub fn profile_names() -> String {
+    PROFILES
+        .iter()
+        .map(|p| p.name)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memplan_core::bytes::{GIB, MIB};
+    use memplan_core::{Reading, Reliability};
+
+    #[test]
+    fn required_profiles_exist_and_names_are_unique() {
+        for n in [
+            "rtx4090",
+            "rtx3090",
+            "a100-40gb",
+            "a100-80gb",
+            "h100-80gb",
+            "h200",
+            "l4",
+            "mi300x",
+            "rx7900xtx-rocm5.4",
+            "rx7900xtx-rocm6.2",
+            "strix-halo",
+            "arc-a770",
+            "max1550",
+            "arc-b580-nosysman",
+            "broken-stale",
+        ] {
+            assert!(profile(n).is_some(), "{n} missing");
+        }
+        let mut names: Vec<_> = profiles().iter().map(|p| p.name).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), profiles().len());
+    }
+
+    #[test]
+    fn totals_match_real_driver_reports() {
+        let gib = |n: &str| profile(n).unwrap().total_bytes as f64 / GIB as f64;
+        assert_eq!(format!("{:.2}", gib("h100-80gb")), "79.19");
+        assert_eq!(format!("{:.2}", gib("rtx3090")), "23.58");
+        assert_eq!(format!("{:.2}", gib("rx7900xtx-rocm6.2")), "23.98");
+        assert_eq!(format!("{:.2}", gib("rtx4090")), "23.99");
+        assert_eq!(profile("h200").unwrap().total_bytes, 143_771 * MIB);
+    }
+
+    #[test]
+    fn declarations_match_quirks() {
+        for p in profiles() {
+            let c = (p.declared)();
+            let free = c.reading(Reading::DriverFree);
+            let q = p.quirks;
+            if q.free_process_local {
+                assert!(
+                    matches!(free, Reliability::ProcessLocal { .. }),
+                    "{}",
+                    p.name
+                );
+            }
+            if q.sysman_missing || q.free_equals_total || q.apu_wrong_pool {
+                assert!(
+                    matches!(free, Reliability::Unavailable { .. }),
+                    "{}",
+                    p.name
+                );
+            }
+            if q.graph_pool_attrs_zero || q.no_graph_pool_query {
+                assert!(
+                    matches!(
+                        c.reading(Reading::GraphPool),
+                        Reliability::Unavailable { .. }
+                    ),
+                    "{}",
+                    p.name
+                );
+            }
+            assert_eq!(q.apu_wrong_pool, c.facts.unified_memory, "{}", p.name);
+            assert_eq!(
+                q.apu_wrong_pool,
+                p.apu_aperture_bytes.is_some(),
+                "{}",
+                p.name
+            );
+            if q.hidden_bytes_per_capture > 0 {
+                assert_eq!(
+                    c.facts.hidden_bytes_per_capture,
+                    Some(q.hidden_bytes_per_capture),
+                    "{}",
+                    p.name
+                );
+            }
+            assert!(p.context_overhead_bytes < p.total_bytes / 8, "{}", p.name);
+        }
+    }
+}

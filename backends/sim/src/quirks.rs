@@ -1,0 +1,208 @@
+//! Vendor quirks as switchable behaviours, and the selector modifiers that switch them.
+//!
+//! Each field of [`Quirks`] reproduces one row of the vendor table in `DESIGN.md`. A profile
+//! turns on the quirks its real platform has; a selector such as
+//! `sim:rtx4090,stale-free=on,other=2GiB` changes them per device (see [`Modifiers`]).
+
+use memplan_core::bytes::parse_bytes;
+use memplan_core::{Error, Result};
+use serde::{Deserialize, Serialize};
+
+/// The switchable behaviours of a simulated GPU. `Default` is a well-behaved discrete GPU
+/// (every quirk off) with the framework behaviour `capture_empties_cache` on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Quirks {
+    /// Driver free counts only this process (ROCm <= 5.4 `hipMemGetInfo`): other processes and
+    /// graphics allocations are invisible.
+    pub free_process_local: bool,
+    /// Driver free is device-wide but blind to graphics (DRM) allocations (ROCm >= 5.5).
+    pub free_blind_to_graphics: bool,
+    /// APU: total/free come from the VRAM aperture (`SimProfile::apu_aperture_bytes`), not from
+    /// the GTT memory the GPU really uses.
+    pub apu_wrong_pool: bool,
+    /// Destroying a graph returns its memory only at the next synchronize (ROCm >= 6.2).
+    pub deferred_graph_release: bool,
+    /// Driver memory kept per capture by the runtime's fragment allocator and never returned
+    /// (ROCm >= 6.2: about 4 MiB). 0 = none.
+    pub hidden_bytes_per_capture: u64,
+    /// Graph-pool attribute query is a stub returning 0 (ROCm 5.3 - 5.5.1).
+    pub graph_pool_attrs_zero: bool,
+    /// The platform has no graph-pool attribute query at all (Level Zero): readings are absent.
+    pub no_graph_pool_query: bool,
+    /// Level Zero Sysman is not initialised: driver free cannot be read (absent, never 0).
+    pub sysman_missing: bool,
+    /// Driver free always equals total (i915 Sysman for non-root users).
+    pub free_equals_total: bool,
+    /// Broken on purpose: driver free lags one synchronize behind (for the conformance suite).
+    pub stale_free: bool,
+    /// Framework behaviour: entering an engine graph capture empties the allocator cache first
+    /// (`torch.cuda.graph` does). On by default.
+    pub capture_empties_cache: bool,
+}
+
+impl Default for Quirks {
+    fn default() -> Self {
+        Quirks {
+            free_process_local: false,
+            free_blind_to_graphics: false,
+            apu_wrong_pool: false,
+            deferred_graph_release: false,
+            hidden_bytes_per_capture: 0,
+            graph_pool_attrs_zero: false,
+            no_graph_pool_query: false,
+            sysman_missing: false,
+            free_equals_total: false,
+            stale_free: false,
+            capture_empties_cache: true,
+        }
+    }
+}
+
+/// The boolean quirk names accepted in selectors, in kebab-case.
+pub const QUIRK_NAMES: [&str; 10] = [
+    "free-process-local",
+    "free-blind-to-graphics",
+    "apu-wrong-pool",
+    "deferred-graph-release",
+    "graph-pool-attrs-zero",
+    "no-graph-pool-query",
+    "sysman-missing",
+    "free-equals-total",
+    "stale-free",
+    "capture-empties-cache",
+];
+
+impl Quirks {
+    fn flag_mut(&mut self, name: &str) -> Option<&mut bool> {
+        Some(match name {
+            "free-process-local" => &mut self.free_process_local,
+            "free-blind-to-graphics" => &mut self.free_blind_to_graphics,
+            "apu-wrong-pool" => &mut self.apu_wrong_pool,
+            "deferred-graph-release" => &mut self.deferred_graph_release,
+            "graph-pool-attrs-zero" => &mut self.graph_pool_attrs_zero,
+            "no-graph-pool-query" => &mut self.no_graph_pool_query,
+            "sysman-missing" => &mut self.sysman_missing,
+            "free-equals-total" => &mut self.free_equals_total,
+            "stale-free" => &mut self.stale_free,
+            "capture-empties-cache" => &mut self.capture_empties_cache,
+            _ => return None,
+        })
+    }
+
+    /// The names of the quirks that are on (for descriptors and reports).
+    pub fn active(&self) -> Vec<String> {
+        let mut copy = *self;
+        let mut v: Vec<String> = QUIRK_NAMES
+            .iter()
+            .filter(|n| copy.flag_mut(n).is_some_and(|b| *b))
+            .map(|n| n.to_string())
+            .collect();
+        if self.hidden_bytes_per_capture > 0 {
+            v.push(format!(
+                "hidden-bytes-per-capture={}",
+                self.hidden_bytes_per_capture
+            ));
+        }
+        v
+    }
+}
+
+/// What a selector's modifiers ask for, beyond the profile: `name,mod,mod...`.
+///
+/// Modifiers: `declare-exact` (declare every reading exact, keep the quirks: calibration must
+/// catch it), `QUIRK=on|off` for each name in [`QUIRK_NAMES`], `hidden-bytes-per-capture=BYTES`,
+/// `other=BYTES` (memory held by other processes) and `graphics=BYTES` (DRM allocations).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Modifiers {
+    /// Declare every reading exact while keeping the quirks.
+    pub declare_exact: bool,
+    /// Memory held by other processes at start.
+    pub other_processes: Option<u64>,
+    /// Graphics (DRM) allocations at start.
+    pub graphics: Option<u64>,
+}
+
+/// Split `name,mod,...` into the profile name, the quirks changed from `base` and the rest.
+pub fn parse_selector(
+    selector: &str,
+    base: impl FnOnce(&str) -> Result<Quirks>,
+) -> Result<(String, Quirks, Modifiers)> {
+    let mut parts = selector.split(',').map(str::trim);
+    let name = parts.next().unwrap_or_default().to_ascii_lowercase();
+    let mut quirks = base(&name)?;
+    let mut mods = Modifiers::default();
+    for m in parts {
+        let bad = |msg: String| Error::invalid(format!("sim selector modifier `{m}`"), msg);
+        let (key, value) = match m.split_once('=') {
+            Some((k, v)) => (k.trim().to_ascii_lowercase(), Some(v.trim())),
+            None => (m.to_ascii_lowercase(), None),
+        };
+        match (key.as_str(), value) {
+            ("declare-exact", None) => mods.declare_exact = true,
+            ("other", Some(v)) => mods.other_processes = Some(parse_bytes("other", v)?),
+            ("graphics", Some(v)) => mods.graphics = Some(parse_bytes("graphics", v)?),
+            ("hidden-bytes-per-capture", Some(v)) => {
+                quirks.hidden_bytes_per_capture = parse_bytes("hidden-bytes-per-capture", v)?;
+            }
+            (k, v) => {
+                let on = match v.map(str::to_ascii_lowercase).as_deref() {
+                    None | Some("on") | Some("true") | Some("1") => true,
+                    Some("off") | Some("false") | Some("0") => false,
+                    Some(x) => return Err(bad(format!("value {x:?} is not on/off"))),
+                };
+                let flag = quirks.flag_mut(k).ok_or_else(|| {
+                    bad(format!(
+                        "unknown modifier; use declare-exact, other=BYTES, graphics=BYTES, \
+                         hidden-bytes-per-capture=BYTES or QUIRK=on|off with QUIRK one of {}",
+                        QUIRK_NAMES.join(", ")
+                    ))
+                })?;
+                *flag = on;
+            }
+        }
+    }
+    Ok((name, quirks, mods))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_is_well_behaved_with_capture_flush() {
+        let q = Quirks::default();
+        assert_eq!(q.active(), vec!["capture-empties-cache".to_string()]);
+    }
+
+    #[test]
+    fn parses_modifiers() {
+        let (n, q, m) = parse_selector(
+            "RTX4090, stale-free, capture-empties-cache=off,other=2GiB,declare-exact",
+            |_| Ok(Quirks::default()),
+        )
+        .unwrap();
+        assert_eq!(n, "rtx4090");
+        assert!(q.stale_free && !q.capture_empties_cache);
+        assert!(m.declare_exact);
+        assert_eq!(m.other_processes, Some(2 << 30));
+    }
+
+    #[test]
+    fn bad_modifiers_name_the_field() {
+        let e = parse_selector("x,warp-drive", |_| Ok(Quirks::default()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("`warp-drive`") && e.contains("stale-free"),
+            "{e}"
+        );
+        let e = parse_selector("x,stale-free=maybe", |_| Ok(Quirks::default()))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not on/off"), "{e}");
+        let e = parse_selector("x,other=lots", |_| Ok(Quirks::default()))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("other"), "{e}");
+    }
+}

@@ -1,0 +1,98 @@
+//! Translation of the simulated world into the raw readings a driver would give, quirk by quirk
+//! (the `conv.rs` of this backend), and the masking of readings the declaration says cannot be
+//! sourced.
+
+use memplan_core::{DriverMemory, GraphPoolMemory, ProfilingCapability, Reading, Reliability};
+
+use crate::profile::SimProfile;
+use crate::quirks::Quirks;
+use crate::state::State;
+
+/// Total as the driver reports it: the aperture on APUs with `apu_wrong_pool`.
+pub(crate) fn reported_total(p: &SimProfile, q: &Quirks) -> u64 {
+    match (q.apu_wrong_pool, p.apu_aperture_bytes) {
+        (true, Some(aperture)) => aperture,
+        _ => p.total_bytes,
+    }
+}
+
+/// Free as the driver would report it right now (before the stale-free lag).
+pub(crate) fn fresh_free(p: &SimProfile, q: &Quirks, s: &State) -> Option<u64> {
+    if q.sysman_missing {
+        return None;
+    }
+    let total = reported_total(p, q);
+    if q.free_equals_total {
+        return Some(total);
+    }
+    let mut free = if q.free_process_local {
+        p.total_bytes.saturating_sub(s.this_process(p))
+    } else {
+        s.real_free(p)
+    };
+    if q.free_blind_to_graphics && !q.free_process_local {
+        free = free.saturating_add(s.graphics).min(p.total_bytes);
+    }
+    if q.apu_wrong_pool {
+        // The aperture fills first as the GPU sees it: the reading drops with use and stops at 0.
+        free = total.saturating_sub(p.total_bytes.saturating_sub(free));
+    }
+    Some(free)
+}
+
+/// The raw driver reading, quirks applied, nothing masked.
+pub(crate) fn raw_driver(p: &SimProfile, q: &Quirks, s: &State) -> DriverMemory {
+    let free = match (q.stale_free, s.stale) {
+        (true, Some((reported, _))) => Some(reported),
+        _ => fresh_free(p, q, s),
+    };
+    DriverMemory {
+        total: Some(reported_total(p, q)),
+        free,
+    }
+}
+
+/// The raw graph-pool reading: absent without a query, 0 with the stub.
+pub(crate) fn raw_graph_pool(q: &Quirks, s: &State) -> GraphPoolMemory {
+    if q.no_graph_pool_query {
+        return GraphPoolMemory::default();
+    }
+    if q.graph_pool_attrs_zero {
+        return GraphPoolMemory {
+            used: Some(0),
+            reserved: Some(0),
+            used_high: Some(0),
+            reserved_high: Some(0),
+        };
+    }
+    GraphPoolMemory {
+        used: Some(s.gp_used),
+        reserved: Some(s.gp_reserved),
+        used_high: Some(s.gp_used_high),
+        reserved_high: Some(s.gp_reserved_high),
+    }
+}
+
+fn unavailable(c: &ProfilingCapability, r: Reading) -> bool {
+    matches!(c.reading(r), Reliability::Unavailable { .. })
+}
+
+/// A backend does not source what it declares unavailable: those readings become `None`.
+pub(crate) fn mask_driver(c: &ProfilingCapability, mut d: DriverMemory) -> DriverMemory {
+    if unavailable(c, Reading::DriverTotal) {
+        d.total = None;
+    }
+    if unavailable(c, Reading::DriverFree) {
+        d.free = None;
+    }
+    d
+}
+
+/// As [`mask_driver`], for the graph pool.
+pub(crate) fn mask_graph_pool(c: &ProfilingCapability, g: GraphPoolMemory) -> GraphPoolMemory {
+    if unavailable(c, Reading::GraphPool) {
+        GraphPoolMemory::default()
+    } else {
+        g
+    }
+}

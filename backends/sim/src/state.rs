@@ -1,0 +1,216 @@
+//! The mutable world of one simulated GPU: the clock, other processes, this process's driver
+//! allocations (context, raw, allocator segments, graph exec objects, graph pool, mappings)
+//! and the deferred releases. Every driver-side growth goes through [`State::take`], which
+//! fails with `OutOfMemory` when the device is really full.
+
+use std::collections::BTreeMap;
+
+use memplan_core::{Error, Result};
+
+use crate::heap::{BlockId, Heap, Pool};
+use crate::profile::SimProfile;
+
+/// Driver memory of one graph exec object per kernel node (the public data point).
+pub const EXEC_BYTES_PER_KERNEL_NODE: u64 = 64 * 1024;
+
+/// A live graph.
+#[derive(Debug, Clone)]
+pub(crate) struct GraphRecord {
+    /// Exec object bytes (driver only).
+    pub exec: u64,
+    /// Graph allocation-node bytes (graph pool).
+    pub alloc_node: u64,
+    /// The graph's output block in the allocator's private pool (engine graphs only).
+    pub output: Option<BlockId>,
+}
+
+/// A capture in progress.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Capture {
+    /// Engine capture (allocations go to the private pool) rather than a device capture.
+    pub engine: bool,
+    /// Kernel nodes recorded so far (device captures).
+    pub kernel_nodes: u64,
+    /// Allocation-node bytes recorded so far (device captures).
+    pub alloc_node: u64,
+}
+
+/// Driver memory of a destroyed graph, returned at the next synchronize.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Pending {
+    pub exec: u64,
+    pub alloc_node: u64,
+}
+
+/// Everything that changes.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct State {
+    pub tick: u64,
+    pub other: u64,
+    pub graphics: u64,
+    /// Scheduled changes of other processes' memory: (tick, bytes), applied at synchronize.
+    pub schedule: Vec<(u64, u64)>,
+    pub raw: BTreeMap<u64, u64>,
+    pub next_handle: u64,
+    pub heap: Heap,
+    pub graphs: BTreeMap<u64, GraphRecord>,
+    pub next_graph: u64,
+    pub capture: Option<Capture>,
+    pub exec: u64,
+    pub hidden: u64,
+    pub gp_used: u64,
+    pub gp_reserved: u64,
+    pub gp_used_high: u64,
+    pub gp_reserved_high: u64,
+    pub pending: Vec<Pending>,
+    pub vmm_ranges: BTreeMap<u64, u64>,
+    pub vmm_maps: BTreeMap<u64, (u64, u64, u64)>,
+    /// Stale free: (value reported now, value to report after the next synchronize).
+    pub stale: Option<(u64, u64)>,
+}
+
+impl State {
+    /// Driver memory this process holds, context included.
+    pub fn this_process(&self, p: &SimProfile) -> u64 {
+        p.context_overhead_bytes
+            + self.raw_bytes()
+            + self.heap.reserved(None)
+            + self.exec
+            + self.hidden
+            + self.gp_reserved
+            + self.vmm_mapped()
+            + self.pending.iter().map(|x| x.exec).sum::<u64>()
+    }
+
+    /// Driver memory held by everyone.
+    pub fn used(&self, p: &SimProfile) -> u64 {
+        self.this_process(p) + self.other + self.graphics
+    }
+
+    /// The real free memory.
+    pub fn real_free(&self, p: &SimProfile) -> u64 {
+        p.total_bytes.saturating_sub(self.used(p))
+    }
+
+    /// Bytes of raw allocations.
+    pub fn raw_bytes(&self) -> u64 {
+        self.raw.values().sum()
+    }
+
+    /// Bytes of physical memory mapped into reserved ranges.
+    pub fn vmm_mapped(&self) -> u64 {
+        self.vmm_maps.values().map(|m| m.2).sum()
+    }
+
+    /// Check that `bytes` more fit on the device.
+    pub fn take(&self, p: &SimProfile, bytes: u64, call: &str) -> Result<()> {
+        if bytes > self.real_free(p) {
+            return Err(Error::OutOfMemory {
+                call: call.into(),
+                requested: bytes,
+            });
+        }
+        Ok(())
+    }
+
+    /// Fail when a capture is in progress (global capture mode forbids the operation).
+    pub fn no_capture(&self, what: &str) -> Result<()> {
+        match self.capture {
+            Some(_) => Err(Error::Measurement(format!(
+                "{what} while a graph capture is in progress (global capture mode forbids it)"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// One tick: apply scheduled changes and deferred releases.
+    pub fn synchronize(&mut self) {
+        self.tick += 1;
+        let tick = self.tick;
+        let (due, later): (Vec<_>, Vec<_>) = self.schedule.iter().partition(|(t, _)| *t <= tick);
+        if let Some((_, bytes)) = due.last() {
+            self.other = *bytes;
+        }
+        self.schedule = later;
+        for p in std::mem::take(&mut self.pending) {
+            self.gp_used = self.gp_used.saturating_sub(p.alloc_node);
+        }
+    }
+
+    /// Instantiate a graph: exec object, hidden per-capture bytes and allocation nodes.
+    pub fn instantiate(
+        &mut self,
+        p: &SimProfile,
+        kernel_nodes: u64,
+        alloc_node: u64,
+        hidden: u64,
+    ) -> Result<u64> {
+        let exec = kernel_nodes.saturating_mul(EXEC_BYTES_PER_KERNEL_NODE);
+        let pool_growth = (self.gp_used + alloc_node).saturating_sub(self.gp_reserved);
+        self.take(p, exec + hidden + pool_growth, "graph instantiate")?;
+        self.exec += exec;
+        self.hidden += hidden;
+        self.gp_used += alloc_node;
+        self.gp_reserved += pool_growth;
+        self.gp_used_high = self.gp_used_high.max(self.gp_used);
+        self.gp_reserved_high = self.gp_reserved_high.max(self.gp_reserved);
+        let id = self.next_graph;
+        self.next_graph += 1;
+        self.graphs.insert(
+            id,
+            GraphRecord {
+                exec,
+                alloc_node,
+                output: None,
+            },
+        );
+        Ok(id)
+    }
+
+    /// Destroy a graph: its output block at once, its driver memory now or at the next sync.
+    pub fn destroy(&mut self, id: u64, deferred: bool) -> Result<()> {
+        let g = self
+            .graphs
+            .remove(&id)
+            .ok_or_else(|| Error::invalid("graph", format!("no live graph with id {id}")))?;
+        if let Some(b) = g.output {
+            self.heap.free(b);
+        }
+        self.exec -= g.exec;
+        if deferred {
+            self.pending.push(Pending {
+                exec: g.exec,
+                alloc_node: g.alloc_node,
+            });
+        } else {
+            self.gp_used = self.gp_used.saturating_sub(g.alloc_node);
+        }
+        Ok(())
+    }
+
+    /// Trim the graph pool to what live graphs use.
+    /// Memory of destroyed graphs awaiting a synchronize is still in use and stays.
+    pub fn trim_graph_pool(&mut self) {
+        self.gp_reserved = self.gp_used;
+    }
+
+    /// Allocate from the caching allocator into `pool`, growing it from the driver.
+    pub fn malloc(&mut self, p: &SimProfile, pool: Pool, bytes: u64) -> Result<BlockId> {
+        let rounded = crate::heap::round_request(bytes);
+        if let Some(b) = self.heap.place_cached(pool, rounded) {
+            return Ok(b);
+        }
+        let seg = crate::heap::segment_size(rounded);
+        if self.take(p, seg, "SimAllocator::malloc").is_err() {
+            // Like PyTorch: give the cached segments back and retry once.
+            self.heap.release_free(Pool::Default);
+            self.heap.release_free(Pool::Private);
+            self.take(p, seg, "SimAllocator::malloc")
+                .map_err(|_| Error::OutOfMemory {
+                    call: "SimAllocator::malloc".into(),
+                    requested: bytes,
+                })?;
+        }
+        Ok(self.heap.place_new(pool, rounded, seg))
+    }
+}

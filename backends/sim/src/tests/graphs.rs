@@ -1,0 +1,170 @@
+//! Engine graph capture: the private pool shared by every graph, exec overhead visible only to
+//! the driver, allocation nodes in the graph-pool attributes, capture flushing the cache.
+
+use memplan_core::{AllocatorView, Device, Error};
+
+use super::{free_after_sync, gpu, M};
+use crate::{GraphSpec, EXEC_BYTES_PER_KERNEL_NODE};
+
+#[test]
+fn private_pool_is_shared_and_grows_to_the_largest_graph() {
+    let g = gpu("h100-80gb");
+    let a = g.allocator();
+    let mut ids = Vec::new();
+    for mib in [100u64, 80, 60, 40] {
+        a.begin_graph_capture().unwrap();
+        ids.push(
+            a.end_graph_capture(&GraphSpec {
+                kernel_nodes: 10,
+                intermediate_bytes: mib * M,
+                alloc_node_bytes: 0,
+            })
+            .unwrap(),
+        );
+    }
+    let t = g.truth();
+    let outputs: u64 = [100u64, 80, 60, 40].iter().map(|m| m * M / 16).sum();
+    assert_eq!(
+        t.private_pool_allocated, outputs,
+        "only the outputs stay live"
+    );
+    assert!(
+        t.private_pool_reserved < (100 + 80 + 60 + 40) * M,
+        "not the sum: {}",
+        t.private_pool_reserved
+    );
+    assert!(
+        t.private_pool_reserved >= 100 * M,
+        "at least the largest graph"
+    );
+    assert!(
+        t.private_pool_reserved <= 100 * M + outputs + 8 * M,
+        "max + outputs (+ rounding)"
+    );
+    assert_eq!(
+        a.stats().reserved,
+        t.private_pool_reserved,
+        "allocator reserved includes the pool"
+    );
+    // empty_cache does not touch the private pool; destroying and releasing does.
+    a.empty_cache();
+    assert_eq!(g.truth().private_pool_reserved, t.private_pool_reserved);
+    for id in ids {
+        a.destroy_graph(id).unwrap();
+    }
+    a.release_private_pools().unwrap();
+    assert_eq!(g.truth().private_pool_reserved, 0);
+    assert_eq!(g.truth().graph_exec, 0);
+}
+
+#[test]
+fn exec_overhead_is_visible_only_to_the_driver() {
+    let mut g = gpu("rtx4090");
+    let a = g.allocator();
+    let before = free_after_sync(&mut g).unwrap();
+    a.begin_graph_capture().unwrap();
+    let id = a
+        .end_graph_capture(&GraphSpec {
+            kernel_nodes: 200,
+            ..GraphSpec::default()
+        })
+        .unwrap();
+    assert_eq!(a.stats().reserved, 0, "no allocator sees the exec object");
+    assert_eq!(
+        free_after_sync(&mut g),
+        Some(before - 200 * EXEC_BYTES_PER_KERNEL_NODE)
+    );
+    assert_eq!(g.truth().graph_exec, 200 * EXEC_BYTES_PER_KERNEL_NODE);
+    a.destroy_graph(id).unwrap();
+    assert!(a.destroy_graph(id).is_err(), "already destroyed");
+}
+
+#[test]
+fn alloc_nodes_show_in_graph_pool_attributes() {
+    let mut g = gpu("a100-40gb");
+    let a = g.allocator();
+    a.begin_graph_capture().unwrap();
+    let id = a
+        .end_graph_capture(&GraphSpec {
+            kernel_nodes: 1,
+            intermediate_bytes: 0,
+            alloc_node_bytes: 32 * M,
+        })
+        .unwrap();
+    let gp = g.graph_pool_memory().unwrap();
+    assert_eq!((gp.used, gp.reserved), (Some(32 * M), Some(32 * M)));
+    assert_eq!(
+        a.stats().reserved,
+        0,
+        "graph allocation nodes are not the allocator's"
+    );
+    a.destroy_graph(id).unwrap();
+}
+
+#[test]
+fn allocations_inside_capture_go_to_the_private_pool() {
+    let g = gpu("rtx4090");
+    let a = g.allocator();
+    a.begin_graph_capture().unwrap();
+    let b = a.malloc(8 * M).unwrap();
+    a.free(b).unwrap();
+    let id = a.end_graph_capture(&GraphSpec::default()).unwrap();
+    assert_eq!(g.truth().private_pool_reserved, 8 * M);
+    assert_eq!(g.truth().allocator_reserved, 0);
+    a.destroy_graph(id).unwrap();
+    a.release_private_pools().unwrap();
+    assert_eq!(g.truth().private_pool_reserved, 0);
+}
+
+#[test]
+fn capture_is_exclusive_and_respects_support() {
+    let mut g = gpu("rtx4090");
+    let a = g.allocator();
+    a.begin_graph_capture().unwrap();
+    assert!(a.begin_graph_capture().is_err(), "one capture at a time");
+    assert!(
+        matches!(g.synchronize(), Err(Error::Measurement(_))),
+        "sync during capture fails"
+    );
+    assert!(
+        g.allocate(M).is_err(),
+        "raw allocation during capture fails"
+    );
+    a.abort_graph_capture();
+    assert!(g.synchronize().is_ok());
+    let a770 = gpu("arc-a770").allocator();
+    assert!(matches!(
+        a770.begin_graph_capture(),
+        Err(Error::Unsupported { .. })
+    ));
+    assert!(
+        a.end_graph_capture(&GraphSpec::default()).is_err(),
+        "nothing to end"
+    );
+}
+
+#[test]
+fn oom_during_capture_leaves_no_half_graph() {
+    let g = gpu("l4");
+    let a = g.allocator();
+    g.set_other_processes(23 * 1024 * M);
+    a.begin_graph_capture().unwrap();
+    let spec = GraphSpec {
+        kernel_nodes: 100_000,
+        intermediate_bytes: 4 * M,
+        alloc_node_bytes: 0,
+    };
+    assert!(matches!(
+        a.end_graph_capture(&spec),
+        Err(Error::OutOfMemory { .. })
+    ));
+    let t = g.truth();
+    assert_eq!(
+        (t.live_graphs, t.private_pool_allocated, t.graph_exec),
+        (0, 0, 0)
+    );
+    assert!(
+        a.begin_graph_capture().is_ok(),
+        "the failed capture was ended"
+    );
+}
