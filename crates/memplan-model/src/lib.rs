@@ -20,10 +20,12 @@
 
 pub mod arch;
 pub mod config;
+pub mod dryrun;
 pub mod estimate;
 pub mod presets;
 pub mod quant;
 pub mod safetensors;
+pub mod validation;
 pub mod weights;
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,301 @@
+//! The dry run behind `memplan plan`: a model, a device total and the engine's flags in; the
+//! budget arithmetic and the KV sizing out, with every figure marked measured (passed by the
+//! user) or estimated (with its basis).
+//!
+//! Pure: no device is touched here; the caller supplies the total (and optionally a snapshot
+//! for the start-up free-memory check).
+
+use memplan_core::kv::{KvDtype, KvLimits, KvSizing, KvSpec};
+use memplan_core::{Error, MemoryInfo, Result};
+use memplan_planner::budget::{self, Budget, Consumers, Request};
+
+use crate::estimate::{self, EngineShape, Estimate};
+use crate::quant::Quantization;
+use crate::{dtype_bytes, Model};
+
+/// Values the user measured in an earlier start-up (they replace the estimates).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Measured {
+    /// Weights per rank.
+    pub weights: Option<u64>,
+    /// Activation peak per rank.
+    pub activation: Option<u64>,
+    /// Non-allocator growth per rank.
+    pub non_torch: Option<u64>,
+    /// Graph memory per rank.
+    pub graph: Option<u64>,
+}
+
+/// How graph memory enters the budget of a dry run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GraphReserve {
+    /// Reserve the measured value, else the analytic estimate.
+    Reserve,
+    /// Reserve nothing (eager, or an engine that does not subtract graph memory).
+    None,
+}
+
+/// Everything a dry run needs.
+#[derive(Debug, Clone)]
+pub struct PlanInput {
+    /// The model.
+    pub model: Model,
+    /// Device total per rank.
+    pub total: u64,
+    /// A snapshot for the start-up check (free >= requested), when a device was read.
+    pub snapshot: Option<MemoryInfo>,
+    /// Utilisation, byte budget or fixed KV size.
+    pub request: Request,
+    /// Model dtype override (`auto` = config).
+    pub dtype: Option<String>,
+    /// KV dtype (`None` = the model dtype).
+    pub kv_cache_dtype: Option<KvDtype>,
+    /// Online quantization (`--quantization fp8`); the checkpoint's own config is used
+    /// otherwise.
+    pub quantization: Option<Quantization>,
+    /// Longest request (`None` = the model's `max_position_embeddings`).
+    pub max_model_len: Option<u64>,
+    /// Requests per step (`None` = the engine default for this total).
+    pub max_num_seqs: Option<u64>,
+    /// Tokens per step (`None` = the engine default for this total).
+    pub max_num_batched_tokens: Option<u64>,
+    /// Tokens per KV block.
+    pub block_size: u32,
+    /// Tensor-parallel ranks.
+    pub tensor_parallel: u64,
+    /// Graph capture sizes (`None` = the engine default).
+    pub capture_sizes: Option<Vec<u64>>,
+    /// No graphs at all.
+    pub enforce_eager: bool,
+    /// Graph reserve policy.
+    pub graph_reserve: GraphReserve,
+    /// Measured values.
+    pub measured: Measured,
+}
+
+/// One consumer figure and where it comes from.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Figure {
+    /// Bytes.
+    pub bytes: u64,
+    /// `measured`, `checkpoint` (safetensors headers), `estimate` or `not reserved`.
+    pub source: &'static str,
+    /// How it was obtained.
+    pub basis: String,
+}
+
+/// The dry run's result.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DryRun {
+    /// Budget arithmetic.
+    pub budget: Budget,
+    /// KV sizing.
+    pub sizing: KvSizing,
+    /// The KV spec sized.
+    pub kv_spec: KvSpec,
+    /// Weights.
+    pub weights: Figure,
+    /// Activation peak.
+    pub activation: Figure,
+    /// Non-allocator growth.
+    pub non_torch: Figure,
+    /// Graph memory (reserved or not).
+    pub graph: Figure,
+    /// Graph estimate even when not reserved (for comparison).
+    pub graph_estimate: Estimate,
+    /// Settings actually used (defaults resolved).
+    pub max_model_len: u64,
+    /// Requests per step used.
+    pub max_num_seqs: u64,
+    /// Tokens per step used.
+    pub max_num_batched_tokens: u64,
+    /// Warnings for the user.
+    pub warnings: Vec<String>,
+}
+
+fn figure(measured: Option<u64>, e: Estimate) -> Figure {
+    match measured {
+        Some(b) => Figure {
+            bytes: b,
+            source: "measured",
+            basis: "passed by the user".into(),
+        },
+        None => Figure {
+            bytes: e.bytes,
+            source: "estimate",
+            basis: e.basis,
+        },
+    }
+}
+
+/// Run the dry run. Errors: bad flags (naming the flag), a model that does not fit (saying
+/// what would fit), a free-memory shortfall at start-up.
+pub fn run(input: &PlanInput) -> Result<DryRun> {
+    let c = &input.model.config;
+    let tp = input.tensor_parallel;
+    if tp == 0 {
+        return Err(Error::invalid("tensor-parallel-size", "must be > 0"));
+    }
+    let dtype_name = match input.dtype.as_deref() {
+        None | Some("auto") => c.torch_dtype.clone().unwrap_or_else(|| "bfloat16".into()),
+        Some(d) => d.to_string(),
+    };
+    let db = dtype_bytes(&dtype_name).map_err(|e| {
+        if input.dtype.is_some() {
+            e
+        } else {
+            Error::invalid("torch_dtype", e.to_string())
+        }
+    })?;
+    let kv_dtype = match input.kv_cache_dtype {
+        Some(k) => k,
+        None => match db {
+            4 => KvDtype::F32,
+            _ if dtype_name.contains("bf") => KvDtype::Bf16,
+            _ => KvDtype::F16,
+        },
+    };
+    let (def_seqs, def_tokens) = estimate::default_limits(input.total);
+    let max_num_seqs = input.max_num_seqs.unwrap_or(def_seqs);
+    let max_model_len = match input.max_model_len.or(c.max_position_embeddings) {
+        Some(0) | None => {
+            return Err(Error::invalid(
+                "max-model-len",
+                "the config has no max_position_embeddings; pass --max-model-len",
+            ))
+        }
+        Some(n) => n,
+    };
+    let max_num_batched_tokens = input.max_num_batched_tokens.unwrap_or(def_tokens);
+    for (k, v) in [
+        ("max-num-seqs", max_num_seqs),
+        ("max-num-batched-tokens", max_num_batched_tokens),
+    ] {
+        if v == 0 {
+            return Err(Error::invalid(k, "must be > 0"));
+        }
+    }
+    let capture_sizes = if input.enforce_eager {
+        Vec::new()
+    } else {
+        input
+            .capture_sizes
+            .clone()
+            .unwrap_or_else(|| estimate::default_capture_sizes(max_num_seqs))
+    };
+    let shape = EngineShape {
+        max_num_seqs,
+        max_num_batched_tokens,
+        tensor_parallel: tp,
+        capture_sizes,
+        dtype_bytes: db,
+    };
+    let kv_spec = c.kv_spec(kv_dtype, input.block_size, tp)?;
+    let mut warnings = Vec::new();
+
+    let quant = input.quantization.as_ref().or(c.quantization.as_ref());
+    let weights = match (input.measured.weights, &input.model.checkpoint) {
+        (Some(b), _) => Figure {
+            bytes: b,
+            source: "measured",
+            basis: "passed by the user".into(),
+        },
+        (None, Some(s)) if input.quantization.is_none() => Figure {
+            bytes: s.per_rank(tp),
+            source: "checkpoint",
+            basis: format!(
+                "safetensors headers: {} tensors, split over {tp} rank(s)",
+                s.tensors
+            ),
+        },
+        _ => {
+            let b = crate::weights::weight_bytes(c, tp, db, quant)?;
+            let q = quant
+                .map(|q| format!(", {} at {:.2} bits per weight", q.method, q.bits_per_weight))
+                .unwrap_or_default();
+            Figure {
+                bytes: b,
+                source: "estimate",
+                basis: format!(
+                    "estimate: parameters from the architecture at {db} bytes{q}, per rank of {tp}"
+                ),
+            }
+        }
+    };
+    let activation = figure(input.measured.activation, estimate::activation(c, &shape));
+    let non_torch = figure(input.measured.non_torch, estimate::non_torch(&shape));
+    let graph_estimate = estimate::graph(c, &shape);
+    let graph = if input.enforce_eager {
+        Figure {
+            bytes: 0,
+            source: "not reserved",
+            basis: "eager: no graphs".into(),
+        }
+    } else {
+        match input.graph_reserve {
+            GraphReserve::Reserve => figure(input.measured.graph, graph_estimate.clone()),
+            GraphReserve::None => {
+                warnings.push(format!("graph memory is not reserved (graph strategy none); capture will take about {:.2} GiB outside the budget", graph_estimate.bytes as f64 / (1u64 << 30) as f64));
+                Figure {
+                    bytes: 0,
+                    source: "not reserved",
+                    basis: "graph strategy none".into(),
+                }
+            }
+        }
+    };
+
+    let consumers = Consumers {
+        weights: weights.bytes,
+        activation: activation.bytes,
+        non_allocator: non_torch.bytes,
+        graph_reserve: graph.bytes,
+    };
+    let budget = budget::compute(input.total, input.request, consumers)?;
+    if let Some(s) = &input.snapshot {
+        budget::check_free(s, budget.requested, "the engine's requested memory")?;
+    }
+    let limits = KvLimits {
+        max_model_len,
+        max_num_batched_tokens,
+        max_len_limit: max_model_len.max(c.max_position_embeddings.unwrap_or(0)),
+    };
+    let sizing = kv_spec.size(budget.kv_budget, &limits)?;
+    if sizing.max_concurrency < 1.0 {
+        let fit = match sizing.max_model_len_fit {
+            Some(n) => format!("the largest --max-model-len that fits is {n}"),
+            None => "not even one block fits: lower --max-num-batched-tokens or raise --gpu-memory-utilization".into(),
+        };
+        return Err(Error::DoesNotFit(format!(
+            "one request of {max_model_len} tokens needs {} KV blocks but only {} fit in {:.2} GiB; {fit}",
+            sizing.blocks_per_request,
+            sizing.usable_blocks,
+            budget.kv_budget as f64 / (1u64 << 30) as f64
+        )));
+    }
+    if c.max_position_embeddings.is_some_and(|m| max_model_len > m) {
+        warnings.push(format!(
+            "--max-model-len {max_model_len} exceeds the model's max_position_embeddings"
+        ));
+    }
+    if tp > 1 {
+        warnings.push(format!(
+            "figures are per rank; the engine sizes all {tp} ranks like the smallest"
+        ));
+    }
+    Ok(DryRun {
+        budget,
+        sizing,
+        kv_spec,
+        weights,
+        activation,
+        non_torch,
+        graph,
+        graph_estimate,
+        max_model_len,
+        max_num_seqs,
+        max_num_batched_tokens,
+        warnings,
+    })
+}
