@@ -146,6 +146,20 @@ fn unknown(selector: &str, count: usize) -> Error {
     }
 }
 
+impl CudaBackend {
+    /// [`Backend::open`] without the box: the concrete device, for callers that want its
+    /// CUDA-only extras ([`CudaDevice::nvml_memory`], [`CudaDevice::kernel_source`]).
+    pub fn open_cuda(&self, selector: &str) -> Result<CudaDevice> {
+        let drv = driver()?;
+        let count = device_count()?;
+        let ordinal: usize = selector.parse().map_err(|_| unknown(selector, count))?;
+        if ordinal >= count {
+            return Err(unknown(selector, count));
+        }
+        CudaDevice::open(drv, describe(drv, ordinal)?)
+    }
+}
+
 impl Backend for CudaBackend {
     fn kind(&self) -> BackendKind {
         BackendKind::Cuda
@@ -159,13 +173,7 @@ impl Backend for CudaBackend {
     }
 
     fn open(&self, selector: &str) -> Result<Box<dyn Device>> {
-        let drv = driver()?;
-        let count = device_count()?;
-        let ordinal: usize = selector.parse().map_err(|_| unknown(selector, count))?;
-        if ordinal >= count {
-            return Err(unknown(selector, count));
-        }
-        Ok(Box::new(CudaDevice::open(drv, describe(drv, ordinal)?)?))
+        Ok(Box::new(self.open_cuda(selector)?))
     }
 }
 

@@ -256,6 +256,14 @@ pub fn candidates() -> Vec<String> {
         .collect()
 }
 
+/// What the dynamic loader said (libloading puts `dlerror()`'s text in the error's source).
+fn loader_message(e: &libloading::Error) -> String {
+    match std::error::Error::source(e) {
+        Some(src) => src.to_string(),
+        None => e.to_string(),
+    }
+}
+
 /// Load the first of `names` that loads. The error names the canonical library and what the
 /// loader said about it (or about the last name tried).
 pub fn probe(names: &[String]) -> Result<(String, libloading::Library)> {
@@ -265,7 +273,9 @@ pub fn probe(names: &[String]) -> Result<(String, libloading::Library)> {
         // program does; the library is kept loaded for the life of the process.
         match unsafe { libloading::Library::new(name) } {
             Ok(lib) => return Ok((name.clone(), lib)),
-            Err(e) if name == canonical_name() || detail.is_none() => detail = Some(e.to_string()),
+            Err(e) if name == canonical_name() || detail.is_none() => {
+                detail = Some(loader_message(&e))
+            }
             Err(_) => {}
         }
     }
@@ -363,6 +373,12 @@ mod tests {
         let e = probe(&["libmemplan-no-such-driver.so.1".into()]).unwrap_err();
         assert!(matches!(e, Error::LibraryNotFound { .. }), "{e}");
         assert!(e.to_string().contains(canonical_name()), "{e}");
+        #[cfg(target_os = "linux")]
+        assert!(
+            e.to_string()
+                .contains("libmemplan-no-such-driver.so.1: cannot open"),
+            "the loader's own words: {e}"
+        );
         assert!(probe(&[]).is_err());
     }
 

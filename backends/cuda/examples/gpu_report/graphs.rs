@@ -1,0 +1,180 @@
+//! Capture real graphs and compare memplan's graph-memory measurement (the graph-pool window
+//! of two snapshots) with the drop in driver free memory.
+//!
+//! Protocol per sample (the core's rule): trim the pool, synchronize and snapshot (baseline),
+//! capture + instantiate, snapshot, replay, snapshot, destroy + trim, snapshot. The free drop
+//! after replay minus the pool window is what no pool counts: graph exec objects and kernel
+//! nodes (one public data point: ~64 KiB per kernel node).
+
+use memplan_backend_cuda::CudaDevice;
+use memplan_core::{protocol::snapshot, CaptureWork, Device, GraphId, MemoryInfo};
+use serde_json::{json, Value};
+
+const MIB: u64 = 1 << 20;
+
+/// (kernel nodes, allocation-node bytes) of the single-graph samples.
+const SAMPLES: [(u32, u64); 7] = [
+    (1, 0),
+    (64, 0),
+    (512, 0),
+    (8, 4 * MIB),
+    (8, 64 * MIB),
+    (8, 512 * MIB),
+    (128, 64 * MIB),
+];
+/// Allocation-node sizes of the graphs kept alive together (shared-pool experiment).
+const SHARED: [u64; 3] = [64 * MIB, 128 * MIB, 256 * MIB];
+
+fn snap(d: &mut dyn Device) -> Result<MemoryInfo, String> {
+    snapshot(d, None).map_err(|e| e.to_string())
+}
+
+fn free(m: &MemoryInfo) -> i64 {
+    m.driver.free.map(|f| f as i64).unwrap_or(i64::MIN)
+}
+
+fn pool(m: &MemoryInfo) -> Option<i64> {
+    m.graph_pool.reserved.map(|v| v as i64)
+}
+
+fn capture(d: &mut dyn Device, work: CaptureWork) -> Result<GraphId, String> {
+    let g = d.graph_capture().map_err(|e| e.to_string())?;
+    g.begin_capture().map_err(|e| e.to_string())?;
+    let recorded = g.record(&work);
+    if let Err(e) = recorded {
+        let _ = g.abort_capture();
+        return Err(e.to_string());
+    }
+    g.end_capture().map_err(|e| e.to_string())
+}
+
+fn trim(d: &mut dyn Device) -> Result<(), String> {
+    d.graph_capture()
+        .and_then(|g| g.release_pool())
+        .map_err(|e| e.to_string())
+}
+
+fn sample(d: &mut dyn Device, kernels: u32, alloc: u64) -> Result<Value, String> {
+    trim(d)?;
+    let base = snap(d)?;
+    let id = capture(
+        d,
+        CaptureWork {
+            kernel_nodes: kernels,
+            alloc_node_bytes: alloc,
+        },
+    )?;
+    let inst = snap(d)?;
+    d.graph_capture()
+        .and_then(|g| g.replay(id))
+        .map_err(|e| e.to_string())?;
+    let run = snap(d)?;
+    d.graph_capture()
+        .and_then(|g| g.destroy(id))
+        .map_err(|e| e.to_string())?;
+    trim(d)?;
+    let end = snap(d)?;
+    let pool_run = pool(&run).zip(pool(&base)).map(|(a, b)| a - b);
+    let drop_run = free(&base) - free(&run);
+    Ok(json!({
+        "kernel_nodes": kernels,
+        "alloc_node_bytes": alloc,
+        "after_instantiate": { "free_drop": free(&base) - free(&inst), "graph_pool_reserved": pool(&inst).zip(pool(&base)).map(|(a, b)| a - b) },
+        "after_replay": { "free_drop": drop_run, "graph_pool_reserved": pool_run, "graph_pool_used_high": run.graph_pool.used_high },
+        "not_in_pool": pool_run.map(|p| drop_run - p),
+        "not_in_pool_per_kernel_node": pool_run.map(|p| (drop_run - p) / i64::from(kernels.max(1))),
+        "pool_covers_alloc_node": pool_run.map(|p| p >= alloc as i64),
+        "free_after_teardown_minus_baseline": free(&end) - free(&base),
+        "window_after_replay": (run - base).to_string(),
+    }))
+}
+
+fn shared(d: &mut dyn Device) -> Result<Value, String> {
+    trim(d)?;
+    let base = snap(d)?;
+    let mut ids = Vec::new();
+    for bytes in SHARED {
+        ids.push(capture(
+            d,
+            CaptureWork {
+                kernel_nodes: 8,
+                alloc_node_bytes: bytes,
+            },
+        )?);
+    }
+    for id in &ids {
+        d.graph_capture()
+            .and_then(|g| g.replay(*id))
+            .map_err(|e| e.to_string())?;
+    }
+    let run = snap(d)?;
+    for id in ids {
+        d.graph_capture()
+            .and_then(|g| g.destroy(id))
+            .map_err(|e| e.to_string())?;
+    }
+    trim(d)?;
+    let end = snap(d)?;
+    Ok(json!({
+        "alloc_node_bytes": SHARED,
+        "sum_of_alloc_nodes": SHARED.iter().sum::<u64>(),
+        "max_of_alloc_nodes": SHARED.iter().max(),
+        "graph_pool_reserved": pool(&run).zip(pool(&base)).map(|(a, b)| a - b),
+        "free_drop": free(&base) - free(&run),
+        "free_after_teardown_minus_baseline": free(&end) - free(&base),
+    }))
+}
+
+/// Run every sample that fits in free memory; JSON on stdout.
+pub fn run(dev: &mut CudaDevice) -> Result<(), String> {
+    let report = measure(dev)?;
+    let report = json!({
+        "kernel_source": dev.kernel_source(),
+        "nvml": dev.nvml_memory().map(|m| json!({ "total": m.total, "reserved": m.reserved, "used": m.used,
+            "other_processes": m.other_processes, "other_processes_bytes": m.other_processes_bytes })),
+        "graphs": report,
+    });
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
+    );
+    Ok(())
+}
+
+fn measure(d: &mut dyn Device) -> Result<Value, String> {
+    let caps = d.capabilities().clone();
+    if !caps.facts.graph_capture.is_supported() {
+        return Err(format!("graph capture: {}", caps.facts.graph_capture));
+    }
+    let start = snap(d)?;
+    let room = start.driver.free.unwrap_or(0).saturating_sub(256 * MIB);
+    let mut samples = Vec::new();
+    for (k, a) in SAMPLES {
+        if a > room {
+            samples.push(json!({ "kernel_nodes": k, "alloc_node_bytes": a, "skipped": "does not fit in free memory" }));
+            continue;
+        }
+        samples.push(
+            sample(d, k, a).unwrap_or_else(
+                |e| json!({ "kernel_nodes": k, "alloc_node_bytes": a, "error": e }),
+            ),
+        );
+    }
+    let shared = if SHARED.iter().sum::<u64>() <= room {
+        shared(d).unwrap_or_else(|e| json!({ "error": e }))
+    } else {
+        json!({ "skipped": "does not fit" })
+    };
+    let covered: Vec<bool> = samples
+        .iter()
+        .filter_map(|s| s["pool_covers_alloc_node"].as_bool())
+        .collect();
+    Ok(json!({
+        "device": d.descriptor(),
+        "declared": caps,
+        "baseline": start,
+        "samples": samples,
+        "shared_pool": shared,
+        "all_pool_windows_cover_alloc_nodes": !covered.is_empty() && covered.iter().all(|c| *c),
+    }))
+}
