@@ -6,8 +6,9 @@ use std::sync::{Arc, Mutex};
 use memplan_core::{Backend, BackendKind, Device, DeviceDescriptor, Error, Result};
 
 use crate::conv::check;
-use crate::device::{probe, RocmDevice};
+use crate::device::RocmDevice;
 use crate::loader::Api;
+use crate::probe::probe;
 use crate::sysfs::SysRoot;
 
 /// The ROCm backend. Creating it is free; the HIP runtime loads on the first call.

@@ -215,7 +215,8 @@ pub fn declare_with(rules: &[Rule], inputs: &Inputs) -> Declared {
         winners.retain(|(k, _)| *k != r.set.property());
         winners.push((r.set.property(), r.why));
     }
-    cap.notes.extend(winners.iter().map(|(_, why)| why.to_string()));
+    cap.notes
+        .extend(winners.iter().map(|(_, why)| why.to_string()));
     let why = free_why.to_string();
     let free_rel = match free {
         FreeSource::HipProcessLocal => Reliability::ProcessLocal { why },

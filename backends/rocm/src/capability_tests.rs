@@ -195,8 +195,18 @@ fn notes_name_only_the_rules_in_effect() {
     let n = &d.capability.notes;
     assert!(n[0].contains("6.2.0"));
     // Overridden rows leave no note: 6.2 is not "ROCm <= 5.4", nor "ROCm < 5.3".
-    assert!(!n.iter().any(|s| s.contains("<= 5.4") || s.contains("< 5.3") || s.contains("< 6.2")), "{n:?}");
-    for want in ["ROCm >= 5.5", "ROCm >= 5.6", "a destroyed graph's memory", "~4 MiB", "stream capture"] {
+    assert!(
+        !n.iter()
+            .any(|s| s.contains("<= 5.4") || s.contains("< 5.3") || s.contains("< 6.2")),
+        "{n:?}"
+    );
+    for want in [
+        "ROCm >= 5.5",
+        "ROCm >= 5.6",
+        "a destroyed graph's memory",
+        "~4 MiB",
+        "stream capture",
+    ] {
         assert!(n.iter().any(|s| s.contains(want)), "missing {want}: {n:?}");
     }
     // Runtime note + free, pool, release, hidden, capture, vmm.

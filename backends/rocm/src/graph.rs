@@ -71,11 +71,8 @@ impl RocmGraphs {
         if self.scratch == 0 {
             let mut p: *mut c_void = null_mut();
             // SAFETY: writes one device pointer through a valid pointer.
-            check_alloc(
-                "hipMalloc",
-                unsafe { (self.api.sym.hipMalloc)(&mut p, SCRATCH_BYTES) },
-                SCRATCH_BYTES as u64,
-            )?;
+            let rc = unsafe { (self.api.sym.hipMalloc)(&mut p, SCRATCH_BYTES) };
+            check_alloc("hipMalloc", rc, SCRATCH_BYTES as u64)?;
             self.scratch = p as usize;
         }
         Ok(())
@@ -145,11 +142,8 @@ impl GraphCapture for RocmGraphs {
             )?;
             let mut p: *mut c_void = null_mut();
             // SAFETY: captured into a graph allocation node; writes one pointer.
-            check_alloc(
-                "hipMallocAsync",
-                unsafe { alloc(&mut p, bytes, h(self.stream)) },
-                work.alloc_node_bytes,
-            )?;
+            let rc = unsafe { alloc(&mut p, bytes, h(self.stream)) };
+            check_alloc("hipMallocAsync", rc, work.alloc_node_bytes)?;
             self.memset(p as usize, bytes.min(SCRATCH_BYTES))?;
             // SAFETY: `p` is the graph allocation just made on this stream.
             check("hipFreeAsync", unsafe { free(p, h(self.stream)) })?;

@@ -40,6 +40,7 @@ pub mod device;
 pub mod free;
 pub mod graph;
 pub mod loader;
+pub mod probe;
 pub mod sysfs;
 pub mod vmm;
 

@@ -155,7 +155,14 @@ impl Api {
             // runtime's own state; we load it once per Api and never unload it early.
             match unsafe { libloading::Library::new(name) } {
                 Ok(lib) => return Self::from_library(lib, name).map(Arc::new),
-                Err(e) => tried.push(format!("{name}: {e}")),
+                Err(e) => {
+                    let msg = e.to_string();
+                    tried.push(if msg.contains(name.as_str()) {
+                        msg
+                    } else {
+                        format!("{name}: {msg}")
+                    });
+                }
             }
         }
         Err(Error::LibraryNotFound {

@@ -99,12 +99,10 @@ impl VirtualMemory for RocmVmm {
             .ok_or_else(|| Error::invalid("bytes", "overflows"))?;
         let f = self.sym(self.api.sym.hipMemAddressReserve, "hipMemAddressReserve")?;
         let mut p: *mut c_void = null_mut();
+        let n = size("bytes", rounded)?;
         // SAFETY: writes one pointer; no fixed address requested, flags 0 as documented.
-        check_alloc(
-            "hipMemAddressReserve",
-            unsafe { f(&mut p, size("bytes", rounded)?, 0, null_mut(), 0) },
-            rounded,
-        )?;
+        let rc = unsafe { f(&mut p, n, 0, null_mut(), 0) };
+        check_alloc("hipMemAddressReserve", rc, rounded)?;
         Ok(VaRange {
             handle: p as u64,
             bytes: rounded,
