@@ -59,8 +59,10 @@ fi
 step tests "$HERE/memplan-backend-cuda-tests" --ignored --test-threads=1
 step devices "$HERE/memplan" devices --json
 step probe "$HERE/memplan" probe "cuda:$DEVICE" --calibrate --json
+echo '"with --calibrate"' >"$WORK/probe_mode"
 if [ "$(cat "$WORK/probe.rc")" != 0 ] && grep -qiE "unexpected argument|unknown (argument|option|flag)|--calibrate" "$WORK/probe.err"; then
   echo "gpu-check: probe: this CLI has no --calibrate; probing without it" >&2
+  echo '"without --calibrate: this CLI does not have the flag"' >"$WORK/probe_mode"
   step probe "$HERE/memplan" probe "cuda:$DEVICE" --json
 fi
 step graphs "$HERE/gpu_report" graphs --device "$DEVICE"
@@ -146,6 +148,7 @@ fi
 
 # Stderr of each step goes into the report too, as its own text piece.
 pieces=()
+pieces+=("probe_mode=$WORK/probe_mode")
 for name in env tests devices probe graphs torch; do
   [ -f "$WORK/$name.rc" ] || continue
   pieces+=("$name=$WORK/$name")
