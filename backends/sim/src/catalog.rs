@@ -212,7 +212,7 @@ pub(crate) static PROFILES: &[SimProfile] = &[
     SimProfile {
         name: "broken-stale",
         vendor_label: "broken on purpose (conformance suite)",
-        device_name: "Simulated broken GPU (declares exact, free lags one synchronize)",
+        device_name: "Simulated GPU with stale free (broken on purpose)",
         total_bytes: RTX4090_TOTAL,
         total_source: RTX4090_SRC,
         context_overhead_bytes: 400 * MIB,

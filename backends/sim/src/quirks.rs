@@ -4,7 +4,7 @@
 //! turns on the quirks its real platform has; a selector such as
 //! `sim:rtx4090,stale-free=on,other=2GiB` changes them per device (see [`Modifiers`]).
 
-use memplan_core::bytes::parse_bytes;
+use memplan_core::bytes::{parse_bytes, MIB};
 use memplan_core::{Error, Result};
 use serde::{Deserialize, Serialize};
 
@@ -98,10 +98,13 @@ impl Quirks {
             .map(|n| n.to_string())
             .collect();
         if self.hidden_bytes_per_capture > 0 {
-            v.push(format!(
-                "hidden-bytes-per-capture={}",
-                self.hidden_bytes_per_capture
-            ));
+            let h = self.hidden_bytes_per_capture;
+            let shown = if h % MIB == 0 {
+                format!("{}MiB", h / MIB)
+            } else {
+                h.to_string()
+            };
+            v.push(format!("hidden-bytes-per-capture={shown}"));
         }
         v
     }

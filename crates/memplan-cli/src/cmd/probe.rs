@@ -1,12 +1,108 @@
-//! `memplan probe` (being built).
+//! `memplan probe DEVICE`: one snapshot of every memory layer (synchronize, then read driver,
+//! allocator and graph pool together) and the declared capability.
+//!
+//! The allocator layer comes from memplan's own accounting ([`OwnAccounting`]): `probe` runs
+//! no engine, so it reads what memplan itself holds (nothing), never a guess. Absent readings
+//! stay absent (`absent` in the table, `null` in JSON).
+//!
+//! Layout for extension (e.g. a `--calibrate` flag): [`Report`] gathers everything, then
+//! [`print_table`] or JSON prints it; a new section is a new optional field and a new block.
 
 use std::process::ExitCode;
 
+use memplan::bytes::fmt_signed;
+use memplan::protocol::snapshot;
+use memplan::{Device, MemoryInfo, OwnAccounting, ProfilingCapability};
+use serde::Serialize;
+
+use super::devices::DescriptorView;
+use crate::output::print_json;
+
 /// Flags of `memplan probe`.
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Device id: `sim:rtx4090`, `sim:arc-a770,declare-exact`, `cuda:0`, `rocm:0`, `xpu:0`
+    /// (`memplan devices` lists them).
+    #[arg(value_name = "DEVICE")]
+    pub device: String,
+    /// Print one JSON object `{device, descriptor, memory, derived, capability}`.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Values derived from the snapshot (absent when an input is absent).
+#[derive(Debug, Serialize)]
+pub struct Derived {
+    /// `total - free`.
+    pub driver_used: Option<u64>,
+    /// `driver_used - allocator reserved` (signed: a process-local reading can make it negative).
+    pub non_allocator: Option<i64>,
+}
+
+/// Everything `probe` reports.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    /// The id as given.
+    pub device: String,
+    /// The device's descriptor.
+    pub descriptor: DescriptorView,
+    /// The snapshot.
+    pub memory: MemoryInfo,
+    /// Derived values.
+    pub derived: Derived,
+    /// The capability as declared by the backend.
+    pub capability: ProfilingCapability,
+}
+
+/// Open the device and gather the report.
+pub fn gather(id: &str) -> Result<(Box<dyn Device>, Report), memplan::Error> {
+    let mut dev = memplan::open(id)?;
+    let own = OwnAccounting::default();
+    let memory = snapshot(dev.as_mut(), Some(&own))?;
+    let report = Report {
+        device: id.to_string(),
+        descriptor: DescriptorView::from(dev.descriptor()),
+        derived: Derived {
+            driver_used: memory.driver_used(),
+            non_allocator: memory.non_allocator(),
+        },
+        memory,
+        capability: dev.capabilities().clone(),
+    };
+    Ok((dev, report))
+}
+
+/// Print the report as a table.
+pub fn print_table(r: &Report) {
+    println!("device {} ({})", r.descriptor.id, r.descriptor.name);
+    for (k, v) in &r.descriptor.properties {
+        if !v.is_empty() {
+            println!("  {k:<24} {v}");
+        }
+    }
+    println!();
+    println!("memory (one snapshot after a synchronize; allocator = memplan's own accounting)");
+    print!("{}", r.memory);
+    if let Some(n) = r.derived.non_allocator {
+        if n < 0 {
+            println!(
+                "  note: non-allocator is negative ({}): the free reading misses memory",
+                fmt_signed(n)
+            );
+        }
+    }
+    println!();
+    println!("capability (declared by the backend, not calibrated)");
+    print!("{}", r.capability);
+}
 
 /// Run `memplan probe`.
-pub fn run(_args: Args) -> Result<ExitCode, memplan::Error> {
-    Err(memplan::Error::unsupported("memplan probe", "not built yet"))
+pub fn run(args: Args) -> Result<ExitCode, memplan::Error> {
+    let (_dev, report) = gather(&args.device)?;
+    if args.json {
+        print_json(&report)?;
+    } else {
+        print_table(&report);
+    }
+    Ok(ExitCode::SUCCESS)
 }
