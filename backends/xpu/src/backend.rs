@@ -1,7 +1,14 @@
 //! [`XpuBackend`]: loads the Level Zero loader on first use, enumerates root GPU devices and
 //! opens them by ordinal (`xpu:0`). Creating the backend loads nothing.
+//!
+//! A successfully initialised loader is kept for the life of the process (one per library
+//! name), like the driver it stands for: `zeInit` is process-wide anyway, and unloading the
+//! loader (and with it the GPU driver it loaded) while other code may still hold Level Zero
+//! handles is not something drivers are tested for. A failed initialisation is not kept: the
+//! next call tries again.
 
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use level_zero_sys as ze;
 use memplan_core::{Backend, BackendKind, Device, DeviceDescriptor, DeviceId, Error, Result};
@@ -13,7 +20,12 @@ use crate::loader::{self, CoreDevice, Runtime};
 #[derive(Debug)]
 pub struct XpuBackend {
     library: String,
-    runtime: Mutex<Option<Arc<Runtime>>>,
+}
+
+/// Initialised runtimes by library name, for the life of the process.
+fn runtimes() -> &'static Mutex<HashMap<String, Arc<Runtime>>> {
+    static RUNTIMES: OnceLock<Mutex<HashMap<String, Arc<Runtime>>>> = OnceLock::new();
+    RUNTIMES.get_or_init(Default::default)
 }
 
 impl Default for XpuBackend {
@@ -32,22 +44,21 @@ impl XpuBackend {
     pub fn with_library(library: impl Into<String>) -> Self {
         XpuBackend {
             library: library.into(),
-            runtime: Mutex::new(None),
         }
     }
 
     /// The initialised runtime, initialising it on first use. A failure is not cached: the
     /// next call tries again (the calls are cheap when they fail).
     fn runtime(&self) -> Result<Arc<Runtime>> {
-        let mut guard = self.runtime.lock().map_err(|_| Error::BackendUnavailable {
+        let mut map = runtimes().lock().map_err(|_| Error::BackendUnavailable {
             backend: BackendKind::Xpu,
             reason: "a previous Level Zero initialisation panicked".into(),
         })?;
-        if let Some(rt) = guard.as_ref() {
+        if let Some(rt) = map.get(&self.library) {
             return Ok(rt.clone());
         }
         let rt = Arc::new(loader::init(&self.library)?);
-        *guard = Some(rt.clone());
+        map.insert(self.library.clone(), rt.clone());
         Ok(rt)
     }
 }
