@@ -8,11 +8,9 @@ use memplan_core::{
     BackendKind, Device, DeviceDescriptor, DeviceId, DriverMemory, Error, GraphCapture,
     GraphPoolMemory, ProfilingCapability, RawAllocation, Result, Support, VirtualMemory,
 };
-use serde::{Deserialize, Serialize};
 
 use crate::allocator::SimAllocator;
 use crate::declared;
-use crate::heap::Pool;
 use crate::profile::{profile, profile_names, SimProfile};
 use crate::quirks::{parse_selector, Quirks};
 use crate::readings;
@@ -36,60 +34,6 @@ pub(crate) struct Shared {
 pub struct SimGpu {
     pub(crate) shared: Arc<Shared>,
     pub(crate) state: Arc<Mutex<State>>,
-}
-
-/// The real numbers behind the readings, for tests and oracles.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GroundTruth {
-    /// Synchronizes so far.
-    pub tick: u64,
-    /// Memory the GPU can really use.
-    pub total: u64,
-    /// Really free memory.
-    pub free: u64,
-    /// This process's context and runtime libraries.
-    pub context: u64,
-    /// Memory held by other processes.
-    pub other_processes: u64,
-    /// Graphics (DRM) allocations.
-    pub graphics: u64,
-    /// Raw allocations (`Device::allocate`), after the driver's 2 MiB rounding.
-    pub raw_allocations: u64,
-    /// Caching-allocator segments of the default pool.
-    pub allocator_reserved: u64,
-    /// Live blocks of the default pool.
-    pub allocator_allocated: u64,
-    /// Caching-allocator segments of the graph private pool.
-    pub private_pool_reserved: u64,
-    /// Live blocks of the graph private pool.
-    pub private_pool_allocated: u64,
-    /// Exec objects of live graphs (no allocator sees them).
-    pub graph_exec: u64,
-    /// Per-capture memory kept by the runtime and never returned.
-    pub hidden_capture: u64,
-    /// Memory reserved for graph allocation nodes.
-    pub graph_pool_reserved: u64,
-    /// Physical memory mapped into reserved virtual ranges.
-    pub vmm_mapped: u64,
-    /// Exec objects of destroyed graphs that return at the next synchronize.
-    pub pending_release: u64,
-    /// Live graphs.
-    pub live_graphs: usize,
-}
-
-impl GroundTruth {
-    /// Everything this process holds on the device.
-    pub fn this_process(&self) -> u64 {
-        self.context
-            + self.raw_allocations
-            + self.allocator_reserved
-            + self.private_pool_reserved
-            + self.graph_exec
-            + self.hidden_capture
-            + self.graph_pool_reserved
-            + self.vmm_mapped
-            + self.pending_release
-    }
 }
 
 impl SimGpu {
@@ -145,7 +89,7 @@ impl SimGpu {
         };
         let mut state = State::default();
         if quirks.stale_free {
-            let f = readings::fresh_free(profile, &quirks, &state).unwrap_or(0);
+            let f = readings::fresh_free(profile, &quirks, &state);
             state.stale = Some((f, f));
         }
         SimGpu {
@@ -223,31 +167,6 @@ impl SimGpu {
         self.lock().tick
     }
 
-    /// The real numbers.
-    pub fn truth(&self) -> GroundTruth {
-        let s = self.lock();
-        let p = &self.shared.profile;
-        GroundTruth {
-            tick: s.tick,
-            total: p.total_bytes,
-            free: s.real_free(p),
-            context: p.context_overhead_bytes,
-            other_processes: s.other,
-            graphics: s.graphics,
-            raw_allocations: s.raw_bytes(),
-            allocator_reserved: s.heap.reserved(Some(Pool::Default)),
-            allocator_allocated: s.heap.allocated(Some(Pool::Default)),
-            private_pool_reserved: s.heap.reserved(Some(Pool::Private)),
-            private_pool_allocated: s.heap.allocated(Some(Pool::Private)),
-            graph_exec: s.exec,
-            hidden_capture: s.hidden,
-            graph_pool_reserved: s.gp_reserved,
-            vmm_mapped: s.vmm_mapped(),
-            pending_release: s.pending.iter().map(|x| x.exec).sum(),
-            live_graphs: s.graphs.len(),
-        }
-    }
-
     /// The engine's caching allocator on this GPU (one per GPU: clones share it).
     pub fn allocator(&self) -> SimAllocator {
         SimAllocator::new(self.clone())
@@ -268,8 +187,7 @@ impl SimGpu {
     /// and remembers the current one for the next.
     fn advance_stale(&self, s: &mut State) {
         if let Some((_, latest)) = s.stale {
-            let fresh =
-                readings::fresh_free(&self.shared.profile, &self.shared.quirks, s).unwrap_or(0);
+            let fresh = readings::fresh_free(&self.shared.profile, &self.shared.quirks, s);
             s.stale = Some((latest, fresh));
         }
     }

@@ -62,6 +62,7 @@ mod profile;
 mod quirks;
 mod readings;
 mod state;
+mod truth;
 mod vmm;
 
 #[cfg(test)]
@@ -69,11 +70,12 @@ mod tests;
 
 pub use allocator::{GraphSpec, SimAllocator};
 pub use backend::SimBackend;
-pub use gpu::{GroundTruth, SimGpu, RAW_ROUND};
+pub use gpu::{SimGpu, RAW_ROUND};
 pub use heap::BlockId;
 pub use profile::{profile, profile_names, profiles, SimProfile};
 pub use quirks::{Modifiers, Quirks, QUIRK_NAMES};
 pub use state::EXEC_BYTES_PER_KERNEL_NODE;
+pub use truth::GroundTruth;
 pub use vmm::GRANULARITY;
 
 /// Referenced by the facade so the linker keeps this crate's registration.

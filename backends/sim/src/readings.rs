@@ -43,7 +43,7 @@ pub(crate) fn fresh_free(p: &SimProfile, q: &Quirks, s: &State) -> Option<u64> {
 /// The raw driver reading, quirks applied, nothing masked.
 pub(crate) fn raw_driver(p: &SimProfile, q: &Quirks, s: &State) -> DriverMemory {
     let free = match (q.stale_free, s.stale) {
-        (true, Some((reported, _))) => Some(reported),
+        (true, Some((reported, _))) => reported,
         _ => fresh_free(p, q, s),
     };
     DriverMemory {

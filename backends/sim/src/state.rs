@@ -66,7 +66,8 @@ pub(crate) struct State {
     pub vmm_ranges: BTreeMap<u64, u64>,
     pub vmm_maps: BTreeMap<u64, (u64, u64, u64)>,
     /// Stale free: (value reported now, value to report after the next synchronize).
-    pub stale: Option<(u64, u64)>,
+    /// Absent readings stay absent through the lag.
+    pub stale: Option<(Option<u64>, Option<u64>)>,
 }
 
 impl State {

@@ -325,3 +325,12 @@ fn declare_exact_keeps_the_quirks() {
         "the stub's 0 leaks through"
     );
 }
+
+#[test]
+fn stale_lag_keeps_absent_readings_absent() {
+    let mut g = gpu("arc-b580-nosysman,stale-free,declare-exact");
+    g.synchronize().unwrap();
+    g.synchronize().unwrap();
+    assert_eq!(g.raw_driver_memory().free, None, "never a substituted 0");
+    assert_eq!(g.driver_memory().unwrap().free, None);
+}
