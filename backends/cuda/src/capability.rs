@@ -135,6 +135,33 @@ pub fn declare(facts: &CudaFacts) -> ProfilingCapability {
     cap
 }
 
+/// Downgrade what `cap` promises when the library lacks symbols it needs (a driver that
+/// reports a version but not its exports: a stub or a broken install). Each argument is
+/// [`Driver::supports`](crate::loader::Driver::supports) of the matching feature.
+pub fn require_exports(
+    cap: &mut ProfilingCapability,
+    graph_memory: Result<(), String>,
+    graph_capture: Result<(), String>,
+    virtual_memory: Result<(), String>,
+) {
+    if let Err(why) = graph_memory {
+        cap.facts.graph_pool_attributes = Support::no(why.clone());
+        cap.set(
+            Reading::GraphPool,
+            Reliability::Unavailable {
+                reason: why.clone(),
+            },
+        );
+        cap.facts.graph_capture = Support::no(why);
+    }
+    if let Err(why) = graph_capture {
+        cap.facts.graph_capture = Support::no(why);
+    }
+    if let Err(why) = virtual_memory {
+        cap.facts.virtual_memory = Support::no(why);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -231,6 +258,26 @@ mod tests {
             ..discrete()
         });
         assert_eq!(c.reading(Reading::DriverFree).label(), "unavailable");
+    }
+
+    #[test]
+    fn missing_exports_downgrade_what_needs_them() {
+        let mut c = declare(&discrete());
+        require_exports(
+            &mut c,
+            Err("no cuDeviceGraphMemTrim".into()),
+            Ok(()),
+            Ok(()),
+        );
+        assert_eq!(c.reading(Reading::GraphPool).label(), "unavailable");
+        assert!(
+            !c.facts.graph_capture.is_supported() && !c.facts.graph_pool_attributes.is_supported()
+        );
+        assert!(c.facts.virtual_memory.is_supported());
+        let mut c = declare(&discrete());
+        require_exports(&mut c, Ok(()), Ok(()), Err("no cuMemMap".into()));
+        assert!(c.facts.virtual_memory.to_string().contains("cuMemMap"));
+        assert!(c.facts.graph_capture.is_supported() && c.reading(Reading::GraphPool).is_exact());
     }
 
     #[test]

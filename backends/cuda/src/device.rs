@@ -16,10 +16,10 @@ use memplan_core::{
 };
 
 use crate::backend::Described;
-use crate::capability::declare;
+use crate::capability::{self, declare};
 use crate::conv::{self, check, check_alloc};
 use crate::graph::CudaGraphs;
-use crate::loader::Driver;
+use crate::loader::{Driver, Feature};
 use crate::nvml;
 use crate::vmm::CudaVmm;
 
@@ -66,6 +66,12 @@ impl CudaDevice {
         let ctx = Ctx { dev: d.handle, ctx };
         let mut descriptor = d.descriptor;
         let mut caps = declare(&d.facts);
+        capability::require_exports(
+            &mut caps,
+            driver.supports(Feature::GraphMemory),
+            driver.supports(Feature::GraphCapture),
+            driver.supports(Feature::VirtualMemory),
+        );
         let nvml = d.uuid.as_deref().and_then(nvml::memory);
         match &nvml {
             Some(m) => {

@@ -65,56 +65,28 @@ pub fn min_version(f: Feature) -> CudaVersion {
 }
 
 /// The symbols memplan calls for `f`.
-pub fn symbols(f: Feature) -> &'static [&'static str] {
-    match f {
-        Feature::Basic => &[
-            "cuInit",
-            "cuDriverGetVersion",
-            "cuGetErrorName",
-            "cuDeviceGetCount",
-            "cuDeviceGet",
-            "cuDeviceGetName",
-            "cuDeviceTotalMem_v2",
-            "cuDeviceGetAttribute",
-            "cuDevicePrimaryCtxRetain",
-            "cuDevicePrimaryCtxRelease_v2",
-            "cuCtxSetCurrent",
-            "cuCtxSynchronize",
-            "cuMemGetInfo_v2",
-            "cuMemAlloc_v2",
-            "cuMemFree_v2",
-        ],
-        Feature::Uuid => &["cuDeviceGetUuid_v2"],
-        Feature::GraphMemory => &["cuDeviceGetGraphMemAttribute", "cuDeviceGraphMemTrim"],
-        Feature::GraphCapture => &[
-            "cuStreamCreate",
-            "cuStreamDestroy_v2",
-            "cuStreamSynchronize",
-            "cuStreamBeginCapture_v2",
-            "cuStreamEndCapture",
-            "cuStreamIsCapturing",
-            "cuGraphInstantiateWithFlags",
-            "cuGraphLaunch",
-            "cuGraphExecDestroy",
-            "cuGraphDestroy",
-            "cuMemAllocAsync",
-            "cuMemFreeAsync",
-            "cuModuleLoadData",
-            "cuModuleGetFunction",
-            "cuModuleUnload",
-            "cuLaunchKernel",
-        ],
-        Feature::VirtualMemory => &[
-            "cuMemGetAllocationGranularity",
-            "cuMemAddressReserve",
-            "cuMemAddressFree",
-            "cuMemCreate",
-            "cuMemRelease",
-            "cuMemMap",
-            "cuMemUnmap",
-            "cuMemSetAccess",
-        ],
-    }
+pub fn symbols(f: Feature) -> impl Iterator<Item = &'static str> {
+    let list = match f {
+        Feature::Basic => {
+            "cuInit cuDriverGetVersion cuGetErrorName cuDeviceGetCount cuDeviceGet cuDeviceGetName \
+             cuDeviceTotalMem_v2 cuDeviceGetAttribute cuDevicePrimaryCtxRetain \
+             cuDevicePrimaryCtxRelease_v2 cuCtxSetCurrent cuCtxSynchronize cuMemGetInfo_v2 \
+             cuMemAlloc_v2 cuMemFree_v2"
+        }
+        Feature::Uuid => "cuDeviceGetUuid_v2",
+        Feature::GraphMemory => "cuDeviceGetGraphMemAttribute cuDeviceGraphMemTrim",
+        Feature::GraphCapture => {
+            "cuStreamCreate cuStreamDestroy_v2 cuStreamSynchronize cuStreamBeginCapture_v2 \
+             cuStreamEndCapture cuStreamIsCapturing cuGraphInstantiateWithFlags cuGraphLaunch \
+             cuGraphExecDestroy cuGraphDestroy cuMemAllocAsync cuMemFreeAsync cuModuleLoadData \
+             cuModuleGetFunction cuModuleUnload cuLaunchKernel"
+        }
+        Feature::VirtualMemory => {
+            "cuMemGetAllocationGranularity cuMemAddressReserve cuMemAddressFree cuMemCreate \
+             cuMemRelease cuMemMap cuMemUnmap cuMemSetAccess"
+        }
+    };
+    list.split_whitespace()
 }
 
 /// `Ok` when a driver of version `have` is new enough for `f`, else [`Error::DriverTooOld`].
@@ -159,11 +131,11 @@ impl Driver {
     /// Check that the driver's version and exports allow the calls of `f`.
     pub fn require(&self, f: Feature) -> Result<()> {
         check_version(self.version, f)?;
-        match symbols(f).iter().find(|s| !self.has_symbol(s)) {
+        match symbols(f).find(|s| !self.has_symbol(s)) {
             None => Ok(()),
             Some(s) => Err(Error::MissingSymbol {
                 library: self.library.clone(),
-                symbol: (*s).to_string(),
+                symbol: s.to_string(),
                 detail: format!("needed for {}", f.what()),
             }),
         }
@@ -332,79 +304,5 @@ pub fn driver() -> Result<&'static Driver> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn version_gating_table() {
-        let v = |x| CudaVersion(x);
-        assert!(check_version(v(11000), Feature::Basic).is_ok());
-        assert!(check_version(v(10020), Feature::Basic).is_err());
-        assert!(check_version(v(10020), Feature::VirtualMemory).is_ok());
-        for f in [Feature::Uuid, Feature::GraphMemory, Feature::GraphCapture] {
-            assert!(check_version(v(11040), f).is_ok(), "{f:?}");
-            assert!(check_version(v(12090), f).is_ok(), "{f:?}");
-            let e = check_version(v(11020), f).unwrap_err();
-            assert!(
-                matches!(&e, Error::DriverTooOld { have, need, .. } if have == "11.2" && need == "11.4"),
-                "{e}"
-            );
-        }
-        let e = check_version(v(11020), Feature::GraphMemory)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("cuDeviceGetGraphMemAttribute") && e.contains("11.2") && e.contains("11.4"),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn every_feature_lists_symbols() {
-        for f in Feature::ALL {
-            assert!(!symbols(f).is_empty(), "{f:?}");
-            assert!(symbols(f).iter().all(|s| s.starts_with("cu")), "{f:?}");
-        }
-        assert!(symbols(Feature::GraphMemory).contains(&"cuDeviceGetGraphMemAttribute"));
-    }
-
-    #[test]
-    fn missing_library_is_a_typed_error() {
-        let e = probe(&["libmemplan-no-such-driver.so.1".into()]).unwrap_err();
-        assert!(matches!(e, Error::LibraryNotFound { .. }), "{e}");
-        assert!(e.to_string().contains(canonical_name()), "{e}");
-        #[cfg(target_os = "linux")]
-        assert!(
-            e.to_string()
-                .contains("libmemplan-no-such-driver.so.1: cannot open"),
-            "the loader's own words: {e}"
-        );
-        assert!(probe(&[]).is_err());
-    }
-
-    #[test]
-    fn candidates_include_the_runtime_name() {
-        assert!(candidates().iter().any(|c| c == canonical_name()));
-    }
-
-    #[test]
-    fn load_never_panics_and_caches_its_outcome() {
-        // Without a driver this is LibraryNotFound; with one it is a usable driver.
-        match driver() {
-            Ok(d) => assert!(d.version >= min_version(Feature::Basic)),
-            Err(e) => {
-                assert!(
-                    matches!(
-                        e,
-                        Error::LibraryNotFound { .. }
-                            | Error::DriverCall { .. }
-                            | Error::DriverTooOld { .. }
-                            | Error::MissingSymbol { .. }
-                    ),
-                    "{e}"
-                );
-                assert_eq!(driver().unwrap_err().to_string(), e.to_string());
-            }
-        }
-    }
-}
+#[path = "loader_tests.rs"]
+mod tests;
