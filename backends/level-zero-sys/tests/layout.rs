@@ -1,4 +1,4 @@
-//! Struct layouts against the real headers (`level_zero/ze_api.h`, `level_zero/zes_api.h`
+//! Struct layouts and constants against the real headers (`level_zero/ze_api.h`, `level_zero/zes_api.h`
 //! from Debian `libze-dev`): a C program prints `sizeof` and every `offsetof`, and each value
 //! must equal the Rust side. Skipped, with a message, only when the headers or `cc` are absent
 //! (CI installs both). `ze_init_driver_type_desc_t` is newer than bookworm's headers; when the
@@ -55,6 +55,45 @@ fn layouts() -> Vec<Layout> {
     ]
 }
 
+/// Constants compared with the headers' values (every result code, plus the rest below).
+fn constants() -> Vec<(&'static str, u64)> {
+    let mut v: Vec<(&'static str, u64)> = RESULT_NAMES
+        .iter()
+        .map(|(c, n)| (*n, u64::from(*c)))
+        .collect();
+    macro_rules! c {
+        ($($n:ident),*) => { $(v.push((stringify!($n), $n as u64));)* };
+    }
+    c!(
+        ZE_INIT_FLAG_GPU_ONLY,
+        ZE_DEVICE_TYPE_GPU,
+        ZE_DEVICE_PROPERTY_FLAG_INTEGRATED,
+        ZE_DEVICE_PROPERTY_FLAG_SUBDEVICE,
+        ZE_DEVICE_PROPERTY_FLAG_ECC,
+        ZE_DEVICE_PROPERTY_FLAG_ONDEMANDPAGING,
+        ZE_MEMORY_ACCESS_ATTRIBUTE_NONE,
+        ZE_MEMORY_ACCESS_ATTRIBUTE_READWRITE,
+        ZES_MEM_LOC_SYSTEM,
+        ZES_MEM_LOC_DEVICE,
+        ZES_MEM_HEALTH_UNKNOWN,
+        ZES_MEM_HEALTH_OK,
+        ZE_STRUCTURE_TYPE_DRIVER_PROPERTIES,
+        ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES,
+        ZE_STRUCTURE_TYPE_DEVICE_MEMORY_PROPERTIES,
+        ZE_STRUCTURE_TYPE_CONTEXT_DESC,
+        ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC,
+        ZE_STRUCTURE_TYPE_PHYSICAL_MEM_DESC,
+        ZES_STRUCTURE_TYPE_DEVICE_PROPERTIES,
+        ZES_STRUCTURE_TYPE_MEM_PROPERTIES,
+        ZES_STRUCTURE_TYPE_MEM_STATE,
+        ZE_MAX_DEVICE_NAME,
+        ZE_MAX_DEVICE_UUID_SIZE,
+        ZE_MAX_DRIVER_UUID_SIZE,
+        ZES_STRING_PROPERTY_SIZE
+    );
+    v
+}
+
 fn include_dir() -> Option<PathBuf> {
     ["/usr/include", "/usr/local/include"]
         .iter()
@@ -65,13 +104,16 @@ fn include_dir() -> Option<PathBuf> {
         .map(Path::to_path_buf)
 }
 
-fn c_program(layouts: &[Layout]) -> String {
+fn c_program(layouts: &[Layout], constants: &[(&str, u64)]) -> String {
     let mut s = String::from("#include <stdio.h>\n#include <stddef.h>\n#include <level_zero/ze_api.h>\n#include <level_zero/zes_api.h>\nint main(void) {\n");
     for (t, _, fields) in layouts {
         s += &format!("  printf(\"{t} sizeof %zu\\n\", sizeof({t}));\n");
         for (f, _) in fields {
             s += &format!("  printf(\"{t} {f} %zu\\n\", offsetof({t}, {f}));\n");
         }
+    }
+    for (n, _) in constants {
+        s += &format!("  printf(\"const {n} %llu\\n\", (unsigned long long)({n}));\n");
     }
     s + "  return 0;\n}\n"
 }
@@ -85,11 +127,12 @@ fn struct_layouts_match_the_headers() {
         return;
     };
     let layouts = layouts();
+    let constants = constants();
     let dir = std::env::temp_dir().join(format!("level-zero-sys-layout-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let src = dir.join("layout.c");
     let exe = dir.join("layout");
-    std::fs::write(&src, c_program(&layouts)).expect("write C program");
+    std::fs::write(&src, c_program(&layouts, &constants)).expect("write C program");
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let built = match Command::new(&cc)
         .arg("-I")
@@ -127,7 +170,18 @@ fn struct_layouts_match_the_headers() {
             checked += 1;
         }
     }
-    assert!(checked > 60, "only {checked} fields compared");
+    for (n, v) in &constants {
+        assert_eq!(
+            c.get(&format!("const {n}")).map(|x| *x as u64),
+            Some(*v),
+            "{n}"
+        );
+    }
+    assert!(
+        checked > 60 && constants.len() > 60,
+        "only {checked} fields, {} constants compared",
+        constants.len()
+    );
 }
 
 #[test]
