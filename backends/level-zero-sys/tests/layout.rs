@@ -1,6 +1,6 @@
-//! Struct layouts and constants against the real headers (`level_zero/ze_api.h`, `level_zero/zes_api.h`
-//! from Debian `libze-dev`): a C program prints `sizeof` and every `offsetof`, and each value
-//! must equal the Rust side. Skipped, with a message, only when the headers or `cc` are absent
+//! Struct layouts and constants against the real headers (`level_zero/ze_api.h`,
+//! `level_zero/zes_api.h` from Debian `libze-dev`): a C program prints `sizeof`, every
+//! `offsetof` and every constant's value, and each must equal the Rust side. Skipped, with a message, only when the headers or `cc` are absent
 //! (CI installs both). `ze_init_driver_type_desc_t` is newer than bookworm's headers; when the
 //! headers lack it, it is checked against the spec's definition instead.
 
