@@ -225,10 +225,9 @@ impl Device for SimGpu {
     }
 
     fn driver_memory(&mut self) -> Result<DriverMemory> {
-        Ok(readings::mask_driver(
-            &self.shared.capability,
-            self.raw_driver_memory(),
-        ))
+        let d = readings::mask_driver(&self.shared.capability, self.raw_driver_memory());
+        tracing::trace!(device = %self.shared.descriptor.id, total = ?d.total, free = ?d.free, "sim driver reading");
+        Ok(d)
     }
 
     fn graph_pool_memory(&mut self) -> Result<GraphPoolMemory> {
