@@ -14,6 +14,7 @@ use crate::sysfs::SysRoot;
 /// The ROCm backend. Creating it is free; the HIP runtime loads on the first call.
 pub struct RocmBackend {
     api: Mutex<Option<Arc<Api>>>,
+    library: Option<String>,
     sys: SysRoot,
 }
 
@@ -22,7 +23,18 @@ impl RocmBackend {
     pub fn new() -> Self {
         RocmBackend {
             api: Mutex::new(None),
+            library: None,
             sys: SysRoot::system(),
+        }
+    }
+
+    /// A backend loading exactly `library` (instead of `MEMPLAN_HIP_LIBRARY` or the soname
+    /// candidates) and reading sysfs and meminfo under `sys` (tests, unusual installs).
+    pub fn with(library: impl Into<String>, sys: SysRoot) -> Self {
+        RocmBackend {
+            api: Mutex::new(None),
+            library: Some(library.into()),
+            sys,
         }
     }
 
@@ -35,7 +47,10 @@ impl RocmBackend {
         if let Some(a) = slot.as_ref() {
             return Ok(a.clone());
         }
-        let a = Api::load()?;
+        let a = match &self.library {
+            Some(l) => Api::load_from(std::slice::from_ref(l))?,
+            None => Api::load()?,
+        };
         *slot = Some(a.clone());
         Ok(a)
     }
@@ -43,9 +58,8 @@ impl RocmBackend {
     fn count(api: &Api) -> Result<c_int> {
         let mut n: c_int = 0;
         // SAFETY: writes one int through a valid pointer.
-        check("hipGetDeviceCount", unsafe {
-            (api.sym.hipGetDeviceCount)(&mut n)
-        })?;
+        let rc = unsafe { (api.sym.hipGetDeviceCount)(&mut n) };
+        check("hipGetDeviceCount", rc)?;
         Ok(n)
     }
 }

@@ -42,7 +42,14 @@ pub fn probe(api: &Api, ordinal: c_int, sys: &SysRoot) -> Result<Probe> {
         (api.sym.hipDeviceTotalMem)(&mut total, ordinal)
     })?;
     let integrated = attribute(api, ATTR_INTEGRATED, ordinal)?.is_some_and(|v| v != 0);
-    let vmm_attribute = attribute(api, ATTR_VMM_SUPPORTED, ordinal)?.is_some_and(|v| v != 0);
+    // An attribute older runtimes may not know: any failure means "not supported".
+    let vmm_attribute = match attribute(api, ATTR_VMM_SUPPORTED, ordinal) {
+        Ok(v) => v.is_some_and(|v| v != 0),
+        Err(e) => {
+            tracing::debug!(%e, "virtual-memory attribute unreadable");
+            false
+        }
+    };
     let mut bus = [0u8; 64];
     // SAFETY: writes at most `len` bytes into a buffer of that size.
     let rc =
