@@ -4,7 +4,8 @@
 //! - **Activation peak** (allocator peak above the weights during the profile run): the larger
 //!   of the forward pass over `max_num_batched_tokens` (gated MLP intermediates plus four
 //!   hidden-size buffers) and the sampler over `min(max_num_seqs, max_num_batched_tokens)`
-//!   rows (3.5 fp32 copies of the logits: logits, probabilities, sort buffers; plus 2.5
+//!   rows (3.5 fp32 copies of the full-vocabulary logits, on every rank: logits,
+//!   probabilities, sort buffers; plus 2.5
 //!   hidden-size buffers of the batch still alive). The two coefficients come from vLLM 0.19's
 //!   profile runs on H100 (six logs in `docs/model-validation.md`).
 //! - **Non-allocator growth**: 0.25 GiB of library workspaces (cuBLAS/cuBLASLt), plus 1.82 GiB
@@ -85,9 +86,8 @@ pub fn activation(c: &ModelConfig, s: &EngineShape) -> Estimate {
         )
         .saturating_mul(b);
     let rows = s.max_num_seqs.min(t);
-    let logits = rows
-        .saturating_mul(c.vocab_size.div_ceil(tp))
-        .saturating_mul(4);
+    // Logits are gathered to the full vocabulary on every rank before sampling.
+    let logits = rows.saturating_mul(c.vocab_size).saturating_mul(4);
     let hidden = t.saturating_mul(c.hidden_size).saturating_mul(b);
     let sampler = (logits / 2)
         .saturating_mul(7)
