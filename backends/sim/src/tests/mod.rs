@@ -4,6 +4,7 @@
 mod allocator;
 mod device;
 mod graphs;
+mod legacy;
 mod quirks;
 
 use memplan_core::bytes::{GIB, MIB};
