@@ -2,8 +2,6 @@
 //! (`first + (n-1) * max(second, 1 MiB)` over the two largest graphs), and a correct
 //! measurement (flush before the baseline, one shared pool) matches the truth exactly.
 
-use memplan_core::Device;
-
 use super::{free_after_sync, gpu, M};
 use crate::{GraphSpec, SimAllocator, SimGpu};
 
