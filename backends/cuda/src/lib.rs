@@ -27,6 +27,15 @@
 //! - **NVML** ([`nvml`]), optional: driver-reserved framebuffer and other processes' memory, as
 //!   descriptor properties. Absent NVML is not an error.
 //!
+//! ## Known limits
+//!
+//! - cudarc's bindings type `CUresult` as a Rust enum; a code the bindings do not know would be
+//!   undefined behaviour at the FFI boundary. The bindings of the newest release (CUDA 13.4)
+//!   are used so that every code of current drivers is known.
+//! - Other processes' memory and the driver-reserved framebuffer come only from NVML; in a
+//!   container with its own PID namespace NVML cannot tell this process from others.
+//! - Not yet run on NVIDIA hardware: `docs/gpu-check.md` says how to check it in one go.
+//!
 //! The layout is the same in every backend folder: `loader`, `backend`, `device`, `capability`,
 //! `graph`, `vmm`, `conv` (plus `kernel` and `nvml` here). Tests that need a GPU are marked
 //! `#[ignore = "needs an NVIDIA GPU"]` and run by `scripts/gpu-check.sh` with `--ignored`.
