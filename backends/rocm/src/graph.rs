@@ -91,6 +91,17 @@ impl RocmGraphs {
         })
     }
 
+    /// Destroy a graph that never got an id (failed or aborted capture). Null is a no-op.
+    fn discard(&self, graph: Handle) {
+        if let (false, Some(d)) = (graph.is_null(), self.api.sym.hipGraphDestroy) {
+            // SAFETY: a graph returned by the capture that just ended, referenced nowhere else.
+            let rc = unsafe { d(graph) };
+            if rc != 0 {
+                tracing::warn!(rc, "hipGraphDestroy of a discarded capture failed");
+            }
+        }
+    }
+
     fn lookup(&self, graph: GraphId) -> Result<(usize, usize)> {
         self.graphs
             .get(&graph.0)
@@ -170,17 +181,17 @@ impl GraphCapture for RocmGraphs {
         )?;
         let mut graph: Handle = null_mut();
         // SAFETY: our capturing stream; writes one graph handle.
-        check("hipStreamEndCapture", unsafe {
-            end(h(self.stream), &mut graph)
-        })?;
+        let rc = unsafe { end(h(self.stream), &mut graph) };
+        if let Err(e) = check("hipStreamEndCapture", rc) {
+            // An invalidated capture may still hand back a graph.
+            self.discard(graph);
+            return Err(e);
+        }
         let mut exec: Handle = null_mut();
         // SAFETY: `graph` was just captured; no error node or log buffer requested.
         let rc = unsafe { inst(&mut exec, graph, null_mut(), null_mut(), 0) };
         if let Err(e) = check("hipGraphInstantiate", rc) {
-            if let Some(d) = self.api.sym.hipGraphDestroy {
-                // SAFETY: destroys the graph captured above, which nothing else references.
-                unsafe { d(graph) };
-            }
+            self.discard(graph);
             return Err(e);
         }
         let id = self.next;
@@ -201,12 +212,7 @@ impl GraphCapture for RocmGraphs {
         // SAFETY: ends the capture on our stream; an invalidated capture returns an error and
         // possibly no graph, both fine here.
         let rc = unsafe { end(h(self.stream), &mut graph) };
-        if !graph.is_null() {
-            if let Some(d) = self.api.sym.hipGraphDestroy {
-                // SAFETY: the graph returned by the capture just ended, referenced nowhere else.
-                unsafe { d(graph) };
-            }
-        }
+        self.discard(graph);
         tracing::debug!(rc, "capture aborted");
         Ok(())
     }
