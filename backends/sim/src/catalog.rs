@@ -167,7 +167,7 @@ pub(crate) static PROFILES: &[SimProfile] = &[
     },
     SimProfile {
         name: "strix-halo",
-        vendor_label: "AMD ROCm 6.2 (APU)",
+        vendor_label: "AMD ROCm, 6.2+ behaviour (APU)",
         device_name: "AMD Radeon 8060S (Ryzen AI Max+ 395)",
         total_bytes: 64 * GIB,
         total_source: "sim assumption: 128 GB LPDDR5X system, GTT limit at half of system RAM = 64 GiB usable",
