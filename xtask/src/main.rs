@@ -10,7 +10,9 @@
 //!
 //! std only, so it builds before anything else and never pulls a vendor crate.
 
+mod conformance;
 mod deps;
+mod gpu_check;
 mod matrix;
 mod run;
 
@@ -25,6 +27,10 @@ tasks:
   matrix             print the feature matrix
   deps               check the dependency rules only (cargo tree)
   linkage            check that no vendor library is a hard (NEEDED) dependency
+  conformance --device ID [--json FILE]
+                     run the backend conformance suite against one device
+  capability-matrix [--check]
+                     regenerate docs/capability-matrix.md (or check it is current)
   gpu-check [ARGS]   build the GPU check bundle (see docs/gpu-check.md)
   help               this text
 
@@ -43,7 +49,9 @@ fn main() -> ExitCode {
         }
         "deps" => deps::check(),
         "linkage" => deps::linkage(),
-        "gpu-check" => gpu_check(&args[1..]),
+        "conformance" => conformance::run(&args[1..]),
+        "capability-matrix" => conformance::capability_matrix(&args[1..]),
+        "gpu-check" => gpu_check::run(&args[1..]),
         "help" | "-h" | "--help" => {
             print!("{HELP}");
             Ok(())
@@ -71,10 +79,7 @@ fn ci() -> Result<(), String> {
     }
     deps::check()?;
     deps::linkage()?;
+    conformance::capability_matrix(&["--check".to_string()])?;
     println!("xtask ci: all steps passed");
     Ok(())
-}
-
-fn gpu_check(_args: &[String]) -> Result<(), String> {
-    Err("gpu-check is not wired yet".into())
 }

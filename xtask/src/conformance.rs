@@ -1,0 +1,62 @@
+//! `cargo xtask conformance --device ID` and `cargo xtask capability-matrix [--check]`.
+//!
+//! Both run the `memplan-conformance` binary with the backend features the device id needs.
+
+use crate::run::{capture, step};
+
+const MATRIX_PATH: &str = "docs/capability-matrix.md";
+
+fn features_for(device: &str) -> Result<&'static str, String> {
+    let backend = device.split(':').next().unwrap_or("");
+    Ok(match backend {
+        "sim" => "sim",
+        "cuda" => "cuda",
+        "rocm" | "hip" => "rocm",
+        "xpu" | "level-zero" => "xpu",
+        other => return Err(format!("unknown backend `{other}` in device id `{device}` (sim, cuda, rocm, xpu)")),
+    })
+}
+
+/// Run the suite against one device (`--device ID`, optional `--json FILE`, default
+/// `target/conformance-<id>.json`); `--all-sim` runs every simulated profile.
+pub fn run(args: &[String]) -> Result<(), String> {
+    let mut device = None;
+    let mut json = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--device" => device = it.next().cloned(),
+            "--json" => json = it.next().cloned(),
+            other => return Err(format!("conformance: unknown argument `{other}` (--device ID [--json FILE])")),
+        }
+    }
+    let device = device.ok_or("conformance: --device ID is required (e.g. sim:rtx4090, cuda:0)")?;
+    let features = features_for(&device)?;
+    let json = json.unwrap_or_else(|| format!("target/conformance-{}.json", device.replace([':', ','], "_")));
+    step(
+        &format!("conformance {device}"),
+        &["cargo", "run", "-q", "-p", "memplan-conformance", "--features", features, "--", "--device", &device, "--json", &json],
+    )
+}
+
+fn generate() -> Result<String, String> {
+    capture(&["cargo", "run", "-q", "-p", "memplan-conformance", "--all-features", "--", "--capability-matrix"])
+}
+
+/// Write the matrix to docs/, or with `--check` fail when the committed one differs.
+pub fn capability_matrix(args: &[String]) -> Result<(), String> {
+    let fresh = generate()?;
+    if args.iter().any(|a| a == "--check") {
+        let committed = std::fs::read_to_string(MATRIX_PATH).map_err(|e| format!("{MATRIX_PATH}: {e}"))?;
+        if committed != fresh {
+            return Err(format!(
+                "{MATRIX_PATH} is out of date with the backends' declarations: run `cargo xtask capability-matrix` and commit it"
+            ));
+        }
+        println!("==> [capability-matrix] {MATRIX_PATH} is current");
+        return Ok(());
+    }
+    std::fs::write(MATRIX_PATH, fresh).map_err(|e| format!("{MATRIX_PATH}: {e}"))?;
+    println!("wrote {MATRIX_PATH}");
+    Ok(())
+}
