@@ -228,8 +228,25 @@ fn hip6_graph_capture_lifecycle_and_pool() {
         c.begin_capture().expect("begin again");
         let g2 = c.end_capture().expect("end");
         assert_ne!(g2, g);
+        // An invalidated capture is the runtime's error, and its graph does not leak.
+        // SAFETY: the fake's knob takes and returns nothing.
+        unsafe {
+            let l = libloading::Library::new(&lib).expect("load fake");
+            l.get::<unsafe extern "C" fn()>(b"fake_invalidate_next_capture")
+                .expect("knob")();
+            std::mem::forget(l);
+        }
+        let c = d.graph_capture().expect("capture");
+        c.begin_capture().expect("begin");
+        let e = c.end_capture().expect_err("invalidated");
+        assert!(
+            matches!(&e, Error::DriverCall { code: 901, name, .. } if name == "hipErrorStreamCaptureInvalidated"),
+            "{e}"
+        );
+        assert_eq!(fake_u64(&lib, b"fake_live_graphs"), 1, "only g2 is alive");
         drop(d); // teardown on drop destroys g2
         assert_eq!(fake_u64(&lib, b"fake_graph_exec_bytes\0"), 0);
+        assert_eq!(fake_u64(&lib, b"fake_live_graphs"), 0);
     }
 }
 

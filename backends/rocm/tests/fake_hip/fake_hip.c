@@ -28,6 +28,7 @@ static struct graph graphs[64];
 static int n_graphs = 0;
 static struct graph *execs[64];
 static int stream_token;
+static int invalidate_next = 0, live_graphs = 0;
 
 void fake_configure(int v, int apu, int vmm_ok, int init_err, uint64_t other_bytes, int four) {
   version = v; integrated = apu; vmm = vmm_ok; init_error = init_err; others = other_bytes;
@@ -35,6 +36,9 @@ void fake_configure(int v, int apu, int vmm_ok, int init_err, uint64_t other_byt
 }
 uint64_t fake_graph_exec_bytes(void) { return exec_bytes; }
 uint64_t fake_pool_reserved(void) { return pool_reserved; }
+/* The next hipStreamEndCapture fails as invalidated but still hands back a graph. */
+void fake_invalidate_next_capture(void) { invalidate_next = 1; }
+uint64_t fake_live_graphs(void) { return (uint64_t)live_graphs; }
 
 static uint64_t free_bytes(void) {
   uint64_t used = allocated + exec_bytes + pool_reserved + others;
@@ -136,6 +140,8 @@ int hipStreamEndCapture(void *s, void **g) {
   if (n_graphs >= 64) return 2;
   graphs[n_graphs].nodes = nodes; graphs[n_graphs].alloc = capture_alloc;
   *g = &graphs[n_graphs++];
+  live_graphs++;
+  if (invalidate_next) { invalidate_next = 0; return 901; }
   return 0;
 }
 int hipGraphInstantiate(void **exec, void *g, void *err_node, char *log, size_t log_len) {
@@ -161,7 +167,10 @@ int hipGraphExecDestroy(void *exec) {
   if (!e || !*e) return 400;
   exec_bytes -= (uint64_t)(*e)->nodes * 64 * 1024; *e = NULL; return 0;
 }
-int hipGraphDestroy(void *g) { return g ? 0 : 400; }
+int hipGraphDestroy(void *g) {
+  if (!g) return 400;
+  live_graphs--; return 0;
+}
 int hipMemsetAsync(void *p, int v, size_t n, void *s) {
   (void)p; (void)v; (void)n;
   if (s != &stream_token) return 400;
