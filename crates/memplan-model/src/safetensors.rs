@@ -126,6 +126,34 @@ pub fn parse_header(name: &str, json: &[u8]) -> Result<Summary> {
     Ok(s)
 }
 
+/// Parse a header from the first bytes of a file (8-byte length, then the JSON), with the
+/// same checks as [`read_file`]; bytes after the header are ignored.
+pub fn parse_prefixed(name: &str, bytes: &[u8]) -> Result<Summary> {
+    let Some((len, rest)) = bytes.split_first_chunk::<8>() else {
+        return Err(Error::invalid(
+            name,
+            "shorter than the 8-byte safetensors header length",
+        ));
+    };
+    let n = u64::from_le_bytes(*len);
+    if n > MAX_HEADER {
+        return Err(Error::invalid(
+            name,
+            format!("safetensors header of {n} bytes exceeds the {MAX_HEADER}-byte limit"),
+        ));
+    }
+    let json = rest.get(..n as usize).ok_or_else(|| {
+        Error::invalid(
+            name,
+            format!(
+                "file ends inside the safetensors header ({} of {n} bytes)",
+                rest.len()
+            ),
+        )
+    })?;
+    parse_header(name, json)
+}
+
 /// Read the header of one file, without reading its tensors.
 pub fn read_file(path: &Path) -> Result<Summary> {
     let name = path.display().to_string();
