@@ -21,8 +21,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let report = json!({
         "memplan_version": env!("CARGO_PKG_VERSION"),
         "memplan_gpu_check": 1,
-        // Graph capture only succeeds on a real NVIDIA GPU.
-        "ran_on_hardware": pieces.get("graphs").is_some_and(|v| v["rc"] == json!(0)),
+        // Graph capture succeeded, and not against the test fake.
+        "ran_on_hardware": pieces.get("graphs").is_some_and(|v| v["rc"] == json!(0) && v["output"]["driver_is_test_fake"] == json!(false)),
         "checks": checks,
         "pieces": pieces,
     });

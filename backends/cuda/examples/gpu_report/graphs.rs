@@ -128,7 +128,12 @@ fn shared(d: &mut dyn Device) -> Result<Value, String> {
 /// Run every sample that fits in free memory; JSON on stdout.
 pub fn run(dev: &mut CudaDevice) -> Result<(), String> {
     let report = measure(dev)?;
+    // The test fake (tests/fake/fake_cuda.c) exports this symbol; a real driver does not.
+    let fake = memplan_backend_cuda::loader::driver()
+        .map(|d| d.has_symbol("fake_cuda_state"))
+        .unwrap_or(false);
     let report = json!({
+        "driver_is_test_fake": fake,
         "kernel_source": dev.kernel_source(),
         "nvml": dev.nvml_memory().map(|m| json!({ "total": m.total, "reserved": m.reserved, "used": m.used,
             "other_processes": m.other_processes, "other_processes_bytes": m.other_processes_bytes })),
