@@ -8,15 +8,29 @@ use memplan_model::estimate::{self, EngineShape};
 use memplan_model::{weights, ModelConfig};
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else { return };
-    let Ok(c) = ModelConfig::from_json_str(text) else { return };
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(c) = ModelConfig::from_json_str(text) else {
+        return;
+    };
     for tp in [1, 2, 8] {
         if let Ok(spec) = c.kv_spec(KvDtype::Int8, 16, tp) {
-            let limits = KvLimits { max_model_len: 8192, max_num_batched_tokens: 2048, max_len_limit: 1 << 20 };
+            let limits = KvLimits {
+                max_model_len: 8192,
+                max_num_batched_tokens: 2048,
+                max_len_limit: 1 << 20,
+            };
             let _ = spec.size(1 << 36, &limits);
         }
         let _ = weights::weight_bytes(&c, tp, 2, c.quantization.as_ref());
-        let shape = EngineShape { max_num_seqs: 256, max_num_batched_tokens: 8192, tensor_parallel: tp, capture_sizes: estimate::default_capture_sizes(256), dtype_bytes: 2 };
+        let shape = EngineShape {
+            max_num_seqs: 256,
+            max_num_batched_tokens: 8192,
+            tensor_parallel: tp,
+            capture_sizes: estimate::default_capture_sizes(256),
+            dtype_bytes: 2,
+        };
         let _ = estimate::activation(&c, &shape);
         let _ = estimate::graph(&c, &shape);
     }
