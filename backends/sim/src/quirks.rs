@@ -18,7 +18,8 @@ pub struct Quirks {
     /// Driver free is device-wide but blind to graphics (DRM) allocations (ROCm >= 5.5).
     pub free_blind_to_graphics: bool,
     /// APU: total/free come from the VRAM aperture (`SimProfile::apu_aperture_bytes`), not from
-    /// the GTT memory the GPU really uses.
+    /// the GTT memory the GPU really uses: free is the aperture less the context and does not
+    /// move when the process allocates (its memory lands in GTT).
     pub apu_wrong_pool: bool,
     /// Destroying a graph returns its memory only at the next synchronize (ROCm >= 6.2).
     pub deferred_graph_release: bool,

@@ -25,6 +25,11 @@ pub(crate) fn fresh_free(p: &SimProfile, q: &Quirks, s: &State) -> Option<u64> {
     if q.free_equals_total {
         return Some(total);
     }
+    if q.apu_wrong_pool {
+        // The carve-out holds the context; the GPU's allocations land in GTT (system memory),
+        // so the reading stays where it was whatever the process allocates.
+        return Some(total.saturating_sub(p.context_overhead_bytes.min(total)));
+    }
     let mut free = if q.free_process_local {
         p.total_bytes.saturating_sub(s.this_process(p))
     } else {
@@ -32,10 +37,6 @@ pub(crate) fn fresh_free(p: &SimProfile, q: &Quirks, s: &State) -> Option<u64> {
     };
     if q.free_blind_to_graphics && !q.free_process_local {
         free = free.saturating_add(s.graphics).min(p.total_bytes);
-    }
-    if q.apu_wrong_pool {
-        // The aperture fills first as the GPU sees it: the reading drops with use and stops at 0.
-        free = total.saturating_sub(p.total_bytes.saturating_sub(free));
     }
     Some(free)
 }

@@ -70,8 +70,8 @@ fn apu_reports_the_aperture_not_the_usable_pool() {
     g.synchronize().unwrap();
     assert_eq!(
         g.raw_driver_memory().free,
-        Some(0),
-        "the aperture is 'full' ..."
+        Some(256 * M),
+        "the reading does not move: the GiB went to GTT ..."
     );
     assert_eq!(
         g.truth().free,
