@@ -77,9 +77,17 @@ fn nvrtc_ptx(cc: (i32, i32)) -> std::result::Result<String, String> {
         options: vec![format!("--gpu-architecture=compute_{}{}", cc.0, cc.1)],
         ..Default::default()
     };
-    cudarc::nvrtc::compile_ptx_with_opts(CUDA_SOURCE, opts)
-        .map(|p| p.to_src())
-        .map_err(|e| format!("nvrtc: {e:?}"))
+    let ptx = cudarc::nvrtc::compile_ptx_with_opts(CUDA_SOURCE, opts)
+        .map_err(|e| format!("nvrtc: {e:?}"))?;
+    // Not `Ptx::to_src`, which panics on bytes that are not UTF-8.
+    ptx_text(ptx.as_bytes().ok_or("nvrtc returned no PTX image")?)
+}
+
+/// The PTX text of nvrtc's NUL-terminated image.
+fn ptx_text(image: &[u8]) -> std::result::Result<String, String> {
+    let end = image.iter().position(|&b| b == 0).unwrap_or(image.len());
+    String::from_utf8(image[..end].to_vec())
+        .map_err(|_| "nvrtc returned PTX that is not UTF-8".to_string())
 }
 
 fn load(ptx: &str, source: &'static str) -> Result<Kernel> {
@@ -165,6 +173,16 @@ impl Kernel {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ptx_image_is_cut_at_its_nul() {
+        assert_eq!(
+            ptx_text(b".version 8.0\0junk").as_deref(),
+            Ok(".version 8.0")
+        );
+        assert_eq!(ptx_text(b"no nul").as_deref(), Ok("no nul"));
+        assert!(ptx_text(&[0xff, 0xfe, 0]).is_err());
+    }
 
     #[test]
     fn sources_name_the_same_kernel() {
