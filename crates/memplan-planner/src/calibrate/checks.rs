@@ -1,0 +1,259 @@
+//! The driver-layer checks of calibration: free and total.
+
+use memplan_core::bytes::{fmt_bytes, MIB};
+use memplan_core::{Device, DriverMemory, ProfilingCapability, Reading, Reliability, Result};
+
+use super::report::{Evidence, Status, Verdict};
+
+pub(super) use super::graph_checks::{graphs, virtual_memory};
+
+/// What the checks of one reading observed: `None` = consistent with an exact reading.
+pub(super) struct Observed {
+    pub reliability: Option<Reliability>,
+    pub evidence: Vec<Evidence>,
+    pub note: String,
+}
+
+/// Allocation rounding and bookkeeping slack allowed in a delta.
+pub(super) fn tolerance(size: u64) -> u64 {
+    (2 * MIB).max(size / 100)
+}
+
+fn free_of(d: &DriverMemory) -> Option<i64> {
+    d.free.map(|f| f as i64)
+}
+
+fn diff(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    Some(a? - b?)
+}
+
+/// Allocate each size, read free before/after (with and without a synchronize), free, read.
+pub(super) fn driver_free(device: &mut dyn Device, sizes: &[u64]) -> Result<Observed> {
+    let mut ev = Vec::new();
+    let (mut immediate_ok, mut synced_ok, mut any_absent, mut never_moved) =
+        (true, true, false, true);
+    let mut worst_err: u64 = 0;
+    let first = device.driver_memory()?;
+    if let (Some(f), Some(t)) = (first.free, first.total) {
+        ev.push(Evidence {
+            check: "free below total (a context holds memory)".into(),
+            expected: None,
+            observed: Some(t as i64 - f as i64),
+            ok: f < t,
+        });
+    }
+    for &size in sizes {
+        device.synchronize()?;
+        let a = free_of(&device.driver_memory()?);
+        let alloc = device.allocate(size)?;
+        let mid = (|| -> Result<(Option<i64>, Option<i64>)> {
+            let b = free_of(&device.driver_memory()?);
+            device.synchronize()?;
+            Ok((b, free_of(&device.driver_memory()?)))
+        })();
+        let freed = device.free(alloc);
+        let (b, c) = mid?;
+        freed?;
+        let d = free_of(&device.driver_memory()?);
+        device.synchronize()?;
+        let e = free_of(&device.driver_memory()?);
+        let tol = tolerance(size);
+        let s = size as i64;
+        let label = fmt_bytes(size);
+        let checks = [
+            (
+                format!("free drop right after allocating {label}"),
+                diff(a, b),
+                false,
+            ),
+            (
+                format!("free drop after allocating {label}, synchronized"),
+                diff(a, c),
+                true,
+            ),
+            (
+                format!("free regained right after freeing {label}"),
+                diff(d, c),
+                false,
+            ),
+            (
+                format!("free regained after freeing {label}, synchronized"),
+                diff(e, c),
+                true,
+            ),
+        ];
+        for (check, obs, synced) in checks {
+            let evd = Evidence::bytes(check, s, obs, tol);
+            any_absent |= obs.is_none();
+            if let Some(o) = obs {
+                never_moved &= o.unsigned_abs() <= tol;
+                if synced {
+                    worst_err = worst_err.max((o - s).unsigned_abs());
+                }
+            }
+            if synced {
+                synced_ok &= evd.ok;
+            } else {
+                immediate_ok &= evd.ok;
+            }
+            ev.push(evd);
+        }
+    }
+    let reliability = if any_absent {
+        Some(Reliability::Unavailable {
+            reason: "the driver returned no free-memory value".into(),
+        })
+    } else if never_moved {
+        Some(Reliability::Unavailable {
+            reason: "free memory does not move when memory is allocated (stale, wrong pool, or free reported as total)".into(),
+        })
+    } else if !synced_ok {
+        Some(Reliability::Approximate {
+            tolerance_bytes: worst_err.div_ceil(MIB) * MIB,
+            why: format!(
+                "calibration allocations moved it by the wrong amount (off by up to {})",
+                fmt_bytes(worst_err)
+            ),
+        })
+    } else if !immediate_ok {
+        Some(Reliability::Deferred {
+            why: "free memory moves only after a synchronize".into(),
+        })
+    } else {
+        None
+    };
+    let note = "whether free memory includes other processes and graphics allocations cannot be checked from one process".into();
+    Ok(Observed {
+        reliability,
+        evidence: ev,
+        note,
+    })
+}
+
+/// Unified memory: the driver's readings may come from the wrong pool (an aperture). Allocate
+/// more than free memory says is left: if that succeeds, free and total describe a pool the
+/// device does not allocate from.
+pub(super) fn unified_pool(
+    device: &mut dyn Device,
+    cal: &mut ProfilingCapability,
+) -> Result<Vec<Verdict>> {
+    if !cal.facts.unified_memory {
+        return Ok(Vec::new());
+    }
+    device.synchronize()?;
+    let Some(free) = device.driver_memory()?.free else {
+        return Ok(Vec::new());
+    };
+    let size = (free + 256 * MIB).div_ceil(MIB) * MIB;
+    let fits = match device.allocate(size) {
+        Ok(a) => {
+            device.free(a)?;
+            true
+        }
+        Err(memplan_core::Error::OutOfMemory { .. }) => false,
+        Err(e) => return Err(e),
+    };
+    let ev = vec![Evidence {
+        check: format!(
+            "allocating {} with {} reported free fails",
+            fmt_bytes(size),
+            fmt_bytes(free)
+        ),
+        expected: None,
+        observed: Some(size as i64),
+        ok: !fits,
+    }];
+    let obs = |why: &str| Observed {
+        reliability: fits.then(|| Reliability::Unavailable { reason: why.into() }),
+        evidence: ev.clone(),
+        note: String::new(),
+    };
+    let why = "unified memory: an allocation larger than free memory succeeded, so the readings describe another pool";
+    let mut v = vec![
+        verdict_reading(cal, Reading::DriverFree, obs(why)),
+        verdict_reading(cal, Reading::DriverTotal, obs(why)),
+    ];
+    for x in &mut v {
+        x.item.push_str(" (unified pool)");
+    }
+    Ok(v)
+}
+
+/// Driver total: present, constant, and never below free.
+pub(super) fn driver_total(
+    device: &mut dyn Device,
+    cal: &mut ProfilingCapability,
+    start: &DriverMemory,
+) -> Result<Verdict> {
+    device.synchronize()?;
+    let now = device.driver_memory()?;
+    let mut ev = vec![Evidence {
+        check: "total unchanged across calibration".into(),
+        expected: start.total.map(|t| t as i64),
+        observed: now.total.map(|t| t as i64),
+        ok: start.total.is_some() && start.total == now.total,
+    }];
+    if let (Some(t), Some(f)) = (now.total, now.free) {
+        ev.push(Evidence {
+            check: "free <= total".into(),
+            expected: None,
+            observed: Some(t as i64 - f as i64),
+            ok: f <= t,
+        });
+    }
+    let rel = if now.total.is_none() {
+        Some(Reliability::Unavailable {
+            reason: "the driver returned no total".into(),
+        })
+    } else if ev.iter().any(|e| !e.ok) {
+        Some(Reliability::Approximate {
+            tolerance_bytes: 0,
+            why: "total changed or fell below free during calibration".into(),
+        })
+    } else {
+        None
+    };
+    Ok(verdict_reading(
+        cal,
+        Reading::DriverTotal,
+        Observed {
+            reliability: rel,
+            evidence: ev,
+            note: String::new(),
+        },
+    ))
+}
+
+/// Fold an observation into the calibrated capability: never upgrade, downgrade with evidence.
+pub(super) fn verdict_reading(cal: &mut ProfilingCapability, r: Reading, obs: Observed) -> Verdict {
+    let declared = cal.reading(r);
+    let status = match &obs.reliability {
+        None => Status::Confirmed,
+        Some(o) => {
+            let wider = matches!((&declared, o),
+                (Reliability::Approximate { tolerance_bytes: d, .. }, Reliability::Approximate { tolerance_bytes: t, .. }) if t > d);
+            if o.rank() < declared.rank() || wider {
+                cal.set(r, o.clone());
+                Status::Downgraded
+            } else {
+                Status::Confirmed
+            }
+        }
+    };
+    let status = if matches!(declared, Reliability::Unavailable { .. })
+        && status == Status::Confirmed
+        && obs.evidence.is_empty()
+    {
+        Status::NotChecked
+    } else {
+        status
+    };
+    Verdict {
+        item: r.name().into(),
+        declared: declared.to_string(),
+        calibrated: cal.reading(r).to_string(),
+        status,
+        evidence: obs.evidence,
+        note: obs.note,
+    }
+}

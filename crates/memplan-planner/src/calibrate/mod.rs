@@ -1,0 +1,70 @@
+//! Calibration: check what a backend declares against what its device does.
+//!
+//! [`calibrate`] allocates known sizes (64 MiB, 256 MiB, 1 GiB, bounded by a quarter of free
+//! memory) straight from the driver, reads the driver layer right after allocating, again after
+//! a synchronize, frees, reads again, synchronizes and reads again. From the expected and
+//! observed deltas it confirms or downgrades the free reading (a reading that does not move is
+//! unavailable; one that moves only after a synchronize is deferred; one that moves by the
+//! wrong amount is approximate with the observed error as tolerance). When graph capture is
+//! declared it captures one graph with a known allocation node and checks the graph-pool
+//! attributes, when a destroyed graph's memory returns, and the per-capture memory nobody
+//! declared. When virtual memory is declared it reserves, maps, unmaps and releases one
+//! granule. The calibrated capability is never stronger than the declared one.
+//!
+//! Not checkable from one process: whether free memory includes *other* processes (a
+//! process-local reading looks exact to its own allocations) and graphics allocations; the
+//! report says so. Every allocation is freed on every path, errors included.
+
+mod checks;
+mod graph_checks;
+mod report;
+
+pub use report::{CalibrationReport, Evidence, Status, Verdict};
+
+use memplan_core::bytes::{GIB, MIB};
+use memplan_core::{Device, Reading, Result};
+
+/// The default allocation sizes.
+pub const SIZES: [u64; 3] = [64 * MIB, 256 * MIB, GIB];
+
+/// Calibrate a device with the default sizes. See the module docs.
+pub fn calibrate(device: &mut dyn Device) -> Result<CalibrationReport> {
+    let span = tracing::info_span!("calibrate", device = %device.descriptor().id);
+    let _e = span.enter();
+    let declared = device.capabilities().clone();
+    device.synchronize()?;
+    let start = device.driver_memory()?;
+    let cap = start.free.or(start.total).unwrap_or(4 * GIB) / 4;
+    let mut sizes: Vec<u64> = SIZES.iter().copied().filter(|s| *s <= cap).collect();
+    if sizes.is_empty() {
+        sizes.push((cap / MIB).max(1) * MIB);
+    }
+    let mut calibrated = declared.clone();
+    let mut verdicts = Vec::new();
+
+    let free_observed = checks::driver_free(device, &sizes)?;
+    verdicts.push(checks::verdict_reading(
+        &mut calibrated,
+        Reading::DriverFree,
+        free_observed,
+    ));
+    verdicts.push(checks::driver_total(device, &mut calibrated, &start)?);
+    verdicts.extend(checks::unified_pool(device, &mut calibrated)?);
+    verdicts.extend(checks::graphs(device, &mut calibrated)?);
+    verdicts.push(checks::virtual_memory(device, &mut calibrated)?);
+
+    let report = CalibrationReport {
+        device: device.descriptor().id.to_string(),
+        sizes,
+        declared,
+        calibrated,
+        verdicts,
+    };
+    for line in report.downgrade_lines() {
+        tracing::warn!("{line}");
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests;

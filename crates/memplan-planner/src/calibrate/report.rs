@@ -1,0 +1,173 @@
+//! The calibration report: per reading and fact, what was declared, what was observed, and
+//! the verdict with its evidence.
+
+use memplan_core::bytes::{fmt_bytes, fmt_signed};
+use memplan_core::ProfilingCapability;
+use serde::Serialize;
+use std::fmt;
+
+/// One check: what was expected and what was observed.
+#[derive(Debug, Clone, Serialize)]
+pub struct Evidence {
+    /// What was checked (e.g. `free drop after allocating 64.00 MiB, synchronized`).
+    pub check: String,
+    /// Expected value in bytes, when the check has one.
+    pub expected: Option<i64>,
+    /// Observed value in bytes; `None` when the reading was absent.
+    pub observed: Option<i64>,
+    /// Whether the observation matched within tolerance.
+    pub ok: bool,
+}
+
+impl Evidence {
+    /// A check with a byte expectation.
+    pub fn bytes(
+        check: impl Into<String>,
+        expected: i64,
+        observed: Option<i64>,
+        tolerance: u64,
+    ) -> Self {
+        let ok = observed.is_some_and(|o| (o - expected).unsigned_abs() <= tolerance);
+        Evidence {
+            check: check.into(),
+            expected: Some(expected),
+            observed,
+            ok,
+        }
+    }
+}
+
+/// The verdict on one declaration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// The evidence agrees with the declaration.
+    Confirmed,
+    /// The evidence contradicts it: the calibrated capability is weaker.
+    Downgraded,
+    /// Nothing could be checked (undeclared, or not checkable from one process).
+    NotChecked,
+}
+
+/// Declared vs calibrated for one reading or fact.
+#[derive(Debug, Clone, Serialize)]
+pub struct Verdict {
+    /// Reading or fact name (`driver_free`, `graph_release`...).
+    pub item: String,
+    /// As declared.
+    pub declared: String,
+    /// As calibrated.
+    pub calibrated: String,
+    /// The verdict.
+    pub status: Status,
+    /// The checks behind it.
+    pub evidence: Vec<Evidence>,
+    /// What calibration cannot see about this item, if anything.
+    pub note: String,
+}
+
+/// Calibration of one device.
+#[derive(Debug, Clone, Serialize)]
+pub struct CalibrationReport {
+    /// The device id.
+    pub device: String,
+    /// Allocation sizes used.
+    pub sizes: Vec<u64>,
+    /// The capability as the backend declared it.
+    pub declared: ProfilingCapability,
+    /// The capability after calibration (never stronger than declared).
+    pub calibrated: ProfilingCapability,
+    /// One verdict per reading and checked fact.
+    pub verdicts: Vec<Verdict>,
+}
+
+impl CalibrationReport {
+    /// The verdicts that downgraded a declaration.
+    pub fn downgrades(&self) -> Vec<&Verdict> {
+        self.verdicts
+            .iter()
+            .filter(|v| v.status == Status::Downgraded)
+            .collect()
+    }
+
+    /// True when every declaration held.
+    pub fn honest(&self) -> bool {
+        self.downgrades().is_empty()
+    }
+
+    /// One line per downgrade, for plans and warnings.
+    pub fn downgrade_lines(&self) -> Vec<String> {
+        self.downgrades()
+            .iter()
+            .map(|v| {
+                format!(
+                    "calibration downgraded {}: declared {}, observed {}",
+                    v.item, v.declared, v.calibrated
+                )
+            })
+            .collect()
+    }
+}
+
+fn fmt_obs(o: Option<i64>) -> String {
+    o.map(fmt_signed).unwrap_or_else(|| "absent".into())
+}
+
+impl fmt::Display for CalibrationReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let sizes: Vec<_> = self.sizes.iter().map(|s| fmt_bytes(*s)).collect();
+        writeln!(
+            f,
+            "calibration of {} (allocations of {})",
+            self.device,
+            sizes.join(", ")
+        )?;
+        writeln!(
+            f,
+            "  {:<22} {:<12} {:<40} calibrated",
+            "item", "verdict", "declared"
+        )?;
+        for v in &self.verdicts {
+            let st = match v.status {
+                Status::Confirmed => "confirmed",
+                Status::Downgraded => "DOWNGRADED",
+                Status::NotChecked => "not checked",
+            };
+            let mut decl = v.declared.clone();
+            decl.truncate(40);
+            writeln!(
+                f,
+                "  {:<22} {:<12} {:<40} {}",
+                v.item, st, decl, v.calibrated
+            )?;
+            for e in v
+                .evidence
+                .iter()
+                .filter(|e| !e.ok || v.status == Status::Downgraded)
+            {
+                let exp = e.expected.map(fmt_signed).unwrap_or_else(|| "-".into());
+                let mark = if e.ok { "ok  " } else { "FAIL" };
+                writeln!(
+                    f,
+                    "      {mark} {}: expected {exp}, observed {}",
+                    e.check,
+                    fmt_obs(e.observed)
+                )?;
+            }
+            if !v.note.is_empty() {
+                writeln!(f, "      note: {}", v.note)?;
+            }
+        }
+        writeln!(f, "calibrated capability:")?;
+        write!(f, "{}", self.calibrated)?;
+        if self.honest() {
+            writeln!(f, "result: every declaration held")
+        } else {
+            writeln!(
+                f,
+                "result: {} declaration(s) downgraded",
+                self.downgrades().len()
+            )
+        }
+    }
+}

@@ -1,0 +1,68 @@
+//! The `memplan simulate` harness: a whole engine start-up on a simulated device, then what a
+//! real engine does next, compared with the simulator's ground truth for each strategy.
+//!
+//! - [`scenario`]: the TOML scenario format and the shipped scenarios (embedded by name);
+//! - [`engine`]: [`SimEngine`], a small engine over the simulated caching allocator;
+//! - [`run`](mod@run): one run per strategy and the oracle;
+//! - [`report`]: the per-strategy comparison ([`SimReport`], `Display` + `Serialize`).
+
+pub mod engine;
+pub mod report;
+pub mod run;
+pub mod scenario;
+
+pub use engine::SimEngine;
+pub use report::{Outcome, SimReport};
+pub use run::{run_all, Choice};
+pub use scenario::{Scenario, Setup, SHIPPED};
+
+use memplan_core::Result;
+
+use crate::strategy::StrategyKind;
+
+/// What `--strategy` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StrategyArg {
+    /// The automatic choice.
+    Auto,
+    /// Every strategy, the automatic choice first.
+    All,
+    /// One strategy.
+    One(StrategyKind),
+}
+
+impl std::str::FromStr for StrategyArg {
+    type Err = memplan_core::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "auto" => Ok(StrategyArg::Auto),
+            "all" => Ok(StrategyArg::All),
+            other => other.parse().map(StrategyArg::One),
+        }
+    }
+}
+
+/// Simulate a scenario (shipped name or file path) with the strategies asked for.
+pub fn simulate(scenario: &str, strategy: StrategyArg) -> Result<SimReport> {
+    let setup = Scenario::load(scenario)?.resolve()?;
+    let calibration = if setup.scenario.calibrate {
+        Some(run::calibration(&setup)?)
+    } else {
+        None
+    };
+    let runs = match strategy {
+        StrategyArg::Auto => vec![run::run(&setup, Choice::Auto)?],
+        StrategyArg::All => run_all(&setup)?,
+        StrategyArg::One(k) => vec![run::run(&setup, Choice::Forced(k))?],
+    };
+    Ok(SimReport {
+        scenario: setup.scenario.name.clone(),
+        description: setup.scenario.description.clone(),
+        device: setup.scenario.device.clone(),
+        calibration,
+        runs,
+    })
+}
+
+#[cfg(test)]
+mod tests;

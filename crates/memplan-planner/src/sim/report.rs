@@ -1,0 +1,159 @@
+//! What `memplan simulate` reports: per strategy, the graph estimate, the real graph memory,
+//! the error, KV tokens granted vs the oracle, and whether anything ran out of memory.
+
+use memplan_core::bytes::{fmt_bytes, fmt_signed};
+use serde::Serialize;
+use std::fmt;
+
+use super::run::Choice;
+use crate::calibrate::CalibrationReport;
+use crate::plan::Plan;
+use crate::strategy::StrategyKind;
+
+/// One strategy's run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Outcome {
+    /// Whether the strategy was chosen automatically.
+    pub auto: bool,
+    /// The strategy that ran.
+    pub strategy: StrategyKind,
+    /// Why.
+    pub why: String,
+    /// Graph reserve the plan subtracted.
+    pub estimate: Option<u64>,
+    /// Real graph memory (ground truth of the real capture).
+    pub real_graph: Option<u64>,
+    /// `estimate - real` (negative = under-estimate).
+    pub error_bytes: Option<i64>,
+    /// Error relative to the real graph memory, percent.
+    pub error_pct: Option<f64>,
+    /// KV tokens the plan granted.
+    pub kv_tokens: Option<u64>,
+    /// The most KV tokens that would have fit.
+    pub oracle_tokens: Option<u64>,
+    /// `kv_tokens / oracle_tokens`.
+    pub kv_vs_oracle: Option<f64>,
+    /// The out-of-memory error, when something ran out of memory.
+    pub oom: Option<String>,
+    /// Any other failure (start-up refused, plan error).
+    pub failed: Option<String>,
+    /// Calibration downgrades.
+    pub downgrades: Vec<String>,
+    /// The plan.
+    pub plan: Option<Plan>,
+}
+
+impl Outcome {
+    pub(crate) fn new(choice: Choice) -> Self {
+        let (auto, strategy) = match choice {
+            Choice::Auto => (true, StrategyKind::None),
+            Choice::Forced(k) => (false, k),
+        };
+        Outcome {
+            auto,
+            strategy,
+            why: String::new(),
+            estimate: None,
+            real_graph: None,
+            error_bytes: None,
+            error_pct: None,
+            kv_tokens: None,
+            oracle_tokens: None,
+            kv_vs_oracle: None,
+            oom: None,
+            failed: None,
+            downgrades: Vec::new(),
+            plan: None,
+        }
+    }
+
+    pub(crate) fn finish(&mut self) {
+        if let (Some(e), Some(r)) = (self.error_bytes, self.real_graph) {
+            if r > 0 {
+                self.error_pct = Some(e as f64 * 100.0 / r as f64);
+            }
+        }
+        if let (Some(k), Some(o)) = (self.kv_tokens, self.oracle_tokens) {
+            if o > 0 {
+                self.kv_vs_oracle = Some(k as f64 / o as f64);
+            }
+        }
+    }
+
+    /// Did it run out of memory?
+    pub fn ran_out_of_memory(&self) -> bool {
+        self.oom.is_some()
+    }
+}
+
+/// The whole comparison for one scenario.
+#[derive(Debug, Clone, Serialize)]
+pub struct SimReport {
+    /// Scenario name.
+    pub scenario: String,
+    /// What it reproduces.
+    pub description: String,
+    /// Device selector.
+    pub device: String,
+    /// Calibration of the device, when the scenario calibrates.
+    pub calibration: Option<CalibrationReport>,
+    /// One entry per run.
+    pub runs: Vec<Outcome>,
+}
+
+fn opt<T>(v: Option<T>, f: impl Fn(T) -> String) -> String {
+    v.map(f).unwrap_or_else(|| "-".into())
+}
+
+impl fmt::Display for SimReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "scenario {} on sim:{}", self.scenario, self.device)?;
+        if !self.description.is_empty() {
+            writeln!(f, "  {}", self.description)?;
+        }
+        if let Some(c) = &self.calibration {
+            for l in c.downgrade_lines() {
+                writeln!(f, "  {l}")?;
+            }
+        }
+        writeln!(
+            f,
+            "  {:<20} {:>11} {:>11} {:>11} {:>8} {:>10} {:>10} {:>7}  outcome",
+            "strategy", "estimate", "real", "error", "error%", "KV tokens", "oracle", "of orc.",
+        )?;
+        for r in &self.runs {
+            let name = if r.auto {
+                format!("auto ({})", r.strategy)
+            } else {
+                r.strategy.to_string()
+            };
+            let outcome = match (&r.oom, &r.failed) {
+                (Some(o), _) => format!("OOM: {o}"),
+                (None, Some(e)) => format!("FAILED: {e}"),
+                _ => "ok".into(),
+            };
+            writeln!(
+                f,
+                "  {:<20} {:>11} {:>11} {:>11} {:>8} {:>10} {:>10} {:>7}  {}",
+                name,
+                opt(r.estimate, fmt_bytes),
+                opt(r.real_graph, fmt_bytes),
+                opt(r.error_bytes, fmt_signed),
+                opt(r.error_pct, |p| format!("{p:+.1}%")),
+                opt(r.kv_tokens, |t| t.to_string()),
+                opt(r.oracle_tokens, |t| t.to_string()),
+                opt(r.kv_vs_oracle, |x| format!("{:.1}%", x * 100.0)),
+                outcome
+            )?;
+        }
+        if let Some(a) = self.runs.iter().find(|r| r.auto) {
+            writeln!(f, "  automatic choice: {} because {}", a.strategy, a.why)?;
+            if let Some(p) = &a.plan {
+                for w in &p.warnings {
+                    writeln!(f, "  warning: {w}")?;
+                }
+            }
+        }
+        Ok(())
+    }
+}

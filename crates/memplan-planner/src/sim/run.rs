@@ -1,0 +1,249 @@
+//! One simulated start-up per strategy, then what a real engine does next, checked against the
+//! simulator's ground truth.
+//!
+//! Per run: open a fresh simulated GPU, calibrate (when the scenario says so), profile the
+//! engine through a [`Session`], plan; then allocate the KV cache the plan allowed, capture
+//! every graph for real (unless the strategy kept them, or runs eagerly), and serve a burst at
+//! full concurrency. The oracle is the largest KV cache that would have fit: within the
+//! requested memory with the *real* graph memory and the engine's real non-allocator growth,
+//! and within what was physically free (free memory before the KV cache, less the graphs
+//! still to capture and the burst's activation; fragments cached by the allocator excluded).
+
+use memplan_backend_sim::{GroundTruth, SimGpu};
+use memplan_core::{Device, Error, Result};
+
+use super::engine::SimEngine;
+use super::report::Outcome;
+use super::scenario::Setup;
+use crate::budget::{self, Consumers};
+use crate::calibrate::{calibrate, CalibrationReport};
+use crate::plan::{check_request, plan, Plan, PlanInputs};
+use crate::session::Session;
+use crate::strategy::{select, SelectionPolicy, StrategyKind};
+
+/// Which strategy a run uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Choice {
+    /// Chosen automatically from the (calibrated) capability.
+    Auto,
+    /// Forced.
+    Forced(StrategyKind),
+}
+
+/// Memory the truth attributes to graphs: private pool, exec objects, hidden per-capture
+/// memory, graph-pool memory and releases still pending.
+pub fn graph_truth(t: &GroundTruth) -> u64 {
+    t.private_pool_reserved
+        + t.graph_exec
+        + t.hidden_capture
+        + t.graph_pool_reserved
+        + t.pending_release
+}
+
+/// Open the scenario's device with its world.
+pub fn open(setup: &Setup) -> Result<SimGpu> {
+    let gpu = SimGpu::open(&setup.scenario.device)?;
+    if setup.other_processes > 0 {
+        gpu.set_other_processes(setup.other_processes);
+    }
+    Ok(gpu)
+}
+
+/// Calibrate the scenario's device (on a fresh instance).
+pub fn calibration(setup: &Setup) -> Result<CalibrationReport> {
+    let mut gpu = open(setup)?;
+    calibrate(&mut gpu)
+}
+
+fn neighbour(setup: &Setup, gpu: &SimGpu, step: &str) {
+    for (s, bytes) in &setup.neighbour {
+        if s == step {
+            // Lands at the next synchronize: the settle snapshot that opens the step.
+            gpu.schedule_other_processes(gpu.tick() + 1, *bytes);
+        }
+    }
+}
+
+struct Profiled {
+    plan: Plan,
+    why: String,
+    kept_graph_truth: Option<u64>,
+    kv_range: Option<memplan_core::VaRange>,
+    downgrades: Vec<String>,
+}
+
+fn profile(
+    setup: &Setup,
+    gpu: &SimGpu,
+    engine: &mut SimEngine,
+    choice: Choice,
+) -> Result<Profiled> {
+    let (cap, downgrades) = if setup.scenario.calibrate {
+        let r = calibrate(&mut gpu.clone())?;
+        let d = r.downgrade_lines();
+        (r.calibrated, d)
+    } else {
+        (gpu.capabilities().clone(), Vec::new())
+    };
+    let mut device = gpu.clone();
+    let mut s = Session::begin(&mut device, engine, cap)?;
+    for d in &downgrades {
+        s.warn(d.clone());
+    }
+    check_request(s.baseline(), s.capability(), &setup.request)?;
+    neighbour(setup, gpu, "load_weights");
+    s.load_weights(engine, |e| e.load_weights())?;
+    neighbour(setup, gpu, "profile_run");
+    s.profile_run(engine, |e| e.profile_run())?;
+    let (kind, why) = match choice {
+        Choice::Auto => {
+            let sel = select(
+                s.capability(),
+                setup.sizes.len(),
+                setup.scenario.graphs.post_capture,
+                SelectionPolicy::default(),
+            );
+            (sel.kind, sel.why)
+        }
+        Choice::Forced(k) => (k, "chosen on the command line".to_string()),
+    };
+    neighbour(setup, gpu, "graph_phase");
+    let before = graph_truth(&gpu.truth());
+    s.graph_phase(engine, &*kind.strategy())?;
+    let kept = s.kept_graphs();
+    let kept_graph_truth = kept.then(|| graph_truth(&gpu.truth()).saturating_sub(before));
+    let mut p = s.finish();
+    let kv_range = p.kv_reservation.take();
+    let inputs = PlanInputs {
+        request: setup.request,
+        kv: setup.kv.clone(),
+        limits: setup.limits,
+    };
+    let plan = plan(&p, why.clone(), &inputs)?;
+    Ok(Profiled {
+        plan,
+        why,
+        kept_graph_truth,
+        kv_range,
+        downgrades,
+    })
+}
+
+/// Run one strategy on a fresh device.
+pub fn run(setup: &Setup, choice: Choice) -> Result<Outcome> {
+    let span = tracing::info_span!("simulate", scenario = %setup.scenario.name, ?choice);
+    let _e = span.enter();
+    let gpu = open(setup)?;
+    let mut engine = SimEngine::new(gpu.clone(), setup.clone());
+    let mut out = Outcome::new(choice);
+    let pr = match profile(setup, &gpu, &mut engine, choice) {
+        Ok(p) => p,
+        Err(e) => {
+            out.failed = Some(format!("start-up refused: {e}"));
+            return Ok(out);
+        }
+    };
+    out.strategy = pr.plan.strategy;
+    out.why = pr.why.clone();
+    out.downgrades = pr.downgrades.clone();
+    out.estimate = pr.plan.graph.as_ref().map(|g| g.reserve);
+    out.kv_tokens = Some(pr.plan.kv.tokens);
+
+    // The oracle, from the truth before the KV cache is allocated.
+    let t = gpu.truth();
+    let eager = pr.plan.strategy == StrategyKind::None;
+
+    // What happens next in a real engine.
+    let mut real_graph = pr.kept_graph_truth;
+    let step = (|| -> Result<()> {
+        engine
+            .allocate_kv(pr.plan.kv_bytes, pr.kv_range.as_ref())
+            .map_err(|e| stage("KV cache allocation", e))?;
+        if !eager && pr.kept_graph_truth.is_none() {
+            let g0 = graph_truth(&gpu.truth());
+            engine
+                .capture_all()
+                .map_err(|e| stage("graph capture", e))?;
+            real_graph = Some(graph_truth(&gpu.truth()).saturating_sub(g0));
+        }
+        engine.serve_burst().map_err(|e| stage("serve burst", e))
+    })();
+    if let Err(e) = step {
+        match e {
+            Error::OutOfMemory { .. } => out.oom = Some(e.to_string()),
+            Error::Measurement(m) if m.starts_with("out of memory") => out.oom = Some(m),
+            other => out.failed = Some(other.to_string()),
+        }
+    }
+    let real = if eager {
+        Some(0)
+    } else {
+        real_graph.or_else(|| oracle_graph(setup))
+    };
+    out.real_graph = real;
+    if let (Some(est), Some(r)) = (out.estimate, real) {
+        out.error_bytes = Some(est as i64 - r as i64);
+    }
+    if let Some(r) = real {
+        let c = pr.plan.budget.consumers;
+        let requested_room = budget::compute(
+            pr.plan.budget.total,
+            setup.request,
+            Consumers {
+                graph_reserve: r,
+                non_allocator: setup.workspace.max(c.non_allocator),
+                ..c
+            },
+        )
+        .map(|b| b.kv_budget)
+        .unwrap_or(0);
+        let to_capture = if pr.kept_graph_truth.is_some() || eager {
+            0
+        } else {
+            r
+        };
+        // Cached allocator memory is not counted: what is left cached at this point are
+        // fragments of segments with live blocks, which a large allocation cannot use.
+        let physical = t
+            .free
+            .saturating_sub(to_capture)
+            .saturating_sub(round2(setup.activation_peak));
+        let oracle = requested_room.min(physical);
+        out.oracle_tokens = setup.kv.size(oracle, &setup.limits).ok().map(|k| k.tokens);
+    }
+    out.plan = Some(pr.plan);
+    out.finish();
+    Ok(out)
+}
+
+fn round2(b: u64) -> u64 {
+    b.div_ceil(2 << 20) * (2 << 20)
+}
+
+fn stage(what: &str, e: Error) -> Error {
+    match e {
+        Error::OutOfMemory { call, requested } => Error::Measurement(format!(
+            "out of memory in {what}: {call} could not allocate {requested} bytes"
+        )),
+        other => Error::Measurement(format!("{what}: {other}")),
+    }
+}
+
+/// When the run failed before the real capture, measure the real graph memory on a fresh
+/// device with nothing else on it.
+fn oracle_graph(setup: &Setup) -> Option<u64> {
+    let gpu = open(setup).ok()?;
+    let mut e = SimEngine::new(gpu.clone(), setup.clone());
+    let g0 = graph_truth(&gpu.truth());
+    e.capture_all().ok()?;
+    Some(graph_truth(&gpu.truth()).saturating_sub(g0))
+}
+
+/// Run every strategy (the automatic choice first).
+pub fn run_all(setup: &Setup) -> Result<Vec<Outcome>> {
+    let mut v = vec![run(setup, Choice::Auto)?];
+    for k in StrategyKind::ALL {
+        v.push(run(setup, Choice::Forced(k))?);
+    }
+    Ok(v)
+}

@@ -1,0 +1,228 @@
+//! [`GraphContext`]: the protocol primitives a strategy may use, and the teardown guard.
+//!
+//! The context is armed while graphs may be alive. [`GraphContext::teardown`] destroys every
+//! graph, releases the private pool, synchronizes (deferred releases complete there) and checks
+//! that the allocator and the graph pool are back where they were before the phase. If the
+//! context is dropped while still armed (an early return, a panic in a strategy), `Drop` runs
+//! the same teardown best-effort, so teardown happens on every path.
+
+use memplan_core::bytes::fmt_bytes;
+use memplan_core::{Device, Error, MemoryInfo, MemoryWindow, ProfilingCapability, Reading, Result};
+
+use crate::engine::Engine;
+use crate::session::Session;
+
+/// What one window says about graph memory, and from which layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GraphReading {
+    /// Bytes (signed).
+    pub bytes: i64,
+    /// True when read from the driver (everything the process holds); false when only the
+    /// allocator layer was readable (the private pool, without executable objects).
+    pub from_driver: bool,
+}
+
+/// Protocol primitives for a strategy, bound to one session and one engine.
+pub struct GraphContext<'s, 'd> {
+    session: &'s mut Session<'d>,
+    engine: &'s mut dyn Engine,
+    before: MemoryInfo,
+    armed: bool,
+}
+
+impl<'s, 'd> GraphContext<'s, 'd> {
+    pub(crate) fn new(
+        session: &'s mut Session<'d>,
+        engine: &'s mut dyn Engine,
+        before: MemoryInfo,
+    ) -> Self {
+        GraphContext {
+            session,
+            engine,
+            before,
+            armed: true,
+        }
+    }
+
+    /// The capability the session trusts.
+    pub fn capability(&self) -> &ProfilingCapability {
+        self.session.capability()
+    }
+
+    /// The sizes the engine captures, in its capture order.
+    pub fn sizes(&self) -> Vec<u32> {
+        self.engine.graph_sizes()
+    }
+
+    /// The engine (for hints such as kernel-node counts).
+    pub fn engine(&self) -> &dyn Engine {
+        self.engine
+    }
+
+    /// The device (for virtual-memory operations).
+    pub fn device(&mut self) -> &mut dyn Device {
+        self.session.device
+    }
+
+    /// The snapshot the phase started from.
+    pub fn phase_baseline(&self) -> MemoryInfo {
+        self.before
+    }
+
+    /// Hand the KV cache's reserved address range to the session (post-capture).
+    pub fn set_kv_reservation(&mut self, range: memplan_core::VaRange) {
+        self.session.p.kv_reservation = Some(range);
+    }
+
+    /// Record a warning in the session.
+    pub fn warn(&mut self, msg: impl Into<String>) {
+        self.session.warn(msg);
+    }
+
+    /// Release the engine's cached memory, then snapshot: the baseline of a window whose work
+    /// (graph capture) would release the cache itself.
+    pub fn flushed_snapshot(&mut self) -> Result<MemoryInfo> {
+        self.engine.allocator().release_cached()?;
+        self.session.snap(self.engine)
+    }
+
+    /// Snapshot without releasing cached memory (only the legacy strategy does this).
+    pub fn snapshot(&mut self) -> Result<MemoryInfo> {
+        self.session.snap(self.engine)
+    }
+
+    /// Warm up one size (eager run before its capture).
+    pub fn warm_up(&mut self, size: u32) -> Result<()> {
+        self.armed = true;
+        self.engine.warm_up(size)
+    }
+
+    /// Reset the allocator's peak (before a sample whose transient memory is read).
+    pub fn reset_peak(&mut self) {
+        self.engine.allocator().reset_peak();
+    }
+
+    /// Capture the graph of one size (kept until teardown).
+    pub fn capture(&mut self, size: u32) -> Result<()> {
+        let span = tracing::debug_span!("capture", size);
+        let _e = span.enter();
+        self.armed = true;
+        self.engine.capture_graph(size)
+    }
+
+    /// Destroy every graph captured so far, release their pool and synchronize, in the middle
+    /// of a phase (a sample that must not share its pool with the next one).
+    pub fn release_graphs(&mut self) -> Result<()> {
+        release_all(self.engine, self.session.device)
+    }
+
+    /// Graph memory in a window: from the driver when its free reading measures this process,
+    /// else from the allocator layer only (a lower bound).
+    pub fn graph_bytes(&self, w: &MemoryWindow) -> GraphReading {
+        let free_ok = self
+            .capability()
+            .reading(Reading::DriverFree)
+            .measures_own_usage();
+        match (free_ok, w.driver_used) {
+            (true, Some(b)) => GraphReading {
+                bytes: b,
+                from_driver: true,
+            },
+            _ => GraphReading {
+                bytes: w.allocator_reserved.unwrap_or(0),
+                from_driver: false,
+            },
+        }
+    }
+
+    /// Tolerance of the driver free reading (0 unless declared approximate).
+    pub fn free_tolerance(&self) -> u64 {
+        match self.capability().reading(Reading::DriverFree) {
+            memplan_core::Reliability::Approximate {
+                tolerance_bytes, ..
+            } => tolerance_bytes,
+            _ => 0,
+        }
+    }
+
+    /// Destroy every graph, release the pool, synchronize and check restoration. Returns the
+    /// snapshot after teardown.
+    pub(crate) fn teardown(&mut self) -> Result<MemoryInfo> {
+        let span = tracing::info_span!("teardown");
+        let _e = span.enter();
+        self.armed = false;
+        release_all(self.engine, self.session.device)?;
+        let after = self.session.snap(self.engine)?;
+        self.check_restored(&after);
+        Ok(after)
+    }
+
+    /// The strategy keeps its graphs: no teardown, read where memory stands.
+    pub(crate) fn disarm_and_read(&mut self) -> Result<MemoryInfo> {
+        self.armed = false;
+        self.session.snap(self.engine)
+    }
+
+    fn check_restored(&mut self, after: &MemoryInfo) {
+        let b = &self.before;
+        let mut leaks = Vec::new();
+        if let (Some(x), Some(y)) = (b.allocator.reserved, after.allocator.reserved) {
+            if y > x {
+                leaks.push(format!(
+                    "allocator reserved {} above the phase baseline",
+                    fmt_bytes(y - x)
+                ));
+            }
+        }
+        if let (Some(x), Some(y)) = (b.graph_pool.used, after.graph_pool.used) {
+            if y > x {
+                leaks.push(format!(
+                    "graph pool {} above the phase baseline",
+                    fmt_bytes(y - x)
+                ));
+            }
+        }
+        if let (Some(x), Some(y)) = (b.driver_used(), after.driver_used()) {
+            let tol = self.free_tolerance();
+            if y > x.saturating_add(tol) {
+                leaks.push(format!(
+                    "driver used {} above the phase baseline (or another process took it)",
+                    fmt_bytes(y - x)
+                ));
+            }
+        }
+        if leaks.is_empty() {
+            tracing::info!("teardown restored the allocator and graph pool");
+        } else {
+            self.session.warn(format!(
+                "graph teardown did not restore memory: {}",
+                leaks.join("; ")
+            ));
+        }
+    }
+}
+
+/// Destroy the engine's graphs, synchronize (deferred releases complete there; done even when
+/// the engine's release failed) and trim the device's graph pool where the device has one.
+fn release_all(engine: &mut dyn Engine, device: &mut dyn Device) -> Result<()> {
+    let released = engine.release_graphs();
+    let synced = device.synchronize();
+    let trimmed = match device.graph_capture() {
+        Ok(gc) => gc.release_pool(),
+        Err(Error::Unsupported { .. }) => Ok(()),
+        Err(e) => Err(e),
+    };
+    released?;
+    synced?;
+    trimmed
+}
+
+impl Drop for GraphContext<'_, '_> {
+    fn drop(&mut self) {
+        if self.armed {
+            if let Err(e) = self.teardown() {
+                tracing::error!(error = %e, "graph teardown failed on an early exit");
+            }
+        }
+    }
+}

@@ -1,0 +1,111 @@
+//! `conservative` and `none`.
+//!
+//! The conservative bound is used when the driver's free reading cannot measure this process.
+//! It captures every size (so nothing is guessed about the allocator-visible part) and bounds
+//! what only the driver sees:
+//!
+//! `reserve = (pool + Σ per graph (hidden + exec)) * 1.25` where `pool` is the allocator's
+//! reserved growth over the capture (exact: this process's own allocator), `hidden` the
+//! per-capture memory the capability declares (or calibration measured), and `exec` the
+//! executable object: 64 KiB per kernel node when the engine says how many nodes a graph has,
+//! else [`DEFAULT_EXEC_BYTES_PER_GRAPH`]. The 25% margin covers allocator rounding and the
+//! per-node figure being a single public data point.
+
+use memplan_core::bytes::{fmt_bytes, KIB, MIB};
+use memplan_core::{Reading, Result};
+
+use super::context::GraphContext;
+use super::{GraphEstimate, GraphStrategy, StrategyKind};
+
+/// Driver memory per kernel node of a graph's executable object (public data point).
+pub const EXEC_BYTES_PER_KERNEL_NODE: u64 = 64 * KIB;
+/// Executable-object bound per graph when the engine gives no kernel-node count
+/// (256 nodes: a ~28-layer decoder at ~9 kernels per layer).
+pub const DEFAULT_EXEC_BYTES_PER_GRAPH: u64 = 16 * MIB;
+
+/// Analytic bound plus margin.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Conservative;
+
+/// No graphs: the engine runs eagerly.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoGraphs;
+
+impl GraphStrategy for Conservative {
+    fn kind(&self) -> StrategyKind {
+        StrategyKind::Conservative
+    }
+
+    fn run(&self, ctx: &mut GraphContext<'_, '_>) -> Result<GraphEstimate> {
+        let sizes = ctx.sizes();
+        let before = ctx.flushed_snapshot()?;
+        for s in &sizes {
+            ctx.warm_up(*s)?;
+            ctx.capture(*s)?;
+        }
+        let after = ctx.flushed_snapshot()?;
+        let w = before.window_to(&after);
+        let private = w.allocator_reserved.unwrap_or(0).max(0) as u64;
+        // Graph allocation nodes, where the device's graph-pool reading can be trusted.
+        let nodes = if ctx
+            .capability()
+            .reading(Reading::GraphPool)
+            .measures_own_usage()
+        {
+            w.graph_pool_reserved.unwrap_or(0).max(0) as u64
+        } else {
+            0
+        };
+        let pool = private + nodes;
+        let hidden = ctx.capability().facts.hidden_bytes_per_capture.unwrap_or(0);
+        let mut hinted = 0usize;
+        let driver_only: u64 = sizes
+            .iter()
+            .map(|s| {
+                let exec = match ctx.engine().kernel_nodes_hint(*s) {
+                    Some(k) => {
+                        hinted += 1;
+                        u64::from(k) * EXEC_BYTES_PER_KERNEL_NODE
+                    }
+                    None => DEFAULT_EXEC_BYTES_PER_GRAPH,
+                };
+                exec + hidden
+            })
+            .sum();
+        let point = pool + driver_only;
+        let margin = point / 4;
+        let mut e = GraphEstimate::new(
+            StrategyKind::Conservative,
+            sizes.len(),
+            point as i64,
+            margin,
+            "allocator reserved + analytic bound",
+        );
+        e.explanation = format!(
+            "driver free cannot measure this process: private pool and graph allocation nodes measured by the allocator and the graph-pool reading ({}), executable objects and hidden per-capture memory bounded analytically ({} for {} graphs, {} with the engine's kernel-node count, {} hidden each), plus 25% margin ({})",
+            fmt_bytes(pool),
+            fmt_bytes(driver_only),
+            sizes.len(),
+            hinted,
+            fmt_bytes(hidden),
+            fmt_bytes(margin)
+        );
+        Ok(e)
+    }
+}
+
+impl GraphStrategy for NoGraphs {
+    fn kind(&self) -> StrategyKind {
+        StrategyKind::None
+    }
+
+    fn run(&self, ctx: &mut GraphContext<'_, '_>) -> Result<GraphEstimate> {
+        let mut e = GraphEstimate::new(StrategyKind::None, 0, 0, 0, "nothing measured");
+        e.explanation = if ctx.sizes().is_empty() {
+            "the engine captures no graphs: nothing to reserve".into()
+        } else {
+            "no graphs: the engine must run eagerly (capture unsupported or disabled)".into()
+        };
+        Ok(e)
+    }
+}
