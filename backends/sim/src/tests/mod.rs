@@ -3,6 +3,7 @@
 
 mod allocator;
 mod device;
+mod graph_quirks;
 mod graphs;
 mod legacy;
 mod quirks;

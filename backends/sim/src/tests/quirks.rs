@@ -1,9 +1,8 @@
-//! One test per quirk, each showing the raw readings it produces next to the truth.
+//! One test per driver-reading quirk, each showing the raw readings it produces next to the truth.
 
-use memplan_core::{CaptureWork, Device, Reading, Reliability};
+use memplan_core::{Device, Reading, Reliability};
 
 use super::{free_after_sync, gpu, total, G, M};
-use crate::{GraphSpec, Quirks, SimGpu, EXEC_BYTES_PER_KERNEL_NODE};
 
 #[test]
 fn well_behaved_cuda_free_is_device_wide() {
@@ -89,129 +88,6 @@ fn apu_reports_the_aperture_not_the_usable_pool() {
 }
 
 #[test]
-fn deferred_graph_release_returns_memory_at_next_sync() {
-    let mut g = gpu("rx7900xtx-rocm6.2,hidden-bytes-per-capture=0");
-    let before = free_after_sync(&mut g).unwrap();
-    let cap = g.graph_capture().unwrap();
-    cap.begin_capture().unwrap();
-    cap.record(&CaptureWork {
-        kernel_nodes: 100,
-        alloc_node_bytes: 0,
-    })
-    .unwrap();
-    let id = cap.end_capture().unwrap();
-    cap.destroy(id).unwrap();
-    let exec = 100 * EXEC_BYTES_PER_KERNEL_NODE;
-    assert_eq!(
-        g.raw_driver_memory().free,
-        Some(before - exec),
-        "destroyed but not yet released"
-    );
-    assert_eq!(g.truth().pending_release, exec);
-    assert_eq!(
-        free_after_sync(&mut g),
-        Some(before),
-        "released at the synchronize"
-    );
-    assert_eq!(g.truth().pending_release, 0);
-}
-
-#[test]
-fn immediate_release_without_the_quirk() {
-    let mut g = gpu("h100-80gb");
-    let before = free_after_sync(&mut g).unwrap();
-    let cap = g.graph_capture().unwrap();
-    cap.begin_capture().unwrap();
-    cap.record(&CaptureWork {
-        kernel_nodes: 100,
-        alloc_node_bytes: 0,
-    })
-    .unwrap();
-    let id = cap.end_capture().unwrap();
-    cap.destroy(id).unwrap();
-    assert_eq!(g.raw_driver_memory().free, Some(before));
-}
-
-#[test]
-fn hidden_bytes_per_capture_are_kept_by_the_runtime() {
-    let mut g = gpu("rx7900xtx-rocm6.2");
-    let before = free_after_sync(&mut g).unwrap();
-    for _ in 0..3 {
-        let cap = g.graph_capture().unwrap();
-        cap.begin_capture().unwrap();
-        let id = cap.end_capture().unwrap();
-        cap.destroy(id).unwrap();
-        cap.release_pool().unwrap();
-    }
-    assert_eq!(
-        free_after_sync(&mut g),
-        Some(before - 12 * M),
-        "4 MiB per capture never comes back"
-    );
-    assert_eq!(g.truth().hidden_capture, 12 * M);
-}
-
-#[test]
-fn graph_pool_attrs_stuck_at_zero() {
-    let mut g = gpu("rx7900xtx-rocm5.4");
-    let cap = g.graph_capture().unwrap();
-    cap.begin_capture().unwrap();
-    cap.record(&CaptureWork {
-        kernel_nodes: 1,
-        alloc_node_bytes: 64 * M,
-    })
-    .unwrap();
-    let _id = cap.end_capture().unwrap();
-    let raw = g.raw_graph_pool_memory();
-    assert_eq!(
-        (raw.used, raw.reserved, raw.used_high),
-        (Some(0), Some(0), Some(0)),
-        "the stub"
-    );
-    assert_eq!(
-        g.truth().graph_pool_reserved,
-        64 * M,
-        "while 64 MiB are really in the pool"
-    );
-    assert_eq!(
-        g.graph_pool_memory().unwrap().used,
-        None,
-        "declared unavailable, so absent"
-    );
-    // The same work on CUDA shows up.
-    let mut c = gpu("rtx4090");
-    let cap = c.graph_capture().unwrap();
-    cap.begin_capture().unwrap();
-    cap.record(&CaptureWork {
-        kernel_nodes: 1,
-        alloc_node_bytes: 64 * M,
-    })
-    .unwrap();
-    let id = cap.end_capture().unwrap();
-    assert_eq!(c.graph_pool_memory().unwrap().used, Some(64 * M));
-    let cap = c.graph_capture().unwrap();
-    cap.destroy(id).unwrap();
-    assert_eq!(
-        c.graph_pool_memory().unwrap().reserved,
-        Some(64 * M),
-        "kept until trimmed"
-    );
-    c.graph_capture().unwrap().release_pool().unwrap();
-    let gp = c.graph_pool_memory().unwrap();
-    assert_eq!(
-        (gp.used, gp.reserved, gp.reserved_high),
-        (Some(0), Some(0), Some(64 * M))
-    );
-}
-
-#[test]
-fn level_zero_has_no_graph_pool_query() {
-    let g = gpu("max1550");
-    let raw = g.raw_graph_pool_memory();
-    assert_eq!((raw.used, raw.reserved), (None, None));
-}
-
-#[test]
 fn sysman_missing_gives_absent_free_never_zero() {
     let mut g = gpu("arc-b580-nosysman");
     let raw = g.raw_driver_memory();
@@ -265,40 +141,6 @@ fn stale_free_lags_one_synchronize() {
     g.free(a).unwrap();
     assert_eq!(free_after_sync(&mut g), Some(f0 - G));
     assert_eq!(free_after_sync(&mut g), Some(f0));
-}
-
-#[test]
-fn capture_empties_cache_reproduces_the_negative_window() {
-    for flush in [true, false] {
-        let q = Quirks {
-            capture_empties_cache: flush,
-            ..crate::profile("rtx4090").unwrap().quirks
-        };
-        let mut g = SimGpu::with_quirks(crate::profile("rtx4090").unwrap(), q);
-        let alloc = g.allocator();
-        let b = alloc.malloc(30 * M).unwrap();
-        alloc.free(b).unwrap(); // 30 MiB stay cached
-        let baseline = free_after_sync(&mut g).unwrap();
-        alloc.begin_graph_capture().unwrap();
-        let id = alloc
-            .end_graph_capture(&GraphSpec {
-                kernel_nodes: 64,
-                ..GraphSpec::default()
-            })
-            .unwrap();
-        let after = free_after_sync(&mut g).unwrap();
-        let taken = baseline as i64 - after as i64;
-        if flush {
-            assert_eq!(
-                taken,
-                (4 * M) as i64 - (30 * M) as i64,
-                "the flush hides the graph: -26 MiB"
-            );
-        } else {
-            assert_eq!(taken, (4 * M) as i64, "64 nodes * 64 KiB");
-        }
-        alloc.destroy_graph(id).unwrap();
-    }
 }
 
 #[test]
