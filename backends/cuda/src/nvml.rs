@@ -47,7 +47,8 @@ pub struct NvmlMemory {
     pub reserved: Option<u64>,
     /// Framebuffer in use, all processes.
     pub used: u64,
-    /// Memory held by compute processes other than this one, when the list could be read.
+    /// Memory held by compute processes other than this one, when the list could be read and
+    /// NVML could size every one of them.
     pub other_processes_bytes: Option<u64>,
     /// How many other compute processes hold memory, when the list could be read.
     pub other_processes: Option<usize>,
@@ -63,25 +64,28 @@ impl NvmlMemory {
         if let Some(r) = self.reserved {
             v.push(("nvml_reserved".into(), r.to_string()));
         }
-        if let (Some(b), Some(n)) = (self.other_processes_bytes, self.other_processes) {
+        if let Some(n) = self.other_processes {
             v.push(("nvml_other_processes".into(), n.to_string()));
+        }
+        if let Some(b) = self.other_processes_bytes {
             v.push(("nvml_other_processes_bytes".into(), b.to_string()));
         }
         v
     }
 }
 
-/// Sum the memory of processes other than `own_pid`; `None` values (not available) are skipped.
-pub fn other_processes(list: &[(u32, u64)], own_pid: u32) -> (usize, u64) {
-    list.iter()
+/// How many processes other than `own_pid` hold memory, and their total: `None` when NVML
+/// could not size one of them (a partial sum would understate it).
+pub fn other_processes(list: &[(u32, u64)], own_pid: u32) -> (usize, Option<u64>) {
+    let others: Vec<u64> = list
+        .iter()
         .filter(|(pid, _)| *pid != own_pid)
-        .fold((0, 0), |(n, b), (_, used)| {
-            if *used == VALUE_NOT_AVAILABLE {
-                (n + 1, b)
-            } else {
-                (n + 1, b + used)
-            }
-        })
+        .map(|(_, used)| *used)
+        .collect();
+    let bytes = others.iter().try_fold(0u64, |sum, used| {
+        (*used != VALUE_NOT_AVAILABLE).then(|| sum.saturating_add(*used))
+    });
+    (others.len(), bytes)
 }
 
 fn library_name() -> &'static str {
@@ -170,7 +174,7 @@ unsafe fn query(lib: &libloading::Library, uuid: &str) -> Option<NvmlMemory> {
             total: m.total,
             reserved: (m.reserved != VALUE_NOT_AVAILABLE).then_some(m.reserved),
             used: m.used,
-            other_processes_bytes: others.map(|o| o.1),
+            other_processes_bytes: others.and_then(|o| o.1),
             other_processes: others.map(|o| o.0),
         })
     }
@@ -190,8 +194,14 @@ mod tests {
     #[test]
     fn other_processes_exclude_this_one_and_unknown_sizes() {
         let l = [(10, 100), (11, 200), (12, VALUE_NOT_AVAILABLE)];
-        assert_eq!(other_processes(&l, 10), (2, 200));
-        assert_eq!(other_processes(&[], 10), (0, 0));
+        assert_eq!(
+            other_processes(&l, 10),
+            (2, None),
+            "one size unknown: no total"
+        );
+        assert_eq!(other_processes(&l[..2], 10), (1, Some(200)));
+        assert_eq!(other_processes(&l[..2], 99), (2, Some(300)));
+        assert_eq!(other_processes(&[], 10), (0, Some(0)));
     }
 
     #[test]

@@ -24,6 +24,14 @@ pub fn load_nvrtc() -> Option<&'static libloading::Library> {
         .as_ref()
 }
 
+/// Build and load the fake NVML (soname `libnvidia-ml.so.1`).
+#[allow(dead_code)] // only the NVML test binary uses it
+pub fn load_nvml() -> Option<&'static libloading::Library> {
+    static LIB: OnceLock<Option<libloading::Library>> = OnceLock::new();
+    LIB.get_or_init(|| build("fake_nvml.c", "libnvidia-ml.so.1", &[]))
+        .as_ref()
+}
+
 fn build(source: &str, soname: &str, flags: &[&str]) -> Option<libloading::Library> {
     if !cfg!(target_os = "linux") {
         eprintln!("SKIPPED: the fake libraries rely on Linux sonames");
@@ -71,6 +79,12 @@ fn build(source: &str, soname: &str, flags: &[&str]) -> Option<libloading::Libra
 #[allow(dead_code)] // not every test binary reads counters
 pub fn state(lib: &libloading::Library, key: &str) -> i64 {
     counter(lib, b"fake_cuda_state", key)
+}
+
+/// A counter of the fake NVML (`inits`).
+#[allow(dead_code)] // only the NVML test binary uses it
+pub fn nvml_state(lib: &libloading::Library, key: &str) -> i64 {
+    counter(lib, b"fake_nvml_state", key)
 }
 
 /// A counter of the fake nvrtc (`programs`, `compiles`, `arch`).
