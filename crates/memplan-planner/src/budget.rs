@@ -359,7 +359,7 @@ mod tests {
 
     #[test]
     fn early_check_names_who_holds_memory() {
-        // The ROCm failure: 1.33 of 23.98 GiB free, 0.95 requested.
+        // DESIGN.md failure 2: 1.33 of 23.98 GiB free, 0.95 requested.
         let snap = |reserved| MemoryInfo {
             driver: DriverMemory {
                 total: Some(gib(23.98)),

@@ -95,7 +95,7 @@ mod vendor_names {
         assert!(hits.is_empty(), "vendor names in the planner: {hits:#?}");
     }
 
-    /// `word` appears in `line` not as part of a longer identifier (so `chip` is not `hip`).
+    /// `word` appears in `line` not as part of a longer identifier (so `chip` does not match the three letters after its c).
     fn has_word(line: &str, word: &str) -> bool {
         let is_id = |c: char| c.is_ascii_alphanumeric();
         line.match_indices(word).any(|(i, _)| {

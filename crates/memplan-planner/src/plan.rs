@@ -275,3 +275,6 @@ impl fmt::Display for Plan {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,1 +1,275 @@
+//! Acceptance checks of issue 3 on the shipped scenarios, and teardown under injected failures.
+
+use super::run::{graph_truth, open, run, Choice};
 use super::*;
+use crate::engine::Engine;
+use crate::session::Session;
+use crate::strategy::StrategyKind;
+use memplan_core::bytes::MIB;
+use memplan_core::Device;
+
+fn setup(name: &str) -> Setup {
+    Scenario::load(name).unwrap().resolve().unwrap()
+}
+
+fn by(runs: &[Outcome], k: StrategyKind) -> &Outcome {
+    runs.iter().find(|r| !r.auto && r.strategy == k).unwrap()
+}
+
+#[test]
+fn every_shipped_scenario_parses_and_the_automatic_choice_never_runs_out_of_memory() {
+    for (name, _) in SHIPPED {
+        let s = setup(name);
+        assert_eq!(&s.scenario.name, name);
+        let a = run(&s, Choice::Auto).unwrap();
+        assert!(
+            a.oom.is_none() && a.failed.is_none(),
+            "{name}: {:?} {:?}",
+            a.oom,
+            a.failed
+        );
+        let frac = a.kv_vs_oracle.unwrap();
+        assert!(
+            frac >= 0.90,
+            "{name}: auto leaves {:.1}% of the oracle unused",
+            (1.0 - frac) * 100.0
+        );
+        if matches!(a.strategy, StrategyKind::PostCapture | StrategyKind::Full) {
+            let (err, real) = (a.error_bytes.unwrap().unsigned_abs(), a.real_graph.unwrap());
+            assert!(
+                err <= (real / 50).max(8 * MIB),
+                "{name}: graph error {err} of {real}"
+            );
+            assert!(frac >= 0.98, "{name}: {frac}");
+        }
+    }
+}
+
+#[test]
+fn fp8_failure_one_legacy_under_estimates_and_runs_out_of_memory() {
+    let runs = run_all(&setup("fp8-24g")).unwrap();
+    let legacy = by(&runs, StrategyKind::VllmLegacy);
+    let plan = legacy.plan.as_ref().unwrap();
+    let samples: Vec<i64> = plan
+        .graph
+        .as_ref()
+        .unwrap()
+        .samples
+        .iter()
+        .map(|s| s.delta)
+        .collect();
+    assert!(
+        samples.iter().all(|d| *d < 0),
+        "legacy samples are negative: {samples:?}"
+    );
+    assert!(
+        legacy.error_bytes.unwrap() < -300 * MIB as i64,
+        "{:?}",
+        legacy.error_bytes
+    );
+    assert!(
+        legacy.oom.is_some(),
+        "legacy runs out of memory on the 24 GiB card"
+    );
+    let auto = &runs[0];
+    assert!(auto.auto && auto.oom.is_none());
+    assert!(auto.kv_vs_oracle.unwrap() >= 0.98);
+    assert!(
+        auto.error_bytes.unwrap().unsigned_abs() <= (auto.real_graph.unwrap() / 50).max(8 * MIB)
+    );
+    // The bf16 twin: the real graphs take ~0.2 GiB, the legacy estimate ~10 MiB.
+    let bf16 = run_all(&setup("bf16-24g")).unwrap();
+    let l = by(&bf16, StrategyKind::VllmLegacy);
+    assert!(
+        l.estimate.unwrap() < 16 * MIB && l.real_graph.unwrap() > 180 * MIB,
+        "{l:?}"
+    );
+}
+
+#[test]
+fn shared_pool_legacy_over_reserves() {
+    let runs = run_all(&setup("shared-pool")).unwrap();
+    let l = by(&runs, StrategyKind::VllmLegacy);
+    assert!(
+        l.kv_vs_oracle.unwrap() < 0.5,
+        "legacy cuts the KV cache: {:?}",
+        l.kv_vs_oracle
+    );
+    assert!(by(&runs, StrategyKind::Sampled).kv_vs_oracle.unwrap() > 0.95);
+}
+
+#[test]
+fn unreliable_readings_are_downgraded_and_explained() {
+    for (name, what) in [
+        ("deferred-release-24g", "hidden_per_capture"),
+        ("free-equals-total", "driver_free"),
+        ("process-local-24g", "graph_pool"),
+    ] {
+        let a = run(&setup(name), Choice::Auto).unwrap();
+        assert!(
+            a.downgrades.iter().any(|d| d.contains(what)),
+            "{name}: {:?}",
+            a.downgrades
+        );
+        let plan = a.plan.unwrap();
+        assert!(
+            plan.warnings.iter().any(|w| w.contains(what)),
+            "{name}: the plan explains it"
+        );
+        assert!(!plan.why.is_empty());
+    }
+}
+
+#[test]
+fn neighbours_are_attributed_and_warned_about() {
+    let a = run(&setup("neighbour-frees"), Choice::Auto).unwrap();
+    let p = a.plan.unwrap();
+    assert_eq!(p.foreign_bytes, -5 * 1024 * MIB as i64);
+    assert!(
+        p.warnings.iter().any(|w| w.contains("free memory grew")),
+        "{:?}",
+        p.warnings
+    );
+    assert_eq!(
+        p.budget.consumers.non_allocator,
+        128 * MIB,
+        "the neighbour is not the engine"
+    );
+    let a = run(&setup("neighbour-takes"), Choice::Auto).unwrap();
+    let p = a.plan.unwrap();
+    assert!(
+        p.capped_by_free.is_some() && a.oom.is_none(),
+        "{:?}",
+        p.warnings
+    );
+}
+
+/// A failure injected in the middle of the graph phase: every graph is destroyed, the pools
+/// are released and the allocator is back where it was, for every strategy that captures.
+#[test]
+fn teardown_restores_on_injected_failures() {
+    let s = setup("deferred-release-24g");
+    for kind in [
+        StrategyKind::Full,
+        StrategyKind::Sampled,
+        StrategyKind::Conservative,
+        StrategyKind::VllmLegacy,
+    ] {
+        for fail_at in [0usize, 1, 2, 5] {
+            let gpu = open(&s).unwrap();
+            let mut engine = SimEngine::new(gpu.clone(), s.clone());
+            let mut dev = gpu.clone();
+            let cap = dev.capabilities().clone();
+            let mut session = Session::begin(&mut dev, &mut engine, cap).unwrap();
+            session
+                .load_weights(&mut engine, |e| e.load_weights())
+                .unwrap();
+            session
+                .profile_run(&mut engine, |e| e.profile_run())
+                .unwrap();
+            let before = gpu.truth();
+            let stats = engine.allocator().stats();
+            engine.fail_capture_at = Some(fail_at);
+            let r = session.graph_phase(&mut engine, &*kind.strategy());
+            let captures = if kind == StrategyKind::VllmLegacy {
+                2
+            } else {
+                s.sizes.len()
+            };
+            if fail_at
+                < captures.min(if kind == StrategyKind::Sampled {
+                    4
+                } else {
+                    usize::MAX
+                })
+            {
+                assert!(r.is_err(), "{kind} fail_at {fail_at}");
+            }
+            let after = gpu.truth();
+            assert_eq!(after.live_graphs, 0, "{kind} {fail_at}");
+            assert_eq!(after.private_pool_reserved, 0, "{kind} {fail_at}");
+            assert_eq!(
+                after.graph_exec + after.pending_release,
+                0,
+                "{kind} {fail_at}"
+            );
+            assert_eq!(
+                after.graph_pool_reserved, before.graph_pool_reserved,
+                "{kind} {fail_at}"
+            );
+            assert!(
+                engine.allocator().stats().reserved <= stats.reserved,
+                "{kind} {fail_at}"
+            );
+            assert_eq!(
+                engine.allocator().stats().allocated,
+                stats.allocated,
+                "{kind} {fail_at}"
+            );
+            assert!(graph_truth(&after) - after.hidden_capture == 0);
+        }
+    }
+}
+
+#[test]
+fn scenario_errors_name_the_field() {
+    let bad = SHIPPED[0].1.replace(
+        "gpu_memory_utilization = 0.95",
+        "gpu_memory_utilization = 0.95\nmemory_budget = \"1GiB\"",
+    );
+    let e = Scenario::from_toml("x", &bad)
+        .unwrap()
+        .resolve()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("request"), "{e}");
+    let bad = SHIPPED[0].1.replace("dtype = \"fp8\"", "dtype = \"fp4\"");
+    let e = Scenario::from_toml("x", &bad)
+        .unwrap()
+        .resolve()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("kv.dtype"), "{e}");
+    let e = Scenario::from_toml("x", "name = 1")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("scenario x"), "{e}");
+    let e = Scenario::load("no-such-scenario").unwrap_err().to_string();
+    assert!(e.contains("fp8-24g"), "{e}");
+    assert_eq!(scenario::default_sizes(256).len(), 35);
+    assert_eq!(scenario::default_sizes(512).len(), 67);
+}
+
+mod prop {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+        /// Whatever strategy runs and wherever a capture fails, teardown restores the allocator
+        /// and the pools.
+        #[test]
+        fn teardown_always_restores(kind in 0usize..4, fail_at in proptest::option::of(0usize..40), sc in 0usize..3) {
+            let name = ["fp8-24g", "deferred-release-24g", "shared-pool"][sc];
+            let kind = [StrategyKind::Full, StrategyKind::Sampled, StrategyKind::Conservative, StrategyKind::VllmLegacy][kind];
+            let s = setup(name);
+            let gpu = open(&s).unwrap();
+            let mut engine = SimEngine::new(gpu.clone(), s.clone());
+            let mut dev = gpu.clone();
+            let cap = dev.capabilities().clone();
+            let mut session = Session::begin(&mut dev, &mut engine, cap).unwrap();
+            session.load_weights(&mut engine, |e| e.load_weights()).unwrap();
+            session.profile_run(&mut engine, |e| e.profile_run()).unwrap();
+            let allocated = engine.allocator().stats().allocated;
+            let pool_before = gpu.truth().graph_pool_reserved;
+            engine.fail_capture_at = fail_at;
+            let _ = session.graph_phase(&mut engine, &*kind.strategy());
+            let t = gpu.truth();
+            prop_assert_eq!(t.live_graphs, 0);
+            prop_assert_eq!(t.private_pool_reserved + t.graph_exec + t.pending_release, 0);
+            prop_assert_eq!(t.graph_pool_reserved, pool_before);
+            prop_assert_eq!(engine.allocator().stats().allocated, allocated);
+        }
+    }
+}

@@ -1,4 +1,4 @@
-//! `vllm-legacy`: vLLM's CUDA-graph memory estimate as it was, kept only as a baseline to
+//! `vllm-legacy`: vLLM's graph-memory estimate as it was, kept only as a baseline to
 //! compare against and never chosen automatically.
 //!
 //! It samples the first two sizes in capture order, each captured on its own (its pool is
