@@ -12,6 +12,7 @@
 #   devices `memplan devices --json`
 #   probe   `memplan probe cuda:N --calibrate --json` (without --calibrate when the CLI lacks it)
 #   graphs  `gpu_report graphs`: real graphs of several sizes, graph-pool window vs free drop
+#   conformance  `memplan-conformance --device cuda:N` (when the bundle has it)
 #   torch   with PyTorch: memplan's free vs torch.cuda.mem_get_info (same moment, both contexts
 #           alive; must agree within 2 MiB) and the memory a torch.cuda.graph capture takes
 # Exit status: 0 when the report was written and every check that ran passed, 1 otherwise.
@@ -66,6 +67,10 @@ if [ "$(cat "$WORK/probe.rc")" != 0 ] && grep -qiE "unexpected argument|unknown 
   step probe "$HERE/memplan" probe "cuda:$DEVICE" --json
 fi
 step graphs "$HERE/gpu_report" graphs --device "$DEVICE"
+if [ -x "$HERE/memplan-conformance" ]; then
+  step conformance "$HERE/memplan-conformance" --device "cuda:$DEVICE" --json "$WORK/conformance.json"
+  [ -f "$WORK/conformance.json" ] && mv "$WORK/conformance.json" "$WORK/conformance.report"
+fi
 
 if "$PYTHON" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
   cat >"$WORK/torch_check.py" <<'PY'
@@ -149,7 +154,8 @@ fi
 # Stderr of each step goes into the report too, as its own text piece.
 pieces=()
 pieces+=("probe_mode=$WORK/probe_mode")
-for name in env tests devices probe graphs torch; do
+[ -f "$WORK/conformance.report" ] && pieces+=("conformance.report=$WORK/conformance.report")
+for name in env tests devices probe graphs conformance torch; do
   [ -f "$WORK/$name.rc" ] || continue
   pieces+=("$name=$WORK/$name")
   [ -s "$WORK/$name.err" ] && pieces+=("$name.stderr=$WORK/$name.err")
@@ -158,7 +164,7 @@ done
 echo "gpu-check: report written to $OUT" >&2
 
 # Exit status from the report's checks: any false fails.
-if grep -A8 '"checks"' "$OUT" | grep -q ': false'; then
+if grep -A12 '"checks"' "$OUT" | grep -q ': false'; then
   echo "gpu-check: some checks failed (see \"checks\" in the report)" >&2
   exit 1
 fi

@@ -7,6 +7,8 @@
 //! - `gpu_report`: the CUDA backend's measuring example (graphs, hold, report assembly),
 //! - `memplan-backend-cuda-tests`: the backend's test binary (`cargo test --no-run`), whose
 //!   `#[ignore = "needs an NVIDIA GPU"]` tests the script runs with `--ignored`,
+//! - `memplan-conformance`: the backend conformance suite with `cuda` (optional: left out,
+//!   with a warning, when it does not build),
 //! - `gpu-check.sh`: the script itself.
 //!
 //! Copy the folder to the GPU machine and run `./gpu-check.sh`; see `docs/gpu-check.md`.
@@ -133,6 +135,17 @@ pub fn run(args: &[String]) -> Result<(), String> {
         "--example",
         "gpu_report",
     ]))?;
+    // The conformance suite (another crate) is optional in the bundle: a failure to build it
+    // is reported and the script skips that step.
+    let conformance = run_cargo(with(&[
+        "build",
+        "-p",
+        "memplan-conformance",
+        "--features",
+        "cuda",
+    ]))
+    .map_err(|e| println!("warning: gpu-check: the bundle will have no conformance suite: {e}"))
+    .is_ok();
     let messages = run_cargo(with(&[
         "test",
         "-p",
@@ -153,6 +166,12 @@ pub fn run(args: &[String]) -> Result<(), String> {
         &out.join(exe("gpu_report")),
     )?;
     copy(&tests, &out.join(exe(TESTS_NAME)))?;
+    if conformance {
+        copy(
+            &bin.join(exe("memplan-conformance")),
+            &out.join(exe("memplan-conformance")),
+        )?;
+    }
     copy(
         &root.join("scripts").join("gpu-check.sh"),
         &out.join("gpu-check.sh"),

@@ -51,6 +51,7 @@ fn checks(p: &Map<String, Value>) -> Value {
         "gpu_tests_pass": rc_ok("tests"),
         "probe_ran": rc_ok("probe"),
         "graphs_ran": rc_ok("graphs"),
+        "conformance_pass": rc_ok("conformance"),
         "graph_pool_covers_alloc_nodes": p.get("graphs").and_then(|v| v["output"]["graphs"]["all_pool_windows_cover_alloc_nodes"].as_bool()),
         "free_within_2mib_of_torch": torch.and_then(|t| t["free_compare"]["within_2mib"].as_bool()),
     })
