@@ -28,6 +28,10 @@ pub struct Args {
     /// Print one JSON object `{device, descriptor, memory, derived, capability}`.
     #[arg(long)]
     pub json: bool,
+    /// Also calibrate: allocate known sizes, capture a graph, map virtual memory, and confirm
+    /// or downgrade each declared reading with the evidence (`calibration` in JSON).
+    #[arg(long)]
+    pub calibrate: bool,
 }
 
 /// Values derived from the snapshot (absent when an input is absent).
@@ -52,6 +56,9 @@ pub struct Report {
     pub derived: Derived,
     /// The capability as declared by the backend.
     pub capability: ProfilingCapability,
+    /// The calibration, with `--calibrate`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<memplan_planner::CalibrationReport>,
 }
 
 /// Open the device and gather the report.
@@ -68,6 +75,7 @@ pub fn gather(id: &str) -> Result<(Box<dyn Device>, Report), memplan::Error> {
         },
         memory,
         capability: dev.capabilities().clone(),
+        calibration: None,
     };
     Ok((dev, report))
 }
@@ -94,11 +102,18 @@ pub fn print_table(r: &Report) {
     println!();
     println!("capability (declared by the backend, not calibrated)");
     print!("{}", r.capability);
+    if let Some(c) = &r.calibration {
+        println!();
+        print!("{c}");
+    }
 }
 
 /// Run `memplan probe`.
 pub fn run(args: Args) -> Result<ExitCode, memplan::Error> {
-    let (_dev, report) = gather(&args.device)?;
+    let (mut dev, mut report) = gather(&args.device)?;
+    if args.calibrate {
+        report.calibration = Some(memplan_planner::calibrate(dev.as_mut())?);
+    }
     if args.json {
         print_json(&report)?;
     } else {

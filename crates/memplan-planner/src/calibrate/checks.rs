@@ -33,6 +33,7 @@ pub(super) fn driver_free(device: &mut dyn Device, sizes: &[u64]) -> Result<Obse
     let (mut immediate_ok, mut synced_ok, mut any_absent, mut never_moved) =
         (true, true, false, true);
     let mut worst_err: u64 = 0;
+    let mut lost = false;
     let first = device.driver_memory()?;
     if let (Some(f), Some(t)) = (first.free, first.total) {
         ev.push(Evidence {
@@ -89,6 +90,8 @@ pub(super) fn driver_free(device: &mut dyn Device, sizes: &[u64]) -> Result<Obse
                 never_moved &= o.unsigned_abs() <= tol;
                 if synced {
                     worst_err = worst_err.max((o - s).unsigned_abs());
+                    // Off by half the allocation or more after a synchronize: not following.
+                    lost |= (o - s).unsigned_abs() >= size / 2;
                 }
             }
             if synced {
@@ -106,6 +109,10 @@ pub(super) fn driver_free(device: &mut dyn Device, sizes: &[u64]) -> Result<Obse
     } else if never_moved {
         Some(Reliability::Unavailable {
             reason: "free memory does not move when memory is allocated (stale, wrong pool, or free reported as total)".into(),
+        })
+    } else if lost {
+        Some(Reliability::Unavailable {
+            reason: format!("free memory does not follow allocations even after a synchronize (stale?): off by up to {}", fmt_bytes(worst_err)),
         })
     } else if !synced_ok {
         Some(Reliability::Approximate {
