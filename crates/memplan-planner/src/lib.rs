@@ -35,6 +35,7 @@ pub mod budget;
 pub mod calibrate;
 pub mod engine;
 pub mod plan;
+pub mod profile;
 pub mod session;
 #[cfg(feature = "simulate")]
 pub mod sim;

@@ -5,7 +5,8 @@ use memplan_core::{Device, DriverMemory, ProfilingCapability, Reading, Reliabili
 
 use super::report::{Evidence, Status, Verdict};
 
-pub(super) use super::graph_checks::{graphs, virtual_memory};
+pub(super) use super::graph_checks::graphs;
+pub(super) use super::vmm_check::virtual_memory;
 
 /// What the checks of one reading observed: `None` = consistent with an exact reading.
 pub(super) struct Observed {

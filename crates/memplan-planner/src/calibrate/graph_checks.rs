@@ -14,7 +14,7 @@ use crate::strategy::EXEC_BYTES_PER_KERNEL_NODE;
 const NODES: u32 = 64;
 const ALLOC: u64 = 32 * MIB;
 
-fn fact(
+pub(super) fn fact(
     item: &str,
     declared: String,
     calibrated: String,
@@ -32,7 +32,7 @@ fn fact(
     }
 }
 
-fn free(device: &mut dyn Device, sync: bool) -> Result<Option<i64>> {
+pub(super) fn free(device: &mut dyn Device, sync: bool) -> Result<Option<i64>> {
     if sync {
         device.synchronize()?;
     }
@@ -281,75 +281,4 @@ pub(super) fn graphs(
         "",
     ));
     Ok(out)
-}
-
-/// Reserve, map, unmap and release one granule.
-pub(super) fn virtual_memory(
-    device: &mut dyn Device,
-    cal: &mut ProfilingCapability,
-) -> Result<Verdict> {
-    let declared = cal.facts.virtual_memory.clone();
-    if !declared.is_supported() {
-        return Ok(fact(
-            "virtual_memory",
-            declared.to_string(),
-            declared.to_string(),
-            Status::NotChecked,
-            vec![],
-            "declared unsupported",
-        ));
-    }
-    let free_ok = cal.reading(Reading::DriverFree).measures_own_usage();
-    let attempt = (|| -> Result<Option<Evidence>> {
-        let gran = device.virtual_memory()?.granularity()?.max(1);
-        let range = device.virtual_memory()?.reserve(gran * 2)?;
-        let before = free(device, true)?;
-        let mapped = device.virtual_memory()?.map(&range, 0, gran);
-        let after = free(device, true)?;
-        let unmapped = match mapped {
-            Ok(m) => device.virtual_memory()?.unmap(m),
-            Err(e) => Err(e),
-        };
-        let released = device.virtual_memory()?.release(range);
-        unmapped?;
-        released?;
-        Ok(free_ok.then(|| {
-            Evidence::bytes(
-                format!("free drop after mapping one {} granule", fmt_bytes(gran)),
-                gran as i64,
-                before.zip(after).map(|(a, b)| a - b),
-                tolerance(gran),
-            )
-        }))
-    })();
-    Ok(match attempt {
-        Ok(ev) => {
-            let ok = ev.as_ref().map_or(true, |e| e.ok);
-            let status = if ok {
-                Status::Confirmed
-            } else {
-                cal.facts.virtual_memory = Support::no("mapping did not take the memory it should");
-                Status::Downgraded
-            };
-            fact(
-                "virtual_memory",
-                "yes".into(),
-                cal.facts.virtual_memory.to_string(),
-                status,
-                ev.into_iter().collect(),
-                "",
-            )
-        }
-        Err(e) => {
-            cal.facts.virtual_memory = Support::no(format!("calibration failed: {e}"));
-            fact(
-                "virtual_memory",
-                "yes".into(),
-                cal.facts.virtual_memory.to_string(),
-                Status::Downgraded,
-                vec![],
-                "",
-            )
-        }
-    })
 }

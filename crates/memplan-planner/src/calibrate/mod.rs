@@ -18,6 +18,7 @@
 mod checks;
 mod graph_checks;
 mod report;
+mod vmm_check;
 
 pub use report::{CalibrationReport, Evidence, Status, Verdict};
 

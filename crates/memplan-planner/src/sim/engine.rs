@@ -14,7 +14,7 @@ use memplan_core::{
     AllocatorView, Device, Error, GraphId, Mapping, RawAllocation, Result, VaRange, VirtualMemory,
 };
 
-use super::scenario::Setup;
+use super::setup::Setup;
 use crate::engine::Engine;
 
 /// The engine.

@@ -2,6 +2,7 @@
 //! real engine does next, compared with the simulator's ground truth for each strategy.
 //!
 //! - [`scenario`]: the TOML scenario format and the shipped scenarios (embedded by name);
+//! - [`setup`]: a scenario resolved into quantities;
 //! - [`engine`]: [`SimEngine`], a small engine over the simulated caching allocator;
 //! - [`run`](mod@run): one run per strategy and the oracle;
 //! - [`report`]: the per-strategy comparison ([`SimReport`], `Display` + `Serialize`).
@@ -10,11 +11,13 @@ pub mod engine;
 pub mod report;
 pub mod run;
 pub mod scenario;
+pub mod setup;
 
 pub use engine::SimEngine;
 pub use report::{Outcome, SimReport};
 pub use run::{run_all, Choice};
-pub use scenario::{Scenario, Setup, SHIPPED};
+pub use scenario::{Scenario, SHIPPED};
+pub use setup::Setup;
 
 use memplan_core::Result;
 

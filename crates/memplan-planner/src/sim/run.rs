@@ -14,7 +14,7 @@ use memplan_core::{Device, Error, Result};
 
 use super::engine::SimEngine;
 use super::report::Outcome;
-use super::scenario::Setup;
+use super::setup::Setup;
 use crate::budget::{self, Consumers};
 use crate::calibrate::{calibrate, CalibrationReport};
 use crate::plan::{check_request, plan, Plan, PlanInputs};

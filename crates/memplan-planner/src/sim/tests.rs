@@ -236,8 +236,8 @@ fn scenario_errors_name_the_field() {
     assert!(e.contains("scenario x"), "{e}");
     let e = Scenario::load("no-such-scenario").unwrap_err().to_string();
     assert!(e.contains("fp8-24g"), "{e}");
-    assert_eq!(scenario::default_sizes(256).len(), 35);
-    assert_eq!(scenario::default_sizes(512).len(), 67);
+    assert_eq!(setup::default_sizes(256).len(), 35);
+    assert_eq!(setup::default_sizes(512).len(), 67);
 }
 
 mod prop {

@@ -1,0 +1,79 @@
+//! The virtual-memory check of calibration.
+
+use memplan_core::bytes::fmt_bytes;
+use memplan_core::{Device, ProfilingCapability, Reading, Result, Support};
+
+use super::checks::tolerance;
+use super::graph_checks::{fact, free};
+use super::report::{Evidence, Status, Verdict};
+
+/// Reserve, map, unmap and release one granule.
+pub(super) fn virtual_memory(
+    device: &mut dyn Device,
+    cal: &mut ProfilingCapability,
+) -> Result<Verdict> {
+    let declared = cal.facts.virtual_memory.clone();
+    if !declared.is_supported() {
+        return Ok(fact(
+            "virtual_memory",
+            declared.to_string(),
+            declared.to_string(),
+            Status::NotChecked,
+            vec![],
+            "declared unsupported",
+        ));
+    }
+    let free_ok = cal.reading(Reading::DriverFree).measures_own_usage();
+    let attempt = (|| -> Result<Option<Evidence>> {
+        let gran = device.virtual_memory()?.granularity()?.max(1);
+        let range = device.virtual_memory()?.reserve(gran * 2)?;
+        let before = free(device, true)?;
+        let mapped = device.virtual_memory()?.map(&range, 0, gran);
+        let after = free(device, true)?;
+        let unmapped = match mapped {
+            Ok(m) => device.virtual_memory()?.unmap(m),
+            Err(e) => Err(e),
+        };
+        let released = device.virtual_memory()?.release(range);
+        unmapped?;
+        released?;
+        Ok(free_ok.then(|| {
+            Evidence::bytes(
+                format!("free drop after mapping one {} granule", fmt_bytes(gran)),
+                gran as i64,
+                before.zip(after).map(|(a, b)| a - b),
+                tolerance(gran),
+            )
+        }))
+    })();
+    Ok(match attempt {
+        Ok(ev) => {
+            let ok = ev.as_ref().map_or(true, |e| e.ok);
+            let status = if ok {
+                Status::Confirmed
+            } else {
+                cal.facts.virtual_memory = Support::no("mapping did not take the memory it should");
+                Status::Downgraded
+            };
+            fact(
+                "virtual_memory",
+                "yes".into(),
+                cal.facts.virtual_memory.to_string(),
+                status,
+                ev.into_iter().collect(),
+                "",
+            )
+        }
+        Err(e) => {
+            cal.facts.virtual_memory = Support::no(format!("calibration failed: {e}"));
+            fact(
+                "virtual_memory",
+                "yes".into(),
+                cal.facts.virtual_memory.to_string(),
+                Status::Downgraded,
+                vec![],
+                "",
+            )
+        }
+    })
+}

@@ -1,0 +1,183 @@
+//! Resolving a [`Scenario`] into a [`Setup`]: every byte quantity parsed, the KV spec built, the
+//! graph sizes listed largest first. Errors name the scenario and the field.
+
+use memplan_core::kv::{AttentionKind, KvDtype, KvLimits, KvSpec, LayerGroup};
+use memplan_core::{Error, Result};
+use serde::Serialize;
+
+use super::scenario::{Scenario, SHIPPED};
+use crate::budget::Request;
+
+/// The scenario with every quantity resolved.
+#[derive(Debug, Clone, Serialize)]
+pub struct Setup {
+    /// The scenario as written.
+    pub scenario: Scenario,
+    /// The request.
+    pub request: Request,
+    /// KV spec.
+    pub kv: KvSpec,
+    /// KV limits.
+    pub limits: KvLimits,
+    /// Other processes at start.
+    pub other_processes: u64,
+    /// `(step, bytes)` neighbour changes.
+    pub neighbour: Vec<(String, u64)>,
+    /// Weights, tensors, activation peak, workspace.
+    pub weights: u64,
+    /// Weight tensors.
+    pub weight_tensors: u32,
+    /// Activation peak.
+    pub activation_peak: u64,
+    /// Workspace.
+    pub workspace: u64,
+    /// Graph sizes, largest first.
+    pub sizes: Vec<u32>,
+    /// Kernel nodes per graph.
+    pub kernel_nodes: u32,
+    /// Intermediate per token.
+    pub intermediate_per_token: u64,
+    /// Warm-up per token.
+    pub warmup_per_token: u64,
+    /// Alloc-node bytes per graph.
+    pub alloc_node_bytes: u64,
+}
+
+/// The engine's default capture sizes up to `max`: 1, 2, 4, then every multiple of 8.
+pub fn default_sizes(max: u32) -> Vec<u32> {
+    let mut v: Vec<u32> = [1, 2, 4].into_iter().filter(|s| *s <= max).collect();
+    v.extend((8..=max).step_by(8));
+    v
+}
+
+impl Scenario {
+    /// Parse TOML; errors name the scenario and the field.
+    pub fn from_toml(origin: &str, text: &str) -> Result<Self> {
+        toml::from_str(text)
+            .map_err(|e| Error::invalid(format!("scenario {origin}"), e.to_string()))
+    }
+
+    /// A shipped scenario by name, or a file path.
+    pub fn load(name_or_path: &str) -> Result<Self> {
+        if let Some((_, text)) = SHIPPED.iter().find(|(n, _)| *n == name_or_path) {
+            return Self::from_toml(name_or_path, text);
+        }
+        let text = std::fs::read_to_string(name_or_path).map_err(|source| {
+            if source.kind() == std::io::ErrorKind::NotFound {
+                let names: Vec<_> = SHIPPED.iter().map(|(n, _)| *n).collect();
+                Error::invalid(
+                    "--scenario",
+                    format!(
+                        "{name_or_path:?} is neither a shipped scenario ({}) nor a file",
+                        names.join(", ")
+                    ),
+                )
+            } else {
+                Error::Io {
+                    path: name_or_path.into(),
+                    source,
+                }
+            }
+        })?;
+        Self::from_toml(name_or_path, &text)
+    }
+
+    /// Resolve every quantity; errors name the field.
+    pub fn resolve(self) -> Result<Setup> {
+        let f = |field: &str| format!("scenario {}: {field}", self.name);
+        let request = match (
+            &self.request.gpu_memory_utilization,
+            &self.request.memory_budget,
+        ) {
+            (Some(u), None) => Request::Utilization(*u),
+            (None, Some(b)) => Request::Bytes(b.bytes(&f("request.memory_budget"))?),
+            _ => {
+                return Err(Error::invalid(
+                    f("request"),
+                    "give exactly one of gpu_memory_utilization and memory_budget",
+                ))
+            }
+        };
+        let k = &self.kv;
+        let dtype: KvDtype = k
+            .dtype
+            .parse()
+            .map_err(|e: Error| Error::invalid(f("kv.dtype"), e.to_string()))?;
+        let kv = KvSpec {
+            groups: vec![LayerGroup {
+                attention: AttentionKind::Full,
+                num_layers: k.layers,
+                kv_heads: k.kv_heads,
+                head_dim_k: k.head_dim,
+                head_dim_v: k.head_dim,
+            }],
+            dtype,
+            block_size: k.block_size,
+        };
+        kv.validate()
+            .map_err(|e| Error::invalid(f("kv"), e.to_string()))?;
+        let limits = KvLimits {
+            max_model_len: k.max_model_len,
+            max_num_batched_tokens: k.max_num_batched_tokens,
+            max_len_limit: k.max_model_len.max(1) * 4,
+        };
+        let g = &self.graphs;
+        let mut sizes = match (&g.sizes, g.max_capture_size) {
+            (Some(s), None) => s.clone(),
+            (None, Some(m)) => default_sizes(m),
+            (None, None) => Vec::new(),
+            (Some(_), Some(_)) => {
+                return Err(Error::invalid(
+                    f("graphs"),
+                    "give sizes or max_capture_size, not both",
+                ))
+            }
+        };
+        if sizes.contains(&0) {
+            return Err(Error::invalid(f("graphs.sizes"), "a graph size of 0"));
+        }
+        sizes.sort_unstable_by(|a, b| b.cmp(a));
+        let neighbour = self
+            .neighbour
+            .iter()
+            .map(|n| {
+                if !["load_weights", "profile_run", "graph_phase"].contains(&n.before.as_str()) {
+                    return Err(Error::invalid(
+                        f("neighbour.before"),
+                        format!(
+                            "{:?}: expected load_weights, profile_run or graph_phase",
+                            n.before
+                        ),
+                    ));
+                }
+                Ok((n.before.clone(), n.bytes.bytes(&f("neighbour.bytes"))?))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let weight_tensors = self.model.weight_tensors;
+        if weight_tensors == 0 {
+            return Err(Error::invalid(f("model.weight_tensors"), "must be > 0"));
+        }
+        Ok(Setup {
+            request,
+            kv,
+            limits,
+            other_processes: self.other_processes.bytes(&f("other_processes"))?,
+            neighbour,
+            weights: self.model.weights.bytes(&f("model.weights"))?,
+            weight_tensors,
+            activation_peak: self
+                .model
+                .activation_peak
+                .bytes(&f("model.activation_peak"))?,
+            workspace: self.model.workspace.bytes(&f("model.workspace"))?,
+            sizes,
+            kernel_nodes: g.kernel_nodes,
+            intermediate_per_token: g
+                .intermediate_per_token
+                .bytes(&f("graphs.intermediate_per_token"))?,
+            warmup_per_token: g.warmup_per_token.bytes(&f("graphs.warmup_per_token"))?,
+            alloc_node_bytes: g.alloc_node_bytes.bytes(&f("graphs.alloc_node_bytes"))?,
+            scenario: self,
+        })
+    }
+}
