@@ -144,6 +144,48 @@ fn neighbours_are_attributed_and_warned_about() {
     );
 }
 
+/// A neighbour that frees memory *inside* an engine step: a warning, and the negative window is
+/// kept in the record, not clamped.
+#[test]
+fn free_memory_growing_inside_a_step_is_a_warning_and_kept() {
+    let mut s = setup("neighbour-frees");
+    s.neighbour.clear();
+    let gpu = open(&s).unwrap();
+    let mut engine = SimEngine::new(gpu.clone(), s.clone());
+    let mut dev = gpu.clone();
+    let cap = dev.capabilities().clone();
+    let mut session = Session::begin(&mut dev, &mut engine, cap).unwrap();
+    let g = gpu.clone();
+    session
+        .load_weights(&mut engine, |e| {
+            g.schedule_other_processes(g.tick() + 1, 0);
+            e.load_weights()
+        })
+        .unwrap();
+    let p = session.finish();
+    let w = p
+        .steps
+        .iter()
+        .find(|st| st.name == "load_weights")
+        .unwrap()
+        .window;
+    assert_eq!(w.non_allocator, Some(-6 * 1024 * MIB as i64), "{w}");
+    assert!(w.driver_free.unwrap() > 0, "free grew: {w}");
+    assert!(
+        p.warnings
+            .iter()
+            .any(|x| x.contains("free memory grew") && x.contains("load_weights")),
+        "{:?}",
+        p.warnings
+    );
+    // Weights as allocated: the request rounded up to 512 B per tensor.
+    let w = p.weights_bytes.unwrap();
+    assert!(
+        w >= s.weights && w <= s.weights + 512 * u64::from(s.weight_tensors),
+        "{w}"
+    );
+}
+
 /// A failure injected in the middle of the graph phase: every graph is destroyed, the pools
 /// are released and the allocator is back where it was, for every strategy that captures.
 #[test]
