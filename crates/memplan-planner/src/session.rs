@@ -3,12 +3,12 @@
 //! An engine opens a session on its device with its allocator, then runs its start-up through
 //! the session's steps: [`Session::begin`] (release cached memory, baseline),
 //! [`Session::load_weights`], [`Session::profile_run`] (activation peak),
-//! [`Session::graph_phase`] (a [`GraphStrategy`](crate::strategy::GraphStrategy) measures or
+//! [`Session::graph_phase`] (a [`GraphStrategy`] measures or
 //! bounds graph memory; teardown on every path), then [`Session::finish`] gives a
-//! [`Profile`] that [`crate::plan`] turns into a plan.
+//! [`Profile`] that [`plan()`](crate::plan()) turns into a plan.
 //!
 //! Rules the session enforces, whatever the engine or strategy does:
-//! - every reading is a [`snapshot`](memplan_core::protocol::snapshot) (synchronize, then read
+//! - every reading is a [`snapshot`] (synchronize, then read
 //!   every layer); windows are differences of snapshots and keep their sign;
 //! - before each step a *settle* snapshot closes a quiet window in which the engine did
 //!   nothing: any change of non-allocator memory there belongs to other processes and is
