@@ -43,7 +43,7 @@ pub mod strategy;
 
 pub use calibrate::{calibrate, CalibrationReport};
 pub use engine::Engine;
-pub use plan::{plan, Plan, PlanInputs};
+pub use plan::{combine_ranks, plan, Plan, PlanInputs};
 pub use session::{AsDynEngine, Profile, Session};
 pub use strategy::{
     select, GraphEstimate, GraphStrategy, Selection, SelectionPolicy, StrategyKind,

@@ -167,6 +167,16 @@ pub fn plan(profile: &Profile, why: impl Into<String>, inputs: &PlanInputs) -> R
     Ok(plan)
 }
 
+/// Several ranks (tensor parallelism): one plan per rank, and every rank's KV cache is sized
+/// like the smallest. Returns the index and the plan of the limiting rank.
+pub fn combine_ranks(plans: &[Plan]) -> Result<(usize, &Plan)> {
+    plans
+        .iter()
+        .enumerate()
+        .min_by_key(|(_, p)| p.kv.num_blocks)
+        .ok_or_else(|| Error::invalid("ranks", "no rank plans to combine"))
+}
+
 /// What is physically left for the KV cache now, when the free reading sees this process.
 fn physical_cap(profile: &Profile, c: &Consumers) -> Option<u64> {
     if !profile

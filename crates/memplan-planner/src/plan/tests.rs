@@ -141,6 +141,19 @@ fn early_check_and_missing_total() {
     assert!(plan(&p, "t", &inputs(Request::Bytes(16 * GIB))).is_ok());
 }
 
+#[test]
+fn ranks_combine_to_the_smallest() {
+    let mk = |free_last| {
+        let p = profile(24 * GIB, 23 * GIB, free_last, 3 * GIB, GIB, 0, None);
+        plan(&p, "t", &inputs(Request::Utilization(0.9))).unwrap()
+    };
+    let plans = [mk(20 * GIB), mk(9 * GIB), mk(19 * GIB)];
+    let (i, p) = combine_ranks(&plans).unwrap();
+    assert_eq!(i, 1);
+    assert!(plans.iter().all(|q| q.kv.num_blocks >= p.kv.num_blocks));
+    assert!(combine_ranks(&[]).is_err());
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
