@@ -56,7 +56,10 @@ impl SimEngine {
     pub fn spec(&self, size: u32) -> GraphSpec {
         GraphSpec {
             kernel_nodes: self.setup.kernel_nodes,
-            intermediate_bytes: self.setup.intermediate_per_token * u64::from(size),
+            intermediate_bytes: self
+                .setup
+                .intermediate_per_token
+                .saturating_mul(u64::from(size)),
             alloc_node_bytes: self.setup.alloc_node_bytes,
         }
     }
@@ -147,7 +150,7 @@ impl Engine for SimEngine {
     }
 
     fn warm_up(&mut self, size: u32) -> Result<()> {
-        let bytes = self.setup.warmup_per_token * u64::from(size);
+        let bytes = self.setup.warmup_per_token.saturating_mul(u64::from(size));
         if bytes > 0 {
             let b = self.alloc.malloc(bytes)?;
             self.alloc.free(b)?;

@@ -77,6 +77,7 @@ fn profile(
     gpu: &SimGpu,
     engine: &mut SimEngine,
     choice: Choice,
+    out: &mut Outcome,
 ) -> Result<Profiled> {
     let (cap, downgrades) = if setup.scenario.calibrate {
         let r = calibrate(&mut gpu.clone())?;
@@ -107,6 +108,9 @@ fn profile(
         }
         Choice::Forced(k) => (k, "chosen on the command line".to_string()),
     };
+    out.strategy = kind;
+    out.why = why.clone();
+    out.downgrades = downgrades.clone();
     neighbour(setup, gpu, "graph_phase");
     let before = graph_truth(&gpu.truth());
     s.graph_phase(engine, &*kind.strategy())?;
@@ -136,8 +140,12 @@ pub fn run(setup: &Setup, choice: Choice) -> Result<Outcome> {
     let gpu = open(setup)?;
     let mut engine = SimEngine::new(gpu.clone(), setup.clone());
     let mut out = Outcome::new(choice);
-    let pr = match profile(setup, &gpu, &mut engine, choice) {
+    let pr = match profile(setup, &gpu, &mut engine, choice, &mut out) {
         Ok(p) => p,
+        Err(e @ Error::OutOfMemory { .. }) => {
+            out.oom = Some(format!("during profiling: {e}"));
+            return Ok(out);
+        }
         Err(e) => {
             out.failed = Some(format!("start-up refused: {e}"));
             return Ok(out);

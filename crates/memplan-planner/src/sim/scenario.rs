@@ -7,7 +7,7 @@
 //! ([`SHIPPED`]) and loadable by name; any other path is read from disk.
 
 use memplan_core::bytes::parse_bytes;
-use memplan_core::Result;
+use memplan_core::{Error, Result};
 use serde::{Deserialize, Serialize};
 
 /// The scenarios shipped with memplan: `(name, TOML)`.
@@ -50,6 +50,9 @@ pub const SHIPPED: &[(&str, &str)] = &[
     ),
 ];
 
+/// The largest byte quantity a scenario may give (1 PiB).
+pub const MAX_SCENARIO_BYTES: u64 = 1 << 50;
+
 /// A byte quantity in a scenario: an integer or a string with a unit (`"512MiB"`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
@@ -61,12 +64,20 @@ pub enum ByteValue {
 }
 
 impl ByteValue {
-    /// The bytes, or an error naming the field.
+    /// The bytes, or an error naming the field. Quantities above [`MAX_SCENARIO_BYTES`] are
+    /// errors: no simulated device comes near them, and arithmetic on them could overflow.
     pub fn bytes(&self, field: &str) -> Result<u64> {
-        match self {
-            ByteValue::Int(b) => Ok(*b),
-            ByteValue::Str(s) => parse_bytes(field, s),
+        let b = match self {
+            ByteValue::Int(b) => *b,
+            ByteValue::Str(s) => parse_bytes(field, s)?,
+        };
+        if b > MAX_SCENARIO_BYTES {
+            return Err(Error::invalid(
+                field,
+                format!("{b} bytes is more than any simulated device holds (at most 1 PiB)"),
+            ));
         }
+        Ok(b)
     }
 }
 

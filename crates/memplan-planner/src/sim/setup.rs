@@ -133,8 +133,17 @@ impl Scenario {
                 ))
             }
         };
-        if sizes.contains(&0) {
-            return Err(Error::invalid(f("graphs.sizes"), "a graph size of 0"));
+        if sizes.iter().any(|s| *s == 0 || *s > 1 << 20) {
+            return Err(Error::invalid(
+                f("graphs.sizes"),
+                "graph sizes must lie in 1..=1048576",
+            ));
+        }
+        if g.kernel_nodes > 1 << 20 {
+            return Err(Error::invalid(
+                f("graphs.kernel_nodes"),
+                "at most 1048576 kernel nodes per graph",
+            ));
         }
         sizes.sort_unstable_by(|a, b| b.cmp(a));
         let neighbour = self
