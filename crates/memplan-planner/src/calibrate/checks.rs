@@ -10,6 +10,8 @@ pub(super) use super::vmm_check::virtual_memory;
 
 /// What the checks of one reading observed: `None` = consistent with an exact reading.
 pub(super) struct Observed {
+    /// False when nothing could be checked (e.g. no calibration allocation fitted).
+    pub checked: bool,
     pub reliability: Option<Reliability>,
     pub evidence: Vec<Evidence>,
     pub note: String,
@@ -35,6 +37,7 @@ pub(super) fn driver_free(device: &mut dyn Device, sizes: &[u64]) -> Result<Obse
         (true, true, false, true);
     let mut worst_err: u64 = 0;
     let mut lost = false;
+    let mut observed_any = false;
     let first = device.driver_memory()?;
     if let (Some(f), Some(t)) = (first.free, first.total) {
         ev.push(Evidence {
@@ -47,7 +50,20 @@ pub(super) fn driver_free(device: &mut dyn Device, sizes: &[u64]) -> Result<Obse
     for &size in sizes {
         device.synchronize()?;
         let a = free_of(&device.driver_memory()?);
-        let alloc = device.allocate(size)?;
+        let alloc = match device.allocate(size) {
+            Ok(a) => a,
+            Err(memplan_core::Error::OutOfMemory { .. }) => {
+                ev.push(Evidence {
+                    check: format!("allocate {} (skipped: out of memory)", fmt_bytes(size)),
+                    expected: None,
+                    observed: None,
+                    ok: true,
+                });
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        observed_any = true;
         let mid = (|| -> Result<(Option<i64>, Option<i64>)> {
             let b = free_of(&device.driver_memory()?);
             device.synchronize()?;
@@ -103,7 +119,9 @@ pub(super) fn driver_free(device: &mut dyn Device, sizes: &[u64]) -> Result<Obse
             ev.push(evd);
         }
     }
-    let reliability = if any_absent {
+    let reliability = if !observed_any {
+        None
+    } else if any_absent {
         Some(Reliability::Unavailable {
             reason: "the driver returned no free-memory value".into(),
         })
@@ -132,6 +150,7 @@ pub(super) fn driver_free(device: &mut dyn Device, sizes: &[u64]) -> Result<Obse
     };
     let note = "whether free memory includes other processes and graphics allocations cannot be checked from one process".into();
     Ok(Observed {
+        checked: observed_any,
         reliability,
         evidence: ev,
         note,
@@ -172,6 +191,7 @@ pub(super) fn unified_pool(
         ok: !fits,
     }];
     let obs = |why: &str| Observed {
+        checked: true,
         reliability: fits.then(|| Reliability::Unavailable { reason: why.into() }),
         evidence: ev.clone(),
         note: String::new(),
@@ -225,6 +245,7 @@ pub(super) fn driver_total(
         cal,
         Reading::DriverTotal,
         Observed {
+            checked: true,
             reliability: rel,
             evidence: ev,
             note: String::new(),
@@ -248,10 +269,10 @@ pub(super) fn verdict_reading(cal: &mut ProfilingCapability, r: Reading, obs: Ob
             }
         }
     };
-    let status = if matches!(declared, Reliability::Unavailable { .. })
+    let nothing_to_check = matches!(declared, Reliability::Unavailable { .. })
         && status == Status::Confirmed
-        && obs.evidence.is_empty()
-    {
+        && obs.evidence.is_empty();
+    let status = if !obs.checked || nothing_to_check {
         Status::NotChecked
     } else {
         status

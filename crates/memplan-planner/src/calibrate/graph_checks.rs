@@ -114,6 +114,7 @@ pub(super) fn graphs(
             cal,
             Reading::GraphPool,
             Observed {
+                checked: true,
                 reliability: None,
                 evidence: vec![],
                 note: "no graph capture".into(),
@@ -188,6 +189,7 @@ pub(super) fn graphs(
         cal,
         Reading::GraphPool,
         Observed {
+            checked: true,
             reliability: pool_rel,
             evidence: ev,
             note: String::new(),
