@@ -140,11 +140,8 @@ impl fmt::Display for CalibrationReport {
                 "  {:<22} {:<12} {:<40} {}",
                 v.item, st, decl, v.calibrated
             )?;
-            for e in v
-                .evidence
-                .iter()
-                .filter(|e| !e.ok || v.status == Status::Downgraded)
-            {
+            // Evidence is printed for downgrades; JSON carries all of it.
+            for e in v.evidence.iter().filter(|_| v.status == Status::Downgraded) {
                 let exp = e.expected.map(fmt_signed).unwrap_or_else(|| "-".into());
                 let mark = if e.ok { "ok  " } else { "FAIL" };
                 writeln!(
