@@ -1,7 +1,5 @@
-//! Per-architecture parsing (which keys, which defaults, which layers slide) and the KV spec
-//! of a model on one tensor-parallel rank.
+//! Per-architecture parsing: which keys, which defaults, which layers slide.
 
-use memplan_core::kv::{AttentionKind, KvDtype, KvSpec, LayerGroup};
 use memplan_core::{Error, Result};
 use serde_json::{Map, Value};
 
@@ -267,82 +265,11 @@ fn vision(top: &Map<String, Value>, gated: bool) -> Result<Option<Vision>> {
     }))
 }
 
-impl ModelConfig {
-    /// KV heads held by one rank: heads are split across ranks, and replicated when there are
-    /// fewer KV heads than ranks.
-    pub fn kv_heads_per_rank(&self, tp: u64) -> Result<u64> {
-        if tp == 0 {
-            return Err(Error::invalid("tensor-parallel-size", "must be > 0"));
-        }
-        if self.num_heads % tp != 0 {
-            return Err(Error::invalid(
-                "tensor-parallel-size",
-                format!(
-                    "{tp} does not divide num_attention_heads {}",
-                    self.num_heads
-                ),
-            ));
-        }
-        if self.num_kv_heads >= tp && self.num_kv_heads % tp != 0 {
-            return Err(Error::invalid(
-                "tensor-parallel-size",
-                format!(
-                    "{tp} does not divide num_key_value_heads {}",
-                    self.num_kv_heads
-                ),
-            ));
-        }
-        Ok((self.num_kv_heads / tp).max(1))
-    }
-
-    /// The KV spec of one tensor-parallel rank. MLA caches one latent per token on every rank.
-    pub fn kv_spec(&self, dtype: KvDtype, block_size: u32, tp: u64) -> Result<KvSpec> {
-        let kv = self.kv_heads_per_rank(tp)?;
-        let as_u32 = |n: u64, k: &str| {
-            u32::try_from(n).map_err(|_| Error::invalid(k, format!("{n} is too large")))
-        };
-        let groups = if let Some(m) = self.mla {
-            vec![LayerGroup {
-                attention: AttentionKind::Mla,
-                num_layers: as_u32(self.num_layers, "num_hidden_layers")?,
-                kv_heads: 1,
-                head_dim_k: as_u32(m.kv_lora_rank + m.qk_rope_head_dim, "kv_lora_rank")?,
-                head_dim_v: 0,
-            }]
-        } else {
-            let mut groups: Vec<LayerGroup> = Vec::new();
-            for w in &self.sliding {
-                let attention = match w {
-                    Some(w) => AttentionKind::SlidingWindow { window: *w },
-                    None => AttentionKind::Full,
-                };
-                match groups.iter_mut().find(|g| g.attention == attention) {
-                    Some(g) => g.num_layers += 1,
-                    None => groups.push(LayerGroup {
-                        attention,
-                        num_layers: 1,
-                        kv_heads: as_u32(kv, "num_key_value_heads")?,
-                        head_dim_k: as_u32(self.head_dim, "head_dim")?,
-                        head_dim_v: as_u32(self.head_dim, "head_dim")?,
-                    }),
-                }
-            }
-            groups
-        };
-        let spec = KvSpec {
-            groups,
-            dtype,
-            block_size,
-        };
-        spec.validate()?;
-        Ok(spec)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::presets;
+    use memplan_core::kv::{AttentionKind, KvDtype};
 
     fn parse_err(json: &str) -> String {
         ModelConfig::from_json_str(json).unwrap_err().to_string()

@@ -22,6 +22,7 @@ pub mod arch;
 pub mod config;
 pub mod dryrun;
 pub mod estimate;
+pub mod kvspec;
 pub mod presets;
 pub mod quant;
 pub mod safetensors;
@@ -114,5 +115,42 @@ pub fn dtype_bytes(name: &str) -> Result<u64> {
             "dtype",
             format!("unknown dtype {other:?}; expected auto, bfloat16, float16 or float32"),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loads_a_directory_with_its_checkpoint_headers() {
+        let dir = std::env::temp_dir().join(format!("memplan-model-dir-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg = r#"{"architectures":["LlamaForCausalLM"],"hidden_size":64,"num_hidden_layers":2,
+            "num_attention_heads":4,"num_key_value_heads":2,"intermediate_size":128,"vocab_size":100,
+            "max_position_embeddings":256,"torch_dtype":"bfloat16"}"#;
+        std::fs::write(dir.join("config.json"), cfg).unwrap();
+        let h = r#"{"model.embed_tokens.weight":{"dtype":"BF16","shape":[100,64],"data_offsets":[0,12800]}}"#;
+        let mut st = (h.len() as u64).to_le_bytes().to_vec();
+        st.extend_from_slice(h.as_bytes());
+        std::fs::write(dir.join("model.safetensors"), &st).unwrap();
+        let m = Model::load(dir.to_str().unwrap()).unwrap();
+        assert_eq!(m.checkpoint.as_ref().map(|c| c.total()), Some(12800));
+        assert_eq!(m.config.num_kv_heads, 2);
+        // The config file alone works too, without checkpoint figures.
+        let f = Model::load(dir.join("config.json").to_str().unwrap()).unwrap();
+        assert!(f.checkpoint.is_none());
+        std::fs::write(
+            dir.join("config.json"),
+            r#"{"architectures":["LlamaForCausalLM"]}"#,
+        )
+        .unwrap();
+        let e = Model::load(dir.to_str().unwrap()).unwrap_err().to_string();
+        assert!(e.contains("config.json: hidden_size"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(dtype_bytes("int3")
+            .unwrap_err()
+            .to_string()
+            .starts_with("dtype"));
     }
 }
