@@ -9,6 +9,11 @@
 //! serves one layer of any group, so one block costs `page * group_size` bytes, and the engine
 //! reports `num_blocks / num_groups * block_size` tokens.
 //!
+//! Tokens are the *usable* capacity, `(num_blocks - 1) / num_groups * block_size`: the block
+//! pool hands one block out as the null block. vLLM's own "GPU KV cache size" line divides
+//! `num_blocks` without removing it, so it can print one block (16 tokens) more; that is inside
+//! the rounding of the GiB figures it prints next to it (see `docs/model-validation.md`).
+//!
 //! Page sizes that differ between types (rare: different head dims) are padded to the largest,
 //! which is what the engine's memory pools do; the result is then a slight under-estimate.
 
