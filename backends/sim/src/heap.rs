@@ -51,7 +51,8 @@ impl Segment {
 
 /// Round a request the way the allocator does.
 pub fn round_request(bytes: u64) -> u64 {
-    bytes.max(1).div_ceil(ROUND) * ROUND
+    // Saturating: an absurd request must become an out-of-memory error, not an overflow.
+    bytes.max(1).div_ceil(ROUND).saturating_mul(ROUND)
 }
 
 /// The segment size a request needs when no cached block fits.
@@ -59,7 +60,9 @@ pub fn segment_size(rounded: u64) -> u64 {
     if rounded <= SMALL_MAX {
         SEGMENT_ROUND
     } else {
-        rounded.div_ceil(SEGMENT_ROUND) * SEGMENT_ROUND
+        rounded
+            .div_ceil(SEGMENT_ROUND)
+            .saturating_mul(SEGMENT_ROUND)
     }
 }
 
@@ -200,6 +203,8 @@ mod tests {
         assert_eq!(segment_size(MIB), 2 * MIB);
         assert_eq!(segment_size(MIB + 512), 2 * MIB);
         assert_eq!(segment_size(5 * MIB), 6 * MIB);
+        assert_eq!(round_request(u64::MAX), u64::MAX - u64::MAX % 512);
+        assert!(segment_size(u64::MAX) >= u64::MAX - SEGMENT_ROUND);
     }
 
     #[test]

@@ -113,3 +113,16 @@ fn raw_allocations_round_to_two_mib_and_fail_cleanly() {
     ));
     assert!(g.allocate(0).is_err());
 }
+
+#[test]
+fn absurd_requests_are_out_of_memory_not_an_overflow() {
+    let g = gpu("rtx4090");
+    let a = g.allocator();
+    for bytes in [u64::MAX, u64::MAX - 1, u64::MAX / 2 + 1] {
+        let e = a.malloc(bytes).expect_err("no device holds that");
+        assert!(
+            matches!(e, Error::OutOfMemory { requested, .. } if requested == bytes),
+            "{e}"
+        );
+    }
+}
