@@ -58,7 +58,7 @@ pub struct Args {
 }
 
 /// The flags themselves.
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, Clone)]
 pub struct Flags {
     /// Model: a shipped preset (`qwen2.5-1.5b-instruct`), a directory with config.json (and
     /// *.safetensors, whose headers give the exact weights) or a config.json path.
@@ -225,12 +225,55 @@ fn input(a: &Flags, t: &Target) -> Result<PlanInput, Error> {
     })
 }
 
+/// The devices of every rank: with `--tensor-parallel-size N` and an ordinal (`cuda:0`), the
+/// N devices from that ordinal on; otherwise one device that stands for every rank.
+fn targets(a: &Flags) -> Result<Vec<Target>, Error> {
+    let first = target(a)?;
+    let tp = a.tensor_parallel_size;
+    let ordinal = match (&a.device, a.total_memory) {
+        (Some(id), None) => id
+            .parse::<memplan::DeviceId>()
+            .ok()
+            .and_then(|d| d.ordinal().ok().map(|o| (d, o))),
+        _ => None,
+    };
+    let Some((id, start)) = ordinal.filter(|_| tp > 1) else {
+        return Ok(vec![first]);
+    };
+    let mut all = vec![first];
+    for rank in 1..tp {
+        let device = format!("{}:{}", id.backend, start as u64 + rank);
+        let one = Flags {
+            device: Some(device),
+            ..a.clone()
+        };
+        all.push(target(&one)?);
+    }
+    Ok(all)
+}
+
+/// One dry run per rank; the engine sizes every rank like the one with the smallest KV budget.
+fn plan_ranks(a: &Flags) -> Result<(Target, PlanInput, dryrun::DryRun), Error> {
+    let mut runs = Vec::new();
+    for t in targets(a)? {
+        let inp = input(a, &t)?;
+        let plan = dryrun::run(&inp)?;
+        runs.push((t, inp, plan));
+    }
+    let budgets: Vec<_> = runs.iter().map(|r| r.2.budget).collect();
+    let (i, _) = memplan_planner::budget::combine_ranks(&budgets)?;
+    let n = runs.len();
+    let (t, inp, mut plan) = runs.swap_remove(i);
+    if n > 1 {
+        plan.warnings.push(format!("rank {i} ({}) has the smallest KV budget of {n} ranks; the engine sizes every rank like it", t.label));
+    }
+    Ok((t, inp, plan))
+}
+
 /// Run `memplan plan`.
 pub fn run(a: Args) -> Result<ExitCode, Error> {
     let a = *a.flags;
-    let t = target(&a)?;
-    let inp = input(&a, &t)?;
-    let mut plan = dryrun::run(&inp)?;
+    let (t, inp, mut plan) = plan_ranks(&a)?;
     if matches!(
         a.graph_strategy,
         Strategy::PostCapture | Strategy::Full | Strategy::Sampled | Strategy::VllmLegacy
@@ -317,6 +360,25 @@ mod tests {
         let j = plan("--model qwen2.5-0.5b-instruct --total-memory 23.99GiB --gpu-memory-utilization 0.95 --kv-cache-dtype fp8").unwrap();
         let t = j["kv_cache_tokens"].as_u64().unwrap() as f64;
         assert!((3.4e6..3.7e6).contains(&t), "{t}");
+    }
+
+    #[test]
+    fn one_simulated_device_stands_for_every_rank() {
+        let a = Cli::try_parse_from(
+            "plan --model llama-3.1-8b-instruct --device sim:h100-80gb --tp 2 --max-model-len 8192"
+                .split_whitespace(),
+        )
+        .unwrap()
+        .args
+        .flags;
+        let (t, _, p) = plan_ranks(&a).unwrap();
+        assert!(t.label.starts_with("sim:h100-80gb") && t.snapshot.is_some());
+        assert!(
+            p.warnings.iter().any(|w| w.contains("per rank")),
+            "{:?}",
+            p.warnings
+        );
+        assert_eq!(p.kv_spec.groups[0].kv_heads, 4);
     }
 
     #[test]
