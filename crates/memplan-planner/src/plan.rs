@@ -101,6 +101,12 @@ fn device_total(
     }
 }
 
+/// Reserved for memory held outside the allocator (library workspaces, context growth) when it
+/// cannot be measured because the driver's free reading is unavailable: never taken as 0. In
+/// the single-GPU vLLM start-up logs of `shared/data` this memory is 0.24-0.35 GiB; 512 MiB
+/// covers it with margin (multi-GPU communication buffers can take more: measure them).
+pub const UNMEASURED_NON_ALLOCATOR_BYTES: u64 = 512 * MIB;
+
 /// Plan from a measured profile. `why` says why the strategy ran (selection or override).
 pub fn plan(profile: &Profile, why: impl Into<String>, inputs: &PlanInputs) -> Result<Plan> {
     let span = tracing::info_span!("plan");
@@ -109,11 +115,11 @@ pub fn plan(profile: &Profile, why: impl Into<String>, inputs: &PlanInputs) -> R
     let total = device_total(&profile.baseline, &profile.capability, &inputs.request)?;
     let mut warnings = profile.warnings.clone();
     let growth = profile.non_allocator_growth.unwrap_or_else(|| {
-        warnings.push(
-            "non-allocator growth could not be measured (driver free unreliable): counted as 0"
-                .into(),
-        );
-        0
+        warnings.push(format!(
+            "non-allocator growth could not be measured (driver free unreliable): reserved the conservative bound {}",
+            fmt_bytes(UNMEASURED_NON_ALLOCATOR_BYTES)
+        ));
+        UNMEASURED_NON_ALLOCATOR_BYTES as i64
     });
     let graph = profile.graph.clone();
     let consumers = Consumers {
