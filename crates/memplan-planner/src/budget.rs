@@ -431,4 +431,37 @@ mod tests {
         assert_eq!((i, m.kv_budget), (1, GIB - 300 * MIB));
         assert!(combine_ranks(&[]).is_err());
     }
+
+    #[test]
+    fn budgets_never_exceed_the_request_or_go_negative() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        for _ in 0..5000 {
+            let total = 1 + next(200 * GIB);
+            let request = match next(3) {
+                0 => Request::Utilization(next(1_200_000) as f64 / 1e6),
+                1 => Request::Bytes(next(total + GIB)),
+                _ => Request::KvCacheBytes(next(total)),
+            };
+            let c = Consumers {
+                weights: next(total),
+                activation: next(4 * GIB),
+                non_allocator: next(3 * GIB),
+                graph_reserve: next(2 * GIB),
+            };
+            match compute(total, request, c) {
+                Ok(b) => {
+                    assert!(b.requested <= total, "{b:?}");
+                    assert_eq!(b.kv_budget + c.total().unwrap(), b.requested);
+                    assert!(b.suggestions.kv_bytes_fill_device >= b.kv_budget);
+                }
+                Err(e) => assert!(!e.to_string().is_empty()),
+            }
+        }
+    }
 }

@@ -408,4 +408,65 @@ mod tests {
         assert_eq!(z.usable_blocks, 1000);
         assert_eq!(s.size(b - 1, &limits(4096)).unwrap().usable_blocks, 999);
     }
+
+    #[test]
+    fn invariants_hold_for_random_specs() {
+        // xorshift: deterministic inputs, no dependency.
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        for _ in 0..2000 {
+            let mut groups = vec![full(
+                1 + next(80) as u32,
+                1 + next(16) as u32,
+                32 * (1 + next(8) as u32),
+            )];
+            if next(2) == 0 {
+                let sw = LayerGroup {
+                    attention: AttentionKind::SlidingWindow {
+                        window: 1 + next(8192),
+                    },
+                    ..full(
+                        1 + next(80) as u32,
+                        groups[0].kv_heads,
+                        groups[0].head_dim_k,
+                    )
+                };
+                groups.push(sw);
+            }
+            let dtype =
+                [KvDtype::Bf16, KvDtype::Fp8E4m3, KvDtype::Int8, KvDtype::F32][next(4) as usize];
+            let s = KvSpec {
+                groups,
+                dtype,
+                block_size: [1, 16, 32, 64][next(4) as usize],
+            };
+            let budget = next(1 << 40);
+            let l = KvLimits {
+                max_model_len: 1 + next(1 << 18),
+                max_num_batched_tokens: 1 + next(16384),
+                max_len_limit: 1 << 20,
+            };
+            let z = s.size(budget, &l).unwrap();
+            assert!(z.used_bytes <= budget && z.usable_blocks <= z.num_blocks);
+            assert!(z.tokens <= z.usable_blocks * u64::from(s.block_size));
+            if let Some(fit) = z.max_model_len_fit {
+                let g = s.grouping().unwrap().2;
+                assert!(
+                    s.request_blocks(&g, fit, l.max_num_batched_tokens).unwrap() <= z.usable_blocks
+                );
+                if fit < l.max_len_limit {
+                    assert!(
+                        s.request_blocks(&g, fit + 1, l.max_num_batched_tokens)
+                            .unwrap()
+                            > z.usable_blocks
+                    );
+                }
+            }
+        }
+    }
 }
