@@ -20,8 +20,11 @@ pub struct Preset {
 }
 
 fn entries() -> impl Iterator<Item = (usize, Value)> {
-    PRESETS
-        .lines()
+    entries_of(PRESETS)
+}
+
+fn entries_of(text: &str) -> impl Iterator<Item = (usize, Value)> + '_ {
+    text.lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
         .filter_map(|(i, l)| serde_json::from_str(l).ok().map(|v| (i, v)))
@@ -46,7 +49,16 @@ fn matches(id: &str, query: &str) -> bool {
 
 /// The preset named `name`, or an error listing the presets.
 pub fn find(name: &str) -> Result<Preset> {
-    for (line, v) in entries() {
+    match find_in(PRESETS, name)? {
+        Some(p) => Ok(p),
+        None => Err(not_found(name)),
+    }
+}
+
+/// Look `name` up in a JSONL text with the presets' layout (`{"model", "source", "config"}`
+/// per line), e.g. configs of held-back logs. `Ok(None)` when no line names it.
+pub fn find_in(text: &str, name: &str) -> Result<Option<Preset>> {
+    for (line, v) in entries_of(text) {
         let Some(id) = id_of(&v) else { continue };
         if !matches(id, name) {
             continue;
@@ -60,29 +72,33 @@ pub fn find(name: &str) -> Result<Preset> {
                 )
             })
             .and_then(ModelConfig::from_value)
-            .map_err(|e| Error::invalid(format!("preset {id}"), e.to_string()))?;
+            .map_err(|e| Error::invalid(format!("config of {id}"), e.to_string()))?;
         let source = v
             .get("source")
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string();
-        return Ok(Preset {
+        return Ok(Some(Preset {
             model: id.to_string(),
             source,
             config,
-        });
+        }));
     }
+    Ok(None)
+}
+
+fn not_found(name: &str) -> Error {
     let short: Vec<String> = names()
         .iter()
         .map(|n| n.rsplit('/').next().unwrap_or(n).to_ascii_lowercase())
         .collect();
-    Err(Error::invalid(
+    Error::invalid(
         "model",
         format!(
             "{name:?} is neither a path nor a shipped preset; presets: {}",
             short.join(", ")
         ),
-    ))
+    )
 }
 
 #[cfg(test)]

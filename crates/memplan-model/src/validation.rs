@@ -77,11 +77,21 @@ fn printed_non_kv(quote: &str) -> Option<f64> {
 /// Reproduce one log. `Ok(None)` when the log cannot be checked (no preset for its model, no
 /// logged count, or not enough printed figures).
 pub fn reproduce(e: &Value) -> Result<Option<Reproduction>> {
+    reproduce_with(e, None)
+}
+
+/// [`reproduce`], looking the model up first in `extra_configs` (JSONL with the presets'
+/// layout, for logs whose configs are not shipped), then in the presets.
+pub fn reproduce_with(e: &Value, extra_configs: Option<&str>) -> Result<Option<Reproduction>> {
     let s = |k: &str| e.get(k).and_then(Value::as_str);
     let Some(model) = s("model") else {
         return Ok(None);
     };
-    let Ok(preset) = presets::find(model) else {
+    let extra = match extra_configs {
+        Some(text) => presets::find_in(text, model)?,
+        None => None,
+    };
+    let Some(preset) = extra.or_else(|| presets::find(model).ok()) else {
         return Ok(None);
     };
     let c = &preset.config;
@@ -177,6 +187,11 @@ pub fn reproduce(e: &Value) -> Result<Option<Reproduction>> {
 
 /// Reproduce every line of a JSONL file; lines that cannot be checked are skipped.
 pub fn reproduce_all(jsonl: &str) -> Result<Vec<Reproduction>> {
+    reproduce_all_with(jsonl, None)
+}
+
+/// [`reproduce_all`] with extra configs (see [`reproduce_with`]).
+pub fn reproduce_all_with(jsonl: &str, extra_configs: Option<&str>) -> Result<Vec<Reproduction>> {
     let mut out = Vec::new();
     for (i, line) in jsonl
         .lines()
@@ -185,7 +200,7 @@ pub fn reproduce_all(jsonl: &str) -> Result<Vec<Reproduction>> {
     {
         let v: Value = serde_json::from_str(line)
             .map_err(|err| Error::invalid(format!("line {}", i + 1), err.to_string()))?;
-        if let Some(r) = reproduce(&v)
+        if let Some(r) = reproduce_with(&v, extra_configs)
             .map_err(|err| Error::invalid(format!("line {}", i + 1), err.to_string()))?
         {
             out.push(r);

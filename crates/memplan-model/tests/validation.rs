@@ -1,16 +1,24 @@
 //! Every start-up log whose model has a shipped config is reproduced from its logged measured
 //! values within the rounding of the printed figures (see `memplan_model::validation` for how
-//! the tolerance is derived). `MEMPLAN_LOGS=path.jsonl` checks another set of logs the same way.
+//! the tolerance is derived). `MEMPLAN_LOGS=logs.jsonl` checks another set of logs the same
+//! way, and `MEMPLAN_CONFIGS=configs.jsonl` (the layout of `models/model-configs.jsonl`) adds
+//! configs for models that are not shipped.
 
-use memplan_model::validation::reproduce_all;
+use memplan_model::validation::reproduce_all_with;
+
+fn read(var: &str) -> Option<String> {
+    let p = std::env::var(var).ok()?;
+    Some(std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{var}={p}: {e}")))
+}
 
 #[test]
 fn every_log_with_a_config_is_reproduced() {
-    let text = match std::env::var("MEMPLAN_LOGS") {
-        Ok(p) => std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{p}: {e}")),
-        Err(_) => include_str!("data/engine-startup-logs.jsonl").to_string(),
-    };
-    let runs = reproduce_all(&text).expect("logs parse");
+    let own = read("MEMPLAN_LOGS");
+    let text = own
+        .clone()
+        .unwrap_or_else(|| include_str!("data/engine-startup-logs.jsonl").to_string());
+    let configs = read("MEMPLAN_CONFIGS");
+    let runs = reproduce_all_with(&text, configs.as_deref()).expect("logs parse");
     for r in &runs {
         println!(
             "{:<48} {:<13} {:>6} logged {:>9} planned {:>9} range {:?} graph subtracted {}",
@@ -18,10 +26,24 @@ fn every_log_with_a_config_is_reproduced() {
         );
     }
     // The shared set has 12 checkable logs (8 with every component printed).
-    if std::env::var("MEMPLAN_LOGS").is_err() {
+    if own.is_none() {
         assert_eq!(runs.len(), 12, "checkable logs");
         assert_eq!(runs.iter().filter(|r| r.basis == "components").count(), 8);
     }
     let bad: Vec<_> = runs.iter().filter(|r| !r.ok).collect();
     assert!(bad.is_empty(), "not reproduced: {bad:#?}");
+}
+
+#[test]
+fn extra_configs_are_used_for_models_not_shipped() {
+    // A Qwen3-0.6B config (public facts of its config.json) lets its log be checked.
+    let configs = r#"{"model":"Qwen/Qwen3-0.6B","source":"test","config":{"architectures":["Qwen3ForCausalLM"],"hidden_size":1024,"num_hidden_layers":28,"num_attention_heads":16,"num_key_value_heads":8,"head_dim":128,"intermediate_size":3072,"vocab_size":151936,"max_position_embeddings":40960,"tie_word_embeddings":true,"torch_dtype":"bfloat16"}}"#;
+    let log = include_str!("data/engine-startup-logs.jsonl")
+        .lines()
+        .find(|l| l.contains("Qwen/Qwen3-0.6B"))
+        .expect("the log is in the data");
+    let runs = reproduce_all_with(log, Some(configs)).unwrap();
+    assert_eq!(runs.len(), 1);
+    assert!(runs[0].ok, "{:?}", runs[0]);
+    assert!(reproduce_all_with(log, None).unwrap().is_empty());
 }
