@@ -3,7 +3,9 @@
 
 use memplan::bytes::{fmt_bytes, MIB};
 use memplan::protocol::snapshot;
-use memplan::{AllocatorView, CaptureWork, Device, Error, OwnAccounting, Reading, Reliability, Result};
+use memplan::{
+    AllocatorView, CaptureWork, Device, Error, OwnAccounting, Reading, Reliability, Result,
+};
 use memplan_planner::CalibrationReport;
 
 use crate::report::Check;
@@ -15,10 +17,18 @@ pub fn readings(device: &mut dyn Device) -> Result<Vec<Check>> {
     let mut out = Vec::new();
     let (total, free) = (snap.driver.total, snap.driver.free);
     out.push(match (total, free) {
-        (Some(t), Some(f)) => Check::new("readings.free_le_total", f <= t, format!("free {} <= total {}", fmt_bytes(f), fmt_bytes(t))),
+        (Some(t), Some(f)) => Check::new(
+            "readings.free_le_total",
+            f <= t,
+            format!("free {} <= total {}", fmt_bytes(f), fmt_bytes(t)),
+        ),
         _ => Check::skip("readings.free_le_total", "free or total is absent"),
     });
-    for (reading, value) in [(Reading::DriverTotal, total), (Reading::DriverFree, free), (Reading::GraphPool, snap.graph_pool.used)] {
+    for (reading, value) in [
+        (Reading::DriverTotal, total),
+        (Reading::DriverFree, free),
+        (Reading::GraphPool, snap.graph_pool.used),
+    ] {
         let declared = cap.reading(reading);
         let name = format!("readings.{}_present_as_declared", reading.name());
         out.push(match (&declared, value) {
@@ -34,11 +44,17 @@ pub fn readings(device: &mut dyn Device) -> Result<Vec<Check>> {
     }
     if !cap.facts.graph_pool_attributes.is_supported() {
         let g = snap.graph_pool;
-        let any = [g.used, g.reserved, g.used_high, g.reserved_high].iter().any(Option::is_some);
+        let any = [g.used, g.reserved, g.used_high, g.reserved_high]
+            .iter()
+            .any(Option::is_some);
         out.push(Check::new(
             "readings.graph_pool_absent_without_query",
             !any,
-            if any { "graph-pool attributes declared unsupported but values returned" } else { "absent, as declared" },
+            if any {
+                "graph-pool attributes declared unsupported but values returned"
+            } else {
+                "absent, as declared"
+            },
         ));
     }
     Ok(out)
@@ -48,7 +64,14 @@ pub fn readings(device: &mut dyn Device) -> Result<Vec<Check>> {
 pub fn calibration(report: &CalibrationReport) -> Check {
     let downgrades = report.downgrades();
     if downgrades.is_empty() {
-        return Check::new("calibration.declared_holds", true, format!("{} declarations confirmed or not checkable", report.verdicts.len()));
+        return Check::new(
+            "calibration.declared_holds",
+            true,
+            format!(
+                "{} declarations confirmed or not checkable",
+                report.verdicts.len()
+            ),
+        );
     }
     let evidence: Vec<String> = downgrades
         .iter()
@@ -57,9 +80,22 @@ pub fn calibration(report: &CalibrationReport) -> Check {
                 .evidence
                 .iter()
                 .filter(|e| !e.ok)
-                .map(|e| format!("{}: expected {}, observed {}", e.check, signed(e.expected), signed(e.observed)))
+                .map(|e| {
+                    format!(
+                        "{}: expected {}, observed {}",
+                        e.check,
+                        signed(e.expected),
+                        signed(e.observed)
+                    )
+                })
                 .collect();
-            format!("{} declared {} but behaves {} [{}]", v.item, v.declared, v.calibrated, bad.join("; "))
+            format!(
+                "{} declared {} but behaves {} [{}]",
+                v.item,
+                v.declared,
+                v.calibrated,
+                bad.join("; ")
+            )
         })
         .collect();
     Check::new("calibration.declared_holds", false, evidence.join(" | "))
@@ -84,7 +120,10 @@ pub fn raw_allocations(device: &mut dyn Device) -> Check {
         }
         let s = acct.stats();
         if s.allocated > s.reserved {
-            result = Err(format!("allocated {} > reserved {}", s.allocated, s.reserved));
+            result = Err(format!(
+                "allocated {} > reserved {}",
+                s.allocated, s.reserved
+            ));
             break;
         }
     }
@@ -97,7 +136,11 @@ pub fn raw_allocations(device: &mut dyn Device) -> Check {
         acct.remove(bytes);
     }
     match result {
-        Ok(()) if acct.stats().allocated == 0 => Check::new(name, true, format!("peak {} accounted, all freed", fmt_bytes(peak))),
+        Ok(()) if acct.stats().allocated == 0 => Check::new(
+            name,
+            true,
+            format!("peak {} accounted, all freed", fmt_bytes(peak)),
+        ),
         Ok(()) => Check::new(name, false, "allocations left after freeing"),
         Err(e) => Check::new(name, false, e),
     }
@@ -110,11 +153,17 @@ pub fn graph_capture(device: &mut dyn Device) -> Check {
     if !declared.is_supported() {
         return expect_unsupported(name, device.graph_capture().map(|_| ()));
     }
-    let before = match device.synchronize().and_then(|_| device.graph_pool_memory()) {
+    let before = match device
+        .synchronize()
+        .and_then(|_| device.graph_pool_memory())
+    {
         Ok(g) => g,
         Err(e) => return Check::new(name, false, format!("reading the graph pool failed: {e}")),
     };
-    let work = CaptureWork { kernel_nodes: 8, alloc_node_bytes: 16 * MIB };
+    let work = CaptureWork {
+        kernel_nodes: 8,
+        alloc_node_bytes: 16 * MIB,
+    };
     let r: Result<()> = (|| {
         let gc = device.graph_capture()?;
         gc.begin_capture()?;
@@ -133,18 +182,42 @@ pub fn graph_capture(device: &mut dyn Device) -> Check {
     })();
     // Destroyed graphs may give their memory back only at the next synchronize (declared as
     // `graph_release: at_next_sync`), so the pool is trimmed after one.
-    let r = r.and_then(|_| device.synchronize()).and_then(|_| device.graph_capture()?.release_pool());
+    let r = r
+        .and_then(|_| device.synchronize())
+        .and_then(|_| device.graph_capture()?.release_pool());
     if let Err(e) = r {
-        return Check::new(name, false, format!("capture/replay/destroy/release failed: {e}"));
+        return Check::new(
+            name,
+            false,
+            format!("capture/replay/destroy/release failed: {e}"),
+        );
     }
-    let after = match device.synchronize().and_then(|_| device.graph_pool_memory()) {
+    let after = match device
+        .synchronize()
+        .and_then(|_| device.graph_pool_memory())
+    {
         Ok(g) => g,
         Err(e) => return Check::new(name, false, format!("reading the graph pool failed: {e}")),
     };
     if after.used == before.used && after.reserved == before.reserved {
-        Check::new(name, true, format!("captured {} kernels + {} alloc node, replayed, destroyed, pool released", work.kernel_nodes, fmt_bytes(work.alloc_node_bytes)))
+        Check::new(
+            name,
+            true,
+            format!(
+                "captured {} kernels + {} alloc node, replayed, destroyed, pool released",
+                work.kernel_nodes,
+                fmt_bytes(work.alloc_node_bytes)
+            ),
+        )
     } else {
-        Check::new(name, false, format!("graph pool not restored: used {:?} -> {:?}, reserved {:?} -> {:?}", before.used, after.used, before.reserved, after.reserved))
+        Check::new(
+            name,
+            false,
+            format!(
+                "graph pool not restored: used {:?} -> {:?}, reserved {:?} -> {:?}",
+                before.used, after.used, before.reserved, after.reserved
+            ),
+        )
     }
 }
 
@@ -154,7 +227,11 @@ pub fn virtual_memory(device: &mut dyn Device) -> Check {
     if !device.capabilities().facts.virtual_memory.is_supported() {
         return expect_unsupported(name, device.virtual_memory().map(|_| ()));
     }
-    let free_before = device.synchronize().and_then(|_| device.driver_memory()).ok().and_then(|d| d.free);
+    let free_before = device
+        .synchronize()
+        .and_then(|_| device.driver_memory())
+        .ok()
+        .and_then(|d| d.free);
     let r: Result<u64> = (|| {
         let vm = device.virtual_memory()?;
         let g = vm.granularity()?;
@@ -174,14 +251,45 @@ pub fn virtual_memory(device: &mut dyn Device) -> Check {
     })();
     let g = match r {
         Ok(g) => g,
-        Err(e) => return Check::new(name, false, format!("reserve/map/unmap/release failed: {e}")),
-    };
-    let free_after = device.synchronize().and_then(|_| device.driver_memory()).ok().and_then(|d| d.free);
-    match (free_before, free_after) {
-        (Some(b), Some(a)) if a != b && device.capabilities().reading(Reading::DriverFree).is_exact() => {
-            Check::new(name, false, format!("free memory not restored after unmap: {} -> {}", fmt_bytes(b), fmt_bytes(a)))
+        Err(e) => {
+            return Check::new(
+                name,
+                false,
+                format!("reserve/map/unmap/release failed: {e}"),
+            )
         }
-        _ => Check::new(name, true, format!("reserved 4 x {}, mapped 1, unmapped, released", fmt_bytes(g))),
+    };
+    let free_after = device
+        .synchronize()
+        .and_then(|_| device.driver_memory())
+        .ok()
+        .and_then(|d| d.free);
+    match (free_before, free_after) {
+        (Some(b), Some(a))
+            if a != b
+                && device
+                    .capabilities()
+                    .reading(Reading::DriverFree)
+                    .is_exact() =>
+        {
+            Check::new(
+                name,
+                false,
+                format!(
+                    "free memory not restored after unmap: {} -> {}",
+                    fmt_bytes(b),
+                    fmt_bytes(a)
+                ),
+            )
+        }
+        _ => Check::new(
+            name,
+            true,
+            format!(
+                "reserved 4 x {}, mapped 1, unmapped, released",
+                fmt_bytes(g)
+            ),
+        ),
     }
 }
 
@@ -193,23 +301,46 @@ pub fn errors_name_the_call(device: &mut dyn Device) -> Check {
     match device.allocate(absurd) {
         Ok(a) => {
             let _ = device.free(a);
-            Check::new(name, false, format!("allocating {} succeeded", fmt_bytes(absurd)))
+            Check::new(
+                name,
+                false,
+                format!("allocating {} succeeded", fmt_bytes(absurd)),
+            )
         }
-        Err(Error::OutOfMemory { call, .. }) | Err(Error::DriverCall { call, .. }) if !call.is_empty() => {
-            Check::new(name, true, format!("impossible allocation refused by `{call}`"))
+        Err(Error::OutOfMemory { call, .. }) | Err(Error::DriverCall { call, .. })
+            if !call.is_empty() =>
+        {
+            Check::new(
+                name,
+                true,
+                format!("impossible allocation refused by `{call}`"),
+            )
         }
-        Err(e) => Check::new(name, false, format!("impossible allocation gave an error that names no call: {e}")),
+        Err(e) => Check::new(
+            name,
+            false,
+            format!("impossible allocation gave an error that names no call: {e}"),
+        ),
     }
 }
 
 fn signed(v: Option<i64>) -> String {
-    v.map(memplan::bytes::fmt_signed).unwrap_or_else(|| "absent".into())
+    v.map(memplan::bytes::fmt_signed)
+        .unwrap_or_else(|| "absent".into())
 }
 
 fn expect_unsupported(name: &str, r: Result<()>) -> Check {
     match r {
-        Err(Error::Unsupported { operation, reason }) => Check::new(name, true, format!("not declared; {operation} unsupported: {reason}")),
-        Err(e) => Check::new(name, false, format!("not declared, but the error is not the typed `Unsupported`: {e}")),
+        Err(Error::Unsupported { operation, reason }) => Check::new(
+            name,
+            true,
+            format!("not declared; {operation} unsupported: {reason}"),
+        ),
+        Err(e) => Check::new(
+            name,
+            false,
+            format!("not declared, but the error is not the typed `Unsupported`: {e}"),
+        ),
         Ok(()) => Check::new(name, false, "not declared, but the operation is offered"),
     }
 }

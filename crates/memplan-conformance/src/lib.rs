@@ -43,7 +43,11 @@ pub fn run(device: &mut dyn Device) -> Result<ConformanceReport> {
     checks.push(checks::graph_capture(device));
     checks.push(checks::virtual_memory(device));
     checks.push(checks::errors_name_the_call(device));
-    Ok(ConformanceReport { device: device.descriptor().id.to_string(), checks, calibration })
+    Ok(ConformanceReport {
+        device: device.descriptor().id.to_string(),
+        checks,
+        calibration,
+    })
 }
 
 /// Open a device by id and run the suite.

@@ -16,7 +16,10 @@ fn main() -> ExitCode {
             "--device" => device = it.next().cloned(),
             "--json" => json = it.next().cloned(),
             "--capability-matrix" => {
-                print!("{}", memplan_conformance::matrix::markdown(&memplan_conformance::matrix::rows()));
+                print!(
+                    "{}",
+                    memplan_conformance::matrix::markdown(&memplan_conformance::matrix::rows())
+                );
                 return ExitCode::SUCCESS;
             }
             "--list" => {

@@ -22,7 +22,11 @@ pub fn rows() -> Vec<Row> {
     let mut rows = Vec::new();
     #[cfg(feature = "sim")]
     for p in memplan_backend_sim::profiles() {
-        rows.push(Row { backend: "sim", platform: p.name.to_string(), capability: (p.declared)() });
+        rows.push(Row {
+            backend: "sim",
+            platform: p.name.to_string(),
+            capability: (p.declared)(),
+        });
     }
     #[cfg(feature = "cuda")]
     rows.extend(cuda_rows());
@@ -48,11 +52,39 @@ fn cuda_rows() -> Vec<Row> {
     };
     let cases = [
         ("driver 12.8, discrete", base.clone()),
-        ("driver 11.2, discrete (no graph-memory attributes)", CudaFacts { driver_version: CudaVersion(11020), ..base.clone() }),
-        ("driver 12.8, MIG 1g.10gb", CudaFacts { mig_profile: Some("1g.10gb".into()), vmm_attribute: Some(true), ..base.clone() }),
-        ("driver 12.6, integrated (Jetson-class)", CudaFacts { driver_version: CudaVersion(12060), integrated: true, vmm_attribute: Some(false), ..base }),
+        (
+            "driver 11.2, discrete (no graph-memory attributes)",
+            CudaFacts {
+                driver_version: CudaVersion(11020),
+                ..base.clone()
+            },
+        ),
+        (
+            "driver 12.8, MIG 1g.10gb",
+            CudaFacts {
+                mig_profile: Some("1g.10gb".into()),
+                vmm_attribute: Some(true),
+                ..base.clone()
+            },
+        ),
+        (
+            "driver 12.6, integrated (Jetson-class)",
+            CudaFacts {
+                driver_version: CudaVersion(12060),
+                integrated: true,
+                vmm_attribute: Some(false),
+                ..base
+            },
+        ),
     ];
-    cases.into_iter().map(|(p, f)| Row { backend: "cuda", platform: p.into(), capability: declare(&f) }).collect()
+    cases
+        .into_iter()
+        .map(|(p, f)| Row {
+            backend: "cuda",
+            platform: p.into(),
+            capability: declare(&f),
+        })
+        .collect()
 }
 
 #[cfg(feature = "rocm")]
@@ -69,12 +101,25 @@ fn rocm_rows() -> Vec<Row> {
     let cases = [
         ("HIP 5.2, discrete", input(5, 2, false, false, false)),
         ("HIP 5.4, discrete", input(5, 4, false, false, false)),
-        ("HIP 5.6, discrete with DRM sysfs", input(5, 6, false, true, true)),
-        ("HIP 6.2, discrete with DRM sysfs", input(6, 2, false, true, true)),
+        (
+            "HIP 5.6, discrete with DRM sysfs",
+            input(5, 6, false, true, true),
+        ),
+        (
+            "HIP 6.2, discrete with DRM sysfs",
+            input(6, 2, false, true, true),
+        ),
         ("HIP 7.0, discrete", input(7, 0, false, false, true)),
         ("HIP 6.2, APU", input(6, 2, true, false, false)),
     ];
-    cases.into_iter().map(|(p, i)| Row { backend: "rocm", platform: p.into(), capability: declare(&i).capability }).collect()
+    cases
+        .into_iter()
+        .map(|(p, i)| Row {
+            backend: "rocm",
+            platform: p.into(),
+            capability: declare(&i).capability,
+        })
+        .collect()
 }
 
 #[cfg(feature = "xpu")]
@@ -82,14 +127,55 @@ fn xpu_rows() -> Vec<Row> {
     use memplan_backend_xpu::capability::{declare, Facts};
     use memplan_backend_xpu::conv::SysmanFree;
     let gib = memplan::bytes::GIB;
-    let readable = |free| SysmanFree::Readable { free, size: 16 * gib, modules: 1 };
+    let readable = |free| SysmanFree::Readable {
+        free,
+        size: 16 * gib,
+        modules: 1,
+    };
     let cases = [
-        ("discrete, Sysman readable", Facts { integrated: false, sysman: readable(15 * gib), virtual_memory: memplan::Support::Supported }),
-        ("discrete, Sysman free == total (non-root i915)", Facts { integrated: false, sysman: readable(16 * gib), virtual_memory: memplan::Support::Supported }),
-        ("discrete, Sysman unavailable", Facts { integrated: false, sysman: SysmanFree::unavailable("zesInit unavailable and ZES_ENABLE_SYSMAN not set"), virtual_memory: memplan::Support::Supported }),
-        ("integrated", Facts { integrated: true, sysman: SysmanFree::unavailable("integrated GPU: shared system memory"), virtual_memory: memplan::Support::no("zeVirtualMemQueryPageSize failed") }),
+        (
+            "discrete, Sysman readable",
+            Facts {
+                integrated: false,
+                sysman: readable(15 * gib),
+                virtual_memory: memplan::Support::Supported,
+            },
+        ),
+        (
+            "discrete, Sysman free == total (non-root i915)",
+            Facts {
+                integrated: false,
+                sysman: readable(16 * gib),
+                virtual_memory: memplan::Support::Supported,
+            },
+        ),
+        (
+            "discrete, Sysman unavailable",
+            Facts {
+                integrated: false,
+                sysman: SysmanFree::unavailable(
+                    "zesInit unavailable and ZES_ENABLE_SYSMAN not set",
+                ),
+                virtual_memory: memplan::Support::Supported,
+            },
+        ),
+        (
+            "integrated",
+            Facts {
+                integrated: true,
+                sysman: SysmanFree::unavailable("integrated GPU: shared system memory"),
+                virtual_memory: memplan::Support::no("zeVirtualMemQueryPageSize failed"),
+            },
+        ),
     ];
-    cases.into_iter().map(|(p, f)| Row { backend: "xpu", platform: p.into(), capability: declare(&f) }).collect()
+    cases
+        .into_iter()
+        .map(|(p, f)| Row {
+            backend: "xpu",
+            platform: p.into(),
+            capability: declare(&f),
+        })
+        .collect()
 }
 
 fn cell(s: &str) -> String {
@@ -140,7 +226,12 @@ pub fn markdown(rows: &[Row]) -> String {
             })
             .collect();
         if !reasons.is_empty() {
-            out.push_str(&format!("- **{} {}**: {}\n", r.backend, cell(&r.platform), reasons.join("; ")));
+            out.push_str(&format!(
+                "- **{} {}**: {}\n",
+                r.backend,
+                cell(&r.platform),
+                reasons.join("; ")
+            ));
         }
     }
     out

@@ -30,12 +30,20 @@ pub struct Check {
 impl Check {
     /// A check that passes when `ok`.
     pub fn new(name: &str, ok: bool, evidence: impl Into<String>) -> Self {
-        Check { name: name.into(), outcome: if ok { Outcome::Pass } else { Outcome::Fail }, evidence: evidence.into() }
+        Check {
+            name: name.into(),
+            outcome: if ok { Outcome::Pass } else { Outcome::Fail },
+            evidence: evidence.into(),
+        }
     }
 
     /// A skipped check.
     pub fn skip(name: &str, why: impl Into<String>) -> Self {
-        Check { name: name.into(), outcome: Outcome::Skip, evidence: why.into() }
+        Check {
+            name: name.into(),
+            outcome: Outcome::Skip,
+            evidence: why.into(),
+        }
     }
 }
 
@@ -58,7 +66,10 @@ impl ConformanceReport {
 
     /// The failed checks.
     pub fn failures(&self) -> Vec<&Check> {
-        self.checks.iter().filter(|c| c.outcome == Outcome::Fail).collect()
+        self.checks
+            .iter()
+            .filter(|c| c.outcome == Outcome::Fail)
+            .collect()
     }
 }
 
@@ -74,6 +85,11 @@ impl fmt::Display for ConformanceReport {
             writeln!(f, "  {o:<5} {:<34} {}", c.name, c.evidence)?;
         }
         let verdict = if self.passed() { "PASSED" } else { "FAILED" };
-        writeln!(f, "{verdict}: {} checks, {} failed", self.checks.len(), self.failures().len())
+        writeln!(
+            f,
+            "{verdict}: {} checks, {} failed",
+            self.checks.len(),
+            self.failures().len()
+        )
     }
 }

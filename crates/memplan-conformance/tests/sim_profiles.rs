@@ -16,22 +16,37 @@ fn every_shipped_profile_conforms() {
             failed.push(report.to_string());
         }
     }
-    assert!(failed.is_empty(), "profiles that declare more than they deliver:\n{}", failed.join("\n"));
+    assert!(
+        failed.is_empty(),
+        "profiles that declare more than they deliver:\n{}",
+        failed.join("\n")
+    );
 }
 
 #[test]
 fn broken_profile_fails_with_evidence() {
     let report = run_id("sim:broken-stale").expect("the broken device still opens");
     assert!(!report.passed(), "the broken profile must fail:\n{report}");
-    let cal = report.checks.iter().find(|c| c.name == "calibration.declared_holds").expect("calibration check");
+    let cal = report
+        .checks
+        .iter()
+        .find(|c| c.name == "calibration.declared_holds")
+        .expect("calibration check");
     assert_eq!(cal.outcome, Outcome::Fail);
-    assert!(cal.evidence.contains("driver_free"), "evidence names the reading: {}", cal.evidence);
+    assert!(
+        cal.evidence.contains("driver_free"),
+        "evidence names the reading: {}",
+        cal.evidence
+    );
 }
 
 #[test]
 fn declare_exact_over_a_quirk_fails() {
     let report = run_id("sim:arc-a770,declare-exact").expect("opens");
-    assert!(!report.passed(), "free == total declared exact must fail:\n{report}");
+    assert!(
+        !report.passed(),
+        "free == total declared exact must fail:\n{report}"
+    );
 }
 
 memplan_conformance::conformance_test!(macro_instantiation_rtx4090, memplan::open("sim:rtx4090"));

@@ -51,7 +51,11 @@ impl OwnAccounting {
 
 impl AllocatorView for OwnAccounting {
     fn stats(&self) -> AllocatorStats {
-        AllocatorStats { reserved: self.allocated, allocated: self.allocated, peak_allocated: self.peak }
+        AllocatorStats {
+            reserved: self.allocated,
+            allocated: self.allocated,
+            peak_allocated: self.peak,
+        }
     }
     fn release_cached(&mut self) -> Result<()> {
         Ok(())

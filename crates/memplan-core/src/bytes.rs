@@ -18,9 +18,11 @@ pub const GIB: u64 = 1 << 30;
 /// `K`/`M`/`G`/`T` alone = powers of 1024 as engines print them). Case-insensitive for the
 /// SI part; fractional values are rounded to the nearest byte.
 pub fn parse_bytes(field: &str, input: &str) -> Result<u64, Error> {
-    let bad = |why: &str| Error::InvalidInput {
+    let bad = |why: &str| {
+        Error::InvalidInput {
         field: field.to_string(),
         message: format!("{input:?} is not a byte quantity ({why}); use e.g. 1073741824, 512MiB, 14.99GiB or 80GB"),
+    }
     };
     let s = input.trim().replace('_', "");
     if s.is_empty() {
@@ -91,14 +93,26 @@ mod tests {
         assert_eq!(parse_bytes("x", "1024").unwrap(), 1024);
         assert_eq!(parse_bytes("x", "512MiB").unwrap(), 512 * MIB);
         assert_eq!(parse_bytes("x", "80GB").unwrap(), 80_000_000_000);
-        assert_eq!(parse_bytes("x", "14.99GiB").unwrap(), (14.99 * GIB as f64).round() as u64);
+        assert_eq!(
+            parse_bytes("x", "14.99GiB").unwrap(),
+            (14.99 * GIB as f64).round() as u64
+        );
         assert_eq!(parse_bytes("x", " 2 g ").unwrap(), 2 * GIB);
         assert_eq!(parse_bytes("x", "1_000").unwrap(), 1000);
     }
 
     #[test]
     fn rejects_garbage() {
-        for bad in ["", "GiB", "-1", "1.2.3GiB", "12 parsecs", "99999999999999999999", "20000000000TiB", "nan"] {
+        for bad in [
+            "",
+            "GiB",
+            "-1",
+            "1.2.3GiB",
+            "12 parsecs",
+            "99999999999999999999",
+            "20000000000TiB",
+            "nan",
+        ] {
             let e = parse_bytes("--weights-bytes", bad).unwrap_err().to_string();
             assert!(e.contains("--weights-bytes"), "{bad}: {e}");
         }

@@ -24,7 +24,11 @@ pub enum Reading {
 
 impl Reading {
     /// Every reading, in display order.
-    pub const ALL: [Reading; 3] = [Reading::DriverTotal, Reading::DriverFree, Reading::GraphPool];
+    pub const ALL: [Reading; 3] = [
+        Reading::DriverTotal,
+        Reading::DriverFree,
+        Reading::GraphPool,
+    ];
 
     /// Name used in tables and JSON.
     pub fn name(self) -> &'static str {
@@ -76,7 +80,10 @@ impl Reliability {
 
     /// Does the reading see memory held by other processes and other APIs?
     pub fn sees_whole_device(&self) -> bool {
-        matches!(self, Reliability::Exact | Reliability::Approximate { .. } | Reliability::Deferred { .. })
+        matches!(
+            self,
+            Reliability::Exact | Reliability::Approximate { .. } | Reliability::Deferred { .. }
+        )
     }
 
     /// Is the reading exact?
@@ -99,7 +106,10 @@ impl Reliability {
     pub fn detail(&self) -> String {
         match self {
             Reliability::Exact => String::new(),
-            Reliability::Approximate { tolerance_bytes, why } => {
+            Reliability::Approximate {
+                tolerance_bytes,
+                why,
+            } => {
                 format!("±{}: {why}", fmt_bytes(*tolerance_bytes))
             }
             Reliability::Deferred { why } | Reliability::ProcessLocal { why } => why.clone(),
@@ -151,7 +161,9 @@ impl Support {
 
     /// Unsupported, with a reason.
     pub fn no(reason: impl Into<String>) -> Self {
-        Support::Unsupported { reason: reason.into() }
+        Support::Unsupported {
+            reason: reason.into(),
+        }
     }
 }
 
@@ -205,9 +217,12 @@ pub struct ProfilingCapability {
 impl ProfilingCapability {
     /// The reliability of one reading (unavailable when not declared).
     pub fn reading(&self, r: Reading) -> Reliability {
-        self.readings.get(&r).cloned().unwrap_or_else(|| Reliability::Unavailable {
-            reason: "not declared by the backend".into(),
-        })
+        self.readings
+            .get(&r)
+            .cloned()
+            .unwrap_or_else(|| Reliability::Unavailable {
+                reason: "not declared by the backend".into(),
+            })
     }
 
     /// Set the reliability of one reading.
@@ -218,7 +233,10 @@ impl ProfilingCapability {
     /// A capability where every reading is exact and every operation supported: a well-behaved
     /// discrete GPU. Starting point for backends that then downgrade what they must.
     pub fn exact_discrete() -> Self {
-        let readings = Reading::ALL.iter().map(|r| (*r, Reliability::Exact)).collect();
+        let readings = Reading::ALL
+            .iter()
+            .map(|r| (*r, Reliability::Exact))
+            .collect();
         ProfilingCapability {
             readings,
             facts: DeviceFacts {
@@ -241,9 +259,18 @@ impl fmt::Display for ProfilingCapability {
         }
         let fa = &self.facts;
         writeln!(f, "  {:<24} {}", "graph_capture", fa.graph_capture)?;
-        writeln!(f, "  {:<24} {}", "graph_pool_attributes", fa.graph_pool_attributes)?;
+        writeln!(
+            f,
+            "  {:<24} {}",
+            "graph_pool_attributes", fa.graph_pool_attributes
+        )?;
         writeln!(f, "  {:<24} {}", "virtual_memory", fa.virtual_memory)?;
-        writeln!(f, "  {:<24} {}", "unified_memory", if fa.unified_memory { "yes" } else { "no" })?;
+        writeln!(
+            f,
+            "  {:<24} {}",
+            "unified_memory",
+            if fa.unified_memory { "yes" } else { "no" }
+        )?;
         let rel = match fa.graph_release {
             GraphRelease::Immediate => "immediate",
             GraphRelease::AtNextSync => "at next synchronize",
@@ -273,7 +300,12 @@ mod tests {
     #[test]
     fn serialises_readably() {
         let mut c = ProfilingCapability::exact_discrete();
-        c.set(Reading::DriverFree, Reliability::ProcessLocal { why: "ROCm <= 5.4".into() });
+        c.set(
+            Reading::DriverFree,
+            Reliability::ProcessLocal {
+                why: "ROCm <= 5.4".into(),
+            },
+        );
         let j = serde_json::to_value(&c).unwrap();
         assert_eq!(j["readings"]["driver_free"]["kind"], "process_local");
         assert_eq!(j["facts"]["graph_capture"]["kind"], "supported");
@@ -285,7 +317,10 @@ mod tests {
     #[test]
     fn ranks_order_downgrades() {
         let a = Reliability::Exact;
-        let b = Reliability::Approximate { tolerance_bytes: 1, why: "x".into() };
+        let b = Reliability::Approximate {
+            tolerance_bytes: 1,
+            why: "x".into(),
+        };
         let c = Reliability::Unavailable { reason: "y".into() };
         assert!(a.rank() > b.rank() && b.rank() > c.rank());
         assert!(!c.measures_own_usage());

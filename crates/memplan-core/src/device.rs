@@ -32,7 +32,12 @@ pub enum BackendKind {
 
 impl BackendKind {
     /// Every backend.
-    pub const ALL: [BackendKind; 4] = [BackendKind::Sim, BackendKind::Cuda, BackendKind::Rocm, BackendKind::Xpu];
+    pub const ALL: [BackendKind; 4] = [
+        BackendKind::Sim,
+        BackendKind::Cuda,
+        BackendKind::Rocm,
+        BackendKind::Xpu,
+    ];
 
     /// The name used in device ids (`cuda:0`).
     pub fn name(self) -> &'static str {
@@ -62,7 +67,11 @@ impl FromStr for BackendKind {
         let l = s.to_ascii_lowercase();
         BackendKind::ALL
             .into_iter()
-            .find(|k| k.name() == l || (l == "hip" && *k == BackendKind::Rocm) || (l == "level-zero" && *k == BackendKind::Xpu))
+            .find(|k| {
+                k.name() == l
+                    || (l == "hip" && *k == BackendKind::Rocm)
+                    || (l == "level-zero" && *k == BackendKind::Xpu)
+            })
             .ok_or_else(|| Error::UnknownBackend {
                 name: s.to_string(),
                 known: BackendKind::ALL.map(|k| k.name()).join(", "),
@@ -82,7 +91,10 @@ pub struct DeviceId {
 impl DeviceId {
     /// A device id.
     pub fn new(backend: BackendKind, selector: impl Into<String>) -> Self {
-        DeviceId { backend, selector: selector.into() }
+        DeviceId {
+            backend,
+            selector: selector.into(),
+        }
     }
 
     /// The selector as an ordinal, or an `UnknownDevice` error.
@@ -106,7 +118,10 @@ impl FromStr for DeviceId {
         let (b, sel) = s.split_once(':').unwrap_or((s, "0"));
         let backend: BackendKind = b.parse()?;
         if sel.is_empty() {
-            return Err(Error::UnknownDevice { id: s.into(), available: format!("{backend}:N") });
+            return Err(Error::UnknownDevice {
+                id: s.into(),
+                available: format!("{backend}:N"),
+            });
         }
         Ok(DeviceId::new(backend, sel))
     }
@@ -185,12 +200,18 @@ pub trait Device: Send {
 
     /// Graph capture, when the device supports it.
     fn graph_capture(&mut self) -> Result<&mut dyn GraphCapture> {
-        Err(Error::unsupported("graph capture", "this backend does not implement graph capture"))
+        Err(Error::unsupported(
+            "graph capture",
+            "this backend does not implement graph capture",
+        ))
     }
 
     /// Virtual-memory management, when the device supports it.
     fn virtual_memory(&mut self) -> Result<&mut dyn VirtualMemory> {
-        Err(Error::unsupported("virtual memory", "this backend does not implement virtual memory"))
+        Err(Error::unsupported(
+            "virtual memory",
+            "this backend does not implement virtual memory",
+        ))
     }
 }
 
@@ -215,9 +236,15 @@ mod tests {
         let c: DeviceId = "cuda".parse().unwrap();
         assert_eq!(c.to_string(), "cuda:0");
         assert_eq!(c.ordinal().unwrap(), 0);
-        assert_eq!("HIP:1".parse::<DeviceId>().unwrap().backend, BackendKind::Rocm);
+        assert_eq!(
+            "HIP:1".parse::<DeviceId>().unwrap().backend,
+            BackendKind::Rocm
+        );
         let e = "metal:0".parse::<DeviceId>().unwrap_err().to_string();
-        assert!(e.contains("unknown backend `metal`") && e.contains("cuda"), "{e}");
+        assert!(
+            e.contains("unknown backend `metal`") && e.contains("cuda"),
+            "{e}"
+        );
         assert!("cuda:".parse::<DeviceId>().is_err());
         assert!("cuda:x".parse::<DeviceId>().unwrap().ordinal().is_err());
     }

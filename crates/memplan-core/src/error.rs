@@ -125,12 +125,18 @@ pub enum Error {
 impl Error {
     /// An `InvalidInput` error.
     pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Error::InvalidInput { field: field.into(), message: message.into() }
+        Error::InvalidInput {
+            field: field.into(),
+            message: message.into(),
+        }
     }
 
     /// An `Unsupported` error.
     pub fn unsupported(operation: &'static str, reason: impl Into<String>) -> Self {
-        Error::Unsupported { operation, reason: reason.into() }
+        Error::Unsupported {
+            operation,
+            reason: reason.into(),
+        }
     }
 }
 

@@ -40,8 +40,12 @@ pub mod registry;
 pub mod vmm;
 
 pub use allocator::{AllocatorStats, AllocatorView, OwnAccounting};
-pub use capability::{DeviceFacts, GraphRelease, ProfilingCapability, Reading, Reliability, Support};
-pub use device::{Backend, BackendKind, BackendStatus, Device, DeviceDescriptor, DeviceId, RawAllocation};
+pub use capability::{
+    DeviceFacts, GraphRelease, ProfilingCapability, Reading, Reliability, Support,
+};
+pub use device::{
+    Backend, BackendKind, BackendStatus, Device, DeviceDescriptor, DeviceId, RawAllocation,
+};
 pub use error::{Error, Result};
 pub use graph::{CaptureWork, GraphCapture, GraphId};
 pub use memory::{AllocatorMemory, DriverMemory, GraphPoolMemory, MemoryInfo, MemoryWindow};

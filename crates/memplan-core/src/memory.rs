@@ -146,7 +146,12 @@ impl fmt::Display for MemoryInfo {
             ("allocator reserved", fmt_opt(self.allocator.reserved)),
             ("allocator allocated", fmt_opt(self.allocator.allocated)),
             ("allocator peak", fmt_opt(self.allocator.peak_allocated)),
-            ("non-allocator", fmt_delta(self.non_allocator()).trim_start_matches('+').to_string()),
+            (
+                "non-allocator",
+                fmt_delta(self.non_allocator())
+                    .trim_start_matches('+')
+                    .to_string(),
+            ),
             ("graph pool used", fmt_opt(self.graph_pool.used)),
             ("graph pool reserved", fmt_opt(self.graph_pool.reserved)),
             ("graph pool used (high)", fmt_opt(self.graph_pool.used_high)),
@@ -180,8 +185,15 @@ mod tests {
 
     fn snap(total: u64, free: u64, reserved: Option<u64>) -> MemoryInfo {
         MemoryInfo {
-            driver: DriverMemory { total: Some(total), free: Some(free) },
-            allocator: AllocatorMemory { reserved, allocated: reserved, peak_allocated: reserved },
+            driver: DriverMemory {
+                total: Some(total),
+                free: Some(free),
+            },
+            allocator: AllocatorMemory {
+                reserved,
+                allocated: reserved,
+                peak_allocated: reserved,
+            },
             graph_pool: GraphPoolMemory::default(),
         }
     }
@@ -195,7 +207,13 @@ mod tests {
 
     #[test]
     fn absent_stays_absent() {
-        let s = MemoryInfo { driver: DriverMemory { total: Some(GIB), free: None }, ..Default::default() };
+        let s = MemoryInfo {
+            driver: DriverMemory {
+                total: Some(GIB),
+                free: None,
+            },
+            ..Default::default()
+        };
         assert_eq!(s.driver_used(), None);
         assert_eq!(s.non_allocator(), None);
         let w = s.window_to(&s);

@@ -10,7 +10,10 @@ use crate::memory::{AllocatorMemory, MemoryInfo};
 
 /// Synchronize the device, then read driver, graph-pool and allocator layers into one
 /// [`MemoryInfo`]. Without an allocator view, the allocator layer is absent.
-pub fn snapshot(device: &mut dyn Device, allocator: Option<&dyn AllocatorView>) -> Result<MemoryInfo> {
+pub fn snapshot(
+    device: &mut dyn Device,
+    allocator: Option<&dyn AllocatorView>,
+) -> Result<MemoryInfo> {
     let span = tracing::debug_span!("snapshot", device = %device.descriptor().id);
     let _e = span.enter();
     device.synchronize()?;
@@ -19,10 +22,18 @@ pub fn snapshot(device: &mut dyn Device, allocator: Option<&dyn AllocatorView>) 
     let allocator = allocator
         .map(|a| {
             let s = a.stats();
-            AllocatorMemory { reserved: Some(s.reserved), allocated: Some(s.allocated), peak_allocated: Some(s.peak_allocated) }
+            AllocatorMemory {
+                reserved: Some(s.reserved),
+                allocated: Some(s.allocated),
+                peak_allocated: Some(s.peak_allocated),
+            }
         })
         .unwrap_or_default();
-    let info = MemoryInfo { driver, allocator, graph_pool };
+    let info = MemoryInfo {
+        driver,
+        allocator,
+        graph_pool,
+    };
     tracing::debug!(free = ?info.driver.free, reserved = ?info.allocator.reserved, "snapshot taken");
     Ok(info)
 }

@@ -30,7 +30,10 @@ fn link_backends() {
 /// The backends compiled into this build.
 pub fn compiled_backends() -> Vec<BackendKind> {
     link_backends();
-    memplan_core::registry::registered().iter().map(|r| r.kind).collect()
+    memplan_core::registry::registered()
+        .iter()
+        .map(|r| r.kind)
+        .collect()
 }
 
 /// Create a compiled-in backend, or a typed error when it is not compiled in.
@@ -85,10 +88,16 @@ pub fn survey() -> Vec<BackendReport> {
         .map(|r| {
             let b = (r.create)();
             match b.devices() {
-                Ok(devices) => BackendReport { backend: r.kind, status: BackendStatus::Available, devices },
+                Ok(devices) => BackendReport {
+                    backend: r.kind,
+                    status: BackendStatus::Available,
+                    devices,
+                },
                 Err(e) => BackendReport {
                     backend: r.kind,
-                    status: BackendStatus::Unavailable { reason: e.to_string() },
+                    status: BackendStatus::Unavailable {
+                        reason: e.to_string(),
+                    },
                     devices: Vec::new(),
                 },
             }
