@@ -198,4 +198,8 @@ impl Engine for SimEngine {
     fn kernel_nodes_hint(&self, _size: u32) -> Option<u32> {
         Some(self.setup.kernel_nodes)
     }
+
+    fn alloc_node_bytes_hint(&self, _size: u32) -> Option<u64> {
+        Some(self.setup.alloc_node_bytes)
+    }
 }

@@ -4,8 +4,10 @@
 //! It captures every size (so nothing is guessed about the allocator-visible part) and bounds
 //! what only the driver sees:
 //!
-//! `reserve = (pool + Σ per graph (hidden + exec)) * 1.25` where `pool` is the allocator's
-//! reserved growth over the capture (exact: this process's own allocator), `hidden` the
+//! `reserve = (pool + nodes + Σ per graph (hidden + exec)) * 1.25` where `pool` is the
+//! allocator's reserved growth over the capture (exact: this process's own allocator), `nodes`
+//! the graph allocation nodes (the graph-pool reading where it can be trusted, else the
+//! engine's [`alloc_node_bytes_hint`](crate::Engine::alloc_node_bytes_hint)), `hidden` the
 //! per-capture memory the capability declares (or calibration measured), and `exec` the
 //! executable object: 64 KiB per kernel node when the engine says how many nodes a graph has,
 //! else [`DEFAULT_EXEC_BYTES_PER_GRAPH`]. The 25% margin covers allocator rounding and the
@@ -46,17 +48,35 @@ impl GraphStrategy for Conservative {
         let after = ctx.flushed_snapshot()?;
         let w = before.window_to(&after);
         let private = w.allocator_reserved.unwrap_or(0).max(0) as u64;
-        // Graph allocation nodes, where the device's graph-pool reading can be trusted.
-        let nodes = if ctx
+        // Graph allocation nodes: measured where the device's graph-pool reading can be
+        // trusted, else the engine's own figure; without either they are invisible, and the
+        // explanation says they were assumed absent.
+        let (nodes, nodes_basis) = if ctx
             .capability()
             .reading(Reading::GraphPool)
             .measures_own_usage()
         {
-            w.graph_pool_reserved.unwrap_or(0).max(0) as u64
+            (
+                w.graph_pool_reserved.unwrap_or(0).max(0) as u64,
+                "measured by the graph-pool reading",
+            )
         } else {
-            0
+            let hints: Option<Vec<u64>> = sizes
+                .iter()
+                .map(|s| ctx.engine().alloc_node_bytes_hint(*s))
+                .collect();
+            match hints {
+                Some(h) => (
+                    h.iter().fold(0u64, |a, b| a.saturating_add(*b)),
+                    "from the engine's allocation-node figures",
+                ),
+                None => (
+                    0,
+                    "unreadable on this device and not given by the engine: assumed none",
+                ),
+            }
         };
-        let pool = private + nodes;
+        let pool = private.saturating_add(nodes);
         let hidden = ctx.capability().facts.hidden_bytes_per_capture.unwrap_or(0);
         let mut hinted = 0usize;
         let driver_only: u64 = sizes
@@ -82,8 +102,10 @@ impl GraphStrategy for Conservative {
             "allocator reserved + analytic bound",
         );
         e.explanation = format!(
-            "driver free cannot measure this process: private pool and graph allocation nodes measured by the allocator and the graph-pool reading ({}), executable objects and hidden per-capture memory bounded analytically ({} for {} graphs, {} with the engine's kernel-node count, {} hidden each), plus 25% margin ({})",
-            fmt_bytes(pool),
+            "driver free cannot measure this process: private pool measured by the allocator ({}), graph allocation nodes {} ({}), executable objects and hidden per-capture memory bounded analytically ({} for {} graphs, {} with the engine's kernel-node count, {} hidden each), plus 25% margin ({})",
+            fmt_bytes(private),
+            nodes_basis,
+            fmt_bytes(nodes),
             fmt_bytes(driver_only),
             sizes.len(),
             hinted,
