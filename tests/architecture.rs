@@ -1,0 +1,123 @@
+//! The layout and documentation rules the project keeps, checked so they cannot rot.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use memplan_workspace_tests::repo_root;
+
+/// Every real backend folder has the same files (wgpu-hal style): a reader who knows one
+/// backend knows where everything is in the next.
+#[test]
+fn real_backends_share_file_names() {
+    let required = [
+        "lib.rs",
+        "loader.rs",
+        "backend.rs",
+        "device.rs",
+        "capability.rs",
+        "graph.rs",
+        "vmm.rs",
+        "conv.rs",
+    ];
+    for backend in ["cuda", "rocm", "xpu"] {
+        let dir = repo_root().join("backends").join(backend).join("src");
+        let have: BTreeSet<String> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+            .collect();
+        let missing: Vec<_> = required.iter().filter(|f| !have.contains(**f)).collect();
+        assert!(
+            missing.is_empty(),
+            "backends/{backend}/src lacks {missing:?}"
+        );
+    }
+}
+
+/// Every relative link in the README and docs/ points at a file that exists.
+#[test]
+fn doc_links_resolve() {
+    let root = repo_root();
+    let mut pages = vec![root.join("README.md")];
+    for e in std::fs::read_dir(root.join("docs"))
+        .expect("docs/ exists")
+        .flatten()
+    {
+        if e.path().extension().is_some_and(|x| x == "md") {
+            pages.push(e.path());
+        }
+    }
+    let mut broken = Vec::new();
+    for page in &pages {
+        let text = std::fs::read_to_string(page).expect("readable page");
+        let base = page.parent().unwrap_or(Path::new("."));
+        for target in links(&text) {
+            if target.starts_with("http")
+                || target.starts_with('#')
+                || target.starts_with("mailto:")
+            {
+                continue;
+            }
+            let file = target.split('#').next().unwrap_or("");
+            if !file.is_empty() && !base.join(file).exists() {
+                broken.push(format!("{}: {target}", page.display()));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+fn links(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("](") {
+        rest = &rest[i + 2..];
+        if let Some(end) = rest.find(')') {
+            out.push(rest[..end].to_string());
+            rest = &rest[end..];
+        }
+    }
+    out
+}
+
+/// Every docs page is reachable from the README or the architecture page.
+#[test]
+fn every_doc_is_linked() {
+    let root = repo_root();
+    let index = std::fs::read_to_string(root.join("README.md")).expect("README")
+        + &std::fs::read_to_string(root.join("docs/architecture.md")).expect("architecture page");
+    let mut orphans = Vec::new();
+    for e in std::fs::read_dir(root.join("docs"))
+        .expect("docs/")
+        .flatten()
+    {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".md") && name != "architecture.md" && !index.contains(&name) {
+            orphans.push(name);
+        }
+    }
+    assert!(
+        orphans.is_empty(),
+        "docs not linked from README.md or docs/architecture.md: {orphans:?}"
+    );
+}
+
+/// Every scenario file in scenarios/ is shipped in the binary (loadable by name).
+#[test]
+fn every_scenario_file_is_shipped() {
+    let shipped: BTreeSet<&str> = memplan_planner::sim::SHIPPED
+        .iter()
+        .map(|(n, _)| *n)
+        .collect();
+    for e in std::fs::read_dir(repo_root().join("scenarios"))
+        .expect("scenarios/")
+        .flatten()
+    {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if let Some(stem) = name.strip_suffix(".toml") {
+            assert!(
+                shipped.contains(stem),
+                "scenarios/{name} is not embedded in memplan_planner::sim::SHIPPED"
+            );
+        }
+    }
+}
