@@ -203,7 +203,11 @@ mod tests {
         assert_eq!(segment_size(MIB), 2 * MIB);
         assert_eq!(segment_size(MIB + 512), 2 * MIB);
         assert_eq!(segment_size(5 * MIB), 6 * MIB);
-        assert_eq!(round_request(u64::MAX), u64::MAX, "saturates instead of overflowing");
+        assert_eq!(
+            round_request(u64::MAX),
+            u64::MAX,
+            "saturates instead of overflowing"
+        );
         assert!(segment_size(u64::MAX) >= u64::MAX - SEGMENT_ROUND);
     }
 
