@@ -91,6 +91,37 @@ pub struct Budget {
     pub suggestions: Suggestions,
 }
 
+impl Budget {
+    /// The one-line memory bar over the device total, `cells` wide between brackets:
+    /// `W` weights, `A` activation, `N` non-allocator, `G` graph reserve, `K` the KV cache of
+    /// `kv_bytes`, `.` requested but unused, ` ` outside the request. Cells are rounded to the
+    /// nearest and never overflow the bar.
+    pub fn bar(&self, kv_bytes: u64, cells: u64) -> String {
+        let t = u128::from(self.total.max(1));
+        let to_cells = |b: u64| ((u128::from(b) * u128::from(cells) + t / 2) / t) as u64;
+        let c = &self.consumers;
+        let parts = [
+            ('W', c.weights),
+            ('A', c.activation),
+            ('N', c.non_allocator),
+            ('G', c.graph_reserve),
+            ('K', kv_bytes),
+        ];
+        let mut s = String::from("[");
+        let mut used = 0u64;
+        for (ch, b) in parts {
+            let n = to_cells(b).min(cells - used);
+            s.extend(std::iter::repeat_n(ch, n as usize));
+            used += n;
+        }
+        let requested = to_cells(self.requested).clamp(used, cells);
+        s.extend(std::iter::repeat_n('.', (requested - used) as usize));
+        s.extend(std::iter::repeat_n(' ', (cells - requested) as usize));
+        s.push(']');
+        s
+    }
+}
+
 /// `requested` for a device of `total` bytes. Errors: utilisation outside (0, 1] or not a
 /// number, a byte budget of 0 or above the total, a zero total. For
 /// [`Request::KvCacheBytes`] this is the KV size alone; [`compute`] adds the consumers.

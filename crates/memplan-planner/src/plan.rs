@@ -214,31 +214,9 @@ fn physical_cap(profile: &Profile, c: &Consumers) -> Option<u64> {
 }
 
 impl Plan {
-    /// The one-line memory bar over the device total (60 cells): `W` weights, `A` activation,
-    /// `N` non-allocator growth, `G` graphs, `K` KV cache, `.` left unused.
+    /// The one-line memory bar over the device total (60 cells), see [`Budget::bar`].
     pub fn bar(&self) -> String {
-        const CELLS: u64 = 60;
-        let t = self.budget.total.max(1);
-        let c = &self.budget.consumers;
-        let parts = [
-            ('W', c.weights),
-            ('A', c.activation),
-            ('N', c.non_allocator),
-            ('G', c.graph_reserve),
-            ('K', self.kv_bytes),
-        ];
-        let mut s = String::from("[");
-        let mut used = 0u64;
-        for (ch, b) in parts {
-            let n =
-                ((u128::from(b) * u128::from(CELLS) + u128::from(t) / 2) / u128::from(t)) as u64;
-            let n = n.min(CELLS - used);
-            s.extend(std::iter::repeat(ch).take(n as usize));
-            used += n;
-        }
-        s.extend(std::iter::repeat('.').take((CELLS - used) as usize));
-        s.push(']');
-        s
+        self.budget.bar(self.kv_bytes, 60)
     }
 }
 
@@ -282,7 +260,7 @@ impl fmt::Display for Plan {
         )?;
         writeln!(
             f,
-            "  {}  W weights A activation N non-allocator G graphs K KV",
+            "  {}  W weights A activation N non-allocator G graphs K KV . requested, unused",
             self.bar()
         )?;
         for w in &self.warnings {

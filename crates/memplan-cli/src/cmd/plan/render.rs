@@ -170,20 +170,9 @@ pub fn engine_args(v: &View<'_>, e: Engine) -> String {
     }
 }
 
-/// The one-line memory bar.
+/// The one-line memory bar (the planner's, so `plan` and `simulate` draw the same picture).
 fn bar(v: &View<'_>) -> String {
-    const WIDTH: u64 = 64;
-    let total = v.plan.budget.total.max(1);
-    let mut s = String::from("[");
-    let mut used = 0u64;
-    for seg in v.segments() {
-        let end = ((used + seg.bytes) as u128 * WIDTH as u128 / total as u128) as u64;
-        let start = (used as u128 * WIDTH as u128 / total as u128) as u64;
-        s.extend(std::iter::repeat(seg.glyph).take((end - start) as usize));
-        used += seg.bytes;
-    }
-    s.push(']');
-    s
+    v.plan.budget.bar(v.plan.sizing.used_bytes, 64)
 }
 
 fn gib(b: u64) -> f64 {
