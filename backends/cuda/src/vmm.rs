@@ -46,7 +46,7 @@ pub fn check_multiple(field: &str, value: u64, granularity: u64, allow_zero: boo
     if value == 0 && !allow_zero {
         return Err(Error::invalid(field, "must be > 0"));
     }
-    if granularity == 0 || value % granularity != 0 {
+    if granularity == 0 || !value.is_multiple_of(granularity) {
         return Err(Error::invalid(
             field,
             format!("{value} is not a multiple of the granularity {granularity}"),

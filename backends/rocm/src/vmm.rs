@@ -111,7 +111,7 @@ impl VirtualMemory for RocmVmm {
 
     fn map(&mut self, range: &VaRange, offset: u64, bytes: u64) -> Result<Mapping> {
         let g = self.granularity()?;
-        if offset % g != 0 || bytes % g != 0 || bytes == 0 {
+        if !offset.is_multiple_of(g) || !bytes.is_multiple_of(g) || bytes == 0 {
             return Err(Error::invalid(
                 "offset/bytes",
                 format!("must be non-zero multiples of the granularity {g}"),
@@ -119,7 +119,7 @@ impl VirtualMemory for RocmVmm {
         }
         if offset
             .checked_add(bytes)
-            .map_or(true, |end| end > range.bytes)
+            .is_none_or(|end| end > range.bytes)
         {
             return Err(Error::invalid(
                 "offset/bytes",

@@ -163,7 +163,7 @@ impl Heap {
     pub fn reserved(&self, pool: Option<Pool>) -> u64 {
         self.segments
             .values()
-            .filter(|s| pool.map_or(true, |p| s.pool == p))
+            .filter(|s| pool.is_none_or(|p| s.pool == p))
             .map(Segment::size)
             .sum()
     }
@@ -172,7 +172,7 @@ impl Heap {
     pub fn allocated(&self, pool: Option<Pool>) -> u64 {
         self.segments
             .values()
-            .filter(|s| pool.map_or(true, |p| s.pool == p))
+            .filter(|s| pool.is_none_or(|p| s.pool == p))
             .flat_map(|s| s.blocks.iter())
             .filter(|b| b.1.is_some())
             .map(|b| b.0)

@@ -100,7 +100,7 @@ impl Quirks {
             .collect();
         if self.hidden_bytes_per_capture > 0 {
             let h = self.hidden_bytes_per_capture;
-            let shown = if h % MIB == 0 {
+            let shown = if h.is_multiple_of(MIB) {
                 format!("{}MiB", h / MIB)
             } else {
                 h.to_string()

@@ -9,7 +9,7 @@ use crate::gpu::SimGpu;
 pub const GRANULARITY: u64 = 2 << 20;
 
 fn aligned(field: &str, v: u64) -> Result<()> {
-    if v % GRANULARITY != 0 {
+    if !v.is_multiple_of(GRANULARITY) {
         return Err(Error::invalid(
             field,
             format!("{v} is not a multiple of the 2 MiB granularity"),
@@ -42,7 +42,7 @@ impl VirtualMemory for SimGpu {
         let size = *s.vmm_ranges.get(&range.handle).ok_or_else(|| {
             Error::invalid("map.range", format!("no reserved range {}", range.handle))
         })?;
-        if bytes == 0 || offset.checked_add(bytes).map_or(true, |end| end > size) {
+        if bytes == 0 || offset.checked_add(bytes).is_none_or(|end| end > size) {
             return Err(Error::invalid(
                 "map",
                 format!("[{offset}, +{bytes}) does not fit in a range of {size} bytes"),

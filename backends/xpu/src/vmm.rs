@@ -42,7 +42,7 @@ impl XpuDevice {
 
     fn aligned(&self, field: &str, v: u64) -> Result<()> {
         let g = self.page_size(VMM_PROBE_BYTES)?;
-        if v % g != 0 {
+        if !v.is_multiple_of(g) {
             return Err(Error::invalid(
                 field,
                 format!("{v} is not a multiple of the page size {g}"),
@@ -91,7 +91,7 @@ impl VirtualMemory for XpuDevice {
         if bytes == 0
             || offset
                 .checked_add(bytes)
-                .map_or(true, |end| end > range.bytes)
+                .is_none_or(|end| end > range.bytes)
         {
             return Err(Error::invalid(
                 "bytes",

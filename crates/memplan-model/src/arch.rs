@@ -162,7 +162,7 @@ fn gemma(a: String, f: &Fields<'_>, top: &Map<String, Value>) -> Result<ModelCon
         ]
     };
     for (k, v) in defaults {
-        let absent = |v: Option<&Value>| v.map_or(true, Value::is_null);
+        let absent = |v: Option<&Value>| v.is_none_or(Value::is_null);
         if absent(map.get(*k)) && absent(f.outer.and_then(|o| o.get(*k))) {
             map.insert((*k).to_string(), v.clone());
         }

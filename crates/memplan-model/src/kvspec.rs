@@ -14,7 +14,7 @@ impl ModelConfig {
         if tp == 0 {
             return Err(Error::invalid("tensor-parallel-size", "must be > 0"));
         }
-        if self.num_heads % tp != 0 {
+        if !self.num_heads.is_multiple_of(tp) {
             return Err(Error::invalid(
                 "tensor-parallel-size",
                 format!(
@@ -23,7 +23,7 @@ impl ModelConfig {
                 ),
             ));
         }
-        if self.num_kv_heads >= tp && self.num_kv_heads % tp != 0 {
+        if self.num_kv_heads >= tp && !self.num_kv_heads.is_multiple_of(tp) {
             return Err(Error::invalid(
                 "tensor-parallel-size",
                 format!(

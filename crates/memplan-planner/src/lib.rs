@@ -100,11 +100,11 @@ mod vendor_names {
     fn has_word(line: &str, word: &str) -> bool {
         let is_id = |c: char| c.is_ascii_alphanumeric();
         line.match_indices(word).any(|(i, _)| {
-            let before = line[..i].chars().next_back().map_or(true, |c| !is_id(c));
+            let before = line[..i].chars().next_back().is_none_or(|c| !is_id(c));
             let after = line[i + word.len()..]
                 .chars()
                 .next()
-                .map_or(true, |c| !is_id(c));
+                .is_none_or(|c| !is_id(c));
             before && after
         })
     }

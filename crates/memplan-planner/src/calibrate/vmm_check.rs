@@ -48,7 +48,7 @@ pub(super) fn virtual_memory(
     })();
     Ok(match attempt {
         Ok(ev) => {
-            let ok = ev.as_ref().map_or(true, |e| e.ok);
+            let ok = ev.as_ref().is_none_or(|e| e.ok);
             let status = if ok {
                 Status::Confirmed
             } else {
