@@ -158,14 +158,16 @@ pub fn run(input: &PlanInput) -> Result<DryRun> {
     };
     let (def_seqs, def_tokens) = estimate::default_limits(input.total);
     let max_num_seqs = input.max_num_seqs.unwrap_or(def_seqs);
-    let max_model_len = match input.max_model_len.or(c.max_position_embeddings) {
-        Some(0) | None => {
+    let max_model_len = match (input.max_model_len, c.max_position_embeddings) {
+        (Some(0), _) => return Err(Error::invalid("max-model-len", "must be > 0")),
+        (Some(n), _) => n,
+        (None, Some(n)) if n > 0 => n,
+        (None, _) => {
             return Err(Error::invalid(
                 "max-model-len",
-                "the config has no max_position_embeddings; pass --max-model-len",
+                "the config has no usable max_position_embeddings; pass --max-model-len",
             ))
         }
-        Some(n) => n,
     };
     let max_num_batched_tokens = input.max_num_batched_tokens.unwrap_or(def_tokens);
     for (k, v) in [
