@@ -13,7 +13,11 @@ fn features_for(device: &str) -> Result<&'static str, String> {
         "cuda" => "cuda",
         "rocm" | "hip" => "rocm",
         "xpu" | "level-zero" => "xpu",
-        other => return Err(format!("unknown backend `{other}` in device id `{device}` (sim, cuda, rocm, xpu)")),
+        other => {
+            return Err(format!(
+                "unknown backend `{other}` in device id `{device}` (sim, cuda, rocm, xpu)"
+            ))
+        }
     })
 }
 
@@ -27,27 +31,59 @@ pub fn run(args: &[String]) -> Result<(), String> {
         match a.as_str() {
             "--device" => device = it.next().cloned(),
             "--json" => json = it.next().cloned(),
-            other => return Err(format!("conformance: unknown argument `{other}` (--device ID [--json FILE])")),
+            other => {
+                return Err(format!(
+                    "conformance: unknown argument `{other}` (--device ID [--json FILE])"
+                ))
+            }
         }
     }
     let device = device.ok_or("conformance: --device ID is required (e.g. sim:rtx4090, cuda:0)")?;
     let features = features_for(&device)?;
-    let json = json.unwrap_or_else(|| format!("target/conformance-{}.json", device.replace([':', ','], "_")));
+    let json = json.unwrap_or_else(|| {
+        format!(
+            "target/conformance-{}.json",
+            device.replace([':', ','], "_")
+        )
+    });
     step(
         &format!("conformance {device}"),
-        &["cargo", "run", "-q", "-p", "memplan-conformance", "--features", features, "--", "--device", &device, "--json", &json],
+        &[
+            "cargo",
+            "run",
+            "-q",
+            "-p",
+            "memplan-conformance",
+            "--features",
+            features,
+            "--",
+            "--device",
+            &device,
+            "--json",
+            &json,
+        ],
     )
 }
 
 fn generate() -> Result<String, String> {
-    capture(&["cargo", "run", "-q", "-p", "memplan-conformance", "--all-features", "--", "--capability-matrix"])
+    capture(&[
+        "cargo",
+        "run",
+        "-q",
+        "-p",
+        "memplan-conformance",
+        "--all-features",
+        "--",
+        "--capability-matrix",
+    ])
 }
 
 /// Write the matrix to docs/, or with `--check` fail when the committed one differs.
 pub fn capability_matrix(args: &[String]) -> Result<(), String> {
     let fresh = generate()?;
     if args.iter().any(|a| a == "--check") {
-        let committed = std::fs::read_to_string(MATRIX_PATH).map_err(|e| format!("{MATRIX_PATH}: {e}"))?;
+        let committed =
+            std::fs::read_to_string(MATRIX_PATH).map_err(|e| format!("{MATRIX_PATH}: {e}"))?;
         if committed != fresh {
             return Err(format!(
                 "{MATRIX_PATH} is out of date with the backends' declarations: run `cargo xtask capability-matrix` and commit it"

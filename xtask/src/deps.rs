@@ -3,18 +3,66 @@
 use crate::run::{capture, step};
 
 /// Crates that talk to a vendor library.
-const VENDOR_CRATES: &[&str] = &["cudarc", "hip-runtime-sys", "level-zero-sys", "nvml-wrapper", "memplan-backend-cuda", "memplan-backend-rocm", "memplan-backend-xpu"];
+const VENDOR_CRATES: &[&str] = &[
+    "cudarc",
+    "hip-runtime-sys",
+    "level-zero-sys",
+    "nvml-wrapper",
+    "memplan-backend-cuda",
+    "memplan-backend-rocm",
+    "memplan-backend-xpu",
+];
 
 /// (package, cargo tree flags, what it must not contain, why)
 const RULES: &[(&str, &[&str], &[&str], &str)] = &[
-    ("memplan-core", &[], VENDOR_CRATES, "the core depends on no vendor crate, ever"),
-    ("memplan-planner", &[], VENDOR_CRATES, "the planner decides from capabilities, not vendor code"),
-    ("memplan-model", &[], VENDOR_CRATES, "model specs are vendor-neutral"),
-    ("memplan", &["--no-default-features"], VENDOR_CRATES, "the facade without features pulls no backend"),
-    ("memplan", &["--no-default-features", "--features", "sim"], VENDOR_CRATES, "`sim` alone pulls no vendor crate"),
-    ("memplan", &["--no-default-features", "--features", "cuda"], &["hip-runtime-sys", "level-zero-sys"], "`cuda` pulls only NVIDIA crates"),
-    ("memplan", &["--no-default-features", "--features", "rocm"], &["cudarc", "level-zero-sys"], "`rocm` pulls only AMD crates"),
-    ("memplan", &["--no-default-features", "--features", "xpu"], &["cudarc", "hip-runtime-sys"], "`xpu` pulls only Intel crates"),
+    (
+        "memplan-core",
+        &[],
+        VENDOR_CRATES,
+        "the core depends on no vendor crate, ever",
+    ),
+    (
+        "memplan-planner",
+        &[],
+        VENDOR_CRATES,
+        "the planner decides from capabilities, not vendor code",
+    ),
+    (
+        "memplan-model",
+        &[],
+        VENDOR_CRATES,
+        "model specs are vendor-neutral",
+    ),
+    (
+        "memplan",
+        &["--no-default-features"],
+        VENDOR_CRATES,
+        "the facade without features pulls no backend",
+    ),
+    (
+        "memplan",
+        &["--no-default-features", "--features", "sim"],
+        VENDOR_CRATES,
+        "`sim` alone pulls no vendor crate",
+    ),
+    (
+        "memplan",
+        &["--no-default-features", "--features", "cuda"],
+        &["hip-runtime-sys", "level-zero-sys"],
+        "`cuda` pulls only NVIDIA crates",
+    ),
+    (
+        "memplan",
+        &["--no-default-features", "--features", "rocm"],
+        &["cudarc", "level-zero-sys"],
+        "`rocm` pulls only AMD crates",
+    ),
+    (
+        "memplan",
+        &["--no-default-features", "--features", "xpu"],
+        &["cudarc", "hip-runtime-sys"],
+        "`xpu` pulls only Intel crates",
+    ),
 ];
 
 /// Check every dependency rule.
@@ -22,10 +70,15 @@ pub fn check() -> Result<(), String> {
     println!("\n==> [deps] dependency rules (cargo tree)");
     let mut failures = Vec::new();
     for (pkg, flags, forbidden, why) in RULES {
-        let mut argv = vec!["cargo", "tree", "-q", "-e", "normal", "--prefix", "none", "-p", pkg];
+        let mut argv = vec![
+            "cargo", "tree", "-q", "-e", "normal", "--prefix", "none", "-p", pkg,
+        ];
         argv.extend_from_slice(flags);
         let tree = capture(&argv)?;
-        let names: Vec<&str> = tree.lines().filter_map(|l| l.split_whitespace().next()).collect();
+        let names: Vec<&str> = tree
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
         let hits: Vec<&&str> = forbidden.iter().filter(|f| names.contains(f)).collect();
         let label = format!("{pkg} {}", flags.join(" "));
         if hits.is_empty() {
@@ -45,13 +98,33 @@ pub fn check() -> Result<(), String> {
 /// Build the CLI with every backend and check that no vendor library is NEEDED: a binary with
 /// every runtime-loaded backend must start on a machine without them.
 pub fn linkage() -> Result<(), String> {
-    step("linkage build", &["cargo", "build", "-q", "-p", "memplan-cli", "--all-features"])?;
+    step(
+        "linkage build",
+        &[
+            "cargo",
+            "build",
+            "-q",
+            "-p",
+            "memplan-cli",
+            "--all-features",
+        ],
+    )?;
     let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
     let bin = format!("{target}/debug/memplan");
     let dynamic = capture(&["readelf", "-d", &bin])?;
     let needed: Vec<&str> = dynamic.lines().filter(|l| l.contains("(NEEDED)")).collect();
-    let vendor = ["libcuda", "libnvidia-ml", "libnvrtc", "libamdhip64", "libhsa-runtime", "libze_loader"];
-    let bad: Vec<&&str> = needed.iter().filter(|l| vendor.iter().any(|v| l.contains(v))).collect();
+    let vendor = [
+        "libcuda",
+        "libnvidia-ml",
+        "libnvrtc",
+        "libamdhip64",
+        "libhsa-runtime",
+        "libze_loader",
+    ];
+    let bad: Vec<&&str> = needed
+        .iter()
+        .filter(|l| vendor.iter().any(|v| l.contains(v)))
+        .collect();
     println!("\n==> [linkage] {bin} NEEDED:");
     for l in &needed {
         println!("  {}", l.trim());

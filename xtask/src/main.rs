@@ -14,6 +14,7 @@ mod conformance;
 mod deps;
 mod gpu_check;
 mod matrix;
+mod prereq;
 mod run;
 
 use std::process::ExitCode;
@@ -23,8 +24,10 @@ cargo xtask <task>
 
 tasks:
   ci                 fmt check, clippy -D warnings and tests for every matrix entry,
-                     dependency rules, linkage rules, generated-file checks
+                     dependency rules, linkage rules, generated-file checks; installs the
+                     Debian packages the tests need when run as root (else says which)
   matrix             print the feature matrix
+  prereq             install (as root, with apt-get) or name the system packages the tests need
   deps               check the dependency rules only (cargo tree)
   linkage            check that no vendor library is a hard (NEEDED) dependency
   conformance --device ID [--json FILE]
@@ -48,6 +51,7 @@ fn main() -> ExitCode {
             Ok(())
         }
         "deps" => deps::check(),
+        "prereq" => prereq::ensure(),
         "linkage" => deps::linkage(),
         "conformance" => conformance::run(&args[1..]),
         "capability-matrix" => conformance::capability_matrix(&args[1..]),
@@ -68,7 +72,31 @@ fn main() -> ExitCode {
 }
 
 fn ci() -> Result<(), String> {
+    prereq::ensure()?;
     run::step("rustfmt", &["cargo", "fmt", "--all", "--check"])?;
+    run::step(
+        "rustfmt xtask",
+        &[
+            "cargo",
+            "fmt",
+            "--manifest-path",
+            "xtask/Cargo.toml",
+            "--check",
+        ],
+    )?;
+    run::step(
+        "clippy xtask",
+        &[
+            "cargo",
+            "clippy",
+            "-q",
+            "--manifest-path",
+            "xtask/Cargo.toml",
+            "--",
+            "-D",
+            "warnings",
+        ],
+    )?;
     let only = std::env::var("XTASK_ONLY").ok();
     matrix::print();
     for entry in matrix::ENTRIES {

@@ -21,12 +21,27 @@ pub const ENTRIES: &[Entry] = &[
     Entry {
         name: "none",
         why: "the core and facade with no backend at all",
-        select: &["-p", "memplan-core", "-p", "memplan", "--no-default-features"],
+        select: &[
+            "-p",
+            "memplan-core",
+            "-p",
+            "memplan",
+            "--no-default-features",
+        ],
     },
     Entry {
         name: "sim",
         why: "the facade and planner with only the simulated backend",
-        select: &["-p", "memplan", "-p", "memplan-planner", "-p", "memplan-model", "-p", "memplan-backend-sim"],
+        select: &[
+            "-p",
+            "memplan",
+            "-p",
+            "memplan-planner",
+            "-p",
+            "memplan-model",
+            "-p",
+            "memplan-backend-sim",
+        ],
     },
     Entry {
         name: "default",

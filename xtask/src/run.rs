@@ -11,11 +11,18 @@ pub fn step(name: &str, argv: &[&str]) -> Result<(), String> {
         .args(&argv[1..])
         .status()
         .map_err(|e| format!("[{name}] could not start {}: {e}", argv[0]))?;
-    println!("<== [{name}] {} in {:.1}s", if status.success() { "ok" } else { "FAILED" }, t.elapsed().as_secs_f64());
+    println!(
+        "<== [{name}] {} in {:.1}s",
+        if status.success() { "ok" } else { "FAILED" },
+        t.elapsed().as_secs_f64()
+    );
     if status.success() {
         Ok(())
     } else {
-        Err(format!("[{name}] `{}` failed with {status}", argv.join(" ")))
+        Err(format!(
+            "[{name}] `{}` failed with {status}",
+            argv.join(" ")
+        ))
     }
 }
 
