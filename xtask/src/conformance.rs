@@ -5,6 +5,7 @@
 use crate::run::{capture, step};
 
 const MATRIX_PATH: &str = "docs/capability-matrix.md";
+const STRATEGY_PATH: &str = "docs/strategy-comparison.md";
 
 fn features_for(device: &str) -> Result<&'static str, String> {
     let backend = device.split(':').next().unwrap_or("");
@@ -65,34 +66,57 @@ pub fn run(args: &[String]) -> Result<(), String> {
     )
 }
 
-fn generate() -> Result<String, String> {
-    capture(&[
-        "cargo",
-        "run",
-        "-q",
-        "-p",
-        "memplan-conformance",
-        "--all-features",
-        "--",
-        "--capability-matrix",
-    ])
-}
-
-/// Write the matrix to docs/, or with `--check` fail when the committed one differs.
-pub fn capability_matrix(args: &[String]) -> Result<(), String> {
-    let fresh = generate()?;
+/// Write a generated document, or with `--check` fail when the committed one differs.
+fn generated(args: &[String], path: &str, task: &str, argv: &[&str]) -> Result<(), String> {
+    let fresh = capture(argv)?;
     if args.iter().any(|a| a == "--check") {
-        let committed =
-            std::fs::read_to_string(MATRIX_PATH).map_err(|e| format!("{MATRIX_PATH}: {e}"))?;
+        let committed = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
         if committed != fresh {
             return Err(format!(
-                "{MATRIX_PATH} is out of date with the backends' declarations: run `cargo xtask capability-matrix` and commit it"
+                "{path} is out of date with the code: run `cargo xtask {task}` and commit it"
             ));
         }
-        println!("==> [capability-matrix] {MATRIX_PATH} is current");
+        println!("==> [{task}] {path} is current");
         return Ok(());
     }
-    std::fs::write(MATRIX_PATH, fresh).map_err(|e| format!("{MATRIX_PATH}: {e}"))?;
-    println!("wrote {MATRIX_PATH}");
+    std::fs::write(path, fresh).map_err(|e| format!("{path}: {e}"))?;
+    println!("wrote {path}");
     Ok(())
+}
+
+/// The capability matrix of every backend (`docs/capability-matrix.md`).
+pub fn capability_matrix(args: &[String]) -> Result<(), String> {
+    generated(
+        args,
+        MATRIX_PATH,
+        "capability-matrix",
+        &[
+            "cargo",
+            "run",
+            "-q",
+            "-p",
+            "memplan-conformance",
+            "--all-features",
+            "--",
+            "--capability-matrix",
+        ],
+    )
+}
+
+/// The strategy comparison over every shipped scenario (`docs/strategy-comparison.md`).
+pub fn strategy_table(args: &[String]) -> Result<(), String> {
+    generated(
+        args,
+        STRATEGY_PATH,
+        "strategy-table",
+        &[
+            "cargo",
+            "run",
+            "-q",
+            "-p",
+            "memplan-planner",
+            "--example",
+            "strategy_table",
+        ],
+    )
 }

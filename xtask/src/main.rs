@@ -34,6 +34,9 @@ tasks:
                      run the backend conformance suite against one device
   capability-matrix [--check]
                      regenerate docs/capability-matrix.md (or check it is current)
+  strategy-table [--check]
+                     regenerate docs/strategy-comparison.md, every strategy on every
+                     shipped scenario (or check it is current)
   gpu-check [ARGS]   build the GPU check bundle (see docs/gpu-check.md)
   help               this text
 
@@ -55,6 +58,7 @@ fn main() -> ExitCode {
         "linkage" => deps::linkage(),
         "conformance" => conformance::run(&args[1..]),
         "capability-matrix" => conformance::capability_matrix(&args[1..]),
+        "strategy-table" => conformance::strategy_table(&args[1..]),
         "gpu-check" => gpu_check::run(&args[1..]),
         "help" | "-h" | "--help" => {
             print!("{HELP}");
@@ -108,6 +112,7 @@ fn ci() -> Result<(), String> {
     deps::check()?;
     deps::linkage()?;
     conformance::capability_matrix(&["--check".to_string()])?;
+    conformance::strategy_table(&["--check".to_string()])?;
     println!("xtask ci: all steps passed");
     Ok(())
 }
