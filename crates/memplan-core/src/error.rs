@@ -61,8 +61,9 @@ pub enum Error {
         /// What the loader said.
         detail: String,
     },
-    /// A driver call failed.
-    #[error("{call} failed: {name} ({code})")]
+    /// A driver call failed. Codes above 0xffff (Level Zero's `0x78000001`) are shown in hex,
+    /// as the vendor headers spell them.
+    #[error("{call} failed: {name} ({})", fmt_code(*code))]
     DriverCall {
         /// The call, e.g. `cuMemGetInfo_v2`.
         call: String,
@@ -140,5 +141,32 @@ impl Error {
     }
 }
 
+fn fmt_code(code: i64) -> String {
+    if (0..=0xffff).contains(&code) {
+        code.to_string()
+    } else {
+        format!("{code:#x}")
+    }
+}
+
 /// memplan's result.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn driver_codes_read_as_the_headers_spell_them() {
+        let e = |code| {
+            Error::DriverCall {
+                call: "zeInit".into(),
+                code,
+                name: "X".into(),
+            }
+            .to_string()
+        };
+        assert_eq!(e(101), "zeInit failed: X (101)");
+        assert_eq!(e(0x7800_0001), "zeInit failed: X (0x78000001)");
+    }
+}
