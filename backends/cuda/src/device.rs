@@ -236,23 +236,30 @@ impl Device for CudaDevice {
 
 impl Drop for CudaDevice {
     fn drop(&mut self) {
-        if let Err(e) = self.ctx.bind() {
-            tracing::warn!("cannot tear down {}: {e}", self.descriptor.id);
-            return;
-        }
-        if let Some(mut g) = self.graphs.take() {
-            g.teardown();
-        }
-        if let Some(mut v) = self.vmm.take() {
-            v.teardown();
-        }
-        for (ptr, _) in std::mem::take(&mut self.allocations) {
-            // SAFETY: allocated by cuMemAlloc_v2 on this context, not freed yet.
-            if let Err(e) = check("cuMemFree_v2", unsafe { sys::cuMemFree_v2(ptr) }) {
-                tracing::warn!("{e}");
+        match self.ctx.bind() {
+            Ok(()) => {
+                if let Some(mut g) = self.graphs.take() {
+                    g.teardown();
+                }
+                if let Some(mut v) = self.vmm.take() {
+                    v.teardown();
+                }
+                for (ptr, _) in std::mem::take(&mut self.allocations) {
+                    // SAFETY: allocated by cuMemAlloc_v2 on this context, not freed yet.
+                    if let Err(e) = check("cuMemFree_v2", unsafe { sys::cuMemFree_v2(ptr) }) {
+                        tracing::warn!("{e}");
+                    }
+                }
             }
+            // Nothing can be freed without the context current; the context reference is
+            // still released below, so the last release destroys the context and with it
+            // everything memplan allocated in it.
+            Err(e) => tracing::warn!(
+                "cannot free memplan's objects on {}: {e}",
+                self.descriptor.id
+            ),
         }
-        // SAFETY: balances the cuDevicePrimaryCtxRetain of `open`.
+        // SAFETY: balances the cuDevicePrimaryCtxRetain of `open`; needs no current context.
         if let Err(e) = check("cuDevicePrimaryCtxRelease_v2", unsafe {
             sys::cuDevicePrimaryCtxRelease_v2(self.ctx.dev)
         }) {

@@ -55,6 +55,18 @@ pub fn check_multiple(field: &str, value: u64, granularity: u64, allow_zero: boo
     Ok(())
 }
 
+/// The first of `live` mappings (address, bytes) that overlaps `[addr, addr + bytes)`.
+pub fn overlapping<'a>(
+    live: impl IntoIterator<Item = &'a (u64, u64)>,
+    addr: u64,
+    bytes: u64,
+) -> Option<(u64, u64)> {
+    let end = addr.saturating_add(bytes);
+    live.into_iter()
+        .copied()
+        .find(|&(a, n)| a < end && addr < a.saturating_add(n))
+}
+
 fn size(v: u64) -> Result<usize> {
     usize::try_from(v).map_err(|_| Error::invalid("bytes", "larger than the address space"))
 }
@@ -123,8 +135,9 @@ impl VirtualMemory for CudaVmm {
 
     fn reserve(&mut self, bytes: u64) -> Result<VaRange> {
         check_multiple("bytes", bytes, self.granularity()?, false)?;
+        self.ctx.bind()?;
         let mut addr: sys::CUdeviceptr = 0;
-        // SAFETY: context bound by granularity(); no fixed address, default alignment, no flags.
+        // SAFETY: context bound; no fixed address, default alignment, no flags.
         let res = unsafe { sys::cuMemAddressReserve(&mut addr, size(bytes)?, 0, 0, 0) };
         check_alloc("cuMemAddressReserve", res, bytes)?;
         self.ranges.insert(addr, bytes);
@@ -156,32 +169,43 @@ impl VirtualMemory for CudaVmm {
                 ),
             ));
         }
+        let addr = range.handle + offset;
+        if let Some((a, n)) = overlapping(self.mappings.values(), addr, bytes) {
+            return Err(Error::invalid(
+                "offset",
+                format!(
+                    "[{addr:#x}, +{bytes}) overlaps the live mapping [{a:#x}, +{n}); unmap it first"
+                ),
+            ));
+        }
+        self.ctx.bind()?;
         let prop = properties(self.ctx.dev);
         let mut handle: sys::CUmemGenericAllocationHandle = 0;
         let len = size(bytes)?;
         // SAFETY: `prop` is initialised; `handle` is a valid out-pointer; size is a granularity multiple.
         let res = unsafe { sys::cuMemCreate(&mut handle, len, &prop, 0) };
         check_alloc("cuMemCreate", res, bytes)?;
-        let addr = range.handle + offset;
-        // SAFETY: the target lies inside a live reservation (checked above) and is unmapped.
-        let mapped = check("cuMemMap", unsafe {
-            sys::cuMemMap(addr, bytes as usize, 0, handle, 0)
-        });
-        let access = mapped.and_then(|_| {
-            let desc = sys::CUmemAccessDesc {
-                location: location(self.ctx.dev),
-                flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
-            };
-            // SAFETY: the range was just mapped; one descriptor is passed.
-            check("cuMemSetAccess", unsafe {
-                sys::cuMemSetAccess(addr, bytes as usize, &desc, 1)
-            })
-        });
-        if let Err(e) = access {
-            // SAFETY: undoing this call's own map/create on its error path; unmapping an
-            // unmapped range only returns an error, which is ignored.
+        // SAFETY: the target lies inside a live reservation and overlaps no live mapping
+        // (both checked above).
+        if let Err(e) = check("cuMemMap", unsafe {
+            sys::cuMemMap(addr, len, 0, handle, 0)
+        }) {
+            // SAFETY: the handle was created above and is mapped nowhere. Nothing is unmapped:
+            // the failed map mapped nothing, and the address may belong to someone else.
+            let _ = unsafe { sys::cuMemRelease(handle) };
+            return Err(e);
+        }
+        let desc = sys::CUmemAccessDesc {
+            location: location(self.ctx.dev),
+            flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+        };
+        // SAFETY: the range was just mapped; one descriptor is passed.
+        if let Err(e) = check("cuMemSetAccess", unsafe {
+            sys::cuMemSetAccess(addr, len, &desc, 1)
+        }) {
+            // SAFETY: undoing exactly this call's own map and create on its error path.
             unsafe {
-                let _ = sys::cuMemUnmap(addr, bytes as usize);
+                let _ = sys::cuMemUnmap(addr, len);
                 let _ = sys::cuMemRelease(handle);
             }
             return Err(e);
@@ -255,6 +279,20 @@ mod tests {
         assert!(check_multiple("bytes", 0, g, false).is_err());
         assert!(check_multiple("offset", 0, g, true).is_ok());
         assert!(check_multiple("offset", 1, 0, true).is_err());
+    }
+
+    #[test]
+    fn overlap_of_mappings() {
+        let live = [(100, 10), (200, 50)];
+        assert_eq!(overlapping(&live, 100, 10), Some((100, 10)));
+        assert_eq!(overlapping(&live, 105, 100), Some((100, 10)));
+        assert_eq!(overlapping(&live, 190, 11), Some((200, 50)));
+        assert_eq!(
+            overlapping(&live, 110, 90),
+            None,
+            "touching ends do not overlap"
+        );
+        assert_eq!(overlapping(&live, 250, 10), None);
     }
 
     #[test]

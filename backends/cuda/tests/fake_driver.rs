@@ -286,3 +286,88 @@ fn out_of_memory_in_a_mapping_is_typed() {
     );
     vm.release(r).expect("release");
 }
+
+#[test]
+fn a_failed_mapping_undoes_only_its_own_work() {
+    let _s = SERIAL.lock();
+    let Some(lib) = lib() else { return };
+    let mut d = CudaBackend.open("0").expect("open");
+    let vm = d.virtual_memory().expect("vmm");
+    let g = vm.granularity().expect("granularity");
+    let r = vm.reserve(8 * g).expect("reserve");
+    let m = vm.map(&r, 0, 2 * g).expect("map");
+    // Mapping over a live mapping is refused before any driver call, and the live mapping stays.
+    for (offset, bytes) in [(0, 2 * g), (g, 2 * g), (0, 8 * g)] {
+        let e = vm
+            .map(&r, offset, bytes)
+            .expect_err("overlaps the live mapping");
+        assert!(matches!(e, Error::InvalidInput { .. }), "{e}");
+    }
+    assert_eq!(
+        fake::state(lib, "mappings"),
+        1,
+        "the live mapping was unmapped"
+    );
+    assert_eq!(fake::state(lib, "handles"), 1);
+    // cuMemMap fails: the new handle is released and nothing is unmapped.
+    fake::fail_next(lib, "cuMemMap");
+    let e = vm.map(&r, 4 * g, 2 * g).expect_err("map fails");
+    assert!(
+        matches!(&e, Error::DriverCall { call, .. } if call == "cuMemMap"),
+        "{e}"
+    );
+    assert_eq!(
+        fake::state(lib, "bad_unmaps"),
+        0,
+        "unmapped what the failed map never mapped"
+    );
+    assert_eq!(
+        fake::state(lib, "handles"),
+        1,
+        "the failed map's handle leaked"
+    );
+    // cuMemSetAccess fails: the map and the handle of that call are undone.
+    fake::fail_next(lib, "cuMemSetAccess");
+    let e = vm.map(&r, 4 * g, 2 * g).expect_err("set access fails");
+    assert!(
+        matches!(&e, Error::DriverCall { call, .. } if call == "cuMemSetAccess"),
+        "{e}"
+    );
+    assert_eq!(
+        (fake::state(lib, "mappings"), fake::state(lib, "handles")),
+        (1, 1)
+    );
+    vm.map(&r, 4 * g, 2 * g).expect("the range is still usable");
+    vm.unmap(m).expect("the first mapping is intact");
+    drop(d);
+    for k in ["handles", "ranges", "mappings", "ctx_refs", "bad_unmaps"] {
+        assert_eq!(fake::state(lib, k), 0, "{k} left behind");
+    }
+}
+
+#[test]
+fn the_context_reference_is_released_even_when_the_context_cannot_be_bound() {
+    let _s = SERIAL.lock();
+    let Some(lib) = lib() else { return };
+    fake::fail_next(lib, "cuCtxSetCurrent");
+    let e = CudaBackend.open("0").err().expect("binding fails");
+    fake::fail_next(lib, "none");
+    assert!(
+        matches!(&e, Error::DriverCall { call, .. } if call == "cuCtxSetCurrent"),
+        "{e}"
+    );
+    assert_eq!(
+        fake::state(lib, "ctx_refs"),
+        0,
+        "a failed open kept its context reference"
+    );
+    let d = CudaBackend.open("0").expect("open");
+    fake::fail_next(lib, "cuCtxSetCurrent");
+    drop(d);
+    fake::fail_next(lib, "none");
+    assert_eq!(
+        fake::state(lib, "ctx_refs"),
+        0,
+        "drop kept the context reference"
+    );
+}

@@ -9,7 +9,8 @@
  * Built by the tests with -Wl,-soname,libcuda.so.1. Flavours:
  *   -DFAKE_OLD_DRIVER   reports CUDA 11.2 and does not export the 11.4 symbols
  *   -DFAKE_NO_DEVICE    cuInit returns CUDA_ERROR_NO_DEVICE
- * fake_cuda_state(key) exposes counters to the tests.
+ * fake_cuda_state(key) exposes counters to the tests; fake_cuda_fail_next(call) makes the next
+ * cuMemMap or cuMemSetAccess fail, or every cuCtxSetCurrent until fake_cuda_fail_next("none").
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -38,7 +39,7 @@ typedef struct { loc_t location; int flags; } access_t;
 #define EXEC_BYTES_PER_NODE (64 * 1024)
 #define MAX 64
 
-static int inited, ctx_refs, current_set;
+static int inited, ctx_refs, current_set, fail_ctx;
 static uint64_t free_bytes = TOTAL - 512 * MIB; /* the driver's own share */
 static uint64_t pool_reserved;
 __attribute__((unused)) static uint64_t pool_reserved_high, pool_used_high;
@@ -48,7 +49,8 @@ static struct { int live, kernels; uint64_t alloc; } graphs[MAX];
 static struct { int live, graph; uint64_t bytes; } execs[MAX];
 static struct { int live; uint64_t n; } handles[MAX];
 static struct { int live; dptr p; uint64_t n; } ranges[MAX];
-static int modules, mappings;
+static struct { int live; dptr p; uint64_t n; } maps[MAX];
+static int modules, mappings, bad_unmaps, fail_next_map, fail_next_access;
 static dptr next_addr = 0x7f0000000000ull;
 static char ctx_token;
 __attribute__((unused)) static char fn_token;
@@ -61,6 +63,7 @@ long long fake_cuda_state(const char *key) {
     if (!strcmp(key, "ctx_refs")) return ctx_refs;
     if (!strcmp(key, "modules")) return modules;
     if (!strcmp(key, "mappings")) return mappings;
+    if (!strcmp(key, "bad_unmaps")) return bad_unmaps;
     if (!strcmp(key, "pool_reserved")) return (long long)pool_reserved;
     for (i = 0; i < MAX; i++) {
         if (!strcmp(key, "allocs")) n += allocs[i].p != 0;
@@ -116,7 +119,7 @@ int cuDeviceGetAttribute(int *v, int attr, int dev) {
 }
 int cuDevicePrimaryCtxRetain(void **ctx, int dev) { if (dev) return E_INVALID_DEVICE; ctx_refs++; *ctx = &ctx_token; return OK; }
 int cuDevicePrimaryCtxRelease_v2(int dev) { if (dev || ctx_refs == 0) return E_INVALID_VALUE; ctx_refs--; return OK; }
-int cuCtxSetCurrent(void *ctx) { if (ctx != &ctx_token) return 201; current_set = 1; return OK; }
+int cuCtxSetCurrent(void *ctx) { if (ctx != &ctx_token || fail_ctx) return 201; current_set = 1; return OK; }
 int cuCtxSynchronize(void) { return current_set ? OK : 201; }
 int cuMemGetInfo_v2(size_t *f, size_t *t) { if (!current_set) return 201; *f = free_bytes; *t = TOTAL; return OK; }
 int cuMemAlloc_v2(dptr *p, size_t n) {
@@ -269,12 +272,36 @@ int cuMemCreate(uint64_t *h, size_t n, const prop_t *p, unsigned long long flags
 }
 int cuMemRelease(uint64_t h) { if (h == 0 || h > MAX || !handles[h - 1].live) return E_INVALID_HANDLE; handles[h - 1].live = 0; free_bytes += handles[h - 1].n; return OK; }
 int cuMemMap(dptr p, size_t n, size_t off, uint64_t h, unsigned long long flags) {
+    int i, m;
+    if (fail_next_map) { fail_next_map = 0; return E_INVALID_VALUE; }
     if (off || flags || h == 0 || h > MAX || !handles[h - 1].live || handles[h - 1].n != n) return E_INVALID_VALUE;
-    for (int i = 0; i < MAX; i++) if (ranges[i].live && p >= ranges[i].p && p + n <= ranges[i].p + ranges[i].n) { mappings++; return OK; }
+    for (m = 0; m < MAX; m++) /* a real driver refuses to map over a live mapping */
+        if (maps[m].live && p < maps[m].p + maps[m].n && maps[m].p < p + n) return E_INVALID_VALUE;
+    for (i = 0; i < MAX; i++) if (ranges[i].live && p >= ranges[i].p && p + n <= ranges[i].p + ranges[i].n) break;
+    if (i == MAX) return E_INVALID_VALUE;
+    for (m = 0; m < MAX && maps[m].live; m++) {}
+    if (m == MAX) return E_OOM;
+    maps[m].live = 1; maps[m].p = p; maps[m].n = n; mappings++;
+    return OK;
+}
+int cuMemUnmap(dptr p, size_t n) {
+    for (int m = 0; m < MAX; m++)
+        if (maps[m].live && maps[m].p == p && maps[m].n == n) { maps[m].live = 0; mappings--; return OK; }
+    bad_unmaps++; /* nothing mapped exactly there */
     return E_INVALID_VALUE;
 }
-int cuMemUnmap(dptr p, size_t n) { (void)p; (void)n; if (mappings == 0) return E_INVALID_VALUE; mappings--; return OK; }
 int cuMemSetAccess(dptr p, size_t n, const access_t *d, size_t count) {
     (void)p; (void)n;
+    if (fail_next_access) { fail_next_access = 0; return E_INVALID_VALUE; }
     return count == 1 && d->location.type == 1 && d->location.id == 0 && d->flags == 3 ? OK : E_INVALID_VALUE;
+}
+/* The next call named `call` (cuMemMap, cuMemSetAccess) fails with CUDA_ERROR_INVALID_VALUE;
+ * "cuCtxSetCurrent" fails every cuCtxSetCurrent (CUDA_ERROR_INVALID_CONTEXT) until "none". */
+long long fake_cuda_fail_next(const char *call) {
+    if (!strcmp(call, "cuMemMap")) fail_next_map = 1;
+    else if (!strcmp(call, "cuCtxSetCurrent")) fail_ctx = 1; /* until "none" */
+    else if (!strcmp(call, "none")) fail_next_map = fail_next_access = fail_ctx = 0;
+    else if (!strcmp(call, "cuMemSetAccess")) fail_next_access = 1;
+    else return -1;
+    return 0;
 }

@@ -75,10 +75,17 @@ fn build(source: &str, soname: &str, flags: &[&str]) -> Option<libloading::Libra
 }
 
 /// A counter of the fake driver (`free`, `allocs`, `ctx_refs`, `graphs`, `execs`, `streams`,
-/// `modules`, `handles`, `ranges`, `mappings`, `pool_reserved`).
+/// `modules`, `handles`, `ranges`, `mappings`, `bad_unmaps`, `pool_reserved`).
 #[allow(dead_code)] // not every test binary reads counters
 pub fn state(lib: &libloading::Library, key: &str) -> i64 {
     counter(lib, b"fake_cuda_state", key)
+}
+
+/// Make the fake driver's next `call` (`cuMemMap`, `cuMemSetAccess`) fail, or every
+/// `cuCtxSetCurrent` until `fail_next(lib, "none")`.
+#[allow(dead_code)] // not every test binary injects failures
+pub fn fail_next(lib: &libloading::Library, call: &str) {
+    assert_eq!(counter(lib, b"fake_cuda_fail_next", call), 0, "{call}");
 }
 
 /// A counter of the fake NVML (`inits`).
