@@ -3,8 +3,11 @@
 //!
 //! HIP's current device is per thread, so every operation first makes this device current
 //! (`hipSetDevice`). Handles are kept as integers so the device is `Send` without any claim
-//! about raw pointers.
+//! about raw pointers. Handles passed back by the caller are checked against what this device
+//! handed out, so a stale or foreign handle is an error, never a HIP call on a bad pointer;
+//! everything still held is released when the device is dropped.
 
+use std::collections::BTreeMap;
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 
@@ -32,6 +35,8 @@ pub struct RocmDevice {
     sys: SysRoot,
     graphs: RocmGraphs,
     vmm: RocmVmm,
+    /// Live raw allocations: pointer -> bytes.
+    allocations: BTreeMap<u64, u64>,
 }
 
 impl RocmDevice {
@@ -49,6 +54,7 @@ impl RocmDevice {
             declared,
             drm: p.drm,
             sys,
+            allocations: BTreeMap::new(),
         })
     }
 }
@@ -118,6 +124,12 @@ impl Device for RocmDevice {
     }
 
     fn allocate(&mut self, bytes: u64) -> Result<RawAllocation> {
+        if bytes == 0 {
+            return Err(Error::invalid(
+                "bytes",
+                "a raw allocation must be at least 1 byte",
+            ));
+        }
         let size = usize::try_from(bytes)
             .map_err(|_| Error::invalid("bytes", format!("{bytes} exceeds the address space")))?;
         self.api.set_device(self.ordinal)?;
@@ -125,19 +137,26 @@ impl Device for RocmDevice {
         // SAFETY: hipMalloc writes one pointer through a valid out pointer.
         let rc = unsafe { (self.api.sym.hipMalloc)(&mut p, size) };
         check_alloc("hipMalloc", rc, bytes)?;
-        Ok(RawAllocation {
-            handle: p as u64,
-            bytes,
-        })
+        let handle = p as u64;
+        self.allocations.insert(handle, bytes);
+        Ok(RawAllocation { handle, bytes })
     }
 
     fn free(&mut self, allocation: RawAllocation) -> Result<()> {
+        if self.allocations.get(&allocation.handle) != Some(&allocation.bytes) {
+            return Err(Error::invalid(
+                "allocation",
+                format!("{:#x} was not allocated by this device", allocation.handle),
+            ));
+        }
         self.api.set_device(self.ordinal)?;
-        // SAFETY: the handle came from hipMalloc in `allocate` and is freed once (the
-        // allocation is consumed).
+        // SAFETY: the handle came from hipMalloc in `allocate` and is still live (checked
+        // above); it is removed from the table once freed.
         check("hipFree", unsafe {
             (self.api.sym.hipFree)(allocation.handle as usize as *mut c_void)
-        })
+        })?;
+        self.allocations.remove(&allocation.handle);
+        Ok(())
     }
 
     fn graph_capture(&mut self) -> Result<&mut dyn GraphCapture> {
@@ -154,6 +173,25 @@ impl Device for RocmDevice {
             memplan_core::Support::Supported => Ok(&mut self.vmm),
             memplan_core::Support::Unsupported { reason } => {
                 Err(Error::unsupported("virtual memory", reason.clone()))
+            }
+        }
+    }
+}
+
+impl Drop for RocmDevice {
+    fn drop(&mut self) {
+        if self.allocations.is_empty() {
+            return;
+        }
+        if let Err(e) = self.api.set_device(self.ordinal) {
+            tracing::warn!(%e, "cannot free the raw allocations of {}", self.descriptor.id);
+            return;
+        }
+        for (ptr, _) in std::mem::take(&mut self.allocations) {
+            // SAFETY: a live allocation made by hipMalloc in `allocate`, freed once.
+            let rc = unsafe { (self.api.sym.hipFree)(ptr as usize as *mut c_void) };
+            if let Err(e) = check("hipFree", rc) {
+                tracing::warn!(%e, "raw allocation teardown");
             }
         }
     }

@@ -5,7 +5,12 @@
 //! The structs handed to HIP (`hipMemAllocationProp`, `hipMemLocation`, `hipMemAccessDesc`)
 //! are hip-runtime-sys's; memplan only writes them, never reads an enum field back, and
 //! tests/layout.rs compares their layout with the installed header.
+//!
+//! Ranges and mappings passed back by the caller are checked against the ones this device
+//! handed out (a stale or foreign handle is an error, never a HIP call on it), a mapping may
+//! not overlap a live one, and whatever is still held is released on drop.
 
+use std::collections::BTreeMap;
 use std::ffi::{c_int, c_void};
 use std::ptr::null_mut;
 use std::sync::Arc;
@@ -23,6 +28,10 @@ use crate::loader::{Api, Handle};
 pub struct RocmVmm {
     api: Arc<Api>,
     ordinal: c_int,
+    /// Live reservations: base -> bytes.
+    ranges: BTreeMap<u64, u64>,
+    /// Live mappings: physical handle -> (address, bytes).
+    mappings: BTreeMap<u64, (u64, u64)>,
 }
 
 /// The allocation properties for pinned device memory on `ordinal`.
@@ -57,7 +66,26 @@ fn size(field: &str, v: u64) -> Result<usize> {
 impl RocmVmm {
     /// Operations on device `ordinal`.
     pub fn new(api: Arc<Api>, ordinal: c_int) -> Self {
-        RocmVmm { api, ordinal }
+        RocmVmm {
+            api,
+            ordinal,
+            ranges: BTreeMap::new(),
+            mappings: BTreeMap::new(),
+        }
+    }
+
+    fn live_range(&self, range: &VaRange) -> Result<()> {
+        if self.ranges.get(&range.handle) == Some(&range.bytes) {
+            Ok(())
+        } else {
+            Err(Error::invalid(
+                "range",
+                format!(
+                    "{:#x} is not a live reservation of this device",
+                    range.handle
+                ),
+            ))
+        }
     }
 
     fn sym<T: Copy>(&self, f: Option<T>, name: &str) -> Result<T> {
@@ -103,6 +131,7 @@ impl VirtualMemory for RocmVmm {
         // SAFETY: writes one pointer; no fixed address requested, flags 0 as documented.
         let rc = unsafe { f(&mut p, n, 0, null_mut(), 0) };
         check_alloc("hipMemAddressReserve", rc, rounded)?;
+        self.ranges.insert(p as u64, rounded);
         Ok(VaRange {
             handle: p as u64,
             bytes: rounded,
@@ -110,6 +139,7 @@ impl VirtualMemory for RocmVmm {
     }
 
     fn map(&mut self, range: &VaRange, offset: u64, bytes: u64) -> Result<Mapping> {
+        self.live_range(range)?;
         let g = self.granularity()?;
         if !offset.is_multiple_of(g) || !bytes.is_multiple_of(g) || bytes == 0 {
             return Err(Error::invalid(
@@ -126,15 +156,24 @@ impl VirtualMemory for RocmVmm {
                 format!("{offset}+{bytes} exceeds the range of {}", range.bytes),
             ));
         }
+        let addr = range.handle + offset;
+        if let Some((a, n)) = self
+            .mappings
+            .values()
+            .copied()
+            .find(|&(a, n)| a < addr + bytes && addr < a + n)
+        {
+            return Err(Error::invalid(
+                "offset/bytes",
+                format!("[{addr:#x}, +{bytes}) overlaps the live mapping [{a:#x}, +{n})"),
+            ));
+        }
         let create = self.sym(self.api.sym.hipMemCreate, "hipMemCreate")?;
         let map = self.sym(self.api.sym.hipMemMap, "hipMemMap")?;
         let access = self.sym(self.api.sym.hipMemSetAccess, "hipMemSetAccess")?;
         let unmap = self.sym(self.api.sym.hipMemUnmap, "hipMemUnmap")?;
         let release = self.sym(self.api.sym.hipMemRelease, "hipMemRelease")?;
-        let (n, at) = (
-            size("bytes", bytes)?,
-            (range.handle + offset) as usize as *mut c_void,
-        );
+        let (n, at) = (size("bytes", bytes)?, addr as usize as *mut c_void);
         let prop = device_prop(self.ordinal);
         let mut handle: Handle = null_mut();
         // SAFETY: `prop` is initialised; writes one allocation handle.
@@ -171,6 +210,7 @@ impl VirtualMemory for RocmVmm {
             }
             return Err(e);
         }
+        self.mappings.insert(handle as u64, (addr, bytes));
         Ok(Mapping {
             handle: handle as u64,
             range: range.handle,
@@ -180,27 +220,90 @@ impl VirtualMemory for RocmVmm {
     }
 
     fn unmap(&mut self, mapping: Mapping) -> Result<()> {
+        let addr = mapping.range.wrapping_add(mapping.offset);
+        if self.mappings.get(&mapping.handle) != Some(&(addr, mapping.bytes)) {
+            return Err(Error::invalid(
+                "mapping",
+                format!("{:#x} is not a live mapping of this device", mapping.handle),
+            ));
+        }
         let unmap = self.sym(self.api.sym.hipMemUnmap, "hipMemUnmap")?;
         let release = self.sym(self.api.sym.hipMemRelease, "hipMemRelease")?;
-        let at = (mapping.range + mapping.offset) as usize as *mut c_void;
-        // SAFETY: the mapping was made by `map` at this address and size, and is consumed.
+        let n = size("bytes", mapping.bytes)?;
+        // SAFETY: a live mapping made by `map` at this address and size (checked above).
         check("hipMemUnmap", unsafe {
-            unmap(at, size("bytes", mapping.bytes)?)
+            unmap(addr as usize as *mut c_void, n)
         })?;
-        // SAFETY: the handle came from hipMemCreate in `map`, now unmapped.
+        self.mappings.remove(&mapping.handle);
+        // SAFETY: the handle came from hipMemCreate in `map`, now unmapped, released once.
         check("hipMemRelease", unsafe {
             release(mapping.handle as usize as Handle)
         })
     }
 
     fn release(&mut self, range: VaRange) -> Result<()> {
+        self.live_range(&range)?;
+        let end = range.handle + range.bytes;
+        if self
+            .mappings
+            .values()
+            .any(|&(a, _)| a >= range.handle && a < end)
+        {
+            return Err(Error::invalid(
+                "range",
+                "unmap every mapping in the range before releasing it",
+            ));
+        }
         let free = self.sym(self.api.sym.hipMemAddressFree, "hipMemAddressFree")?;
-        // SAFETY: the range came from hipMemAddressReserve in `reserve` and is consumed.
+        // SAFETY: a live reservation from hipMemAddressReserve with no mapping left (checked
+        // above), removed from the table once freed.
         check("hipMemAddressFree", unsafe {
             free(
                 range.handle as usize as *mut c_void,
                 size("bytes", range.bytes)?,
             )
-        })
+        })?;
+        self.ranges.remove(&range.handle);
+        Ok(())
+    }
+}
+
+impl Drop for RocmVmm {
+    fn drop(&mut self) {
+        if self.mappings.is_empty() && self.ranges.is_empty() {
+            return;
+        }
+        let s = &self.api.sym;
+        let (Some(unmap), Some(release), Some(free)) =
+            (s.hipMemUnmap, s.hipMemRelease, s.hipMemAddressFree)
+        else {
+            return; // nothing was ever mapped or reserved without these
+        };
+        if let Err(e) = self.api.set_device(self.ordinal) {
+            tracing::warn!(%e, "cannot release virtual memory");
+            return;
+        }
+        let mut codes = Vec::new();
+        for (handle, (addr, bytes)) in std::mem::take(&mut self.mappings) {
+            // SAFETY: a live mapping made by `map`, unmapped once (taken out of the table).
+            codes.push(("hipMemUnmap", unsafe {
+                unmap(addr as usize as *mut c_void, bytes as usize)
+            }));
+            // SAFETY: its physical allocation from hipMemCreate, released once.
+            codes.push(("hipMemRelease", unsafe {
+                release(handle as usize as Handle)
+            }));
+        }
+        for (base, bytes) in std::mem::take(&mut self.ranges) {
+            // SAFETY: a live reservation of `reserve`, unmapped above, freed once.
+            codes.push(("hipMemAddressFree", unsafe {
+                free(base as usize as *mut c_void, bytes as usize)
+            }));
+        }
+        for (call, rc) in codes {
+            if let Err(e) = check(call, rc) {
+                tracing::warn!(%e, "virtual-memory teardown");
+            }
+        }
     }
 }

@@ -283,6 +283,58 @@ fn hip6_virtual_memory() {
 }
 
 #[test]
+fn foreign_handles_are_refused_and_drop_releases_everything() {
+    let s = Scratch::new("teardown");
+    let Some(lib) = fake(&s.0, false) else { return };
+    configure(&lib, 60_240_000, false, true, 0, 0, false);
+    let b = RocmBackend::with(lib.to_string_lossy(), SysRoot::at(s.0.join("root")));
+    let mut d = b.open("0").expect("open");
+    let base = free(&mut d);
+    let a = d.allocate(GIB).expect("1 GiB");
+    let forged = memplan_core::RawAllocation {
+        handle: a.handle + 4096,
+        bytes: a.bytes,
+    };
+    assert!(matches!(d.free(forged), Err(Error::InvalidInput { .. })));
+    assert!(matches!(d.allocate(0), Err(Error::InvalidInput { .. })));
+    let vm = d.virtual_memory().expect("vmm");
+    let r = vm.reserve(8 * MIB).expect("reserve");
+    let m = vm.map(&r, 0, 4 * MIB).expect("map");
+    let e = vm
+        .map(&r, 2 * MIB, 4 * MIB)
+        .expect_err("overlaps the live mapping");
+    assert!(matches!(e, Error::InvalidInput { .. }), "{e}");
+    let forged = memplan_core::Mapping {
+        handle: m.handle + 1,
+        ..m
+    };
+    assert!(matches!(vm.unmap(forged), Err(Error::InvalidInput { .. })));
+    let other = memplan_core::VaRange {
+        handle: r.handle + 2 * MIB,
+        bytes: 2 * MIB,
+    };
+    assert!(matches!(
+        vm.map(&other, 0, 2 * MIB),
+        Err(Error::InvalidInput { .. })
+    ));
+    let again = memplan_core::VaRange { ..r };
+    assert!(
+        matches!(vm.release(again), Err(Error::InvalidInput { .. })),
+        "a range with a live mapping is not released"
+    );
+    assert_eq!(base - free(&mut d), GIB + 4 * MIB);
+    drop(d);
+    let mut d = b.open("0").expect("reopen");
+    assert_eq!(free(&mut d), base, "drop left memory allocated");
+    assert_eq!(fake_u64(&lib, b"fake_live_maps"), 0, "drop left a mapping");
+    assert_eq!(
+        fake_u64(&lib, b"fake_live_ranges"),
+        0,
+        "drop left a reservation"
+    );
+}
+
+#[test]
 fn hip5_runtime_is_process_local_and_lacks_newer_functions() {
     let s = Scratch::new("hip5");
     let Some(lib) = fake(&s.0, true) else { return };

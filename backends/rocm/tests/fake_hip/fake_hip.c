@@ -39,6 +39,10 @@ uint64_t fake_pool_reserved(void) { return pool_reserved; }
 /* The next hipStreamEndCapture fails as invalidated but still hands back a graph. */
 void fake_invalidate_next_capture(void) { invalidate_next = 1; }
 uint64_t fake_live_graphs(void) { return (uint64_t)live_graphs; }
+/* Reservations and mappings not yet freed / unmapped. */
+static int live_ranges = 0, live_maps = 0;
+uint64_t fake_live_ranges(void) { return (uint64_t)live_ranges; }
+uint64_t fake_live_maps(void) { return (uint64_t)live_maps; }
 
 static uint64_t free_bytes(void) {
   uint64_t used = allocated + exec_bytes + pool_reserved + others;
@@ -212,9 +216,9 @@ int hipMemGetAllocationGranularity(size_t *g, const void *prop, int option) {
 }
 int hipMemAddressReserve(void **p, size_t size, size_t align, void *addr, unsigned long long flags) {
   if (align || addr || flags || size % (2 * MIB)) return 1;
-  *p = (void *)new_addr(size); return 0;
+  *p = (void *)new_addr(size); live_ranges++; return 0;
 }
-int hipMemAddressFree(void *p, size_t size) { return p && size ? 0 : 1; }
+int hipMemAddressFree(void *p, size_t size) { if (!p || !size || !live_ranges) return 1; live_ranges--; return 0; }
 int hipMemCreate(void **h, size_t size, const void *prop, unsigned long long flags) {
   const int *pr = prop;
   if (flags || size % (2 * MIB) || pr[0] != 1) return 1;
@@ -225,9 +229,10 @@ int hipMemCreate(void **h, size_t size, const void *prop, unsigned long long fla
 }
 int hipMemRelease(void *h) { return untrack((uint64_t)h); }
 int hipMemMap(void *p, size_t size, size_t offset, void *h, unsigned long long flags) {
-  return p && h && !offset && !flags && size % (2 * MIB) == 0 ? 0 : 1;
+  if (!(p && h && !offset && !flags && size % (2 * MIB) == 0)) return 1;
+  live_maps++; return 0;
 }
-int hipMemUnmap(void *p, size_t size) { return p && size ? 0 : 1; }
+int hipMemUnmap(void *p, size_t size) { if (!p || !size || !live_maps) return 1; live_maps--; return 0; }
 int hipMemSetAccess(void *p, size_t size, const void *desc, size_t count) {
   const int *d = desc; /* hipMemAccessDesc: location {type, id}, flags */
   return p && size && count == 1 && d[0] == 1 && d[1] == 0 && d[2] == 3 ? 0 : 1;
