@@ -108,6 +108,7 @@ impl SimAllocator {
     pub fn end_graph_capture(&self, spec: &GraphSpec) -> Result<GraphId> {
         let p = &self.gpu.shared.profile;
         let hidden = self.gpu.shared.quirks.hidden_bytes_per_capture;
+        let nodes_ok = self.gpu.alloc_node_support(spec.alloc_node_bytes);
         let mut s = self.gpu.lock();
         if !matches!(s.capture, Some(Capture { engine: true, .. })) {
             return Err(Error::invalid(
@@ -116,6 +117,7 @@ impl SimAllocator {
             ));
         }
         s.capture = None;
+        nodes_ok?;
         let mut output = None;
         if spec.intermediate_bytes > 0 {
             let tmp = s.malloc(p, Pool::Private, spec.intermediate_bytes)?;

@@ -16,11 +16,12 @@ impl GraphCapture for SimGpu {
     }
 
     fn record(&mut self, work: &CaptureWork) -> Result<()> {
+        self.alloc_node_support(work.alloc_node_bytes)?;
         let mut s = self.lock();
         match s.capture.as_mut() {
             Some(c) if !c.engine => {
                 c.kernel_nodes += u64::from(work.kernel_nodes);
-                c.alloc_node += work.alloc_node_bytes;
+                c.alloc_node = c.alloc_node.saturating_add(work.alloc_node_bytes);
                 Ok(())
             }
             _ => Err(Error::invalid(

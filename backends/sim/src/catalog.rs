@@ -19,6 +19,7 @@ const fn q() -> Quirks {
         hidden_bytes_per_capture: 0,
         graph_pool_attrs_zero: false,
         no_graph_pool_query: false,
+        no_graph_alloc_nodes: false,
         sysman_missing: false,
         free_equals_total: false,
         stale_free: false,

@@ -206,6 +206,20 @@ impl SimGpu {
     }
 }
 
+impl SimGpu {
+    /// With `no_graph_alloc_nodes`, a graph allocation node cannot be recorded: the typed
+    /// `Unsupported` error a runtime without stream-ordered allocation gives.
+    pub(crate) fn alloc_node_support(&self, alloc_node_bytes: u64) -> Result<()> {
+        if alloc_node_bytes > 0 && self.shared.quirks.no_graph_alloc_nodes {
+            return Err(Error::unsupported(
+                "graph allocation nodes",
+                "the runtime has no stream-ordered allocation (sim: no-graph-alloc-nodes)",
+            ));
+        }
+        Ok(())
+    }
+}
+
 impl std::fmt::Debug for SimGpu {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SimGpu")

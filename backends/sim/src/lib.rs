@@ -47,7 +47,9 @@
 //!
 //! `SimProfile` also has `device_name`, `total_source` and `apu_aperture_bytes` (for unified
 //! memory APUs `total_bytes` is the memory the GPU can really use; the driver reports the
-//! aperture). `Quirks` also has `no_graph_pool_query` (Level Zero has no such query).
+//! aperture). `Quirks` also has `no_graph_pool_query` (Level Zero has no such query) and
+//! `no_graph_alloc_nodes` (a runtime without stream-ordered allocation, HIP < 5.3: recording a
+//! graph allocation node is `Error::Unsupported`, capture without one works).
 //! `SimGpu::quirks`, `tick`, `raw_*`; `SimAllocator::abort_graph_capture`, `gpu`;
 //! `GraphSpec::output_bytes`.
 

@@ -30,6 +30,10 @@ pub struct Quirks {
     pub graph_pool_attrs_zero: bool,
     /// The platform has no graph-pool attribute query at all (Level Zero): readings are absent.
     pub no_graph_pool_query: bool,
+    /// The runtime cannot record graph memory-allocation nodes (no stream-ordered allocation:
+    /// HIP < 5.3 has no `hipMallocAsync`): recording one is `Error::Unsupported`, while
+    /// capture itself works.
+    pub no_graph_alloc_nodes: bool,
     /// Level Zero Sysman is not initialised: driver free cannot be read (absent, never 0).
     pub sysman_missing: bool,
     /// Driver free always equals total (i915 Sysman for non-root users).
@@ -51,6 +55,7 @@ impl Default for Quirks {
             hidden_bytes_per_capture: 0,
             graph_pool_attrs_zero: false,
             no_graph_pool_query: false,
+            no_graph_alloc_nodes: false,
             sysman_missing: false,
             free_equals_total: false,
             stale_free: false,
@@ -60,13 +65,14 @@ impl Default for Quirks {
 }
 
 /// The boolean quirk names accepted in selectors, in kebab-case.
-pub const QUIRK_NAMES: [&str; 10] = [
+pub const QUIRK_NAMES: [&str; 11] = [
     "free-process-local",
     "free-blind-to-graphics",
     "apu-wrong-pool",
     "deferred-graph-release",
     "graph-pool-attrs-zero",
     "no-graph-pool-query",
+    "no-graph-alloc-nodes",
     "sysman-missing",
     "free-equals-total",
     "stale-free",
@@ -82,6 +88,7 @@ impl Quirks {
             "deferred-graph-release" => &mut self.deferred_graph_release,
             "graph-pool-attrs-zero" => &mut self.graph_pool_attrs_zero,
             "no-graph-pool-query" => &mut self.no_graph_pool_query,
+            "no-graph-alloc-nodes" => &mut self.no_graph_alloc_nodes,
             "sysman-missing" => &mut self.sysman_missing,
             "free-equals-total" => &mut self.free_equals_total,
             "stale-free" => &mut self.stale_free,

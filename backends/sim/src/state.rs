@@ -73,19 +73,26 @@ pub(crate) struct State {
 impl State {
     /// Driver memory this process holds, context included.
     pub fn this_process(&self, p: &SimProfile) -> u64 {
-        p.context_overhead_bytes
-            + self.raw_bytes()
-            + self.heap.reserved(None)
-            + self.exec
-            + self.hidden
-            + self.gp_reserved
-            + self.vmm_mapped()
-            + self.pending.iter().map(|x| x.exec).sum::<u64>()
+        [
+            self.raw_bytes(),
+            self.heap.reserved(None),
+            self.exec,
+            self.hidden,
+            self.gp_reserved,
+            self.vmm_mapped(),
+            self.pending.iter().map(|x| x.exec).sum::<u64>(),
+        ]
+        .into_iter()
+        .fold(p.context_overhead_bytes, u64::saturating_add)
     }
 
-    /// Driver memory held by everyone.
+    /// Driver memory held by everyone. Saturating: other processes and graphics allocations
+    /// are set from user input (`other=`, `graphics=`), and an absurd figure must read as a
+    /// full device, not overflow.
     pub fn used(&self, p: &SimProfile) -> u64 {
-        self.this_process(p) + self.other + self.graphics
+        self.this_process(p)
+            .saturating_add(self.other)
+            .saturating_add(self.graphics)
     }
 
     /// The real free memory.
@@ -147,8 +154,14 @@ impl State {
         hidden: u64,
     ) -> Result<u64> {
         let exec = kernel_nodes.saturating_mul(EXEC_BYTES_PER_KERNEL_NODE);
-        let pool_growth = (self.gp_used + alloc_node).saturating_sub(self.gp_reserved);
-        self.take(p, exec + hidden + pool_growth, "graph instantiate")?;
+        // Saturating: absurd node or hidden sizes (user input) are out-of-memory errors, and
+        // once `take` accepts the sum every part is below the device total.
+        let pool_growth = self
+            .gp_used
+            .saturating_add(alloc_node)
+            .saturating_sub(self.gp_reserved);
+        let needed = exec.saturating_add(hidden).saturating_add(pool_growth);
+        self.take(p, needed, "graph instantiate")?;
         self.exec += exec;
         self.hidden += hidden;
         self.gp_used += alloc_node;

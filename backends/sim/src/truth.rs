@@ -39,6 +39,8 @@ pub struct GroundTruth {
     pub graph_pool_reserved: u64,
     /// Physical memory mapped into reserved virtual ranges.
     pub vmm_mapped: u64,
+    /// Reserved virtual address ranges not yet released.
+    pub vmm_ranges: usize,
     /// Exec objects of destroyed graphs that return at the next synchronize.
     pub pending_release: u64,
     /// Live graphs.
@@ -81,6 +83,7 @@ impl SimGpu {
             hidden_capture: s.hidden,
             graph_pool_reserved: s.gp_reserved,
             vmm_mapped: s.vmm_mapped(),
+            vmm_ranges: s.vmm_ranges.len(),
             pending_release: s.pending.iter().map(|x| x.exec).sum(),
             live_graphs: s.graphs.len(),
         }

@@ -122,6 +122,72 @@ fn graph_pool_attrs_stuck_at_zero() {
 }
 
 #[test]
+fn no_graph_alloc_nodes_refuses_the_node_but_captures() {
+    let mut g = gpu("rx7900xtx-rocm5.4,no-graph-alloc-nodes");
+    let cap = g.graph_capture().unwrap();
+    cap.begin_capture().unwrap();
+    let e = cap
+        .record(&CaptureWork {
+            kernel_nodes: 4,
+            alloc_node_bytes: 32 * M,
+        })
+        .unwrap_err();
+    assert!(
+        matches!(e, memplan_core::Error::Unsupported { .. }),
+        "typed: {e}"
+    );
+    cap.abort_capture().unwrap();
+    // Capture without an allocation node still works.
+    cap.begin_capture().unwrap();
+    cap.record(&CaptureWork {
+        kernel_nodes: 4,
+        alloc_node_bytes: 0,
+    })
+    .unwrap();
+    let id = cap.end_capture().unwrap();
+    cap.destroy(id).unwrap();
+    // The engine's captures refuse allocation nodes the same way, and leave no capture open.
+    let alloc = g.allocator();
+    alloc.begin_graph_capture().unwrap();
+    let e = alloc
+        .end_graph_capture(&GraphSpec {
+            kernel_nodes: 4,
+            alloc_node_bytes: M,
+            ..GraphSpec::default()
+        })
+        .unwrap_err();
+    assert!(matches!(e, memplan_core::Error::Unsupported { .. }), "{e}");
+    assert!(g.synchronize().is_ok(), "the capture was abandoned");
+    assert_eq!(g.truth().live_graphs, 0);
+}
+
+#[test]
+fn absurd_node_and_hidden_sizes_are_out_of_memory() {
+    let mut g = gpu("rtx4090,hidden-bytes-per-capture=18446744073709551615");
+    let cap = g.graph_capture().unwrap();
+    cap.begin_capture().unwrap();
+    assert!(matches!(
+        cap.end_capture(),
+        Err(memplan_core::Error::OutOfMemory { .. })
+    ));
+    let mut g = gpu("rtx4090");
+    let cap = g.graph_capture().unwrap();
+    cap.begin_capture().unwrap();
+    for _ in 0..2 {
+        cap.record(&CaptureWork {
+            kernel_nodes: 1,
+            alloc_node_bytes: u64::MAX,
+        })
+        .unwrap();
+    }
+    assert!(matches!(
+        cap.end_capture(),
+        Err(memplan_core::Error::OutOfMemory { .. })
+    ));
+    assert_eq!(g.truth().graph_pool_reserved, 0);
+}
+
+#[test]
 fn level_zero_has_no_graph_pool_query() {
     let g = gpu("max1550");
     let raw = g.raw_graph_pool_memory();

@@ -176,3 +176,16 @@ fn stale_lag_keeps_absent_readings_absent() {
     assert_eq!(g.raw_driver_memory().free, None, "never a substituted 0");
     assert_eq!(g.driver_memory().unwrap().free, None);
 }
+
+#[test]
+fn absurd_outside_memory_reads_as_a_full_device() {
+    // `other=` and `graphics=` are user input: a figure beyond the device is a full device,
+    // not an arithmetic overflow.
+    let mut g = gpu("rtx4090,other=18446744073709551615,graphics=18446744073709551615");
+    assert_eq!(free_after_sync(&mut g), Some(0));
+    assert_eq!(g.truth().free, 0);
+    assert!(matches!(
+        g.allocate(M),
+        Err(memplan_core::Error::OutOfMemory { .. })
+    ));
+}
