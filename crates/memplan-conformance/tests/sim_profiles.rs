@@ -49,4 +49,23 @@ fn declare_exact_over_a_quirk_fails() {
     );
 }
 
+#[test]
+fn capture_without_allocation_nodes_conforms() {
+    // HIP < 5.3 has no stream-ordered allocation: the allocation node is refused, capture is
+    // not, and a backend declaring capture there is honest.
+    for id in [
+        "sim:rtx4090,no-graph-alloc-nodes",
+        "sim:rx7900xtx-rocm5.4,no-graph-alloc-nodes",
+    ] {
+        let report = run_id(id).expect("opens");
+        assert!(report.passed(), "{id}:\n{report}");
+        let lifecycle = report
+            .checks
+            .iter()
+            .find(|c| c.name == "graph_capture.lifecycle")
+            .expect("graph capture check");
+        assert_eq!(lifecycle.outcome, Outcome::Pass, "{}", lifecycle.evidence);
+    }
+}
+
 memplan_conformance::conformance_test!(macro_instantiation_rtx4090, memplan::open("sim:rtx4090"));

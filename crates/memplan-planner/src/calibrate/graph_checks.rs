@@ -2,8 +2,8 @@
 
 use memplan_core::bytes::{fmt_bytes, MIB};
 use memplan_core::{
-    CaptureWork, Device, GraphId, GraphPoolMemory, GraphRelease, ProfilingCapability, Reading,
-    Reliability, Result, Support,
+    CaptureWork, Device, Error, GraphId, GraphPoolMemory, GraphRelease, ProfilingCapability,
+    Reading, Reliability, Result, Support,
 };
 
 use super::checks::{tolerance, verdict_reading, Observed};
@@ -51,8 +51,13 @@ fn pool_growth(p0: &GraphPoolMemory, p1: &GraphPoolMemory) -> Option<i64> {
     .max()
 }
 
-/// Capture, replay and destroy one graph with a known allocation node.
+/// Capture, replay and destroy one graph (with a known allocation node when it could record
+/// one).
 struct GraphRun {
+    /// Bytes of the allocation node the graph holds (0 = none).
+    alloc_node: u64,
+    /// Why no allocation node was recorded, when none was.
+    no_node: Option<String>,
     f0: Option<i64>,
     f1: Option<i64>,
     f_destroyed: Option<i64>,
@@ -61,44 +66,90 @@ struct GraphRun {
     pool_growth: Option<i64>,
 }
 
-fn capture_once(device: &mut dyn Device) -> Result<GraphRun> {
-    let f0 = free(device, true)?;
-    let p0 = device.graph_pool_memory()?;
+/// Begin, record and end one capture; the capture is aborted on every error.
+fn record_one(device: &mut dyn Device, alloc_node_bytes: u64) -> Result<GraphId> {
     let gc = device.graph_capture()?;
     gc.begin_capture()?;
     let recorded = gc
         .record(&CaptureWork {
             kernel_nodes: NODES,
-            alloc_node_bytes: ALLOC,
+            alloc_node_bytes,
         })
         .and_then(|_| gc.end_capture());
-    let g: GraphId = match recorded {
-        Ok(g) => g,
-        Err(e) => {
-            let _ = gc.abort_capture();
-            return Err(e);
-        }
+    if recorded.is_err() {
+        let _ = gc.abort_capture();
+    }
+    recorded
+}
+
+/// The calibration graph as recorded, and the readings right before its capture.
+struct Recorded {
+    graph: GraphId,
+    alloc_node: u64,
+    no_node: Option<String>,
+    f0: Option<i64>,
+    p0: GraphPoolMemory,
+}
+
+/// Record the calibration graph: with an allocation node when `with_node`, falling back to
+/// none when the device cannot record one (a runtime without stream-ordered allocation); the
+/// baseline is read right before the capture that is kept.
+fn record_graph(device: &mut dyn Device, with_node: Result<(), String>) -> Result<Recorded> {
+    let recorded = |device: &mut dyn Device, alloc_node: u64, no_node: Option<String>| {
+        let f0 = free(device, true)?;
+        let p0 = device.graph_pool_memory()?;
+        record_one(device, alloc_node).map(|graph| Recorded {
+            graph,
+            alloc_node,
+            no_node,
+            f0,
+            p0,
+        })
     };
+    let no_node = match with_node {
+        Ok(()) => match recorded(device, ALLOC, None) {
+            Err(e @ Error::Unsupported { .. }) => {
+                format!("the device cannot record a graph allocation node: {e}")
+            }
+            done => return done,
+        },
+        Err(why) => why,
+    };
+    recorded(device, 0, Some(no_node))
+}
+
+fn capture_once(device: &mut dyn Device, with_node: Result<(), String>) -> Result<GraphRun> {
+    let Recorded {
+        graph: g,
+        alloc_node,
+        no_node,
+        f0,
+        p0,
+    } = record_graph(device, with_node)?;
     let measured = (|| -> Result<(Option<i64>, GraphPoolMemory)> {
         device.graph_capture()?.replay(g)?;
         let f1 = free(device, true)?;
         Ok((f1, device.graph_pool_memory()?))
     })();
-    // Teardown on every path: destroy, then release the pool.
+    // Teardown on every path, a failed reading included: destroy, synchronize (a device whose
+    // destroyed graphs release memory only at the next synchronize gives it back there), then
+    // trim the pool.
     let destroyed = device.graph_capture().and_then(|gc| gc.destroy(g));
-    let f_destroyed = free(device, false)?;
-    let f_synced = free(device, true)?;
+    let f_destroyed = free(device, false);
+    let f_synced = free(device, true);
     let released = device.graph_capture().and_then(|gc| gc.release_pool());
-    let f_released = free(device, true)?;
+    let f_released = free(device, true);
     let (f1, p1) = measured?;
     destroyed?;
     released?;
     Ok(GraphRun {
+        alloc_node,
+        no_node,
         f0,
         f1,
-        f_destroyed,
-        f_synced,
-        f_released,
+        f_destroyed: f_destroyed?,
+        f_synced: f_synced?,
+        f_released: f_released?,
         pool_growth: pool_growth(&p0, &p1),
     })
 }
@@ -132,7 +183,19 @@ pub(super) fn graphs(
             pool,
         ]);
     }
-    let run = match capture_once(device) {
+    // An allocation node is only worth recording when there are graph-pool attributes to
+    // check with it; capture itself does not need one.
+    let with_node = if cal.facts.graph_pool_attributes.is_supported()
+        || cal.reading(Reading::GraphPool).measures_own_usage()
+    {
+        Ok(())
+    } else {
+        Err(format!(
+            "graph-pool attributes are declared unsupported ({}): nothing to check with an allocation node",
+            cal.facts.graph_pool_attributes
+        ))
+    };
+    let run = match capture_once(device, with_node) {
         Ok(r) => r,
         Err(e) => {
             cal.facts.graph_capture = Support::no(format!("calibration capture failed: {e}"));
@@ -153,26 +216,56 @@ pub(super) fn graphs(
             return Ok(vec![v]);
         }
     };
+    let captured = match &run.no_node {
+        None => format!(
+            "captured, replayed and destroyed one graph with a {} allocation node",
+            fmt_bytes(ALLOC)
+        ),
+        Some(why) => {
+            format!("captured, replayed and destroyed one graph without an allocation node ({why})")
+        }
+    };
     let mut out = vec![fact(
         "graph_capture",
         "yes".into(),
         "yes".into(),
         Status::Confirmed,
         vec![],
-        "captured, replayed and destroyed one graph",
+        &captured,
     )];
 
-    // Graph-pool attributes must move with an allocation node.
+    if let Some(why) = &run.no_node {
+        // Nothing went into the graph pool: its attributes could not be checked.
+        out.push(verdict_reading(
+            cal,
+            Reading::GraphPool,
+            Observed {
+                checked: false,
+                reliability: None,
+                evidence: vec![],
+                note: format!("not checked: {why}"),
+            },
+        ));
+    } else {
+        out.push(pool_verdict(cal, run.pool_growth));
+    }
+
+    release_and_hidden(cal, &run, &mut out);
+    Ok(out)
+}
+
+/// Graph-pool attributes must move with an allocation node.
+fn pool_verdict(cal: &mut ProfilingCapability, pool_growth: Option<i64>) -> Verdict {
     let ev = vec![Evidence::bytes(
         format!(
             "graph pool growth for a {} allocation node",
             fmt_bytes(ALLOC)
         ),
         ALLOC as i64,
-        run.pool_growth,
+        pool_growth,
         ALLOC / 2,
     )];
-    let pool_rel = match run.pool_growth {
+    let pool_rel = match pool_growth {
         None => Some(Reliability::Unavailable {
             reason: "the device returned no graph-pool attribute".into(),
         }),
@@ -198,8 +291,11 @@ pub(super) fn graphs(
     if pool_verdict.status == Status::Downgraded {
         cal.facts.graph_pool_attributes = Support::no(pool_verdict.calibrated.clone());
     }
-    out.push(pool_verdict);
+    pool_verdict
+}
 
+/// When a destroyed graph's memory returns, and the per-capture memory nobody declared.
+fn release_and_hidden(cal: &mut ProfilingCapability, run: &GraphRun, out: &mut Vec<Verdict>) {
     if !cal.reading(Reading::DriverFree).measures_own_usage() {
         out.push(fact(
             "graph_release",
@@ -209,7 +305,7 @@ pub(super) fn graphs(
             vec![],
             "driver free cannot measure it",
         ));
-        return Ok(out);
+        return;
     }
     // When does a destroyed graph's memory come back?
     let cost = run.f0.zip(run.f1).map(|(a, b)| a - b);
@@ -224,12 +320,7 @@ pub(super) fn graphs(
             observed: now,
             ok: !deferred,
         },
-        Evidence::bytes(
-            "memory back after destroy, release pool, synchronize",
-            cost.unwrap_or(0),
-            run.f_released.zip(run.f1).map(|(a, b)| a - b),
-            tolerance(ALLOC),
-        ),
+        back_after_release(cost, run.f_released.zip(run.f1).map(|(a, b)| a - b)),
     ];
     let status = if deferred && declared_rel == GraphRelease::Immediate {
         cal.facts.graph_release = GraphRelease::AtNextSync;
@@ -255,10 +346,9 @@ pub(super) fn graphs(
     ));
 
     // Per-capture memory beyond the allocation node and the executable object.
-    let expected = (ALLOC + u64::from(NODES) * EXEC_BYTES_PER_KERNEL_NODE) as i64;
-    let hidden = cost.map(|c| {
-        c - run.pool_growth.unwrap_or(ALLOC as i64).max(ALLOC as i64) - (expected - ALLOC as i64)
-    });
+    let node = run.alloc_node as i64;
+    let exec = (u64::from(NODES) * EXEC_BYTES_PER_KERNEL_NODE) as i64;
+    let hidden = cost.map(|c| c - run.pool_growth.unwrap_or(node).max(node) - exec);
     let declared_hidden = cal.facts.hidden_bytes_per_capture.unwrap_or(0) as i64;
     let ev = vec![Evidence::bytes(
         "capture cost beyond the allocation node and 64 KiB per kernel node",
@@ -282,5 +372,20 @@ pub(super) fn graphs(
         ev,
         "",
     ));
-    Ok(out)
+}
+
+/// The memory a capture cost must all be back after destroy, pool release and a synchronize.
+/// Without a cost (free absent before or after the capture) there is nothing to expect, and
+/// the evidence says so instead of expecting 0.
+fn back_after_release(cost: Option<i64>, back: Option<i64>) -> Evidence {
+    let check = "memory back after destroy, synchronize, release pool";
+    match cost {
+        Some(c) => Evidence::bytes(check, c, back, tolerance(ALLOC)),
+        None => Evidence {
+            check: format!("{check} (capture cost unreadable)"),
+            expected: None,
+            observed: back,
+            ok: false,
+        },
+    }
 }

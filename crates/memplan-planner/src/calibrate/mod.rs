@@ -8,7 +8,8 @@
 //! wrong amount is approximate with the observed error as tolerance). When graph capture is
 //! declared it captures one graph with a known allocation node and checks the graph-pool
 //! attributes, when a destroyed graph's memory returns, and the per-capture memory nobody
-//! declared. When virtual memory is declared it reserves, maps, unmaps and releases one
+//! declared; the graph has no allocation node when there are no graph-pool attributes to
+//! check or the device cannot record one (capture itself is then still confirmed). When virtual memory is declared it reserves, maps, unmaps and releases one
 //! granule. The calibrated capability is never stronger than the declared one.
 //!
 //! Not checkable from one process: whether free memory includes *other* processes (a

@@ -1,6 +1,9 @@
 use super::*;
 use memplan_backend_sim::{profiles, SimGpu};
-use memplan_core::{GraphRelease, Reliability};
+use memplan_core::{
+    DeviceDescriptor, DriverMemory, Error, GraphCapture, GraphPoolMemory, GraphRelease,
+    ProfilingCapability, RawAllocation, Reliability, VirtualMemory,
+};
 
 fn cal(selector: &str) -> CalibrationReport {
     let mut gpu = SimGpu::open(selector).expect("profile exists");
@@ -11,6 +14,11 @@ fn cal(selector: &str) -> CalibrationReport {
     assert_eq!(after.raw_allocations, before.raw_allocations, "{selector}");
     assert_eq!(after.live_graphs, 0, "{selector}");
     assert_eq!(after.vmm_mapped, 0, "{selector}");
+    assert_eq!(after.vmm_ranges, 0, "{selector}");
+    assert_eq!(
+        after.graph_pool_reserved, before.graph_pool_reserved,
+        "{selector}"
+    );
     r
 }
 
@@ -99,4 +107,128 @@ fn report_serialises_with_evidence() {
     assert!(j["verdicts"][0]["evidence"]
         .as_array()
         .is_some_and(|a| !a.is_empty()));
+}
+
+#[test]
+fn capture_works_where_allocation_nodes_do_not() {
+    // A runtime without stream-ordered allocation (no asynchronous malloc at all) refuses
+    // the allocation node, not the capture: graph capture stays supported, and the graph-pool
+    // check says it could not be made instead of passing or failing.
+    for name in ["rtx4090", "rx7900xtx-rocm6.2", "mi300x"] {
+        let r = cal(&format!("{name},no-graph-alloc-nodes"));
+        assert!(r.honest(), "{name}: {:#?}", r.downgrade_lines());
+        assert!(r.calibrated.facts.graph_capture.is_supported(), "{name}");
+        assert_eq!(r.calibrated, r.declared, "{name}");
+        let pool = r.verdicts.iter().find(|v| v.item == "graph_pool").unwrap();
+        assert_eq!(pool.status, Status::NotChecked, "{name}");
+        assert!(pool.note.contains("allocation node"), "{}", pool.note);
+        let capture = r
+            .verdicts
+            .iter()
+            .find(|v| v.item == "graph_capture")
+            .unwrap();
+        assert!(
+            capture.note.contains("without an allocation node"),
+            "{}",
+            capture.note
+        );
+    }
+    // Declared exact over the deferred release and hidden memory: still caught without a node.
+    let r = cal("rx7900xtx-rocm6.2,declare-exact,no-graph-alloc-nodes");
+    assert_eq!(r.calibrated.facts.graph_release, GraphRelease::AtNextSync);
+    assert_eq!(r.calibrated.facts.hidden_bytes_per_capture, Some(4 << 20));
+    assert!(r.calibrated.facts.graph_capture.is_supported());
+}
+
+#[test]
+fn no_allocation_node_without_graph_pool_attributes_to_check() {
+    // Declared without graph-pool attributes: the calibration graph needs no allocation node,
+    // so a runtime that cannot record one is not even asked to.
+    let r = cal("rx7900xtx-rocm5.4,no-graph-alloc-nodes");
+    assert!(r.honest(), "{:#?}", r.downgrade_lines());
+    assert!(r.calibrated.facts.graph_capture.is_supported());
+    let capture = r
+        .verdicts
+        .iter()
+        .find(|v| v.item == "graph_capture")
+        .unwrap();
+    assert!(
+        capture.note.contains("declared unsupported"),
+        "{}",
+        capture.note
+    );
+}
+
+/// A simulated GPU whose `fail_at`-th driver reading fails.
+struct FlakyReadings {
+    gpu: SimGpu,
+    reads: usize,
+    fail_at: Option<usize>,
+}
+
+impl Device for FlakyReadings {
+    fn descriptor(&self) -> &DeviceDescriptor {
+        self.gpu.descriptor()
+    }
+    fn capabilities(&self) -> &ProfilingCapability {
+        self.gpu.capabilities()
+    }
+    fn driver_memory(&mut self) -> Result<DriverMemory> {
+        self.reads += 1;
+        if self.fail_at == Some(self.reads - 1) {
+            return Err(Error::DriverCall {
+                call: "flaky reading".into(),
+                code: 1,
+                name: "injected".into(),
+            });
+        }
+        self.gpu.driver_memory()
+    }
+    fn graph_pool_memory(&mut self) -> Result<GraphPoolMemory> {
+        self.gpu.graph_pool_memory()
+    }
+    fn synchronize(&mut self) -> Result<()> {
+        self.gpu.synchronize()
+    }
+    fn allocate(&mut self, bytes: u64) -> Result<RawAllocation> {
+        self.gpu.allocate(bytes)
+    }
+    fn free(&mut self, allocation: RawAllocation) -> Result<()> {
+        self.gpu.free(allocation)
+    }
+    fn graph_capture(&mut self) -> Result<&mut dyn GraphCapture> {
+        self.gpu.graph_capture()
+    }
+    fn virtual_memory(&mut self) -> Result<&mut dyn VirtualMemory> {
+        self.gpu.virtual_memory()
+    }
+}
+
+#[test]
+fn a_failing_reading_leaks_nothing() {
+    for name in ["rtx4090", "mi300x", "rx7900xtx-rocm6.2,declare-exact"] {
+        let mut probe = FlakyReadings {
+            gpu: SimGpu::open(name).unwrap(),
+            reads: 0,
+            fail_at: None,
+        };
+        calibrate(&mut probe).unwrap();
+        for fail_at in 0..probe.reads {
+            let gpu = SimGpu::open(name).unwrap();
+            let before = gpu.truth();
+            let mut d = FlakyReadings {
+                gpu: gpu.clone(),
+                reads: 0,
+                fail_at: Some(fail_at),
+            };
+            let _ = calibrate(&mut d);
+            let after = gpu.truth();
+            let at = format!("{name}, reading {fail_at} of {}", probe.reads);
+            assert_eq!(after.raw_allocations, before.raw_allocations, "{at}");
+            assert_eq!(after.live_graphs, 0, "{at}");
+            assert_eq!(after.vmm_mapped, 0, "{at}");
+            assert_eq!(after.vmm_ranges, 0, "{at}");
+            assert_eq!(after.graph_pool_reserved, 0, "{at}");
+        }
+    }
 }

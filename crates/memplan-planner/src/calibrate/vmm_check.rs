@@ -1,7 +1,7 @@
 //! The virtual-memory check of calibration.
 
 use memplan_core::bytes::fmt_bytes;
-use memplan_core::{Device, ProfilingCapability, Reading, Result, Support};
+use memplan_core::{Device, Error, ProfilingCapability, Reading, Result, Support};
 
 use super::checks::tolerance;
 use super::graph_checks::{fact, free};
@@ -26,15 +26,27 @@ pub(super) fn virtual_memory(
     let free_ok = cal.reading(Reading::DriverFree).measures_own_usage();
     let attempt = (|| -> Result<Option<Evidence>> {
         let gran = device.virtual_memory()?.granularity()?.max(1);
-        let range = device.virtual_memory()?.reserve(gran * 2)?;
-        let before = free(device, true)?;
-        let mapped = device.virtual_memory()?.map(&range, 0, gran);
-        let after = free(device, true)?;
+        let span = gran.checked_mul(2).ok_or_else(|| {
+            Error::Measurement(format!(
+                "virtual-memory granularity of {gran} bytes is not a usable size"
+            ))
+        })?;
+        let range = device.virtual_memory()?.reserve(span)?;
+        // Teardown on every path, a failed reading included: unmap, then release the range.
+        let before = free(device, true);
+        let mapped = match &before {
+            Ok(_) => device
+                .virtual_memory()
+                .and_then(|vm| vm.map(&range, 0, gran)),
+            Err(_) => Err(Error::Measurement("free memory could not be read".into())),
+        };
+        let after = free(device, true);
         let unmapped = match mapped {
-            Ok(m) => device.virtual_memory()?.unmap(m),
+            Ok(m) => device.virtual_memory().and_then(|vm| vm.unmap(m)),
             Err(e) => Err(e),
         };
-        let released = device.virtual_memory()?.release(range);
+        let released = device.virtual_memory().and_then(|vm| vm.release(range));
+        let (before, after) = (before?, after?);
         unmapped?;
         released?;
         Ok(free_ok.then(|| {
