@@ -174,6 +174,12 @@ fn measure(d: &mut dyn Device) -> Result<Value, String> {
         .iter()
         .filter_map(|s| s["pool_covers_alloc_node"].as_bool())
         .collect();
+    // A sample that failed is not a sample that passed: say so, for the check to fail.
+    let errors = samples
+        .iter()
+        .chain(std::iter::once(&shared))
+        .filter(|s| s.get("error").is_some())
+        .count();
     Ok(json!({
         "device": d.descriptor(),
         "declared": caps,
@@ -181,5 +187,7 @@ fn measure(d: &mut dyn Device) -> Result<Value, String> {
         "samples": samples,
         "shared_pool": shared,
         "all_pool_windows_cover_alloc_nodes": !covered.is_empty() && covered.iter().all(|c| *c),
+        "sample_errors": errors,
+        "all_samples_ran": errors == 0,
     }))
 }

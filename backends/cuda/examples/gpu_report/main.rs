@@ -9,7 +9,8 @@
 //!   `mem_get_info` while memplan holds its context, so both see the same device state.
 //! - `gpu_report assemble --out FILE NAME=PATH...`: join the pieces into one JSON report. Each
 //!   piece is embedded as JSON when it parses, else as text, with its exit code from
-//!   `PATH.rc` when present.
+//!   `PATH.rc` when present (a piece without one did not run). Exit 0 when the report is
+//!   written and no check failed, 3 when it is written and a check failed, 1 otherwise.
 
 mod assemble;
 mod graphs;
@@ -25,7 +26,12 @@ fn main() {
     let result = match args.first().map(String::as_str) {
         Some("graphs") => open(&args).and_then(|mut d| graphs::run(&mut d)),
         Some("hold") => open(&args).and_then(|mut d| hold(&mut d)),
-        Some("assemble") => assemble::run(&args[1..]),
+        Some("assemble") => match assemble::run(&args[1..]) {
+            Ok(true) => Ok(()),
+            // The report is written; a check in it failed.
+            Ok(false) => std::process::exit(3),
+            Err(e) => Err(e),
+        },
         _ => Err(
             "usage: gpu_report graphs|hold [--device N] | assemble --out FILE NAME=PATH...".into(),
         ),
