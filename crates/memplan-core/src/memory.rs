@@ -81,8 +81,10 @@ impl MemoryInfo {
             allocator_allocated: delta(self.allocator.allocated, later.allocator.allocated),
             graph_pool_used: delta(self.graph_pool.used, later.graph_pool.used),
             graph_pool_reserved: delta(self.graph_pool.reserved, later.graph_pool.reserved),
+            // Saturating: both sides may be near the ends of i64 (readings above i64::MAX
+            // saturate there), and the sign of the change is what must survive.
             non_allocator: match (self.non_allocator(), later.non_allocator()) {
-                (Some(a), Some(b)) => Some(b - a),
+                (Some(a), Some(b)) => Some(b.saturating_sub(a)),
                 _ => None,
             },
         }
@@ -244,6 +246,18 @@ mod tests {
         // Process-local free readings can understate use.
         let s = snap(24 * GIB, 23 * GIB, Some(2 * GIB));
         assert_eq!(s.non_allocator(), Some(-(GIB as i64)));
+    }
+
+    #[test]
+    fn absurd_readings_do_not_overflow_a_window() {
+        // An allocator view reporting more than the device holds, then a full device.
+        let before = snap(u64::MAX, u64::MAX, Some(u64::MAX));
+        let after = snap(u64::MAX, 0, Some(0));
+        let w = before.window_to(&after);
+        assert_eq!(w.non_allocator, Some(i64::MAX), "saturates, keeps the sign");
+        assert_eq!(w.driver_used, Some(i64::MAX));
+        let back = after.window_to(&before);
+        assert!(back.non_allocator.is_some_and(|d| d < 0));
     }
 
     #[test]

@@ -495,4 +495,75 @@ mod tests {
             }
         }
     }
+
+    /// The same invariants at the edges the test above never reaches: totals and consumers of
+    /// any magnitude up to `u64::MAX`, utilisations with more decimals than the exact integer
+    /// path takes (the float path), and the exact ends 0, 1 and the total.
+    #[test]
+    fn budgets_hold_at_the_edges_of_u64() {
+        let mut x = 0xD1B5_4A32_D192_ED03u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        // A value of random magnitude: 0, the ends, or uniform below a random power of two.
+        let mut any = move |r: u64, max: u64| match r % 8 {
+            0 => 0,
+            1 => max,
+            2 => max.saturating_sub(r % 3),
+            _ => {
+                let bits = 1 + (r >> 8) % 64;
+                (next() & (u64::MAX >> (64 - bits))).min(max)
+            }
+        };
+        let mut rng = 0x2545_F491_4F6C_DD1Du64;
+        let mut r = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for _ in 0..20_000 {
+            let total = any(r(), u64::MAX).max(1);
+            let util = match r() % 4 {
+                0 => 1.0,
+                1 => f64::from_bits(0x3FEF_FFFF_FFFF_FFFF), // the largest float below 1
+                2 => (r() % 1_000_000_007) as f64 / 1_000_000_007.0,
+                _ => (r() >> 11) as f64 / (1u64 << 53) as f64,
+            };
+            let request = match r() % 3 {
+                0 => Request::Utilization(util),
+                1 => Request::Bytes(any(r(), total)),
+                _ => Request::KvCacheBytes(any(r(), total)),
+            };
+            let c = Consumers {
+                weights: any(r(), u64::MAX),
+                activation: any(r(), u64::MAX),
+                non_allocator: any(r(), u64::MAX),
+                graph_reserve: any(r(), u64::MAX),
+            };
+            match compute(total, request, c) {
+                Ok(b) => {
+                    assert!(b.requested <= total, "{request:?} {b:?}");
+                    assert_eq!(
+                        b.kv_budget.checked_add(c.total().unwrap()),
+                        Some(b.requested)
+                    );
+                    assert!(b.suggestions.kv_bytes_fill_device >= b.kv_budget);
+                    if let Request::Utilization(u) = request {
+                        // Never more than the request: ceil(total * u), within float rounding.
+                        let exact = (total as f64 * u).ceil();
+                        assert!(
+                            b.requested as f64 <= exact * (1.0 + 1e-15) + 1.0,
+                            "{u} {b:?}"
+                        );
+                    }
+                    assert_eq!(b.bar(0, 60).chars().count(), 62);
+                }
+                Err(e) => assert!(!e.to_string().is_empty()),
+            }
+        }
+    }
 }

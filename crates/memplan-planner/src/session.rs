@@ -104,7 +104,7 @@ impl<'d> Session<'d> {
         let s = self.snap(engine)?;
         let w = self.p.last.window_to(&s);
         if let Some(d) = w.non_allocator.filter(|d| *d != 0 && self.free_ok) {
-            self.p.foreign_bytes += d;
+            self.p.foreign_bytes = self.p.foreign_bytes.saturating_add(d);
             if d < 0 {
                 self.warn(format!(
                     "free memory grew by {} while the engine was idle: another process released memory; attributed to it",
@@ -143,7 +143,7 @@ impl<'d> Session<'d> {
                 "free memory grew by {} during {name} beyond what the allocator released: another process freed memory (window kept, not clamped)",
                 fmt_signed(d).trim_start_matches('-')
             )),
-            Some(d) => self.own_growth += d,
+            Some(d) => self.own_growth = self.own_growth.saturating_add(d),
             None => self.growth_known = false,
         }
         self.p.last = after;
@@ -251,7 +251,7 @@ impl<'d> Session<'d> {
         if let Some(leak) = before.window_to(&after).non_allocator.filter(|l| *l > 0) {
             if self.growth_known {
                 self.warn(format!("{} stayed held outside the allocator after graph teardown: counted as this engine's non-allocator memory", fmt_bytes(leak as u64)));
-                self.own_growth += leak;
+                self.own_growth = self.own_growth.saturating_add(leak);
             }
         }
     }
@@ -283,5 +283,70 @@ impl<E: Engine> AsDynEngine for E {
 impl AsDynEngine for dyn Engine + '_ {
     fn as_dyn(&mut self) -> &mut dyn Engine {
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::strategy::NoGraphs;
+    use memplan_backend_sim::SimGpu;
+    use memplan_core::{AllocatorStats, AllocatorView};
+
+    /// An engine whose allocator view reports whatever the test sets (a broken engine).
+    struct Liar(AllocatorStats);
+
+    impl AllocatorView for Liar {
+        fn stats(&self) -> AllocatorStats {
+            self.0
+        }
+        fn release_cached(&mut self) -> Result<()> {
+            Ok(())
+        }
+        fn reset_peak(&mut self) {}
+    }
+
+    impl Engine for Liar {
+        fn allocator(&mut self) -> &mut dyn AllocatorView {
+            self
+        }
+        fn graph_sizes(&self) -> Vec<u32> {
+            Vec::new()
+        }
+        fn capture_graph(&mut self, _size: u32) -> Result<()> {
+            Ok(())
+        }
+        fn release_graphs(&mut self) -> Result<()> {
+            // Teardown "gives back" an absurd amount once more.
+            self.0.reserved = 0;
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn absurd_allocator_figures_saturate_instead_of_wrapping() {
+        let mut gpu = SimGpu::open("rtx4090").unwrap();
+        let cap = gpu.capabilities().clone();
+        let mut e = Liar(AllocatorStats {
+            reserved: u64::MAX,
+            allocated: 0,
+            peak_allocated: 0,
+        });
+        let mut s = Session::begin(&mut gpu, &mut e, cap).unwrap();
+        s.load_weights(&mut e, |e| {
+            e.0.reserved = 0;
+            Ok(())
+        })
+        .unwrap();
+        s.profile_run(&mut e, |e| {
+            e.0.reserved = u64::MAX;
+            Ok(())
+        })
+        .unwrap();
+        s.graph_phase(&mut e, &NoGraphs).unwrap();
+        let p = s.finish();
+        // Two steps of about i64::MAX each: saturated, and still positive (a wrapped sum
+        // would be negative and read as no growth at all).
+        assert_eq!(p.non_allocator_growth, Some(i64::MAX));
     }
 }

@@ -161,13 +161,13 @@ proptest! {
     /// goes negative.
     #[test]
     fn plan_never_exceeds_requested(
-        total in 1u64..(200 * GIB),
+        total in prop_oneof![1u64..(200 * GIB), 1u64..=u64::MAX, Just(u64::MAX)],
         util in 0.0f64..1.2,
         f0 in 0.0f64..1.0, fl in 0.0f64..1.0,
         w in 0.0f64..1.0, a in 0.0f64..0.5, g in -0.1f64..0.1,
         point in -0.05f64..0.2, margin in 0.0f64..0.05, kept in any::<bool>(),
     ) {
-        let x = |f: f64| (total as f64 * f) as u64;
+        let x = |f: f64| ((total as f64 * f) as u64).min(total);
         let p = profile(total, x(f0), x(fl), x(w), x(a), (total as f64 * g) as i64, Some(((total as f64 * point) as i64, x(margin), kept)));
         match plan(&p, "prop", &inputs(Request::Utilization(util))) {
             Err(e) => prop_assert!(!e.to_string().is_empty()),

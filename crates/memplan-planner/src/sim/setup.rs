@@ -119,7 +119,7 @@ impl Scenario {
         let limits = KvLimits {
             max_model_len: k.max_model_len,
             max_num_batched_tokens: k.max_num_batched_tokens,
-            max_len_limit: k.max_model_len.max(1) * 4,
+            max_len_limit: k.max_model_len.max(1).saturating_mul(4),
         };
         let g = &self.graphs;
         let mut sizes = match (&g.sizes, g.max_capture_size) {

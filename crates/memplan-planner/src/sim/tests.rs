@@ -282,6 +282,78 @@ fn scenario_errors_name_the_field() {
     assert_eq!(setup::default_sizes(512).len(), 67);
 }
 
+/// A simulated GPU whose graph-pool query returns nothing although it is declared readable.
+struct NoPoolReading(memplan_backend_sim::SimGpu);
+
+impl Device for NoPoolReading {
+    fn descriptor(&self) -> &memplan_core::DeviceDescriptor {
+        self.0.descriptor()
+    }
+    fn capabilities(&self) -> &memplan_core::ProfilingCapability {
+        self.0.capabilities()
+    }
+    fn driver_memory(&mut self) -> memplan_core::Result<memplan_core::DriverMemory> {
+        self.0.driver_memory()
+    }
+    fn synchronize(&mut self) -> memplan_core::Result<()> {
+        self.0.synchronize()
+    }
+    fn allocate(&mut self, bytes: u64) -> memplan_core::Result<memplan_core::RawAllocation> {
+        self.0.allocate(bytes)
+    }
+    fn free(&mut self, a: memplan_core::RawAllocation) -> memplan_core::Result<()> {
+        self.0.free(a)
+    }
+    fn graph_capture(&mut self) -> memplan_core::Result<&mut dyn memplan_core::GraphCapture> {
+        self.0.graph_capture()
+    }
+}
+
+#[test]
+fn conservative_does_not_take_an_absent_graph_pool_reading_as_zero() {
+    let s = setup("fp8-24g");
+    let gpu = open(&s).unwrap();
+    let mut engine = SimEngine::new(gpu.clone(), s.clone());
+    let mut dev = NoPoolReading(gpu.clone());
+    let cap = dev.capabilities().clone();
+    let mut session = Session::begin(&mut dev, &mut engine, cap).unwrap();
+    session
+        .load_weights(&mut engine, |e| e.load_weights())
+        .unwrap();
+    session
+        .profile_run(&mut engine, |e| e.profile_run())
+        .unwrap();
+    let est = session
+        .graph_phase(&mut engine, &crate::strategy::Conservative)
+        .unwrap();
+    assert!(
+        est.explanation
+            .contains("from the engine's allocation-node figures"),
+        "{}",
+        est.explanation
+    );
+    assert!(
+        est.reserve >= s.sizes.len() as u64 * s.alloc_node_bytes,
+        "{} for {} graphs with {} allocation nodes each",
+        est.reserve,
+        s.sizes.len(),
+        s.alloc_node_bytes
+    );
+}
+
+#[test]
+fn absurd_scenario_lengths_do_not_overflow() {
+    // TOML integers reach i64::MAX; the search limit (4x the length) must not overflow.
+    let text = SHIPPED[0].1.replace(
+        "max_model_len = 32768",
+        "max_model_len = 9223372036854775807",
+    );
+    let s = Scenario::from_toml("x", &text).unwrap().resolve().unwrap();
+    assert_eq!(s.limits.max_len_limit, u64::MAX);
+    let out = run(&s, Choice::Forced(StrategyKind::Full)).unwrap();
+    assert!(out.plan.is_some(), "{:?}", out.failed);
+}
+
 mod prop {
     use super::*;
     use proptest::prelude::*;

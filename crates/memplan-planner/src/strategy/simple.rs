@@ -49,17 +49,15 @@ impl GraphStrategy for Conservative {
         let w = before.window_to(&after);
         let private = w.allocator_reserved.unwrap_or(0).max(0) as u64;
         // Graph allocation nodes: measured where the device's graph-pool reading can be
-        // trusted, else the engine's own figure; without either they are invisible, and the
-        // explanation says they were assumed absent.
-        let (nodes, nodes_basis) = if ctx
-            .capability()
-            .reading(Reading::GraphPool)
-            .measures_own_usage()
-        {
-            (
-                w.graph_pool_reserved.unwrap_or(0).max(0) as u64,
-                "measured by the graph-pool reading",
-            )
+        // trusted and was read, else the engine's own figure; without either they are
+        // invisible, and the explanation says they were assumed absent.
+        let measured = w.graph_pool_reserved.filter(|_| {
+            ctx.capability()
+                .reading(Reading::GraphPool)
+                .measures_own_usage()
+        });
+        let (nodes, nodes_basis) = if let Some(grown) = measured {
+            (grown.max(0) as u64, "measured by the graph-pool reading")
         } else {
             let hints: Option<Vec<u64>> = sizes
                 .iter()
@@ -89,10 +87,11 @@ impl GraphStrategy for Conservative {
                     }
                     None => DEFAULT_EXEC_BYTES_PER_GRAPH,
                 };
-                exec + hidden
+                exec.saturating_add(hidden)
             })
-            .sum();
-        let point = pool + driver_only;
+            .fold(0, u64::saturating_add);
+        // Saturating, and at most i64::MAX: a bound must never wrap into a small number.
+        let point = pool.saturating_add(driver_only).min(i64::MAX as u64);
         let margin = point / 4;
         let mut e = GraphEstimate::new(
             StrategyKind::Conservative,
