@@ -342,6 +342,16 @@ fn conservative_does_not_take_an_absent_graph_pool_reading_as_zero() {
 }
 
 #[test]
+fn legacy_refuses_rather_than_sample_an_absent_free_reading() {
+    // The APU gives no usable free reading: legacy samples would be invented zeros.
+    let s = setup("unified-memory-apu");
+    let out = run(&s, Choice::Forced(StrategyKind::VllmLegacy)).unwrap();
+    let why = out.failed.expect("legacy cannot sample here");
+    assert!(why.contains("driver free"), "{why}");
+    assert!(out.plan.is_none() && out.estimate.is_none());
+}
+
+#[test]
 fn absurd_scenario_lengths_do_not_overflow() {
     // TOML integers reach i64::MAX; the search limit (4x the length) must not overflow.
     let text = SHIPPED[0].1.replace(

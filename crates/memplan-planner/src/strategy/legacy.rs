@@ -6,10 +6,11 @@
 //! *without* releasing cached memory first, and extrapolates
 //! `first + (n - 1) * max(second, 1 MiB)`. Both failures follow: a capture that empties the
 //! cache inside the window gives negative samples (under-estimate), and a second sample that
-//! carries the whole shared pool is multiplied by the graph count (over-estimate).
+//! carries the whole shared pool is multiplied by the graph count (over-estimate). On a device
+//! that gives no free reading it refuses (`Unsupported`) rather than take absent samples as 0.
 
 use memplan_core::bytes::{fmt_signed, MIB};
-use memplan_core::Result;
+use memplan_core::{Error, Reading, Result};
 
 use super::context::GraphContext;
 use super::{GraphEstimate, GraphSample, GraphStrategy, StrategyKind};
@@ -45,10 +46,17 @@ impl GraphStrategy for VllmLegacy {
             let before = ctx.snapshot()?;
             ctx.capture(size)?;
             let after = ctx.snapshot()?;
-            let delta = match (before.driver.free, after.driver.free) {
-                (Some(a), Some(b)) => a as i64 - b as i64,
-                _ => 0,
+            // A free reading the device does not give is absent, not a sample of 0.
+            let (Some(a), Some(b)) = (before.driver.free, after.driver.free) else {
+                return Err(Error::unsupported(
+                    "vllm-legacy sampling",
+                    format!(
+                        "it samples the driver free reading, which this device does not give ({})",
+                        ctx.capability().reading(Reading::DriverFree)
+                    ),
+                ));
             };
+            let delta = a as i64 - b as i64;
             samples.push(GraphSample {
                 size,
                 delta,
