@@ -137,8 +137,15 @@ pub fn run(input: &PlanInput) -> Result<DryRun> {
     if tp == 0 {
         return Err(Error::invalid("tensor-parallel-size", "must be > 0"));
     }
+    // `auto` is the config's dtype, except that engines downcast float32 checkpoints (vLLM
+    // `_resolve_auto_dtype`: to the platform's first supported dtype, bfloat16 on current
+    // GPUs; SGLang likewise to 16 bits), and a config without one loads as bfloat16.
     let dtype_name = match input.dtype.as_deref() {
-        None | Some("auto") => c.torch_dtype.clone().unwrap_or_else(|| "bfloat16".into()),
+        None | Some("auto") => match c.torch_dtype.as_deref() {
+            Some(d) if matches!(dtype_bytes(d), Ok(4)) => "bfloat16".to_string(),
+            Some(d) => d.to_string(),
+            None => "bfloat16".into(),
+        },
         Some(d) => d.to_string(),
     };
     let db = dtype_bytes(&dtype_name).map_err(|e| {
@@ -204,10 +211,10 @@ pub fn run(input: &PlanInput) -> Result<DryRun> {
             basis: "passed by the user".into(),
         },
         (None, Some(s)) if input.quantization.is_none() => Figure {
-            bytes: s.per_rank(tp),
+            bytes: s.per_rank_as(tp, db, c.quantization.is_some()),
             source: "checkpoint",
             basis: format!(
-                "safetensors headers: {} tensors, split over {tp} rank(s)",
+                "safetensors headers: {} tensors, floating-point ones at {db} bytes, split over {tp} rank(s)",
                 s.tensors
             ),
         },
@@ -300,4 +307,69 @@ pub fn run(input: &PlanInput) -> Result<DryRun> {
         max_num_batched_tokens,
         warnings,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{safetensors, ModelConfig, Source};
+    use memplan_core::bytes::GIB;
+
+    fn input(config: &str, checkpoint: Option<&str>, dtype: &str) -> PlanInput {
+        let config = ModelConfig::from_json_str(config).unwrap();
+        PlanInput {
+            model: Model {
+                name: "m".into(),
+                source: Source::Path("m".into()),
+                config,
+                checkpoint: checkpoint
+                    .map(|h| safetensors::parse_header("h", h.as_bytes()).unwrap()),
+            },
+            total: 24 * GIB,
+            snapshot: None,
+            request: Request::Utilization(0.9),
+            dtype: Some(dtype.into()),
+            kv_cache_dtype: None,
+            quantization: None,
+            max_model_len: Some(4096),
+            max_num_seqs: None,
+            max_num_batched_tokens: None,
+            block_size: 16,
+            tensor_parallel: 1,
+            capture_sizes: None,
+            enforce_eager: true,
+            graph_reserve: GraphReserve::Reserve,
+            measured: Measured::default(),
+        }
+    }
+
+    const LLAMA: &str = r#"{"architectures":["LlamaForCausalLM"],"hidden_size":1024,"num_hidden_layers":4,
+        "num_attention_heads":8,"num_key_value_heads":8,"intermediate_size":4096,"vocab_size":32000,
+        "max_position_embeddings":4096,"torch_dtype":"DTYPE"}"#;
+
+    #[test]
+    fn auto_dtype_downcasts_float32_checkpoints_like_the_engines() {
+        let f32 = run(&input(&LLAMA.replace("DTYPE", "float32"), None, "auto")).unwrap();
+        let bf16 = run(&input(&LLAMA.replace("DTYPE", "bfloat16"), None, "auto")).unwrap();
+        assert_eq!(f32.kv_spec.dtype, KvDtype::Bf16);
+        assert_eq!(f32.weights.bytes, bf16.weights.bytes);
+        assert_eq!(f32.sizing.tokens, bf16.sizing.tokens);
+        // An explicit float32 is honoured.
+        let forced = run(&input(&LLAMA.replace("DTYPE", "float32"), None, "float32")).unwrap();
+        assert_eq!(forced.kv_spec.dtype, KvDtype::F32);
+    }
+
+    #[test]
+    fn checkpoint_bytes_follow_the_loaded_dtype() {
+        let h = r#"{"w":{"dtype":"BF16","shape":[1024,1024],"data_offsets":[0,2097152]}}"#;
+        let cfg = LLAMA.replace("DTYPE", "bfloat16");
+        let bf16 = run(&input(&cfg, Some(h), "auto")).unwrap();
+        assert_eq!(
+            (bf16.weights.source, bf16.weights.bytes),
+            ("checkpoint", 2 << 20)
+        );
+        // Served in float32, the same tensors take twice the file's bytes.
+        let f32 = run(&input(&cfg, Some(h), "float32")).unwrap();
+        assert_eq!(f32.weights.bytes, 4 << 20);
+    }
 }
