@@ -23,16 +23,22 @@ impl ModelConfig {
                 ),
             ));
         }
-        if self.num_kv_heads >= tp && !self.num_kv_heads.is_multiple_of(tp) {
+        // Engines split KV heads across ranks when there are at least as many heads as ranks,
+        // and otherwise replicate each head on `tp / kv_heads` ranks, which must be whole
+        // (vLLM's QKVParallelLinear: `divide(tp_size, total_num_kv_heads)`).
+        let kv = self.num_kv_heads;
+        let (divides, what) = if kv >= tp {
+            (kv.is_multiple_of(tp), "does not divide")
+        } else {
+            (tp.is_multiple_of(kv), "is not a multiple of")
+        };
+        if !divides {
             return Err(Error::invalid(
                 "tensor-parallel-size",
-                format!(
-                    "{tp} does not divide num_key_value_heads {}",
-                    self.num_kv_heads
-                ),
+                format!("{tp} {what} num_key_value_heads {kv}"),
             ));
         }
-        Ok((self.num_kv_heads / tp).max(1))
+        Ok((kv / tp).max(1))
     }
 
     /// The KV spec of one tensor-parallel rank. MLA caches one latent per token on every rank.
@@ -76,5 +82,40 @@ impl ModelConfig {
         };
         spec.validate()?;
         Ok(spec)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ModelConfig;
+
+    fn cfg(heads: u64, kv: u64) -> ModelConfig {
+        ModelConfig::from_json_str(&format!(
+            r#"{{"architectures":["LlamaForCausalLM"],"hidden_size":{h},"num_hidden_layers":2,
+            "num_attention_heads":{heads},"num_key_value_heads":{kv},"vocab_size":100}}"#,
+            h = heads * 64
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn kv_heads_split_or_replicate_never_to_zero() {
+        let c = cfg(12, 2);
+        assert_eq!(c.kv_heads_per_rank(1).unwrap(), 2);
+        assert_eq!(c.kv_heads_per_rank(2).unwrap(), 1);
+        // Fewer KV heads than ranks: each head is replicated on 2 ranks, one head per rank.
+        assert_eq!(c.kv_heads_per_rank(4).unwrap(), 1);
+        // 2 heads cannot be replicated evenly over 3 ranks: the engine refuses it.
+        let e = c.kv_heads_per_rank(3).unwrap_err().to_string();
+        assert!(
+            e.starts_with("tensor-parallel-size") && e.contains("num_key_value_heads 2"),
+            "{e}"
+        );
+        let c = cfg(16, 8);
+        assert!(c.kv_heads_per_rank(16).is_ok());
+        assert!(c.kv_heads_per_rank(0).is_err());
+        let c = cfg(24, 6);
+        assert!(c.kv_heads_per_rank(4).is_err());
+        assert_eq!(c.kv_heads_per_rank(12).unwrap(), 1);
     }
 }
