@@ -148,17 +148,25 @@ pub(crate) fn parse(arch: &str, f: &Fields<'_>, top: &Map<String, Value>) -> Res
 fn gemma(a: String, f: &Fields<'_>, top: &Map<String, Value>) -> Result<ModelConfig> {
     let v3 = a.starts_with("Gemma3");
     let mut map = f.map.clone();
+    // Both config classes default to 8 heads, 4 KV heads and a head dim of 256 (not
+    // hidden_size / heads); Gemma 3's multimodal configs omit them from `text_config`.
     let defaults: &[(&str, Value)] = if v3 {
         &[
             ("vocab_size", Value::from(262_208)),
             ("max_position_embeddings", Value::from(131_072)),
             ("sliding_window", Value::from(4096)),
             ("tie_word_embeddings", Value::from(true)),
+            ("num_attention_heads", Value::from(8)),
+            ("num_key_value_heads", Value::from(4)),
+            ("head_dim", Value::from(256)),
         ]
     } else {
         &[
             ("sliding_window", Value::from(4096)),
             ("tie_word_embeddings", Value::from(true)),
+            ("num_attention_heads", Value::from(8)),
+            ("num_key_value_heads", Value::from(4)),
+            ("head_dim", Value::from(256)),
         ]
     };
     for (k, v) in defaults {
@@ -293,6 +301,24 @@ mod tests {
             ]
         );
         assert!(c.vision.is_some());
+    }
+
+    #[test]
+    fn gemma_head_defaults_are_the_config_classes() {
+        // Gemma 3 4B's config.json: the text_config names only what differs from
+        // Gemma3TextConfig's defaults (8 heads, 4 KV heads, head dim 256).
+        let g3 = r#"{"architectures":["Gemma3ForConditionalGeneration"],
+            "text_config":{"hidden_size":2560,"intermediate_size":10240,"model_type":"gemma3_text",
+            "num_hidden_layers":34,"sliding_window":1024},"torch_dtype":"bfloat16"}"#;
+        let c = ModelConfig::from_json_str(g3).unwrap();
+        assert_eq!((c.num_heads, c.num_kv_heads, c.head_dim), (8, 4, 256));
+        let spec = c.kv_spec(KvDtype::Bf16, 16, 1).unwrap();
+        assert_eq!(spec.groups.len(), 2);
+        assert_eq!(spec.groups[0].head_dim_k, 256);
+        // Gemma 2 without head_dim: 256, not hidden_size / heads (3584 / 16 = 224).
+        let g2 = r#"{"architectures":["Gemma2ForCausalLM"],"hidden_size":3584,"num_hidden_layers":42,
+            "num_attention_heads":16,"num_key_value_heads":8,"intermediate_size":14336,"vocab_size":256000}"#;
+        assert_eq!(ModelConfig::from_json_str(g2).unwrap().head_dim, 256);
     }
 
     #[test]
