@@ -69,7 +69,8 @@ impl KvDtype {
     /// - fp8 (e4m3/e5m2): 0. Engines (vLLM, SGLang) scale fp8 caches per tensor: one f32 for K
     ///   and one for V per layer, held beside the weights, not in the pages.
     /// - int8: 4. Integer caches are scaled per token and head (one f32 each for K and V, as in
-    ///   LMDeploy and TensorRT-LLM's int8 KV cache), stored beside the values in the pages.
+    ///   vLLM's `int8_per_token_head`, LMDeploy and TensorRT-LLM), carved from the same
+    ///   allocation as the values.
     /// - f32/f16/bf16: 0 (not quantized).
     pub fn scale_bytes_per_token_head(self) -> u64 {
         match self {

@@ -3,8 +3,9 @@
 //!
 //! Grouping (vLLM `_get_kv_cache_groups_uniform_page_size`): layers of one layout form one
 //! *type*. With one type, all layers form one group. With several (Gemma 2/3, gpt-oss: full and
-//! sliding-window layers), `group_size` is the largest type's layer count when it is below 1.25x
-//! the smallest, else the smallest count; each type is cut into `ceil(n / group_size)` groups
+//! sliding-window layers), `group_size` is the largest type's layer count when it is below 1.5x
+//! the smallest (current vLLM; versions of late 2025 used 1.25x, earlier ones always the
+//! smallest), else the smallest count; each type is cut into `ceil(n / group_size)` groups
 //! (the last one padded). The budget is split into `group_size` pools; one block of a pool
 //! serves one layer of any group, so one block costs `page * group_size` bytes, and the engine
 //! reports `num_blocks / num_groups * block_size` tokens.
@@ -14,8 +15,10 @@
 //! `num_blocks` without removing it, so it can print one block (16 tokens) more; that is inside
 //! the rounding of the GiB figures it prints next to it (see `docs/model-validation.md`).
 //!
-//! Page sizes that differ between types (rare: different head dims) are padded to the largest,
-//! which is what the engine's memory pools do; the result is then a slight under-estimate.
+//! Page sizes that differ between types (rare: different head dims; no config memplan reads
+//! produces them) are padded to the largest. vLLM instead puts layers of one attention kind in
+//! one group with per-layer pages, or enlarges the block size of the smaller pages; padding
+//! gives at most as many blocks and tokens as either, so the result is then an under-estimate.
 
 use serde::{Deserialize, Serialize};
 
@@ -156,8 +159,8 @@ impl KvSpec {
         if page == 0 || min == 0 {
             return Err(Error::invalid("kv spec", "no attention layers to size"));
         }
-        // vLLM: use the largest count when it is below 1.25x the smallest (4*max < 5*min).
-        let group_size = if types.len() == 1 || 4 * max < 5 * min {
+        // vLLM: use the largest count when it is below 1.5x the smallest (2*max < 3*min).
+        let group_size = if types.len() == 1 || 2 * max < 3 * min {
             max
         } else {
             min
@@ -349,6 +352,25 @@ mod tests {
             .size(GIB, &limits(1024))
             .unwrap();
         assert_eq!((z.group_size, z.num_groups), (12, 2));
+        // 12 vs 16 layers: 16 < 1.5 * 12, so still one group of each, padded to 16 (vLLM's
+        // `max_num_layers < min_num_layers * 1.5`), not 12 + 12 + 4-and-padding.
+        let sw = LayerGroup {
+            attention: AttentionKind::SlidingWindow { window: 512 },
+            ..full(12, 8, 128)
+        };
+        let z = spec(vec![sw, full(16, 8, 128)], KvDtype::Bf16)
+            .size(GIB, &limits(1024))
+            .unwrap();
+        assert_eq!((z.group_size, z.num_groups), (16, 2));
+        // 10 vs 15: not below 1.5x, so groups of 10.
+        let sw = LayerGroup {
+            attention: AttentionKind::SlidingWindow { window: 512 },
+            ..full(10, 8, 128)
+        };
+        let z = spec(vec![sw, full(15, 8, 128)], KvDtype::Bf16)
+            .size(GIB, &limits(1024))
+            .unwrap();
+        assert_eq!((z.group_size, z.num_groups), (10, 3));
     }
 
     #[test]
