@@ -290,7 +290,7 @@ pub fn run(a: Args) -> Result<ExitCode, Error> {
     if a.json {
         crate::output::print_json(&view.json())?;
     } else if let Some(engine) = a.emit_args {
-        println!("{}", render::engine_args(&view, engine));
+        println!("{}", render::engine_args(&view, engine)?);
     } else {
         print!("{}", render::table(&view));
     }
@@ -416,13 +416,13 @@ mod tests {
         let inp = input(&a, &t).unwrap();
         let p = dryrun::run(&inp).unwrap();
         let v = render::View::new(&t.label, &inp, &p, &a);
-        let vllm = render::engine_args(&v, Engine::Vllm);
+        let vllm = render::engine_args(&v, Engine::Vllm).unwrap();
         assert!(
             vllm.contains(&format!("--kv-cache-memory-bytes {} ", p.budget.kv_budget))
                 && vllm.contains("--kv-cache-dtype fp8_e4m3"),
             "{vllm}"
         );
-        let sg = render::engine_args(&v, Engine::Sglang);
+        let sg = render::engine_args(&v, Engine::Sglang).unwrap();
         assert!(
             sg.contains(&format!("--max-total-tokens {} ", p.sizing.tokens)),
             "{sg}"
@@ -430,5 +430,37 @@ mod tests {
         assert!(
             render::svg(&v).starts_with("<svg") && render::table(&v).contains("KV cache tokens")
         );
+        // SGLang's fraction is the planned request (0.9 by default), not weights + KV alone:
+        // its pool is `free - total * (1 - fraction)`, so a smaller fraction leaves the pool
+        // short of --max-total-tokens by the engine's context and workspaces.
+        assert!(sg.contains("--mem-fraction-static 0.900 "), "{sg}");
+    }
+
+    fn emitted(flags: &str, e: Engine) -> Result<String, Error> {
+        let a = Cli::try_parse_from(std::iter::once("plan").chain(flags.split_whitespace()))
+            .unwrap()
+            .args
+            .flags;
+        let t = target(&a).unwrap();
+        let inp = input(&a, &t).unwrap();
+        let p = dryrun::run(&inp).unwrap();
+        render::engine_args(&render::View::new(&t.label, &inp, &p, &a), e)
+    }
+
+    #[test]
+    fn emitted_kv_dtypes_are_the_engines_own_names() {
+        let f = "--model qwen3-8b --total-memory 80GiB --max-model-len 8192 --kv-cache-dtype";
+        // vLLM spells its int8 cache (per-token-head scales, memplan's int8 layout) so.
+        let v = emitted(&format!("{f} int8"), Engine::Vllm).unwrap();
+        assert!(v.ends_with("--kv-cache-dtype int8_per_token_head"), "{v}");
+        // SGLang has no int8 cache: a clear error, not a silent bf16 cache of other size.
+        let e = emitted(&format!("{f} int8"), Engine::Sglang)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("int8") && e.contains("--emit-args"), "{e}");
+        let s = emitted(&format!("{f} fp8_e5m2"), Engine::Sglang).unwrap();
+        assert!(s.ends_with("--kv-cache-dtype fp8_e5m2"), "{s}");
+        let v = emitted(&format!("{f} auto"), Engine::Vllm).unwrap();
+        assert!(v.ends_with("--kv-cache-dtype auto"), "{v}");
     }
 }

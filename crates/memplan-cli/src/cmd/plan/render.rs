@@ -2,6 +2,8 @@
 //! `--emit-args`.
 
 use memplan::bytes::{fmt_bytes, GIB};
+use memplan::kv::KvDtype;
+use memplan::Error;
 use memplan_model::dryrun::{DryRun, GraphReserve, PlanInput};
 use serde_json::{json, Value};
 
@@ -124,48 +126,66 @@ impl<'a> View<'a> {
             "kv_groups": z.num_groups,
             "figures": {"weights": fig(&p.weights), "activation": fig(&p.activation), "non_torch": fig(&p.non_torch), "graph": fig(&p.graph)},
             "suggestions": b.suggestions,
-            "engine_args": {"vllm": engine_args(self, Engine::Vllm), "sglang": engine_args(self, Engine::Sglang)},
+            "engine_args": {"vllm": engine_args(self, Engine::Vllm).ok(), "sglang": engine_args(self, Engine::Sglang).ok()},
             "warnings": p.warnings,
         })
     }
 }
 
-/// Ready-to-paste flags that pin the planned KV cache.
-pub fn engine_args(v: &View<'_>, e: Engine) -> String {
+/// Ready-to-paste flags that pin the planned KV cache. An error when the engine cannot hold
+/// the planned cache (SGLang has no int8 KV cache).
+pub fn engine_args(v: &View<'_>, e: Engine) -> Result<String, Error> {
     let (p, b) = (v.plan, &v.plan.budget);
     let tp = v.input.tensor_parallel;
     let dtype = p.kv_spec.dtype;
     match e {
         Engine::Vllm => {
+            // vLLM's --kv-cache-dtype names; its int8 cache with per-token-head f32 scales is
+            // exactly the layout memplan sizes for int8.
+            let kv = match dtype {
+                KvDtype::Fp8E4m3 | KvDtype::Fp8E5m2 => dtype.name(),
+                KvDtype::Int8 => "int8_per_token_head",
+                _ => "auto",
+            };
             let mut s = format!(
-                "--kv-cache-memory-bytes {} --max-model-len {} --max-num-seqs {} --max-num-batched-tokens {} --block-size {} --tensor-parallel-size {} --kv-cache-dtype {}",
+                "--kv-cache-memory-bytes {} --max-model-len {} --max-num-seqs {} --max-num-batched-tokens {} --block-size {} --tensor-parallel-size {} --kv-cache-dtype {kv}",
                 b.kv_budget,
                 p.max_model_len,
                 p.max_num_seqs,
                 p.max_num_batched_tokens,
                 p.kv_spec.block_size,
                 tp,
-                if dtype.is_quantized() { dtype.name() } else { "auto" }
             );
             if v.strategy == "none" && v.input.enforce_eager {
                 s.push_str(" --enforce-eager");
             }
-            s
+            Ok(s)
         }
         Engine::Sglang => {
-            // Static memory = weights + KV pool, as a fraction of the device, rounded down.
-            let frac = ((b.consumers.weights + p.sizing.used_bytes) as f64 / b.total as f64
-                * 1000.0)
-                .floor()
-                / 1000.0;
-            let kv = match dtype.name() {
-                "fp8_e4m3" | "fp8_e5m2" => dtype.name(),
+            let kv = match dtype {
+                KvDtype::Fp8E4m3 | KvDtype::Fp8E5m2 => dtype.name(),
+                KvDtype::Int8 => {
+                    return Err(Error::invalid(
+                        "--emit-args",
+                        "SGLang has no int8 KV cache (its --kv-cache-dtype takes auto, fp8_e4m3, fp8_e5m2 or bf16); plan with --kv-cache-dtype fp8 or auto",
+                    ))
+                }
                 _ => "auto",
             };
-            format!(
-                "--max-total-tokens {} --mem-fraction-static {frac:.3} --context-length {} --max-running-requests {} --tp-size {tp} --kv-cache-dtype {kv}",
-                p.sizing.tokens, p.max_model_len, p.max_num_seqs
-            )
+            // SGLang sizes its pool as `free after loading - total * (1 - fraction)`, with
+            // `total` the free memory before loading, and then caps it at --max-total-tokens.
+            // The fraction must therefore be large enough for the planned pool *plus* what the
+            // engine holds besides the weights (its context, library workspaces); the planned
+            // request covers that, so its fraction (rounded up) lets the pool reach the cap,
+            // and the cap keeps it at the planned size.
+            let frac = ((b.requested as f64 / b.total as f64 * 1000.0) - 1e-6).ceil() / 1000.0;
+            Ok(format!(
+                "--max-total-tokens {} --mem-fraction-static {:.3} --context-length {} --max-running-requests {} --tp-size {tp} --kv-cache-dtype {kv}",
+                p.sizing.tokens,
+                frac.min(1.0),
+                p.max_model_len,
+                p.max_num_seqs
+            ))
         }
     }
 }
