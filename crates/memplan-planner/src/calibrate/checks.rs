@@ -22,12 +22,19 @@ pub(super) fn tolerance(size: u64) -> u64 {
     (2 * MIB).max(size / 100)
 }
 
-fn free_of(d: &DriverMemory) -> Option<i64> {
-    d.free.map(|f| f as i64)
+/// A reading as a signed number of bytes. Saturating: a driver can return garbage (free of
+/// 2^64 - 1), which must fail the checks, not wrap to a negative number or overflow.
+pub(super) fn signed(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-fn diff(a: Option<i64>, b: Option<i64>) -> Option<i64> {
-    Some(a? - b?)
+fn free_of(d: &DriverMemory) -> Option<i64> {
+    d.free.map(signed)
+}
+
+/// `a - b`, saturating (see [`signed`]).
+pub(super) fn diff(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    Some(a?.saturating_sub(b?))
 }
 
 /// Allocate each size, read free before/after (with and without a synchronize), free, read.
@@ -43,7 +50,7 @@ pub(super) fn driver_free(device: &mut dyn Device, sizes: &[u64]) -> Result<Obse
         ev.push(Evidence {
             check: "free below total (a context holds memory)".into(),
             expected: None,
-            observed: Some(t as i64 - f as i64),
+            observed: Some(signed(t).saturating_sub(signed(f))),
             ok: f < t,
         });
     }
@@ -76,7 +83,7 @@ pub(super) fn driver_free(device: &mut dyn Device, sizes: &[u64]) -> Result<Obse
         device.synchronize()?;
         let e = free_of(&device.driver_memory()?);
         let tol = tolerance(size);
-        let s = size as i64;
+        let s = signed(size);
         let label = fmt_bytes(size);
         let checks = [
             (
@@ -106,9 +113,9 @@ pub(super) fn driver_free(device: &mut dyn Device, sizes: &[u64]) -> Result<Obse
             if let Some(o) = obs {
                 never_moved &= o.unsigned_abs() <= tol;
                 if synced {
-                    worst_err = worst_err.max((o - s).unsigned_abs());
+                    worst_err = worst_err.max(o.abs_diff(s));
                     // Off by half the allocation or more after a synchronize: not following.
-                    lost |= (o - s).unsigned_abs() >= size / 2;
+                    lost |= o.abs_diff(s) >= size / 2;
                 }
             }
             if synced {
@@ -171,7 +178,13 @@ pub(super) fn unified_pool(
     let Some(free) = device.driver_memory()?.free else {
         return Ok(Vec::new());
     };
-    let size = (free + 256 * MIB).div_ceil(MIB) * MIB;
+    // More than any device holds when free is garbage: nothing to try.
+    let Some(size) = free
+        .checked_add(256 * MIB)
+        .and_then(|s| s.div_ceil(MIB).checked_mul(MIB))
+    else {
+        return Ok(Vec::new());
+    };
     let fits = match device.allocate(size) {
         Ok(a) => {
             device.free(a)?;
@@ -187,7 +200,7 @@ pub(super) fn unified_pool(
             fmt_bytes(free)
         ),
         expected: None,
-        observed: Some(size as i64),
+        observed: Some(signed(size)),
         ok: !fits,
     }];
     let obs = |why: &str| Observed {
@@ -217,15 +230,15 @@ pub(super) fn driver_total(
     let now = device.driver_memory()?;
     let mut ev = vec![Evidence {
         check: "total unchanged across calibration".into(),
-        expected: start.total.map(|t| t as i64),
-        observed: now.total.map(|t| t as i64),
+        expected: start.total.map(signed),
+        observed: now.total.map(signed),
         ok: start.total.is_some() && start.total == now.total,
     }];
     if let (Some(t), Some(f)) = (now.total, now.free) {
         ev.push(Evidence {
             check: "free <= total".into(),
             expected: None,
-            observed: Some(t as i64 - f as i64),
+            observed: Some(signed(t).saturating_sub(signed(f))),
             ok: f <= t,
         });
     }

@@ -6,7 +6,7 @@ use memplan_core::{
     Reading, Reliability, Result, Support,
 };
 
-use super::checks::{tolerance, verdict_reading, Observed};
+use super::checks::{diff, signed, tolerance, verdict_reading, Observed};
 use super::report::{Evidence, Status, Verdict};
 use crate::strategy::EXEC_BYTES_PER_KERNEL_NODE;
 
@@ -36,11 +36,11 @@ pub(super) fn free(device: &mut dyn Device, sync: bool) -> Result<Option<i64>> {
     if sync {
         device.synchronize()?;
     }
-    Ok(device.driver_memory()?.free.map(|f| f as i64))
+    Ok(device.driver_memory()?.free.map(signed))
 }
 
 fn pool_growth(p0: &GraphPoolMemory, p1: &GraphPoolMemory) -> Option<i64> {
-    let grow = |a: Option<u64>, b: Option<u64>| Some(b? as i64 - a? as i64);
+    let grow = |a: Option<u64>, b: Option<u64>| diff(b.map(signed), a.map(signed));
     [
         grow(p0.reserved_high, p1.reserved_high),
         grow(p0.used_high, p1.used_high),
@@ -308,10 +308,10 @@ fn release_and_hidden(cal: &mut ProfilingCapability, run: &GraphRun, out: &mut V
         return;
     }
     // When does a destroyed graph's memory come back?
-    let cost = run.f0.zip(run.f1).map(|(a, b)| a - b);
-    let now = run.f_destroyed.zip(run.f1).map(|(a, b)| a - b);
-    let synced = run.f_synced.zip(run.f1).map(|(a, b)| a - b);
-    let deferred = matches!((now, synced), (Some(n), Some(s)) if s - n > (MIB / 2) as i64);
+    let cost = diff(run.f0, run.f1);
+    let now = diff(run.f_destroyed, run.f1);
+    let synced = diff(run.f_synced, run.f1);
+    let deferred = matches!(diff(synced, now), Some(d) if d > (MIB / 2) as i64);
     let declared_rel = cal.facts.graph_release;
     let ev = vec![
         Evidence {
@@ -320,7 +320,7 @@ fn release_and_hidden(cal: &mut ProfilingCapability, run: &GraphRun, out: &mut V
             observed: now,
             ok: !deferred,
         },
-        back_after_release(cost, run.f_released.zip(run.f1).map(|(a, b)| a - b)),
+        back_after_release(cost, diff(run.f_released, run.f1)),
     ];
     let status = if deferred && declared_rel == GraphRelease::Immediate {
         cal.facts.graph_release = GraphRelease::AtNextSync;
@@ -348,8 +348,9 @@ fn release_and_hidden(cal: &mut ProfilingCapability, run: &GraphRun, out: &mut V
     // Per-capture memory beyond the allocation node and the executable object.
     let node = run.alloc_node as i64;
     let exec = (u64::from(NODES) * EXEC_BYTES_PER_KERNEL_NODE) as i64;
-    let hidden = cost.map(|c| c - run.pool_growth.unwrap_or(node).max(node) - exec);
-    let declared_hidden = cal.facts.hidden_bytes_per_capture.unwrap_or(0) as i64;
+    let pool = run.pool_growth.unwrap_or(node).max(node);
+    let hidden = cost.map(|c| c.saturating_sub(pool).saturating_sub(exec));
+    let declared_hidden = signed(cal.facts.hidden_bytes_per_capture.unwrap_or(0));
     let ev = vec![Evidence::bytes(
         "capture cost beyond the allocation node and 64 KiB per kernel node",
         declared_hidden,
@@ -357,7 +358,7 @@ fn release_and_hidden(cal: &mut ProfilingCapability, run: &GraphRun, out: &mut V
         MIB,
     )];
     let status = match hidden {
-        Some(h) if h > declared_hidden + MIB as i64 => {
+        Some(h) if h > declared_hidden.saturating_add(MIB as i64) => {
             cal.facts.hidden_bytes_per_capture = Some(h as u64);
             Status::Downgraded
         }

@@ -27,7 +27,7 @@ impl Evidence {
         observed: Option<i64>,
         tolerance: u64,
     ) -> Self {
-        let ok = observed.is_some_and(|o| (o - expected).unsigned_abs() <= tolerance);
+        let ok = observed.is_some_and(|o| o.abs_diff(expected) <= tolerance);
         Evidence {
             check: check.into(),
             expected: Some(expected),

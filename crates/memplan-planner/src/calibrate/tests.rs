@@ -232,3 +232,67 @@ fn a_failing_reading_leaks_nothing() {
         }
     }
 }
+
+/// A simulated GPU whose driver reports fixed garbage (a vendor call returning nonsense).
+struct Garbage {
+    gpu: SimGpu,
+    driver: DriverMemory,
+}
+
+impl Device for Garbage {
+    fn descriptor(&self) -> &DeviceDescriptor {
+        self.gpu.descriptor()
+    }
+    fn capabilities(&self) -> &ProfilingCapability {
+        self.gpu.capabilities()
+    }
+    fn driver_memory(&mut self) -> Result<DriverMemory> {
+        Ok(self.driver)
+    }
+    fn graph_pool_memory(&mut self) -> Result<GraphPoolMemory> {
+        self.gpu.graph_pool_memory()
+    }
+    fn synchronize(&mut self) -> Result<()> {
+        self.gpu.synchronize()
+    }
+    fn allocate(&mut self, bytes: u64) -> Result<RawAllocation> {
+        self.gpu.allocate(bytes)
+    }
+    fn free(&mut self, allocation: RawAllocation) -> Result<()> {
+        self.gpu.free(allocation)
+    }
+    fn graph_capture(&mut self) -> Result<&mut dyn GraphCapture> {
+        self.gpu.graph_capture()
+    }
+    fn virtual_memory(&mut self) -> Result<&mut dyn VirtualMemory> {
+        self.gpu.virtual_memory()
+    }
+}
+
+#[test]
+fn garbage_driver_readings_are_downgraded_not_a_panic() {
+    let big = 1u64 << 63;
+    for (total, free) in [
+        (u64::MAX, u64::MAX),
+        (24 << 30, u64::MAX),
+        (u64::MAX, 0),
+        (u64::MAX, big),
+        (big, big - 1),
+    ] {
+        for name in ["rtx4090", "strix-halo,declare-exact"] {
+            let mut d = Garbage {
+                gpu: SimGpu::open(name).unwrap(),
+                driver: DriverMemory {
+                    total: Some(total),
+                    free: Some(free),
+                },
+            };
+            let r = calibrate(&mut d).expect("calibration runs on garbage");
+            assert_eq!(
+                r.calibrated.reading(Reading::DriverFree).label(),
+                "unavailable",
+                "{name} total {total} free {free}"
+            );
+        }
+    }
+}

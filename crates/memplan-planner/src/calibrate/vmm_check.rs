@@ -53,7 +53,7 @@ pub(super) fn virtual_memory(
             Evidence::bytes(
                 format!("free drop after mapping one {} granule", fmt_bytes(gran)),
                 gran as i64,
-                before.zip(after).map(|(a, b)| a - b),
+                super::checks::diff(before, after),
                 tolerance(gran),
             )
         }))
