@@ -57,7 +57,18 @@ pub fn find(name: &str) -> Result<Preset> {
 
 /// Look `name` up in a JSONL text with the presets' layout (`{"model", "source", "config"}`
 /// per line), e.g. configs of held-back logs. `Ok(None)` when no line names it.
+///
+/// A line that is not JSON is an error naming it, not skipped: a skipped line would leave the
+/// logs of its model unchecked without a word.
 pub fn find_in(text: &str, name: &str) -> Result<Option<Preset>> {
+    for (i, l) in text.lines().enumerate() {
+        if l.trim().is_empty() {
+            continue;
+        }
+        serde_json::from_str::<Value>(l).map_err(|e| {
+            Error::invalid("model configs", format!("line {}: not JSON: {e}", i + 1))
+        })?;
+    }
     for (line, v) in entries_of(text) {
         let Some(id) = id_of(&v) else { continue };
         if !matches(id, name) {
@@ -113,6 +124,13 @@ mod tests {
             let p = find(&name).unwrap_or_else(|e| panic!("{name}: {e}"));
             assert!(p.config.num_layers > 0);
         }
+    }
+
+    #[test]
+    fn a_broken_line_of_extra_configs_is_an_error() {
+        let text = "{\"model\":\"a/b\",\"config\":{}}\n{not json\n";
+        let e = find_in(text, "x/y").unwrap_err().to_string();
+        assert!(e.contains("line 2"), "{e}");
     }
 
     #[test]
