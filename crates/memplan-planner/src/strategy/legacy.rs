@@ -47,7 +47,7 @@ impl GraphStrategy for VllmLegacy {
             ctx.capture(size)?;
             let after = ctx.snapshot()?;
             // A free reading the device does not give is absent, not a sample of 0.
-            let (Some(a), Some(b)) = (before.driver.free, after.driver.free) else {
+            let Some(delta) = before.window_to(&after).driver_taken() else {
                 return Err(Error::unsupported(
                     "vllm-legacy sampling",
                     format!(
@@ -56,7 +56,6 @@ impl GraphStrategy for VllmLegacy {
                     ),
                 ));
             };
-            let delta = a as i64 - b as i64;
             samples.push(GraphSample {
                 size,
                 delta,

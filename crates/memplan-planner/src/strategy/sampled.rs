@@ -87,7 +87,7 @@ fn interpolate(points: &[(u32, i64)], size: u32) -> i64 {
                 return d0.max(d1);
             }
             let t = f64::from(size - s0) / f64::from(s1 - s0);
-            return (d0 as f64 + t * (d1 - d0) as f64).round() as i64;
+            return (d0 as f64 + t * (d1 as f64 - d0 as f64)).round() as i64;
         }
     }
     last.1
@@ -103,7 +103,7 @@ fn residual(points: &[(u32, i64)]) -> u64 {
     let (lo, hi) = (points[0], points[points.len() - 1]);
     points
         .iter()
-        .map(|p| (p.1 - interpolate(&[lo, hi], p.0)).unsigned_abs())
+        .map(|p| p.1.abs_diff(interpolate(&[lo, hi], p.0)))
         .max()
         .unwrap_or(0)
 }
@@ -130,19 +130,32 @@ pub fn sampled_model(samples: &[Layers], sizes: &[u32]) -> (i64, u64) {
                 interpolate(&drv, s),
             ),
         };
-        cum_out += o;
-        pool = pool.max(cum_out + t);
-        driver += d;
+        // Saturating throughout: the layers come from the engine's allocator figures.
+        cum_out = cum_out.saturating_add(o);
+        pool = pool.max(cum_out.saturating_add(t));
+        driver = driver.saturating_add(d);
     }
-    let rounding = (first.reserved - first.output.max(0) - first.transient.max(0)).max(0);
-    let point = pool + driver + rounding;
+    let rounding = first
+        .reserved
+        .saturating_sub(first.output.max(0))
+        .saturating_sub(first.transient.max(0))
+        .max(0);
+    let point = pool.saturating_add(driver).saturating_add(rounding);
     let unsampled = sizes.iter().filter(|s| exact(**s).is_none()).count() as u64;
-    let res = residual(&out) + residual(&drv);
+    let res = residual(&out).saturating_add(residual(&drv));
     // The pool's fragmentation and segment rounding are not visible in a few samples: 10% of
     // the pool plus half an allocator granule per graph.
     let fragmentation = pool.max(0) as u64 / 10 + sizes.len() as u64 * (ALLOCATOR_GRANULE / 2);
-    let margin = res.saturating_mul(unsampled) + point.max(0) as u64 / 50 + fragmentation;
+    let margin = res
+        .saturating_mul(unsampled)
+        .saturating_add(point.max(0) as u64 / 50)
+        .saturating_add(fragmentation);
     (point, margin)
+}
+
+/// A reading as signed bytes, saturating at `i64::MAX`.
+fn signed(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
 }
 
 impl GraphStrategy for Sampled {
@@ -173,13 +186,17 @@ impl GraphStrategy for Sampled {
                 .allocator
                 .peak_allocated
                 .zip(before.allocator.allocated)
-                .map_or(0, |(p, a)| p as i64 - a as i64);
+                .map_or(0, |(p, a)| signed(p).saturating_sub(signed(a)));
             let reserved = w.allocator_reserved.unwrap_or(0);
-            let driver_only = if r.from_driver { r.bytes - reserved } else { 0 };
+            let driver_only = if r.from_driver {
+                r.bytes.saturating_sub(reserved)
+            } else {
+                0
+            };
             layers.push(Layers {
                 size,
                 output,
-                transient: peak - output,
+                transient: peak.saturating_sub(output),
                 driver_only,
                 reserved,
             });

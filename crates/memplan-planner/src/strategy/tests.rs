@@ -115,3 +115,23 @@ fn estimates_never_reserve_negative_memory() {
     let e = GraphEstimate::new(StrategyKind::Sampled, 35, 10 * M, MIB, "x");
     assert_eq!(e.reserve, 11 * MIB);
 }
+
+#[test]
+fn sampled_model_saturates_on_absurd_layers() {
+    // Layers come from the engine's allocator figures: absurd ones must not overflow.
+    let l = |size, v: i64| Layers {
+        size,
+        output: v,
+        transient: v,
+        driver_only: v,
+        reserved: v,
+    };
+    let sizes: Vec<u32> = (1..=64).rev().collect();
+    for v in [i64::MAX, i64::MIN, i64::MAX / 3] {
+        let (point, margin) = sampled_model(&[l(64, v), l(32, v / -2), l(1, v)], &sizes);
+        assert!(point >= 0 || v < 0, "{v}: {point}");
+        assert!(margin > 0, "{v}");
+    }
+    let (point, _) = sampled_model(&[l(64, i64::MAX), l(1, i64::MAX)], &sizes);
+    assert_eq!(point, i64::MAX, "saturated, not wrapped");
+}
