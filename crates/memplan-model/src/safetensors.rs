@@ -290,17 +290,41 @@ pub fn read_file(path: &Path) -> Result<Summary> {
     parse_header(&name, &buf)
 }
 
+/// The index of a sharded checkpoint.
+pub const INDEX: &str = "model.safetensors.index.json";
+
 /// Read every `*.safetensors` header in a directory; `None` when there is none.
+///
+/// When the directory has a [`INDEX`], only the files its `weight_map` names are read, as
+/// engines load them: repositories such as Mistral's ship the same weights twice
+/// (`consolidated.safetensors` beside the Hugging Face shards).
 pub fn read_dir(dir: &Path) -> Result<Option<Summary>> {
     let io = |e| Error::Io {
         path: dir.display().to_string(),
         source: e,
     };
+    let listed = indexed_files(dir)?;
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .map_err(io)?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+        .filter(|p| {
+            listed.as_ref().is_none_or(|l| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| l.contains(n))
+            })
+        })
         .collect();
+    if let Some(l) = &listed {
+        // A shard the index names but the directory lacks would silently shrink the weights.
+        if let Some(missing) = l.iter().find(|n| !dir.join(n).is_file()) {
+            return Err(Error::invalid(
+                dir.join(INDEX).display().to_string(),
+                format!("names {missing:?}, which is not in the directory"),
+            ));
+        }
+    }
     if files.is_empty() {
         return Ok(None);
     }
@@ -315,6 +339,39 @@ pub fn read_dir(dir: &Path) -> Result<Option<Summary>> {
         })?;
     }
     Ok(Some(s))
+}
+
+/// The file names a directory's [`INDEX`] maps tensors to; `None` without an index.
+fn indexed_files(dir: &Path) -> Result<Option<std::collections::BTreeSet<String>>> {
+    let path = dir.join(INDEX);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(Error::Io {
+                path: path.display().to_string(),
+                source: e,
+            })
+        }
+    };
+    let name = path.display().to_string();
+    let v: Value = serde_json::from_str(&text)
+        .map_err(|e| Error::invalid(&name, format!("not valid JSON: {e}")))?;
+    let map = v
+        .get("weight_map")
+        .and_then(Value::as_object)
+        .ok_or_else(|| Error::invalid(format!("{name}: weight_map"), "missing or not an object"))?;
+    map.values()
+        .map(|f| {
+            f.as_str().map(str::to_string).ok_or_else(|| {
+                Error::invalid(
+                    format!("{name}: weight_map"),
+                    format!("file names must be strings, found {f}"),
+                )
+            })
+        })
+        .collect::<Result<_>>()
+        .map(Some)
 }
 
 #[cfg(test)]
@@ -443,6 +500,35 @@ mod tests {
         }
         let c64 = r#"{"a":{"dtype":"C64","shape":[2],"data_offsets":[0,16]}}"#;
         assert_eq!(parse_header("x", c64.as_bytes()).unwrap().total(), 16);
+    }
+
+    #[test]
+    fn an_index_limits_the_files_read() {
+        // Mistral's repositories: HF shards listed in the index, plus consolidated.safetensors
+        // holding the same weights again.
+        let dir = std::env::temp_dir().join(format!("memplan-st-idx-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let shard = file(r#"{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#);
+        std::fs::write(dir.join("model-00001-of-00001.safetensors"), &shard).unwrap();
+        std::fs::write(dir.join("consolidated.safetensors"), &shard).unwrap();
+        assert_eq!(read_dir(&dir).unwrap().unwrap().total(), 16);
+        std::fs::write(
+            dir.join(INDEX),
+            r#"{"metadata":{"total_size":8},"weight_map":{"w":"model-00001-of-00001.safetensors"}}"#,
+        )
+        .unwrap();
+        assert_eq!(read_dir(&dir).unwrap().unwrap().total(), 8);
+        std::fs::write(
+            dir.join(INDEX),
+            r#"{"weight_map":{"w":"model-00001-of-00001.safetensors","v":"model-00002-of-00002.safetensors"}}"#,
+        )
+        .unwrap();
+        let e = read_dir(&dir).unwrap_err().to_string();
+        assert!(e.contains("model-00002-of-00002.safetensors"), "{e}");
+        std::fs::write(dir.join(INDEX), r#"{"weight_map":[1]}"#).unwrap();
+        let e = read_dir(&dir).unwrap_err().to_string();
+        assert!(e.contains("weight_map"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
