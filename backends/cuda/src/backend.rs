@@ -12,6 +12,7 @@ use memplan_core::{Backend, BackendKind, Device, DeviceDescriptor, DeviceId, Err
 use crate::capability::CudaFacts;
 use crate::conv::{self, check};
 use crate::device::CudaDevice;
+use crate::ffi;
 use crate::loader::{driver, Driver, Feature};
 
 /// The CUDA backend (stateless; the driver is process-wide).
@@ -23,7 +24,7 @@ pub(crate) fn attribute(dev: sys::CUdevice, attr: A) -> Result<i32> {
     let mut v: c_int = 0;
     // SAFETY: `dev` came from cuDeviceGet and `v` is a valid out-pointer; the driver is loaded
     // and initialised (`driver()` succeeded before any device handle exists).
-    let res = unsafe { sys::cuDeviceGetAttribute(&mut v, attr, dev) };
+    let res = unsafe { ffi::cuDeviceGetAttribute(&mut v, attr, dev) };
     check("cuDeviceGetAttribute", res)?;
     Ok(v)
 }
@@ -31,7 +32,7 @@ pub(crate) fn attribute(dev: sys::CUdevice, attr: A) -> Result<i32> {
 fn device_count() -> Result<usize> {
     let mut n: c_int = 0;
     // SAFETY: driver loaded and initialised by the caller; `n` is a valid out-pointer.
-    check("cuDeviceGetCount", unsafe { sys::cuDeviceGetCount(&mut n) })?;
+    check("cuDeviceGetCount", unsafe { ffi::cuDeviceGetCount(&mut n) })?;
     Ok(usize::try_from(n).unwrap_or(0))
 }
 
@@ -50,16 +51,16 @@ pub(crate) fn describe(drv: &Driver, ordinal: usize) -> Result<Described> {
         c_int::try_from(ordinal).map_err(|_| Error::invalid("device ordinal", "too large"))?;
     let mut dev: sys::CUdevice = 0;
     // SAFETY: driver initialised; `dev` is a valid out-pointer.
-    check("cuDeviceGet", unsafe { sys::cuDeviceGet(&mut dev, ord) })?;
+    check("cuDeviceGet", unsafe { ffi::cuDeviceGet(&mut dev, ord) })?;
     let mut buf = [0u8; 256];
     // SAFETY: the buffer is 256 bytes and its length is passed; the driver NUL-terminates.
-    let res = unsafe { sys::cuDeviceGetName(buf.as_mut_ptr().cast(), buf.len() as c_int, dev) };
+    let res = unsafe { ffi::cuDeviceGetName(buf.as_mut_ptr().cast(), buf.len() as c_int, dev) };
     check("cuDeviceGetName", res)?;
     let name = conv::name_from_buffer(&buf);
     let mut total: usize = 0;
     // SAFETY: valid device and out-pointer.
     check("cuDeviceTotalMem_v2", unsafe {
-        sys::cuDeviceTotalMem_v2(&mut total, dev)
+        ffi::cuDeviceTotalMem_v2(&mut total, dev)
     })?;
     let total = Some(total as u64);
     let cc = (
@@ -117,7 +118,7 @@ pub(crate) fn describe(drv: &Driver, ordinal: usize) -> Result<Described> {
 fn read_uuid(dev: sys::CUdevice, mig: bool) -> Option<String> {
     let mut u = sys::CUuuid { bytes: [0; 16] };
     // SAFETY: valid device and out-pointer; symbol presence checked by `require(Feature::Uuid)`.
-    let res = unsafe { sys::cuDeviceGetUuid_v2(&mut u, dev) };
+    let res = unsafe { ffi::cuDeviceGetUuid_v2(&mut u, dev) };
     if let Err(e) = check("cuDeviceGetUuid_v2", res) {
         tracing::warn!("{e}");
         return None;

@@ -18,6 +18,7 @@ use memplan_core::{
 use crate::backend::Described;
 use crate::capability::{self, declare};
 use crate::conv::{self, check, check_alloc};
+use crate::ffi;
 use crate::graph::CudaGraphs;
 use crate::loader::{Driver, Feature};
 use crate::nvml;
@@ -38,7 +39,7 @@ impl Ctx {
     /// Make the context current on this thread.
     pub(crate) fn bind(&self) -> Result<()> {
         // SAFETY: `ctx` is a retained primary context, valid until the device is dropped.
-        check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(self.ctx) })
+        check("cuCtxSetCurrent", unsafe { ffi::cuCtxSetCurrent(self.ctx) })
     }
 }
 
@@ -61,7 +62,7 @@ impl CudaDevice {
         let mut ctx: sys::CUcontext = std::ptr::null_mut();
         // SAFETY: `d.handle` came from cuDeviceGet; `ctx` is a valid out-pointer.
         check("cuDevicePrimaryCtxRetain", unsafe {
-            sys::cuDevicePrimaryCtxRetain(&mut ctx, d.handle)
+            ffi::cuDevicePrimaryCtxRetain(&mut ctx, d.handle)
         })?;
         let ctx = Ctx { dev: d.handle, ctx };
         let mut descriptor = d.descriptor;
@@ -112,7 +113,7 @@ impl CudaDevice {
         // SAFETY: the graph-memory feature was checked (version and symbol) before the
         // capability declared the attributes supported; the attribute value is a cuuint64_t.
         let res = unsafe {
-            sys::cuDeviceGetGraphMemAttribute(self.ctx.dev, attr, (&mut v as *mut u64).cast())
+            ffi::cuDeviceGetGraphMemAttribute(self.ctx.dev, attr, (&mut v as *mut u64).cast())
         };
         match check("cuDeviceGetGraphMemAttribute", res) {
             Ok(()) => Some(v),
@@ -145,7 +146,7 @@ impl Device for CudaDevice {
         let (mut free, mut total) = (0usize, 0usize);
         // SAFETY: context current; both out-pointers valid.
         check("cuMemGetInfo_v2", unsafe {
-            sys::cuMemGetInfo_v2(&mut free, &mut total)
+            ffi::cuMemGetInfo_v2(&mut free, &mut total)
         })?;
         Ok(conv::driver_memory(free, total))
     }
@@ -166,7 +167,7 @@ impl Device for CudaDevice {
     fn synchronize(&mut self) -> Result<()> {
         self.ctx.bind()?;
         // SAFETY: context current.
-        check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() })
+        check("cuCtxSynchronize", unsafe { ffi::cuCtxSynchronize() })
     }
 
     fn allocate(&mut self, bytes: u64) -> Result<RawAllocation> {
@@ -181,7 +182,7 @@ impl Device for CudaDevice {
         self.ctx.bind()?;
         let mut ptr: sys::CUdeviceptr = 0;
         // SAFETY: context current; `ptr` is a valid out-pointer.
-        let res = unsafe { sys::cuMemAlloc_v2(&mut ptr, size) };
+        let res = unsafe { ffi::cuMemAlloc_v2(&mut ptr, size) };
         check_alloc("cuMemAlloc_v2", res, bytes)?;
         self.allocations.insert(ptr, bytes);
         Ok(RawAllocation { handle: ptr, bytes })
@@ -197,7 +198,7 @@ impl Device for CudaDevice {
         self.ctx.bind()?;
         // SAFETY: the pointer came from cuMemAlloc_v2 on this context and was not freed yet.
         check("cuMemFree_v2", unsafe {
-            sys::cuMemFree_v2(allocation.handle)
+            ffi::cuMemFree_v2(allocation.handle)
         })?;
         self.allocations.remove(&allocation.handle);
         Ok(())
@@ -246,7 +247,7 @@ impl Drop for CudaDevice {
                 }
                 for (ptr, _) in std::mem::take(&mut self.allocations) {
                     // SAFETY: allocated by cuMemAlloc_v2 on this context, not freed yet.
-                    if let Err(e) = check("cuMemFree_v2", unsafe { sys::cuMemFree_v2(ptr) }) {
+                    if let Err(e) = check("cuMemFree_v2", unsafe { ffi::cuMemFree_v2(ptr) }) {
                         tracing::warn!("{e}");
                     }
                 }
@@ -261,7 +262,7 @@ impl Drop for CudaDevice {
         }
         // SAFETY: balances the cuDevicePrimaryCtxRetain of `open`; needs no current context.
         if let Err(e) = check("cuDevicePrimaryCtxRelease_v2", unsafe {
-            sys::cuDevicePrimaryCtxRelease_v2(self.ctx.dev)
+            ffi::cuDevicePrimaryCtxRelease_v2(self.ctx.dev)
         }) {
             tracing::warn!("{e}");
         }

@@ -9,12 +9,14 @@
 //! and the module are destroyed by [`CudaGraphs::teardown`] (run on drop of the device).
 
 use std::collections::BTreeMap;
+use std::ffi::c_int;
 
 use cudarc::driver::sys::{self, CUstreamCaptureMode as Mode, CUstreamCaptureStatus as Status};
 use memplan_core::{CaptureWork, Error, GraphCapture, GraphId, Result};
 
 use crate::conv::{check, check_alloc};
 use crate::device::Ctx;
+use crate::ffi;
 use crate::kernel::Kernel;
 use crate::loader::{Driver, Feature};
 
@@ -47,13 +49,13 @@ impl CudaGraphs {
         let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
         // SAFETY: context current; `stream` is a valid out-pointer.
         check("cuStreamCreate", unsafe {
-            sys::cuStreamCreate(&mut stream, flags)
+            ffi::cuStreamCreate(&mut stream, flags)
         })?;
         let kernel = match Kernel::load(cc) {
             Ok(k) => k,
             Err(e) => {
                 // SAFETY: the stream was created above and is used by nothing else.
-                let _ = unsafe { sys::cuStreamDestroy_v2(stream) };
+                let _ = unsafe { ffi::cuStreamDestroy_v2(stream) };
                 return Err(e);
             }
         };
@@ -87,10 +89,10 @@ impl CudaGraphs {
     fn destroy_handles(g: Graph) -> Result<()> {
         // SAFETY: both handles were created by end_capture and are destroyed once (g is consumed).
         let a = check("cuGraphExecDestroy", unsafe {
-            sys::cuGraphExecDestroy(g.exec)
+            ffi::cuGraphExecDestroy(g.exec)
         });
         // SAFETY: as above.
-        let b = check("cuGraphDestroy", unsafe { sys::cuGraphDestroy(g.graph) });
+        let b = check("cuGraphDestroy", unsafe { ffi::cuGraphDestroy(g.graph) });
         a.and(b)
     }
 
@@ -108,7 +110,7 @@ impl CudaGraphs {
         if !self.stream.is_null() {
             // SAFETY: the stream was created in `new` and is destroyed once.
             steps.push(check("cuStreamDestroy_v2", unsafe {
-                sys::cuStreamDestroy_v2(self.stream)
+                ffi::cuStreamDestroy_v2(self.stream)
             }));
             self.stream = std::ptr::null_mut();
         }
@@ -128,7 +130,7 @@ impl GraphCapture for CudaGraphs {
         self.ctx.bind()?;
         // SAFETY: the stream is live and not capturing.
         let res = unsafe {
-            sys::cuStreamBeginCapture_v2(self.stream, Mode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            ffi::cuStreamBeginCapture_v2(self.stream, Mode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
         };
         check("cuStreamBeginCapture_v2", res)?;
         self.capturing = true;
@@ -145,7 +147,7 @@ impl GraphCapture for CudaGraphs {
             let size = usize::try_from(work.alloc_node_bytes)
                 .map_err(|_| Error::invalid("alloc_node_bytes", "too large"))?;
             // SAFETY: the stream is capturing, so this records a graph allocation node.
-            let res = unsafe { sys::cuMemAllocAsync(&mut ptr, size, self.stream) };
+            let res = unsafe { ffi::cuMemAllocAsync(&mut ptr, size, self.stream) };
             check_alloc("cuMemAllocAsync", res, work.alloc_node_bytes)?;
         }
         let n = u32::try_from((work.alloc_node_bytes / 4).min(32)).unwrap_or(32);
@@ -155,7 +157,7 @@ impl GraphCapture for CudaGraphs {
         if ptr != 0 {
             // SAFETY: `ptr` was allocated on this stream in this capture; records a free node.
             check("cuMemFreeAsync", unsafe {
-                sys::cuMemFreeAsync(ptr, self.stream)
+                ffi::cuMemFreeAsync(ptr, self.stream)
             })?;
         }
         Ok(())
@@ -170,15 +172,15 @@ impl GraphCapture for CudaGraphs {
         self.ctx.bind()?;
         let mut graph: sys::CUgraph = std::ptr::null_mut();
         // SAFETY: the stream is capturing; `graph` is a valid out-pointer.
-        let res = unsafe { sys::cuStreamEndCapture(self.stream, &mut graph) };
+        let res = unsafe { ffi::cuStreamEndCapture(self.stream, &mut graph) };
         self.capturing = false;
         check("cuStreamEndCapture", res)?;
         let mut exec: sys::CUgraphExec = std::ptr::null_mut();
         // SAFETY: `graph` is the graph just captured; no flags.
-        let res = unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) };
+        let res = unsafe { ffi::cuGraphInstantiateWithFlags(&mut exec, graph, 0) };
         if let Err(e) = check("cuGraphInstantiateWithFlags", res) {
             // SAFETY: destroying the graph captured above, which nothing else references.
-            let _ = unsafe { sys::cuGraphDestroy(graph) };
+            let _ = unsafe { ffi::cuGraphDestroy(graph) };
             return Err(e);
         }
         let id = self.next;
@@ -189,24 +191,24 @@ impl GraphCapture for CudaGraphs {
 
     fn abort_capture(&mut self) -> Result<()> {
         self.ctx.bind()?;
-        let mut status = Status::CU_STREAM_CAPTURE_STATUS_NONE;
+        let mut status = Status::CU_STREAM_CAPTURE_STATUS_NONE as c_int;
         // SAFETY: live stream; valid out-pointer.
         check("cuStreamIsCapturing", unsafe {
-            sys::cuStreamIsCapturing(self.stream, &mut status)
+            ffi::cuStreamIsCapturing(self.stream, &mut status)
         })?;
         self.capturing = false;
-        if status == Status::CU_STREAM_CAPTURE_STATUS_NONE {
+        if status == Status::CU_STREAM_CAPTURE_STATUS_NONE as c_int {
             return Ok(());
         }
         let mut graph: sys::CUgraph = std::ptr::null_mut();
         // SAFETY: the stream is capturing (active or invalidated); ending it is the only way out.
         // An invalidated capture returns an error and no graph, which is expected here.
-        let res = unsafe { sys::cuStreamEndCapture(self.stream, &mut graph) };
+        let res = unsafe { ffi::cuStreamEndCapture(self.stream, &mut graph) };
         if !graph.is_null() {
             // SAFETY: the partial graph is ours and referenced by nothing.
-            check("cuGraphDestroy", unsafe { sys::cuGraphDestroy(graph) })?;
+            check("cuGraphDestroy", unsafe { ffi::cuGraphDestroy(graph) })?;
         }
-        if status == Status::CU_STREAM_CAPTURE_STATUS_ACTIVE {
+        if status == Status::CU_STREAM_CAPTURE_STATUS_ACTIVE as c_int {
             check("cuStreamEndCapture", res)?;
         }
         Ok(())
@@ -217,11 +219,11 @@ impl GraphCapture for CudaGraphs {
         let exec = self.graph(graph)?.exec;
         // SAFETY: `exec` is a live instantiated graph; the stream is live and not capturing.
         check("cuGraphLaunch", unsafe {
-            sys::cuGraphLaunch(exec, self.stream)
+            ffi::cuGraphLaunch(exec, self.stream)
         })?;
         // SAFETY: live stream.
         check("cuStreamSynchronize", unsafe {
-            sys::cuStreamSynchronize(self.stream)
+            ffi::cuStreamSynchronize(self.stream)
         })
     }
 
@@ -240,10 +242,10 @@ impl GraphCapture for CudaGraphs {
     fn release_pool(&mut self) -> Result<()> {
         self.ctx.bind()?;
         // SAFETY: context current; trimming waits for nothing, so synchronize first.
-        check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() })?;
+        check("cuCtxSynchronize", unsafe { ffi::cuCtxSynchronize() })?;
         // SAFETY: GraphMemory feature checked in `new`; `dev` is this context's device.
         check("cuDeviceGraphMemTrim", unsafe {
-            sys::cuDeviceGraphMemTrim(self.ctx.dev)
+            ffi::cuDeviceGraphMemTrim(self.ctx.dev)
         })
     }
 }

@@ -13,6 +13,7 @@ use cudarc::driver::sys;
 use memplan_core::{Error, Result};
 
 use crate::conv::check;
+use crate::ffi;
 
 /// The kernel in CUDA C, for nvrtc.
 pub const CUDA_SOURCE: &str = r#"
@@ -96,15 +97,15 @@ fn load(ptx: &str, source: &'static str) -> Result<Kernel> {
     let mut module: sys::CUmodule = std::ptr::null_mut();
     // SAFETY: context current (caller); `image` is a NUL-terminated PTX string that outlives the call.
     check("cuModuleLoadData", unsafe {
-        sys::cuModuleLoadData(&mut module, image.as_ptr() as *const c_void)
+        ffi::cuModuleLoadData(&mut module, image.as_ptr() as *const c_void)
     })?;
     let name = CString::new(NAME).map_err(|_| Error::Measurement("kernel name".into()))?;
     let mut function: sys::CUfunction = std::ptr::null_mut();
     // SAFETY: `module` was just loaded; `name` is NUL-terminated.
-    let res = unsafe { sys::cuModuleGetFunction(&mut function, module, name.as_ptr()) };
+    let res = unsafe { ffi::cuModuleGetFunction(&mut function, module, name.as_ptr()) };
     if let Err(e) = check("cuModuleGetFunction", res) {
         // SAFETY: unloading the module loaded above, on the error path.
-        let _ = unsafe { sys::cuModuleUnload(module) };
+        let _ = unsafe { ffi::cuModuleUnload(module) };
         return Err(e);
     }
     Ok(Kernel {
@@ -142,7 +143,7 @@ impl Kernel {
         // SAFETY: the function takes (u64 pointer, u32), matching `params`; the argument values
         // are copied by the driver during the call; `stream` is a live stream of this context.
         let res = unsafe {
-            sys::cuLaunchKernel(
+            ffi::cuLaunchKernel(
                 self.function,
                 1,
                 1,
@@ -163,7 +164,7 @@ impl Kernel {
     pub(crate) fn unload(self) {
         // SAFETY: the module was loaded by `load` and is unloaded once (self is consumed).
         if let Err(e) = check("cuModuleUnload", unsafe {
-            sys::cuModuleUnload(self.module)
+            ffi::cuModuleUnload(self.module)
         }) {
             tracing::warn!("{e}");
         }

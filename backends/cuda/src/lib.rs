@@ -6,9 +6,9 @@
 //! ## The contract
 //!
 //! - **No panic without a driver.** cudarc's loader panics on a missing library or symbol, so
-//!   [`loader`] finds the library first (the names cudarc tries, in its order), checks the
-//!   symbols and the driver version (`cuDriverGetVersion`) against a table ([`loader::Feature`])
-//!   and only then lets any cudarc function run. A missing library is
+//!   memplan calls the driver through its own wrappers ([`ffi`]), resolved from the library
+//!   [`loader`] found (the names cudarc tries, in its order), after checking the symbols and the
+//!   driver version (`cuDriverGetVersion`) against a table ([`loader::Feature`]). A missing library is
 //!   [`Error::LibraryNotFound`](memplan_core::Error::LibraryNotFound) naming `libcuda.so.1`; an
 //!   old driver is `DriverTooOld`; a failing call is `DriverCall { call, code, name }` with the
 //!   `CUresult` name; an allocation that does not fit is `OutOfMemory`.
@@ -29,9 +29,10 @@
 //!
 //! ## Known limits
 //!
-//! - cudarc's bindings type `CUresult` as a Rust enum; a code the bindings do not know would be
-//!   undefined behaviour at the FFI boundary. The bindings of the newest release (CUDA 13.4)
-//!   are used so that every code of current drivers is known.
+//! - cudarc's bindings type `CUresult` as a Rust enum, where a code the bindings do not know
+//!   would be undefined behaviour; [`ffi`] reads every result as an integer instead, and
+//!   [`conv`] names the codes of CUDA 13.4 and calls any other `unknown code N`. cudarc
+//!   supplies the handle and struct types only.
 //! - Other processes' memory and the driver-reserved framebuffer come only from NVML; in a
 //!   container with its own PID namespace NVML cannot tell this process from others.
 //! - Not yet run on NVIDIA hardware: `docs/gpu-check.md` says how to check it in one go.
@@ -44,6 +45,7 @@ pub mod backend;
 pub mod capability;
 pub mod conv;
 pub mod device;
+pub mod ffi;
 pub mod graph;
 pub mod kernel;
 pub mod loader;

@@ -1,20 +1,22 @@
 //! Loading the CUDA driver library and gating calls by driver version.
 //!
-//! cudarc's dynamic loader panics when the library or a symbol is missing, so nothing in this
-//! backend calls a cudarc function before [`driver`] has (1) found a loadable library among the
-//! names cudarc will try, in cudarc's order, (2) checked that the library exports the symbols
-//! memplan calls (per [`Feature`]), (3) read `cuDriverGetVersion` and (4) run `cuInit`. Every
-//! later use of a symbol that older drivers lack goes through [`Driver::require`], which checks
-//! the version table ([`min_version`]) and the symbol table ([`symbols`]) first.
+//! memplan never calls cudarc's driver functions (they panic on a missing library or symbol and
+//! read `CUresult` into a Rust enum): [`driver`] (1) finds a loadable library among the names
+//! cudarc would try, in cudarc's order, (2) hands it to [`crate::ffi`], whose wrappers resolve
+//! each symbol from it and return the result as an integer, (3) checks that the library exports
+//! the symbols memplan calls (per [`Feature`]), (4) reads `cuDriverGetVersion` and (5) runs
+//! `cuInit`. Every later use of a symbol that older drivers lack goes through
+//! [`Driver::require`], which checks the version table ([`min_version`]) and the symbol table
+//! ([`symbols`]) first.
 //!
 //! The outcome is computed once per process and cached, success or failure.
 
 use std::sync::OnceLock;
 
-use cudarc::driver::sys;
 use memplan_core::{Error, Result};
 
 use crate::conv::{self, CudaVersion};
+use crate::ffi;
 
 /// A group of driver entry points with one minimum driver version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,7 +111,8 @@ pub struct Driver {
     pub library: String,
     /// `cuDriverGetVersion`.
     pub version: CudaVersion,
-    lib: libloading::Library,
+    /// The library itself, shared with [`crate::ffi`]'s wrappers.
+    lib: &'static libloading::Library,
 }
 
 impl std::fmt::Debug for Driver {
@@ -263,6 +266,8 @@ pub fn probe(names: &[String]) -> Result<(String, libloading::Library)> {
 
 fn load() -> Result<Driver> {
     let (library, lib) = probe(&candidates())?;
+    // From here on every driver call goes through `ffi`, resolved from this library.
+    let lib = ffi::install(lib);
     let base = Driver {
         library,
         version: CudaVersion(0),
@@ -280,7 +285,7 @@ fn load() -> Result<Driver> {
     let mut v: std::ffi::c_int = 0;
     // SAFETY: the library is loaded and exports the symbol (checked above); `v` is a valid
     // out-pointer. cuDriverGetVersion needs no prior cuInit.
-    let res = unsafe { sys::cuDriverGetVersion(&mut v) };
+    let res = unsafe { ffi::cuDriverGetVersion(&mut v) };
     conv::check("cuDriverGetVersion", res)?;
     let driver = Driver {
         version: CudaVersion(v),
@@ -288,7 +293,7 @@ fn load() -> Result<Driver> {
     };
     driver.require(Feature::Basic)?;
     // SAFETY: symbol present (Basic checked); flags must be 0.
-    let res = unsafe { sys::cuInit(0) };
+    let res = unsafe { ffi::cuInit(0) };
     conv::check("cuInit", res)?;
     tracing::debug!(library = %driver.library, version = %driver.version, "CUDA driver loaded");
     Ok(driver)

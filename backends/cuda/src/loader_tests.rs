@@ -82,7 +82,8 @@ fn load_never_panics_and_caches_its_outcome() {
 }
 
 /// Every driver symbol the backend calls is in the gating table, so no call can reach a
-/// symbol the loader did not check (cudarc would panic on it).
+/// symbol the loader did not check, and every call goes through `ffi` (results read as
+/// integers), never through cudarc's functions (an enum result, a panic on a missing symbol).
 #[test]
 fn every_called_symbol_is_gated() {
     let sources = [
@@ -97,6 +98,17 @@ fn every_called_symbol_is_gated() {
     let mut called = 0;
     for src in sources {
         for (i, _) in src.match_indices("sys::cu") {
+            let rest = &src[i + 5..];
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            assert!(
+                !rest[name.len()..].starts_with('('),
+                "{name} is called through cudarc, not through ffi"
+            );
+        }
+        for (i, _) in src.match_indices("ffi::cu") {
             let name: String = src[i + 5..]
                 .chars()
                 .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')

@@ -13,6 +13,7 @@ use memplan_core::{Error, Mapping, Result, VaRange, VirtualMemory};
 
 use crate::conv::{check, check_alloc};
 use crate::device::Ctx;
+use crate::ffi;
 use crate::loader::{Driver, Feature};
 
 /// Virtual-memory state of one device.
@@ -94,7 +95,7 @@ impl CudaVmm {
             // SAFETY: reserved by `reserve`, freed once (taken out of the map).
             errors.extend(
                 check("cuMemAddressFree", unsafe {
-                    sys::cuMemAddressFree(addr, bytes as usize)
+                    ffi::cuMemAddressFree(addr, bytes as usize)
                 })
                 .err(),
             );
@@ -108,10 +109,10 @@ impl CudaVmm {
 fn unmap_release(handle: u64, addr: u64, bytes: u64) -> Result<()> {
     // SAFETY: `addr..addr+bytes` was mapped by `map` and is unmapped once.
     let a = check("cuMemUnmap", unsafe {
-        sys::cuMemUnmap(addr, bytes as usize)
+        ffi::cuMemUnmap(addr, bytes as usize)
     });
     // SAFETY: `handle` came from cuMemCreate and is released once.
-    let b = check("cuMemRelease", unsafe { sys::cuMemRelease(handle) });
+    let b = check("cuMemRelease", unsafe { ffi::cuMemRelease(handle) });
     a.and(b)
 }
 
@@ -126,7 +127,7 @@ impl VirtualMemory for CudaVmm {
         let flag = sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM;
         // SAFETY: `prop` is fully initialised; `g` is a valid out-pointer.
         check("cuMemGetAllocationGranularity", unsafe {
-            sys::cuMemGetAllocationGranularity(&mut g, &prop, flag)
+            ffi::cuMemGetAllocationGranularity(&mut g, &prop, flag)
         })?;
         let g = g as u64;
         self.granularity = Some(g);
@@ -138,7 +139,7 @@ impl VirtualMemory for CudaVmm {
         self.ctx.bind()?;
         let mut addr: sys::CUdeviceptr = 0;
         // SAFETY: context bound; no fixed address, default alignment, no flags.
-        let res = unsafe { sys::cuMemAddressReserve(&mut addr, size(bytes)?, 0, 0, 0) };
+        let res = unsafe { ffi::cuMemAddressReserve(&mut addr, size(bytes)?, 0, 0, 0) };
         check_alloc("cuMemAddressReserve", res, bytes)?;
         self.ranges.insert(addr, bytes);
         Ok(VaRange {
@@ -183,16 +184,16 @@ impl VirtualMemory for CudaVmm {
         let mut handle: sys::CUmemGenericAllocationHandle = 0;
         let len = size(bytes)?;
         // SAFETY: `prop` is initialised; `handle` is a valid out-pointer; size is a granularity multiple.
-        let res = unsafe { sys::cuMemCreate(&mut handle, len, &prop, 0) };
+        let res = unsafe { ffi::cuMemCreate(&mut handle, len, &prop, 0) };
         check_alloc("cuMemCreate", res, bytes)?;
         // SAFETY: the target lies inside a live reservation and overlaps no live mapping
         // (both checked above).
         if let Err(e) = check("cuMemMap", unsafe {
-            sys::cuMemMap(addr, len, 0, handle, 0)
+            ffi::cuMemMap(addr, len, 0, handle, 0)
         }) {
             // SAFETY: the handle was created above and is mapped nowhere. Nothing is unmapped:
             // the failed map mapped nothing, and the address may belong to someone else.
-            let _ = unsafe { sys::cuMemRelease(handle) };
+            let _ = unsafe { ffi::cuMemRelease(handle) };
             return Err(e);
         }
         let desc = sys::CUmemAccessDesc {
@@ -201,12 +202,12 @@ impl VirtualMemory for CudaVmm {
         };
         // SAFETY: the range was just mapped; one descriptor is passed.
         if let Err(e) = check("cuMemSetAccess", unsafe {
-            sys::cuMemSetAccess(addr, len, &desc, 1)
+            ffi::cuMemSetAccess(addr, len, &desc, 1)
         }) {
             // SAFETY: undoing exactly this call's own map and create on its error path.
             unsafe {
-                let _ = sys::cuMemUnmap(addr, len);
-                let _ = sys::cuMemRelease(handle);
+                let _ = ffi::cuMemUnmap(addr, len);
+                let _ = ffi::cuMemRelease(handle);
             }
             return Err(e);
         }
@@ -256,7 +257,7 @@ impl VirtualMemory for CudaVmm {
         self.ctx.bind()?;
         // SAFETY: a live reservation with no mappings left, freed once (removed below).
         check("cuMemAddressFree", unsafe {
-            sys::cuMemAddressFree(range.handle, range.bytes as usize)
+            ffi::cuMemAddressFree(range.handle, range.bytes as usize)
         })?;
         self.ranges.remove(&range.handle);
         Ok(())

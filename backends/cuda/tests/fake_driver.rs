@@ -371,3 +371,18 @@ fn the_context_reference_is_released_even_when_the_context_cannot_be_bound() {
         "drop kept the context reference"
     );
 }
+
+#[test]
+fn a_result_code_no_binding_knows_is_an_error_not_undefined_behaviour() {
+    let _s = SERIAL.lock();
+    let Some(lib) = lib() else { return };
+    let mut d = CudaBackend.open("0").expect("open");
+    fake::fail_next(lib, "cuMemAlloc_v2");
+    let e = d.allocate(MIB).expect_err("the driver returns code 4242");
+    assert!(
+        matches!(&e, Error::DriverCall { call, code: 4242, name } if call == "cuMemAlloc_v2" && name == "unknown code 4242"),
+        "{e:?}"
+    );
+    let a = d.allocate(MIB).expect("the next allocation works");
+    d.free(a).expect("free");
+}

@@ -27,6 +27,7 @@
 #define E_ILLEGAL_STATE 401
 #define E_NOT_FOUND 500
 #define E_CAPTURE_INVALIDATED 901
+#define E_FROM_THE_FUTURE 4242 /* a code no binding knows (a driver newer than the bindings) */
 
 typedef uint64_t dptr;
 typedef struct { int type; int id; } loc_t;
@@ -50,7 +51,7 @@ static struct { int live, graph; uint64_t bytes; } execs[MAX];
 static struct { int live; uint64_t n; } handles[MAX];
 static struct { int live; dptr p; uint64_t n; } ranges[MAX];
 static struct { int live; dptr p; uint64_t n; } maps[MAX];
-static int modules, mappings, bad_unmaps, fail_next_map, fail_next_access;
+static int modules, mappings, bad_unmaps, fail_next_map, fail_next_access, fail_next_alloc;
 static dptr next_addr = 0x7f0000000000ull;
 static char ctx_token;
 __attribute__((unused)) static char fn_token;
@@ -124,6 +125,7 @@ int cuCtxSynchronize(void) { return current_set ? OK : 201; }
 int cuMemGetInfo_v2(size_t *f, size_t *t) { if (!current_set) return 201; *f = free_bytes; *t = TOTAL; return OK; }
 int cuMemAlloc_v2(dptr *p, size_t n) {
     int i;
+    if (fail_next_alloc) { fail_next_alloc = 0; return E_FROM_THE_FUTURE; }
     if (n == 0) return E_INVALID_VALUE;
     if (round_up(n) > free_bytes) return E_OOM;
     for (i = 0; i < MAX && allocs[i].p; i++) {}
@@ -295,12 +297,14 @@ int cuMemSetAccess(dptr p, size_t n, const access_t *d, size_t count) {
     if (fail_next_access) { fail_next_access = 0; return E_INVALID_VALUE; }
     return count == 1 && d->location.type == 1 && d->location.id == 0 && d->flags == 3 ? OK : E_INVALID_VALUE;
 }
-/* The next call named `call` (cuMemMap, cuMemSetAccess) fails with CUDA_ERROR_INVALID_VALUE;
+/* The next call named `call` (cuMemMap, cuMemSetAccess) fails with CUDA_ERROR_INVALID_VALUE
+ * (cuMemAlloc_v2: with code 4242, which no binding knows);
  * "cuCtxSetCurrent" fails every cuCtxSetCurrent (CUDA_ERROR_INVALID_CONTEXT) until "none". */
 long long fake_cuda_fail_next(const char *call) {
     if (!strcmp(call, "cuMemMap")) fail_next_map = 1;
     else if (!strcmp(call, "cuCtxSetCurrent")) fail_ctx = 1; /* until "none" */
-    else if (!strcmp(call, "none")) fail_next_map = fail_next_access = fail_ctx = 0;
+    else if (!strcmp(call, "cuMemAlloc_v2")) fail_next_alloc = 1; /* with an unknown code */
+    else if (!strcmp(call, "none")) fail_next_map = fail_next_access = fail_ctx = fail_next_alloc = 0;
     else if (!strcmp(call, "cuMemSetAccess")) fail_next_access = 1;
     else return -1;
     return 0;
