@@ -282,31 +282,66 @@ fn scenario_errors_name_the_field() {
     assert_eq!(setup::default_sizes(512).len(), 67);
 }
 
-/// A simulated GPU whose graph-pool query returns nothing although it is declared readable.
-struct NoPoolReading(memplan_backend_sim::SimGpu);
+/// A simulated GPU with doctored readings: a graph-pool query that returns nothing although
+/// it is declared readable, and optionally a garbage driver total.
+struct Doctored {
+    gpu: memplan_backend_sim::SimGpu,
+    total: Option<u64>,
+}
 
-impl Device for NoPoolReading {
+impl Device for Doctored {
     fn descriptor(&self) -> &memplan_core::DeviceDescriptor {
-        self.0.descriptor()
+        self.gpu.descriptor()
     }
     fn capabilities(&self) -> &memplan_core::ProfilingCapability {
-        self.0.capabilities()
+        self.gpu.capabilities()
     }
     fn driver_memory(&mut self) -> memplan_core::Result<memplan_core::DriverMemory> {
-        self.0.driver_memory()
+        let mut d = self.gpu.driver_memory()?;
+        d.total = self.total.or(d.total);
+        Ok(d)
     }
     fn synchronize(&mut self) -> memplan_core::Result<()> {
-        self.0.synchronize()
+        self.gpu.synchronize()
     }
     fn allocate(&mut self, bytes: u64) -> memplan_core::Result<memplan_core::RawAllocation> {
-        self.0.allocate(bytes)
+        self.gpu.allocate(bytes)
     }
     fn free(&mut self, a: memplan_core::RawAllocation) -> memplan_core::Result<()> {
-        self.0.free(a)
+        self.gpu.free(a)
     }
     fn graph_capture(&mut self) -> memplan_core::Result<&mut dyn memplan_core::GraphCapture> {
-        self.0.graph_capture()
+        self.gpu.graph_capture()
     }
+    fn virtual_memory(&mut self) -> memplan_core::Result<&mut dyn memplan_core::VirtualMemory> {
+        self.gpu.virtual_memory()
+    }
+}
+
+#[test]
+fn post_capture_with_a_garbage_total_is_an_error_not_an_overflow() {
+    let s = setup("fp8-24g");
+    let gpu = open(&s).unwrap();
+    let mut engine = SimEngine::new(gpu.clone(), s.clone());
+    let mut dev = Doctored {
+        gpu: gpu.clone(),
+        total: Some(u64::MAX),
+    };
+    let cap = dev.capabilities().clone();
+    let mut session = Session::begin(&mut dev, &mut engine, cap).unwrap();
+    session
+        .load_weights(&mut engine, |e| e.load_weights())
+        .unwrap();
+    session
+        .profile_run(&mut engine, |e| e.profile_run())
+        .unwrap();
+    let e = session
+        .graph_phase(&mut engine, &crate::strategy::PostCapture)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("overflows"), "{e}");
+    let t = gpu.truth();
+    assert_eq!((t.live_graphs, t.vmm_ranges), (0, 0));
 }
 
 #[test]
@@ -314,7 +349,10 @@ fn conservative_does_not_take_an_absent_graph_pool_reading_as_zero() {
     let s = setup("fp8-24g");
     let gpu = open(&s).unwrap();
     let mut engine = SimEngine::new(gpu.clone(), s.clone());
-    let mut dev = NoPoolReading(gpu.clone());
+    let mut dev = Doctored {
+        gpu: gpu.clone(),
+        total: None,
+    };
     let cap = dev.capabilities().clone();
     let mut session = Session::begin(&mut dev, &mut engine, cap).unwrap();
     session

@@ -85,7 +85,12 @@ impl GraphStrategy for PostCapture {
         })?;
         let vm = ctx.device().virtual_memory()?;
         let gran = vm.granularity()?.max(1);
-        let range = vm.reserve(want.div_ceil(gran) * gran)?;
+        let bytes = want.div_ceil(gran).checked_mul(gran).ok_or_else(|| {
+            Error::Measurement(format!(
+                "the driver total ({want} bytes) rounded up to the {gran}-byte granularity overflows 64 bits"
+            ))
+        })?;
+        let range = vm.reserve(bytes)?;
         tracing::info!(bytes = range.bytes, "KV address range reserved");
         match capture_all(ctx) {
             Ok((bytes, from_driver, n)) => {
