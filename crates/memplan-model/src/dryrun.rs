@@ -185,6 +185,17 @@ pub fn run(input: &PlanInput) -> Result<DryRun> {
             return Err(Error::invalid(k, "must be > 0"));
         }
     }
+    if let Some(bad) = input
+        .capture_sizes
+        .iter()
+        .flatten()
+        .find(|s| **s == 0 || **s > 1 << 20)
+    {
+        return Err(Error::invalid(
+            "cudagraph-capture-sizes",
+            format!("{bad} is not a batch size a graph can be captured for (1 to 1048576)"),
+        ));
+    }
     let capture_sizes = if input.enforce_eager {
         Vec::new()
     } else {
@@ -357,6 +368,17 @@ mod tests {
         // An explicit float32 is honoured.
         let forced = run(&input(&LLAMA.replace("DTYPE", "float32"), None, "float32")).unwrap();
         assert_eq!(forced.kv_spec.dtype, KvDtype::F32);
+    }
+
+    #[test]
+    fn absurd_capture_sizes_name_the_flag() {
+        for sizes in [vec![0, 8], vec![1, u64::MAX]] {
+            let mut i = input(&LLAMA.replace("DTYPE", "bfloat16"), None, "auto");
+            i.enforce_eager = false;
+            i.capture_sizes = Some(sizes);
+            let e = run(&i).unwrap_err().to_string();
+            assert!(e.starts_with("cudagraph-capture-sizes"), "{e}");
+        }
     }
 
     #[test]
