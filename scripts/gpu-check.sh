@@ -57,7 +57,7 @@ step() {
 if command -v nvidia-smi >/dev/null 2>&1; then
   step env nvidia-smi --query-gpu=index,name,driver_version,memory.total,memory.used,mig.mode.current --format=csv
 fi
-step tests "$HERE/memplan-backend-cuda-tests" --ignored --test-threads=1
+step tests env MEMPLAN_GPU_TEST_DEVICE="$DEVICE" "$HERE/memplan-backend-cuda-tests" --ignored --test-threads=1
 step devices "$HERE/memplan" devices --json
 step probe "$HERE/memplan" probe "cuda:$DEVICE" --calibrate --json
 echo '"with --calibrate"' >"$WORK/probe_mode"

@@ -13,10 +13,32 @@ const MIB: u64 = 1 << 20;
 /// Slack for driver bookkeeping between two readings (page tables, allocation granularity).
 const SLACK: i64 = 2 * MIB as i64;
 
+/// The environment variable naming the device these tests use (`gpu-check.sh --device N` sets
+/// it, so the tests check the same GPU as the rest of the report); `0` when unset.
+const DEVICE_ENV: &str = "MEMPLAN_GPU_TEST_DEVICE";
+
+fn ordinal() -> String {
+    device_from(std::env::var(DEVICE_ENV).ok())
+}
+
+fn device_from(v: Option<String>) -> String {
+    v.map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "0".into())
+}
+
 fn open() -> Box<dyn Device> {
+    let n = ordinal();
     CudaBackend
-        .open("0")
-        .unwrap_or_else(|e| panic!("cuda:0 should open on a GPU machine: {e}"))
+        .open(&n)
+        .unwrap_or_else(|e| panic!("cuda:{n} should open on a GPU machine: {e}"))
+}
+
+#[test]
+fn the_device_comes_from_the_environment() {
+    assert_eq!(device_from(None), "0");
+    assert_eq!(device_from(Some(" 3 ".into())), "3");
+    assert_eq!(device_from(Some(String::new())), "0");
 }
 
 fn free(d: &mut dyn Device) -> i64 {
