@@ -525,6 +525,7 @@ mod tests {
             rng ^= rng << 17;
             rng
         };
+        let mut planned = 0;
         for _ in 0..20_000 {
             let total = any(r(), u64::MAX).max(1);
             let util = match r() % 4 {
@@ -538,11 +539,15 @@ mod tests {
                 1 => Request::Bytes(any(r(), total)),
                 _ => Request::KvCacheBytes(any(r(), total)),
             };
+            // Mostly within a quarter of the total each (so many budgets fit), sometimes of
+            // any size up to u64::MAX (so the sums overflow).
+            let mut part =
+                |r1: u64, r2: u64| any(r2, if r1 % 8 == 0 { u64::MAX } else { total / 4 });
             let c = Consumers {
-                weights: any(r(), u64::MAX),
-                activation: any(r(), u64::MAX),
-                non_allocator: any(r(), u64::MAX),
-                graph_reserve: any(r(), u64::MAX),
+                weights: part(r(), r()),
+                activation: part(r(), r()),
+                non_allocator: part(r(), r()),
+                graph_reserve: part(r(), r()),
             };
             match compute(total, request, c) {
                 Ok(b) => {
@@ -561,9 +566,12 @@ mod tests {
                         );
                     }
                     assert_eq!(b.bar(0, 60).chars().count(), 62);
+                    planned += 1;
                 }
                 Err(e) => assert!(!e.to_string().is_empty()),
             }
         }
+        // The invariants above were exercised, not only the errors.
+        assert!(planned > 2_000, "{planned} budgets computed");
     }
 }
