@@ -541,8 +541,16 @@ mod tests {
             };
             // Mostly within a quarter of the total each (so many budgets fit), sometimes of
             // any size up to u64::MAX (so the sums overflow).
-            let mut part =
-                |r1: u64, r2: u64| any(r2, if r1 % 8 == 0 { u64::MAX } else { total / 4 });
+            let mut part = |r1: u64, r2: u64| {
+                any(
+                    r2,
+                    if r1.is_multiple_of(8) {
+                        u64::MAX
+                    } else {
+                        total / 4
+                    },
+                )
+            };
             let c = Consumers {
                 weights: part(r(), r()),
                 activation: part(r(), r()),
