@@ -238,17 +238,21 @@ impl GraphCapture for RocmGraphs {
 
     fn destroy(&mut self, graph: GraphId) -> Result<()> {
         let (g, exec) = self.lookup(graph)?;
-        self.graphs.remove(&graph.0);
         self.api.set_device(self.ordinal)?;
-        if let Some(f) = self.api.sym.hipGraphExecDestroy {
+        self.graphs.remove(&graph.0);
+        // Both handles are destroyed even when the first call fails: the graph must not leak
+        // because its executable could not be destroyed.
+        let exec_done = match self.api.sym.hipGraphExecDestroy {
             // SAFETY: `exec` is live and removed from the table, so it is destroyed once.
-            check("hipGraphExecDestroy", unsafe { f(h(exec)) })?;
-        }
-        if let Some(f) = self.api.sym.hipGraphDestroy {
+            Some(f) => check("hipGraphExecDestroy", unsafe { f(h(exec)) }),
+            None => Ok(()),
+        };
+        let graph_done = match self.api.sym.hipGraphDestroy {
             // SAFETY: as above, for the graph.
-            check("hipGraphDestroy", unsafe { f(h(g)) })?;
-        }
-        Ok(())
+            Some(f) => check("hipGraphDestroy", unsafe { f(h(g)) }),
+            None => Ok(()),
+        };
+        exec_done.and(graph_done)
     }
 
     fn release_pool(&mut self) -> Result<()> {

@@ -244,6 +244,27 @@ fn hip6_graph_capture_lifecycle_and_pool() {
             "{e}"
         );
         assert_eq!(fake_u64(&lib, b"fake_live_graphs"), 1, "only g2 is alive");
+        // A failing hipGraphExecDestroy is reported, and the graph is destroyed all the same.
+        // SAFETY: the fake's knob takes and returns nothing.
+        unsafe {
+            let l = libloading::Library::new(&lib).expect("load fake");
+            l.get::<unsafe extern "C" fn()>(b"fake_fail_next_exec_destroy")
+                .expect("knob")();
+            std::mem::forget(l);
+        }
+        let c = d.graph_capture().expect("capture");
+        c.begin_capture().expect("begin");
+        let g3 = c.end_capture().expect("end");
+        let e = c.destroy(g3).expect_err("exec destroy fails");
+        assert!(
+            matches!(&e, Error::DriverCall { call, .. } if call == "hipGraphExecDestroy"),
+            "{e}"
+        );
+        assert_eq!(
+            fake_u64(&lib, b"fake_live_graphs"),
+            1,
+            "the graph of g3 leaked"
+        );
         drop(d); // teardown on drop destroys g2
         assert_eq!(fake_u64(&lib, b"fake_graph_exec_bytes\0"), 0);
         assert_eq!(fake_u64(&lib, b"fake_live_graphs"), 0);

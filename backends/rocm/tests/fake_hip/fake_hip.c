@@ -28,7 +28,7 @@ static struct graph graphs[64];
 static int n_graphs = 0;
 static struct graph *execs[64];
 static int stream_token;
-static int invalidate_next = 0, live_graphs = 0;
+static int invalidate_next = 0, live_graphs = 0, fail_next_exec_destroy = 0;
 
 void fake_configure(int v, int apu, int vmm_ok, int init_err, uint64_t other_bytes, int four) {
   version = v; integrated = apu; vmm = vmm_ok; init_error = init_err; others = other_bytes;
@@ -39,6 +39,8 @@ uint64_t fake_pool_reserved(void) { return pool_reserved; }
 /* The next hipStreamEndCapture fails as invalidated but still hands back a graph. */
 void fake_invalidate_next_capture(void) { invalidate_next = 1; }
 uint64_t fake_live_graphs(void) { return (uint64_t)live_graphs; }
+/* The next hipGraphExecDestroy fails with hipErrorUnknown. */
+void fake_fail_next_exec_destroy(void) { fail_next_exec_destroy = 1; }
 /* Reservations and mappings not yet freed / unmapped. */
 static int live_ranges = 0, live_maps = 0;
 uint64_t fake_live_ranges(void) { return (uint64_t)live_ranges; }
@@ -168,6 +170,7 @@ int hipGraphLaunch(void *exec, void *s) {
 }
 int hipGraphExecDestroy(void *exec) {
   struct graph **e = exec;
+  if (fail_next_exec_destroy) { fail_next_exec_destroy = 0; return 999; }
   if (!e || !*e) return 400;
   exec_bytes -= (uint64_t)(*e)->nodes * 64 * 1024; *e = NULL; return 0;
 }
