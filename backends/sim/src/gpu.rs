@@ -265,7 +265,8 @@ impl Device for SimGpu {
         }
         let mut s = self.lock();
         s.no_capture("raw allocation")?;
-        let physical = bytes.div_ceil(RAW_ROUND) * RAW_ROUND;
+        // Saturating: an absurd request is out of memory, not an overflow.
+        let physical = bytes.div_ceil(RAW_ROUND).saturating_mul(RAW_ROUND);
         s.take(&self.shared.profile, physical, "sim allocate")
             .map_err(|_| Error::OutOfMemory {
                 call: "sim allocate".into(),

@@ -3,6 +3,7 @@
 use memplan_core::{AllocatorView, Device, Error};
 
 use super::{free_after_sync, gpu, G, M};
+use crate::RAW_ROUND;
 
 #[test]
 fn rounds_requests_and_segments() {
@@ -125,4 +126,14 @@ fn absurd_requests_are_out_of_memory_not_an_overflow() {
             "{e}"
         );
     }
+    // Raw driver allocations too (the conformance suite asks for impossible sizes).
+    let mut g = gpu("rtx4090");
+    for bytes in [u64::MAX, u64::MAX - RAW_ROUND + 2] {
+        let e = g.allocate(bytes).expect_err("no device holds that");
+        assert!(
+            matches!(e, Error::OutOfMemory { requested, .. } if requested == bytes),
+            "{e}"
+        );
+    }
+    assert_eq!(g.truth().raw_allocations, 0);
 }
