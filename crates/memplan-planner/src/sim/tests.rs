@@ -389,6 +389,67 @@ fn legacy_refuses_rather_than_sample_an_absent_free_reading() {
     assert!(out.plan.is_none() && out.estimate.is_none());
 }
 
+/// An engine that releases memory it held while its first graph is captured.
+struct Releasing {
+    inner: SimEngine,
+    held: Option<memplan_backend_sim::BlockId>,
+}
+
+impl Engine for Releasing {
+    fn allocator(&mut self) -> &mut dyn memplan_core::AllocatorView {
+        self.inner.allocator()
+    }
+    fn graph_sizes(&self) -> Vec<u32> {
+        self.inner.graph_sizes()
+    }
+    fn warm_up(&mut self, size: u32) -> memplan_core::Result<()> {
+        self.inner.warm_up(size)
+    }
+    fn capture_graph(&mut self, size: u32) -> memplan_core::Result<()> {
+        if let Some(b) = self.held.take() {
+            self.inner.gpu().allocator().free(b)?;
+        }
+        self.inner.capture_graph(size)
+    }
+    fn release_graphs(&mut self) -> memplan_core::Result<()> {
+        self.inner.release_graphs()
+    }
+}
+
+#[test]
+fn conservative_reports_a_shrinking_allocator_instead_of_clamping_silently() {
+    let s = setup("fp8-24g");
+    let gpu = open(&s).unwrap();
+    let mut engine = Releasing {
+        inner: SimEngine::new(gpu.clone(), s.clone()),
+        held: None,
+    };
+    let mut dev = gpu.clone();
+    let cap = dev.capabilities().clone();
+    let mut session = Session::begin(&mut dev, &mut engine, cap).unwrap();
+    session
+        .load_weights(&mut engine, |e| e.inner.load_weights())
+        .unwrap();
+    session
+        .profile_run(&mut engine, |e| {
+            e.inner.profile_run()?;
+            e.held = Some(e.inner.gpu().allocator().malloc(512 * MIB)?);
+            Ok(())
+        })
+        .unwrap();
+    session
+        .graph_phase(&mut engine, &crate::strategy::Conservative)
+        .unwrap();
+    assert!(
+        session
+            .warnings()
+            .iter()
+            .any(|w| w.contains("reserved memory changed by -")),
+        "{:#?}",
+        session.warnings()
+    );
+}
+
 #[test]
 fn absurd_scenario_lengths_do_not_overflow() {
     // TOML integers reach i64::MAX; the search limit (4x the length) must not overflow.

@@ -13,7 +13,7 @@
 //! else [`DEFAULT_EXEC_BYTES_PER_GRAPH`]. The 25% margin covers allocator rounding and the
 //! per-node figure being a single public data point.
 
-use memplan_core::bytes::{fmt_bytes, KIB, MIB};
+use memplan_core::bytes::{fmt_bytes, fmt_signed, KIB, MIB};
 use memplan_core::{Reading, Result};
 
 use super::context::GraphContext;
@@ -47,6 +47,14 @@ impl GraphStrategy for Conservative {
         }
         let after = ctx.flushed_snapshot()?;
         let w = before.window_to(&after);
+        if let Some(d) = w.allocator_reserved.filter(|d| *d < 0) {
+            // Reported, not clamped silently: the bound itself counts 0 for the private pool.
+            ctx.warn(format!(
+                "the allocator's reserved memory changed by {} while capturing {} graphs: the engine released memory inside the window (the bound counts no private pool)",
+                fmt_signed(d),
+                sizes.len()
+            ));
+        }
         let private = w.allocator_reserved.unwrap_or(0).max(0) as u64;
         // Graph allocation nodes: measured where the device's graph-pool reading can be
         // trusted and was read, else the engine's own figure; without either they are
