@@ -221,7 +221,7 @@ impl VirtualMemory for CudaVmm {
     }
 
     fn unmap(&mut self, mapping: Mapping) -> Result<()> {
-        let addr = mapping.range + mapping.offset;
+        let addr = mapping.range.wrapping_add(mapping.offset);
         if self.mappings.get(&mapping.handle) != Some(&(addr, mapping.bytes)) {
             return Err(Error::invalid(
                 "mapping",
@@ -229,8 +229,15 @@ impl VirtualMemory for CudaVmm {
             ));
         }
         self.ctx.bind()?;
+        // SAFETY: a live mapping made by `map` at this address and size (checked above).
+        // When unmapping fails the mapping stays tracked (and its handle unreleased), so its
+        // range is not freed under it and teardown tries again.
+        check("cuMemUnmap", unsafe {
+            ffi::cuMemUnmap(addr, mapping.bytes as usize)
+        })?;
         self.mappings.remove(&mapping.handle);
-        unmap_release(mapping.handle, addr, mapping.bytes)
+        // SAFETY: the handle came from cuMemCreate, is now unmapped, and is released once.
+        check("cuMemRelease", unsafe { ffi::cuMemRelease(mapping.handle) })
     }
 
     fn release(&mut self, range: VaRange) -> Result<()> {

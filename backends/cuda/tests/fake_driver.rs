@@ -386,3 +386,47 @@ fn a_result_code_no_binding_knows_is_an_error_not_undefined_behaviour() {
     let a = d.allocate(MIB).expect("the next allocation works");
     d.free(a).expect("free");
 }
+
+#[test]
+fn a_failed_unmap_keeps_the_mapping_and_a_forged_one_is_refused() {
+    let _s = SERIAL.lock();
+    let Some(lib) = lib() else { return };
+    let mut d = CudaBackend.open("0").expect("open");
+    let vm = d.virtual_memory().expect("vmm");
+    let g = vm.granularity().expect("granularity");
+    let r = vm.reserve(4 * g).expect("reserve");
+    let m = vm.map(&r, 0, 2 * g).expect("map");
+    let forged = memplan_core::Mapping {
+        handle: m.handle,
+        range: u64::MAX,
+        offset: 1,
+        bytes: m.bytes,
+    };
+    assert!(
+        matches!(vm.unmap(forged), Err(Error::InvalidInput { .. })),
+        "a forged mapping is refused, without overflow"
+    );
+    fake::fail_next(lib, "cuMemUnmap");
+    let again = memplan_core::Mapping { ..m };
+    let e = vm.unmap(again).expect_err("unmap fails");
+    assert!(
+        matches!(&e, Error::DriverCall { call, .. } if call == "cuMemUnmap"),
+        "{e}"
+    );
+    assert_eq!(
+        fake::state(lib, "handles"),
+        1,
+        "the handle is released only once unmapped"
+    );
+    let same = VaRange {
+        handle: r.handle,
+        bytes: r.bytes,
+    };
+    assert!(vm.release(same).is_err(), "the mapping is still tracked");
+    vm.unmap(m).expect("unmap again");
+    vm.release(r).expect("release");
+    drop(d);
+    for k in ["handles", "ranges", "mappings", "ctx_refs", "bad_unmaps"] {
+        assert_eq!(fake::state(lib, k), 0, "{k} left behind");
+    }
+}

@@ -51,7 +51,7 @@ static struct { int live, graph; uint64_t bytes; } execs[MAX];
 static struct { int live; uint64_t n; } handles[MAX];
 static struct { int live; dptr p; uint64_t n; } ranges[MAX];
 static struct { int live; dptr p; uint64_t n; } maps[MAX];
-static int modules, mappings, bad_unmaps, fail_next_map, fail_next_access, fail_next_alloc;
+static int modules, mappings, bad_unmaps, fail_next_map, fail_next_access, fail_next_alloc, fail_next_unmap;
 static dptr next_addr = 0x7f0000000000ull;
 static char ctx_token;
 __attribute__((unused)) static char fn_token;
@@ -287,6 +287,7 @@ int cuMemMap(dptr p, size_t n, size_t off, uint64_t h, unsigned long long flags)
     return OK;
 }
 int cuMemUnmap(dptr p, size_t n) {
+    if (fail_next_unmap) { fail_next_unmap = 0; return E_INVALID_VALUE; }
     for (int m = 0; m < MAX; m++)
         if (maps[m].live && maps[m].p == p && maps[m].n == n) { maps[m].live = 0; mappings--; return OK; }
     bad_unmaps++; /* nothing mapped exactly there */
@@ -297,14 +298,15 @@ int cuMemSetAccess(dptr p, size_t n, const access_t *d, size_t count) {
     if (fail_next_access) { fail_next_access = 0; return E_INVALID_VALUE; }
     return count == 1 && d->location.type == 1 && d->location.id == 0 && d->flags == 3 ? OK : E_INVALID_VALUE;
 }
-/* The next call named `call` (cuMemMap, cuMemSetAccess) fails with CUDA_ERROR_INVALID_VALUE
+/* The next call named `call` (cuMemMap, cuMemSetAccess, cuMemUnmap) fails with CUDA_ERROR_INVALID_VALUE
  * (cuMemAlloc_v2: with code 4242, which no binding knows);
  * "cuCtxSetCurrent" fails every cuCtxSetCurrent (CUDA_ERROR_INVALID_CONTEXT) until "none". */
 long long fake_cuda_fail_next(const char *call) {
     if (!strcmp(call, "cuMemMap")) fail_next_map = 1;
     else if (!strcmp(call, "cuCtxSetCurrent")) fail_ctx = 1; /* until "none" */
     else if (!strcmp(call, "cuMemAlloc_v2")) fail_next_alloc = 1; /* with an unknown code */
-    else if (!strcmp(call, "none")) fail_next_map = fail_next_access = fail_ctx = fail_next_alloc = 0;
+    else if (!strcmp(call, "cuMemUnmap")) fail_next_unmap = 1;
+    else if (!strcmp(call, "none")) fail_next_map = fail_next_access = fail_ctx = fail_next_alloc = fail_next_unmap = 0;
     else if (!strcmp(call, "cuMemSetAccess")) fail_next_access = 1;
     else return -1;
     return 0;

@@ -81,7 +81,7 @@ pub fn state(lib: &libloading::Library, key: &str) -> i64 {
     counter(lib, b"fake_cuda_state", key)
 }
 
-/// Make the fake driver's next `call` (`cuMemMap`, `cuMemSetAccess`, `cuMemAlloc_v2` with the
+/// Make the fake driver's next `call` (`cuMemMap`, `cuMemSetAccess`, `cuMemUnmap`, `cuMemAlloc_v2` with the
 /// unknown code 4242) fail, or every
 /// `cuCtxSetCurrent` until `fail_next(lib, "none")`.
 #[allow(dead_code)] // not every test binary injects failures
