@@ -29,8 +29,14 @@ fn snap(d: &mut dyn Device) -> Result<MemoryInfo, String> {
     snapshot(d, None).map_err(|e| e.to_string())
 }
 
-fn free(m: &MemoryInfo) -> i64 {
-    m.driver.free.map(|f| f as i64).unwrap_or(i64::MIN)
+/// Driver free memory; `None` when unreadable (never a stand-in number).
+fn free(m: &MemoryInfo) -> Option<i64> {
+    m.driver.free.and_then(|f| i64::try_from(f).ok())
+}
+
+/// `a - b` when both were read (JSON `null` otherwise).
+fn sub(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    a?.checked_sub(b?)
 }
 
 fn pool(m: &MemoryInfo) -> Option<i64> {
@@ -74,17 +80,17 @@ fn sample(d: &mut dyn Device, kernels: u32, alloc: u64) -> Result<Value, String>
         .map_err(|e| e.to_string())?;
     trim(d)?;
     let end = snap(d)?;
-    let pool_run = pool(&run).zip(pool(&base)).map(|(a, b)| a - b);
-    let drop_run = free(&base) - free(&run);
+    let pool_run = sub(pool(&run), pool(&base));
+    let drop_run = sub(free(&base), free(&run));
     Ok(json!({
         "kernel_nodes": kernels,
         "alloc_node_bytes": alloc,
-        "after_instantiate": { "free_drop": free(&base) - free(&inst), "graph_pool_reserved": pool(&inst).zip(pool(&base)).map(|(a, b)| a - b) },
+        "after_instantiate": { "free_drop": sub(free(&base), free(&inst)), "graph_pool_reserved": sub(pool(&inst), pool(&base)) },
         "after_replay": { "free_drop": drop_run, "graph_pool_reserved": pool_run, "graph_pool_used_high": run.graph_pool.used_high },
-        "not_in_pool": pool_run.map(|p| drop_run - p),
-        "not_in_pool_per_kernel_node": pool_run.map(|p| (drop_run - p) / i64::from(kernels.max(1))),
+        "not_in_pool": sub(drop_run, pool_run),
+        "not_in_pool_per_kernel_node": sub(drop_run, pool_run).map(|n| n / i64::from(kernels.max(1))),
         "pool_covers_alloc_node": pool_run.map(|p| p >= alloc as i64),
-        "free_after_teardown_minus_baseline": free(&end) - free(&base),
+        "free_after_teardown_minus_baseline": sub(free(&end), free(&base)),
         "window_after_replay": (run - base).to_string(),
     }))
 }
@@ -119,9 +125,9 @@ fn shared(d: &mut dyn Device) -> Result<Value, String> {
         "alloc_node_bytes": SHARED,
         "sum_of_alloc_nodes": SHARED.iter().sum::<u64>(),
         "max_of_alloc_nodes": SHARED.iter().max(),
-        "graph_pool_reserved": pool(&run).zip(pool(&base)).map(|(a, b)| a - b),
-        "free_drop": free(&base) - free(&run),
-        "free_after_teardown_minus_baseline": free(&end) - free(&base),
+        "graph_pool_reserved": sub(pool(&run), pool(&base)),
+        "free_drop": sub(free(&base), free(&run)),
+        "free_after_teardown_minus_baseline": sub(free(&end), free(&base)),
     }))
 }
 
@@ -190,4 +196,22 @@ fn measure(d: &mut dyn Device) -> Result<Value, String> {
         "sample_errors": errors,
         "all_samples_ran": errors == 0,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unreadable_value_is_null_not_a_sentinel() {
+        assert_eq!(sub(Some(10), Some(3)), Some(7));
+        assert_eq!(
+            sub(Some(3), Some(10)),
+            Some(-7),
+            "a negative window keeps its sign"
+        );
+        assert_eq!(sub(None, Some(3)), None);
+        assert_eq!(sub(Some(3), None), None);
+        assert_eq!(sub(Some(i64::MIN), Some(1)), None, "no overflow panic");
+    }
 }
