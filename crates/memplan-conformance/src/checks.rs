@@ -4,8 +4,7 @@
 use memplan::bytes::{fmt_bytes, MIB};
 use memplan::protocol::snapshot;
 use memplan::{
-    AllocatorView, CaptureWork, Device, Error, GraphCapture, GraphId, OwnAccounting, Reading,
-    Reliability, Result,
+    AllocatorView, CaptureWork, Device, Error, OwnAccounting, Reading, Reliability, Result,
 };
 use memplan_planner::CalibrationReport;
 
@@ -170,11 +169,11 @@ pub fn graph_capture(device: &mut dyn Device) -> Check {
     let mut no_node = None;
     let r: Result<()> = (|| {
         let gc = device.graph_capture()?;
-        let g = match capture_one(gc, &work) {
+        let g = match gc.capture_once(&work) {
             Err(e @ Error::Unsupported { .. }) if work.alloc_node_bytes > 0 => {
                 no_node = Some(e.to_string());
                 work.alloc_node_bytes = 0;
-                capture_one(gc, &work)?
+                gc.capture_once(&work)?
             }
             other => other?,
         };
@@ -225,16 +224,6 @@ pub fn graph_capture(device: &mut dyn Device) -> Check {
             ),
         )
     }
-}
-
-/// Begin, record and end one capture; the capture is aborted on every error.
-fn capture_one(gc: &mut dyn GraphCapture, work: &CaptureWork) -> Result<GraphId> {
-    gc.begin_capture()?;
-    let captured = gc.record(work).and_then(|_| gc.end_capture());
-    if captured.is_err() {
-        let _ = gc.abort_capture();
-    }
-    captured
 }
 
 /// Virtual memory lifecycle, or the typed error when not declared.

@@ -60,6 +60,12 @@ pub fn parse_bytes(field: &str, input: &str) -> Result<u64, Error> {
     Ok(v.round() as u64)
 }
 
+/// A byte count as a signed number, saturating at `i64::MAX`: differences of readings are
+/// signed, and a reading above `i64::MAX` (garbage from a driver) must not wrap negative.
+pub fn signed(b: u64) -> i64 {
+    i64::try_from(b).unwrap_or(i64::MAX)
+}
+
 /// Format bytes for people: `23.99 GiB`, `512.00 MiB`, `12 KiB`, `17 B`.
 pub fn fmt_bytes(b: u64) -> String {
     if b >= GIB {
@@ -125,5 +131,12 @@ mod tests {
         assert_eq!(fmt_bytes(17), "17 B");
         assert_eq!(fmt_signed(-22 * MIB as i64), "-22.00 MiB");
         assert_eq!(fmt_opt(None), "absent");
+    }
+
+    #[test]
+    fn signed_saturates() {
+        assert_eq!(signed(5), 5);
+        assert_eq!(signed(u64::MAX), i64::MAX);
+        assert_eq!(signed(1 << 63), i64::MAX);
     }
 }

@@ -117,6 +117,17 @@ impl Reliability {
         }
     }
 
+    /// How far the reading may be off, in bytes: the tolerance of an approximate reading, 0
+    /// for every other kind (exact, or not a matter of tolerance).
+    pub fn tolerance_bytes(&self) -> u64 {
+        match self {
+            Reliability::Approximate {
+                tolerance_bytes, ..
+            } => *tolerance_bytes,
+            _ => 0,
+        }
+    }
+
     /// A rank from most (4) to least (0) trustworthy, used to tell a downgrade.
     pub fn rank(&self) -> u8 {
         match self {

@@ -45,4 +45,81 @@ pub trait GraphCapture {
     fn destroy(&mut self, graph: GraphId) -> Result<()>;
     /// Return the graph pool's unused memory to the driver.
     fn release_pool(&mut self) -> Result<()>;
+
+    /// Capture one graph of `work`: begin, record, end. On any error the capture in progress
+    /// is aborted (so no other call on the device fails on it) and the error returned.
+    fn capture_once(&mut self, work: &CaptureWork) -> Result<GraphId> {
+        self.begin_capture()?;
+        let captured = self.record(work).and_then(|_| self.end_capture());
+        if captured.is_err() {
+            if let Err(e) = self.abort_capture() {
+                tracing::error!(error = %e, "aborting a failed capture failed");
+            }
+        }
+        captured
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Error;
+
+    /// Records calls; `record` fails when asked to.
+    #[derive(Default)]
+    struct Log {
+        calls: Vec<&'static str>,
+        fail_record: bool,
+    }
+
+    impl GraphCapture for Log {
+        fn begin_capture(&mut self) -> Result<()> {
+            self.calls.push("begin");
+            Ok(())
+        }
+        fn record(&mut self, _: &CaptureWork) -> Result<()> {
+            self.calls.push("record");
+            if self.fail_record {
+                return Err(Error::unsupported("graph allocation nodes", "test"));
+            }
+            Ok(())
+        }
+        fn end_capture(&mut self) -> Result<GraphId> {
+            self.calls.push("end");
+            Ok(GraphId(7))
+        }
+        fn abort_capture(&mut self) -> Result<()> {
+            self.calls.push("abort");
+            Ok(())
+        }
+        fn replay(&mut self, _: GraphId) -> Result<()> {
+            Ok(())
+        }
+        fn destroy(&mut self, _: GraphId) -> Result<()> {
+            Ok(())
+        }
+        fn release_pool(&mut self) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn capture_once_aborts_on_error() {
+        let work = CaptureWork {
+            kernel_nodes: 1,
+            alloc_node_bytes: 1,
+        };
+        let mut ok = Log::default();
+        assert_eq!(ok.capture_once(&work).unwrap(), GraphId(7));
+        assert_eq!(ok.calls, ["begin", "record", "end"]);
+        let mut bad = Log {
+            fail_record: true,
+            ..Log::default()
+        };
+        assert!(matches!(
+            bad.capture_once(&work),
+            Err(Error::Unsupported { .. })
+        ));
+        assert_eq!(bad.calls, ["begin", "record", "abort"]);
+    }
 }

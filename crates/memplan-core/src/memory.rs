@@ -12,7 +12,7 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-use crate::bytes::{fmt_opt, fmt_signed};
+use crate::bytes::{fmt_opt, fmt_signed, signed};
 
 /// Driver-level readings.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -69,7 +69,7 @@ impl MemoryInfo {
     /// processes. Signed, because a process-local driver reading can make it negative, which is
     /// evidence, not something to clamp.
     pub fn non_allocator(&self) -> Option<i64> {
-        Some(to_i64(self.driver_used()?) - to_i64(self.allocator.reserved?))
+        Some(signed(self.driver_used()?) - signed(self.allocator.reserved?))
     }
 
     /// The window from `self` (earlier) to `later`.
@@ -99,12 +99,8 @@ impl std::ops::Sub for MemoryInfo {
     }
 }
 
-fn to_i64(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
-}
-
 fn delta(a: Option<u64>, b: Option<u64>) -> Option<i64> {
-    Some(to_i64(b?) - to_i64(a?))
+    Some(signed(b?) - signed(a?))
 }
 
 /// Differences between two snapshots (later minus earlier). Absent when either side is absent.

@@ -196,12 +196,10 @@ fn physical_cap(profile: &Profile, c: &Consumers) -> Option<u64> {
     let kept = profile.graph.as_ref().is_some_and(|g| g.kept);
     let graphs_to_come = if kept { 0 } else { c.graph_reserve };
     // An approximate reading may over-state free memory by its tolerance.
-    let tol = match profile.capability.reading(Reading::DriverFree) {
-        memplan_core::Reliability::Approximate {
-            tolerance_bytes, ..
-        } => tolerance_bytes,
-        _ => 0,
-    };
+    let tol = profile
+        .capability
+        .reading(Reading::DriverFree)
+        .tolerance_bytes();
     let cap = last
         .driver
         .free?

@@ -1,6 +1,6 @@
 //! The driver-layer checks of calibration: free and total.
 
-use memplan_core::bytes::{fmt_bytes, MIB};
+use memplan_core::bytes::{fmt_bytes, signed, MIB};
 use memplan_core::{Device, DriverMemory, ProfilingCapability, Reading, Reliability, Result};
 
 use super::report::{Evidence, Status, Verdict};
@@ -22,17 +22,12 @@ pub(super) fn tolerance(size: u64) -> u64 {
     (2 * MIB).max(size / 100)
 }
 
-/// A reading as a signed number of bytes. Saturating: a driver can return garbage (free of
-/// 2^64 - 1), which must fail the checks, not wrap to a negative number or overflow.
-pub(super) fn signed(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
-}
-
 fn free_of(d: &DriverMemory) -> Option<i64> {
     d.free.map(signed)
 }
 
-/// `a - b`, saturating (see [`signed`]).
+/// `a - b`, saturating: a driver can return garbage (free of 2^64 - 1), which must fail the
+/// checks, not overflow.
 pub(super) fn diff(a: Option<i64>, b: Option<i64>) -> Option<i64> {
     Some(a?.saturating_sub(b?))
 }

@@ -1,12 +1,12 @@
 //! The graph and virtual-memory checks of calibration.
 
-use memplan_core::bytes::{fmt_bytes, MIB};
+use memplan_core::bytes::{fmt_bytes, signed, MIB};
 use memplan_core::{
     CaptureWork, Device, Error, GraphId, GraphPoolMemory, GraphRelease, ProfilingCapability,
     Reading, Reliability, Result, Support,
 };
 
-use super::checks::{diff, signed, tolerance, verdict_reading, Observed};
+use super::checks::{diff, tolerance, verdict_reading, Observed};
 use super::report::{Evidence, Status, Verdict};
 use crate::strategy::EXEC_BYTES_PER_KERNEL_NODE;
 
@@ -66,22 +66,6 @@ struct GraphRun {
     pool_growth: Option<i64>,
 }
 
-/// Begin, record and end one capture; the capture is aborted on every error.
-fn record_one(device: &mut dyn Device, alloc_node_bytes: u64) -> Result<GraphId> {
-    let gc = device.graph_capture()?;
-    gc.begin_capture()?;
-    let recorded = gc
-        .record(&CaptureWork {
-            kernel_nodes: NODES,
-            alloc_node_bytes,
-        })
-        .and_then(|_| gc.end_capture());
-    if recorded.is_err() {
-        let _ = gc.abort_capture();
-    }
-    recorded
-}
-
 /// The calibration graph as recorded, and the readings right before its capture.
 struct Recorded {
     graph: GraphId,
@@ -98,7 +82,12 @@ fn record_graph(device: &mut dyn Device, with_node: Result<(), String>) -> Resul
     let recorded = |device: &mut dyn Device, alloc_node: u64, no_node: Option<String>| {
         let f0 = free(device, true)?;
         let p0 = device.graph_pool_memory()?;
-        record_one(device, alloc_node).map(|graph| Recorded {
+        let work = CaptureWork {
+            kernel_nodes: NODES,
+            alloc_node_bytes: alloc_node,
+        };
+        let graph = device.graph_capture()?.capture_once(&work)?;
+        Ok(Recorded {
             graph,
             alloc_node,
             no_node,
@@ -118,7 +107,7 @@ fn record_graph(device: &mut dyn Device, with_node: Result<(), String>) -> Resul
     recorded(device, 0, Some(no_node))
 }
 
-fn capture_once(device: &mut dyn Device, with_node: Result<(), String>) -> Result<GraphRun> {
+fn run_graph(device: &mut dyn Device, with_node: Result<(), String>) -> Result<GraphRun> {
     let Recorded {
         graph: g,
         alloc_node,
@@ -195,7 +184,7 @@ pub(super) fn graphs(
             cal.facts.graph_pool_attributes
         ))
     };
-    let run = match capture_once(device, with_node) {
+    let run = match run_graph(device, with_node) {
         Ok(r) => r,
         Err(e) => {
             cal.facts.graph_capture = Support::no(format!("calibration capture failed: {e}"));

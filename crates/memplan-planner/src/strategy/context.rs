@@ -137,12 +137,9 @@ impl<'s, 'd> GraphContext<'s, 'd> {
 
     /// Tolerance of the driver free reading (0 unless declared approximate).
     pub fn free_tolerance(&self) -> u64 {
-        match self.capability().reading(Reading::DriverFree) {
-            memplan_core::Reliability::Approximate {
-                tolerance_bytes, ..
-            } => tolerance_bytes,
-            _ => 0,
-        }
+        self.capability()
+            .reading(Reading::DriverFree)
+            .tolerance_bytes()
     }
 
     /// Destroy every graph, release the pool, synchronize and check restoration. Returns the

@@ -18,7 +18,7 @@
 //! plus a fragmentation allowance (10% of the pool and half an allocator granule per graph:
 //! a few samples cannot show how the pool's free space fragments over dozens of captures).
 
-use memplan_core::bytes::{fmt_bytes, fmt_signed, MIB};
+use memplan_core::bytes::{fmt_bytes, fmt_signed, signed, MIB};
 use memplan_core::Result;
 
 use super::context::GraphContext;
@@ -151,11 +151,6 @@ pub fn sampled_model(samples: &[Layers], sizes: &[u32]) -> (i64, u64) {
         .saturating_add(point.max(0) as u64 / 50)
         .saturating_add(fragmentation);
     (point, margin)
-}
-
-/// A reading as signed bytes, saturating at `i64::MAX`.
-fn signed(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
 }
 
 impl GraphStrategy for Sampled {
