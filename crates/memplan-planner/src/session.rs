@@ -225,9 +225,13 @@ impl<'d> Session<'d> {
         if let (Err(_), Err(e)) = (&outcome, &after) {
             tracing::error!(error = %e, "graph teardown failed after the strategy failed");
         }
+        // Recorded even when the strategy failed: memory the phase left held is this engine's,
+        // and must not be attributed to other processes by the next quiet window.
+        if let Ok(a) = &after {
+            self.engine_step_graph(before, *a, keep);
+        }
         let est = outcome?;
-        let after = after?;
-        self.engine_step_graph(before, after, keep);
+        after?;
         tracing::info!(reserve = est.reserve, strategy = %est.strategy, "graph phase done");
         Ok(self.p.graph.insert(est))
     }

@@ -451,6 +451,42 @@ fn conservative_reports_a_shrinking_allocator_instead_of_clamping_silently() {
 }
 
 #[test]
+fn memory_a_failed_graph_phase_leaves_held_is_the_engines_not_a_neighbours() {
+    // A runtime keeping 4 MiB per capture: a graph phase that fails after 3 captures leaves
+    // 12 MiB held. An engine that then goes on eagerly must count it as its own.
+    let s = setup("deferred-release-24g");
+    let gpu = open(&s).unwrap();
+    let mut engine = SimEngine::new(gpu.clone(), s.clone());
+    let mut dev = gpu.clone();
+    let cap = dev.capabilities().clone();
+    let mut session = Session::begin(&mut dev, &mut engine, cap).unwrap();
+    session
+        .load_weights(&mut engine, |e| e.load_weights())
+        .unwrap();
+    session
+        .profile_run(&mut engine, |e| e.profile_run())
+        .unwrap();
+    let growth_before = gpu.truth().hidden_capture;
+    engine.fail_capture_at = Some(3);
+    assert!(session
+        .graph_phase(&mut engine, &crate::strategy::Full)
+        .is_err());
+    let kept = gpu.truth().hidden_capture - growth_before;
+    assert_eq!(kept, 12 * MIB);
+    engine.fail_capture_at = None;
+    session
+        .graph_phase(&mut engine, &crate::strategy::NoGraphs)
+        .unwrap();
+    let p = session.finish();
+    assert_eq!(p.foreign_bytes, 0, "nobody else touched the device");
+    let growth = p.non_allocator_growth.expect("measurable");
+    assert!(
+        growth >= kept as i64,
+        "{growth} counts the {kept} left held"
+    );
+}
+
+#[test]
 fn absurd_scenario_lengths_do_not_overflow() {
     // TOML integers reach i64::MAX; the search limit (4x the length) must not overflow.
     let text = SHIPPED[0].1.replace(
