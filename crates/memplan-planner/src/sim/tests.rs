@@ -486,6 +486,94 @@ fn memory_a_failed_graph_phase_leaves_held_is_the_engines_not_a_neighbours() {
     );
 }
 
+/// A simulated GPU whose graph-pool trim does nothing.
+struct NoTrim(memplan_backend_sim::SimGpu);
+
+impl Device for NoTrim {
+    fn descriptor(&self) -> &memplan_core::DeviceDescriptor {
+        self.0.descriptor()
+    }
+    fn capabilities(&self) -> &memplan_core::ProfilingCapability {
+        self.0.capabilities()
+    }
+    fn driver_memory(&mut self) -> memplan_core::Result<memplan_core::DriverMemory> {
+        self.0.driver_memory()
+    }
+    fn graph_pool_memory(&mut self) -> memplan_core::Result<memplan_core::GraphPoolMemory> {
+        self.0.graph_pool_memory()
+    }
+    fn synchronize(&mut self) -> memplan_core::Result<()> {
+        self.0.synchronize()
+    }
+    fn allocate(&mut self, bytes: u64) -> memplan_core::Result<memplan_core::RawAllocation> {
+        self.0.allocate(bytes)
+    }
+    fn free(&mut self, a: memplan_core::RawAllocation) -> memplan_core::Result<()> {
+        self.0.free(a)
+    }
+    fn graph_capture(&mut self) -> memplan_core::Result<&mut dyn memplan_core::GraphCapture> {
+        self.0.graph_capture()?;
+        Ok(self)
+    }
+}
+
+impl memplan_core::GraphCapture for NoTrim {
+    fn begin_capture(&mut self) -> memplan_core::Result<()> {
+        self.0.begin_capture()
+    }
+    fn record(&mut self, w: &memplan_core::CaptureWork) -> memplan_core::Result<()> {
+        self.0.record(w)
+    }
+    fn end_capture(&mut self) -> memplan_core::Result<memplan_core::GraphId> {
+        self.0.end_capture()
+    }
+    fn abort_capture(&mut self) -> memplan_core::Result<()> {
+        self.0.abort_capture()
+    }
+    fn replay(&mut self, g: memplan_core::GraphId) -> memplan_core::Result<()> {
+        self.0.replay(g)
+    }
+    fn destroy(&mut self, g: memplan_core::GraphId) -> memplan_core::Result<()> {
+        self.0.destroy(g)
+    }
+    fn release_pool(&mut self) -> memplan_core::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn teardown_check_sees_a_graph_pool_left_untrimmed() {
+    // No usable free reading here: only the graph-pool reading can show the pool kept its
+    // memory although every graph is gone.
+    let s = setup("unified-memory-apu");
+    let gpu = open(&s).unwrap();
+    let mut engine = SimEngine::new(gpu.clone(), s.clone());
+    let mut dev = NoTrim(gpu.clone());
+    let cap = dev.capabilities().clone();
+    let mut session = Session::begin(&mut dev, &mut engine, cap).unwrap();
+    session
+        .load_weights(&mut engine, |e| e.load_weights())
+        .unwrap();
+    session
+        .profile_run(&mut engine, |e| e.profile_run())
+        .unwrap();
+    session
+        .graph_phase(&mut engine, &crate::strategy::Conservative)
+        .unwrap();
+    assert!(
+        gpu.truth().graph_pool_reserved > 0,
+        "the pool kept its memory"
+    );
+    assert!(
+        session
+            .warnings()
+            .iter()
+            .any(|w| w.contains("graph pool reserved") && w.contains("not trimmed")),
+        "{:#?}",
+        session.warnings()
+    );
+}
+
 #[test]
 fn absurd_scenario_lengths_do_not_overflow() {
     // TOML integers reach i64::MAX; the search limit (4x the length) must not overflow.

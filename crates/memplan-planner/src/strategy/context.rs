@@ -179,6 +179,16 @@ impl<'s, 'd> GraphContext<'s, 'd> {
                 ));
             }
         }
+        // Used can be back while the pool still holds the memory (trimmed before the
+        // synchronize that released it): reserved tells.
+        if let (Some(x), Some(y)) = (b.graph_pool.reserved, after.graph_pool.reserved) {
+            if y > x {
+                leaks.push(format!(
+                    "graph pool reserved {} above the phase baseline (not trimmed)",
+                    fmt_bytes(y - x)
+                ));
+            }
+        }
         if let (Some(x), Some(y)) = (b.driver_used(), after.driver_used()) {
             let tol = self.free_tolerance();
             if y > x.saturating_add(tol) {
