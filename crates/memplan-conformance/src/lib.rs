@@ -11,7 +11,8 @@
 //!    suite with calibration's evidence;
 //! 3. **allocator layer** — raw allocations of several sizes are accounted exactly
 //!    (allocated <= reserved, both back to the start after freeing);
-//! 4. **graph capture** — when declared, capture, replay, destroy and pool release work and the
+//! 4. **graph capture** — when declared, capture (with an allocation node, or without one where
+//!    the runtime refuses it with `Unsupported`), replay, destroy and pool release work and the
 //!    graph pool returns to where it started; when not declared, the typed `Unsupported`
 //!    error;
 //! 5. **virtual memory** — when declared, reserve, map, unmap and release work and free memory
