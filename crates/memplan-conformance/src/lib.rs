@@ -7,7 +7,7 @@
 //!    absent (never 0), a reading declared available is present, graph-pool readings are absent
 //!    when the device has no graph-pool query;
 //! 2. **calibration** — every reading and fact the backend declares behaves so under
-//!    allocations of several sizes ([`memplan_planner::calibrate`]); any downgrade fails the
+//!    allocations of several sizes ([`memplan_planner::calibrate()`]); any downgrade fails the
 //!    suite with calibration's evidence;
 //! 3. **allocator layer** — raw allocations of several sizes are accounted exactly
 //!    (allocated <= reserved, both back to the start after freeing);
