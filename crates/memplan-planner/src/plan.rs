@@ -91,8 +91,12 @@ fn device_total(
     match (baseline.driver.total, request) {
         (Some(t), _) => Ok(t),
         (None, Request::Bytes(b)) => Ok(*b),
-        (None, _) => Err(Error::invalid(
-            "gpu-memory-utilization",
+        (None, r) => Err(Error::invalid(
+            if matches!(r, Request::KvCacheBytes(_)) {
+                "kv-cache-memory-bytes"
+            } else {
+                "gpu-memory-utilization"
+            },
             format!(
                 "the device reports no usable total ({}): give an absolute byte budget instead",
                 cap.reading(Reading::DriverTotal)

@@ -139,6 +139,11 @@ fn early_check_and_missing_total() {
         "{e}"
     );
     assert!(plan(&p, "t", &inputs(Request::Bytes(16 * GIB))).is_ok());
+    // A fixed KV size needs the total too; the error names that flag, not another.
+    let e = plan(&p, "t", &inputs(Request::KvCacheBytes(GIB)))
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("kv-cache-memory-bytes"), "{e}");
 }
 
 #[test]
