@@ -240,7 +240,12 @@ pub fn virtual_memory(device: &mut dyn Device) -> Check {
     let r: Result<u64> = (|| {
         let vm = device.virtual_memory()?;
         let g = vm.granularity()?;
-        let range = vm.reserve(4 * g)?;
+        let span = g.checked_mul(4).ok_or_else(|| {
+            Error::Measurement(format!(
+                "granularity {g} bytes: 4 granules overflow 64 bits"
+            ))
+        })?;
+        let range = vm.reserve(span)?;
         let mapped = vm.map(&range, g, g);
         let m = match mapped {
             Ok(m) => m,

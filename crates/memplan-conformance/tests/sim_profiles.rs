@@ -68,4 +68,67 @@ fn capture_without_allocation_nodes_conforms() {
     }
 }
 
+/// A simulated GPU whose virtual-memory granularity is garbage.
+struct HugeGranule(memplan_backend_sim::SimGpu);
+
+impl memplan::Device for HugeGranule {
+    fn descriptor(&self) -> &memplan::DeviceDescriptor {
+        self.0.descriptor()
+    }
+    fn capabilities(&self) -> &memplan::ProfilingCapability {
+        self.0.capabilities()
+    }
+    fn driver_memory(&mut self) -> memplan::Result<memplan::DriverMemory> {
+        self.0.driver_memory()
+    }
+    fn synchronize(&mut self) -> memplan::Result<()> {
+        self.0.synchronize()
+    }
+    fn allocate(&mut self, bytes: u64) -> memplan::Result<memplan::RawAllocation> {
+        self.0.allocate(bytes)
+    }
+    fn free(&mut self, a: memplan::RawAllocation) -> memplan::Result<()> {
+        self.0.free(a)
+    }
+    fn virtual_memory(&mut self) -> memplan::Result<&mut dyn memplan::VirtualMemory> {
+        Ok(self)
+    }
+}
+
+impl memplan::VirtualMemory for HugeGranule {
+    fn granularity(&mut self) -> memplan::Result<u64> {
+        Ok(u64::MAX / 2)
+    }
+    fn reserve(&mut self, bytes: u64) -> memplan::Result<memplan::VaRange> {
+        memplan::VirtualMemory::reserve(&mut self.0, bytes)
+    }
+    fn map(
+        &mut self,
+        r: &memplan::VaRange,
+        offset: u64,
+        bytes: u64,
+    ) -> memplan::Result<memplan::Mapping> {
+        memplan::VirtualMemory::map(&mut self.0, r, offset, bytes)
+    }
+    fn unmap(&mut self, m: memplan::Mapping) -> memplan::Result<()> {
+        memplan::VirtualMemory::unmap(&mut self.0, m)
+    }
+    fn release(&mut self, r: memplan::VaRange) -> memplan::Result<()> {
+        memplan::VirtualMemory::release(&mut self.0, r)
+    }
+}
+
+#[test]
+fn a_garbage_granularity_fails_the_checks_without_a_panic() {
+    let mut d = HugeGranule(memplan_backend_sim::SimGpu::open("rtx4090").unwrap());
+    let report = memplan_conformance::run(&mut d).expect("the device reads");
+    let vm = report
+        .checks
+        .iter()
+        .find(|c| c.name == "virtual_memory.lifecycle")
+        .expect("virtual memory check");
+    assert_eq!(vm.outcome, Outcome::Fail, "{}", vm.evidence);
+    assert!(!report.passed());
+}
+
 memplan_conformance::conformance_test!(macro_instantiation_rtx4090, memplan::open("sim:rtx4090"));
