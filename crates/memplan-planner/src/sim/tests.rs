@@ -575,6 +575,40 @@ fn teardown_check_sees_a_graph_pool_left_untrimmed() {
 }
 
 #[test]
+fn post_capture_failing_mid_capture_releases_its_range_and_graphs() {
+    let s = setup("fp8-24g");
+    for fail_at in [0usize, 1, 7] {
+        let gpu = open(&s).unwrap();
+        let mut engine = SimEngine::new(gpu.clone(), s.clone());
+        let mut dev = gpu.clone();
+        let cap = dev.capabilities().clone();
+        let mut session = Session::begin(&mut dev, &mut engine, cap).unwrap();
+        session
+            .load_weights(&mut engine, |e| e.load_weights())
+            .unwrap();
+        session
+            .profile_run(&mut engine, |e| e.profile_run())
+            .unwrap();
+        engine.fail_capture_at = Some(fail_at);
+        assert!(session
+            .graph_phase(&mut engine, &crate::strategy::PostCapture)
+            .is_err());
+        assert!(!session.kept_graphs());
+        let t = gpu.truth();
+        assert_eq!(
+            (t.live_graphs, t.vmm_ranges, t.vmm_mapped),
+            (0, 0, 0),
+            "{fail_at}"
+        );
+        assert_eq!(
+            t.private_pool_reserved + t.graph_pool_reserved,
+            0,
+            "{fail_at}"
+        );
+    }
+}
+
+#[test]
 fn absurd_scenario_lengths_do_not_overflow() {
     // TOML integers reach i64::MAX; the search limit (4x the length) must not overflow.
     let text = SHIPPED[0].1.replace(
