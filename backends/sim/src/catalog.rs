@@ -11,20 +11,7 @@ use crate::profile::SimProfile;
 use crate::quirks::Quirks;
 
 const fn q() -> Quirks {
-    Quirks {
-        free_process_local: false,
-        free_blind_to_graphics: false,
-        apu_wrong_pool: false,
-        deferred_graph_release: false,
-        hidden_bytes_per_capture: 0,
-        graph_pool_attrs_zero: false,
-        no_graph_pool_query: false,
-        no_graph_alloc_nodes: false,
-        sysman_missing: false,
-        free_equals_total: false,
-        stale_free: false,
-        capture_empties_cache: true,
-    }
+    Quirks::NONE
 }
 
 /// ROCm 6.2 on a discrete card: blind to graphics, deferred release, 4 MiB hidden per capture.

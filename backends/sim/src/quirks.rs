@@ -45,22 +45,28 @@ pub struct Quirks {
     pub capture_empties_cache: bool,
 }
 
+impl Quirks {
+    /// A well-behaved platform: no quirk on, and the framework behaviour that entering
+    /// capture empties the allocator cache.
+    pub const NONE: Quirks = Quirks {
+        free_process_local: false,
+        free_blind_to_graphics: false,
+        apu_wrong_pool: false,
+        deferred_graph_release: false,
+        hidden_bytes_per_capture: 0,
+        graph_pool_attrs_zero: false,
+        no_graph_pool_query: false,
+        no_graph_alloc_nodes: false,
+        sysman_missing: false,
+        free_equals_total: false,
+        stale_free: false,
+        capture_empties_cache: true,
+    };
+}
+
 impl Default for Quirks {
     fn default() -> Self {
-        Quirks {
-            free_process_local: false,
-            free_blind_to_graphics: false,
-            apu_wrong_pool: false,
-            deferred_graph_release: false,
-            hidden_bytes_per_capture: 0,
-            graph_pool_attrs_zero: false,
-            no_graph_pool_query: false,
-            no_graph_alloc_nodes: false,
-            sysman_missing: false,
-            free_equals_total: false,
-            stale_free: false,
-            capture_empties_cache: true,
-        }
+        Quirks::NONE
     }
 }
 
