@@ -189,12 +189,13 @@ impl Device for CudaDevice {
     }
 
     fn free(&mut self, allocation: RawAllocation) -> Result<()> {
-        if self.allocations.get(&allocation.handle) != Some(&allocation.bytes) {
-            return Err(Error::invalid(
-                "allocation",
-                format!("{:#x} was not allocated by this device", allocation.handle),
-            ));
-        }
+        memplan_core::device::ensure_owned(
+            "allocation",
+            "allocation",
+            allocation.handle,
+            self.allocations.get(&allocation.handle),
+            &allocation.bytes,
+        )?;
         self.ctx.bind()?;
         // SAFETY: the pointer came from cuMemAlloc_v2 on this context and was not freed yet.
         check("cuMemFree_v2", unsafe {

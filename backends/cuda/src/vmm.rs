@@ -150,15 +150,13 @@ impl VirtualMemory for CudaVmm {
 
     fn map(&mut self, range: &VaRange, offset: u64, bytes: u64) -> Result<Mapping> {
         let g = self.granularity()?;
-        if self.ranges.get(&range.handle) != Some(&range.bytes) {
-            return Err(Error::invalid(
-                "range",
-                format!(
-                    "{:#x} is not a live reservation of this device",
-                    range.handle
-                ),
-            ));
-        }
+        memplan_core::device::ensure_owned(
+            "range",
+            "reservation",
+            range.handle,
+            self.ranges.get(&range.handle),
+            &range.bytes,
+        )?;
         check_multiple("offset", offset, g, true)?;
         check_multiple("bytes", bytes, g, false)?;
         if !matches!(offset.checked_add(bytes), Some(end) if end <= range.bytes) {
@@ -222,12 +220,13 @@ impl VirtualMemory for CudaVmm {
 
     fn unmap(&mut self, mapping: Mapping) -> Result<()> {
         let addr = mapping.range.wrapping_add(mapping.offset);
-        if self.mappings.get(&mapping.handle) != Some(&(addr, mapping.bytes)) {
-            return Err(Error::invalid(
-                "mapping",
-                format!("{:#x} is not a live mapping of this device", mapping.handle),
-            ));
-        }
+        memplan_core::device::ensure_owned(
+            "mapping",
+            "mapping",
+            mapping.handle,
+            self.mappings.get(&mapping.handle),
+            &(addr, mapping.bytes),
+        )?;
         self.ctx.bind()?;
         // SAFETY: a live mapping made by `map` at this address and size (checked above).
         // When unmapping fails the mapping stays tracked (and its handle unreleased), so its
@@ -241,15 +240,13 @@ impl VirtualMemory for CudaVmm {
     }
 
     fn release(&mut self, range: VaRange) -> Result<()> {
-        if self.ranges.get(&range.handle) != Some(&range.bytes) {
-            return Err(Error::invalid(
-                "range",
-                format!(
-                    "{:#x} is not a live reservation of this device",
-                    range.handle
-                ),
-            ));
-        }
+        memplan_core::device::ensure_owned(
+            "range",
+            "reservation",
+            range.handle,
+            self.ranges.get(&range.handle),
+            &range.bytes,
+        )?;
         let end = range.handle + range.bytes;
         if self
             .mappings

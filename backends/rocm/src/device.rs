@@ -143,12 +143,13 @@ impl Device for RocmDevice {
     }
 
     fn free(&mut self, allocation: RawAllocation) -> Result<()> {
-        if self.allocations.get(&allocation.handle) != Some(&allocation.bytes) {
-            return Err(Error::invalid(
-                "allocation",
-                format!("{:#x} was not allocated by this device", allocation.handle),
-            ));
-        }
+        memplan_core::device::ensure_owned(
+            "allocation",
+            "allocation",
+            allocation.handle,
+            self.allocations.get(&allocation.handle),
+            &allocation.bytes,
+        )?;
         self.api.set_device(self.ordinal)?;
         // SAFETY: the handle came from hipMalloc in `allocate` and is still live (checked
         // above); it is removed from the table once freed.

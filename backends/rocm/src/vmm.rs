@@ -75,17 +75,13 @@ impl RocmVmm {
     }
 
     fn live_range(&self, range: &VaRange) -> Result<()> {
-        if self.ranges.get(&range.handle) == Some(&range.bytes) {
-            Ok(())
-        } else {
-            Err(Error::invalid(
-                "range",
-                format!(
-                    "{:#x} is not a live reservation of this device",
-                    range.handle
-                ),
-            ))
-        }
+        memplan_core::device::ensure_owned(
+            "range",
+            "reservation",
+            range.handle,
+            self.ranges.get(&range.handle),
+            &range.bytes,
+        )
     }
 
     fn sym<T: Copy>(&self, f: Option<T>, name: &str) -> Result<T> {
@@ -221,12 +217,13 @@ impl VirtualMemory for RocmVmm {
 
     fn unmap(&mut self, mapping: Mapping) -> Result<()> {
         let addr = mapping.range.wrapping_add(mapping.offset);
-        if self.mappings.get(&mapping.handle) != Some(&(addr, mapping.bytes)) {
-            return Err(Error::invalid(
-                "mapping",
-                format!("{:#x} is not a live mapping of this device", mapping.handle),
-            ));
-        }
+        memplan_core::device::ensure_owned(
+            "mapping",
+            "mapping",
+            mapping.handle,
+            self.mappings.get(&mapping.handle),
+            &(addr, mapping.bytes),
+        )?;
         let unmap = self.sym(self.api.sym.hipMemUnmap, "hipMemUnmap")?;
         let release = self.sym(self.api.sym.hipMemRelease, "hipMemRelease")?;
         let n = size("bytes", mapping.bytes)?;

@@ -193,12 +193,13 @@ impl Device for XpuDevice {
     }
 
     fn free(&mut self, allocation: RawAllocation) -> Result<()> {
-        if self.allocations.get(&allocation.handle) != Some(&allocation.bytes) {
-            return Err(Error::invalid(
-                "allocation",
-                format!("{:#x} was not allocated by this device", allocation.handle),
-            ));
-        }
+        memplan_core::device::ensure_owned(
+            "allocation",
+            "allocation",
+            allocation.handle,
+            self.allocations.get(&allocation.handle),
+            &allocation.bytes,
+        )?;
         // SAFETY: the pointer came from zeMemAllocDevice in this context and is still live
         // (checked above); no work of ours references it.
         check("zeMemFree", unsafe {

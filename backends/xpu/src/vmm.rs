@@ -82,12 +82,13 @@ impl VirtualMemory for XpuDevice {
     }
 
     fn map(&mut self, range: &VaRange, offset: u64, bytes: u64) -> Result<Mapping> {
-        if self.ranges.get(&range.handle) != Some(&range.bytes) {
-            return Err(Error::invalid(
-                "range",
-                format!("{:#x} was not reserved by this device", range.handle),
-            ));
-        }
+        memplan_core::device::ensure_owned(
+            "range",
+            "reservation",
+            range.handle,
+            self.ranges.get(&range.handle),
+            &range.bytes,
+        )?;
         if bytes == 0
             || offset
                 .checked_add(bytes)
@@ -147,12 +148,13 @@ impl VirtualMemory for XpuDevice {
 
     fn unmap(&mut self, mapping: Mapping) -> Result<()> {
         let va = mapping.range.wrapping_add(mapping.offset);
-        if self.mappings.get(&mapping.handle) != Some(&(va, mapping.bytes)) {
-            return Err(Error::invalid(
-                "mapping",
-                format!("{:#x} is not a live mapping of this device", mapping.handle),
-            ));
-        }
+        memplan_core::device::ensure_owned(
+            "mapping",
+            "mapping",
+            mapping.handle,
+            self.mappings.get(&mapping.handle),
+            &(va, mapping.bytes),
+        )?;
         let size = size_t("bytes", mapping.bytes)?;
         // SAFETY: a live mapping of this context (checked above).
         check("zeVirtualMemUnmap", unsafe {
@@ -169,12 +171,13 @@ impl VirtualMemory for XpuDevice {
     }
 
     fn release(&mut self, range: VaRange) -> Result<()> {
-        if self.ranges.get(&range.handle) != Some(&range.bytes) {
-            return Err(Error::invalid(
-                "range",
-                format!("{:#x} was not reserved by this device", range.handle),
-            ));
-        }
+        memplan_core::device::ensure_owned(
+            "range",
+            "reservation",
+            range.handle,
+            self.ranges.get(&range.handle),
+            &range.bytes,
+        )?;
         let end = range.handle + range.bytes;
         if self
             .mappings

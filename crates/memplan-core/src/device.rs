@@ -215,6 +215,27 @@ pub trait Device: Send {
     }
 }
 
+/// Refuse a handle this device did not hand out, or whose recorded size or place differs
+/// from what the caller passes back, before it reaches a vendor library: the handle types
+/// have public fields, so safe code can forge one. `tracked` is the backend's record of
+/// `handle`; the error names `field` and says the handle is not a live `noun` of this device.
+pub fn ensure_owned<V: PartialEq>(
+    field: &str,
+    noun: &str,
+    handle: u64,
+    tracked: Option<&V>,
+    expected: &V,
+) -> Result<()> {
+    if tracked == Some(expected) {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            field,
+            format!("{handle:#x} is not a live {noun} of this device"),
+        ))
+    }
+}
+
 /// A raw device allocation made by [`Device::allocate`].
 #[derive(Debug, PartialEq, Eq)]
 pub struct RawAllocation {
@@ -227,6 +248,16 @@ pub struct RawAllocation {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn foreign_handles_are_refused_by_name() {
+        assert!(ensure_owned("range", "reservation", 0x10, Some(&4u64), &4).is_ok());
+        let e = ensure_owned("range", "reservation", 0x10, Some(&4u64), &8)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e, "range: 0x10 is not a live reservation of this device");
+        assert!(ensure_owned::<u64>("allocation", "allocation", 0x20, None, &1).is_err());
+    }
 
     #[test]
     fn parses_ids() {
