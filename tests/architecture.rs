@@ -101,14 +101,11 @@ fn every_doc_is_linked() {
     );
 }
 
-/// Every scenario file in scenarios/ is shipped in the binary (loadable by name).
+/// Every scenario file in crates/memplan-testbed/scenarios/ is shipped in the binary (loadable by name).
 #[test]
 fn every_scenario_file_is_shipped() {
-    let shipped: BTreeSet<&str> = memplan_planner::sim::SHIPPED
-        .iter()
-        .map(|(n, _)| *n)
-        .collect();
-    for e in std::fs::read_dir(repo_root().join("scenarios"))
+    let shipped: BTreeSet<&str> = memplan_testbed::SHIPPED.iter().map(|(n, _)| *n).collect();
+    for e in std::fs::read_dir(repo_root().join("crates/memplan-testbed/scenarios"))
         .expect("scenarios/")
         .flatten()
     {
@@ -116,7 +113,7 @@ fn every_scenario_file_is_shipped() {
         if let Some(stem) = name.strip_suffix(".toml") {
             assert!(
                 shipped.contains(stem),
-                "scenarios/{name} is not embedded in memplan_planner::sim::SHIPPED"
+                "crates/memplan-testbed/scenarios/{name} is not embedded in memplan_testbed::SHIPPED"
             );
         }
     }

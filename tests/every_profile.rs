@@ -5,7 +5,7 @@
 //! memory, and leave at most 10% of the oracle unused. A device that lies about its total may
 //! instead be refused with a clear start-up error.
 
-use memplan_planner::sim::{simulate, StrategyArg};
+use memplan_testbed::{simulate, StrategyArg};
 use std::path::PathBuf;
 
 /// Shipped scenarios and the smallest device (bytes) their model fits on: the ~1.5B models
@@ -15,7 +15,7 @@ const BASE_SCENARIOS: [(&str, u64); 3] =
 
 fn scenario_text(name: &str) -> String {
     let path = memplan_workspace_tests::repo_root()
-        .join("scenarios")
+        .join("crates/memplan-testbed/scenarios")
         .join(format!("{name}.toml"));
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }

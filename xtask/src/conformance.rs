@@ -114,7 +114,7 @@ pub fn strategy_table(args: &[String]) -> Result<(), String> {
             "run",
             "-q",
             "-p",
-            "memplan-planner",
+            "memplan-testbed",
             "--example",
             "strategy_table",
         ],

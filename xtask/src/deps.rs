@@ -13,6 +13,11 @@ const VENDOR_CRATES: &[&str] = &[
     "memplan-backend-xpu",
 ];
 
+/// The test-bed: the simulated backend and the harness around it. What an engine ships (the
+/// planner, the model specs) never depends on them, in any feature: the simulator is the
+/// evidence against the planner, and must not share code or constants with it.
+const TESTBED_CRATES: &[&str] = &["memplan-backend-sim", "memplan-testbed"];
+
 /// (package, cargo tree flags, what it must not contain, why)
 const RULES: &[(&str, &[&str], &[&str], &str)] = &[
     (
@@ -32,6 +37,18 @@ const RULES: &[(&str, &[&str], &[&str], &str)] = &[
         &[],
         VENDOR_CRATES,
         "model specs are vendor-neutral",
+    ),
+    (
+        "memplan-planner",
+        &["--all-features"],
+        TESTBED_CRATES,
+        "the planner is judged by the simulator, so it does not depend on it",
+    ),
+    (
+        "memplan-model",
+        &["--all-features"],
+        TESTBED_CRATES,
+        "model specs ship to engines without the test-bed",
     ),
     (
         "memplan",
@@ -93,6 +110,24 @@ pub fn check() -> Result<(), String> {
     } else {
         Err(format!("dependency rules broken: {}", failures.join("; ")))
     }
+}
+
+/// `cargo package --workspace --no-verify`: every crate packages on its own (no `include_str!`
+/// reaching outside its crate, every path dependency with a version). Offline: the packages
+/// are only assembled, nothing is fetched.
+pub fn package() -> Result<(), String> {
+    step(
+        "package",
+        &[
+            "cargo",
+            "package",
+            "-q",
+            "--workspace",
+            "--no-verify",
+            "--allow-dirty",
+            "--offline",
+        ],
+    )
 }
 
 /// Build the CLI with every backend and check that no vendor library is NEEDED: a binary with

@@ -1,7 +1,8 @@
 //! `cargo xtask`: memplan's CI entry point and maintenance tasks.
 //!
 //! - `ci`: rustfmt check, then for every feature combination of the matrix clippy with
-//!   warnings denied and the tests; then the dependency rules (`cargo tree`), the
+//!   warnings denied and the tests; then the dependency rules (`cargo tree`), packaging
+//!   (`cargo package --workspace --no-verify`), the
 //!   no-hard-link rule for runtime-loaded vendor libraries, and the checks that generated
 //!   files are current.
 //! - `matrix`: print the feature matrix.
@@ -29,6 +30,7 @@ tasks:
   matrix             print the feature matrix
   prereq             install (as root, with apt-get) or name the system packages the tests need
   deps               check the dependency rules only (cargo tree)
+  package            check that every crate packages (cargo package --workspace --no-verify)
   linkage            check that no vendor library is a hard (NEEDED) dependency
   conformance --device ID [--json FILE]
                      run the backend conformance suite against one device
@@ -54,6 +56,7 @@ fn main() -> ExitCode {
             Ok(())
         }
         "deps" => deps::check(),
+        "package" => deps::package(),
         "prereq" => prereq::ensure(),
         "linkage" => deps::linkage(),
         "conformance" => conformance::run(&args[1..]),
@@ -110,6 +113,7 @@ fn ci() -> Result<(), String> {
         entry.run()?;
     }
     deps::check()?;
+    deps::package()?;
     deps::linkage()?;
     conformance::capability_matrix(&["--check".to_string()])?;
     conformance::strategy_table(&["--check".to_string()])?;

@@ -41,6 +41,8 @@ pub const ENTRIES: &[Entry] = &[
             "memplan-model",
             "-p",
             "memplan-backend-sim",
+            "-p",
+            "memplan-testbed",
         ],
     },
     Entry {

@@ -1,4 +1,4 @@
-//! Model presets shipped with memplan (`models/model-configs.jsonl`, embedded at build time):
+//! Model presets shipped with memplan (`crates/memplan-model/models/model-configs.jsonl`, embedded at build time):
 //! found by full Hugging Face id or by the part after `/`, case-insensitively.
 
 use memplan_core::{Error, Result};
@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use crate::config::ModelConfig;
 
-const PRESETS: &str = include_str!("../../../models/model-configs.jsonl");
+const PRESETS: &str = include_str!("../models/model-configs.jsonl");
 
 /// A shipped preset.
 #[derive(Debug, Clone)]
@@ -78,7 +78,7 @@ pub fn find_in(text: &str, name: &str) -> Result<Option<Preset>> {
             .get("config")
             .ok_or_else(|| {
                 Error::invalid(
-                    "models/model-configs.jsonl",
+                    "crates/memplan-model/models/model-configs.jsonl",
                     format!("line {}: no config", line + 1),
                 )
             })

@@ -8,7 +8,7 @@ use memplan_model::estimate::{self, EngineShape};
 use memplan_model::{safetensors, weights, ModelConfig};
 use serde_json::Value;
 
-const PRESETS: &str = include_str!("../../../models/model-configs.jsonl");
+const PRESETS: &str = include_str!("../models/model-configs.jsonl");
 
 /// xorshift64*: deterministic, no dependency.
 struct Rng(u64);

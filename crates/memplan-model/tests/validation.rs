@@ -1,7 +1,7 @@
 //! Every start-up log whose model has a shipped config is reproduced from its logged measured
 //! values within the rounding of the printed figures (see `memplan_model::validation` for how
 //! the tolerance is derived). `MEMPLAN_LOGS=logs.jsonl` checks another set of logs the same
-//! way, and `MEMPLAN_CONFIGS=configs.jsonl` (the layout of `models/model-configs.jsonl`) adds
+//! way, and `MEMPLAN_CONFIGS=configs.jsonl` (the layout of `crates/memplan-model/models/model-configs.jsonl`) adds
 //! configs for models that are not shipped.
 
 use memplan_model::validation::reproduce_all_with;

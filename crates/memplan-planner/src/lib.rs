@@ -29,7 +29,9 @@
 //!   calibrated capability is never stronger than the declared one.
 //! - [`plan()`]: the budget ([`budget`]), capped by what is physically free, sized into KV
 //!   blocks; [`Plan`] is `Display` (a table and a memory bar) and `Serialize`.
-//! - `sim` (feature `simulate`): the `memplan simulate` harness on the simulated backend.
+//!
+//! The planner depends on no backend. Its tests on simulated devices, and the `memplan
+//! simulate` harness, live in the `memplan-testbed` crate.
 
 pub mod budget;
 pub mod calibrate;
@@ -37,8 +39,6 @@ pub mod engine;
 pub mod plan;
 pub mod profile;
 pub mod session;
-#[cfg(feature = "simulate")]
-pub mod sim;
 pub mod strategy;
 
 pub use calibrate::{calibrate, CalibrationReport};

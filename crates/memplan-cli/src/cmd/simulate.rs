@@ -4,7 +4,7 @@
 
 use std::process::ExitCode;
 
-use memplan_planner::sim::{simulate, StrategyArg, SHIPPED};
+use memplan_testbed::{simulate, StrategyArg, SHIPPED};
 
 use crate::output::print_json;
 

@@ -67,6 +67,3 @@ pub fn calibrate(device: &mut dyn Device) -> Result<CalibrationReport> {
     }
     Ok(report)
 }
-
-#[cfg(test)]
-mod tests;

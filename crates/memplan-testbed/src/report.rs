@@ -5,10 +5,10 @@ use memplan_core::bytes::{fmt_bytes, fmt_signed};
 use serde::Serialize;
 use std::fmt;
 
-use super::run::Choice;
-use crate::calibrate::CalibrationReport;
-use crate::plan::Plan;
-use crate::strategy::StrategyKind;
+use crate::run::Choice;
+use memplan_planner::calibrate::CalibrationReport;
+use memplan_planner::plan::Plan;
+use memplan_planner::strategy::StrategyKind;
 
 /// One strategy's run.
 #[derive(Debug, Clone, Serialize)]

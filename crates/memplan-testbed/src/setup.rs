@@ -5,8 +5,8 @@ use memplan_core::kv::{AttentionKind, KvDtype, KvLimits, KvSpec, LayerGroup};
 use memplan_core::{Error, Result};
 use serde::Serialize;
 
-use super::scenario::{Scenario, SHIPPED};
-use crate::budget::Request;
+use crate::scenario::{Scenario, SHIPPED};
+use memplan_planner::budget::Request;
 
 /// The scenario with every quantity resolved.
 #[derive(Debug, Clone, Serialize)]

@@ -12,14 +12,14 @@
 use memplan_backend_sim::{GroundTruth, SimGpu};
 use memplan_core::{Device, Error, Result};
 
-use super::engine::SimEngine;
-use super::report::Outcome;
-use super::setup::Setup;
-use crate::budget::{self, Consumers};
-use crate::calibrate::{calibrate, CalibrationReport};
-use crate::plan::{check_request, plan, Plan, PlanInputs};
-use crate::session::Session;
-use crate::strategy::{select, SelectionPolicy, StrategyKind};
+use crate::engine::SimEngine;
+use crate::report::Outcome;
+use crate::setup::Setup;
+use memplan_planner::budget::{self, Consumers};
+use memplan_planner::calibrate::{calibrate, CalibrationReport};
+use memplan_planner::plan::{check_request, plan, Plan, PlanInputs};
+use memplan_planner::session::Session;
+use memplan_planner::strategy::{select, SelectionPolicy, StrategyKind};
 
 /// Which strategy a run uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,9 +1,13 @@
-use super::*;
+//! Calibration on every simulated profile: honest declarations hold, lies are caught, every
+//! calibration allocation is freed. (Moved from `memplan-planner`, which depends on no
+//! backend.)
+
 use memplan_backend_sim::{profiles, SimGpu};
 use memplan_core::{
-    DeviceDescriptor, DriverMemory, Error, GraphCapture, GraphPoolMemory, GraphRelease,
-    ProfilingCapability, RawAllocation, Reliability, VirtualMemory,
+    Device, DeviceDescriptor, DriverMemory, Error, GraphCapture, GraphPoolMemory, GraphRelease,
+    ProfilingCapability, RawAllocation, Reading, Reliability, Result, VirtualMemory,
 };
+use memplan_planner::calibrate::{calibrate, CalibrationReport, Status};
 
 fn cal(selector: &str) -> CalibrationReport {
     let mut gpu = SimGpu::open(selector).expect("profile exists");

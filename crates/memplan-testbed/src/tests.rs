@@ -1,12 +1,12 @@
 //! Acceptance checks of issue 3 on the shipped scenarios, and teardown under injected failures.
 
-use super::run::{graph_truth, open, run, Choice};
 use super::*;
-use crate::engine::Engine;
-use crate::session::Session;
-use crate::strategy::StrategyKind;
+use crate::run::{graph_truth, open, run, Choice};
 use memplan_core::bytes::MIB;
 use memplan_core::Device;
+use memplan_planner::session::Session;
+use memplan_planner::strategy::StrategyKind;
+use memplan_planner::Engine;
 
 fn setup(name: &str) -> Setup {
     Scenario::load(name).unwrap().resolve().unwrap()
@@ -336,7 +336,7 @@ fn post_capture_with_a_garbage_total_is_an_error_not_an_overflow() {
         .profile_run(&mut engine, |e| e.profile_run())
         .unwrap();
     let e = session
-        .graph_phase(&mut engine, &crate::strategy::PostCapture)
+        .graph_phase(&mut engine, &memplan_planner::strategy::PostCapture)
         .unwrap_err()
         .to_string();
     assert!(e.contains("overflows"), "{e}");
@@ -362,7 +362,7 @@ fn conservative_does_not_take_an_absent_graph_pool_reading_as_zero() {
         .profile_run(&mut engine, |e| e.profile_run())
         .unwrap();
     let est = session
-        .graph_phase(&mut engine, &crate::strategy::Conservative)
+        .graph_phase(&mut engine, &memplan_planner::strategy::Conservative)
         .unwrap();
     assert!(
         est.explanation
@@ -438,7 +438,7 @@ fn conservative_reports_a_shrinking_allocator_instead_of_clamping_silently() {
         })
         .unwrap();
     session
-        .graph_phase(&mut engine, &crate::strategy::Conservative)
+        .graph_phase(&mut engine, &memplan_planner::strategy::Conservative)
         .unwrap();
     assert!(
         session
@@ -469,13 +469,13 @@ fn memory_a_failed_graph_phase_leaves_held_is_the_engines_not_a_neighbours() {
     let growth_before = gpu.truth().hidden_capture;
     engine.fail_capture_at = Some(3);
     assert!(session
-        .graph_phase(&mut engine, &crate::strategy::Full)
+        .graph_phase(&mut engine, &memplan_planner::strategy::Full)
         .is_err());
     let kept = gpu.truth().hidden_capture - growth_before;
     assert_eq!(kept, 12 * MIB);
     engine.fail_capture_at = None;
     session
-        .graph_phase(&mut engine, &crate::strategy::NoGraphs)
+        .graph_phase(&mut engine, &memplan_planner::strategy::NoGraphs)
         .unwrap();
     let p = session.finish();
     assert_eq!(p.foreign_bytes, 0, "nobody else touched the device");
@@ -558,7 +558,7 @@ fn teardown_check_sees_a_graph_pool_left_untrimmed() {
         .profile_run(&mut engine, |e| e.profile_run())
         .unwrap();
     session
-        .graph_phase(&mut engine, &crate::strategy::Conservative)
+        .graph_phase(&mut engine, &memplan_planner::strategy::Conservative)
         .unwrap();
     assert!(
         gpu.truth().graph_pool_reserved > 0,
@@ -591,7 +591,7 @@ fn post_capture_failing_mid_capture_releases_its_range_and_graphs() {
             .unwrap();
         engine.fail_capture_at = Some(fail_at);
         assert!(session
-            .graph_phase(&mut engine, &crate::strategy::PostCapture)
+            .graph_phase(&mut engine, &memplan_planner::strategy::PostCapture)
             .is_err());
         assert!(!session.kept_graphs());
         let t = gpu.truth();

@@ -12,42 +12,33 @@ use serde::{Deserialize, Serialize};
 
 /// The scenarios shipped with memplan: `(name, TOML)`.
 pub const SHIPPED: &[(&str, &str)] = &[
-    (
-        "fp8-24g",
-        include_str!("../../../../scenarios/fp8-24g.toml"),
-    ),
-    (
-        "bf16-24g",
-        include_str!("../../../../scenarios/bf16-24g.toml"),
-    ),
+    ("fp8-24g", include_str!("../scenarios/fp8-24g.toml")),
+    ("bf16-24g", include_str!("../scenarios/bf16-24g.toml")),
     (
         "deferred-release-24g",
-        include_str!("../../../../scenarios/deferred-release-24g.toml"),
+        include_str!("../scenarios/deferred-release-24g.toml"),
     ),
     (
         "process-local-24g",
-        include_str!("../../../../scenarios/process-local-24g.toml"),
+        include_str!("../scenarios/process-local-24g.toml"),
     ),
     (
         "free-equals-total",
-        include_str!("../../../../scenarios/free-equals-total.toml"),
+        include_str!("../scenarios/free-equals-total.toml"),
     ),
     (
         "unified-memory-apu",
-        include_str!("../../../../scenarios/unified-memory-apu.toml"),
+        include_str!("../scenarios/unified-memory-apu.toml"),
     ),
     (
         "neighbour-frees",
-        include_str!("../../../../scenarios/neighbour-frees.toml"),
+        include_str!("../scenarios/neighbour-frees.toml"),
     ),
     (
         "neighbour-takes",
-        include_str!("../../../../scenarios/neighbour-takes.toml"),
+        include_str!("../scenarios/neighbour-takes.toml"),
     ),
-    (
-        "shared-pool",
-        include_str!("../../../../scenarios/shared-pool.toml"),
-    ),
+    ("shared-pool", include_str!("../scenarios/shared-pool.toml")),
 ];
 
 /// The largest byte quantity a scenario may give (1 PiB).

@@ -1,5 +1,11 @@
+//! # memplan-testbed
+//!
 //! The `memplan simulate` harness: a whole engine start-up on a simulated device, then what a
 //! real engine does next, compared with the simulator's ground truth for each strategy.
+//!
+//! This crate is the test-bed, kept apart from what engines ship: `memplan-planner` and
+//! `memplan-model` never depend on the simulated backend (a `cargo xtask ci` dependency rule
+//! enforces it). The planner is exercised here only through its public API.
 //!
 //! - [`scenario`]: the TOML scenario format and the shipped scenarios (embedded by name);
 //! - [`setup`]: a scenario resolved into quantities;
@@ -21,7 +27,7 @@ pub use setup::Setup;
 
 use memplan_core::Result;
 
-use crate::strategy::StrategyKind;
+use memplan_planner::strategy::StrategyKind;
 
 /// What `--strategy` asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

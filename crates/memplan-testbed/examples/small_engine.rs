@@ -7,7 +7,7 @@
 //! returns the plan. Then the engine does what it would do for real: allocate the KV cache the
 //! plan allows, capture its graphs, serve.
 //!
-//! Run: `cargo run -p memplan-planner --example small_engine [-- DEVICE]` (default
+//! Run: `cargo run -p memplan-testbed --example small_engine [-- DEVICE]` (default
 //! `rtx4090`; try `rx7900xtx-rocm6.2,declare-exact` or `arc-a770`).
 
 use memplan_backend_sim::{BlockId, GraphSpec, SimAllocator, SimGpu};

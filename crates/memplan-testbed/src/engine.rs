@@ -14,8 +14,8 @@ use memplan_core::{
     AllocatorView, Device, Error, GraphId, Mapping, RawAllocation, Result, VaRange, VirtualMemory,
 };
 
-use super::setup::Setup;
-use crate::engine::Engine;
+use crate::setup::Setup;
+use memplan_planner::Engine;
 
 /// The engine.
 pub struct SimEngine {
