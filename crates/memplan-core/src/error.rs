@@ -106,6 +106,17 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// A file's kind, size or content is not acceptable: a model config, a checkpoint, an
+    /// index, a scenario. `key` names the field inside the file, when one is at fault.
+    #[error("{path}: {}{message}", key.as_deref().map(|k| format!("{k}: ")).unwrap_or_default())]
+    InvalidFile {
+        /// The file, as the user named it (or as found inside a directory they named).
+        path: String,
+        /// The key inside the file (`quantization_config.bits`), if one is at fault.
+        key: Option<String>,
+        /// What is wrong.
+        message: String,
+    },
     /// The measurement protocol was broken or the device misbehaved.
     #[error("measurement error: {0}")]
     Measurement(String),
@@ -128,6 +139,28 @@ impl Error {
     pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
         Error::InvalidInput {
             field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    /// An `InvalidFile` error about the file as a whole.
+    pub fn file(path: impl Into<String>, message: impl Into<String>) -> Self {
+        Error::InvalidFile {
+            path: path.into(),
+            key: None,
+            message: message.into(),
+        }
+    }
+
+    /// An `InvalidFile` error about one key of the file.
+    pub fn file_key(
+        path: impl Into<String>,
+        key: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        Error::InvalidFile {
+            path: path.into(),
+            key: Some(key.into()),
             message: message.into(),
         }
     }

@@ -33,6 +33,7 @@ pub mod capability;
 pub mod device;
 pub mod error;
 pub mod graph;
+pub mod input;
 pub mod kv;
 pub mod memory;
 pub mod protocol;

@@ -78,13 +78,22 @@ impl Model {
         } else {
             (p.to_path_buf(), None)
         };
-        let text = std::fs::read_to_string(&config_path).map_err(|e| Error::Io {
-            path: config_path.display().to_string(),
-            source: e,
-        })?;
+        if config_path.extension().is_some_and(|x| x == "safetensors") {
+            return Err(Error::file(
+                config_path.display().to_string(),
+                "is a safetensors checkpoint; pass the model directory (its config.json and \
+                 *.safetensors headers are read) or its config.json",
+            ));
+        }
+        let text = memplan_core::input::read_text(&config_path, memplan_core::input::CONFIG_JSON)?;
         let config = ModelConfig::from_json_str(&text).map_err(|e| match e {
             Error::InvalidInput { field, message } => {
-                Error::invalid(format!("{}: {field}", config_path.display()), message)
+                let key = (field != "config.json").then_some(field);
+                Error::InvalidFile {
+                    path: config_path.display().to_string(),
+                    key,
+                    message,
+                }
             }
             other => other,
         })?;
@@ -133,6 +142,7 @@ mod tests {
         let h = r#"{"model.embed_tokens.weight":{"dtype":"BF16","shape":[100,64],"data_offsets":[0,12800]}}"#;
         let mut st = (h.len() as u64).to_le_bytes().to_vec();
         st.extend_from_slice(h.as_bytes());
+        st.resize(st.len() + 12800, 0);
         std::fs::write(dir.join("model.safetensors"), &st).unwrap();
         let m = Model::load(dir.to_str().unwrap()).unwrap();
         assert_eq!(m.checkpoint.as_ref().map(|c| c.total()), Some(12800));

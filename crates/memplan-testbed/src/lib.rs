@@ -25,7 +25,7 @@ pub use run::{run_all, Choice};
 pub use scenario::{Scenario, SHIPPED};
 pub use setup::Setup;
 
-use memplan_core::Result;
+use memplan_core::{Error, Result};
 
 use memplan_planner::strategy::StrategyKind;
 
@@ -53,7 +53,9 @@ impl std::str::FromStr for StrategyArg {
 
 /// Simulate a scenario (shipped name or file path) with the strategies asked for.
 pub fn simulate(scenario: &str, strategy: StrategyArg) -> Result<SimReport> {
-    let setup = Scenario::load(scenario)?.resolve()?;
+    let setup = Scenario::load(scenario)?
+        .resolve()
+        .map_err(|e| in_file(scenario, e))?;
     let calibration = if setup.scenario.calibrate {
         Some(run::calibration(&setup)?)
     } else {
@@ -71,6 +73,21 @@ pub fn simulate(scenario: &str, strategy: StrategyArg) -> Result<SimReport> {
         calibration,
         runs,
     })
+}
+
+/// A scenario's invalid values are the file's fault, not the caller's: report them as
+/// [`Error::InvalidFile`] naming the scenario and the key.
+fn in_file(scenario: &str, e: Error) -> Error {
+    match e {
+        Error::InvalidInput { field, message } => {
+            let key = field
+                .split_once(": ")
+                .map_or(field.as_str(), |(_, k)| k)
+                .to_string();
+            Error::file_key(scenario, key, message)
+        }
+        other => other,
+    }
 }
 
 #[cfg(test)]

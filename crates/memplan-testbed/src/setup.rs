@@ -53,8 +53,7 @@ pub fn default_sizes(max: u32) -> Vec<u32> {
 impl Scenario {
     /// Parse TOML; errors name the scenario and the field.
     pub fn from_toml(origin: &str, text: &str) -> Result<Self> {
-        toml::from_str(text)
-            .map_err(|e| Error::invalid(format!("scenario {origin}"), e.to_string()))
+        toml::from_str(text).map_err(|e| Error::file(origin, e.to_string().trim_end()))
     }
 
     /// A shipped scenario by name, or a file path.
@@ -62,8 +61,9 @@ impl Scenario {
         if let Some((_, text)) = SHIPPED.iter().find(|(n, _)| *n == name_or_path) {
             return Self::from_toml(name_or_path, text);
         }
-        let text = std::fs::read_to_string(name_or_path).map_err(|source| {
-            if source.kind() == std::io::ErrorKind::NotFound {
+        let path = std::path::Path::new(name_or_path);
+        let text = memplan_core::input::read_text(path, memplan_core::input::SCENARIO).map_err(|e| {
+            if matches!(&e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound) {
                 let names: Vec<_> = SHIPPED.iter().map(|(n, _)| *n).collect();
                 Error::invalid(
                     "--scenario",
@@ -73,10 +73,7 @@ impl Scenario {
                     ),
                 )
             } else {
-                Error::Io {
-                    path: name_or_path.into(),
-                    source,
-                }
+                e
             }
         })?;
         Self::from_toml(name_or_path, &text)

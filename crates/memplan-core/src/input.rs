@@ -1,0 +1,243 @@
+//! Reading files a user names: every one goes through [`read_bounded`] (or [`open_regular`]
+//! for a file read in parts), so no reader can hang on a FIFO or `/dev/zero`, or read a
+//! multi-gigabyte file whole because someone passed the wrong path.
+//!
+//! The rules, in this order, before a byte is read:
+//! 1. the path (symbolic links followed) must name a **regular file**: not a directory, FIFO,
+//!    socket or device. It is checked with `stat` before opening (opening a FIFO for reading
+//!    blocks until a writer comes) and again on the opened handle;
+//! 2. its size must be at most the [`Limit`] of what it is (a config, an index, a scenario);
+//! 3. it is read through a reader that stops one byte past the cap, so a file that grows while
+//!    it is read is refused too, never read without end.
+//!
+//! The caps (documented in `docs/input-limits.md`) are far above any real file of the kind
+//! and far below what would hurt: a file above its cap is almost always the wrong file.
+
+use std::fs::File;
+use std::io::Read;
+use std::path::Path;
+
+use crate::bytes::{fmt_bytes, MIB};
+use crate::error::{Error, Result};
+
+/// What a file is and how large it may be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limit {
+    /// What the file is, for messages (`model config`, `safetensors index`).
+    pub what: &'static str,
+    /// The largest accepted size in bytes.
+    pub max_bytes: u64,
+}
+
+/// A model's `config.json`: real ones are a few KiB (the largest shipped configs, multimodal
+/// wrappers with vision and audio towers, stay under 100 KiB).
+pub const CONFIG_JSON: Limit = Limit {
+    what: "model config",
+    max_bytes: 16 * MIB,
+};
+
+/// `model.safetensors.index.json`: one line per tensor; DeepSeek-V3's (91,000 tensors) is
+/// about 9 MiB.
+pub const SAFETENSORS_INDEX: Limit = Limit {
+    what: "safetensors index",
+    max_bytes: 64 * MIB,
+};
+
+/// A `memplan simulate` scenario (TOML); shipped ones are about 1 KiB.
+pub const SCENARIO: Limit = Limit {
+    what: "scenario",
+    max_bytes: MIB,
+};
+
+/// A JSON Lines file of model configs (the presets' layout, e.g. configs of held-back logs).
+pub const CONFIG_LINES: Limit = Limit {
+    what: "model configs (JSON Lines)",
+    max_bytes: 64 * MIB,
+};
+
+/// An engine start-up log.
+pub const ENGINE_LOG: Limit = Limit {
+    what: "engine log",
+    max_bytes: 256 * MIB,
+};
+
+/// Open `path` for reading after checking that it names a regular file; returns the file and
+/// its size. Used directly by readers that read a file in parts (safetensors headers), which
+/// then bound what they read themselves.
+pub fn open_regular(path: &Path, what: &str) -> Result<(File, u64)> {
+    let name = || path.display().to_string();
+    let io = |source| Error::Io {
+        path: name(),
+        source,
+    };
+    // `metadata` follows links and does not open: a FIFO is refused before it can block.
+    let meta = std::fs::metadata(path).map_err(io)?;
+    check_kind(path, what, &meta)?;
+    let f = File::open(path).map_err(io)?;
+    // The path may have been replaced between the two calls: check what was opened.
+    let meta = f.metadata().map_err(io)?;
+    check_kind(path, what, &meta)?;
+    Ok((f, meta.len()))
+}
+
+fn check_kind(path: &Path, what: &str, meta: &std::fs::Metadata) -> Result<()> {
+    if meta.is_file() {
+        return Ok(());
+    }
+    let kind = file_kind(meta);
+    Err(Error::file(
+        path.display().to_string(),
+        format!("is {kind}, not a regular file (a {what} must be a regular file)"),
+    ))
+}
+
+fn file_kind(meta: &std::fs::Metadata) -> &'static str {
+    if meta.is_dir() {
+        return "a directory";
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        let t = meta.file_type();
+        if t.is_fifo() {
+            return "a FIFO (named pipe)";
+        }
+        if t.is_char_device() {
+            return "a character device";
+        }
+        if t.is_block_device() {
+            return "a block device";
+        }
+        if t.is_socket() {
+            return "a socket";
+        }
+    }
+    "a special file"
+}
+
+/// Read a whole file of the given kind: a regular file, non-empty, at most
+/// `limit.max_bytes`.
+pub fn read_bounded(path: &Path, limit: Limit) -> Result<Vec<u8>> {
+    let name = path.display().to_string();
+    let (f, len) = open_regular(path, limit.what)?;
+    let too_big = |what: String| {
+        Error::file(
+            &name,
+            format!(
+                "{what} more than a {} may be ({}); is it the right file?",
+                limit.what,
+                fmt_bytes(limit.max_bytes)
+            ),
+        )
+    };
+    if len > limit.max_bytes {
+        return Err(too_big(format!("is {},", fmt_bytes(len))));
+    }
+    let mut buf = Vec::with_capacity(len as usize);
+    f.take(limit.max_bytes + 1)
+        .read_to_end(&mut buf)
+        .map_err(|source| Error::Io {
+            path: name.clone(),
+            source,
+        })?;
+    if buf.len() as u64 > limit.max_bytes {
+        return Err(too_big("grew while it was read, to".into()));
+    }
+    if buf.is_empty() {
+        return Err(Error::file(
+            &name,
+            format!("is empty (expected a {})", limit.what),
+        ));
+    }
+    Ok(buf)
+}
+
+/// [`read_bounded`] for text: the bytes must be UTF-8.
+pub fn read_text(path: &Path, limit: Limit) -> Result<String> {
+    let bytes = read_bounded(path, limit)?;
+    String::from_utf8(bytes).map_err(|e| {
+        Error::file(
+            path.display().to_string(),
+            format!(
+                "is not UTF-8 text (invalid byte at offset {}); a {} is text",
+                e.utf8_error().valid_up_to(),
+                limit.what
+            ),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmp(name: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("memplan-input-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    const TINY: Limit = Limit {
+        what: "test file",
+        max_bytes: 16,
+    };
+
+    #[test]
+    fn regular_files_within_the_cap_are_read() {
+        let d = tmp("ok");
+        std::fs::write(d.join("a"), "hello").unwrap();
+        assert_eq!(read_text(&d.join("a"), TINY).unwrap(), "hello");
+        std::fs::write(d.join("b"), [b'x'; 16]).unwrap();
+        assert_eq!(read_bounded(&d.join("b"), TINY).unwrap().len(), 16);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn oversized_empty_and_non_utf8_files_are_refused_naming_the_file() {
+        let d = tmp("bad");
+        std::fs::write(d.join("big"), [b'x'; 17]).unwrap();
+        let e = read_bounded(&d.join("big"), TINY).unwrap_err().to_string();
+        assert!(
+            e.contains("big") && e.contains("more than a test file"),
+            "{e}"
+        );
+        std::fs::write(d.join("empty"), "").unwrap();
+        let e = read_bounded(&d.join("empty"), TINY)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("empty") && e.contains("is empty"), "{e}");
+        std::fs::write(d.join("bin"), [b'a', 0xff, 0xfe]).unwrap();
+        let e = read_text(&d.join("bin"), TINY).unwrap_err().to_string();
+        assert!(e.contains("not UTF-8") && e.contains("offset 1"), "{e}");
+        let e = read_bounded(&d, TINY).unwrap_err().to_string();
+        assert!(e.contains("a directory"), "{e}");
+        let e = read_bounded(&d.join("missing"), TINY).unwrap_err();
+        assert!(matches!(e, Error::Io { .. }), "{e}");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn devices_fifos_and_links_to_them_are_refused_without_blocking() {
+        let d = tmp("special");
+        let e = read_bounded(Path::new("/dev/zero"), TINY)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("character device"), "{e}");
+        std::os::unix::fs::symlink("/dev/zero", d.join("link")).unwrap();
+        let e = read_bounded(&d.join("link"), TINY).unwrap_err().to_string();
+        assert!(e.contains("character device"), "{e}");
+        let fifo = d.join("fifo");
+        let ok = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            // Opening a FIFO would block this test forever; it must be refused before.
+            let e = read_bounded(&fifo, TINY).unwrap_err().to_string();
+            assert!(e.contains("FIFO"), "{e}");
+        }
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
