@@ -2,20 +2,23 @@
 //! counts and dims, the cache dtype and the block size. Produced by `memplan-model` from a
 //! model config (or written by hand), consumed by the planner's KV sizing.
 //!
-//! ## Sizing contract ([`KvSpec::size`], in [`sizing`])
+//! ## Sizing contract ([`KvSpec::size_with`], in [`sizing`]; the rules in [`rules`])
 //!
 //! - One *page* is one block of `block_size` tokens of one layer:
 //!   `kv_heads * block_size * (head_dim_k + head_dim_v) * bytes(dtype)` plus the per-token
-//!   quantization scales the dtype carries ([`KvDtype::scale_bytes_per_token_head`]).
-//! - Layers are grouped the way vLLM's v1 KV-cache manager groups them: one group per attention
-//!   kind when the model is uniform; for hybrid models (full + sliding window) every kind is cut
-//!   into groups of the same number of layers, and the budget is split into `group_size` pools
-//!   in which one block serves one layer of every group.
-//! - `num_blocks = floor(budget / (page * group_size))`; one block is the null block; the
-//!   engine's token count is `(num_blocks - 1) / num_groups * block_size`.
-//! - Maximum concurrency at `max_model_len` and the longest `max_model_len` that fits follow the
-//!   engine's per-request block count (sliding windows only keep `window - 1 +
-//!   max_num_batched_tokens` tokens, plus one block).
+//!   quantization scales the dtype carries ([`KvDtype::scale_bytes_per_token_head`]); MLA
+//!   stores one latent (plus an f32 scale pair for int8); a recurrent-state layer
+//!   ([`AttentionKind::State`]) has one page per sequence, whatever the block size.
+//! - Layers are grouped the way vLLM's v1 KV-cache manager groups them: one group when every
+//!   layer keeps every token (full attention, MLA, indexer; pages may differ); otherwise
+//!   pages are unified (smaller attention pages get a larger block, states are padded) and
+//!   every kind is cut into groups of the same number of layers; one block of the pool then
+//!   costs `page * group_size` bytes.
+//! - `num_blocks = floor(budget / block_bytes)`; one block is the null block. The engine's
+//!   reported token count and concurrency follow [`SizingRules::capacity`].
+//! - Blocks per request follow each kind's admission rule: sliding windows keep `window - 1`
+//!   plus the tokens in flight (plus one block), chunked local attention its chunk plus the
+//!   tokens in flight, states a fixed number of pages.
 //!
 //! Every product is checked: an overflow or a zero-sized layout is an error naming the field,
 //! never a silent 0.
@@ -26,8 +29,10 @@ use std::str::FromStr;
 
 use crate::error::Error;
 
+pub mod rules;
 pub mod sizing;
 
+pub use rules::{Capacity, SizingRules};
 pub use sizing::{KvLimits, KvSizing};
 
 /// Element type of the KV cache.
@@ -44,8 +49,12 @@ pub enum KvDtype {
     Fp8E4m3,
     /// fp8 e5m2.
     Fp8E5m2,
-    /// int8.
+    /// int8, scaled per token and head (vLLM `int8_per_token_head`).
     Int8,
+    /// DeepSeek's packed fp8 MLA row (vLLM `fp8_ds_mla`): the fp8 latent, one f32 scale per
+    /// 128 latent values and the rotary part in bf16, 656 bytes per token for a 512 + 64
+    /// latent.
+    Fp8DsMla,
 }
 
 impl KvDtype {
@@ -54,7 +63,7 @@ impl KvDtype {
         match self {
             KvDtype::F32 => 4,
             KvDtype::F16 | KvDtype::Bf16 => 2,
-            KvDtype::Fp8E4m3 | KvDtype::Fp8E5m2 | KvDtype::Int8 => 1,
+            KvDtype::Fp8E4m3 | KvDtype::Fp8E5m2 | KvDtype::Int8 | KvDtype::Fp8DsMla => 1,
         }
     }
 
@@ -88,6 +97,7 @@ impl KvDtype {
             KvDtype::Fp8E4m3 => "fp8_e4m3",
             KvDtype::Fp8E5m2 => "fp8_e5m2",
             KvDtype::Int8 => "int8",
+            KvDtype::Fp8DsMla => "fp8_ds_mla",
         }
     }
 }
@@ -110,11 +120,12 @@ impl FromStr for KvDtype {
             "bf16" | "bfloat16" => KvDtype::Bf16,
             "fp8" | "fp8_e4m3" | "fp8e4m3" | "float8_e4m3fn" => KvDtype::Fp8E4m3,
             "fp8_e5m2" | "fp8e5m2" | "float8_e5m2" => KvDtype::Fp8E5m2,
-            "int8" => KvDtype::Int8,
+            "int8" | "int8_per_token_head" => KvDtype::Int8,
+            "fp8_ds_mla" => KvDtype::Fp8DsMla,
             other => {
                 return Err(Error::invalid(
                     "kv-cache-dtype",
-                    format!("unknown dtype {other:?}; expected auto, bf16, fp16, fp32, fp8, fp8_e4m3, fp8_e5m2 or int8"),
+                    format!("unknown dtype {other:?}; expected auto, bf16, fp16, fp32, fp8, fp8_e4m3, fp8_e5m2, int8 or fp8_ds_mla"),
                 ))
             }
         })
@@ -134,6 +145,43 @@ pub enum AttentionKind {
     },
     /// Multi-head latent attention (DeepSeek-V2/V3): one latent vector per token, no V.
     Mla,
+    /// Chunked local attention (Llama 4): a request keeps at most its current chunk plus the
+    /// tokens in flight (vLLM `ChunkedLocalAttentionSpec`).
+    ChunkedLocal {
+        /// Chunk in tokens.
+        chunk: u64,
+    },
+    /// A per-sequence recurrent state (Mamba, gated DeltaNet, linear attention): one page
+    /// holds a sequence's whole state whatever its length (vLLM `MambaSpec`). `bytes` is the
+    /// state of one layer on one rank; the engine pads it to the attention page.
+    State {
+        /// Bytes of one layer's state (conv + SSM/recurrent), unpadded.
+        bytes: u64,
+        /// Pages one request holds: 1 without prefix caching, 2 in vLLM's `align` mode, 3
+        /// when the layer also exports a prefill checkpoint (plus one per speculative token).
+        pages_per_request: u64,
+    },
+    /// DeepSeek-V3.2's lightning-indexer keys: one fp8 vector of `head_dim_k` values and an
+    /// f32 scale per 128 of them, per token, whatever the cache dtype (vLLM
+    /// `DeepseekV32IndexerCache`).
+    Indexer,
+    /// Cross-attention to an encoder's outputs (Mllama): every request keeps the encoder's
+    /// tokens (vLLM `CrossAttentionSpec`).
+    Cross {
+        /// Encoder tokens per request.
+        encoder_tokens: u64,
+    },
+}
+
+impl AttentionKind {
+    /// Layers whose blocks cover every token of the request (full attention, MLA, indexer):
+    /// vLLM puts them in one group even when their pages differ (`UniformTypeKVCacheSpecs`).
+    pub fn is_full_like(self) -> bool {
+        matches!(
+            self,
+            AttentionKind::Full | AttentionKind::Mla | AttentionKind::Indexer
+        )
+    }
 }
 
 /// A group of layers that share one KV layout.
@@ -161,13 +209,39 @@ impl LayerGroup {
                 format!("page size of {self:?} overflows 64 bits"),
             )
         };
-        let dims = u64::from(self.head_dim_k) + u64::from(self.head_dim_v);
-        // Scales exist per stored tensor: K always, V only when it has a head dim.
-        let tensors = 1 + u64::from(self.head_dim_v > 0);
-        let per_token_head = dims
-            .checked_mul(dtype.bytes())
-            .and_then(|v| v.checked_add(tensors * dtype.scale_bytes_per_token_head()))
-            .ok_or_else(over)?;
+        if let AttentionKind::State { bytes, .. } = self.attention {
+            if bytes == 0 {
+                return Err(Error::invalid(
+                    "kv spec",
+                    "a recurrent-state layer group has a zero-sized state",
+                ));
+            }
+            return Ok(bytes);
+        }
+        let dk = u64::from(self.head_dim_k);
+        let per_token_head = match (self.attention, dtype) {
+            // fp8 values plus an f32 scale per 128 (vLLM `Indexer.k_cache` head_dim).
+            (AttentionKind::Indexer, _) => dk + dk / 128 * 4,
+            // 656 bytes for a 512 + 64 latent: fp8 latent, f32 scale per 128, bf16 rope.
+            (AttentionKind::Mla, KvDtype::Fp8DsMla) => {
+                let rope = 64.min(dk);
+                (dk - rope) + (dk - rope) / 128 * 4 + rope * 2
+            }
+            // MLA packs one scale pair after the single-sided latent (vLLM
+            // `MLACommonBackend.customize_spec`: head_size + 2 f32 scales).
+            (AttentionKind::Mla, _) => dk
+                .checked_mul(dtype.bytes())
+                .and_then(|v| v.checked_add(2 * dtype.scale_bytes_per_token_head()))
+                .ok_or_else(over)?,
+            _ => {
+                let dims = dk + u64::from(self.head_dim_v);
+                // Scales exist per stored tensor: K always, V only when it has a head dim.
+                let tensors = 1 + u64::from(self.head_dim_v > 0);
+                dims.checked_mul(dtype.bytes())
+                    .and_then(|v| v.checked_add(tensors * dtype.scale_bytes_per_token_head()))
+                    .ok_or_else(over)?
+            }
+        };
         let page = per_token_head
             .checked_mul(u64::from(self.kv_heads))
             .and_then(|v| v.checked_mul(u64::from(block_size)))
@@ -210,6 +284,19 @@ impl KvSpec {
             if g.num_layers == 0 {
                 continue;
             }
+            if let AttentionKind::State {
+                pages_per_request, ..
+            } = g.attention
+            {
+                if pages_per_request == 0 {
+                    return Err(Error::invalid(
+                        "kv spec",
+                        "a recurrent-state group needs at least one page per request",
+                    ));
+                }
+                g.page_bytes(self.dtype, self.block_size)?;
+                continue;
+            }
             if g.kv_heads == 0 {
                 return Err(Error::invalid(
                     "num_key_value_heads",
@@ -225,16 +312,23 @@ impl KvSpec {
             if let AttentionKind::SlidingWindow { window: 0 } = g.attention {
                 return Err(Error::invalid("sliding_window", "must be > 0"));
             }
+            if let AttentionKind::ChunkedLocal { chunk: 0 } = g.attention {
+                return Err(Error::invalid("attention_chunk_size", "must be > 0"));
+            }
             g.page_bytes(self.dtype, self.block_size)?;
         }
         Ok(())
     }
 
-    /// Bytes the KV cache of one token takes across every layer, ignoring block rounding and
-    /// windows (full-attention equivalent). For display; sizing uses [`KvSpec::size`].
+    /// Bytes the KV cache of one token takes across every attention layer, ignoring block
+    /// rounding, windows and recurrent states (full-attention equivalent). For display;
+    /// sizing uses [`KvSpec::size`].
     pub fn bytes_per_token(&self) -> Result<u64, Error> {
         let mut sum = 0u64;
         for g in self.groups.iter().filter(|g| g.num_layers > 0) {
+            if matches!(g.attention, AttentionKind::State { .. }) {
+                continue;
+            }
             let page = g.page_bytes(self.dtype, 1)?;
             sum = page
                 .checked_mul(u64::from(g.num_layers))

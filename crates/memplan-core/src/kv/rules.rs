@@ -1,0 +1,46 @@
+//! The engine-version-dependent parts of KV sizing, as data: which release of an engine
+//! counts what. The tables that fill these in per release live in `memplan-model`'s engine
+//! module (with the vLLM file and version of each rule); the core only applies them.
+
+use serde::{Deserialize, Serialize};
+
+/// How the engine turns blocks into the "KV cache size: N tokens" it reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Capacity {
+    /// `num_blocks // num_groups * block_size` (vLLM up to 0.20.0,
+    /// `_report_kv_cache_config`). memplan removes the null block first.
+    BlocksPerGroup,
+    /// `int(num_blocks / blocks_per_request * max_model_len)`: group-aware, windows counted
+    /// (vLLM 0.20.1 on, `get_kv_cache_capacity`).
+    Concurrency,
+}
+
+/// Rules of one engine release that KV sizing applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SizingRules {
+    /// Batches whose tokens a sliding or chunked window keeps while they are in flight: 1
+    /// before vLLM 0.26; `pipeline stages + 1` with async scheduling from 0.26 on
+    /// (`VllmConfig.max_in_flight_tokens`).
+    pub in_flight_batches: u64,
+    /// Reported token capacity.
+    pub capacity: Capacity,
+    /// The hybrid KV-cache manager: when off, sliding-window and chunked-local layers next to
+    /// full-attention layers are sized as full attention (`unify_hybrid_kv_cache_specs`).
+    pub hybrid_manager: bool,
+    /// Attention pages that do not divide the largest page are padded to it (vLLM 0.24 on,
+    /// `unify_kv_cache_spec_page_size`); before, such a model fails to start.
+    pub pad_attention_pages: bool,
+}
+
+impl Default for SizingRules {
+    /// vLLM 0.19's rules: one batch in flight, per-group token count, hybrid manager on.
+    fn default() -> Self {
+        SizingRules {
+            in_flight_batches: 1,
+            capacity: Capacity::BlocksPerGroup,
+            hybrid_manager: true,
+            pad_attention_pages: false,
+        }
+    }
+}
