@@ -1,9 +1,15 @@
 //! The whole pipeline — calibrate, engine start-up through the protocol, automatic strategy,
 //! plan, then the real KV allocation, every graph captured and a full-concurrency burst — on
-//! every shipped simulated profile, honest and with `declare-exact` over its quirks. The
-//! automatic choice must never run out of memory, never grant more than fits in the requested
-//! memory, and leave at most 10% of the oracle unused. A device that lies about its total may
-//! instead be refused with a clear start-up error.
+//! every shipped simulated profile, honest and with `declare-exact` over its quirks, engine
+//! hints off. The automatic choice must never run out of memory and never grant more than the
+//! oracle (computed from ground truth by the test-bed's own code); where it measured the graph
+//! memory (post-capture, full capture) it must reach 99% of the oracle, 97% where it modelled
+//! it from samples, 95% running eagerly (a non-allocator bound where free cannot measure it).
+//! The conservative bound, used where nothing can measure this process, is only
+//! held to 70%: with no engine hints it bounds each graph's executable object from above (see
+//! docs/strategy-comparison.md for what that costs; a device-wide reading would measure it). A
+//! device that lies about its total may instead be refused with a clear start-up error. The
+//! seeded sweep (`cargo xtask sweep`) runs the same checks over many seeds.
 
 use memplan_testbed::{simulate, StrategyArg};
 use std::path::PathBuf;
@@ -38,6 +44,19 @@ fn retarget(text: &str, device: &str, total: Option<u64>, usable: u64) -> String
         }
     }
     out
+}
+
+/// The share of the oracle each strategy must reach (see the module docs).
+fn floor(s: memplan_planner::StrategyKind) -> f64 {
+    use memplan_planner::StrategyKind as K;
+    match s {
+        K::PostCapture | K::Full => 0.99,
+        K::Sampled => 0.97,
+        // Eager where free cannot measure: the 512 MiB non-allocator bound costs ~3.5% of a
+        // 16 GiB card (below the 97% target: reported, not hidden).
+        K::None => 0.95,
+        _ => 0.70,
+    }
 }
 
 fn write_temp(name: &str, text: &str) -> PathBuf {
@@ -96,7 +115,7 @@ fn automatic_choice_is_safe_and_tight_on_every_profile() {
                     if !(lying && f.starts_with("start-up refused")) {
                         failures.push(format!("{selector} {base}: failed: {f}"));
                     }
-                } else if !(0.90..=1.0 + 1e-3).contains(&ratio) {
+                } else if !(floor(run.strategy)..=1.0 + 1e-3).contains(&ratio) {
                     failures.push(format!(
                         "{selector} {base}: {} granted {ratio:.4} of the oracle",
                         run.strategy

@@ -11,7 +11,7 @@ use crate::state::Capture;
 
 /// One engine graph, as the simulator costs it.
 ///
-/// Costs: the driver sees `kernel_nodes * 64 KiB` of exec object (no allocator sees it) plus
+/// Costs: the driver sees `kernel_nodes` times the drawn per-node figure of exec object (no allocator sees it) plus
 /// the platform's hidden per-capture bytes; `intermediate_bytes` are allocated and freed in the
 /// private pool during capture (the pool keeps them cached, so it grows to the largest graph's
 /// need, not the sum); each graph keeps an output buffer of `intermediate_bytes / 16` (rounded
@@ -127,7 +127,10 @@ impl SimAllocator {
         }
         match s.instantiate(
             p,
-            u64::from(spec.kernel_nodes),
+            (
+                u64::from(spec.kernel_nodes),
+                self.gpu.shared.physics.exec_bytes_per_kernel_node,
+            ),
             spec.alloc_node_bytes,
             hidden,
         ) {

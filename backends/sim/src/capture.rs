@@ -44,8 +44,14 @@ impl GraphCapture for SimGpu {
                 ));
             }
         };
-        s.instantiate(&self.shared.profile, c.kernel_nodes, c.alloc_node, hidden)
-            .map(GraphId)
+        let per_node = self.shared.physics.exec_bytes_per_kernel_node;
+        s.instantiate(
+            &self.shared.profile,
+            (c.kernel_nodes, per_node),
+            c.alloc_node,
+            hidden,
+        )
+        .map(GraphId)
     }
 
     fn abort_capture(&mut self) -> Result<()> {

@@ -11,6 +11,7 @@ use memplan_core::{
 
 use crate::allocator::SimAllocator;
 use crate::declared;
+use crate::physics::{Physics, Pin, DEFAULT_SEED};
 use crate::profile::{profile, profile_names, SimProfile};
 use crate::quirks::{parse_selector, Quirks};
 use crate::readings;
@@ -20,7 +21,10 @@ use crate::state::State;
 pub const RAW_ROUND: u64 = 2 << 20;
 
 pub(crate) struct Shared {
+    /// The profile, its context overhead replaced by the drawn one.
     pub profile: SimProfile,
+    /// The drawn physics.
+    pub physics: Physics,
     pub quirks: Quirks,
     /// What the real platform declares (decides which operations work).
     pub platform: ProfilingCapability,
@@ -37,18 +41,45 @@ pub struct SimGpu {
 }
 
 impl SimGpu {
-    /// A GPU with the profile's own quirks.
+    /// A GPU with the profile's own quirks and nominal physics (each hidden quantity at its
+    /// typical figure; [`SimGpu::open`] draws them).
     pub fn new(profile: &SimProfile) -> Self {
         Self::with_quirks(profile, profile.quirks)
     }
 
-    /// A GPU with other quirks (the declaration stays the profile's).
+    /// A GPU with other quirks (the declaration stays the profile's), nominal physics.
     pub fn with_quirks(profile: &SimProfile, quirks: Quirks) -> Self {
-        Self::build(profile, quirks, false, profile.name.to_string())
+        Self::build(
+            profile,
+            quirks,
+            false,
+            (DEFAULT_SEED, Pin::Nominal),
+            profile.name.to_string(),
+        )
     }
 
-    fn build(profile: &SimProfile, quirks: Quirks, declare_exact: bool, selector: String) -> Self {
+    fn build(
+        profile: &SimProfile,
+        mut quirks: Quirks,
+        declare_exact: bool,
+        (seed, pin): (u64, Pin),
+        selector: String,
+    ) -> Self {
         let platform = (profile.declared)();
+        let tolerance = platform
+            .reading(memplan_core::Reading::DriverFree)
+            .tolerance_bytes();
+        let physics = Physics::draw_pinned(
+            seed,
+            profile.context_overhead_bytes,
+            &quirks,
+            tolerance,
+            pin,
+        );
+        quirks.hidden_bytes_per_capture = physics.hidden_bytes_per_capture;
+        let mut profile = profile.clone();
+        profile.context_overhead_bytes = physics.context_bytes;
+        let profile = &profile;
         let capability = if declare_exact {
             declared::declare_exact(&platform)
         } else {
@@ -71,6 +102,7 @@ impl SimGpu {
             ),
             ("quirks".to_string(), quirks.active().join(" ")),
         ];
+        properties.push(("seed".to_string(), seed.to_string()));
         if profile.apu_aperture_bytes.is_some() {
             properties.push(("usable_memory".to_string(), fmt_bytes(profile.total_bytes)));
         }
@@ -82,6 +114,7 @@ impl SimGpu {
         };
         let shared = Shared {
             profile: profile.clone(),
+            physics,
             quirks,
             platform,
             capability,
@@ -89,7 +122,7 @@ impl SimGpu {
         };
         let mut state = State::default();
         if quirks.stale_free {
-            let f = readings::fresh_free(profile, &quirks, &state);
+            let f = readings::fresh_free(profile, &quirks, &physics, &state);
             state.stale = Some((f, f));
         }
         SimGpu {
@@ -99,7 +132,9 @@ impl SimGpu {
     }
 
     /// Open by selector: a profile name and optional modifiers, e.g. `arc-a770,declare-exact`
-    /// or `rtx4090,other=2GiB,capture-empties-cache=off` (see [`crate::Modifiers`]).
+    /// or `rtx4090,other=2GiB,capture-empties-cache=off` (see [`crate::Modifiers`]). Without
+    /// `seed=N` (or `physics=...`) the physics are nominal (each hidden quantity at its typical
+    /// figure); with it they are drawn. The test-bed always gives a seed.
     pub fn open(selector: &str) -> Result<Self> {
         let (name, quirks, mods) = parse_selector(selector, |name| {
             profile(name)
@@ -117,6 +152,11 @@ impl SimGpu {
             p,
             quirks,
             mods.declare_exact,
+            // No seed: the profile as catalogued (nominal physics); a seed draws them.
+            match (mods.seed, mods.pin) {
+                (None, Pin::Draw) => (DEFAULT_SEED, Pin::Nominal),
+                (seed, pin) => (seed.unwrap_or(DEFAULT_SEED), pin),
+            },
             selector.trim().to_ascii_lowercase(),
         );
         if let Some(b) = mods.other_processes {
@@ -142,6 +182,11 @@ impl SimGpu {
     /// The quirks in force.
     pub fn quirks(&self) -> &Quirks {
         &self.shared.quirks
+    }
+
+    /// The drawn physics (ground truth: for the test-bed and its oracle, never the planner).
+    pub fn physics(&self) -> &Physics {
+        &self.shared.physics
     }
 
     /// Memory held by other processes, from now on.
@@ -175,7 +220,12 @@ impl SimGpu {
     /// The driver reading with the quirks applied and nothing masked (what the vendor call
     /// returns, even where the declaration says not to trust it).
     pub fn raw_driver_memory(&self) -> DriverMemory {
-        readings::raw_driver(&self.shared.profile, &self.shared.quirks, &self.lock())
+        readings::raw_driver(
+            &self.shared.profile,
+            &self.shared.quirks,
+            &self.shared.physics,
+            &self.lock(),
+        )
     }
 
     /// The graph-pool reading with the quirks applied and nothing masked.
@@ -187,7 +237,12 @@ impl SimGpu {
     /// and remembers the current one for the next.
     fn advance_stale(&self, s: &mut State) {
         if let Some((_, latest)) = s.stale {
-            let fresh = readings::fresh_free(&self.shared.profile, &self.shared.quirks, s);
+            let fresh = readings::fresh_free(
+                &self.shared.profile,
+                &self.shared.quirks,
+                &self.shared.physics,
+                s,
+            );
             s.stale = Some((latest, fresh));
         }
     }

@@ -35,13 +35,22 @@
 //! - Engine graphs ([`SimAllocator::begin_graph_capture`] / `end_graph_capture(&GraphSpec)` /
 //!   `destroy_graph` / `release_private_pools`): entering capture empties the cache when
 //!   `capture_empties_cache` (on by default); allocations during capture go to one private
-//!   pool shared by every graph. Per graph, the driver sees `kernel_nodes * 64 KiB` of exec
-//!   object (no allocator sees it) plus `hidden_bytes_per_capture` (never returned);
+//!   pool shared by every graph. Per graph, the driver sees `kernel_nodes` times a drawn
+//!   per-node figure of exec object (no allocator sees it) plus the drawn per-capture bytes
+//!   (never returned);
 //!   intermediates are allocated and freed in the private pool (which keeps them cached, so it
 //!   grows to the largest graph's need); each graph keeps an output of `intermediate_bytes / 16`
 //!   live in the pool until destroyed (the per-graph allocator part); `alloc_node_bytes` go to
 //!   the driver's graph pool. This is what makes a linear extrapolation from two samples wrong
 //!   in both directions.
+//!
+//! - **Physics** ([`physics`]): every hidden quantity (exec bytes per kernel node, per-capture
+//!   bytes, how much a warm-up leaves cached, the context overhead, noise of an approximate free
+//!   reading) is drawn per device from a documented range with a seed (`seed=N`;
+//!   `physics=low|high` pins every range to one end). A selector without either gets nominal
+//!   physics (each quantity at its typical figure); the test-bed always gives a seed
+//!   ([`DEFAULT_SEED`] unless asked otherwise). Ranges and sources:
+//!   `docs/simulator-physics.md`. [`SimGpu::physics`] shows the draw to the test-bed.
 //!
 //! ## Additions beyond the original contract
 //!
@@ -60,6 +69,7 @@ mod catalog;
 mod declared;
 mod gpu;
 mod heap;
+pub mod physics;
 mod profile;
 mod quirks;
 mod readings;
@@ -74,9 +84,9 @@ pub use allocator::{GraphSpec, SimAllocator};
 pub use backend::SimBackend;
 pub use gpu::{SimGpu, RAW_ROUND};
 pub use heap::BlockId;
+pub use physics::{Physics, Pin, Rng, DEFAULT_SEED};
 pub use profile::{profile, profile_names, profiles, SimProfile};
 pub use quirks::{Modifiers, Quirks, QUIRK_NAMES};
-pub use state::EXEC_BYTES_PER_KERNEL_NODE;
 pub use truth::GroundTruth;
 pub use vmm::GRANULARITY;
 

@@ -128,7 +128,9 @@ impl Quirks {
 ///
 /// Modifiers: `declare-exact` (declare every reading exact, keep the quirks: calibration must
 /// catch it), `QUIRK=on|off` for each name in [`QUIRK_NAMES`], `hidden-bytes-per-capture=BYTES`,
-/// `other=BYTES` (memory held by other processes) and `graphics=BYTES` (DRM allocations).
+/// `other=BYTES` (memory held by other processes), `graphics=BYTES` (DRM allocations),
+/// `seed=N` (the draw of the device's physics) and `physics=low|high|nominal|draw` (every
+/// physical quantity at one end of its range, or at its typical figure).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Modifiers {
     /// Declare every reading exact while keeping the quirks.
@@ -137,6 +139,10 @@ pub struct Modifiers {
     pub other_processes: Option<u64>,
     /// Graphics (DRM) allocations at start.
     pub graphics: Option<u64>,
+    /// Seed of the device's physics (`seed=N`; [`crate::DEFAULT_SEED`] when absent).
+    pub seed: Option<u64>,
+    /// Pin every physical quantity to one end of its range (`physics=low|high|draw`).
+    pub pin: crate::physics::Pin,
 }
 
 /// Split `name,mod,...` into the profile name, the quirks changed from `base` and the rest.
@@ -158,6 +164,25 @@ pub fn parse_selector(
             ("declare-exact", None) => mods.declare_exact = true,
             ("other", Some(v)) => mods.other_processes = Some(parse_bytes("other", v)?),
             ("graphics", Some(v)) => mods.graphics = Some(parse_bytes("graphics", v)?),
+            ("seed", Some(v)) => {
+                mods.seed = Some(
+                    v.parse()
+                        .map_err(|_| bad(format!("seed {v:?} is not an unsigned integer")))?,
+                )
+            }
+            ("physics", Some(v)) => {
+                mods.pin = match v.to_ascii_lowercase().as_str() {
+                    "draw" => crate::physics::Pin::Draw,
+                    "low" => crate::physics::Pin::Low,
+                    "high" => crate::physics::Pin::High,
+                    "nominal" => crate::physics::Pin::Nominal,
+                    x => {
+                        return Err(bad(format!(
+                            "physics {x:?}: expected draw, low, high or nominal"
+                        )))
+                    }
+                }
+            }
             ("hidden-bytes-per-capture", Some(v)) => {
                 quirks.hidden_bytes_per_capture = parse_bytes("hidden-bytes-per-capture", v)?;
             }
@@ -170,7 +195,8 @@ pub fn parse_selector(
                 let flag = quirks.flag_mut(k).ok_or_else(|| {
                     bad(format!(
                         "unknown modifier; use declare-exact, other=BYTES, graphics=BYTES, \
-                         hidden-bytes-per-capture=BYTES or QUIRK=on|off with QUIRK one of {}",
+                         seed=N, physics=low|high|draw, hidden-bytes-per-capture=BYTES or \
+                         QUIRK=on|off with QUIRK one of {}",
                         QUIRK_NAMES.join(", ")
                     ))
                 })?;

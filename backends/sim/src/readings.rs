@@ -4,6 +4,7 @@
 
 use memplan_core::{DriverMemory, GraphPoolMemory, ProfilingCapability, Reading, Reliability};
 
+use crate::physics::Physics;
 use crate::profile::SimProfile;
 use crate::quirks::Quirks;
 use crate::state::State;
@@ -17,7 +18,7 @@ pub(crate) fn reported_total(p: &SimProfile, q: &Quirks) -> u64 {
 }
 
 /// Free as the driver would report it right now (before the stale-free lag).
-pub(crate) fn fresh_free(p: &SimProfile, q: &Quirks, s: &State) -> Option<u64> {
+pub(crate) fn fresh_free(p: &SimProfile, q: &Quirks, ph: &Physics, s: &State) -> Option<u64> {
     if q.sysman_missing {
         return None;
     }
@@ -38,14 +39,16 @@ pub(crate) fn fresh_free(p: &SimProfile, q: &Quirks, s: &State) -> Option<u64> {
     if q.free_blind_to_graphics && !q.free_process_local {
         free = free.saturating_add(s.graphics).min(p.total_bytes);
     }
-    Some(free)
+    // Noise within the declared tolerance (approximate readings only), one draw per tick.
+    let noisy = (free as i128 + i128::from(ph.noise(s.tick))).clamp(0, i128::from(p.total_bytes));
+    Some(noisy as u64)
 }
 
 /// The raw driver reading, quirks applied, nothing masked.
-pub(crate) fn raw_driver(p: &SimProfile, q: &Quirks, s: &State) -> DriverMemory {
+pub(crate) fn raw_driver(p: &SimProfile, q: &Quirks, ph: &Physics, s: &State) -> DriverMemory {
     let free = match (q.stale_free, s.stale) {
         (true, Some((reported, _))) => reported,
-        _ => fresh_free(p, q, s),
+        _ => fresh_free(p, q, ph, s),
     };
     DriverMemory {
         total: Some(reported_total(p, q)),

@@ -10,9 +10,6 @@ use memplan_core::{Error, Result};
 use crate::heap::{BlockId, Heap, Pool};
 use crate::profile::SimProfile;
 
-/// Driver memory of one graph exec object per kernel node (the public data point).
-pub const EXEC_BYTES_PER_KERNEL_NODE: u64 = 64 * 1024;
-
 /// A live graph.
 #[derive(Debug, Clone)]
 pub(crate) struct GraphRecord {
@@ -145,15 +142,16 @@ impl State {
         }
     }
 
-    /// Instantiate a graph: exec object, hidden per-capture bytes and allocation nodes.
+    /// Instantiate a graph: exec object (`exec_per_node` per kernel node, drawn by the
+    /// physics), hidden per-capture bytes and allocation nodes.
     pub fn instantiate(
         &mut self,
         p: &SimProfile,
-        kernel_nodes: u64,
+        (kernel_nodes, exec_per_node): (u64, u64),
         alloc_node: u64,
         hidden: u64,
     ) -> Result<u64> {
-        let exec = kernel_nodes.saturating_mul(EXEC_BYTES_PER_KERNEL_NODE);
+        let exec = kernel_nodes.saturating_mul(exec_per_node);
         // Saturating: absurd node or hidden sizes (user input) are out-of-memory errors, and
         // once `take` accepts the sum every part is below the device total.
         let pool_growth = self

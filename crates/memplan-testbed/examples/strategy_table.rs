@@ -1,6 +1,7 @@
 //! The strategy comparison for every shipped scenario, as Markdown: the benchmark behind
 //! `docs/strategy-comparison.md` (regenerated with `cargo xtask strategy-table`, checked to be
-//! current by `cargo xtask ci`). Deterministic: the simulated devices have no noise.
+//! current by `cargo xtask ci`). Deterministic: every device uses the default seed of its
+//! physics (docs/simulator-physics.md).
 //!
 //! Columns: graph reserve the plan subtracted vs the real graph memory of the real capture,
 //! the error, KV tokens granted vs the oracle (the most that fits in the requested memory
@@ -15,10 +16,11 @@ fn row(r: &Outcome) -> String {
     } else {
         r.strategy.to_string()
     };
-    let outcome = match (&r.oom, &r.failed) {
-        (Some(_), _) => "**out of memory**".to_string(),
-        (None, Some(f)) => f.replace('|', "/"),
-        (None, None) => "ok".to_string(),
+    let outcome = match (&r.oom, &r.failed, r.over_request_bytes) {
+        (Some(_), _, _) => "**out of memory**".to_string(),
+        (None, Some(f), _) => f.replace('|', "/"),
+        (None, None, Some(b)) => format!("**over the request by {}**", fmt_bytes(b)),
+        (None, None, None) => "ok".to_string(),
     };
     let opt = |v: Option<u64>| v.map(fmt_bytes).unwrap_or_else(|| "-".into());
     format!(

@@ -150,7 +150,9 @@ impl Engine for SimEngine {
     }
 
     fn warm_up(&mut self, size: u32) -> Result<()> {
-        let bytes = self.setup.warmup_per_token.saturating_mul(u64::from(size));
+        // How much of the warm-up stays cached is part of the device's drawn physics.
+        let left = self.gpu.physics().warmup_left_cached_permille;
+        let bytes = self.setup.warmup_per_token.saturating_mul(u64::from(size)) / 1000 * left;
         if bytes > 0 {
             let b = self.alloc.malloc(bytes)?;
             self.alloc.free(b)?;
@@ -196,10 +198,10 @@ impl Engine for SimEngine {
     }
 
     fn kernel_nodes_hint(&self, _size: u32) -> Option<u32> {
-        Some(self.setup.kernel_nodes)
+        self.setup.hints.then_some(self.setup.kernel_nodes)
     }
 
     fn alloc_node_bytes_hint(&self, _size: u32) -> Option<u64> {
-        Some(self.setup.alloc_node_bytes)
+        self.setup.hints.then_some(self.setup.alloc_node_bytes)
     }
 }

@@ -10,16 +10,20 @@
 //! - [`scenario`]: the TOML scenario format and the shipped scenarios (embedded by name);
 //! - [`setup`]: a scenario resolved into quantities;
 //! - [`engine`]: [`SimEngine`], a small engine over the simulated caching allocator;
-//! - [`run`](mod@run): one run per strategy and the oracle;
+//! - [`run`](mod@run): one run per strategy;
+//! - [`oracle`]: the largest KV cache that would have fit, from ground truth only, by code the
+//!   planner does not share;
 //! - [`report`]: the per-strategy comparison ([`SimReport`], `Display` + `Serialize`).
 
 pub mod engine;
+pub mod oracle;
 pub mod report;
 pub mod run;
 pub mod scenario;
 pub mod setup;
 
 pub use engine::SimEngine;
+pub use memplan_backend_sim::DEFAULT_SEED;
 pub use report::{Outcome, SimReport};
 pub use run::{run_all, Choice};
 pub use scenario::{Scenario, SHIPPED};
@@ -51,11 +55,24 @@ impl std::str::FromStr for StrategyArg {
     }
 }
 
-/// Simulate a scenario (shipped name or file path) with the strategies asked for.
+/// Simulate a scenario (shipped name or file path) with the strategies asked for, on a device
+/// with the default seed.
 pub fn simulate(scenario: &str, strategy: StrategyArg) -> Result<SimReport> {
-    let setup = Scenario::load(scenario)?
+    simulate_seeded(scenario, strategy, memplan_backend_sim::DEFAULT_SEED)
+}
+
+/// As [`simulate`], with the device's physics drawn from `seed`.
+pub fn simulate_seeded(scenario: &str, strategy: StrategyArg, seed: u64) -> Result<SimReport> {
+    let mut setup = Scenario::load(scenario)?
         .resolve()
         .map_err(|e| in_file(scenario, e))?;
+    setup.seed = seed;
+    simulate_setup(&setup, strategy)
+}
+
+/// As [`simulate`], for a resolved setup.
+pub fn simulate_setup(setup: &Setup, strategy: StrategyArg) -> Result<SimReport> {
+    let setup = setup.clone();
     let calibration = if setup.scenario.calibrate {
         Some(run::calibration(&setup)?)
     } else {
@@ -70,6 +87,7 @@ pub fn simulate(scenario: &str, strategy: StrategyArg) -> Result<SimReport> {
         scenario: setup.scenario.name.clone(),
         description: setup.scenario.description.clone(),
         device: setup.scenario.device.clone(),
+        seed: setup.seed,
         calibration,
         runs,
     })

@@ -33,6 +33,8 @@ pub struct Outcome {
     pub oracle_tokens: Option<u64>,
     /// `kv_tokens / oracle_tokens`.
     pub kv_vs_oracle: Option<f64>,
+    /// Bytes the process grew past the requested memory (ground truth), when it did.
+    pub over_request_bytes: Option<u64>,
     /// The out-of-memory error, when something ran out of memory.
     pub oom: Option<String>,
     /// Any other failure (start-up refused, plan error).
@@ -60,6 +62,7 @@ impl Outcome {
             kv_tokens: None,
             oracle_tokens: None,
             kv_vs_oracle: None,
+            over_request_bytes: None,
             oom: None,
             failed: None,
             downgrades: Vec::new(),
@@ -84,6 +87,15 @@ impl Outcome {
     pub fn ran_out_of_memory(&self) -> bool {
         self.oom.is_some()
     }
+
+    /// Whether the graph reserve was measured on the device (post-capture, full capture), as
+    /// opposed to modelled from samples, bounded or estimated.
+    pub fn graph_measured(&self) -> bool {
+        matches!(
+            self.strategy,
+            StrategyKind::PostCapture | StrategyKind::Full
+        )
+    }
 }
 
 /// The whole comparison for one scenario.
@@ -95,6 +107,8 @@ pub struct SimReport {
     pub description: String,
     /// Device selector.
     pub device: String,
+    /// Seed of the device's physics.
+    pub seed: u64,
     /// Calibration of the device, when the scenario calibrates.
     pub calibration: Option<CalibrationReport>,
     /// One entry per run.
@@ -107,7 +121,11 @@ fn opt<T>(v: Option<T>, f: impl Fn(T) -> String) -> String {
 
 impl fmt::Display for SimReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "scenario {} on sim:{}", self.scenario, self.device)?;
+        writeln!(
+            f,
+            "scenario {} on sim:{} (seed {})",
+            self.scenario, self.device, self.seed
+        )?;
         if !self.description.is_empty() {
             writeln!(f, "  {}", self.description)?;
         }
@@ -127,9 +145,10 @@ impl fmt::Display for SimReport {
             } else {
                 r.strategy.to_string()
             };
-            let outcome = match (&r.oom, &r.failed) {
-                (Some(o), _) => format!("OOM: {o}"),
-                (None, Some(e)) => format!("FAILED: {e}"),
+            let outcome = match (&r.oom, &r.failed, r.over_request_bytes) {
+                (Some(o), _, _) => format!("OOM: {o}"),
+                (None, Some(e), _) => format!("FAILED: {e}"),
+                (None, None, Some(b)) => format!("OVER REQUEST by {}", fmt_bytes(b)),
                 _ => "ok".into(),
             };
             writeln!(

@@ -13,13 +13,14 @@ use memplan_backend_sim::{GroundTruth, SimGpu};
 use memplan_core::{Device, Error, Result};
 
 use crate::engine::SimEngine;
+use crate::oracle::{engine_alone, oracle_bytes, tokens_in, AtPlan};
 use crate::report::Outcome;
 use crate::setup::Setup;
-use memplan_planner::budget::{self, Consumers};
 use memplan_planner::calibrate::{calibrate, CalibrationReport};
 use memplan_planner::plan::{check_request, plan, Plan, PlanInputs};
 use memplan_planner::session::Session;
 use memplan_planner::strategy::{select, SelectionPolicy, StrategyKind};
+use memplan_planner::Profile;
 
 /// Which strategy a run uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,9 +41,9 @@ pub fn graph_truth(t: &GroundTruth) -> u64 {
         + t.pending_release
 }
 
-/// Open the scenario's device with its world.
+/// Open the scenario's device (with the setup's seed) and its world.
 pub fn open(setup: &Setup) -> Result<SimGpu> {
-    let gpu = SimGpu::open(&setup.scenario.device)?;
+    let gpu = SimGpu::open(&setup.selector())?;
     if setup.other_processes > 0 {
         gpu.set_other_processes(setup.other_processes);
     }
@@ -72,11 +73,15 @@ struct Profiled {
     downgrades: Vec<String>,
 }
 
+/// A change applied to the measured profile before planning (tests inflate a planner figure
+/// with it, to show the oracle does not move with the plan).
+pub type Tamper<'a> = &'a dyn Fn(&mut Profile);
+
 fn profile(
     setup: &Setup,
     gpu: &SimGpu,
     engine: &mut SimEngine,
-    choice: Choice,
+    (choice, tamper): (Choice, Option<Tamper<'_>>),
     out: &mut Outcome,
 ) -> Result<Profiled> {
     let (cap, downgrades) = if setup.scenario.calibrate {
@@ -117,6 +122,9 @@ fn profile(
     let kept = s.kept_graphs();
     let kept_graph_truth = kept.then(|| graph_truth(&gpu.truth()).saturating_sub(before));
     let mut p = s.finish();
+    if let Some(t) = tamper {
+        t(&mut p);
+    }
     let kv_range = p.kv_reservation.take();
     let inputs = PlanInputs {
         request: setup.request,
@@ -135,12 +143,18 @@ fn profile(
 
 /// Run one strategy on a fresh device.
 pub fn run(setup: &Setup, choice: Choice) -> Result<Outcome> {
+    run_with(setup, choice, None)
+}
+
+/// As [`run`], with the measured profile changed by `tamper` before planning.
+pub fn run_with(setup: &Setup, choice: Choice, tamper: Option<Tamper<'_>>) -> Result<Outcome> {
     let span = tracing::info_span!("simulate", scenario = %setup.scenario.name, ?choice);
     let _e = span.enter();
     let gpu = open(setup)?;
+    let start = gpu.truth();
     let mut engine = SimEngine::new(gpu.clone(), setup.clone());
     let mut out = Outcome::new(choice);
-    let pr = match profile(setup, &gpu, &mut engine, choice, &mut out) {
+    let pr = match profile(setup, &gpu, &mut engine, (choice, tamper), &mut out) {
         Ok(p) => p,
         Err(e @ Error::OutOfMemory { .. }) => {
             out.oom = Some(format!("during profiling: {e}"));
@@ -157,25 +171,26 @@ pub fn run(setup: &Setup, choice: Choice) -> Result<Outcome> {
     out.estimate = pr.plan.graph.as_ref().map(|g| g.reserve);
     out.kv_tokens = Some(pr.plan.kv.tokens);
 
-    // The oracle, from the truth before the KV cache is allocated.
-    let t = gpu.truth();
-    let eager = pr.plan.strategy == StrategyKind::None;
+    // Where the world stood when the plan was made (for the oracle).
+    let at = AtPlan {
+        start,
+        plan: gpu.truth(),
+        graphs_kept: pr.kept_graph_truth.is_some(),
+        eager: pr.plan.strategy == StrategyKind::None,
+    };
 
-    // What happens next in a real engine.
+    // What happens next in a real engine, watching the process's peak.
     let mut real_graph = pr.kept_graph_truth;
-    let step = (|| -> Result<()> {
-        engine
-            .allocate_kv(pr.plan.kv_bytes, pr.kv_range.as_ref())
-            .map_err(|e| stage("KV cache allocation", e))?;
-        if !eager && pr.kept_graph_truth.is_none() {
-            let g0 = graph_truth(&gpu.truth());
-            engine
-                .capture_all()
-                .map_err(|e| stage("graph capture", e))?;
-            real_graph = Some(graph_truth(&gpu.truth()).saturating_sub(g0));
-        }
-        engine.serve_burst().map_err(|e| stage("serve burst", e))
-    })();
+    let mut peak = 0u64;
+    let step = serve(
+        setup,
+        &gpu,
+        &mut engine,
+        &pr,
+        &at,
+        &mut real_graph,
+        &mut peak,
+    );
     if let Err(e) = step {
         match e {
             Error::OutOfMemory { .. } => out.oom = Some(e.to_string()),
@@ -183,49 +198,70 @@ pub fn run(setup: &Setup, choice: Choice) -> Result<Outcome> {
             other => out.failed = Some(other.to_string()),
         }
     }
-    let real = if eager {
+    let alone = engine_alone(setup).ok();
+    out.real_graph = if at.eager {
         Some(0)
     } else {
-        real_graph.or_else(|| oracle_graph(setup))
+        real_graph.or(alone.map(|a| a.graph))
     };
-    out.real_graph = real;
-    if let (Some(est), Some(r)) = (out.estimate, real) {
+    if let (Some(est), Some(r)) = (out.estimate, out.real_graph) {
         out.error_bytes = Some(est as i64 - r as i64);
     }
-    if let Some(r) = real {
-        let c = pr.plan.budget.consumers;
-        let requested_room = budget::compute(
-            pr.plan.budget.total,
-            setup.request,
-            Consumers {
-                graph_reserve: r,
-                non_allocator: setup.workspace.max(c.non_allocator),
-                ..c
-            },
-        )
-        .map(|b| b.kv_budget)
-        .unwrap_or(0);
-        let to_capture = if pr.kept_graph_truth.is_some() || eager {
-            0
-        } else {
-            r
-        };
-        // Cached allocator memory is not counted: what is left cached at this point are
-        // fragments of segments with live blocks, which a large allocation cannot use.
-        let physical = t
-            .free
-            .saturating_sub(to_capture)
-            .saturating_sub(round2(setup.activation_peak));
-        let oracle = requested_room.min(physical);
-        out.oracle_tokens = setup.kv.size(oracle, &setup.limits).ok().map(|k| k.tokens);
+    if let Some(a) = &alone {
+        if let Some(bytes) = oracle_bytes(setup, a, &at) {
+            out.oracle_tokens = tokens_in(setup, bytes);
+        }
+    }
+    // Over the requested memory: the process grew past what the engine asked for.
+    let req = &setup.scenario.request;
+    let budget = req
+        .memory_budget
+        .as_ref()
+        .and_then(|b| b.bytes("memory_budget").ok());
+    if let Some(requested) =
+        crate::oracle::requested(start.total, req.gpu_memory_utilization, budget)
+    {
+        let grown = peak.saturating_sub(start.this_process());
+        out.over_request_bytes = (grown > requested).then(|| grown - requested);
     }
     out.plan = Some(pr.plan);
     out.finish();
     Ok(out)
 }
 
-fn round2(b: u64) -> u64 {
-    b.div_ceil(2 << 20) * (2 << 20)
+/// Allocate the KV cache the plan allowed, capture every graph (unless kept or eager), serve a
+/// burst; `peak` follows the process's driver memory.
+fn serve(
+    setup: &Setup,
+    gpu: &SimGpu,
+    engine: &mut SimEngine,
+    pr: &Profiled,
+    at: &AtPlan,
+    real_graph: &mut Option<u64>,
+    peak: &mut u64,
+) -> Result<()> {
+    let mut see = |g: &SimGpu| *peak = (*peak).max(g.truth().this_process());
+    engine
+        .allocate_kv(pr.plan.kv_bytes, pr.kv_range.as_ref())
+        .map_err(|e| stage("KV cache allocation", e))?;
+    see(gpu);
+    if !at.eager && !at.graphs_kept {
+        let g0 = graph_truth(&gpu.truth());
+        for s in setup.sizes.clone() {
+            memplan_planner::Engine::warm_up(engine, s).map_err(|e| stage("graph capture", e))?;
+            see(gpu);
+            memplan_planner::Engine::capture_graph(engine, s)
+                .map_err(|e| stage("graph capture", e))?;
+            see(gpu);
+        }
+        *real_graph = Some(graph_truth(&gpu.truth()).saturating_sub(g0));
+    }
+    let alloc = gpu.allocator();
+    let b = alloc
+        .malloc(setup.activation_peak.max(1))
+        .map_err(|e| stage("serve burst", e))?;
+    see(gpu);
+    alloc.free(b)
 }
 
 fn stage(what: &str, e: Error) -> Error {
@@ -235,16 +271,6 @@ fn stage(what: &str, e: Error) -> Error {
         )),
         other => Error::Measurement(format!("{what}: {other}")),
     }
-}
-
-/// When the run failed before the real capture, measure the real graph memory on a fresh
-/// device with nothing else on it.
-fn oracle_graph(setup: &Setup) -> Option<u64> {
-    let gpu = open(setup).ok()?;
-    let mut e = SimEngine::new(gpu.clone(), setup.clone());
-    let g0 = graph_truth(&gpu.truth());
-    e.capture_all().ok()?;
-    Some(graph_truth(&gpu.truth()).saturating_sub(g0))
 }
 
 /// Run every strategy (the automatic choice first).

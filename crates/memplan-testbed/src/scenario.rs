@@ -167,6 +167,12 @@ pub struct GraphsToml {
     /// Whether the engine can size its KV cache after capture.
     #[serde(default = "yes")]
     pub post_capture: bool,
+    /// Whether the engine tells memplan its graphs' kernel-node and allocation-node figures
+    /// (`Engine::kernel_nodes_hint` / `alloc_node_bytes_hint`). Off by default: an engine
+    /// rarely knows them, and hints that are the simulator's own figures would let the plan
+    /// agree with it by construction.
+    #[serde(default)]
+    pub engine_hints: bool,
 }
 
 /// A scenario file.

@@ -41,6 +41,12 @@ pub struct Setup {
     pub warmup_per_token: u64,
     /// Alloc-node bytes per graph.
     pub alloc_node_bytes: u64,
+    /// Seed of the simulated device's physics (`memplan simulate --seed N`).
+    pub seed: u64,
+    /// Pin the physics to one end of every range (`low`, `high`), or draw (`None`).
+    pub physics: Option<String>,
+    /// Whether the engine hands memplan its kernel-node and allocation-node figures.
+    pub hints: bool,
 }
 
 /// The engine's default capture sizes up to `max`: 1, 2, 4, then every multiple of 8.
@@ -48,6 +54,17 @@ pub fn default_sizes(max: u32) -> Vec<u32> {
     let mut v: Vec<u32> = [1, 2, 4].into_iter().filter(|s| *s <= max).collect();
     v.extend((8..=max).step_by(8));
     v
+}
+
+impl Setup {
+    /// The device selector with the seed (and pinned physics) appended.
+    pub fn selector(&self) -> String {
+        let mut s = format!("{},seed={}", self.scenario.device, self.seed);
+        if let Some(p) = &self.physics {
+            s.push_str(&format!(",physics={p}"));
+        }
+        s
+    }
 }
 
 impl Scenario {
@@ -183,6 +200,9 @@ impl Scenario {
                 .bytes(&f("graphs.intermediate_per_token"))?,
             warmup_per_token: g.warmup_per_token.bytes(&f("graphs.warmup_per_token"))?,
             alloc_node_bytes: g.alloc_node_bytes.bytes(&f("graphs.alloc_node_bytes"))?,
+            seed: memplan_backend_sim::DEFAULT_SEED,
+            physics: None,
+            hints: g.engine_hints,
             scenario: self,
         })
     }

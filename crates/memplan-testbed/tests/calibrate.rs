@@ -10,6 +10,29 @@ use memplan_core::{
 use memplan_planner::calibrate::{calibrate, CalibrationReport, Status};
 
 fn cal(selector: &str) -> CalibrationReport {
+    cal_gpu(selector).0
+}
+
+/// The per-capture memory calibration found is the device's drawn figure, within what its
+/// reading noise and the executable object's bound allow (4 kernel nodes at most 512 KiB).
+fn hidden_close_to_truth(r: &CalibrationReport, gpu: &SimGpu) -> bool {
+    let truth = gpu.physics().hidden_bytes_per_capture as i64;
+    let slack = 2 * gpu.physics().read_noise_bytes as i64 + (512 << 10);
+    let found = r.calibrated.facts.hidden_bytes_per_capture.unwrap_or(0) as i64;
+    (found - truth).abs() <= slack
+}
+
+/// Honest but for the per-capture memory, which calibration may refine to what it measured
+/// (the declaration carries the public figure; the device draws its own).
+fn honest_but_hidden(r: &CalibrationReport, gpu: &SimGpu) -> bool {
+    let mut declared = r.declared.clone();
+    declared.facts.hidden_bytes_per_capture = r.calibrated.facts.hidden_bytes_per_capture;
+    let refined =
+        r.calibrated.facts.hidden_bytes_per_capture != r.declared.facts.hidden_bytes_per_capture;
+    declared == r.calibrated && (!refined || hidden_close_to_truth(r, gpu))
+}
+
+fn cal_gpu(selector: &str) -> (CalibrationReport, SimGpu) {
     let mut gpu = SimGpu::open(selector).expect("profile exists");
     let before = gpu.truth();
     let r = calibrate(&mut gpu).expect("calibration runs");
@@ -23,15 +46,22 @@ fn cal(selector: &str) -> CalibrationReport {
         after.graph_pool_reserved, before.graph_pool_reserved,
         "{selector}"
     );
-    r
+    (r, gpu)
 }
 
 #[test]
 fn honest_declarations_hold() {
     for p in profiles().iter().filter(|p| p.name != "broken-stale") {
-        let r = cal(p.name);
-        assert!(r.honest(), "{}: {:#?}", p.name, r.downgrade_lines());
-        assert_eq!(r.calibrated, r.declared, "{}", p.name);
+        for seed in 0..8 {
+            let (r, gpu) = cal_gpu(&format!("{},seed={seed}", p.name));
+            assert!(
+                honest_but_hidden(&r, &gpu),
+                "{} seed {seed}: {:#?} {:?}",
+                p.name,
+                r.downgrade_lines(),
+                gpu.physics()
+            );
+        }
     }
 }
 
@@ -78,9 +108,9 @@ fn declare_exact_is_caught_wherever_a_quirk_is_observable() {
 
 #[test]
 fn specific_quirks_give_specific_downgrades() {
-    let r = cal("rx7900xtx-rocm6.2,declare-exact");
+    let (r, gpu) = cal_gpu("rx7900xtx-rocm6.2,declare-exact");
     assert_eq!(r.calibrated.facts.graph_release, GraphRelease::AtNextSync);
-    assert_eq!(r.calibrated.facts.hidden_bytes_per_capture, Some(4 << 20));
+    assert!(hidden_close_to_truth(&r, &gpu), "{:?}", r.calibrated.facts);
     let r = cal("rx7900xtx-rocm5.4,declare-exact");
     assert_eq!(
         r.calibrated.reading(Reading::GraphPool).label(),
@@ -119,10 +149,13 @@ fn capture_works_where_allocation_nodes_do_not() {
     // the allocation node, not the capture: graph capture stays supported, and the graph-pool
     // check says it could not be made instead of passing or failing.
     for name in ["rtx4090", "rx7900xtx-rocm6.2", "mi300x"] {
-        let r = cal(&format!("{name},no-graph-alloc-nodes"));
-        assert!(r.honest(), "{name}: {:#?}", r.downgrade_lines());
+        let (r, gpu) = cal_gpu(&format!("{name},no-graph-alloc-nodes"));
+        assert!(
+            honest_but_hidden(&r, &gpu),
+            "{name}: {:#?}",
+            r.downgrade_lines()
+        );
         assert!(r.calibrated.facts.graph_capture.is_supported(), "{name}");
-        assert_eq!(r.calibrated, r.declared, "{name}");
         let pool = r.verdicts.iter().find(|v| v.item == "graph_pool").unwrap();
         assert_eq!(pool.status, Status::NotChecked, "{name}");
         assert!(pool.note.contains("allocation node"), "{}", pool.note);
@@ -138,9 +171,9 @@ fn capture_works_where_allocation_nodes_do_not() {
         );
     }
     // Declared exact over the deferred release and hidden memory: still caught without a node.
-    let r = cal("rx7900xtx-rocm6.2,declare-exact,no-graph-alloc-nodes");
+    let (r, gpu) = cal_gpu("rx7900xtx-rocm6.2,declare-exact,no-graph-alloc-nodes");
     assert_eq!(r.calibrated.facts.graph_release, GraphRelease::AtNextSync);
-    assert_eq!(r.calibrated.facts.hidden_bytes_per_capture, Some(4 << 20));
+    assert!(hidden_close_to_truth(&r, &gpu), "{:?}", r.calibrated.facts);
     assert!(r.calibrated.facts.graph_capture.is_supported());
 }
 

@@ -4,7 +4,7 @@
 use memplan_core::{AllocatorView, Device, Error};
 
 use super::{free_after_sync, gpu, M};
-use crate::{GraphSpec, EXEC_BYTES_PER_KERNEL_NODE};
+use crate::GraphSpec;
 
 #[test]
 fn private_pool_is_shared_and_grows_to_the_largest_graph() {
@@ -70,11 +70,9 @@ fn exec_overhead_is_visible_only_to_the_driver() {
         })
         .unwrap();
     assert_eq!(a.stats().reserved, 0, "no allocator sees the exec object");
-    assert_eq!(
-        free_after_sync(&mut g),
-        Some(before - 200 * EXEC_BYTES_PER_KERNEL_NODE)
-    );
-    assert_eq!(g.truth().graph_exec, 200 * EXEC_BYTES_PER_KERNEL_NODE);
+    let per_node = g.physics().exec_bytes_per_kernel_node;
+    assert_eq!(free_after_sync(&mut g), Some(before - 200 * per_node));
+    assert_eq!(g.truth().graph_exec, 200 * per_node);
     a.destroy_graph(id).unwrap();
     assert!(a.destroy_graph(id).is_err(), "already destroyed");
 }

@@ -13,8 +13,9 @@ use memplan_core::Device;
 
 use crate::{profile, SimGpu};
 
+/// A device at nominal physics (the quirk tests compare readings to the byte).
 pub(crate) fn gpu(name: &str) -> SimGpu {
-    SimGpu::open(name).expect("profile exists")
+    SimGpu::open(&format!("{name},physics=nominal")).expect("profile exists")
 }
 
 /// Synchronize and read the (masked) driver free.

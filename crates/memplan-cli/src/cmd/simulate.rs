@@ -4,7 +4,7 @@
 
 use std::process::ExitCode;
 
-use memplan_testbed::{simulate, StrategyArg, SHIPPED};
+use memplan_testbed::{simulate_seeded, StrategyArg, DEFAULT_SEED, SHIPPED};
 
 use crate::output::print_json;
 
@@ -17,6 +17,10 @@ pub struct Args {
     /// auto, all, post-capture, full, sampled, conservative, none or vllm-legacy.
     #[arg(long, default_value = "auto")]
     strategy: String,
+    /// Seed of the simulated device's physics (hidden quantities drawn from documented
+    /// ranges, docs/simulator-physics.md); the default keeps output reproducible.
+    #[arg(long, default_value_t = DEFAULT_SEED)]
+    seed: u64,
     /// Print JSON instead of the table.
     #[arg(long)]
     json: bool,
@@ -41,7 +45,7 @@ pub fn run(args: Args) -> Result<ExitCode, memplan::Error> {
         ));
     };
     let strategy: StrategyArg = args.strategy.parse()?;
-    let report = simulate(&scenario, strategy)?;
+    let report = simulate_seeded(&scenario, strategy, args.seed)?;
     if args.json {
         print_json(&report)?;
     } else {

@@ -8,8 +8,6 @@ use memplan_core::{
 
 use super::checks::{diff, tolerance, verdict_reading, Observed};
 use super::report::{Evidence, Status, Verdict};
-use crate::strategy::EXEC_BYTES_PER_KERNEL_NODE;
-
 /// Kernel nodes and allocation-node bytes of the calibration graph.
 const NODES: u32 = 64;
 const ALLOC: u64 = 32 * MIB;
@@ -54,8 +52,6 @@ fn pool_growth(p0: &GraphPoolMemory, p1: &GraphPoolMemory) -> Option<i64> {
 /// Capture, replay and destroy one graph (with a known allocation node when it could record
 /// one).
 struct GraphRun {
-    /// Bytes of the allocation node the graph holds (0 = none).
-    alloc_node: u64,
     /// Why no allocation node was recorded, when none was.
     no_node: Option<String>,
     f0: Option<i64>,
@@ -69,7 +65,6 @@ struct GraphRun {
 /// The calibration graph as recorded, and the readings right before its capture.
 struct Recorded {
     graph: GraphId,
-    alloc_node: u64,
     no_node: Option<String>,
     f0: Option<i64>,
     p0: GraphPoolMemory,
@@ -89,7 +84,6 @@ fn record_graph(device: &mut dyn Device, with_node: Result<(), String>) -> Resul
         let graph = device.graph_capture()?.capture_once(&work)?;
         Ok(Recorded {
             graph,
-            alloc_node,
             no_node,
             f0,
             p0,
@@ -110,7 +104,6 @@ fn record_graph(device: &mut dyn Device, with_node: Result<(), String>) -> Resul
 fn run_graph(device: &mut dyn Device, with_node: Result<(), String>) -> Result<GraphRun> {
     let Recorded {
         graph: g,
-        alloc_node,
         no_node,
         f0,
         p0,
@@ -132,7 +125,6 @@ fn run_graph(device: &mut dyn Device, with_node: Result<(), String>) -> Result<G
     destroyed?;
     released?;
     Ok(GraphRun {
-        alloc_node,
         no_node,
         f0,
         f1,
@@ -334,14 +326,14 @@ fn release_and_hidden(cal: &mut ProfilingCapability, run: &GraphRun, out: &mut V
         "",
     ));
 
-    // Per-capture memory beyond the allocation node and the executable object.
-    let node = run.alloc_node as i64;
-    let exec = (u64::from(NODES) * EXEC_BYTES_PER_KERNEL_NODE) as i64;
-    let pool = run.pool_growth.unwrap_or(node).max(node);
-    let hidden = cost.map(|c| c.saturating_sub(pool).saturating_sub(exec));
+    // Per-capture memory the runtime keeps: what the capture cost and never came back after
+    // destroy, synchronize and pool release. Measured, so no figure for the executable object
+    // (which varies with driver and graph shape) is assumed.
+    let back = diff(run.f_released, run.f1);
+    let hidden = cost.zip(back).map(|(c, b)| c.saturating_sub(b));
     let declared_hidden = signed(cal.facts.hidden_bytes_per_capture.unwrap_or(0));
     let ev = vec![Evidence::bytes(
-        "capture cost beyond the allocation node and 64 KiB per kernel node",
+        "capture cost that never came back (destroy, synchronize, release pool)",
         declared_hidden,
         hidden,
         MIB,

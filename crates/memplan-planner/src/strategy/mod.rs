@@ -23,7 +23,7 @@ pub use full::{Full, PostCapture};
 pub use legacy::{legacy_extrapolate, VllmLegacy};
 pub use sampled::{sample_sizes, sampled_model, Layers, Sampled};
 pub use simple::{
-    Conservative, NoGraphs, DEFAULT_EXEC_BYTES_PER_GRAPH, EXEC_BYTES_PER_KERNEL_NODE,
+    Conservative, NoGraphs, DEFAULT_EXEC_BYTES_PER_GRAPH, EXEC_BYTES_PER_KERNEL_NODE_BOUND,
 };
 
 use memplan_core::{Error, ProfilingCapability, Reading, Result};
