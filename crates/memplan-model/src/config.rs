@@ -1,10 +1,11 @@
 //! Reading a Hugging Face `config.json` into a [`ModelConfig`]: the facts memplan needs
 //! (layer counts, heads, dims, vocab, dtype, MoE, MLA, sliding-window layout, quantization).
 //!
-//! Accepted architectures: Llama 2/3.x (and CodeLlama), Mistral, Mixtral, Qwen2/2.5, Qwen3,
-//! Qwen3-MoE, Gemma 2/3 (text or multimodal wrapper), Phi-3/Phi-4, Phi-2 (both key styles),
-//! DeepSeek-V2/V3 (MLA), gpt-oss, and Pixtral/Mistral-3 multimodal wrappers (text part plus
-//! a vision-tower estimate). Anything else is an error naming `architectures`.
+//! Architectures are data, not one match arm per name ([`crate::arch`]): any decoder config
+//! with the standard keys plans (the plan notes which rule read it); multimodal wrappers are
+//! read through their language model (`text_config`, `llm_config`, `language_config`);
+//! layer kinds (full, sliding, chunked local, recurrent state, cross-attention, none) come
+//! from `layer_types` or the family's own pattern keys.
 //!
 //! Every missing required key, wrong type or absurd value is a one-line error naming the key.
 
@@ -27,6 +28,24 @@ pub enum Family {
     Gemma,
     /// Phi-2: dense, plain (non-gated) MLP, LayerNorm with bias.
     Phi2,
+}
+
+/// What one decoder layer keeps in the KV cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "kind", content = "tokens", rename_all = "snake_case")]
+pub enum LayerKind {
+    /// Full attention (or MLA when the config has MLA).
+    Full,
+    /// Sliding-window attention of this many tokens.
+    Sliding(u64),
+    /// Chunked local attention with chunks of this many tokens.
+    Chunked(u64),
+    /// A recurrent state (Mamba, gated DeltaNet): see [`ModelConfig::state`].
+    State,
+    /// Cross-attention to this many encoder tokens (Mllama).
+    Cross(u64),
+    /// Nothing cached (MLP-only blocks, layers that reuse another layer's KV).
+    None,
 }
 
 /// Routed-expert facts.
@@ -103,8 +122,24 @@ pub struct ModelConfig {
     pub max_position_embeddings: Option<u64>,
     /// Biases on the QKV projections (Qwen2, gpt-oss).
     pub qkv_bias: bool,
-    /// Per layer: `Some(window)` for sliding-window layers, `None` for full attention.
-    pub sliding: Vec<Option<u64>>,
+    /// Per decoder layer: what it keeps in the KV cache.
+    pub layers: Vec<LayerKind>,
+    /// The recurrent state of [`LayerKind::State`] layers (Mamba, gated DeltaNet).
+    pub state: Option<crate::arch::state::StateShape>,
+    /// DeepSeek-V3.2's indexer head dim (an indexer cache beside every MLA layer).
+    pub indexer_head_dim: Option<u64>,
+    /// KV-cache dtype the checkpoint asks for when `--kv-cache-dtype auto` (ModelOpt
+    /// `kv_cache_quant_algo: FP8`, compressed-tensors `kv_cache_scheme`).
+    pub kv_cache_quant: Option<String>,
+    /// Which rule read the config (shown in the plan's notes).
+    pub rule: String,
+    /// Where the language model was found in a multimodal wrapper (`text_config`, ...).
+    pub language_key: Option<String>,
+    /// Notes for the user (estimated parts, engine support).
+    pub notes: Vec<String>,
+    /// The engine's default `max_model_len` derived from the config (vLLM
+    /// `_get_and_verify_max_len`: the smallest length key, RoPE scaling factor applied).
+    pub derived_max_len: Option<u64>,
     /// Routed experts, if any.
     pub moe: Option<Moe>,
     /// MLA, if any.
@@ -163,7 +198,7 @@ impl<'a> Fields<'a> {
     }
 
     /// The first of several alias keys that is present.
-    fn first(&self, keys: &[&str]) -> Result<Option<u64>> {
+    pub(crate) fn first(&self, keys: &[&str]) -> Result<Option<u64>> {
         for k in keys {
             if let Some(v) = self.opt_u64(k)? {
                 return Ok(Some(v));
@@ -172,7 +207,7 @@ impl<'a> Fields<'a> {
         Ok(None)
     }
 
-    fn bool(&self, key: &str, default: bool) -> Result<bool> {
+    pub(crate) fn bool(&self, key: &str, default: bool) -> Result<bool> {
         match self.get(key) {
             None => Ok(default),
             Some(v) => v
@@ -181,7 +216,7 @@ impl<'a> Fields<'a> {
         }
     }
 
-    fn str(&self, key: &str) -> Option<&'a str> {
+    pub(crate) fn str(&self, key: &str) -> Option<&'a str> {
         self.get(key).and_then(Value::as_str)
     }
 }
@@ -206,23 +241,15 @@ impl ModelConfig {
             .and_then(Value::as_str)
             .ok_or_else(|| Error::invalid("architectures", "missing or not a list of names"))?
             .to_string();
-        // Multimodal wrappers keep the decoder in `text_config`; top-level keys are fallbacks.
-        let text = match top.get("text_config") {
-            Some(Value::Object(t)) => Some(t),
-            Some(Value::Null) | None => None,
-            Some(_) => return Err(Error::invalid("text_config", "expected an object")),
+        // Multimodal wrappers keep the language model in a sub-config; top-level keys are
+        // fallbacks. Keys the file omits take the config class's defaults (by model_type).
+        let (text, key) = crate::arch::defaults::language_section(top)?;
+        let merged = crate::arch::defaults::with_defaults(text.unwrap_or(top), top);
+        let f = Fields {
+            map: &merged,
+            outer: text.map(|_| top),
         };
-        let f = match text {
-            Some(t) => Fields {
-                map: t,
-                outer: Some(top),
-            },
-            None => Fields {
-                map: top,
-                outer: None,
-            },
-        };
-        crate::arch::parse(&arch, &f, top)
+        crate::arch::parse(&arch, &f, top, key)
     }
 
     /// Parse the common dense-decoder keys (with Phi-2's alternative spellings).
@@ -231,7 +258,7 @@ impl ModelConfig {
             .first(&["hidden_size", "n_embd", "d_model"])?
             .ok_or_else(|| Error::invalid("hidden_size", "missing from config.json"))?;
         let layers = f
-            .first(&["num_hidden_layers", "n_layer"])?
+            .first(&["num_hidden_layers", "n_layer", "num_layers"])?
             .ok_or_else(|| Error::invalid("num_hidden_layers", "missing from config.json"))?;
         let heads = f
             .first(&["num_attention_heads", "n_head"])?
@@ -251,20 +278,34 @@ impl ModelConfig {
                 format!("{layers} is not a plausible layer count"),
             ));
         }
-        let kv = f
-            .first(&["num_key_value_heads", "n_head_kv"])?
-            .unwrap_or(heads);
+        // vLLM `CONFIG_FIELD_ALIASES["total_num_kv_heads"]`; Falcon's `multi_query` means 1.
+        let kv = match f.first(&[
+            "n_head_kv",
+            "num_kv_heads",
+            "num_key_value_heads",
+            "multi_query_group_num",
+            "num_attention_groups",
+        ])? {
+            Some(k) => k,
+            None if f.bool("multi_query", false)? => 1,
+            None => heads,
+        };
         if kv == 0 || heads % kv != 0 {
             return Err(Error::invalid(
                 "num_key_value_heads",
                 format!("{kv} does not divide num_attention_heads {heads}"),
             ));
         }
-        let head_dim = match f.opt_u64("head_dim")? {
-            Some(0) => return Err(Error::invalid("head_dim", "must be > 0")),
-            Some(d) => d,
-            None if hidden % heads == 0 => hidden / heads,
-            None => return Err(Error::invalid("head_dim", format!("missing, and hidden_size {hidden} is not a multiple of num_attention_heads {heads}"))),
+        // vLLM `get_head_size`: head_dim when > 0, else hidden_size_per_head, else
+        // hidden_size / heads.
+        let head_dim = match f.first(&["head_dim", "hidden_size_per_head"])? {
+            Some(d) if d > 0 => d,
+            // MLA: vLLM's head size is the cached latent (kv_lora_rank + qk_rope_head_dim).
+            _ if f.get("kv_lora_rank").is_some() => {
+                f.opt_u64("kv_lora_rank")?.unwrap_or(0) + f.opt_u64("qk_rope_head_dim")?.unwrap_or(0)
+            }
+            _ if hidden % heads == 0 => hidden / heads,
+            _ => return Err(Error::invalid("head_dim", format!("missing, and hidden_size {hidden} is not a multiple of num_attention_heads {heads}"))),
         };
         let intermediate = f
             .first(&["intermediate_size", "n_inner"])?
@@ -296,7 +337,14 @@ impl ModelConfig {
                 "max_seq_len",
             ])?,
             qkv_bias: f.bool("attention_bias", false)?,
-            sliding: vec![None; layers as usize],
+            layers: vec![LayerKind::Full; layers as usize],
+            state: None,
+            indexer_head_dim: None,
+            kv_cache_quant: None,
+            rule: String::new(),
+            language_key: None,
+            notes: Vec::new(),
+            derived_max_len: None,
             moe: None,
             mla: None,
             quantization,

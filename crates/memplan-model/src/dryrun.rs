@@ -9,7 +9,9 @@ use memplan_core::kv::{KvDtype, KvLimits, KvSizing, KvSpec};
 use memplan_core::{Error, MemoryInfo, Result};
 use memplan_planner::budget::{self, Budget, Consumers, Request};
 
+use crate::engine::EngineRules;
 use crate::estimate::{self, EngineShape, Estimate};
+use crate::kvspec::SpecOptions;
 use crate::quant::Quantization;
 use crate::{dtype_bytes, Model};
 
@@ -60,8 +62,12 @@ pub struct PlanInput {
     pub max_num_seqs: Option<u64>,
     /// Tokens per step (`None` = the engine default for this total).
     pub max_num_batched_tokens: Option<u64>,
-    /// Tokens per KV block.
-    pub block_size: u32,
+    /// Tokens per KV block (`None` = the engine release's default).
+    pub block_size: Option<u32>,
+    /// The engine release whose rules and defaults apply.
+    pub engine: EngineRules,
+    /// The device's name (engines pick batch defaults by it: the A100 exception).
+    pub device_name: String,
     /// Tensor-parallel ranks.
     pub tensor_parallel: u64,
     /// Graph capture sizes (`None` = the engine default).
@@ -112,6 +118,10 @@ pub struct DryRun {
     pub max_num_batched_tokens: u64,
     /// Warnings for the user.
     pub warnings: Vec<String>,
+    /// Notes: which rule read the config, which engine rules applied, what is estimated.
+    pub notes: Vec<String>,
+    /// The engine release (`vllm@0.34`).
+    pub engine: String,
 }
 
 fn figure(measured: Option<u64>, e: Estimate) -> Figure {
@@ -155,7 +165,13 @@ pub fn run(input: &PlanInput) -> Result<DryRun> {
             Error::invalid("torch_dtype", e.to_string())
         }
     })?;
-    let kv_dtype = match input.kv_cache_dtype {
+    // `auto` follows a checkpoint that asks for an fp8 cache (ModelOpt `kv_cache_quant_algo`,
+    // compressed-tensors `kv_cache_scheme`; vLLM `resolve_kv_cache_dtype_string`).
+    let checkpoint_kv = match c.kv_cache_quant.as_deref() {
+        Some(k) if k.starts_with("fp8") => Some(KvDtype::Fp8E4m3),
+        _ => None,
+    };
+    let kv_dtype = match input.kv_cache_dtype.or(checkpoint_kv) {
         Some(k) => k,
         None => match db {
             4 => KvDtype::F32,
@@ -163,9 +179,13 @@ pub fn run(input: &PlanInput) -> Result<DryRun> {
             _ => KvDtype::F16,
         },
     };
-    let (def_seqs, def_tokens) = estimate::default_limits(input.total);
+    let engine = &input.engine;
+    let (def_seqs, def_tokens) = engine.batch_defaults(input.total, &input.device_name);
     let max_num_seqs = input.max_num_seqs.unwrap_or(def_seqs);
-    let max_model_len = match (input.max_model_len, c.max_position_embeddings) {
+    let max_model_len = match (
+        input.max_model_len,
+        c.derived_max_len.or(c.max_position_embeddings),
+    ) {
         (Some(0), _) => return Err(Error::invalid("max-model-len", "must be > 0")),
         (Some(n), _) => n,
         (None, Some(n)) if n > 0 => n,
@@ -176,7 +196,11 @@ pub fn run(input: &PlanInput) -> Result<DryRun> {
             ))
         }
     };
-    let max_num_batched_tokens = input.max_num_batched_tokens.unwrap_or(def_tokens);
+    // `_set_default_max_num_seqs_and_batched_tokens_args`: the default never exceeds
+    // max_num_seqs * max_model_len.
+    let max_num_batched_tokens = input
+        .max_num_batched_tokens
+        .unwrap_or_else(|| def_tokens.min(max_num_seqs.saturating_mul(max_model_len)));
     for (k, v) in [
         ("max-num-seqs", max_num_seqs),
         ("max-num-batched-tokens", max_num_batched_tokens),
@@ -211,8 +235,42 @@ pub fn run(input: &PlanInput) -> Result<DryRun> {
         capture_sizes,
         dtype_bytes: db,
     };
-    let kv_spec = c.kv_spec(kv_dtype, input.block_size, tp)?;
+    let opts = SpecOptions {
+        state_pages: (engine.state_pages(false), engine.state_pages(true)),
+        hybrid_block_align: match (c.mla.is_some(), engine.block_size >= 64) {
+            (true, true) => 128,
+            (true, false) => 64,
+            (false, _) => engine.hybrid_block_align,
+        },
+        dtype_bytes: db,
+    };
+    let block_size = input.block_size.unwrap_or(engine.block_size);
+    let kv_spec = c.kv_spec_with(kv_dtype, block_size, tp, &opts)?;
     let mut warnings = Vec::new();
+    let mut notes = vec![c.rule.clone()];
+    notes.extend(c.notes.iter().cloned());
+    if checkpoint_kv.is_some() && input.kv_cache_dtype.is_none() {
+        notes.push(format!(
+            "--kv-cache-dtype auto: the checkpoint asks for an {} KV cache",
+            c.kv_cache_quant.as_deref().unwrap_or("fp8")
+        ));
+    }
+    if kv_spec.block_size != block_size {
+        notes.push(format!(
+            "block size {} (not {block_size}): an attention page must hold a recurrent state (vLLM `_align_hybrid_block_size`)",
+            kv_spec.block_size
+        ));
+    }
+    // vLLM turns the hybrid manager off for chunked local attention (`VllmConfig`), so
+    // those layers are sized as full attention.
+    let hybrid_manager = !c
+        .layers
+        .iter()
+        .any(|k| matches!(k, crate::config::LayerKind::Chunked(_)));
+    if !hybrid_manager {
+        notes.push("chunked local attention: the hybrid KV-cache manager is off by default, so those layers are sized as full attention".into());
+    }
+    let rules = engine.sizing(1, hybrid_manager);
 
     let quant = input.quantization.as_ref().or(c.quantization.as_ref());
     let weights = match (input.measured.weights, &input.model.checkpoint) {
@@ -279,9 +337,10 @@ pub fn run(input: &PlanInput) -> Result<DryRun> {
     let limits = KvLimits {
         max_model_len,
         max_num_batched_tokens,
-        max_len_limit: max_model_len.max(c.max_position_embeddings.unwrap_or(0)),
+        max_len_limit: max_model_len
+            .max(c.derived_max_len.or(c.max_position_embeddings).unwrap_or(0)),
     };
-    let sizing = kv_spec.size(budget.kv_budget, &limits)?;
+    let sizing = kv_spec.size_with(budget.kv_budget, &limits, &rules)?;
     if sizing.max_concurrency < 1.0 {
         let fit = match sizing.max_model_len_fit {
             Some(n) => format!("the largest --max-model-len that fits is {n}"),
@@ -294,7 +353,10 @@ pub fn run(input: &PlanInput) -> Result<DryRun> {
             budget.kv_budget as f64 / (1u64 << 30) as f64
         )));
     }
-    if c.max_position_embeddings.is_some_and(|m| max_model_len > m) {
+    if c.derived_max_len
+        .or(c.max_position_embeddings)
+        .is_some_and(|m| max_model_len > m)
+    {
         warnings.push(format!(
             "--max-model-len {max_model_len} exceeds the model's max_position_embeddings"
         ));
@@ -317,6 +379,8 @@ pub fn run(input: &PlanInput) -> Result<DryRun> {
         max_num_seqs,
         max_num_batched_tokens,
         warnings,
+        notes,
+        engine: engine.to_string(),
     })
 }
 
@@ -345,7 +409,9 @@ mod tests {
             max_model_len: Some(4096),
             max_num_seqs: None,
             max_num_batched_tokens: None,
-            block_size: 16,
+            block_size: Some(16),
+            engine: "vllm@0.19".parse().unwrap(),
+            device_name: String::new(),
             tensor_parallel: 1,
             capture_sizes: None,
             enforce_eager: true,

@@ -1,11 +1,36 @@
-//! The KV spec of a model on one tensor-parallel rank: full and sliding-window layers grouped
-//! by window, MLA as one latent "head" per token (not split by tensor parallelism), KV heads
-//! split across ranks and replicated when there are fewer heads than ranks.
+//! The KV spec of a model on one tensor-parallel rank, from its per-layer kinds: full and
+//! sliding-window layers grouped by window, chunked local layers, MLA as one latent "head"
+//! per token (not split by tensor parallelism) with DeepSeek-V3.2's indexer beside it,
+//! recurrent-state layers as one page per sequence, KV heads split across ranks and
+//! replicated when there are fewer heads than ranks.
 
 use memplan_core::kv::{AttentionKind, KvDtype, KvSpec, LayerGroup};
 use memplan_core::{Error, Result};
 
-use crate::config::ModelConfig;
+use crate::config::{LayerKind, ModelConfig};
+
+/// Engine facts that shape the spec (besides dtype, block size and TP).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpecOptions {
+    /// Pages per request of a Mamba1/GDN state layer, and of a Mamba2 one.
+    pub state_pages: (u64, u64),
+    /// The attention block of a hybrid (attention + state) model is a multiple of this, and
+    /// large enough that one attention page holds a state (`_align_hybrid_block_size`).
+    pub hybrid_block_align: u32,
+    /// Bytes of the model's activation dtype (states are kept in it).
+    pub dtype_bytes: u64,
+}
+
+impl Default for SpecOptions {
+    /// vLLM 0.19: one page per state (no prefix caching for hybrids), 16-token alignment.
+    fn default() -> Self {
+        SpecOptions {
+            state_pages: (1, 1),
+            hybrid_block_align: 16,
+            dtype_bytes: 2,
+        }
+    }
+}
 
 impl ModelConfig {
     /// KV heads held by one rank: heads are split across ranks, and replicated when there are
@@ -41,39 +66,104 @@ impl ModelConfig {
         Ok((kv / tp).max(1))
     }
 
-    /// The KV spec of one tensor-parallel rank. MLA caches one latent per token on every rank.
+    /// The KV spec of one tensor-parallel rank with vLLM 0.19's facts ([`SpecOptions`]).
     pub fn kv_spec(&self, dtype: KvDtype, block_size: u32, tp: u64) -> Result<KvSpec> {
+        self.kv_spec_with(dtype, block_size, tp, &SpecOptions::default())
+    }
+
+    /// The KV spec of one tensor-parallel rank. The block size may grow for hybrid models
+    /// (an attention page must hold a state page).
+    pub fn kv_spec_with(
+        &self,
+        dtype: KvDtype,
+        block_size: u32,
+        tp: u64,
+        opts: &SpecOptions,
+    ) -> Result<KvSpec> {
         let kv = self.kv_heads_per_rank(tp)?;
         let as_u32 = |n: u64, k: &str| {
             u32::try_from(n).map_err(|_| Error::invalid(k, format!("{n} is too large")))
         };
-        let groups = if let Some(m) = self.mla {
-            vec![LayerGroup {
-                attention: AttentionKind::Mla,
-                num_layers: as_u32(self.num_layers, "num_hidden_layers")?,
-                kv_heads: 1,
-                head_dim_k: as_u32(m.kv_lora_rank + m.qk_rope_head_dim, "kv_lora_rank")?,
-                head_dim_v: 0,
-            }]
-        } else {
-            let mut groups: Vec<LayerGroup> = Vec::new();
-            for w in &self.sliding {
-                let attention = match w {
-                    Some(w) => AttentionKind::SlidingWindow { window: *w },
-                    None => AttentionKind::Full,
-                };
-                match groups.iter_mut().find(|g| g.attention == attention) {
-                    Some(g) => g.num_layers += 1,
-                    None => groups.push(LayerGroup {
-                        attention,
-                        num_layers: 1,
-                        kv_heads: as_u32(kv, "num_key_value_heads")?,
-                        head_dim_k: as_u32(self.head_dim, "head_dim")?,
-                        head_dim_v: as_u32(self.head_dim, "head_dim")?,
-                    }),
+        let (heads, dk, dv) = match self.mla {
+            Some(m) => (1, m.kv_lora_rank + m.qk_rope_head_dim, 0),
+            None => (kv, self.head_dim, self.head_dim),
+        };
+        let attention_of = |k: &LayerKind| -> Option<AttentionKind> {
+            match (*k, self.mla.is_some()) {
+                (LayerKind::Full, true) => Some(AttentionKind::Mla),
+                (LayerKind::Full, false) => Some(AttentionKind::Full),
+                (LayerKind::Sliding(w), _) => Some(AttentionKind::SlidingWindow { window: w }),
+                (LayerKind::Chunked(c), _) => Some(AttentionKind::ChunkedLocal { chunk: c }),
+                (LayerKind::Cross(t), _) => Some(AttentionKind::Cross { encoder_tokens: t }),
+                (LayerKind::State, _) | (LayerKind::None, _) => None,
+            }
+        };
+        let mut groups: Vec<LayerGroup> = Vec::new();
+        let mut push = |attention: AttentionKind, heads: u64, dk: u64, dv: u64| -> Result<()> {
+            match groups.iter_mut().find(|g| g.attention == attention) {
+                Some(g) => g.num_layers += 1,
+                None => groups.push(LayerGroup {
+                    attention,
+                    num_layers: 1,
+                    kv_heads: as_u32(heads, "num_key_value_heads")?,
+                    head_dim_k: as_u32(dk, "head_dim")?,
+                    head_dim_v: as_u32(dv, "head_dim")?,
+                }),
+            }
+            Ok(())
+        };
+        for k in &self.layers {
+            if let Some(a) = attention_of(k) {
+                push(a, heads, dk, dv)?;
+                if a == AttentionKind::Mla {
+                    if let Some(ix) = self.indexer_head_dim {
+                        push(AttentionKind::Indexer, 1, ix, 0)?;
+                    }
                 }
             }
-            groups
+        }
+        let mut block_size = block_size;
+        let states = self
+            .layers
+            .iter()
+            .filter(|k| **k == LayerKind::State)
+            .count();
+        if states > 0 {
+            let shape = self.state.ok_or_else(|| {
+                Error::invalid("layer_types", "state layers without state dimensions")
+            })?;
+            let bytes = shape.bytes_per_rank(tp, opts.dtype_bytes)?;
+            let mamba2 = shape.kind == crate::arch::state::StateKind::Mamba2;
+            let pages = if mamba2 {
+                opts.state_pages.1
+            } else {
+                opts.state_pages.0
+            };
+            // `_align_hybrid_block_size`: attention block = align * cdiv(state, align * page1).
+            if let Some(g) = groups.first() {
+                let tok = g.page_bytes(dtype, 1)?;
+                let align = u64::from(opts.hybrid_block_align.max(1));
+                let need = align * bytes.div_ceil(align * tok);
+                if u64::from(block_size) < need {
+                    block_size = as_u32(need, "block-size")?;
+                }
+            }
+            groups.push(LayerGroup {
+                attention: AttentionKind::State {
+                    bytes,
+                    pages_per_request: pages,
+                },
+                num_layers: as_u32(states as u64, "num_hidden_layers")?,
+                kv_heads: 0,
+                head_dim_k: 0,
+                head_dim_v: 0,
+            });
+        }
+        // DeepSeek-V3.2 serves any quantized cache as `fp8_ds_mla` (FlashMLA sparse).
+        let dtype = if self.indexer_head_dim.is_some() && dtype.is_quantized() {
+            KvDtype::Fp8DsMla
+        } else {
+            dtype
         };
         let spec = KvSpec {
             groups,

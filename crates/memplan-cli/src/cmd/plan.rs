@@ -14,6 +14,7 @@ use memplan::bytes::parse_bytes;
 use memplan::kv::KvDtype;
 use memplan::{DriverMemory, Error, MemoryInfo};
 use memplan_model::dryrun::{self, GraphReserve, Measured, PlanInput};
+use memplan_model::engine::{EngineKind, EngineRules};
 use memplan_model::{Model, Quantization};
 use memplan_planner::budget::Request;
 
@@ -28,6 +29,25 @@ pub enum Engine {
     Vllm,
     /// SGLang (`--max-total-tokens`, `--mem-fraction-static`, ...).
     Sglang,
+}
+
+/// `--emit-args vllm[@VERSION]`: the same spelling as `--engine`.
+fn emit_engine(s: &str) -> Result<(Engine, String), String> {
+    let rules: EngineRules = s.parse().map_err(|e: Error| e.to_string())?;
+    let kind = match rules.kind {
+        EngineKind::Vllm => Engine::Vllm,
+        EngineKind::Sglang => Engine::Sglang,
+    };
+    Ok((kind, s.to_string()))
+}
+
+/// The engine release: `--engine`, else the one `--emit-args` names, else the newest vLLM.
+fn engine_rules(a: &Flags) -> Result<EngineRules, Error> {
+    match (&a.engine, &a.emit_args) {
+        (Some(e), _) => e.parse(),
+        (None, Some((_, e))) => e.parse(),
+        (None, None) => Ok(EngineRules::newest_vllm().clone()),
+    }
 }
 
 /// Graph-memory strategies (a dry run captures nothing: every strategy but `none` reserves the
@@ -70,9 +90,13 @@ pub struct Flags {
     /// Plan for a device of this total instead of reading one (e.g. 79.19GiB).
     #[arg(long, value_name = "BYTES", value_parser = bytes("--total-memory"))]
     pub total_memory: Option<u64>,
-    /// Fraction of the device the engine may use, in (0, 1].
-    #[arg(long, value_name = "FRACTION", default_value_t = 0.9)]
-    pub gpu_memory_utilization: f64,
+    /// Fraction of the device the engine may use, in (0, 1] (default: the engine release's).
+    #[arg(long, value_name = "FRACTION")]
+    pub gpu_memory_utilization: Option<f64>,
+    /// The engine and release whose sizing rules and defaults apply: vllm[@VERSION] or
+    /// sglang[@VERSION] (default: the newest vLLM memplan knows; docs/engine-rules.md).
+    #[arg(long, value_name = "ENGINE[@VERSION]")]
+    pub engine: Option<String>,
     /// Fix the KV cache size instead of deriving it from the utilisation.
     #[arg(long, value_name = "BYTES", value_parser = bytes("--kv-cache-memory-bytes"))]
     pub kv_cache_memory_bytes: Option<u64>,
@@ -94,9 +118,9 @@ pub struct Flags {
     /// Tokens per step (default: the engine's, by device size).
     #[arg(long)]
     pub max_num_batched_tokens: Option<u64>,
-    /// Tokens per KV block.
-    #[arg(long, default_value_t = 16)]
-    pub block_size: u32,
+    /// Tokens per KV block (default: the engine release's).
+    #[arg(long)]
+    pub block_size: Option<u32>,
     /// Tensor-parallel ranks (figures are per rank).
     #[arg(long, visible_alias = "tp", default_value_t = 1)]
     pub tensor_parallel_size: u64,
@@ -128,13 +152,15 @@ pub struct Flags {
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
     /// Print only ready-to-paste flags that pin the planned KV cache in an engine.
-    #[arg(long, value_enum, value_name = "ENGINE")]
-    pub emit_args: Option<Engine>,
+    #[arg(long, value_name = "ENGINE[@VERSION]", value_parser = emit_engine)]
+    pub emit_args: Option<(Engine, String)>,
 }
 
 /// Where the total came from: a device (name, snapshot) or the flag.
 struct Target {
     label: String,
+    /// The device's own name (batch defaults depend on it), empty with --total-memory.
+    name: String,
     total: u64,
     snapshot: Option<MemoryInfo>,
 }
@@ -147,6 +173,7 @@ fn target(a: &Flags) -> Result<Target, Error> {
         );
         return Ok(Target {
             label,
+            name: String::new(),
             total,
             snapshot: None,
         });
@@ -172,6 +199,7 @@ fn target(a: &Flags) -> Result<Target, Error> {
     let label = format!("{id} ({})", dev.descriptor().name);
     Ok(Target {
         label,
+        name: dev.descriptor().name.clone(),
         total,
         snapshot: Some(MemoryInfo {
             driver,
@@ -191,9 +219,22 @@ fn input(a: &Flags, t: &Target) -> Result<PlanInput, Error> {
         Some("fp8") => Some(Quantization::fp8_online()),
         Some(q) => return Err(Error::invalid("--quantization", format!("{q:?}: a dry run knows online fp8; quantized checkpoints are read from their config"))),
     };
+    let engine = engine_rules(a)?;
+    // vLLM 0.34: utilisation 1.0 with the extensible KV cache (sized from memory measured
+    // after graph capture), else the release's default (`resolved_gpu_memory_utilization`).
+    // With the extensible cache the engine takes what is free when it starts, so a device
+    // read now gives free / total.
+    let default_util = if engine.extensible_kv_cache {
+        match t.snapshot.as_ref().and_then(|s| s.driver.free) {
+            Some(free) if t.total > 0 && free < t.total => free as f64 / t.total as f64,
+            _ => 1.0,
+        }
+    } else {
+        engine.gpu_memory_utilization
+    };
     let request = match a.kv_cache_memory_bytes {
         Some(b) => Request::KvCacheBytes(b),
-        None => Request::Utilization(a.gpu_memory_utilization),
+        None => Request::Utilization(a.gpu_memory_utilization.unwrap_or(default_util)),
     };
     let graph_reserve = if a.graph_strategy == Strategy::None {
         GraphReserve::None
@@ -212,6 +253,8 @@ fn input(a: &Flags, t: &Target) -> Result<PlanInput, Error> {
         max_num_seqs: a.max_num_seqs,
         max_num_batched_tokens: a.max_num_batched_tokens,
         block_size: a.block_size,
+        engine,
+        device_name: t.name.clone(),
         tensor_parallel: a.tensor_parallel_size,
         capture_sizes: a.cudagraph_capture_sizes.clone(),
         enforce_eager: a.enforce_eager,
@@ -289,7 +332,7 @@ pub fn run(a: Args) -> Result<ExitCode, Error> {
     }
     if a.json {
         crate::output::print_json(&view.json())?;
-    } else if let Some(engine) = a.emit_args {
+    } else if let Some((engine, _)) = a.emit_args.clone() {
         println!("{}", render::engine_args(&view, engine)?);
     } else {
         print!("{}", render::table(&view));
@@ -406,7 +449,7 @@ mod tests {
     #[test]
     fn emitted_args_pin_the_budget() {
         let a = Cli::try_parse_from(
-            "plan --model qwen3-8b --total-memory 80GiB --max-model-len 8192 --kv-cache-dtype fp8"
+            "plan --model qwen3-8b --total-memory 80GiB --max-model-len 8192 --kv-cache-dtype fp8 --engine vllm@0.19"
                 .split_whitespace(),
         )
         .unwrap()

@@ -1,0 +1,408 @@
+//! Architectures as data. One generic reader handles every decoder config with the standard
+//! keys (vLLM's `ModelArchConfigConvertorBase`: `hidden_size`, `num_hidden_layers`,
+//! `num_attention_heads`, the KV-head aliases, `head_dim`); [`QUIRKS`] lists the few facts a
+//! family's keys do not carry (which state calculator, default heads, a QKV bias), and
+//! [`layers`] reads the layer pattern. The plan's notes name the rule used.
+
+pub mod defaults;
+pub mod layers;
+pub mod state;
+
+use memplan_core::{Error, Result};
+use serde_json::{Map, Value};
+
+use crate::config::{Family, Fields, LayerKind, Mla, ModelConfig, Moe, Vision};
+use state::StateKind;
+
+/// Facts a family's config does not state, keyed by architecture name (or `model_type`).
+pub struct Quirk {
+    /// `architectures[0]` names (or `model_type`s) this row covers.
+    pub names: &'static [&'static str],
+    /// Recurrent-state calculator for `State` layers.
+    pub state: Option<StateKind>,
+    /// The SSM state is float32 by default.
+    pub ssm_f32: bool,
+    /// QKV projections carry biases.
+    pub qkv_bias: bool,
+    /// Config-class defaults for keys the file may omit.
+    pub defaults: &'static [(&'static str, i64)],
+    /// The last vLLM release that serves it, when current vLLM no longer does.
+    pub last_vllm: Option<&'static str>,
+}
+
+const Q: Quirk = Quirk {
+    names: &[],
+    state: None,
+    ssm_f32: false,
+    qkv_bias: false,
+    defaults: &[],
+    last_vllm: None,
+};
+
+/// The quirks table (everything else is the generic rule).
+pub const QUIRKS: &[Quirk] = &[
+    Quirk {
+        names: &[
+            "Qwen2ForCausalLM",
+            "Qwen2MoeForCausalLM",
+            "Qwen2VLForConditionalGeneration",
+            "Qwen2_5_VLForConditionalGeneration",
+            "GptOssForCausalLM",
+            "MiniCPMV",
+        ],
+        qkv_bias: true,
+        ..Q
+    },
+    Quirk {
+        names: &["JambaForCausalLM"],
+        state: Some(StateKind::Mamba1),
+        ..Q
+    },
+    Quirk {
+        names: &["BambaForCausalLM"],
+        state: Some(StateKind::Mamba2),
+        last_vllm: Some("0.23.0"),
+        ..Q
+    },
+    Quirk {
+        names: &["NemotronHForCausalLM", "NemotronH_Nano_VL_V2"],
+        state: Some(StateKind::Mamba2),
+        ssm_f32: true,
+        ..Q
+    },
+    Quirk {
+        names: &[
+            "GraniteMoeHybridForCausalLM",
+            "FalconH1ForCausalLM",
+            "Zamba2ForCausalLM",
+        ],
+        state: Some(StateKind::Mamba2),
+        ..Q
+    },
+    Quirk {
+        names: &[
+            "Qwen3NextForCausalLM",
+            "Qwen3_5ForCausalLM",
+            "Qwen3_5MoeForCausalLM",
+            "Qwen3_5ForConditionalGeneration",
+            "Qwen3_5MoeForConditionalGeneration",
+        ],
+        state: Some(StateKind::GatedDeltaNet),
+        ..Q
+    },
+    Quirk {
+        names: &["MllamaForConditionalGeneration"],
+        last_vllm: Some("0.10.2"),
+        ..Q
+    },
+    Quirk {
+        names: &["Phi4MultimodalForCausalLM"],
+        last_vllm: Some("0.12.0"),
+        ..Q
+    },
+    // Gemma2Config / Gemma3TextConfig defaults: 8 heads, 4 KV heads, head dim 256 (not
+    // hidden_size / heads), window 4096, tied embeddings.
+    Quirk {
+        names: &["gemma2"],
+        defaults: &[
+            ("num_attention_heads", 8),
+            ("num_key_value_heads", 4),
+            ("head_dim", 256),
+            ("sliding_window", 4096),
+        ],
+        ..Q
+    },
+    Quirk {
+        names: &["gemma3", "gemma3_text"],
+        defaults: &[
+            ("num_attention_heads", 8),
+            ("num_key_value_heads", 4),
+            ("head_dim", 256),
+            ("sliding_window", 4096),
+            ("vocab_size", 262_208),
+            ("max_position_embeddings", 131_072),
+        ],
+        ..Q
+    },
+];
+
+fn quirk(arch: &str, model_type: &str) -> Option<&'static Quirk> {
+    QUIRKS
+        .iter()
+        .find(|q| q.names.contains(&arch))
+        .or_else(|| QUIRKS.iter().find(|q| q.names.contains(&model_type)))
+}
+
+/// Parse a config: `f` reads the language model (with the wrapper as fallback), `top` is
+/// the whole file, `key` where the language model was found.
+pub(crate) fn parse(
+    arch: &str,
+    f: &Fields<'_>,
+    top: &Map<String, Value>,
+    key: Option<String>,
+) -> Result<ModelConfig> {
+    let model_type = f
+        .map
+        .get("model_type")
+        .or_else(|| top.get("model_type"))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    // Configs without a model_type: the family from the architecture name.
+    let model_type = match (model_type.as_str(), arch) {
+        ("", a) if a.starts_with("Gemma2") => "gemma2".to_string(),
+        ("", a) if a.starts_with("Gemma3") => "gemma3".to_string(),
+        ("", a) if a.starts_with("Cohere2") => "cohere2".to_string(),
+        _ => model_type,
+    };
+    let q = quirk(arch, &model_type);
+    // Class defaults for absent keys (Gemma's text_config names only what differs).
+    let mut map = f.map.clone();
+    for (k, v) in q.map_or(&[][..], |q| q.defaults) {
+        let absent = |m: Option<&Value>| m.is_none_or(Value::is_null);
+        if absent(map.get(*k)) && absent(f.outer.and_then(|o| o.get(*k))) {
+            map.insert((*k).to_string(), Value::from(*v));
+        }
+    }
+    let f = Fields {
+        map: &map,
+        outer: f.outer,
+    };
+    let gemma = model_type.starts_with("gemma");
+    let family = if arch == "PhiForCausalLM" {
+        Family::Phi2
+    } else if gemma {
+        Family::Gemma
+    } else {
+        Family::Dense
+    };
+    let mut c = ModelConfig::dense(arch.to_string(), family, &f)?;
+    if gemma && f.get("tie_word_embeddings").is_none() {
+        c.tie_word_embeddings = true;
+    }
+    if q.is_some_and(|q| q.qkv_bias) || arch == "PhiForCausalLM" {
+        c.qkv_bias = true;
+    }
+    c.mla = mla(&f)?;
+    if c.mla.is_some() {
+        c.family = Family::DeepSeek;
+        c.indexer_head_dim = f
+            .opt_u64("index_head_dim")?
+            .filter(|_| f.get("index_topk").is_some());
+    }
+    c.moe = moe(&f, &c)?;
+    if c.moe.is_some() && c.family == Family::Dense {
+        c.family = Family::Moe;
+    }
+    let (layers, rule) = layers::read(&f, c.num_layers, &model_type)?;
+    c.layers = layers;
+    if c.layers.contains(&LayerKind::State) {
+        let kind = match q.and_then(|q| q.state) {
+            Some(k) => k,
+            None if f.get("linear_num_value_heads").is_some() => StateKind::GatedDeltaNet,
+            None if f
+                .first(&["mamba_n_heads", "mamba_num_heads", "n_mamba_heads"])?
+                .is_some() =>
+            {
+                StateKind::Mamba2
+            }
+            None => StateKind::Mamba1,
+        };
+        let f32 = q.is_some_and(|q| q.ssm_f32)
+            && f.str("mamba_ssm_cache_dtype")
+                .is_none_or(|d| d == "float32");
+        c.state = Some(state::read(kind, &f, c.hidden_size, f32)?);
+    }
+    c.vision = vision(
+        top,
+        arch.starts_with("Pixtral") || arch.starts_with("Mistral3"),
+    );
+    c.language_key = key.clone();
+    c.rule = match q {
+        Some(_) => format!("{arch}: generic decoder keys + family facts, layers by {rule}"),
+        None => format!(
+            "{arch}: generic decoder keys (not in memplan's family table), layers by {rule}"
+        ),
+    };
+    if let Some(k) = &key {
+        c.notes.push(format!(
+            "multimodal wrapper: the language model is read from `{k}`; the vision encoder's weights and profiling memory are estimated"
+        ));
+    } else if c.vision.is_some() {
+        c.notes
+            .push("the vision encoder's profiling memory is estimated".into());
+    }
+    if let Some(v) = q.and_then(|q| q.last_vllm) {
+        c.notes.push(format!("{arch} was last served by vLLM {v}; current releases refuse it (sized with the rules selected)"));
+    }
+    c.kv_cache_quant = kv_cache_quant(top);
+    c.derived_max_len = Some(derived_max_len(&f, &model_type)?);
+    Ok(c)
+}
+
+fn mla(f: &Fields<'_>) -> Result<Option<Mla>> {
+    let Some(rank) = f.opt_u64("kv_lora_rank")?.filter(|r| *r > 0) else {
+        return Ok(None);
+    };
+    Ok(Some(Mla {
+        kv_lora_rank: rank,
+        q_lora_rank: f.opt_u64("q_lora_rank")?.unwrap_or(0),
+        qk_rope_head_dim: f.positive("qk_rope_head_dim")?,
+        qk_nope_head_dim: f.opt_u64("qk_nope_head_dim")?.unwrap_or(0),
+        v_head_dim: f.opt_u64("v_head_dim")?.unwrap_or(0),
+    }))
+}
+
+/// Routed experts with vLLM's key aliases (`CONFIG_FIELD_ALIASES`).
+fn moe(f: &Fields<'_>, c: &ModelConfig) -> Result<Option<Moe>> {
+    let experts = f.first(&[
+        "num_experts",
+        "moe_num_experts",
+        "n_routed_experts",
+        "num_local_experts",
+    ])?;
+    let Some(experts) = experts.filter(|e| *e > 1) else {
+        return Ok(None);
+    };
+    let top_k = f
+        .first(&[
+            "num_experts_per_tok",
+            "num_experts_per_token",
+            "experts_per_token",
+            "moe_topk",
+            "moe_top_k",
+            "top_k",
+        ])?
+        .unwrap_or(1)
+        .max(1);
+    let ei = f
+        .first(&["moe_intermediate_size"])?
+        .unwrap_or(c.intermediate_size);
+    let shared = match f.first(&["shared_expert_intermediate_size"])? {
+        Some(s) => s,
+        None => {
+            f.first(&[
+                "n_shared_experts",
+                "moe_num_shared_experts",
+                "num_shared_experts",
+            ])?
+            .unwrap_or(0)
+                * ei
+        }
+    };
+    let dense_layers = match f.get("mlp_only_layers").and_then(Value::as_array) {
+        Some(l) => l.len() as u64,
+        None => f
+            .first(&["first_k_dense_replace", "moe_layer_start_index"])?
+            .unwrap_or(0),
+    };
+    Ok(Some(Moe {
+        num_experts: experts,
+        top_k,
+        expert_intermediate: ei,
+        shared_intermediate: shared,
+        dense_layers: dense_layers.min(c.num_layers),
+    }))
+}
+
+fn vision(top: &Map<String, Value>, gated: bool) -> Option<Vision> {
+    let Some(Value::Object(v)) = top.get("vision_config") else {
+        return None;
+    };
+    let n = |keys: &[&str]| keys.iter().find_map(|k| v.get(*k).and_then(Value::as_u64));
+    let hidden = n(&["hidden_size", "embed_dim", "width"])?;
+    Some(Vision {
+        hidden,
+        layers: n(&["num_hidden_layers", "depth", "layers"])?,
+        intermediate: n(&["intermediate_size"]).unwrap_or(4 * hidden),
+        patch: n(&["patch_size"]).unwrap_or(14),
+        gated,
+    })
+}
+
+/// ModelOpt / compressed-tensors checkpoints that ask for an fp8 KV cache (vLLM
+/// `resolve_kv_cache_dtype_string` → `get_kv_cache_quant_algo_string`).
+fn kv_cache_quant(top: &Map<String, Value>) -> Option<String> {
+    let q = top.get("quantization_config")?;
+    let algo = q
+        .get("kv_cache_quant_algo")
+        .or_else(|| {
+            q.get("quantization")
+                .and_then(|x| x.get("kv_cache_quant_algo"))
+        })
+        .and_then(Value::as_str);
+    if let Some(a) = algo {
+        return Some(a.to_ascii_lowercase());
+    }
+    q.get("kv_cache_scheme")
+        .filter(|s| !s.is_null())
+        .map(|_| "fp8".into())
+}
+
+/// vLLM `_get_and_verify_max_len` without a user value: the smallest length key, the RoPE
+/// scaling factor applied (except YaRN/llama3/longrope types and Gemma 3), LongRoPE's
+/// original length, 2048 when nothing is stated.
+fn derived_max_len(f: &Fields<'_>, model_type: &str) -> Result<u64> {
+    let keys = [
+        "max_position_embeddings",
+        "n_positions",
+        "max_seq_len",
+        "seq_length",
+        "model_max_length",
+        "max_target_positions",
+        "max_sequence_length",
+        "max_seq_length",
+        "seq_len",
+    ];
+    let mut len: Option<u64> = None;
+    for k in keys {
+        if let Some(v) = f.opt_u64(k)? {
+            len = Some(len.map_or(v, |l| l.min(v)));
+        }
+    }
+    if let Some(m) = f.opt_u64("model_max_length")? {
+        len = Some(m);
+    }
+    let mut len = len.unwrap_or(2048) as f64;
+    let rope = f.get("rope_scaling").or_else(|| f.get("rope_parameters"));
+    if let Some(Value::Object(r)) = rope {
+        let ty = r
+            .get("rope_type")
+            .or_else(|| r.get("type"))
+            .and_then(Value::as_str)
+            .unwrap_or("default");
+        if ty == "longrope" {
+            if let Some(o) = f.opt_u64("original_max_position_embeddings")? {
+                return Ok(o);
+            }
+        }
+        let scaled = ![
+            "su",
+            "longrope",
+            "llama3",
+            "yarn",
+            "deepseek_yarn",
+            "deepseek_llama_scaling",
+            "default",
+            "mrope",
+        ]
+        .contains(&ty);
+        if scaled && !model_type.contains("gemma3") {
+            if let Some(factor) = r.get("factor").and_then(Value::as_f64).filter(|x| *x > 0.0) {
+                len *= factor;
+            }
+        }
+    }
+    if !(1.0..1e12).contains(&len) {
+        return Err(Error::invalid(
+            "max_position_embeddings",
+            format!("{len} is not a plausible length"),
+        ));
+    }
+    Ok(len as u64)
+}
+
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod tests_families;

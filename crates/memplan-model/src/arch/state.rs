@@ -1,0 +1,152 @@
+//! Recurrent-state layers (Mamba, Mamba2, gated DeltaNet) as data: the key names each family
+//! uses, and the state bytes per layer and rank as vLLM's `MambaStateShapeCalculator`
+//! (`vllm/model_executor/layers/mamba/mamba_utils.py`) shapes them.
+
+use memplan_core::{Error, Result};
+
+use crate::config::Fields;
+
+/// Which state calculator applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StateKind {
+    /// Mamba (Jamba): conv `(d_inner/tp, k-1)`, SSM `(d_inner/tp, d_state)`.
+    Mamba1,
+    /// Mamba2 (Bamba, Nemotron-H, Granite-4.0-H, Falcon-H1, Zamba2): conv
+    /// `((d_inner + 2 * groups * d_state)/tp, k-1)`, SSM `(heads/tp, head_dim, d_state)`.
+    Mamba2,
+    /// Gated DeltaNet (Qwen3-Next, Qwen3.5): conv `((2 * k_dim * k_heads + v_dim * v_heads)/tp,
+    /// k-1)`, recurrent `(v_heads/tp, v_dim, k_dim)`.
+    GatedDeltaNet,
+}
+
+/// The shape facts of a state layer (whole model, before tensor parallelism).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct StateShape {
+    /// Calculator.
+    pub kind: StateKind,
+    /// Mamba: inner size; Mamba2: `heads * head_dim` (or expand * hidden); GDN: unused.
+    pub inner: u64,
+    /// Mamba/Mamba2: d_state; GDN: key head dim.
+    pub state: u64,
+    /// Mamba2: groups; GDN: key heads.
+    pub groups: u64,
+    /// Mamba2: SSM heads; GDN: value heads.
+    pub heads: u64,
+    /// Mamba2: head dim; GDN: value head dim.
+    pub head_dim: u64,
+    /// Convolution kernel.
+    pub conv_kernel: u64,
+    /// The SSM/recurrent state is kept in float32 whatever the model dtype (Nemotron-H's
+    /// `mamba_ssm_cache_dtype` default, `NemotronHForCausalLMConfig`).
+    pub ssm_f32: bool,
+}
+
+fn div(n: u64, tp: u64, what: &str) -> Result<u64> {
+    if tp == 0 || !n.is_multiple_of(tp) {
+        return Err(Error::invalid(
+            "tensor-parallel-size",
+            format!("{tp} does not divide the state's {what} ({n})"),
+        ));
+    }
+    Ok(n / tp)
+}
+
+impl StateShape {
+    /// Bytes of one layer's state on one of `tp` ranks with activations of `dtype_bytes`
+    /// (`MambaSpec.page_size_bytes` before padding; conv state in the model dtype).
+    pub fn bytes_per_rank(&self, tp: u64, dtype_bytes: u64) -> Result<u64> {
+        let ssm_b = if self.ssm_f32 { 4 } else { dtype_bytes };
+        let k = self.conv_kernel.saturating_sub(1);
+        let (conv, ssm) = match self.kind {
+            StateKind::Mamba1 => {
+                let d = div(self.inner, tp, "intermediate size")?;
+                (d * k * dtype_bytes, d * self.state * ssm_b)
+            }
+            StateKind::Mamba2 => {
+                // `extra_groups_for_head_shards`: groups are replicated up to tp.
+                let groups = if self.groups.is_multiple_of(tp) {
+                    self.groups
+                } else {
+                    tp
+                };
+                let conv_dim = self.inner + 2 * groups * self.state;
+                (
+                    div(conv_dim, tp, "conv dim")? * k * dtype_bytes,
+                    div(self.heads, tp, "heads")? * self.head_dim * self.state * ssm_b,
+                )
+            }
+            StateKind::GatedDeltaNet => {
+                let conv_dim = 2 * self.state * self.groups + self.head_dim * self.heads;
+                (
+                    div(conv_dim, tp, "conv dim")? * k * dtype_bytes,
+                    div(self.heads, tp, "value heads")? * self.head_dim * self.state * ssm_b,
+                )
+            }
+        };
+        Ok(conv + ssm)
+    }
+}
+
+/// Read a state shape with the family's key names. `hidden` is the model's hidden size.
+pub(crate) fn read(
+    kind: StateKind,
+    f: &Fields<'_>,
+    hidden: u64,
+    ssm_f32: bool,
+) -> Result<StateShape> {
+    let first = |keys: &[&str]| -> Result<u64> {
+        f.first(keys)?
+            .ok_or_else(|| Error::invalid(keys[0], "missing from config.json (state layers)"))
+    };
+    let expand = |default: u64| -> Result<u64> {
+        Ok(f.first(&["mamba_expand", "expand"])?.unwrap_or(default) * hidden)
+    };
+    Ok(match kind {
+        StateKind::Mamba1 => StateShape {
+            kind,
+            inner: f
+                .first(&["mamba_d_inner", "intermediate_size_mamba"])?
+                .map_or_else(|| expand(2), Ok)?,
+            state: f.first(&["mamba_d_state", "state_size"])?.unwrap_or(16),
+            groups: 1,
+            heads: 0,
+            head_dim: 0,
+            conv_kernel: f.first(&["mamba_d_conv", "conv_kernel"])?.unwrap_or(4),
+            ssm_f32,
+        },
+        StateKind::Mamba2 => {
+            let heads = first(&["mamba_n_heads", "mamba_num_heads", "n_mamba_heads"])?;
+            let head_dim = first(&["mamba_d_head", "mamba_head_dim", "mamba_headdim"])?;
+            // Nemotron-H: heads * head_dim; Falcon-H1: mamba_d_ssm or expand * hidden;
+            // Bamba, Granite-4.0-H, Zamba2: expand * hidden.
+            let inner = match f.first(&["mamba_d_ssm"])? {
+                Some(d) => d,
+                None if f.get("mamba_num_heads").is_some() => heads * head_dim,
+                None => expand(2)?,
+            };
+            StateShape {
+                kind,
+                inner,
+                state: first(&["mamba_d_state", "ssm_state_size"])?,
+                groups: f
+                    .first(&["mamba_n_groups", "n_groups", "mamba_ngroups"])?
+                    .unwrap_or(1),
+                heads,
+                head_dim,
+                conv_kernel: f.first(&["mamba_d_conv", "conv_kernel"])?.unwrap_or(4),
+                ssm_f32,
+            }
+        }
+        StateKind::GatedDeltaNet => StateShape {
+            kind,
+            inner: 0,
+            state: first(&["linear_key_head_dim"])?,
+            groups: first(&["linear_num_key_heads"])?,
+            heads: first(&["linear_num_value_heads"])?,
+            head_dim: first(&["linear_value_head_dim"])?,
+            conv_kernel: first(&["linear_conv_kernel_dim"])?,
+            ssm_f32,
+        },
+    })
+}

@@ -1,0 +1,132 @@
+//! Reading configs: the shipped presets and malformed input.
+use crate::presets;
+use crate::ModelConfig;
+use memplan_core::kv::{AttentionKind, KvDtype};
+
+fn parse_err(json: &str) -> String {
+    ModelConfig::from_json_str(json).unwrap_err().to_string()
+}
+
+#[test]
+fn gemma3_interleaves_five_sliding_per_full() {
+    let c = presets::find("gemma-3-27b-it").unwrap().config;
+    assert_eq!((c.num_layers, c.vocab_size, c.head_dim), (62, 262_208, 128));
+    let spec = c.kv_spec(KvDtype::Bf16, 16, 1).unwrap();
+    let counts: Vec<_> = spec
+        .groups
+        .iter()
+        .map(|g| (g.attention, g.num_layers))
+        .collect();
+    assert_eq!(
+        counts,
+        vec![
+            (AttentionKind::SlidingWindow { window: 1024 }, 52),
+            (AttentionKind::Full, 10)
+        ]
+    );
+    assert!(c.vision.is_some());
+}
+
+#[test]
+fn gemma_head_defaults_are_the_config_classes() {
+    // Gemma 3 4B's config.json: the text_config names only what differs from
+    // Gemma3TextConfig's defaults (8 heads, 4 KV heads, head dim 256).
+    let g3 = r#"{"architectures":["Gemma3ForConditionalGeneration"],
+        "text_config":{"hidden_size":2560,"intermediate_size":10240,"model_type":"gemma3_text",
+        "num_hidden_layers":34,"sliding_window":1024},"torch_dtype":"bfloat16"}"#;
+    let c = ModelConfig::from_json_str(g3).unwrap();
+    assert_eq!((c.num_heads, c.num_kv_heads, c.head_dim), (8, 4, 256));
+    let spec = c.kv_spec(KvDtype::Bf16, 16, 1).unwrap();
+    assert_eq!(spec.groups.len(), 2);
+    assert_eq!(spec.groups[0].head_dim_k, 256);
+    // Gemma 2 without head_dim: 256, not hidden_size / heads (3584 / 16 = 224).
+    let g2 = r#"{"architectures":["Gemma2ForCausalLM"],"hidden_size":3584,"num_hidden_layers":42,
+        "num_attention_heads":16,"num_key_value_heads":8,"intermediate_size":14336,"vocab_size":256000}"#;
+    assert_eq!(ModelConfig::from_json_str(g2).unwrap().head_dim, 256);
+}
+
+#[test]
+fn gpt_oss_and_qwen_windows() {
+    let c = presets::find("gpt-oss-20b").unwrap().config;
+    let spec = c.kv_spec(KvDtype::Bf16, 16, 1).unwrap();
+    assert_eq!(spec.groups.len(), 2);
+    assert_eq!(spec.groups[0].num_layers, 12);
+    // Qwen2.5 has sliding_window set but use_sliding_window false: all full.
+    let q = presets::find("qwen2.5-7b-instruct").unwrap().config;
+    assert!(q
+        .layers
+        .iter()
+        .all(|k| *k == crate::config::LayerKind::Full));
+    assert_eq!(
+        q.kv_spec(KvDtype::Bf16, 16, 2).unwrap().groups[0].kv_heads,
+        2
+    );
+}
+
+#[test]
+fn deepseek_mla_and_phi2() {
+    let ds = r#"{"architectures":["DeepseekV2ForCausalLM"],"hidden_size":5120,"num_hidden_layers":60,
+        "num_attention_heads":128,"num_key_value_heads":128,"intermediate_size":12288,"vocab_size":102400,
+        "kv_lora_rank":512,"q_lora_rank":1536,"qk_rope_head_dim":64,"qk_nope_head_dim":128,"v_head_dim":128,
+        "moe_intermediate_size":1536,"n_routed_experts":160,"n_shared_experts":2,"num_experts_per_tok":6,
+        "first_k_dense_replace":1,"torch_dtype":"bfloat16"}"#;
+    let c = ModelConfig::from_json_str(ds).unwrap();
+    let spec = c.kv_spec(KvDtype::Bf16, 64, 8).unwrap();
+    assert_eq!(
+        (
+            spec.groups[0].attention,
+            spec.groups[0].head_dim_k,
+            spec.groups[0].kv_heads
+        ),
+        (AttentionKind::Mla, 576, 1)
+    );
+    let p = crate::weights::params_per_rank(&c, 1).unwrap().total() as f64;
+    assert!(
+        (230e9..245e9).contains(&p),
+        "DeepSeek-V2 has 236B parameters, got {p}"
+    );
+    let phi2 = presets::find("phi-2").unwrap().config;
+    assert_eq!(
+        (phi2.hidden_size, phi2.num_kv_heads, phi2.intermediate_size),
+        (2560, 32, 10240)
+    );
+    let p = crate::weights::params_per_rank(&phi2, 1).unwrap().total() as f64;
+    assert!(
+        (2.7e9..2.8e9).contains(&p),
+        "phi-2 has 2.78B parameters, got {p}"
+    );
+}
+
+#[test]
+fn malformed_configs_name_the_key() {
+    assert!(parse_err("{").contains("config.json"));
+    assert!(parse_err("[]").contains("config.json"));
+    assert!(parse_err(r#"{"hidden_size":1}"#).starts_with("architectures"));
+    // An architecture outside the table is read by the generic rule: a missing key is
+    // named, not the architecture.
+    assert!(parse_err(r#"{"architectures":["MambaForCausalLM"]}"#).starts_with("hidden_size"));
+    let base = r#"{"architectures":["LlamaForCausalLM"],"hidden_size":4096,"num_hidden_layers":32,"num_attention_heads":32,"vocab_size":32000"#;
+    assert!(
+        parse_err(&format!("{base}}}").replace("\"vocab_size\":32000", "\"vocab_size\":-1"))
+            .starts_with("vocab_size")
+    );
+    assert!(parse_err(&format!("{base},\"num_key_value_heads\":5}}"))
+        .starts_with("num_key_value_heads"));
+    assert!(parse_err(&format!("{base},\"num_hidden_layers\":99999}}"))
+        .starts_with("num_hidden_layers"));
+    assert!(parse_err(&format!("{base},\"head_dim\":\"x\"}}")).starts_with("head_dim"));
+    assert!(
+        parse_err(&format!("{base},\"layer_types\":[\"full_attention\"]}}"))
+            .starts_with("layer_types")
+    );
+    assert!(parse_err(&format!(
+        "{base},\"quantization_config\":{{\"quant_method\":\"zz\"}}}}"
+    ))
+    .contains("quant_method"));
+    let ok = ModelConfig::from_json_str(&format!("{base}}}")).unwrap();
+    assert!(ok
+        .kv_spec(KvDtype::Bf16, 16, 3)
+        .unwrap_err()
+        .to_string()
+        .contains("tensor-parallel-size"));
+}

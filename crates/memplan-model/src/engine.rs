@@ -1,0 +1,341 @@
+//! Engine releases as data: `--engine vllm[@VERSION]` / `--engine sglang[@VERSION]` selects
+//! one row of [`VLLM`] (or [`SGLANG`]), the version-dependent rules and defaults of KV sizing.
+//! Every rule names the vLLM file it was read from and the release where it changed
+//! (`docs/engine-rules.md` has the same table); the figures were read from the released
+//! wheels (`pip download vllm==X --no-deps`), 0.19.0 to 0.34.0.
+//!
+//! A version between two rows takes the older row (rules only change at the listed releases);
+//! a version older than the first row or newer than the last is refused with the range.
+
+use std::fmt;
+use std::str::FromStr;
+
+use memplan_core::bytes::GIB;
+use memplan_core::kv::{Capacity, SizingRules};
+use memplan_core::{Error, Result};
+
+/// Which engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EngineKind {
+    /// vLLM (v1 engine).
+    Vllm,
+    /// SGLang.
+    Sglang,
+}
+
+/// How a hybrid model's recurrent-state layers hold pages per request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StateMode {
+    /// Prefix caching off for hybrids: one page per request (`mamba_cache_mode = "none"`).
+    One,
+    /// Prefix caching on: `align` mode keeps 2 pages; Mamba2 layers (0.32+) and gated
+    /// DeltaNet with checkpoints (0.33+) one more.
+    Align,
+}
+
+/// One engine release's rules and defaults.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct EngineRules {
+    /// Engine.
+    pub kind: EngineKind,
+    /// The release this row describes (`0.34`).
+    pub version: &'static str,
+    /// Default tokens per KV block (`CacheConfig.DEFAULT_BLOCK_SIZE`).
+    pub block_size: u32,
+    /// Default `--gpu-memory-utilization` (without the extensible KV cache).
+    pub gpu_memory_utilization: f64,
+    /// The CUDA-graph estimate is subtracted from the KV budget
+    /// (`VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS` default 1 from 0.20).
+    pub graph_subtracted: bool,
+    /// The KV cache is sized after graph capture from measured free memory, at utilisation
+    /// 1.0 by default (`enable_extensible_kv_cache`, 0.34, CUDA and ROCm, unless
+    /// `--kv-cache-memory-bytes`).
+    pub extensible_kv_cache: bool,
+    /// Sliding/chunked windows keep one more batch in flight with async scheduling (0.26).
+    pub async_in_flight: bool,
+    /// Reported capacity formula.
+    pub capacity: Capacity,
+    /// Non-divisor attention pages are padded (0.24).
+    pub pad_attention_pages: bool,
+    /// Devices of 160 GiB or more get 16384 batched tokens (0.28, `get_batch_defaults`).
+    pub large_device_defaults: bool,
+    /// Recurrent-state pages per request.
+    pub state_mode: StateMode,
+    /// Mamba2 layers keep one more page for their prefill checkpoint (0.32).
+    pub mamba2_checkpoint_page: bool,
+    /// Hybrid (attention + state) block alignment for non-MLA attention: the attention
+    /// block is a multiple of this (`_align_hybrid_block_size`: the smallest kernel block or
+    /// the default block size, whichever is larger).
+    pub hybrid_block_align: u32,
+}
+
+const fn v(version: &'static str) -> EngineRules {
+    EngineRules {
+        kind: EngineKind::Vllm,
+        version,
+        block_size: 16,
+        gpu_memory_utilization: 0.92,
+        graph_subtracted: true,
+        extensible_kv_cache: false,
+        async_in_flight: false,
+        capacity: Capacity::Concurrency,
+        pad_attention_pages: false,
+        large_device_defaults: false,
+        state_mode: StateMode::One,
+        mamba2_checkpoint_page: false,
+        hybrid_block_align: 16,
+    }
+}
+
+/// vLLM releases where a sizing rule changed, oldest first.
+pub const VLLM: &[EngineRules] = &[
+    EngineRules {
+        gpu_memory_utilization: 0.9,
+        graph_subtracted: false,
+        capacity: Capacity::BlocksPerGroup,
+        ..v("0.19")
+    },
+    EngineRules {
+        capacity: Capacity::BlocksPerGroup,
+        ..v("0.20.0")
+    },
+    v("0.20.1"),
+    EngineRules {
+        pad_attention_pages: true,
+        ..v("0.24")
+    },
+    EngineRules {
+        pad_attention_pages: true,
+        async_in_flight: true,
+        state_mode: StateMode::Align,
+        ..v("0.26")
+    },
+    EngineRules {
+        pad_attention_pages: true,
+        async_in_flight: true,
+        state_mode: StateMode::Align,
+        large_device_defaults: true,
+        ..v("0.28")
+    },
+    EngineRules {
+        pad_attention_pages: true,
+        async_in_flight: true,
+        state_mode: StateMode::Align,
+        large_device_defaults: true,
+        mamba2_checkpoint_page: true,
+        ..v("0.32")
+    },
+    EngineRules {
+        block_size: 64,
+        extensible_kv_cache: true,
+        pad_attention_pages: true,
+        async_in_flight: true,
+        state_mode: StateMode::Align,
+        large_device_defaults: true,
+        mamba2_checkpoint_page: true,
+        hybrid_block_align: 64,
+        ..v("0.34")
+    },
+];
+
+/// SGLang: one token per page (`--page-size 1`), a token pool rather than blocks, the
+/// static fraction taking graphs and activations (`mem_fraction_static`). Sized as one
+/// group of one-token pages; windows and states as vLLM's 0.19 rules.
+pub const SGLANG: &[EngineRules] = &[EngineRules {
+    kind: EngineKind::Sglang,
+    block_size: 1,
+    gpu_memory_utilization: 0.88,
+    capacity: Capacity::BlocksPerGroup,
+    ..v("0.5")
+}];
+
+fn parse_version(s: &str) -> Option<Vec<u32>> {
+    let parts: Option<Vec<u32>> = s.split('.').map(|p| p.parse().ok()).collect();
+    parts.filter(|p| !p.is_empty() && p.len() <= 3)
+}
+
+impl EngineRules {
+    /// The newest vLLM release memplan knows (the default engine).
+    pub fn newest_vllm() -> &'static EngineRules {
+        VLLM.last().expect("table is not empty")
+    }
+
+    /// The sizing rules for a deployment with `pipeline_parallel` stages.
+    pub fn sizing(&self, pipeline_parallel: u64, hybrid_manager: bool) -> SizingRules {
+        SizingRules {
+            in_flight_batches: pipeline_parallel.max(1) + u64::from(self.async_in_flight),
+            capacity: self.capacity,
+            hybrid_manager,
+            pad_attention_pages: self.pad_attention_pages,
+        }
+    }
+
+    /// Default (`max_num_seqs`, `max_num_batched_tokens`) of the OpenAI API server for a
+    /// device of `total` bytes named `device` (`EngineArgs.get_batch_defaults`): 1024 / 8192
+    /// on devices of 70 GiB or more except A100s, 1024 / 16384 from 160 GiB (0.28+), else
+    /// 256 / 2048.
+    pub fn batch_defaults(&self, total: u64, device: &str) -> (u64, u64) {
+        if self.kind == EngineKind::Sglang {
+            return (if total >= 70 * GIB { 1024 } else { 256 }, 16384);
+        }
+        if self.large_device_defaults && total >= 160 * GIB {
+            (1024, 16384)
+        } else if total >= 70 * GIB && !device.to_ascii_lowercase().contains("a100") {
+            (1024, 8192)
+        } else {
+            (256, 2048)
+        }
+    }
+
+    /// Pages per request of a recurrent-state layer (`MambaSpec.max_memory_usage_bytes`).
+    pub fn state_pages(&self, mamba2: bool) -> u64 {
+        match self.state_mode {
+            StateMode::One => 1,
+            StateMode::Align => 2 + u64::from(mamba2 && self.mamba2_checkpoint_page),
+        }
+    }
+}
+
+impl fmt::Display for EngineRules {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = match self.kind {
+            EngineKind::Vllm => "vllm",
+            EngineKind::Sglang => "sglang",
+        };
+        write!(f, "{name}@{}", self.version)
+    }
+}
+
+impl FromStr for EngineRules {
+    type Err = Error;
+    /// `vllm`, `vllm@0.19`, `vllm@0.34.0`, `sglang`, `sglang@0.5.23`.
+    fn from_str(s: &str) -> Result<Self> {
+        let (name, version) = match s.split_once('@') {
+            Some((n, v)) => (n, Some(v)),
+            None => (s, None),
+        };
+        let table = match name.to_ascii_lowercase().as_str() {
+            "vllm" => VLLM,
+            "sglang" => SGLANG,
+            other => {
+                return Err(Error::invalid(
+                    "--engine",
+                    format!(
+                        "unknown engine {other:?}; expected vllm[@VERSION] or sglang[@VERSION]"
+                    ),
+                ))
+            }
+        };
+        let range = format!(
+            "{name} {} to {}",
+            table[0].version,
+            table.last().expect("table is not empty").version
+        );
+        let Some(version) = version else {
+            return Ok(table.last().expect("table is not empty").clone());
+        };
+        let want = parse_version(version).ok_or_else(|| {
+            Error::invalid(
+                "--engine",
+                format!("{version:?} is not a version (e.g. {name}@0.19); memplan knows {range}"),
+            )
+        })?;
+        let row = |r: &EngineRules| parse_version(r.version).unwrap_or_default();
+        // Compare on the components the user gave: `0.20` matches 0.20.x's first row.
+        let cmp = |r: &EngineRules| {
+            let mut have = row(r);
+            have.truncate(want.len());
+            have
+        };
+        let newest = cmp(table.last().expect("table is not empty"));
+        if want > newest {
+            return Err(Error::invalid(
+                "--engine",
+                format!("{name}@{version} is newer than memplan's rules; memplan knows {range}"),
+            ));
+        }
+        table
+            .iter()
+            .rev()
+            .find(|r| cmp(r) <= want)
+            .cloned()
+            .ok_or_else(|| {
+                Error::invalid(
+                    "--engine",
+                    format!(
+                        "{name}@{version} is older than memplan's rules; memplan knows {range}"
+                    ),
+                )
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_select_the_row_in_force() {
+        let e: EngineRules = "vllm".parse().unwrap();
+        assert_eq!((e.version, e.block_size), ("0.34", 64));
+        assert_eq!("vllm@0.19".parse::<EngineRules>().unwrap().version, "0.19");
+        assert_eq!(
+            "vllm@0.19.1".parse::<EngineRules>().unwrap().version,
+            "0.19"
+        );
+        assert_eq!(
+            "vllm@0.20.2".parse::<EngineRules>().unwrap().version,
+            "0.20.1"
+        );
+        assert_eq!(
+            "vllm@0.27.1".parse::<EngineRules>().unwrap().version,
+            "0.26"
+        );
+        assert_eq!(
+            "vllm@0.33.0".parse::<EngineRules>().unwrap().version,
+            "0.32"
+        );
+        assert_eq!(
+            "VLLM@0.34".parse::<EngineRules>().unwrap().to_string(),
+            "vllm@0.34"
+        );
+        for bad in ["vllm@0.18", "vllm@0.35", "vllm@x", "tgi", "vllm@1.2.3.4"] {
+            let e = bad.parse::<EngineRules>().unwrap_err().to_string();
+            assert!(e.starts_with("--engine"), "{e}");
+        }
+        assert_eq!("sglang".parse::<EngineRules>().unwrap().block_size, 1);
+    }
+
+    #[test]
+    fn batch_defaults_follow_the_device() {
+        // `EngineArgs.get_batch_defaults`, vLLM 0.34: A100 exception, 160 GiB tier.
+        let e = EngineRules::newest_vllm();
+        assert_eq!(
+            e.batch_defaults(80 * GIB, "NVIDIA H100 80GB HBM3"),
+            (1024, 8192)
+        );
+        assert_eq!(
+            e.batch_defaults(80 * GIB, "NVIDIA A100-SXM4-80GB"),
+            (256, 2048)
+        );
+        assert_eq!(e.batch_defaults(180 * GIB, "NVIDIA B200"), (1024, 16384));
+        assert_eq!(e.batch_defaults(24 * GIB, "RTX 4090"), (256, 2048));
+        let old: EngineRules = "vllm@0.19".parse().unwrap();
+        assert_eq!(old.batch_defaults(180 * GIB, "B200"), (1024, 8192));
+    }
+
+    #[test]
+    fn window_admission_counts_batches_in_flight() {
+        // `VllmConfig.max_in_flight_tokens` (0.26+): (pp + async) * max_num_batched_tokens.
+        let new = EngineRules::newest_vllm().sizing(1, true);
+        assert_eq!(new.in_flight_batches, 2);
+        assert_eq!(
+            EngineRules::newest_vllm().sizing(4, true).in_flight_batches,
+            5
+        );
+        let old: EngineRules = "vllm@0.25".parse().unwrap();
+        assert_eq!(old.sizing(1, true).in_flight_batches, 1);
+    }
+}
