@@ -63,8 +63,9 @@ impl SimAllocator {
             None => Pool::Default,
             Some(Capture { engine: true, .. }) => Pool::Private,
             Some(_) => {
-                return Err(Error::Measurement(
-                    "allocator malloc during a device-level graph capture".into(),
+                return Err(Error::state(
+                    "allocator malloc",
+                    "a device-level graph capture is in progress",
                 ))
             }
         };

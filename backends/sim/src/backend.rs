@@ -1,4 +1,5 @@
-//! The `sim` backend: enumerates every profile and opens devices by selector.
+//! The `sim` backend: enumerates every profile and opens devices by selector (the same
+//! selector twice in one process gives the same GPU, see [`SimGpu::shared`]).
 
 use memplan_core::{Backend, BackendKind, Device, DeviceDescriptor, Result};
 
@@ -22,7 +23,7 @@ impl Backend for SimBackend {
     }
 
     fn open(&self, selector: &str) -> Result<Box<dyn Device>> {
-        Ok(Box::new(SimGpu::open(selector)?))
+        Ok(Box::new(SimGpu::shared(selector)?))
     }
 }
 

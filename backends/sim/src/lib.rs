@@ -9,7 +9,9 @@
 //!   report them (each with its source), a context overhead, the platform's [`Quirks`] and the
 //!   capability the real backend would declare (`declared`).
 //! - [`SimGpu`]: a cheap clonable handle (`Arc<Mutex<..>>`); clones share one device, so an
-//!   "engine" and memplan can both hold it. [`SimGpu::open`] takes a selector:
+//!   "engine" and memplan can both hold it. [`SimGpu::shared`] (what `memplan::open` uses)
+//!   gives the GPU already open under the same selector in this process, if any, so two opens
+//!   of `sim:rtx4090` see one device; [`SimGpu::open`] always makes a private one. Selectors:
 //!   `name[,modifier...]`, modifiers being `declare-exact` (declare every reading exact while
 //!   the quirks stay on: calibration must catch it), `QUIRK=on|off`,
 //!   `hidden-bytes-per-capture=BYTES`, `other=BYTES`, `graphics=BYTES` ([`Modifiers`]).
@@ -73,6 +75,7 @@ pub mod physics;
 mod profile;
 mod quirks;
 mod readings;
+mod registry;
 mod state;
 mod truth;
 mod vmm;

@@ -121,9 +121,10 @@ impl State {
     /// Fail when a capture is in progress (global capture mode forbids the operation).
     pub fn no_capture(&self, what: &str) -> Result<()> {
         match self.capture {
-            Some(_) => Err(Error::Measurement(format!(
-                "{what} while a graph capture is in progress (global capture mode forbids it)"
-            ))),
+            Some(_) => Err(Error::state(
+                what,
+                "a graph capture is in progress (global capture mode forbids it)",
+            )),
             None => Ok(()),
         }
     }

@@ -93,3 +93,14 @@ impl VirtualMemory for SimGpu {
             .ok_or_else(|| Error::invalid("range", format!("no reserved range {}", range.handle)))
     }
 }
+
+impl SimGpu {
+    /// Live mappings as `(range, offset, bytes)`, `range` being the handle (address) of the
+    /// reserved range they are mapped into; sorted. Ground truth for tests that check where
+    /// memory was mapped.
+    pub fn vmm_mappings(&self) -> Vec<(u64, u64, u64)> {
+        let mut v: Vec<_> = self.lock().vmm_maps.values().copied().collect();
+        v.sort_unstable();
+        v
+    }
+}

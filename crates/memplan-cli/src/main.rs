@@ -3,6 +3,7 @@
 //! One file per subcommand under `cmd/`; this file only wires them together.
 
 mod cmd;
+mod flags;
 mod output;
 
 use clap::{Parser, Subcommand};
@@ -43,7 +44,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("memplan: error: {e}");
+            eprintln!("memplan: error: {}", flags::describe(&e));
             ExitCode::FAILURE
         }
     }

@@ -2,12 +2,21 @@
 //!
 //! Errors only cover what a user cannot anticipate or must act on: a backend that is not
 //! compiled in or cannot load, a driver call that failed (with the call and its code), an
-//! operation a device does not support, bad input (naming the field), and a broken measurement.
+//! operation a device does not support, bad input (naming the field or the [`Param`]), a
+//! broken measurement, and a plan that does not fit ([`Refusal`]).
+//!
+//! Callers branch on variants, never on message text: [`Error::class`] sorts every error into
+//! an [`ErrorClass`] (a usage error, something unavailable here, a device call, out of memory,
+//! a measurement failure, a plan that does not fit, I/O); [`Error::is_out_of_memory`] and
+//! [`Error::refusal`] see through [`Error::During`]. Library errors name concepts ("GPU memory
+//! utilisation"), never a command-line flag: a front end maps [`Param`]s to its own flags.
 
 use crate::device::BackendKind;
+pub use crate::refusal::{Param, Refusal};
 
 /// memplan's error.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// The backend exists but this binary was built without its cargo feature.
     #[error("backend `{backend}` is not compiled in: rebuild with `--features {feature}` (compiled in: {compiled})")]
@@ -98,10 +107,10 @@ pub enum Error {
         /// Why not.
         reason: String,
     },
-    /// Bad input: a flag, a config field, a scenario file.
+    /// Bad input in a file or a structure: a config key, a scenario field, a handle.
     #[error("{field}: {message}")]
     InvalidInput {
-        /// The field or flag.
+        /// The field (a config key, a scenario field, an argument).
         field: String,
         /// What is wrong.
         message: String,
@@ -117,12 +126,39 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// A planning parameter out of range (a front end maps [`Param`] to its flag).
+    #[error("{param}: {message}")]
+    InvalidParam {
+        /// The parameter.
+        param: Param,
+        /// What is wrong.
+        message: String,
+    },
+    /// An operation called in a state that forbids it (a synchronize during a graph capture, a
+    /// record outside one): a bug in the caller, not a device failure.
+    #[error("{operation}: {reason}")]
+    InvalidState {
+        /// The operation.
+        operation: String,
+        /// Why it cannot run now.
+        reason: String,
+    },
     /// The measurement protocol was broken or the device misbehaved.
     #[error("measurement error: {0}")]
     Measurement(String),
-    /// The plan cannot be satisfied (e.g. free memory < requested).
+    /// The plan cannot be satisfied; the [`Refusal`] says why and what still helps.
     #[error("{0}")]
-    DoesNotFit(String),
+    DoesNotFit(Box<Refusal>),
+    /// An error inside a named step (`KV cache allocation`, `graph capture`): the step gives
+    /// context, the source keeps its variant ([`Error::is_out_of_memory`] sees through it).
+    #[error("{step}: {source}")]
+    During {
+        /// The step.
+        step: String,
+        /// What went wrong in it.
+        #[source]
+        source: Box<Error>,
+    },
     /// I/O on a file the user named.
     #[error("{path}: {source}")]
     Io {
@@ -172,6 +208,104 @@ impl Error {
             reason: reason.into(),
         }
     }
+
+    /// An `InvalidParam` error.
+    pub fn param(param: Param, message: impl Into<String>) -> Self {
+        Error::InvalidParam {
+            param,
+            message: message.into(),
+        }
+    }
+
+    /// An `InvalidState` error.
+    pub fn state(operation: impl Into<String>, reason: impl Into<String>) -> Self {
+        Error::InvalidState {
+            operation: operation.into(),
+            reason: reason.into(),
+        }
+    }
+
+    /// A `DoesNotFit` error.
+    pub fn does_not_fit(refusal: Refusal) -> Self {
+        Error::DoesNotFit(Box::new(refusal))
+    }
+
+    /// This error as the cause of a failed step.
+    pub fn during(self, step: impl Into<String>) -> Self {
+        Error::During {
+            step: step.into(),
+            source: Box::new(self),
+        }
+    }
+
+    /// The innermost error, below every [`Error::During`].
+    pub fn root(&self) -> &Error {
+        match self {
+            Error::During { source, .. } => source.root(),
+            e => e,
+        }
+    }
+
+    /// Whether the device ran out of memory (through any [`Error::During`]).
+    pub fn is_out_of_memory(&self) -> bool {
+        matches!(self.root(), Error::OutOfMemory { .. })
+    }
+
+    /// The refusal, when the plan does not fit (through any [`Error::During`]).
+    pub fn refusal(&self) -> Option<&Refusal> {
+        match self.root() {
+            Error::DoesNotFit(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// What kind of failure this is, for callers that act on it (exit codes, retries).
+    pub fn class(&self) -> ErrorClass {
+        match self.root() {
+            Error::InvalidInput { .. }
+            | Error::InvalidFile { .. }
+            | Error::InvalidParam { .. }
+            | Error::UnknownBackend { .. }
+            | Error::UnknownDevice { .. } => ErrorClass::Usage,
+            Error::BackendNotCompiled { .. }
+            | Error::BackendUnavailable { .. }
+            | Error::LibraryNotFound { .. }
+            | Error::MissingSymbol { .. }
+            | Error::DriverTooOld { .. }
+            | Error::Unsupported { .. } => ErrorClass::Unavailable,
+            Error::DriverCall { .. } => ErrorClass::Device,
+            Error::InvalidState { .. } => ErrorClass::Bug,
+            Error::OutOfMemory { .. } => ErrorClass::OutOfMemory,
+            Error::Measurement(_) => ErrorClass::Measurement,
+            Error::DoesNotFit(_) => ErrorClass::DoesNotFit,
+            Error::Io { .. } => ErrorClass::Io,
+            Error::During { .. } => unreachable!("root() is never During"),
+        }
+    }
+}
+
+/// What kind of failure an [`Error`] is ([`Error::class`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ErrorClass {
+    /// Bad input: a parameter, a file's content, an unknown backend or device.
+    Usage,
+    /// Something this build or machine cannot do: a backend not compiled in, a library
+    /// missing, an optional operation unsupported, a driver too old.
+    Unavailable,
+    /// A driver call failed.
+    Device,
+    /// An operation in a state that forbids it (a caller bug).
+    Bug,
+    /// The device ran out of memory.
+    OutOfMemory,
+    /// The measurement protocol was broken or the device misbehaved.
+    Measurement,
+    /// The plan cannot be satisfied.
+    DoesNotFit,
+    /// I/O on a file the user named.
+    Io,
 }
 
 fn fmt_code(code: i64) -> String {

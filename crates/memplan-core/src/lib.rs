@@ -19,6 +19,8 @@
 //!   operations (synchronize, raw allocate/free); graph capture ([`GraphCapture`]) and virtual
 //!   memory ([`VirtualMemory`]) are optional and default to [`Error::Unsupported`].
 //!   Backends never decide *when* to measure: that is [`protocol`] and the planner.
+//!   [`SharedDevice`] is a clonable handle on one opened device, for the several owners of a
+//!   start-up (the engine, the measurement session, guards that give memory back on drop).
 //! - Backends register with `inventory` ([`registry`]); the `memplan` facade selects them with
 //!   cargo features and references each one so the linker keeps its registration. Every
 //!   [`BackendKind`] parses in every build; one not compiled in is
@@ -37,7 +39,9 @@ pub mod input;
 pub mod kv;
 pub mod memory;
 pub mod protocol;
+pub mod refusal;
 pub mod registry;
+pub mod shared;
 pub mod vmm;
 
 pub use allocator::{AllocatorStats, AllocatorView, OwnAccounting};
@@ -47,10 +51,12 @@ pub use capability::{
 pub use device::{
     Backend, BackendKind, BackendStatus, Device, DeviceDescriptor, DeviceId, RawAllocation,
 };
-pub use error::{Error, Result};
+pub use error::{Error, ErrorClass, Result};
 pub use graph::{CaptureWork, GraphCapture, GraphId};
 pub use memory::{AllocatorMemory, DriverMemory, GraphPoolMemory, MemoryInfo, MemoryWindow};
+pub use refusal::{Param, Refusal};
 pub use registry::BackendRegistration;
+pub use shared::SharedDevice;
 pub use vmm::{Mapping, VaRange, VirtualMemory};
 
 pub use inventory;

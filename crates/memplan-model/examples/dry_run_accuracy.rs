@@ -18,9 +18,10 @@
 
 use memplan_core::bytes::GIB;
 use memplan_core::kv::KvDtype;
-use memplan_model::dryrun::{run, GraphReserve, Measured, PlanInput};
+use memplan_model::dryrun::{DryRun, GraphReserve};
 use memplan_model::{presets, Model, Quantization};
 use memplan_planner::budget::Request;
+use memplan_planner::ConsumerKind;
 use serde_json::Value;
 
 /// Device totals for logs that did not print one: (substring of `gpu`, GiB, source).
@@ -92,31 +93,26 @@ fn main() {
             u("max_num_batched_tokens")
         };
         let seqs = u("max_num_seqs").or(batched.map(|b| if b >= 8192 && !v0 { 1024 } else { 256 }));
-        let input = PlanInput {
-            model: Model::load(model).expect("preset loads"),
-            total: (total * GIB as f64) as u64,
-            snapshot: None,
-            request: Request::Utilization(gib(&e, "gpu_memory_utilization").unwrap_or(0.9)),
-            dtype: None,
-            kv_cache_dtype: match e["kv_cache_dtype"].as_str() {
-                Some("auto") | None => None,
-                Some(k) => Some(k.parse::<KvDtype>().expect("kv dtype")),
-            },
-            quantization: (e["quantization"].as_str() == Some("fp8"))
-                .then(Quantization::fp8_online),
-            max_model_len: u("max_model_len"),
-            max_num_seqs: seqs,
-            max_num_batched_tokens: batched,
-            block_size: Some(16),
-            engine: "vllm@0.19".parse().expect("known release"),
-            device_name: String::new(),
-            tensor_parallel: tp,
-            capture_sizes: None,
-            enforce_eager: e["enforce_eager"].as_bool() == Some(true),
-            graph_reserve: GraphReserve::None,
-            measured: Measured::default(),
-        };
-        let p = match run(&input) {
+        let input = DryRun::new(
+            Model::load(model).expect("preset loads"),
+            (total * GIB as f64) as u64,
+        )
+        .request(Request::Utilization(
+            gib(&e, "gpu_memory_utilization").unwrap_or(0.9),
+        ))
+        .kv_cache_dtype(match e["kv_cache_dtype"].as_str() {
+            Some("auto") | None => None,
+            Some(k) => Some(k.parse::<KvDtype>().expect("kv dtype")),
+        })
+        .quantization((e["quantization"].as_str() == Some("fp8")).then(Quantization::fp8_online))
+        .max_model_len(u("max_model_len"))
+        .max_num_seqs(seqs)
+        .max_num_batched_tokens(batched)
+        .tensor_parallel(tp)
+        .enforce_eager(e["enforce_eager"].as_bool() == Some(true))
+        .graph_reserve(GraphReserve::None);
+        let graph_estimate = input.resolve().map(|r| r.graph_estimate.bytes);
+        let p = match input.plan() {
             Ok(p) => p,
             Err(err) => {
                 println!("| {model} | {gpu}, TP {tp} | dry run failed: {err} | | | | | | |");
@@ -124,17 +120,17 @@ fn main() {
             }
         };
         let logged_kv = gib(&e, "available_kv_gib").unwrap_or(0.0);
-        let err = (p.budget.kv_budget as f64 / GIB as f64 - logged_kv) / total;
+        let err = (p.kv_budget as f64 / GIB as f64 - logged_kv) / total;
         let tokens = u("kv_cache_tokens").map_or("-".to_string(), |t| t.to_string());
         println!(
             "| {model} | {gpu}{total_note}, TP {tp} | {} | {} | {} | {} | {} | {:+.2}% | {} / {tokens} |",
-            pct(p.weights.bytes, gib(&e, "weights_gib")),
-            pct(p.activation.bytes, gib(&e, "activation_peak_gib")),
-            pct(p.non_torch.bytes, gib(&e, "non_torch_gib")),
-            pct(p.graph_estimate.bytes, gib(&e, "cuda_graph_actual_gib").filter(|g| *g > 0.0)),
-            pct(p.budget.kv_budget, Some(logged_kv)),
+            pct(p.consumers.bytes(ConsumerKind::Weights), gib(&e, "weights_gib")),
+            pct(p.consumers.bytes(ConsumerKind::Activation), gib(&e, "activation_peak_gib")),
+            pct(p.consumers.bytes(ConsumerKind::NonAllocator), gib(&e, "non_torch_gib")),
+            pct(graph_estimate.unwrap_or(0), gib(&e, "cuda_graph_actual_gib").filter(|g| *g > 0.0)),
+            pct(p.kv_budget, Some(logged_kv)),
             err * 100.0,
-            p.sizing.tokens,
+            p.kv.tokens,
         );
         if err.abs() > worst.0.abs() {
             worst = (err, format!("{model} on {gpu}, TP {tp}"));

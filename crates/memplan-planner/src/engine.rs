@@ -6,8 +6,15 @@
 //! [`AllocatorView`]. Loading weights and the profile run are closures the engine hands to the
 //! session's steps, so the engine keeps full control of *what* runs while memplan controls
 //! *when* it is measured.
+//!
+//! Five methods are required (four for an engine without graphs); the rest are optional
+//! knowledge. An engine that can capture its graphs against a KV cache whose memory is mapped
+//! later says so ([`Engine::supports_post_capture`]) and receives the cache's address range
+//! before the first capture ([`Engine::bind_kv_range`]).
 
-use memplan_core::{AllocatorView, Result};
+use memplan_core::{AllocatorView, Error, Result};
+
+use crate::kv_range::KvRange;
 
 /// The hooks an engine implements so memplan can run its graph-memory phase.
 pub trait Engine {
@@ -36,11 +43,24 @@ pub trait Engine {
     /// the device afterwards (deferred releases complete there).
     fn release_graphs(&mut self) -> Result<()>;
 
-    /// Whether the engine can size its KV cache after capturing its graphs (it binds the KV
-    /// cache's reserved address range before capture and maps memory later). Enables the
-    /// `post-capture` strategy.
+    /// Whether the engine can size its KV cache after capturing its graphs: it takes the KV
+    /// cache's address range before capture ([`bind_kv_range`](Engine::bind_kv_range)) and
+    /// gets memory mapped there once the plan says how much. Enables the `post-capture`
+    /// strategy.
     fn supports_post_capture(&self) -> bool {
         false
+    }
+
+    /// Post-capture: the KV cache's reserved address range, before any graph is captured, so
+    /// the engine's graphs can point into its KV cache (its address is
+    /// [`KvRange::address`]). Physical memory is mapped there when the session ends
+    /// ([`Session::into_kv_cache`](crate::Session::into_kv_cache)), which also hands the
+    /// engine the range itself. An error stops the graph phase (the range is released).
+    fn bind_kv_range(&mut self, _range: &KvRange) -> Result<()> {
+        Err(Error::unsupported(
+            "post-capture sizing",
+            "the engine does not bind a KV address range before capture",
+        ))
     }
 
     /// Kernel nodes of the graph of one size, when the engine knows it. Used only by the

@@ -4,16 +4,15 @@
 //! decides from [`ProfilingCapability`](memplan_core::ProfilingCapability) values and readings,
 //! never from a vendor's name (a test greps this crate's sources to keep it so).
 //!
-//! ## How an engine uses it
+//! ## How an engine uses it (through the `memplan` facade)
 //!
 //! ```text
-//! let cap = calibrate(&mut *device)?.calibrated;        // or device.capabilities().clone()
-//! let mut s = Session::begin(&mut *device, &mut engine, cap)?;   // release cache, baseline
-//! s.load_weights(&mut engine, |e| e.load())?;           // weights = allocated growth
-//! s.profile_run(&mut engine, |e| e.dummy_run())?;       // activation peak
-//! let sel = select(s.capability(), engine.graph_sizes().len(), engine.supports_post_capture(), Default::default());
-//! s.graph_phase(&mut engine, &*sel.kind.strategy())?;   // teardown on every path
-//! let plan = plan(&s.finish(), sel.why, &inputs)?;      // budget, KV blocks, warnings
+//! let mut s = Session::start(&device, &mut engine)?;    // calibrate, release cache, baseline
+//! s.load_weights(|e| e.load())?;                        // weights = allocated growth
+//! s.profile_run(|e| e.dummy_run())?;                    // activation peak
+//! s.capture_graphs()?;                                  // strategy from the capability
+//! let plan = s.plan(request, &kv_spec, limits)?;        // budget, KV blocks, warnings
+//! let kv = s.into_kv_cache(plan.kv_bytes)?;             // post-capture: the mapped range
 //! ```
 //!
 //! ## Contract
@@ -21,14 +20,19 @@
 //! - [`Session`]: every reading is a synchronized snapshot of every layer; cached memory is
 //!   released before any baseline whose window would release it; quiet windows between steps
 //!   attribute foreign memory changes to other processes; negative windows are kept and
-//!   warned about, never clamped.
+//!   warned about, never clamped; a session dropped half-way tears down what it holds.
+//! - [`Engine`]: the hooks an engine implements; post-capture hands it the KV cache's address
+//!   range ([`KvRange`], a guard that releases it on drop) before any capture.
 //! - [`strategy`]: one type per strategy behind [`GraphStrategy`]; [`select`] picks from the
 //!   capability; graphs captured for measuring are torn down on every path and the session
 //!   checks that the allocator and the graph pool are restored.
 //! - [`calibrate()`]: confirms or downgrades each declared reading and fact with evidence; the
 //!   calibrated capability is never stronger than the declared one.
-//! - [`plan()`]: the budget ([`budget`]), capped by what is physically free, sized into KV
-//!   blocks; [`Plan`] is `Display` (a table and a memory bar) and `Serialize`.
+//! - [`Plan`]: one type for measured start-ups and dry runs, built by [`PlanBuilder`] from
+//!   [`Consumer`]s with their [`Provenance`]; refusals are typed
+//!   ([`Refusal`](memplan_core::Refusal)); text, SVG ([`plan::render`]) and the
+//!   `memplan.plan/1` JSON.
+//! - [`Warning`]: every warning is a variant with its figures and a stable code.
 //!
 //! The planner depends on no backend. Its tests on simulated devices, and the `memplan
 //! simulate` harness, live in the `memplan-testbed` crate.
@@ -36,18 +40,26 @@
 pub mod budget;
 pub mod calibrate;
 pub mod engine;
+pub mod kv_range;
 pub mod plan;
 pub mod profile;
 pub mod session;
 pub mod strategy;
+pub mod warning;
 
+pub use budget::Request;
 pub use calibrate::{calibrate, CalibrationReport};
 pub use engine::Engine;
-pub use plan::{combine_ranks, plan, Plan, PlanInputs};
+pub use kv_range::KvRange;
+pub use plan::{
+    combine_ranks, Consumer, ConsumerKind, Consumers, GraphMethod, GraphPlan, Plan, PlanBuilder,
+    Provenance,
+};
 pub use session::{AsDynEngine, Profile, Session};
 pub use strategy::{
     select, GraphEstimate, GraphStrategy, Selection, SelectionPolicy, StrategyKind,
 };
+pub use warning::Warning;
 
 #[cfg(test)]
 mod testutil;

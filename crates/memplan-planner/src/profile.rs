@@ -1,12 +1,14 @@
 //! [`Profile`]: everything a [`Session`](crate::Session) measured, ready to be planned.
 
-use memplan_core::{MemoryInfo, MemoryWindow, ProfilingCapability, VaRange};
+use memplan_core::{MemoryInfo, MemoryWindow, ProfilingCapability};
 use serde::Serialize;
 
 use crate::strategy::GraphEstimate;
+use crate::warning::{self, Warning};
 
 /// One measured step: the snapshots around it and their window.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct StepRecord {
     /// Step name (`baseline`, `load_weights`, `profile_run`, `graph_phase`, `quiet`).
     pub name: String,
@@ -18,8 +20,10 @@ pub struct StepRecord {
     pub window: MemoryWindow,
 }
 
-/// Everything the session measured, ready to be planned.
-#[derive(Debug, Serialize)]
+/// Everything the session measured, ready to be planned
+/// ([`PlanBuilder::from_profile`](crate::PlanBuilder::from_profile)).
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct Profile {
     /// The capability the session trusted (declared or calibrated).
     pub capability: ProfilingCapability,
@@ -30,7 +34,8 @@ pub struct Profile {
     /// Every step and quiet window, in order.
     pub steps: Vec<StepRecord>,
     /// Warnings raised while profiling.
-    pub warnings: Vec<String>,
+    #[serde(serialize_with = "warning::serialize_all")]
+    pub warnings: Vec<Warning>,
     /// Bytes other processes took (+) or released (-) during profiling, seen in quiet windows.
     pub foreign_bytes: i64,
     /// Weights: allocator `allocated` growth while loading.
@@ -45,8 +50,23 @@ pub struct Profile {
     pub non_allocator_growth: Option<i64>,
     /// The graph-memory phase's result.
     pub graph: Option<GraphEstimate>,
-    /// The KV cache's reserved address range (post-capture strategy), to be mapped by the
-    /// engine once the plan says how much.
-    #[serde(skip)]
-    pub kv_reservation: Option<VaRange>,
+}
+
+impl Profile {
+    /// A profile that starts at `baseline`: nothing measured yet.
+    pub fn new(capability: ProfilingCapability, baseline: MemoryInfo) -> Self {
+        Profile {
+            capability,
+            baseline,
+            last: baseline,
+            steps: Vec::new(),
+            warnings: Vec::new(),
+            foreign_bytes: 0,
+            weights_bytes: None,
+            weights_held_bytes: None,
+            activation_peak_bytes: None,
+            non_allocator_growth: None,
+            graph: None,
+        }
+    }
 }

@@ -10,12 +10,10 @@
 //! `alloc_node_bytes` of graph allocation nodes.
 
 use memplan_backend_sim::{BlockId, GraphSpec, SimAllocator, SimGpu};
-use memplan_core::{
-    AllocatorView, Device, Error, GraphId, Mapping, RawAllocation, Result, VaRange, VirtualMemory,
-};
+use memplan_core::{AllocatorView, Device, Error, GraphId, RawAllocation, Result};
 
 use crate::setup::Setup;
-use memplan_planner::Engine;
+use memplan_planner::{Engine, KvRange};
 
 /// The engine.
 pub struct SimEngine {
@@ -27,7 +25,9 @@ pub struct SimEngine {
     graphs: Vec<GraphId>,
     capturing: bool,
     kv_block: Option<BlockId>,
-    kv_map: Option<Mapping>,
+    kv_map: Option<KvRange>,
+    /// The KV range's address the engine was given before capture (post-capture).
+    pub kv_address: Option<u64>,
     /// Fail the n-th capture (0-based) after it began: for teardown tests.
     pub fail_capture_at: Option<usize>,
     captures: usize,
@@ -47,6 +47,7 @@ impl SimEngine {
             capturing: false,
             kv_block: None,
             kv_map: None,
+            kv_address: None,
             fail_capture_at: None,
             captures: 0,
         }
@@ -94,20 +95,18 @@ impl SimEngine {
         Ok(())
     }
 
-    /// Allocate the KV cache: mapped into the reserved range when there is one, else from the
-    /// allocator.
-    pub fn allocate_kv(&mut self, bytes: u64, range: Option<&VaRange>) -> Result<()> {
+    /// Allocate the KV cache: mapped into the reserved range when there is one (rounded down
+    /// to the granularity), else from the allocator.
+    pub fn allocate_kv(&mut self, bytes: u64, range: Option<KvRange>) -> Result<()> {
         if bytes == 0 {
             return Ok(());
         }
         match range {
-            Some(r) => {
-                let vm: &mut dyn VirtualMemory = &mut self.gpu;
-                let gran = vm.granularity()?.max(1);
-                let b = (bytes / gran) * gran;
-                if b > 0 {
-                    self.kv_map = Some(vm.map(r, 0, b)?);
+            Some(mut r) => {
+                if bytes >= memplan_backend_sim::GRANULARITY {
+                    r.map(bytes)?;
                 }
+                self.kv_map = Some(r);
             }
             None => self.kv_block = Some(self.alloc.malloc(bytes)?),
         }
@@ -191,6 +190,11 @@ impl Engine for SimEngine {
             first_err.get_or_insert(e);
         }
         first_err.map_or(Ok(()), Err)
+    }
+
+    fn bind_kv_range(&mut self, range: &KvRange) -> Result<()> {
+        self.kv_address = Some(range.address());
+        Ok(())
     }
 
     fn supports_post_capture(&self) -> bool {

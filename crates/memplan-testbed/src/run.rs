@@ -10,17 +10,17 @@
 //! still to capture and the burst's activation; fragments cached by the allocator excluded).
 
 use memplan_backend_sim::{GroundTruth, SimGpu};
-use memplan_core::{Device, Error, Result};
+use memplan_core::{Device, Result, SharedDevice};
 
 use crate::engine::SimEngine;
 use crate::oracle::{engine_alone, oracle_bytes, tokens_in, AtPlan};
 use crate::report::Outcome;
 use crate::setup::Setup;
 use memplan_planner::calibrate::{calibrate, CalibrationReport};
-use memplan_planner::plan::{check_request, plan, Plan, PlanInputs};
+use memplan_planner::plan::{Plan, PlanBuilder};
 use memplan_planner::session::Session;
-use memplan_planner::strategy::{select, SelectionPolicy, StrategyKind};
-use memplan_planner::Profile;
+use memplan_planner::strategy::StrategyKind;
+use memplan_planner::{KvRange, Profile};
 
 /// Which strategy a run uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,7 +69,7 @@ struct Profiled {
     plan: Plan,
     why: String,
     kept_graph_truth: Option<u64>,
-    kv_range: Option<memplan_core::VaRange>,
+    kv_range: Option<KvRange>,
     downgrades: Vec<String>,
 }
 
@@ -86,29 +86,24 @@ fn profile(
 ) -> Result<Profiled> {
     let (cap, downgrades) = if setup.scenario.calibrate {
         let r = calibrate(&mut gpu.clone())?;
-        let d = r.downgrade_lines();
-        (r.calibrated, d)
+        (r.calibrated.clone(), r.downgrade_warnings())
     } else {
         (gpu.capabilities().clone(), Vec::new())
     };
-    let mut device = gpu.clone();
-    let mut s = Session::begin(&mut device, engine, cap)?;
+    let device = SharedDevice::new(gpu.clone());
+    let mut s = Session::begin(&device, engine, cap)?;
     for d in &downgrades {
         s.warn(d.clone());
     }
-    check_request(s.baseline(), s.capability(), &setup.request)?;
+    let downgrades: Vec<String> = downgrades.iter().map(ToString::to_string).collect();
+    s.check_request(setup.request)?;
     neighbour(setup, gpu, "load_weights");
-    s.load_weights(engine, |e| e.load_weights())?;
+    s.load_weights(|e| e.load_weights())?;
     neighbour(setup, gpu, "profile_run");
-    s.profile_run(engine, |e| e.profile_run())?;
+    s.profile_run(|e| e.profile_run())?;
     let (kind, why) = match choice {
         Choice::Auto => {
-            let sel = select(
-                s.capability(),
-                setup.sizes.len(),
-                setup.scenario.graphs.post_capture,
-                SelectionPolicy::default(),
-            );
+            let sel = s.selection();
             (sel.kind, sel.why)
         }
         Choice::Forced(k) => (k, "chosen on the command line".to_string()),
@@ -118,20 +113,25 @@ fn profile(
     out.downgrades = downgrades.clone();
     neighbour(setup, gpu, "graph_phase");
     let before = graph_truth(&gpu.truth());
-    s.graph_phase(engine, &*kind.strategy())?;
+    s.graph_phase(&*kind.strategy(), why.clone())?;
     let kept = s.kept_graphs();
     let kept_graph_truth = kept.then(|| graph_truth(&gpu.truth()).saturating_sub(before));
-    let mut p = s.finish();
-    if let Some(t) = tamper {
-        t(&mut p);
-    }
-    let kv_range = p.kv_reservation.take();
-    let inputs = PlanInputs {
-        request: setup.request,
-        kv: setup.kv.clone(),
-        limits: setup.limits,
+    let plan = match tamper {
+        None => s.plan(setup.request, &setup.kv, setup.limits)?,
+        Some(t) => {
+            let mut p = s.profile();
+            t(&mut p);
+            PlanBuilder::from_profile(
+                &p,
+                why.clone(),
+                setup.request,
+                setup.kv.clone(),
+                setup.limits,
+            )?
+            .build()?
+        }
     };
-    let plan = plan(&p, why.clone(), &inputs)?;
+    let (_, kv_range) = s.into_parts();
     Ok(Profiled {
         plan,
         why,
@@ -156,7 +156,7 @@ pub fn run_with(setup: &Setup, choice: Choice, tamper: Option<Tamper<'_>>) -> Re
     let mut out = Outcome::new(choice);
     let pr = match profile(setup, &gpu, &mut engine, (choice, tamper), &mut out) {
         Ok(p) => p,
-        Err(e @ Error::OutOfMemory { .. }) => {
+        Err(e) if e.is_out_of_memory() => {
             out.oom = Some(format!("during profiling: {e}"));
             return Ok(out);
         }
@@ -165,10 +165,10 @@ pub fn run_with(setup: &Setup, choice: Choice, tamper: Option<Tamper<'_>>) -> Re
             return Ok(out);
         }
     };
-    out.strategy = pr.plan.strategy;
+    out.strategy = pr.plan.strategy().unwrap_or(StrategyKind::None);
     out.why = pr.why.clone();
     out.downgrades = pr.downgrades.clone();
-    out.estimate = pr.plan.graph.as_ref().map(|g| g.reserve);
+    out.estimate = pr.plan.graph.estimate.as_ref().map(|g| g.reserve);
     out.kv_tokens = Some(pr.plan.kv.tokens);
 
     // Where the world stood when the plan was made (for the oracle).
@@ -176,26 +176,27 @@ pub fn run_with(setup: &Setup, choice: Choice, tamper: Option<Tamper<'_>>) -> Re
         start,
         plan: gpu.truth(),
         graphs_kept: pr.kept_graph_truth.is_some(),
-        eager: pr.plan.strategy == StrategyKind::None,
+        eager: out.strategy == StrategyKind::None,
     };
 
     // What happens next in a real engine, watching the process's peak.
     let mut real_graph = pr.kept_graph_truth;
     let mut peak = 0u64;
+    let kv_bytes = pr.plan.kv_bytes;
     let step = serve(
         setup,
         &gpu,
         &mut engine,
-        &pr,
+        (kv_bytes, pr.kv_range),
         &at,
         &mut real_graph,
         &mut peak,
     );
     if let Err(e) = step {
-        match e {
-            Error::OutOfMemory { .. } => out.oom = Some(e.to_string()),
-            Error::Measurement(m) if m.starts_with("out of memory") => out.oom = Some(m),
-            other => out.failed = Some(other.to_string()),
+        if e.is_out_of_memory() {
+            out.oom = Some(e.to_string());
+        } else {
+            out.failed = Some(e.to_string());
         }
     }
     let alone = engine_alone(setup).ok();
@@ -235,23 +236,23 @@ fn serve(
     setup: &Setup,
     gpu: &SimGpu,
     engine: &mut SimEngine,
-    pr: &Profiled,
+    (kv_bytes, kv_range): (u64, Option<KvRange>),
     at: &AtPlan,
     real_graph: &mut Option<u64>,
     peak: &mut u64,
 ) -> Result<()> {
     let mut see = |g: &SimGpu| *peak = (*peak).max(g.truth().this_process());
     engine
-        .allocate_kv(pr.plan.kv_bytes, pr.kv_range.as_ref())
-        .map_err(|e| stage("KV cache allocation", e))?;
+        .allocate_kv(kv_bytes, kv_range)
+        .map_err(|e| e.during("KV cache allocation"))?;
     see(gpu);
     if !at.eager && !at.graphs_kept {
         let g0 = graph_truth(&gpu.truth());
         for s in setup.sizes.clone() {
-            memplan_planner::Engine::warm_up(engine, s).map_err(|e| stage("graph capture", e))?;
+            memplan_planner::Engine::warm_up(engine, s).map_err(|e| e.during("graph capture"))?;
             see(gpu);
             memplan_planner::Engine::capture_graph(engine, s)
-                .map_err(|e| stage("graph capture", e))?;
+                .map_err(|e| e.during("graph capture"))?;
             see(gpu);
         }
         *real_graph = Some(graph_truth(&gpu.truth()).saturating_sub(g0));
@@ -259,18 +260,9 @@ fn serve(
     let alloc = gpu.allocator();
     let b = alloc
         .malloc(setup.activation_peak.max(1))
-        .map_err(|e| stage("serve burst", e))?;
+        .map_err(|e| e.during("serve burst"))?;
     see(gpu);
     alloc.free(b)
-}
-
-fn stage(what: &str, e: Error) -> Error {
-    match e {
-        Error::OutOfMemory { call, requested } => Error::Measurement(format!(
-            "out of memory in {what}: {call} could not allocate {requested} bytes"
-        )),
-        other => Error::Measurement(format!("{what}: {other}")),
-    }
 }
 
 /// Run every strategy (the automatic choice first).

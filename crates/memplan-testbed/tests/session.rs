@@ -38,26 +38,26 @@ impl Engine for Liar {
 
 #[test]
 fn absurd_allocator_figures_saturate_instead_of_wrapping() {
-    let mut gpu = SimGpu::open("rtx4090").unwrap();
+    let gpu = SimGpu::open("rtx4090").unwrap();
     let cap = gpu.capabilities().clone();
     let mut e = Liar(AllocatorStats {
         reserved: u64::MAX,
         allocated: 0,
         peak_allocated: 0,
     });
-    let mut s = Session::begin(&mut gpu, &mut e, cap).unwrap();
-    s.load_weights(&mut e, |e| {
+    let mut s = Session::begin(&memplan_core::SharedDevice::new(gpu), &mut e, cap).unwrap();
+    s.load_weights(|e| {
         e.0.reserved = 0;
         Ok(())
     })
     .unwrap();
-    s.profile_run(&mut e, |e| {
+    s.profile_run(|e| {
         e.0.reserved = u64::MAX;
         Ok(())
     })
     .unwrap();
-    s.graph_phase(&mut e, &NoGraphs).unwrap();
-    let p = s.finish();
+    s.graph_phase(&NoGraphs, "test").unwrap();
+    let (p, _) = s.into_parts();
     // Two steps of about i64::MAX each: saturated, and still positive (a wrapped sum
     // would be negative and read as no growth at all).
     assert_eq!(p.non_allocator_growth, Some(i64::MAX));

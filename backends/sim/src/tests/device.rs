@@ -159,3 +159,36 @@ fn deterministic() {
     };
     assert_eq!(run(), run());
 }
+
+#[test]
+fn the_same_selector_opened_twice_is_one_gpu_while_someone_holds_it() {
+    use memplan_core::Backend;
+    let sel = "rtx4090,other=3gib,registry-test";
+    // An unknown modifier is refused like any selector.
+    assert!(SimBackend.open(sel).is_err());
+    let sel = "h100-80gb,other=3GiB";
+    let mut a = SimBackend.open(sel).unwrap();
+    let mut b = SimBackend.open(&sel.to_ascii_uppercase()).unwrap();
+    let x = a.allocate(1 << 30).unwrap();
+    assert_eq!(
+        a.driver_memory().unwrap().free,
+        b.driver_memory().unwrap().free,
+        "one GPU: the second handle sees the first one's allocation"
+    );
+    // Another selector is another GPU; a private open is never shared.
+    let mut c = SimBackend.open("h100-80gb").unwrap();
+    let mut d = SimGpu::open(sel).unwrap();
+    assert_ne!(
+        c.driver_memory().unwrap().free,
+        a.driver_memory().unwrap().free
+    );
+    assert_ne!(
+        d.driver_memory().unwrap().free,
+        a.driver_memory().unwrap().free
+    );
+    let with_x = a.driver_memory().unwrap().free.unwrap();
+    // Nobody holds it any more (the allocation is left live): the next open is a fresh GPU.
+    drop((a, b, x));
+    let mut e = SimBackend.open(sel).unwrap();
+    assert!(e.driver_memory().unwrap().free.unwrap() > with_x);
+}

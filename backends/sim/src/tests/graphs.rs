@@ -121,7 +121,7 @@ fn capture_is_exclusive_and_respects_support() {
     a.begin_graph_capture().unwrap();
     assert!(a.begin_graph_capture().is_err(), "one capture at a time");
     assert!(
-        matches!(g.synchronize(), Err(Error::Measurement(_))),
+        matches!(g.synchronize(), Err(Error::InvalidState { .. })),
         "sync during capture fails"
     );
     assert!(

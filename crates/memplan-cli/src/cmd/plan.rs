@@ -4,19 +4,23 @@
 //! The device's total (and free memory, for the start-up check) come from the device, real or
 //! simulated, or from `--total-memory`. Figures the user measured in an earlier start-up
 //! (`--weights-bytes`, ...) replace the estimates; every byte flag takes plain bytes or units.
+//! The result is the planner's [`Plan`] (the same type `memplan simulate` prints), rendered by
+//! the planner's renderer with this command's flag names.
 
-mod render;
+mod render_args;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use memplan::bytes::parse_bytes;
 use memplan::kv::KvDtype;
-use memplan::{DriverMemory, Error, MemoryInfo};
-use memplan_model::dryrun::{self, GraphReserve, Measured, PlanInput};
+use memplan::{DriverMemory, Error, MemoryInfo, Param, ProfilingCapability};
+use memplan_model::dryrun::{DryRun, GraphReserve};
 use memplan_model::engine::{EngineKind, EngineRules};
 use memplan_model::{Model, Quantization};
 use memplan_planner::budget::Request;
+use memplan_planner::plan::render;
+use memplan_planner::{combine_ranks, ConsumerKind, GraphMethod, Plan, SelectionPolicy};
 
 fn bytes(flag: &'static str) -> impl Fn(&str) -> Result<u64, String> + Clone {
     move |s| parse_bytes(flag, s).map_err(|e| e.to_string())
@@ -50,24 +54,18 @@ fn engine_rules(a: &Flags) -> Result<EngineRules, Error> {
     }
 }
 
-/// Graph-memory strategies (a dry run captures nothing: every strategy but `none` reserves the
-/// measured `--graph-bytes`, else the analytic estimate).
+/// How a dry run counts graph memory. A dry run captures nothing: the strategies that measure
+/// (post-capture, full, sampled, conservative) run in an engine start-up (the `memplan` crate's
+/// `Session`) or in `memplan simulate`, not here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Strategy {
-    /// Chosen from capabilities; in a dry run the conservative analytic reserve.
+    /// Reserve `--graph-bytes` if given, else the analytic estimate; with `--device`, the plan
+    /// also says which strategy a measured start-up on that device would use.
     Auto,
-    /// Reserve address space, capture, then map (needs a device run).
-    PostCapture,
-    /// Capture every size into a throwaway pool (needs a device run).
-    Full,
-    /// Capture a few sizes with a correct flush (needs a device run).
-    Sampled,
-    /// Analytic bound plus margin.
-    Conservative,
-    /// Reserve nothing (eager, or an engine that does not subtract graph memory).
+    /// Reserve the analytic estimate from the model (or `--graph-bytes`).
+    Estimate,
+    /// Reserve nothing (an engine that does not subtract graph memory, as vLLM <= 0.19).
     None,
-    /// vLLM's legacy sampling (comparison only; needs a device run).
-    VllmLegacy,
 }
 
 /// Flags of `memplan plan` (boxed: the subcommand enum stays small).
@@ -130,7 +128,7 @@ pub struct Flags {
     /// No graphs.
     #[arg(long)]
     pub enforce_eager: bool,
-    /// Graph-memory strategy.
+    /// How graph memory is counted in this dry run.
     #[arg(long, value_enum, default_value_t = Strategy::Auto)]
     pub graph_strategy: Strategy,
     /// Measured weights per rank (from an earlier start-up log).
@@ -139,7 +137,7 @@ pub struct Flags {
     /// Measured activation peak per rank.
     #[arg(long, value_name = "BYTES", value_parser = bytes("--activation-bytes"))]
     pub activation_bytes: Option<u64>,
-    /// Measured non-torch (non-allocator) memory growth per rank.
+    /// Measured non-torch (non-allocator) memory growth per rank (vLLM's "non-torch memory").
     #[arg(long, value_name = "BYTES", value_parser = bytes("--non-torch-bytes"))]
     pub non_torch_bytes: Option<u64>,
     /// Measured graph memory per rank.
@@ -156,13 +154,14 @@ pub struct Flags {
     pub emit_args: Option<(Engine, String)>,
 }
 
-/// Where the total came from: a device (name, snapshot) or the flag.
+/// Where the total came from: a device (name, snapshot, capability) or the flag.
 struct Target {
     label: String,
     /// The device's own name (batch defaults depend on it), empty with --total-memory.
     name: String,
     total: u64,
     snapshot: Option<MemoryInfo>,
+    capability: Option<ProfilingCapability>,
 }
 
 fn target(a: &Flags) -> Result<Target, Error> {
@@ -176,6 +175,7 @@ fn target(a: &Flags) -> Result<Target, Error> {
             name: String::new(),
             total,
             snapshot: None,
+            capability: None,
         });
     }
     let Some(id) = &a.device else {
@@ -205,10 +205,11 @@ fn target(a: &Flags) -> Result<Target, Error> {
             driver,
             ..Default::default()
         }),
+        capability: Some(dev.capabilities().clone()),
     })
 }
 
-fn input(a: &Flags, t: &Target) -> Result<PlanInput, Error> {
+fn input(a: &Flags, t: &Target) -> Result<DryRun, Error> {
     let model = Model::load(&a.model)?;
     let kv_cache_dtype = match a.kv_cache_dtype.as_str() {
         "auto" => None,
@@ -217,7 +218,7 @@ fn input(a: &Flags, t: &Target) -> Result<PlanInput, Error> {
     let quantization = match a.quantization.as_deref().map(str::to_ascii_lowercase).as_deref() {
         None | Some("none") => None,
         Some("fp8") => Some(Quantization::fp8_online()),
-        Some(q) => return Err(Error::invalid("--quantization", format!("{q:?}: a dry run knows online fp8; quantized checkpoints are read from their config"))),
+        Some(q) => return Err(Error::param(Param::Quantization, format!("{q:?}: a dry run knows online fp8; quantized checkpoints are read from their config"))),
     };
     let engine = engine_rules(a)?;
     // vLLM 0.34: utilisation 1.0 with the extensible KV cache (sized from memory measured
@@ -241,31 +242,54 @@ fn input(a: &Flags, t: &Target) -> Result<PlanInput, Error> {
     } else {
         GraphReserve::Reserve
     };
-    Ok(PlanInput {
-        model,
-        total: t.total,
-        snapshot: t.snapshot,
-        request,
-        dtype: Some(a.dtype.clone()),
-        kv_cache_dtype,
-        quantization,
-        max_model_len: a.max_model_len,
-        max_num_seqs: a.max_num_seqs,
-        max_num_batched_tokens: a.max_num_batched_tokens,
-        block_size: a.block_size,
-        engine,
-        device_name: t.name.clone(),
-        tensor_parallel: a.tensor_parallel_size,
-        capture_sizes: a.cudagraph_capture_sizes.clone(),
-        enforce_eager: a.enforce_eager,
-        graph_reserve,
-        measured: Measured {
-            weights: a.weights_bytes,
-            activation: a.activation_bytes,
-            non_torch: a.non_torch_bytes,
-            graph: a.graph_bytes,
-        },
-    })
+    Ok(DryRun::new(model, t.total)
+        .device(t.label.clone(), t.snapshot)
+        .request(request)
+        .dtype(a.dtype.clone())
+        .kv_cache_dtype(kv_cache_dtype)
+        .quantization(quantization)
+        .max_model_len(a.max_model_len)
+        .max_num_seqs(a.max_num_seqs)
+        .max_num_batched_tokens(a.max_num_batched_tokens)
+        .block_size(a.block_size)
+        .engine(engine)
+        .device_name(t.name.clone())
+        .tensor_parallel(a.tensor_parallel_size)
+        .capture_sizes(a.cudagraph_capture_sizes.clone())
+        .enforce_eager(a.enforce_eager)
+        .graph_reserve(graph_reserve)
+        .given(ConsumerKind::Weights, a.weights_bytes)
+        .given(ConsumerKind::Activation, a.activation_bytes)
+        .given(ConsumerKind::NonAllocator, a.non_torch_bytes)
+        .given(ConsumerKind::Graphs, a.graph_bytes))
+}
+
+/// One rank's plan. With `--graph-strategy auto` on a device, the plan says which strategy a
+/// measured start-up there would use (selected from the device's declared capability).
+fn plan_one(a: &Flags, t: &Target) -> Result<Plan, Error> {
+    let mut plan = input(a, t)?.plan()?;
+    if let (Some(cap), Strategy::Auto, GraphMethod::Estimate) =
+        (&t.capability, a.graph_strategy, plan.graph.strategy)
+    {
+        let sizes = match &a.cudagraph_capture_sizes {
+            Some(s) => s.len(),
+            None => {
+                memplan_model::estimate::default_capture_sizes(plan.max_num_seqs.unwrap_or(256))
+                    .len()
+            }
+        };
+        let sel = memplan_planner::select(cap, sizes, true, SelectionPolicy::default());
+        plan.graph.why = format!(
+            "{}; a measured start-up on this device would use {} ({})",
+            plan.graph.why, sel.kind, sel.why
+        );
+    }
+    for e in [Engine::Vllm, Engine::Sglang] {
+        if let Ok(args) = render_args::engine_args(&plan, a.enforce_eager, e) {
+            plan.engine_args.insert(e.name().into(), args);
+        }
+    }
+    Ok(plan)
 }
 
 /// The devices of every rank: with `--tensor-parallel-size N` and an ordinal (`cuda:0`), the
@@ -295,47 +319,34 @@ fn targets(a: &Flags) -> Result<Vec<Target>, Error> {
     Ok(all)
 }
 
-/// One dry run per rank; the engine sizes every rank like the one with the smallest KV budget.
-fn plan_ranks(a: &Flags) -> Result<(Target, PlanInput, dryrun::DryRun), Error> {
-    let mut runs = Vec::new();
-    for t in targets(a)? {
-        let inp = input(a, &t)?;
-        let plan = dryrun::run(&inp)?;
-        runs.push((t, inp, plan));
-    }
-    let budgets: Vec<_> = runs.iter().map(|r| r.2.budget).collect();
-    let (i, _) = memplan_planner::budget::combine_ranks(&budgets)?;
-    let n = runs.len();
-    let (t, inp, mut plan) = runs.swap_remove(i);
-    if n > 1 {
-        plan.warnings.push(format!("rank {i} ({}) has the smallest KV budget of {n} ranks; the engine sizes every rank like it", t.label));
-    }
-    Ok((t, inp, plan))
+/// One dry run per rank; the engine sizes every rank like the one with the smallest KV cache.
+fn plan_ranks(a: &Flags) -> Result<Plan, Error> {
+    let plans = targets(a)?
+        .iter()
+        .map(|t| plan_one(a, t))
+        .collect::<Result<Vec<_>, _>>()?;
+    combine_ranks(plans)
 }
 
 /// Run `memplan plan`.
 pub fn run(a: Args) -> Result<ExitCode, Error> {
     let a = *a.flags;
-    let (t, inp, mut plan) = plan_ranks(&a)?;
-    if matches!(
-        a.graph_strategy,
-        Strategy::PostCapture | Strategy::Full | Strategy::Sampled | Strategy::VllmLegacy
-    ) {
-        plan.warnings.push(format!("--graph-strategy {:?} needs a device run (the engine API or `memplan simulate`); this dry run reserves the measured or analytic figure instead", a.graph_strategy));
-    }
-    let view = render::View::new(&t.label, &inp, &plan, &a);
+    let plan = plan_ranks(&a)?;
     if let Some(path) = &a.svg {
-        std::fs::write(path, render::svg(&view)).map_err(|e| Error::Io {
+        std::fs::write(path, render::svg(&plan)).map_err(|e| Error::Io {
             path: path.display().to_string(),
             source: e,
         })?;
     }
     if a.json {
-        crate::output::print_json(&view.json())?;
+        crate::output::print_json(&plan)?;
     } else if let Some((engine, _)) = a.emit_args.clone() {
-        println!("{}", render::engine_args(&view, engine)?);
+        println!(
+            "{}",
+            render_args::engine_args(&plan, a.enforce_eager, engine)?
+        );
     } else {
-        print!("{}", render::table(&view));
+        print!("{}", render::text(&plan, &crate::flags::flag_name));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -351,15 +362,20 @@ mod tests {
         args: Args,
     }
 
-    fn plan(flags: &str) -> Result<serde_json::Value, Error> {
-        let a = Cli::try_parse_from(std::iter::once("plan").chain(flags.split_whitespace()))
-            .map_err(|e| Error::invalid("flags", e.to_string()))?
+    fn flags(flags: &str) -> Flags {
+        *Cli::try_parse_from(std::iter::once("plan").chain(flags.split_whitespace()))
+            .unwrap()
             .args
-            .flags;
-        let t = target(&a)?;
-        let inp = input(&a, &t)?;
-        let p = dryrun::run(&inp)?;
-        Ok(render::View::new(&t.label, &inp, &p, &a).json())
+            .flags
+    }
+
+    fn plan(f: &str) -> Result<serde_json::Value, Error> {
+        let p = plan_ranks(&flags(f))?;
+        Ok(serde_json::to_value(&p).unwrap())
+    }
+
+    fn err(f: &str) -> String {
+        crate::flags::describe(&plan(f).unwrap_err())
     }
 
     #[test]
@@ -367,24 +383,43 @@ mod tests {
         let j = plan("--model qwen2.5-1.5b-instruct --total-memory 24GiB --max-model-len 8192")
             .unwrap();
         for k in [
+            "schema",
             "device",
+            "model",
             "total_bytes",
             "requested_bytes",
-            "weights_bytes",
-            "activation_bytes",
-            "non_torch_bytes",
-            "graph_reserve_bytes",
-            "graph_strategy",
+            "consumers",
+            "graph",
+            "kv_budget_bytes",
             "kv_cache_bytes",
-            "num_blocks",
             "kv_cache_tokens",
-            "max_concurrency",
-            "max_model_len_fit",
+            "kv",
+            "limits",
+            "suggestions",
+            "engine_args",
             "warnings",
         ] {
             assert!(j.get(k).is_some(), "missing {k}");
         }
-        assert_eq!(j["graph_strategy"], "conservative");
+        assert_eq!(j["schema"], "memplan.plan/1");
+        assert_eq!(j["graph"]["strategy"], "estimate");
+        for k in [
+            "num_blocks",
+            "usable_blocks",
+            "max_concurrency",
+            "max_model_len_fit",
+        ] {
+            assert!(j["kv"].get(k).is_some(), "missing kv.{k}");
+        }
+        let kinds: Vec<_> = j["consumers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["kind"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(kinds, ["weights", "activation", "non_allocator", "graphs"]);
+        assert_eq!(j["consumers"][0]["provenance"]["kind"], "estimated");
+        assert!(j["engine_args"]["vllm"].is_string());
     }
 
     #[test]
@@ -394,7 +429,9 @@ mod tests {
         let j = plan("--model llama-3.1-8b-instruct --total-memory 79.19GiB --gpu-memory-utilization 0.95 --max-model-len 8192 --weights-bytes 14.99GiB --activation-bytes 1.89GiB --non-torch-bytes 0.25GiB --graph-strategy none").unwrap();
         let t = j["kv_cache_tokens"].as_u64().unwrap();
         assert!((475_776..=476_096).contains(&t), "{t}");
-        assert_eq!(j["graph_reserve_bytes"], 0);
+        assert_eq!(j["consumers"][3]["bytes"], 0);
+        assert_eq!(j["graph"]["strategy"], "not-reserved");
+        assert_eq!(j["consumers"][0]["provenance"]["kind"], "given");
     }
 
     #[test]
@@ -407,87 +444,84 @@ mod tests {
 
     #[test]
     fn one_simulated_device_stands_for_every_rank() {
-        let a = Cli::try_parse_from(
-            "plan --model llama-3.1-8b-instruct --device sim:h100-80gb --tp 2 --max-model-len 8192"
-                .split_whitespace(),
-        )
-        .unwrap()
-        .args
-        .flags;
-        let (t, _, p) = plan_ranks(&a).unwrap();
-        assert!(t.label.starts_with("sim:h100-80gb") && t.snapshot.is_some());
+        let a = flags(
+            "--model llama-3.1-8b-instruct --device sim:h100-80gb --tp 2 --max-model-len 8192",
+        );
+        let p = plan_ranks(&a).unwrap();
+        assert!(p.device.as_deref().unwrap().starts_with("sim:h100-80gb"));
         assert!(
-            p.warnings.iter().any(|w| w.contains("per rank")),
+            p.warnings
+                .iter()
+                .any(|w| matches!(w, memplan_planner::Warning::FiguresPerRank { ranks: 2 })),
             "{:?}",
             p.warnings
         );
         assert_eq!(p.kv_spec.groups[0].kv_heads, 4);
+        // On a device, the plan says which strategy a measured start-up would use.
+        assert!(
+            p.graph.why.contains("would use post-capture"),
+            "{}",
+            p.graph.why
+        );
     }
 
     #[test]
     fn errors_say_what_would_fit() {
-        let e = plan("--model qwen3-8b --total-memory 24GiB --max-model-len 200000")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("largest --max-model-len that fits"), "{e}");
-        let e = plan("--model qwen3-8b --total-memory 18GiB --gpu-memory-utilization 0.9")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("--gpu-memory-utilization 0.9"), "{e}");
-        assert!(plan("--model qwen3-8b")
-            .unwrap_err()
-            .to_string()
-            .contains("--device"));
+        let e = plan("--model qwen3-8b --total-memory 24GiB --max-model-len 200000").unwrap_err();
         assert!(
-            plan("--model qwen3-8b --total-memory 24GiB --quantization awq")
-                .unwrap_err()
-                .to_string()
-                .contains("--quantization")
+            matches!(
+                e.refusal(),
+                Some(memplan::Refusal::RequestDoesNotFit {
+                    max_model_len_fit: Some(_),
+                    ..
+                })
+            ),
+            "{e}"
+        );
+        let e = err("--model qwen3-8b --total-memory 24GiB --max-model-len 200000");
+        assert!(e.contains("largest --max-model-len that fits"), "{e}");
+        let e = err("--model qwen3-8b --total-memory 18GiB --gpu-memory-utilization 0.9");
+        assert!(e.contains("--gpu-memory-utilization 0.9"), "{e}");
+        assert!(err("--model qwen3-8b").contains("--device"));
+        assert!(
+            err("--model qwen3-8b --total-memory 24GiB --quantization awq")
+                .starts_with("--quantization")
+        );
+        assert!(
+            err("--model qwen3-8b --total-memory 24GiB --gpu-memory-utilization 1.5")
+                .starts_with("--gpu-memory-utilization")
         );
     }
 
     #[test]
     fn emitted_args_pin_the_budget() {
-        let a = Cli::try_parse_from(
-            "plan --model qwen3-8b --total-memory 80GiB --max-model-len 8192 --kv-cache-dtype fp8 --engine vllm@0.19"
-                .split_whitespace(),
-        )
-        .unwrap()
-        .args
-        .flags;
-        let t = target(&a).unwrap();
-        let inp = input(&a, &t).unwrap();
-        let p = dryrun::run(&inp).unwrap();
-        let v = render::View::new(&t.label, &inp, &p, &a);
-        let vllm = render::engine_args(&v, Engine::Vllm).unwrap();
+        let a = flags(
+            "--model qwen3-8b --total-memory 80GiB --max-model-len 8192 --kv-cache-dtype fp8 --engine vllm@0.19",
+        );
+        let p = plan_ranks(&a).unwrap();
+        let vllm = render_args::engine_args(&p, false, Engine::Vllm).unwrap();
         assert!(
-            vllm.contains(&format!("--kv-cache-memory-bytes {} ", p.budget.kv_budget))
+            vllm.contains(&format!("--kv-cache-memory-bytes {} ", p.kv_budget))
                 && vllm.contains("--kv-cache-dtype fp8_e4m3"),
             "{vllm}"
         );
-        let sg = render::engine_args(&v, Engine::Sglang).unwrap();
+        let sg = render_args::engine_args(&p, false, Engine::Sglang).unwrap();
         assert!(
-            sg.contains(&format!("--max-total-tokens {} ", p.sizing.tokens)),
+            sg.contains(&format!("--max-total-tokens {} ", p.kv.tokens)),
             "{sg}"
         );
-        assert!(
-            render::svg(&v).starts_with("<svg") && render::table(&v).contains("KV cache tokens")
-        );
+        let table = render::text(&p, &crate::flags::flag_name);
+        assert!(render::svg(&p).starts_with("<svg") && table.contains("KV cache tokens"));
+        assert!(table.contains("--kv-cache-memory-bytes"), "{table}");
         // SGLang's fraction is the planned request (0.9 by default), not weights + KV alone:
         // its pool is `free - total * (1 - fraction)`, so a smaller fraction leaves the pool
         // short of --max-total-tokens by the engine's context and workspaces.
         assert!(sg.contains("--mem-fraction-static 0.900 "), "{sg}");
     }
 
-    fn emitted(flags: &str, e: Engine) -> Result<String, Error> {
-        let a = Cli::try_parse_from(std::iter::once("plan").chain(flags.split_whitespace()))
-            .unwrap()
-            .args
-            .flags;
-        let t = target(&a).unwrap();
-        let inp = input(&a, &t).unwrap();
-        let p = dryrun::run(&inp).unwrap();
-        render::engine_args(&render::View::new(&t.label, &inp, &p, &a), e)
+    fn emitted(f: &str, e: Engine) -> Result<String, Error> {
+        let a = flags(f);
+        render_args::engine_args(&plan_ranks(&a).unwrap(), a.enforce_eager, e)
     }
 
     #[test]

@@ -52,7 +52,10 @@ pub fn run(args: Args) -> Result<ExitCode, memplan::Error> {
         print!("{report}");
         if let Some(auto) = report.runs.iter().find(|r| r.auto) {
             if let Some(p) = &auto.plan {
-                println!("\nplan of the automatic choice:\n{p}");
+                println!(
+                    "\nplan of the automatic choice:\n{}",
+                    memplan_planner::plan::render::text(p, &crate::flags::flag_name)
+                );
             }
         }
     }

@@ -95,16 +95,23 @@ impl CalibrationReport {
         self.downgrades().is_empty()
     }
 
-    /// One line per downgrade, for plans and warnings.
-    pub fn downgrade_lines(&self) -> Vec<String> {
+    /// One warning per downgrade, for sessions and plans.
+    pub fn downgrade_warnings(&self) -> Vec<crate::Warning> {
         self.downgrades()
             .iter()
-            .map(|v| {
-                format!(
-                    "calibration downgraded {}: declared {}, observed {}",
-                    v.item, v.declared, v.calibrated
-                )
+            .map(|v| crate::Warning::CalibrationDowngrade {
+                item: v.item.clone(),
+                declared: v.declared.clone(),
+                observed: v.calibrated.clone(),
             })
+            .collect()
+    }
+
+    /// The downgrades as lines (the warnings' text).
+    pub fn downgrade_lines(&self) -> Vec<String> {
+        self.downgrade_warnings()
+            .iter()
+            .map(ToString::to_string)
             .collect()
     }
 }

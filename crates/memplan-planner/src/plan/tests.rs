@@ -1,8 +1,13 @@
 use super::*;
+use crate::budget::Request;
+use crate::session::Profile;
 use crate::strategy::GraphEstimate;
 use memplan_core::bytes::{GIB, MIB};
 use memplan_core::kv::{AttentionKind, KvDtype, LayerGroup};
-use memplan_core::{AllocatorMemory, DriverMemory, ProfilingCapability, Reliability};
+use memplan_core::{
+    AllocatorMemory, DriverMemory, MemoryInfo, ProfilingCapability, Reading, Reliability,
+};
+use memplan_core::{Error, Param, Refusal};
 use proptest::prelude::*;
 
 fn snap(total: u64, free: u64) -> MemoryInfo {
@@ -30,45 +35,44 @@ fn profile(
     g: i64,
     graph: Option<(i64, u64, bool)>,
 ) -> Profile {
-    Profile {
-        capability: ProfilingCapability::exact_discrete(),
-        baseline: snap(total, free0),
-        last: snap(total, free_last),
-        steps: Vec::new(),
-        warnings: Vec::new(),
-        foreign_bytes: 0,
-        weights_bytes: Some(w),
-        weights_held_bytes: Some(w),
-        activation_peak_bytes: Some(a),
-        non_allocator_growth: Some(g),
-        graph: graph.map(|(p, m, kept)| {
-            let mut e = GraphEstimate::new(StrategyKind::Full, 35, p, m, "test");
-            e.kept = kept;
-            e
-        }),
-        kv_reservation: None,
+    let mut p = Profile::new(ProfilingCapability::exact_discrete(), snap(total, free0));
+    p.last = snap(total, free_last);
+    p.weights_bytes = Some(w);
+    p.weights_held_bytes = Some(w);
+    p.activation_peak_bytes = Some(a);
+    p.non_allocator_growth = Some(g);
+    p.graph = graph.map(|(p, m, kept)| {
+        let mut e = GraphEstimate::new(StrategyKind::Full, 35, p, m, "test");
+        e.kept = kept;
+        e
+    });
+    p
+}
+
+/// Plan a profile the way a session does.
+fn plan(p: &Profile, why: &str, request: Request) -> Result<Plan> {
+    PlanBuilder::from_profile(p, why, request, spec(), limits())?.build()
+}
+
+fn spec() -> KvSpec {
+    KvSpec {
+        groups: vec![LayerGroup {
+            attention: AttentionKind::Full,
+            num_layers: 28,
+            kv_heads: 2,
+            head_dim_k: 128,
+            head_dim_v: 128,
+        }],
+        dtype: KvDtype::Bf16,
+        block_size: 16,
     }
 }
 
-fn inputs(request: Request) -> PlanInputs {
-    PlanInputs {
-        request,
-        kv: KvSpec {
-            groups: vec![LayerGroup {
-                attention: AttentionKind::Full,
-                num_layers: 28,
-                kv_heads: 2,
-                head_dim_k: 128,
-                head_dim_v: 128,
-            }],
-            dtype: KvDtype::Bf16,
-            block_size: 16,
-        },
-        limits: KvLimits {
-            max_model_len: 4096,
-            max_num_batched_tokens: 8192,
-            max_len_limit: 1 << 20,
-        },
+fn limits() -> KvLimits {
+    KvLimits {
+        max_model_len: 4096,
+        max_num_batched_tokens: 8192,
+        max_len_limit: 1 << 20,
     }
 }
 
@@ -83,46 +87,60 @@ fn table_and_bar() {
         128 * MIB as i64,
         Some((200 * MIB as i64, 0, false)),
     );
-    let plan = plan(&p, "test", &inputs(Request::Utilization(0.9))).unwrap();
+    let plan = plan(&p, "test", Request::Utilization(0.9)).unwrap();
     let s = plan.to_string();
     for needle in [
-        "device total",
+        "total",
         "requested",
         "weights",
         "graph reserve",
-        "KV budget",
-        "KV tokens",
+        "KV cache budget",
+        "KV cache tokens",
         "max concurrency",
         "[WWW",
     ] {
         assert!(s.contains(needle), "{needle} in\n{s}");
     }
-    assert_eq!(plan.bar().chars().count(), 62);
+    assert_eq!(plan.bar(60).chars().count(), 62);
     let j = serde_json::to_value(&plan).unwrap();
-    assert_eq!(j["strategy"], "full");
-    assert!(j["kv"]["tokens"].as_u64().unwrap() > 0);
+    assert_eq!(j["schema"], SCHEMA);
+    assert_eq!(j["graph"]["strategy"], "full");
+    assert!(j["kv_cache_tokens"].as_u64().unwrap() > 0);
+    assert_eq!(j["kv_cache_tokens"], j["kv"]["tokens"]);
+    assert_eq!(j["consumers"][0]["kind"], "weights");
+    assert_eq!(j["consumers"][0]["provenance"]["kind"], "measured");
+    assert_eq!(j["consumers"][3]["provenance"]["strategy"], "full");
 }
 
 #[test]
 fn free_memory_caps_and_says_so() {
     // Someone holds 8 GiB: the budget would allow more than is free.
     let p = profile(24 * GIB, 23 * GIB, 8 * GIB, 3 * GIB, GIB, 0, None);
-    let plan = plan(&p, "t", &inputs(Request::Utilization(0.9))).unwrap();
-    assert!(plan.capped_by_free.is_some() && plan.kv_bytes < plan.budget.kv_budget);
+    let plan = plan(&p, "t", Request::Utilization(0.9)).unwrap();
+    assert!(plan.capped_by_free.is_some() && plan.kv_bytes < plan.kv_budget);
     assert!(plan.kv_bytes <= 8 * GIB - GIB);
     assert!(plan
         .warnings
         .iter()
-        .any(|w| w.contains("caps the KV cache")));
+        .any(|w| matches!(w, Warning::KvCappedByFreeMemory { .. })));
+    let j = serde_json::to_value(&plan).unwrap();
+    assert!(j["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|w| w["code"] == "kv_capped_by_free_memory"
+            && w["message"].as_str().unwrap().contains("caps the KV cache")));
 }
 
 #[test]
 fn early_check_and_missing_total() {
     let p = profile(24 * GIB, GIB, GIB, 3 * GIB, GIB, 0, None);
-    let e = plan(&p, "t", &inputs(Request::Utilization(0.9)))
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("less than requested"), "{e}");
+    let e = plan(&p, "t", Request::Utilization(0.9)).unwrap_err();
+    assert!(
+        matches!(e.refusal(), Some(Refusal::FreeBelowRequested { .. })),
+        "{e}"
+    );
+    assert!(e.to_string().contains("less than requested"), "{e}");
     let mut p = profile(24 * GIB, 23 * GIB, 20 * GIB, 3 * GIB, GIB, 0, None);
     p.baseline.driver.total = None;
     p.capability.set(
@@ -131,32 +149,48 @@ fn early_check_and_missing_total() {
             reason: "aperture".into(),
         },
     );
-    let e = plan(&p, "t", &inputs(Request::Utilization(0.9)))
-        .unwrap_err()
-        .to_string();
+    let e = plan(&p, "t", Request::Utilization(0.9)).unwrap_err();
     assert!(
-        e.contains("gpu-memory-utilization") && e.contains("aperture"),
+        matches!(
+            e,
+            Error::InvalidParam {
+                param: Param::Utilization,
+                ..
+            }
+        ) && e.to_string().contains("aperture"),
         "{e}"
     );
-    assert!(plan(&p, "t", &inputs(Request::Bytes(16 * GIB))).is_ok());
-    // A fixed KV size needs the total too; the error names that flag, not another.
-    let e = plan(&p, "t", &inputs(Request::KvCacheBytes(GIB)))
-        .unwrap_err()
-        .to_string();
-    assert!(e.starts_with("kv-cache-memory-bytes"), "{e}");
+    assert!(plan(&p, "t", Request::Bytes(16 * GIB)).is_ok());
+    // A fixed KV size needs the total too; the error names that parameter, not another.
+    let e = plan(&p, "t", Request::KvCacheBytes(GIB)).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::InvalidParam {
+                param: Param::KvCacheBytes,
+                ..
+            }
+        ),
+        "{e}"
+    );
 }
 
 #[test]
 fn ranks_combine_to_the_smallest() {
     let mk = |free_last| {
         let p = profile(24 * GIB, 23 * GIB, free_last, 3 * GIB, GIB, 0, None);
-        plan(&p, "t", &inputs(Request::Utilization(0.9))).unwrap()
+        plan(&p, "t", Request::Utilization(0.9)).unwrap()
     };
-    let plans = [mk(20 * GIB), mk(9 * GIB), mk(19 * GIB)];
-    let (i, p) = combine_ranks(&plans).unwrap();
-    assert_eq!(i, 1);
-    assert!(plans.iter().all(|q| q.kv.num_blocks >= p.kv.num_blocks));
-    assert!(combine_ranks(&[]).is_err());
+    let plans = vec![mk(20 * GIB), mk(9 * GIB), mk(19 * GIB)];
+    let blocks: Vec<u64> = plans.iter().map(|q| q.kv.num_blocks).collect();
+    let p = combine_ranks(plans).unwrap();
+    assert_eq!(p.ranks.map(|r| (r.count, r.limiting)), Some((3, 1)));
+    assert!(blocks.iter().all(|b| *b >= p.kv.num_blocks));
+    assert!(matches!(
+        p.warnings.last(),
+        Some(Warning::LimitingRank { rank: 1, .. })
+    ));
+    assert!(combine_ranks(Vec::new()).is_err());
 }
 
 proptest! {
@@ -174,16 +208,15 @@ proptest! {
     ) {
         let x = |f: f64| ((total as f64 * f) as u64).min(total);
         let p = profile(total, x(f0), x(fl), x(w), x(a), (total as f64 * g) as i64, Some(((total as f64 * point) as i64, x(margin), kept)));
-        match plan(&p, "prop", &inputs(Request::Utilization(util))) {
+        match plan(&p, "prop", Request::Utilization(util)) {
             Err(e) => prop_assert!(!e.to_string().is_empty()),
             Ok(plan) => {
-                let b = &plan.budget;
-                let used = b.consumers.total().unwrap();
-                prop_assert!(plan.kv_bytes <= b.kv_budget);
-                prop_assert!(used + plan.kv_bytes <= b.requested);
-                prop_assert!(b.requested <= total);
+                let used = plan.consumers.total().unwrap();
+                prop_assert!(plan.kv_bytes <= plan.kv_budget);
+                prop_assert!(used + plan.kv_bytes <= plan.requested);
+                prop_assert!(plan.requested <= total);
                 prop_assert!(plan.kv.used_bytes <= plan.kv_bytes);
-                prop_assert!(plan.bar().chars().count() == 62);
+                prop_assert!(plan.bar(60).chars().count() == 62);
             }
         }
     }

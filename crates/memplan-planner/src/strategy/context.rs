@@ -10,7 +10,9 @@ use memplan_core::bytes::fmt_bytes;
 use memplan_core::{Device, Error, MemoryInfo, MemoryWindow, ProfilingCapability, Reading, Result};
 
 use crate::engine::Engine;
-use crate::session::Session;
+use crate::kv_range::KvRange;
+use crate::session::Recorder;
+use crate::warning::Warning;
 
 /// What one window says about graph memory, and from which layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,16 +25,16 @@ pub struct GraphReading {
 }
 
 /// Protocol primitives for a strategy, bound to one session and one engine.
-pub struct GraphContext<'s, 'd> {
-    session: &'s mut Session<'d>,
+pub struct GraphContext<'s> {
+    session: &'s mut Recorder,
     engine: &'s mut dyn Engine,
     before: MemoryInfo,
     armed: bool,
 }
 
-impl<'s, 'd> GraphContext<'s, 'd> {
+impl<'s> GraphContext<'s> {
     pub(crate) fn new(
-        session: &'s mut Session<'d>,
+        session: &'s mut Recorder,
         engine: &'s mut dyn Engine,
         before: MemoryInfo,
     ) -> Self {
@@ -46,7 +48,7 @@ impl<'s, 'd> GraphContext<'s, 'd> {
 
     /// The capability the session trusts.
     pub fn capability(&self) -> &ProfilingCapability {
-        self.session.capability()
+        &self.session.p.capability
     }
 
     /// The sizes the engine captures, in its capture order.
@@ -61,7 +63,7 @@ impl<'s, 'd> GraphContext<'s, 'd> {
 
     /// The device (for virtual-memory operations).
     pub fn device(&mut self) -> &mut dyn Device {
-        self.session.device
+        &mut self.session.device
     }
 
     /// The snapshot the phase started from.
@@ -69,14 +71,23 @@ impl<'s, 'd> GraphContext<'s, 'd> {
         self.before
     }
 
-    /// Hand the KV cache's reserved address range to the session (post-capture).
-    pub fn set_kv_reservation(&mut self, range: memplan_core::VaRange) {
-        self.session.p.kv_reservation = Some(range);
+    /// Post-capture: reserve the KV cache's address range (at least `bytes`, rounded up to
+    /// the granularity) and hand it to the engine before any capture
+    /// ([`Engine::bind_kv_range`]). The session keeps the range: it is released after the
+    /// teardown if the phase fails, and mapped for the engine when the session ends. Returns
+    /// the bytes reserved.
+    pub fn reserve_kv_range(&mut self, bytes: u64) -> Result<u64> {
+        let range = KvRange::reserve(&self.session.device, bytes)?;
+        // An error drops the range here: nothing was captured against it.
+        self.engine.bind_kv_range(&range)?;
+        let reserved = range.bytes();
+        self.session.kv_range = Some(range);
+        Ok(reserved)
     }
 
     /// Record a warning in the session.
-    pub fn warn(&mut self, msg: impl Into<String>) {
-        self.session.warn(msg);
+    pub fn warn(&mut self, w: Warning) {
+        self.session.warn(w);
     }
 
     /// Release the engine's cached memory, then snapshot: the baseline of a window whose work
@@ -113,7 +124,7 @@ impl<'s, 'd> GraphContext<'s, 'd> {
     /// Destroy every graph captured so far, release their pool and synchronize, in the middle
     /// of a phase (a sample that must not share its pool with the next one).
     pub fn release_graphs(&mut self) -> Result<()> {
-        release_all(self.engine, self.session.device)
+        release_all(self.engine, &mut self.session.device)
     }
 
     /// Graph memory in a window: from the driver when its free reading measures this process,
@@ -148,7 +159,7 @@ impl<'s, 'd> GraphContext<'s, 'd> {
         let span = tracing::info_span!("teardown");
         let _e = span.enter();
         self.armed = false;
-        release_all(self.engine, self.session.device)?;
+        release_all(self.engine, &mut self.session.device)?;
         let after = self.session.snap(self.engine)?;
         self.check_restored(&after);
         Ok(after)
@@ -201,10 +212,8 @@ impl<'s, 'd> GraphContext<'s, 'd> {
         if leaks.is_empty() {
             tracing::info!("teardown restored the allocator and graph pool");
         } else {
-            self.session.warn(format!(
-                "graph teardown did not restore memory: {}",
-                leaks.join("; ")
-            ));
+            self.session
+                .warn(Warning::GraphTeardownIncomplete { leaks });
         }
     }
 }
@@ -224,7 +233,7 @@ fn release_all(engine: &mut dyn Engine, device: &mut dyn Device) -> Result<()> {
     trimmed
 }
 
-impl Drop for GraphContext<'_, '_> {
+impl Drop for GraphContext<'_> {
     fn drop(&mut self) {
         if self.armed {
             if let Err(e) = self.teardown() {

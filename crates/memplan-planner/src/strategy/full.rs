@@ -5,6 +5,7 @@ use memplan_core::{Error, Result};
 
 use super::context::GraphContext;
 use super::{GraphEstimate, GraphStrategy, StrategyKind};
+use crate::warning::Warning;
 
 /// Capture every size into a throwaway pool, measure, release. Exact where the driver free
 /// reading measures this process; costs one capture per size.
@@ -12,13 +13,14 @@ use super::{GraphEstimate, GraphStrategy, StrategyKind};
 pub struct Full;
 
 /// Capture every size once and for all, then size the KV cache from real usage. The KV cache's
-/// address range is reserved first (virtual memory) so graphs can be captured against it, and
-/// mapped by the engine once the plan says how much fits.
+/// address range is reserved first (virtual memory) and handed to the engine
+/// ([`Engine::bind_kv_range`](crate::Engine::bind_kv_range)) so its graphs can be captured
+/// against it; memory is mapped there once the plan says how much fits.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PostCapture;
 
 /// Capture every size after a flushed baseline; the signed graph bytes and the layer used.
-fn capture_all(ctx: &mut GraphContext<'_, '_>) -> Result<(i64, bool, usize)> {
+fn capture_all(ctx: &mut GraphContext<'_>) -> Result<(i64, bool, usize)> {
     let sizes = ctx.sizes();
     let before = ctx.flushed_snapshot()?;
     for s in &sizes {
@@ -29,11 +31,10 @@ fn capture_all(ctx: &mut GraphContext<'_, '_>) -> Result<(i64, bool, usize)> {
     let after = ctx.flushed_snapshot()?;
     let r = ctx.graph_bytes(&before.window_to(&after));
     if r.bytes < 0 {
-        ctx.warn(format!(
-            "capturing {} graphs freed {}: the cache flush was not complete or another process freed memory (kept negative in the record)",
-            sizes.len(),
-            fmt_signed(r.bytes)
-        ));
+        ctx.warn(Warning::NegativeCaptureWindow {
+            graphs: sizes.len(),
+            bytes: r.bytes,
+        });
     }
     Ok((r.bytes, r.from_driver, sizes.len()))
 }
@@ -51,7 +52,7 @@ impl GraphStrategy for Full {
         StrategyKind::Full
     }
 
-    fn run(&self, ctx: &mut GraphContext<'_, '_>) -> Result<GraphEstimate> {
+    fn run(&self, ctx: &mut GraphContext<'_>) -> Result<GraphEstimate> {
         let (bytes, from_driver, n) = capture_all(ctx)?;
         let tol = ctx.free_tolerance();
         let mut e = GraphEstimate::new(StrategyKind::Full, n, bytes, 0, source(from_driver));
@@ -70,52 +71,32 @@ impl GraphStrategy for PostCapture {
         StrategyKind::PostCapture
     }
 
-    fn run(&self, ctx: &mut GraphContext<'_, '_>) -> Result<GraphEstimate> {
+    fn run(&self, ctx: &mut GraphContext<'_>) -> Result<GraphEstimate> {
         if !ctx.engine().supports_post_capture() {
             return Err(Error::unsupported(
                 "post-capture sizing",
                 "the engine cannot bind its KV cache after capture",
             ));
         }
-        let span = ctx.phase_baseline().driver.total;
-        let want = span.ok_or_else(|| {
-            Error::Measurement(
-                "post-capture needs the driver total to reserve address space".into(),
+        let want = ctx.phase_baseline().driver.total.ok_or_else(|| {
+            Error::unsupported(
+                "post-capture sizing",
+                "the device reports no total to reserve the KV cache's address space for",
             )
         })?;
-        let vm = ctx.device().virtual_memory()?;
-        let gran = vm.granularity()?.max(1);
-        let bytes = want.div_ceil(gran).checked_mul(gran).ok_or_else(|| {
-            Error::Measurement(format!(
-                "the driver total ({want} bytes) rounded up to the {gran}-byte granularity overflows 64 bits"
-            ))
-        })?;
-        let range = vm.reserve(bytes)?;
-        tracing::info!(bytes = range.bytes, "KV address range reserved");
-        match capture_all(ctx) {
-            Ok((bytes, from_driver, n)) => {
-                let tol = ctx.free_tolerance();
-                let mut e =
-                    GraphEstimate::new(StrategyKind::PostCapture, n, bytes, 0, source(from_driver));
-                e.uncertainty = tol;
-                e.kept = true;
-                e.explanation = format!(
-                    "reserved {} of address space for the KV cache, captured all {n} sizes for good: they hold {}; the KV cache is sized from real usage, nothing is estimated",
-                    fmt_bytes(range.bytes),
-                    fmt_signed(bytes)
-                );
-                ctx.set_kv_reservation(range);
-                Ok(e)
-            }
-            Err(err) => {
-                // Error path: give the address range back before the session tears graphs down.
-                if let Ok(vm) = ctx.device().virtual_memory() {
-                    if let Err(e2) = vm.release(range) {
-                        tracing::error!(error = %e2, "releasing the KV address range failed");
-                    }
-                }
-                Err(err)
-            }
-        }
+        // The engine has the range before the first capture; if anything below fails, the
+        // session tears the graphs down and then releases the range.
+        let reserved = ctx.reserve_kv_range(want)?;
+        let (bytes, from_driver, n) = capture_all(ctx)?;
+        let tol = ctx.free_tolerance();
+        let mut e = GraphEstimate::new(StrategyKind::PostCapture, n, bytes, 0, source(from_driver));
+        e.uncertainty = tol;
+        e.kept = true;
+        e.explanation = format!(
+            "reserved {} of address space for the KV cache and gave it to the engine, captured all {n} sizes for good: they hold {}; the KV cache is sized from real usage, nothing is estimated",
+            fmt_bytes(reserved),
+            fmt_signed(bytes)
+        );
+        Ok(e)
     }
 }

@@ -14,6 +14,7 @@ use memplan_core::{Error, Reading, Result};
 
 use super::context::GraphContext;
 use super::{GraphEstimate, GraphSample, GraphStrategy, StrategyKind};
+use crate::warning::Warning;
 
 /// vLLM's legacy sampling.
 #[derive(Debug, Clone, Copy, Default)]
@@ -36,7 +37,7 @@ impl GraphStrategy for VllmLegacy {
         StrategyKind::VllmLegacy
     }
 
-    fn run(&self, ctx: &mut GraphContext<'_, '_>) -> Result<GraphEstimate> {
+    fn run(&self, ctx: &mut GraphContext<'_>) -> Result<GraphEstimate> {
         let sizes = ctx.sizes();
         let mut samples = Vec::new();
         for &size in sizes.iter().take(2) {
@@ -66,10 +67,9 @@ impl GraphStrategy for VllmLegacy {
         let deltas: Vec<i64> = samples.iter().map(|s| s.delta).collect();
         let point = legacy_extrapolate(&deltas, sizes.len());
         if deltas.iter().any(|d| *d < 0) {
-            ctx.warn(format!(
-                "vllm-legacy saw negative samples {:?}: the capture emptied the allocator cache inside the sampling window",
-                deltas.iter().map(|d| fmt_signed(*d)).collect::<Vec<_>>()
-            ));
+            ctx.warn(Warning::LegacyNegativeSamples {
+                samples: deltas.clone(),
+            });
         }
         let mut e = GraphEstimate::new(
             StrategyKind::VllmLegacy,

@@ -26,7 +26,7 @@ pub use simple::{
     Conservative, NoGraphs, DEFAULT_EXEC_BYTES_PER_GRAPH, EXEC_BYTES_PER_KERNEL_NODE_BOUND,
 };
 
-use memplan_core::{Error, ProfilingCapability, Reading, Result};
+use memplan_core::{Error, Param, ProfilingCapability, Reading, Result};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -99,8 +99,8 @@ impl FromStr for StrategyKind {
             .find(|k| k.name() == s)
             .ok_or_else(|| {
                 let known: Vec<_> = StrategyKind::ALL.iter().map(|k| k.name()).collect();
-                Error::invalid(
-                    "--strategy",
+                Error::param(
+                    Param::GraphStrategy,
                     format!(
                         "unknown strategy {s:?}; expected auto, all or one of {}",
                         known.join(", ")
@@ -112,6 +112,7 @@ impl FromStr for StrategyKind {
 
 /// One graph-memory sample.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct GraphSample {
     /// Graph size (batch size).
     pub size: u32,
@@ -123,6 +124,7 @@ pub struct GraphSample {
 
 /// What a strategy found: the reserve the budget subtracts and how sure it is.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct GraphEstimate {
     /// The strategy that ran.
     pub strategy: StrategyKind,
@@ -177,11 +179,12 @@ pub trait GraphStrategy {
     /// Which strategy this is.
     fn kind(&self) -> StrategyKind;
     /// Measure or bound the graph memory.
-    fn run(&self, ctx: &mut GraphContext<'_, '_>) -> Result<GraphEstimate>;
+    fn run(&self, ctx: &mut GraphContext<'_>) -> Result<GraphEstimate>;
 }
 
 /// Knobs of the automatic selection.
 #[derive(Debug, Clone, Copy, Serialize)]
+#[non_exhaustive]
 pub struct SelectionPolicy {
     /// Capture every size (`full`) up to this many sizes; above it, `sampled`.
     pub full_capture_limit: usize,
@@ -200,6 +203,7 @@ impl Default for SelectionPolicy {
 
 /// The automatic choice and why.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct Selection {
     /// The strategy chosen.
     pub kind: StrategyKind,

@@ -23,6 +23,7 @@ use memplan_core::Result;
 
 use super::context::GraphContext;
 use super::{GraphEstimate, GraphSample, GraphStrategy, StrategyKind};
+use crate::warning::Warning;
 
 /// Segment rounding of a caching allocator (PyTorch rounds large segments to 2 MiB); half of
 /// it per graph is part of the margin.
@@ -158,7 +159,7 @@ impl GraphStrategy for Sampled {
         StrategyKind::Sampled
     }
 
-    fn run(&self, ctx: &mut GraphContext<'_, '_>) -> Result<GraphEstimate> {
+    fn run(&self, ctx: &mut GraphContext<'_>) -> Result<GraphEstimate> {
         let sizes = ctx.sizes();
         let mut layers = Vec::new();
         let mut samples = Vec::new();
@@ -174,7 +175,10 @@ impl GraphStrategy for Sampled {
             let r = ctx.graph_bytes(&w);
             from_driver &= r.from_driver;
             if r.bytes < 0 {
-                ctx.warn(format!("sample of size {size} is negative ({}) despite the flush: another process freed memory", fmt_signed(r.bytes)));
+                ctx.warn(Warning::NegativeSample {
+                    size,
+                    bytes: r.bytes,
+                });
             }
             let output = w.allocator_allocated.unwrap_or(0);
             let peak = after

@@ -15,11 +15,12 @@
 //! varies with driver, kernel and graph shape: bounded here at double), never a simulator's
 //! figure; see `docs/simulator-physics.md`. The 25% margin covers allocator rounding.
 
-use memplan_core::bytes::{fmt_bytes, fmt_signed, KIB};
+use memplan_core::bytes::{fmt_bytes, KIB};
 use memplan_core::{Reading, Result};
 
 use super::context::GraphContext;
 use super::{GraphEstimate, GraphStrategy, StrategyKind};
+use crate::warning::Warning;
 
 /// Upper bound of the driver memory per kernel node of a graph's executable object: double the
 /// one public data point (~64 KiB), since the figure varies with driver and graph shape.
@@ -41,7 +42,7 @@ impl GraphStrategy for Conservative {
         StrategyKind::Conservative
     }
 
-    fn run(&self, ctx: &mut GraphContext<'_, '_>) -> Result<GraphEstimate> {
+    fn run(&self, ctx: &mut GraphContext<'_>) -> Result<GraphEstimate> {
         let sizes = ctx.sizes();
         let before = ctx.flushed_snapshot()?;
         for s in &sizes {
@@ -52,11 +53,10 @@ impl GraphStrategy for Conservative {
         let w = before.window_to(&after);
         if let Some(d) = w.allocator_reserved.filter(|d| *d < 0) {
             // Reported, not clamped silently: the bound itself counts 0 for the private pool.
-            ctx.warn(format!(
-                "the allocator's reserved memory changed by {} while capturing {} graphs: the engine released memory inside the window (the bound counts no private pool)",
-                fmt_signed(d),
-                sizes.len()
-            ));
+            ctx.warn(Warning::AllocatorShrankDuringCapture {
+                graphs: sizes.len(),
+                bytes: d,
+            });
         }
         let private = w.allocator_reserved.unwrap_or(0).max(0) as u64;
         // Graph allocation nodes: measured where the device's graph-pool reading can be
@@ -131,7 +131,7 @@ impl GraphStrategy for NoGraphs {
         StrategyKind::None
     }
 
-    fn run(&self, ctx: &mut GraphContext<'_, '_>) -> Result<GraphEstimate> {
+    fn run(&self, ctx: &mut GraphContext<'_>) -> Result<GraphEstimate> {
         let mut e = GraphEstimate::new(StrategyKind::None, 0, 0, 0, "nothing measured");
         e.explanation = if ctx.sizes().is_empty() {
             "the engine captures no graphs: nothing to reserve".into()

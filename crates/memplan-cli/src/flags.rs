@@ -1,0 +1,92 @@
+//! The command line's words for the library's concepts: a [`Param`] is a flag here, and an
+//! error is worded with the flags a person would change. Library errors name concepts ("GPU
+//! memory utilisation"); this is the only place they become flags.
+
+use memplan::{Error, Param, Refusal};
+
+/// The flag that sets a parameter.
+pub fn flag_name(p: Param) -> String {
+    match p {
+        Param::Utilization => "--gpu-memory-utilization",
+        Param::KvCacheBytes => "--kv-cache-memory-bytes",
+        Param::DeviceTotal => "--total-memory",
+        Param::MaxModelLen => "--max-model-len",
+        Param::MaxNumSeqs => "--max-num-seqs",
+        Param::MaxNumBatchedTokens => "--max-num-batched-tokens",
+        Param::TensorParallel | Param::Ranks => "--tensor-parallel-size",
+        Param::CaptureSizes => "--cudagraph-capture-sizes",
+        Param::BlockSize => "--block-size",
+        Param::Dtype => "--dtype",
+        Param::KvCacheDtype => "--kv-cache-dtype",
+        Param::Quantization => "--quantization",
+        Param::GraphStrategy => "--strategy",
+        Param::Device => "--device",
+        // A scenario's `memory_budget` (no flag of its own) and anything newer: the concept.
+        other => return other.concept().to_string(),
+    }
+    .to_string()
+}
+
+/// An error as the command line prints it: parameters as flags, refusals with the flag values
+/// that would fit.
+pub fn describe(e: &Error) -> String {
+    match e.root() {
+        Error::InvalidParam { param, message } => format!("{}: {message}", flag_name(*param)),
+        Error::DoesNotFit(r) => refusal(r),
+        _ => e.to_string(),
+    }
+}
+
+fn refusal(r: &Refusal) -> String {
+    let text = r.to_string();
+    match r {
+        Refusal::NoRoomForKv {
+            utilization_that_fits: Some(u),
+            ..
+        } => text.replace(
+            &format!("a GPU memory utilisation of {u:.4} or more"),
+            &format!("{} {u:.4} or more", flag_name(Param::Utilization)),
+        ),
+        Refusal::RequestDoesNotFit {
+            max_model_len_fit: Some(n),
+            ..
+        } => text.replace(
+            &format!("the longest max model length that fits is {n}"),
+            &format!(
+                "the largest {} that fits is {n}",
+                flag_name(Param::MaxModelLen)
+            ),
+        ),
+        Refusal::RequestDoesNotFit { .. } => text.replace(
+            "lower the tokens per step or raise the memory the engine may use",
+            &format!(
+                "lower {} or raise {}",
+                flag_name(Param::MaxNumBatchedTokens),
+                flag_name(Param::Utilization)
+            ),
+        ),
+        _ => text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_name_the_flags_that_would_fit() {
+        let e = Error::does_not_fit(Refusal::RequestDoesNotFit {
+            max_model_len: 200_000,
+            blocks_per_request: 12_500,
+            usable_blocks: 9_000,
+            kv_bytes: 1 << 30,
+            max_model_len_fit: Some(144_000),
+        });
+        assert!(describe(&e).contains("the largest --max-model-len that fits is 144000"));
+        let e = Error::param(Param::Utilization, "1.5 is outside (0, 1]").during("plan");
+        assert_eq!(
+            describe(&e),
+            "--gpu-memory-utilization: 1.5 is outside (0, 1]"
+        );
+    }
+}

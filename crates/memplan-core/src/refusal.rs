@@ -1,0 +1,239 @@
+//! The typed halves of two errors: [`Param`] names a planning parameter by concept (a front end
+//! maps it to its own flag), and [`Refusal`] says why a plan does not fit and carries what still
+//! helps (the utilisation that would fit, the longest max model length that fits).
+
+use serde::Serialize;
+use std::fmt;
+
+use crate::bytes::fmt_bytes;
+
+/// A planning parameter, named by concept. Library errors carry it
+/// ([`Error::InvalidParam`](crate::Error::InvalidParam)); the command line maps it to its flag
+/// (`Utilization` to `--gpu-memory-utilization`), an engine to its own option.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Param {
+    /// Fraction of the device the engine may use.
+    Utilization,
+    /// An absolute byte budget for everything.
+    MemoryBudget,
+    /// A fixed KV-cache size.
+    KvCacheBytes,
+    /// The device's total memory.
+    DeviceTotal,
+    /// The longest request, in tokens.
+    MaxModelLen,
+    /// Requests per step.
+    MaxNumSeqs,
+    /// Tokens per step.
+    MaxNumBatchedTokens,
+    /// Tensor-parallel ranks.
+    TensorParallel,
+    /// The batch sizes graphs are captured for.
+    CaptureSizes,
+    /// Tokens per KV block.
+    BlockSize,
+    /// The model's dtype.
+    Dtype,
+    /// The KV cache's dtype.
+    KvCacheDtype,
+    /// Weight quantization.
+    Quantization,
+    /// The graph-memory strategy.
+    GraphStrategy,
+    /// The device.
+    Device,
+    /// The per-rank plans to combine.
+    Ranks,
+}
+
+impl Param {
+    /// The concept in words, as errors print it.
+    pub fn concept(self) -> &'static str {
+        match self {
+            Param::Utilization => "GPU memory utilisation",
+            Param::MemoryBudget => "memory budget",
+            Param::KvCacheBytes => "KV cache size",
+            Param::DeviceTotal => "device total",
+            Param::MaxModelLen => "max model length",
+            Param::MaxNumSeqs => "requests per step",
+            Param::MaxNumBatchedTokens => "tokens per step",
+            Param::TensorParallel => "tensor-parallel ranks",
+            Param::CaptureSizes => "graph capture sizes",
+            Param::BlockSize => "KV block size",
+            Param::Dtype => "model dtype",
+            Param::KvCacheDtype => "KV cache dtype",
+            Param::Quantization => "quantization",
+            Param::GraphStrategy => "graph strategy",
+            Param::Device => "device",
+            Param::Ranks => "ranks",
+        }
+    }
+}
+
+impl fmt::Display for Param {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.concept())
+    }
+}
+
+/// Why a plan cannot be satisfied, with what still helps. Carried by
+/// [`Error::DoesNotFit`](crate::Error::DoesNotFit); its `Display` names concepts, and a front
+/// end that wants its own wording (flags) matches on the variant.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Refusal {
+    /// Free memory at start-up is below what the engine requests.
+    FreeBelowRequested {
+        /// Free bytes.
+        free: u64,
+        /// Device total.
+        total: u64,
+        /// Requested bytes.
+        requested: u64,
+        /// The request in words (`GPU memory utilisation 0.95`).
+        request: String,
+        /// Bytes this process's allocator holds, when known.
+        held_by_allocator: Option<u64>,
+    },
+    /// The consumers (weights, activation, ...) leave no room for a KV cache in the requested
+    /// memory, though they fit on the device.
+    NoRoomForKv {
+        /// Every consumer, `(name, bytes)`.
+        consumers: Vec<(String, u64)>,
+        /// Their sum.
+        used: u64,
+        /// Requested bytes.
+        requested: u64,
+        /// Device total.
+        total: u64,
+        /// The smallest utilisation (4 decimals) that leaves room for a KV cache, when at most 1.
+        utilization_that_fits: Option<f64>,
+    },
+    /// The consumers exceed the device itself.
+    ExceedsDevice {
+        /// Every consumer, `(name, bytes)`.
+        consumers: Vec<(String, u64)>,
+        /// Their sum.
+        used: u64,
+        /// Device total.
+        total: u64,
+    },
+    /// A fixed KV cache plus the consumers exceed the device.
+    FixedKvExceedsDevice {
+        /// The fixed KV-cache size.
+        kv: u64,
+        /// The consumers' sum.
+        used: u64,
+        /// Device total.
+        total: u64,
+    },
+    /// One request of the max model length does not fit in the KV cache.
+    RequestDoesNotFit {
+        /// The max model length asked for.
+        max_model_len: u64,
+        /// Blocks one such request needs.
+        blocks_per_request: u64,
+        /// Blocks that fit.
+        usable_blocks: u64,
+        /// The KV cache's bytes.
+        kv_bytes: u64,
+        /// The longest max model length that fits, when at least one block does.
+        max_model_len_fit: Option<u64>,
+    },
+}
+
+fn parts(consumers: &[(String, u64)], used: u64) -> String {
+    let v: Vec<String> = consumers
+        .iter()
+        .map(|(n, b)| format!("{n} {}", fmt_bytes(*b)))
+        .collect();
+    format!("{} = {}", v.join(" + "), fmt_bytes(used))
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::FreeBelowRequested {
+                free,
+                total,
+                requested,
+                request,
+                held_by_allocator,
+            } => {
+                let used = total.saturating_sub(*free);
+                write!(
+                    f,
+                    "free memory on the device ({} of {}) is less than requested ({request}, {}); ",
+                    fmt_bytes(*free),
+                    fmt_bytes(*total),
+                    fmt_bytes(*requested)
+                )?;
+                match held_by_allocator {
+                    Some(r) => write!(f, "{} is in use: {} held by this process's allocator, {} outside it (other processes, driver contexts, graphics)", fmt_bytes(used), fmt_bytes((*r).min(used)), fmt_bytes(used.saturating_sub(*r)))?,
+                    None => write!(f, "{} is in use by other processes, driver contexts or graphics (this process holds no allocator memory yet)", fmt_bytes(used))?,
+                }
+                f.write_str("; lower the request or free the memory")
+            }
+            Refusal::NoRoomForKv {
+                consumers,
+                used,
+                requested,
+                utilization_that_fits,
+                ..
+            } => {
+                write!(
+                    f,
+                    "no memory left for the KV cache: {} exceeds the requested {} by {}; ",
+                    parts(consumers, *used),
+                    fmt_bytes(*requested),
+                    fmt_bytes(used.saturating_sub(*requested))
+                )?;
+                match utilization_that_fits {
+                    Some(u) => write!(
+                        f,
+                        "a GPU memory utilisation of {u:.4} or more would leave room for a KV cache"
+                    ),
+                    None => f.write_str("even the whole device leaves no room for a KV cache"),
+                }
+            }
+            Refusal::ExceedsDevice {
+                consumers,
+                used,
+                total,
+            } => write!(
+                f,
+                "the model does not fit on this device: {} exceeds the device total {} by {}; use more tensor-parallel ranks, a quantized model or a larger device",
+                parts(consumers, *used),
+                fmt_bytes(*total),
+                fmt_bytes(used.saturating_sub(*total))
+            ),
+            Refusal::FixedKvExceedsDevice { kv, used, total } => write!(
+                f,
+                "a KV cache of {} plus {} for everything else exceeds the device total {}",
+                fmt_bytes(*kv),
+                fmt_bytes(*used),
+                fmt_bytes(*total)
+            ),
+            Refusal::RequestDoesNotFit {
+                max_model_len,
+                blocks_per_request,
+                usable_blocks,
+                kv_bytes,
+                max_model_len_fit,
+            } => {
+                write!(
+                    f,
+                    "one request of {max_model_len} tokens needs {blocks_per_request} KV blocks but only {usable_blocks} fit in {}; ",
+                    fmt_bytes(*kv_bytes)
+                )?;
+                match max_model_len_fit {
+                    Some(n) => write!(f, "the longest max model length that fits is {n}"),
+                    None => f.write_str("not even one block fits: lower the tokens per step or raise the memory the engine may use"),
+                }
+            }
+        }
+    }
+}

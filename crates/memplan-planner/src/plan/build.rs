@@ -1,0 +1,332 @@
+//! [`PlanBuilder`]: the one way a [`Plan`] is made (see the module docs of [`crate::plan`]).
+
+use memplan_core::bytes::MIB;
+use memplan_core::kv::{KvLimits, KvSpec, SizingRules};
+use memplan_core::{Error, MemoryInfo, Param, Reading, Refusal, Result};
+use std::collections::BTreeMap;
+
+use super::{Consumer, ConsumerKind, Consumers, GraphMethod, GraphPlan, Plan, SCHEMA};
+use crate::budget::{self, Request};
+use crate::session::Profile;
+use crate::strategy::StrategyKind;
+use crate::warning::Warning;
+
+/// Reserved for memory held outside the allocator (library workspaces, context growth) when it
+/// cannot be measured because the driver's free reading is unavailable: never taken as 0. In
+/// the single-GPU vLLM start-up logs of `shared/data` this memory is 0.24-0.35 GiB; 512 MiB
+/// covers it with margin (multi-GPU communication buffers can take more: measure them).
+pub const UNMEASURED_NON_ALLOCATOR_BYTES: u64 = 512 * MIB;
+
+/// Everything a plan is made from. Start with [`PlanBuilder::new`] (a dry run) or
+/// [`PlanBuilder::from_profile`] (a measured start-up), override what you know better, then
+/// [`build`](PlanBuilder::build).
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct PlanBuilder {
+    total: u64,
+    request: Request,
+    kv_spec: KvSpec,
+    limits: KvLimits,
+    consumers: Consumers,
+    graph: GraphPlan,
+    start: Option<MemoryInfo>,
+    free_now: Option<(u64, u64)>,
+    foreign: Option<i64>,
+    warnings: Vec<Warning>,
+    device: Option<String>,
+    model: Option<String>,
+    max_num_seqs: Option<u64>,
+    tensor_parallel: u64,
+    rules: SizingRules,
+    engine: Option<String>,
+    notes: Vec<String>,
+}
+
+impl PlanBuilder {
+    /// A plan of a device of `total` bytes for `request`, sizing `kv_spec` under `limits`. No
+    /// consumers yet, no graph strategy (`none`), no free-memory checks.
+    pub fn new(total: u64, request: Request, kv_spec: KvSpec, limits: KvLimits) -> Self {
+        PlanBuilder {
+            total,
+            request,
+            kv_spec,
+            limits,
+            consumers: Consumers::new(),
+            graph: GraphPlan::new(GraphMethod::Strategy(StrategyKind::None), "no graph phase"),
+            start: None,
+            free_now: None,
+            foreign: None,
+            warnings: Vec::new(),
+            device: None,
+            model: None,
+            max_num_seqs: None,
+            tensor_parallel: 1,
+            rules: SizingRules::default(),
+            engine: None,
+            notes: Vec::new(),
+        }
+    }
+
+    /// A plan from a measured start-up: the device total of its baseline (or, where the
+    /// device gives none, an absolute byte budget), every consumer it measured, its graph
+    /// strategy (`why` says why it ran), the start-up check and the physical cap where the
+    /// free reading measures this process, its warnings.
+    pub fn from_profile(
+        p: &Profile,
+        why: impl Into<String>,
+        request: Request,
+        kv_spec: KvSpec,
+        limits: KvLimits,
+    ) -> Result<Self> {
+        let total = match (p.baseline.driver.total, request) {
+            (Some(t), _) => t,
+            (None, Request::Bytes(b)) => b,
+            (None, r) => {
+                return Err(Error::param(
+                    r.param(),
+                    format!(
+                        "the device reports no usable total ({}): give an absolute memory budget instead",
+                        p.capability.reading(Reading::DriverTotal)
+                    ),
+                ))
+            }
+        };
+        let mut b = PlanBuilder::new(total, request, kv_spec, limits);
+        b.warnings = p.warnings.clone();
+        let weights = p.weights_held_bytes.ok_or_else(|| {
+            Error::state(
+                "plan",
+                "the weights were not measured (load_weights did not run)",
+            )
+        })?;
+        let act = p
+            .activation_peak_bytes
+            .ok_or_else(|| Error::state("plan", "the profile run did not run"))?;
+        b = b
+            .consumer(Consumer::measured(
+                ConsumerKind::Weights,
+                weights,
+                "load_weights",
+                "allocator reserved growth while loading (the weights as held)",
+            ))
+            .consumer(Consumer::measured(
+                ConsumerKind::Activation,
+                act,
+                "profile_run",
+                "peak allocated above what was allocated before the run",
+            ));
+        let non_alloc = match p.non_allocator_growth {
+            Some(g) => Consumer::measured(
+                ConsumerKind::NonAllocator,
+                g.max(0) as u64,
+                "engine steps",
+                "driver used minus allocator reserved, growth during the engine's steps",
+            ),
+            None => {
+                b.warnings.push(Warning::NonAllocatorUnmeasured {
+                    reserved: UNMEASURED_NON_ALLOCATOR_BYTES,
+                });
+                Consumer::estimated(
+                    ConsumerKind::NonAllocator,
+                    UNMEASURED_NON_ALLOCATOR_BYTES,
+                    "bound: the driver free reading cannot measure memory outside the allocator",
+                )
+            }
+        };
+        b = b.consumer(non_alloc);
+        b = match &p.graph {
+            Some(g) => b
+                .consumer(Consumer::new(
+                    ConsumerKind::Graphs,
+                    g.reserve,
+                    super::Provenance::GraphStrategy {
+                        strategy: g.strategy,
+                        uncertainty_bytes: g.uncertainty,
+                        basis: g.explanation.clone(),
+                    },
+                ))
+                .graph(GraphPlan::from_estimate(g.clone(), why)),
+            None => b
+                .consumer(Consumer::not_reserved(
+                    ConsumerKind::Graphs,
+                    "no graph phase ran",
+                ))
+                .graph(GraphPlan::new(
+                    GraphMethod::Strategy(StrategyKind::None),
+                    why,
+                )),
+        };
+        let free = p.capability.reading(Reading::DriverFree);
+        if free.measures_own_usage() {
+            b.start = Some(p.baseline);
+            b.free_now = p.last.driver.free.map(|f| (f, free.tolerance_bytes()));
+        }
+        b.foreign = Some(p.foreign_bytes);
+        Ok(b)
+    }
+
+    /// Add a consumer, replacing the one of its kind (a figure the caller knows better).
+    pub fn consumer(mut self, c: Consumer) -> Self {
+        self.consumers.set(c);
+        self
+    }
+
+    /// How graph memory entered the plan.
+    pub fn graph(mut self, g: GraphPlan) -> Self {
+        self.graph = g;
+        self
+    }
+
+    /// Refuse when free memory in this snapshot (taken before the engine loaded anything) is
+    /// below the requested memory.
+    pub fn start_snapshot(mut self, s: MemoryInfo) -> Self {
+        self.start = Some(s);
+        self
+    }
+
+    /// Cap the KV cache by what is free now (after the engine's steps), `tolerance` being how
+    /// far the reading may over-state it.
+    pub fn free_now(mut self, free: u64, tolerance: u64) -> Self {
+        self.free_now = Some((free, tolerance));
+        self
+    }
+
+    /// Add a warning.
+    pub fn warning(mut self, w: Warning) -> Self {
+        self.warnings.push(w);
+        self
+    }
+
+    /// The device's name for people.
+    pub fn device(mut self, label: impl Into<String>) -> Self {
+        self.device = Some(label.into());
+        self
+    }
+
+    /// The model's name.
+    pub fn model(mut self, name: impl Into<String>) -> Self {
+        self.model = Some(name.into());
+        self
+    }
+
+    /// Requests per step (reported, and used by engine flags).
+    pub fn max_num_seqs(mut self, n: u64) -> Self {
+        self.max_num_seqs = Some(n);
+        self
+    }
+
+    /// Tensor-parallel ranks the per-rank figures belong to.
+    pub fn tensor_parallel(mut self, ranks: u64) -> Self {
+        self.tensor_parallel = ranks;
+        self
+    }
+
+    /// The engine release's KV sizing rules (default: vLLM 0.19's, [`SizingRules::default`]).
+    pub fn sizing_rules(mut self, rules: SizingRules) -> Self {
+        self.rules = rules;
+        self
+    }
+
+    /// The engine release the plan is for (`vllm@0.34`).
+    pub fn engine(mut self, e: impl Into<String>) -> Self {
+        self.engine = Some(e.into());
+        self
+    }
+
+    /// Notes for people: which rule read the config, which engine rules applied.
+    pub fn notes(mut self, notes: Vec<String>) -> Self {
+        self.notes.extend(notes);
+        self
+    }
+
+    /// The consumers so far.
+    pub fn consumers(&self) -> &Consumers {
+        &self.consumers
+    }
+
+    /// Make the plan. Errors: a bad request (naming the [`Param`]), overflow, and
+    /// [`Error::DoesNotFit`] with a [`Refusal`]: free memory below the request at the start,
+    /// consumers beyond the request or the device, one request of the max model length not
+    /// fitting (with the longest that fits).
+    pub fn build(self) -> Result<Plan> {
+        let span = tracing::info_span!("plan");
+        let _e = span.enter();
+        if self.tensor_parallel == 0 {
+            return Err(Error::param(Param::TensorParallel, "must be > 0"));
+        }
+        let fixed_kv = matches!(self.request, Request::KvCacheBytes(_));
+        if let (Some(s), false) = (&self.start, fixed_kv) {
+            let requested = budget::requested_bytes(self.total, self.request)?;
+            budget::check_free(s, requested, &self.request)?;
+        }
+        let b = budget::compute(self.total, self.request, &self.consumers)?;
+        if let (Some(s), true) = (&self.start, fixed_kv) {
+            budget::check_free(s, b.requested, &self.request)?;
+        }
+        let mut warnings = self.warnings;
+        let mut kv_bytes = b.kv_budget;
+        let mut capped_by_free = None;
+        if let Some((free, tol)) = self.free_now {
+            let to_capture = if self.graph.kept { 0 } else { b.graph_reserve };
+            let cap = free
+                .saturating_sub(self.consumers.bytes(ConsumerKind::Activation))
+                .saturating_sub(to_capture)
+                .saturating_sub(tol);
+            // Slack for the allocator's rounding of the allocations still to come (0.5%, at
+            // least 32 MiB): a cap that is met exactly leaves a large allocation nowhere to go.
+            let cap = cap.saturating_sub((cap / 200).max(32 * MIB));
+            if cap < kv_bytes {
+                warnings.push(Warning::KvCappedByFreeMemory {
+                    cap,
+                    budget: kv_bytes,
+                    foreign: self.foreign.unwrap_or(0),
+                });
+                kv_bytes = cap;
+                capped_by_free = Some(cap);
+            }
+        }
+        if let Some(f) = self.foreign.filter(|f| *f != 0) {
+            warnings.push(Warning::ForeignMemoryChanged { bytes: f });
+        }
+        let kv = self
+            .kv_spec
+            .size_with(kv_bytes, &self.limits, &self.rules)?;
+        if kv.max_concurrency < 1.0 {
+            return Err(Error::does_not_fit(Refusal::RequestDoesNotFit {
+                max_model_len: self.limits.max_model_len,
+                blocks_per_request: kv.blocks_per_request,
+                usable_blocks: kv.usable_blocks,
+                kv_bytes,
+                max_model_len_fit: kv.max_model_len_fit,
+            }));
+        }
+        let plan = Plan {
+            schema: SCHEMA,
+            device: self.device,
+            model: self.model,
+            request: self.request,
+            total: b.total,
+            requested: b.requested,
+            consumers: self.consumers,
+            graph: self.graph,
+            kv_budget: b.kv_budget,
+            kv_bytes,
+            capped_by_free,
+            kv_spec: self.kv_spec,
+            limits: self.limits,
+            max_num_seqs: self.max_num_seqs,
+            tensor_parallel_size: self.tensor_parallel,
+            kv_cache_tokens: kv.tokens,
+            kv,
+            suggestions: b.suggestions,
+            foreign_bytes: self.foreign,
+            ranks: None,
+            engine: self.engine,
+            engine_args: BTreeMap::new(),
+            notes: self.notes,
+            warnings,
+        };
+        tracing::info!(kv_bytes = plan.kv_bytes, tokens = plan.kv.tokens, strategy = %plan.graph.strategy, "plan ready");
+        Ok(plan)
+    }
+}

@@ -1,0 +1,254 @@
+//! The plan: one type for a measured start-up and a dry run alike.
+//!
+//! A [`Plan`] is built by one function, [`PlanBuilder::build`], from a set of [`Consumer`]s,
+//! each a figure with its [`Provenance`] (measured by a protocol step, read from a checkpoint,
+//! given by the user, estimated with a named basis, or measured by a graph strategy with its
+//! uncertainty). A measured session fills the builder from its [`Profile`](crate::Profile)
+//! ([`PlanBuilder::from_profile`]); `memplan-model`'s dry run fills it from a model's config;
+//! a caller overrides single figures ([`PlanBuilder::consumer`]), so measured and estimated
+//! figures mix.
+//!
+//! What `build` does, in order:
+//! - the start-up check: free memory at the start below the requested memory is refused
+//!   ([`Refusal::FreeBelowRequested`](memplan_core::Refusal::FreeBelowRequested));
+//! - the budget ([`crate::budget::compute`]): `kv_budget = requested - Σ consumers`, refused
+//!   when negative;
+//! - the physical cap, when free memory was read after the steps: the KV cache gets no more
+//!   than is free now, less the activation peak, the graph reserve still to be captured, the
+//!   reading's tolerance and some slack for allocator rounding (memory another process took
+//!   while profiling is not the engine's, but it is not free either);
+//! - KV sizing into blocks, tokens and concurrency; a max model length one request cannot get
+//!   is refused with the longest that fits
+//!   ([`Refusal::RequestDoesNotFit`](memplan_core::Refusal::RequestDoesNotFit)).
+//!
+//! Every refusal is [`Error::DoesNotFit`](memplan_core::Error::DoesNotFit) carrying a typed
+//! [`Refusal`](memplan_core::Refusal). Several ranks: [`combine_ranks`]. Rendering: `Display`
+//! (the text table), [`render`] (text with a front end's parameter names, SVG), and serde
+//! (the `memplan.plan/1` JSON document, `docs/plan-schema.md`).
+
+mod build;
+mod consumer;
+pub mod render;
+
+pub use build::{PlanBuilder, UNMEASURED_NON_ALLOCATOR_BYTES};
+pub use consumer::{Consumer, ConsumerKind, Consumers, Provenance};
+
+use memplan_core::kv::{KvLimits, KvSizing, KvSpec};
+use memplan_core::{Error, Param, Result};
+use serde::{Serialize, Serializer};
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::budget::{Request, Suggestions};
+use crate::strategy::{GraphEstimate, StrategyKind};
+use crate::warning::{self, Warning};
+
+/// The name and version of the plan's JSON document (its `schema` key).
+pub const SCHEMA: &str = "memplan.plan/1";
+
+/// How graph memory entered the plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum GraphMethod {
+    /// A graph strategy ran in a measured start-up (`none`: the engine captures no graphs).
+    Strategy(StrategyKind),
+    /// A dry run's analytic estimate from the model (no capture).
+    Estimate,
+    /// A figure the user gave.
+    Given,
+    /// The engine captures graphs but the budget does not subtract their memory.
+    NotReserved,
+}
+
+impl GraphMethod {
+    /// The name in JSON and text: a strategy's name, `estimate`, `given` or `not-reserved`.
+    pub fn name(self) -> &'static str {
+        match self {
+            GraphMethod::Strategy(k) => k.name(),
+            GraphMethod::Estimate => "estimate",
+            GraphMethod::Given => "given",
+            GraphMethod::NotReserved => "not-reserved",
+        }
+    }
+}
+
+impl fmt::Display for GraphMethod {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Serialize for GraphMethod {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+/// The graph part of a plan: how graph memory entered it and why.
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct GraphPlan {
+    /// How graph memory entered the plan.
+    pub strategy: GraphMethod,
+    /// Why this way (the selection's reason, an override, a dry run's basis).
+    pub why: String,
+    /// How far the KV budget may be off because of the graph figure (bytes, either way).
+    pub uncertainty_bytes: u64,
+    /// The graphs are captured for good (post-capture): nothing is left to capture.
+    pub kept: bool,
+    /// What a measured start-up's strategy found (samples, margin, explanation).
+    pub estimate: Option<GraphEstimate>,
+}
+
+impl GraphPlan {
+    /// A graph part without a strategy's estimate.
+    pub fn new(strategy: GraphMethod, why: impl Into<String>) -> Self {
+        GraphPlan {
+            strategy,
+            why: why.into(),
+            uncertainty_bytes: 0,
+            kept: false,
+            estimate: None,
+        }
+    }
+
+    /// The graph part of a strategy that ran.
+    pub fn from_estimate(e: GraphEstimate, why: impl Into<String>) -> Self {
+        GraphPlan {
+            strategy: GraphMethod::Strategy(e.strategy),
+            why: why.into(),
+            uncertainty_bytes: e.uncertainty,
+            kept: e.kept,
+            estimate: Some(e),
+        }
+    }
+}
+
+/// Several plans combined into one (tensor parallelism): which one limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct Ranks {
+    /// Plans combined.
+    pub count: usize,
+    /// Index of the limiting one (this plan).
+    pub limiting: usize,
+}
+
+/// The plan for one rank (or the limiting rank of several). `Display` is the text table; the
+/// JSON is the `memplan.plan/1` document.
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct Plan {
+    /// Always [`SCHEMA`].
+    pub schema: &'static str,
+    /// The device, when known (`sim:rtx4090 (...)`: its id and name).
+    pub device: Option<String>,
+    /// The model, when known.
+    pub model: Option<String>,
+    /// What the engine asked for.
+    pub request: Request,
+    /// Device total.
+    #[serde(rename = "total_bytes")]
+    pub total: u64,
+    /// Memory the engine may use.
+    #[serde(rename = "requested_bytes")]
+    pub requested: u64,
+    /// What the budget subtracts, each figure with its provenance.
+    pub consumers: Consumers,
+    /// How graph memory entered the plan.
+    pub graph: GraphPlan,
+    /// What the budget leaves for the KV cache.
+    #[serde(rename = "kv_budget_bytes")]
+    pub kv_budget: u64,
+    /// The KV cache granted: the budget, or less when free memory capped it.
+    #[serde(rename = "kv_cache_bytes")]
+    pub kv_bytes: u64,
+    /// Set when free memory capped the KV cache: the cap.
+    #[serde(rename = "capped_by_free_bytes")]
+    pub capped_by_free: Option<u64>,
+    /// The KV cache sized.
+    pub kv_spec: KvSpec,
+    /// Request-shape limits.
+    pub limits: KvLimits,
+    /// Requests per step, when the plan knows it.
+    pub max_num_seqs: Option<u64>,
+    /// Tensor-parallel ranks (figures are per rank).
+    pub tensor_parallel_size: u64,
+    /// KV-cache size in tokens as the engine reports it (= `kv.tokens`; top-level because
+    /// scripts read it first).
+    pub kv_cache_tokens: u64,
+    /// Blocks, tokens, concurrency.
+    pub kv: KvSizing,
+    /// Ways to pin the plan in an engine.
+    pub suggestions: Suggestions,
+    /// Bytes other processes took (+) or released (-) while profiling (measured start-ups).
+    pub foreign_bytes: Option<i64>,
+    /// Set when several rank plans were combined.
+    pub ranks: Option<Ranks>,
+    /// The engine release whose rules sized the plan (`vllm@0.34`), when a dry run chose one.
+    pub engine: Option<String>,
+    /// Ready-to-paste flags per engine, filled by a tool that knows the engines' flags (the
+    /// command line); empty otherwise.
+    pub engine_args: BTreeMap<String, String>,
+    /// Notes for people: which rule read the model's config, which engine rules applied.
+    pub notes: Vec<String>,
+    /// Everything a person should know.
+    #[serde(serialize_with = "warning::serialize_all")]
+    pub warnings: Vec<Warning>,
+}
+
+impl Plan {
+    /// The bytes the graph reserve takes in the budget.
+    pub fn graph_reserve(&self) -> u64 {
+        self.consumers.bytes(ConsumerKind::Graphs)
+    }
+
+    /// The strategy that ran, when a measured start-up ran one.
+    pub fn strategy(&self) -> Option<StrategyKind> {
+        match self.graph.strategy {
+            GraphMethod::Strategy(k) => Some(k),
+            _ => None,
+        }
+    }
+
+    /// The one-line memory bar over the device total, `cells` wide between brackets: one
+    /// glyph per consumer (`W` weights, `A` activation, `N` non-allocator, `G` graphs), `K` the
+    /// KV cache's used bytes, `.` requested but unused, ` ` outside the request.
+    pub fn bar(&self, cells: u64) -> String {
+        render::bar(self, cells)
+    }
+}
+
+impl fmt::Display for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&render::text(self, &render::concept_names))
+    }
+}
+
+/// Several ranks (tensor parallelism): one plan per rank, and every rank's KV cache is sized
+/// like the smallest. Returns the limiting rank's plan, marked with [`Plan::ranks`] and, when
+/// there is more than one, a [`Warning::LimitingRank`].
+pub fn combine_ranks(plans: Vec<Plan>) -> Result<Plan> {
+    let n = plans.len();
+    let (i, mut p) = plans
+        .into_iter()
+        .enumerate()
+        .min_by_key(|(i, p)| (p.kv_bytes, *i))
+        .ok_or_else(|| Error::param(Param::Ranks, "no rank plans to combine"))?;
+    p.ranks = Some(Ranks {
+        count: n,
+        limiting: i,
+    });
+    if n > 1 {
+        let device = p.device.clone().unwrap_or_else(|| format!("rank {i}"));
+        p.warnings.push(Warning::LimitingRank {
+            rank: i,
+            ranks: n,
+            device,
+        });
+    }
+    Ok(p)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,241 @@
+//! Presenting a [`Plan`]: the text table with a memory bar ([`text`]), the SVG picture
+//! ([`svg`]). `memplan plan` and `memplan simulate` print plans through these; the JSON is the
+//! plan's `Serialize`. Parameter names in suggestions come from the caller ([`Names`]): the
+//! library speaks in concepts ([`concept_names`]), the command line in its flags.
+
+use memplan_core::bytes::{fmt_bytes, GIB};
+use memplan_core::Param;
+
+use super::{ConsumerKind, Plan};
+
+/// How a front end names parameters (`Param::Utilization` as `--gpu-memory-utilization`).
+pub type Names = dyn Fn(Param) -> String;
+
+/// The library's names: concepts in words.
+pub fn concept_names(p: Param) -> String {
+    p.concept().to_string()
+}
+
+/// One segment of the memory picture.
+struct Segment {
+    label: &'static str,
+    glyph: char,
+    color: &'static str,
+    bytes: u64,
+}
+
+fn segments(p: &Plan) -> Vec<Segment> {
+    let mut v: Vec<Segment> = p
+        .consumers
+        .iter()
+        .map(|c| Segment {
+            label: c.kind.label(),
+            glyph: c.kind.glyph(),
+            color: c.kind.color(),
+            bytes: c.bytes,
+        })
+        .collect();
+    let used = p.kv.used_bytes;
+    v.push(Segment {
+        label: "KV cache",
+        glyph: 'K',
+        color: "#59a14f",
+        bytes: used,
+    });
+    v.push(Segment {
+        label: "requested, unused",
+        glyph: '.',
+        color: "#d3d3d3",
+        bytes: p
+            .requested
+            .saturating_sub(p.consumers.total().unwrap_or(u64::MAX).saturating_add(used)),
+    });
+    v.push(Segment {
+        label: "not requested",
+        glyph: ' ',
+        color: "#ffffff",
+        bytes: p.total.saturating_sub(p.requested),
+    });
+    v
+}
+
+/// The one-line memory bar over the device total, `cells` wide between brackets. Cells are
+/// rounded to the nearest and never overflow the bar.
+pub fn bar(p: &Plan, cells: u64) -> String {
+    let t = u128::from(p.total.max(1));
+    let to_cells = |b: u64| ((u128::from(b) * u128::from(cells) + t / 2) / t) as u64;
+    let mut s = String::from("[");
+    let mut used = 0u64;
+    for seg in segments(p)
+        .iter()
+        .filter(|s| s.glyph != '.' && s.glyph != ' ')
+    {
+        let n = to_cells(seg.bytes).min(cells - used);
+        s.extend(std::iter::repeat_n(seg.glyph, n as usize));
+        used += n;
+    }
+    let requested = to_cells(p.requested).clamp(used, cells);
+    s.extend(std::iter::repeat_n('.', (requested - used) as usize));
+    s.extend(std::iter::repeat_n(' ', (cells - requested) as usize));
+    s.push(']');
+    s
+}
+
+fn gib(b: u64) -> f64 {
+    b as f64 / GIB as f64
+}
+
+/// The text table: the arithmetic from the device total down to KV blocks, tokens and
+/// concurrency, each consumer with its provenance, the graph strategy and why, the
+/// suggestions (named by `names`), the memory bar and every warning.
+pub fn text(p: &Plan, names: &Names) -> String {
+    let title = match (&p.model, &p.device) {
+        (Some(m), Some(d)) => format!("plan: {m} on {d}\n\n"),
+        (Some(m), None) => format!("plan: {m}\n\n"),
+        (None, Some(d)) => format!("plan on {d}\n\n"),
+        (None, None) => String::new(),
+    };
+    let mut o = title;
+    if let Some(e) = &p.engine {
+        o.push_str(&format!("  engine rules: {e}\n"));
+    }
+    let mut row =
+        |k: &str, val: String, note: &str| o.push_str(&format!("  {k:<24} {val:>14}   {note}\n"));
+    row("total", fmt_bytes(p.total), "");
+    row(
+        "requested",
+        fmt_bytes(p.requested),
+        &format!(
+            "{:.4} of total ({})",
+            p.requested as f64 / p.total.max(1) as f64,
+            p.request.describe()
+        ),
+    );
+    for c in p.consumers.iter() {
+        let note = if c.kind == ConsumerKind::Graphs {
+            format!(
+                "{} ±{}: {}",
+                p.graph.strategy,
+                fmt_bytes(p.graph.uncertainty_bytes),
+                c.provenance.basis()
+            )
+        } else {
+            format!("{}: {}", c.provenance.label(), c.provenance.basis())
+        };
+        row(&format!("- {}", c.kind.label()), fmt_bytes(c.bytes), &note);
+    }
+    row(
+        "= KV cache budget",
+        fmt_bytes(p.kv_budget),
+        &format!("{:.2} GiB", gib(p.kv_budget)),
+    );
+    if let Some(cap) = p.capped_by_free {
+        row("  capped by free memory", fmt_bytes(cap), "see the warning");
+    }
+    let z = &p.kv;
+    row(
+        "page / block",
+        format!("{} / {}", fmt_bytes(z.page_bytes), fmt_bytes(z.block_bytes)),
+        &format!(
+            "{} group(s) of {} layer(s), {} KV, {} tokens per block",
+            z.num_groups, z.group_size, p.kv_spec.dtype, p.kv_spec.block_size
+        ),
+    );
+    row(
+        "blocks",
+        z.usable_blocks.to_string(),
+        "usable (plus one null block)",
+    );
+    row("KV cache tokens", z.tokens.to_string(), "");
+    row(
+        "max concurrency",
+        format!("{:.2}x", (z.max_concurrency * 100.0).floor() / 100.0),
+        &format!("at max model length {}", p.limits.max_model_len),
+    );
+    row(
+        "longest max model length",
+        z.max_model_len_fit
+            .map_or_else(|| "none".into(), |n| n.to_string()),
+        "for one request",
+    );
+    o.push_str(&format!(
+        "\ngraph strategy: {} ({})\n",
+        p.graph.strategy, p.graph.why
+    ));
+    if let Some(e) = p
+        .graph
+        .estimate
+        .as_ref()
+        .filter(|e| !e.explanation.is_empty())
+    {
+        o.push_str(&format!("  {}\n", e.explanation));
+    }
+    let s = &p.suggestions;
+    o.push_str("\nsuggestions:\n");
+    if let Some(u) = s.utilization_without_graph_reserve {
+        o.push_str(&format!(
+            "  {} {u:.4}   same KV budget in an engine that does not reserve graph memory\n",
+            names(Param::Utilization)
+        ));
+    }
+    let kv = names(Param::KvCacheBytes);
+    o.push_str(&format!(
+        "  {kv} {}   fills the requested memory\n",
+        s.kv_bytes_fill_requested
+    ));
+    o.push_str(&format!(
+        "  {kv} {}   fills the whole device (no headroom)\n",
+        s.kv_bytes_fill_device
+    ));
+    o.push_str(&format!("\n{}\n", bar(p, 64)));
+    let legend: Vec<String> = segments(p)
+        .iter()
+        .filter(|s| s.glyph != ' ')
+        .map(|s| format!("{}={}", s.glyph, s.label))
+        .collect();
+    o.push_str(&format!(" {}\n", legend.join(" ")));
+    for n in &p.notes {
+        o.push_str(&format!("note: {n}\n"));
+    }
+    for w in &p.warnings {
+        o.push_str(&format!("warning: {w}\n"));
+    }
+    o
+}
+
+/// A stacked bar of the device memory, one rectangle per consumer, the KV cache and what is
+/// left, with a legend.
+pub fn svg(p: &Plan) -> String {
+    let (w, h, x0) = (900.0, 48.0, 10.0);
+    let total = p.total.max(1) as f64;
+    let mut x = x0;
+    let title = match (&p.model, &p.device) {
+        (Some(m), Some(d)) => format!("{m} on {d}"),
+        (Some(m), None) => m.clone(),
+        (None, Some(d)) => d.clone(),
+        (None, None) => "plan".into(),
+    };
+    let mut out = format!("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"920\" height=\"150\" font-family=\"sans-serif\" font-size=\"12\">\n<text x=\"10\" y=\"18\">{}: {:.2} GiB total</text>\n", esc(&title), gib(p.total));
+    let mut ly = 100.0;
+    let mut lx = x0;
+    for s in segments(p) {
+        let sw = s.bytes as f64 / total * w;
+        out.push_str(&format!("<rect x=\"{x:.1}\" y=\"30\" width=\"{sw:.1}\" height=\"{h}\" fill=\"{}\" stroke=\"#333\" stroke-width=\"0.5\"><title>{}: {}</title></rect>\n", s.color, s.label, fmt_bytes(s.bytes)));
+        x += sw;
+        out.push_str(&format!("<rect x=\"{lx:.0}\" y=\"{:.0}\" width=\"10\" height=\"10\" fill=\"{}\" stroke=\"#333\" stroke-width=\"0.5\"/><text x=\"{:.0}\" y=\"{ly:.0}\">{} {}</text>\n", ly - 9.0, s.color, lx + 14.0, s.label, fmt_bytes(s.bytes)));
+        lx += 220.0;
+        if lx > 800.0 {
+            lx = x0;
+            ly += 18.0;
+        }
+    }
+    out.push_str("</svg>\n");
+    out
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}

@@ -1,0 +1,362 @@
+//! The measurement protocol as an engine runs it: [`Session`].
+//!
+//! An engine opens a session on its device ([`Session::start`]: calibrate, release cached
+//! memory, baseline; or [`Session::begin`] with a capability it already has), then runs its
+//! start-up through the session's steps: [`Session::load_weights`], [`Session::profile_run`]
+//! (activation peak), [`Session::capture_graphs`] (the graph strategy chosen from the
+//! capability measures or bounds graph memory; teardown on every path), [`Session::plan`],
+//! and finally [`Session::into_kv_cache`], which ends the session and, after post-capture,
+//! maps the KV cache into the range the engine was given before capture.
+//!
+//! The session borrows the engine for its whole life (steps hand it to closures) and holds a
+//! clone of the device. Rules it enforces, whatever the engine or strategy does:
+//! - every reading is a [`snapshot`](memplan_core::protocol::snapshot) (synchronize, then read
+//!   every layer); windows are differences of snapshots and keep their sign;
+//! - before each step a *settle* snapshot closes a quiet window in which the engine did
+//!   nothing: any change of non-allocator memory there belongs to other processes and is
+//!   attributed to them, not to the engine (a neighbour acting *inside* a step cannot be told
+//!   apart from the engine and is counted as the engine's, which errs on the safe side);
+//! - free memory that grows without the allocator releasing anything (a neighbour freed memory)
+//!   is a warning, never a crash, and the negative window is kept in the record;
+//! - a session dropped before [`Session::into_kv_cache`] (an error, an early return) tears
+//!   down what it holds: graphs kept by post-capture are released through the engine, then the
+//!   KV address range is released.
+
+mod recorder;
+
+use memplan_core::{Device, Error, MemoryInfo, ProfilingCapability, Result, SharedDevice};
+
+use crate::budget::Request;
+use crate::calibrate::{calibrate, CalibrationReport};
+use crate::engine::Engine;
+use crate::kv_range::KvRange;
+use crate::plan::{Plan, PlanBuilder};
+pub use crate::profile::{Profile, StepRecord};
+use crate::strategy::{
+    select, GraphContext, GraphEstimate, GraphStrategy, Selection, SelectionPolicy, StrategyKind,
+};
+use crate::warning::Warning;
+use memplan_core::bytes::fmt_signed;
+use memplan_core::kv::{KvLimits, KvSpec};
+pub(crate) use recorder::Recorder;
+
+/// A start-up being measured. See the module docs.
+pub struct Session<'e, E: AsDynEngine + ?Sized> {
+    rec: Recorder,
+    engine: &'e mut E,
+    why: String,
+    calibration: Option<CalibrationReport>,
+    done: bool,
+}
+
+impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
+    /// Calibrate the device (checking what its backend declares), then [`begin`](Self::begin)
+    /// with the calibrated capability; calibration downgrades become warnings. Call it before
+    /// the engine allocates anything: calibration allocates a quarter of free memory at most.
+    pub fn start(device: &SharedDevice, engine: &'e mut E) -> Result<Self> {
+        let report = calibrate(&mut device.clone())?;
+        let mut s = Self::begin(device, engine, report.calibrated.clone())?;
+        for w in report.downgrade_warnings() {
+            s.rec.warn(w);
+        }
+        s.calibration = Some(report);
+        Ok(s)
+    }
+
+    /// Release the engine's cached memory, then take the baseline snapshot, trusting
+    /// `capability` (the device's declared one, or a calibrated one).
+    pub fn begin(
+        device: &SharedDevice,
+        engine: &'e mut E,
+        capability: ProfilingCapability,
+    ) -> Result<Self> {
+        let span = tracing::info_span!("baseline", device = %device.descriptor().id);
+        let _e = span.enter();
+        let mut device = device.clone();
+        let e = engine.as_dyn();
+        e.allocator().release_cached()?;
+        let baseline = memplan_core::protocol::snapshot(&mut device, Some(&*e.allocator()))?;
+        tracing::info!(free = ?baseline.driver.free, total = ?baseline.driver.total, "baseline");
+        Ok(Session {
+            rec: Recorder::new(device, Profile::new(capability, baseline)),
+            engine,
+            why: "no graph phase ran".into(),
+            calibration: None,
+            done: false,
+        })
+    }
+
+    /// The early start-up check, right after [`begin`](Self::begin): free memory at the
+    /// baseline below what `request` asks for is refused
+    /// ([`Refusal::FreeBelowRequested`](memplan_core::Refusal::FreeBelowRequested)), before
+    /// the engine loads anything. Skipped where the free reading cannot measure it, or the
+    /// request depends on what the engine will measure (a fixed KV size; [`plan`](Self::plan)
+    /// checks it then).
+    pub fn check_request(&self, request: Request) -> Result<()> {
+        let p = &self.rec.p;
+        let measures = p
+            .capability
+            .reading(memplan_core::Reading::DriverFree)
+            .measures_own_usage();
+        match (p.baseline.driver.total, request) {
+            (Some(total), Request::Utilization(_) | Request::Bytes(_)) if measures => {
+                let requested = crate::budget::requested_bytes(total, request)?;
+                crate::budget::check_free(&p.baseline, requested, &request)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The capability the session trusts.
+    pub fn capability(&self) -> &ProfilingCapability {
+        &self.rec.p.capability
+    }
+
+    /// The calibration, when [`start`](Self::start) ran one.
+    pub fn calibration(&self) -> Option<&CalibrationReport> {
+        self.calibration.as_ref()
+    }
+
+    /// The baseline snapshot.
+    pub fn baseline(&self) -> &MemoryInfo {
+        &self.rec.p.baseline
+    }
+
+    /// Warnings so far.
+    pub fn warnings(&self) -> &[Warning] {
+        &self.rec.p.warnings
+    }
+
+    /// Record a warning (also emitted as a `tracing` warning).
+    pub fn warn(&mut self, w: Warning) {
+        self.rec.warn(w);
+    }
+
+    /// The engine, between steps.
+    pub fn engine(&mut self) -> &mut E {
+        self.engine
+    }
+
+    /// The device.
+    pub fn device(&self) -> &SharedDevice {
+        &self.rec.device
+    }
+
+    /// Load the weights: `load` runs between two snapshots; weights are the growth of the
+    /// allocator's `allocated`.
+    pub fn load_weights(&mut self, load: impl FnOnce(&mut E) -> Result<()>) -> Result<u64> {
+        let span = tracing::info_span!("load_weights");
+        let _e = span.enter();
+        let before = self.rec.settle(self.engine.as_dyn())?;
+        load(&mut *self.engine)?;
+        let after = self.rec.snap(self.engine.as_dyn())?;
+        let w = self.rec.engine_step("load_weights", before, after);
+        let grown = w.allocator_allocated.unwrap_or(0);
+        let weights = u64::try_from(grown).map_err(|_| {
+            Error::Measurement(format!(
+                "allocated memory shrank by {} while loading weights",
+                fmt_signed(grown)
+            ))
+        })?;
+        let held = u64::try_from(w.allocator_reserved.unwrap_or(grown))
+            .unwrap_or(0)
+            .max(weights);
+        tracing::info!(weights, held, "weights loaded");
+        self.rec.p.weights_bytes = Some(weights);
+        self.rec.p.weights_held_bytes = Some(held);
+        Ok(weights)
+    }
+
+    /// The profile run: the peak is reset before `run`, and the activation peak is the peak of
+    /// `allocated` above what was allocated before it.
+    pub fn profile_run(&mut self, run: impl FnOnce(&mut E) -> Result<()>) -> Result<u64> {
+        let span = tracing::info_span!("profile_run");
+        let _e = span.enter();
+        let before = self.rec.settle(self.engine.as_dyn())?;
+        self.engine.as_dyn().allocator().reset_peak();
+        run(&mut *self.engine)?;
+        let after = self.rec.snap(self.engine.as_dyn())?;
+        self.rec.engine_step("profile_run", before, after);
+        let base = before.allocator.allocated.unwrap_or(0);
+        let peak = after.allocator.peak_allocated.unwrap_or(0);
+        let act = peak.saturating_sub(base);
+        tracing::info!(activation_peak = act, "profile run done");
+        self.rec.p.activation_peak_bytes = Some(act);
+        Ok(act)
+    }
+
+    /// What the automatic selection chooses for this engine on this capability.
+    pub fn selection(&mut self) -> Selection {
+        let e = self.engine.as_dyn();
+        select(
+            &self.rec.p.capability,
+            e.graph_sizes().len(),
+            e.supports_post_capture(),
+            SelectionPolicy::default(),
+        )
+    }
+
+    /// The graph-memory phase with the strategy chosen from the capability
+    /// ([`selection`](Self::selection)).
+    pub fn capture_graphs(&mut self) -> Result<&GraphEstimate> {
+        let sel = self.selection();
+        self.graph_phase(&*sel.kind.strategy(), sel.why)
+    }
+
+    /// The graph-memory phase with a strategy chosen by the caller (a warning says so when the
+    /// capability calls for another).
+    pub fn capture_graphs_with(&mut self, kind: StrategyKind) -> Result<&GraphEstimate> {
+        let auto = self.selection().kind;
+        if auto != kind {
+            self.rec.warn(Warning::StrategyOverridden {
+                chosen: kind,
+                automatic: auto,
+            });
+        }
+        self.graph_phase(&*kind.strategy(), "chosen by the caller")
+    }
+
+    /// The graph-memory phase: `strategy` measures or bounds the graph memory; `why` says why
+    /// it runs (kept for the plan). Unless the strategy keeps its graphs (post-capture), every
+    /// graph is destroyed and its pool released afterwards, on success and on error alike, and
+    /// the session checks that the allocator and the graph pool are back where they were. A
+    /// KV range reserved by a failed strategy is released after the teardown.
+    pub fn graph_phase(
+        &mut self,
+        strategy: &dyn GraphStrategy,
+        why: impl Into<String>,
+    ) -> Result<&GraphEstimate> {
+        let span = tracing::info_span!("graph_phase", strategy = %strategy.kind());
+        let _e = span.enter();
+        self.why = why.into();
+        let engine = self.engine.as_dyn();
+        let before = self.rec.settle(engine)?;
+        let mut ctx = GraphContext::new(&mut self.rec, engine, before);
+        let outcome = strategy.run(&mut ctx);
+        let keep = matches!(&outcome, Ok(e) if e.kept);
+        let after = if keep {
+            ctx.disarm_and_read()
+        } else {
+            ctx.teardown()
+        };
+        drop(ctx);
+        if !keep {
+            // After the graphs that might point into it are gone.
+            drop(self.rec.kv_range.take());
+        }
+        if let (Err(_), Err(e)) = (&outcome, &after) {
+            tracing::error!(error = %e, "graph teardown failed after the strategy failed");
+        }
+        // Recorded even when the strategy failed: memory the phase left held is this engine's,
+        // and must not be attributed to other processes by the next quiet window.
+        if let Ok(a) = &after {
+            self.rec.graph_step(before, *a, keep);
+        }
+        let est = outcome?;
+        after?;
+        tracing::info!(reserve = est.reserve, strategy = %est.strategy, "graph phase done");
+        Ok(self.rec.p.graph.insert(est))
+    }
+
+    /// Whether the graph phase kept its graphs (post-capture).
+    pub fn kept_graphs(&self) -> bool {
+        self.rec.p.graph.as_ref().is_some_and(|g| g.kept)
+    }
+
+    /// The KV cache's reserved address range, when post-capture reserved one.
+    pub fn kv_range(&self) -> Option<&KvRange> {
+        self.rec.kv_range.as_ref()
+    }
+
+    /// Everything measured so far.
+    pub fn profile(&self) -> Profile {
+        self.rec.profile()
+    }
+
+    /// A plan builder filled from this start-up (see
+    /// [`PlanBuilder::from_profile`]); override figures on it, then build.
+    pub fn plan_builder(
+        &self,
+        request: Request,
+        kv: &KvSpec,
+        limits: KvLimits,
+    ) -> Result<PlanBuilder> {
+        let d = self.rec.device.descriptor();
+        Ok(PlanBuilder::from_profile(
+            &self.profile(),
+            self.why.clone(),
+            request,
+            kv.clone(),
+            limits,
+        )?
+        .device(format!("{} ({})", d.id, d.name)))
+    }
+
+    /// Plan the KV cache from this start-up. See [`crate::plan`].
+    pub fn plan(&self, request: Request, kv: &KvSpec, limits: KvLimits) -> Result<Plan> {
+        self.plan_builder(request, kv, limits)?.build()
+    }
+
+    /// End the session. After post-capture, maps `kv_bytes` (rounded down to the granularity)
+    /// into the range the engine was given before capture and hands the engine the range:
+    /// `Some(range)`, which releases it on drop. Otherwise `None`: the engine allocates its KV
+    /// cache of `kv_bytes` itself. Graphs kept by post-capture stay with the engine.
+    pub fn into_kv_cache(mut self, kv_bytes: u64) -> Result<Option<KvRange>> {
+        self.done = true;
+        match self.rec.kv_range.take() {
+            Some(mut r) => {
+                r.map(kv_bytes)?;
+                Ok(Some(r))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// End the session: the profile and the KV range (post-capture), unmapped.
+    pub fn into_parts(mut self) -> (Profile, Option<KvRange>) {
+        self.done = true;
+        (self.rec.profile(), self.rec.kv_range.take())
+    }
+}
+
+impl<E: AsDynEngine + ?Sized> Drop for Session<'_, E> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        if self.kept_graphs() {
+            // The engine's graphs point into the KV range: they go first.
+            let e = self.engine.as_dyn();
+            if let Err(err) = e.release_graphs() {
+                tracing::error!(error = %err, "releasing kept graphs of an abandoned session failed");
+            }
+            if let Err(err) = self.rec.device.synchronize() {
+                tracing::error!(error = %err, "synchronize after releasing kept graphs failed");
+            }
+            if let Ok(gc) = self.rec.device.graph_capture() {
+                if let Err(err) = gc.release_pool() {
+                    tracing::error!(error = %err, "trimming the graph pool failed");
+                }
+            }
+        }
+        drop(self.rec.kv_range.take());
+    }
+}
+
+/// `&mut E` to `&mut dyn Engine` for sized and unsized engines alike.
+pub trait AsDynEngine {
+    /// This engine as a trait object.
+    fn as_dyn(&mut self) -> &mut dyn Engine;
+}
+
+impl<E: Engine> AsDynEngine for E {
+    fn as_dyn(&mut self) -> &mut dyn Engine {
+        self
+    }
+}
+
+impl AsDynEngine for dyn Engine + '_ {
+    fn as_dyn(&mut self) -> &mut dyn Engine {
+        self
+    }
+}

@@ -1,0 +1,139 @@
+//! [`Recorder`]: the engine-independent half of a session. It holds the device, the profile
+//! being measured and the KV range, takes snapshots, closes quiet windows and accounts each
+//! step's windows. The graph phase's [`GraphContext`](crate::strategy::GraphContext) works on
+//! it directly.
+
+use memplan_core::bytes::fmt_bytes;
+use memplan_core::protocol::snapshot;
+use memplan_core::{MemoryInfo, MemoryWindow, Result, SharedDevice};
+
+use crate::engine::Engine;
+use crate::kv_range::KvRange;
+use crate::profile::{Profile, StepRecord};
+use crate::warning::Warning;
+
+/// See the module docs.
+pub(crate) struct Recorder {
+    pub device: SharedDevice,
+    pub p: Profile,
+    pub kv_range: Option<KvRange>,
+    own_growth: i64,
+    growth_known: bool,
+    free_ok: bool,
+}
+
+impl Recorder {
+    pub fn new(device: SharedDevice, p: Profile) -> Self {
+        let growth_known = p
+            .capability
+            .reading(memplan_core::Reading::DriverFree)
+            .measures_own_usage();
+        Recorder {
+            device,
+            p,
+            kv_range: None,
+            own_growth: 0,
+            growth_known,
+            free_ok: growth_known,
+        }
+    }
+
+    /// Record a warning (also emitted as a `tracing` warning).
+    pub fn warn(&mut self, w: Warning) {
+        tracing::warn!("{w}");
+        self.p.warnings.push(w);
+    }
+
+    /// Synchronize and read every layer, with the engine's allocator.
+    pub fn snap(&mut self, engine: &mut dyn Engine) -> Result<MemoryInfo> {
+        snapshot(&mut self.device, Some(&*engine.allocator()))
+    }
+
+    /// Close the quiet window since the last snapshot: non-allocator change there is foreign.
+    pub fn settle(&mut self, engine: &mut dyn Engine) -> Result<MemoryInfo> {
+        let s = self.snap(engine)?;
+        let w = self.p.last.window_to(&s);
+        if let Some(d) = w.non_allocator.filter(|d| *d != 0 && self.free_ok) {
+            self.p.foreign_bytes = self.p.foreign_bytes.saturating_add(d);
+            if d < 0 {
+                self.warn(Warning::ForeignMemoryReleased {
+                    bytes: d.unsigned_abs(),
+                });
+            } else {
+                tracing::info!(
+                    bytes = d,
+                    "memory taken by another process while the engine was idle; attributed to it"
+                );
+            }
+            self.record("quiet", self.p.last, s);
+        }
+        self.p.last = s;
+        Ok(s)
+    }
+
+    pub fn record(&mut self, name: &str, before: MemoryInfo, after: MemoryInfo) {
+        let window = before.window_to(&after);
+        tracing::info!(step = name, %window, "window");
+        self.p.steps.push(StepRecord {
+            name: name.into(),
+            before,
+            after,
+            window,
+        });
+    }
+
+    /// Account an engine step: its non-allocator change is the engine's own (context, library
+    /// workspaces); a negative one means someone else freed memory inside the step.
+    pub fn engine_step(
+        &mut self,
+        name: &str,
+        before: MemoryInfo,
+        after: MemoryInfo,
+    ) -> MemoryWindow {
+        self.record(name, before, after);
+        let w = before.window_to(&after);
+        match w.non_allocator.filter(|_| self.free_ok) {
+            Some(d) if d < 0 => self.warn(Warning::FreeMemoryGrewInStep {
+                step: name.into(),
+                bytes: d.unsigned_abs(),
+            }),
+            Some(d) => self.own_growth = self.own_growth.saturating_add(d),
+            None => self.growth_known = false,
+        }
+        self.p.last = after;
+        w
+    }
+
+    /// Account the graph phase: memory left held after a teardown is the engine's.
+    pub fn graph_step(&mut self, before: MemoryInfo, after: MemoryInfo, kept: bool) {
+        self.record(
+            if kept {
+                "graph_phase (graphs kept)"
+            } else {
+                "graph_phase (after teardown)"
+            },
+            before,
+            after,
+        );
+        self.p.last = after;
+        if kept {
+            return;
+        }
+        // Memory the device did not give back after teardown (per-capture memory a runtime
+        // keeps) is held from now on: it counts as this engine's non-allocator growth.
+        if let Some(leak) = before.window_to(&after).non_allocator.filter(|l| *l > 0) {
+            if self.growth_known {
+                tracing::info!(bytes = %fmt_bytes(leak as u64), "held after graph teardown");
+                self.warn(Warning::HeldAfterGraphTeardown { bytes: leak as u64 });
+                self.own_growth = self.own_growth.saturating_add(leak);
+            }
+        }
+    }
+
+    /// The profile as measured so far, with the non-allocator growth filled in.
+    pub fn profile(&self) -> Profile {
+        let mut p = self.p.clone();
+        p.non_allocator_growth = self.growth_known.then_some(self.own_growth);
+        p
+    }
+}

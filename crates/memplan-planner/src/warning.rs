@@ -1,0 +1,199 @@
+//! [`Warning`]: everything a start-up or a plan wants a person to know but that does not stop
+//! it. Each variant carries its figures; `Display` gives the sentence. In JSON a warning is an
+//! object with a stable `code` (the variant's snake-case name), the `message` and the figures:
+//! [`Warning::to_json`] for one, [`serialize_all`] for a list (what [`Plan`](crate::Plan) and
+//! [`Profile`](crate::Profile) use); the derived `Serialize` alone gives the code and figures.
+
+use memplan_core::bytes::{fmt_bytes, fmt_signed};
+use serde::Serialize;
+use std::fmt;
+
+use crate::strategy::StrategyKind;
+
+/// A warning. Codes are stable: a new situation gets a new variant, never a new wording of an
+/// old code.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "code", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Warning {
+    /// Free memory grew while the engine was idle: another process released memory.
+    ForeignMemoryReleased {
+        /// Bytes released.
+        bytes: u64,
+    },
+    /// Free memory grew inside an engine step beyond what the allocator released.
+    FreeMemoryGrewInStep {
+        /// The step.
+        step: String,
+        /// Bytes.
+        bytes: u64,
+    },
+    /// Memory stayed held outside the allocator after graph teardown (counted as the
+    /// engine's own).
+    HeldAfterGraphTeardown {
+        /// Bytes.
+        bytes: u64,
+    },
+    /// Graph teardown did not bring the layers back to the phase's baseline.
+    GraphTeardownIncomplete {
+        /// What stayed above the baseline, one item per layer.
+        leaks: Vec<String>,
+    },
+    /// Capturing every graph freed memory (kept negative in the record).
+    NegativeCaptureWindow {
+        /// Graphs captured.
+        graphs: usize,
+        /// The window (negative).
+        bytes: i64,
+    },
+    /// One sample of the sampled strategy was negative despite the flush.
+    NegativeSample {
+        /// Graph size sampled.
+        size: u32,
+        /// The window (negative).
+        bytes: i64,
+    },
+    /// The legacy strategy saw negative samples (the cache flush inside its window).
+    LegacyNegativeSamples {
+        /// The samples.
+        samples: Vec<i64>,
+    },
+    /// The allocator's reserved memory shrank during a capture the conservative bound reads.
+    AllocatorShrankDuringCapture {
+        /// Graphs captured.
+        graphs: usize,
+        /// The change (negative).
+        bytes: i64,
+    },
+    /// Calibration found a declared reading or fact weaker than declared.
+    CalibrationDowngrade {
+        /// The reading or fact.
+        item: String,
+        /// What the backend declared.
+        declared: String,
+        /// What calibration observed.
+        observed: String,
+    },
+    /// Memory outside the allocator could not be measured; a bound was reserved instead.
+    NonAllocatorUnmeasured {
+        /// The bound reserved.
+        reserved: u64,
+    },
+    /// Free memory capped the KV cache below the budget.
+    KvCappedByFreeMemory {
+        /// The cap.
+        cap: u64,
+        /// What the budget allowed.
+        budget: u64,
+        /// Bytes others took (+) or released (-) while profiling.
+        foreign: i64,
+    },
+    /// Other processes changed their memory while profiling (attributed to them).
+    ForeignMemoryChanged {
+        /// Bytes (+ taken, - released).
+        bytes: i64,
+    },
+    /// Graph memory is not reserved in the budget although the engine captures graphs.
+    GraphMemoryNotReserved {
+        /// What capture is estimated to take outside the budget.
+        estimate: u64,
+    },
+    /// The max model length exceeds what the model was trained for.
+    MaxModelLenBeyondModel {
+        /// Asked for.
+        max_model_len: u64,
+        /// The model's `max_position_embeddings`.
+        max_position_embeddings: u64,
+    },
+    /// Figures are per rank; the engine sizes every rank like the smallest.
+    FiguresPerRank {
+        /// Tensor-parallel ranks.
+        ranks: u64,
+    },
+    /// Several rank plans were combined: this one limits the rest.
+    LimitingRank {
+        /// Its index.
+        rank: usize,
+        /// Ranks combined.
+        ranks: usize,
+        /// Its device.
+        device: String,
+    },
+    /// A strategy chosen by hand is not the one the capabilities call for.
+    StrategyOverridden {
+        /// The strategy that ran.
+        chosen: StrategyKind,
+        /// The automatic choice.
+        automatic: StrategyKind,
+    },
+}
+
+impl Warning {
+    /// The stable code (the variant's snake-case name, as in JSON).
+    pub fn code(&self) -> String {
+        serde_json::to_value(self)
+            .ok()
+            .and_then(|v| v.get("code").and_then(|c| c.as_str()).map(String::from))
+            .unwrap_or_default()
+    }
+
+    /// The JSON object: `code`, `message` and the figures.
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut v = serde_json::to_value(self).unwrap_or_default();
+        if let Some(o) = v.as_object_mut() {
+            o.insert("message".into(), self.to_string().into());
+        }
+        v
+    }
+}
+
+/// Serialize warnings as `code`, `message` and figures (`#[serde(serialize_with)]`).
+pub fn serialize_all<S: serde::Serializer>(w: &[Warning], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(w.iter().map(Warning::to_json))
+}
+
+impl fmt::Display for Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Warning::ForeignMemoryReleased { bytes } => write!(f, "free memory grew by {} while the engine was idle: another process released memory; attributed to it", fmt_bytes(*bytes)),
+            Warning::FreeMemoryGrewInStep { step, bytes } => write!(f, "free memory grew by {} during {step} beyond what the allocator released: another process freed memory (window kept, not clamped)", fmt_bytes(*bytes)),
+            Warning::HeldAfterGraphTeardown { bytes } => write!(f, "{} stayed held outside the allocator after graph teardown: counted as this engine's non-allocator memory", fmt_bytes(*bytes)),
+            Warning::GraphTeardownIncomplete { leaks } => write!(f, "graph teardown did not restore memory: {}", leaks.join("; ")),
+            Warning::NegativeCaptureWindow { graphs, bytes } => write!(f, "capturing {graphs} graphs freed {}: the cache flush was not complete or another process freed memory (kept negative in the record)", fmt_signed(*bytes)),
+            Warning::NegativeSample { size, bytes } => write!(f, "sample of size {size} is negative ({}) despite the flush: another process freed memory", fmt_signed(*bytes)),
+            Warning::LegacyNegativeSamples { samples } => {
+                let s: Vec<String> = samples.iter().map(|d| fmt_signed(*d)).collect();
+                write!(f, "vllm-legacy saw negative samples [{}]: the capture emptied the allocator cache inside the sampling window", s.join(", "))
+            }
+            Warning::AllocatorShrankDuringCapture { graphs, bytes } => write!(f, "the allocator's reserved memory changed by {} while capturing {graphs} graphs: the engine released memory inside the window (the bound counts no private pool)", fmt_signed(*bytes)),
+            Warning::CalibrationDowngrade { item, declared, observed } => write!(f, "calibration downgraded {item}: declared {declared}, observed {observed}"),
+            Warning::NonAllocatorUnmeasured { reserved } => write!(f, "non-allocator growth could not be measured (driver free unreliable): reserved the conservative bound {}", fmt_bytes(*reserved)),
+            Warning::KvCappedByFreeMemory { cap, budget, foreign } => write!(f, "free memory caps the KV cache at {} (the budget allowed {}): memory held outside this engine ({} taken by others while profiling)", fmt_bytes(*cap), fmt_bytes(*budget), fmt_signed(*foreign)),
+            Warning::ForeignMemoryChanged { bytes } => write!(f, "other processes changed their memory by {} while profiling: attributed to them, not to this engine", fmt_signed(*bytes)),
+            Warning::GraphMemoryNotReserved { estimate } => write!(f, "graph memory is not reserved; capture will take about {} outside the budget", fmt_bytes(*estimate)),
+            Warning::MaxModelLenBeyondModel { max_model_len, max_position_embeddings } => write!(f, "the max model length {max_model_len} exceeds the model's max_position_embeddings ({max_position_embeddings})"),
+            Warning::FiguresPerRank { ranks } => write!(f, "figures are per rank; the engine sizes all {ranks} ranks like the smallest"),
+            Warning::LimitingRank { rank, ranks, device } => write!(f, "rank {rank} ({device}) has the smallest KV cache of {ranks} ranks; the engine sizes every rank like it"),
+            Warning::StrategyOverridden { chosen, automatic } => write!(f, "graph strategy {chosen} was chosen by hand; the capabilities call for {automatic}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_has_a_stable_code_a_message_and_the_figures() {
+        let w = Warning::NegativeSample {
+            size: 8,
+            bytes: -(22 << 20),
+        };
+        let j = w.to_json();
+        assert_eq!(j["code"], "negative_sample");
+        assert_eq!(j["size"], 8);
+        assert_eq!(j["message"], w.to_string());
+        assert!(w.to_string().contains("-22.00 MiB"), "{w}");
+        assert_eq!(w.code(), "negative_sample");
+    }
+}
