@@ -67,6 +67,12 @@ pub fn open(id: &str) -> Result<Box<dyn Device>> {
     backend(id.backend)?.open(&id.selector)
 }
 
+/// Open a device by id as a [`SharedDevice`]: the engine, the measurement session and the
+/// guards that give memory back on drop each hold a clone of one device.
+pub fn open_shared(id: &str) -> Result<SharedDevice> {
+    open(id).map(SharedDevice::from_box)
+}
+
 /// One backend's report for `memplan devices`.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct BackendReport {
