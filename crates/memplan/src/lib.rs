@@ -1,6 +1,49 @@
 //! # memplan
 //!
-//! The facade engines depend on. Backends are chosen with cargo features:
+//! How much memory can an inference engine's KV cache take, after the weights, the activation
+//! peak, the graph-capture memory and everything else the device holds, and how sure is that?
+//! An engine runs its start-up through memplan and gets a plan:
+//!
+//! ```
+//! # #[cfg(feature = "sim")]
+//! # include!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/engine/src/toy.rs"));
+//! # #[cfg(feature = "sim")]
+//! # fn main() -> memplan::Result<()> {
+//! use memplan::kv::{AttentionKind, KvDtype, KvLimits, KvSpec, LayerGroup};
+//! use memplan::{Request, Session};
+//! # let group = LayerGroup { attention: AttentionKind::Full, num_layers: 28, kv_heads: 2, head_dim_k: 128, head_dim_v: 128 };
+//! # let kv_spec = KvSpec { groups: vec![group], dtype: KvDtype::Bf16, block_size: 16 };
+//! # let limits = KvLimits { max_model_len: 32768, max_num_batched_tokens: 8192, max_len_limit: 32768 };
+//! let request = Request::Utilization(0.9);
+//! let dev = memplan::open_shared("sim:rtx4090")?;      // or "cuda:0" with feature `cuda`
+//! let mut engine = ToyEngine::new(dev.clone());        // your engine: it implements `Engine`
+//! let mut s = Session::start(&dev, &mut engine)?;     // calibrate, release cache, baseline
+//! s.check_request(request)?;                          // free < requested: refused early
+//! s.load_weights(ToyEngine::load)?;                   // weights: allocator growth
+//! s.profile_run(|e| e.forward(8192))?;                // activation peak
+//! s.capture_graphs()?;                                // strategy chosen from the capability
+//! let plan = s.plan(request, &kv_spec, limits)?;      // budget, KV blocks, warnings
+//! let kv = s.into_kv_cache(plan.kv_bytes)?;           // post-capture: mapped where graphs point
+//! assert_eq!(kv.map(|r| r.address()), engine.kv_address);
+//! println!("{plan}");
+//! # Ok(())
+//! # }
+//! # #[cfg(not(feature = "sim"))]
+//! # fn main() {}
+//! ```
+//!
+//! The whole engine, `ToyEngine` included, is the downstream crate `examples/engine` of the
+//! repository (`cargo run --manifest-path examples/engine/Cargo.toml`). With post-capture (a
+//! device with virtual memory) the engine receives its KV cache's address range before any
+//! graph is captured ([`Engine::bind_kv_range`]), and owns it at the end through a guard
+//! ([`KvRange`]) that unmaps and releases it on drop; a session dropped half-way tears down
+//! what it holds. The plan is [`Plan`]: text (`Display`), SVG ([`plan::render`]) and the
+//! `memplan.plan/1` JSON (`docs/plan-schema.md`). Errors are typed ([`Error::class`],
+//! [`Refusal`], [`Param`]); warnings are [`Warning`].
+//!
+//! ## Backends
+//!
+//! Backends are chosen with cargo features:
 //!
 //! | feature | backend | default |
 //! |---|---|---|
@@ -9,11 +52,32 @@
 //! | `rocm` | AMD HIP runtime, loaded at run time | no |
 //! | `xpu`  | Intel Level Zero, loaded at run time | no |
 //!
+//! | `model` | (not a backend) model configs, checkpoint headers and the dry run: [`model`] | no |
+//!
 //! Every backend name parses in every build; asking for one that is not compiled in returns
 //! [`Error::BackendNotCompiled`] naming the feature. A binary with every runtime-loaded backend
 //! starts on a machine with no vendor library and reports each one unavailable with the reason.
+//! Opening the same simulated device id twice in one process gives the same simulated GPU.
 
 pub use memplan_core::*;
+
+pub use memplan_planner::budget::{self, Request};
+pub use memplan_planner::plan::{self, combine_ranks, Plan, PlanBuilder};
+pub use memplan_planner::{
+    calibrate, strategy, warning, CalibrationReport, Consumer, ConsumerKind, Engine, GraphMethod,
+    GraphPlan, KvRange, Profile, Provenance, Session, StrategyKind, Warning,
+};
+
+/// Model specs and the dry run (feature `model`): `memplan_model`.
+#[cfg(feature = "model")]
+pub use memplan_model as model;
+
+/// The simulated backend's own types (feature `sim`): a simulated GPU, the PyTorch-like
+/// caching allocator an engine can run on it, and the ground truth behind the readings.
+#[cfg(feature = "sim")]
+pub mod sim {
+    pub use memplan_backend_sim::{BlockId, GraphSpec, GroundTruth, SimAllocator, SimGpu};
+}
 
 /// Reference every compiled-in backend crate so the linker keeps its `inventory` registration.
 fn link_backends() {

@@ -1,0 +1,74 @@
+//! A downstream inference engine that runs its whole measured start-up through memplan:
+//! calibrate, load weights, profile run, capture graphs with the strategy chosen from the
+//! device's capabilities (post-capture where the device has virtual memory: the engine gets
+//! its KV cache's address before capture), plan, and allocate the KV cache the plan allows.
+//!
+//! `cargo run --manifest-path examples/engine/Cargo.toml [-- DEVICE]` (default `sim:rtx4090`;
+//! try `sim:rx7900xtx-rocm6.2` or `sim:arc-a770`, or `cuda:0` with `--features cuda`).
+
+mod toy;
+
+use memplan::kv::{AttentionKind, KvDtype, KvLimits, KvSpec, LayerGroup};
+use memplan::{Request, Session};
+use toy::ToyEngine;
+
+/// The KV cache of a 28-layer model with 2 KV heads of 128 (Qwen2.5-1.5B).
+fn kv_spec() -> KvSpec {
+    let layer = LayerGroup {
+        attention: AttentionKind::Full,
+        num_layers: 28,
+        kv_heads: 2,
+        head_dim_k: 128,
+        head_dim_v: 128,
+    };
+    KvSpec {
+        groups: vec![layer],
+        dtype: KvDtype::Bf16,
+        block_size: 16,
+    }
+}
+
+fn main() -> memplan::Result<()> {
+    let id = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "sim:rtx4090".into());
+    let request = Request::Utilization(0.9);
+    let limits = KvLimits {
+        max_model_len: 32768,
+        max_num_batched_tokens: 8192,
+        max_len_limit: 32768,
+    };
+
+    // The start-up, through memplan.
+    let dev = memplan::open_shared(&id)?;
+    let mut engine = ToyEngine::new(dev.clone());
+    let mut s = Session::start(&dev, &mut engine)?; // calibrate, release cache, baseline
+    s.check_request(request)?; // free memory below the request: refused before loading
+    s.load_weights(ToyEngine::load)?;
+    s.profile_run(|e| e.forward(limits.max_num_batched_tokens))?;
+    s.capture_graphs()?; // strategy chosen from the (calibrated) capability
+    let plan = s.plan(request, &kv_spec(), limits)?;
+    let kv = s.into_kv_cache(plan.kv_bytes)?; // post-capture: mapped where the graphs point
+
+    // The engine allocates.
+    let kv_bytes = match &kv {
+        Some(range) => range.mapped_bytes(),
+        None => engine.alloc(plan.kv_bytes)?.bytes,
+    };
+    println!("{plan}");
+    match (&kv, engine.kv_address) {
+        (Some(range), Some(bound)) => {
+            assert_eq!(
+                range.address(),
+                bound,
+                "the KV cache is where the graphs point"
+            );
+            println!("KV cache: {kv_bytes} bytes mapped at {bound:#x}, the address the {} graphs were captured against", engine.graphs());
+        }
+        _ => println!(
+            "KV cache: {kv_bytes} bytes allocated after the graph phase ({} strategy)",
+            plan.graph.strategy
+        ),
+    }
+    Ok(())
+}
