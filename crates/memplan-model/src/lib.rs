@@ -20,9 +20,13 @@
 
 pub mod arch;
 pub mod config;
+pub mod consumers;
 pub mod dryrun;
 pub mod engine;
 pub mod estimate;
+pub mod fromlog;
+pub mod gguf;
+pub mod hub;
 pub mod kvspec;
 pub mod presets;
 pub mod quant;
@@ -46,6 +50,15 @@ pub enum Source {
     Preset(String),
     /// A file or directory on disk.
     Path(PathBuf),
+    /// A snapshot in the local Hugging Face cache.
+    HubCache {
+        /// `ORG/NAME`.
+        repo: String,
+        /// The snapshot directory.
+        snapshot: PathBuf,
+    },
+    /// A GGUF file.
+    Gguf(PathBuf),
 }
 
 /// A loaded model.
@@ -62,9 +75,32 @@ pub struct Model {
 }
 
 impl Model {
-    /// Load from a path (directory or `config.json`), else from the presets by name.
+    /// Load from a path (directory, `config.json` or `.gguf` file), else a Hugging Face id
+    /// from the local cache ([`hub`]), else a shipped preset by name.
     pub fn load(name_or_path: &str) -> Result<Self> {
         let p = Path::new(name_or_path);
+        if p.extension().is_some_and(|x| x == "gguf") && p.is_file() {
+            return gguf::load(p);
+        }
+        if !p.exists() && hub::is_repo_id(name_or_path) {
+            if let Some(dir) = hub::snapshot(name_or_path)? {
+                let mut m = Model::load(&dir.display().to_string())?;
+                m.name = name_or_path.to_string();
+                m.source = Source::HubCache {
+                    repo: name_or_path.to_string(),
+                    snapshot: dir,
+                };
+                return Ok(m);
+            }
+            return presets::find(name_or_path)
+                .map(|preset| Model {
+                    name: preset.model.clone(),
+                    source: Source::Preset(preset.model),
+                    config: preset.config,
+                    checkpoint: None,
+                })
+                .map_err(|_| hub::not_cached(name_or_path));
+        }
         if !p.exists() {
             let preset = presets::find(name_or_path)?;
             return Ok(Model {
@@ -87,7 +123,7 @@ impl Model {
             ));
         }
         let text = memplan_core::input::read_text(&config_path, memplan_core::input::CONFIG_JSON)?;
-        let config = ModelConfig::from_json_str(&text).map_err(|e| match e {
+        let mut config = ModelConfig::from_json_str(&text).map_err(|e| match e {
             Error::InvalidInput { field, message } => {
                 let key = (field != "config.json").then_some(field);
                 Error::InvalidFile {
@@ -98,6 +134,20 @@ impl Model {
             }
             other => other,
         })?;
+        // ModelOpt checkpoints name their KV cache in `hf_quant_config.json` beside the config.
+        if let Some(d) = dir {
+            let q = d.join("hf_quant_config.json");
+            if config.kv_cache_quant.is_none() && q.is_file() {
+                let text = memplan_core::input::read_text(&q, memplan_core::input::CONFIG_JSON)?;
+                let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+                    Error::file(q.display().to_string(), format!("not valid JSON: {e}"))
+                })?;
+                config.kv_cache_quant = v
+                    .pointer("/quantization/kv_cache_quant_algo")
+                    .and_then(serde_json::Value::as_str)
+                    .map(str::to_ascii_lowercase);
+            }
+        }
         let checkpoint = match dir {
             Some(d) => safetensors::read_dir(d)?,
             None => None,

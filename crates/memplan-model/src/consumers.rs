@@ -1,0 +1,172 @@
+//! The other memory users engines add, as small pure functions: a speculative-decoding draft
+//! model, LoRA adapters, the multimodal encoder cache and encoder profiling, CPU weight
+//! offload, and pipeline parallelism's per-stage layer split. Each returns bytes (or a
+//! layer range) with the rule it follows; the dry run adds them to its consumers.
+
+use memplan_core::kv::{KvSpec, LayerGroup};
+use memplan_core::{Error, Result};
+
+use crate::config::ModelConfig;
+
+/// Other memory users of a deployment (all off by default).
+#[derive(Debug, Clone, Default)]
+pub struct Extras {
+    /// A draft model for speculative decoding and the tokens it proposes per step.
+    pub draft: Option<(ModelConfig, u64)>,
+    /// LoRA: `--max-loras` slots of `--max-lora-rank`.
+    pub lora: Option<(u64, u64)>,
+    /// `--cpu-offload-gb`, in bytes.
+    pub cpu_offload: u64,
+    /// Pipeline-parallel stages (`--pipeline-parallel-size`, 1 = off).
+    pub pipeline_parallel: u64,
+}
+
+/// vLLM `get_pp_indices` (`vllm/distributed/utils.py`): `layers // pp` per stage, the
+/// remainder one each to the stages before the last, counting back from it.
+pub fn pp_layers(layers: u64, pp: u64) -> Result<Vec<(u64, u64)>> {
+    if pp == 0 || pp > layers {
+        return Err(Error::invalid(
+            "pipeline-parallel-size",
+            format!("{pp} stages for {layers} layers (1 to the layer count)"),
+        ));
+    }
+    let mut parts = vec![layers / pp; pp as usize];
+    let rem = (layers % pp) as usize;
+    for i in 2..rem + 2 {
+        let n = parts.len();
+        parts[n - i] += 1;
+    }
+    let mut out = Vec::with_capacity(parts.len());
+    let mut start = 0;
+    for p in parts {
+        out.push((start, start + p));
+        start += p;
+    }
+    Ok(out)
+}
+
+/// The KV spec with a draft model's layers added: vLLM allocates the draft's attention
+/// layers in the same pool (`get_kv_cache_spec` over target and draft layers), so every
+/// block holds them too.
+pub fn with_draft_layers(target: &KvSpec, draft: &KvSpec) -> KvSpec {
+    let mut groups: Vec<LayerGroup> = target.groups.clone();
+    for g in &draft.groups {
+        match groups.iter_mut().find(|t| {
+            t.attention == g.attention
+                && t.kv_heads == g.kv_heads
+                && t.head_dim_k == g.head_dim_k
+                && t.head_dim_v == g.head_dim_v
+        }) {
+            Some(t) => t.num_layers += g.num_layers,
+            None => groups.push(g.clone()),
+        }
+    }
+    KvSpec {
+        groups,
+        ..target.clone()
+    }
+}
+
+/// LoRA weight slots vLLM pre-allocates (`vllm/lora/layers`): for each of `max_loras` slots
+/// and each layer, A (`rank x in`) and B (`out x rank`) for the QKV, output, gate/up and down
+/// projections; column-parallel layers split B, row-parallel ones split A across `tp`.
+pub fn lora_bytes(c: &ModelConfig, tp: u64, max_loras: u64, rank: u64, dtype_bytes: u64) -> u64 {
+    let tp = tp.max(1);
+    let (h, hd) = (c.hidden_size, c.head_dim);
+    let q = c.num_heads * hd;
+    let kv = c.num_kv_heads * hd;
+    let inter = match c.moe {
+        // Experts are not LoRA targets in vLLM's default module list; the dense MLP is.
+        Some(m) => m
+            .shared_intermediate
+            .max(c.intermediate_size.min(m.expert_intermediate)),
+        None => c.intermediate_size,
+    };
+    let per_layer = 3 * h + (q + 2 * kv) / tp // qkv: A (3 slices), B split
+        + q / tp + h // o_proj: A split, B whole
+        + 2 * h + 2 * inter / tp // gate_up
+        + inter / tp + h; // down
+    per_layer
+        .saturating_mul(rank)
+        .saturating_mul(c.num_layers)
+        .saturating_mul(max_loras)
+        .saturating_mul(dtype_bytes)
+}
+
+/// The multimodal encoder cache: embeddings of up to `max(max_num_batched_tokens,
+/// tokens of one item)` tokens in the language model's hidden size (vLLM
+/// `compute_encoder_budget`, `EncoderCacheManager`), plus the vision tower's profiling pass
+/// over one item (an estimate: a few activations of the tower's width per patch).
+pub fn encoder_bytes(
+    c: &ModelConfig,
+    max_num_batched_tokens: u64,
+    dtype_bytes: u64,
+) -> Option<(u64, u64)> {
+    let v = c.vision?;
+    // One 1024 x 1024 image at the tower's patch size: the largest item a default
+    // processor produces for most wrappers.
+    let patches = (1024 / v.patch.max(1)).pow(2);
+    let cache = max_num_batched_tokens.max(patches) * c.hidden_size * dtype_bytes;
+    let profile = patches * (v.hidden * 4 + v.intermediate) * dtype_bytes;
+    Some((cache, profile))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memplan_core::kv::{AttentionKind, KvDtype};
+
+    #[test]
+    fn pipeline_stages_split_as_vllm() {
+        // 80 layers on 3 stages: 26 each, the 2 left over go to stages 1 and 0 (counted
+        // back from the one before the last): [27, 27, 26].
+        assert_eq!(pp_layers(80, 3).unwrap(), vec![(0, 27), (27, 54), (54, 80)]);
+        assert_eq!(
+            pp_layers(32, 4).unwrap(),
+            vec![(0, 8), (8, 16), (16, 24), (24, 32)]
+        );
+        // 61 layers on 2 stages: [31, 30].
+        assert_eq!(pp_layers(61, 2).unwrap(), vec![(0, 31), (31, 61)]);
+        assert!(pp_layers(4, 8).is_err() && pp_layers(4, 0).is_err());
+    }
+
+    #[test]
+    fn draft_layers_join_the_pool_and_lora_slots_scale() {
+        let g = |n, h| LayerGroup {
+            attention: AttentionKind::Full,
+            num_layers: n,
+            kv_heads: h,
+            head_dim_k: 128,
+            head_dim_v: 128,
+        };
+        let t = KvSpec {
+            groups: vec![g(32, 8)],
+            dtype: KvDtype::Bf16,
+            block_size: 16,
+        };
+        let d = KvSpec {
+            groups: vec![g(1, 8)],
+            dtype: KvDtype::Bf16,
+            block_size: 16,
+        };
+        assert_eq!(with_draft_layers(&t, &d).groups[0].num_layers, 33);
+        let d = KvSpec {
+            groups: vec![g(2, 4)],
+            dtype: KvDtype::Bf16,
+            block_size: 16,
+        };
+        assert_eq!(with_draft_layers(&t, &d).groups.len(), 2);
+        let c = crate::presets::find("llama-3.1-8b-instruct")
+            .unwrap()
+            .config;
+        let one = lora_bytes(&c, 1, 1, 16, 2);
+        assert_eq!(lora_bytes(&c, 1, 4, 16, 2), 4 * one);
+        assert_eq!(lora_bytes(&c, 1, 1, 64, 2), 4 * one);
+        // Llama 8B, rank 16: (3*4096 + 6144 + 4096 + 4096 + 8192 + 28672 + 14336 + 4096)
+        // * 16 * 32 layers * 2 bytes.
+        assert_eq!(
+            one,
+            (3 * 4096 + 6144 + 4096 + 4096 + 8192 + 28672 + 14336 + 4096) * 16 * 32 * 2
+        );
+    }
+}

@@ -1,0 +1,86 @@
+//! `--from-log` on the real start-up log quotes of `engine-startup-logs.jsonl`: every figure
+//! the log prints is read back as the data set's curator copied it, and the logs whose model
+//! has a config reproduce their logged KV tokens from the figures read (vLLM 0.19 rules).
+
+use memplan_core::bytes::GIB;
+use memplan_model::fromlog::parse;
+use memplan_model::validation::reproduce;
+use serde_json::{json, Value};
+
+const LOGS: &str = include_str!("data/engine-startup-logs.jsonl");
+
+fn close(read: Option<u64>, want: &Value) -> bool {
+    match (read, want.as_f64()) {
+        (Some(r), Some(w)) => ((r as f64 / GIB as f64) - w).abs() < 0.006,
+        (_, None) => true,
+        (None, Some(_)) => false,
+    }
+}
+
+#[test]
+fn real_logs_are_read_and_reproduce() {
+    let mut read = 0;
+    let mut reproduced = 0;
+    for line in LOGS.lines().filter(|l| !l.trim().is_empty()) {
+        let e: Value = serde_json::from_str(line).unwrap();
+        let quote = e["quote"].as_str().unwrap();
+        let f = parse(quote).unwrap_or_else(|err| panic!("{}: {err}", e["model"]));
+        read += 1;
+        // V0's "Loading model weights took X GB" is the same 2^30 figure.
+        assert!(
+            close(f.weights, &e["weights_gib"]),
+            "{}: weights {:?}",
+            e["model"],
+            f.weights
+        );
+        // (One entry's KV figure comes from the user's own summary, not a log line.)
+        if quote.contains("Available KV cache memory") || quote.contains("kv_cache_size=") {
+            assert!(
+                close(f.kv_available, &e["available_kv_gib"]),
+                "{}: kv {:?}",
+                e["model"],
+                f.kv_available
+            );
+        }
+        if e["quote"].as_str().unwrap().contains("GPU KV cache size") {
+            assert_eq!(f.kv_tokens, e["kv_cache_tokens"].as_u64(), "{}", e["model"]);
+        }
+        if let Some(t) = e["gpu_total_gib"].as_f64() {
+            if f.total.is_some() {
+                assert!(close(f.total, &json!(t)), "{}", e["model"]);
+            }
+        }
+        assert!(
+            close(f.activation, &e["activation_peak_gib"]) || f.activation.is_none(),
+            "{}",
+            e["model"]
+        );
+        assert!(
+            close(f.graph_estimate, &e["cuda_graph_estimate_gib"]) || f.graph_estimate.is_none(),
+            "{}",
+            e["model"]
+        );
+        // Rebuild the log entry from what was read (figures printed with 2 decimals) and
+        // reproduce it; the model id and settings come from the log too where printed.
+        let g = |b: Option<u64>| b.map(|b| (b as f64 / GIB as f64 * 100.0).round() / 100.0);
+        let mut entry = e.clone();
+        for (k, v) in [
+            ("weights_gib", g(f.weights)),
+            ("activation_peak_gib", g(f.activation)),
+            ("non_torch_gib", g(f.non_torch)),
+            ("available_kv_gib", g(f.kv_available)),
+            ("gpu_total_gib", g(f.total)),
+        ] {
+            if let Some(v) = v {
+                entry[k] = json!(v);
+            }
+        }
+        if let Some(r) = reproduce(&entry).unwrap() {
+            assert!(r.ok, "{r:?}");
+            reproduced += 1;
+        }
+    }
+    assert_eq!(read, LOGS.lines().filter(|l| !l.trim().is_empty()).count());
+    println!("read {read} logs, reproduced {reproduced} from the figures read");
+    assert_eq!(reproduced, 12);
+}
