@@ -187,20 +187,35 @@ pub fn parse_selector(
                 quirks.hidden_bytes_per_capture = parse_bytes("hidden-bytes-per-capture", v)?;
             }
             (k, v) => {
-                let on = match v.map(str::to_ascii_lowercase).as_deref() {
+                let Some(flag) = quirks.flag_mut(k) else {
+                    let mut known = vec![
+                        "declare-exact",
+                        "other",
+                        "graphics",
+                        "hidden-bytes-per-capture",
+                        "seed",
+                        "physics",
+                    ];
+                    known.extend(QUIRK_NAMES.iter().copied());
+                    let hint = memplan_core::input::closest(k, &known)
+                        .map(|c| format!("did you mean `{c}`? "))
+                        .unwrap_or_default();
+                    return Err(bad(format!(
+                        "unknown modifier `{k}`; {hint}use declare-exact, other=BYTES, graphics=BYTES, \
+                         seed=N, physics=low|high|draw, hidden-bytes-per-capture=BYTES or QUIRK=on|off with QUIRK one of {}",
+                        QUIRK_NAMES.join(", ")
+                    )));
+                };
+                *flag = match v.map(str::to_ascii_lowercase).as_deref() {
                     None | Some("on") | Some("true") | Some("1") => true,
                     Some("off") | Some("false") | Some("0") => false,
-                    Some(x) => return Err(bad(format!("value {x:?} is not on/off"))),
+                    Some(_) => {
+                        return Err(bad(format!(
+                            "`{k}` is a quirk: its value is on or off, not {:?}",
+                            v.unwrap_or_default()
+                        )))
+                    }
                 };
-                let flag = quirks.flag_mut(k).ok_or_else(|| {
-                    bad(format!(
-                        "unknown modifier; use declare-exact, other=BYTES, graphics=BYTES, \
-                         seed=N, physics=low|high|draw, hidden-bytes-per-capture=BYTES or \
-                         QUIRK=on|off with QUIRK one of {}",
-                        QUIRK_NAMES.join(", ")
-                    ))
-                })?;
-                *flag = on;
             }
         }
     }
@@ -242,7 +257,16 @@ mod tests {
         let e = parse_selector("x,stale-free=maybe", |_| Ok(Quirks::default()))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("not on/off"), "{e}");
+        assert!(e.contains("on or off") && e.contains("\"maybe\""), "{e}");
+        // A typo of a byte modifier is named, with the likely one, and the value is shown as
+        // written.
+        let e = parse_selector("x,ohter=2GiB", |_| Ok(Quirks::default()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("unknown modifier `ohter`") && e.contains("did you mean `other`"),
+            "{e}"
+        );
         let e = parse_selector("x,other=lots", |_| Ok(Quirks::default()))
             .unwrap_err()
             .to_string();

@@ -1,24 +1,76 @@
-//! Shared output helpers: logging set-up and JSON printing.
+//! Logging set-up and writing to stdout/stderr without panicking.
+//!
+//! `println!` panics when stdout is closed or full (`memplan devices > /dev/full`,
+//! `memplan simulate ... | true`). Everything here returns or ignores the error instead: a
+//! closed pipe (the reader has what it wanted) ends quietly with the run's own exit code, any
+//! other write error (a full disk) is a failure with exit 1.
+
+use std::io::{IsTerminal, Write};
 
 use tracing_subscriber::EnvFilter;
 
-/// Log to stderr; `--log` wins over `MEMPLAN_LOG`; default `warn`.
+use crate::contract::Failure;
+
+/// Log to stderr. The filter is `--log`, else `MEMPLAN_LOG`, else `RUST_LOG`, else `warn`; an
+/// unparsable filter falls back to `warn` with a note. Colour only when stderr is a terminal
+/// and `NO_COLOR` is unset.
 pub fn init_logging(level: Option<&str>) {
-    let filter = match level {
-        Some(l) => EnvFilter::try_new(l).ok(),
-        None => EnvFilter::try_from_env("MEMPLAN_LOG").ok(),
-    }
-    .unwrap_or_else(|| EnvFilter::new("warn"));
+    let spec = level
+        .map(str::to_string)
+        .or_else(|| std::env::var("MEMPLAN_LOG").ok())
+        .or_else(|| std::env::var("RUST_LOG").ok())
+        .filter(|s| !s.trim().is_empty());
+    let filter = match spec.as_deref().map(EnvFilter::try_new) {
+        None => EnvFilter::new("warn"),
+        Some(Ok(f)) => f,
+        Some(Err(e)) => {
+            eprint_line(&format!(
+                "memplan: warning: log filter {:?} is not valid ({e}); using warn",
+                spec.unwrap_or_default()
+            ));
+            EnvFilter::new("warn")
+        }
+    };
+    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr)
         .try_init();
 }
 
-/// Print a value as pretty JSON on stdout.
-pub fn print_json<T: serde::Serialize>(v: &T) -> Result<(), memplan::Error> {
-    let s = serde_json::to_string_pretty(v)
-        .map_err(|e| memplan::Error::Measurement(format!("JSON encoding failed: {e}")))?;
-    println!("{s}");
-    Ok(())
+/// How a write to stdout ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    /// Everything was written and flushed.
+    All,
+    /// The reader closed the pipe: stop quietly.
+    Closed,
+}
+
+/// Write `text` to stdout and flush. A closed pipe is [`Written::Closed`]; any other error
+/// (a full disk) is a failure naming stdout.
+pub fn write_stdout(text: &str) -> Result<Written, Failure> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(Written::All),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(Written::Closed),
+        Err(e) => Err(Failure::of(
+            "write",
+            format!("could not write to standard output: {e}"),
+        )),
+    }
+}
+
+/// Write one line to stderr, ignoring errors (there is nowhere left to report them).
+pub fn eprint_line(line: &str) {
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "{line}");
+}
+
+/// Pretty JSON with a trailing newline.
+pub fn json_text(v: &serde_json::Value) -> String {
+    let mut s = serde_json::to_string_pretty(v).unwrap_or_else(|_| "null".into());
+    s.push('\n');
+    s
 }

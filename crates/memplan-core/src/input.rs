@@ -167,9 +167,53 @@ pub fn read_text(path: &Path, limit: Limit) -> Result<String> {
     })
 }
 
+/// The candidate closest to a misspelled `word` (case-insensitive edit distance at most a
+/// third of its length, at least 1), for "did you mean" hints.
+pub fn closest<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
+    let w: Vec<char> = word.to_ascii_lowercase().chars().collect();
+    let limit = (w.len() / 3).max(1);
+    candidates
+        .iter()
+        .map(|c| {
+            (
+                distance(&w, &c.to_ascii_lowercase().chars().collect::<Vec<_>>()),
+                *c,
+            )
+        })
+        .filter(|(d, _)| *d <= limit)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+/// Levenshtein distance (with adjacent transpositions counted once).
+fn distance(a: &[char], b: &[char]) -> usize {
+    let mut prev2: Vec<usize> = vec![0; b.len() + 1];
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for i in 1..=a.len() {
+        let mut cur = vec![i; b.len() + 1];
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            cur[j] = (prev[j] + 1).min(cur[j - 1] + 1).min(prev[j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                cur[j] = cur[j].min(prev2[j - 2] + 1);
+            }
+        }
+        prev2 = std::mem::replace(&mut prev, cur);
+    }
+    prev[b.len()]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn closest_names_the_likely_typo() {
+        let known = ["other", "graphics", "declare-exact", "stale-free"];
+        assert_eq!(closest("ohter", &known), Some("other"));
+        assert_eq!(closest("GRAPHIC", &known), Some("graphics"));
+        assert_eq!(closest("warp-drive", &known), None);
+    }
 
     fn tmp(name: &str) -> std::path::PathBuf {
         let d = std::env::temp_dir().join(format!("memplan-input-{}-{name}", std::process::id()));

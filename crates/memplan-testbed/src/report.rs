@@ -149,6 +149,8 @@ impl fmt::Display for SimReport {
                 (Some(o), _, _) => format!("OOM: {o}"),
                 (None, Some(e), _) => format!("FAILED: {e}"),
                 (None, None, Some(b)) => format!("OVER REQUEST by {}", fmt_bytes(b)),
+                // A cache that holds no token serves nothing: not a success.
+                _ if r.kv_tokens == Some(0) => "FAILED: the KV cache holds 0 tokens".into(),
                 _ => "ok".into(),
             };
             writeln!(
@@ -166,7 +168,15 @@ impl fmt::Display for SimReport {
             )?;
         }
         if let Some(a) = self.runs.iter().find(|r| r.auto) {
-            writeln!(f, "  automatic choice: {} because {}", a.strategy, a.why)?;
+            if a.why.is_empty() {
+                // The run ended before the graph phase chose anything.
+                writeln!(
+                    f,
+                    "  automatic choice: none made (the run ended before the graph phase)"
+                )?;
+            } else {
+                writeln!(f, "  automatic choice: {} because {}", a.strategy, a.why)?;
+            }
             if let Some(p) = &a.plan {
                 for w in &p.warnings {
                     writeln!(f, "  warning: {w}")?;

@@ -49,6 +49,19 @@ pub struct Setup {
     pub hints: bool,
 }
 
+/// Largest `kv.max_model_len` of a scenario (2^30 tokens).
+pub const MAX_MODEL_LEN: u64 = 1 << 30;
+/// Largest `kv.max_num_batched_tokens` (2^30).
+pub const MAX_BATCHED_TOKENS: u64 = 1 << 30;
+/// Largest `kv.block_size`.
+pub const MAX_BLOCK_SIZE: u64 = 4096;
+/// Largest `graphs.max_capture_size` (the default list up to it has about 1,000 sizes).
+pub const MAX_CAPTURE_SIZE: u32 = 8192;
+/// Most graph sizes after merging duplicates (each is captured once per strategy).
+pub const MAX_GRAPH_SIZES: usize = 1024;
+/// Most weight tensors (each is one simulated allocation).
+pub const MAX_WEIGHT_TENSORS: u32 = 1 << 17;
+
 /// The engine's default capture sizes up to `max`: 1, 2, 4, then every multiple of 8.
 pub fn default_sizes(max: u32) -> Vec<u32> {
     let mut v: Vec<u32> = [1, 2, 4].into_iter().filter(|s| *s <= max).collect();
@@ -103,8 +116,22 @@ impl Scenario {
             &self.request.gpu_memory_utilization,
             &self.request.memory_budget,
         ) {
-            (Some(u), None) => Request::Utilization(*u),
-            (None, Some(b)) => Request::Bytes(b.bytes(&f("request.memory_budget"))?),
+            (Some(u), None) if u.is_finite() && *u > 0.0 && *u <= 1.0 => Request::Utilization(*u),
+            (Some(u), None) => {
+                return Err(Error::invalid(
+                    f("request.gpu_memory_utilization"),
+                    format!("{u} is outside (0, 1]"),
+                ))
+            }
+            (None, Some(b)) => match b.bytes(&f("request.memory_budget"))? {
+                0 => {
+                    return Err(Error::invalid(
+                        f("request.memory_budget"),
+                        "must be more than 0 bytes",
+                    ))
+                }
+                n => Request::Bytes(n),
+            },
             _ => {
                 return Err(Error::invalid(
                     f("request"),
@@ -130,6 +157,19 @@ impl Scenario {
         };
         kv.validate()
             .map_err(|e| Error::invalid(f("kv"), e.to_string()))?;
+        for (key, v, max) in [
+            ("kv.max_model_len", k.max_model_len, MAX_MODEL_LEN),
+            (
+                "kv.max_num_batched_tokens",
+                k.max_num_batched_tokens,
+                MAX_BATCHED_TOKENS,
+            ),
+            ("kv.block_size", u64::from(k.block_size), MAX_BLOCK_SIZE),
+        ] {
+            if v == 0 || v > max {
+                return Err(Error::invalid(f(key), format!("{v} is outside 1..={max}")));
+            }
+        }
         let limits = KvLimits {
             max_model_len: k.max_model_len,
             max_num_batched_tokens: k.max_num_batched_tokens,
@@ -138,7 +178,13 @@ impl Scenario {
         let g = &self.graphs;
         let mut sizes = match (&g.sizes, g.max_capture_size) {
             (Some(s), None) => s.clone(),
-            (None, Some(m)) => default_sizes(m),
+            (None, Some(m)) if (1..=MAX_CAPTURE_SIZE).contains(&m) => default_sizes(m),
+            (None, Some(m)) => {
+                return Err(Error::invalid(
+                    f("graphs.max_capture_size"),
+                    format!("{m} is outside 1..={MAX_CAPTURE_SIZE}"),
+                ))
+            }
             (None, None) => Vec::new(),
             (Some(_), Some(_)) => {
                 return Err(Error::invalid(
@@ -159,7 +205,15 @@ impl Scenario {
                 "at most 1048576 kernel nodes per graph",
             ));
         }
+        // Duplicates are merged, as engines merge them (vLLM dedups its capture sizes).
         sizes.sort_unstable_by(|a, b| b.cmp(a));
+        sizes.dedup();
+        if sizes.len() > MAX_GRAPH_SIZES {
+            return Err(Error::invalid(
+                f("graphs.sizes"),
+                format!("{} distinct sizes; at most {MAX_GRAPH_SIZES}", sizes.len()),
+            ));
+        }
         let neighbour = self
             .neighbour
             .iter()
@@ -177,14 +231,32 @@ impl Scenario {
             })
             .collect::<Result<Vec<_>>>()?;
         let weight_tensors = self.model.weight_tensors;
-        if weight_tensors == 0 {
-            return Err(Error::invalid(f("model.weight_tensors"), "must be > 0"));
+        if weight_tensors == 0 || weight_tensors > MAX_WEIGHT_TENSORS {
+            return Err(Error::invalid(
+                f("model.weight_tensors"),
+                format!("{weight_tensors} is outside 1..={MAX_WEIGHT_TENSORS}"),
+            ));
+        }
+        // The device's own `other=` and the scenario's `other_processes` say the same thing:
+        // one silently overriding the other would simulate a world nobody wrote.
+        let other = self.other_processes.bytes(&f("other_processes"))?;
+        if other > 0
+            && self
+                .device
+                .split(',')
+                .skip(1)
+                .any(|m| m.trim().to_ascii_lowercase().starts_with("other="))
+        {
+            return Err(Error::invalid(
+                f("other_processes"),
+                "the device selector has other= too; give the memory of other processes once",
+            ));
         }
         Ok(Setup {
             request,
             kv,
             limits,
-            other_processes: self.other_processes.bytes(&f("other_processes"))?,
+            other_processes: other,
             neighbour,
             weights: self.model.weights.bytes(&f("model.weights"))?,
             weight_tensors,

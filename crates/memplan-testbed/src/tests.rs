@@ -591,14 +591,25 @@ fn post_capture_failing_mid_capture_releases_its_range_and_graphs() {
 }
 
 #[test]
-fn absurd_scenario_lengths_do_not_overflow() {
-    // TOML integers reach i64::MAX; the search limit (4x the length) must not overflow.
+fn absurd_scenario_lengths_are_refused_and_the_largest_does_not_overflow() {
+    // TOML integers reach i64::MAX: refused by name, not planned.
     let text = SHIPPED[0].1.replace(
         "max_model_len = 32768",
         "max_model_len = 9223372036854775807",
     );
+    let e = Scenario::from_toml("x", &text)
+        .unwrap()
+        .resolve()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("kv.max_model_len"), "{e}");
+    // The largest accepted length: the search limit (4x the length) stays in range.
+    let text = SHIPPED[0].1.replace(
+        "max_model_len = 32768",
+        &format!("max_model_len = {}", setup::MAX_MODEL_LEN),
+    );
     let s = Scenario::from_toml("x", &text).unwrap().resolve().unwrap();
-    assert_eq!(s.limits.max_len_limit, u64::MAX);
+    assert_eq!(s.limits.max_len_limit, 4 * setup::MAX_MODEL_LEN);
     let out = run(&s, Choice::Forced(StrategyKind::Full)).unwrap();
     // No request of that length fits: refused, saying what does (one refusal path).
     let failed = out.failed.unwrap_or_default();
@@ -606,6 +617,55 @@ fn absurd_scenario_lengths_do_not_overflow() {
         failed.contains("longest max model length that fits"),
         "{failed}"
     );
+}
+
+#[test]
+fn scenario_counts_are_capped_and_duplicates_merged() {
+    let resolve = |from: &str, to: &str| {
+        Scenario::from_toml("x", &SHIPPED[0].1.replace(from, to))
+            .unwrap()
+            .resolve()
+    };
+    for (from, to, key) in [
+        (
+            "max_capture_size = 256",
+            "max_capture_size = 4294967295",
+            "graphs.max_capture_size",
+        ),
+        (
+            "weight_tensors = 339",
+            "weight_tensors = 4294967295",
+            "model.weight_tensors",
+        ),
+        (
+            "gpu_memory_utilization = 0.95",
+            "gpu_memory_utilization = nan",
+            "request.gpu_memory_utilization",
+        ),
+        (
+            "gpu_memory_utilization = 0.95",
+            "gpu_memory_utilization = 1.5",
+            "request.gpu_memory_utilization",
+        ),
+        (
+            "device = \"rtx4090\"",
+            "device = \"rtx4090,other=1GiB\"",
+            "other_processes",
+        ),
+    ] {
+        let e = resolve(from, to).unwrap_err().to_string();
+        assert!(e.contains(key), "{to}: {e}");
+    }
+    let many: Vec<String> = (1..=2000).map(|i| i.to_string()).collect();
+    let e = resolve(
+        "max_capture_size = 256",
+        &format!("sizes = [{}]", many.join(",")),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("at most 1024"), "{e}");
+    let s = resolve("max_capture_size = 256", "sizes = [8, 8, 4, 8, 1]").unwrap();
+    assert_eq!(s.sizes, vec![8, 4, 1]);
 }
 
 mod prop {

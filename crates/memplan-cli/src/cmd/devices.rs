@@ -5,16 +5,17 @@
 //! Also home of [`DescriptorView`], the JSON shape of a device descriptor that `probe` shares.
 
 use std::collections::BTreeMap;
-use std::process::ExitCode;
+use std::fmt::Write;
 
 use memplan::bytes::fmt_opt;
 use memplan::{BackendStatus, DeviceDescriptor};
 use serde::Serialize;
 
-use crate::output::print_json;
+use crate::contract::{schema, Failure};
+use crate::Report;
 
 /// Flags of `memplan devices`.
-#[derive(clap::Args)]
+#[derive(clap::Args, Debug)]
 pub struct Args {
     /// Print one JSON object `{"backends": [...]}` instead of a table.
     #[arg(long)]
@@ -78,15 +79,20 @@ fn survey() -> DevicesView {
     DevicesView { backends }
 }
 
-fn print_table(v: &DevicesView) {
+#[allow(unused_must_use)] // writing to a String cannot fail
+fn table(v: &DevicesView) -> String {
+    let mut o = String::new();
     if v.backends.is_empty() {
-        println!("no backend is compiled in (rebuild with --features sim, cuda, rocm or xpu)");
+        writeln!(
+            o,
+            "no backend is compiled in (rebuild with --features sim, cuda, rocm or xpu)"
+        );
     }
     for b in &v.backends {
         match &b.reason {
-            Some(reason) => println!("{}: unavailable: {reason}", b.backend),
-            None => println!("{}: available, {} device(s)", b.backend, b.devices.len()),
-        }
+            Some(reason) => writeln!(o, "{}: unavailable: {reason}", b.backend),
+            None => writeln!(o, "{}: available, {} device(s)", b.backend, b.devices.len()),
+        };
         if b.devices.is_empty() {
             continue;
         }
@@ -104,9 +110,10 @@ fn print_table(v: &DevicesView) {
             .max()
             .unwrap_or(0)
             .max(4);
-        println!("  {:<w$}  {:<n$}  {:>12}", "ID", "NAME", "TOTAL");
+        writeln!(o, "  {:<w$}  {:<n$}  {:>12}", "ID", "NAME", "TOTAL");
         for d in &b.devices {
-            println!(
+            writeln!(
+                o,
                 "  {:<w$}  {:<n$}  {:>12}",
                 d.id,
                 d.name,
@@ -114,15 +121,12 @@ fn print_table(v: &DevicesView) {
             );
         }
     }
+    o
 }
 
 /// Run `memplan devices`.
-pub fn run(args: Args) -> Result<ExitCode, memplan::Error> {
+pub fn run(_args: Args) -> Result<Report, Failure> {
     let v = survey();
-    if args.json {
-        print_json(&v)?;
-    } else {
-        print_table(&v);
-    }
-    Ok(ExitCode::SUCCESS)
+    let json = serde_json::to_value(&v).map_err(|e| Failure::of("internal", e.to_string()))?;
+    Ok(Report::new(schema::DEVICES, json, table(&v)))
 }

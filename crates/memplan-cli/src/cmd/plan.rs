@@ -6,44 +6,37 @@
 //! (`--weights-bytes`, ...) replace the estimates; every byte flag takes plain bytes or units.
 //! The result is the planner's [`Plan`] (the same type `memplan simulate` prints), rendered by
 //! the planner's renderer with this command's flag names.
+//!
+//! Order: flags are checked by clap ([`flags`]); the model is loaded before any device is
+//! opened (so `--model nope` lists the presets on any machine); then the device, the dry run
+//! per rank, and the rendering.
 
+mod flags;
 mod render_args;
 
-use std::path::PathBuf;
-use std::process::ExitCode;
-
-use memplan::bytes::parse_bytes;
 use memplan::kv::KvDtype;
-use memplan::{DriverMemory, Error, MemoryInfo, Param, ProfilingCapability};
+use memplan::{DriverMemory, Error, MemoryInfo, ProfilingCapability};
 use memplan_model::dryrun::{DryRun, GraphReserve};
-use memplan_model::engine::{EngineKind, EngineRules};
-use memplan_model::{Model, Quantization};
+use memplan_model::engine::EngineRules;
+use memplan_model::{dtype_bytes, Model, Quantization};
 use memplan_planner::budget::Request;
 use memplan_planner::plan::render;
 use memplan_planner::{combine_ranks, ConsumerKind, GraphMethod, Plan, SelectionPolicy};
 
-fn bytes(flag: &'static str) -> impl Fn(&str) -> Result<u64, String> + Clone {
-    move |s| parse_bytes(flag, s).map_err(|e| e.to_string())
-}
+pub use flags::{Engine, Flags, Strategy};
 
-/// Engines whose flags `--emit-args` can print.
-#[derive(Clone, Copy, Debug, clap::ValueEnum)]
-pub enum Engine {
-    /// vLLM (`--kv-cache-memory-bytes`, `--max-model-len`, ...).
-    Vllm,
-    /// SGLang (`--max-total-tokens`, `--mem-fraction-static`, ...).
-    Sglang,
-}
+use crate::contract::{schema, Failure};
+use crate::Report;
 
-/// `--emit-args vllm[@VERSION]`: the same spelling as `--engine`.
-fn emit_engine(s: &str) -> Result<(Engine, String), String> {
-    let rules: EngineRules = s.parse().map_err(|e: Error| e.to_string())?;
-    let kind = match rules.kind {
-        EngineKind::Vllm => Engine::Vllm,
-        EngineKind::Sglang => Engine::Sglang,
-    };
-    Ok((kind, s.to_string()))
-}
+/// Examples shown by `memplan plan --help`.
+pub const EXAMPLES: &str = "Examples:
+  memplan plan --model qwen2.5-1.5b-instruct --device sim:rtx4090
+  memplan plan --model ~/models/Llama-3.1-8B-Instruct --device cuda:0 --max-model-len 8192
+  memplan plan --model llama-3.1-8b-instruct --total-memory 79.19GiB --gpu-memory-utilization 0.95 \\
+      --weights-bytes 14.99GiB --activation-bytes 1.89GiB --non-torch-bytes 0.25GiB --graph-strategy none
+  memplan plan --model qwen3-8b --device sim:h100-80gb --kv-cache-dtype fp8 --emit-args vllm
+  memplan plan --model qwen3-8b --total-memory 24GiB --json --svg plan.svg
+  memplan plan --model nope --total-memory 1GiB   # an unknown name lists the shipped presets";
 
 /// The engine release: `--engine`, else the one `--emit-args` names, else the newest vLLM.
 fn engine_rules(a: &Flags) -> Result<EngineRules, Error> {
@@ -54,20 +47,6 @@ fn engine_rules(a: &Flags) -> Result<EngineRules, Error> {
     }
 }
 
-/// How a dry run counts graph memory. A dry run captures nothing: the strategies that measure
-/// (post-capture, full, sampled, conservative) run in an engine start-up (the `memplan` crate's
-/// `Session`) or in `memplan simulate`, not here.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Strategy {
-    /// Reserve `--graph-bytes` if given, else the analytic estimate; with `--device`, the plan
-    /// also says which strategy a measured start-up on that device would use.
-    Auto,
-    /// Reserve the analytic estimate from the model (or `--graph-bytes`).
-    Estimate,
-    /// Reserve nothing (an engine that does not subtract graph memory, as vLLM <= 0.19).
-    None,
-}
-
 /// Flags of `memplan plan` (boxed: the subcommand enum stays small).
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -75,89 +54,16 @@ pub struct Args {
     flags: Box<Flags>,
 }
 
-/// The flags themselves.
-#[derive(clap::Args, Debug, Clone)]
-pub struct Flags {
-    /// Model: a shipped preset (`qwen2.5-1.5b-instruct`), a directory with config.json (and
-    /// *.safetensors, whose headers give the exact weights) or a config.json path.
-    #[arg(long, value_name = "NAME|PATH")]
-    pub model: String,
-    /// Device to plan for (`sim:rtx4090`, `cuda:0`); optional with --total-memory.
-    #[arg(long, value_name = "ID")]
-    pub device: Option<String>,
-    /// Plan for a device of this total instead of reading one (e.g. 79.19GiB).
-    #[arg(long, value_name = "BYTES", value_parser = bytes("--total-memory"))]
-    pub total_memory: Option<u64>,
-    /// Fraction of the device the engine may use, in (0, 1] (default: the engine release's).
-    #[arg(long, value_name = "FRACTION")]
-    pub gpu_memory_utilization: Option<f64>,
-    /// The engine and release whose sizing rules and defaults apply: vllm[@VERSION] or
-    /// sglang[@VERSION] (default: the newest vLLM memplan knows; docs/engine-rules.md).
-    #[arg(long, value_name = "ENGINE[@VERSION]")]
-    pub engine: Option<String>,
-    /// Fix the KV cache size instead of deriving it from the utilisation.
-    #[arg(long, value_name = "BYTES", value_parser = bytes("--kv-cache-memory-bytes"))]
-    pub kv_cache_memory_bytes: Option<u64>,
-    /// Model dtype: auto (from the config), bfloat16, float16, float32.
-    #[arg(long, default_value = "auto")]
-    pub dtype: String,
-    /// KV-cache dtype: auto, bf16, fp16, fp8, fp8_e4m3, fp8_e5m2, int8.
-    #[arg(long, default_value = "auto")]
-    pub kv_cache_dtype: String,
-    /// Online weight quantization (fp8), as the engine's --quantization.
-    #[arg(long, value_name = "METHOD")]
-    pub quantization: Option<String>,
-    /// Longest request in tokens (default: the model's max_position_embeddings).
-    #[arg(long)]
-    pub max_model_len: Option<u64>,
-    /// Requests per step (default: the engine's, by device size).
-    #[arg(long)]
-    pub max_num_seqs: Option<u64>,
-    /// Tokens per step (default: the engine's, by device size).
-    #[arg(long)]
-    pub max_num_batched_tokens: Option<u64>,
-    /// Tokens per KV block (default: the engine release's).
-    #[arg(long)]
-    pub block_size: Option<u32>,
-    /// Tensor-parallel ranks (figures are per rank).
-    #[arg(long, visible_alias = "tp", default_value_t = 1)]
-    pub tensor_parallel_size: u64,
-    /// Graph capture sizes, comma-separated (default: the engine's).
-    #[arg(long, value_name = "N,N,...", value_delimiter = ',')]
-    pub cudagraph_capture_sizes: Option<Vec<u64>>,
-    /// No graphs.
-    #[arg(long)]
-    pub enforce_eager: bool,
-    /// How graph memory is counted in this dry run.
-    #[arg(long, value_enum, default_value_t = Strategy::Auto)]
-    pub graph_strategy: Strategy,
-    /// Measured weights per rank (from an earlier start-up log).
-    #[arg(long, value_name = "BYTES", value_parser = bytes("--weights-bytes"))]
-    pub weights_bytes: Option<u64>,
-    /// Measured activation peak per rank.
-    #[arg(long, value_name = "BYTES", value_parser = bytes("--activation-bytes"))]
-    pub activation_bytes: Option<u64>,
-    /// Measured non-torch (non-allocator) memory growth per rank (vLLM's "non-torch memory").
-    #[arg(long, value_name = "BYTES", value_parser = bytes("--non-torch-bytes"))]
-    pub non_torch_bytes: Option<u64>,
-    /// Measured graph memory per rank.
-    #[arg(long, value_name = "BYTES", value_parser = bytes("--graph-bytes"))]
-    pub graph_bytes: Option<u64>,
-    /// Print JSON instead of the table.
-    #[arg(long)]
-    pub json: bool,
-    /// Write a stacked-bar picture of the device memory to FILE.
-    #[arg(long, value_name = "FILE")]
-    pub svg: Option<PathBuf>,
-    /// Print only ready-to-paste flags that pin the planned KV cache in an engine.
-    #[arg(long, value_name = "ENGINE[@VERSION]", value_parser = emit_engine)]
-    pub emit_args: Option<(Engine, String)>,
+impl Args {
+    /// Whether `--json` was given.
+    pub fn json(&self) -> bool {
+        self.flags.json
+    }
 }
 
 /// Where the total came from: a device (name, snapshot, capability) or the flag.
 struct Target {
     label: String,
-    /// The device's own name (batch defaults depend on it), empty with --total-memory.
     name: String,
     total: u64,
     snapshot: Option<MemoryInfo>,
@@ -166,10 +72,17 @@ struct Target {
 
 fn target(a: &Flags) -> Result<Target, Error> {
     if let Some(total) = a.total_memory {
-        let label = a.device.clone().map_or_else(
-            || "total-memory".to_string(),
-            |d| format!("{d} (total from --total-memory)"),
-        );
+        let label = match &a.device {
+            None => "total-memory".to_string(),
+            Some(d) => {
+                // Parsed by clap; a simulated selector is opened too, so its modifiers are
+                // checked (opening one touches no hardware).
+                if d.parse::<memplan::DeviceId>()?.backend == memplan::BackendKind::Sim {
+                    memplan::open(d)?;
+                }
+                format!("{d} (total from --total-memory)")
+            }
+        };
         return Ok(Target {
             label,
             name: String::new(),
@@ -187,16 +100,25 @@ fn target(a: &Flags) -> Result<Target, Error> {
     let mut dev = memplan::open(id)?;
     dev.synchronize()?;
     let driver: DriverMemory = dev.driver_memory()?;
+    let usable = usable_memory(dev.descriptor()).filter(|_| driver.total.is_none());
     let total = driver
         .total
         .or(dev.descriptor().total_bytes)
+        .or(usable)
         .ok_or_else(|| {
             Error::invalid(
                 "--device",
                 format!("{id} does not report its total memory; pass --total-memory"),
             )
         })?;
-    let label = format!("{id} ({})", dev.descriptor().name);
+    let label = match usable {
+        Some(u) if dev.descriptor().total_bytes.is_none() => format!(
+            "{id} ({}; total = the usable memory the backend states, {})",
+            dev.descriptor().name,
+            memplan::bytes::fmt_bytes(u)
+        ),
+        _ => format!("{id} ({})", dev.descriptor().name),
+    };
     Ok(Target {
         label,
         name: dev.descriptor().name.clone(),
@@ -209,17 +131,59 @@ fn target(a: &Flags) -> Result<Target, Error> {
     })
 }
 
-fn input(a: &Flags, t: &Target) -> Result<DryRun, Error> {
-    let model = Model::load(&a.model)?;
-    let kv_cache_dtype = match a.kv_cache_dtype.as_str() {
-        "auto" => None,
-        s => Some(s.parse::<KvDtype>()?),
+/// The usable memory a backend states for a device whose driver total is not its memory (an
+/// APU: the driver reports the VRAM carve-out, the GPU uses system memory), as `memplan probe`
+/// shows it (`usable_memory`).
+fn usable_memory(d: &memplan::DeviceDescriptor) -> Option<u64> {
+    d.properties
+        .iter()
+        .find(|(k, _)| k == "usable_memory")
+        .and_then(|(_, v)| memplan::bytes::parse_bytes("usable_memory", v).ok())
+        .filter(|b| *b > 0)
+}
+
+/// The model, loaded before any device is opened.
+fn model(a: &Flags) -> Result<Model, Failure> {
+    let m = Model::load(&a.model).map_err(|e| match e {
+        Error::InvalidInput { ref field, .. } if field == "model" => {
+            Failure::from(e).with_help("presets", memplan_model::presets::names())
+        }
+        other => Failure::from(other),
+    })?;
+    // vLLM refuses an online method that differs from the checkpoint's own
+    // (`ModelConfig._verify_quantization`, vllm/config/model.py: "Quantization method
+    // specified in the model config (...) does not match ...").
+    if let (Some(q), Some(own)) = (&a.quantization.0, &m.config.quantization) {
+        if own.method != *q {
+            return Err(Failure::usage(format!(
+                "--quantization {q}: the checkpoint is already quantized with {}; engines refuse a different method (omit --quantization)",
+                own.method
+            )));
+        }
+    }
+    Ok(m)
+}
+
+/// The dtype the engine loads the model in: `--dtype`, else the config's, with float32
+/// checkpoints served in bfloat16 and a config without one loaded as bfloat16 (as the
+/// engines resolve `auto`).
+fn model_dtype(a: &Flags, m: &Model) -> KvDtype {
+    let name = match a.dtype.as_str() {
+        "auto" => match m.config.torch_dtype.as_deref() {
+            Some(d) if matches!(dtype_bytes(d), Ok(4)) => "bfloat16",
+            Some(d) => d,
+            None => "bfloat16",
+        },
+        d => d,
     };
-    let quantization = match a.quantization.as_deref().map(str::to_ascii_lowercase).as_deref() {
-        None | Some("none") => None,
-        Some("fp8") => Some(Quantization::fp8_online()),
-        Some(q) => return Err(Error::param(Param::Quantization, format!("{q:?}: a dry run knows online fp8; quantized checkpoints are read from their config"))),
-    };
+    match dtype_bytes(name) {
+        Ok(4) => KvDtype::F32,
+        _ if name.to_ascii_lowercase().contains("bf") => KvDtype::Bf16,
+        _ => KvDtype::F16,
+    }
+}
+
+fn input(a: &Flags, model: &Model, t: &Target) -> Result<DryRun, Failure> {
     let engine = engine_rules(a)?;
     // vLLM 0.34: utilisation 1.0 with the extensible KV cache (sized from memory measured
     // after graph capture), else the release's default (`resolved_gpu_memory_utilization`).
@@ -242,12 +206,17 @@ fn input(a: &Flags, t: &Target) -> Result<DryRun, Error> {
     } else {
         GraphReserve::Reserve
     };
-    Ok(DryRun::new(model, t.total)
+    Ok(DryRun::new(model.clone(), t.total)
         .device(t.label.clone(), t.snapshot)
         .request(request)
         .dtype(a.dtype.clone())
-        .kv_cache_dtype(kv_cache_dtype)
-        .quantization(quantization)
+        .kv_cache_dtype(a.kv_cache_dtype.0)
+        .quantization(
+            a.quantization
+                .0
+                .as_ref()
+                .map(|_| Quantization::fp8_online()),
+        )
         .max_model_len(a.max_model_len)
         .max_num_seqs(a.max_num_seqs)
         .max_num_batched_tokens(a.max_num_batched_tokens)
@@ -255,7 +224,7 @@ fn input(a: &Flags, t: &Target) -> Result<DryRun, Error> {
         .engine(engine)
         .device_name(t.name.clone())
         .tensor_parallel(a.tensor_parallel_size)
-        .capture_sizes(a.cudagraph_capture_sizes.clone())
+        .capture_sizes(a.capture_sizes().map_err(Failure::usage)?)
         .enforce_eager(a.enforce_eager)
         .graph_reserve(graph_reserve)
         .given(ConsumerKind::Weights, a.weights_bytes)
@@ -264,10 +233,19 @@ fn input(a: &Flags, t: &Target) -> Result<DryRun, Error> {
         .given(ConsumerKind::Graphs, a.graph_bytes))
 }
 
-/// One rank's plan. With `--graph-strategy auto` on a device, the plan says which strategy a
-/// measured start-up there would use (selected from the device's declared capability).
-fn plan_one(a: &Flags, t: &Target) -> Result<Plan, Error> {
-    let mut plan = input(a, t)?.plan()?;
+/// What `--emit-args` needs beyond the plan.
+fn context(a: &Flags, m: &Model) -> Result<render_args::Context, Error> {
+    Ok(render_args::Context {
+        enforce_eager: a.enforce_eager,
+        dtype: a.dtype.clone(),
+        model_dtype: model_dtype(a, m),
+        quantization: a.quantization.0.clone(),
+        version: engine_rules(a)?.version.to_string(),
+    })
+}
+
+fn plan_one(a: &Flags, model: &Model, t: &Target) -> Result<Plan, Failure> {
+    let mut plan = input(a, model, t)?.plan()?;
     if let (Some(cap), Strategy::Auto, GraphMethod::Estimate) =
         (&t.capability, a.graph_strategy, plan.graph.strategy)
     {
@@ -284,8 +262,9 @@ fn plan_one(a: &Flags, t: &Target) -> Result<Plan, Error> {
             plan.graph.why, sel.kind, sel.why
         );
     }
+    let ctx = context(a, model)?;
     for e in [Engine::Vllm, Engine::Sglang] {
-        if let Ok(args) = render_args::engine_args(&plan, a.enforce_eager, e) {
+        if let Ok(args) = render_args::engine_args(&plan, &ctx, e) {
             plan.engine_args.insert(e.name().into(), args);
         }
     }
@@ -320,35 +299,34 @@ fn targets(a: &Flags) -> Result<Vec<Target>, Error> {
 }
 
 /// One dry run per rank; the engine sizes every rank like the one with the smallest KV cache.
-fn plan_ranks(a: &Flags) -> Result<Plan, Error> {
+fn plan_ranks(a: &Flags) -> Result<(Model, Plan), Failure> {
+    let model = model(a)?;
     let plans = targets(a)?
         .iter()
-        .map(|t| plan_one(a, t))
+        .map(|t| plan_one(a, &model, t))
         .collect::<Result<Vec<_>, _>>()?;
-    combine_ranks(plans)
+    Ok((model, combine_ranks(plans)?))
 }
 
 /// Run `memplan plan`.
-pub fn run(a: Args) -> Result<ExitCode, Error> {
+pub fn run(a: Args) -> Result<Report, Failure> {
     let a = *a.flags;
-    let plan = plan_ranks(&a)?;
+    let (model, plan) = plan_ranks(&a)?;
+    let text = match &a.emit_args {
+        Some((engine, _)) => format!(
+            "{}\n",
+            render_args::engine_args(&plan, &context(&a, &model)?, *engine)?
+        ),
+        None => render::text(&plan, &crate::flags::flag_name),
+    };
     if let Some(path) = &a.svg {
         std::fs::write(path, render::svg(&plan)).map_err(|e| Error::Io {
             path: path.display().to_string(),
             source: e,
         })?;
     }
-    if a.json {
-        crate::output::print_json(&plan)?;
-    } else if let Some((engine, _)) = a.emit_args.clone() {
-        println!(
-            "{}",
-            render_args::engine_args(&plan, a.enforce_eager, engine)?
-        );
-    } else {
-        print!("{}", render::text(&plan, &crate::flags::flag_name));
-    }
-    Ok(ExitCode::SUCCESS)
+    let json = serde_json::to_value(&plan).map_err(|e| Failure::of("internal", e.to_string()))?;
+    Ok(Report::new(schema::PLAN, json, text))
 }
 
 #[cfg(test)]
@@ -362,20 +340,23 @@ mod tests {
         args: Args,
     }
 
-    fn flags(flags: &str) -> Flags {
-        *Cli::try_parse_from(std::iter::once("plan").chain(flags.split_whitespace()))
-            .unwrap()
-            .args
-            .flags
+    fn try_flags(flags: &str) -> Result<Flags, Failure> {
+        Cli::try_parse_from(std::iter::once("plan").chain(flags.split_whitespace()))
+            .map(|c| *c.args.flags)
+            .map_err(|e| crate::parse_failure(&e).expect("an error, not --help"))
     }
 
-    fn plan(f: &str) -> Result<serde_json::Value, Error> {
-        let p = plan_ranks(&flags(f))?;
+    fn flags(flags: &str) -> Flags {
+        try_flags(flags).unwrap()
+    }
+
+    fn plan(f: &str) -> Result<serde_json::Value, Failure> {
+        let (_, p) = plan_ranks(&try_flags(f)?)?;
         Ok(serde_json::to_value(&p).unwrap())
     }
 
     fn err(f: &str) -> String {
-        crate::flags::describe(&plan(f).unwrap_err())
+        plan(f).unwrap_err().message
     }
 
     #[test]
@@ -447,7 +428,7 @@ mod tests {
         let a = flags(
             "--model llama-3.1-8b-instruct --device sim:h100-80gb --tp 2 --max-model-len 8192",
         );
-        let p = plan_ranks(&a).unwrap();
+        let (_, p) = plan_ranks(&a).unwrap();
         assert!(p.device.as_deref().unwrap().starts_with("sim:h100-80gb"));
         assert!(
             p.warnings
@@ -467,17 +448,12 @@ mod tests {
 
     #[test]
     fn errors_say_what_would_fit() {
-        let e = plan("--model qwen3-8b --total-memory 24GiB --max-model-len 200000").unwrap_err();
-        assert!(
-            matches!(
-                e.refusal(),
-                Some(memplan::Refusal::RequestDoesNotFit {
-                    max_model_len_fit: Some(_),
-                    ..
-                })
-            ),
-            "{e}"
+        let f = plan("--model qwen3-8b --total-memory 24GiB --max-model-len 200000").unwrap_err();
+        assert_eq!(
+            (f.kind, f.class),
+            ("does_not_fit", crate::ExitClass::Failure)
         );
+        assert!(f.help["max_model_len_fit"].as_u64().unwrap() > 0, "{f:?}");
         let e = err("--model qwen3-8b --total-memory 24GiB --max-model-len 200000");
         assert!(e.contains("largest --max-model-len that fits"), "{e}");
         let e = err("--model qwen3-8b --total-memory 18GiB --gpu-memory-utilization 0.9");
@@ -485,11 +461,11 @@ mod tests {
         assert!(err("--model qwen3-8b").contains("--device"));
         assert!(
             err("--model qwen3-8b --total-memory 24GiB --quantization awq")
-                .starts_with("--quantization")
+                .contains("'--quantization <METHOD>'")
         );
         assert!(
             err("--model qwen3-8b --total-memory 24GiB --gpu-memory-utilization 1.5")
-                .starts_with("--gpu-memory-utilization")
+                .contains("'--gpu-memory-utilization <FRACTION>'")
         );
     }
 
@@ -498,14 +474,15 @@ mod tests {
         let a = flags(
             "--model qwen3-8b --total-memory 80GiB --max-model-len 8192 --kv-cache-dtype fp8 --engine vllm@0.19",
         );
-        let p = plan_ranks(&a).unwrap();
-        let vllm = render_args::engine_args(&p, false, Engine::Vllm).unwrap();
+        let (m, p) = plan_ranks(&a).unwrap();
+        let ctx = context(&a, &m).unwrap();
+        let vllm = render_args::engine_args(&p, &ctx, Engine::Vllm).unwrap();
         assert!(
             vllm.contains(&format!("--kv-cache-memory-bytes {} ", p.kv_budget))
                 && vllm.contains("--kv-cache-dtype fp8_e4m3"),
             "{vllm}"
         );
-        let sg = render_args::engine_args(&p, false, Engine::Sglang).unwrap();
+        let sg = render_args::engine_args(&p, &ctx, Engine::Sglang).unwrap();
         assert!(
             sg.contains(&format!("--max-total-tokens {} ", p.kv.tokens)),
             "{sg}"
@@ -521,7 +498,8 @@ mod tests {
 
     fn emitted(f: &str, e: Engine) -> Result<String, Error> {
         let a = flags(f);
-        render_args::engine_args(&plan_ranks(&a).unwrap(), a.enforce_eager, e)
+        let (m, p) = plan_ranks(&a).unwrap();
+        render_args::engine_args(&p, &context(&a, &m)?, e)
     }
 
     #[test]
@@ -539,5 +517,85 @@ mod tests {
         assert!(s.ends_with("--kv-cache-dtype fp8_e5m2"), "{s}");
         let v = emitted(&format!("{f} auto"), Engine::Vllm).unwrap();
         assert!(v.ends_with("--kv-cache-dtype auto"), "{v}");
+    }
+
+    #[test]
+    fn emitted_args_are_only_what_the_engine_accepts() {
+        let f = "--model qwen3-8b --total-memory 80GiB --max-model-len 8192";
+        // vLLM 0.19 has no int8 cache (CacheDType, vllm/config/cache.py); 0.34 does.
+        let e = emitted(
+            &format!("{f} --kv-cache-dtype int8 --engine vllm@0.19"),
+            Engine::Vllm,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("no int8"), "{e}");
+        // Block sizes: multiples of 16 for vLLM's attention backends.
+        let e = emitted(&format!("{f} --block-size 7"), Engine::Vllm)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("multiples of 16"), "{e}");
+        // max_num_batched_tokens >= max_num_seqs (SchedulerConfig).
+        let e = emitted(
+            &format!("{f} --max-num-seqs 4096 --max-num-batched-tokens 2048"),
+            Engine::Vllm,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains(">= max-num-seqs"), "{e}");
+        // A float32 cache is not `auto` on a bfloat16 model: refused, or emitted with --dtype.
+        let e = emitted(&format!("{f} --kv-cache-dtype fp32"), Engine::Vllm)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--dtype float32"), "{e}");
+        let v = emitted(
+            &format!("{f} --dtype float32 --kv-cache-dtype fp32"),
+            Engine::Vllm,
+        )
+        .unwrap();
+        assert!(
+            v.contains("--kv-cache-dtype auto") && v.contains("--dtype float32"),
+            "{v}"
+        );
+        // What changes the plan is emitted too.
+        let v = emitted(
+            &format!("{f} --quantization fp8 --enforce-eager"),
+            Engine::Vllm,
+        )
+        .unwrap();
+        assert!(
+            v.contains("--quantization fp8") && v.contains("--enforce-eager"),
+            "{v}"
+        );
+        let s = emitted(&format!("{f} --block-size 32"), Engine::Sglang).unwrap();
+        assert!(s.contains("--page-size 32"), "{s}");
+    }
+
+    #[test]
+    fn an_apu_plans_from_its_usable_memory() {
+        // The driver total is unavailable on this APU; probe shows its usable memory.
+        let j = plan("--model qwen3-8b --device sim:strix-halo --max-model-len 8192").unwrap();
+        assert_eq!(j["total_bytes"], 64u64 << 30, "{j}");
+        assert!(
+            j["device"].as_str().unwrap().contains("usable memory"),
+            "{j}"
+        );
+    }
+
+    #[test]
+    fn bad_values_are_usage_errors_naming_the_flag() {
+        for f in [
+            "--model qwen3-8b --total-memory 24GiB --gpu-memory-utilization NaN",
+            "--model qwen3-8b --total-memory 24GiB --max-num-seqs 9223372036854775808",
+            "--model qwen3-8b --device sim:rtx4090,ohter=2GiB",
+            "--model qwen3-8b --total-memory 24GiB --device sim:rtx4090,ohter=2GiB",
+            "--model qwen3-8b --total-memory 24GiB --enforce-eager --graph-bytes 1GiB",
+            "--model nope",
+        ] {
+            let e = plan(f).unwrap_err();
+            assert_eq!(e.class, crate::ExitClass::Usage, "{f}: {e:?}");
+        }
+        let e = plan("--model nope").unwrap_err();
+        assert!(e.help["presets"].as_array().unwrap().len() > 10, "{e:?}");
     }
 }

@@ -5,10 +5,10 @@
 //! no engine, so it reads what memplan itself holds (nothing), never a guess. Absent readings
 //! stay absent (`absent` in the table, `null` in JSON).
 //!
-//! Layout for extension (e.g. a `--calibrate` flag): [`Report`] gathers everything, then
-//! [`print_table`] or JSON prints it; a new section is a new optional field and a new block.
+//! Layout for extension (e.g. a `--calibrate` flag): [`ProbeReport`] gathers everything, then
+//! [`table`] or JSON prints it; a new section is a new optional field and a new block.
 
-use std::process::ExitCode;
+use std::fmt::Write;
 
 use memplan::bytes::fmt_signed;
 use memplan::protocol::snapshot;
@@ -16,10 +16,11 @@ use memplan::{Device, MemoryInfo, OwnAccounting, ProfilingCapability};
 use serde::Serialize;
 
 use super::devices::DescriptorView;
-use crate::output::print_json;
+use crate::contract::{schema, Failure};
+use crate::Report;
 
 /// Flags of `memplan probe`.
-#[derive(clap::Args)]
+#[derive(clap::Args, Debug)]
 pub struct Args {
     /// Device id: `sim:rtx4090`, `sim:arc-a770,declare-exact`, `cuda:0`, `rocm:0`, `xpu:0`
     /// (`memplan devices` lists them).
@@ -45,7 +46,7 @@ pub struct Derived {
 
 /// Everything `probe` reports.
 #[derive(Debug, Serialize)]
-pub struct Report {
+pub struct ProbeReport {
     /// The id as given.
     pub device: String,
     /// The device's descriptor.
@@ -62,11 +63,11 @@ pub struct Report {
 }
 
 /// Open the device and gather the report.
-pub fn gather(id: &str) -> Result<(Box<dyn Device>, Report), memplan::Error> {
+pub fn gather(id: &str) -> Result<(Box<dyn Device>, ProbeReport), memplan::Error> {
     let mut dev = memplan::open(id)?;
     let own = OwnAccounting::default();
     let memory = snapshot(dev.as_mut(), Some(&own))?;
-    let report = Report {
+    let report = ProbeReport {
         device: id.to_string(),
         descriptor: DescriptorView::from(dev.descriptor()),
         derived: Derived {
@@ -80,44 +81,47 @@ pub fn gather(id: &str) -> Result<(Box<dyn Device>, Report), memplan::Error> {
     Ok((dev, report))
 }
 
-/// Print the report as a table.
-pub fn print_table(r: &Report) {
-    println!("device {} ({})", r.descriptor.id, r.descriptor.name);
+/// The report as a table.
+#[allow(unused_must_use)] // writing to a String cannot fail
+pub fn table(r: &ProbeReport) -> String {
+    let mut o = String::new();
+    writeln!(o, "device {} ({})", r.descriptor.id, r.descriptor.name);
     for (k, v) in &r.descriptor.properties {
         if !v.is_empty() {
-            println!("  {k:<24} {v}");
+            writeln!(o, "  {k:<24} {v}");
         }
     }
-    println!();
-    println!("memory (one snapshot after a synchronize; allocator = memplan's own accounting)");
-    print!("{}", r.memory);
+    writeln!(o);
+    writeln!(
+        o,
+        "memory (one snapshot after a synchronize; allocator = memplan's own accounting)"
+    );
+    write!(o, "{}", r.memory);
     if let Some(n) = r.derived.non_allocator {
         if n < 0 {
-            println!(
+            writeln!(
+                o,
                 "  note: non-allocator is negative ({}): the free reading misses memory",
                 fmt_signed(n)
             );
         }
     }
-    println!();
-    println!("capability (declared by the backend, not calibrated)");
-    print!("{}", r.capability);
+    writeln!(o);
+    writeln!(o, "capability (declared by the backend, not calibrated)");
+    write!(o, "{}", r.capability);
     if let Some(c) = &r.calibration {
-        println!();
-        print!("{c}");
+        writeln!(o);
+        write!(o, "{c}");
     }
+    o
 }
 
 /// Run `memplan probe`.
-pub fn run(args: Args) -> Result<ExitCode, memplan::Error> {
+pub fn run(args: Args) -> Result<Report, Failure> {
     let (mut dev, mut report) = gather(&args.device)?;
     if args.calibrate {
         report.calibration = Some(memplan_planner::calibrate(dev.as_mut())?);
     }
-    if args.json {
-        print_json(&report)?;
-    } else {
-        print_table(&report);
-    }
-    Ok(ExitCode::SUCCESS)
+    let json = serde_json::to_value(&report).map_err(|e| Failure::of("internal", e.to_string()))?;
+    Ok(Report::new(schema::PROBE, json, table(&report)))
 }

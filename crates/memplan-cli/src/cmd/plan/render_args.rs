@@ -1,9 +1,34 @@
-//! `--emit-args`: ready-to-paste engine flags that pin a planned KV cache. (The table, the SVG
-//! and the JSON are the planner's renderers: `memplan_planner::plan::render`.)
+//! `--emit-args`: ready-to-paste engine flags that reproduce the plan, and only flags the
+//! engine accepts. Where the engine cannot hold the planned cache, or would refuse a value,
+//! the answer is an error saying so (a usage error, exit 2), never flags that do something
+//! else. (The table, the SVG and the JSON are the planner's renderers:
+//! `memplan_planner::plan::render`.)
+//!
+//! The rules, from the engines' own code:
+//!
+//! - vLLM 0.19: `--kv-cache-dtype` takes `auto` (the model dtype), `float16`, `bfloat16`,
+//!   `fp8`, `fp8_e4m3`, `fp8_e5m2` (`CacheDType`, `vllm/config/cache.py`): no `float32` (a
+//!   float32 cache is `auto` with `--dtype float32`), no int8. vLLM 0.34's `CacheDType` adds
+//!   `int8_per_token_head` (int8 values with per-token-head scales, memplan's int8 layout):
+//!   emitted from 0.34 on (the releases between were not checked, so they are refused rather
+//!   than guessed).
+//! - vLLM block sizes must be a multiple of 16 for its CUDA attention backends
+//!   (`FlashAttentionBackend.get_supported_kernel_block_sizes` returns `MultipleOf(16)` in
+//!   0.19 and 0.34, `vllm/v1/attention/backends/flash_attn.py`; FlashInfer 16, 32, 64; checked
+//!   by `AttentionBackend.supports_block_size`, `vllm/v1/attention/backend.py`).
+//! - vLLM requires `max_num_batched_tokens >= max_num_seqs` (`SchedulerConfig`,
+//!   `vllm/config/scheduler.py`, 0.19 and 0.34).
+//! - SGLang 0.5.23: `--kv-cache-dtype` takes `auto`, `fp8_e5m2`, `fp8_e4m3`, `mxfp8`, `bf16`,
+//!   `bfloat16`, `nvfp4`, `fp4_mx_block16` (`sglang/srt/arg_groups/fields/model.py`): no
+//!   float16 other than `auto` on a float16 model, no float32 other than `auto` with
+//!   `--dtype float32`, no int8. `--page-size` is the block size.
+//!
+//! Flags that change the plan are emitted too: `--dtype` and `--quantization` when given,
+//! `--enforce-eager` / `--disable-cuda-graph` for an eager plan.
 
 use memplan::kv::KvDtype;
 use memplan::Error;
-use memplan_planner::{GraphMethod, Plan, StrategyKind};
+use memplan_planner::Plan;
 
 use super::Engine;
 
@@ -15,46 +40,118 @@ impl Engine {
             Engine::Sglang => "sglang",
         }
     }
+
+    fn label(self) -> &'static str {
+        match self {
+            Engine::Vllm => "vLLM",
+            Engine::Sglang => "SGLang",
+        }
+    }
 }
 
-/// Ready-to-paste flags that pin the planned KV cache. An error when the engine cannot hold
-/// the planned cache (SGLang has no int8 KV cache).
-pub fn engine_args(p: &Plan, enforce_eager: bool, e: Engine) -> Result<String, Error> {
+/// What the flags say beyond the plan itself.
+#[derive(Debug, Clone)]
+pub struct Context {
+    /// `--enforce-eager`.
+    pub enforce_eager: bool,
+    /// `--dtype` as given (`auto` when not).
+    pub dtype: String,
+    /// The dtype the engine loads the model in (`auto` resolved).
+    pub model_dtype: KvDtype,
+    /// Online quantization (`--quantization fp8`).
+    pub quantization: Option<String>,
+    /// The engine release (`0.34`) the rules apply to.
+    pub version: String,
+}
+
+fn refuse(message: String) -> Error {
+    Error::invalid("--emit-args", message)
+}
+
+/// Whether a `0.MINOR[.PATCH]` release is at least `0.minor`.
+fn release_at_least(version: &str, minor: u32) -> bool {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, m) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (major, m) >= (0, minor)
+}
+
+/// The engine's name for the planned KV-cache dtype.
+fn kv_name(kv: KvDtype, c: &Context, e: Engine) -> Result<&'static str, Error> {
+    let model = c.model_dtype;
+    let int8 = e == Engine::Vllm && release_at_least(&c.version, 34);
+    Ok(match (e, kv) {
+        (_, KvDtype::Fp8E4m3) => "fp8_e4m3",
+        (_, KvDtype::Fp8E5m2) => "fp8_e5m2",
+        (_, KvDtype::Int8) if int8 => "int8_per_token_head",
+        (_, k) if k == model => "auto",
+        (Engine::Vllm, KvDtype::Bf16) | (Engine::Sglang, KvDtype::Bf16) => "bfloat16",
+        (Engine::Vllm, KvDtype::F16) => "float16",
+        (_, KvDtype::Int8) => {
+            return Err(refuse(format!(
+                "{} {} has no int8 KV cache{}; plan with --kv-cache-dtype fp8 (or auto)",
+                e.label(),
+                c.version,
+                if e == Engine::Vllm {
+                    " (int8_per_token_head: vLLM 0.34 on)"
+                } else {
+                    ""
+                }
+            )))
+        }
+        (_, k) => {
+            return Err(refuse(format!(
+                "{} cannot hold a {k} KV cache for a {model} model (its cache is the model dtype unless fp8{}); plan with --dtype {} or another --kv-cache-dtype",
+                e.label(),
+                if e == Engine::Vllm { ", float16 or bfloat16" } else { " or bfloat16" },
+                match k {
+                    KvDtype::F32 => "float32",
+                    KvDtype::F16 => "float16",
+                    _ => "bfloat16",
+                }
+            )))
+        }
+    })
+}
+
+/// Ready-to-paste flags that pin the planned KV cache; an error when the engine would refuse
+/// them or could not reproduce the plan.
+pub fn engine_args(p: &Plan, c: &Context, e: Engine) -> Result<String, Error> {
     let tp = p.tensor_parallel_size;
-    let dtype = p.kv_spec.dtype;
+    let kv = kv_name(p.kv_spec.dtype, c, e)?;
     let seqs = p.max_num_seqs.unwrap_or(256);
+    let block = p.kv_spec.block_size;
+    let mut extra = String::new();
+    if c.dtype != "auto" {
+        extra.push_str(&format!(" --dtype {}", c.dtype));
+    }
+    if let Some(q) = &c.quantization {
+        extra.push_str(&format!(" --quantization {q}"));
+    }
     match e {
         Engine::Vllm => {
-            // vLLM's --kv-cache-dtype names; its int8 cache with per-token-head f32 scales is
-            // exactly the layout memplan sizes for int8.
-            let kv = match dtype {
-                KvDtype::Fp8E4m3 | KvDtype::Fp8E5m2 => dtype.name(),
-                KvDtype::Int8 => "int8_per_token_head",
-                _ => "auto",
-            };
-            let mut s = format!(
-                "--kv-cache-memory-bytes {} --max-model-len {} --max-num-seqs {seqs} --max-num-batched-tokens {} --block-size {} --tensor-parallel-size {tp} --kv-cache-dtype {kv}",
-                p.kv_budget,
-                p.limits.max_model_len,
-                p.limits.max_num_batched_tokens,
-                p.kv_spec.block_size,
-            );
-            if enforce_eager && p.graph.strategy == GraphMethod::Strategy(StrategyKind::None) {
-                s.push_str(" --enforce-eager");
+            if !block.is_multiple_of(16) {
+                return Err(refuse(format!(
+                    "vLLM's attention backends take block sizes that are multiples of 16 (FlashAttention: any multiple of 16; FlashInfer: 16, 32, 64); --block-size {block} would be refused"
+                )));
             }
-            Ok(s)
+            let tokens = p.limits.max_num_batched_tokens;
+            if tokens < seqs {
+                return Err(refuse(format!(
+                    "vLLM requires max-num-batched-tokens ({tokens}) >= max-num-seqs ({seqs}); raise --max-num-batched-tokens or lower --max-num-seqs"
+                )));
+            }
+            if c.enforce_eager {
+                extra.push_str(" --enforce-eager");
+            }
+            Ok(format!(
+                "--kv-cache-memory-bytes {} --max-model-len {} --max-num-seqs {seqs} --max-num-batched-tokens {tokens} --block-size {block} --tensor-parallel-size {tp} --kv-cache-dtype {kv}{extra}",
+                p.kv_budget, p.limits.max_model_len,
+            ))
         }
         Engine::Sglang => {
-            let kv = match dtype {
-                KvDtype::Fp8E4m3 | KvDtype::Fp8E5m2 => dtype.name(),
-                KvDtype::Int8 => {
-                    return Err(Error::invalid(
-                        "--emit-args",
-                        "SGLang has no int8 KV cache (its --kv-cache-dtype takes auto, fp8_e4m3, fp8_e5m2 or bf16); plan with --kv-cache-dtype fp8 or auto",
-                    ))
-                }
-                _ => "auto",
-            };
+            if c.enforce_eager {
+                extra.push_str(" --disable-cuda-graph");
+            }
             // SGLang sizes its pool as `free after loading - total * (1 - fraction)`, with
             // `total` the free memory before loading, and then caps it at --max-total-tokens.
             // The fraction must therefore be large enough for the planned pool *plus* what the
@@ -64,7 +161,7 @@ pub fn engine_args(p: &Plan, enforce_eager: bool, e: Engine) -> Result<String, E
             let frac =
                 ((p.requested as f64 / p.total.max(1) as f64 * 1000.0) - 1e-6).ceil() / 1000.0;
             Ok(format!(
-                "--max-total-tokens {} --mem-fraction-static {:.3} --context-length {} --max-running-requests {seqs} --tp-size {tp} --kv-cache-dtype {kv}",
+                "--max-total-tokens {} --mem-fraction-static {:.3} --context-length {} --max-running-requests {seqs} --page-size {block} --tp-size {tp} --kv-cache-dtype {kv}{extra}",
                 p.kv.tokens,
                 frac.min(1.0),
                 p.limits.max_model_len,

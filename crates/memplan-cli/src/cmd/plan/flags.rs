@@ -1,0 +1,309 @@
+//! The flags of `memplan plan` and their value checks. Every value is checked where clap
+//! parses it (so a bad one is a usage error, exit 2, naming the flag and the value as
+//! written); the caps are documented in `docs/input-limits.md`.
+
+use std::path::PathBuf;
+
+use memplan::bytes::{fmt_bytes, parse_bytes};
+use memplan::kv::KvDtype;
+use memplan_model::engine::{EngineKind, EngineRules};
+
+/// Largest device total, measured figure or KV size a flag may give (1 PiB): no device comes
+/// near, and sums of such figures stay far inside 64 bits.
+pub const MAX_BYTES: u64 = 1 << 50;
+/// Longest `--max-model-len` (2^30 tokens; the longest-context models take 10 M).
+pub const MAX_MODEL_LEN: u64 = 1 << 30;
+/// Largest `--max-num-seqs` and `--max-num-batched-tokens` (2^20 and 2^30).
+pub const MAX_NUM_SEQS: u64 = 1 << 20;
+/// See [`MAX_NUM_SEQS`].
+pub const MAX_BATCHED_TOKENS: u64 = 1 << 30;
+/// Largest `--tensor-parallel-size`.
+pub const MAX_TP: u64 = 1024;
+/// Largest `--block-size`.
+pub const MAX_BLOCK: u32 = 4096;
+/// Most `--cudagraph-capture-sizes` (after merging duplicates), and the largest size.
+pub const MAX_CAPTURE_SIZES: usize = 1024;
+/// See [`MAX_CAPTURE_SIZES`].
+pub const MAX_CAPTURE_SIZE: u64 = 1 << 20;
+
+fn bytes(flag: &'static str) -> impl Fn(&str) -> Result<u64, String> + Clone {
+    move |s| {
+        let b = parse_bytes(flag, s).map_err(|e| match e {
+            memplan::Error::InvalidInput { message, .. } => message,
+            other => other.to_string(),
+        })?;
+        if b > MAX_BYTES {
+            return Err(format!(
+                "{s:?} is {}, more than any device holds (at most {})",
+                fmt_bytes(b),
+                fmt_bytes(MAX_BYTES)
+            ));
+        }
+        Ok(b)
+    }
+}
+
+fn positive_bytes(flag: &'static str) -> impl Fn(&str) -> Result<u64, String> + Clone {
+    let b = bytes(flag);
+    move |s| match b(s)? {
+        0 => Err(format!("{s:?}: must be more than 0 bytes")),
+        n => Ok(n),
+    }
+}
+
+fn count(max: u64) -> impl Fn(&str) -> Result<u64, String> + Clone {
+    move |s| {
+        let n: u64 = s
+            .trim()
+            .parse()
+            .map_err(|_| format!("{s:?} is not a whole number"))?;
+        if n == 0 || n > max {
+            return Err(format!("{n} is outside 1..={max}"));
+        }
+        Ok(n)
+    }
+}
+
+fn block(s: &str) -> Result<u32, String> {
+    count(u64::from(MAX_BLOCK))(s).map(|n| n as u32)
+}
+
+fn utilization(s: &str) -> Result<f64, String> {
+    let u: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number"))?;
+    if !(u.is_finite() && u > 0.0 && u <= 1.0) {
+        return Err(format!("{s} is outside (0, 1]: a fraction of the device"));
+    }
+    Ok(u)
+}
+
+fn capture_size(s: &str) -> Result<u64, String> {
+    count(MAX_CAPTURE_SIZE)(s)
+}
+
+/// `--kv-cache-dtype`: `auto` (`None`: the model dtype) or a dtype.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvChoice(pub Option<KvDtype>);
+
+/// `--quantization`: `none` or an online method (`fp8`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QuantChoice(pub Option<String>);
+
+/// `--kv-cache-dtype`, any case.
+fn kv_dtype(s: &str) -> Result<KvChoice, String> {
+    let l = s.trim().to_ascii_lowercase();
+    if l == "auto" {
+        return Ok(KvChoice(None));
+    }
+    l.parse::<KvDtype>().map(|k| KvChoice(Some(k))).map_err(|_| {
+        format!(
+            "{s:?} is not a KV-cache dtype; expected auto, bf16, fp16, fp32, fp8, fp8_e4m3, fp8_e5m2 or int8"
+        )
+    })
+}
+
+/// `--dtype`: `auto` or a model dtype, any case, normalised to the engines' names.
+fn dtype(s: &str) -> Result<String, String> {
+    Ok(match s.trim().to_ascii_lowercase().as_str() {
+        "auto" => "auto",
+        "bfloat16" | "bf16" => "bfloat16",
+        "float16" | "fp16" | "half" => "float16",
+        "float32" | "fp32" | "float" => "float32",
+        _ => {
+            return Err(format!(
+                "{s:?} is not a model dtype; expected auto, bfloat16, float16 or float32"
+            ))
+        }
+    }
+    .to_string())
+}
+
+/// `--quantization`: none or online fp8.
+fn quantization(s: &str) -> Result<QuantChoice, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "none" => Ok(QuantChoice(None)),
+        "fp8" => Ok(QuantChoice(Some("fp8".into()))),
+        _ => Err(format!(
+            "{s:?}: a dry run knows online fp8 (or none); quantized checkpoints are read from their config"
+        )),
+    }
+}
+
+/// `--device`: the id must parse (backend and selector), even beside `--total-memory`, and
+/// must not hold characters no device id has.
+fn device(s: &str) -> Result<String, String> {
+    if s.chars().any(|c| c.is_control()) {
+        return Err(format!("{s:?} holds control characters"));
+    }
+    s.parse::<memplan::DeviceId>()
+        .map_err(|e| e.to_string())
+        .map(|_| s.to_string())
+}
+
+/// `--engine vllm[@VERSION]`: a release memplan has rules for.
+fn engine(s: &str) -> Result<String, String> {
+    s.parse::<EngineRules>()
+        .map(|_| s.to_string())
+        .map_err(|e| e.to_string())
+}
+
+/// `--emit-args vllm[@VERSION]`: the same spelling as `--engine`.
+fn emit_engine(s: &str) -> Result<(Engine, String), String> {
+    let rules: EngineRules = s.parse().map_err(|e: memplan::Error| e.to_string())?;
+    let kind = match rules.kind {
+        EngineKind::Vllm => Engine::Vllm,
+        EngineKind::Sglang => Engine::Sglang,
+    };
+    Ok((kind, s.to_string()))
+}
+
+/// Engines whose flags `--emit-args` can print.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Engine {
+    /// vLLM (`--kv-cache-memory-bytes`, `--max-model-len`, ...).
+    Vllm,
+    /// SGLang (`--max-total-tokens`, `--mem-fraction-static`, ...).
+    Sglang,
+}
+
+/// How graph memory enters a dry run. A dry run captures nothing: the device-only strategies
+/// (post-capture, full, sampled, conservative) run in an engine start-up (the `memplan` crate's
+/// `Session`) or in `memplan simulate`, not here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Strategy {
+    /// Reserve `--graph-bytes` if given, else the analytic estimate; with `--device`, the plan
+    /// also says which strategy a measured start-up on that device would use.
+    Auto,
+    /// Reserve the analytic estimate from the model (or `--graph-bytes`).
+    Estimate,
+    /// Reserve nothing (an engine that does not subtract graph memory, as vLLM <= 0.19).
+    None,
+}
+
+/// The flags of `memplan plan`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Flags {
+    /// Model: a shipped preset (`qwen2.5-1.5b-instruct`; `--model list` lists them), a
+    /// directory with config.json (and *.safetensors, whose headers give the exact weights) or
+    /// a config.json path.
+    #[arg(long, value_name = "NAME|PATH")]
+    pub model: String,
+    /// Device to plan for (`sim:rtx4090`, `cuda:0`); optional with --total-memory.
+    #[arg(long, value_name = "ID", value_parser = device)]
+    pub device: Option<String>,
+    /// Plan for a device of this total instead of reading one (e.g. 79.19GiB).
+    #[arg(long, value_name = "BYTES", value_parser = positive_bytes("--total-memory"))]
+    pub total_memory: Option<u64>,
+    /// Fraction of the device the engine may use, in (0, 1] (default: the engine release's).
+    #[arg(long, value_name = "FRACTION", value_parser = utilization)]
+    pub gpu_memory_utilization: Option<f64>,
+    /// The engine and release whose sizing rules and defaults apply: vllm[@VERSION] or
+    /// sglang[@VERSION] (default: the newest vLLM memplan knows; docs/engine-rules.md).
+    #[arg(long, value_name = "ENGINE[@VERSION]", value_parser = engine)]
+    pub engine: Option<String>,
+    /// Fix the KV cache size instead of deriving it from the utilisation.
+    #[arg(long, value_name = "BYTES", value_parser = positive_bytes("--kv-cache-memory-bytes"))]
+    pub kv_cache_memory_bytes: Option<u64>,
+    /// Model dtype: auto (from the config), bfloat16, float16, float32.
+    #[arg(long, default_value = "auto", value_parser = dtype)]
+    pub dtype: String,
+    /// KV-cache dtype: auto, bf16, fp16, fp32, fp8, fp8_e4m3, fp8_e5m2, int8.
+    #[arg(long, value_name = "DTYPE", default_value = "auto", value_parser = kv_dtype)]
+    pub kv_cache_dtype: KvChoice,
+    /// Online weight quantization (fp8), as the engine's --quantization.
+    #[arg(long, value_name = "METHOD", value_parser = quantization, default_value = "none")]
+    pub quantization: QuantChoice,
+    /// Longest request in tokens (default: the model's max_position_embeddings).
+    #[arg(long, value_name = "TOKENS", value_parser = count(MAX_MODEL_LEN))]
+    pub max_model_len: Option<u64>,
+    /// Requests per step (default: the engine's, by device size).
+    #[arg(long, value_name = "N", value_parser = count(MAX_NUM_SEQS))]
+    pub max_num_seqs: Option<u64>,
+    /// Tokens per step (default: the engine's, by device size).
+    #[arg(long, value_name = "TOKENS", value_parser = count(MAX_BATCHED_TOKENS))]
+    pub max_num_batched_tokens: Option<u64>,
+    /// Tokens per KV block (default: the engine release's).
+    #[arg(long, value_name = "TOKENS", value_parser = block)]
+    pub block_size: Option<u32>,
+    /// Tensor-parallel ranks (figures are per rank).
+    #[arg(long, visible_alias = "tp", value_name = "N", default_value = "1", value_parser = count(MAX_TP))]
+    pub tensor_parallel_size: u64,
+    /// Graph capture sizes, comma-separated (default: the engine's); duplicates are merged, as
+    /// the engine merges them.
+    #[arg(long, value_name = "N,N,...", value_delimiter = ',', value_parser = capture_size)]
+    pub cudagraph_capture_sizes: Option<Vec<u64>>,
+    /// No graphs (so no graph memory: conflicts with --graph-bytes and capture sizes).
+    #[arg(long, conflicts_with_all = ["graph_bytes", "cudagraph_capture_sizes"])]
+    pub enforce_eager: bool,
+    /// Graph-memory strategy.
+    #[arg(long, value_enum, default_value_t = Strategy::Auto)]
+    pub graph_strategy: Strategy,
+    /// Measured weights per rank (from an earlier start-up log).
+    #[arg(long, value_name = "BYTES", value_parser = bytes("--weights-bytes"))]
+    pub weights_bytes: Option<u64>,
+    /// Measured activation peak per rank.
+    #[arg(long, value_name = "BYTES", value_parser = bytes("--activation-bytes"))]
+    pub activation_bytes: Option<u64>,
+    /// Measured non-torch (non-allocator) memory growth per rank.
+    #[arg(long, value_name = "BYTES", value_parser = bytes("--non-torch-bytes"))]
+    pub non_torch_bytes: Option<u64>,
+    /// Measured graph memory per rank.
+    #[arg(long, value_name = "BYTES", value_parser = bytes("--graph-bytes"))]
+    pub graph_bytes: Option<u64>,
+    /// Print JSON (`memplan.plan/1`) instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Write a stacked-bar picture of the device memory to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
+    /// Print only ready-to-paste flags that pin the planned KV cache in an engine
+    /// (vllm[@VERSION] or sglang[@VERSION], as --engine); refused where the engine would
+    /// refuse the flags or could not reproduce the plan.
+    #[arg(long, value_name = "ENGINE[@VERSION]", value_parser = emit_engine)]
+    pub emit_args: Option<(Engine, String)>,
+}
+
+impl Flags {
+    /// The capture sizes as the engine takes them: duplicates merged, sorted, at most
+    /// [`MAX_CAPTURE_SIZES`].
+    pub fn capture_sizes(&self) -> Result<Option<Vec<u64>>, String> {
+        let Some(sizes) = &self.cudagraph_capture_sizes else {
+            return Ok(None);
+        };
+        let mut v = sizes.clone();
+        v.sort_unstable();
+        v.dedup();
+        if v.len() > MAX_CAPTURE_SIZES {
+            return Err(format!(
+                "--cudagraph-capture-sizes: {} distinct sizes; at most {MAX_CAPTURE_SIZES}",
+                v.len()
+            ));
+        }
+        Ok(Some(v))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_are_checked_where_they_are_parsed() {
+        assert!(utilization("NaN").is_err() && utilization("inf").is_err());
+        assert!(utilization("0").is_err() && utilization("1.0001").is_err());
+        assert_eq!(utilization("1").unwrap(), 1.0);
+        assert!(count(MAX_NUM_SEQS)("9223372036854775808").is_err());
+        assert!(count(MAX_NUM_SEQS)("0").is_err());
+        assert_eq!(kv_dtype("AUTO").unwrap(), KvChoice(None));
+        assert_eq!(kv_dtype("FP8").unwrap(), KvChoice(Some(KvDtype::Fp8E4m3)));
+        let e = kv_dtype("fp4").unwrap_err();
+        assert!(e.contains("\"fp4\""), "{e}");
+        assert_eq!(dtype("BF16").unwrap(), "bfloat16");
+        assert!(device("sim:rtx4090\u{1}").is_err());
+        assert!(device("nonsense:0").is_err());
+        assert!(bytes("--x")("2PiB").is_err() && bytes("--x")("2000TiB").is_err());
+        assert!(positive_bytes("--x")("0").is_err());
+    }
+}

@@ -1,0 +1,559 @@
+//! A fuzz and property layer for the command line itself: the built binary runs on generated
+//! argument vectors, generated model directories (config.json, safetensors, index) and
+//! generated scenario files, and every run must
+//!
+//! - exit 0, 1 or 2 (never a panic's 101, never a signal),
+//! - print no panic text,
+//! - end within 10 s, under a 4 GiB address-space limit (`ulimit -v`),
+//! - under `--json`, print exactly one JSON object with a `schema` key.
+//!
+//! Deterministic (a fixed seed; `MEMPLAN_FUZZ_SEED` picks another, `MEMPLAN_FUZZ_SCALE=N`
+//! runs N times as many cases). Default cost in CI: 240 argument vectors, 80 model
+//! directories, 16 scenarios, about 20 s on 2 cores with the debug binary.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// splitmix64: small, deterministic, good enough to pick cases.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    fn pick<'a, T: ?Sized>(&mut self, xs: &[&'a T]) -> &'a T {
+        xs[self.below(xs.len())]
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.next() % 100 < percent
+    }
+}
+
+const NUMBERS: &[&str] = &[
+    "0",
+    "1",
+    "-1",
+    "7",
+    "16",
+    "256",
+    "4096",
+    "65536",
+    "4294967295",
+    "4294967296",
+    "9223372036854775807",
+    "9223372036854775808",
+    "18446744073709551615",
+    "18446744073709551616",
+    "1e308",
+    "-0",
+    "NaN",
+    "inf",
+    "0.5",
+    "1.0000001",
+    "",
+    " ",
+    "0x10",
+    "1_000",
+    "12abc",
+    "\u{1}",
+    "😀",
+];
+const BYTES: &[&str] = &[
+    "24GiB",
+    "79.19GiB",
+    "1",
+    "0",
+    "-1GiB",
+    "2PiB",
+    "20000TiB",
+    "1e3GiB",
+    "1.5",
+    "NaN GiB",
+    "18446744073709551615",
+    "512MiB",
+    "1TB",
+    "99999999999999999999",
+    "GiB",
+    "1 parsec",
+];
+const DEVICES: &[&str] = &[
+    "sim:rtx4090",
+    "sim:h100-80gb",
+    "sim:strix-halo",
+    "sim:arc-a770,declare-exact",
+    "sim:rtx4090,other=4GiB",
+    "sim:rtx4090,ohter=2GiB",
+    "sim:rtx4090,other=-1",
+    "sim:rtx4090,stale-free=maybe",
+    "sim:nope",
+    "sim:",
+    "cuda:0",
+    "rocm:3",
+    "xpu:0",
+    "nonsense:0",
+    "sim:rtx4090,hidden-bytes-per-capture=18446744073709551615",
+    "",
+    "sim:rtx4090\u{7}<svg>",
+    ":::",
+];
+const MODELS: &[&str] = &[
+    "qwen2.5-0.5b-instruct",
+    "qwen3-8b",
+    "gpt-oss-20b",
+    "gemma-3-27b-it",
+    "phi-2",
+    "nope",
+    "/dev/zero",
+    "/dev/null",
+    "/",
+    "/etc",
+    "",
+    "QWEN3-8B",
+];
+const DTYPES: &[&str] = &[
+    "auto", "AUTO", "bf16", "fp8", "FP8_E5M2", "int8", "fp32", "fp4", "float16", "",
+];
+const FLAGS: &[&str] = &[
+    "--gpu-memory-utilization",
+    "--kv-cache-memory-bytes",
+    "--max-model-len",
+    "--max-num-seqs",
+    "--max-num-batched-tokens",
+    "--block-size",
+    "--tp",
+    "--cudagraph-capture-sizes",
+    "--weights-bytes",
+    "--activation-bytes",
+    "--non-torch-bytes",
+    "--graph-bytes",
+    "--dtype",
+    "--kv-cache-dtype",
+    "--quantization",
+    "--graph-strategy",
+    "--emit-args",
+    "--enforce-eager",
+    "--json",
+    "--total-memory",
+    "--device",
+    "--svg",
+    "--bogus",
+    "--",
+];
+
+fn scale() -> usize {
+    std::env::var("MEMPLAN_FUZZ_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1)
+}
+
+fn seed() -> u64 {
+    std::env::var("MEMPLAN_FUZZ_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x006d_656d_706c_616e)
+}
+
+fn value_for(flag: &str, r: &mut Rng, dir: &Path) -> String {
+    match flag {
+        "--gpu-memory-utilization"
+        | "--max-model-len"
+        | "--max-num-seqs"
+        | "--max-num-batched-tokens"
+        | "--block-size"
+        | "--tp" => {
+            if r.chance(50) {
+                r.pick(NUMBERS).to_string()
+            } else {
+                (1 + r.below(70_000)).to_string()
+            }
+        }
+        "--cudagraph-capture-sizes" => (0..1 + r.below(6))
+            .map(|_| r.pick(NUMBERS).to_string())
+            .collect::<Vec<_>>()
+            .join(","),
+        "--dtype" | "--kv-cache-dtype" => r.pick(DTYPES).to_string(),
+        "--quantization" => r.pick(&["fp8", "none", "awq", "FP8", ""]).to_string(),
+        "--graph-strategy" => r
+            .pick(&["auto", "none", "full", "vllm-legacy", "bogus"])
+            .to_string(),
+        "--emit-args" => r.pick(&["vllm", "sglang", "tensorrt"]).to_string(),
+        "--device" => r.pick(DEVICES).to_string(),
+        "--svg" => dir.join("out.svg").display().to_string(),
+        _ => r.pick(BYTES).to_string(),
+    }
+}
+
+fn argv(r: &mut Rng, dir: &Path) -> Vec<String> {
+    let mut a: Vec<String> = Vec::new();
+    match r.below(10) {
+        0 => a.push(
+            r.pick(&["devices", "probe", "completions", "help", "bogus", ""])
+                .to_string(),
+        ),
+        1 => {
+            a.push("probe".into());
+            a.push(r.pick(DEVICES).to_string());
+        }
+        2 => {
+            a.push("simulate".into());
+            for _ in 0..r.below(4) {
+                a.push(
+                    r.pick(&[
+                        "--list",
+                        "--json",
+                        "--scenario",
+                        "--strategy",
+                        "fp8-24g",
+                        "all",
+                        "bogus",
+                        "/dev/zero",
+                    ])
+                    .to_string(),
+                );
+            }
+        }
+        _ => {
+            a.push("plan".into());
+            if r.chance(90) {
+                a.push("--model".into());
+                a.push(r.pick(MODELS).to_string());
+            }
+            if r.chance(70) {
+                a.push("--total-memory".into());
+                a.push(r.pick(BYTES).to_string());
+            } else if r.chance(80) {
+                a.push("--device".into());
+                a.push(r.pick(DEVICES).to_string());
+            }
+            for _ in 0..r.below(6) {
+                let f = r.pick(FLAGS);
+                a.push(f.to_string());
+                if !matches!(f, "--enforce-eager" | "--json" | "--bogus" | "--") {
+                    a.push(value_for(f, r, dir));
+                }
+            }
+        }
+    }
+    if r.chance(40) {
+        a.push("--json".into());
+    }
+    a
+}
+
+/// A model directory: a preset's config with hostile edits, maybe a safetensors file and an
+/// index that lie.
+fn model_dir(r: &mut Rng, dir: &Path, presets: &[Value]) -> PathBuf {
+    let d = dir.join(format!("m{}", r.next() % 1_000_000));
+    std::fs::create_dir_all(&d).unwrap();
+    let mut cfg = presets[r.below(presets.len())].clone();
+    let hostile = [
+        Value::from(-8),
+        Value::from(0),
+        Value::from(1u64 << 50),
+        Value::from(u64::MAX),
+        Value::from(1e300),
+        Value::from(-1.5),
+        Value::from("8"),
+        Value::Null,
+        Value::Bool(true),
+        serde_json::json!([1, 2]),
+        serde_json::json!({}),
+    ];
+    if let Some(obj) = cfg.as_object_mut() {
+        let keys: Vec<String> = obj.keys().cloned().collect();
+        for _ in 0..1 + r.below(3) {
+            let k = &keys[r.below(keys.len())];
+            if r.chance(20) {
+                obj.remove(k);
+            } else {
+                obj.insert(k.clone(), hostile[r.below(hostile.len())].clone());
+            }
+        }
+        if r.chance(30) {
+            let q = serde_json::json!([
+                {"quant_method": "gptq", "bits": "8", "group_size": 128},
+                {"quant_method": "gptq", "bits": hostile[r.below(hostile.len())], "group_size": hostile[r.below(hostile.len())]},
+                {"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {"num_bits": -8, "type": "int"}}}},
+                {"quant_method": "awq", "bits": 4, "group_size": 0},
+                {"quant_method": 7},
+            ])[r.below(5)]
+            .clone();
+            obj.insert("quantization_config".into(), q);
+        }
+        if r.chance(20) {
+            obj.insert("num_experts_per_tok".into(), Value::from(1 + r.below(300)));
+            obj.insert("num_local_experts".into(), Value::from(r.below(16)));
+        }
+    }
+    std::fs::write(d.join("config.json"), cfg.to_string()).unwrap();
+    if r.chance(40) {
+        let n = 1 + r.below(1 << 12) as u64;
+        let h = format!(
+            r#"{{"model.embed_tokens.weight":{{"dtype":"BF16","shape":[{n}],"data_offsets":[0,{}]}}}}"#,
+            2 * n
+        );
+        let mut f = (h.len() as u64).to_le_bytes().to_vec();
+        f.extend_from_slice(h.as_bytes());
+        let data = match r.below(4) {
+            0 => 2 * n as usize,
+            1 => r.below(2 * n as usize),
+            2 => 2 * n as usize + 1 + r.below(9),
+            _ => 0,
+        };
+        f.resize(f.len() + data, 0);
+        if r.chance(10) {
+            f.truncate(r.below(f.len()));
+        }
+        std::fs::write(d.join("model.safetensors"), f).unwrap();
+    }
+    if r.chance(15) {
+        let target = r.pick(&[
+            "model.safetensors",
+            "../x.safetensors",
+            "/dev/zero",
+            "nope.safetensors",
+            "",
+        ]);
+        std::fs::write(
+            d.join("model.safetensors.index.json"),
+            format!(r#"{{"weight_map":{{"w":{target:?}}}}}"#),
+        )
+        .unwrap();
+    }
+    d
+}
+
+/// A shipped scenario with hostile edits to its numbers.
+fn scenario(r: &mut Rng, dir: &Path, shipped: &[String]) -> PathBuf {
+    let text = &shipped[r.below(shipped.len())];
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    for _ in 0..1 + r.below(3) {
+        let i = r.below(lines.len());
+        if let Some((k, _)) = lines[i].split_once('=') {
+            let v = r.pick(&[
+                "0",
+                "-1",
+                "4294967295",
+                "18446744073709551615",
+                "1e309",
+                "nan",
+                "\"2PiB\"",
+                "\"-3MiB\"",
+                "[1, 1, 1, 0]",
+                "[4294967295]",
+                "true",
+                "\"\"",
+                "0.0",
+                "1.5",
+            ]);
+            lines[i] = format!("{k}= {v}");
+        }
+    }
+    let p = dir.join(format!("s{}.toml", r.next() % 1_000_000));
+    std::fs::write(&p, lines.join("\n")).unwrap();
+    p
+}
+
+/// Run one case and check the properties; returns a description on violation.
+fn check(args: &[String]) -> Result<i32, String> {
+    let json = args
+        .iter()
+        .take_while(|a| *a != "--")
+        .any(|a| a == "--json");
+    let bin = env!("CARGO_BIN_EXE_memplan");
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -v 4194304 2>/dev/null; exec \"$0\" \"$@\"")
+        .arg(bin)
+        .args(args)
+        .env_remove("MEMPLAN_LOG")
+        .env_remove("RUST_LOG")
+        .env("RUST_BACKTRACE", "0")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let reader = std::thread::spawn(move || {
+        let mut o = Vec::new();
+        let _ = out.read_to_end(&mut o);
+        o
+    });
+    let ereader = std::thread::spawn(move || {
+        let mut e = Vec::new();
+        let _ = err.read_to_end(&mut e);
+        e
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().map_err(|e| e.to_string())? {
+            break s;
+        }
+        if start.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("{args:?}: still running after 10 s"));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let stdout = reader.join().unwrap();
+    let stderr = String::from_utf8_lossy(&ereader.join().unwrap()).to_string();
+    let code = status.code();
+    if !matches!(code, Some(0..=2)) {
+        return Err(format!("{args:?}: exit {status}: {stderr}"));
+    }
+    if stderr.contains("panicked") || stderr.contains("RUST_BACKTRACE") {
+        return Err(format!("{args:?}: panic: {stderr}"));
+    }
+    // Help and completions print text even beside --json; everything else prints JSON.
+    let text_only = args
+        .iter()
+        .any(|a| a == "completions" || a == "help" || a == "--help");
+    if json && (code != Some(0) || !text_only) {
+        match serde_json::from_slice::<Value>(&stdout) {
+            Ok(Value::Object(m)) if m.get("schema").is_some_and(Value::is_string) => {}
+            _ if code == Some(0) && stdout.is_empty() => {}
+            _ => {
+                return Err(format!(
+                    "{args:?}: exit {code:?} under --json without one JSON object: {}\n{stderr}",
+                    String::from_utf8_lossy(&stdout)
+                ))
+            }
+        }
+    }
+    Ok(code.unwrap_or(-1))
+}
+
+/// Run every case on two threads; returns how many exited 0, 1 and 2.
+fn run_all(name: &str, cases: Vec<Vec<String>>) -> [usize; 3] {
+    let n = cases.len();
+    let start = Instant::now();
+    let cases = std::sync::Arc::new(std::sync::Mutex::new(cases));
+    let failures = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let codes = std::sync::Arc::new(std::sync::Mutex::new([0usize; 3]));
+    let workers: Vec<_> = (0..2)
+        .map(|_| {
+            let (cases, failures, codes) = (cases.clone(), failures.clone(), codes.clone());
+            std::thread::spawn(move || loop {
+                let Some(c) = cases.lock().unwrap().pop() else {
+                    break;
+                };
+                match check(&c) {
+                    Ok(code) => codes.lock().unwrap()[code as usize] += 1,
+                    Err(e) => failures.lock().unwrap().push(e),
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let f = failures.lock().unwrap();
+    assert!(f.is_empty(), "{} violation(s):\n{}", f.len(), f.join("\n"));
+    let c = *codes.lock().unwrap();
+    eprintln!(
+        "{name}: {n} cases in {:.1} s: {} exit 0, {} exit 1, {} exit 2",
+        start.elapsed().as_secs_f64(),
+        c[0],
+        c[1],
+        c[2]
+    );
+    c
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("memplan-fuzz-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn generated_argument_vectors() {
+    let dir = tmp("argv");
+    let mut r = Rng(seed());
+    let cases = (0..240 * scale()).map(|_| argv(&mut r, &dir)).collect();
+    let c = run_all("argv", cases);
+    // Not vacuous: the generator reaches success, failures and usage errors.
+    assert!(c.iter().all(|n| *n > 0), "{c:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn generated_model_directories() {
+    let dir = tmp("models");
+    let root =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../memplan-model/models/model-configs.jsonl");
+    let presets: Vec<Value> = std::fs::read_to_string(&root)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|v| v.get("config").cloned())
+        .collect();
+    let mut r = Rng(seed() ^ 1);
+    let cases = (0..80 * scale())
+        .map(|_| {
+            let d = model_dir(&mut r, &dir, &presets);
+            let mut a = vec![
+                "plan".to_string(),
+                "--model".into(),
+                d.display().to_string(),
+                "--total-memory".into(),
+                "80GiB".into(),
+            ];
+            if r.chance(50) {
+                a.push("--json".into());
+            }
+            if r.chance(30) {
+                a.push("--emit-args".into());
+                a.push(r.pick(&["vllm", "sglang"]).to_string());
+            }
+            a
+        })
+        .collect();
+    let c = run_all("model directories", cases);
+    assert!(c[0] > 0 && c[1] > 0, "{c:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn generated_scenarios() {
+    let dir = tmp("scenarios");
+    let sdir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../memplan-testbed/scenarios");
+    let shipped: Vec<String> = std::fs::read_dir(&sdir)
+        .unwrap()
+        .flatten()
+        .map(|e| std::fs::read_to_string(e.path()).unwrap())
+        .collect();
+    let mut r = Rng(seed() ^ 2);
+    let cases = (0..16 * scale())
+        .map(|_| {
+            let p = scenario(&mut r, &dir, &shipped);
+            let mut a = vec![
+                "simulate".to_string(),
+                "--scenario".into(),
+                p.display().to_string(),
+            ];
+            if r.chance(50) {
+                a.push("--json".into());
+            }
+            a
+        })
+        .collect();
+    let c = run_all("scenarios", cases);
+    assert!(c[1] > 0, "{c:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
