@@ -174,13 +174,17 @@ impl<'a> Fields<'a> {
             .or_else(|| {
                 v.as_f64()
                     .filter(|f| f.fract() == 0.0 && *f >= 0.0)
-                    .map(|f| f as u64)
+                    .map(|f| if f >= 1e19 { u64::MAX } else { f as u64 })
             })
             .ok_or_else(|| {
                 Error::invalid(key, format!("expected a non-negative integer, found {v}"))
             })?;
         if n >= 1 << 40 {
-            return Err(Error::invalid(key, format!("{n} is not a plausible value")));
+            // The value as written (a float such as 1e30 would print as u64::MAX).
+            return Err(Error::invalid(
+                key,
+                format!("{v} is not a plausible value (at most 2^40)"),
+            ));
         }
         Ok(Some(n))
     }
@@ -311,10 +315,21 @@ impl ModelConfig {
             .first(&["intermediate_size", "n_inner"])?
             .unwrap_or(4 * hidden);
         let vocab = f.positive("vocab_size")?;
-        let dtype = f
-            .str("torch_dtype")
-            .or_else(|| f.str("dtype"))
-            .map(str::to_string);
+        let dtype = match ["torch_dtype", "dtype"]
+            .into_iter()
+            .find_map(|k| Some((k, f.get(k)?)))
+        {
+            None => None,
+            // The engines load these in 16 or 32 bits; anything else is not a model dtype
+            // memplan can size (and a non-string is not a dtype at all).
+            Some((_, Value::String(d))) if crate::dtype_bytes(d).is_ok() => Some(d.clone()),
+            Some((k, v)) => {
+                return Err(Error::invalid(
+                    k,
+                    format!("{v} is not a model dtype (bfloat16, float16 or float32)"),
+                ))
+            }
+        };
         let quantization = match f.get("quantization_config") {
             Some(q) => Some(Quantization::from_config(q)?),
             None => None,

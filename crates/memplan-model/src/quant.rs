@@ -34,55 +34,62 @@ impl Quantization {
         (params as f64 * self.bits_per_weight / 8.0).ceil() as u64
     }
 
-    /// Parse a `quantization_config` object. Unknown methods are an error naming
-    /// `quantization_config.quant_method`.
+    /// Parse a `quantization_config` object. Every field read is type- and range-checked
+    /// against what the engines accept (vLLM `GPTQConfig`: 2, 3, 4 or 8 bits; `AWQConfig`: 4
+    /// bits; `group_size` -1 or a positive integer), with the key in the error: a string
+    /// `"bits": "8"` is an error, never silently the 4-bit default. Unknown methods are an
+    /// error naming `quantization_config.quant_method`.
     pub fn from_config(v: &Value) -> Result<Self> {
         let field = "quantization_config.quant_method";
         let o = v
             .as_object()
             .ok_or_else(|| Error::invalid("quantization_config", "expected an object"))?;
-        let method = o
-            .get("quant_method")
-            .and_then(Value::as_str)
-            .ok_or_else(|| Error::invalid(field, "missing"))?
-            .to_ascii_lowercase();
-        let num = |k: &str| o.get(k).and_then(Value::as_f64);
+        let method = match o.get("quant_method") {
+            Some(Value::String(m)) => m.to_ascii_lowercase(),
+            Some(other) => {
+                return Err(Error::invalid(
+                    field,
+                    format!("expected a method name, found {other}"),
+                ))
+            }
+            None => return Err(Error::invalid(field, "missing")),
+        };
         let skip = o.get("modules_to_not_convert").or_else(|| o.get("ignore"));
         let attention = !skip.and_then(Value::as_array).is_some_and(|a| {
             a.iter()
                 .filter_map(Value::as_str)
                 .any(|s| s.contains("self_attn") || s.contains("attn"))
         });
-        let grouped = |bits: f64, group: Option<f64>, zero: bool| -> Result<f64> {
-            let g = group.unwrap_or(128.0);
-            // group_size -1 means per-channel: scales are negligible.
-            let per_group = if g <= 0.0 {
-                0.0
-            } else {
-                (16.0 + if zero { bits } else { 0.0 }) / g
-            };
-            if !(1.0..=16.0).contains(&bits) {
-                return Err(Error::invalid(
-                    "quantization_config.bits",
-                    format!("{bits} is not a weight bit width"),
-                ));
-            }
-            Ok(bits + per_group)
-        };
         let bits_per_weight = match method.as_str() {
             "fp8" | "fbgemm_fp8" | "modelopt" => 8.0,
             "mxfp4" => 4.25, // 4-bit values + one 8-bit scale per 32
             "nvfp4" | "modelopt_fp4" => 4.5,
             "gptq" | "awq" | "gptq_marlin" | "awq_marlin" => {
-                let bits = num("bits").or_else(|| num("w_bit")).unwrap_or(4.0);
-                grouped(
-                    bits,
-                    num("group_size").or_else(|| num("q_group_size")),
-                    true,
-                )?
+                let q = Keys {
+                    map: o,
+                    prefix: "quantization_config",
+                };
+                let (bkey, bits) = q.int_of(&["bits", "w_bit"])?.unwrap_or(("bits", 4));
+                let allowed: &[i64] = if method.starts_with("awq") {
+                    &[4]
+                } else {
+                    &[2, 3, 4, 8]
+                };
+                if !allowed.contains(&bits) {
+                    return Err(q.bad(
+                        bkey,
+                        format!("{bits}-bit weights: {method} takes {allowed:?} bits"),
+                    ));
+                }
+                let group = q.group(&["group_size", "q_group_size"])?;
+                grouped(bits as f64, group, true)
             }
             "bitsandbytes" => {
-                if o.get("load_in_8bit").and_then(Value::as_bool) == Some(true) {
+                let q = Keys {
+                    map: o,
+                    prefix: "quantization_config",
+                };
+                if q.bool("load_in_8bit")? == Some(true) {
                     8.0
                 } else {
                     4.0 + 32.0 / 64.0 / 8.0 // nf4 with one fp32 absmax per 64 (double-quant ignored)
@@ -94,17 +101,37 @@ impl Quantization {
                     .and_then(Value::as_object)
                     .and_then(|g| g.values().next())
                     .and_then(|g| g.get("weights"))
+                    .and_then(Value::as_object)
                     .ok_or_else(|| {
                         Error::invalid("quantization_config.config_groups", "no weights scheme")
                     })?;
-                let bits = w.get("num_bits").and_then(Value::as_f64).unwrap_or(8.0);
-                let float = w.get("type").and_then(Value::as_str) == Some("float");
-                let group = w.get("group_size").and_then(Value::as_f64);
-                let zero = w.get("symmetric").and_then(Value::as_bool) == Some(false);
+                let q = Keys {
+                    map: w,
+                    prefix: "quantization_config.config_groups.*.weights",
+                };
+                let bits = match q.int_of(&["num_bits"])? {
+                    None => 8,
+                    Some((k, b)) if !(1..=16).contains(&b) => {
+                        return Err(q.bad(k, format!("{b} is not a weight bit width (1 to 16)")))
+                    }
+                    Some((_, b)) => b,
+                };
+                let float = match w.get("type") {
+                    None | Some(Value::Null) => false,
+                    Some(Value::String(t)) if t == "float" => true,
+                    Some(Value::String(t)) if t == "int" => false,
+                    Some(t) => {
+                        return Err(
+                            q.bad("type", format!("expected \"int\" or \"float\", found {t}"))
+                        )
+                    }
+                };
+                let group = q.group(&["group_size"])?;
+                let zero = q.bool("symmetric")? == Some(false);
                 if float || group.is_none() {
-                    bits
+                    bits as f64
                 } else {
-                    grouped(bits, group, zero)?
+                    grouped(bits as f64, group, zero)
                 }
             }
             other => {
@@ -119,6 +146,70 @@ impl Quantization {
             bits_per_weight,
             attention,
         })
+    }
+}
+
+/// Bits per weight with group scales: a 16-bit scale per group (and a zero point of `bits`
+/// bits for asymmetric schemes); `group` -1 (per channel) makes them negligible, `None` is
+/// the common 128.
+fn grouped(bits: f64, group: Option<i64>, zero: bool) -> f64 {
+    match group.unwrap_or(128) {
+        g if g > 0 => bits + (16.0 + if zero { bits } else { 0.0 }) / g as f64,
+        _ => bits,
+    }
+}
+
+/// Typed reads of one object of a `quantization_config`, with errors naming the full key.
+struct Keys<'a> {
+    map: &'a serde_json::Map<String, Value>,
+    prefix: &'static str,
+}
+
+impl Keys<'_> {
+    fn bad(&self, key: &str, message: String) -> Error {
+        Error::invalid(format!("{}.{key}", self.prefix), message)
+    }
+
+    /// The first present key of `keys` as an integer (`8`, or `8.0`); a string, a fraction
+    /// or any other type is an error.
+    fn int_of<'k>(&self, keys: &[&'k str]) -> Result<Option<(&'k str, i64)>> {
+        for k in keys {
+            match self.map.get(*k) {
+                None | Some(Value::Null) => continue,
+                Some(v) => {
+                    let n = v.as_i64().or_else(|| {
+                        v.as_f64()
+                            .filter(|f| f.fract() == 0.0 && f.abs() < 1e15)
+                            .map(|f| f as i64)
+                    });
+                    return match n {
+                        Some(n) => Ok(Some((k, n))),
+                        None => Err(self.bad(k, format!("expected an integer, found {v}"))),
+                    };
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// A group size: -1 (per channel) or a positive integer.
+    fn group(&self, keys: &[&str]) -> Result<Option<i64>> {
+        match self.int_of(keys)? {
+            None => Ok(None),
+            Some((_, g)) if g == -1 || g > 0 => Ok(Some(g)),
+            Some((k, g)) => Err(self.bad(
+                k,
+                format!("{g} is not a group size (-1 for per channel, or a positive integer)"),
+            )),
+        }
+    }
+
+    fn bool(&self, key: &str) -> Result<Option<bool>> {
+        match self.map.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(v) => Err(self.bad(key, format!("expected true or false, found {v}"))),
+        }
     }
 }
 
@@ -143,5 +234,62 @@ mod tests {
         assert!(e.contains("quant_method") && e.contains("magic"), "{e}");
         assert!(Quantization::from_config(&json!({"quant_method": "awq", "bits": 99})).is_err());
         assert!(Quantization::from_config(&json!([1])).is_err());
+    }
+
+    #[test]
+    fn fields_are_type_and_range_checked_naming_the_key() {
+        for (cfg, key) in [
+            // A string is not silently the 4-bit default.
+            (
+                json!({"quant_method": "gptq", "bits": "8"}),
+                "quantization_config.bits",
+            ),
+            (
+                json!({"quant_method": "gptq", "bits": 5}),
+                "quantization_config.bits",
+            ),
+            (
+                json!({"quant_method": "gptq", "bits": 4.5}),
+                "quantization_config.bits",
+            ),
+            (
+                json!({"quant_method": "awq", "w_bit": 8}),
+                "quantization_config.w_bit",
+            ),
+            (
+                json!({"quant_method": "gptq", "bits": 4, "group_size": 0}),
+                "quantization_config.group_size",
+            ),
+            (
+                json!({"quant_method": "gptq", "bits": 4, "group_size": "128"}),
+                "quantization_config.group_size",
+            ),
+            (
+                json!({"quant_method": 7}),
+                "quantization_config.quant_method",
+            ),
+            (
+                json!({"quant_method": "bitsandbytes", "load_in_8bit": "yes"}),
+                "quantization_config.load_in_8bit",
+            ),
+            (
+                json!({"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {"num_bits": -8, "type": "int"}}}}),
+                "quantization_config.config_groups.*.weights.num_bits",
+            ),
+            (
+                json!({"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {"num_bits": 8, "type": 3}}}}),
+                "quantization_config.config_groups.*.weights.type",
+            ),
+        ] {
+            let e = Quantization::from_config(&cfg).unwrap_err().to_string();
+            assert!(e.starts_with(key), "{cfg}: {e}");
+        }
+        let q = Quantization::from_config(
+            &json!({"quant_method": "gptq", "bits": 8, "group_size": -1}),
+        )
+        .unwrap();
+        assert_eq!(q.bits_per_weight, 8.0);
+        let q = Quantization::from_config(&json!({"quant_method": "gptq", "bits": 8.0})).unwrap();
+        assert!(q.bits_per_weight > 8.0);
     }
 }

@@ -275,6 +275,14 @@ fn moe(f: &Fields<'_>, c: &ModelConfig) -> Result<Option<Moe>> {
         ])?
         .unwrap_or(1)
         .max(1);
+    if top_k > experts {
+        // vLLM's fused MoE selects top_k of the routed experts: more than there are is
+        // nonsense, not a model.
+        return Err(Error::invalid(
+            "num_experts_per_tok",
+            format!("{top_k} experts per token, but the model has only {experts} routed experts"),
+        ));
+    }
     let ei = f
         .first(&["moe_intermediate_size"])?
         .unwrap_or(c.intermediate_size);

@@ -130,3 +130,33 @@ fn malformed_configs_name_the_key() {
         .to_string()
         .contains("tensor-parallel-size"));
 }
+
+#[test]
+fn config_values_are_type_and_range_checked() {
+    let base = r#"{"architectures":["MixtralForCausalLM"],"hidden_size":4096,"num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":8,"intermediate_size":14336,"vocab_size":32000,"num_local_experts":8,"num_experts_per_tok":2"#;
+    assert!(ModelConfig::from_json_str(&format!("{base}}}")).is_ok());
+    // More experts per token than experts.
+    let e = parse_err(
+        &format!("{base}}}").replace("\"num_experts_per_tok\":2", "\"num_experts_per_tok\":9"),
+    );
+    assert!(
+        e.starts_with("num_experts_per_tok") && e.contains("only 8"),
+        "{e}"
+    );
+    // The value as written, not a value the user never wrote.
+    let e = parse_err(&format!("{base}}}").replace("\"vocab_size\":32000", "\"vocab_size\":1e30"));
+    assert!(
+        e.contains("1e+30") && !e.contains("18446744073709551615"),
+        "{e}"
+    );
+    // A dtype that is not one, or not a string.
+    for d in ["\"int3\"", "5", "[]"] {
+        let e = parse_err(&format!("{base},\"torch_dtype\":{d}}}"));
+        assert!(e.starts_with("torch_dtype"), "{d}: {e}");
+    }
+    // Quantization fields are typed: "8" is not silently the 4-bit default.
+    let e = parse_err(&format!(
+        "{base},\"quantization_config\":{{\"quant_method\":\"gptq\",\"bits\":\"8\"}}}}"
+    ));
+    assert!(e.starts_with("quantization_config.bits"), "{e}");
+}
