@@ -1,7 +1,8 @@
 //! `cargo xtask`: memplan's CI entry point and maintenance tasks.
 //!
 //! - `ci`: rustfmt check, then for every feature combination of the matrix clippy with
-//!   warnings denied and the tests; then the dependency rules (`cargo tree`), packaging
+//!   warnings denied and the tests; the downstream engine `examples/engine` on a simulated
+//!   GPU; then the dependency rules (`cargo tree`), packaging
 //!   (`cargo package --workspace --no-verify`), the
 //!   no-hard-link rule for runtime-loaded vendor libraries, and the checks that generated
 //!   files are current.
@@ -112,6 +113,12 @@ fn ci() -> Result<(), String> {
         }
         entry.run()?;
     }
+    // The downstream engine (examples/engine): a whole measured start-up through the facade on
+    // a simulated GPU. A few seconds: the matrix above built everything it needs.
+    run::step(
+        "example engine",
+        &["cargo", "run", "-q", "-p", "memplan-example-engine"],
+    )?;
     deps::check()?;
     deps::package()?;
     deps::linkage()?;

@@ -123,8 +123,8 @@ impl FromStr for KvDtype {
             "int8" | "int8_per_token_head" => KvDtype::Int8,
             "fp8_ds_mla" => KvDtype::Fp8DsMla,
             other => {
-                return Err(Error::invalid(
-                    "kv-cache-dtype",
+                return Err(Error::param(
+                    crate::Param::KvCacheDtype,
                     format!("unknown dtype {other:?}; expected auto, bf16, fp16, fp32, fp8, fp8_e4m3, fp8_e5m2, int8 or fp8_ds_mla"),
                 ))
             }
@@ -272,8 +272,8 @@ impl KvSpec {
     /// a head dim, windows > 0. Errors name the field.
     pub fn validate(&self) -> Result<(), Error> {
         if self.block_size == 0 {
-            return Err(Error::invalid(
-                "block-size",
+            return Err(Error::param(
+                crate::Param::BlockSize,
                 "must be > 0 (engines use 16 by default)",
             ));
         }

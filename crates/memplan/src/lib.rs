@@ -139,6 +139,7 @@ pub fn open_shared(id: &str) -> Result<SharedDevice> {
 
 /// One backend's report for `memplan devices`.
 #[derive(Debug, Clone, serde::Serialize)]
+#[non_exhaustive]
 pub struct BackendReport {
     /// Which backend.
     pub backend: BackendKind,

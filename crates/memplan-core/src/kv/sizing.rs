@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{AttentionKind, Capacity, KvSpec, SizingRules};
 use crate::error::Error;
+use crate::refusal::Param;
 
 /// The request-shape limits that sizing needs beyond the budget.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -116,10 +117,10 @@ impl KvSpec {
     ) -> Result<KvSizing, Error> {
         self.validate()?;
         if limits.max_model_len == 0 {
-            return Err(Error::invalid("max-model-len", "must be > 0"));
+            return Err(Error::param(Param::MaxModelLen, "must be > 0"));
         }
         if limits.max_num_batched_tokens == 0 {
-            return Err(Error::invalid("max-num-batched-tokens", "must be > 0"));
+            return Err(Error::param(Param::MaxNumBatchedTokens, "must be > 0"));
         }
         let layout = self.layout(rules)?;
         let num_blocks = budget_bytes / layout.block_bytes;
@@ -299,8 +300,8 @@ fn in_flight(limits: &KvLimits, rules: &SizingRules) -> Result<u64, Error> {
         .max_num_batched_tokens
         .checked_mul(rules.in_flight_batches.max(1))
         .ok_or_else(|| {
-            Error::invalid(
-                "max-num-batched-tokens",
+            Error::param(
+                Param::MaxNumBatchedTokens,
                 "tokens in flight overflow 64 bits",
             )
         })
@@ -329,7 +330,7 @@ fn request_blocks(groups: &[Group], len: u64, in_flight: u64) -> Result<u64, Err
             AttentionKind::Cross { encoder_tokens } => encoder_tokens.div_ceil(bs),
         };
         sum = sum.checked_add(blocks).ok_or_else(|| {
-            Error::invalid("max-model-len", "blocks per request overflow 64 bits")
+            Error::param(Param::MaxModelLen, "blocks per request overflow 64 bits")
         })?;
     }
     Ok(sum)

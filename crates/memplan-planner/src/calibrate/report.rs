@@ -8,6 +8,7 @@ use std::fmt;
 
 /// One check: what was expected and what was observed.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct Evidence {
     /// What was checked (e.g. `free drop after allocating 64.00 MiB, synchronized`).
     pub check: String,
@@ -51,6 +52,7 @@ pub enum Status {
 
 /// Declared vs calibrated for one reading or fact.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct Verdict {
     /// Reading or fact name (`driver_free`, `graph_release`...).
     pub item: String,
@@ -68,6 +70,7 @@ pub struct Verdict {
 
 /// Calibration of one device.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct CalibrationReport {
     /// The device id.
     pub device: String,

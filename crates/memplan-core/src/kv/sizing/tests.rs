@@ -176,13 +176,13 @@ fn bad_specs_name_the_field() {
         .size(GIB, &limits(1))
         .unwrap_err()
         .to_string()
-        .contains("block-size"));
+        .contains("KV block size"));
     s.block_size = 16;
     assert!(s
         .size(GIB, &limits(0))
         .unwrap_err()
         .to_string()
-        .contains("max-model-len"));
+        .contains("max model length"));
     s.groups = vec![full(u32::MAX, u32::MAX, u32::MAX)];
     assert!(s.size(u64::MAX, &limits(1)).is_err());
     s.groups = vec![];
