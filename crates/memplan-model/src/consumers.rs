@@ -5,8 +5,132 @@
 
 use memplan_core::kv::{KvSpec, LayerGroup};
 use memplan_core::{Error, Result};
+use memplan_planner::{Consumer, ConsumerKind, Plan};
 
 use crate::config::ModelConfig;
+use crate::dryrun::DryRun;
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// The weights consumer with a draft model's and LoRA's bytes added and `--cpu-offload-gb`
+/// taken away, the basis saying so.
+pub fn adjust_weights(w: Consumer, extra: &[(u64, String)], cpu_offload: u64) -> Consumer {
+    if extra.is_empty() && cpu_offload == 0 {
+        return w;
+    }
+    let mut bytes = w.bytes;
+    let mut basis = w.provenance.basis().to_string();
+    for (b, why) in extra {
+        bytes = bytes.saturating_add(*b);
+        basis.push_str(&format!("; plus {:.2} GiB {why}", *b as f64 / GIB));
+    }
+    let off = cpu_offload.min(bytes);
+    if off > 0 {
+        bytes -= off;
+        basis.push_str(&format!(
+            "; minus {:.2} GiB kept in host memory (--cpu-offload-gb)",
+            off as f64 / GIB
+        ));
+    }
+    Consumer::estimated(ConsumerKind::Weights, bytes, basis)
+}
+
+/// The activation consumer with the multimodal encoder cache and the vision encoder's
+/// profiling pass added (estimated), when the model has a vision tower and the figure was
+/// not given.
+pub fn with_encoder(
+    a: Consumer,
+    estimate: bool,
+    c: &ModelConfig,
+    batched: u64,
+    db: u64,
+) -> Consumer {
+    match encoder_bytes(c, batched, db).filter(|_| estimate) {
+        Some((cache, profile)) => Consumer::estimated(
+            ConsumerKind::Activation,
+            a.bytes + cache + profile,
+            format!(
+                "{}; plus the multimodal encoder cache {:.2} GiB and the vision encoder's profiling pass {:.2} GiB (estimated)",
+                a.provenance.basis(),
+                cache as f64 / GIB,
+                profile as f64 / GIB
+            ),
+        ),
+        None => a,
+    }
+}
+
+/// Plan every pipeline stage on its own layers and keep the one with the fewest blocks.
+pub fn plan_stages(d: &DryRun, pp: u64) -> Result<Plan> {
+    let c = &d.model.config;
+    let stages = pp_layers(c.num_layers, pp)?;
+    let db = crate::dtype_bytes(c.torch_dtype.as_deref().unwrap_or("bfloat16")).unwrap_or(2);
+    let tp = d.tensor_parallel.max(1);
+    let given = d
+        .given
+        .iter()
+        .find(|(k, _)| *k == ConsumerKind::Weights)
+        .map(|g| g.1);
+    let full = match (given, &d.model.checkpoint) {
+        (Some(w), _) => w,
+        (None, Some(s)) => s.per_rank_as(tp, db, c.quantization.is_some()),
+        (None, None) => crate::weights::weight_bytes(c, tp, db, c.quantization.as_ref())?,
+    };
+    let emb = c.vocab_size.div_ceil(tp) * c.hidden_size * db;
+    let body = full.saturating_sub(if c.tie_word_embeddings { emb } else { 2 * emb });
+    let l = c.num_layers.max(1);
+    let mut best: Option<(usize, Plan)> = None;
+    let mut lines = Vec::new();
+    for (i, (start, end)) in stages.iter().enumerate() {
+        let mut stage = d.clone();
+        let mut sc = c.clone();
+        sc.layers = c
+            .layers
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| (*start..*end).contains(&(*j as u64 % l)))
+            .map(|(_, k)| *k)
+            .collect();
+        sc.num_layers = end - start;
+        stage.model.config = sc;
+        let mut w = body / l * (end - start);
+        if i == 0 {
+            w += emb;
+        }
+        if i + 1 == stages.len() {
+            w += emb;
+        }
+        stage.given.retain(|(k, _)| *k != ConsumerKind::Weights);
+        let mut b = stage.resolve()?.builder;
+        let basis = format!(
+            "pipeline stage {i} of {pp}: layers {start}..{end} of the model's weights{}{}",
+            if i == 0 { " + embeddings" } else { "" },
+            if i + 1 == stages.len() {
+                " + LM head"
+            } else {
+                ""
+            }
+        );
+        b = b.consumer(Consumer::estimated(ConsumerKind::Weights, w, basis));
+        let p = b.build()?;
+        lines.push(format!(
+            "stage {i}: layers {start}..{end}, {} KV blocks",
+            p.kv.num_blocks
+        ));
+        if best
+            .as_ref()
+            .is_none_or(|(_, b)| p.kv.num_blocks < b.kv.num_blocks)
+        {
+            best = Some((i, p));
+        }
+    }
+    let (i, mut p) = best.expect("at least one stage");
+    p.notes.push(format!(
+        "pipeline parallelism: {}; the engine sizes every stage like stage {i} (fewest blocks)",
+        lines.join("; ")
+    ));
+    Ok(p)
+}
 
 /// Other memory users of a deployment (all off by default).
 #[derive(Debug, Clone, Default)]
@@ -168,5 +292,62 @@ mod tests {
             one,
             (3 * 4096 + 6144 + 4096 + 4096 + 8192 + 28672 + 14336 + 4096) * 16 * 32 * 2
         );
+    }
+
+    fn dry(extras: Extras) -> DryRun {
+        let m = crate::Model::load("llama-3.1-8b-instruct").unwrap();
+        DryRun::new(m, 80 << 30)
+            .max_model_len(Some(8192))
+            .enforce_eager(true)
+            .device_name("H100")
+            .extras(extras)
+    }
+
+    #[test]
+    fn pipeline_stages_hold_their_layers_and_the_smallest_wins() {
+        let one = dry(Extras::default()).plan().unwrap();
+        let two = dry(Extras {
+            pipeline_parallel: 2,
+            ..Extras::default()
+        })
+        .plan()
+        .unwrap();
+        // Half the layers per stage: a block holds 16 layers, not 32.
+        assert_eq!(two.kv.block_bytes * 2, one.kv.block_bytes);
+        assert!(two.kv.num_blocks > one.kv.num_blocks);
+        assert!(
+            two.notes
+                .iter()
+                .any(|n| n.contains("stage 1: layers 16..32")),
+            "{:?}",
+            two.notes
+        );
+    }
+
+    #[test]
+    fn draft_lora_and_offload_move_the_budget() {
+        let base = dry(Extras::default()).plan().unwrap();
+        let w = |p: &Plan| p.consumers.bytes(ConsumerKind::Weights);
+        let draft = crate::presets::find("qwen2.5-0.5b-instruct")
+            .unwrap()
+            .config;
+        let d = dry(Extras {
+            draft: Some((draft, 3)),
+            ..Extras::default()
+        })
+        .plan()
+        .unwrap();
+        assert!(w(&d) > w(&base) && d.kv.block_bytes > base.kv.block_bytes);
+        let l = dry(Extras {
+            lora: Some((4, 16)),
+            cpu_offload: 2 << 30,
+            ..Extras::default()
+        })
+        .plan()
+        .unwrap();
+        let c = crate::presets::find("llama-3.1-8b-instruct")
+            .unwrap()
+            .config;
+        assert_eq!(w(&l), w(&base) + lora_bytes(&c, 1, 4, 16, 2) - (2 << 30));
     }
 }

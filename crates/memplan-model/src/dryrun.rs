@@ -73,6 +73,8 @@ pub struct DryRun {
     pub graph_reserve: GraphReserve,
     /// Figures given by the user, replacing the estimates.
     pub given: Vec<(ConsumerKind, u64)>,
+    /// Draft model, LoRA, CPU offload, pipeline stages ([`crate::consumers`]).
+    pub extras: crate::consumers::Extras,
 }
 
 /// A dry run resolved: the plan builder (override figures on it, then build) and the graph
@@ -111,6 +113,7 @@ impl DryRun {
             enforce_eager: false,
             graph_reserve: GraphReserve::Reserve,
             given: Vec::new(),
+            extras: Default::default(),
         }
     }
 
@@ -210,11 +213,23 @@ impl DryRun {
         }
     }
 
+    /// Draft model, LoRA slots, CPU offload, pipeline stages.
+    pub fn extras(mut self, e: crate::consumers::Extras) -> Self {
+        self.extras = e;
+        self
+    }
+
     /// The plan. Errors: bad settings (naming the [`Param`]), a model that does not fit
     /// (a [`Refusal`](memplan_core::Refusal) saying what would fit), a free-memory shortfall at
-    /// start-up.
+    /// start-up. With pipeline parallelism every stage is planned on its own layers (vLLM
+    /// `get_pp_indices`; embeddings on the first stage, the LM head on the last) and the
+    /// engine sizes every stage like the one with the fewest blocks.
     pub fn plan(&self) -> Result<Plan> {
-        self.resolve()?.builder.build()
+        let pp = self.extras.pipeline_parallel.max(1);
+        if pp == 1 {
+            return self.resolve()?.builder.build();
+        }
+        crate::consumers::plan_stages(self, pp)
     }
 
     /// Resolve every default and estimate: the plan builder and the graph estimate.
@@ -321,7 +336,20 @@ impl DryRun {
             dtype_bytes: db,
         };
         let block_size = self.block_size.unwrap_or(engine.block_size);
-        let kv_spec = c.kv_spec_with(kv_dtype, block_size, tp, &opts)?;
+        let mut kv_spec = c.kv_spec_with(kv_dtype, block_size, tp, &opts)?;
+        let mut extra_weights: Vec<(u64, String)> = Vec::new();
+        if let Some((draft, n)) = &self.extras.draft {
+            // The draft's layers share the pool (vLLM adds them to the KV-cache spec); its
+            // weights load beside the target's.
+            let d = draft.kv_spec_with(kv_dtype, kv_spec.block_size, tp, &opts)?;
+            kv_spec = crate::consumers::with_draft_layers(&kv_spec, &d);
+            let w = crate::weights::weight_bytes(draft, tp, db, draft.quantization.as_ref())?;
+            extra_weights.push((w, format!("draft model {} ({n} speculative tokens, weights estimated; its KV layers share the pool)", draft.architecture)));
+        }
+        if let Some((slots, rank)) = self.extras.lora {
+            let w = crate::consumers::lora_bytes(c, tp, slots, rank, db);
+            extra_weights.push((w, format!("LoRA: {slots} slot(s) of rank {rank} pre-allocated for the QKV/O/gate-up/down projections")));
+        }
         let mut notes = vec![c.rule.clone()];
         notes.extend(c.notes.iter().cloned());
         if checkpoint_kv.is_some() && self.kv_cache_dtype.is_none() {
@@ -345,7 +373,7 @@ impl DryRun {
         if !hybrid_manager {
             notes.push("chunked local attention: the hybrid KV-cache manager is off by default, so those layers are sized as full attention".into());
         }
-        let rules = engine.sizing(1, hybrid_manager);
+        let rules = engine.sizing(self.extras.pipeline_parallel.max(1), hybrid_manager);
 
         let quant = self.quantization.as_ref().or(c.quantization.as_ref());
         let weights = match (self.given_bytes(ConsumerKind::Weights), &self.model.checkpoint) {
@@ -429,8 +457,18 @@ impl DryRun {
             .model(self.model.name.clone())
             .max_num_seqs(max_num_seqs)
             .tensor_parallel(tp)
-            .consumer(weights)
-            .consumer(self.figure(ConsumerKind::Activation, estimate::activation(c, &shape)))
+            .consumer(crate::consumers::adjust_weights(
+                weights,
+                &extra_weights,
+                self.extras.cpu_offload,
+            ))
+            .consumer(crate::consumers::with_encoder(
+                self.figure(ConsumerKind::Activation, estimate::activation(c, &shape)),
+                self.given_bytes(ConsumerKind::Activation).is_none(),
+                c,
+                max_num_batched_tokens,
+                db,
+            ))
             .consumer(self.figure(ConsumerKind::NonAllocator, estimate::non_torch(&shape)))
             .consumer(graph)
             .graph(graph_plan);
