@@ -57,12 +57,15 @@ fn refusal(r: &Refusal) -> String {
                 flag_name(Param::MaxModelLen)
             ),
         ),
+        // Not one block: the KV cache needs more memory, from whichever flag sets it, or the
+        // other consumers less (the activation peak grows with the tokens per step).
         Refusal::RequestDoesNotFit { .. } => text.replace(
             "lower the tokens per step or raise the memory the engine may use",
             &format!(
-                "lower {} or raise {}",
+                "give the KV cache more memory ({} or {}, or a larger device) or shrink what else the engine holds (a smaller {} lowers the activation peak)",
+                flag_name(Param::Utilization),
+                flag_name(Param::KvCacheBytes),
                 flag_name(Param::MaxNumBatchedTokens),
-                flag_name(Param::Utilization)
             ),
         ),
         _ => text,

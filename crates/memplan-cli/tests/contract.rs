@@ -537,3 +537,100 @@ fn the_library_entry_returns_the_cli_json() {
     let (code, v) = memplan_cli::run_json(["plan", "--model", "nope"]);
     assert_eq!((code, v["error"]["kind"].as_str()), (2, Some("usage")));
 }
+
+#[test]
+fn the_svg_has_a_background_the_headline_and_the_requested_marker() {
+    let path = std::env::temp_dir().join(format!("memplan-contract-{}.svg", std::process::id()));
+    let out = run(&[
+        "plan",
+        "--model",
+        "qwen3-8b",
+        "--device",
+        "sim:rtx4090",
+        "--max-model-len",
+        "8192",
+        "--svg",
+        path.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let svg = std::fs::read_to_string(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert!(
+        svg.contains("<rect x=\"0\" y=\"0\" width=\"920\" height=\"200\" fill=\"#ffffff\"/>"),
+        "{svg}"
+    );
+    assert!(
+        svg.contains("tokens; max concurrency") && svg.contains("longest max-model-len"),
+        "{svg}"
+    );
+    assert!(
+        svg.contains("stroke-dasharray") && svg.contains("ends here"),
+        "{svg}"
+    );
+    assert!(!svg.chars().any(|c| c.is_control() && c != '\n'), "{svg}");
+    // A full disk for the picture is a failure (exit 1), not a panic.
+    let out = run(&[
+        "plan",
+        "--model",
+        "qwen3-8b",
+        "--total-memory",
+        "80GiB",
+        "--svg",
+        "/dev/full",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn calibrating_a_full_device_says_out_of_memory() {
+    let out = run(&[
+        "probe",
+        "sim:rtx4090,other=23.9GiB",
+        "--calibrate",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["error"]["kind"], "out_of_memory", "{v}");
+}
+
+#[test]
+fn rust_log_is_honoured() {
+    let out = memplan()
+        .env("RUST_LOG", "info")
+        .args([
+            "plan",
+            "--model",
+            "qwen2.5-1.5b-instruct",
+            "--device",
+            "sim:rtx4090",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("INFO") && err.contains("plan ready"), "{err}");
+    // --log wins over RUST_LOG.
+    let out = memplan()
+        .env("RUST_LOG", "info")
+        .args([
+            "--log",
+            "error",
+            "plan",
+            "--model",
+            "qwen2.5-1.5b-instruct",
+            "--device",
+            "sim:rtx4090",
+        ])
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("INFO"));
+}

@@ -178,6 +178,11 @@ pub(super) fn graphs(
     };
     let run = match run_graph(device, with_node) {
         Ok(r) => r,
+        // A full device says nothing about graph capture: out of memory, not a missing
+        // capability.
+        Err(e) if e.is_out_of_memory() => {
+            return Err(e.during("calibration (graph capture; the device is out of memory)"))
+        }
         Err(e) => {
             cal.facts.graph_capture = Support::no(format!("calibration capture failed: {e}"));
             cal.set(

@@ -76,6 +76,11 @@ pub(super) fn virtual_memory(
                 "",
             )
         }
+        // A full device says nothing about virtual memory: out of memory, not a missing
+        // capability.
+        Err(e) if e.is_out_of_memory() => {
+            return Err(e.during("calibration (virtual memory; the device is out of memory)"))
+        }
         Err(e) => {
             cal.facts.virtual_memory = Support::no(format!("calibration failed: {e}"));
             fact(

@@ -206,7 +206,7 @@ pub fn text(p: &Plan, names: &Names) -> String {
 /// A stacked bar of the device memory, one rectangle per consumer, the KV cache and what is
 /// left, with a legend.
 pub fn svg(p: &Plan) -> String {
-    let (w, h, x0) = (900.0, 48.0, 10.0);
+    let (w, h, x0, bar_y) = (900.0, 48.0, 10.0, 58.0);
     let total = p.total.max(1) as f64;
     let mut x = x0;
     let title = match (&p.model, &p.device) {
@@ -215,12 +215,28 @@ pub fn svg(p: &Plan) -> String {
         (None, Some(d)) => d.clone(),
         (None, None) => "plan".into(),
     };
-    let mut out = format!("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"920\" height=\"150\" font-family=\"sans-serif\" font-size=\"12\">\n<text x=\"10\" y=\"18\">{}: {:.2} GiB total</text>\n", esc(&title), gib(p.total));
-    let mut ly = 100.0;
+    // A background (the picture reads the same on a dark page), the title, the headline
+    // figures, the bar, a marker where the requested memory ends, and the legend.
+    let fit =
+        p.kv.max_model_len_fit
+            .map_or_else(|| "none".to_string(), |n| n.to_string());
+    let mut out = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"920\" height=\"200\" font-family=\"sans-serif\" font-size=\"12\">\n\
+         <rect x=\"0\" y=\"0\" width=\"920\" height=\"200\" fill=\"#ffffff\"/>\n\
+         <text x=\"10\" y=\"18\" font-weight=\"bold\">{}: {:.2} GiB total</text>\n\
+         <text x=\"10\" y=\"38\">KV cache {} tokens; max concurrency {:.2}x at {} tokens; longest max-model-len {}</text>\n",
+        esc(&title),
+        gib(p.total),
+        p.kv.tokens,
+        (p.kv.max_concurrency * 100.0).floor() / 100.0,
+        p.limits.max_model_len,
+        fit
+    );
+    let mut ly = 150.0;
     let mut lx = x0;
     for s in segments(p) {
         let sw = s.bytes as f64 / total * w;
-        out.push_str(&format!("<rect x=\"{x:.1}\" y=\"30\" width=\"{sw:.1}\" height=\"{h}\" fill=\"{}\" stroke=\"#333\" stroke-width=\"0.5\"><title>{}: {}</title></rect>\n", s.color, s.label, fmt_bytes(s.bytes)));
+        out.push_str(&format!("<rect x=\"{x:.1}\" y=\"{bar_y}\" width=\"{sw:.1}\" height=\"{h}\" fill=\"{}\" stroke=\"#333\" stroke-width=\"0.5\"><title>{}: {}</title></rect>\n", s.color, s.label, fmt_bytes(s.bytes)));
         x += sw;
         out.push_str(&format!("<rect x=\"{lx:.0}\" y=\"{:.0}\" width=\"10\" height=\"10\" fill=\"{}\" stroke=\"#333\" stroke-width=\"0.5\"/><text x=\"{:.0}\" y=\"{ly:.0}\">{} {}</text>\n", ly - 9.0, s.color, lx + 14.0, s.label, fmt_bytes(s.bytes)));
         lx += 220.0;
@@ -229,12 +245,26 @@ pub fn svg(p: &Plan) -> String {
             ly += 18.0;
         }
     }
+    let mx = x0 + p.requested.min(p.total) as f64 / total * w;
+    let anchor = if mx > 700.0 { "end" } else { "start" };
+    out.push_str(&format!(
+        "<line x1=\"{mx:.1}\" y1=\"{:.0}\" x2=\"{mx:.1}\" y2=\"{:.0}\" stroke=\"#000\" stroke-width=\"2\" stroke-dasharray=\"4 3\"/>\n\
+         <text x=\"{mx:.1}\" y=\"{:.0}\" text-anchor=\"{anchor}\">requested {} ends here</text>\n",
+        bar_y - 6.0,
+        bar_y + h + 6.0,
+        bar_y + h + 20.0,
+        fmt_bytes(p.requested)
+    ));
     out.push_str("</svg>\n");
     out
 }
 
+/// XML text: markup characters escaped, characters XML 1.0 forbids (controls) dropped.
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
+    s.chars()
+        .filter(|c| !c.is_control())
+        .collect::<String>()
+        .replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
