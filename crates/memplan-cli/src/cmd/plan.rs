@@ -11,6 +11,7 @@
 //! opened (so `--model nope` lists the presets on any machine); then the device, the dry run
 //! per rank, and the rendering.
 
+mod extras;
 mod flags;
 mod render_args;
 
@@ -230,7 +231,8 @@ fn input(a: &Flags, model: &Model, t: &Target) -> Result<DryRun, Failure> {
         .given(ConsumerKind::Weights, a.weights_bytes)
         .given(ConsumerKind::Activation, a.activation_bytes)
         .given(ConsumerKind::NonAllocator, a.non_torch_bytes)
-        .given(ConsumerKind::Graphs, a.graph_bytes))
+        .given(ConsumerKind::Graphs, a.graph_bytes)
+        .extras(extras::extras(a)?))
 }
 
 /// What `--emit-args` needs beyond the plan.
@@ -310,8 +312,11 @@ fn plan_ranks(a: &Flags) -> Result<(Model, Plan), Failure> {
 
 /// Run `memplan plan`.
 pub fn run(a: Args) -> Result<Report, Failure> {
-    let a = *a.flags;
-    let (model, plan) = plan_ranks(&a)?;
+    let mut a = *a.flags;
+    let log_notes = extras::apply_log(&mut a)?;
+    let (model, mut plan) = plan_ranks(&a)?;
+    plan.notes.extend(log_notes);
+    plan.notes.extend(extras::llama_cpp_answer(&a, &plan)?);
     let text = match &a.emit_args {
         Some((engine, _)) => format!(
             "{}\n",
@@ -357,6 +362,54 @@ mod tests {
 
     fn err(f: &str) -> String {
         plan(f).unwrap_err().message
+    }
+
+    #[test]
+    fn from_log_reproduces_the_h100_start_up_without_retyping() {
+        // The vLLM 0.19 Llama-3.1-8B log quote of shared/data: total, utilisation, weights,
+        // activation, non-torch, max_model_len and the release come from the log; the printed
+        // figures allow 475,776..476,096 tokens (476,016 logged).
+        let line = include_str!("../../../memplan-model/tests/data/engine-startup-logs.jsonl")
+            .lines()
+            .find(|l| l.contains("476,016"))
+            .unwrap();
+        let e: serde_json::Value = serde_json::from_str(line).unwrap();
+        let path = std::env::temp_dir().join(format!("memplan-log-{}.txt", std::process::id()));
+        std::fs::write(&path, e["quote"].as_str().unwrap()).unwrap();
+        let mut a = flags(&format!(
+            "--model llama-3.1-8b-instruct --from-log {}",
+            path.display()
+        ));
+        let notes = extras::apply_log(&mut a).unwrap();
+        assert_eq!(a.engine.as_deref(), Some("vllm@0.19"));
+        let (_, p) = plan_ranks(&a).unwrap();
+        assert!(
+            (475_776..=476_096).contains(&p.kv.tokens),
+            "{}",
+            p.kv.tokens
+        );
+        assert!(notes.iter().any(|n| n.contains("476016")), "{notes:?}");
+        std::fs::write(&path, "not a log").unwrap();
+        let mut a = flags(&format!("--model qwen3-8b --from-log {}", path.display()));
+        let e = extras::apply_log(&mut a).unwrap_err().message;
+        assert!(e.contains("not a recognised engine start-up log"), "{e}");
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn other_memory_users_and_pipeline_stages_from_flags() {
+        let base = plan("--model llama-3.1-8b-instruct --total-memory 80GiB --max-model-len 8192")
+            .unwrap();
+        let pp =
+            plan("--model llama-3.1-8b-instruct --total-memory 80GiB --max-model-len 8192 --pp 2")
+                .unwrap();
+        assert!(pp["kv"]["num_blocks"].as_u64() > base["kv"]["num_blocks"].as_u64());
+        let more = plan("--model llama-3.1-8b-instruct --total-memory 80GiB --max-model-len 8192 --max-loras 4 --speculative-model qwen2.5-0.5b-instruct").unwrap();
+        assert!(more["kv_cache_tokens"].as_u64() < base["kv_cache_tokens"].as_u64());
+        assert!(
+            err("--model llama-3.1-8b-instruct --total-memory 80GiB --cpu-offload-gb=-1")
+                .contains("cpu-offload-gb")
+        );
     }
 
     #[test]

@@ -185,9 +185,10 @@ pub enum Strategy {
 /// The flags of `memplan plan`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Flags {
-    /// Model: a shipped preset (`qwen2.5-1.5b-instruct`; `--model list` lists them), a
-    /// directory with config.json (and *.safetensors, whose headers give the exact weights) or
-    /// a config.json path.
+    /// Model: a shipped preset (`qwen2.5-1.5b-instruct`; `--model list` lists them), a Hugging
+    /// Face id in the local cache (`Qwen/Qwen2.5-7B-Instruct`, no network), a directory with
+    /// config.json (and *.safetensors, whose headers give the exact weights), a config.json
+    /// path or a .gguf file (with a llama.cpp `-c`/`-ngl` answer).
     #[arg(long, value_name = "NAME|PATH")]
     pub model: String,
     /// Device to plan for (`sim:rtx4090`, `cuda:0`); optional with --total-memory.
@@ -252,6 +253,31 @@ pub struct Flags {
     /// Measured graph memory per rank.
     #[arg(long, value_name = "BYTES", value_parser = bytes("--graph-bytes"))]
     pub graph_bytes: Option<u64>,
+    /// Fill the figures an earlier start-up measured (weights, activation, non-torch, graphs,
+    /// total, utilisation, settings, the engine release) from its log (vLLM 0.19 to current,
+    /// SGLang); flags given on the command line win.
+    #[arg(long, value_name = "FILE")]
+    pub from_log: Option<PathBuf>,
+    /// Pipeline-parallel stages: each stage is planned on its own layers (vLLM's split) and
+    /// the engine sizes every stage like the one with the fewest blocks.
+    #[arg(long, visible_alias = "pp", default_value_t = 1)]
+    pub pipeline_parallel_size: u64,
+    /// Draft model for speculative decoding (preset, ORG/NAME, directory or config.json): its
+    /// weights, and its KV layers in the same pool.
+    #[arg(long, value_name = "NAME|PATH")]
+    pub speculative_model: Option<String>,
+    /// Tokens the draft proposes per step.
+    #[arg(long, default_value_t = 1)]
+    pub num_speculative_tokens: u64,
+    /// LoRA adapter slots pre-allocated on the device (enables LoRA).
+    #[arg(long)]
+    pub max_loras: Option<u64>,
+    /// Largest LoRA rank.
+    #[arg(long, default_value_t = 16)]
+    pub max_lora_rank: u64,
+    /// Weights kept in host memory, in GiB (vLLM `--cpu-offload-gb`).
+    #[arg(long, value_name = "GIB", default_value_t = 0.0)]
+    pub cpu_offload_gb: f64,
     /// Print JSON (`memplan.plan/1`) instead of the table.
     #[arg(long)]
     pub json: bool,
