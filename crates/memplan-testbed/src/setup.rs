@@ -55,12 +55,14 @@ pub const MAX_MODEL_LEN: u64 = 1 << 30;
 pub const MAX_BATCHED_TOKENS: u64 = 1 << 30;
 /// Largest `kv.block_size`.
 pub const MAX_BLOCK_SIZE: u64 = 4096;
-/// Largest `graphs.max_capture_size` (the default list up to it has about 1,000 sizes).
-pub const MAX_CAPTURE_SIZE: u32 = 8192;
+/// Largest `graphs.max_capture_size` (the default list up to it has 515 sizes).
+pub const MAX_CAPTURE_SIZE: u32 = 4096;
 /// Most graph sizes after merging duplicates (each is captured once per strategy).
 pub const MAX_GRAPH_SIZES: usize = 1024;
-/// Most weight tensors (each is one simulated allocation).
-pub const MAX_WEIGHT_TENSORS: u32 = 1 << 17;
+/// Most weight tensors: each is one simulated allocation, and the simulated allocator's cost
+/// grows with the square of their number (4,096 take a minute for `--strategy all` in a debug
+/// build; 1,024 under 5 s).
+pub const MAX_WEIGHT_TENSORS: u32 = 1024;
 
 /// The engine's default capture sizes up to `max`: 1, 2, 4, then every multiple of 8.
 pub fn default_sizes(max: u32) -> Vec<u32> {
