@@ -120,7 +120,12 @@ pub fn text(p: &Plan, names: &Names) -> String {
                 c.provenance.basis()
             )
         } else {
-            format!("{}: {}", c.provenance.label(), c.provenance.basis())
+            let (label, basis) = (c.provenance.label(), c.provenance.basis());
+            match basis.strip_prefix(label) {
+                // A basis that already says what it is ("estimate: ...").
+                Some(rest) if rest.starts_with(':') => basis.to_string(),
+                _ => format!("{label}: {basis}"),
+            }
         };
         row(&format!("- {}", c.kind.label()), fmt_bytes(c.bytes), &note);
     }
