@@ -173,8 +173,8 @@ impl Backend for CudaBackend {
             .collect()
     }
 
-    fn open(&self, selector: &str) -> Result<Box<dyn Device>> {
-        Ok(Box::new(self.open_cuda(selector)?))
+    fn open(&self, selector: &str) -> Result<Device> {
+        Ok(Device::new(self.open_cuda(selector)?))
     }
 }
 
@@ -206,7 +206,7 @@ mod tests {
             ),
             "{e}"
         );
-        let e = b.open("0").err().expect("no driver, no device");
+        let e = b.open("0").expect_err("no driver, no device");
         assert!(
             e.to_string().contains(&driver().unwrap_err().to_string()),
             "{e}"

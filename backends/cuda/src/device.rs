@@ -4,15 +4,14 @@
 //! A device holds a reference on the device's *primary* context (`cuDevicePrimaryCtxRetain`),
 //! the one the CUDA runtime and PyTorch use, so in-process use shares the engine's context and
 //! costs no extra memory. Every call makes that context current on the calling thread first,
-//! so a device may move between threads. Dropping the device frees what memplan allocated
-//! (raw allocations, graphs, mappings, ranges) and then releases the context reference.
-
-use std::collections::BTreeMap;
+//! so a device may move between threads. The core releases what memplan handed out (raw
+//! allocations, graphs, mappings, ranges) before the backend is dropped; dropping it destroys
+//! the capture stream and module and releases the context reference.
 
 use cudarc::driver::sys::{self, CUgraphMem_attribute as G};
 use memplan_core::{
-    Device, DeviceDescriptor, DriverMemory, Error, GraphCapture, GraphPoolMemory,
-    ProfilingCapability, RawAllocation, Result, Support, VirtualMemory,
+    DeviceDescriptor, DriverMemory, Error, GraphPoolMemory, HalDevice, HalGraphs, HalVirtualMemory,
+    ProfilingCapability, Result,
 };
 
 use crate::backend::Described;
@@ -50,7 +49,6 @@ pub struct CudaDevice {
     ctx: Ctx,
     driver: &'static Driver,
     compute_capability: (i32, i32),
-    allocations: BTreeMap<u64, u64>,
     graphs: Option<CudaGraphs>,
     vmm: Option<CudaVmm>,
     nvml: Option<nvml::NvmlMemory>,
@@ -89,7 +87,6 @@ impl CudaDevice {
             ctx,
             driver,
             compute_capability: d.compute_capability,
-            allocations: BTreeMap::new(),
             graphs: None,
             vmm: None,
             nvml,
@@ -125,14 +122,7 @@ impl CudaDevice {
     }
 }
 
-fn unsupported(what: &'static str, s: &Support) -> Option<Error> {
-    match s {
-        Support::Supported => None,
-        Support::Unsupported { reason } => Some(Error::unsupported(what, reason.clone())),
-    }
-}
-
-impl Device for CudaDevice {
+impl HalDevice for CudaDevice {
     fn descriptor(&self) -> &DeviceDescriptor {
         &self.descriptor
     }
@@ -170,13 +160,7 @@ impl Device for CudaDevice {
         check("cuCtxSynchronize", unsafe { ffi::cuCtxSynchronize() })
     }
 
-    fn allocate(&mut self, bytes: u64) -> Result<RawAllocation> {
-        if bytes == 0 {
-            return Err(Error::invalid(
-                "bytes",
-                "a raw allocation must be at least 1 byte",
-            ));
-        }
+    fn allocate(&mut self, bytes: u64) -> Result<u64> {
         let size = usize::try_from(bytes)
             .map_err(|_| Error::invalid("bytes", "larger than the address space"))?;
         self.ctx.bind()?;
@@ -184,31 +168,17 @@ impl Device for CudaDevice {
         // SAFETY: context current; `ptr` is a valid out-pointer.
         let res = unsafe { ffi::cuMemAlloc_v2(&mut ptr, size) };
         check_alloc("cuMemAlloc_v2", res, bytes)?;
-        self.allocations.insert(ptr, bytes);
-        Ok(RawAllocation { handle: ptr, bytes })
+        Ok(ptr)
     }
 
-    fn free(&mut self, allocation: RawAllocation) -> Result<()> {
-        memplan_core::device::ensure_owned(
-            "allocation",
-            "allocation",
-            allocation.handle,
-            self.allocations.get(&allocation.handle),
-            &allocation.bytes,
-        )?;
+    unsafe fn free(&mut self, address: u64, _bytes: u64) -> Result<()> {
         self.ctx.bind()?;
-        // SAFETY: the pointer came from cuMemAlloc_v2 on this context and was not freed yet.
-        check("cuMemFree_v2", unsafe {
-            ffi::cuMemFree_v2(allocation.handle)
-        })?;
-        self.allocations.remove(&allocation.handle);
-        Ok(())
+        // SAFETY: the caller guarantees a pointer from cuMemAlloc_v2 on this context, not
+        // freed yet.
+        check("cuMemFree_v2", unsafe { ffi::cuMemFree_v2(address) })
     }
 
-    fn graph_capture(&mut self) -> Result<&mut dyn GraphCapture> {
-        if let Some(e) = unsupported("graph capture", &self.caps.facts.graph_capture) {
-            return Err(e);
-        }
+    fn graphs(&mut self) -> Result<&mut dyn HalGraphs> {
         if self.graphs.is_none() {
             self.graphs = Some(CudaGraphs::new(
                 self.ctx,
@@ -222,10 +192,7 @@ impl Device for CudaDevice {
         }
     }
 
-    fn virtual_memory(&mut self) -> Result<&mut dyn VirtualMemory> {
-        if let Some(e) = unsupported("virtual memory", &self.caps.facts.virtual_memory) {
-            return Err(e);
-        }
+    fn virtual_memory(&mut self) -> Result<&mut dyn HalVirtualMemory> {
         if self.vmm.is_none() {
             self.vmm = Some(CudaVmm::new(self.ctx, self.driver)?);
         }
@@ -243,21 +210,11 @@ impl Drop for CudaDevice {
                 if let Some(mut g) = self.graphs.take() {
                     g.teardown();
                 }
-                if let Some(mut v) = self.vmm.take() {
-                    v.teardown();
-                }
-                for (ptr, _) in std::mem::take(&mut self.allocations) {
-                    // SAFETY: allocated by cuMemAlloc_v2 on this context, not freed yet.
-                    if let Err(e) = check("cuMemFree_v2", unsafe { ffi::cuMemFree_v2(ptr) }) {
-                        tracing::warn!("{e}");
-                    }
-                }
             }
-            // Nothing can be freed without the context current; the context reference is
-            // still released below, so the last release destroys the context and with it
-            // everything memplan allocated in it.
+            // The context reference is still released below, so the last release destroys
+            // the context and with it the stream and module.
             Err(e) => tracing::warn!(
-                "cannot free memplan's objects on {}: {e}",
+                "cannot destroy the capture stream on {}: {e}",
                 self.descriptor.id
             ),
         }

@@ -27,7 +27,7 @@ fn device_from(v: Option<String>) -> String {
         .unwrap_or_else(|| "0".into())
 }
 
-fn open() -> Box<dyn Device> {
+fn open() -> Device {
     let n = ordinal();
     CudaBackend
         .open(&n)
@@ -41,7 +41,7 @@ fn the_device_comes_from_the_environment() {
     assert_eq!(device_from(Some(String::new())), "0");
 }
 
-fn free(d: &mut dyn Device) -> i64 {
+fn free(d: &Device) -> i64 {
     let m = snapshot(d, None).expect("snapshot");
     m.driver.free.expect("cuMemGetInfo gives free") as i64
 }
@@ -61,7 +61,7 @@ fn enumerates_and_declares() {
         .any(|(k, _)| k == "compute_capability"));
     let c = d.capabilities();
     assert!(c.reading(Reading::DriverFree).measures_own_usage(), "{c}");
-    let e = CudaBackend.open("4096").err().expect("no such device");
+    let e = CudaBackend.open("4096").expect_err("no such device");
     assert!(matches!(e, Error::UnknownDevice { .. }), "{e}");
 }
 
@@ -69,8 +69,8 @@ fn enumerates_and_declares() {
 #[ignore = "needs an NVIDIA GPU"]
 fn readings_are_consistent() {
     let _g = GPU.lock();
-    let mut d = open();
-    let m = snapshot(d.as_mut(), None).expect("snapshot");
+    let d = open();
+    let m = snapshot(&d, None).expect("snapshot");
     let (free, total) = (m.driver.free.expect("free"), m.driver.total.expect("total"));
     assert!(free <= total && total > 0, "{m}");
     assert_eq!(
@@ -92,17 +92,17 @@ fn readings_are_consistent() {
 #[ignore = "needs an NVIDIA GPU"]
 fn raw_allocation_moves_free_memory_exactly() {
     let _g = GPU.lock();
-    let mut d = open();
-    let before = free(d.as_mut());
+    let d = open();
+    let before = free(&d);
     let a = d.allocate(256 * MIB).expect("allocate");
-    let during = free(d.as_mut());
+    let during = free(&d);
     let taken = before - during;
     assert!(
         (taken - 256 * MIB as i64).abs() <= SLACK,
         "allocated 256 MiB, free dropped {taken}"
     );
     d.free(a).expect("free");
-    let after = free(d.as_mut());
+    let after = free(&d);
     assert!(
         (after - before).abs() <= SLACK,
         "free did not come back: {before} -> {after}"
@@ -116,7 +116,7 @@ fn raw_allocation_moves_free_memory_exactly() {
 #[ignore = "needs an NVIDIA GPU"]
 fn graph_capture_uses_and_releases_the_pool() {
     let _g = GPU.lock();
-    let mut d = open();
+    let d = open();
     if !d.capabilities().facts.graph_capture.is_supported() {
         return;
     }
@@ -124,7 +124,7 @@ fn graph_capture_uses_and_releases_the_pool() {
         .expect("capture")
         .release_pool()
         .expect("trim");
-    let base = snapshot(d.as_mut(), None).expect("snapshot");
+    let base = snapshot(&d, None).expect("snapshot");
     let g = d.graph_capture().expect("capture");
     g.begin_capture().expect("begin");
     g.record(&CaptureWork {
@@ -134,7 +134,7 @@ fn graph_capture_uses_and_releases_the_pool() {
     .expect("record");
     let id = g.end_capture().expect("end");
     g.replay(id).expect("replay");
-    let after = snapshot(d.as_mut(), None).expect("snapshot");
+    let after = snapshot(&d, None).expect("snapshot");
     let w = after - base;
     let pool = w.graph_pool_reserved.expect("graph pool reserved");
     assert!(pool >= 64 * MIB as i64, "graph pool grew by {pool}: {w}");
@@ -145,7 +145,7 @@ fn graph_capture_uses_and_releases_the_pool() {
     let g = d.graph_capture().expect("capture");
     g.destroy(id).expect("destroy");
     g.release_pool().expect("trim");
-    let end = snapshot(d.as_mut(), None).expect("snapshot");
+    let end = snapshot(&d, None).expect("snapshot");
     assert_eq!(end.graph_pool.reserved, Some(0), "{end}");
     assert!(
         (end.driver.free.unwrap_or(0) as i64 - base.driver.free.unwrap_or(0) as i64).abs() <= SLACK,
@@ -157,7 +157,7 @@ fn graph_capture_uses_and_releases_the_pool() {
 #[ignore = "needs an NVIDIA GPU"]
 fn aborted_capture_leaves_the_stream_usable() {
     let _g = GPU.lock();
-    let mut d = open();
+    let d = open();
     if !d.capabilities().facts.graph_capture.is_supported() {
         return;
     }
@@ -190,11 +190,11 @@ fn aborted_capture_leaves_the_stream_usable() {
 #[ignore = "needs an NVIDIA GPU"]
 fn virtual_memory_maps_real_memory() {
     let _g = GPU.lock();
-    let mut d = open();
+    let d = open();
     if !d.capabilities().facts.virtual_memory.is_supported() {
         return;
     }
-    let before = free(d.as_mut());
+    let before = free(&d);
     let vm = d.virtual_memory().expect("vmm");
     let g = vm.granularity().expect("granularity");
     assert!(g > 0 && g.is_power_of_two(), "{g}");
@@ -208,7 +208,7 @@ fn virtual_memory_maps_real_memory() {
         Err(Error::InvalidInput { .. })
     ));
     let m = vm.map(&range, g, 32 * g).expect("map");
-    let mapped = free(d.as_mut());
+    let mapped = free(&d);
     let taken = before - mapped;
     assert!(
         (taken - (32 * g) as i64).abs() <= SLACK,
@@ -216,24 +216,12 @@ fn virtual_memory_maps_real_memory() {
         32 * g
     );
     let vm = d.virtual_memory().expect("vmm");
-    assert!(
-        vm.release(VaRangeCopy(&range).get()).is_err(),
-        "release with a live mapping is refused"
-    );
+    let range = vm
+        .release(range)
+        .expect_err("release with a live mapping is refused")
+        .handle;
     vm.unmap(m).expect("unmap");
     vm.release(range).expect("release");
-    let after = free(d.as_mut());
+    let after = free(&d);
     assert!((after - before).abs() <= SLACK, "{before} -> {after}");
-}
-
-/// A second `VaRange` value for the same reservation (the type is not `Clone` on purpose).
-struct VaRangeCopy<'a>(&'a memplan_core::VaRange);
-
-impl VaRangeCopy<'_> {
-    fn get(&self) -> memplan_core::VaRange {
-        memplan_core::VaRange {
-            handle: self.0.handle,
-            bytes: self.0.bytes,
-        }
-    }
 }

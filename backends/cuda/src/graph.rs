@@ -5,14 +5,15 @@
 //! unrelated CUDA calls do not invalidate it. [`CaptureWork`] is recorded as one
 //! `cuMemAllocAsync` (a graph allocation node) when `alloc_node_bytes > 0`, `kernel_nodes`
 //! launches of [`crate::kernel`]'s trivial kernel (writing into that allocation), and the
-//! matching `cuMemFreeAsync`. Graphs are instantiated without flags; every graph, the stream
-//! and the module are destroyed by [`CudaGraphs::teardown`] (run on drop of the device).
+//! matching `cuMemFreeAsync`. Graphs are instantiated without flags. The core
+//! (`memplan_core::GraphCapture`) keeps the capture state and the table of graphs and destroys
+//! them; the stream and the module, this backend's own, go in [`CudaGraphs::teardown`] (run
+//! on drop of the device).
 
-use std::collections::BTreeMap;
 use std::ffi::c_int;
 
 use cudarc::driver::sys::{self, CUstreamCaptureMode as Mode, CUstreamCaptureStatus as Status};
-use memplan_core::{CaptureWork, Error, GraphCapture, GraphId, Result};
+use memplan_core::{CaptureWork, Error, HalGraph, HalGraphs, Result};
 
 use crate::conv::{check, check_alloc};
 use crate::device::Ctx;
@@ -20,22 +21,14 @@ use crate::ffi;
 use crate::kernel::Kernel;
 use crate::loader::{Driver, Feature};
 
-struct Graph {
-    graph: sys::CUgraph,
-    exec: sys::CUgraphExec,
-}
-
 /// Graph-capture state of one device.
 pub(crate) struct CudaGraphs {
     ctx: Ctx,
     stream: sys::CUstream,
     kernel: Option<Kernel>,
-    capturing: bool,
-    graphs: BTreeMap<u64, Graph>,
-    next: u64,
 }
 
-// SAFETY: stream, graph and exec handles belong to the context, which `bind` makes current on
+// SAFETY: the stream belongs to the context, which `bind` makes current on
 // the calling thread before every use.
 unsafe impl Send for CudaGraphs {}
 
@@ -63,9 +56,6 @@ impl CudaGraphs {
             ctx,
             stream,
             kernel: Some(kernel),
-            capturing: false,
-            graphs: BTreeMap::new(),
-            next: 1,
         })
     }
 
@@ -80,67 +70,36 @@ impl CudaGraphs {
             .ok_or_else(|| Error::Measurement("capture kernel not loaded".into()))
     }
 
-    fn graph(&self, id: GraphId) -> Result<&Graph> {
-        self.graphs
-            .get(&id.0)
-            .ok_or_else(|| Error::invalid("graph", format!("no live graph {}", id.0)))
-    }
-
-    fn destroy_handles(g: Graph) -> Result<()> {
-        // SAFETY: both handles were created by end_capture and are destroyed once (g is consumed).
-        let a = check("cuGraphExecDestroy", unsafe {
-            ffi::cuGraphExecDestroy(g.exec)
-        });
-        // SAFETY: as above.
-        let b = check("cuGraphDestroy", unsafe { ffi::cuGraphDestroy(g.graph) });
-        a.and(b)
-    }
-
-    /// Abort any capture, destroy every graph, trim the pool, unload the kernel, destroy the
-    /// stream. Errors are logged: this runs on drop.
+    /// Unload the kernel and destroy the stream (the core has aborted any capture and
+    /// destroyed every graph before). Errors are logged: this runs on drop.
     pub(crate) fn teardown(&mut self) {
-        let mut steps = vec![self.abort_capture()];
-        for (_, g) in std::mem::take(&mut self.graphs) {
-            steps.push(Self::destroy_handles(g));
-        }
-        steps.push(self.release_pool());
         if let Some(k) = self.kernel.take() {
             k.unload();
         }
         if !self.stream.is_null() {
             // SAFETY: the stream was created in `new` and is destroyed once.
-            steps.push(check("cuStreamDestroy_v2", unsafe {
+            let destroyed = check("cuStreamDestroy_v2", unsafe {
                 ffi::cuStreamDestroy_v2(self.stream)
-            }));
+            });
             self.stream = std::ptr::null_mut();
-        }
-        for e in steps.into_iter().filter_map(|s| s.err()) {
-            tracing::warn!("graph teardown: {e}");
+            if let Err(e) = destroyed {
+                tracing::warn!("graph teardown: {e}");
+            }
         }
     }
 }
 
-impl GraphCapture for CudaGraphs {
+impl HalGraphs for CudaGraphs {
     fn begin_capture(&mut self) -> Result<()> {
-        if self.capturing {
-            return Err(Error::Measurement(
-                "begin_capture while a capture is in progress".into(),
-            ));
-        }
         self.ctx.bind()?;
-        // SAFETY: the stream is live and not capturing.
+        // SAFETY: the stream is live and not capturing (the core allows one capture at a time).
         let res = unsafe {
             ffi::cuStreamBeginCapture_v2(self.stream, Mode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
         };
-        check("cuStreamBeginCapture_v2", res)?;
-        self.capturing = true;
-        Ok(())
+        check("cuStreamBeginCapture_v2", res)
     }
 
     fn record(&mut self, work: &CaptureWork) -> Result<()> {
-        if !self.capturing {
-            return Err(Error::Measurement("record without begin_capture".into()));
-        }
         self.ctx.bind()?;
         let mut ptr: sys::CUdeviceptr = 0;
         if work.alloc_node_bytes > 0 {
@@ -163,17 +122,11 @@ impl GraphCapture for CudaGraphs {
         Ok(())
     }
 
-    fn end_capture(&mut self) -> Result<GraphId> {
-        if !self.capturing {
-            return Err(Error::Measurement(
-                "end_capture without begin_capture".into(),
-            ));
-        }
+    fn end_capture(&mut self) -> Result<HalGraph> {
         self.ctx.bind()?;
         let mut graph: sys::CUgraph = std::ptr::null_mut();
         // SAFETY: the stream is capturing; `graph` is a valid out-pointer.
         let res = unsafe { ffi::cuStreamEndCapture(self.stream, &mut graph) };
-        self.capturing = false;
         check("cuStreamEndCapture", res)?;
         let mut exec: sys::CUgraphExec = std::ptr::null_mut();
         // SAFETY: `graph` is the graph just captured; no flags.
@@ -183,10 +136,10 @@ impl GraphCapture for CudaGraphs {
             let _ = unsafe { ffi::cuGraphDestroy(graph) };
             return Err(e);
         }
-        let id = self.next;
-        self.next += 1;
-        self.graphs.insert(id, Graph { graph, exec });
-        Ok(GraphId(id))
+        Ok(HalGraph {
+            graph: graph as u64,
+            exec: exec as u64,
+        })
     }
 
     fn abort_capture(&mut self) -> Result<()> {
@@ -196,7 +149,6 @@ impl GraphCapture for CudaGraphs {
         check("cuStreamIsCapturing", unsafe {
             ffi::cuStreamIsCapturing(self.stream, &mut status)
         })?;
-        self.capturing = false;
         if status == Status::CU_STREAM_CAPTURE_STATUS_NONE as c_int {
             return Ok(());
         }
@@ -214,12 +166,12 @@ impl GraphCapture for CudaGraphs {
         Ok(())
     }
 
-    fn replay(&mut self, graph: GraphId) -> Result<()> {
+    unsafe fn replay(&mut self, graph: HalGraph) -> Result<()> {
         self.ctx.bind()?;
-        let exec = self.graph(graph)?.exec;
-        // SAFETY: `exec` is a live instantiated graph; the stream is live and not capturing.
+        // SAFETY: the caller guarantees a live instantiated graph of this context; the stream
+        // is live and not capturing.
         check("cuGraphLaunch", unsafe {
-            ffi::cuGraphLaunch(exec, self.stream)
+            ffi::cuGraphLaunch(graph.exec as sys::CUgraphExec, self.stream)
         })?;
         // SAFETY: live stream.
         check("cuStreamSynchronize", unsafe {
@@ -227,16 +179,20 @@ impl GraphCapture for CudaGraphs {
         })
     }
 
-    fn destroy(&mut self, graph: GraphId) -> Result<()> {
-        self.graph(graph)?;
+    unsafe fn destroy_exec(&mut self, exec: u64) -> Result<()> {
         self.ctx.bind()?;
-        match self.graphs.remove(&graph.0) {
-            Some(g) => Self::destroy_handles(g),
-            None => Err(Error::invalid(
-                "graph",
-                format!("no live graph {}", graph.0),
-            )),
-        }
+        // SAFETY: the caller guarantees a live executable from end_capture, destroyed once.
+        check("cuGraphExecDestroy", unsafe {
+            ffi::cuGraphExecDestroy(exec as sys::CUgraphExec)
+        })
+    }
+
+    unsafe fn destroy_graph(&mut self, graph: u64) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: the caller guarantees a live graph from end_capture, destroyed once.
+        check("cuGraphDestroy", unsafe {
+            ffi::cuGraphDestroy(graph as sys::CUgraph)
+        })
     }
 
     fn release_pool(&mut self) -> Result<()> {

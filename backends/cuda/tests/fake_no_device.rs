@@ -17,6 +17,6 @@ fn no_device_is_a_driver_call_error() {
         "{e}"
     );
     assert_eq!(e.to_string(), "cuInit failed: CUDA_ERROR_NO_DEVICE (100)");
-    let e = CudaBackend.open("0").err().expect("no device");
+    let e = CudaBackend.open("0").expect_err("no device");
     assert_eq!(e.to_string(), "cuInit failed: CUDA_ERROR_NO_DEVICE (100)");
 }

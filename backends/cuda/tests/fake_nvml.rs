@@ -6,7 +6,7 @@
 mod fake;
 
 use memplan_backend_cuda::CudaBackend;
-use memplan_core::Device;
+use memplan_core::HalDevice;
 
 #[test]
 fn nvml_itemises_other_processes_and_reserved_memory() {

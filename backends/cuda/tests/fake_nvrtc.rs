@@ -5,7 +5,7 @@
 mod fake;
 
 use memplan_backend_cuda::CudaBackend;
-use memplan_core::Device;
+use memplan_core::HalDevice;
 
 #[test]
 fn nvrtc_first_embedded_ptx_as_fallback() {
@@ -18,7 +18,7 @@ fn nvrtc_first_embedded_ptx_as_fallback() {
         None,
         "no kernel before graph capture is used"
     );
-    d.graph_capture().expect("capture");
+    d.graphs().map(drop).expect("capture");
     assert_eq!(d.kernel_source(), Some("nvrtc"));
     assert_eq!(
         fake::nvrtc_state(nvrtc, "arch"),
@@ -34,7 +34,7 @@ fn nvrtc_first_embedded_ptx_as_fallback() {
 
     std::env::set_var("FAKE_NVRTC_BAD_PTX", "1");
     let mut d = CudaBackend.open_cuda("0").expect("open");
-    d.graph_capture().expect("capture still works");
+    d.graphs().map(drop).expect("capture still works");
     assert_eq!(d.kernel_source(), Some("embedded PTX"));
     assert_eq!(fake::nvrtc_state(nvrtc, "compiles"), 2);
     assert_eq!(

@@ -26,7 +26,7 @@ fn old_driver_is_gated_not_crashed() {
         !devs[0].properties.iter().any(|(k, _)| k == "uuid"),
         "cuDeviceGetUuid_v2 needs 11.4"
     );
-    let mut d = CudaBackend.open("0").expect("open");
+    let d = CudaBackend.open("0").expect("open");
     let c = d.capabilities().clone();
     let gp = c.reading(Reading::GraphPool);
     assert_eq!(gp.label(), "unavailable");
@@ -41,7 +41,7 @@ fn old_driver_is_gated_not_crashed() {
     );
     assert!(c.reading(Reading::DriverFree).is_exact());
 
-    let m = snapshot(d.as_mut(), None).expect("snapshot without graph attributes");
+    let m = snapshot(&d, None).expect("snapshot without graph attributes");
     assert!(m.driver.free.is_some());
     assert_eq!(
         (m.graph_pool.used, m.graph_pool.reserved),

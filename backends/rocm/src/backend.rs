@@ -83,7 +83,7 @@ impl Backend for RocmBackend {
             .collect()
     }
 
-    fn open(&self, selector: &str) -> Result<Box<dyn Device>> {
+    fn open(&self, selector: &str) -> Result<Device> {
         let id = memplan_core::DeviceId::new(BackendKind::Rocm, selector);
         let ordinal = id.ordinal()?;
         let api = self.api()?;
@@ -99,6 +99,10 @@ impl Backend for RocmBackend {
                     format!("rocm:0 .. rocm:{}", n - 1)
                 },
             })?;
-        Ok(Box::new(RocmDevice::open(api, ordinal, self.sys.clone())?))
+        Ok(Device::new(RocmDevice::open(
+            api,
+            ordinal,
+            self.sys.clone(),
+        )?))
     }
 }

@@ -3,17 +3,15 @@
 //!
 //! HIP's current device is per thread, so every operation first makes this device current
 //! (`hipSetDevice`). Handles are kept as integers so the device is `Send` without any claim
-//! about raw pointers. Handles passed back by the caller are checked against what this device
-//! handed out, so a stale or foreign handle is an error, never a HIP call on a bad pointer;
-//! everything still held is released when the device is dropped.
+//! about raw pointers. The core (`memplan_core::Device`) checks every handle passed back and
+//! releases what is still held; this backend only makes the HIP calls.
 
-use std::collections::BTreeMap;
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 
 use memplan_core::{
-    Device, DeviceDescriptor, DriverMemory, Error, GraphCapture, GraphPoolMemory,
-    ProfilingCapability, RawAllocation, Result, VirtualMemory,
+    DeviceDescriptor, DriverMemory, Error, GraphPoolMemory, HalDevice, HalGraphs, HalVirtualMemory,
+    ProfilingCapability, Result,
 };
 
 use crate::capability::{declare, Declared, FreeSource, PoolAttrs};
@@ -35,8 +33,6 @@ pub struct RocmDevice {
     sys: SysRoot,
     graphs: RocmGraphs,
     vmm: RocmVmm,
-    /// Live raw allocations: pointer -> bytes.
-    allocations: BTreeMap<u64, u64>,
 }
 
 impl RocmDevice {
@@ -54,12 +50,11 @@ impl RocmDevice {
             declared,
             drm: p.drm,
             sys,
-            allocations: BTreeMap::new(),
         })
     }
 }
 
-impl Device for RocmDevice {
+impl HalDevice for RocmDevice {
     fn descriptor(&self) -> &DeviceDescriptor {
         &self.descriptor
     }
@@ -100,18 +95,30 @@ impl Device for RocmDevice {
             (PoolAttrs::Real, Some(f)) => f,
             _ => return Ok(GraphPoolMemory::default()),
         };
-        let mut v = [0u64; 4];
+        let mut v = [None; 4];
         for (slot, attr) in v.iter_mut().zip(GRAPH_MEM_ATTRS) {
+            let mut value = 0u64;
             // SAFETY: the out value is a zero-initialised u64 (older runtimes write only 4
             // bytes, so the upper half must start at 0).
-            let rc = unsafe { f(self.ordinal, attr, (slot as *mut u64).cast::<c_void>()) };
-            check("hipDeviceGetGraphMemAttribute", rc)?;
+            let rc = unsafe {
+                f(
+                    self.ordinal,
+                    attr,
+                    (&mut value as *mut u64).cast::<c_void>(),
+                )
+            };
+            // One attribute that cannot be read is absent, not 0 and not the end of the
+            // snapshot: the others stay.
+            match check("hipDeviceGetGraphMemAttribute", rc) {
+                Ok(()) => *slot = Some(value),
+                Err(e) => tracing::warn!(attribute = attr, "{e}: reading left absent"),
+            }
         }
         Ok(GraphPoolMemory {
-            used: Some(v[0]),
-            used_high: Some(v[1]),
-            reserved: Some(v[2]),
-            reserved_high: Some(v[3]),
+            used: v[0],
+            used_high: v[1],
+            reserved: v[2],
+            reserved_high: v[3],
         })
     }
 
@@ -123,13 +130,7 @@ impl Device for RocmDevice {
         })
     }
 
-    fn allocate(&mut self, bytes: u64) -> Result<RawAllocation> {
-        if bytes == 0 {
-            return Err(Error::invalid(
-                "bytes",
-                "a raw allocation must be at least 1 byte",
-            ));
-        }
+    fn allocate(&mut self, bytes: u64) -> Result<u64> {
         let size = usize::try_from(bytes)
             .map_err(|_| Error::invalid("bytes", format!("{bytes} exceeds the address space")))?;
         self.api.set_device(self.ordinal)?;
@@ -137,63 +138,22 @@ impl Device for RocmDevice {
         // SAFETY: hipMalloc writes one pointer through a valid out pointer.
         let rc = unsafe { (self.api.sym.hipMalloc)(&mut p, size) };
         check_alloc("hipMalloc", rc, bytes)?;
-        let handle = p as u64;
-        self.allocations.insert(handle, bytes);
-        Ok(RawAllocation { handle, bytes })
+        Ok(p as u64)
     }
 
-    fn free(&mut self, allocation: RawAllocation) -> Result<()> {
-        memplan_core::device::ensure_owned(
-            "allocation",
-            "allocation",
-            allocation.handle,
-            self.allocations.get(&allocation.handle),
-            &allocation.bytes,
-        )?;
+    unsafe fn free(&mut self, address: u64, _bytes: u64) -> Result<()> {
         self.api.set_device(self.ordinal)?;
-        // SAFETY: the handle came from hipMalloc in `allocate` and is still live (checked
-        // above); it is removed from the table once freed.
+        // SAFETY: the caller guarantees a live pointer from hipMalloc in `allocate`.
         check("hipFree", unsafe {
-            (self.api.sym.hipFree)(allocation.handle as usize as *mut c_void)
-        })?;
-        self.allocations.remove(&allocation.handle);
-        Ok(())
+            (self.api.sym.hipFree)(address as usize as *mut c_void)
+        })
     }
 
-    fn graph_capture(&mut self) -> Result<&mut dyn GraphCapture> {
-        match &self.declared.capability.facts.graph_capture {
-            memplan_core::Support::Supported => Ok(&mut self.graphs),
-            memplan_core::Support::Unsupported { reason } => {
-                Err(Error::unsupported("graph capture", reason.clone()))
-            }
-        }
+    fn graphs(&mut self) -> Result<&mut dyn HalGraphs> {
+        Ok(&mut self.graphs)
     }
 
-    fn virtual_memory(&mut self) -> Result<&mut dyn VirtualMemory> {
-        match &self.declared.capability.facts.virtual_memory {
-            memplan_core::Support::Supported => Ok(&mut self.vmm),
-            memplan_core::Support::Unsupported { reason } => {
-                Err(Error::unsupported("virtual memory", reason.clone()))
-            }
-        }
-    }
-}
-
-impl Drop for RocmDevice {
-    fn drop(&mut self) {
-        if self.allocations.is_empty() {
-            return;
-        }
-        if let Err(e) = self.api.set_device(self.ordinal) {
-            tracing::warn!(%e, "cannot free the raw allocations of {}", self.descriptor.id);
-            return;
-        }
-        for (ptr, _) in std::mem::take(&mut self.allocations) {
-            // SAFETY: a live allocation made by hipMalloc in `allocate`, freed once.
-            let rc = unsafe { (self.api.sym.hipFree)(ptr as usize as *mut c_void) };
-            if let Err(e) = check("hipFree", rc) {
-                tracing::warn!(%e, "raw allocation teardown");
-            }
-        }
+    fn virtual_memory(&mut self) -> Result<&mut dyn HalVirtualMemory> {
+        Ok(&mut self.vmm)
     }
 }

@@ -8,15 +8,15 @@
 //! created before capture begins (allocating during capture would invalidate it). Capture
 //! runs in thread-local mode, so another thread's synchronize does not abort it.
 //!
-//! Handles are stored as integers; teardown (abort, destroy every graph, free scratch,
-//! destroy the stream) also runs on drop.
+//! Handles are stored as integers. The core (`memplan_core::GraphCapture`) keeps the capture
+//! state and the table of graphs and destroys them; the scratch buffer and the stream, this
+//! backend's own, go on drop.
 
-use std::collections::BTreeMap;
 use std::ffi::{c_int, c_void};
 use std::ptr::null_mut;
 use std::sync::Arc;
 
-use memplan_core::{CaptureWork, Error, GraphCapture, GraphId, Result};
+use memplan_core::{CaptureWork, Error, HalGraph, HalGraphs, Result};
 
 use crate::conv::{check, check_alloc, CAPTURE_MODE_THREAD_LOCAL, STREAM_NON_BLOCKING};
 use crate::loader::{Api, Handle};
@@ -30,9 +30,6 @@ pub struct RocmGraphs {
     ordinal: c_int,
     stream: usize,
     scratch: usize,
-    capturing: bool,
-    graphs: BTreeMap<u64, (usize, usize)>,
-    next: u64,
 }
 
 fn h(v: usize) -> Handle {
@@ -47,9 +44,6 @@ impl RocmGraphs {
             ordinal,
             stream: 0,
             scratch: 0,
-            capturing: false,
-            graphs: BTreeMap::new(),
-            next: 1,
         }
     }
 
@@ -101,22 +95,10 @@ impl RocmGraphs {
             }
         }
     }
-
-    fn lookup(&self, graph: GraphId) -> Result<(usize, usize)> {
-        self.graphs
-            .get(&graph.0)
-            .copied()
-            .ok_or_else(|| Error::invalid("graph", format!("no graph {} on this device", graph.0)))
-    }
 }
 
-impl GraphCapture for RocmGraphs {
+impl HalGraphs for RocmGraphs {
     fn begin_capture(&mut self) -> Result<()> {
-        if self.capturing {
-            return Err(Error::Measurement(
-                "begin_capture while a capture is in progress".into(),
-            ));
-        }
         self.prepare()?;
         let f = self.api.need(
             self.api.sym.hipStreamBeginCapture,
@@ -126,15 +108,10 @@ impl GraphCapture for RocmGraphs {
         // SAFETY: our stream, a valid capture-mode value.
         check("hipStreamBeginCapture", unsafe {
             f(h(self.stream), CAPTURE_MODE_THREAD_LOCAL)
-        })?;
-        self.capturing = true;
-        Ok(())
+        })
     }
 
     fn record(&mut self, work: &CaptureWork) -> Result<()> {
-        if !self.capturing {
-            return Err(Error::Measurement("record outside a capture".into()));
-        }
         for _ in 0..work.kernel_nodes {
             self.memset(self.scratch, SCRATCH_BYTES)?;
         }
@@ -162,13 +139,7 @@ impl GraphCapture for RocmGraphs {
         Ok(())
     }
 
-    fn end_capture(&mut self) -> Result<GraphId> {
-        if !self.capturing {
-            return Err(Error::Measurement(
-                "end_capture without begin_capture".into(),
-            ));
-        }
-        self.capturing = false;
+    fn end_capture(&mut self) -> Result<HalGraph> {
         let end = self.api.need(
             self.api.sym.hipStreamEndCapture,
             "hipStreamEndCapture",
@@ -194,17 +165,13 @@ impl GraphCapture for RocmGraphs {
             self.discard(graph);
             return Err(e);
         }
-        let id = self.next;
-        self.next += 1;
-        self.graphs.insert(id, (graph as usize, exec as usize));
-        Ok(GraphId(id))
+        Ok(HalGraph {
+            graph: graph as u64,
+            exec: exec as u64,
+        })
     }
 
     fn abort_capture(&mut self) -> Result<()> {
-        if !self.capturing {
-            return Ok(());
-        }
-        self.capturing = false;
         let Some(end) = self.api.sym.hipStreamEndCapture else {
             return Ok(());
         };
@@ -217,8 +184,7 @@ impl GraphCapture for RocmGraphs {
         Ok(())
     }
 
-    fn replay(&mut self, graph: GraphId) -> Result<()> {
-        let (_, exec) = self.lookup(graph)?;
+    unsafe fn replay(&mut self, graph: HalGraph) -> Result<()> {
         self.api.set_device(self.ordinal)?;
         let launch = self.api.need(
             self.api.sym.hipGraphLaunch,
@@ -230,29 +196,31 @@ impl GraphCapture for RocmGraphs {
             "hipStreamSynchronize",
             "graph capture",
         )?;
-        // SAFETY: `exec` is a live executable graph of this device; the stream is ours.
-        check("hipGraphLaunch", unsafe { launch(h(exec), h(self.stream)) })?;
+        // SAFETY: the caller guarantees a live executable graph of this device; the stream
+        // is ours.
+        check("hipGraphLaunch", unsafe {
+            launch(graph.exec as usize as Handle, h(self.stream))
+        })?;
         // SAFETY: our stream.
         check("hipStreamSynchronize", unsafe { sync(h(self.stream)) })
     }
 
-    fn destroy(&mut self, graph: GraphId) -> Result<()> {
-        let (g, exec) = self.lookup(graph)?;
+    unsafe fn destroy_exec(&mut self, exec: u64) -> Result<()> {
         self.api.set_device(self.ordinal)?;
-        self.graphs.remove(&graph.0);
-        // Both handles are destroyed even when the first call fails: the graph must not leak
-        // because its executable could not be destroyed.
-        let exec_done = match self.api.sym.hipGraphExecDestroy {
-            // SAFETY: `exec` is live and removed from the table, so it is destroyed once.
-            Some(f) => check("hipGraphExecDestroy", unsafe { f(h(exec)) }),
+        match self.api.sym.hipGraphExecDestroy {
+            // SAFETY: the caller guarantees a live executable from end_capture, destroyed once.
+            Some(f) => check("hipGraphExecDestroy", unsafe { f(exec as usize as Handle) }),
             None => Ok(()),
-        };
-        let graph_done = match self.api.sym.hipGraphDestroy {
-            // SAFETY: as above, for the graph.
-            Some(f) => check("hipGraphDestroy", unsafe { f(h(g)) }),
+        }
+    }
+
+    unsafe fn destroy_graph(&mut self, graph: u64) -> Result<()> {
+        self.api.set_device(self.ordinal)?;
+        match self.api.sym.hipGraphDestroy {
+            // SAFETY: the caller guarantees a live graph from end_capture, destroyed once.
+            Some(f) => check("hipGraphDestroy", unsafe { f(graph as usize as Handle) }),
             None => Ok(()),
-        };
-        exec_done.and(graph_done)
+        }
     }
 
     fn release_pool(&mut self) -> Result<()> {
@@ -278,13 +246,6 @@ impl GraphCapture for RocmGraphs {
 
 impl Drop for RocmGraphs {
     fn drop(&mut self) {
-        let _ = self.abort_capture();
-        let ids: Vec<u64> = self.graphs.keys().copied().collect();
-        for id in ids {
-            if let Err(e) = self.destroy(GraphId(id)) {
-                tracing::warn!(%e, "graph teardown");
-            }
-        }
         if self.scratch != 0 {
             // SAFETY: the scratch buffer was allocated by hipMalloc in `prepare`, freed once.
             let rc = unsafe { (self.api.sym.hipFree)(self.scratch as *mut c_void) };

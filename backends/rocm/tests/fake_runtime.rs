@@ -115,7 +115,7 @@ fn fake_u64(lib: &Path, name: &[u8]) -> u64 {
     }
 }
 
-fn free(d: &mut Box<dyn Device>) -> u64 {
+fn free(d: &Device) -> u64 {
     d.synchronize().expect("sync");
     d.driver_memory()
         .expect("driver memory")
@@ -149,20 +149,20 @@ fn hip6_device_readings_and_raw_allocations() {
     assert_eq!(prop("pci").as_deref(), Some("0000:03:00.0"));
     assert_eq!(prop("drm"), None);
 
-    let mut d = b.open("0").expect("open");
+    let d = b.open("0").expect("open");
     let caps = d.capabilities().clone();
     assert_eq!(caps.reading(Reading::DriverFree).label(), "approximate");
     assert_eq!(caps.facts.graph_release, GraphRelease::AtNextSync);
     assert!(caps.facts.virtual_memory.is_supported());
-    let before = free(&mut d);
+    let before = free(&d);
     let a = d.allocate(GIB).expect("1 GiB");
     assert_eq!(
-        before - free(&mut d),
+        before - free(&d),
         GIB,
         "a raw allocation shows up exactly in free"
     );
     d.free(a).expect("free");
-    assert_eq!(free(&mut d), before);
+    assert_eq!(free(&d), before);
     let e = d.allocate(100 * GIB).expect_err("larger than the device");
     assert!(
         matches!(e, Error::OutOfMemory { requested, .. } if requested == 100 * GIB),
@@ -178,7 +178,7 @@ fn hip6_graph_capture_lifecycle_and_pool() {
         let Some(lib) = fake(&s.0, false) else { return };
         configure(&lib, 60_240_000, false, true, 0, 0, four_bytes);
         let b = RocmBackend::with(lib.to_string_lossy(), SysRoot::at(s.0.join("root")));
-        let mut d = b.open("0").expect("open");
+        let d = b.open("0").expect("open");
         {
             // Abort leaves the device usable; the first begin also creates the stream and the
             // scratch buffer, which stay until the device is dropped.
@@ -188,12 +188,12 @@ fn hip6_graph_capture_lifecycle_and_pool() {
                     kernel_nodes: 1,
                     alloc_node_bytes: 0
                 }),
-                Err(Error::Measurement(_))
+                Err(Error::InvalidState { .. })
             ));
             c.begin_capture().expect("begin");
             c.abort_capture().expect("abort");
         }
-        let base = free(&mut d);
+        let base = free(&d);
         let g = {
             let c = d.graph_capture().expect("capture supported");
             c.begin_capture().expect("begin");
@@ -214,16 +214,12 @@ fn hip6_graph_capture_lifecycle_and_pool() {
         );
         assert_eq!(pool.used_high, Some(256 * MIB));
         // 11 nodes (10 + the memset touching the allocation) at 64 KiB, plus the pool.
-        assert_eq!(base - free(&mut d), 11 * 64 * 1024 + 256 * MIB);
+        assert_eq!(base - free(&d), 11 * 64 * 1024 + 256 * MIB);
         let c = d.graph_capture().expect("capture");
         c.destroy(g).expect("destroy");
         assert!(c.destroy(g).is_err(), "a graph is destroyed once");
         c.release_pool().expect("trim");
-        assert_eq!(
-            free(&mut d),
-            base,
-            "everything returned after destroy + trim"
-        );
+        assert_eq!(free(&d), base, "everything returned after destroy + trim");
         let c = d.graph_capture().expect("capture");
         c.begin_capture().expect("begin again");
         let g2 = c.end_capture().expect("end");
@@ -277,12 +273,16 @@ fn hip6_virtual_memory() {
     let Some(lib) = fake(&s.0, false) else { return };
     configure(&lib, 60_240_000, false, true, 0, 0, false);
     let b = RocmBackend::with(lib.to_string_lossy(), SysRoot::at(s.0.join("root")));
-    let mut d = b.open("0").expect("open");
-    let base = free(&mut d);
+    let d = b.open("0").expect("open");
+    let base = free(&d);
     let vm = d.virtual_memory().expect("vmm supported");
     assert_eq!(vm.granularity().expect("granularity"), 2 * MIB);
-    let r = vm.reserve(5 * MIB).expect("reserve");
-    assert_eq!(r.bytes, 6 * MIB, "rounded up to the granularity");
+    assert!(
+        matches!(vm.reserve(5 * MIB), Err(Error::InvalidInput { .. })),
+        "not a granularity multiple"
+    );
+    let r = vm.reserve(6 * MIB).expect("reserve");
+    assert_eq!(r.bytes(), 6 * MIB);
     assert!(matches!(
         vm.map(&r, MIB, 2 * MIB),
         Err(Error::InvalidInput { .. })
@@ -292,31 +292,27 @@ fn hip6_virtual_memory() {
         Err(Error::InvalidInput { .. })
     ));
     let m = vm.map(&r, 2 * MIB, 4 * MIB).expect("map");
-    assert_eq!(
-        base - free(&mut d),
-        4 * MIB,
-        "mapping takes physical memory"
-    );
+    assert_eq!(base - free(&d), 4 * MIB, "mapping takes physical memory");
     let vm = d.virtual_memory().expect("vmm");
     vm.unmap(m).expect("unmap");
     vm.release(r).expect("release");
-    assert_eq!(free(&mut d), base);
+    assert_eq!(free(&d), base);
 }
 
 #[test]
-fn foreign_handles_are_refused_and_drop_releases_everything() {
+fn another_devices_handles_are_refused_and_drop_releases_everything() {
     let s = Scratch::new("teardown");
     let Some(lib) = fake(&s.0, false) else { return };
     configure(&lib, 60_240_000, false, true, 0, 0, false);
     let b = RocmBackend::with(lib.to_string_lossy(), SysRoot::at(s.0.join("root")));
-    let mut d = b.open("0").expect("open");
-    let base = free(&mut d);
-    let a = d.allocate(GIB).expect("1 GiB");
-    let forged = memplan_core::RawAllocation {
-        handle: a.handle + 4096,
-        bytes: a.bytes,
-    };
-    assert!(matches!(d.free(forged), Err(Error::InvalidInput { .. })));
+    let d = b.open("0").expect("open");
+    let base = free(&d);
+    let _a = d.allocate(GIB).expect("1 GiB");
+    let other = b.open("0").expect("a second device on the same GPU");
+    let theirs = other.allocate(MIB).expect("1 MiB");
+    let f = d.free(theirs).expect_err("not this device's");
+    assert!(matches!(f.error, Error::InvalidInput { .. }), "{f}");
+    other.free(f.handle).expect("freed by its own device");
     assert!(matches!(d.allocate(0), Err(Error::InvalidInput { .. })));
     let vm = d.virtual_memory().expect("vmm");
     let r = vm.reserve(8 * MIB).expect("reserve");
@@ -325,28 +321,24 @@ fn foreign_handles_are_refused_and_drop_releases_everything() {
         .map(&r, 2 * MIB, 4 * MIB)
         .expect_err("overlaps the live mapping");
     assert!(matches!(e, Error::InvalidInput { .. }), "{e}");
-    let forged = memplan_core::Mapping {
-        handle: m.handle + 1,
-        ..m
-    };
-    assert!(matches!(vm.unmap(forged), Err(Error::InvalidInput { .. })));
-    let other = memplan_core::VaRange {
-        handle: r.handle + 2 * MIB,
-        bytes: 2 * MIB,
-    };
+    let ovm = other.virtual_memory().expect("vmm");
+    let theirs = ovm.reserve(2 * MIB).expect("reserve");
     assert!(matches!(
-        vm.map(&other, 0, 2 * MIB),
+        vm.map(&theirs, 0, 2 * MIB),
         Err(Error::InvalidInput { .. })
     ));
-    let again = memplan_core::VaRange { ..r };
-    assert!(
-        matches!(vm.release(again), Err(Error::InvalidInput { .. })),
-        "a range with a live mapping is not released"
-    );
-    assert_eq!(base - free(&mut d), GIB + 4 * MIB);
+    let f = vm.release(theirs).expect_err("not this device's");
+    ovm.release(f.handle).expect("released by its own device");
+    drop(other);
+    let f = vm
+        .release(r)
+        .expect_err("a range with a live mapping is not released");
+    assert!(matches!(f.error, Error::InvalidInput { .. }), "{f}");
+    let _ = m;
+    assert_eq!(base - free(&d), GIB + 4 * MIB);
     drop(d);
-    let mut d = b.open("0").expect("reopen");
-    assert_eq!(free(&mut d), base, "drop left memory allocated");
+    let d = b.open("0").expect("reopen");
+    assert_eq!(free(&d), base, "drop left memory allocated");
     assert_eq!(fake_u64(&lib, b"fake_live_maps"), 0, "drop left a mapping");
     assert_eq!(
         fake_u64(&lib, b"fake_live_ranges"),
@@ -368,7 +360,7 @@ fn hip5_runtime_is_process_local_and_lacks_newer_functions() {
             .contains(&("arch".into(), "gfx1030".into())),
         "R0000 layout"
     );
-    let mut d = b.open("0").expect("open");
+    let d = b.open("0").expect("open");
     let caps = d.capabilities().clone();
     assert_eq!(caps.reading(Reading::DriverFree).label(), "process-local");
     assert_eq!(caps.reading(Reading::GraphPool).label(), "unavailable");
@@ -428,16 +420,12 @@ fn drm_counters_and_apu_host_bound() {
     );
     configure(&lib, 60_240_000, false, true, 0, 0, false);
     let b = RocmBackend::with(lib.to_string_lossy(), SysRoot::at(s.0.join("root")));
-    let mut d = b.open("0").expect("open");
+    let d = b.open("0").expect("open");
     assert!(d
         .descriptor()
         .properties
         .contains(&("drm".into(), "card0".into())));
-    assert_eq!(
-        free(&mut d),
-        24 * GIB - 600 * MIB,
-        "the smaller of HIP and DRM"
-    );
+    assert_eq!(free(&d), 24 * GIB - 600 * MIB, "the smaller of HIP and DRM");
     drop(d);
 
     // The same device as an APU with GTT and a host that has 6 GiB available.
@@ -452,7 +440,7 @@ fn drm_counters_and_apu_host_bound() {
     );
     configure(&lib, 60_240_000, true, true, 0, 0, false);
     let b = RocmBackend::with(lib.to_string_lossy(), SysRoot::at(s.0.join("root")));
-    let mut d = b.open("0").expect("open");
+    let d = b.open("0").expect("open");
     assert!(d.capabilities().facts.unified_memory);
     let m = d.driver_memory().expect("memory");
     assert_eq!(

@@ -47,7 +47,7 @@ fn enumerates_or_says_why_not() {
 }
 
 fn exercise_device(b: &RocmBackend) {
-    let mut d = b.open("0").expect("device 0 opens");
+    let d = b.open("0").expect("device 0 opens");
     eprintln!("{}", d.capabilities());
     d.synchronize().expect("synchronize");
     let m = d.driver_memory().expect("driver memory");

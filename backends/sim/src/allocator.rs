@@ -2,12 +2,17 @@
 //! `heap.rs` for the block rules), with engine-style graph capture into a private pool shared
 //! by every graph.
 
-use memplan_core::{AllocatorStats, AllocatorView, Error, GraphId, Result};
+use memplan_core::{AllocatorStats, AllocatorView, Error, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::gpu::SimGpu;
 use crate::heap::{round_request, BlockId, Pool};
 use crate::state::Capture;
+
+/// A graph the simulated engine captured ([`SimAllocator::end_graph_capture`]): the engine's
+/// own id, not one of memplan's (those are minted by the core's `Device`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EngineGraph(pub u64);
 
 /// One engine graph, as the simulator costs it.
 ///
@@ -106,7 +111,7 @@ impl SimAllocator {
     /// End the engine capture: allocate the spec's intermediates and output into the private
     /// pool, instantiate the graph (exec object, hidden bytes, allocation nodes). On error the
     /// capture is abandoned and what it allocated is freed.
-    pub fn end_graph_capture(&self, spec: &GraphSpec) -> Result<GraphId> {
+    pub fn end_graph_capture(&self, spec: &GraphSpec) -> Result<EngineGraph> {
         let p = &self.gpu.shared.profile;
         let hidden = self.gpu.shared.quirks.hidden_bytes_per_capture;
         let nodes_ok = self.gpu.alloc_node_support(spec.alloc_node_bytes);
@@ -139,7 +144,7 @@ impl SimAllocator {
                 if let Some(g) = s.graphs.get_mut(&id) {
                     g.output = output;
                 }
-                Ok(GraphId(id))
+                Ok(EngineGraph(id))
             }
             Err(e) => {
                 if let Some(b) = output {
@@ -160,7 +165,7 @@ impl SimAllocator {
 
     /// Destroy a graph: its output returns to the private pool at once; its driver memory now,
     /// or at the next synchronize with `deferred_graph_release`.
-    pub fn destroy_graph(&self, g: GraphId) -> Result<()> {
+    pub fn destroy_graph(&self, g: EngineGraph) -> Result<()> {
         let deferred = self.gpu.deferred_release();
         self.gpu.lock().destroy(g.0, deferred)
     }

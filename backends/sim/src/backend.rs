@@ -22,8 +22,8 @@ impl Backend for SimBackend {
             .collect())
     }
 
-    fn open(&self, selector: &str) -> Result<Box<dyn Device>> {
-        Ok(Box::new(SimGpu::shared(selector)?))
+    fn open(&self, selector: &str) -> Result<Device> {
+        Ok(SimGpu::shared(selector)?.device())
     }
 }
 

@@ -1,14 +1,16 @@
-//! Device-level graph capture (what memplan's calibration uses): kernel nodes and allocation
-//! nodes recorded into a capture, instantiated into exec objects and graph-pool memory.
+//! Device-level graph capture primitives (what memplan's calibration uses): kernel nodes and
+//! allocation nodes recorded into a capture, instantiated into exec objects and graph-pool
+//! memory. One simulated object per graph: `graph` and `exec` are the same id, and destroying
+//! the executable releases its memory (at once, or at the next synchronize with the
+//! deferred-release quirk).
 
-use memplan_core::{CaptureWork, Error, GraphCapture, GraphId, Result};
+use memplan_core::{CaptureWork, Error, HalGraph, HalGraphs, Result};
 
 use crate::gpu::SimGpu;
 use crate::state::Capture;
 
-impl GraphCapture for SimGpu {
+impl HalGraphs for SimGpu {
     fn begin_capture(&mut self) -> Result<()> {
-        self.capture_support()?;
         let mut s = self.lock();
         s.no_capture("begin_capture")?;
         s.capture = Some(Capture::default());
@@ -31,7 +33,7 @@ impl GraphCapture for SimGpu {
         }
     }
 
-    fn end_capture(&mut self) -> Result<GraphId> {
+    fn end_capture(&mut self) -> Result<HalGraph> {
         let hidden = self.shared.quirks.hidden_bytes_per_capture;
         let mut s = self.lock();
         let c = match s.capture.take() {
@@ -45,13 +47,16 @@ impl GraphCapture for SimGpu {
             }
         };
         let per_node = self.shared.physics.exec_bytes_per_kernel_node;
-        s.instantiate(
+        let id = s.instantiate(
             &self.shared.profile,
             (c.kernel_nodes, per_node),
             c.alloc_node,
             hidden,
-        )
-        .map(GraphId)
+        )?;
+        Ok(HalGraph {
+            graph: id,
+            exec: id,
+        })
     }
 
     fn abort_capture(&mut self) -> Result<()> {
@@ -62,22 +67,26 @@ impl GraphCapture for SimGpu {
         Ok(())
     }
 
-    fn replay(&mut self, graph: GraphId) -> Result<()> {
+    unsafe fn replay(&mut self, graph: HalGraph) -> Result<()> {
         let s = self.lock();
         s.no_capture("replay")?;
-        if s.graphs.contains_key(&graph.0) {
+        if s.graphs.contains_key(&graph.exec) {
             Ok(())
         } else {
             Err(Error::invalid(
                 "graph",
-                format!("no live graph with id {}", graph.0),
+                format!("sim driver: no live graph {}", graph.exec),
             ))
         }
     }
 
-    fn destroy(&mut self, graph: GraphId) -> Result<()> {
+    unsafe fn destroy_exec(&mut self, exec: u64) -> Result<()> {
         let deferred = self.deferred_release();
-        self.lock().destroy(graph.0, deferred)
+        self.lock().destroy(exec, deferred)
+    }
+
+    unsafe fn destroy_graph(&mut self, _graph: u64) -> Result<()> {
+        Ok(())
     }
 
     fn release_pool(&mut self) -> Result<()> {

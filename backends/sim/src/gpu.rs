@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use memplan_core::bytes::fmt_bytes;
 use memplan_core::{
-    BackendKind, Device, DeviceDescriptor, DeviceId, DriverMemory, Error, GraphCapture,
-    GraphPoolMemory, ProfilingCapability, RawAllocation, Result, Support, VirtualMemory,
+    BackendKind, Device, DeviceDescriptor, DeviceId, DriverMemory, Error, GraphPoolMemory,
+    HalDevice, HalGraphs, HalVirtualMemory, ProfilingCapability, Result, Support,
 };
 
 use crate::allocator::SimAllocator;
@@ -174,6 +174,21 @@ impl SimGpu {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// A checked [`Device`] on this GPU (the core's tables over this simulated driver). Clones
+    /// of the returned device share its tables; another call gives a device with its own.
+    pub fn device(&self) -> Device {
+        Device::new(self.clone())
+    }
+
+    /// The simulated driver's live mappings, `(address, bytes)`, in address order.
+    pub fn mappings(&self) -> Vec<(u64, u64)> {
+        self.lock()
+            .vmm_maps
+            .iter()
+            .map(|(a, (b, _))| (*a, *b))
+            .collect()
+    }
+
     /// The profile.
     pub fn profile(&self) -> &SimProfile {
         &self.shared.profile
@@ -284,7 +299,7 @@ impl std::fmt::Debug for SimGpu {
     }
 }
 
-impl Device for SimGpu {
+impl HalDevice for SimGpu {
     fn descriptor(&self) -> &DeviceDescriptor {
         &self.shared.descriptor
     }
@@ -314,10 +329,7 @@ impl Device for SimGpu {
         Ok(())
     }
 
-    fn allocate(&mut self, bytes: u64) -> Result<RawAllocation> {
-        if bytes == 0 {
-            return Err(Error::invalid("allocate.bytes", "must be greater than 0"));
-        }
+    fn allocate(&mut self, bytes: u64) -> Result<u64> {
         let mut s = self.lock();
         s.no_capture("raw allocation")?;
         // Saturating: an absurd request is out of memory, not an overflow.
@@ -330,26 +342,22 @@ impl Device for SimGpu {
         s.next_handle += 1;
         let handle = s.next_handle;
         s.raw.insert(handle, physical);
-        Ok(RawAllocation { handle, bytes })
+        Ok(handle)
     }
 
-    fn free(&mut self, allocation: RawAllocation) -> Result<()> {
-        let mut s = self.lock();
-        s.raw.remove(&allocation.handle).ok_or_else(|| {
-            Error::invalid(
-                "allocation",
-                format!("no live raw allocation {}", allocation.handle),
-            )
-        })?;
-        Ok(())
+    unsafe fn free(&mut self, address: u64, _bytes: u64) -> Result<()> {
+        // Strict like a driver: what it did not hand out is an error, not a no-op.
+        self.lock().raw.remove(&address).map(drop).ok_or_else(|| {
+            Error::invalid("address", format!("no live raw allocation {address:#x}"))
+        })
     }
 
-    fn graph_capture(&mut self) -> Result<&mut dyn GraphCapture> {
+    fn graphs(&mut self) -> Result<&mut dyn HalGraphs> {
         self.capture_support()?;
         Ok(self)
     }
 
-    fn virtual_memory(&mut self) -> Result<&mut dyn VirtualMemory> {
+    fn virtual_memory(&mut self) -> Result<&mut dyn HalVirtualMemory> {
         match &self.shared.platform.facts.virtual_memory {
             Support::Supported => Ok(self),
             Support::Unsupported { reason } => {

@@ -83,7 +83,7 @@ mod vmm;
 #[cfg(test)]
 mod tests;
 
-pub use allocator::{GraphSpec, SimAllocator};
+pub use allocator::{EngineGraph, GraphSpec, SimAllocator};
 pub use backend::SimBackend;
 pub use gpu::{SimGpu, RAW_ROUND};
 pub use heap::BlockId;

@@ -60,8 +60,12 @@ pub(crate) struct State {
     pub gp_used_high: u64,
     pub gp_reserved_high: u64,
     pub pending: Vec<Pending>,
+    /// Reservations: base -> bytes.
     pub vmm_ranges: BTreeMap<u64, u64>,
-    pub vmm_maps: BTreeMap<u64, (u64, u64, u64)>,
+    /// Physical memory for mappings: handle -> bytes (held from creation to destruction).
+    pub vmm_physical: BTreeMap<u64, u64>,
+    /// Mappings: address -> (bytes, physical handle).
+    pub vmm_maps: BTreeMap<u64, (u64, u64)>,
     /// Stale free: (value reported now, value to report after the next synchronize).
     /// Absent readings stay absent through the lag.
     pub stale: Option<(Option<u64>, Option<u64>)>,
@@ -102,9 +106,9 @@ impl State {
         self.raw.values().sum()
     }
 
-    /// Bytes of physical memory mapped into reserved ranges.
+    /// Bytes of physical memory created for mappings (mapped or not yet destroyed).
     pub fn vmm_mapped(&self) -> u64 {
-        self.vmm_maps.values().map(|m| m.2).sum()
+        self.vmm_physical.values().sum()
     }
 
     /// Check that `bytes` more fit on the device.

@@ -1,96 +1,107 @@
-//! Virtual-memory management on a simulated GPU: reserving address space costs nothing;
-//! mapping takes physical memory (and can run out); granularity 2 MiB.
+//! Virtual-memory primitives of a simulated GPU: reserving address space costs nothing;
+//! creating physical memory takes it (and can run out); granularity 2 MiB. The simulated
+//! driver is strict: a call on something it did not hand out is an error, so a bookkeeping
+//! slip of the core shows up in tests instead of passing silently.
 
-use memplan_core::{Error, Mapping, Result, VaRange, VirtualMemory};
+use memplan_core::{Error, HalVirtualMemory, Result};
 
 use crate::gpu::SimGpu;
 
 /// Granularity of every reservation, mapping size and offset.
 pub const GRANULARITY: u64 = 2 << 20;
 
-fn aligned(field: &str, v: u64) -> Result<()> {
-    if !v.is_multiple_of(GRANULARITY) {
-        return Err(Error::invalid(
-            field,
-            format!("{v} is not a multiple of the 2 MiB granularity"),
-        ));
-    }
-    Ok(())
+/// Where simulated reservations start (an address, so an engine can point at it).
+const VA_BASE: u64 = 0x7f00_0000_0000;
+
+fn no(what: &str, at: u64) -> Error {
+    Error::invalid("address", format!("sim driver: no {what} at {at:#x}"))
 }
 
-impl VirtualMemory for SimGpu {
+impl HalVirtualMemory for SimGpu {
     fn granularity(&mut self) -> Result<u64> {
         Ok(GRANULARITY)
     }
 
-    fn reserve(&mut self, bytes: u64) -> Result<VaRange> {
-        aligned("reserve.bytes", bytes)?;
-        if bytes == 0 {
-            return Err(Error::invalid("reserve.bytes", "must be greater than 0"));
-        }
+    fn reserve(&mut self, bytes: u64) -> Result<u64> {
         let mut s = self.lock();
-        s.next_handle += 1;
-        let handle = s.next_handle;
-        s.vmm_ranges.insert(handle, bytes);
-        Ok(VaRange { handle, bytes })
+        // Below the next free address, one granule apart, like a real VA allocator.
+        let base = s.vmm_ranges.last_key_value().map_or(VA_BASE, |(b, n)| {
+            b.saturating_add(*n).saturating_add(GRANULARITY)
+        });
+        if base.checked_add(bytes).is_none() {
+            return Err(Error::OutOfMemory {
+                call: "sim reserve".into(),
+                requested: bytes,
+            });
+        }
+        s.vmm_ranges.insert(base, bytes);
+        Ok(base)
     }
 
-    fn map(&mut self, range: &VaRange, offset: u64, bytes: u64) -> Result<Mapping> {
-        aligned("map.offset", offset)?;
-        aligned("map.bytes", bytes)?;
+    unsafe fn free_range(&mut self, base: u64, bytes: u64) -> Result<()> {
         let mut s = self.lock();
-        let size = *s.vmm_ranges.get(&range.handle).ok_or_else(|| {
-            Error::invalid("map.range", format!("no reserved range {}", range.handle))
-        })?;
-        if bytes == 0 || offset.checked_add(bytes).is_none_or(|end| end > size) {
+        if s.vmm_maps
+            .range(base..base.saturating_add(bytes))
+            .next()
+            .is_some()
+        {
             return Err(Error::invalid(
-                "map",
-                format!("[{offset}, +{bytes}) does not fit in a range of {size} bytes"),
-            ));
-        }
-        let overlaps = s
-            .vmm_maps
-            .values()
-            .any(|(r, o, b)| *r == range.handle && offset < o + b && *o < offset + bytes);
-        if overlaps {
-            return Err(Error::invalid(
-                "map.offset",
-                format!("{offset} overlaps an existing mapping"),
-            ));
-        }
-        s.take(&self.shared.profile, bytes, "sim map")?;
-        s.next_handle += 1;
-        let handle = s.next_handle;
-        s.vmm_maps.insert(handle, (range.handle, offset, bytes));
-        Ok(Mapping {
-            handle,
-            range: range.handle,
-            offset,
-            bytes,
-        })
-    }
-
-    fn unmap(&mut self, mapping: Mapping) -> Result<()> {
-        self.lock()
-            .vmm_maps
-            .remove(&mapping.handle)
-            .map(|_| ())
-            .ok_or_else(|| Error::invalid("mapping", format!("no live mapping {}", mapping.handle)))
-    }
-
-    fn release(&mut self, range: VaRange) -> Result<()> {
-        let mut s = self.lock();
-        let live = s.vmm_maps.values().filter(|m| m.0 == range.handle).count();
-        if live > 0 {
-            return Err(Error::invalid(
-                "release",
-                format!("range {} still has {live} mapping(s)", range.handle),
+                "range",
+                "sim driver: freed with a live mapping",
             ));
         }
         s.vmm_ranges
-            .remove(&range.handle)
-            .map(|_| ())
-            .ok_or_else(|| Error::invalid("range", format!("no reserved range {}", range.handle)))
+            .remove(&base)
+            .map(drop)
+            .ok_or_else(|| no("reservation", base))
+    }
+
+    fn create_physical(&mut self, bytes: u64) -> Result<u64> {
+        let mut s = self.lock();
+        s.take(&self.shared.profile, bytes, "sim create physical")?;
+        s.next_handle += 1;
+        let handle = s.next_handle;
+        s.vmm_physical.insert(handle, bytes);
+        Ok(handle)
+    }
+
+    unsafe fn destroy_physical(&mut self, physical: u64, _bytes: u64) -> Result<()> {
+        let mut s = self.lock();
+        if s.vmm_maps.values().any(|(_, p)| *p == physical) {
+            return Err(Error::invalid(
+                "physical",
+                "sim driver: destroyed while mapped",
+            ));
+        }
+        s.vmm_physical
+            .remove(&physical)
+            .map(drop)
+            .ok_or_else(|| no("physical memory", physical))
+    }
+
+    unsafe fn map(&mut self, address: u64, bytes: u64, physical: u64) -> Result<()> {
+        let mut s = self.lock();
+        let inside = s
+            .vmm_ranges
+            .range(..=address)
+            .next_back()
+            .is_some_and(|(b, n)| address.saturating_add(bytes) <= b.saturating_add(*n));
+        if !inside || !s.vmm_physical.contains_key(&physical) {
+            return Err(no(
+                "reservation or physical memory for this mapping",
+                address,
+            ));
+        }
+        s.vmm_maps.insert(address, (bytes, physical));
+        Ok(())
+    }
+
+    unsafe fn unmap(&mut self, address: u64, _bytes: u64) -> Result<()> {
+        self.lock()
+            .vmm_maps
+            .remove(&address)
+            .map(drop)
+            .ok_or_else(|| no("mapping", address))
     }
 }
 
@@ -99,8 +110,17 @@ impl SimGpu {
     /// reserved range they are mapped into; sorted. Ground truth for tests that check where
     /// memory was mapped.
     pub fn vmm_mappings(&self) -> Vec<(u64, u64, u64)> {
-        let mut v: Vec<_> = self.lock().vmm_maps.values().copied().collect();
-        v.sort_unstable();
-        v
+        let s = self.lock();
+        s.vmm_maps
+            .iter()
+            .map(|(&address, &(bytes, _))| {
+                let base = s
+                    .vmm_ranges
+                    .range(..=address)
+                    .next_back()
+                    .map_or(address, |(b, _)| *b);
+                (base, address - base, bytes)
+            })
+            .collect()
     }
 }

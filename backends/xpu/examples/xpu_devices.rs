@@ -24,7 +24,7 @@ fn main() {
             println!("  {k}: {v}");
         }
         match backend.open(&d.id.selector) {
-            Ok(mut dev) => {
+            Ok(dev) => {
                 print!("{}", dev.capabilities());
                 match dev.driver_memory() {
                     Ok(m) => println!("  reading: total={:?} free={:?}", m.total, m.free),

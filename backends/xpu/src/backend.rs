@@ -123,7 +123,7 @@ impl Backend for XpuBackend {
             .collect())
     }
 
-    fn open(&self, selector: &str) -> Result<Box<dyn Device>> {
+    fn open(&self, selector: &str) -> Result<Device> {
         let id = DeviceId::new(BackendKind::Xpu, selector);
         let ordinal = id.ordinal()?;
         let rt = self.runtime()?;
@@ -136,6 +136,6 @@ impl Backend for XpuBackend {
                 },
             });
         }
-        Ok(Box::new(XpuDevice::open(rt, ordinal)?))
+        Ok(Device::new(XpuDevice::open(rt, ordinal)?))
     }
 }

@@ -10,23 +10,20 @@
 //! synchronize; an engine synchronizes its own queues before a snapshot. It does mark the
 //! start of a snapshot by invalidating the cached Sysman reading.
 //!
-//! Handles passed back by the caller (allocations, ranges, mappings) are checked against what
-//! this device handed out, so a stale or foreign handle is an error, never a driver call on a
-//! bad pointer. Everything still held is released when the device is dropped.
+//! The core (`memplan_core::Device`) checks every handle passed back and releases what is
+//! still held before this device is dropped; dropping it destroys the context.
 
-use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::Arc;
 
 use level_zero_sys as ze;
 use memplan_core::{
-    Device, DeviceDescriptor, DriverMemory, Error, GraphCapture, ProfilingCapability,
-    RawAllocation, Result, Support, VirtualMemory,
+    DeviceDescriptor, DriverMemory, Error, HalDevice, HalVirtualMemory, ProfilingCapability,
+    Result, Support,
 };
 
 use crate::capability::{declare, Facts};
 use crate::conv::{check, check_alloc, SysmanFree};
-use crate::graph;
 use crate::loader::{Handle, Runtime};
 use crate::sysman::SysmanMemory;
 
@@ -39,11 +36,6 @@ pub struct XpuDevice {
     descriptor: DeviceDescriptor,
     caps: ProfilingCapability,
     sysman: Option<SysmanMemory>,
-    allocations: HashMap<u64, u64>,
-    /// Reserved ranges: base -> bytes.
-    pub(crate) ranges: HashMap<u64, u64>,
-    /// Mappings: physical handle -> (virtual address, bytes).
-    pub(crate) mappings: HashMap<u64, (u64, u64)>,
 }
 
 /// The size probed with `zeVirtualMemQueryPageSize` at open and used for the granularity.
@@ -101,9 +93,6 @@ impl XpuDevice {
             descriptor,
             caps,
             sysman,
-            allocations: HashMap::new(),
-            ranges: HashMap::new(),
-            mappings: HashMap::new(),
         })
     }
 
@@ -120,7 +109,7 @@ impl XpuDevice {
     }
 }
 
-impl Device for XpuDevice {
+impl HalDevice for XpuDevice {
     fn descriptor(&self) -> &DeviceDescriptor {
         &self.descriptor
     }
@@ -157,13 +146,7 @@ impl Device for XpuDevice {
         Ok(())
     }
 
-    fn allocate(&mut self, bytes: u64) -> Result<RawAllocation> {
-        if bytes == 0 {
-            return Err(Error::invalid(
-                "bytes",
-                "a raw allocation must be at least 1 byte",
-            ));
-        }
+    fn allocate(&mut self, bytes: u64) -> Result<u64> {
         let size = usize::try_from(bytes)
             .map_err(|_| Error::invalid("bytes", format!("{bytes} does not fit in size_t")))?;
         let desc = ze::ze_device_mem_alloc_desc_t::new();
@@ -181,80 +164,32 @@ impl Device for XpuDevice {
             )
         };
         check_alloc("zeMemAllocDevice", rc, bytes)?;
-        if ptr.is_null() {
-            return Err(Error::Measurement(
-                "zeMemAllocDevice succeeded but returned a null pointer".into(),
-            ));
-        }
         self.invalidate();
-        let handle = ptr as u64;
-        self.allocations.insert(handle, bytes);
-        Ok(RawAllocation { handle, bytes })
+        Ok(ptr as u64)
     }
 
-    fn free(&mut self, allocation: RawAllocation) -> Result<()> {
-        memplan_core::device::ensure_owned(
-            "allocation",
-            "allocation",
-            allocation.handle,
-            self.allocations.get(&allocation.handle),
-            &allocation.bytes,
-        )?;
-        // SAFETY: the pointer came from zeMemAllocDevice in this context and is still live
-        // (checked above); no work of ours references it.
-        check("zeMemFree", unsafe {
-            (self.rt.api.zeMemFree)(self.context.0, allocation.handle as *mut c_void)
-        })?;
-        self.allocations.remove(&allocation.handle);
+    unsafe fn free(&mut self, address: u64, _bytes: u64) -> Result<()> {
+        // SAFETY: the caller guarantees a live pointer from zeMemAllocDevice in this context;
+        // no work of ours references it.
+        let freed = check("zeMemFree", unsafe {
+            (self.rt.api.zeMemFree)(self.context.0, address as *mut c_void)
+        });
         self.invalidate();
-        Ok(())
+        freed
     }
 
-    fn graph_capture(&mut self) -> Result<&mut dyn GraphCapture> {
-        Err(Error::unsupported(
-            "graph capture",
-            graph::CAPTURE_UNSUPPORTED,
-        ))
-    }
-
-    fn virtual_memory(&mut self) -> Result<&mut dyn VirtualMemory> {
-        match &self.caps.facts.virtual_memory {
-            Support::Supported => Ok(self),
-            Support::Unsupported { reason } => {
-                Err(Error::unsupported("virtual memory", reason.clone()))
-            }
-        }
+    /// Only reached where the capability declares virtual memory supported (the core checks).
+    fn virtual_memory(&mut self) -> Result<&mut dyn HalVirtualMemory> {
+        Ok(self)
     }
 }
 
 impl Drop for XpuDevice {
     fn drop(&mut self) {
-        let api = &self.rt.api;
-        let ctx = self.context.0;
-        for (phys, (va, bytes)) in self.mappings.drain() {
-            // SAFETY: a live mapping made by this device in this context.
-            log_teardown("zeVirtualMemUnmap", unsafe {
-                (api.zeVirtualMemUnmap)(ctx, va as *const c_void, bytes as usize)
-            });
-            // SAFETY: the physical memory was created in this context and is now unmapped.
-            log_teardown("zePhysicalMemDestroy", unsafe {
-                (api.zePhysicalMemDestroy)(ctx, phys as ze::ze_physical_mem_handle_t)
-            });
-        }
-        for (base, bytes) in self.ranges.drain() {
-            // SAFETY: a live reservation made by this device in this context, unmapped above.
-            log_teardown("zeVirtualMemFree", unsafe {
-                (api.zeVirtualMemFree)(ctx, base as *const c_void, bytes as usize)
-            });
-        }
-        for (ptr, _) in self.allocations.drain() {
-            // SAFETY: a live allocation made by this device in this context.
-            log_teardown("zeMemFree", unsafe {
-                (api.zeMemFree)(ctx, ptr as *mut c_void)
-            });
-        }
-        // SAFETY: the context was created in `open`; everything in it was released above.
-        log_teardown("zeContextDestroy", unsafe { (api.zeContextDestroy)(ctx) });
+        // SAFETY: the context was created in `open`; the core released everything in it.
+        log_teardown("zeContextDestroy", unsafe {
+            (self.rt.api.zeContextDestroy)(self.context.0)
+        });
     }
 }
 

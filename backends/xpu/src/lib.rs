@@ -73,7 +73,7 @@ mod tests {
             matches!(&e, Error::LibraryNotFound { library, .. } if library.contains("nonexistent")),
             "{e}"
         );
-        let e = b.open("0").err().expect("no loader, no device");
+        let e = b.open("0").expect_err("no loader, no device");
         assert!(matches!(e, Error::LibraryNotFound { .. }), "{e}");
     }
 
@@ -81,8 +81,7 @@ mod tests {
     fn bad_selector_is_a_clear_error() {
         let e = XpuBackend::with_library("/nonexistent/x.so")
             .open("first")
-            .err()
-            .expect("not an ordinal");
+            .expect_err("not an ordinal");
         assert!(e.to_string().contains("xpu:first"), "{e}");
     }
 

@@ -11,7 +11,7 @@ use memplan_planner::CalibrationReport;
 use crate::report::Check;
 
 /// Readings: consistency, absent-not-zero, declared-available-is-present.
-pub fn readings(device: &mut dyn Device) -> Result<Vec<Check>> {
+pub fn readings(device: &Device) -> Result<Vec<Check>> {
     let cap = device.capabilities().clone();
     let snap = snapshot(device, None)?;
     let mut out = Vec::new();
@@ -102,7 +102,7 @@ pub fn calibration(report: &CalibrationReport) -> Check {
 }
 
 /// Raw allocations of several sizes, accounted by memplan's own accounting.
-pub fn raw_allocations(device: &mut dyn Device) -> Check {
+pub fn raw_allocations(device: &Device) -> Check {
     let name = "allocator.raw_allocations_accounted";
     let mut acct = OwnAccounting::default();
     let mut held = Vec::new();
@@ -110,7 +110,7 @@ pub fn raw_allocations(device: &mut dyn Device) -> Check {
     for bytes in [MIB, 16 * MIB, 64 * MIB] {
         match device.allocate(bytes) {
             Ok(a) => {
-                acct.add(a.bytes);
+                acct.add(a.bytes());
                 held.push(a);
             }
             Err(e) => {
@@ -129,7 +129,7 @@ pub fn raw_allocations(device: &mut dyn Device) -> Check {
     }
     let peak = acct.stats().peak_allocated;
     for a in held {
-        let bytes = a.bytes;
+        let bytes = a.bytes();
         if let Err(e) = device.free(a) {
             result = result.and(Err(format!("free failed: {e}")));
         }
@@ -147,7 +147,7 @@ pub fn raw_allocations(device: &mut dyn Device) -> Check {
 }
 
 /// Graph capture lifecycle, or the typed error when not declared.
-pub fn graph_capture(device: &mut dyn Device) -> Check {
+pub fn graph_capture(device: &Device) -> Check {
     let name = "graph_capture.lifecycle";
     let declared = device.capabilities().facts.graph_capture.clone();
     if !declared.is_supported() {
@@ -227,7 +227,7 @@ pub fn graph_capture(device: &mut dyn Device) -> Check {
 }
 
 /// Virtual memory lifecycle, or the typed error when not declared.
-pub fn virtual_memory(device: &mut dyn Device) -> Check {
+pub fn virtual_memory(device: &Device) -> Check {
     let name = "virtual_memory.lifecycle";
     if !device.capabilities().facts.virtual_memory.is_supported() {
         return expect_unsupported(name, device.virtual_memory().map(|_| ()));
@@ -304,7 +304,7 @@ pub fn virtual_memory(device: &mut dyn Device) -> Check {
 }
 
 /// An impossible allocation must be a typed error that names the call.
-pub fn errors_name_the_call(device: &mut dyn Device) -> Check {
+pub fn errors_name_the_call(device: &Device) -> Check {
     let name = "errors.name_the_call";
     let total = device.descriptor().total_bytes.unwrap_or(1 << 40);
     let absurd = total.saturating_mul(64).max(1 << 50);

@@ -33,7 +33,7 @@ use memplan::{Device, Result};
 
 /// Run the whole suite on one device. Errors only when the device cannot be read at all; every
 /// failed expectation is a failed [`Check`] with its evidence.
-pub fn run(device: &mut dyn Device) -> Result<ConformanceReport> {
+pub fn run(device: &Device) -> Result<ConformanceReport> {
     let span = tracing::info_span!("conformance", device = %device.descriptor().id);
     let _e = span.enter();
     let mut checks = Vec::new();
@@ -53,8 +53,8 @@ pub fn run(device: &mut dyn Device) -> Result<ConformanceReport> {
 
 /// Open a device by id and run the suite.
 pub fn run_id(id: &str) -> Result<ConformanceReport> {
-    let mut device = memplan::open(id)?;
-    run(&mut *device)
+    let device = memplan::open(id)?;
+    run(&device)
 }
 
 /// Make a `#[test]` that runs the suite on the device an expression opens and fails with the
@@ -68,8 +68,8 @@ macro_rules! conformance_test {
     ($name:ident, $open:expr) => {
         #[test]
         fn $name() {
-            let mut device = $open.expect("open the device under test");
-            let report = $crate::run(&mut *device).expect("the suite could read the device");
+            let device = $open.expect("open the device under test");
+            let report = $crate::run(&device).expect("the suite could read the device");
             assert!(report.passed(), "conformance failed:\n{report}");
         }
     };

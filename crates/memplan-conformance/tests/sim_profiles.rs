@@ -71,7 +71,7 @@ fn capture_without_allocation_nodes_conforms() {
 /// A simulated GPU whose virtual-memory granularity is garbage.
 struct HugeGranule(memplan_backend_sim::SimGpu);
 
-impl memplan::Device for HugeGranule {
+impl memplan::HalDevice for HugeGranule {
     fn descriptor(&self) -> &memplan::DeviceDescriptor {
         self.0.descriptor()
     }
@@ -84,44 +84,52 @@ impl memplan::Device for HugeGranule {
     fn synchronize(&mut self) -> memplan::Result<()> {
         self.0.synchronize()
     }
-    fn allocate(&mut self, bytes: u64) -> memplan::Result<memplan::RawAllocation> {
+    fn allocate(&mut self, bytes: u64) -> memplan::Result<u64> {
         self.0.allocate(bytes)
     }
-    fn free(&mut self, a: memplan::RawAllocation) -> memplan::Result<()> {
-        self.0.free(a)
+    unsafe fn free(&mut self, address: u64, bytes: u64) -> memplan::Result<()> {
+        // SAFETY: the caller's guarantee, passed on to the GPU that made the allocation.
+        unsafe { self.0.free(address, bytes) }
     }
-    fn virtual_memory(&mut self) -> memplan::Result<&mut dyn memplan::VirtualMemory> {
+    fn virtual_memory(&mut self) -> memplan::Result<&mut dyn memplan::HalVirtualMemory> {
         Ok(self)
     }
 }
 
-impl memplan::VirtualMemory for HugeGranule {
+impl memplan::HalVirtualMemory for HugeGranule {
     fn granularity(&mut self) -> memplan::Result<u64> {
         Ok(u64::MAX / 2)
     }
-    fn reserve(&mut self, bytes: u64) -> memplan::Result<memplan::VaRange> {
-        memplan::VirtualMemory::reserve(&mut self.0, bytes)
+    fn reserve(&mut self, bytes: u64) -> memplan::Result<u64> {
+        self.0.reserve(bytes)
     }
-    fn map(
-        &mut self,
-        r: &memplan::VaRange,
-        offset: u64,
-        bytes: u64,
-    ) -> memplan::Result<memplan::Mapping> {
-        memplan::VirtualMemory::map(&mut self.0, r, offset, bytes)
+    unsafe fn free_range(&mut self, base: u64, bytes: u64) -> memplan::Result<()> {
+        // SAFETY: the caller's guarantee, passed on (as for every call below).
+        unsafe { self.0.free_range(base, bytes) }
     }
-    fn unmap(&mut self, m: memplan::Mapping) -> memplan::Result<()> {
-        memplan::VirtualMemory::unmap(&mut self.0, m)
+    fn create_physical(&mut self, bytes: u64) -> memplan::Result<u64> {
+        self.0.create_physical(bytes)
     }
-    fn release(&mut self, r: memplan::VaRange) -> memplan::Result<()> {
-        memplan::VirtualMemory::release(&mut self.0, r)
+    unsafe fn destroy_physical(&mut self, physical: u64, bytes: u64) -> memplan::Result<()> {
+        // SAFETY: as above.
+        unsafe { self.0.destroy_physical(physical, bytes) }
+    }
+    unsafe fn map(&mut self, address: u64, bytes: u64, physical: u64) -> memplan::Result<()> {
+        // SAFETY: as above.
+        unsafe { self.0.map(address, bytes, physical) }
+    }
+    unsafe fn unmap(&mut self, address: u64, bytes: u64) -> memplan::Result<()> {
+        // SAFETY: as above.
+        unsafe { self.0.unmap(address, bytes) }
     }
 }
 
 #[test]
 fn a_garbage_granularity_fails_the_checks_without_a_panic() {
-    let mut d = HugeGranule(memplan_backend_sim::SimGpu::open("rtx4090").unwrap());
-    let report = memplan_conformance::run(&mut d).expect("the device reads");
+    let d = memplan::Device::new(HugeGranule(
+        memplan_backend_sim::SimGpu::open("rtx4090").unwrap(),
+    ));
+    let report = memplan_conformance::run(&d).expect("the device reads");
     let vm = report
         .checks
         .iter()

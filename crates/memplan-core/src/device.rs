@@ -1,282 +1,204 @@
-//! Backends, devices and device ids.
+//! [`Device`]: the core's checked device over a backend's raw primitives.
 //!
-//! A [`Backend`] enumerates devices and opens them; a [`Device`] gives driver and graph-pool
-//! readings, its declared [`ProfilingCapability`], synchronize, raw allocations (for
-//! calibration), and optionally graph capture ([`GraphCapture`]) and virtual memory
-//! ([`VirtualMemory`]). Backends only supply readings and primitive operations: when to
-//! synchronize, release caches and snapshot is decided by the core's protocol.
+//! Backends implement [`HalDevice`] and trust their caller; `Device` is that caller. It holds
+//! the backend behind a lock with the bookkeeping ([`crate::tables`]) of everything it handed
+//! out, mints the opaque handles ([`crate::handle`]), checks every handle passed back, refuses
+//! operations the protocol forbids while a capture is in progress, and releases what is still
+//! live, in order, when the last clone is dropped. Readings pass straight through.
+//!
+//! A `Device` is a cheap clonable handle: clones share one device and one set of tables, so an
+//! engine and memplan's session can both hold it, and a guard can release a range it owns
+//! while the session holds the device. Handles of one `Device` (and its clones) mean nothing
+//! to another `Device`, even on the same GPU.
 
-use serde::{Deserialize, Serialize};
-use std::fmt;
-use std::str::FromStr;
+use std::any::Any;
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::capability::ProfilingCapability;
+use crate::backend::DeviceDescriptor;
+use crate::capability::{ProfilingCapability, Support};
 use crate::error::{Error, Result};
 use crate::graph::GraphCapture;
+use crate::hal::HalDevice;
+use crate::handle::{Failed, HandleId, RawAllocation};
 use crate::memory::{DriverMemory, GraphPoolMemory};
+use crate::tables::{Live, Tables};
 use crate::vmm::VirtualMemory;
 
-/// Every backend memplan knows, compiled in or not (so every name parses in every build).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum BackendKind {
-    /// Simulated GPUs that reproduce each vendor's behaviour.
-    Sim,
-    /// NVIDIA CUDA (driver API through cudarc).
-    Cuda,
-    /// AMD ROCm (HIP runtime).
-    Rocm,
-    /// Intel GPUs through Level Zero.
-    Xpu,
+/// The backend and the tables, under one lock.
+pub(crate) struct Inner {
+    pub hal: Box<dyn HalDevice>,
+    pub t: Tables,
 }
 
-impl BackendKind {
-    /// Every backend.
-    pub const ALL: [BackendKind; 4] = [
-        BackendKind::Sim,
-        BackendKind::Cuda,
-        BackendKind::Rocm,
-        BackendKind::Xpu,
-    ];
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.t.teardown(&mut *self.hal);
+    }
+}
 
-    /// The name used in device ids (`cuda:0`).
-    pub fn name(self) -> &'static str {
-        match self {
-            BackendKind::Sim => "sim",
-            BackendKind::Cuda => "cuda",
-            BackendKind::Rocm => "rocm",
-            BackendKind::Xpu => "xpu",
+struct Shared {
+    descriptor: DeviceDescriptor,
+    capability: ProfilingCapability,
+    inner: Mutex<Inner>,
+}
+
+/// One opened device. See the module docs.
+#[derive(Clone)]
+pub struct Device {
+    shared: Arc<Shared>,
+}
+
+/// The name the engine-facing API first gave the clonable handle on one device; every
+/// [`Device`] is one now.
+pub type SharedDevice = Device;
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device")
+            .field("id", &self.shared.descriptor.id.to_string())
+            .field("live", &self.live())
+            .finish()
+    }
+}
+
+impl Device {
+    /// Wrap a backend's device. Its descriptor and declared capability are read once, here.
+    pub fn new(hal: impl HalDevice) -> Device {
+        Device {
+            shared: Arc::new(Shared {
+                descriptor: hal.descriptor().clone(),
+                capability: hal.capabilities().clone(),
+                inner: Mutex::new(Inner {
+                    hal: Box::new(hal),
+                    t: Tables::default(),
+                }),
+            }),
         }
     }
 
-    /// The cargo feature of the `memplan` facade that compiles it in.
-    pub fn feature(self) -> &'static str {
-        self.name()
-    }
-}
-
-impl fmt::Display for BackendKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for BackendKind {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        let l = s.to_ascii_lowercase();
-        BackendKind::ALL
-            .into_iter()
-            .find(|k| {
-                k.name() == l
-                    || (l == "hip" && *k == BackendKind::Rocm)
-                    || (l == "level-zero" && *k == BackendKind::Xpu)
-            })
-            .ok_or_else(|| Error::UnknownBackend {
-                name: s.to_string(),
-                known: BackendKind::ALL.map(|k| k.name()).join(", "),
-            })
-    }
-}
-
-/// A device id: `backend:selector`, e.g. `cuda:0`, `sim:rtx4090`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct DeviceId {
-    /// The backend.
-    pub backend: BackendKind,
-    /// Backend-specific selector: an ordinal for real backends, a profile name for `sim`.
-    pub selector: String,
-}
-
-impl DeviceId {
-    /// A device id.
-    pub fn new(backend: BackendKind, selector: impl Into<String>) -> Self {
-        DeviceId {
-            backend,
-            selector: selector.into(),
-        }
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
+        // The tables are updated only after the backend call they record returns, so a panic
+        // elsewhere cannot leave them describing something that did not happen.
+        self.shared.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The selector as an ordinal, or an `UnknownDevice` error.
-    pub fn ordinal(&self) -> Result<usize> {
-        self.selector.parse().map_err(|_| Error::UnknownDevice {
-            id: self.to_string(),
-            available: format!("{}:N with N a device ordinal", self.backend),
-        })
-    }
-}
-
-impl fmt::Display for DeviceId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.backend, self.selector)
-    }
-}
-
-impl FromStr for DeviceId {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        let (b, sel) = s.split_once(':').unwrap_or((s, "0"));
-        let backend: BackendKind = b.parse()?;
-        if sel.is_empty() {
-            return Err(Error::UnknownDevice {
-                id: s.into(),
-                available: format!("{backend}:N"),
-            });
-        }
-        Ok(DeviceId::new(backend, sel))
-    }
-}
-
-/// Static description of a device, as enumerated.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DeviceDescriptor {
-    /// Its id.
-    pub id: DeviceId,
-    /// Marketing name as the driver reports it.
-    pub name: String,
-    /// Total memory as the driver reports it, when it could be read.
-    pub total_bytes: Option<u64>,
-    /// Free-form facts (compute capability, gfx arch, driver/runtime version, MIG, UUID...).
-    pub properties: Vec<(String, String)>,
-}
-
-/// Whether a compiled-in backend can run here.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "status", rename_all = "snake_case")]
-pub enum BackendStatus {
-    /// It loaded and can enumerate devices.
-    Available,
-    /// It cannot run here; `reason` names the library, the call and what it returned.
-    Unavailable {
-        /// Why not.
-        reason: String,
-    },
-}
-
-/// A backend: one vendor API.
-pub trait Backend: Send + Sync {
-    /// Which backend this is.
-    fn kind(&self) -> BackendKind;
-
-    /// Load the vendor library and enumerate devices. Never panics: a missing library or a
-    /// failing init call is an `Err` naming the library, the call and the returned code.
-    /// Cost: loads libraries on first call; cheap afterwards.
-    fn devices(&self) -> Result<Vec<DeviceDescriptor>>;
-
-    /// Open a device by selector (ordinal, or profile name for `sim`).
-    fn open(&self, selector: &str) -> Result<Box<dyn Device>>;
-}
-
-/// One opened device.
-///
-/// Readings come from the device; the allocator layer comes from an
-/// [`AllocatorView`](crate::allocator::AllocatorView) supplied by the engine (or memplan's own
-/// accounting), and the two are joined into one [`MemoryInfo`](crate::MemoryInfo) by
-/// [`snapshot`](crate::protocol::snapshot).
-pub trait Device: Send {
     /// Static description.
-    fn descriptor(&self) -> &DeviceDescriptor;
+    pub fn descriptor(&self) -> &DeviceDescriptor {
+        &self.shared.descriptor
+    }
 
     /// The capability as the backend declares it (before calibration).
-    fn capabilities(&self) -> &ProfilingCapability;
+    pub fn capabilities(&self) -> &ProfilingCapability {
+        &self.shared.capability
+    }
 
     /// Driver total/free. Absent values stay `None`. Does not synchronize.
-    fn driver_memory(&mut self) -> Result<DriverMemory>;
+    pub fn driver_memory(&self) -> Result<DriverMemory> {
+        self.lock().hal.driver_memory()
+    }
 
-    /// Graph-pool attributes; all `None` where the device has no such query (the default).
-    fn graph_pool_memory(&mut self) -> Result<GraphPoolMemory> {
-        Ok(GraphPoolMemory::default())
+    /// Graph-pool attributes; all `None` where the device has no such query.
+    pub fn graph_pool_memory(&self) -> Result<GraphPoolMemory> {
+        self.lock().hal.graph_pool_memory()
     }
 
     /// Wait for all work on the device (and deferred releases) to finish.
-    fn synchronize(&mut self) -> Result<()>;
-
-    /// Allocate `bytes` of device memory directly from the driver (no caching allocator).
-    /// Used by calibration: the caller knows exactly what it asked for.
-    fn allocate(&mut self, bytes: u64) -> Result<RawAllocation>;
-
-    /// Free a raw allocation.
-    fn free(&mut self, allocation: RawAllocation) -> Result<()>;
-
-    /// Graph capture, when the device supports it.
-    fn graph_capture(&mut self) -> Result<&mut dyn GraphCapture> {
-        Err(Error::unsupported(
-            "graph capture",
-            "this backend does not implement graph capture",
-        ))
+    pub fn synchronize(&self) -> Result<()> {
+        let mut g = self.lock();
+        g.t.no_capture("synchronize")?;
+        g.hal.synchronize()
     }
 
-    /// Virtual-memory management, when the device supports it.
-    fn virtual_memory(&mut self) -> Result<&mut dyn VirtualMemory> {
-        Err(Error::unsupported(
-            "virtual memory",
-            "this backend does not implement virtual memory",
-        ))
+    /// Allocate `bytes` (> 0) of device memory directly from the driver (no caching
+    /// allocator). Used by calibration: the caller knows exactly what it asked for.
+    pub fn allocate(&self, bytes: u64) -> Result<RawAllocation> {
+        if bytes == 0 {
+            return Err(Error::invalid(
+                "bytes",
+                "a raw allocation must be at least 1 byte",
+            ));
+        }
+        let mut g = self.lock();
+        g.t.no_capture("raw allocation")?;
+        let address = g.hal.allocate(bytes)?;
+        let id = HandleId::mint();
+        g.t.allocations.insert(id, (address, bytes));
+        if address == 0 {
+            // Tracked all the same: the driver may hold memory behind it.
+            return Err(Error::Measurement(
+                "the raw allocation succeeded but returned a null address".into(),
+            ));
+        }
+        Ok(RawAllocation { id, address, bytes })
+    }
+
+    /// Free a raw allocation. On failure it stays live and is given back in the error.
+    pub fn free(&self, allocation: RawAllocation) -> Result<(), Failed<RawAllocation>> {
+        let mut g = self.lock();
+        if let Err(e) = g.t.no_capture("free") {
+            return Err(Failed::new(allocation, e));
+        }
+        let Some(&(address, bytes)) = g.t.allocations.get(&allocation.id) else {
+            let e = not_live("allocation", "raw allocation");
+            return Err(Failed::new(allocation, e));
+        };
+        // SAFETY: the table says this address/size came from the backend's allocate and was
+        // not freed (it is removed below once freed).
+        match unsafe { g.hal.free(address, bytes) } {
+            Ok(()) => {
+                g.t.allocations.remove(&allocation.id);
+                Ok(())
+            }
+            Err(e) => Err(Failed::new(allocation, e)),
+        }
+    }
+
+    /// Graph capture, when the device supports it: [`Error::Unsupported`] with the declared
+    /// reason otherwise, or the backend's error when preparing capture fails.
+    pub fn graph_capture(&self) -> Result<GraphCapture<'_>> {
+        supported("graph capture", &self.capabilities().facts.graph_capture)?;
+        self.lock().hal.graphs()?;
+        Ok(GraphCapture::new(self))
+    }
+
+    /// Virtual-memory management, when the device supports it (as for
+    /// [`Device::graph_capture`]).
+    pub fn virtual_memory(&self) -> Result<VirtualMemory<'_>> {
+        supported("virtual memory", &self.capabilities().facts.virtual_memory)?;
+        self.lock().hal.virtual_memory()?;
+        Ok(VirtualMemory::new(self))
+    }
+
+    /// Whether two handles share one device (and its tables).
+    pub fn same_device(&self, other: &Device) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+
+    /// What this device holds for its callers right now (for leak checks).
+    pub fn live(&self) -> Live {
+        self.lock().t.live()
+    }
+
+    /// Read backend-specific extras of the device, when its backend type is `T` (e.g. the
+    /// CUDA backend's NVML reading). `None` for another backend.
+    pub fn inspect<T: HalDevice, R>(&self, f: impl FnOnce(&T) -> R) -> Option<R> {
+        let g = self.lock();
+        let any: &dyn Any = &*g.hal;
+        any.downcast_ref::<T>().map(f)
     }
 }
 
-/// Refuse a handle this device did not hand out, or whose recorded size or place differs
-/// from what the caller passes back, before it reaches a vendor library: the handle types
-/// have public fields, so safe code can forge one. `tracked` is the backend's record of
-/// `handle`; the error names `field` and says the handle is not a live `noun` of this device.
-pub fn ensure_owned<V: PartialEq>(
-    field: &str,
-    noun: &str,
-    handle: u64,
-    tracked: Option<&V>,
-    expected: &V,
-) -> Result<()> {
-    if tracked == Some(expected) {
-        Ok(())
-    } else {
-        Err(Error::invalid(
-            field,
-            format!("{handle:#x} is not a live {noun} of this device"),
-        ))
+fn supported(what: &'static str, s: &Support) -> Result<()> {
+    match s {
+        Support::Supported => Ok(()),
+        Support::Unsupported { reason } => Err(Error::unsupported(what, reason.clone())),
     }
 }
 
-/// A raw device allocation made by [`Device::allocate`].
-#[derive(Debug, PartialEq, Eq)]
-pub struct RawAllocation {
-    /// Opaque handle (a device pointer for real backends).
-    pub handle: u64,
-    /// Bytes asked for.
-    pub bytes: u64,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn foreign_handles_are_refused_by_name() {
-        assert!(ensure_owned("range", "reservation", 0x10, Some(&4u64), &4).is_ok());
-        let e = ensure_owned("range", "reservation", 0x10, Some(&4u64), &8)
-            .unwrap_err()
-            .to_string();
-        assert_eq!(e, "range: 0x10 is not a live reservation of this device");
-        assert!(ensure_owned::<u64>("allocation", "allocation", 0x20, None, &1).is_err());
-    }
-
-    #[test]
-    fn parses_ids() {
-        let d: DeviceId = "sim:rtx4090".parse().unwrap();
-        assert_eq!(d.backend, BackendKind::Sim);
-        assert_eq!(d.selector, "rtx4090");
-        let c: DeviceId = "cuda".parse().unwrap();
-        assert_eq!(c.to_string(), "cuda:0");
-        assert_eq!(c.ordinal().unwrap(), 0);
-        assert_eq!(
-            "HIP:1".parse::<DeviceId>().unwrap().backend,
-            BackendKind::Rocm
-        );
-        let e = "metal:0".parse::<DeviceId>().unwrap_err().to_string();
-        assert!(
-            e.contains("unknown backend `metal`") && e.contains("cuda"),
-            "{e}"
-        );
-        assert!("cuda:".parse::<DeviceId>().is_err());
-        assert!("cuda:x".parse::<DeviceId>().unwrap().ordinal().is_err());
-    }
+/// A handle this device does not hold (already released, or another device's).
+pub(crate) fn not_live(field: &str, noun: &str) -> Error {
+    Error::invalid(
+        field,
+        format!("not a live {noun} of this device (released already, or another device's)"),
+    )
 }

@@ -11,7 +11,7 @@
 //! [`Error::refusal`] see through [`Error::During`]. Library errors name concepts ("GPU memory
 //! utilisation"), never a command-line flag: a front end maps [`Param`]s to its own flags.
 
-use crate::device::BackendKind;
+use crate::backend::BackendKind;
 pub use crate::refusal::{Param, Refusal};
 
 /// memplan's error.

@@ -1,8 +1,8 @@
 //! # memplan-core
 //!
-//! The backend-neutral heart of memplan: the memory model, the capabilities, the backend
-//! traits and the snapshot primitive. It depends on no vendor crate, ever (`cargo xtask ci`
-//! checks this with `cargo tree`).
+//! The backend-neutral heart of memplan: the memory model, the capabilities, the checked
+//! device over the backends' raw primitives, and the snapshot primitive. It depends on no
+//! vendor crate, ever (`cargo xtask ci` checks this with `cargo tree`).
 //!
 //! ## The contract
 //!
@@ -15,48 +15,76 @@
 //!   exact, approximate within a tolerance, deferred until a synchronize, process-local,
 //!   unavailable with a reason) and what the device can do ([`DeviceFacts`]). Backends declare
 //!   it from facts; calibration confirms or downgrades it.
-//! - A [`Backend`] enumerates and opens devices. A [`Device`] supplies readings and primitive
-//!   operations (synchronize, raw allocate/free); graph capture ([`GraphCapture`]) and virtual
-//!   memory ([`VirtualMemory`]) are optional and default to [`Error::Unsupported`].
-//!   Backends never decide *when* to measure: that is [`protocol`] and the planner.
-//!   [`SharedDevice`] is a clonable handle on one opened device, for the several owners of a
-//!   start-up (the engine, the measurement session, guards that give memory back on drop).
-//! - Backends register with `inventory` ([`registry`]); the `memplan` facade selects them with
-//!   cargo features and references each one so the linker keeps its registration. Every
-//!   [`BackendKind`] parses in every build; one not compiled in is
-//!   [`Error::BackendNotCompiled`].
+//! - **Backends supply raw primitives only** ([`hal`]: [`HalDevice`], [`HalGraphs`],
+//!   [`HalVirtualMemory`]), in the style of wgpu-hal under wgpu-core: readings, synchronize,
+//!   allocate/free a pointer, reserve/map/unmap/free an address range, begin/record/end a
+//!   capture, destroy a graph. They keep no tables and trust their caller; primitives that take
+//!   an address back are `unsafe`.
+//! - **The core does the bookkeeping once** ([`Device`]): it wraps a backend's device, mints
+//!   opaque handles ([`RawAllocation`], [`VaRange`], [`Mapping`], [`GraphId`]) that safe code
+//!   cannot forge, checks every handle passed back, refuses zero sizes, misaligned offsets,
+//!   overlapping mappings, release before unmap and any call a capture in progress forbids,
+//!   undoes a half-done mapping, keeps whatever a failed release left behind tracked (a failed
+//!   release gives the handle back in [`Failed`] so it can be retried), and releases everything
+//!   still live, in order, when the last clone of the device is dropped. Graph capture
+//!   ([`GraphCapture`]) and virtual memory ([`VirtualMemory`]) are optional and give
+//!   [`Error::Unsupported`] with the declared reason where the device lacks them.
+//! - Backends never decide *when* to measure: that is [`protocol`] and the planner. A
+//!   [`Device`] is a cheap clonable handle (clones share one device and its tables), for the
+//!   several owners of a start-up: the engine, the measurement session, and guards that give
+//!   memory back on drop ([`SharedDevice`] is its older name).
+//! - A [`Backend`] enumerates and opens devices. Backends register with `inventory`
+//!   ([`registry`]); the `memplan` facade selects them with cargo features and references each
+//!   one so the linker keeps its registration. Every [`BackendKind`] parses in every build; one
+//!   not compiled in is [`Error::BackendNotCompiled`].
 //!
-//! Dispatch is dynamic (`Box<dyn Device>`): a start-up tool makes a few hundred calls, so
-//! the cost is irrelevant and one binary can carry every backend.
+//! Dispatch is dynamic (`Box<dyn HalDevice>` inside a [`Device`]): a start-up tool makes a few
+//! hundred calls, so the cost is irrelevant and one binary can carry every backend.
+//!
+//! Handles cannot be made outside the core:
+//!
+//! ```compile_fail
+//! let forged = memplan_core::RawAllocation { address: 0x7000_0000, bytes: 4096 };
+//! ```
 
 pub mod allocator;
+pub mod backend;
 pub mod bytes;
 pub mod capability;
 pub mod device;
 pub mod error;
 pub mod graph;
+pub mod hal;
+pub mod handle;
 pub mod input;
 pub mod kv;
 pub mod memory;
 pub mod protocol;
 pub mod refusal;
 pub mod registry;
-pub mod shared;
+pub mod tables;
 pub mod vmm;
 
+#[cfg(test)]
+#[path = "device_tests.rs"]
+mod device_tests;
+#[cfg(test)]
+mod testing;
+
 pub use allocator::{AllocatorStats, AllocatorView, OwnAccounting};
+pub use backend::{Backend, BackendKind, BackendStatus, DeviceDescriptor, DeviceId};
 pub use capability::{
     DeviceFacts, GraphRelease, ProfilingCapability, Reading, Reliability, Support,
 };
-pub use device::{
-    Backend, BackendKind, BackendStatus, Device, DeviceDescriptor, DeviceId, RawAllocation,
-};
+pub use device::{Device, SharedDevice};
 pub use error::{Error, ErrorClass, Result};
-pub use graph::{CaptureWork, GraphCapture, GraphId};
+pub use graph::{CaptureWork, GraphCapture};
+pub use hal::{HalDevice, HalGraph, HalGraphs, HalVirtualMemory};
+pub use handle::{Failed, GraphId, Mapping, RawAllocation, VaRange};
 pub use memory::{AllocatorMemory, DriverMemory, GraphPoolMemory, MemoryInfo, MemoryWindow};
 pub use refusal::{Param, Refusal};
 pub use registry::BackendRegistration;
-pub use shared::SharedDevice;
-pub use vmm::{Mapping, VaRange, VirtualMemory};
+pub use tables::Live;
+pub use vmm::VirtualMemory;
 
 pub use inventory;

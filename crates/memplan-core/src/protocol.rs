@@ -10,10 +10,7 @@ use crate::memory::{AllocatorMemory, MemoryInfo};
 
 /// Synchronize the device, then read driver, graph-pool and allocator layers into one
 /// [`MemoryInfo`]. Without an allocator view, the allocator layer is absent.
-pub fn snapshot(
-    device: &mut dyn Device,
-    allocator: Option<&dyn AllocatorView>,
-) -> Result<MemoryInfo> {
+pub fn snapshot(device: &Device, allocator: Option<&dyn AllocatorView>) -> Result<MemoryInfo> {
     let span = tracing::debug_span!("snapshot", device = %device.descriptor().id);
     let _e = span.enter();
     device.synchronize()?;

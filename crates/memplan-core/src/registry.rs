@@ -3,7 +3,7 @@
 //! Each backend crate submits one [`BackendRegistration`]. Because the linker drops a crate that
 //! nothing references, the `memplan` facade references every compiled-in backend crate.
 
-use crate::device::{Backend, BackendKind};
+use crate::backend::{Backend, BackendKind};
 
 /// One backend's registration.
 pub struct BackendRegistration {

@@ -9,7 +9,7 @@
 //! [`KvRange::release`] returns them instead.
 
 use memplan_core::bytes::fmt_bytes;
-use memplan_core::{Device, Error, Mapping, Result, SharedDevice, VaRange, VirtualMemory};
+use memplan_core::{Error, Mapping, Result, SharedDevice, VaRange};
 
 /// A reserved address range for the KV cache and the memory mapped into it. See the module
 /// docs.
@@ -25,8 +25,7 @@ pub struct KvRange {
 impl KvRange {
     /// Reserve at least `bytes` of address space (rounded up to the granularity).
     pub fn reserve(device: &SharedDevice, bytes: u64) -> Result<Self> {
-        let mut dev = device.clone();
-        let vm: &mut dyn VirtualMemory = dev.virtual_memory()?;
+        let vm = device.virtual_memory()?;
         let gran = vm.granularity()?.max(1);
         let rounded = bytes.div_ceil(gran).checked_mul(gran).ok_or_else(|| {
             Error::Measurement(format!(
@@ -34,11 +33,11 @@ impl KvRange {
             ))
         })?;
         let range = vm.reserve(rounded)?;
-        tracing::info!(bytes = range.bytes, "KV address range reserved");
+        tracing::info!(bytes = range.bytes(), "KV address range reserved");
         Ok(KvRange {
             device: device.clone(),
-            address: range.handle,
-            bytes: range.bytes,
+            address: range.base(),
+            bytes: range.bytes(),
             granularity: gran,
             range: Some(range),
             mapping: None,
@@ -57,7 +56,7 @@ impl KvRange {
 
     /// Bytes mapped (0 before [`map`](KvRange::map)).
     pub fn mapped_bytes(&self) -> u64 {
-        self.mapping.as_ref().map_or(0, |m| m.bytes)
+        self.mapping.as_ref().map_or(0, |m| m.bytes())
     }
 
     /// Map physical memory for the KV cache at the start of the range: `bytes` rounded down to
@@ -98,16 +97,30 @@ impl KvRange {
         self.teardown()
     }
 
+    /// Unmap, then release. What fails is kept (the device gives the handle back), so a
+    /// second call retries it, and the device releases it when its last clone is dropped.
     fn teardown(&mut self) -> Result<()> {
         let unmapped = match self.mapping.take() {
-            Some(m) => self.device.virtual_memory().and_then(|vm| vm.unmap(m)),
+            Some(m) => self.device.virtual_memory().and_then(|vm| {
+                vm.unmap(m).map_err(|f| {
+                    self.mapping = Some(f.handle);
+                    f.error
+                })
+            }),
             None => Ok(()),
         };
-        // A range whose mapping could not be unmapped cannot be released either: keep it
-        // (the device's own teardown frees it with the context).
+        // A range whose mapping could not be unmapped cannot be released either: keep it.
         let released = match (self.range.take(), &unmapped) {
-            (Some(r), Ok(())) => self.device.virtual_memory().and_then(|vm| vm.release(r)),
-            _ => Ok(()),
+            (Some(r), Ok(())) => self.device.virtual_memory().and_then(|vm| {
+                vm.release(r).map_err(|f| {
+                    self.range = Some(f.handle);
+                    f.error
+                })
+            }),
+            (r, _) => {
+                self.range = r;
+                Ok(())
+            }
         };
         unmapped.and(released)
     }

@@ -9,8 +9,9 @@
 //! `intermediate_per_token * size` of intermediates in the shared private pool and
 //! `alloc_node_bytes` of graph allocation nodes.
 
+use memplan_backend_sim::EngineGraph;
 use memplan_backend_sim::{BlockId, GraphSpec, SimAllocator, SimGpu};
-use memplan_core::{AllocatorView, Device, Error, GraphId, RawAllocation, Result};
+use memplan_core::{AllocatorView, Device, Error, RawAllocation, Result};
 
 use crate::setup::Setup;
 use memplan_planner::{Engine, KvRange};
@@ -18,11 +19,14 @@ use memplan_planner::{Engine, KvRange};
 /// The engine.
 pub struct SimEngine {
     gpu: SimGpu,
+    /// The checked device memplan's session uses too (clones share its tables), so the KV
+    /// cache can be mapped into the range the session reserved.
+    device: Device,
     alloc: SimAllocator,
     setup: Setup,
     weights: Vec<BlockId>,
     workspace: Option<RawAllocation>,
-    graphs: Vec<GraphId>,
+    graphs: Vec<EngineGraph>,
     capturing: bool,
     kv_block: Option<BlockId>,
     kv_map: Option<KvRange>,
@@ -38,6 +42,7 @@ impl SimEngine {
     pub fn new(gpu: SimGpu, setup: Setup) -> Self {
         let alloc = gpu.allocator();
         SimEngine {
+            device: gpu.device(),
             gpu,
             alloc,
             setup,
@@ -87,8 +92,7 @@ impl SimEngine {
     pub fn profile_run(&mut self) -> Result<()> {
         let act = self.alloc.malloc(self.setup.activation_peak.max(1))?;
         if self.setup.workspace > 0 && self.workspace.is_none() {
-            let mut dev = self.gpu.clone();
-            self.workspace = Some(dev.allocate(self.setup.workspace)?);
+            self.workspace = Some(self.device.allocate(self.setup.workspace)?);
         }
         self.alloc.free(act)?;
         self.alloc.empty_cache();
@@ -126,6 +130,11 @@ impl SimEngine {
     pub fn serve_burst(&mut self) -> Result<()> {
         let b = self.alloc.malloc(self.setup.activation_peak.max(1))?;
         self.alloc.free(b)
+    }
+
+    /// The checked device on the engine's GPU (a session on this engine uses a clone).
+    pub fn device(&self) -> &Device {
+        &self.device
     }
 
     /// The simulated GPU.

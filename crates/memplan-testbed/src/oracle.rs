@@ -16,7 +16,7 @@
 //!   warm-ups, then a burst at full concurrency).
 
 use memplan_backend_sim::{GroundTruth, SimGpu};
-use memplan_core::{Device, Result};
+use memplan_core::Result;
 
 use crate::engine::SimEngine;
 use crate::run::{graph_truth, open};
@@ -56,7 +56,7 @@ pub fn engine_alone(setup: &Setup) -> Result<EngineAlone> {
     let mut _held = None;
     if setup.workspace > 0 {
         let r0 = gpu.truth().raw_allocations;
-        _held = Some(gpu.clone().allocate(setup.workspace)?);
+        _held = Some(e.device().allocate(setup.workspace)?);
         workspace = gpu.truth().raw_allocations - r0;
     }
     let base = gpu.truth().this_process();

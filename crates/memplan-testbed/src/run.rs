@@ -10,7 +10,7 @@
 //! still to capture and the burst's activation; fragments cached by the allocator excluded).
 
 use memplan_backend_sim::{GroundTruth, SimGpu};
-use memplan_core::{Device, Result, SharedDevice};
+use memplan_core::Result;
 
 use crate::engine::SimEngine;
 use crate::oracle::{engine_alone, oracle_bytes, tokens_in, AtPlan};
@@ -52,8 +52,7 @@ pub fn open(setup: &Setup) -> Result<SimGpu> {
 
 /// Calibrate the scenario's device (on a fresh instance).
 pub fn calibration(setup: &Setup) -> Result<CalibrationReport> {
-    let mut gpu = open(setup)?;
-    calibrate(&mut gpu)
+    calibrate(&open(setup)?.device())
 }
 
 fn neighbour(setup: &Setup, gpu: &SimGpu, step: &str) {
@@ -85,12 +84,12 @@ fn profile(
     out: &mut Outcome,
 ) -> Result<Profiled> {
     let (cap, downgrades) = if setup.scenario.calibrate {
-        let r = calibrate(&mut gpu.clone())?;
+        let r = calibrate(&gpu.device())?;
         (r.calibrated.clone(), r.downgrade_warnings())
     } else {
-        (gpu.capabilities().clone(), Vec::new())
+        (engine.device().capabilities().clone(), Vec::new())
     };
-    let device = SharedDevice::new(gpu.clone());
+    let device = engine.device().clone();
     let mut s = Session::begin(&device, engine, cap)?;
     for d in &downgrades {
         s.warn(d.clone());

@@ -3,7 +3,7 @@
 use super::*;
 use crate::run::{graph_truth, open, run, Choice};
 use memplan_core::bytes::MIB;
-use memplan_core::{Device, SharedDevice};
+use memplan_core::{HalDevice, HalGraphs, SharedDevice};
 use memplan_planner::session::Session;
 use memplan_planner::strategy::StrategyKind;
 use memplan_planner::Engine;
@@ -290,7 +290,7 @@ struct Doctored {
     total: Option<u64>,
 }
 
-impl Device for Doctored {
+impl HalDevice for Doctored {
     fn descriptor(&self) -> &memplan_core::DeviceDescriptor {
         self.gpu.descriptor()
     }
@@ -305,16 +305,17 @@ impl Device for Doctored {
     fn synchronize(&mut self) -> memplan_core::Result<()> {
         self.gpu.synchronize()
     }
-    fn allocate(&mut self, bytes: u64) -> memplan_core::Result<memplan_core::RawAllocation> {
+    fn allocate(&mut self, bytes: u64) -> memplan_core::Result<u64> {
         self.gpu.allocate(bytes)
     }
-    fn free(&mut self, a: memplan_core::RawAllocation) -> memplan_core::Result<()> {
-        self.gpu.free(a)
+    unsafe fn free(&mut self, address: u64, bytes: u64) -> memplan_core::Result<()> {
+        // SAFETY: the caller's guarantee, passed on to the GPU that made the allocation.
+        unsafe { self.gpu.free(address, bytes) }
     }
-    fn graph_capture(&mut self) -> memplan_core::Result<&mut dyn memplan_core::GraphCapture> {
-        self.gpu.graph_capture()
+    fn graphs(&mut self) -> memplan_core::Result<&mut dyn HalGraphs> {
+        self.gpu.graphs()
     }
-    fn virtual_memory(&mut self) -> memplan_core::Result<&mut dyn memplan_core::VirtualMemory> {
+    fn virtual_memory(&mut self) -> memplan_core::Result<&mut dyn memplan_core::HalVirtualMemory> {
         self.gpu.virtual_memory()
     }
 }
@@ -479,7 +480,7 @@ fn memory_a_failed_graph_phase_leaves_held_is_the_engines_not_a_neighbours() {
 /// A simulated GPU whose graph-pool trim does nothing.
 struct NoTrim(memplan_backend_sim::SimGpu);
 
-impl Device for NoTrim {
+impl HalDevice for NoTrim {
     fn descriptor(&self) -> &memplan_core::DeviceDescriptor {
         self.0.descriptor()
     }
@@ -495,36 +496,43 @@ impl Device for NoTrim {
     fn synchronize(&mut self) -> memplan_core::Result<()> {
         self.0.synchronize()
     }
-    fn allocate(&mut self, bytes: u64) -> memplan_core::Result<memplan_core::RawAllocation> {
+    fn allocate(&mut self, bytes: u64) -> memplan_core::Result<u64> {
         self.0.allocate(bytes)
     }
-    fn free(&mut self, a: memplan_core::RawAllocation) -> memplan_core::Result<()> {
-        self.0.free(a)
+    unsafe fn free(&mut self, address: u64, bytes: u64) -> memplan_core::Result<()> {
+        // SAFETY: the caller's guarantee, passed on to the GPU that made the allocation.
+        unsafe { self.0.free(address, bytes) }
     }
-    fn graph_capture(&mut self) -> memplan_core::Result<&mut dyn memplan_core::GraphCapture> {
-        self.0.graph_capture()?;
+    fn graphs(&mut self) -> memplan_core::Result<&mut dyn HalGraphs> {
+        self.0.graphs()?;
         Ok(self)
     }
 }
 
-impl memplan_core::GraphCapture for NoTrim {
+impl HalGraphs for NoTrim {
     fn begin_capture(&mut self) -> memplan_core::Result<()> {
         self.0.begin_capture()
     }
     fn record(&mut self, w: &memplan_core::CaptureWork) -> memplan_core::Result<()> {
         self.0.record(w)
     }
-    fn end_capture(&mut self) -> memplan_core::Result<memplan_core::GraphId> {
+    fn end_capture(&mut self) -> memplan_core::Result<memplan_core::HalGraph> {
         self.0.end_capture()
     }
     fn abort_capture(&mut self) -> memplan_core::Result<()> {
         self.0.abort_capture()
     }
-    fn replay(&mut self, g: memplan_core::GraphId) -> memplan_core::Result<()> {
-        self.0.replay(g)
+    unsafe fn replay(&mut self, g: memplan_core::HalGraph) -> memplan_core::Result<()> {
+        // SAFETY: the caller's guarantee, passed on to the GPU that made the graph.
+        unsafe { self.0.replay(g) }
     }
-    fn destroy(&mut self, g: memplan_core::GraphId) -> memplan_core::Result<()> {
-        self.0.destroy(g)
+    unsafe fn destroy_exec(&mut self, exec: u64) -> memplan_core::Result<()> {
+        // SAFETY: as above.
+        unsafe { self.0.destroy_exec(exec) }
+    }
+    unsafe fn destroy_graph(&mut self, graph: u64) -> memplan_core::Result<()> {
+        // SAFETY: as above.
+        unsafe { self.0.destroy_graph(graph) }
     }
     fn release_pool(&mut self) -> memplan_core::Result<()> {
         Ok(())

@@ -4,8 +4,8 @@
 
 use memplan_backend_sim::{profiles, SimGpu};
 use memplan_core::{
-    Device, DeviceDescriptor, DriverMemory, Error, GraphCapture, GraphPoolMemory, GraphRelease,
-    ProfilingCapability, RawAllocation, Reading, Reliability, Result, VirtualMemory,
+    Device, DeviceDescriptor, DriverMemory, Error, GraphPoolMemory, GraphRelease, HalDevice,
+    HalGraphs, HalVirtualMemory, ProfilingCapability, Reading, Reliability, Result,
 };
 use memplan_planner::calibrate::{calibrate, CalibrationReport, Status};
 
@@ -33,9 +33,9 @@ fn honest_but_hidden(r: &CalibrationReport, gpu: &SimGpu) -> bool {
 }
 
 fn cal_gpu(selector: &str) -> (CalibrationReport, SimGpu) {
-    let mut gpu = SimGpu::open(selector).expect("profile exists");
+    let gpu = SimGpu::open(selector).expect("profile exists");
     let before = gpu.truth();
-    let r = calibrate(&mut gpu).expect("calibration runs");
+    let r = calibrate(&gpu.device()).expect("calibration runs");
     // Every calibration allocation is freed (per-capture memory a runtime keeps aside).
     let after = gpu.truth();
     assert_eq!(after.raw_allocations, before.raw_allocations, "{selector}");
@@ -203,7 +203,7 @@ struct FlakyReadings {
     fail_at: Option<usize>,
 }
 
-impl Device for FlakyReadings {
+impl HalDevice for FlakyReadings {
     fn descriptor(&self) -> &DeviceDescriptor {
         self.gpu.descriptor()
     }
@@ -227,16 +227,17 @@ impl Device for FlakyReadings {
     fn synchronize(&mut self) -> Result<()> {
         self.gpu.synchronize()
     }
-    fn allocate(&mut self, bytes: u64) -> Result<RawAllocation> {
+    fn allocate(&mut self, bytes: u64) -> Result<u64> {
         self.gpu.allocate(bytes)
     }
-    fn free(&mut self, allocation: RawAllocation) -> Result<()> {
-        self.gpu.free(allocation)
+    unsafe fn free(&mut self, address: u64, bytes: u64) -> Result<()> {
+        // SAFETY: the caller's guarantee, passed on to the GPU that made the allocation.
+        unsafe { self.gpu.free(address, bytes) }
     }
-    fn graph_capture(&mut self) -> Result<&mut dyn GraphCapture> {
-        self.gpu.graph_capture()
+    fn graphs(&mut self) -> Result<&mut dyn HalGraphs> {
+        self.gpu.graphs()
     }
-    fn virtual_memory(&mut self) -> Result<&mut dyn VirtualMemory> {
+    fn virtual_memory(&mut self) -> Result<&mut dyn HalVirtualMemory> {
         self.gpu.virtual_memory()
     }
 }
@@ -244,23 +245,24 @@ impl Device for FlakyReadings {
 #[test]
 fn a_failing_reading_leaks_nothing() {
     for name in ["rtx4090", "mi300x", "rx7900xtx-rocm6.2,declare-exact"] {
-        let mut probe = FlakyReadings {
+        let probe = Device::new(FlakyReadings {
             gpu: SimGpu::open(name).unwrap(),
             reads: 0,
             fail_at: None,
-        };
-        calibrate(&mut probe).unwrap();
-        for fail_at in 0..probe.reads {
+        });
+        calibrate(&probe).unwrap();
+        let reads = probe.inspect(|p: &FlakyReadings| p.reads).unwrap();
+        for fail_at in 0..reads {
             let gpu = SimGpu::open(name).unwrap();
             let before = gpu.truth();
-            let mut d = FlakyReadings {
+            let d = Device::new(FlakyReadings {
                 gpu: gpu.clone(),
                 reads: 0,
                 fail_at: Some(fail_at),
-            };
-            let _ = calibrate(&mut d);
+            });
+            let _ = calibrate(&d);
             let after = gpu.truth();
-            let at = format!("{name}, reading {fail_at} of {}", probe.reads);
+            let at = format!("{name}, reading {fail_at} of {reads}");
             assert_eq!(after.raw_allocations, before.raw_allocations, "{at}");
             assert_eq!(after.live_graphs, 0, "{at}");
             assert_eq!(after.vmm_mapped, 0, "{at}");
@@ -276,7 +278,7 @@ struct Garbage {
     driver: DriverMemory,
 }
 
-impl Device for Garbage {
+impl HalDevice for Garbage {
     fn descriptor(&self) -> &DeviceDescriptor {
         self.gpu.descriptor()
     }
@@ -292,16 +294,17 @@ impl Device for Garbage {
     fn synchronize(&mut self) -> Result<()> {
         self.gpu.synchronize()
     }
-    fn allocate(&mut self, bytes: u64) -> Result<RawAllocation> {
+    fn allocate(&mut self, bytes: u64) -> Result<u64> {
         self.gpu.allocate(bytes)
     }
-    fn free(&mut self, allocation: RawAllocation) -> Result<()> {
-        self.gpu.free(allocation)
+    unsafe fn free(&mut self, address: u64, bytes: u64) -> Result<()> {
+        // SAFETY: the caller's guarantee, passed on to the GPU that made the allocation.
+        unsafe { self.gpu.free(address, bytes) }
     }
-    fn graph_capture(&mut self) -> Result<&mut dyn GraphCapture> {
-        self.gpu.graph_capture()
+    fn graphs(&mut self) -> Result<&mut dyn HalGraphs> {
+        self.gpu.graphs()
     }
-    fn virtual_memory(&mut self) -> Result<&mut dyn VirtualMemory> {
+    fn virtual_memory(&mut self) -> Result<&mut dyn HalVirtualMemory> {
         self.gpu.virtual_memory()
     }
 }
@@ -317,14 +320,14 @@ fn garbage_driver_readings_are_downgraded_not_a_panic() {
         (big, big - 1),
     ] {
         for name in ["rtx4090", "strix-halo,declare-exact"] {
-            let mut d = Garbage {
+            let d = Device::new(Garbage {
                 gpu: SimGpu::open(name).unwrap(),
                 driver: DriverMemory {
                     total: Some(total),
                     free: Some(free),
                 },
-            };
-            let r = calibrate(&mut d).expect("calibration runs on garbage");
+            });
+            let r = calibrate(&d).expect("calibration runs on garbage");
             assert_eq!(
                 r.calibrated.reading(Reading::DriverFree).label(),
                 "unavailable",

@@ -2,7 +2,7 @@
 //! (Moved from `memplan-planner`, which depends on no backend.)
 
 use memplan_backend_sim::SimGpu;
-use memplan_core::{AllocatorStats, AllocatorView, Device, Result};
+use memplan_core::{AllocatorStats, AllocatorView, Result};
 use memplan_planner::strategy::NoGraphs;
 use memplan_planner::{Engine, Session};
 
@@ -38,14 +38,14 @@ impl Engine for Liar {
 
 #[test]
 fn absurd_allocator_figures_saturate_instead_of_wrapping() {
-    let gpu = SimGpu::open("rtx4090").unwrap();
+    let gpu = SimGpu::open("rtx4090").unwrap().device();
     let cap = gpu.capabilities().clone();
     let mut e = Liar(AllocatorStats {
         reserved: u64::MAX,
         allocated: 0,
         peak_allocated: 0,
     });
-    let mut s = Session::begin(&memplan_core::SharedDevice::new(gpu), &mut e, cap).unwrap();
+    let mut s = Session::begin(&gpu, &mut e, cap).unwrap();
     s.load_weights(|e| {
         e.0.reserved = 0;
         Ok(())

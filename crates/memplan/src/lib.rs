@@ -124,17 +124,18 @@ fn compiled_list() -> String {
 }
 
 /// Open a device by id (`sim:rtx4090`, `cuda:0`).
-pub fn open(id: &str) -> Result<Box<dyn Device>> {
+pub fn open(id: &str) -> Result<Device> {
     let id: DeviceId = id.parse()?;
     let span = tracing::debug_span!("open", device = %id);
     let _e = span.enter();
     backend(id.backend)?.open(&id.selector)
 }
 
-/// Open a device by id as a [`SharedDevice`]: the engine, the measurement session and the
-/// guards that give memory back on drop each hold a clone of one device.
+/// Open a device by id: the same as [`open`] (every [`Device`] is a clonable handle; the
+/// engine, the measurement session and the guards that give memory back on drop each hold a
+/// clone of one device). Kept for callers written against the first engine-facing API.
 pub fn open_shared(id: &str) -> Result<SharedDevice> {
-    open(id).map(SharedDevice::from_box)
+    open(id)
 }
 
 /// One backend's report for `memplan devices`.
@@ -186,7 +187,7 @@ mod tests {
         if compiled_backends().contains(&BackendKind::Xpu) {
             return;
         }
-        let e = open("xpu:0").err().expect("xpu is not compiled in");
+        let e = open("xpu:0").expect_err("xpu is not compiled in");
         assert!(matches!(e, Error::BackendNotCompiled { .. }), "{e}");
         assert!(e.to_string().contains("--features xpu"), "{e}");
     }

@@ -8,8 +8,8 @@
 use memplan::kv::{AttentionKind, KvDtype, KvLimits, KvSpec, LayerGroup};
 use memplan::sim::SimGpu;
 use memplan::{
-    AllocatorView, CaptureWork, Device, Engine, GraphId, KvRange, OwnAccounting, Request, Result,
-    Session, SharedDevice, StrategyKind,
+    AllocatorView, CaptureWork, Engine, GraphId, KvRange, OwnAccounting, Request, Result, Session,
+    SharedDevice, StrategyKind,
 };
 
 /// An engine that records, at each capture, the KV address it had been given.
@@ -36,7 +36,7 @@ impl Recording {
 
     fn load(&mut self) -> Result<()> {
         let w = self.dev.allocate(2 << 30)?;
-        self.acct.add(w.bytes);
+        self.acct.add(w.bytes());
         self.weights.push(w);
         Ok(())
     }

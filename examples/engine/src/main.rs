@@ -53,7 +53,7 @@ fn main() -> memplan::Result<()> {
     // The engine allocates.
     let kv_bytes = match &kv {
         Some(range) => range.mapped_bytes(),
-        None => engine.alloc(plan.kv_bytes)?.bytes,
+        None => engine.alloc(plan.kv_bytes)?.bytes(),
     };
     println!("{plan}");
     match (&kv, engine.kv_address) {

@@ -4,8 +4,8 @@
 // memplan-facing part is the same.
 
 use memplan::{
-    AllocatorView, CaptureWork, Device, Engine, GraphId, KvRange, OwnAccounting, RawAllocation,
-    Result, SharedDevice,
+    AllocatorView, CaptureWork, Engine, GraphId, KvRange, OwnAccounting, RawAllocation, Result,
+    SharedDevice,
 };
 
 const MIB: u64 = 1 << 20;
@@ -52,8 +52,8 @@ impl ToyEngine {
     /// One forward pass over `tokens` tokens: 256 KiB of activations each, freed at the end.
     pub fn forward(&mut self, tokens: u64) -> Result<()> {
         let a = self.alloc(tokens * MIB / 4)?;
-        self.acct.remove(a.bytes);
-        self.dev.free(a)
+        self.acct.remove(a.bytes());
+        Ok(self.dev.free(a)?)
     }
 
     /// Live graphs.

@@ -25,7 +25,7 @@ const SAMPLES: [(u32, u64); 7] = [
 /// Allocation-node sizes of the graphs kept alive together (shared-pool experiment).
 const SHARED: [u64; 3] = [64 * MIB, 128 * MIB, 256 * MIB];
 
-fn snap(d: &mut dyn Device) -> Result<MemoryInfo, String> {
+fn snap(d: &Device) -> Result<MemoryInfo, String> {
     snapshot(d, None).map_err(|e| e.to_string())
 }
 
@@ -43,7 +43,7 @@ fn pool(m: &MemoryInfo) -> Option<i64> {
     m.graph_pool.reserved.map(|v| v as i64)
 }
 
-fn capture(d: &mut dyn Device, work: CaptureWork) -> Result<GraphId, String> {
+fn capture(d: &Device, work: CaptureWork) -> Result<GraphId, String> {
     let g = d.graph_capture().map_err(|e| e.to_string())?;
     g.begin_capture().map_err(|e| e.to_string())?;
     let recorded = g.record(&work);
@@ -54,13 +54,13 @@ fn capture(d: &mut dyn Device, work: CaptureWork) -> Result<GraphId, String> {
     g.end_capture().map_err(|e| e.to_string())
 }
 
-fn trim(d: &mut dyn Device) -> Result<(), String> {
+fn trim(d: &Device) -> Result<(), String> {
     d.graph_capture()
         .and_then(|g| g.release_pool())
         .map_err(|e| e.to_string())
 }
 
-fn sample(d: &mut dyn Device, kernels: u32, alloc: u64) -> Result<Value, String> {
+fn sample(d: &Device, kernels: u32, alloc: u64) -> Result<Value, String> {
     trim(d)?;
     let base = snap(d)?;
     let id = capture(
@@ -95,7 +95,7 @@ fn sample(d: &mut dyn Device, kernels: u32, alloc: u64) -> Result<Value, String>
     }))
 }
 
-fn shared(d: &mut dyn Device) -> Result<Value, String> {
+fn shared(d: &Device) -> Result<Value, String> {
     trim(d)?;
     let base = snap(d)?;
     let mut ids = Vec::new();
@@ -132,7 +132,7 @@ fn shared(d: &mut dyn Device) -> Result<Value, String> {
 }
 
 /// Run every sample that fits in free memory; JSON on stdout.
-pub fn run(dev: &mut CudaDevice) -> Result<(), String> {
+pub fn run(dev: &Device) -> Result<(), String> {
     let report = measure(dev)?;
     // The test fake (tests/fake/fake_cuda.c) exports this symbol; a real driver does not.
     let fake = memplan_backend_cuda::loader::driver()
@@ -140,9 +140,9 @@ pub fn run(dev: &mut CudaDevice) -> Result<(), String> {
         .unwrap_or(false);
     let report = json!({
         "driver_is_test_fake": fake,
-        "kernel_source": dev.kernel_source(),
-        "nvml": dev.nvml_memory().map(|m| json!({ "total": m.total, "reserved": m.reserved, "used": m.used,
-            "other_processes": m.other_processes, "other_processes_bytes": m.other_processes_bytes })),
+        "kernel_source": dev.inspect(|c: &CudaDevice| c.kernel_source().map(str::to_string)).flatten(),
+        "nvml": dev.inspect(|c: &CudaDevice| c.nvml_memory().map(|m| json!({ "total": m.total, "reserved": m.reserved, "used": m.used,
+            "other_processes": m.other_processes, "other_processes_bytes": m.other_processes_bytes }))).flatten(),
         "graphs": report,
     });
     println!(
@@ -152,7 +152,7 @@ pub fn run(dev: &mut CudaDevice) -> Result<(), String> {
     Ok(())
 }
 
-fn measure(d: &mut dyn Device) -> Result<Value, String> {
+fn measure(d: &Device) -> Result<Value, String> {
     let caps = d.capabilities().clone();
     if !caps.facts.graph_capture.is_supported() {
         return Err(format!("graph capture: {}", caps.facts.graph_capture));

@@ -17,15 +17,15 @@ mod graphs;
 
 use std::io::BufRead;
 
-use memplan_backend_cuda::{CudaBackend, CudaDevice};
+use memplan_backend_cuda::CudaBackend;
 use memplan_core::{protocol::snapshot, Device};
 use serde_json::json;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
-        Some("graphs") => open(&args).and_then(|mut d| graphs::run(&mut d)),
-        Some("hold") => open(&args).and_then(|mut d| hold(&mut d)),
+        Some("graphs") => open(&args).and_then(|d| graphs::run(&d)),
+        Some("hold") => open(&args).and_then(|d| hold(&d)),
         Some("assemble") => match assemble::run(&args[1..]) {
             Ok(true) => Ok(()),
             // The report is written; a check in it failed.
@@ -42,20 +42,23 @@ fn main() {
     }
 }
 
-fn open(args: &[String]) -> Result<CudaDevice, String> {
+fn open(args: &[String]) -> Result<Device, String> {
     let dev = match args.iter().position(|a| a == "--device") {
         Some(i) => args.get(i + 1).cloned().ok_or("--device needs a value")?,
         None => "0".to_string(),
     };
-    CudaBackend.open_cuda(&dev).map_err(|e| e.to_string())
+    CudaBackend
+        .open_cuda(&dev)
+        .map(Device::new)
+        .map_err(|e| e.to_string())
 }
 
-fn reading(d: &mut dyn Device) -> Result<serde_json::Value, String> {
+fn reading(d: &Device) -> Result<serde_json::Value, String> {
     let m = snapshot(d, None).map_err(|e| e.to_string())?;
     Ok(json!({ "free": m.driver.free, "total": m.driver.total }))
 }
 
-fn hold(d: &mut dyn Device) -> Result<(), String> {
+fn hold(d: &Device) -> Result<(), String> {
     println!("{}", reading(d)?);
     let mut line = String::new();
     std::io::stdin()

@@ -1,15 +1,15 @@
 //! Virtual memory, the clock, the backend and its registration, selectors.
 
 use memplan_core::protocol::snapshot;
-use memplan_core::{Backend, BackendKind, Device, Error, OwnAccounting};
+use memplan_core::{Backend, BackendKind, Error, OwnAccounting};
 
 use super::{free_after_sync, gpu, G, M};
 use crate::{profiles, SimBackend, SimGpu};
 
 #[test]
 fn vmm_reserve_is_free_and_map_takes_memory() {
-    let mut g = gpu("h100-80gb");
-    let before = free_after_sync(&mut g).unwrap();
+    let g = gpu("h100-80gb");
+    let before = free_after_sync(&g).unwrap();
     let vm = g.virtual_memory().unwrap();
     assert_eq!(vm.granularity().unwrap(), 2 * M);
     let range = vm.reserve(100 * G).unwrap();
@@ -25,61 +25,46 @@ fn vmm_reserve_is_free_and_map_takes_memory() {
         "80 GB card"
     );
     assert_eq!(
-        free_after_sync(&mut g),
+        free_after_sync(&g),
         Some(before - 10 * G),
         "reservation costs nothing"
     );
     let vm = g.virtual_memory().unwrap();
-    let r2 = VaRangeCopy::of(&range);
-    assert!(vm.release(range).is_err(), "still mapped");
+    let range = vm.release(range).expect_err("still mapped").handle;
     vm.unmap(m1).unwrap();
-    vm.release(r2.get()).unwrap();
-    assert_eq!(free_after_sync(&mut g), Some(before));
+    vm.release(range).unwrap();
+    assert_eq!(free_after_sync(&g), Some(before));
     assert!(
         gpu("rx7900xtx-rocm5.4").virtual_memory().is_err(),
         "unsupported on that profile"
     );
 }
 
-/// `VaRange` is moved by `release`; tests need the same handle again after a failed release.
-struct VaRangeCopy(u64, u64);
-impl VaRangeCopy {
-    fn of(r: &memplan_core::VaRange) -> Self {
-        VaRangeCopy(r.handle, r.bytes)
-    }
-    fn get(&self) -> memplan_core::VaRange {
-        memplan_core::VaRange {
-            handle: self.0,
-            bytes: self.1,
-        }
-    }
-}
-
 #[test]
 fn scheduled_changes_apply_at_their_tick() {
-    let mut g = gpu("rtx4090");
-    let f0 = free_after_sync(&mut g).unwrap(); // tick 1
+    let g = gpu("rtx4090");
+    let f0 = free_after_sync(&g).unwrap(); // tick 1
     g.schedule_other_processes(3, 2 * G);
     g.schedule_other_processes(5, G);
-    assert_eq!(free_after_sync(&mut g), Some(f0)); // tick 2
-    assert_eq!(free_after_sync(&mut g), Some(f0 - 2 * G)); // tick 3
-    assert_eq!(free_after_sync(&mut g), Some(f0 - 2 * G)); // tick 4
-    assert_eq!(free_after_sync(&mut g), Some(f0 - G)); // tick 5
+    assert_eq!(free_after_sync(&g), Some(f0)); // tick 2
+    assert_eq!(free_after_sync(&g), Some(f0 - 2 * G)); // tick 3
+    assert_eq!(free_after_sync(&g), Some(f0 - 2 * G)); // tick 4
+    assert_eq!(free_after_sync(&g), Some(f0 - G)); // tick 5
     assert_eq!(g.tick(), 5);
     assert_eq!(g.truth().other_processes, G);
 }
 
 #[test]
 fn snapshot_reads_every_layer() {
-    let mut g = gpu("rtx4090");
+    let g = gpu("rtx4090");
     let a = g.allocator();
     let _b = a.malloc(100 * M).unwrap();
-    let info = snapshot(&mut g, Some(&a)).unwrap();
+    let info = snapshot(&g.dev, Some(&a)).unwrap();
     assert_eq!(info.allocator.reserved, Some(100 * M));
     assert_eq!(info.non_allocator(), Some((400 * M) as i64), "the context");
     assert_eq!(info.graph_pool.used, Some(0));
-    let mut x = gpu("arc-b580-nosysman");
-    let info = snapshot(&mut x, Some(&OwnAccounting::default())).unwrap();
+    let x = gpu("arc-b580-nosysman");
+    let info = snapshot(&x.dev, Some(&OwnAccounting::default())).unwrap();
     assert_eq!(info.driver.free, None);
     assert_eq!(info.graph_pool.used, None);
 }
@@ -87,7 +72,7 @@ fn snapshot_reads_every_layer() {
 #[test]
 fn clones_share_one_device() {
     let g = gpu("rtx4090");
-    let mut h = g.clone();
+    let h = g.clone();
     let _b = g.allocator().malloc(G).unwrap();
     assert_eq!(h.allocator_reserved_for_test(), G);
     h.synchronize().unwrap();
@@ -137,7 +122,7 @@ fn unknown_profile_names_the_available_ones() {
 #[test]
 fn deterministic() {
     let run = || {
-        let mut g = gpu("mi300x");
+        let g = gpu("mi300x");
         let a = g.allocator();
         let x = a.malloc(3 * G + 17).unwrap();
         a.begin_graph_capture().unwrap();
@@ -167,8 +152,8 @@ fn the_same_selector_opened_twice_is_one_gpu_while_someone_holds_it() {
     // An unknown modifier is refused like any selector.
     assert!(SimBackend.open(sel).is_err());
     let sel = "h100-80gb,other=3GiB";
-    let mut a = SimBackend.open(sel).unwrap();
-    let mut b = SimBackend.open(&sel.to_ascii_uppercase()).unwrap();
+    let a = SimBackend.open(sel).unwrap();
+    let b = SimBackend.open(&sel.to_ascii_uppercase()).unwrap();
     let x = a.allocate(1 << 30).unwrap();
     assert_eq!(
         a.driver_memory().unwrap().free,
@@ -176,8 +161,8 @@ fn the_same_selector_opened_twice_is_one_gpu_while_someone_holds_it() {
         "one GPU: the second handle sees the first one's allocation"
     );
     // Another selector is another GPU; a private open is never shared.
-    let mut c = SimBackend.open("h100-80gb").unwrap();
-    let mut d = SimGpu::open(sel).unwrap();
+    let c = SimBackend.open("h100-80gb").unwrap();
+    let d = SimGpu::open(sel).unwrap().device();
     assert_ne!(
         c.driver_memory().unwrap().free,
         a.driver_memory().unwrap().free
@@ -189,6 +174,6 @@ fn the_same_selector_opened_twice_is_one_gpu_while_someone_holds_it() {
     let with_x = a.driver_memory().unwrap().free.unwrap();
     // Nobody holds it any more (the allocation is left live): the next open is a fresh GPU.
     drop((a, b, x));
-    let mut e = SimBackend.open(sel).unwrap();
+    let e = SimBackend.open(sel).unwrap();
     assert!(e.driver_memory().unwrap().free.unwrap() > with_x);
 }

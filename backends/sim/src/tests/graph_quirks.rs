@@ -1,14 +1,14 @@
 //! One test per graph quirk, each showing the raw readings it produces next to the truth.
 
-use memplan_core::{CaptureWork, Device};
+use memplan_core::CaptureWork;
 
-use super::{free_after_sync, gpu, M};
+use super::{free_after_sync, gpu, Gpu, M};
 use crate::{GraphSpec, Quirks, SimGpu};
 
 #[test]
 fn deferred_graph_release_returns_memory_at_next_sync() {
-    let mut g = gpu("rx7900xtx-rocm6.2,hidden-bytes-per-capture=0");
-    let before = free_after_sync(&mut g).unwrap();
+    let g = gpu("rx7900xtx-rocm6.2,hidden-bytes-per-capture=0");
+    let before = free_after_sync(&g).unwrap();
     let cap = g.graph_capture().unwrap();
     cap.begin_capture().unwrap();
     cap.record(&CaptureWork {
@@ -26,7 +26,7 @@ fn deferred_graph_release_returns_memory_at_next_sync() {
     );
     assert_eq!(g.truth().pending_release, exec);
     assert_eq!(
-        free_after_sync(&mut g),
+        free_after_sync(&g),
         Some(before),
         "released at the synchronize"
     );
@@ -35,8 +35,8 @@ fn deferred_graph_release_returns_memory_at_next_sync() {
 
 #[test]
 fn immediate_release_without_the_quirk() {
-    let mut g = gpu("h100-80gb");
-    let before = free_after_sync(&mut g).unwrap();
+    let g = gpu("h100-80gb");
+    let before = free_after_sync(&g).unwrap();
     let cap = g.graph_capture().unwrap();
     cap.begin_capture().unwrap();
     cap.record(&CaptureWork {
@@ -51,10 +51,10 @@ fn immediate_release_without_the_quirk() {
 
 #[test]
 fn hidden_bytes_per_capture_are_kept_by_the_runtime() {
-    let mut g = gpu("rx7900xtx-rocm6.2");
+    let g = gpu("rx7900xtx-rocm6.2");
     let h = g.physics().hidden_bytes_per_capture;
     assert_eq!(h, 4 * M, "the public figure");
-    let before = free_after_sync(&mut g).unwrap();
+    let before = free_after_sync(&g).unwrap();
     for _ in 0..3 {
         let cap = g.graph_capture().unwrap();
         cap.begin_capture().unwrap();
@@ -63,7 +63,7 @@ fn hidden_bytes_per_capture_are_kept_by_the_runtime() {
         cap.release_pool().unwrap();
     }
     assert_eq!(
-        free_after_sync(&mut g),
+        free_after_sync(&g),
         Some(before - 3 * h),
         "the per-capture memory never comes back"
     );
@@ -72,7 +72,7 @@ fn hidden_bytes_per_capture_are_kept_by_the_runtime() {
 
 #[test]
 fn graph_pool_attrs_stuck_at_zero() {
-    let mut g = gpu("rx7900xtx-rocm5.4");
+    let g = gpu("rx7900xtx-rocm5.4");
     let cap = g.graph_capture().unwrap();
     cap.begin_capture().unwrap();
     cap.record(&CaptureWork {
@@ -98,7 +98,7 @@ fn graph_pool_attrs_stuck_at_zero() {
         "declared unavailable, so absent"
     );
     // The same work on CUDA shows up.
-    let mut c = gpu("rtx4090");
+    let c = gpu("rtx4090");
     let cap = c.graph_capture().unwrap();
     cap.begin_capture().unwrap();
     cap.record(&CaptureWork {
@@ -125,7 +125,7 @@ fn graph_pool_attrs_stuck_at_zero() {
 
 #[test]
 fn no_graph_alloc_nodes_refuses_the_node_but_captures() {
-    let mut g = gpu("rx7900xtx-rocm5.4,no-graph-alloc-nodes");
+    let g = gpu("rx7900xtx-rocm5.4,no-graph-alloc-nodes");
     let cap = g.graph_capture().unwrap();
     cap.begin_capture().unwrap();
     let e = cap
@@ -165,14 +165,14 @@ fn no_graph_alloc_nodes_refuses_the_node_but_captures() {
 
 #[test]
 fn absurd_node_and_hidden_sizes_are_out_of_memory() {
-    let mut g = gpu("rtx4090,hidden-bytes-per-capture=18446744073709551615");
+    let g = gpu("rtx4090,hidden-bytes-per-capture=18446744073709551615");
     let cap = g.graph_capture().unwrap();
     cap.begin_capture().unwrap();
     assert!(matches!(
         cap.end_capture(),
         Err(memplan_core::Error::OutOfMemory { .. })
     ));
-    let mut g = gpu("rtx4090");
+    let g = gpu("rtx4090");
     let cap = g.graph_capture().unwrap();
     cap.begin_capture().unwrap();
     for _ in 0..2 {
@@ -203,11 +203,11 @@ fn capture_empties_cache_reproduces_the_negative_window() {
             capture_empties_cache: flush,
             ..crate::profile("rtx4090").unwrap().quirks
         };
-        let mut g = SimGpu::with_quirks(crate::profile("rtx4090").unwrap(), q);
+        let g = Gpu::of(SimGpu::with_quirks(crate::profile("rtx4090").unwrap(), q));
         let alloc = g.allocator();
         let b = alloc.malloc(30 * M).unwrap();
         alloc.free(b).unwrap(); // 30 MiB stay cached
-        let baseline = free_after_sync(&mut g).unwrap();
+        let baseline = free_after_sync(&g).unwrap();
         alloc.begin_graph_capture().unwrap();
         let id = alloc
             .end_graph_capture(&GraphSpec {
@@ -215,7 +215,7 @@ fn capture_empties_cache_reproduces_the_negative_window() {
                 ..GraphSpec::default()
             })
             .unwrap();
-        let after = free_after_sync(&mut g).unwrap();
+        let after = free_after_sync(&g).unwrap();
         let taken = baseline as i64 - after as i64;
         if flush {
             assert_eq!(

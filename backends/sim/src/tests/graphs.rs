@@ -1,7 +1,7 @@
 //! Engine graph capture: the private pool shared by every graph, exec overhead visible only to
 //! the driver, allocation nodes in the graph-pool attributes, capture flushing the cache.
 
-use memplan_core::{AllocatorView, Device, Error};
+use memplan_core::{AllocatorView, Error};
 
 use super::{free_after_sync, gpu, M};
 use crate::GraphSpec;
@@ -59,9 +59,9 @@ fn private_pool_is_shared_and_grows_to_the_largest_graph() {
 
 #[test]
 fn exec_overhead_is_visible_only_to_the_driver() {
-    let mut g = gpu("rtx4090");
+    let g = gpu("rtx4090");
     let a = g.allocator();
-    let before = free_after_sync(&mut g).unwrap();
+    let before = free_after_sync(&g).unwrap();
     a.begin_graph_capture().unwrap();
     let id = a
         .end_graph_capture(&GraphSpec {
@@ -71,7 +71,7 @@ fn exec_overhead_is_visible_only_to_the_driver() {
         .unwrap();
     assert_eq!(a.stats().reserved, 0, "no allocator sees the exec object");
     let per_node = g.physics().exec_bytes_per_kernel_node;
-    assert_eq!(free_after_sync(&mut g), Some(before - 200 * per_node));
+    assert_eq!(free_after_sync(&g), Some(before - 200 * per_node));
     assert_eq!(g.truth().graph_exec, 200 * per_node);
     a.destroy_graph(id).unwrap();
     assert!(a.destroy_graph(id).is_err(), "already destroyed");
@@ -79,7 +79,7 @@ fn exec_overhead_is_visible_only_to_the_driver() {
 
 #[test]
 fn alloc_nodes_show_in_graph_pool_attributes() {
-    let mut g = gpu("a100-40gb");
+    let g = gpu("a100-40gb");
     let a = g.allocator();
     a.begin_graph_capture().unwrap();
     let id = a
@@ -116,7 +116,7 @@ fn allocations_inside_capture_go_to_the_private_pool() {
 
 #[test]
 fn capture_is_exclusive_and_respects_support() {
-    let mut g = gpu("rtx4090");
+    let g = gpu("rtx4090");
     let a = g.allocator();
     a.begin_graph_capture().unwrap();
     assert!(a.begin_graph_capture().is_err(), "one capture at a time");

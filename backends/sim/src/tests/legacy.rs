@@ -2,8 +2,8 @@
 //! (`first + (n-1) * max(second, 1 MiB)` over the two largest graphs), and a correct
 //! measurement (flush before the baseline, one shared pool) matches the truth exactly.
 
-use super::{free_after_sync, gpu, M};
-use crate::{GraphSpec, SimAllocator, SimGpu};
+use super::{free_after_sync, gpu, Gpu, M};
+use crate::{GraphSpec, SimAllocator};
 
 const SIZES: u64 = 35;
 
@@ -26,7 +26,7 @@ fn warm_up(a: &SimAllocator, tokens: u64) {
 }
 
 /// Capture one graph between two driver readings; returns what the driver lost.
-fn sample(g: &mut SimGpu, a: &SimAllocator, tokens: u64, flush_first: bool) -> i64 {
+fn sample(g: &Gpu, a: &SimAllocator, tokens: u64, flush_first: bool) -> i64 {
     warm_up(a, tokens);
     if flush_first {
         a.empty_cache();
@@ -44,9 +44,9 @@ fn legacy(d1: i64, d2: i64) -> i64 {
 
 /// Truth: every graph captured into one shared pool, measured correctly.
 fn truth() -> (i64, i64) {
-    let mut g = gpu("h100-80gb");
+    let g = gpu("h100-80gb");
     let a = g.allocator();
-    let sum: i64 = (0..SIZES).map(|i| sample(&mut g, &a, size(i), true)).sum();
+    let sum: i64 = (0..SIZES).map(|i| sample(&g, &a, size(i), true)).sum();
     let t = g.truth();
     let graph = (t.private_pool_reserved + t.graph_exec) as i64;
     (sum, graph)
@@ -63,10 +63,10 @@ fn correct_measurement_matches_the_truth() {
 
 #[test]
 fn flush_inside_the_window_underestimates() {
-    let mut g = gpu("h100-80gb");
+    let g = gpu("h100-80gb");
     let a = g.allocator();
-    let d1 = sample(&mut g, &a, size(0), false);
-    let d2 = sample(&mut g, &a, size(1), false);
+    let d1 = sample(&g, &a, size(0), false);
+    let d2 = sample(&g, &a, size(1), false);
     assert!(
         d1 < 0 && d2 < 0,
         "negative samples, as on the RTX 4090: {d1} {d2}"
@@ -79,13 +79,13 @@ fn flush_inside_the_window_underestimates() {
 
 #[test]
 fn extrapolating_a_shared_pool_overestimates() {
-    let mut g = gpu("h100-80gb");
+    let g = gpu("h100-80gb");
     let a = g.allocator();
     // Each sample in its own throwaway pool: each includes the whole pool, then multiplied.
     let mut d = Vec::new();
     for i in 0..2 {
-        d.push(sample(&mut g, &a, size(i), true));
-        let gid = memplan_core::GraphId(i);
+        d.push(sample(&g, &a, size(i), true));
+        let gid = crate::EngineGraph(i);
         a.destroy_graph(gid).unwrap();
         a.release_private_pools().unwrap();
     }

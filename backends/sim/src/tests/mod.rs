@@ -8,18 +8,71 @@ mod graphs;
 mod legacy;
 mod quirks;
 
+use std::ops::Deref;
+
 use memplan_core::bytes::{GIB, MIB};
-use memplan_core::Device;
+use memplan_core::{
+    Device, DriverMemory, GraphCapture, GraphPoolMemory, ProfilingCapability, RawAllocation,
+    Result, VirtualMemory,
+};
 
 use crate::{profile, SimGpu};
 
+/// A simulated GPU and one checked device on it: the device's operations go through the
+/// core's tables, as memplan uses them; the GPU's world and truth through `Deref`.
+#[derive(Clone)]
+pub(crate) struct Gpu {
+    pub sim: SimGpu,
+    pub dev: Device,
+}
+
+impl Deref for Gpu {
+    type Target = SimGpu;
+    fn deref(&self) -> &SimGpu {
+        &self.sim
+    }
+}
+
+impl Gpu {
+    pub fn of(sim: SimGpu) -> Self {
+        Gpu {
+            dev: sim.device(),
+            sim,
+        }
+    }
+    pub fn allocate(&self, bytes: u64) -> Result<RawAllocation> {
+        self.dev.allocate(bytes)
+    }
+    pub fn free(&self, a: RawAllocation) -> Result<()> {
+        Ok(self.dev.free(a)?)
+    }
+    pub fn synchronize(&self) -> Result<()> {
+        self.dev.synchronize()
+    }
+    pub fn driver_memory(&self) -> Result<DriverMemory> {
+        self.dev.driver_memory()
+    }
+    pub fn graph_pool_memory(&self) -> Result<GraphPoolMemory> {
+        self.dev.graph_pool_memory()
+    }
+    pub fn capabilities(&self) -> &ProfilingCapability {
+        self.dev.capabilities()
+    }
+    pub fn graph_capture(&self) -> Result<GraphCapture<'_>> {
+        self.dev.graph_capture()
+    }
+    pub fn virtual_memory(&self) -> Result<VirtualMemory<'_>> {
+        self.dev.virtual_memory()
+    }
+}
+
 /// A device at nominal physics (the quirk tests compare readings to the byte).
-pub(crate) fn gpu(name: &str) -> SimGpu {
-    SimGpu::open(&format!("{name},physics=nominal")).expect("profile exists")
+pub(crate) fn gpu(name: &str) -> Gpu {
+    Gpu::of(SimGpu::open(&format!("{name},physics=nominal")).expect("profile exists"))
 }
 
 /// Synchronize and read the (masked) driver free.
-pub(crate) fn free_after_sync(g: &mut SimGpu) -> Option<u64> {
+pub(crate) fn free_after_sync(g: &Gpu) -> Option<u64> {
     g.synchronize().expect("no capture in progress");
     g.driver_memory().expect("sim readings never fail").free
 }

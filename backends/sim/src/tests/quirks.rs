@@ -1,22 +1,22 @@
 //! One test per driver-reading quirk, each showing the raw readings it produces next to the truth.
 
-use memplan_core::{Device, Reading, Reliability};
+use memplan_core::{Reading, Reliability};
 
 use super::{free_after_sync, gpu, total, G, M};
 
 #[test]
 fn well_behaved_cuda_free_is_device_wide() {
-    let mut g = gpu("rtx4090");
+    let g = gpu("rtx4090");
     g.set_other_processes(2 * G);
     g.set_graphics_bytes(G);
-    let free = free_after_sync(&mut g).unwrap();
+    let free = free_after_sync(&g).unwrap();
     assert_eq!(free, total("rtx4090") - 400 * M - 3 * G);
     assert_eq!(free, g.truth().free);
 }
 
 #[test]
 fn free_process_local_ignores_other_processes_and_graphics() {
-    let mut g = gpu("rx7900xtx-rocm5.4");
+    let g = gpu("rx7900xtx-rocm5.4");
     g.set_other_processes(4 * G);
     g.set_graphics_bytes(G);
     let raw = g.raw_driver_memory();
@@ -35,7 +35,7 @@ fn free_process_local_ignores_other_processes_and_graphics() {
         Reliability::ProcessLocal { .. }
     ));
     assert_eq!(
-        free_after_sync(&mut g),
+        free_after_sync(&g),
         raw.free,
         "process-local is sourced, not masked"
     );
@@ -43,10 +43,10 @@ fn free_process_local_ignores_other_processes_and_graphics() {
 
 #[test]
 fn free_blind_to_graphics_sees_others_but_not_drm() {
-    let mut g = gpu("rx7900xtx-rocm6.2");
+    let g = gpu("rx7900xtx-rocm6.2");
     g.set_other_processes(2 * G);
     g.set_graphics_bytes(G);
-    let free = free_after_sync(&mut g).unwrap();
+    let free = free_after_sync(&g).unwrap();
     assert_eq!(
         free,
         g.truth().free + G,
@@ -57,7 +57,7 @@ fn free_blind_to_graphics_sees_others_but_not_drm() {
 
 #[test]
 fn apu_reports_the_aperture_not_the_usable_pool() {
-    let mut g = gpu("strix-halo");
+    let g = gpu("strix-halo");
     let raw = g.raw_driver_memory();
     assert_eq!(
         raw.total,
@@ -89,7 +89,7 @@ fn apu_reports_the_aperture_not_the_usable_pool() {
 
 #[test]
 fn sysman_missing_gives_absent_free_never_zero() {
-    let mut g = gpu("arc-b580-nosysman");
+    let g = gpu("arc-b580-nosysman");
     let raw = g.raw_driver_memory();
     assert_eq!(raw.free, None);
     assert_eq!(raw.total, Some(12 * G), "total comes from the core API");
@@ -101,7 +101,7 @@ fn sysman_missing_gives_absent_free_never_zero() {
 
 #[test]
 fn free_equals_total_for_non_root_i915() {
-    let mut g = gpu("arc-a770");
+    let g = gpu("arc-a770");
     let a = g.allocate(2 * G).unwrap();
     g.set_other_processes(G);
     g.synchronize().unwrap();
@@ -121,31 +121,27 @@ fn free_equals_total_for_non_root_i915() {
 
 #[test]
 fn stale_free_lags_one_synchronize() {
-    let mut g = gpu("broken-stale");
+    let g = gpu("broken-stale");
     assert!(
         g.capabilities().reading(Reading::DriverFree).is_exact(),
         "declares exact: broken on purpose"
     );
-    let f0 = free_after_sync(&mut g).unwrap();
+    let f0 = free_after_sync(&g).unwrap();
     let a = g.allocate(G).unwrap();
     assert_eq!(
-        free_after_sync(&mut g),
+        free_after_sync(&g),
         Some(f0),
         "the allocation is not visible yet"
     );
-    assert_eq!(
-        free_after_sync(&mut g),
-        Some(f0 - G),
-        "one synchronize later"
-    );
+    assert_eq!(free_after_sync(&g), Some(f0 - G), "one synchronize later");
     g.free(a).unwrap();
-    assert_eq!(free_after_sync(&mut g), Some(f0 - G));
-    assert_eq!(free_after_sync(&mut g), Some(f0));
+    assert_eq!(free_after_sync(&g), Some(f0 - G));
+    assert_eq!(free_after_sync(&g), Some(f0));
 }
 
 #[test]
 fn declare_exact_keeps_the_quirks() {
-    let mut g = gpu("arc-a770,declare-exact");
+    let g = gpu("arc-a770,declare-exact");
     for r in Reading::ALL {
         assert!(g.capabilities().reading(r).is_exact(), "{r:?}");
     }
@@ -160,7 +156,7 @@ fn declare_exact_keeps_the_quirks() {
         "what the device cannot do stays impossible"
     );
     g.free(a).unwrap();
-    let mut r = gpu("rx7900xtx-rocm5.4,declare-exact");
+    let r = gpu("rx7900xtx-rocm5.4,declare-exact");
     assert_eq!(
         r.graph_pool_memory().unwrap().used,
         Some(0),
@@ -170,7 +166,7 @@ fn declare_exact_keeps_the_quirks() {
 
 #[test]
 fn stale_lag_keeps_absent_readings_absent() {
-    let mut g = gpu("arc-b580-nosysman,stale-free,declare-exact");
+    let g = gpu("arc-b580-nosysman,stale-free,declare-exact");
     g.synchronize().unwrap();
     g.synchronize().unwrap();
     assert_eq!(g.raw_driver_memory().free, None, "never a substituted 0");
@@ -181,8 +177,8 @@ fn stale_lag_keeps_absent_readings_absent() {
 fn absurd_outside_memory_reads_as_a_full_device() {
     // `other=` and `graphics=` are user input: a figure beyond the device is a full device,
     // not an arithmetic overflow.
-    let mut g = gpu("rtx4090,other=18446744073709551615,graphics=18446744073709551615");
-    assert_eq!(free_after_sync(&mut g), Some(0));
+    let g = gpu("rtx4090,other=18446744073709551615,graphics=18446744073709551615");
+    assert_eq!(free_after_sync(&g), Some(0));
     assert_eq!(g.truth().free, 0);
     assert!(matches!(
         g.allocate(M),

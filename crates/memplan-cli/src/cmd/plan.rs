@@ -98,7 +98,7 @@ fn target(a: &Flags) -> Result<Target, Error> {
             "pass a device (e.g. sim:rtx4090, cuda:0) or --total-memory",
         ));
     };
-    let mut dev = memplan::open(id)?;
+    let dev = memplan::open(id)?;
     dev.synchronize()?;
     let driver: DriverMemory = dev.driver_memory()?;
     let usable = usable_memory(dev.descriptor()).filter(|_| driver.total.is_none());

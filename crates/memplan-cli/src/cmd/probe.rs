@@ -63,10 +63,10 @@ pub struct ProbeReport {
 }
 
 /// Open the device and gather the report.
-pub fn gather(id: &str) -> Result<(Box<dyn Device>, ProbeReport), memplan::Error> {
-    let mut dev = memplan::open(id)?;
+pub fn gather(id: &str) -> Result<(Device, ProbeReport), memplan::Error> {
+    let dev = memplan::open(id)?;
     let own = OwnAccounting::default();
-    let memory = snapshot(dev.as_mut(), Some(&own))?;
+    let memory = snapshot(&dev, Some(&own))?;
     let report = ProbeReport {
         device: id.to_string(),
         descriptor: DescriptorView::from(dev.descriptor()),
@@ -118,9 +118,9 @@ pub fn table(r: &ProbeReport) -> String {
 
 /// Run `memplan probe`.
 pub fn run(args: Args) -> Result<Report, Failure> {
-    let (mut dev, mut report) = gather(&args.device)?;
+    let (dev, mut report) = gather(&args.device)?;
     if args.calibrate {
-        report.calibration = Some(memplan_planner::calibrate(dev.as_mut())?);
+        report.calibration = Some(memplan_planner::calibrate(&dev)?);
     }
     let json = serde_json::to_value(&report).map_err(|e| Failure::of("internal", e.to_string()))?;
     Ok(Report::new(schema::PROBE, json, table(&report)))

@@ -33,7 +33,7 @@ pub(super) fn diff(a: Option<i64>, b: Option<i64>) -> Option<i64> {
 }
 
 /// Allocate each size, read free before/after (with and without a synchronize), free, read.
-pub(super) fn driver_free(device: &mut dyn Device, sizes: &[u64]) -> Result<Observed> {
+pub(super) fn driver_free(device: &Device, sizes: &[u64]) -> Result<Observed> {
     let mut ev = Vec::new();
     let (mut immediate_ok, mut synced_ok, mut any_absent, mut never_moved) =
         (true, true, false, true);
@@ -162,10 +162,7 @@ pub(super) fn driver_free(device: &mut dyn Device, sizes: &[u64]) -> Result<Obse
 /// Unified memory: the driver's readings may come from the wrong pool (an aperture). Allocate
 /// more than free memory says is left: if that succeeds, free and total describe a pool the
 /// device does not allocate from.
-pub(super) fn unified_pool(
-    device: &mut dyn Device,
-    cal: &mut ProfilingCapability,
-) -> Result<Vec<Verdict>> {
+pub(super) fn unified_pool(device: &Device, cal: &mut ProfilingCapability) -> Result<Vec<Verdict>> {
     if !cal.facts.unified_memory {
         return Ok(Vec::new());
     }
@@ -217,7 +214,7 @@ pub(super) fn unified_pool(
 
 /// Driver total: present, constant, and never below free.
 pub(super) fn driver_total(
-    device: &mut dyn Device,
+    device: &Device,
     cal: &mut ProfilingCapability,
     start: &DriverMemory,
 ) -> Result<Verdict> {

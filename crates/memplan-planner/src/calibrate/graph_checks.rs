@@ -30,7 +30,7 @@ pub(super) fn fact(
     }
 }
 
-pub(super) fn free(device: &mut dyn Device, sync: bool) -> Result<Option<i64>> {
+pub(super) fn free(device: &Device, sync: bool) -> Result<Option<i64>> {
     if sync {
         device.synchronize()?;
     }
@@ -73,8 +73,8 @@ struct Recorded {
 /// Record the calibration graph: with an allocation node when `with_node`, falling back to
 /// none when the device cannot record one (a runtime without stream-ordered allocation); the
 /// baseline is read right before the capture that is kept.
-fn record_graph(device: &mut dyn Device, with_node: Result<(), String>) -> Result<Recorded> {
-    let recorded = |device: &mut dyn Device, alloc_node: u64, no_node: Option<String>| {
+fn record_graph(device: &Device, with_node: Result<(), String>) -> Result<Recorded> {
+    let recorded = |device: &Device, alloc_node: u64, no_node: Option<String>| {
         let f0 = free(device, true)?;
         let p0 = device.graph_pool_memory()?;
         let work = CaptureWork {
@@ -101,7 +101,7 @@ fn record_graph(device: &mut dyn Device, with_node: Result<(), String>) -> Resul
     recorded(device, 0, Some(no_node))
 }
 
-fn run_graph(device: &mut dyn Device, with_node: Result<(), String>) -> Result<GraphRun> {
+fn run_graph(device: &Device, with_node: Result<(), String>) -> Result<GraphRun> {
     let Recorded {
         graph: g,
         no_node,
@@ -136,10 +136,7 @@ fn run_graph(device: &mut dyn Device, with_node: Result<(), String>) -> Result<G
 }
 
 /// Graph capture, graph-pool attributes, graph release timing and per-capture memory.
-pub(super) fn graphs(
-    device: &mut dyn Device,
-    cal: &mut ProfilingCapability,
-) -> Result<Vec<Verdict>> {
+pub(super) fn graphs(device: &Device, cal: &mut ProfilingCapability) -> Result<Vec<Verdict>> {
     let declared_capture = cal.facts.graph_capture.clone();
     if !declared_capture.is_supported() {
         let pool = verdict_reading(

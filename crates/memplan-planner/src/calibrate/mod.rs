@@ -30,7 +30,7 @@ use memplan_core::{Device, Reading, Result};
 pub const SIZES: [u64; 3] = [64 * MIB, 256 * MIB, GIB];
 
 /// Calibrate a device with the default sizes. See the module docs.
-pub fn calibrate(device: &mut dyn Device) -> Result<CalibrationReport> {
+pub fn calibrate(device: &Device) -> Result<CalibrationReport> {
     let span = tracing::info_span!("calibrate", device = %device.descriptor().id);
     let _e = span.enter();
     let declared = device.capabilities().clone();

@@ -8,10 +8,7 @@ use super::graph_checks::{fact, free};
 use super::report::{Evidence, Status, Verdict};
 
 /// Reserve, map, unmap and release one granule.
-pub(super) fn virtual_memory(
-    device: &mut dyn Device,
-    cal: &mut ProfilingCapability,
-) -> Result<Verdict> {
+pub(super) fn virtual_memory(device: &Device, cal: &mut ProfilingCapability) -> Result<Verdict> {
     let declared = cal.facts.virtual_memory.clone();
     if !declared.is_supported() {
         return Ok(fact(
@@ -42,10 +39,12 @@ pub(super) fn virtual_memory(
         };
         let after = free(device, true);
         let unmapped = match mapped {
-            Ok(m) => device.virtual_memory().and_then(|vm| vm.unmap(m)),
+            Ok(m) => device.virtual_memory().and_then(|vm| Ok(vm.unmap(m)?)),
             Err(e) => Err(e),
         };
-        let released = device.virtual_memory().and_then(|vm| vm.release(range));
+        let released = device
+            .virtual_memory()
+            .and_then(|vm| Ok(vm.release(range)?));
         let (before, after) = (before?, after?);
         unmapped?;
         released?;

@@ -24,7 +24,7 @@
 
 mod recorder;
 
-use memplan_core::{Device, Error, MemoryInfo, ProfilingCapability, Result, SharedDevice};
+use memplan_core::{Error, MemoryInfo, ProfilingCapability, Result, SharedDevice};
 
 use crate::budget::Request;
 use crate::calibrate::{calibrate, CalibrationReport};
@@ -54,7 +54,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     /// with the calibrated capability; calibration downgrades become warnings. Call it before
     /// the engine allocates anything: calibration allocates a quarter of free memory at most.
     pub fn start(device: &SharedDevice, engine: &'e mut E) -> Result<Self> {
-        let report = calibrate(&mut device.clone())?;
+        let report = calibrate(&device.clone())?;
         let mut s = Self::begin(device, engine, report.calibrated.clone())?;
         for w in report.downgrade_warnings() {
             s.rec.warn(w);
@@ -72,10 +72,10 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     ) -> Result<Self> {
         let span = tracing::info_span!("baseline", device = %device.descriptor().id);
         let _e = span.enter();
-        let mut device = device.clone();
+        let device = device.clone();
         let e = engine.as_dyn();
         e.allocator().release_cached()?;
-        let baseline = memplan_core::protocol::snapshot(&mut device, Some(&*e.allocator()))?;
+        let baseline = memplan_core::protocol::snapshot(&device, Some(&*e.allocator()))?;
         tracing::info!(free = ?baseline.driver.free, total = ?baseline.driver.total, "baseline");
         Ok(Session {
             rec: Recorder::new(device, Profile::new(capability, baseline)),

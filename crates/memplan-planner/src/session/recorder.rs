@@ -46,7 +46,7 @@ impl Recorder {
 
     /// Synchronize and read every layer, with the engine's allocator.
     pub fn snap(&mut self, engine: &mut dyn Engine) -> Result<MemoryInfo> {
-        snapshot(&mut self.device, Some(&*engine.allocator()))
+        snapshot(&self.device, Some(&*engine.allocator()))
     }
 
     /// Close the quiet window since the last snapshot: non-allocator change there is foreign.

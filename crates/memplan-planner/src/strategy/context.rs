@@ -62,8 +62,8 @@ impl<'s> GraphContext<'s> {
     }
 
     /// The device (for virtual-memory operations).
-    pub fn device(&mut self) -> &mut dyn Device {
-        &mut self.session.device
+    pub fn device(&self) -> &Device {
+        &self.session.device
     }
 
     /// The snapshot the phase started from.
@@ -124,7 +124,7 @@ impl<'s> GraphContext<'s> {
     /// Destroy every graph captured so far, release their pool and synchronize, in the middle
     /// of a phase (a sample that must not share its pool with the next one).
     pub fn release_graphs(&mut self) -> Result<()> {
-        release_all(self.engine, &mut self.session.device)
+        release_all(self.engine, &self.session.device)
     }
 
     /// Graph memory in a window: from the driver when its free reading measures this process,
@@ -159,7 +159,7 @@ impl<'s> GraphContext<'s> {
         let span = tracing::info_span!("teardown");
         let _e = span.enter();
         self.armed = false;
-        release_all(self.engine, &mut self.session.device)?;
+        release_all(self.engine, &self.session.device)?;
         let after = self.session.snap(self.engine)?;
         self.check_restored(&after);
         Ok(after)
@@ -220,7 +220,7 @@ impl<'s> GraphContext<'s> {
 
 /// Destroy the engine's graphs, synchronize (deferred releases complete there; done even when
 /// the engine's release failed) and trim the device's graph pool where the device has one.
-fn release_all(engine: &mut dyn Engine, device: &mut dyn Device) -> Result<()> {
+fn release_all(engine: &mut dyn Engine, device: &Device) -> Result<()> {
     let released = engine.release_graphs();
     let synced = device.synchronize();
     let trimmed = match device.graph_capture() {
