@@ -21,13 +21,17 @@
 //!   reaches `t` (a tick already passed applies at the next synchronize). Deferred graph
 //!   releases and the stale-free lag also advance at synchronize. [`SimGpu::truth`] gives the
 //!   real numbers ([`GroundTruth`]) for tests and oracles.
-//! - `impl Device for SimGpu`: `driver_memory` / `graph_pool_memory` obey the quirks, and a
-//!   reading the declaration calls unavailable is returned as `None` (a backend does not source
-//!   what it cannot trust); [`SimGpu::raw_driver_memory`] / [`SimGpu::raw_graph_pool_memory`]
-//!   show the unmasked vendor values. `allocate` rounds physical use up to 2 MiB (like
-//!   cuMemAlloc) and reports the bytes asked for. `GraphCapture` and `VirtualMemory` are
-//!   available where the platform supports them, `Error::Unsupported` otherwise.
-//!   `synchronize`, raw allocations and replays during a capture fail (global capture mode).
+//! - `impl HalDevice for SimGpu` (the raw primitives every backend implements; the core's
+//!   `Device` keeps the books: [`SimGpu::device`] wraps a GPU in one): `driver_memory` /
+//!   `graph_pool_memory` obey the quirks, and a reading the declaration calls unavailable is
+//!   returned as `None` (a backend does not source what it cannot trust);
+//!   [`SimGpu::raw_driver_memory`] / [`SimGpu::raw_graph_pool_memory`] show the unmasked vendor
+//!   values. `allocate` rounds physical use up to 2 MiB (like cuMemAlloc). `HalGraphs` and
+//!   `HalVirtualMemory` are available where the platform supports them, `Error::Unsupported`
+//!   otherwise; reservations get addresses (from `0x7f00_0000_0000`), physical memory is taken
+//!   when created, and [`SimGpu::mappings`] lists what is mapped where. Like a driver, the
+//!   simulator refuses a call on something it did not hand out. `synchronize`, raw allocations
+//!   and replays during a capture fail (global capture mode).
 //! - [`SimAllocator`] (`Clone + AllocatorView`, one per GPU): PyTorch-like caching allocator.
 //!   Requests round up to 512 B; requests <= 1 MiB come from 2 MiB small segments, larger ones
 //!   from segments rounded up to 2 MiB; free blocks are reused best-fit and split (when the

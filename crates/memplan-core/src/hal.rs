@@ -21,9 +21,9 @@
 //!   inside the primitive: a primitive that fails leaves nothing behind that the core does not
 //!   know of.
 //! - **Never panic** (nothing may unwind across the vendor library). Every error names the
-//!   vendor call and its code ([`Error::DriverCall`](crate::Error::DriverCall)); an allocation
-//!   the device cannot satisfy is [`Error::OutOfMemory`](crate::Error::OutOfMemory) naming the
-//!   call; an operation the device lacks is [`Error::Unsupported`](crate::Error::Unsupported)
+//!   vendor call and its code ([`Error::DriverCall`]); an allocation
+//!   the device cannot satisfy is [`Error::OutOfMemory`] naming the
+//!   call; an operation the device lacks is [`Error::Unsupported`]
 //!   with the reason.
 //! - **Trust the caller.** Sizes arrive non-zero, offsets and sizes of virtual-memory calls are
 //!   multiples of [`HalVirtualMemory::granularity`], addresses lie in live reservations, and no
@@ -64,8 +64,7 @@ pub trait HalDevice: Any + Send {
         Ok(GraphPoolMemory::default())
     }
 
-    /// Wait for all work on the device (and deferred releases) to finish, as far as the
-    /// capability's `synchronize` fact says this device can.
+    /// Wait for all work on the device (and deferred releases) to finish.
     fn synchronize(&mut self) -> Result<()>;
 
     /// Allocate `bytes` (> 0) of device memory directly from the driver, no caching
