@@ -29,10 +29,11 @@ impl HalVirtualMemory for SimGpu {
             b.saturating_add(*n).saturating_add(GRANULARITY)
         });
         if base.checked_add(bytes).is_none() {
-            return Err(Error::OutOfMemory {
-                call: "sim reserve".into(),
-                requested: bytes,
-            });
+            // Not a shortage of memory: no such range exists in a 64-bit address space.
+            return Err(Error::invalid(
+                "bytes",
+                format!("sim driver: {bytes} bytes do not fit in the address space"),
+            ));
         }
         s.vmm_ranges.insert(base, bytes);
         Ok(base)
