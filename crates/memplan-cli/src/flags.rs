@@ -77,6 +77,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn not_one_block_names_no_flag_that_may_not_apply() {
+        let e = Error::does_not_fit(Refusal::RequestDoesNotFit {
+            max_model_len: 4096,
+            blocks_per_request: 256,
+            usable_blocks: 0,
+            kv_bytes: 1024,
+            max_model_len_fit: None,
+        });
+        let d = describe(&e);
+        assert!(
+            d.contains("give the KV cache more memory")
+                && d.contains("--kv-cache-memory-bytes")
+                && !d.contains("lower --max-num-batched-tokens or raise"),
+            "{d}"
+        );
+    }
+
+    #[test]
     fn refusals_name_the_flags_that_would_fit() {
         let e = Error::does_not_fit(Refusal::RequestDoesNotFit {
             max_model_len: 200_000,

@@ -634,3 +634,24 @@ fn rust_log_is_honoured() {
         .unwrap();
     assert!(!String::from_utf8_lossy(&out.stderr).contains("INFO"));
 }
+
+#[test]
+fn a_run_that_ends_early_gives_no_empty_reason() {
+    let shipped = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../memplan-testbed/scenarios/fp8-24g.toml"
+    ))
+    .unwrap();
+    // Weights larger than the device: the run ends at load_weights, before any choice.
+    let text = shipped.replace("weights = \"2.88GiB\"", "weights = \"30GiB\"");
+    let path = std::env::temp_dir().join(format!("memplan-early-{}.toml", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    let out = run(&["simulate", "--scenario", path.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&path);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(matches!(out.status.code(), Some(0 | 1)), "{stdout}");
+    assert!(
+        !stdout.contains("because \n") && !stdout.trim_end().ends_with("because"),
+        "{stdout}"
+    );
+}

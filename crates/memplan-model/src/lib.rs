@@ -183,6 +183,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_checkpoint_file_or_a_special_file_is_refused_unread() {
+        let dir = std::env::temp_dir().join(format!("memplan-model-st-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // A sparse 3 GB file: named as a checkpoint, never read.
+        let f = std::fs::File::create(dir.join("model.safetensors")).unwrap();
+        f.set_len(3 << 30).unwrap();
+        let e = Model::load(dir.join("model.safetensors").to_str().unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("safetensors checkpoint") && e.contains("config.json"),
+            "{e}"
+        );
+        let e = Model::load("/dev/zero").unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn loads_a_directory_with_its_checkpoint_headers() {
         let dir = std::env::temp_dir().join(format!("memplan-model-dir-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
