@@ -1,8 +1,9 @@
 //! # memplan-cli
 //!
-//! The `memplan` command line, as a library and a binary. The binary (`src/main.rs`) only
-//! parses, sets up logging, prints and exits; everything else is here, so other front ends
-//! (the Python package) get exactly the CLI's `--json` output from [`run_json`].
+//! The `memplan` command line, as a library and a binary. The binary (`src/main.rs`) is
+//! [`main_with`]: it only parses, sets up logging, prints and exits; everything else is here,
+//! so other front ends (the Python package) get exactly the CLI's `--json` output from
+//! [`run_json`], and its `memplan` script runs [`main_with`] itself.
 //!
 //! ## The contract ([`contract`])
 //!
@@ -17,6 +18,7 @@
 //!
 //! One file per subcommand under [`cmd`]; [`cli`] holds the clap definitions.
 
+mod binary;
 pub mod cli;
 pub mod cmd;
 pub mod contract;
@@ -26,6 +28,7 @@ pub mod output;
 use clap::Parser;
 use serde_json::Value;
 
+pub use binary::main_with;
 pub use cli::{Cli, Command};
 pub use contract::{ExitClass, Failure};
 

@@ -1,0 +1,71 @@
+//! The binary's behaviour as a function: parse, set up logging, run ([`crate::execute`]),
+//! print, return the contract's exit code (0 success, 1 failure, 2 usage). Nothing here
+//! panics on a closed or full stdout. `src/main.rs` and the Python package's `memplan`
+//! script both call [`main_with`].
+
+use std::ffi::OsString;
+
+use clap::Parser;
+
+use crate::output::{eprint_line, json_text, write_stdout, Written};
+use crate::{cli, execute, parse_failure, Cli, Failure};
+
+/// Run the command line `args` (the first is the program name) as the `memplan` binary
+/// does, printing to stdout and stderr; return the exit code.
+pub fn main_with<I, T>(args: I) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let json = cli::wants_json(args.iter().skip(1));
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(c) => c,
+        Err(e) => return parse_error(&e, json),
+    };
+    crate::output::init_logging(cli.log.as_deref());
+    let json = cli.command.json();
+    match execute(cli.command) {
+        Ok(report) => {
+            let text = if json {
+                json_text(&report.json)
+            } else {
+                report.text
+            };
+            match write_stdout(&text) {
+                Ok(_) => 0,
+                Err(f) => fail(&f, false),
+            }
+        }
+        Err(f) => fail(&f, json),
+    }
+}
+
+/// Report a failure (one line on stderr; the JSON envelope on stdout with `--json`) and
+/// return its exit code.
+fn fail(f: &Failure, json: bool) -> u8 {
+    eprint_line(&format!("memplan: error: {}", f.message));
+    if json && write_stdout(&json_text(&f.json())) == Ok(Written::Closed) {
+        // The reader is gone; the exit code still tells.
+    }
+    f.class.code()
+}
+
+fn parse_error(e: &clap::Error, json: bool) -> u8 {
+    match parse_failure(e) {
+        // --help, --version: clap's text on stdout, exit 0.
+        None => match write_stdout(&e.render().to_string()) {
+            Ok(_) => 0,
+            Err(f) => fail(&f, false),
+        },
+        Some(f) if json => fail(&f, true),
+        Some(f) => {
+            // clap's own rendering (usage and hints) for people.
+            let text = e.render().to_string();
+            for line in text.trim_end().lines() {
+                eprint_line(line);
+            }
+            f.class.code()
+        }
+    }
+}
