@@ -1,0 +1,265 @@
+"""memplan from Python: how much GPU memory can an inference engine's KV cache take, and how
+sure is that answer?
+
+Every function here runs the ``memplan`` command line's own code, in this process, and
+returns the same JSON it prints with ``--json``, as plain Python data (same keys, same
+``"schema"`` version)::
+
+    >>> import memplan
+    >>> p = memplan.plan(model="qwen2.5-1.5b-instruct", device="sim:rtx4090")
+    >>> p["kv_cache_tokens"] > 0
+    True
+    >>> p["engine_args"]["vllm"]          # flags that pin the same KV budget in vLLM
+    '--kv-cache-memory-bytes ... --max-model-len 32768 ...'
+
+Failures raise :class:`MemplanError` (subclasses :class:`UsageError`,
+:class:`MeasurementError`, :class:`DoesNotFitError`, :class:`InternalError`), never a bare
+``RuntimeError`` and never a Rust panic.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+from . import _native
+from ._errors import (
+    DoesNotFitError,
+    InternalError,
+    MeasurementError,
+    MemplanError,
+    UsageError,
+    from_envelope,
+)
+
+__all__ = [
+    "plan",
+    "probe",
+    "devices",
+    "backends",
+    "simulate",
+    "main",
+    "MemplanError",
+    "UsageError",
+    "MeasurementError",
+    "DoesNotFitError",
+    "InternalError",
+    "__version__",
+]
+
+__version__: str = _native.__version__
+
+#: A value for one engine flag: a number, a string (byte flags also take units such as
+#: ``"20GiB"``), a bool for a switch (``enforce_eager=True``), or a list for a comma-separated
+#: flag (``cudagraph_capture_sizes=[1, 2, 4]``). ``None`` leaves the CLI's default.
+FlagValue = Union[str, int, float, bool, Sequence[Union[str, int]], None]
+
+# Switches the API sets itself; passing them as keywords would change the output format.
+_RESERVED = frozenset({"json", "emit_args", "help", "version", "log"})
+
+
+def _run(argv: List[str], keywords: Optional[Dict[str, FlagValue]] = None) -> Any:
+    """Run one CLI invocation (``--json`` already in ``argv``) and decode its answer.
+    ``keywords``: the Python keywords behind the flags, to name them in a usage error."""
+    code, text = _native.run_json(argv)
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise InternalError(
+            f"memplan {' '.join(argv)} exited {code} with output that is not JSON: {text[:200]!r}",
+            kind="internal",
+            exit_code=code,
+        ) from None
+    if code == 0:
+        return data
+    error = from_envelope(code, data)
+    for key in keywords or {}:
+        flag = "--" + key.replace("_", "-")
+        if isinstance(error, UsageError) and f"unexpected argument '{flag}" in error.message:
+            error.message = f"unknown keyword {key}= (`memplan {argv[0]}` has no {flag})"
+            error.args = (error.message,)
+    raise error
+
+
+def _flag_args(flags: Dict[str, FlagValue]) -> List[str]:
+    """Keyword arguments as CLI flags: ``max_model_len=4096`` -> ``--max-model-len=4096``."""
+    out: List[str] = []
+    for key, value in flags.items():
+        if key in _RESERVED:
+            raise UsageError(
+                f"{key}=: memplan sets this itself (the API always returns the JSON answer)",
+                kind="usage",
+                exit_code=2,
+            )
+        if not key.isidentifier() or key.startswith("_"):
+            raise UsageError(f"{key!r} is not a flag name", kind="usage", exit_code=2)
+        name = "--" + key.replace("_", "-")
+        if value is None or value is False:
+            continue
+        if value is True:
+            out.append(name)
+        elif isinstance(value, (list, tuple)):
+            out.append(f"{name}={','.join(str(v) for v in value)}")
+        elif isinstance(value, float):
+            out.append(f"{name}={value!r}")
+        elif isinstance(value, (str, int, os.PathLike)):
+            out.append(f"{name}={os.fspath(value) if isinstance(value, os.PathLike) else value}")
+        else:
+            raise UsageError(
+                f"{key}={value!r}: expected a number, a string, a bool or a list",
+                kind="usage",
+                exit_code=2,
+            )
+    return out
+
+
+def plan(
+    model: Union[str, "os.PathLike[str]"],
+    device: Optional[str] = None,
+    *,
+    total_memory: Union[int, str, None] = None,
+    gpu_memory_utilization: Optional[float] = None,
+    kv_cache_memory_bytes: Union[int, str, None] = None,
+    dtype: Optional[str] = None,
+    kv_cache_dtype: Optional[str] = None,
+    quantization: Optional[str] = None,
+    max_model_len: Optional[int] = None,
+    max_num_seqs: Optional[int] = None,
+    max_num_batched_tokens: Optional[int] = None,
+    block_size: Optional[int] = None,
+    tensor_parallel_size: Optional[int] = None,
+    cudagraph_capture_sizes: Optional[Sequence[int]] = None,
+    enforce_eager: Optional[bool] = None,
+    graph_strategy: Optional[str] = None,
+    weights_bytes: Union[int, str, None] = None,
+    activation_bytes: Union[int, str, None] = None,
+    non_torch_bytes: Union[int, str, None] = None,
+    graph_bytes: Union[int, str, None] = None,
+    **engine_flags: FlagValue,
+) -> Dict[str, Any]:
+    """Plan the KV cache of ``model`` on ``device``: ``memplan plan --json``.
+
+    Args:
+        model: a shipped preset (``"qwen2.5-1.5b-instruct"``), a model directory with
+            ``config.json`` (safetensors headers give exact weights), a ``config.json`` path,
+            or whatever else ``memplan plan --model`` accepts.
+        device: ``"sim:rtx4090"``, ``"cuda:0"``, ... (:func:`devices` lists them); optional
+            with ``total_memory``.
+        total_memory: plan for a device of this total (bytes, or ``"79.19GiB"``).
+        gpu_memory_utilization: fraction of the device the engine may use, in (0, 1].
+        kv_cache_memory_bytes .. graph_bytes: as the CLI flags of the same name (vLLM's flag
+            names with underscores); byte values take ints or strings with units.
+        **engine_flags: any other ``memplan plan`` flag, spelled with underscores. A keyword
+            the CLI does not know raises :class:`UsageError`.
+
+    Every flag left ``None`` keeps the CLI's default, so the answer equals
+    ``memplan plan --json`` with the same flags.
+
+    Returns:
+        The plan as a dict with the keys of ``memplan plan --json`` (``"schema"``,
+        ``"kv_cache_tokens"``, ``"kv_cache_bytes"``, ``"num_blocks"``, ``"max_concurrency"``,
+        ``"engine_args"``, ``"figures"``, ``"warnings"``, ...).
+
+    Raises:
+        UsageError: a flag value out of range, an unknown model, device or keyword.
+        DoesNotFitError: the model does not fit the requested memory.
+        MeasurementError: the device could not be read.
+    """
+    flags: Dict[str, FlagValue] = {
+        "total_memory": total_memory,
+        "gpu_memory_utilization": gpu_memory_utilization,
+        "kv_cache_memory_bytes": kv_cache_memory_bytes,
+        "dtype": dtype,
+        "kv_cache_dtype": kv_cache_dtype,
+        "quantization": quantization,
+        "max_model_len": max_model_len,
+        "max_num_seqs": max_num_seqs,
+        "max_num_batched_tokens": max_num_batched_tokens,
+        "block_size": block_size,
+        "tensor_parallel_size": tensor_parallel_size,
+        "cudagraph_capture_sizes": cudagraph_capture_sizes,
+        "enforce_eager": enforce_eager,
+        "graph_strategy": graph_strategy,
+        "weights_bytes": weights_bytes,
+        "activation_bytes": activation_bytes,
+        "non_torch_bytes": non_torch_bytes,
+        "graph_bytes": graph_bytes,
+    }
+    flags.update(engine_flags)
+    argv = ["plan", f"--model={os.fspath(model)}"]
+    if device is not None:
+        argv.append(f"--device={device}")
+    argv += _flag_args(flags)
+    argv.append("--json")
+    result: Dict[str, Any] = _run(argv, engine_flags)
+    return result
+
+
+def probe(device: str, calibrate: bool = False) -> Dict[str, Any]:
+    """Read every memory layer of ``device`` and its declared capabilities:
+    ``memplan probe DEVICE --json``; with ``calibrate=True`` also calibrate (allocate known
+    sizes, capture a graph, map virtual memory) and confirm or downgrade each reading.
+
+    Returns the dict of ``memplan probe --json`` (``"device"``, ``"descriptor"``,
+    ``"memory"``, ``"derived"``, ``"capability"``, and ``"calibration"`` when calibrated).
+
+    Raises:
+        UsageError: an unknown device id.
+        MeasurementError: the backend is unavailable here or a reading failed.
+    """
+    argv = ["probe", "--json"]
+    if calibrate:
+        argv.append("--calibrate")
+    argv += ["--", device]
+    result: Dict[str, Any] = _run(argv)
+    return result
+
+
+def backends() -> Dict[str, Any]:
+    """Every compiled-in backend, available or not (with the reason): the whole answer of
+    ``memplan devices --json``, ``{"schema": ..., "backends": [...]}``."""
+    result: Dict[str, Any] = _run(["devices", "--json"])
+    return result
+
+
+def devices() -> List[Dict[str, Any]]:
+    """Every device of every available backend, as the device entries of
+    ``memplan devices --json`` (``"id"``, ``"name"``, ``"total_bytes"``, ``"properties"``).
+    Unavailable backends and their reasons are in :func:`backends`."""
+    return [d for b in backends()["backends"] for d in b.get("devices", [])]
+
+
+def simulate(
+    scenario: Union[str, "os.PathLike[str]"],
+    strategy: str = "auto",
+    seed: Optional[int] = None,
+) -> Dict[str, Any]:
+    """Run a whole engine start-up on a simulated device and judge each graph strategy
+    against the ground truth: ``memplan simulate --json``.
+
+    Args:
+        scenario: a shipped scenario name (``"fp8-24g"``) or a scenario TOML file.
+        strategy: ``auto``, ``all``, ``post-capture``, ``full``, ``sampled``, ``conservative``,
+            ``none`` or ``vllm-legacy``.
+        seed: the simulator's seed (``--seed``), where the CLI offers one; else the
+            scenario's own.
+
+    Raises:
+        UsageError: an unknown scenario or strategy, or a malformed scenario file.
+    """
+    argv = ["simulate", f"--scenario={os.fspath(scenario)}", f"--strategy={strategy}"]
+    if seed is not None:
+        argv.append(f"--seed={int(seed)}")
+    argv.append("--json")
+    result: Dict[str, Any] = _run(argv)
+    return result
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the ``memplan`` command line with ``argv`` (default: ``sys.argv[1:]``), printing
+    as the binary does; returns its exit code (0 success, 1 failure, 2 usage)."""
+    import sys
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    return int(_native.main(args))
