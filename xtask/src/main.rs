@@ -9,6 +9,8 @@
 //! - `matrix`: print the feature matrix.
 //! - `deps`: only the dependency rules.
 //! - `gpu-check`: build the pieces `scripts/gpu-check.sh` runs on an NVIDIA machine.
+//! - `python`: the Python package's wheel, built, installed in a fresh venv and tested (also a
+//!   step of `ci`).
 //!
 //! std only, so it builds before anything else and never pulls a vendor crate.
 
@@ -17,6 +19,7 @@ mod deps;
 mod gpu_check;
 mod matrix;
 mod prereq;
+mod python;
 mod run;
 
 use std::process::ExitCode;
@@ -41,10 +44,12 @@ tasks:
                      regenerate docs/strategy-comparison.md, every strategy on every
                      shipped scenario (or check it is current)
   gpu-check [ARGS]   build the GPU check bundle (see docs/gpu-check.md)
+  python             the Python package: clippy, wheel (maturin) in a fresh venv, pytest
   help               this text
 
 environment:
-  XTASK_ONLY=NAME    run only the matrix entry NAME in `ci`
+  XTASK_ONLY=NAME    run only the matrix entry NAME in `ci` (`python`: only the Python step)
+  PYTHON=PATH        the interpreter that creates the Python step's venv (default python3)
 ";
 
 fn main() -> ExitCode {
@@ -64,6 +69,7 @@ fn main() -> ExitCode {
         "capability-matrix" => conformance::capability_matrix(&args[1..]),
         "strategy-table" => conformance::strategy_table(&args[1..]),
         "gpu-check" => gpu_check::run(&args[1..]),
+        "python" => python::check(),
         "help" | "-h" | "--help" => {
             print!("{HELP}");
             Ok(())
@@ -119,6 +125,9 @@ fn ci() -> Result<(), String> {
         "example engine",
         &["cargo", "run", "-q", "-p", "memplan-example-engine"],
     )?;
+    if only.as_deref().is_none_or(|o| o == "python") {
+        python::check()?;
+    }
     deps::check()?;
     deps::package()?;
     deps::linkage()?;

@@ -48,12 +48,18 @@ pub const ENTRIES: &[Entry] = &[
     Entry {
         name: "default",
         why: "every crate with default features (CLI: sim + cuda)",
-        select: &["--workspace"],
+        // The Python package's crate has its own step (`cargo xtask python`).
+        select: &["--workspace", "--exclude", "memplan-python"],
     },
     Entry {
         name: "all-backends",
         why: "every crate, CLI with sim + cuda + rocm + xpu",
-        select: &["--workspace", "--all-features"],
+        select: &[
+            "--workspace",
+            "--exclude",
+            "memplan-python",
+            "--all-features",
+        ],
     },
 ];
 

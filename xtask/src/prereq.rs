@@ -43,7 +43,8 @@ fn missing() -> Vec<&'static str> {
     pkgs
 }
 
-fn is_root() -> bool {
+/// Whether this process runs as root (apt-get can install).
+pub fn is_root() -> bool {
     Command::new("id")
         .arg("-u")
         .output()
