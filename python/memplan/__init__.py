@@ -157,9 +157,9 @@ def plan(
     ``memplan plan --json`` with the same flags.
 
     Returns:
-        The plan as a dict with the keys of ``memplan plan --json`` (``"schema"``,
-        ``"kv_cache_tokens"``, ``"kv_cache_bytes"``, ``"num_blocks"``, ``"max_concurrency"``,
-        ``"engine_args"``, ``"figures"``, ``"warnings"``, ...).
+        The plan as a dict with the keys of ``memplan plan --json`` (``"schema":
+        "memplan.plan/1"``, ``"kv_cache_tokens"``, ``"kv_cache_bytes"``, ``"kv"``,
+        ``"consumers"``, ``"graph"``, ``"engine_args"``, ``"warnings"``, ...).
 
     Raises:
         UsageError: a flag value out of range, an unknown model, device or keyword.

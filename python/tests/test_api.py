@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, Dict
+
 import memplan
 from conftest import DEVICE, MODEL
 
@@ -11,8 +13,8 @@ def test_plan_has_the_headline_figures() -> None:
     assert isinstance(p, dict)
     assert p["schema"] == "memplan.plan/1"
     assert p["kv_cache_tokens"] > 0
-    assert p["num_blocks"] > 0 and p["block_size"] > 0
-    assert p["max_model_len"] > 0
+    assert p["kv"]["num_blocks"] > 0 and p["kv"]["tokens"] == p["kv_cache_tokens"]
+    assert p["limits"]["max_model_len"] > 0
     assert p["engine_args"]["vllm"].startswith("--kv-cache-memory-bytes ")
 
 
@@ -20,12 +22,12 @@ def test_plan_flags_change_the_answer_as_the_engine_would() -> None:
     base = memplan.plan(MODEL, DEVICE)
     fp8 = memplan.plan(MODEL, DEVICE, kv_cache_dtype="fp8")
     # an fp8 cache holds twice the tokens of a bf16 one in (about) the same bytes
-    assert fp8["kv_cache_dtype"] != base["kv_cache_dtype"]
+    assert fp8["kv_spec"]["dtype"] != base["kv_spec"]["dtype"]
     assert fp8["kv_cache_tokens"] > 1.9 * base["kv_cache_tokens"]
     lower = memplan.plan(MODEL, DEVICE, gpu_memory_utilization=0.5)
     assert lower["kv_cache_tokens"] < base["kv_cache_tokens"]
     short = memplan.plan(MODEL, DEVICE, max_model_len=4096, tensor_parallel_size=2)
-    assert short["max_model_len"] == 4096
+    assert short["limits"]["max_model_len"] == 4096
     assert short["tensor_parallel_size"] == 2
 
 
@@ -35,12 +37,16 @@ def test_plan_without_a_device_takes_a_total() -> None:
     assert p["kv_cache_tokens"] > 0
 
 
+def graphs(plan: Dict[str, Any]) -> int:
+    return int(next(c["bytes"] for c in plan["consumers"] if c["kind"] == "graphs"))
+
+
 def test_plan_switches_and_lists() -> None:
     eager = memplan.plan(MODEL, DEVICE, enforce_eager=True)
-    assert eager["graph_reserve_bytes"] == 0
+    assert graphs(eager) == 0
     sizes = memplan.plan(MODEL, DEVICE, cudagraph_capture_sizes=[1, 2, 4, 8])
     default = memplan.plan(MODEL, DEVICE)
-    assert sizes["graph_estimate_bytes"] < default["graph_estimate_bytes"]
+    assert 0 < graphs(sizes) < graphs(default)
     # False and None leave the CLI's default
     assert memplan.plan(MODEL, DEVICE, enforce_eager=False) == default
 
