@@ -15,6 +15,8 @@
 #   conformance  `memplan-conformance --device cuda:N` (when the bundle has it)
 #   torch   with PyTorch: memplan's free vs torch.cuda.mem_get_info (same moment, both contexts
 #           alive; must agree within 2 MiB) and the memory a torch.cuda.graph capture takes
+#   python_engine  with PyTorch and the bundle's wheel: torch_engine.py, memplan's engine hooks
+#           on torch.cuda, runs memplan.engine.start_up on cuda:N
 # Exit status: 0 when the report was written and every check that ran passed, 1 otherwise.
 set -u
 
@@ -159,11 +161,24 @@ else
   skip torch "PyTorch with CUDA not found for $PYTHON (use --python): free memory was not compared with torch.cuda.mem_get_info"
 fi
 
+# python_engine: the Python package's measured start-up with a PyTorch engine
+# (python/examples/torch_engine.py: memplan's engine hooks on torch.cuda), from the bundle's wheel.
+WHEEL="$(ls "$HERE"/memplan-*.whl 2>/dev/null | head -n 1)"
+if [ -z "$WHEEL" ] || [ ! -f "$HERE/torch_engine.py" ]; then
+  skip python_engine "this bundle has no memplan wheel or torch_engine.py (\`cargo xtask gpu-check\` adds them where maturin is installed)"
+elif ! "$PYTHON" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
+  skip python_engine "PyTorch with CUDA not found for $PYTHON (use --python): the Python engine hooks were not run"
+elif ! "$PYTHON" -m pip install --quiet --no-deps --target "$WORK/pylib" "$WHEEL" >"$WORK/pip.log" 2>&1; then
+  skip python_engine "pip could not install $(basename "$WHEEL") for $PYTHON: $(tail -n 1 "$WORK/pip.log")"
+else
+  step python_engine env PYTHONPATH="$WORK/pylib" "$PYTHON" "$HERE/torch_engine.py" --device "$DEVICE"
+fi
+
 # Stderr of each step goes into the report too, as its own text piece.
 pieces=()
 pieces+=("probe_mode=$WORK/probe_mode")
 [ -f "$WORK/conformance.report" ] && pieces+=("conformance.report=$WORK/conformance.report")
-for name in env tests devices probe graphs conformance torch; do
+for name in env tests devices probe graphs conformance torch python_engine; do
   [ -f "$WORK/$name" ] || continue   # ran (with an .rc) or skipped (without one)
   pieces+=("$name=$WORK/$name")
   [ -s "$WORK/$name.err" ] && pieces+=("$name.stderr=$WORK/$name.err")

@@ -14,7 +14,8 @@ returns the same JSON it prints with ``--json``, as plain Python data (same keys
 
 Failures raise :class:`MemplanError` (subclasses :class:`UsageError`,
 :class:`MeasurementError`, :class:`DoesNotFitError`, :class:`InternalError`), never a bare
-``RuntimeError`` and never a Rust panic.
+``RuntimeError`` and never a Rust panic. The measured start-up from a Python engine lives in
+:mod:`memplan.engine`.
 """
 
 from __future__ import annotations

@@ -96,7 +96,7 @@ _MEASUREMENT_KINDS = (
 
 def _class_for(kind: str, exit_code: int) -> Type[MemplanError]:
     k = kind.lower().replace("_", "-")
-    if k in ("internal", "panic"):
+    if k in ("internal", "panic", "bug"):
         return InternalError
     if exit_code == 2 or k in ("usage", "unknown-device"):
         return UsageError

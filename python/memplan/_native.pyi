@@ -1,6 +1,6 @@
 """Type stubs of the native module (PyO3). Use the functions of :mod:`memplan` instead."""
 
-from typing import Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 __version__: str
 
@@ -16,3 +16,65 @@ def main(argv: Sequence[str]) -> int:
 def _panic_for_test(message: str) -> Tuple[int, str]:
     """Panic inside the wrapper every call runs in; returns the ``internal`` envelope."""
 
+class SimDevice:
+    """One simulated GPU (``sim:rtx4090``, ``sim:mi300x,other=4GiB``, ...)."""
+
+    def __init__(self, id: str, private: bool = False) -> None: ...
+    @property
+    def id(self) -> str: ...
+    @property
+    def total_bytes(self) -> Optional[int]: ...
+    def allocator(self) -> "SimAllocator":
+        """The caching allocator an engine allocates from on this GPU (one per GPU)."""
+    def allocate(self, bytes: int) -> int:
+        """Allocate outside the allocator (a library workspace); a handle for ``free``."""
+    def free(self, handle: int) -> None: ...
+    def set_other_processes(self, bytes: int) -> None:
+        """Memory other processes hold on this GPU."""
+
+class SimAllocator:
+    """A PyTorch-like caching allocator on a simulated GPU."""
+
+    def malloc(self, bytes: int) -> int: ...
+    def free(self, handle: int) -> None: ...
+    def empty_cache(self) -> None: ...
+    def memory_stats(self) -> Dict[str, int]:
+        """``{"reserved", "allocated", "peak_allocated"}`` in bytes."""
+    def reset_peak(self) -> None: ...
+    def begin_graph_capture(self) -> None: ...
+    def end_graph_capture(
+        self, kernel_nodes: int, intermediate_bytes: int, alloc_node_bytes: int = 0
+    ) -> int: ...
+    def abort_graph_capture(self) -> None: ...
+    def destroy_graph(self, handle: int) -> None: ...
+    def release_private_pools(self) -> None: ...
+    @property
+    def live_graphs(self) -> int: ...
+
+class KvRange:
+    """The KV cache's address range after a post-capture start-up."""
+
+    @property
+    def address(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def mapped_bytes(self) -> int: ...
+    @property
+    def released(self) -> bool: ...
+    def release(self) -> None: ...
+
+def start_up(
+    device: Union[str, SimDevice],
+    engine: Any,
+    *,
+    model: str,
+    gpu_memory_utilization: Optional[float] = ...,
+    kv_cache_memory_bytes: Optional[int] = ...,
+    kv_cache_dtype: Optional[str] = ...,
+    block_size: int = ...,
+    tensor_parallel_size: int = ...,
+    max_model_len: Optional[int] = ...,
+    max_num_batched_tokens: int = ...,
+    graph_strategy: Optional[str] = ...,
+) -> Tuple[str, str, Optional[KvRange]]: ...

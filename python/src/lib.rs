@@ -7,6 +7,12 @@
 //! (for `run_json`) or exit code 101 with the message on stderr (for `main`), which the
 //! Python layer raises as `memplan.InternalError`. The GIL is released while memplan works.
 
+mod errors;
+mod hooks;
+#[cfg(feature = "sim")]
+mod sim;
+mod startup;
+
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use pyo3::prelude::*;
@@ -82,5 +88,12 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run_json, m)?)?;
     m.add_function(wrap_pyfunction!(main, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_test, m)?)?;
+    m.add_function(wrap_pyfunction!(startup::start_up, m)?)?;
+    m.add_class::<startup::PyKvRange>()?;
+    #[cfg(feature = "sim")]
+    {
+        m.add_class::<sim::SimDevice>()?;
+        m.add_class::<sim::SimAllocator>()?;
+    }
     Ok(())
 }

@@ -9,6 +9,8 @@
 //!   `#[ignore = "needs an NVIDIA GPU"]` tests the script runs with `--ignored`,
 //! - `memplan-conformance`: the backend conformance suite with `cuda` (optional: left out,
 //!   with a warning, when it does not build),
+//! - `memplan-*.whl` and `torch_engine.py`: the Python package and its PyTorch engine (the
+//!   `python_engine` step), where `maturin` is installed (left out, with a warning, else),
 //! - `gpu-check.sh`: the script itself.
 //!
 //! Copy the folder to the GPU machine and run `./gpu-check.sh`; see `docs/gpu-check.md`.
@@ -172,6 +174,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
             &out.join(exe("memplan-conformance")),
         )?;
     }
+    python_wheel(&root, &out, release);
     copy(
         &root.join("scripts").join("gpu-check.sh"),
         &out.join("gpu-check.sh"),
@@ -182,6 +185,39 @@ pub fn run(args: &[String]) -> Result<(), String> {
         out.display()
     );
     Ok(())
+}
+
+/// The Python package's wheel and its PyTorch engine, for the `python_engine` step. Optional:
+/// without `maturin` (pip install maturin) the bundle has no wheel and the script skips the
+/// step, saying why.
+fn python_wheel(root: &Path, out: &Path, release: bool) {
+    let manifest = root.join("python").join("Cargo.toml");
+    let mut argv = vec!["build".to_string(), "--quiet".to_string()];
+    if release {
+        argv.push("--release".to_string());
+    }
+    argv.extend([
+        "-m".to_string(),
+        manifest.display().to_string(),
+        "-o".to_string(),
+        out.display().to_string(),
+    ]);
+    let built = Command::new("maturin")
+        .args(&argv)
+        .status()
+        .map(|s| s.success());
+    let example = root.join("python").join("examples").join("torch_engine.py");
+    match built {
+        Ok(true) => {
+            if let Err(e) = copy(&example, &out.join("torch_engine.py")) {
+                println!("warning: gpu-check: {e}");
+            }
+        }
+        Ok(false) => println!("warning: gpu-check: `maturin build` failed: the bundle has no Python wheel"),
+        Err(e) => println!(
+            "warning: gpu-check: maturin not found ({e}): the bundle has no Python wheel (pip install maturin)"
+        ),
+    }
 }
 
 fn exe(name: &str) -> String {

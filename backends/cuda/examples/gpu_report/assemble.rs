@@ -99,6 +99,7 @@ fn checks(p: &Map<String, Value>) -> Value {
         "graph_samples_all_ran": verdict("graphs", "/graphs/all_samples_ran"),
         "graph_pool_covers_alloc_nodes": verdict("graphs", "/graphs/all_pool_windows_cover_alloc_nodes"),
         "free_within_2mib_of_torch": verdict("torch", "/free_compare/within_2mib"),
+        "python_engine_start_up": verdict("python_engine", "/start_up_ok"),
     })
 }
 
@@ -165,6 +166,22 @@ mod tests {
             checks(&Map::new())["calibration_confirms_declared"],
             Value::Null
         );
+    }
+
+    #[test]
+    fn python_engine_verdict() {
+        let ok = checks(&pieces(json!({
+            "python_engine": { "rc": 0, "output": { "start_up_ok": true } },
+        })));
+        assert_eq!(ok["python_engine_start_up"], json!(true));
+        let crashed = checks(&pieces(json!({
+            "python_engine": { "rc": 1, "output": "Traceback ..." },
+        })));
+        assert_eq!(crashed["python_engine_start_up"], json!(false));
+        let skipped = checks(&pieces(json!({
+            "python_engine": { "rc": null, "output": "skipped: no wheel" },
+        })));
+        assert_eq!(skipped["python_engine_start_up"], Value::Null);
     }
 
     #[test]

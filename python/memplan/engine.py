@@ -1,0 +1,197 @@
+"""The measured start-up from a Python engine: memplan's engine hooks as a Python class.
+
+An engine subclasses :class:`Engine` and implements the hooks; memplan runs the start-up in
+its own order (release cached memory, baseline; load weights; profile run; graph phase with a
+strategy chosen from the device's capabilities, teardown on every path; plan) and calls back
+into the engine at each step. The engine keeps control of *what* runs, memplan of *when* it is
+measured.
+
+How a PyTorch engine maps the hooks (the GPU check runs this mapping on real hardware)::
+
+    memory_stats()    -> s = torch.cuda.memory_stats(dev)
+                         {"reserved": s["reserved_bytes.all.current"],
+                          "allocated": s["allocated_bytes.all.current"],
+                          "peak_allocated": s["allocated_bytes.all.peak"]}
+    release_cached()  -> torch.cuda.synchronize(); torch.cuda.empty_cache()
+    reset_peak()      -> torch.cuda.reset_peak_memory_stats(dev)
+    load_weights()    -> model.to(dev)            (or the engine's loader)
+    profile_run()     -> one forward pass at max_num_batched_tokens + the sampler,
+                         then torch.cuda.empty_cache() as engines do
+    graph_sizes()     -> the capture sizes, largest first (vLLM's cudagraph_capture_sizes)
+    warm_up(n)        -> one eager forward pass at batch size n
+    capture_graph(n)  -> g = torch.cuda.CUDAGraph()
+                         with torch.cuda.graph(g, pool=self.pool): forward(static_inputs[n])
+                         self.graphs.append(g)    (self.pool = torch.cuda.graph_pool_handle())
+    release_graphs()  -> del self.graphs[:]; self.pool = None; gc.collect();
+                         torch.cuda.synchronize(); torch.cuda.empty_cache()
+
+memplan reads the device's own free memory (the driver, ``torch.cuda.mem_get_info``'s
+source) around each step; a PyTorch engine's ``torch.cuda.mem_get_info()`` must agree with
+``memplan.probe("cuda:0")["memory"]["driver"]["free"]`` to within a few MiB (the GPU check
+verifies it).
+
+Without a GPU, :class:`SimDevice` is a simulated GPU and :meth:`SimDevice.allocator` the
+caching allocator a Python engine allocates from on it (it behaves as PyTorch's: freed blocks
+stay cached, capture goes into a private pool), so the same engine code runs in tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Union
+
+from . import _native
+
+__all__ = ["Engine", "start_up", "StartUp", "KvRange", "SimDevice", "SimAllocator", "AllocatorStats"]
+
+#: ``{"reserved": int, "allocated": int, "peak_allocated": int}``, bytes.
+AllocatorStats = Dict[str, int]
+
+SimDevice = _native.SimDevice
+SimAllocator = _native.SimAllocator
+KvRange = _native.KvRange
+
+
+class Engine:
+    """The hooks an engine implements so memplan can measure its start-up.
+
+    Required: :meth:`memory_stats`, :meth:`release_cached`, :meth:`reset_peak` (the allocator
+    view), :meth:`load_weights`, :meth:`profile_run`, and for an engine with graphs
+    :meth:`graph_sizes`, :meth:`capture_graph`, :meth:`release_graphs`. The rest are optional
+    knowledge. An exception raised by a hook stops the start-up after memplan's teardown and
+    is re-raised to the caller as it was.
+    """
+
+    # -- the allocator view ------------------------------------------------------------
+    def memory_stats(self) -> AllocatorStats:
+        """The caching allocator now: bytes ``reserved`` (held from the driver, cached or in
+        use), ``allocated`` (in use) and ``peak_allocated`` since :meth:`reset_peak`."""
+        raise NotImplementedError("memory_stats")
+
+    def release_cached(self) -> None:
+        """Give every cached, unused block back to the driver (``torch.cuda.empty_cache``)."""
+        raise NotImplementedError("release_cached")
+
+    def reset_peak(self) -> None:
+        """Reset ``peak_allocated`` to ``allocated``."""
+        raise NotImplementedError("reset_peak")
+
+    # -- the engine's own steps --------------------------------------------------------
+    def load_weights(self) -> None:
+        """Load the model's weights onto the device."""
+        raise NotImplementedError("load_weights")
+
+    def profile_run(self) -> None:
+        """Run the largest step the engine will run (the activation peak)."""
+        raise NotImplementedError("profile_run")
+
+    # -- graphs ------------------------------------------------------------------------
+    def graph_sizes(self) -> List[int]:
+        """Batch sizes the engine captures, in capture order (largest first); empty for an
+        eager engine (the default)."""
+        return []
+
+    def warm_up(self, size: int) -> None:
+        """One eager pass at ``size`` right before its capture (memory it frees stays
+        cached)."""
+
+    def capture_graph(self, size: int) -> None:
+        """Capture the graph of ``size`` and keep it alive until :meth:`release_graphs`."""
+        raise NotImplementedError("capture_graph")
+
+    def release_graphs(self) -> None:
+        """Destroy every graph, abort a capture in progress, release their pool. Must succeed
+        when nothing was captured."""
+
+    def supports_post_capture(self) -> bool:
+        """Whether the engine can capture its graphs against a KV cache whose memory is
+        mapped afterwards (it takes the KV address range before capture): enables the
+        ``post-capture`` strategy where the device has virtual memory management."""
+        return False
+
+    def bind_kv_range(self, address: int, size: int) -> None:
+        """Post-capture: the KV cache's reserved address range, before the first capture, so
+        the graphs can point into the KV cache. Memory is mapped there when the start-up
+        ends (:attr:`StartUp.kv_range`)."""
+        raise NotImplementedError("bind_kv_range (needed with supports_post_capture)")
+
+    def kernel_nodes_hint(self, size: int) -> Optional[int]:
+        """Kernel nodes in the graph of ``size``, when known (for the conservative bound)."""
+        return None
+
+    def alloc_node_bytes_hint(self, size: int) -> Optional[int]:
+        """Bytes of graph memory-allocation nodes in the graph of ``size``, when known."""
+        return None
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} engine>"
+
+
+@dataclass
+class StartUp:
+    """What a measured start-up produced."""
+
+    #: The plan: the ``memplan.plan/1`` document ``memplan plan --json`` prints, from the
+    #: measured figures (``kv_cache_tokens``, ``kv_cache_bytes``, ``graph``, ``warnings``...).
+    plan: Dict[str, Any]
+    #: Everything the session measured: every step's snapshots and windows, the capability
+    #: trusted, the graph estimate.
+    profile: Dict[str, Any]
+    #: Post-capture: the KV cache's range, mapped where the graphs point (release it, or drop
+    #: it, to give it back). ``None``: allocate ``plan["kv_cache_bytes"]`` yourself.
+    kv_range: Optional["_native.KvRange"]
+
+
+def start_up(
+    device: Union[str, Any],
+    engine: Engine,
+    *,
+    model: Union[str, "os.PathLike[str]"],
+    gpu_memory_utilization: Optional[float] = None,
+    kv_cache_memory_bytes: Optional[int] = None,
+    kv_cache_dtype: Optional[str] = None,
+    block_size: int = 16,
+    tensor_parallel_size: int = 1,
+    max_model_len: Optional[int] = None,
+    max_num_batched_tokens: int = 8192,
+    graph_strategy: Optional[str] = None,
+) -> StartUp:
+    """Run ``engine``'s start-up on ``device`` through memplan's measured protocol (the
+    facade's ``Session``: calibrate, release cache and baseline, check the request, load
+    weights, profile run, graph phase, plan, KV cache) and return what it measured.
+
+    Args:
+        device: a :class:`SimDevice` (the one the engine allocates on), or a device id
+            (``"cuda:0"``; a ``"sim:..."`` id opens the same simulated GPU as a live
+            ``SimDevice`` of that id).
+        engine: the hooks (:class:`Engine`).
+        model: the model whose KV cache is sized (a preset, directory or config.json, as
+            :func:`memplan.plan` takes).
+        gpu_memory_utilization: fraction of the device, in (0, 1] (default 0.9); or
+        kv_cache_memory_bytes: a fixed KV cache size instead.
+        kv_cache_dtype: ``bf16``, ``fp16``, ``fp8``, ... (default: the model's dtype).
+        block_size, tensor_parallel_size, max_model_len, max_num_batched_tokens: as the
+            engine flags of the same names (``max_model_len`` defaults to the model's).
+        graph_strategy: force a strategy (``full``, ``sampled``, ``conservative``, ...);
+            default: chosen from the device's capabilities.
+
+    Raises:
+        UsageError, DoesNotFitError, MeasurementError: as :func:`memplan.plan`; an exception
+        raised by one of the engine's hooks is re-raised as it was, after memplan's teardown.
+    """
+    plan, profile, kv = _native.start_up(
+        device,
+        engine,
+        model=os.fspath(model),
+        gpu_memory_utilization=gpu_memory_utilization,
+        kv_cache_memory_bytes=kv_cache_memory_bytes,
+        kv_cache_dtype=kv_cache_dtype,
+        block_size=block_size,
+        tensor_parallel_size=tensor_parallel_size,
+        max_model_len=max_model_len,
+        max_num_batched_tokens=max_num_batched_tokens,
+        graph_strategy=graph_strategy,
+    )
+    return StartUp(plan=json.loads(plan), profile=json.loads(profile), kv_range=kv)

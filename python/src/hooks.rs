@@ -1,0 +1,196 @@
+//! A Python engine as a memplan [`Engine`]: every hook is a method call on the Python object.
+//!
+//! Hook methods (see `memplan/engine.py` for the Python side and its docs):
+//! `memory_stats() -> {"reserved", "allocated", "peak_allocated"}`, `release_cached()`,
+//! `reset_peak()` (the allocator view); `graph_sizes()`, `warm_up(size)`,
+//! `capture_graph(size)`, `release_graphs()`, `supports_post_capture()`,
+//! `bind_kv_range(address, size)`, `kernel_nodes_hint(size)`, `alloc_node_bytes_hint(size)`
+//! (the graph hooks).
+//!
+//! A Python exception inside a hook becomes a memplan error (so the protocol's teardown runs
+//! on every path) and is kept: the start-up raises the engine's own exception at the end.
+//! [`AllocatorView::stats`] and `reset_peak` cannot fail in Rust; a failure there is kept the
+//! same way and the start-up fails at its end, so no figure built on a missing reading is
+//! ever returned (the zeros handed back meanwhile never leave the failed run).
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use memplan::{AllocatorStats, AllocatorView, Engine, Error, KvRange, Result};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+/// The first Python exception a hook raised, shared by the engine and its allocator view.
+#[derive(Clone, Default)]
+pub struct Failed(Rc<RefCell<Option<PyErr>>>);
+
+impl Failed {
+    /// Keep `e` (the first one wins) and turn it into a memplan error naming the hook.
+    fn keep(&self, py: Python<'_>, hook: &str, e: PyErr) -> Error {
+        let msg = format!("the engine's {hook} raised {}", e.value(py));
+        self.0.borrow_mut().get_or_insert(e);
+        Error::Measurement(msg)
+    }
+
+    /// The kept exception, if a hook raised one.
+    pub fn take(&self) -> Option<PyErr> {
+        self.0.borrow_mut().take()
+    }
+}
+
+/// The engine's allocator view.
+pub struct PyAllocator {
+    obj: Py<PyAny>,
+    failed: Failed,
+}
+
+fn stats_from(d: &Bound<'_, PyAny>) -> PyResult<AllocatorStats> {
+    let get = |k: &str| -> PyResult<u64> {
+        let v = if let Ok(dict) = d.cast::<PyDict>() {
+            dict.get_item(k)?
+        } else {
+            d.get_item(k).ok()
+        };
+        match v {
+            Some(v) => v.extract::<u64>(),
+            None => Err(pyo3::exceptions::PyKeyError::new_err(format!(
+                "memory_stats() has no {k:?} (needs reserved, allocated, peak_allocated, in bytes)"
+            ))),
+        }
+    };
+    Ok(AllocatorStats {
+        reserved: get("reserved")?,
+        allocated: get("allocated")?,
+        peak_allocated: get("peak_allocated")?,
+    })
+}
+
+impl AllocatorView for PyAllocator {
+    fn stats(&self) -> AllocatorStats {
+        Python::attach(|py| {
+            let obj = self.obj.bind(py);
+            match obj
+                .call_method0("memory_stats")
+                .and_then(|d| stats_from(&d))
+            {
+                Ok(s) => s,
+                Err(e) => {
+                    self.failed.keep(py, "memory_stats()", e);
+                    AllocatorStats::default()
+                }
+            }
+        })
+    }
+
+    fn release_cached(&mut self) -> Result<()> {
+        Python::attach(|py| {
+            (self.obj.bind(py).call_method0("release_cached"))
+                .map(drop)
+                .map_err(|e| self.failed.keep(py, "release_cached()", e))
+        })
+    }
+
+    fn reset_peak(&mut self) {
+        Python::attach(|py| {
+            if let Err(e) = self.obj.bind(py).call_method0("reset_peak") {
+                self.failed.keep(py, "reset_peak()", e);
+            }
+        })
+    }
+}
+
+/// A Python object implementing the engine hooks.
+pub struct PyEngine {
+    obj: Py<PyAny>,
+    alloc: PyAllocator,
+    /// Exceptions raised by hooks.
+    pub failed: Failed,
+}
+
+impl PyEngine {
+    /// Wrap `obj` (an instance of `memplan.engine.Engine` or anything with its methods).
+    pub fn new(obj: &Bound<'_, PyAny>) -> Self {
+        let failed = Failed::default();
+        PyEngine {
+            obj: obj.clone().unbind(),
+            alloc: PyAllocator {
+                obj: obj.clone().unbind(),
+                failed: failed.clone(),
+            },
+            failed,
+        }
+    }
+
+    /// Call the hook `name` through `f`; a Python exception is kept and becomes an error.
+    fn hook<R>(&self, name: &str, f: impl FnOnce(&Bound<'_, PyAny>) -> PyResult<R>) -> Result<R> {
+        Python::attach(|py| f(self.obj.bind(py)).map_err(|e| self.failed.keep(py, name, e)))
+    }
+
+    /// Run one of the engine's own steps (`load_weights`, `profile_run`).
+    pub fn step(&mut self, name: &str) -> Result<()> {
+        self.hook(name, |o| o.call_method0(name).map(drop))
+    }
+}
+
+impl Engine for PyEngine {
+    fn allocator(&mut self) -> &mut dyn AllocatorView {
+        &mut self.alloc
+    }
+
+    // A failed query below is kept (the start-up raises it at its end) and answers the
+    // safe default meanwhile: no graphs, no post-capture, no hint.
+    fn graph_sizes(&self) -> Vec<u32> {
+        self.hook("graph_sizes()", |o| {
+            o.call_method0("graph_sizes")?.extract()
+        })
+        .unwrap_or_default()
+    }
+
+    fn warm_up(&mut self, size: u32) -> Result<()> {
+        self.hook("warm_up()", |o| {
+            o.call_method1("warm_up", (size,)).map(drop)
+        })
+    }
+
+    fn capture_graph(&mut self, size: u32) -> Result<()> {
+        self.hook("capture_graph()", |o| {
+            o.call_method1("capture_graph", (size,)).map(drop)
+        })
+    }
+
+    fn release_graphs(&mut self) -> Result<()> {
+        self.hook("release_graphs()", |o| {
+            o.call_method0("release_graphs").map(drop)
+        })
+    }
+
+    fn supports_post_capture(&self) -> bool {
+        self.hook("supports_post_capture()", |o| {
+            o.call_method0("supports_post_capture")?.extract()
+        })
+        .unwrap_or(false)
+    }
+
+    fn bind_kv_range(&mut self, range: &KvRange) -> Result<()> {
+        let (address, size) = (range.address(), range.bytes());
+        self.hook("bind_kv_range()", |o| {
+            o.call_method1("bind_kv_range", (address, size)).map(drop)
+        })
+    }
+
+    fn kernel_nodes_hint(&self, size: u32) -> Option<u32> {
+        self.hook("kernel_nodes_hint()", |o| {
+            o.call_method1("kernel_nodes_hint", (size,))?.extract()
+        })
+        .ok()
+        .flatten()
+    }
+
+    fn alloc_node_bytes_hint(&self, size: u32) -> Option<u64> {
+        self.hook("alloc_node_bytes_hint()", |o| {
+            o.call_method1("alloc_node_bytes_hint", (size,))?.extract()
+        })
+        .ok()
+        .flatten()
+    }
+}

@@ -1,0 +1,152 @@
+"""The measured start-up from a Python engine (memplan.engine.start_up) on simulated GPUs:
+the hooks are called in the protocol's order, the measured figures are the engine's own
+allocations, post-capture hands the KV range over before capture, and failures tear down."""
+
+from __future__ import annotations
+
+from typing import Any, Dict
+
+import pytest
+
+import memplan
+from memplan.engine import SimDevice, start_up
+from sim_engine import GIB, MIB, PyEngine
+
+MODEL = "qwen2.5-1.5b-instruct"
+
+
+def test_start_up_measures_what_the_engine_allocated() -> None:
+    dev = SimDevice("sim:rtx4090", private=True)
+    eng = PyEngine(dev, weights=3 * GIB, activation=600 * MIB)
+    s = start_up(dev, eng, model=MODEL, gpu_memory_utilization=0.9)
+    assert s.plan["schema"] == "memplan.plan/1"
+    assert s.plan["kv_cache_tokens"] > 0
+    # the engine's own figures (8 tensors of 384 MiB; one 600 MiB activation), not memplan's
+    assert s.profile["weights_bytes"] == 3 * GIB
+    assert s.profile["activation_peak_bytes"] == 600 * MIB
+    # the workspace the engine took outside its allocator is non-allocator growth
+    assert s.profile["non_allocator_growth"] >= 256 * MIB
+    assert s.plan["kv_cache_bytes"] < dev.total_bytes - 3 * GIB  # type: ignore[operator]
+
+
+def test_hooks_run_in_the_protocols_order() -> None:
+    dev = SimDevice("sim:h100-80gb", private=True)
+    eng = PyEngine(dev, sizes=[64, 8, 1])
+    start_up(dev, eng, model=MODEL, graph_strategy="full")
+    c = eng.calls
+    # cached memory released before the baseline; weights, then the profile run
+    assert c[:3] == ["release_cached", "load_weights", "profile_run"]
+    # every capture right after its warm-up; cache released before each capture's baseline
+    for size in (64, 8, 1):
+        i = c.index(f"capture {size}")
+        assert c[i - 2 : i] == [f"warm_up {size}", "release_cached"] or c[i - 1] == f"warm_up {size}"
+        assert c.index(f"warm_up {size}") < i
+    # full capture is torn down: graphs destroyed, pool released
+    assert c[-1] == "release_graphs"
+    assert eng.alloc.live_graphs == 0
+
+
+def test_post_capture_hands_the_kv_range_over_before_capture() -> None:
+    dev = SimDevice("sim:rtx4090", private=True)
+    eng = PyEngine(dev, post_capture=True)
+    s = start_up(dev, eng, model=MODEL)
+    assert s.plan["graph"]["strategy"] == "post-capture"
+    c = eng.calls
+    assert c.index("bind_kv_range") < min(i for i, x in enumerate(c) if x.startswith("capture"))
+    kv = s.kv_range
+    assert kv is not None and eng.kv_range is not None
+    assert kv.address == eng.kv_range[0]  # mapped where the graphs point
+    assert 0 < kv.mapped_bytes <= s.plan["kv_cache_bytes"]
+    assert len(eng.graphs) == len(eng.sizes)  # post-capture keeps its graphs
+    kv.release()
+    assert kv.released
+    kv.release()  # twice is nothing
+    with pytest.raises(memplan.UsageError):
+        kv.address
+
+
+def test_an_engine_without_post_capture_allocates_its_kv_cache_itself() -> None:
+    dev = SimDevice("sim:rtx4090", private=True)
+    eng = PyEngine(dev)
+    s = start_up(dev, eng, model=MODEL)
+    assert s.kv_range is None
+    assert "bind_kv_range" not in eng.calls
+    kv = eng.alloc.malloc(s.plan["kv_cache_bytes"])  # the plan's budget fits
+    eng.alloc.free(kv)
+
+
+@pytest.mark.parametrize("device", ["sim:rx7900xtx-rocm6.2", "sim:arc-a770", "sim:mi300x"])
+def test_start_up_on_other_vendors(device: str) -> None:
+    dev = SimDevice(device, private=True)
+    eng = PyEngine(dev, post_capture=True)
+    s = start_up(dev, eng, model=MODEL, gpu_memory_utilization=0.8)
+    assert s.plan["kv_cache_tokens"] > 0
+    assert s.profile["weights_bytes"] == 3 * GIB
+    if s.kv_range is not None:
+        s.kv_range.release()
+
+
+def test_an_engine_exception_is_reraised_after_teardown() -> None:
+    dev = SimDevice("sim:rtx4090", private=True)
+    eng = PyEngine(dev, fail_capture_at=2)
+    with pytest.raises(RuntimeError, match="injected failure"):
+        start_up(dev, eng, model=MODEL, graph_strategy="full")
+    assert eng.calls[-1] == "release_graphs"
+    assert eng.alloc.live_graphs == 0
+    assert not eng.capturing
+
+
+def test_a_broken_allocator_view_is_raised_not_read_as_zero() -> None:
+    class NoPeak(PyEngine):
+        def memory_stats(self) -> Dict[str, int]:
+            s = super().memory_stats()
+            del s["peak_allocated"]
+            return s
+
+    dev = SimDevice("sim:rtx4090", private=True)
+    with pytest.raises(KeyError, match="peak_allocated"):
+        start_up(dev, NoPeak(dev), model=MODEL)
+
+
+def test_bad_requests_are_usage_errors() -> None:
+    dev = SimDevice("sim:rtx4090", private=True)
+    with pytest.raises(memplan.UsageError):
+        start_up(dev, PyEngine(dev), model=MODEL, gpu_memory_utilization=1.5)
+    with pytest.raises(memplan.UsageError):
+        start_up(dev, PyEngine(dev), model="no-such-model")
+    with pytest.raises(memplan.UsageError):
+        start_up(dev, PyEngine(dev), model=MODEL, graph_strategy="no-such-strategy")
+    with pytest.raises(memplan.UsageError):
+        start_up(42, PyEngine(dev), model=MODEL)
+
+
+def test_weights_larger_than_the_device_fail_with_a_memplan_error() -> None:
+    dev = SimDevice("sim:l4", private=True)
+    eng = PyEngine(dev, weights=64 * GIB)
+    with pytest.raises(memplan.MemplanError) as info:
+        start_up(dev, eng, model=MODEL)
+    assert info.value.kind in ("out_of_memory", "does_not_fit")
+
+
+def test_a_device_id_opens_the_same_simulated_gpu() -> None:
+    dev = SimDevice("sim:a100-80gb,other=1GiB")  # shared: the process-wide GPU of this id
+    eng = PyEngine(dev)
+    s: Any = start_up("sim:a100-80gb,other=1GiB", eng, model=MODEL)
+    assert s.profile["weights_bytes"] == 3 * GIB
+    # memplan's own probe of the id sees what the engine holds (weights, workspace)
+    free = memplan.probe("sim:a100-80gb,other=1GiB")["memory"]["driver"]["free"]
+    held = dev.total_bytes - free
+    assert held >= 3 * GIB + 256 * MIB + 1 * GIB
+
+
+def test_the_readme_example_runs() -> None:
+    """python/README.md's example 3, as written."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = text.split("### 3. The measured start-up from a Python engine", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    scope: Dict[str, Any] = {}
+    exec(compile(code, "README.md example 3", "exec"), scope)
+    assert scope["s"].plan["kv_cache_tokens"] > 0
+    assert scope["s"].profile["weights_bytes"] == 8 * 384 * MIB
