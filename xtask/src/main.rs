@@ -41,8 +41,9 @@ tasks:
   capability-matrix [--check]
                      regenerate docs/capability-matrix.md (or check it is current)
   strategy-table [--check]
-                     regenerate docs/strategy-comparison.md, every strategy on every
-                     shipped scenario (or check it is current)
+                     run the seeded sweep (release build) and regenerate
+                     docs/strategy-comparison.md (or check it is current); fails when an
+                     acceptance check of the sweep fails
   gpu-check [ARGS]   build the GPU check bundle (see docs/gpu-check.md)
   python             the Python package: clippy, wheel (maturin) in a fresh venv, pytest
   help               this text

@@ -14,9 +14,10 @@ const fn q() -> Quirks {
     Quirks::NONE
 }
 
-/// ROCm 6.2 on a discrete card: blind to graphics, deferred release, 4 MiB hidden per capture.
+/// ROCm 6.2 on a discrete card with DRM sysfs: deferred release, 4 MiB hidden per capture. Free
+/// is composed from hipMemGetInfo and the DRM counters by the real backend, so it sees graphics
+/// allocations (no `free_blind_to_graphics`).
 const ROCM62: Quirks = Quirks {
-    free_blind_to_graphics: true,
     deferred_graph_release: true,
     hidden_bytes_per_capture: 4 * MIB,
     ..q()
@@ -122,7 +123,7 @@ pub(crate) static PROFILES: &[SimProfile] = &[
     },
     SimProfile {
         name: "rx7900xtx-rocm5.4",
-        vendor_label: "AMD ROCm 5.4",
+        vendor_label: "AMD ROCm 5.4, no DRM sysfs",
         device_name: "AMD Radeon RX 7900 XTX",
         total_bytes: RX7900XTX_TOTAL,
         total_source: RX7900XTX_SRC,
@@ -133,7 +134,7 @@ pub(crate) static PROFILES: &[SimProfile] = &[
     },
     SimProfile {
         name: "rx7900xtx-rocm5.5",
-        vendor_label: "AMD ROCm 5.5",
+        vendor_label: "AMD ROCm 5.5, no DRM sysfs",
         device_name: "AMD Radeon RX 7900 XTX",
         total_bytes: RX7900XTX_TOTAL,
         total_source: RX7900XTX_SRC,
@@ -161,7 +162,9 @@ pub(crate) static PROFILES: &[SimProfile] = &[
         total_source: "sim assumption: 128 GB LPDDR5X system, GTT limit at half of system RAM = 64 GiB usable",
         context_overhead_bytes: 256 * MIB,
         apu_aperture_bytes: Some(512 * MIB),
-        quirks: Quirks { apu_wrong_pool: true, ..ROCM62 },
+        // The real backend bounds the APU's readings by the host's MemAvailable, not the
+        // aperture (`apu-wrong-pool=on` reproduces a backend that trusts hipMemGetInfo).
+        quirks: ROCM62,
         declared: declared::rocm62_apu,
     },
     SimProfile {

@@ -107,12 +107,16 @@ mod tests {
                     p.name
                 );
             }
-            if q.sysman_missing || q.free_equals_total || q.apu_wrong_pool {
+            if q.sysman_missing || q.apu_wrong_pool {
                 assert!(
                     matches!(free, Reliability::Unavailable { .. }),
                     "{}",
                     p.name
                 );
+            }
+            if q.free_equals_total {
+                // The real backend cannot tell: approximate within the whole size.
+                assert!(free.tolerance_bytes() >= p.total_bytes, "{}", p.name);
             }
             if q.graph_pool_attrs_zero || q.no_graph_pool_query {
                 assert!(
@@ -124,9 +128,9 @@ mod tests {
                     p.name
                 );
             }
-            assert_eq!(q.apu_wrong_pool, c.facts.unified_memory, "{}", p.name);
+            assert!(!q.apu_wrong_pool || c.facts.unified_memory, "{}", p.name);
             assert_eq!(
-                q.apu_wrong_pool,
+                c.facts.unified_memory,
                 p.apu_aperture_bytes.is_some(),
                 "{}",
                 p.name

@@ -13,6 +13,7 @@
 //! - [`run`](mod@run): one run per strategy;
 //! - [`oracle`]: the largest KV cache that would have fit, from ground truth only, by code the
 //!   planner does not share;
+//! - [`sweep`]: the seeded sweep over profiles, scenarios and random scenarios, and its checks;
 //! - [`report`]: the per-strategy comparison ([`SimReport`], `Display` + `Serialize`).
 
 pub mod engine;
@@ -21,6 +22,7 @@ pub mod report;
 pub mod run;
 pub mod scenario;
 pub mod setup;
+pub mod sweep;
 
 pub use engine::SimEngine;
 pub use memplan_backend_sim::DEFAULT_SEED;

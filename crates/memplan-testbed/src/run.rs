@@ -147,6 +147,17 @@ pub fn run(setup: &Setup, choice: Choice) -> Result<Outcome> {
 
 /// As [`run`], with the measured profile changed by `tamper` before planning.
 pub fn run_with(setup: &Setup, choice: Choice, tamper: Option<Tamper<'_>>) -> Result<Outcome> {
+    run_judged(setup, choice, tamper, engine_alone(setup).ok())
+}
+
+/// As [`run_with`], judged against `alone` (the engine alone on a fresh device of the same
+/// setup, [`engine_alone`]; computed once for several strategies of one setup).
+pub fn run_judged(
+    setup: &Setup,
+    choice: Choice,
+    tamper: Option<Tamper<'_>>,
+    alone: Option<crate::oracle::EngineAlone>,
+) -> Result<Outcome> {
     let span = tracing::info_span!("simulate", scenario = %setup.scenario.name, ?choice);
     let _e = span.enter();
     let gpu = open(setup)?;
@@ -198,7 +209,6 @@ pub fn run_with(setup: &Setup, choice: Choice, tamper: Option<Tamper<'_>>) -> Re
             out.failed = Some(e.to_string());
         }
     }
-    let alone = engine_alone(setup).ok();
     out.real_graph = if at.eager {
         Some(0)
     } else {

@@ -377,8 +377,10 @@ fn conservative_does_not_take_an_absent_graph_pool_reading_as_zero() {
 
 #[test]
 fn legacy_refuses_rather_than_sample_an_absent_free_reading() {
-    // The APU gives no usable free reading: legacy samples would be invented zeros.
-    let s = setup("unified-memory-apu");
+    // An APU whose free memory cannot be read at all (no source answers): legacy samples
+    // would be invented zeros.
+    let mut s = setup("unified-memory-apu");
+    s.scenario.device = "strix-halo,sysman-missing=on".into();
     let out = run(&s, Choice::Forced(StrategyKind::VllmLegacy)).unwrap();
     let why = out.failed.expect("legacy cannot sample here");
     assert!(why.contains("driver free"), "{why}");

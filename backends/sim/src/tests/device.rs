@@ -99,7 +99,11 @@ fn backend_lists_every_profile_and_registers() {
         .iter()
         .find(|d| d.id.selector == "strix-halo")
         .unwrap();
-    assert_eq!(apu.total_bytes, None, "the aperture is not a total");
+    assert_eq!(
+        apu.total_bytes,
+        Some(64 * G),
+        "bounded by the host, not the aperture"
+    );
     assert!(memplan_core::registry::registered()
         .iter()
         .any(|r| r.kind == BackendKind::Sim));

@@ -1,0 +1,185 @@
+//! Scenarios written outside the repository, of the kinds the shipped ones do not cover, run
+//! the way `memplan simulate --scenario FILE --strategy auto --json` runs them (the same library
+//! call), over several seeds: the automatic choice never runs out of memory, gets 99% of the
+//! oracle where it measured the graph memory, or refuses start-up with a clear reason when
+//! nothing fits.
+//!
+//! The two tests about memory other processes hold where the device's reading cannot see it
+//! are ignored: the planner does not bound that memory yet (issue 11, item 5), and they show
+//! the gap (`cargo test -p memplan-testbed --test hostile -- --ignored`).
+
+use memplan_planner::StrategyKind;
+use memplan_testbed::{simulate_seeded, StrategyArg};
+
+fn scenario(
+    name: &str,
+    device: &str,
+    request: &str,
+    model: &str,
+    graphs: &str,
+    extra: &str,
+) -> String {
+    format!(
+        "name = \"{name}\"\ndevice = \"{device}\"\n{extra}\n[request]\n{request}\n\n[model]\n{model}\n\n\
+         [kv]\ndtype = \"bf16\"\nlayers = 28\nkv_heads = 4\nhead_dim = 128\nmax_model_len = 32768\n\n[graphs]\n{graphs}\n"
+    )
+}
+
+const SMALL_MODEL: &str =
+    "weights = \"3GiB\"\nweight_tensors = 300\nactivation_peak = \"1.2GiB\"\nworkspace = \"128MiB\"";
+const GRAPHS: &str =
+    "max_capture_size = 256\nkernel_nodes = 96\nintermediate_per_token = \"128KiB\"\nwarmup_per_token = \"256KiB\"";
+
+/// Run a scenario file on seeds 0..n with the automatic choice; every failure as a line.
+fn check(name: &str, text: &str, seeds: u64) -> Vec<String> {
+    let dir = std::env::temp_dir().join(format!("memplan-hostile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join(format!("{name}.toml"));
+    std::fs::write(&file, text).unwrap();
+    let mut bad = Vec::new();
+    for seed in 0..seeds {
+        let r = simulate_seeded(file.to_str().unwrap(), StrategyArg::Auto, seed).unwrap();
+        let json = serde_json::to_string(&r).expect("the report serialises");
+        assert!(json.contains("\"runs\""));
+        let a = &r.runs[0];
+        if let Some(oom) = &a.oom {
+            // Weights that do not fit fail while loading, before any plan: a clear refusal.
+            if !(oom.starts_with("during profiling") && a.plan.is_none()) {
+                bad.push(format!(
+                    "{name} seed {seed}: {} ran out of memory: {oom}",
+                    a.strategy
+                ));
+            }
+            continue;
+        }
+        if let Some(f) = &a.failed {
+            if !f.starts_with("start-up refused") || f.len() < 40 {
+                bad.push(format!("{name} seed {seed}: unclear failure: {f}"));
+            }
+            continue;
+        }
+        let measured = matches!(a.strategy, StrategyKind::PostCapture | StrategyKind::Full);
+        match a.kv_vs_oracle {
+            Some(x) if measured && x < 0.99 => bad.push(format!(
+                "{name} seed {seed}: {} got {x:.4} of the oracle",
+                a.strategy
+            )),
+            Some(x) if x > 1.005 => bad.push(format!(
+                "{name} seed {seed}: {} got {x:.4} of the oracle",
+                a.strategy
+            )),
+            _ => {}
+        }
+    }
+    bad
+}
+
+#[test]
+fn tight_memory_is_planned_or_refused_clearly() {
+    let mut bad = Vec::new();
+    for (n, weights) in [
+        ("tight", "19GiB"),
+        ("nothing-fits", "23GiB"),
+        ("overfull", "30GiB"),
+    ] {
+        let model = format!(
+            "weights = \"{weights}\"\nweight_tensors = 400\nactivation_peak = \"1.5GiB\"\nworkspace = \"256MiB\""
+        );
+        let t = scenario(
+            n,
+            "rtx4090",
+            "gpu_memory_utilization = 0.95",
+            &model,
+            GRAPHS,
+            "",
+        );
+        bad.extend(check(n, &t, 3));
+    }
+    assert!(bad.is_empty(), "{bad:#?}");
+}
+
+#[test]
+fn large_graph_sets_are_measured_to_the_byte() {
+    let graphs =
+        "max_capture_size = 1024\nkernel_nodes = 400\nintermediate_per_token = \"512KiB\"\n\
+                  warmup_per_token = \"512KiB\"\nalloc_node_bytes = \"4MiB\"";
+    let mut bad = Vec::new();
+    for device in ["h100-80gb", "mi300x", "rx7900xtx-rocm6.2"] {
+        let t = scenario(
+            "large-graphs",
+            device,
+            "gpu_memory_utilization = 0.92",
+            SMALL_MODEL,
+            graphs,
+            "",
+        );
+        bad.extend(check(&format!("large-graphs-{device}"), &t, 2));
+    }
+    assert!(bad.is_empty(), "{bad:#?}");
+}
+
+#[test]
+fn unified_memory_with_neighbours_never_runs_out() {
+    let extra = "other_processes = \"8GiB\"\n\n[[neighbour]]\nbefore = \"graph_phase\"\nbytes = \"12GiB\"\n";
+    let t = scenario(
+        "apu-neighbours",
+        "strix-halo",
+        "memory_budget = \"40GiB\"",
+        "weights = \"18GiB\"\nweight_tensors = 400\nactivation_peak = \"2GiB\"",
+        GRAPHS,
+        extra,
+    );
+    let bad = check("apu-neighbours", &t, 3);
+    assert!(bad.is_empty(), "{bad:#?}");
+}
+
+#[test]
+fn a_visible_neighbour_taking_memory_is_planned_around() {
+    let extra =
+        "other_processes = \"2GiB\"\n\n[[neighbour]]\nbefore = \"profile_run\"\nbytes = \"6GiB\"\n";
+    let mut bad = Vec::new();
+    for device in ["rtx4090", "rx7900xtx-rocm6.2", "max1550"] {
+        let t = scenario(
+            "visible-neighbour",
+            device,
+            "gpu_memory_utilization = 0.9",
+            SMALL_MODEL,
+            GRAPHS,
+            extra,
+        );
+        bad.extend(check(&format!("visible-neighbour-{device}"), &t, 2));
+    }
+    assert!(bad.is_empty(), "{bad:#?}");
+}
+
+#[test]
+#[ignore = "issue 11 item 5: memory other processes hold where the reading cannot see it is not bounded yet"]
+fn other_processes_invisible_to_a_process_local_reading() {
+    let extra = "other_processes = \"6GiB\"\n";
+    let t = scenario(
+        "invisible",
+        "rx7900xtx-rocm5.4",
+        "gpu_memory_utilization = 0.9",
+        SMALL_MODEL,
+        GRAPHS,
+        extra,
+    );
+    let bad = check("invisible", &t, 4);
+    assert!(bad.is_empty(), "{bad:#?}");
+}
+
+#[test]
+#[ignore = "issue 11 item 5: memory other processes hold where the reading cannot see it is not bounded yet"]
+fn other_processes_on_a_device_without_a_free_reading() {
+    let extra = "other_processes = \"5GiB\"\n";
+    let t = scenario(
+        "no-free",
+        "arc-b580-nosysman",
+        "gpu_memory_utilization = 0.9",
+        SMALL_MODEL,
+        GRAPHS,
+        extra,
+    );
+    let bad = check("no-free", &t, 4);
+    assert!(bad.is_empty(), "{bad:#?}");
+}
