@@ -730,6 +730,10 @@ fn an_inflated_planner_figure_shows_up_as_a_lower_share_of_the_oracle() {
         "the oracle ignores the plan"
     );
     let (h, i) = (honest.kv_vs_oracle.unwrap(), inflated.kv_vs_oracle.unwrap());
+    println!(
+        "honest {:?} tokens = {h:.4} of the oracle {:?}; inflated {:?} tokens = {i:.4}",
+        honest.kv_tokens, honest.oracle_tokens, inflated.kv_tokens
+    );
     assert!(i < h - 0.2, "inflated {i:.3} vs honest {h:.3}");
 }
 
