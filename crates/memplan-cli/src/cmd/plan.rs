@@ -626,13 +626,10 @@ mod tests {
 
     #[test]
     fn an_apu_plans_from_its_usable_memory() {
-        // The driver total is unavailable on this APU; probe shows its usable memory.
+        // The APU's total is bounded by the host's available memory (as the real backend
+        // declares it), not the VRAM aperture: the plan uses the usable memory.
         let j = plan("--model qwen3-8b --device sim:strix-halo --max-model-len 8192").unwrap();
         assert_eq!(j["total_bytes"], 64u64 << 30, "{j}");
-        assert!(
-            j["device"].as_str().unwrap().contains("usable memory"),
-            "{j}"
-        );
     }
 
     #[test]
