@@ -8,7 +8,10 @@ use memplan_conformance::{run_id, Outcome};
 fn every_shipped_profile_conforms() {
     let mut failed = Vec::new();
     for name in memplan_backend_sim::profiles().iter().map(|p| p.name) {
-        if name.starts_with("broken") {
+        // arc-a770 declares what the real xpu backend declares for free == total (approximate
+        // within the whole size, "suspect: calibration must confirm"), and it does not hold:
+        // the suite reports it, as it would on the real card (see `arc_a770_is_suspect`).
+        if name.starts_with("broken") || name == "arc-a770" {
             continue;
         }
         let report = run_id(&format!("sim:{name}")).expect("the sim device opens and reads");
@@ -21,6 +24,19 @@ fn every_shipped_profile_conforms() {
         "profiles that declare more than they deliver:\n{}",
         failed.join("\n")
     );
+}
+
+/// The real xpu backend's free == total declaration is suspect by design: the suite catches it.
+#[test]
+fn arc_a770_is_suspect() {
+    let report = run_id("sim:arc-a770").expect("the sim device opens and reads");
+    let cal = report
+        .checks
+        .iter()
+        .find(|c| c.name == "calibration.declared_holds")
+        .expect("calibration check");
+    assert_eq!(cal.outcome, Outcome::Fail, "{report}");
+    assert!(cal.evidence.contains("driver_free"), "{}", cal.evidence);
 }
 
 #[test]
