@@ -86,7 +86,7 @@ fn apu_reports_the_aperture_not_the_usable_pool() {
         "declared approximate by the real backend: sourced, calibration must catch it"
     );
     assert!(g.capabilities().facts.unified_memory);
-    let mut honest = gpu("strix-halo");
+    let honest = gpu("strix-halo");
     honest.synchronize().unwrap();
     assert_eq!(
         honest.driver_memory().unwrap().free,
