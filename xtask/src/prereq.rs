@@ -52,6 +52,22 @@ pub fn is_root() -> bool {
         .unwrap_or(false)
 }
 
+/// `apt-get update`, then install `pkgs` without prompts or recommended packages (as root).
+pub fn apt_install(pkgs: &[&str]) -> Result<(), String> {
+    step("apt-get update", &["apt-get", "update", "-qq"])?;
+    let mut argv = vec![
+        "env",
+        "DEBIAN_FRONTEND=noninteractive",
+        "apt-get",
+        "install",
+        "-y",
+        "-qq",
+        "--no-install-recommends",
+    ];
+    argv.extend(pkgs.iter().copied());
+    step("apt-get install", &argv)
+}
+
 /// Make sure every prerequisite is there, installing it where that is possible.
 pub fn ensure() -> Result<(), String> {
     let pkgs = missing();
@@ -72,18 +88,7 @@ pub fn ensure() -> Result<(), String> {
         ));
     }
     println!("==> [prereq] installing {}", pkgs.join(" "));
-    step("apt-get update", &["apt-get", "update", "-qq"])?;
-    let mut argv = vec![
-        "env",
-        "DEBIAN_FRONTEND=noninteractive",
-        "apt-get",
-        "install",
-        "-y",
-        "-qq",
-        "--no-install-recommends",
-    ];
-    argv.extend(pkgs.iter().copied());
-    step("apt-get install", &argv)?;
+    apt_install(&pkgs)?;
     let still = missing();
     if still.is_empty() {
         Ok(())

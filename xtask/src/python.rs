@@ -39,19 +39,7 @@ fn ensure_venv_module(py: &str) -> Result<(), String> {
             "[python] {py} cannot create virtual environments: install python3-venv"
         ));
     }
-    step(
-        "apt-get install python3-venv",
-        &[
-            "env",
-            "DEBIAN_FRONTEND=noninteractive",
-            "apt-get",
-            "install",
-            "-y",
-            "-qq",
-            "--no-install-recommends",
-            "python3-venv",
-        ],
-    )
+    crate::prereq::apt_install(&["python3-venv"])
 }
 
 fn s(p: &Path) -> Result<&str, String> {
