@@ -192,10 +192,7 @@ impl std::fmt::Display for CudaVersion {
 
 /// `cuMemGetInfo` output: device-wide on CUDA, or the MIG instance's memory under MIG.
 pub fn driver_memory(free: usize, total: usize) -> DriverMemory {
-    DriverMemory {
-        total: Some(total as u64),
-        free: Some(free as u64),
-    }
+    DriverMemory::new(Some(total as u64), Some(free as u64))
 }
 
 /// The four `cuDeviceGetGraphMemAttribute` values, in the order USED_CURRENT, USED_HIGH,
@@ -206,12 +203,7 @@ pub fn graph_pool(
     reserved: Option<u64>,
     reserved_high: Option<u64>,
 ) -> GraphPoolMemory {
-    GraphPoolMemory {
-        used,
-        reserved,
-        used_high,
-        reserved_high,
-    }
+    GraphPoolMemory::new(used, reserved).with_high_water(used_high, reserved_high)
 }
 
 /// The UUID as NVML and `nvidia-smi` print it, `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`

@@ -114,12 +114,7 @@ impl HalDevice for RocmDevice {
                 Err(e) => tracing::warn!(attribute = attr, "{e}: reading left absent"),
             }
         }
-        Ok(GraphPoolMemory {
-            used: v[0],
-            used_high: v[1],
-            reserved: v[2],
-            reserved_high: v[3],
-        })
+        Ok(GraphPoolMemory::new(v[0], v[2]).with_high_water(v[1], v[3]))
     }
 
     fn synchronize(&mut self) -> Result<()> {

@@ -28,10 +28,9 @@ pub fn compose(
     host: Option<HostMemory>,
 ) -> DriverMemory {
     match source {
-        FreeSource::HipProcessLocal | FreeSource::HipDeviceWide => DriverMemory {
-            total: Some(hip.total),
-            free: Some(hip.free),
-        },
+        FreeSource::HipProcessLocal | FreeSource::HipDeviceWide => {
+            DriverMemory::new(Some(hip.total), Some(hip.free))
+        }
         FreeSource::HipAndDrm => {
             let drm_free = drm.and_then(|d| d.vram_free());
             if drm_free.is_none() {
@@ -40,10 +39,7 @@ pub fn compose(
                 );
             }
             let free = drm_free.map_or(hip.free, |d| d.min(hip.free));
-            DriverMemory {
-                total: Some(hip.total),
-                free: Some(free),
-            }
+            DriverMemory::new(Some(hip.total), Some(free))
         }
         FreeSource::HostBounded => host_bounded(hip, drm, host),
     }
@@ -65,20 +61,11 @@ fn host_bounded(hip: HipMemInfo, drm: Option<DrmMemory>, host: Option<HostMemory
             (Some(v), None) => host.map(|h| v.saturating_add(h.available)),
             (None, _) => None,
         };
-        return DriverMemory {
-            total: Some(total),
-            free,
-        };
+        return DriverMemory::new(Some(total), free);
     }
     match host {
-        Some(h) => DriverMemory {
-            total: Some(h.total.max(hip.total)),
-            free: Some(h.available),
-        },
-        None => DriverMemory {
-            total: Some(hip.total),
-            free: None,
-        },
+        Some(h) => DriverMemory::new(Some(h.total.max(hip.total)), Some(h.available)),
+        None => DriverMemory::new(Some(hip.total), None),
     }
 }
 
@@ -105,13 +92,7 @@ mod tests {
     fn hip_only_sources_pass_hip_through() {
         for s in [FreeSource::HipProcessLocal, FreeSource::HipDeviceWide] {
             let m = compose(s, HIP, Some(drm(24 * GIB, 10 * GIB, None)), None);
-            assert_eq!(
-                m,
-                DriverMemory {
-                    total: Some(24 * GIB),
-                    free: Some(20 * GIB)
-                }
-            );
+            assert_eq!(m, DriverMemory::new(Some(24 * GIB), Some(20 * GIB)));
         }
     }
 
@@ -165,21 +146,9 @@ mod tests {
         );
         // No DRM: the host's numbers.
         let m = compose(FreeSource::HostBounded, hip, None, Some(host));
-        assert_eq!(
-            m,
-            DriverMemory {
-                total: Some(64 * GIB),
-                free: Some(12 * GIB)
-            }
-        );
+        assert_eq!(m, DriverMemory::new(Some(64 * GIB), Some(12 * GIB)));
         // Nothing but HIP: free is absent, not the aperture.
         let m = compose(FreeSource::HostBounded, hip, None, None);
-        assert_eq!(
-            m,
-            DriverMemory {
-                total: Some(512 * MIB),
-                free: None
-            }
-        );
+        assert_eq!(m, DriverMemory::new(Some(512 * MIB), None));
     }
 }

@@ -87,10 +87,7 @@ impl SimGpu {
         };
         let total = readings::mask_driver(
             &capability,
-            DriverMemory {
-                total: Some(readings::reported_total(profile, &quirks)),
-                free: None,
-            },
+            DriverMemory::new(Some(readings::reported_total(profile, &quirks)), None),
         )
         .total;
         let mut properties = vec![

@@ -50,10 +50,7 @@ pub(crate) fn raw_driver(p: &SimProfile, q: &Quirks, ph: &Physics, s: &State) ->
         (true, Some((reported, _))) => reported,
         _ => fresh_free(p, q, ph, s),
     };
-    DriverMemory {
-        total: Some(reported_total(p, q)),
-        free,
-    }
+    DriverMemory::new(Some(reported_total(p, q)), free)
 }
 
 /// The raw graph-pool reading: absent without a query, 0 with the stub.
@@ -62,19 +59,10 @@ pub(crate) fn raw_graph_pool(q: &Quirks, s: &State) -> GraphPoolMemory {
         return GraphPoolMemory::default();
     }
     if q.graph_pool_attrs_zero {
-        return GraphPoolMemory {
-            used: Some(0),
-            reserved: Some(0),
-            used_high: Some(0),
-            reserved_high: Some(0),
-        };
+        return GraphPoolMemory::new(Some(0), Some(0)).with_high_water(Some(0), Some(0));
     }
-    GraphPoolMemory {
-        used: Some(s.gp_used),
-        reserved: Some(s.gp_reserved),
-        used_high: Some(s.gp_used_high),
-        reserved_high: Some(s.gp_reserved_high),
-    }
+    GraphPoolMemory::new(Some(s.gp_used), Some(s.gp_reserved))
+        .with_high_water(Some(s.gp_used_high), Some(s.gp_reserved_high))
 }
 
 fn unavailable(c: &ProfilingCapability, r: Reading) -> bool {

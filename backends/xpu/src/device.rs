@@ -121,22 +121,13 @@ impl HalDevice for XpuDevice {
     fn driver_memory(&mut self) -> Result<DriverMemory> {
         let core_total = self.rt.devices[self.index].core_total();
         let Some(s) = &mut self.sysman else {
-            return Ok(DriverMemory {
-                total: core_total,
-                free: None,
-            });
+            return Ok(DriverMemory::new(core_total, None));
         };
         Ok(match s.read(&self.rt.api)? {
-            SysmanFree::Readable { free, size, .. } => DriverMemory {
-                total: Some(size),
-                free: Some(free),
-            },
+            SysmanFree::Readable { free, size, .. } => DriverMemory::new(Some(size), Some(free)),
             SysmanFree::Unavailable { reason } => {
                 tracing::warn!(device = %self.descriptor.id, %reason, "Sysman free memory became unreadable");
-                DriverMemory {
-                    total: core_total,
-                    free: None,
-                }
+                DriverMemory::new(core_total, None)
             }
         })
     }

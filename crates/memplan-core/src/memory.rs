@@ -16,6 +16,7 @@ use crate::bytes::{fmt_opt, fmt_signed, signed};
 
 /// Driver-level readings.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct DriverMemory {
     /// Total device memory as the driver reports it.
     pub total: Option<u64>,
@@ -25,6 +26,7 @@ pub struct DriverMemory {
 
 /// Allocator-level readings (this process, the engine's caching allocator).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct AllocatorMemory {
     /// Bytes held from the driver (cached or in use).
     pub reserved: Option<u64>,
@@ -36,6 +38,7 @@ pub struct AllocatorMemory {
 
 /// Graph-pool readings (graph memory-allocation nodes only).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct GraphPoolMemory {
     /// Bytes currently in use by graph allocation nodes.
     pub used: Option<u64>,
@@ -48,7 +51,11 @@ pub struct GraphPoolMemory {
 }
 
 /// One snapshot of every layer, taken after a synchronize.
+///
+/// `#[non_exhaustive]` (as are its layers): build one with [`MemoryInfo::new`] or
+/// `MemoryInfo::default()` and the `with_*` setters, so a new reading is not a breaking change.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct MemoryInfo {
     /// Driver layer.
     pub driver: DriverMemory,
@@ -58,7 +65,85 @@ pub struct MemoryInfo {
     pub graph_pool: GraphPoolMemory,
 }
 
+impl DriverMemory {
+    /// A driver reading: `total` and `free` as the driver reports them (`None` = not sourced).
+    pub const fn new(total: Option<u64>, free: Option<u64>) -> Self {
+        Self { total, free }
+    }
+}
+
+impl AllocatorMemory {
+    /// An allocator reading: bytes `reserved` from the driver, `allocated` (in use) and
+    /// `peak_allocated` since the last reset.
+    pub const fn new(
+        reserved: Option<u64>,
+        allocated: Option<u64>,
+        peak_allocated: Option<u64>,
+    ) -> Self {
+        Self {
+            reserved,
+            allocated,
+            peak_allocated,
+        }
+    }
+}
+
+impl GraphPoolMemory {
+    /// The current graph-pool reading, `used` and `reserved`; the high-water marks are absent
+    /// until [`GraphPoolMemory::with_high_water`] sets them.
+    pub const fn new(used: Option<u64>, reserved: Option<u64>) -> Self {
+        Self {
+            used,
+            reserved,
+            used_high: None,
+            reserved_high: None,
+        }
+    }
+
+    /// The same reading with the high-water marks of `used` and `reserved`.
+    pub const fn with_high_water(
+        mut self,
+        used_high: Option<u64>,
+        reserved_high: Option<u64>,
+    ) -> Self {
+        self.used_high = used_high;
+        self.reserved_high = reserved_high;
+        self
+    }
+}
+
 impl MemoryInfo {
+    /// A snapshot of the three layers.
+    pub const fn new(
+        driver: DriverMemory,
+        allocator: AllocatorMemory,
+        graph_pool: GraphPoolMemory,
+    ) -> Self {
+        Self {
+            driver,
+            allocator,
+            graph_pool,
+        }
+    }
+
+    /// The same snapshot with another driver reading.
+    pub const fn with_driver(mut self, driver: DriverMemory) -> Self {
+        self.driver = driver;
+        self
+    }
+
+    /// The same snapshot with another allocator reading.
+    pub const fn with_allocator(mut self, allocator: AllocatorMemory) -> Self {
+        self.allocator = allocator;
+        self
+    }
+
+    /// The same snapshot with another graph-pool reading.
+    pub const fn with_graph_pool(mut self, graph_pool: GraphPoolMemory) -> Self {
+        self.graph_pool = graph_pool;
+        self
+    }
+
     /// `total - free`: everything the device holds (all processes, where the driver is
     /// device-wide). `None` when either reading is absent or the driver reports free > total.
     pub fn driver_used(&self) -> Option<u64> {
@@ -107,6 +192,7 @@ fn delta(a: Option<u64>, b: Option<u64>) -> Option<i64> {
 /// Negative values are kept: a negative window is evidence of a broken protocol or a
 /// neighbour freeing memory, and is reported, never clamped.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct MemoryWindow {
     /// Change of driver free memory (negative = memory was taken).
     pub driver_free: Option<i64>,

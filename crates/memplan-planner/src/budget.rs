@@ -333,17 +333,10 @@ mod tests {
     #[test]
     fn early_check_names_who_holds_memory() {
         // DESIGN.md failure 2: 1.33 of 23.98 GiB free, 0.95 requested.
-        let snap = |reserved| MemoryInfo {
-            driver: DriverMemory {
-                total: Some(gib(23.98)),
-                free: Some(gib(1.33)),
-            },
-            allocator: AllocatorMemory {
-                reserved,
-                allocated: None,
-                peak_allocated: None,
-            },
-            ..Default::default()
+        let snap = |reserved| {
+            MemoryInfo::default()
+                .with_driver(DriverMemory::new(Some(gib(23.98)), Some(gib(1.33))))
+                .with_allocator(AllocatorMemory::new(reserved, None, None))
         };
         let req = requested_bytes(gib(23.98), Request::Utilization(0.95)).unwrap();
         let e = check_free(&snap(None), req, &Request::Utilization(0.95))
@@ -362,13 +355,8 @@ mod tests {
             e.contains("20.00 GiB held by this process") && e.contains("2.65 GiB outside"),
             "{e}"
         );
-        let ok = MemoryInfo {
-            driver: DriverMemory {
-                total: Some(gib(23.98)),
-                free: Some(23 * GIB),
-            },
-            ..Default::default()
-        };
+        let ok =
+            MemoryInfo::default().with_driver(DriverMemory::new(Some(gib(23.98)), Some(23 * GIB)));
         assert!(check_free(&ok, req, &Request::Bytes(req)).is_ok());
         // Absent free memory: the check cannot be made and does not invent a 0.
         assert!(check_free(&MemoryInfo::default(), req, &Request::Bytes(req)).is_ok());

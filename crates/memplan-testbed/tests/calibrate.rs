@@ -330,10 +330,7 @@ fn garbage_driver_readings_are_downgraded_not_a_panic() {
         for name in ["rtx4090", "strix-halo,declare-exact"] {
             let d = Device::new(Garbage {
                 gpu: SimGpu::open(name).unwrap(),
-                driver: DriverMemory {
-                    total: Some(total),
-                    free: Some(free),
-                },
+                driver: DriverMemory::new(Some(total), Some(free)),
             });
             let r = calibrate(&d).expect("calibration runs on garbage");
             assert_eq!(

@@ -124,10 +124,7 @@ fn target(a: &Flags) -> Result<Target, Error> {
         label,
         name: dev.descriptor().name.clone(),
         total,
-        snapshot: Some(MemoryInfo {
-            driver,
-            ..Default::default()
-        }),
+        snapshot: Some(MemoryInfo::default().with_driver(driver)),
         capability: Some(dev.capabilities().clone()),
     })
 }

@@ -11,18 +11,9 @@ use memplan_core::{Error, Param, Refusal};
 use proptest::prelude::*;
 
 fn snap(total: u64, free: u64) -> MemoryInfo {
-    MemoryInfo {
-        driver: DriverMemory {
-            total: Some(total),
-            free: Some(free),
-        },
-        allocator: AllocatorMemory {
-            reserved: Some(0),
-            allocated: Some(0),
-            peak_allocated: Some(0),
-        },
-        ..Default::default()
-    }
+    MemoryInfo::default()
+        .with_driver(DriverMemory::new(Some(total), Some(free)))
+        .with_allocator(AllocatorMemory::new(Some(0), Some(0), Some(0)))
 }
 
 #[allow(clippy::too_many_arguments)]
