@@ -16,11 +16,7 @@ fuzz_target!(|data: &[u8]| {
     };
     for tp in [1, 2, 8] {
         if let Ok(spec) = c.kv_spec(KvDtype::Int8, 16, tp) {
-            let limits = KvLimits {
-                max_model_len: 8192,
-                max_num_batched_tokens: 2048,
-                max_len_limit: 1 << 20,
-            };
+            let limits = KvLimits::new(8192, 2048).with_max_len_limit(1 << 20);
             let _ = spec.size(1 << 36, &limits);
         }
         let _ = weights::weight_bytes(&c, tp, 2, c.quantization.as_ref());

@@ -49,11 +49,8 @@ fn kv_of(o: &Options) -> Result<(KvSpec, KvLimits, String)> {
             "the model config has no max_position_embeddings: give max_model_len",
         )
     })?;
-    let limits = KvLimits {
-        max_model_len,
-        max_num_batched_tokens: o.max_num_batched_tokens,
-        max_len_limit: max_model_len.max(longest.unwrap_or(0)),
-    };
+    let limits = KvLimits::new(max_model_len, o.max_num_batched_tokens)
+        .with_max_len_limit(max_model_len.max(longest.unwrap_or(0)));
     Ok((spec, limits, model.name.clone()))
 }
 

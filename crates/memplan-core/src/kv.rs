@@ -185,7 +185,11 @@ impl AttentionKind {
 }
 
 /// A group of layers that share one KV layout.
+///
+/// `#[non_exhaustive]`: build one with [`LayerGroup::new`] (and
+/// [`LayerGroup::with_head_dim_v`] where V's head dim differs from K's).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct LayerGroup {
     /// What kind of attention.
     pub attention: AttentionKind,
@@ -200,6 +204,31 @@ pub struct LayerGroup {
 }
 
 impl LayerGroup {
+    /// `num_layers` layers of `attention` with `kv_heads` KV heads per layer (per rank) and
+    /// `head_dim` for both K and V. A recurrent-state group takes 0 heads and 0 head dim (its
+    /// size is in [`AttentionKind::State`]).
+    pub const fn new(
+        attention: AttentionKind,
+        num_layers: u32,
+        kv_heads: u32,
+        head_dim: u32,
+    ) -> Self {
+        Self {
+            attention,
+            num_layers,
+            kv_heads,
+            head_dim_k: head_dim,
+            head_dim_v: head_dim,
+        }
+    }
+
+    /// The same group with V's head dim set apart from K's (0 for MLA, whose latent is
+    /// single-sided).
+    pub const fn with_head_dim_v(mut self, head_dim_v: u32) -> Self {
+        self.head_dim_v = head_dim_v;
+        self
+    }
+
     /// Bytes of one page (one block of `block_size` tokens) of one layer of this group,
     /// including per-token quantization scales. Overflow and an all-zero layout are errors.
     pub fn page_bytes(&self, dtype: KvDtype, block_size: u32) -> Result<u64, Error> {
@@ -257,7 +286,10 @@ impl LayerGroup {
 }
 
 /// The KV cache to size.
+///
+/// `#[non_exhaustive]`: build one with [`KvSpec::new`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct KvSpec {
     /// Layer groups.
     pub groups: Vec<LayerGroup>,
@@ -268,6 +300,16 @@ pub struct KvSpec {
 }
 
 impl KvSpec {
+    /// A spec of `groups` stored as `dtype` in blocks of `block_size` tokens. Not validated
+    /// here: [`KvSpec::validate`] (which sizing calls) names what is wrong.
+    pub fn new(groups: Vec<LayerGroup>, dtype: KvDtype, block_size: u32) -> Self {
+        Self {
+            groups,
+            dtype,
+            block_size,
+        }
+    }
+
     /// Check the spec: at least one layer, block size > 0, every group with layers, heads and
     /// a head dim, windows > 0. Errors name the field.
     pub fn validate(&self) -> Result<(), Error> {

@@ -185,10 +185,7 @@ pub fn with_draft_layers(target: &KvSpec, draft: &KvSpec) -> KvSpec {
             None => groups.push(g.clone()),
         }
     }
-    KvSpec {
-        groups,
-        ..target.clone()
-    }
+    KvSpec::new(groups, target.dtype, target.block_size)
 }
 
 /// LoRA weight slots vLLM pre-allocates (`vllm/lora/layers`): for each of `max_loras` slots
@@ -256,29 +253,11 @@ mod tests {
 
     #[test]
     fn draft_layers_join_the_pool_and_lora_slots_scale() {
-        let g = |n, h| LayerGroup {
-            attention: AttentionKind::Full,
-            num_layers: n,
-            kv_heads: h,
-            head_dim_k: 128,
-            head_dim_v: 128,
-        };
-        let t = KvSpec {
-            groups: vec![g(32, 8)],
-            dtype: KvDtype::Bf16,
-            block_size: 16,
-        };
-        let d = KvSpec {
-            groups: vec![g(1, 8)],
-            dtype: KvDtype::Bf16,
-            block_size: 16,
-        };
+        let g = |n, h| LayerGroup::new(AttentionKind::Full, n, h, 128);
+        let t = KvSpec::new(vec![g(32, 8)], KvDtype::Bf16, 16);
+        let d = KvSpec::new(vec![g(1, 8)], KvDtype::Bf16, 16);
         assert_eq!(with_draft_layers(&t, &d).groups[0].num_layers, 33);
-        let d = KvSpec {
-            groups: vec![g(2, 4)],
-            dtype: KvDtype::Bf16,
-            block_size: 16,
-        };
+        let d = KvSpec::new(vec![g(2, 4)], KvDtype::Bf16, 16);
         assert_eq!(with_draft_layers(&t, &d).groups.len(), 2);
         let c = crate::presets::find("llama-3.1-8b-instruct")
             .unwrap()

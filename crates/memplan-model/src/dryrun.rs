@@ -445,11 +445,8 @@ impl DryRun {
                 ),
             }
         };
-        let limits = KvLimits {
-            max_model_len,
-            max_num_batched_tokens,
-            max_len_limit: max_model_len.max(model_len.unwrap_or(0)),
-        };
+        let limits = KvLimits::new(max_model_len, max_num_batched_tokens)
+            .with_max_len_limit(max_model_len.max(model_len.unwrap_or(0)));
         let mut b = PlanBuilder::new(self.total, self.request, kv_spec, limits)
             .sizing_rules(rules)
             .engine(engine.to_string())

@@ -102,13 +102,15 @@ impl ModelConfig {
         let mut push = |attention: AttentionKind, heads: u64, dk: u64, dv: u64| -> Result<()> {
             match groups.iter_mut().find(|g| g.attention == attention) {
                 Some(g) => g.num_layers += 1,
-                None => groups.push(LayerGroup {
-                    attention,
-                    num_layers: 1,
-                    kv_heads: as_u32(heads, "num_key_value_heads")?,
-                    head_dim_k: as_u32(dk, "head_dim")?,
-                    head_dim_v: as_u32(dv, "head_dim")?,
-                }),
+                None => groups.push(
+                    LayerGroup::new(
+                        attention,
+                        1,
+                        as_u32(heads, "num_key_value_heads")?,
+                        as_u32(dk, "head_dim")?,
+                    )
+                    .with_head_dim_v(as_u32(dv, "head_dim")?),
+                ),
             }
             Ok(())
         };
@@ -148,16 +150,15 @@ impl ModelConfig {
                     block_size = as_u32(need, "block-size")?;
                 }
             }
-            groups.push(LayerGroup {
-                attention: AttentionKind::State {
+            groups.push(LayerGroup::new(
+                AttentionKind::State {
                     bytes,
                     pages_per_request: pages,
                 },
-                num_layers: as_u32(states as u64, "num_hidden_layers")?,
-                kv_heads: 0,
-                head_dim_k: 0,
-                head_dim_v: 0,
-            });
+                as_u32(states as u64, "num_hidden_layers")?,
+                0,
+                0,
+            ));
         }
         // DeepSeek-V3.2 serves any quantized cache as `fp8_ds_mla` (FlashMLA sparse).
         let dtype = if self.indexer_head_dim.is_some() && dtype.is_quantized() {
@@ -165,11 +166,7 @@ impl ModelConfig {
         } else {
             dtype
         };
-        let spec = KvSpec {
-            groups,
-            dtype,
-            block_size,
-        };
+        let spec = KvSpec::new(groups, dtype, block_size);
         spec.validate()?;
         Ok(spec)
     }

@@ -112,11 +112,7 @@ pub fn reproduce_with(e: &Value, extra_configs: Option<&str>) -> Result<Option<R
     let mml = u64f("max_model_len")
         .or(c.max_position_embeddings)
         .unwrap_or(8192);
-    let limits = KvLimits {
-        max_model_len: mml,
-        max_num_batched_tokens: u64f("max_num_batched_tokens").unwrap_or(2048),
-        max_len_limit: mml,
-    };
+    let limits = KvLimits::new(mml, u64f("max_num_batched_tokens").unwrap_or(2048));
 
     let util = e.get("gpu_memory_utilization").and_then(Value::as_f64);
     let parts = [

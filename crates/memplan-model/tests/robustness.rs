@@ -54,11 +54,7 @@ fn exercise(c: &ModelConfig) {
     assert!(c.num_layers > 0 && c.hidden_size > 0);
     for tp in [1, 2, 3, 8] {
         if let Ok(spec) = c.kv_spec(KvDtype::Fp8E4m3, 16, tp) {
-            let limits = KvLimits {
-                max_model_len: 4096,
-                max_num_batched_tokens: 2048,
-                max_len_limit: 1 << 20,
-            };
+            let limits = KvLimits::new(4096, 2048).with_max_len_limit(1 << 20);
             let _ = spec.size(1 << 34, &limits);
         }
         let _ = weights::weight_bytes(c, tp, 2, c.quantization.as_ref());

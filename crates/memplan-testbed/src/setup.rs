@@ -146,17 +146,16 @@ impl Scenario {
             .dtype
             .parse()
             .map_err(|e: Error| Error::invalid(f("kv.dtype"), e.to_string()))?;
-        let kv = KvSpec {
-            groups: vec![LayerGroup {
-                attention: AttentionKind::Full,
-                num_layers: k.layers,
-                kv_heads: k.kv_heads,
-                head_dim_k: k.head_dim,
-                head_dim_v: k.head_dim,
-            }],
+        let kv = KvSpec::new(
+            vec![LayerGroup::new(
+                AttentionKind::Full,
+                k.layers,
+                k.kv_heads,
+                k.head_dim,
+            )],
             dtype,
-            block_size: k.block_size,
-        };
+            k.block_size,
+        );
         kv.validate()
             .map_err(|e| Error::invalid(f("kv"), e.to_string()))?;
         for (key, v, max) in [
@@ -172,11 +171,8 @@ impl Scenario {
                 return Err(Error::invalid(f(key), format!("{v} is outside 1..={max}")));
             }
         }
-        let limits = KvLimits {
-            max_model_len: k.max_model_len,
-            max_num_batched_tokens: k.max_num_batched_tokens,
-            max_len_limit: k.max_model_len.max(1).saturating_mul(4),
-        };
+        let limits = KvLimits::new(k.max_model_len, k.max_num_batched_tokens)
+            .with_max_len_limit(k.max_model_len.max(1).saturating_mul(4));
         let g = &self.graphs;
         let mut sizes = match (&g.sizes, g.max_capture_size) {
             (Some(s), None) => s.clone(),

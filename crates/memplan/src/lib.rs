@@ -11,9 +11,9 @@
 //! # fn main() -> memplan::Result<()> {
 //! use memplan::kv::{AttentionKind, KvDtype, KvLimits, KvSpec, LayerGroup};
 //! use memplan::{Request, Session};
-//! # let group = LayerGroup { attention: AttentionKind::Full, num_layers: 28, kv_heads: 2, head_dim_k: 128, head_dim_v: 128 };
-//! # let kv_spec = KvSpec { groups: vec![group], dtype: KvDtype::Bf16, block_size: 16 };
-//! # let limits = KvLimits { max_model_len: 32768, max_num_batched_tokens: 8192, max_len_limit: 32768 };
+//! # let group = LayerGroup::new(AttentionKind::Full, 28, 2, 128);
+//! # let kv_spec = KvSpec::new(vec![group], KvDtype::Bf16, 16);
+//! # let limits = KvLimits::new(32768, 8192);
 //! let request = Request::Utilization(0.9);
 //! let dev = memplan::open_shared("sim:rtx4090")?;      // or "cuda:0" with feature `cuda`
 //! let mut engine = ToyEngine::new(dev.clone());        // your engine: it implements `Engine`

@@ -78,23 +78,9 @@ impl Engine for Recording {
 }
 
 fn spec() -> (KvSpec, KvLimits) {
-    let g = LayerGroup {
-        attention: AttentionKind::Full,
-        num_layers: 24,
-        kv_heads: 8,
-        head_dim_k: 128,
-        head_dim_v: 128,
-    };
-    let spec = KvSpec {
-        groups: vec![g],
-        dtype: KvDtype::Bf16,
-        block_size: 16,
-    };
-    let limits = KvLimits {
-        max_model_len: 8192,
-        max_num_batched_tokens: 2048,
-        max_len_limit: 8192,
-    };
+    let g = LayerGroup::new(AttentionKind::Full, 24, 8, 128);
+    let spec = KvSpec::new(vec![g], KvDtype::Bf16, 16);
+    let limits = KvLimits::new(8192, 2048);
     (spec, limits)
 }
 

@@ -14,18 +14,8 @@ use toy::ToyEngine;
 
 /// The KV cache of a 28-layer model with 2 KV heads of 128 (Qwen2.5-1.5B).
 fn kv_spec() -> KvSpec {
-    let layer = LayerGroup {
-        attention: AttentionKind::Full,
-        num_layers: 28,
-        kv_heads: 2,
-        head_dim_k: 128,
-        head_dim_v: 128,
-    };
-    KvSpec {
-        groups: vec![layer],
-        dtype: KvDtype::Bf16,
-        block_size: 16,
-    }
+    let layer = LayerGroup::new(AttentionKind::Full, 28, 2, 128); // layers, KV heads, head dim
+    KvSpec::new(vec![layer], KvDtype::Bf16, 16) // bf16, 16 tokens per block
 }
 
 fn main() -> memplan::Result<()> {
@@ -33,11 +23,7 @@ fn main() -> memplan::Result<()> {
         .nth(1)
         .unwrap_or_else(|| "sim:rtx4090".into());
     let request = Request::Utilization(0.9);
-    let limits = KvLimits {
-        max_model_len: 32768,
-        max_num_batched_tokens: 8192,
-        max_len_limit: 32768,
-    };
+    let limits = KvLimits::new(32768, 8192); // max_model_len, max_num_batched_tokens
 
     // The start-up, through memplan.
     let dev = memplan::open_shared(&id)?;

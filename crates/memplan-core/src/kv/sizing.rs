@@ -29,7 +29,10 @@ use crate::error::Error;
 use crate::refusal::Param;
 
 /// The request-shape limits that sizing needs beyond the budget.
+///
+/// `#[non_exhaustive]`: build one with [`KvLimits::new`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct KvLimits {
     /// Longest request (prompt + output) in tokens; concurrency is given at this length.
     pub max_model_len: u64,
@@ -40,8 +43,29 @@ pub struct KvLimits {
     pub max_len_limit: u64,
 }
 
+impl KvLimits {
+    /// Requests up to `max_model_len` tokens, `max_num_batched_tokens` per scheduler step; the
+    /// search for the longest length that fits stops at `max_model_len` until
+    /// [`KvLimits::with_max_len_limit`] raises it.
+    pub const fn new(max_model_len: u64, max_num_batched_tokens: u64) -> Self {
+        Self {
+            max_model_len,
+            max_num_batched_tokens,
+            max_len_limit: max_model_len,
+        }
+    }
+
+    /// The same limits with the search for the longest `max_model_len` that fits bounded by
+    /// `max_len_limit` (usually the model's `max_position_embeddings`).
+    pub const fn with_max_len_limit(mut self, max_len_limit: u64) -> Self {
+        self.max_len_limit = max_len_limit;
+        self
+    }
+}
+
 /// The result of sizing a KV cache into a budget.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct KvSizing {
     /// Bytes of one page (one block of one layer), after unification (the largest page).
     pub page_bytes: u64,

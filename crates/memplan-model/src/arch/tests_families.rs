@@ -39,11 +39,7 @@ fn plan(json: &str, len: Option<u64>) -> (ModelConfig, KvSpec, KvSizing) {
         .layers
         .iter()
         .any(|k| matches!(k, crate::config::LayerKind::Chunked(_)));
-    let limits = KvLimits {
-        max_model_len: mml,
-        max_num_batched_tokens: 8192,
-        max_len_limit: mml,
-    };
+    let limits = KvLimits::new(mml, 8192);
     let z = spec
         .size_with(BUDGET, &limits, &e.sizing(1, !chunked))
         .unwrap();

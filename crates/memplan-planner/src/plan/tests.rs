@@ -46,25 +46,15 @@ fn plan(p: &Profile, why: &str, request: Request) -> Result<Plan> {
 }
 
 fn spec() -> KvSpec {
-    KvSpec {
-        groups: vec![LayerGroup {
-            attention: AttentionKind::Full,
-            num_layers: 28,
-            kv_heads: 2,
-            head_dim_k: 128,
-            head_dim_v: 128,
-        }],
-        dtype: KvDtype::Bf16,
-        block_size: 16,
-    }
+    KvSpec::new(
+        vec![LayerGroup::new(AttentionKind::Full, 28, 2, 128)],
+        KvDtype::Bf16,
+        16,
+    )
 }
 
 fn limits() -> KvLimits {
-    KvLimits {
-        max_model_len: 4096,
-        max_num_batched_tokens: 8192,
-        max_len_limit: 1 << 20,
-    }
+    KvLimits::new(4096, 8192).with_max_len_limit(1 << 20)
 }
 
 #[test]
