@@ -58,11 +58,11 @@ fn stats_from(d: &Bound<'_, PyAny>) -> PyResult<AllocatorStats> {
             ))),
         }
     };
-    Ok(AllocatorStats {
-        reserved: get("reserved")?,
-        allocated: get("allocated")?,
-        peak_allocated: get("peak_allocated")?,
-    })
+    Ok(AllocatorStats::new(
+        get("reserved")?,
+        get("allocated")?,
+        get("peak_allocated")?,
+    ))
 }
 
 impl AllocatorView for PyAllocator {

@@ -100,12 +100,12 @@ pub(crate) fn describe(drv: &Driver, ordinal: usize) -> Result<Described> {
     if let Some(p) = &mig {
         properties.push(("mig_profile".into(), p.clone()));
     }
-    let descriptor = DeviceDescriptor {
-        id: DeviceId::new(BackendKind::Cuda, ordinal.to_string()),
+    let descriptor = DeviceDescriptor::new(
+        DeviceId::new(BackendKind::Cuda, ordinal.to_string()),
         name,
-        total_bytes: total,
-        properties,
-    };
+        total,
+    )
+    .with_properties(properties);
     Ok(Described {
         handle: dev,
         descriptor,

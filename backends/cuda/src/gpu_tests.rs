@@ -127,11 +127,8 @@ fn graph_capture_uses_and_releases_the_pool() {
     let base = snapshot(&d, None).expect("snapshot");
     let g = d.graph_capture().expect("capture");
     g.begin_capture().expect("begin");
-    g.record(&CaptureWork {
-        kernel_nodes: 16,
-        alloc_node_bytes: 64 * MIB,
-    })
-    .expect("record");
+    g.record(&CaptureWork::new(16).with_alloc_node(64 * MIB))
+        .expect("record");
     let id = g.end_capture().expect("end");
     g.replay(id).expect("replay");
     let after = snapshot(&d, None).expect("snapshot");
@@ -164,19 +161,12 @@ fn aborted_capture_leaves_the_stream_usable() {
     let g = d.graph_capture().expect("capture");
     g.abort_capture().expect("abort without capture is a no-op");
     g.begin_capture().expect("begin");
-    g.record(&CaptureWork {
-        kernel_nodes: 2,
-        alloc_node_bytes: MIB,
-    })
-    .expect("record");
+    g.record(&CaptureWork::new(2).with_alloc_node(MIB))
+        .expect("record");
     g.abort_capture().expect("abort");
     assert!(g.end_capture().is_err(), "nothing to end after abort");
     g.begin_capture().expect("begin again");
-    g.record(&CaptureWork {
-        kernel_nodes: 1,
-        alloc_node_bytes: 0,
-    })
-    .expect("record");
+    g.record(&CaptureWork::new(1)).expect("record");
     let id = g.end_capture().expect("end");
     g.replay(id).expect("replay");
     g.destroy(id).expect("destroy");

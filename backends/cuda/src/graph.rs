@@ -136,10 +136,7 @@ impl HalGraphs for CudaGraphs {
             let _ = unsafe { ffi::cuGraphDestroy(graph) };
             return Err(e);
         }
-        Ok(HalGraph {
-            graph: graph as u64,
-            exec: exec as u64,
-        })
+        Ok(HalGraph::new(graph as u64, exec as u64))
     }
 
     fn abort_capture(&mut self) -> Result<()> {

@@ -59,7 +59,7 @@ pub use backend::CudaBackend;
 pub use device::CudaDevice;
 
 memplan_core::inventory::submit! {
-    memplan_core::BackendRegistration { kind: memplan_core::BackendKind::Cuda, create }
+    memplan_core::BackendRegistration::new(memplan_core::BackendKind::Cuda, create)
 }
 
 fn create() -> Box<dyn memplan_core::Backend> {

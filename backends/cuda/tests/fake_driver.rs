@@ -133,11 +133,8 @@ fn graph_capture_measures_the_pool_and_tears_down() {
     let g = d.graph_capture().expect("capture");
     g.begin_capture().expect("begin");
     assert!(g.begin_capture().is_err(), "nested begin is refused");
-    g.record(&CaptureWork {
-        kernel_nodes: 16,
-        alloc_node_bytes: 64 * MIB,
-    })
-    .expect("record");
+    g.record(&CaptureWork::new(16).with_alloc_node(64 * MIB))
+        .expect("record");
     let id = g.end_capture().expect("end");
     g.replay(id).expect("replay");
     let after = snapshot(&d, None).expect("snapshot");
@@ -169,11 +166,8 @@ fn graph_capture_measures_the_pool_and_tears_down() {
     // the pool trimmed, when the device drops.
     let g = d.graph_capture().expect("capture");
     g.begin_capture().expect("begin");
-    g.record(&CaptureWork {
-        kernel_nodes: 1,
-        alloc_node_bytes: 8 * MIB,
-    })
-    .expect("record");
+    g.record(&CaptureWork::new(1).with_alloc_node(8 * MIB))
+        .expect("record");
     let id = g.end_capture().expect("end");
     g.replay(id).expect("replay");
     assert_eq!(fake::state(lib, "pool_reserved"), 8 * MIB as i64);
@@ -198,19 +192,13 @@ fn aborted_and_invalid_captures() {
     let g = d.graph_capture().expect("capture");
     g.abort_capture().expect("no capture: no-op");
     assert!(matches!(
-        g.record(&CaptureWork {
-            kernel_nodes: 1,
-            alloc_node_bytes: 0
-        }),
+        g.record(&CaptureWork::new(1)),
         Err(Error::InvalidState { .. })
     ));
     assert!(matches!(g.end_capture(), Err(Error::InvalidState { .. })));
     g.begin_capture().expect("begin");
-    g.record(&CaptureWork {
-        kernel_nodes: 3,
-        alloc_node_bytes: 3,
-    })
-    .expect("record (n = 0 threads write)");
+    g.record(&CaptureWork::new(3).with_alloc_node(3))
+        .expect("record (n = 0 threads write)");
     g.abort_capture().expect("abort");
     assert_eq!(
         fake::state(lib, "graphs"),

@@ -165,10 +165,7 @@ impl HalGraphs for RocmGraphs {
             self.discard(graph);
             return Err(e);
         }
-        Ok(HalGraph {
-            graph: graph as u64,
-            exec: exec as u64,
-        })
+        Ok(HalGraph::new(graph as u64, exec as u64))
     }
 
     fn abort_capture(&mut self) -> Result<()> {

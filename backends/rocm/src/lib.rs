@@ -47,7 +47,7 @@ pub mod vmm;
 pub use backend::RocmBackend;
 
 memplan_core::inventory::submit! {
-    memplan_core::BackendRegistration { kind: memplan_core::BackendKind::Rocm, create: create_backend }
+    memplan_core::BackendRegistration::new(memplan_core::BackendKind::Rocm, create_backend)
 }
 
 fn create_backend() -> Box<dyn memplan_core::Backend> {

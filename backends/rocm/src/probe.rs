@@ -78,12 +78,12 @@ pub fn probe(api: &Api, ordinal: c_int, sys: &SysRoot) -> Result<Probe> {
     if let Some(c) = &drm {
         properties.push(("drm".into(), c.card.clone()));
     }
-    let descriptor = DeviceDescriptor {
+    let descriptor = DeviceDescriptor::new(
         id,
-        name: c_buf_to_string(&name).unwrap_or_else(|| format!("HIP device {ordinal}")),
-        total_bytes: Some(total as u64),
-        properties,
-    };
+        c_buf_to_string(&name).unwrap_or_else(|| format!("HIP device {ordinal}")),
+        Some(total as u64),
+    )
+    .with_properties(properties);
     let inputs = Inputs {
         runtime: api.runtime,
         integrated,

@@ -184,10 +184,7 @@ fn hip6_graph_capture_lifecycle_and_pool() {
             // scratch buffer, which stay until the device is dropped.
             let c = d.graph_capture().expect("capture supported");
             assert!(matches!(
-                c.record(&CaptureWork {
-                    kernel_nodes: 1,
-                    alloc_node_bytes: 0
-                }),
+                c.record(&CaptureWork::new(1)),
                 Err(Error::InvalidState { .. })
             ));
             c.begin_capture().expect("begin");
@@ -197,11 +194,8 @@ fn hip6_graph_capture_lifecycle_and_pool() {
         let g = {
             let c = d.graph_capture().expect("capture supported");
             c.begin_capture().expect("begin");
-            c.record(&CaptureWork {
-                kernel_nodes: 10,
-                alloc_node_bytes: 256 * MIB,
-            })
-            .expect("record");
+            c.record(&CaptureWork::new(10).with_alloc_node(256 * MIB))
+                .expect("record");
             let g = c.end_capture().expect("end");
             c.replay(g).expect("replay");
             g
@@ -377,10 +371,7 @@ fn hip5_runtime_is_process_local_and_lacks_newer_functions() {
     let c = d.graph_capture().expect("capture exists on 5.2");
     c.begin_capture().expect("begin");
     let e = c
-        .record(&CaptureWork {
-            kernel_nodes: 1,
-            alloc_node_bytes: MIB,
-        })
+        .record(&CaptureWork::new(1).with_alloc_node(MIB))
         .expect_err("no hipMallocAsync");
     assert!(e.to_string().contains("hipMallocAsync"), "{e}");
     c.abort_capture().expect("abort");

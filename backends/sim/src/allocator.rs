@@ -182,11 +182,7 @@ impl SimAllocator {
 impl AllocatorView for SimAllocator {
     fn stats(&self) -> AllocatorStats {
         let s = self.gpu.lock();
-        AllocatorStats {
-            reserved: s.heap.reserved(None),
-            allocated: s.heap.allocated(None),
-            peak_allocated: s.heap.peak(),
-        }
+        AllocatorStats::new(s.heap.reserved(None), s.heap.allocated(None), s.heap.peak())
     }
 
     fn release_cached(&mut self) -> Result<()> {

@@ -32,5 +32,5 @@ fn create() -> Box<dyn Backend> {
 }
 
 memplan_core::inventory::submit! {
-    memplan_core::BackendRegistration { kind: BackendKind::Sim, create }
+    memplan_core::BackendRegistration::new(BackendKind::Sim, create)
 }

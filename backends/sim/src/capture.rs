@@ -53,10 +53,7 @@ impl HalGraphs for SimGpu {
             c.alloc_node,
             hidden,
         )?;
-        Ok(HalGraph {
-            graph: id,
-            exec: id,
-        })
+        Ok(HalGraph::new(id, id))
     }
 
     fn abort_capture(&mut self) -> Result<()> {

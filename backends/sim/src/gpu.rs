@@ -103,12 +103,12 @@ impl SimGpu {
         if profile.apu_aperture_bytes.is_some() {
             properties.push(("usable_memory".to_string(), fmt_bytes(profile.total_bytes)));
         }
-        let descriptor = DeviceDescriptor {
-            id: DeviceId::new(BackendKind::Sim, selector),
-            name: profile.device_name.to_string(),
-            total_bytes: total,
-            properties,
-        };
+        let descriptor = DeviceDescriptor::new(
+            DeviceId::new(BackendKind::Sim, selector),
+            profile.device_name.to_string(),
+            total,
+        )
+        .with_properties(properties);
         let shared = Shared {
             profile: profile.clone(),
             physics,

@@ -100,12 +100,12 @@ pub(crate) fn descriptor(rt: &Runtime, ordinal: usize, d: &CoreDevice) -> Device
         ("sysman".into(), rt.sysman.to_string()),
         ("loader".into(), rt.api.library().to_string()),
     ];
-    DeviceDescriptor {
-        id: DeviceId::new(BackendKind::Xpu, ordinal.to_string()),
-        name: d.name.clone(),
-        total_bytes: d.core_total(),
-        properties,
-    }
+    DeviceDescriptor::new(
+        DeviceId::new(BackendKind::Xpu, ordinal.to_string()),
+        d.name.clone(),
+        d.core_total(),
+    )
+    .with_properties(properties)
 }
 
 impl Backend for XpuBackend {

@@ -54,7 +54,7 @@ fn create() -> Box<dyn Backend> {
 }
 
 memplan_core::inventory::submit! {
-    BackendRegistration { kind: BackendKind::Xpu, create }
+    BackendRegistration::new(BackendKind::Xpu, create)
 }
 
 /// Referenced by the facade so the linker keeps this crate's registration.

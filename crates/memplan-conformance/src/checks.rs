@@ -160,10 +160,7 @@ pub fn graph_capture(device: &Device) -> Check {
         Ok(g) => g,
         Err(e) => return Check::new(name, false, format!("reading the graph pool failed: {e}")),
     };
-    let mut work = CaptureWork {
-        kernel_nodes: 8,
-        alloc_node_bytes: 16 * MIB,
-    };
+    let mut work = CaptureWork::new(8).with_alloc_node(16 * MIB);
     // A runtime without stream-ordered allocation refuses the allocation node, not the
     // capture: capture without one then (the check says so).
     let mut no_node = None;

@@ -10,6 +10,7 @@ use crate::error::Result;
 
 /// Allocator statistics at one moment.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct AllocatorStats {
     /// Bytes held from the driver (cached or in use).
     pub reserved: u64,
@@ -17,6 +18,18 @@ pub struct AllocatorStats {
     pub allocated: u64,
     /// Peak of `allocated` since the last `reset_peak`.
     pub peak_allocated: u64,
+}
+
+impl AllocatorStats {
+    /// Statistics: bytes `reserved` from the driver, `allocated` (in use), and the peak of
+    /// `allocated` since the last reset.
+    pub const fn new(reserved: u64, allocated: u64, peak_allocated: u64) -> Self {
+        Self {
+            reserved,
+            allocated,
+            peak_allocated,
+        }
+    }
 }
 
 /// What memplan needs from an engine's caching allocator.

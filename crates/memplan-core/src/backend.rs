@@ -75,6 +75,7 @@ impl FromStr for BackendKind {
 
 /// A device id: `backend:selector`, e.g. `cuda:0`, `sim:rtx4090`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct DeviceId {
     /// The backend.
     pub backend: BackendKind,
@@ -123,6 +124,7 @@ impl FromStr for DeviceId {
 
 /// Static description of a device, as enumerated.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct DeviceDescriptor {
     /// Its id.
     pub id: DeviceId,
@@ -132,6 +134,30 @@ pub struct DeviceDescriptor {
     pub total_bytes: Option<u64>,
     /// Free-form facts (compute capability, gfx arch, driver/runtime version, MIG, UUID...).
     pub properties: Vec<(String, String)>,
+}
+
+impl DeviceDescriptor {
+    /// A descriptor with no properties.
+    pub fn new(id: DeviceId, name: impl Into<String>, total_bytes: Option<u64>) -> Self {
+        Self {
+            id,
+            name: name.into(),
+            total_bytes,
+            properties: Vec::new(),
+        }
+    }
+
+    /// The same descriptor with `properties` in place of its properties.
+    pub fn with_properties(mut self, properties: Vec<(String, String)>) -> Self {
+        self.properties = properties;
+        self
+    }
+
+    /// The same descriptor with one more property.
+    pub fn with_property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.properties.push((key.into(), value.into()));
+        self
+    }
 }
 
 /// Whether a compiled-in backend can run here.

@@ -22,11 +22,28 @@ use crate::tables::GraphEntry;
 /// memory-allocation node of `alloc_node_bytes` (freed inside the graph). Real backends compile
 /// a trivial kernel; the simulator models the costs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct CaptureWork {
     /// Number of kernel nodes.
     pub kernel_nodes: u32,
     /// Bytes of one graph allocation node (0 = none).
     pub alloc_node_bytes: u64,
+}
+
+impl CaptureWork {
+    /// `kernel_nodes` small kernels and no allocation node.
+    pub const fn new(kernel_nodes: u32) -> Self {
+        Self {
+            kernel_nodes,
+            alloc_node_bytes: 0,
+        }
+    }
+
+    /// The same work plus one graph memory-allocation node of `bytes` (0 = none).
+    pub const fn with_alloc_node(mut self, bytes: u64) -> Self {
+        self.alloc_node_bytes = bytes;
+        self
+    }
 }
 
 /// Graph capture on one device's stream (from [`Device::graph_capture`]).

@@ -100,11 +100,19 @@ pub trait HalDevice: Any + Send {
 
 /// A captured, instantiated graph: the backend's two objects, opaque to the core.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct HalGraph {
     /// The captured graph (`CUgraph`, `hipGraph_t`).
     pub graph: u64,
     /// Its executable form (`CUgraphExec`, `hipGraphExec_t`).
     pub exec: u64,
+}
+
+impl HalGraph {
+    /// A captured graph and its executable form, as the backend's handles.
+    pub const fn new(graph: u64, exec: u64) -> Self {
+        Self { graph, exec }
+    }
 }
 
 /// Graph capture on one device's stream.

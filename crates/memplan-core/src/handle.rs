@@ -114,6 +114,7 @@ impl fmt::Display for GraphId {
 /// by the device, so the call can be tried again with `handle` (or the device releases it when
 /// it is dropped). `?` turns it into its [`Error`].
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct Failed<H> {
     /// The handle, still valid.
     pub handle: H,

@@ -22,11 +22,19 @@ use crate::error::{Error, Result};
 
 /// What a file is and how large it may be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Limit {
     /// What the file is, for messages (`model config`, `safetensors index`).
     pub what: &'static str,
     /// The largest accepted size in bytes.
     pub max_bytes: u64,
+}
+
+impl Limit {
+    /// Files that are `what` (for messages) and at most `max_bytes` long.
+    pub const fn new(what: &'static str, max_bytes: u64) -> Self {
+        Self { what, max_bytes }
+    }
 }
 
 /// A model's `config.json`: real ones are a few KiB (the largest shipped configs, multimodal

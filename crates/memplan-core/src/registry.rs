@@ -6,11 +6,20 @@
 use crate::backend::{Backend, BackendKind};
 
 /// One backend's registration.
+#[non_exhaustive]
 pub struct BackendRegistration {
     /// Which backend.
     pub kind: BackendKind,
     /// Create the backend object (cheap: must not load vendor libraries yet).
     pub create: fn() -> Box<dyn Backend>,
+}
+
+impl BackendRegistration {
+    /// The registration of backend `kind`, created by `create`; `const`, for
+    /// `inventory::submit!`.
+    pub const fn new(kind: BackendKind, create: fn() -> Box<dyn Backend>) -> Self {
+        Self { kind, create }
+    }
 }
 
 inventory::collect!(BackendRegistration);

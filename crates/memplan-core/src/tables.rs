@@ -50,6 +50,7 @@ impl GraphEntry {
 /// How many of each kind of object a device holds for its callers (see
 /// [`Device::live`](crate::Device::live)).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Live {
     /// Raw allocations.
     pub allocations: usize,

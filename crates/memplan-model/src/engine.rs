@@ -164,12 +164,11 @@ impl EngineRules {
 
     /// The sizing rules for a deployment with `pipeline_parallel` stages.
     pub fn sizing(&self, pipeline_parallel: u64, hybrid_manager: bool) -> SizingRules {
-        SizingRules {
-            in_flight_batches: pipeline_parallel.max(1) + u64::from(self.async_in_flight),
-            capacity: self.capacity,
-            hybrid_manager,
-            pad_attention_pages: self.pad_attention_pages,
-        }
+        SizingRules::default()
+            .with_in_flight_batches(pipeline_parallel.max(1) + u64::from(self.async_in_flight))
+            .with_capacity(self.capacity)
+            .with_hybrid_manager(hybrid_manager)
+            .with_pad_attention_pages(self.pad_attention_pages)
     }
 
     /// Default (`max_num_seqs`, `max_num_batched_tokens`) of the OpenAI API server for a

@@ -40,11 +40,7 @@ impl Engine for Liar {
 fn absurd_allocator_figures_saturate_instead_of_wrapping() {
     let gpu = SimGpu::open("rtx4090").unwrap().device();
     let cap = gpu.capabilities().clone();
-    let mut e = Liar(AllocatorStats {
-        reserved: u64::MAX,
-        allocated: 0,
-        peak_allocated: 0,
-    });
+    let mut e = Liar(AllocatorStats::new(u64::MAX, 0, 0));
     let mut s = Session::begin(&gpu, &mut e, cap).unwrap();
     s.load_weights(|e| {
         e.0.reserved = 0;

@@ -51,10 +51,7 @@ impl Engine for Recording {
     }
     fn capture_graph(&mut self, _size: u32) -> Result<()> {
         self.seen_at_capture.push(self.bound);
-        let work = CaptureWork {
-            kernel_nodes: 16,
-            alloc_node_bytes: 0,
-        };
+        let work = CaptureWork::new(16);
         let g = self.dev.graph_capture()?.capture_once(&work)?;
         self.graphs.push(g);
         Ok(())

@@ -71,10 +71,7 @@ impl Engine for ToyEngine {
         vec![64, 32, 16, 8, 4, 2, 1]
     }
     fn capture_graph(&mut self, _size: u32) -> Result<()> {
-        let work = CaptureWork {
-            kernel_nodes: 64,
-            alloc_node_bytes: 0,
-        };
+        let work = CaptureWork::new(64);
         let g = self.dev.graph_capture()?.capture_once(&work)?;
         self.graphs.push(g);
         Ok(())

@@ -63,13 +63,7 @@ fn trim(d: &Device) -> Result<(), String> {
 fn sample(d: &Device, kernels: u32, alloc: u64) -> Result<Value, String> {
     trim(d)?;
     let base = snap(d)?;
-    let id = capture(
-        d,
-        CaptureWork {
-            kernel_nodes: kernels,
-            alloc_node_bytes: alloc,
-        },
-    )?;
+    let id = capture(d, CaptureWork::new(kernels).with_alloc_node(alloc))?;
     let inst = snap(d)?;
     d.graph_capture()
         .and_then(|g| g.replay(id))
@@ -100,13 +94,7 @@ fn shared(d: &Device) -> Result<Value, String> {
     let base = snap(d)?;
     let mut ids = Vec::new();
     for bytes in SHARED {
-        ids.push(capture(
-            d,
-            CaptureWork {
-                kernel_nodes: 8,
-                alloc_node_bytes: bytes,
-            },
-        )?);
+        ids.push(capture(d, CaptureWork::new(8).with_alloc_node(bytes))?);
     }
     for id in &ids {
         d.graph_capture()

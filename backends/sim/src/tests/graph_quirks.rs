@@ -11,11 +11,7 @@ fn deferred_graph_release_returns_memory_at_next_sync() {
     let before = free_after_sync(&g).unwrap();
     let cap = g.graph_capture().unwrap();
     cap.begin_capture().unwrap();
-    cap.record(&CaptureWork {
-        kernel_nodes: 100,
-        alloc_node_bytes: 0,
-    })
-    .unwrap();
+    cap.record(&CaptureWork::new(100)).unwrap();
     let id = cap.end_capture().unwrap();
     cap.destroy(id).unwrap();
     let exec = 100 * g.physics().exec_bytes_per_kernel_node;
@@ -39,11 +35,7 @@ fn immediate_release_without_the_quirk() {
     let before = free_after_sync(&g).unwrap();
     let cap = g.graph_capture().unwrap();
     cap.begin_capture().unwrap();
-    cap.record(&CaptureWork {
-        kernel_nodes: 100,
-        alloc_node_bytes: 0,
-    })
-    .unwrap();
+    cap.record(&CaptureWork::new(100)).unwrap();
     let id = cap.end_capture().unwrap();
     cap.destroy(id).unwrap();
     assert_eq!(g.raw_driver_memory().free, Some(before));
@@ -75,11 +67,8 @@ fn graph_pool_attrs_stuck_at_zero() {
     let g = gpu("rx7900xtx-rocm5.4");
     let cap = g.graph_capture().unwrap();
     cap.begin_capture().unwrap();
-    cap.record(&CaptureWork {
-        kernel_nodes: 1,
-        alloc_node_bytes: 64 * M,
-    })
-    .unwrap();
+    cap.record(&CaptureWork::new(1).with_alloc_node(64 * M))
+        .unwrap();
     let _id = cap.end_capture().unwrap();
     let raw = g.raw_graph_pool_memory();
     assert_eq!(
@@ -101,11 +90,8 @@ fn graph_pool_attrs_stuck_at_zero() {
     let c = gpu("rtx4090");
     let cap = c.graph_capture().unwrap();
     cap.begin_capture().unwrap();
-    cap.record(&CaptureWork {
-        kernel_nodes: 1,
-        alloc_node_bytes: 64 * M,
-    })
-    .unwrap();
+    cap.record(&CaptureWork::new(1).with_alloc_node(64 * M))
+        .unwrap();
     let id = cap.end_capture().unwrap();
     assert_eq!(c.graph_pool_memory().unwrap().used, Some(64 * M));
     let cap = c.graph_capture().unwrap();
@@ -129,10 +115,7 @@ fn no_graph_alloc_nodes_refuses_the_node_but_captures() {
     let cap = g.graph_capture().unwrap();
     cap.begin_capture().unwrap();
     let e = cap
-        .record(&CaptureWork {
-            kernel_nodes: 4,
-            alloc_node_bytes: 32 * M,
-        })
+        .record(&CaptureWork::new(4).with_alloc_node(32 * M))
         .unwrap_err();
     assert!(
         matches!(e, memplan_core::Error::Unsupported { .. }),
@@ -141,11 +124,7 @@ fn no_graph_alloc_nodes_refuses_the_node_but_captures() {
     cap.abort_capture().unwrap();
     // Capture without an allocation node still works.
     cap.begin_capture().unwrap();
-    cap.record(&CaptureWork {
-        kernel_nodes: 4,
-        alloc_node_bytes: 0,
-    })
-    .unwrap();
+    cap.record(&CaptureWork::new(4)).unwrap();
     let id = cap.end_capture().unwrap();
     cap.destroy(id).unwrap();
     // The engine's captures refuse allocation nodes the same way, and leave no capture open.
@@ -176,11 +155,8 @@ fn absurd_node_and_hidden_sizes_are_out_of_memory() {
     let cap = g.graph_capture().unwrap();
     cap.begin_capture().unwrap();
     for _ in 0..2 {
-        cap.record(&CaptureWork {
-            kernel_nodes: 1,
-            alloc_node_bytes: u64::MAX,
-        })
-        .unwrap();
+        cap.record(&CaptureWork::new(1).with_alloc_node(u64::MAX))
+            .unwrap();
     }
     assert!(matches!(
         cap.end_capture(),

@@ -18,6 +18,7 @@ pub enum Capacity {
 
 /// Rules of one engine release that KV sizing applies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct SizingRules {
     /// Batches whose tokens a sliding or chunked window keeps while they are in flight: 1
     /// before vLLM 0.26; `pipeline stages + 1` with async scheduling from 0.26 on
@@ -31,6 +32,32 @@ pub struct SizingRules {
     /// Attention pages that do not divide the largest page are padded to it (vLLM 0.24 on,
     /// `unify_kv_cache_spec_page_size`); before, such a model fails to start.
     pub pad_attention_pages: bool,
+}
+
+impl SizingRules {
+    /// The same rules with `batches` in flight (see the field).
+    pub const fn with_in_flight_batches(mut self, batches: u64) -> Self {
+        self.in_flight_batches = batches;
+        self
+    }
+
+    /// The same rules reporting capacity as `capacity`.
+    pub const fn with_capacity(mut self, capacity: Capacity) -> Self {
+        self.capacity = capacity;
+        self
+    }
+
+    /// The same rules with the hybrid KV-cache manager on or off.
+    pub const fn with_hybrid_manager(mut self, on: bool) -> Self {
+        self.hybrid_manager = on;
+        self
+    }
+
+    /// The same rules with attention pages padded to the largest page or not.
+    pub const fn with_pad_attention_pages(mut self, on: bool) -> Self {
+        self.pad_attention_pages = on;
+        self
+    }
 }
 
 impl Default for SizingRules {

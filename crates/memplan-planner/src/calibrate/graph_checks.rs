@@ -77,10 +77,7 @@ fn record_graph(device: &Device, with_node: Result<(), String>) -> Result<Record
     let recorded = |device: &Device, alloc_node: u64, no_node: Option<String>| {
         let f0 = free(device, true)?;
         let p0 = device.graph_pool_memory()?;
-        let work = CaptureWork {
-            kernel_nodes: NODES,
-            alloc_node_bytes: alloc_node,
-        };
+        let work = CaptureWork::new(NODES).with_alloc_node(alloc_node);
         let graph = device.graph_capture()?.capture_once(&work)?;
         Ok(Recorded {
             graph,
