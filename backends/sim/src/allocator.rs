@@ -87,9 +87,23 @@ impl SimAllocator {
             .ok_or_else(|| Error::invalid("block", format!("no live block {}", b.0)))
     }
 
-    /// Give every wholly free segment of the default pool back to the driver.
+    /// Give every wholly free segment of the default pool back to the driver. Where the
+    /// platform has no device-wide synchronize, the driver lets go of them only when the
+    /// engine synchronizes its queue ([`SimAllocator::synchronize`]): work submitted before
+    /// the release may still use them.
     pub fn empty_cache(&self) {
-        self.gpu.lock().heap.release_free(Pool::Default);
+        let mut s = self.gpu.lock();
+        let freed = s.heap.release_free(Pool::Default);
+        self.gpu.engine_release(&mut s, freed);
+    }
+
+    /// The engine synchronizes its own queue (`torch.xpu.synchronize()`): segments it gave
+    /// back while work was in flight return to the driver.
+    pub fn synchronize(&self) -> Result<()> {
+        let mut s = self.gpu.lock();
+        s.no_capture("engine synchronize")?;
+        s.queued_release = 0;
+        Ok(())
     }
 
     /// Start an engine graph capture (`torch.cuda.graph`-like): empties the cache first when
@@ -174,7 +188,8 @@ impl SimAllocator {
     pub fn release_private_pools(&self) -> Result<()> {
         let mut s = self.gpu.lock();
         s.no_capture("release_private_pools")?;
-        s.heap.release_free(Pool::Private);
+        let freed = s.heap.release_free(Pool::Private);
+        self.gpu.engine_release(&mut s, freed);
         Ok(())
     }
 }

@@ -125,6 +125,12 @@ pub fn rocm62_apu() -> ProfilingCapability {
     c
 }
 
+/// The real xpu backend cannot synchronize the device (Level Zero has no device-wide wait).
+const L0_NO_SYNC: &str = "Level Zero has no device-wide synchronize: \
+     zeCommandQueueSynchronize, zeCommandListHostSynchronize and zeFenceHostSynchronize wait \
+     only for a queue, list or fence the caller owns, and the engine's queues are not \
+     memplan's (memplan submits no work of its own on Intel)";
+
 /// The real xpu backend does not capture (memplan implements no Level Zero record/replay).
 const L0_NO_CAPTURE: &str = "Level Zero record/replay is not implemented by memplan's xpu backend, \
      and Level Zero cannot report graph memory; the planner runs eager or uses a conservative reserve";
@@ -135,6 +141,7 @@ fn level_zero(free: Reliability) -> ProfilingCapability {
     c.set(Reading::GraphPool, unavailable(L0_NO_GRAPH_POOL));
     c.facts.graph_pool_attributes = Support::no(L0_NO_GRAPH_POOL);
     c.facts.graph_capture = Support::no(L0_NO_CAPTURE);
+    c.facts.synchronize = Support::no(L0_NO_SYNC);
     c.notes.push(
         "zeDeviceGetMemoryProperties gives total; free only through Sysman (~150 ms per call)"
             .into(),
@@ -170,12 +177,13 @@ pub fn xpu_no_sysman() -> ProfilingCapability {
 
 /// What `declare-exact` turns a declaration into: every reading exact, graph-pool attributes
 /// meaningful, immediate release, no hidden cost; what the device can do (capture, virtual
-/// memory, unified memory) is kept, since it decides which operations work at all.
+/// memory, unified memory, synchronize) is kept, since it decides which operations work at all.
 pub fn declare_exact(platform: &ProfilingCapability) -> ProfilingCapability {
     let mut c = ProfilingCapability::exact_discrete();
     c.facts.graph_capture = platform.facts.graph_capture.clone();
     c.facts.virtual_memory = platform.facts.virtual_memory.clone();
     c.facts.unified_memory = platform.facts.unified_memory;
+    c.facts.synchronize = platform.facts.synchronize.clone();
     c.notes.push(
         "declare-exact: every reading declared exact while the platform's quirks stay on".into(),
     );

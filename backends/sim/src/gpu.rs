@@ -259,6 +259,14 @@ impl SimGpu {
         }
     }
 
+    /// Segments the engine gave back: held until its queue is synchronized where the platform
+    /// has no device-wide synchronize, returned at once elsewhere.
+    pub(crate) fn engine_release(&self, s: &mut State, bytes: u64) {
+        if !self.shared.platform.facts.synchronize.is_supported() {
+            s.queued_release = s.queued_release.saturating_add(bytes);
+        }
+    }
+
     pub(crate) fn deferred_release(&self) -> bool {
         self.shared.quirks.deferred_graph_release
     }
@@ -322,6 +330,10 @@ impl HalDevice for SimGpu {
         let mut s = self.lock();
         s.no_capture("synchronize")?;
         s.synchronize();
+        if self.shared.platform.facts.synchronize.is_supported() {
+            // A device-wide synchronize waits for the engine's queues too.
+            s.queued_release = 0;
+        }
         self.advance_stale(&mut s);
         Ok(())
     }

@@ -49,6 +49,11 @@
 //!   live in the pool until destroyed (the per-graph allocator part); `alloc_node_bytes` go to
 //!   the driver's graph pool. This is what makes a linear extrapolation from two samples wrong
 //!   in both directions.
+//! - **Synchronize.** Where the platform declares no device-wide synchronize (Level Zero),
+//!   segments the engine gives back (`empty_cache`, `release_private_pools`) stay held on the
+//!   driver until the engine synchronizes its own queue ([`SimAllocator::synchronize`]) or its
+//!   allocator retries after an out-of-memory; `Device::synchronize` does not release them
+//!   ([`GroundTruth::queued_release`]). Elsewhere they return at once.
 //!
 //! - **Physics** ([`physics`]): every hidden quantity (exec bytes per kernel node, per-capture
 //!   bytes, how much a warm-up leaves cached, the context overhead, noise of an approximate free

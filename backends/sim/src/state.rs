@@ -66,6 +66,10 @@ pub(crate) struct State {
     pub vmm_physical: BTreeMap<u64, u64>,
     /// Mappings: address -> (bytes, physical handle).
     pub vmm_maps: BTreeMap<u64, (u64, u64)>,
+    /// Segments the engine gave back while its queue still had work in flight: held on the
+    /// driver until the engine synchronizes its queue (platforms without a device-wide
+    /// synchronize; elsewhere memplan's synchronize waits for them, so they return at once).
+    pub queued_release: u64,
     /// Stale free: (value reported now, value to report after the next synchronize).
     /// Absent readings stay absent through the lag.
     pub stale: Option<(Option<u64>, Option<u64>)>,
@@ -82,6 +86,7 @@ impl State {
             self.gp_reserved,
             self.vmm_mapped(),
             self.pending.iter().map(|x| x.exec).sum::<u64>(),
+            self.queued_release,
         ]
         .into_iter()
         .fold(p.context_overhead_bytes, u64::saturating_add)
@@ -219,7 +224,9 @@ impl State {
         }
         let seg = crate::heap::segment_size(rounded);
         if self.take(p, seg, "SimAllocator::malloc").is_err() {
-            // Like PyTorch: give the cached segments back and retry once.
+            // Like PyTorch: synchronize (what the engine's queue still held returns), give
+            // the cached segments back and retry once.
+            self.queued_release = 0;
             self.heap.release_free(Pool::Default);
             self.heap.release_free(Pool::Private);
             self.take(p, seg, "SimAllocator::malloc")

@@ -45,6 +45,9 @@ pub struct GroundTruth {
     pub pending_release: u64,
     /// Live graphs.
     pub live_graphs: usize,
+    /// Segments the engine gave back that wait for its queue's synchronize (platforms
+    /// without a device-wide synchronize).
+    pub queued_release: u64,
 }
 
 impl GroundTruth {
@@ -59,6 +62,7 @@ impl GroundTruth {
             + self.graph_pool_reserved
             + self.vmm_mapped
             + self.pending_release
+            + self.queued_release
     }
 }
 
@@ -86,6 +90,7 @@ impl SimGpu {
             vmm_ranges: s.vmm_ranges.len(),
             pending_release: s.pending.iter().map(|x| x.exec).sum(),
             live_graphs: s.graphs.len(),
+            queued_release: s.queued_release,
         }
     }
 }

@@ -10,11 +10,21 @@
 //!   on some kernels. Declared **approximate** with a tolerance of the whole device, flagged as
 //!   suspect; calibration checks whether free memory moves with an allocation and downgrades.
 //! - Otherwise free memory is device-wide (the kernel's memory-region counters): exact.
+//! - No device-wide synchronize ([`NO_DEVICE_SYNCHRONIZE`]): Level Zero waits only for work on
+//!   a command queue, list or fence the caller holds, and the engine's queues are not
+//!   memplan's. Declared unsupported, so the protocol waits through the engine's own hook.
 
 use memplan_core::{DeviceFacts, GraphRelease, ProfilingCapability, Reading, Reliability, Support};
 
 use crate::conv::SysmanFree;
 use crate::graph;
+
+/// Why this backend cannot synchronize the device: what `synchronize` would have to wait for
+/// is on the engine's queues, which Level Zero gives memplan no handle on.
+pub const NO_DEVICE_SYNCHRONIZE: &str = "Level Zero has no device-wide synchronize: \
+     zeCommandQueueSynchronize, zeCommandListHostSynchronize and zeFenceHostSynchronize wait \
+     only for a queue, list or fence the caller owns, and the engine's queues are not \
+     memplan's (memplan submits no work of its own on Intel)";
 
 /// Where the declared total comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,6 +97,7 @@ pub fn declare(f: &Facts) -> ProfilingCapability {
             unified_memory: f.integrated,
             graph_release: GraphRelease::Immediate,
             hidden_bytes_per_capture: None,
+            synchronize: Support::no(NO_DEVICE_SYNCHRONIZE),
         },
         notes,
     };
@@ -124,6 +135,12 @@ mod tests {
         assert!(!c.facts.graph_capture.is_supported());
         assert!(c.facts.virtual_memory.is_supported());
         assert!(!c.facts.unified_memory);
+        match &c.facts.synchronize {
+            Support::Unsupported { reason } => {
+                assert!(reason.contains("zeCommandQueueSynchronize"), "{reason}")
+            }
+            Support::Supported => panic!("Level Zero has no device-wide synchronize"),
+        }
     }
 
     #[test]

@@ -7,8 +7,10 @@
 //!
 //! `synchronize` submits nothing and waits for nothing: this backend never submits work
 //! (raw allocations and frees are synchronous calls), and Level Zero has no device-wide
-//! synchronize; an engine synchronizes its own queues before a snapshot. It does mark the
-//! start of a snapshot by invalidating the cached Sysman reading.
+//! synchronize. The capability says so (`facts.synchronize` unsupported, with
+//! [`NO_DEVICE_SYNCHRONIZE`](crate::capability::NO_DEVICE_SYNCHRONIZE) as the reason), and the
+//! protocol waits for the engine's own queues through its hook before each reading. It does
+//! mark the start of a snapshot by invalidating the cached Sysman reading.
 //!
 //! The core (`memplan_core::Device`) checks every handle passed back and releases what is
 //! still held before this device is dropped; dropping it destroys the context.
@@ -132,6 +134,8 @@ impl HalDevice for XpuDevice {
         })
     }
 
+    /// Waits for nothing (declared: `facts.synchronize` is unsupported); starts a new
+    /// snapshot's Sysman cache.
     fn synchronize(&mut self) -> Result<()> {
         self.invalidate();
         Ok(())

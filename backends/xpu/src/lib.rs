@@ -28,8 +28,10 @@
 //!   Virtual memory ([`vmm`]) is supported when `zeVirtualMemQueryPageSize` succeeds.
 //! - **Primitive operations**: raw allocations are `zeMemAllocDevice` in the device's own
 //!   context; `synchronize` submits and waits for nothing (this backend never submits work;
-//!   Level Zero has no device-wide synchronize) and starts a new snapshot's cache. Everything
-//!   a device still holds is released when it is dropped.
+//!   Level Zero has no device-wide synchronize) and starts a new snapshot's cache. The
+//!   capability declares it (`facts.synchronize` unsupported, with the reason), so the
+//!   protocol synchronizes the engine's own queues through `Engine::synchronize` before each
+//!   reading instead. Everything a device still holds is released when it is dropped.
 //!
 //! Registered with `inventory` as [`BackendKind::Xpu`]; the `memplan` facade calls [`link`].
 

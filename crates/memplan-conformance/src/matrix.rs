@@ -191,15 +191,15 @@ pub fn markdown(rows: &[Row]) -> String {
          reading: exact / approximate / deferred / process-local / unavailable (see \
          docs/architecture.md). These are *declarations*; calibration on the device confirms \
          or downgrades them.\n\n\
-         | backend | platform | driver total | driver free | graph pool | graph capture | graph-pool attrs | virtual memory | unified | graph release |\n\
-         |---|---|---|---|---|---|---|---|---|---|\n",
+         | backend | platform | driver total | driver free | graph pool | graph capture | graph-pool attrs | virtual memory | unified | graph release | synchronize |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         let c = &r.capability;
         let f = &c.facts;
         let yes_no = |s: &memplan::Support| if s.is_supported() { "yes" } else { "no" };
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             r.backend,
             cell(&r.platform),
             c.reading(Reading::DriverTotal).label(),
@@ -213,8 +213,14 @@ pub fn markdown(rows: &[Row]) -> String {
                 memplan::GraphRelease::Immediate => "immediate",
                 memplan::GraphRelease::AtNextSync => "at next sync",
             },
+            yes_no(&f.synchronize),
         ));
     }
+    out.push_str(
+        "\nA device without a device-wide `synchronize` gets the engine's own synchronize \
+         (`Engine::synchronize`) before each reading, or a `readings_not_synchronized` warning \
+         (docs/measurement-protocol.md).\n",
+    );
     out.push_str("\n## Why each reading is not exact\n\n");
     for r in rows {
         let c = &r.capability;
@@ -231,6 +237,17 @@ pub fn markdown(rows: &[Row]) -> String {
                 r.backend,
                 cell(&r.platform),
                 reasons.join("; ")
+            ));
+        }
+    }
+    out.push_str("\n## Why a device cannot synchronize\n\n");
+    for r in rows {
+        if let memplan::Support::Unsupported { reason } = &r.capability.facts.synchronize {
+            out.push_str(&format!(
+                "- **{} {}**: {}\n",
+                r.backend,
+                cell(&r.platform),
+                cell(reason)
             ));
         }
     }

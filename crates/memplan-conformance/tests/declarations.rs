@@ -88,6 +88,7 @@ fn shape(c: &ProfilingCapability) -> Vec<String> {
     ));
     v.push(format!("unified: {}", f.unified_memory));
     v.push(format!("graph release: {:?}", f.graph_release));
+    v.push(format!("synchronize: {}", f.synchronize.is_supported()));
     v.push(format!(
         "hidden per capture: {:?}",
         f.hidden_bytes_per_capture

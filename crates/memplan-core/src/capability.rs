@@ -212,6 +212,12 @@ pub struct DeviceFacts {
     pub graph_release: GraphRelease,
     /// Driver memory used per captured graph that no allocator sees (bytes), when known.
     pub hidden_bytes_per_capture: Option<u64>,
+    /// A device-wide synchronize: [`Device::synchronize`](crate::Device::synchronize) waits
+    /// for all work submitted to the device by this process, the engine's queues included, so
+    /// a reading right after it sees that work finished. Where it is unsupported (the reason
+    /// says why), the protocol waits for the engine's own queues through the engine's hook
+    /// before each reading, or warns that readings may see work still in flight.
+    pub synchronize: Support,
 }
 
 /// Per-reading reliability plus device facts, as declared or as calibrated.
@@ -257,6 +263,7 @@ impl ProfilingCapability {
                 unified_memory: false,
                 graph_release: GraphRelease::Immediate,
                 hidden_bytes_per_capture: None,
+                synchronize: Support::Supported,
             },
             notes: Vec::new(),
         }
@@ -287,6 +294,7 @@ impl fmt::Display for ProfilingCapability {
             GraphRelease::AtNextSync => "at next synchronize",
         };
         writeln!(f, "  {:<24} {rel}", "graph_release")?;
+        writeln!(f, "  {:<24} {}", "synchronize", fa.synchronize)?;
         if let Some(h) = fa.hidden_bytes_per_capture {
             writeln!(f, "  {:<24} {}", "hidden_per_capture", fmt_bytes(h))?;
         }

@@ -8,7 +8,8 @@
 //! *when* it is measured.
 //!
 //! Five methods are required (four for an engine without graphs); the rest are optional
-//! knowledge. An engine that can capture its graphs against a KV cache whose memory is mapped
+//! knowledge, and [`Engine::synchronize`], which a device without a device-wide synchronize
+//! needs before each reading. An engine that can capture its graphs against a KV cache whose memory is mapped
 //! later says so ([`Engine::supports_post_capture`]) and receives the cache's address range
 //! before the first capture ([`Engine::bind_kv_range`]).
 
@@ -42,6 +43,20 @@ pub trait Engine {
     /// private pool they used. Must succeed when nothing was captured. memplan synchronizes
     /// the device afterwards (deferred releases complete there).
     fn release_graphs(&mut self) -> Result<()>;
+
+    /// Wait until every queue the engine submitted work to is idle (its framework's device
+    /// synchronize on its own streams or queues). memplan calls it before each reading only
+    /// where the device cannot synchronize itself (the capability's `facts.synchronize` is
+    /// unsupported): without it a reading may see work still in flight (memory the engine
+    /// released but its queue has not let go of yet). The default says the engine has no such
+    /// hook; the session then warns
+    /// ([`Warning::ReadingsNotSynchronized`](crate::Warning::ReadingsNotSynchronized)).
+    fn synchronize(&mut self) -> Result<()> {
+        Err(Error::unsupported(
+            "engine synchronize",
+            "the engine does not synchronize its own queues for memplan",
+        ))
+    }
 
     /// Whether the engine can size its KV cache after capturing its graphs: it takes the KV
     /// cache's address range before capture ([`bind_kv_range`](Engine::bind_kv_range)) and

@@ -119,6 +119,15 @@ pub enum Warning {
         /// Its device.
         device: String,
     },
+    /// The device cannot synchronize and the engine has no synchronize hook: readings were
+    /// taken without waiting for work in flight (memory the engine released may still show as
+    /// held, and a window may count it against the wrong step).
+    ReadingsNotSynchronized {
+        /// Why the device cannot synchronize (the backend's declaration).
+        device: String,
+        /// Why the engine did not (its hook's answer).
+        engine: String,
+    },
     /// A strategy chosen by hand is not the one the capabilities call for.
     StrategyOverridden {
         /// The strategy that ran.
@@ -174,6 +183,7 @@ impl fmt::Display for Warning {
             Warning::MaxModelLenBeyondModel { max_model_len, max_position_embeddings } => write!(f, "the max model length {max_model_len} exceeds the model's max_position_embeddings ({max_position_embeddings})"),
             Warning::FiguresPerRank { ranks } => write!(f, "figures are per rank; the engine sizes all {ranks} ranks like the smallest"),
             Warning::LimitingRank { rank, ranks, device } => write!(f, "rank {rank} ({device}) has the smallest KV cache of {ranks} ranks; the engine sizes every rank like it"),
+            Warning::ReadingsNotSynchronized { device, engine } => write!(f, "readings were taken without a synchronize: the device cannot synchronize ({device}) and {engine}; memory the engine released may still read as held"),
             Warning::StrategyOverridden { chosen, automatic } => write!(f, "graph strategy {chosen} was chosen by hand; the capabilities call for {automatic}"),
         }
     }

@@ -201,6 +201,12 @@ impl Engine for SimEngine {
         first_err.map_or(Ok(()), Err)
     }
 
+    /// Waits for the engine's queue: what its `empty_cache` gave back while work was in flight
+    /// returns to the driver (on platforms without a device-wide synchronize).
+    fn synchronize(&mut self) -> Result<()> {
+        self.alloc.synchronize()
+    }
+
     fn bind_kv_range(&mut self, range: &KvRange) -> Result<()> {
         self.kv_address = Some(range.address());
         Ok(())

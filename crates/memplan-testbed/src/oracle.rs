@@ -52,6 +52,9 @@ pub fn engine_alone(setup: &Setup) -> Result<EngineAlone> {
     let activation = gpu.truth().allocator_reserved - t1.allocator_reserved;
     alloc.free(b)?;
     alloc.empty_cache();
+    // The engine waits for its own queue after the profile run (on a platform without a
+    // device-wide synchronize, the segments return only then).
+    alloc.synchronize()?;
     let mut workspace = 0;
     let mut _held = None;
     if setup.workspace > 0 {

@@ -11,7 +11,11 @@
 //! The session borrows the engine for its whole life (steps hand it to closures) and holds a
 //! clone of the device. Rules it enforces, whatever the engine or strategy does:
 //! - every reading is a [`snapshot`](memplan_core::protocol::snapshot) (synchronize, then read
-//!   every layer); windows are differences of snapshots and keep their sign;
+//!   every layer); windows are differences of snapshots and keep their sign. Where the device
+//!   cannot synchronize (its capability's `facts.synchronize` is unsupported), the engine's
+//!   queues are synchronized through [`Engine::synchronize`] before each reading; an engine
+//!   without that hook gets
+//!   [`Warning::ReadingsNotSynchronized`] (once) and the readings go ahead;
 //! - before each step a *settle* snapshot closes a quiet window in which the engine did
 //!   nothing: any change of non-allocator memory there belongs to other processes and is
 //!   attributed to them, not to the engine (a neighbour acting *inside* a step cannot be told
@@ -75,10 +79,15 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         let device = device.clone();
         let e = engine.as_dyn();
         e.allocator().release_cached()?;
+        let unsynced = recorder::sync_engine(&capability, e)?;
         let baseline = memplan_core::protocol::snapshot(&device, Some(&*e.allocator()))?;
         tracing::info!(free = ?baseline.driver.free, total = ?baseline.driver.total, "baseline");
+        let mut rec = Recorder::new(device, Profile::new(capability, baseline));
+        if let Some(w) = unsynced {
+            rec.warn_unsynced(w);
+        }
         Ok(Session {
-            rec: Recorder::new(device, Profile::new(capability, baseline)),
+            rec,
             engine,
             why: "no graph phase ran".into(),
             calibration: None,

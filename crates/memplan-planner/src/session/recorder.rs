@@ -5,7 +5,9 @@
 
 use memplan_core::bytes::fmt_bytes;
 use memplan_core::protocol::snapshot;
-use memplan_core::{MemoryInfo, MemoryWindow, Result, SharedDevice};
+use memplan_core::{
+    Error, MemoryInfo, MemoryWindow, ProfilingCapability, Result, SharedDevice, Support,
+};
 
 use crate::engine::Engine;
 use crate::kv_range::KvRange;
@@ -20,6 +22,28 @@ pub(crate) struct Recorder {
     own_growth: i64,
     growth_known: bool,
     free_ok: bool,
+    /// `ReadingsNotSynchronized` was recorded (once per session is enough).
+    unsynced_warned: bool,
+}
+
+/// Before a reading: where the device cannot synchronize, wait for the engine's own queues
+/// through its hook. `Some(warning)` when neither can (the reading goes ahead unsynchronized);
+/// an engine hook that fails otherwise stops the reading.
+pub(crate) fn sync_engine(
+    capability: &ProfilingCapability,
+    engine: &mut dyn Engine,
+) -> Result<Option<Warning>> {
+    let Support::Unsupported { reason } = &capability.facts.synchronize else {
+        return Ok(None);
+    };
+    match engine.synchronize() {
+        Ok(()) => Ok(None),
+        Err(e @ Error::Unsupported { .. }) => Ok(Some(Warning::ReadingsNotSynchronized {
+            device: reason.clone(),
+            engine: e.to_string(),
+        })),
+        Err(e) => Err(e.during("engine synchronize before a reading")),
+    }
 }
 
 impl Recorder {
@@ -35,6 +59,7 @@ impl Recorder {
             own_growth: 0,
             growth_known,
             free_ok: growth_known,
+            unsynced_warned: false,
         }
     }
 
@@ -44,9 +69,21 @@ impl Recorder {
         self.p.warnings.push(w);
     }
 
-    /// Synchronize and read every layer, with the engine's allocator.
+    /// Synchronize and read every layer, with the engine's allocator. Where the device cannot
+    /// synchronize, the engine's queues are synchronized through its hook first ([`sync_engine`]).
     pub fn snap(&mut self, engine: &mut dyn Engine) -> Result<MemoryInfo> {
+        if let Some(w) = sync_engine(&self.p.capability, engine)? {
+            self.warn_unsynced(w);
+        }
         snapshot(&self.device, Some(&*engine.allocator()))
+    }
+
+    /// Record `ReadingsNotSynchronized` once per session.
+    pub fn warn_unsynced(&mut self, w: Warning) {
+        if !self.unsynced_warned {
+            self.unsynced_warned = true;
+            self.warn(w);
+        }
     }
 
     /// Close the quiet window since the last snapshot: non-allocator change there is foreign.
