@@ -179,27 +179,21 @@ impl HalDevice for CudaDevice {
     }
 
     fn graphs(&mut self) -> Result<&mut dyn HalGraphs> {
-        if self.graphs.is_none() {
-            self.graphs = Some(CudaGraphs::new(
-                self.ctx,
-                self.driver,
-                self.compute_capability,
-            )?);
-        }
-        match self.graphs.as_mut() {
-            Some(g) => Ok(g),
-            None => Err(Error::Measurement("graph state vanished".into())),
-        }
+        // Created on first use; `take` + `insert` hands out the slot without a branch that
+        // cannot happen.
+        let g = match self.graphs.take() {
+            Some(g) => g,
+            None => CudaGraphs::new(self.ctx, self.driver, self.compute_capability)?,
+        };
+        Ok(self.graphs.insert(g))
     }
 
     fn virtual_memory(&mut self) -> Result<&mut dyn HalVirtualMemory> {
-        if self.vmm.is_none() {
-            self.vmm = Some(CudaVmm::new(self.ctx, self.driver)?);
-        }
-        match self.vmm.as_mut() {
-            Some(v) => Ok(v),
-            None => Err(Error::Measurement("virtual-memory state vanished".into())),
-        }
+        let v = match self.vmm.take() {
+            Some(v) => v,
+            None => CudaVmm::new(self.ctx, self.driver)?,
+        };
+        Ok(self.vmm.insert(v))
     }
 }
 

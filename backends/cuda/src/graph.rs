@@ -65,9 +65,12 @@ impl CudaGraphs {
     }
 
     fn kernel(&self) -> Result<&Kernel> {
-        self.kernel
-            .as_ref()
-            .ok_or_else(|| Error::Measurement("capture kernel not loaded".into()))
+        self.kernel.as_ref().ok_or_else(|| {
+            Error::state(
+                "graph capture",
+                "the capture kernel was unloaded (teardown)",
+            )
+        })
     }
 
     /// Unload the kernel and destroy the stream (the core has aborted any capture and

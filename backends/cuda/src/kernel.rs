@@ -56,6 +56,8 @@ DONE:
 
 /// The kernel's name in both sources.
 pub const NAME: &str = "memplan_touch";
+/// [`NAME`], NUL-terminated for `cuModuleGetFunction`.
+const NAME_C: &std::ffi::CStr = c"memplan_touch";
 
 /// A loaded kernel.
 #[derive(Debug)]
@@ -92,17 +94,17 @@ fn ptx_text(image: &[u8]) -> std::result::Result<String, String> {
 }
 
 fn load(ptx: &str, source: &'static str) -> Result<Kernel> {
-    let image =
-        CString::new(ptx).map_err(|_| Error::Measurement("PTX contains a NUL byte".into()))?;
+    // Bad input to the driver, not a measurement: `Kernel::load` falls back to the embedded PTX.
+    let image = CString::new(ptx)
+        .map_err(|_| Error::invalid(format!("{source} PTX image"), "contains a NUL byte"))?;
     let mut module: sys::CUmodule = std::ptr::null_mut();
     // SAFETY: context current (caller); `image` is a NUL-terminated PTX string that outlives the call.
     check("cuModuleLoadData", unsafe {
         ffi::cuModuleLoadData(&mut module, image.as_ptr() as *const c_void)
     })?;
-    let name = CString::new(NAME).map_err(|_| Error::Measurement("kernel name".into()))?;
     let mut function: sys::CUfunction = std::ptr::null_mut();
     // SAFETY: `module` was just loaded; `name` is NUL-terminated.
-    let res = unsafe { ffi::cuModuleGetFunction(&mut function, module, name.as_ptr()) };
+    let res = unsafe { ffi::cuModuleGetFunction(&mut function, module, NAME_C.as_ptr()) };
     if let Err(e) = check("cuModuleGetFunction", res) {
         // SAFETY: unloading the module loaded above, on the error path.
         let _ = unsafe { ffi::cuModuleUnload(module) };
@@ -187,6 +189,7 @@ mod tests {
 
     #[test]
     fn sources_name_the_same_kernel() {
+        assert_eq!(NAME_C.to_str(), Ok(NAME));
         assert!(CUDA_SOURCE.contains(&format!("void {NAME}(")));
         assert!(EMBEDDED_PTX.contains(&format!(".entry {NAME}(")));
         assert!(!EMBEDDED_PTX.contains('\0') && !CUDA_SOURCE.contains('\0'));

@@ -47,10 +47,10 @@ impl XpuDevice {
     /// Create a context on root device `index` of `rt`, probe virtual memory and Sysman, and
     /// declare the capability.
     pub(crate) fn open(rt: Arc<Runtime>, index: usize) -> Result<Self> {
-        let core = rt
-            .devices
-            .get(index)
-            .ok_or_else(|| Error::Measurement(format!("no xpu device {index}")))?;
+        let core = rt.devices.get(index).ok_or_else(|| Error::UnknownDevice {
+            id: format!("xpu:{index}"),
+            available: format!("{} Level Zero device(s)", rt.devices.len()),
+        })?;
         let desc = ze::ze_context_desc_t::new();
         let mut ctx = ze::null_handle();
         // SAFETY: valid driver handle from initialisation; `desc` is initialised; `ctx` is an

@@ -31,6 +31,9 @@ pub struct Case {
     pub what: String,
     /// The outcome.
     pub out: Outcome,
+    /// Whether the harness itself failed (the scenario could not be run or judged): then
+    /// `out.failed` says why, and the case is a hard failure whatever the strategy did.
+    pub harness_error: bool,
 }
 
 /// Min / median / max of the share of the oracle, and counts.
@@ -290,14 +293,22 @@ impl Sweep {
                     let alone = engine_alone(setup).ok();
                     let cases = choices
                         .iter()
-                        .map(|choice| Case {
-                            group: group.clone(),
-                            what: what.clone(),
-                            out: run_judged(setup, *choice, None, alone).unwrap_or_else(|e| {
-                                let mut o = Outcome::new(*choice);
-                                o.failed = Some(format!("harness error: {e}"));
-                                o
-                            }),
+                        .map(|choice| {
+                            let (out, harness_error) = match run_judged(setup, *choice, None, alone)
+                            {
+                                Ok(o) => (o, false),
+                                Err(e) => {
+                                    let mut o = Outcome::new(*choice);
+                                    o.failed = Some(format!("harness error: {e}"));
+                                    (o, true)
+                                }
+                            };
+                            Case {
+                                group: group.clone(),
+                                what: what.clone(),
+                                out,
+                                harness_error,
+                            }
                         })
                         .collect();
                     *slots[i].lock().unwrap_or_else(|e| e.into_inner()) = cases;
@@ -350,7 +361,7 @@ pub fn failures(cases: &[Case]) -> Vec<(&Case, String)> {
             continue;
         }
         if let Some(e) = &o.failed {
-            if e.starts_with("harness error") {
+            if c.harness_error {
                 f.push((c, format!("{id}: {e}")));
             }
             continue;
