@@ -106,6 +106,7 @@ pub fn check_version(have: CudaVersion, f: Feature) -> Result<()> {
 }
 
 /// The loaded driver library.
+#[non_exhaustive]
 pub struct Driver {
     /// The file name that loaded (`libcuda.so.1`).
     pub library: String,

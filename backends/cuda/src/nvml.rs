@@ -40,6 +40,7 @@ const MEMORY_V2_VERSION: c_uint = (std::mem::size_of::<MemoryV2>() as c_uint) | 
 
 /// NVML's view of one device, read once.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct NvmlMemory {
     /// Total framebuffer.
     pub total: u64,

@@ -147,6 +147,7 @@ pub fn check_alloc(call: &str, code: c_int, requested: u64) -> Result<(), Error>
 /// A HIP runtime or driver version, decoded from `HIP_VERSION`'s encoding
 /// `major * 10_000_000 + minor * 100_000 + patch` (patch is a build number, e.g. 5.2.21153).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
 pub struct HipVersion {
     /// Major (the ROCm major release).
     pub major: u32,

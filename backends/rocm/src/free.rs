@@ -12,6 +12,7 @@ use crate::sysfs::{DrmMemory, HostMemory};
 
 /// hipMemGetInfo's answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct HipMemInfo {
     /// Total bytes.
     pub total: u64,

@@ -124,6 +124,7 @@ fn optional<T: Copy>(lib: &libloading::Library, symbol: &str) -> Option<T> {
 }
 
 /// The loaded HIP runtime: its symbols, where it came from, and its versions.
+#[non_exhaustive]
 pub struct Api {
     /// Resolved functions. Valid while `_lib` lives, which is as long as `self`.
     pub sym: Symbols,

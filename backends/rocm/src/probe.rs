@@ -19,6 +19,7 @@ use crate::sysfs::{DrmCard, SysRoot};
 
 /// What enumeration learns about a device beyond its descriptor.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Probe {
     /// The descriptor.
     pub descriptor: DeviceDescriptor,

@@ -14,6 +14,7 @@ pub struct SysRoot(PathBuf);
 
 /// One amdgpu DRM card's device directory, matched to a HIP device by PCI address.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DrmCard {
     /// `card0`, `card1`, ...
     pub card: String,
@@ -23,6 +24,7 @@ pub struct DrmCard {
 
 /// The DRM memory counters of one card, in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DrmMemory {
     /// `mem_info_vram_total`.
     pub vram_total: u64,
@@ -48,6 +50,7 @@ impl DrmMemory {
 
 /// The host's memory, from `/proc/meminfo`, in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct HostMemory {
     /// `MemTotal`.
     pub total: u64,

@@ -33,6 +33,7 @@ pub const READ_NOISE_MAX: u64 = 256 * KIB;
 
 /// The drawn quantities of one simulated device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Physics {
     /// The seed they were drawn from.
     pub seed: u64,

@@ -11,6 +11,7 @@ use crate::quirks::Quirks;
 /// (`apu_aperture_bytes` is `Some`) it is the memory the GPU can really use, while the driver
 /// (with [`Quirks::apu_wrong_pool`]) reports the aperture.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct SimProfile {
     /// Selector name, e.g. `rtx4090`.
     pub name: &'static str,

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 /// The switchable behaviours of a simulated GPU. `Default` is a well-behaved discrete GPU
 /// (every quirk off) with the framework behaviour `capture_empties_cache` on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Quirks {
     /// Driver free counts only this process (ROCm <= 5.4 `hipMemGetInfo`): other processes and
     /// graphics allocations are invisible.
@@ -132,6 +133,7 @@ impl Quirks {
 /// `seed=N` (the draw of the device's physics) and `physics=low|high|nominal|draw` (every
 /// physical quantity at one end of its range, or at its typical figure).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Modifiers {
     /// Declare every reading exact while keeping the quirks.
     pub declare_exact: bool,

@@ -8,6 +8,7 @@ use crate::heap::Pool;
 
 /// The real numbers behind the readings, for tests and oracles.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct GroundTruth {
     /// Synchronizes so far.
     pub tick: u64,

@@ -59,6 +59,7 @@ pub fn uuid_string(id: &[u8; 16]) -> String {
 
 /// One Sysman memory module as read by `zesMemoryGetProperties` + `zesMemoryGetState`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ModuleReading {
     /// `ZES_MEM_LOC_SYSTEM` or `ZES_MEM_LOC_DEVICE` (other values are kept as read).
     pub location: u32,

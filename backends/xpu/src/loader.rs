@@ -40,6 +40,7 @@ unsafe impl Sync for Handle {}
 
 /// One root GPU device as enumerated.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct CoreDevice {
     /// Its driver.
     pub driver: Handle,
@@ -89,6 +90,7 @@ impl CoreDevice {
 
 /// The initialised library: its functions, root GPU devices and Sysman route.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct Runtime {
     /// The loader.
     pub api: ze::LevelZero,

@@ -50,6 +50,7 @@ pub enum LayerKind {
 
 /// Routed-expert facts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct Moe {
     /// Routed experts per MoE layer.
     pub num_experts: u64,
@@ -65,6 +66,7 @@ pub struct Moe {
 
 /// Multi-head latent attention facts (DeepSeek-V2/V3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct Mla {
     /// Rank of the compressed KV (the cached latent).
     pub kv_lora_rank: u64,
@@ -80,6 +82,7 @@ pub struct Mla {
 
 /// A vision tower attached to a multimodal wrapper (weights only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct Vision {
     /// Hidden size.
     pub hidden: u64,
@@ -95,6 +98,7 @@ pub struct Vision {
 
 /// The normalised facts of a model config.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[non_exhaustive]
 pub struct ModelConfig {
     /// `architectures[0]`.
     pub architecture: String,

@@ -134,6 +134,7 @@ pub fn plan_stages(d: &DryRun, pp: u64) -> Result<Plan> {
 
 /// Other memory users of a deployment (all off by default).
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct Extras {
     /// A draft model for speculative decoding and the tokens it proposes per step.
     pub draft: Option<(ModelConfig, u64)>,
@@ -143,6 +144,32 @@ pub struct Extras {
     pub cpu_offload: u64,
     /// Pipeline-parallel stages (`--pipeline-parallel-size`, 1 = off).
     pub pipeline_parallel: u64,
+}
+
+impl Extras {
+    /// The same extras with a draft model proposing `tokens` per step.
+    pub fn with_draft(mut self, config: ModelConfig, tokens: u64) -> Self {
+        self.draft = Some((config, tokens));
+        self
+    }
+
+    /// The same extras with `slots` LoRA slots of rank `rank`.
+    pub fn with_lora(mut self, slots: u64, rank: u64) -> Self {
+        self.lora = Some((slots, rank));
+        self
+    }
+
+    /// The same extras with `bytes` of weights offloaded to the CPU.
+    pub fn with_cpu_offload(mut self, bytes: u64) -> Self {
+        self.cpu_offload = bytes;
+        self
+    }
+
+    /// The same extras with `stages` pipeline-parallel stages (1 = off).
+    pub fn with_pipeline_parallel(mut self, stages: u64) -> Self {
+        self.pipeline_parallel = stages;
+        self
+    }
 }
 
 /// vLLM `get_pp_indices` (`vllm/distributed/utils.py`): `layers // pp` per stage, the

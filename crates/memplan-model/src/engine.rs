@@ -37,6 +37,7 @@ pub enum StateMode {
 
 /// One engine release's rules and defaults.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[non_exhaustive]
 pub struct EngineRules {
     /// Engine.
     pub kind: EngineKind,

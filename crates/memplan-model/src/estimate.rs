@@ -22,6 +22,7 @@ use crate::config::ModelConfig;
 
 /// An estimated byte count and how it was obtained.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct Estimate {
     /// Bytes.
     pub bytes: u64,
@@ -31,6 +32,7 @@ pub struct Estimate {
 
 /// The engine settings the estimates depend on.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct EngineShape {
     /// Requests per step.
     pub max_num_seqs: u64,
@@ -42,6 +44,38 @@ pub struct EngineShape {
     pub capture_sizes: Vec<u64>,
     /// Activation dtype size in bytes.
     pub dtype_bytes: u64,
+}
+
+impl EngineShape {
+    /// `max_num_seqs` requests and `max_num_batched_tokens` tokens per step, one rank, bf16
+    /// activations, vLLM's default capture sizes for `max_num_seqs`.
+    pub fn new(max_num_seqs: u64, max_num_batched_tokens: u64) -> Self {
+        Self {
+            max_num_seqs,
+            max_num_batched_tokens,
+            tensor_parallel: 1,
+            capture_sizes: default_capture_sizes(max_num_seqs),
+            dtype_bytes: 2,
+        }
+    }
+
+    /// The same shape over `ranks` tensor-parallel ranks.
+    pub fn with_tensor_parallel(mut self, ranks: u64) -> Self {
+        self.tensor_parallel = ranks;
+        self
+    }
+
+    /// The same shape capturing graphs of `sizes` (empty = eager).
+    pub fn with_capture_sizes(mut self, sizes: Vec<u64>) -> Self {
+        self.capture_sizes = sizes;
+        self
+    }
+
+    /// The same shape with activations of `bytes` per element.
+    pub fn with_dtype_bytes(mut self, bytes: u64) -> Self {
+        self.dtype_bytes = bytes;
+        self
+    }
 }
 
 /// vLLM's defaults for a device of `total` bytes (v0.12+: 1024 sequences and 8192 batched

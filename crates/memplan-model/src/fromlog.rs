@@ -12,6 +12,7 @@ use crate::engine::EngineKind;
 
 /// Figures read from a log; `None` where the log does not print them.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+#[non_exhaustive]
 pub struct LogFigures {
     /// Which engine wrote it.
     pub engine: Option<EngineKind>,

@@ -21,6 +21,7 @@ const MAX_HEADER: u64 = 256 << 20;
 
 /// What a GGUF file holds, for sizing.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct Info {
     /// `general.architecture`.
     pub arch: String,
@@ -332,6 +333,7 @@ pub fn kv_type_bytes(t: &str) -> Result<(u64, u64)> {
 
 /// A llama.cpp answer: the longest `-c` with every layer on the GPU, else the most layers.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct Fit {
     /// Layers on the GPU (`-ngl`); `n_layers + 1` means the output head too.
     pub ngl: u64,

@@ -11,6 +11,7 @@ use crate::config::{LayerKind, ModelConfig};
 
 /// Engine facts that shape the spec (besides dtype, block size and TP).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SpecOptions {
     /// Pages per request of a Mamba1/GDN state layer, and of a Mamba2 one.
     pub state_pages: (u64, u64),

@@ -63,6 +63,7 @@ pub enum Source {
 
 /// A loaded model.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Model {
     /// Display name.
     pub name: String,

@@ -10,6 +10,7 @@ const PRESETS: &str = include_str!("../models/model-configs.jsonl");
 
 /// A shipped preset.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Preset {
     /// Hugging Face id.
     pub model: String,

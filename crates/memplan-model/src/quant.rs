@@ -10,6 +10,7 @@ use serde_json::Value;
 
 /// A weight quantization scheme.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[non_exhaustive]
 pub struct Quantization {
     /// `quant_method` as written (`fp8`, `gptq`, `awq`, `mxfp4`, `compressed-tensors`, ...).
     pub method: String,

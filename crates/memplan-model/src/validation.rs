@@ -25,6 +25,7 @@ use crate::presets;
 
 /// The outcome of reproducing one log.
 #[derive(Debug, Clone, serde::Serialize)]
+#[non_exhaustive]
 pub struct Reproduction {
     /// Model id.
     pub model: String,

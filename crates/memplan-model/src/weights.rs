@@ -18,6 +18,7 @@ use crate::quant::Quantization;
 
 /// Weight parameters of one rank, split by how they are stored.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct ParamCount {
     /// Attention projections (quantizable unless the scheme keeps attention in full precision).
     pub attention: u64,

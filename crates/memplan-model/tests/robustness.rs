@@ -58,13 +58,7 @@ fn exercise(c: &ModelConfig) {
             let _ = spec.size(1 << 34, &limits);
         }
         let _ = weights::weight_bytes(c, tp, 2, c.quantization.as_ref());
-        let shape = EngineShape {
-            max_num_seqs: 256,
-            max_num_batched_tokens: 8192,
-            tensor_parallel: tp,
-            capture_sizes: estimate::default_capture_sizes(256),
-            dtype_bytes: 2,
-        };
+        let shape = EngineShape::new(256, 8192).with_tensor_parallel(tp);
         let _ = estimate::activation(c, &shape);
         let _ = estimate::graph(c, &shape);
     }

@@ -15,6 +15,7 @@ use crate::config::{Family, Fields, LayerKind, Mla, ModelConfig, Moe, Vision};
 use state::StateKind;
 
 /// Facts a family's config does not state, keyed by architecture name (or `model_type`).
+#[non_exhaustive]
 pub struct Quirk {
     /// `architectures[0]` names (or `model_type`s) this row covers.
     pub names: &'static [&'static str],

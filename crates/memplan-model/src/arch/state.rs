@@ -22,6 +22,7 @@ pub enum StateKind {
 
 /// The shape facts of a state layer (whole model, before tensor parallelism).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct StateShape {
     /// Calculator.
     pub kind: StateKind,

@@ -27,6 +27,7 @@ pub const MAX_HEADER: u64 = 100 * 1024 * 1024;
 
 /// What a set of safetensors headers say about the weights.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct Summary {
     /// Bytes per dtype name (`BF16`, `F8_E4M3`, ...).
     pub bytes_by_dtype: BTreeMap<String, u64>,

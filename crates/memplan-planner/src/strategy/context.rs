@@ -16,6 +16,7 @@ use crate::warning::Warning;
 
 /// What one window says about graph memory, and from which layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct GraphReading {
     /// Bytes (signed).
     pub bytes: i64,

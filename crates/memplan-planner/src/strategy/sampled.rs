@@ -31,9 +31,17 @@ pub const ALLOCATOR_GRANULE: u64 = 2 * MIB;
 
 /// Sampled capture.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct Sampled {
     /// How many sizes to capture (at least 2 when there are 2 or more sizes).
     pub samples: usize,
+}
+
+impl Sampled {
+    /// Capture `samples` of the sizes (at least 2 when there are 2 or more).
+    pub const fn new(samples: usize) -> Self {
+        Self { samples }
+    }
 }
 
 impl Default for Sampled {
@@ -44,6 +52,7 @@ impl Default for Sampled {
 
 /// One sample in layers (bytes, signed as measured).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct Layers {
     /// Graph size.
     pub size: u32,

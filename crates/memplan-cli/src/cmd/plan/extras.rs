@@ -74,15 +74,16 @@ pub fn extras(a: &Flags) -> Result<Extras, Failure> {
             "--cpu-offload-gb must be a non-negative number of GiB",
         ));
     }
-    Ok(Extras {
-        draft: match &a.speculative_model {
-            Some(m) => Some((Model::load(m)?.config, a.num_speculative_tokens)),
-            None => None,
-        },
-        lora: a.max_loras.map(|n| (n, a.max_lora_rank)),
-        cpu_offload: (a.cpu_offload_gb * (1u64 << 30) as f64) as u64,
-        pipeline_parallel: a.pipeline_parallel_size,
-    })
+    let mut e = Extras::default()
+        .with_cpu_offload((a.cpu_offload_gb * (1u64 << 30) as f64) as u64)
+        .with_pipeline_parallel(a.pipeline_parallel_size);
+    if let Some(m) = &a.speculative_model {
+        e = e.with_draft(Model::load(m)?.config, a.num_speculative_tokens);
+    }
+    if let Some(n) = a.max_loras {
+        e = e.with_lora(n, a.max_lora_rank);
+    }
+    Ok(e)
 }
 
 /// For a `.gguf` model, the llama.cpp answer: which `-c` and `-ngl` fit the same device
