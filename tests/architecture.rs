@@ -15,6 +15,7 @@ fn real_backends_share_file_names() {
         "backend.rs",
         "device.rs",
         "capability.rs",
+        "facts.rs",
         "graph.rs",
         "vmm.rs",
         "conv.rs",

@@ -76,7 +76,8 @@ fn automatic_choice_is_safe_and_tight_on_every_profile() {
         if profile.name.starts_with("broken") {
             continue;
         }
-        let total = (profile.declared)()
+        let total = profile
+            .capability()
             .reading(memplan::Reading::DriverTotal)
             .is_exact()
             .then_some(profile.total_bytes);

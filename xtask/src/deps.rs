@@ -2,7 +2,17 @@
 
 use crate::run::{capture, step};
 
-/// Crates that talk to a vendor library.
+/// Crates that load or bind a vendor library: what the backends' `runtime` feature pulls.
+const VENDOR_LIBRARY_CRATES: &[&str] = &[
+    "cudarc",
+    "hip-runtime-sys",
+    "level-zero-sys",
+    "nvml-wrapper",
+    "libloading",
+];
+
+/// Crates that talk to a vendor library, and the backend crates themselves (whose pure
+/// declarations the simulator uses, but which nothing vendor-neutral should need).
 const VENDOR_CRATES: &[&str] = &[
     "cudarc",
     "hip-runtime-sys",
@@ -59,8 +69,14 @@ const RULES: &[(&str, &[&str], &[&str], &str)] = &[
     (
         "memplan",
         &["--no-default-features", "--features", "sim"],
-        VENDOR_CRATES,
-        "`sim` alone pulls no vendor crate",
+        VENDOR_LIBRARY_CRATES,
+        "`sim` alone pulls no vendor library crate (only the backends' pure declarations)",
+    ),
+    (
+        "memplan-backend-sim",
+        &[],
+        VENDOR_LIBRARY_CRATES,
+        "the simulator declares through the backends without their `runtime` feature",
     ),
     (
         "memplan",

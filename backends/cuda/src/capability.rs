@@ -16,8 +16,7 @@
 
 use memplan_core::{GraphRelease, ProfilingCapability, Reading, Reliability, Support};
 
-use crate::conv::CudaVersion;
-use crate::loader::{check_version, Feature};
+use crate::facts::{check_version, CudaVersion, Feature};
 
 /// What the driver reported about one device.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,7 +136,7 @@ pub fn declare(facts: &CudaFacts) -> ProfilingCapability {
 
 /// Downgrade what `cap` promises when the library lacks symbols it needs (a driver that
 /// reports a version but not its exports: a stub or a broken install). Each argument is
-/// [`Driver::supports`](crate::loader::Driver::supports) of the matching feature.
+/// `Driver::supports` (in `loader`, with the `runtime` feature) of the matching feature.
 pub fn require_exports(
     cap: &mut ProfilingCapability,
     graph_memory: Result<(), String>,

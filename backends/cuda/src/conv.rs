@@ -169,26 +169,7 @@ pub fn driver_error(call: &str, code: c_int) -> Error {
     }
 }
 
-/// A CUDA version as packed by `cuDriverGetVersion` (`1000 * major + 10 * minor`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct CudaVersion(pub i32);
-
-impl CudaVersion {
-    /// Major version.
-    pub fn major(self) -> i32 {
-        self.0 / 1000
-    }
-    /// Minor version.
-    pub fn minor(self) -> i32 {
-        (self.0 % 1000) / 10
-    }
-}
-
-impl std::fmt::Display for CudaVersion {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}.{}", self.major(), self.minor())
-    }
-}
+pub use crate::facts::CudaVersion;
 
 /// `cuMemGetInfo` output: device-wide on CUDA, or the MIG instance's memory under MIG.
 pub fn driver_memory(free: usize, total: usize) -> DriverMemory {

@@ -37,31 +37,55 @@
 //!   container with its own PID namespace NVML cannot tell this process from others.
 //! - Not yet run on NVIDIA hardware: `docs/gpu-check.md` says how to check it in one go.
 //!
+//! ## Features
+//!
+//! - `runtime` (default): everything that touches the driver (cudarc, libloading, [`ffi`],
+//!   [`loader`], the device, graphs, virtual memory, NVML) and the backend's registration.
+//! - Without it (`default-features = false`) only the pure declaration compiles:
+//!   [`capability`] ([`capability::CudaFacts`] and [`capability::declare`]) and [`facts`]
+//!   (the driver version and its feature table). The simulator builds its NVIDIA profiles'
+//!   capabilities through these, so a simulated profile declares what this backend would.
+//!
 //! The layout is the same in every backend folder: `loader`, `backend`, `device`, `capability`,
-//! `graph`, `vmm`, `conv` (plus `kernel` and `nvml` here). Tests that need a GPU are marked
+//! `facts`, `graph`, `vmm`, `conv` (plus `kernel` and `nvml` here). Tests that need a GPU are marked
 //! `#[ignore = "needs an NVIDIA GPU"]` and run by `scripts/gpu-check.sh` with `--ignored`.
 
-pub mod backend;
 pub mod capability;
+pub mod facts;
+
+#[cfg(feature = "runtime")]
+pub mod backend;
+#[cfg(feature = "runtime")]
 pub mod conv;
+#[cfg(feature = "runtime")]
 pub mod device;
+#[cfg(feature = "runtime")]
 pub mod ffi;
+#[cfg(feature = "runtime")]
 pub mod graph;
+#[cfg(feature = "runtime")]
 pub mod kernel;
+#[cfg(feature = "runtime")]
 pub mod loader;
+#[cfg(feature = "runtime")]
 pub mod nvml;
+#[cfg(feature = "runtime")]
 pub mod vmm;
 
-#[cfg(test)]
+#[cfg(all(test, feature = "runtime"))]
 mod gpu_tests;
 
+#[cfg(feature = "runtime")]
 pub use backend::CudaBackend;
+#[cfg(feature = "runtime")]
 pub use device::CudaDevice;
 
+#[cfg(feature = "runtime")]
 memplan_core::inventory::submit! {
     memplan_core::BackendRegistration::new(memplan_core::BackendKind::Cuda, create)
 }
 
+#[cfg(feature = "runtime")]
 fn create() -> Box<dyn memplan_core::Backend> {
     Box::new(CudaBackend)
 }

@@ -10,7 +10,7 @@
 use memplan_core::bytes::MIB;
 use memplan_core::{GraphRelease, ProfilingCapability, Reading, Reliability, Support};
 
-use crate::conv::HipVersion;
+use crate::facts::HipVersion;
 
 /// Facts about one runtime and device that the rules look at.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -7,7 +7,6 @@
 //! reported as `unknown code N`.
 
 use std::ffi::c_int;
-use std::fmt;
 
 use memplan_core::Error;
 
@@ -144,51 +143,7 @@ pub fn check_alloc(call: &str, code: c_int, requested: u64) -> Result<(), Error>
     check(call, code)
 }
 
-/// A HIP runtime or driver version, decoded from `HIP_VERSION`'s encoding
-/// `major * 10_000_000 + minor * 100_000 + patch` (patch is a build number, e.g. 5.2.21153).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[non_exhaustive]
-pub struct HipVersion {
-    /// Major (the ROCm major release).
-    pub major: u32,
-    /// Minor (the ROCm minor release).
-    pub minor: u32,
-    /// Patch / build number.
-    pub patch: u32,
-}
-
-impl HipVersion {
-    /// A version from its parts.
-    pub const fn new(major: u32, minor: u32, patch: u32) -> Self {
-        HipVersion {
-            major,
-            minor,
-            patch,
-        }
-    }
-
-    /// Decode the integer `hipRuntimeGetVersion` / `hipDriverGetVersion` return. Negative
-    /// values are not versions.
-    pub fn from_int(v: c_int) -> Option<Self> {
-        let v = u32::try_from(v).ok()?;
-        Some(HipVersion {
-            major: v / 10_000_000,
-            minor: (v / 100_000) % 100,
-            patch: v % 100_000,
-        })
-    }
-
-    /// `(major, minor)`, the granularity the capability table works at.
-    pub fn release(self) -> (u32, u32) {
-        (self.major, self.minor)
-    }
-}
-
-impl fmt::Display for HipVersion {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
-    }
-}
+pub use crate::facts::HipVersion;
 
 /// Offset of `gcnArchName` in `hipDeviceProp_t` as HIP 5.x lays it out (what
 /// `hipGetDeviceProperties` writes), from hip-runtime-sys; tests/layout.rs compares it with

@@ -26,6 +26,16 @@
 //!   call is `DriverCall { call, code, name }` (unknown codes are `unknown code N`); an
 //!   optional operation the runtime or device lacks is `Unsupported` with the reason.
 //!
+//! ## Features
+//!
+//! - `runtime` (default): everything that touches the HIP runtime (libloading,
+//!   hip-runtime-sys, the loader, the device, graphs, virtual memory, the sysfs and host
+//!   readings) and the backend's registration.
+//! - Without it (`default-features = false`) only the pure declaration compiles:
+//!   [`capability`] ([`capability::Inputs`], [`capability::declare`] and its rule table) and
+//!   [`facts`] (the HIP version). The simulator builds its AMD profiles' capabilities through
+//!   these, so a simulated profile declares what this backend would; no HIP headers are needed.
+//!
 //! ## Building
 //!
 //! hip-runtime-sys's build script needs the HIP headers: Debian's `libamdhip64-dev` with
@@ -33,23 +43,37 @@
 //! build, and `libamdhip64` must not appear in `readelf -d` of the binary
 //! (`tests/no_hard_link.rs`).
 
-pub mod backend;
 pub mod capability;
+pub mod facts;
+
+#[cfg(feature = "runtime")]
+pub mod backend;
+#[cfg(feature = "runtime")]
 pub mod conv;
+#[cfg(feature = "runtime")]
 pub mod device;
+#[cfg(feature = "runtime")]
 pub mod free;
+#[cfg(feature = "runtime")]
 pub mod graph;
+#[cfg(feature = "runtime")]
 pub mod loader;
+#[cfg(feature = "runtime")]
 pub mod probe;
+#[cfg(feature = "runtime")]
 pub mod sysfs;
+#[cfg(feature = "runtime")]
 pub mod vmm;
 
+#[cfg(feature = "runtime")]
 pub use backend::RocmBackend;
 
+#[cfg(feature = "runtime")]
 memplan_core::inventory::submit! {
     memplan_core::BackendRegistration::new(memplan_core::BackendKind::Rocm, create_backend)
 }
 
+#[cfg(feature = "runtime")]
 fn create_backend() -> Box<dyn memplan_core::Backend> {
     Box::new(RocmBackend::new())
 }

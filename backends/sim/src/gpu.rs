@@ -65,7 +65,7 @@ impl SimGpu {
         (seed, pin): (u64, Pin),
         selector: String,
     ) -> Self {
-        let platform = (profile.declared)();
+        let platform = profile.capability();
         let tolerance = platform
             .reading(memplan_core::Reading::DriverFree)
             .tolerance_bytes();

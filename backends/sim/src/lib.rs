@@ -7,7 +7,9 @@
 //!
 //! - [`profiles`] / [`profile`]: named GPUs ([`SimProfile`]) with totals as real drivers
 //!   report them (each with its source), a context overhead, the platform's [`Quirks`] and the
-//!   capability the real backend would declare (`declared`).
+//!   facts the real backend reads there ([`PlatformFacts`]); the profile's capability
+//!   ([`SimProfile::capability`]) is the real backend's own `capability::declare` run on those
+//!   facts (the backend crates built without their `runtime` feature: no vendor library).
 //! - [`SimGpu`]: a cheap clonable handle (`Arc<Mutex<..>>`); clones share one device, so an
 //!   "engine" and memplan can both hold it. [`SimGpu::shared`] (what `memplan::open` uses)
 //!   gives the GPU already open under the same selector in this process, if any, so two opens
@@ -94,6 +96,7 @@ mod tests;
 
 pub use allocator::{EngineGraph, GraphSpec, SimAllocator};
 pub use backend::SimBackend;
+pub use declared::PlatformFacts;
 pub use gpu::{SimGpu, RAW_ROUND};
 pub use heap::BlockId;
 pub use physics::{Physics, Pin, Rng, DEFAULT_SEED};

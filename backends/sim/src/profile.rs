@@ -3,6 +3,7 @@
 use memplan_core::ProfilingCapability;
 
 use crate::catalog::PROFILES;
+use crate::declared::PlatformFacts;
 use crate::quirks::Quirks;
 
 /// A named, deterministic simulated GPU.
@@ -29,8 +30,22 @@ pub struct SimProfile {
     pub apu_aperture_bytes: Option<u64>,
     /// The behaviours of the real platform.
     pub quirks: Quirks,
-    /// The capability the real backend would declare for this platform.
-    pub declared: fn() -> ProfilingCapability,
+    /// The facts the real backend reads on this platform (its declaration is made from them:
+    /// [`SimProfile::capability`]).
+    pub declared: fn(&SimProfile) -> PlatformFacts,
+}
+
+impl SimProfile {
+    /// The facts the real backend reads on the platform this profile imitates.
+    pub fn facts(&self) -> PlatformFacts {
+        (self.declared)(self)
+    }
+
+    /// What the real backend declares for this platform: its own `capability::declare`, run on
+    /// [`SimProfile::facts`].
+    pub fn capability(&self) -> ProfilingCapability {
+        self.facts().declare()
+    }
 }
 
 /// Every profile, in catalogue order.
@@ -98,7 +113,7 @@ mod tests {
     #[test]
     fn declarations_match_quirks() {
         for p in profiles() {
-            let c = (p.declared)();
+            let c = p.capability();
             let free = c.reading(Reading::DriverFree);
             let q = p.quirks;
             if q.free_process_local {

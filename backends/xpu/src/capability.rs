@@ -16,7 +16,7 @@
 
 use memplan_core::{DeviceFacts, GraphRelease, ProfilingCapability, Reading, Reliability, Support};
 
-use crate::conv::SysmanFree;
+use crate::facts::SysmanFree;
 use crate::graph;
 
 /// Why this backend cannot synchronize the device: what `synchronize` would have to wait for
@@ -36,7 +36,7 @@ pub enum TotalSource {
 }
 
 /// The facts a declaration is made from.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Facts {
     /// `ZE_DEVICE_PROPERTY_FLAG_INTEGRATED`.
     pub integrated: bool,
@@ -185,7 +185,9 @@ mod tests {
 
     #[test]
     fn integrated_gpu_is_unified_without_free() {
-        let s = crate::conv::translate(true, &[]);
+        let s = SysmanFree::unavailable(
+            "integrated GPU: device memory is shared system memory and Sysman reports no device-local free memory",
+        );
         let c = declare(&Facts {
             integrated: true,
             sysman: s,

@@ -69,39 +69,7 @@ pub struct ModuleReading {
     pub size: u64,
 }
 
-/// Free device memory as Sysman gives it, or why it cannot.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SysmanFree {
-    /// Sum over the device-local modules.
-    Readable {
-        /// Free bytes.
-        free: u64,
-        /// Allocatable bytes.
-        size: u64,
-        /// Number of device-local modules summed.
-        modules: usize,
-    },
-    /// No free-memory reading; never reported as 0.
-    Unavailable {
-        /// Why.
-        reason: String,
-    },
-}
-
-impl SysmanFree {
-    /// Unavailable, with a reason.
-    pub fn unavailable(reason: impl Into<String>) -> Self {
-        SysmanFree::Unavailable {
-            reason: reason.into(),
-        }
-    }
-
-    /// `free == size`: the reading non-root users get from i915 on some kernels, where the
-    /// kernel hides usage. Suspect, not proof (an idle device can be this empty).
-    pub fn free_equals_total(&self) -> bool {
-        matches!(self, SysmanFree::Readable { free, size, .. } if free == size)
-    }
-}
+pub use crate::facts::SysmanFree;
 
 /// Turn the module readings of one device into one free-memory reading.
 ///

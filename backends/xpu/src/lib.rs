@@ -33,28 +33,52 @@
 //!   protocol synchronizes the engine's own queues through `Engine::synchronize` before each
 //!   reading instead. Everything a device still holds is released when it is dropped.
 //!
-//! Registered with `inventory` as [`BackendKind::Xpu`]; the `memplan` facade calls [`link`].
+//! ## Features
+//!
+//! - `runtime` (default): everything that touches the loader (level-zero-sys, [`loader`],
+//!   the device, Sysman, virtual memory) and the backend's registration.
+//! - Without it (`default-features = false`) only the pure declaration compiles:
+//!   [`capability`] ([`capability::Facts`], [`capability::declare`]), [`facts`] (what Sysman
+//!   gave) and [`graph`] (what Level Zero offers for graphs). The simulator builds its Intel
+//!   profiles' capabilities through these, so a simulated profile declares what this backend
+//!   would.
+//!
+//! Registered with `inventory` as `BackendKind::Xpu` (with `runtime`); the `memplan` facade
+//! calls [`link`].
 
-pub mod backend;
 pub mod capability;
-pub mod conv;
-pub mod device;
+pub mod facts;
 pub mod graph;
+
+#[cfg(feature = "runtime")]
+pub mod backend;
+#[cfg(feature = "runtime")]
+pub mod conv;
+#[cfg(feature = "runtime")]
+pub mod device;
+#[cfg(feature = "runtime")]
 pub mod loader;
+#[cfg(feature = "runtime")]
 pub mod sysman;
+#[cfg(feature = "runtime")]
 pub mod vmm;
 
+#[cfg(feature = "runtime")]
 pub use backend::XpuBackend;
+#[cfg(feature = "runtime")]
 pub use device::XpuDevice;
 
-#[cfg(doc)]
+#[cfg(all(doc, feature = "runtime"))]
 use memplan_core::Error;
+#[cfg(feature = "runtime")]
 use memplan_core::{Backend, BackendKind, BackendRegistration};
 
+#[cfg(feature = "runtime")]
 fn create() -> Box<dyn Backend> {
     Box::new(XpuBackend::new())
 }
 
+#[cfg(feature = "runtime")]
 memplan_core::inventory::submit! {
     BackendRegistration::new(BackendKind::Xpu, create)
 }
@@ -62,7 +86,7 @@ memplan_core::inventory::submit! {
 /// Referenced by the facade so the linker keeps this crate's registration.
 pub fn link() {}
 
-#[cfg(test)]
+#[cfg(all(test, feature = "runtime"))]
 mod tests {
     use super::*;
     use memplan_core::Error;

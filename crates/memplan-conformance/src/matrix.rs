@@ -1,6 +1,10 @@
 //! The capability matrix of the shipped backends, generated from the code: each simulated
 //! profile's declaration, and each real backend's declaration for representative platforms
-//! (built from the same `capability::declare` functions the backends call at run time).
+//! (built from the same `capability::declare` functions the backends call at run time; a
+//! simulated profile's declaration is that function too, run on the profile's facts).
+//!
+//! [`IMITATES`] names the real row each simulated profile imitates, and [`drifts`] lists where
+//! the two rows disagree: `tests/declarations.rs` fails on any.
 //!
 //! `cargo xtask capability-matrix` writes it to `docs/capability-matrix.md`; `cargo xtask ci`
 //! fails when the committed file differs from what the code declares.
@@ -17,6 +21,95 @@ pub struct Row {
     pub capability: ProfilingCapability,
 }
 
+/// The real platform each simulated profile imitates: (profile, backend, the real row's
+/// platform). Every simulated profile but ones broken on purpose is listed; `broken-stale`
+/// declares what CUDA declares while its readings lag, so it imitates CUDA's row too.
+pub const IMITATES: &[(&str, &str, &str)] = &[
+    ("rtx4090", "cuda", CUDA_DISCRETE),
+    ("rtx3090", "cuda", CUDA_DISCRETE),
+    ("a100-40gb", "cuda", CUDA_DISCRETE),
+    ("a100-80gb", "cuda", CUDA_DISCRETE),
+    ("h100-80gb", "cuda", CUDA_DISCRETE),
+    ("h200", "cuda", CUDA_DISCRETE),
+    ("l4", "cuda", CUDA_DISCRETE),
+    ("mi300x", "rocm", ROCM62_DRM),
+    ("rx7900xtx-rocm5.4", "rocm", "HIP 5.4, discrete"),
+    ("rx7900xtx-rocm5.5", "rocm", "HIP 5.5, discrete"),
+    ("rx7900xtx-rocm6.2", "rocm", ROCM62_DRM),
+    ("strix-halo", "rocm", "HIP 6.2, APU with DRM sysfs"),
+    ("arc-a770", "xpu", XPU_FREE_EQ_TOTAL),
+    ("max1550", "xpu", "discrete, Sysman readable"),
+    ("arc-b580-nosysman", "xpu", "discrete, Sysman unavailable"),
+    ("broken-stale", "cuda", CUDA_DISCRETE),
+];
+
+const CUDA_DISCRETE: &str = "driver 12.8, discrete";
+const ROCM62_DRM: &str = "HIP 6.2, discrete with DRM sysfs";
+const XPU_FREE_EQ_TOTAL: &str = "discrete, Sysman free == total (non-root i915)";
+
+/// What a row says, cell by cell, beyond its backend and platform: the matrix's columns, the
+/// tolerance of each reading, and the reason of each unsupported operation's absence kept out
+/// (reasons are prose; the columns are the contract).
+pub fn cells(r: &Row) -> Vec<String> {
+    let c = &r.capability;
+    let f = &c.facts;
+    let mut v: Vec<String> = Reading::ALL
+        .iter()
+        .map(|rd| {
+            let rel = c.reading(*rd);
+            format!("{}: {} ±{}", rd.name(), rel.label(), rel.tolerance_bytes())
+        })
+        .collect();
+    for (name, s) in [
+        ("graph capture", &f.graph_capture),
+        ("graph-pool attrs", &f.graph_pool_attributes),
+        ("virtual memory", &f.virtual_memory),
+        ("synchronize", &f.synchronize),
+    ] {
+        v.push(format!("{name}: {}", s.is_supported()));
+    }
+    v.push(format!("unified: {}", f.unified_memory));
+    v.push(format!("graph release: {:?}", f.graph_release));
+    v.push(format!(
+        "hidden per capture: {:?}",
+        f.hidden_bytes_per_capture
+    ));
+    v
+}
+
+/// Where a simulated row and the real row it imitates ([`IMITATES`]) disagree, one line per
+/// cell; a simulated profile missing from [`IMITATES`], or whose real row is not in `rows`, is
+/// a drift too.
+pub fn drifts(rows: &[Row]) -> Vec<String> {
+    let mut out = Vec::new();
+    for sim in rows.iter().filter(|r| r.backend == "sim") {
+        let Some((_, backend, platform)) = IMITATES.iter().find(|(p, ..)| *p == sim.platform)
+        else {
+            out.push(format!("sim {}: imitates no real platform", sim.platform));
+            continue;
+        };
+        let Some(real) = rows
+            .iter()
+            .find(|r| r.backend == *backend && r.platform == *platform)
+        else {
+            out.push(format!(
+                "sim {}: no {backend} row `{platform}` to compare with",
+                sim.platform
+            ));
+            continue;
+        };
+        for (s, r) in cells(sim).iter().zip(cells(real)) {
+            if *s != r {
+                out.push(format!(
+                    "sim {} vs {backend} `{platform}`: `{s}` vs `{r}`",
+                    sim.platform
+                ));
+            }
+        }
+    }
+    out
+}
+
 /// Every row this build can produce (real backends only when their feature is on).
 pub fn rows() -> Vec<Row> {
     let mut rows = Vec::new();
@@ -25,7 +118,7 @@ pub fn rows() -> Vec<Row> {
         rows.push(Row {
             backend: "sim",
             platform: p.name.to_string(),
-            capability: (p.declared)(),
+            capability: p.capability(),
         });
     }
     #[cfg(feature = "cuda")]
@@ -51,7 +144,7 @@ fn cuda_rows() -> Vec<Row> {
         total_bytes: Some(80 * gib),
     };
     let cases = [
-        ("driver 12.8, discrete", base.clone()),
+        (CUDA_DISCRETE, base.clone()),
         (
             "driver 11.2, discrete (no graph-memory attributes)",
             CudaFacts {
@@ -101,16 +194,18 @@ fn rocm_rows() -> Vec<Row> {
     let cases = [
         ("HIP 5.2, discrete", input(5, 2, false, false, false)),
         ("HIP 5.4, discrete", input(5, 4, false, false, false)),
+        ("HIP 5.5, discrete", input(5, 5, false, false, false)),
         (
             "HIP 5.6, discrete with DRM sysfs",
             input(5, 6, false, true, true),
         ),
-        (
-            "HIP 6.2, discrete with DRM sysfs",
-            input(6, 2, false, true, true),
-        ),
+        (ROCM62_DRM, input(6, 2, false, true, true)),
         ("HIP 7.0, discrete", input(7, 0, false, false, true)),
         ("HIP 6.2, APU", input(6, 2, true, false, false)),
+        (
+            "HIP 6.2, APU with DRM sysfs",
+            input(6, 2, true, true, false),
+        ),
     ];
     cases
         .into_iter()
@@ -142,7 +237,7 @@ fn xpu_rows() -> Vec<Row> {
             },
         ),
         (
-            "discrete, Sysman free == total (non-root i915)",
+            XPU_FREE_EQ_TOTAL,
             Facts {
                 integrated: false,
                 sysman: readable(16 * gib),
@@ -239,6 +334,15 @@ pub fn markdown(rows: &[Row]) -> String {
                 reasons.join("; ")
             ));
         }
+    }
+    out.push_str(
+        "\n## The real platform each simulated profile imitates\n\n\
+         A simulated profile's declaration is the real backend's own `capability::declare`, \
+         run on the facts that platform reports (`memplan_backend_sim::PlatformFacts`); \
+         `tests/declarations.rs` fails when a simulated row and its real row disagree.\n\n",
+    );
+    for (sim, backend, platform) in IMITATES {
+        out.push_str(&format!("- **sim {sim}**: {backend} {}\n", cell(platform)));
     }
     out.push_str("\n## Why a device cannot synchronize\n\n");
     for r in rows {

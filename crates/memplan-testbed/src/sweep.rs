@@ -112,7 +112,8 @@ pub fn random_scenario(seed: u64) -> Scenario {
     let p = ps[r.range(0, ps.len() as u64 - 1) as usize];
     let total = p.total_bytes;
     let pct = |r: &mut Rng, lo: u64, hi: u64| total / 1000 * r.range(lo, hi);
-    let exact_total = (p.declared)()
+    let exact_total = p
+        .capability()
         .reading(memplan_core::Reading::DriverTotal)
         .is_exact();
     let declare_exact = r.range(0, 3) == 0;
@@ -237,7 +238,8 @@ impl Sweep {
         }
         // Every profile, honest and declared exact, with the base models that fit it.
         for p in profiles().iter().filter(|p| !p.name.starts_with("broken")) {
-            let exact = (p.declared)()
+            let exact = p
+                .capability()
                 .reading(memplan_core::Reading::DriverTotal)
                 .is_exact();
             for (base, min_total) in [

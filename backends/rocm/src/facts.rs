@@ -1,0 +1,53 @@
+//! The facts a ROCm declaration is made from that need no runtime: the HIP version and how
+//! `hipRuntimeGetVersion` encodes it. Pure data, compiled without the `runtime` feature, so
+//! the simulator declares its AMD profiles through [`crate::capability::declare`] on a machine
+//! without ROCm; `conv` (with `runtime`) re-exports it.
+
+use std::ffi::c_int;
+use std::fmt;
+
+/// A HIP runtime or driver version, decoded from `HIP_VERSION`'s encoding
+/// `major * 10_000_000 + minor * 100_000 + patch` (patch is a build number, e.g. 5.2.21153).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub struct HipVersion {
+    /// Major (the ROCm major release).
+    pub major: u32,
+    /// Minor (the ROCm minor release).
+    pub minor: u32,
+    /// Patch / build number.
+    pub patch: u32,
+}
+
+impl HipVersion {
+    /// A version from its parts.
+    pub const fn new(major: u32, minor: u32, patch: u32) -> Self {
+        HipVersion {
+            major,
+            minor,
+            patch,
+        }
+    }
+
+    /// Decode the integer `hipRuntimeGetVersion` / `hipDriverGetVersion` return. Negative
+    /// values are not versions.
+    pub fn from_int(v: c_int) -> Option<Self> {
+        let v = u32::try_from(v).ok()?;
+        Some(HipVersion {
+            major: v / 10_000_000,
+            minor: (v / 100_000) % 100,
+            patch: v % 100_000,
+        })
+    }
+
+    /// `(major, minor)`, the granularity the capability table works at.
+    pub fn release(self) -> (u32, u32) {
+        (self.major, self.minor)
+    }
+}
+
+impl fmt::Display for HipVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
+    }
+}
