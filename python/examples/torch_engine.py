@@ -42,9 +42,11 @@ class TorchEngine(Engine):
     def memory_stats(self) -> Dict[str, int]:
         s = torch.cuda.memory_stats(self.dev)
         return {
-            "reserved": int(s.get("reserved_bytes.all.current", 0)),
-            "allocated": int(s.get("allocated_bytes.all.current", 0)),
-            "peak_allocated": int(s.get("allocated_bytes.all.peak", 0)),
+            # A key PyTorch does not report is a KeyError, never a 0 taken for a reading.
+            "reserved": int(s["reserved_bytes.all.current"]),
+            "allocated": int(s["allocated_bytes.all.current"]),
+            "peak_allocated": int(s["allocated_bytes.all.peak"]),
+            "peak_reserved": int(s["reserved_bytes.all.peak"]),
         }
 
     def release_cached(self) -> None:

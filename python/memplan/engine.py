@@ -11,7 +11,8 @@ How a PyTorch engine maps the hooks (the GPU check runs this mapping on real har
     memory_stats()    -> s = torch.cuda.memory_stats(dev)
                          {"reserved": s["reserved_bytes.all.current"],
                           "allocated": s["allocated_bytes.all.current"],
-                          "peak_allocated": s["allocated_bytes.all.peak"]}
+                          "peak_allocated": s["allocated_bytes.all.peak"],
+                          "peak_reserved": s["reserved_bytes.all.peak"]}
     release_cached()  -> torch.cuda.synchronize(); torch.cuda.empty_cache()
     reset_peak()      -> torch.cuda.reset_peak_memory_stats(dev)
     load_weights()    -> model.to(dev)            (or the engine's loader)
@@ -46,7 +47,8 @@ from . import _native
 
 __all__ = ["Engine", "start_up", "StartUp", "KvRange", "SimDevice", "SimAllocator", "AllocatorStats"]
 
-#: ``{"reserved": int, "allocated": int, "peak_allocated": int}``, bytes.
+#: ``{"reserved": int, "allocated": int, "peak_allocated": int}``, bytes, and optionally
+#: ``"peak_reserved": int`` (the activation peak then counts the segments the allocator held).
 AllocatorStats = Dict[str, int]
 
 SimDevice = _native.SimDevice
@@ -67,7 +69,9 @@ class Engine:
     # -- the allocator view ------------------------------------------------------------
     def memory_stats(self) -> AllocatorStats:
         """The caching allocator now: bytes ``reserved`` (held from the driver, cached or in
-        use), ``allocated`` (in use) and ``peak_allocated`` since :meth:`reset_peak`."""
+        use), ``allocated`` (in use) and ``peak_allocated`` since :meth:`reset_peak`; optionally
+        ``peak_reserved`` since :meth:`reset_peak` (without it memplan rounds the allocated
+        peak up by 2 MiB and warns)."""
         raise NotImplementedError("memory_stats")
 
     def release_cached(self) -> None:
@@ -75,7 +79,7 @@ class Engine:
         raise NotImplementedError("release_cached")
 
     def reset_peak(self) -> None:
-        """Reset ``peak_allocated`` to ``allocated``."""
+        """Reset ``peak_allocated`` to ``allocated`` (and ``peak_reserved`` to ``reserved``)."""
         raise NotImplementedError("reset_peak")
 
     # -- the engine's own steps --------------------------------------------------------

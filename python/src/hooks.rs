@@ -1,7 +1,7 @@
 //! A Python engine as a memplan [`Engine`]: every hook is a method call on the Python object.
 //!
 //! Hook methods (see `memplan/engine.py` for the Python side and its docs):
-//! `memory_stats() -> {"reserved", "allocated", "peak_allocated"}`, `release_cached()`,
+//! `memory_stats() -> {"reserved", "allocated", "peak_allocated"[, "peak_reserved"]}`, `release_cached()`,
 //! `reset_peak()` (the allocator view); `graph_sizes()`, `warm_up(size)`,
 //! `capture_graph(size)`, `release_graphs()`, `supports_post_capture()`,
 //! `bind_kv_range(address, size)`, `kernel_nodes_hint(size)`, `alloc_node_bytes_hint(size)`
@@ -45,24 +45,32 @@ pub struct PyAllocator {
 }
 
 fn stats_from(d: &Bound<'_, PyAny>) -> PyResult<AllocatorStats> {
-    let get = |k: &str| -> PyResult<u64> {
-        let v = if let Ok(dict) = d.cast::<PyDict>() {
-            dict.get_item(k)?
+    let item = |k: &str| -> PyResult<Option<Bound<'_, PyAny>>> {
+        if let Ok(dict) = d.cast::<PyDict>() {
+            dict.get_item(k)
         } else {
-            d.get_item(k).ok()
-        };
-        match v {
+            Ok(d.get_item(k).ok())
+        }
+    };
+    let get = |k: &str| -> PyResult<u64> {
+        match item(k)? {
             Some(v) => v.extract::<u64>(),
             None => Err(pyo3::exceptions::PyKeyError::new_err(format!(
-                "memory_stats() has no {k:?} (needs reserved, allocated, peak_allocated, in bytes)"
+                "memory_stats() has no {k:?} (needs reserved, allocated, peak_allocated, in bytes; peak_reserved optional)"
             ))),
         }
+    };
+    // Optional: an allocator that cannot tell its reserved peak leaves it out (or None).
+    let peak_reserved = match item("peak_reserved")? {
+        Some(v) if !v.is_none() => Some(v.extract::<u64>()?),
+        _ => None,
     };
     Ok(AllocatorStats::new(
         get("reserved")?,
         get("allocated")?,
         get("peak_allocated")?,
-    ))
+    )
+    .with_peak_reserved(peak_reserved))
 }
 
 impl AllocatorView for PyAllocator {

@@ -165,14 +165,16 @@ impl SimAllocator {
         self.inner.empty_cache();
     }
 
-    /// `{"reserved", "allocated", "peak_allocated"}` in bytes (`torch.cuda.memory_stats()`'s
-    /// `reserved_bytes.all.current`, `allocated_bytes.all.current` and `.peak`).
+    /// `{"reserved", "allocated", "peak_allocated", "peak_reserved"}` in bytes
+    /// (`torch.cuda.memory_stats()`'s `reserved_bytes.all.current`,
+    /// `allocated_bytes.all.current`, `allocated_bytes.all.peak` and `reserved_bytes.all.peak`).
     fn memory_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = self.inner.stats();
         let d = PyDict::new(py);
         d.set_item("reserved", s.reserved)?;
         d.set_item("allocated", s.allocated)?;
         d.set_item("peak_allocated", s.peak_allocated)?;
+        d.set_item("peak_reserved", s.peak_reserved)?;
         Ok(d)
     }
 

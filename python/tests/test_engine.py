@@ -108,6 +108,21 @@ def test_a_broken_allocator_view_is_raised_not_read_as_zero() -> None:
         start_up(dev, NoPeak(dev), model=MODEL)
 
 
+def test_an_allocator_without_a_reserved_peak_is_bounded_and_warned() -> None:
+    class NoReservedPeak(PyEngine):
+        def memory_stats(self) -> Dict[str, int]:
+            s = super().memory_stats()
+            del s["peak_reserved"]
+            return s
+
+    dev = SimDevice("sim:rtx4090", private=True)
+    eng = NoReservedPeak(dev, weights=3 * GIB, activation=600 * MIB + 1)
+    s = start_up(dev, eng, model=MODEL, gpu_memory_utilization=0.9)
+    # the allocated peak rounded up to the 2 MiB bound, never taken as what was allocated
+    assert s.profile["activation_peak_bytes"] == 602 * MIB
+    assert "reserved_peak_unreported" in [w["code"] for w in s.plan["warnings"]]
+
+
 def test_bad_requests_are_usage_errors() -> None:
     dev = SimDevice("sim:rtx4090", private=True)
     with pytest.raises(memplan.UsageError):

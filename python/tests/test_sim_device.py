@@ -21,7 +21,7 @@ def test_a_sim_device_has_the_profile_total() -> None:
 def test_the_allocator_caches_like_pytorch() -> None:
     a = SimDevice("sim:h100-80gb", private=True).allocator()
     base = a.memory_stats()
-    assert base == {"reserved": 0, "allocated": 0, "peak_allocated": 0}
+    assert base == {"reserved": 0, "allocated": 0, "peak_allocated": 0, "peak_reserved": 0}
     b = a.malloc(100 * MIB)
     s = a.memory_stats()
     assert s["allocated"] >= 100 * MIB and s["reserved"] >= s["allocated"]
@@ -30,9 +30,10 @@ def test_the_allocator_caches_like_pytorch() -> None:
     assert cached["allocated"] == 0
     assert cached["reserved"] >= 100 * MIB  # freed but cached
     assert cached["peak_allocated"] >= 100 * MIB
+    assert cached["peak_reserved"] >= cached["reserved"]
     a.empty_cache()
     a.reset_peak()
-    assert a.memory_stats() == {"reserved": 0, "allocated": 0, "peak_allocated": 0}
+    assert a.memory_stats() == {"reserved": 0, "allocated": 0, "peak_allocated": 0, "peak_reserved": 0}
 
 
 def test_graph_capture_goes_to_a_private_pool() -> None:

@@ -59,6 +59,12 @@ impl SimAllocator {
         &self.gpu
     }
 
+    /// Ground truth for the test-bed's oracle: the bytes of segment a request of `bytes`
+    /// takes when no cached block fits it (the allocator's rounding rules).
+    pub fn fresh_segment_bytes(bytes: u64) -> u64 {
+        crate::heap::segment_size(round_request(bytes))
+    }
+
     /// Allocate `bytes` (rounded up to 512 B). Inside an engine capture the block comes from
     /// the private pool. `Error::OutOfMemory` when the device is full even after giving the
     /// cache back.
@@ -198,6 +204,7 @@ impl AllocatorView for SimAllocator {
     fn stats(&self) -> AllocatorStats {
         let s = self.gpu.lock();
         AllocatorStats::new(s.heap.reserved(None), s.heap.allocated(None), s.heap.peak())
+            .with_peak_reserved(Some(s.heap.peak_reserved()))
     }
 
     fn release_cached(&mut self) -> Result<()> {

@@ -73,6 +73,7 @@ pub(crate) struct Heap {
     next_segment: u64,
     next_block: u64,
     peak: u64,
+    peak_reserved: u64,
 }
 
 impl Heap {
@@ -103,6 +104,7 @@ impl Heap {
                 blocks: vec![(seg_bytes, None)],
             },
         );
+        self.peak_reserved = self.peak_reserved.max(self.reserved(None));
         self.take(sid, 0, rounded)
     }
 
@@ -184,9 +186,15 @@ impl Heap {
         self.peak
     }
 
-    /// Reset the peak to the current allocated bytes.
+    /// Peak of reserved bytes (segments held, every pool) since the last reset.
+    pub fn peak_reserved(&self) -> u64 {
+        self.peak_reserved
+    }
+
+    /// Reset both peaks to the current allocated and reserved bytes.
     pub fn reset_peak(&mut self) {
         self.peak = self.allocated(None);
+        self.peak_reserved = self.reserved(None);
     }
 }
 

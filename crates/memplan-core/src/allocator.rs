@@ -18,6 +18,12 @@ pub struct AllocatorStats {
     pub allocated: u64,
     /// Peak of `allocated` since the last `reset_peak`.
     pub peak_allocated: u64,
+    /// Peak of `reserved` since the last `reset_peak` (PyTorch: `reserved_bytes.all.peak`);
+    /// `None` when the allocator does not report it. The segments an activation peak made the
+    /// allocator hold, rounding and fragmentation included, are what the process really needs;
+    /// without this figure the planner counts the allocated peak plus a documented rounding
+    /// bound.
+    pub peak_reserved: Option<u64>,
 }
 
 impl AllocatorStats {
@@ -28,7 +34,14 @@ impl AllocatorStats {
             reserved,
             allocated,
             peak_allocated,
+            peak_reserved: None,
         }
+    }
+
+    /// With the peak of `reserved` since the last reset (`None`: not reported).
+    pub const fn with_peak_reserved(mut self, peak_reserved: Option<u64>) -> Self {
+        self.peak_reserved = peak_reserved;
+        self
     }
 }
 
@@ -39,7 +52,7 @@ pub trait AllocatorView {
     /// Return every cached (reserved but unallocated) segment to the driver
     /// (`torch.cuda.empty_cache()`).
     fn release_cached(&mut self) -> Result<()>;
-    /// Reset the peak of `allocated` to the current value.
+    /// Reset the peaks of `allocated` and `reserved` to their current values.
     fn reset_peak(&mut self);
 }
 
@@ -64,11 +77,8 @@ impl OwnAccounting {
 
 impl AllocatorView for OwnAccounting {
     fn stats(&self) -> AllocatorStats {
-        AllocatorStats {
-            reserved: self.allocated,
-            allocated: self.allocated,
-            peak_allocated: self.peak,
-        }
+        AllocatorStats::new(self.allocated, self.allocated, self.peak)
+            .with_peak_reserved(Some(self.peak))
     }
     fn release_cached(&mut self) -> Result<()> {
         Ok(())

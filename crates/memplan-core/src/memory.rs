@@ -34,6 +34,9 @@ pub struct AllocatorMemory {
     pub allocated: Option<u64>,
     /// Peak of `allocated` since the last reset.
     pub peak_allocated: Option<u64>,
+    /// Peak of `reserved` since the last reset; absent when the allocator does not report it.
+    #[serde(default)]
+    pub peak_reserved: Option<u64>,
 }
 
 /// Graph-pool readings (graph memory-allocation nodes only).
@@ -84,7 +87,14 @@ impl AllocatorMemory {
             reserved,
             allocated,
             peak_allocated,
+            peak_reserved: None,
         }
+    }
+
+    /// With the peak of `reserved` since the last reset (`None`: not reported).
+    pub const fn with_peak_reserved(mut self, peak_reserved: Option<u64>) -> Self {
+        self.peak_reserved = peak_reserved;
+        self
     }
 }
 
@@ -223,13 +233,17 @@ fn fmt_delta(d: Option<i64>) -> String {
 
 impl fmt::Display for MemoryInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let rows: [(&str, String); 10] = [
+        let rows: [(&str, String); 11] = [
             ("driver total", fmt_opt(self.driver.total)),
             ("driver free", fmt_opt(self.driver.free)),
             ("driver used", fmt_opt(self.driver_used())),
             ("allocator reserved", fmt_opt(self.allocator.reserved)),
             ("allocator allocated", fmt_opt(self.allocator.allocated)),
             ("allocator peak", fmt_opt(self.allocator.peak_allocated)),
+            (
+                "allocator peak reserved",
+                fmt_opt(self.allocator.peak_reserved),
+            ),
             (
                 "non-allocator",
                 fmt_delta(self.non_allocator())
@@ -277,6 +291,7 @@ mod tests {
                 reserved,
                 allocated: reserved,
                 peak_allocated: reserved,
+                peak_reserved: reserved,
             },
             graph_pool: GraphPoolMemory::default(),
         }

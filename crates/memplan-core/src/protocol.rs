@@ -23,6 +23,7 @@ pub fn snapshot(device: &Device, allocator: Option<&dyn AllocatorView>) -> Resul
                 reserved: Some(s.reserved),
                 allocated: Some(s.allocated),
                 peak_allocated: Some(s.peak_allocated),
+                peak_reserved: s.peak_reserved,
             }
         })
         .unwrap_or_default();

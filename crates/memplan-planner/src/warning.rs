@@ -79,6 +79,12 @@ pub enum Warning {
         /// The bound reserved.
         reserved: u64,
     },
+    /// The engine's allocator reports no peak of reserved memory: the activation peak is the
+    /// allocated peak rounded up to a documented bound of the allocator's segment rounding.
+    ReservedPeakUnreported {
+        /// The rounding bound used.
+        bound: u64,
+    },
     /// Free memory capped the KV cache below the budget.
     KvCappedByFreeMemory {
         /// The cap.
@@ -177,6 +183,7 @@ impl fmt::Display for Warning {
             Warning::AllocatorShrankDuringCapture { graphs, bytes } => write!(f, "the allocator's reserved memory changed by {} while capturing {graphs} graphs: the engine released memory inside the window (the bound counts no private pool)", fmt_signed(*bytes)),
             Warning::CalibrationDowngrade { item, declared, observed } => write!(f, "calibration downgraded {item}: declared {declared}, observed {observed}"),
             Warning::NonAllocatorUnmeasured { reserved } => write!(f, "non-allocator growth could not be measured (driver free unreliable): reserved the conservative bound {}", fmt_bytes(*reserved)),
+            Warning::ReservedPeakUnreported { bound } => write!(f, "the engine's allocator reports no reserved peak: the activation peak is its allocated peak rounded up to {} (segment rounding bound); report `peak_reserved` for a measured figure", fmt_bytes(*bound)),
             Warning::KvCappedByFreeMemory { cap, budget, foreign } => write!(f, "free memory caps the KV cache at {} (the budget allowed {}): memory held outside this engine ({} taken by others while profiling)", fmt_bytes(*cap), fmt_bytes(*budget), fmt_signed(*foreign)),
             Warning::ForeignMemoryChanged { bytes } => write!(f, "other processes changed their memory by {} while profiling: attributed to them, not to this engine", fmt_signed(*bytes)),
             Warning::GraphMemoryNotReserved { estimate } => write!(f, "graph memory is not reserved; capture will take about {} outside the budget", fmt_bytes(*estimate)),

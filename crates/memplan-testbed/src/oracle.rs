@@ -147,7 +147,30 @@ pub fn oracle_bytes(setup: &Setup, alone: &EngineAlone, at: &AtPlan) -> Option<u
         alone.capture_and_burst_peak
     };
     let physical = at.plan.free.saturating_sub(still_needed);
-    Some(in_request.min(physical))
+    Some(largest_kv_allocation(
+        in_request.min(physical),
+        at.graphs_kept,
+    ))
+}
+
+/// The largest KV cache whose allocation takes at most `room`: mapped into a reserved range
+/// (post-capture) it takes its own bytes (the engine maps whole pages, rounding down); from
+/// the caching allocator it takes a fresh segment, rounded up by the allocator's rules.
+fn largest_kv_allocation(room: u64, mapped: bool) -> u64 {
+    if mapped {
+        return room;
+    }
+    // The segment size is monotonic in the request: bisect for the largest request that fits.
+    let (mut lo, mut hi) = (0u64, room);
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if memplan_backend_sim::SimAllocator::fresh_segment_bytes(mid) <= room {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    lo
 }
 
 /// Tokens a KV cache of `bytes` holds, from the scenario's model shape: one block holds

@@ -83,17 +83,20 @@ fn profile(
     (choice, tamper): (Choice, Option<Tamper<'_>>),
     out: &mut Outcome,
 ) -> Result<Profiled> {
-    let (cap, downgrades) = if setup.scenario.calibrate {
-        let r = calibrate(&gpu.device())?;
-        (r.calibrated.clone(), r.downgrade_warnings())
-    } else {
-        (engine.device().capabilities().clone(), Vec::new())
-    };
     let device = engine.device().clone();
-    let mut s = Session::begin(&device, engine, cap)?;
-    for d in &downgrades {
-        s.warn(d.clone());
-    }
+    // Calibrating, the session starts the way an engine starts it (`Session::start`: its
+    // calibration's leftovers are accounted); else it trusts the declaration.
+    let (mut s, downgrades) = if setup.scenario.calibrate {
+        let s = Session::start(&device, engine)?;
+        let d = s
+            .calibration()
+            .map(|r| r.downgrade_warnings())
+            .unwrap_or_default();
+        (s, d)
+    } else {
+        let cap = device.capabilities().clone();
+        (Session::begin(&device, engine, cap)?, Vec::new())
+    };
     let downgrades: Vec<String> = downgrades.iter().map(ToString::to_string).collect();
     s.check_request(setup.request)?;
     neighbour(setup, gpu, "load_weights");
@@ -192,7 +195,8 @@ pub fn run_judged(
     // What happens next in a real engine, watching the process's peak.
     let mut real_graph = pr.kept_graph_truth;
     let mut peak = 0u64;
-    let kv_bytes = pr.plan.kv_bytes;
+    // What an engine allocates: whole blocks of the plan's page layout, not the budget.
+    let kv_bytes = pr.plan.kv.used_bytes;
     let step = serve(
         setup,
         &gpu,

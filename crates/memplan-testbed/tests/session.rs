@@ -58,3 +58,38 @@ fn absurd_allocator_figures_saturate_instead_of_wrapping() {
     // would be negative and read as no growth at all).
     assert_eq!(p.non_allocator_growth, Some(i64::MAX));
 }
+
+/// The activation peak is what the allocator had to hold for it: the reserved peak where the
+/// allocator reports one (rounding and fragmentation included), else the allocated peak
+/// rounded up to the documented bound, with a warning; never less than the allocated peak.
+#[test]
+fn activation_counts_what_the_allocator_held_for_the_peak() {
+    const MIB: u64 = 1 << 20;
+    let run = |peak_reserved: Option<u64>| {
+        let gpu = SimGpu::open("rtx4090").unwrap().device();
+        let cap = gpu.capabilities().clone();
+        let mut e = Liar(
+            AllocatorStats::new(10 * MIB, 10 * MIB, 10 * MIB)
+                .with_peak_reserved(peak_reserved.map(|_| 10 * MIB)),
+        );
+        let mut s = Session::begin(&gpu, &mut e, cap).unwrap();
+        let act = s
+            .profile_run(|e| {
+                e.0.peak_allocated = 110 * MIB + 1;
+                e.0.peak_reserved = peak_reserved;
+                Ok(())
+            })
+            .unwrap();
+        let warned = s
+            .warnings()
+            .iter()
+            .any(|w| w.to_json()["code"] == "reserved_peak_unreported");
+        (act, warned)
+    };
+    // Segments of 104 MiB held for 100 MiB (and a byte) allocated: the segments count.
+    assert_eq!(run(Some(114 * MIB)), (104 * MIB, false));
+    // A reserved peak below the allocated one (cached segments reused): the allocated peak.
+    assert_eq!(run(Some(50 * MIB)), (100 * MIB + 1, false));
+    // No reserved peak: the allocated peak rounded up to 2 MiB, and a warning says so.
+    assert_eq!(run(None), (102 * MIB, true));
+}

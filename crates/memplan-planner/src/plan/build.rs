@@ -11,6 +11,14 @@ use crate::session::Profile;
 use crate::strategy::StrategyKind;
 use crate::warning::Warning;
 
+/// Upper bound of how far an engine's caching allocator rounds one large request up: PyTorch's
+/// device caching allocator rounds requests of 10 MiB and more to `kRoundLarge` = 2 MiB
+/// (`c10/<device>/<Device>CachingAllocator.cpp`, `get_allocation_size`; smaller requests are
+/// served from 2 or 20 MiB segments that other requests share). Used only where the engine's
+/// allocator reports no reserved peak, and as the slack a measured plan keeps for the KV
+/// cache's own allocation.
+pub const ALLOCATOR_ROUNDING_BOUND: u64 = 2 * MIB;
+
 /// Reserved for memory held outside the allocator (library workspaces, context growth) when it
 /// cannot be measured because the driver's free reading is unavailable: never taken as 0. In
 /// the single-GPU vLLM start-up logs of `shared/data` this memory is 0.24-0.35 GiB; 512 MiB
@@ -40,6 +48,8 @@ pub struct PlanBuilder {
     rules: SizingRules,
     engine: Option<String>,
     notes: Vec<String>,
+    /// Kept below the budget for the allocator's rounding of the KV cache's own allocation.
+    alloc_slack: u64,
 }
 
 impl PlanBuilder {
@@ -64,6 +74,7 @@ impl PlanBuilder {
             rules: SizingRules::default(),
             engine: None,
             notes: Vec::new(),
+            alloc_slack: 0,
         }
     }
 
@@ -93,6 +104,9 @@ impl PlanBuilder {
         };
         let mut b = PlanBuilder::new(total, request, kv_spec, limits);
         b.warnings = p.warnings.clone();
+        // A measured plan is held to the request: the engine's allocation of the KV cache may
+        // be rounded up by its allocator, so that rounding stays inside the budget.
+        b.alloc_slack = ALLOCATOR_ROUNDING_BOUND;
         let weights = p.weights_held_bytes.ok_or_else(|| {
             Error::state(
                 "plan",
@@ -113,7 +127,7 @@ impl PlanBuilder {
                 ConsumerKind::Activation,
                 act,
                 "profile_run",
-                "peak allocated above what was allocated before the run",
+                "what the allocator held for the run's peak above where it stood before (reserved peak, at least the allocated peak)",
             ));
         let non_alloc = match p.non_allocator_growth {
             Some(g) => Consumer::measured(
@@ -264,7 +278,11 @@ impl PlanBuilder {
             budget::check_free(s, b.requested, &self.request)?;
         }
         let mut warnings = self.warnings;
-        let mut kv_bytes = b.kv_budget;
+        let mut kv_bytes = if fixed_kv {
+            b.kv_budget
+        } else {
+            b.kv_budget.saturating_sub(self.alloc_slack)
+        };
         let mut capped_by_free = None;
         if let Some((free, tol)) = self.free_now {
             let to_capture = if self.graph.kept { 0 } else { b.graph_reserve };

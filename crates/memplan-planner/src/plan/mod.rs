@@ -30,7 +30,7 @@ mod build;
 mod consumer;
 pub mod render;
 
-pub use build::{PlanBuilder, UNMEASURED_NON_ALLOCATOR_BYTES};
+pub use build::{PlanBuilder, ALLOCATOR_ROUNDING_BOUND, UNMEASURED_NON_ALLOCATOR_BYTES};
 pub use consumer::{Consumer, ConsumerKind, Consumers, Provenance};
 
 use memplan_core::kv::{KvLimits, KvSizing, KvSpec};

@@ -13,7 +13,7 @@ use proptest::prelude::*;
 fn snap(total: u64, free: u64) -> MemoryInfo {
     MemoryInfo::default()
         .with_driver(DriverMemory::new(Some(total), Some(free)))
-        .with_allocator(AllocatorMemory::new(Some(0), Some(0), Some(0)))
+        .with_allocator(AllocatorMemory::new(Some(0), Some(0), Some(0)).with_peak_reserved(Some(0)))
 }
 
 #[allow(clippy::too_many_arguments)]

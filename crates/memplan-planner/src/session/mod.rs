@@ -57,9 +57,16 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     /// Calibrate the device (checking what its backend declares), then [`begin`](Self::begin)
     /// with the calibrated capability; calibration downgrades become warnings. Call it before
     /// the engine allocates anything: calibration allocates a quarter of free memory at most.
+    ///
+    /// Memory calibration leaves held outside the allocator (per-capture memory a runtime
+    /// keeps after its test captures) is this process's from then on: the window from before
+    /// calibration to the baseline is accounted like an engine step named `calibration`.
     pub fn start(device: &SharedDevice, engine: &'e mut E) -> Result<Self> {
+        let pre = memplan_core::protocol::snapshot(device, Some(&*engine.as_dyn().allocator()))?;
         let report = calibrate(&device.clone())?;
         let mut s = Self::begin(device, engine, report.calibrated.clone())?;
+        let baseline = s.rec.p.baseline;
+        s.rec.engine_step("calibration", pre, baseline);
         for w in report.downgrade_warnings() {
             s.rec.warn(w);
         }
@@ -176,8 +183,14 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         Ok(weights)
     }
 
-    /// The profile run: the peak is reset before `run`, and the activation peak is the peak of
-    /// `allocated` above what was allocated before it.
+    /// The profile run: the peaks are reset before `run`; the activation peak is what the
+    /// allocator had to hold for it above where it stood before: the larger of the peak of
+    /// `allocated` above `allocated` before, and the peak of `reserved` above `reserved`
+    /// before (the segments the peak made it hold, rounding and fragmentation included).
+    /// Where the allocator reports no reserved peak, the allocated figure is rounded up by
+    /// [`ALLOCATOR_ROUNDING_BOUND`](crate::plan::ALLOCATOR_ROUNDING_BOUND) and a warning says
+    /// so. An allocator that reports no allocated peak is an error: the activation is never
+    /// taken as 0.
     pub fn profile_run(&mut self, run: impl FnOnce(&mut E) -> Result<()>) -> Result<u64> {
         let span = tracing::info_span!("profile_run");
         let _e = span.enter();
@@ -186,10 +199,26 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         run(&mut *self.engine)?;
         let after = self.rec.snap(self.engine.as_dyn())?;
         self.rec.engine_step("profile_run", before, after);
-        let base = before.allocator.allocated.unwrap_or(0);
-        let peak = after.allocator.peak_allocated.unwrap_or(0);
-        let act = peak.saturating_sub(base);
-        tracing::info!(activation_peak = act, "profile run done");
+        let (base, peak) =
+            match (before.allocator.allocated, after.allocator.peak_allocated) {
+                (Some(b), Some(p)) => (b, p),
+                _ => return Err(Error::state(
+                    "profile_run",
+                    "the engine's allocator reported no allocated bytes or no allocated peak, so \
+                     the activation peak cannot be measured",
+                )),
+            };
+        let by_allocated = peak.saturating_sub(base);
+        let act = match (before.allocator.reserved, after.allocator.peak_reserved) {
+            (Some(r0), Some(pr)) => by_allocated.max(pr.saturating_sub(r0)),
+            _ => {
+                let bound = crate::plan::ALLOCATOR_ROUNDING_BOUND;
+                self.rec
+                    .warn(crate::Warning::ReservedPeakUnreported { bound });
+                by_allocated.div_ceil(bound).saturating_mul(bound)
+            }
+        };
+        tracing::info!(activation_peak = act, by_allocated, "profile run done");
         self.rec.p.activation_peak_bytes = Some(act);
         Ok(act)
     }
