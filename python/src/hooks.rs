@@ -65,12 +65,10 @@ fn stats_from(d: &Bound<'_, PyAny>) -> PyResult<AllocatorStats> {
         Some(v) if !v.is_none() => Some(v.extract::<u64>()?),
         _ => None,
     };
-    Ok(AllocatorStats::new(
-        get("reserved")?,
-        get("allocated")?,
-        get("peak_allocated")?,
+    Ok(
+        AllocatorStats::new(get("reserved")?, get("allocated")?, get("peak_allocated")?)
+            .with_peak_reserved(peak_reserved),
     )
-    .with_peak_reserved(peak_reserved))
 }
 
 impl AllocatorView for PyAllocator {
