@@ -21,7 +21,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use memplan_core::bytes::fmt_bytes;
+use memplan_core::bytes::{fmt_bytes, fmt_fraction};
 use memplan_core::{Error, MemoryInfo, Param, Refusal, Result};
 
 use crate::plan::{ConsumerKind, Consumers};
@@ -43,7 +43,7 @@ impl Request {
     /// The request in words (`GPU memory utilisation 0.9`).
     pub fn describe(&self) -> String {
         match self {
-            Request::Utilization(u) => format!("{} {u}", Param::Utilization),
+            Request::Utilization(u) => format!("{} {}", Param::Utilization, fmt_fraction(*u)),
             Request::Bytes(b) => format!("{} {}", Param::MemoryBudget, fmt_bytes(*b)),
             Request::KvCacheBytes(b) => format!("{} {}", Param::KvCacheBytes, fmt_bytes(*b)),
         }
@@ -328,6 +328,27 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("does not fit on this device"));
+    }
+
+    #[test]
+    fn requests_read_without_float_noise() {
+        // vLLM 0.34's default on a device with memory in use: free / total.
+        assert_eq!(
+            Request::Utilization(0.9837160071649569).describe(),
+            "GPU memory utilisation 0.9837"
+        );
+        assert_eq!(
+            Request::Utilization(0.9).describe(),
+            "GPU memory utilisation 0.9"
+        );
+        assert_eq!(
+            Request::Utilization(0.99999).describe(),
+            "GPU memory utilisation 0.99999"
+        );
+        assert_eq!(
+            Request::Bytes(20 * GIB).describe(),
+            "memory budget 20.00 GiB"
+        );
     }
 
     #[test]
