@@ -21,6 +21,11 @@ pub fn flag_name(p: Param) -> String {
         Param::Quantization => "--quantization",
         Param::GraphStrategy => "--strategy",
         Param::Device => "--device",
+        Param::PipelineParallel => "--pipeline-parallel-size",
+        Param::Engine => "--engine",
+        Param::EngineLog => "--from-log",
+        Param::Model => "--model",
+        Param::Scenario => "--scenario",
         // A scenario's `memory_budget` (no flag of its own) and anything newer: the concept.
         other => return other.concept().to_string(),
     }
@@ -34,6 +39,15 @@ pub fn describe(e: &Error) -> String {
         Error::InvalidParam { param, message } => format!("{}: {message}", flag_name(*param)),
         Error::DoesNotFit(r) => refusal(r),
         _ => e.to_string(),
+    }
+}
+
+/// What is wrong, without the parameter's name: for a value parser, whose error clap already
+/// prefixes with the flag.
+pub fn without_param(e: &Error) -> String {
+    match e.root() {
+        Error::InvalidParam { message, .. } => message.clone(),
+        _ => describe(e),
     }
 }
 

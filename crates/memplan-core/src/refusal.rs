@@ -46,6 +46,16 @@ pub enum Param {
     Device,
     /// The per-rank plans to combine.
     Ranks,
+    /// Pipeline-parallel stages.
+    PipelineParallel,
+    /// The engine release whose sizing rules apply (`vllm@0.19`).
+    Engine,
+    /// An engine's start-up log to read figures from.
+    EngineLog,
+    /// The model (a preset, a hub id, a directory, a file).
+    Model,
+    /// A simulation scenario (a shipped name or a file).
+    Scenario,
 }
 
 impl Param {
@@ -68,6 +78,11 @@ impl Param {
             Param::GraphStrategy => "graph strategy",
             Param::Device => "device",
             Param::Ranks => "ranks",
+            Param::PipelineParallel => "pipeline-parallel stages",
+            Param::Engine => "engine release",
+            Param::EngineLog => "engine start-up log",
+            Param::Model => "model",
+            Param::Scenario => "scenario",
         }
     }
 }

@@ -4,7 +4,7 @@
 //! layer range) with the rule it follows; the dry run adds them to its consumers.
 
 use memplan_core::kv::{KvSpec, LayerGroup};
-use memplan_core::{Error, Result};
+use memplan_core::{Error, Param, Result};
 use memplan_planner::{Consumer, ConsumerKind, Plan};
 
 use crate::config::ModelConfig;
@@ -28,7 +28,7 @@ pub fn adjust_weights(w: Consumer, extra: &[(u64, String)], cpu_offload: u64) ->
     if off > 0 {
         bytes -= off;
         basis.push_str(&format!(
-            "; minus {:.2} GiB kept in host memory (--cpu-offload-gb)",
+            "; minus {:.2} GiB kept in host memory (CPU offload)",
             off as f64 / GIB
         ));
     }
@@ -176,8 +176,8 @@ impl Extras {
 /// remainder one each to the stages before the last, counting back from it.
 pub fn pp_layers(layers: u64, pp: u64) -> Result<Vec<(u64, u64)>> {
     if pp == 0 || pp > layers {
-        return Err(Error::invalid(
-            "pipeline-parallel-size",
+        return Err(Error::param(
+            Param::PipelineParallel,
             format!("{pp} stages for {layers} layers (1 to the layer count)"),
         ));
     }

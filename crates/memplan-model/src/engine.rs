@@ -12,7 +12,7 @@ use std::str::FromStr;
 
 use memplan_core::bytes::GIB;
 use memplan_core::kv::{Capacity, SizingRules};
-use memplan_core::{Error, Result};
+use memplan_core::{Error, Param, Result};
 
 /// Which engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -220,8 +220,8 @@ impl FromStr for EngineRules {
             "vllm" => VLLM,
             "sglang" => SGLANG,
             other => {
-                return Err(Error::invalid(
-                    "--engine",
+                return Err(Error::param(
+                    Param::Engine,
                     format!(
                         "unknown engine {other:?}; expected vllm[@VERSION] or sglang[@VERSION]"
                     ),
@@ -237,8 +237,8 @@ impl FromStr for EngineRules {
             return Ok(table.last().expect("table is not empty").clone());
         };
         let want = parse_version(version).ok_or_else(|| {
-            Error::invalid(
-                "--engine",
+            Error::param(
+                Param::Engine,
                 format!("{version:?} is not a version (e.g. {name}@0.19); memplan knows {range}"),
             )
         })?;
@@ -251,8 +251,8 @@ impl FromStr for EngineRules {
         };
         let newest = cmp(table.last().expect("table is not empty"));
         if want > newest {
-            return Err(Error::invalid(
-                "--engine",
+            return Err(Error::param(
+                Param::Engine,
                 format!("{name}@{version} is newer than memplan's rules; memplan knows {range}"),
             ));
         }
@@ -262,8 +262,8 @@ impl FromStr for EngineRules {
             .find(|r| cmp(r) <= want)
             .cloned()
             .ok_or_else(|| {
-                Error::invalid(
-                    "--engine",
+                Error::param(
+                    Param::Engine,
                     format!(
                         "{name}@{version} is older than memplan's rules; memplan knows {range}"
                     ),
@@ -303,7 +303,14 @@ mod tests {
         );
         for bad in ["vllm@0.18", "vllm@0.35", "vllm@x", "tgi", "vllm@1.2.3.4"] {
             let e = bad.parse::<EngineRules>().unwrap_err().to_string();
-            assert!(e.starts_with("--engine"), "{e}");
+            assert!(e.starts_with("engine release: "), "{e}");
+            assert!(matches!(
+                bad.parse::<EngineRules>(),
+                Err(Error::InvalidParam {
+                    param: Param::Engine,
+                    ..
+                })
+            ));
         }
         assert_eq!("sglang".parse::<EngineRules>().unwrap().block_size, 1);
     }

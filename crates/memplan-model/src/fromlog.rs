@@ -6,7 +6,7 @@
 //! A log with none of these lines is an error that says what was looked for.
 
 use memplan_core::bytes::GIB;
-use memplan_core::{Error, Result};
+use memplan_core::{Error, Param, Result};
 
 use crate::engine::EngineKind;
 
@@ -90,9 +90,9 @@ pub fn parse(text: &str) -> Result<LogFigures> {
     let vllm_v0 =
         text.contains("Memory profiling results") || text.contains("Loading model weights took");
     if !(sglang || vllm_v1 || vllm_v0) {
-        return Err(Error::invalid(
-            "--from-log",
-            "not a recognised engine start-up log: found none of vLLM's \"Model loading took\" / \
+        return Err(Error::param(
+            Param::EngineLog,
+            "found none of vLLM's \"Model loading took\" / \
              \"Available KV cache memory\" / \"Memory profiling results\" lines nor SGLang's \
              \"Load weight end\" / \"KV Cache is allocated\" lines",
         ));
@@ -182,7 +182,8 @@ mod tests {
     fn unrecognised_logs_are_clear_errors() {
         let e = parse("hello\nworld").unwrap_err().to_string();
         assert!(
-            e.starts_with("--from-log") && e.contains("Available KV cache memory"),
+            e.starts_with("engine start-up log: found none of")
+                && e.contains("Available KV cache memory"),
             "{e}"
         );
     }

@@ -324,7 +324,7 @@ pub fn kv_type_bytes(t: &str) -> Result<(u64, u64)> {
         "q4_0" => (18, 32),
         other => {
             return Err(Error::invalid(
-                "--cache-type",
+                "llama.cpp KV cache type",
                 format!("{other:?}: llama.cpp KV types are f16, q8_0, q4_0"),
             ))
         }

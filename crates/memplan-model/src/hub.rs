@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use memplan_core::{Error, Result};
+use memplan_core::{Error, Param, Result};
 
 /// The cache root the Hugging Face tools use, if one can be named.
 pub fn cache_root() -> Option<PathBuf> {
@@ -59,8 +59,8 @@ pub fn not_cached(repo_id: &str) -> Error {
         || "(no HF_HUB_CACHE, HF_HOME or HOME set)".to_string(),
         |r| r.display().to_string(),
     );
-    Error::invalid(
-        "--model",
+    Error::param(
+        Param::Model,
         format!(
             "{repo_id} is not a shipped preset and not in the Hugging Face cache at {root} \
              (memplan reads refs/main and snapshots/ there, never the network); download its \

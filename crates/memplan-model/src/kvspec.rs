@@ -5,7 +5,7 @@
 //! replicated when there are fewer heads than ranks.
 
 use memplan_core::kv::{AttentionKind, KvDtype, KvSpec, LayerGroup};
-use memplan_core::{Error, Result};
+use memplan_core::{Error, Param, Result};
 
 use crate::config::{LayerKind, ModelConfig};
 
@@ -38,11 +38,11 @@ impl ModelConfig {
     /// fewer KV heads than ranks.
     pub fn kv_heads_per_rank(&self, tp: u64) -> Result<u64> {
         if tp == 0 {
-            return Err(Error::invalid("tensor-parallel-size", "must be > 0"));
+            return Err(Error::param(Param::TensorParallel, "must be > 0"));
         }
         if !self.num_heads.is_multiple_of(tp) {
-            return Err(Error::invalid(
-                "tensor-parallel-size",
+            return Err(Error::param(
+                Param::TensorParallel,
                 format!(
                     "{tp} does not divide num_attention_heads {}",
                     self.num_heads
@@ -59,8 +59,8 @@ impl ModelConfig {
             (tp.is_multiple_of(kv), "is not a multiple of")
         };
         if !divides {
-            return Err(Error::invalid(
-                "tensor-parallel-size",
+            return Err(Error::param(
+                Param::TensorParallel,
                 format!("{tp} {what} num_key_value_heads {kv}"),
             ));
         }
@@ -148,7 +148,7 @@ impl ModelConfig {
                 let align = u64::from(opts.hybrid_block_align.max(1));
                 let need = align * bytes.div_ceil(align * tok);
                 if u64::from(block_size) < need {
-                    block_size = as_u32(need, "block-size")?;
+                    block_size = as_u32(need, "KV block size")?;
                 }
             }
             groups.push(LayerGroup::new(
@@ -196,7 +196,7 @@ mod tests {
         // 2 heads cannot be replicated evenly over 3 ranks: the engine refuses it.
         let e = c.kv_heads_per_rank(3).unwrap_err().to_string();
         assert!(
-            e.starts_with("tensor-parallel-size") && e.contains("num_key_value_heads 2"),
+            e.starts_with("tensor-parallel ranks: ") && e.contains("num_key_value_heads 2"),
             "{e}"
         );
         let c = cfg(16, 8);

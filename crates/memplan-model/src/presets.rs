@@ -1,7 +1,7 @@
 //! Model presets shipped with memplan (`crates/memplan-model/models/model-configs.jsonl`, embedded at build time):
 //! found by full Hugging Face id or by the part after `/`, case-insensitively.
 
-use memplan_core::{Error, Result};
+use memplan_core::{Error, Param, Result};
 use serde_json::Value;
 
 use crate::config::ModelConfig;
@@ -104,8 +104,8 @@ fn not_found(name: &str) -> Error {
         .iter()
         .map(|n| n.rsplit('/').next().unwrap_or(n).to_ascii_lowercase())
         .collect();
-    Error::invalid(
-        "model",
+    Error::param(
+        Param::Model,
         format!(
             "{name:?} is neither a path nor a shipped preset; presets: {}",
             short.join(", ")

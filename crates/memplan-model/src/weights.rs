@@ -197,6 +197,6 @@ mod tests {
         assert!(params_per_rank(&c, 4)
             .unwrap_err()
             .to_string()
-            .contains("tensor-parallel-size"));
+            .starts_with("tensor-parallel ranks: "));
     }
 }

@@ -2,7 +2,7 @@
 //! graph sizes listed largest first. Errors name the scenario and the field.
 
 use memplan_core::kv::{AttentionKind, KvDtype, KvLimits, KvSpec, LayerGroup};
-use memplan_core::{Error, Result};
+use memplan_core::{Error, Param, Result};
 use serde::Serialize;
 
 use crate::scenario::{Scenario, SHIPPED};
@@ -97,8 +97,8 @@ impl Scenario {
         let text = memplan_core::input::read_text(path, memplan_core::input::SCENARIO).map_err(|e| {
             if matches!(&e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound) {
                 let names: Vec<_> = SHIPPED.iter().map(|(n, _)| *n).collect();
-                Error::invalid(
-                    "--scenario",
+                Error::param(
+                    Param::Scenario,
                     format!(
                         "{name_or_path:?} is neither a shipped scenario ({}) nor a file",
                         names.join(", ")

@@ -16,7 +16,7 @@ mod flags;
 mod render_args;
 
 use memplan::kv::KvDtype;
-use memplan::{DriverMemory, Error, MemoryInfo, ProfilingCapability};
+use memplan::{DriverMemory, Error, MemoryInfo, Param, ProfilingCapability};
 use memplan_model::dryrun::{DryRun, GraphReserve};
 use memplan_model::engine::EngineRules;
 use memplan_model::{dtype_bytes, Model, Quantization};
@@ -143,9 +143,11 @@ fn usable_memory(d: &memplan::DeviceDescriptor) -> Option<u64> {
 /// The model, loaded before any device is opened.
 fn model(a: &Flags) -> Result<Model, Failure> {
     let m = Model::load(&a.model).map_err(|e| match e {
-        Error::InvalidInput { ref field, .. } if field == "model" => {
-            Failure::from(e).with_help("presets", memplan_model::presets::names())
-        }
+        // A name that is no model (not a preset, not cached, not a path): list the presets.
+        Error::InvalidParam {
+            param: Param::Model,
+            ..
+        } => Failure::from(e).with_help("presets", memplan_model::presets::names()),
         other => Failure::from(other),
     })?;
     // vLLM refuses an online method that differs from the checkpoint's own
@@ -493,6 +495,33 @@ mod tests {
             p.graph.why.contains("would use post-capture"),
             "{}",
             p.graph.why
+        );
+    }
+
+    #[test]
+    fn library_concepts_become_this_command_lines_flags() {
+        // The model crate names concepts ("tensor-parallel ranks", "pipeline-parallel
+        // stages", "model"); the command line names the flag to change.
+        let e = err("--model qwen2.5-0.5b-instruct --total-memory 24GiB --tp 4");
+        assert!(
+            e.starts_with("--tensor-parallel-size: 4 does not divide"),
+            "{e}"
+        );
+        let e = err("--model qwen2.5-0.5b-instruct --total-memory 24GiB --pp 100");
+        assert!(e.starts_with("--pipeline-parallel-size: 100 stages"), "{e}");
+        let f = plan("--model no-such-model --total-memory 24GiB").unwrap_err();
+        assert!(f.message.starts_with("--model: "), "{}", f.message);
+        assert!(f.help.get("presets").is_some(), "{f:?}");
+        let e = err("--model qwen2.5-0.5b-instruct --total-memory 24GiB --speculative-model nope");
+        assert!(e.starts_with("--speculative-model: "), "{e}");
+        let e = try_flags("--model qwen3-8b --total-memory 24GiB --engine vllm@0.1")
+            .unwrap_err()
+            .message;
+        assert!(
+            e.contains("--engine")
+                && e.contains("older than memplan's rules")
+                && !e.contains("engine release:"),
+            "{e}"
         );
     }
 

@@ -69,14 +69,9 @@ pub fn run(args: Args) -> Result<Report, Failure> {
             names.join(", ")
         )));
     };
-    let report = simulate_seeded(&scenario, args.strategy, args.seed).map_err(|e| match e {
-        // The only setting here is the scenario's name: a name that is neither shipped nor a
-        // file is the caller's mistake; everything read from the file is the file's.
-        memplan::Error::InvalidInput { field, message } if field == "--scenario" => {
-            Failure::usage(format!("--scenario: {message}"))
-        }
-        other => Failure::from(other),
-    })?;
+    // A name that is neither shipped nor a file is `Param::Scenario` (a usage error, worded
+    // with the flag); everything read from the file is the file's.
+    let report = simulate_seeded(&scenario, args.strategy, args.seed).map_err(Failure::from)?;
     let mut text = report.to_string();
     if let Some(auto) = report.runs.iter().find(|r| r.auto) {
         if let Some(p) = &auto.plan {

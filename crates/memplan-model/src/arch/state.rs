@@ -2,7 +2,7 @@
 //! uses, and the state bytes per layer and rank as vLLM's `MambaStateShapeCalculator`
 //! (`vllm/model_executor/layers/mamba/mamba_utils.py`) shapes them.
 
-use memplan_core::{Error, Result};
+use memplan_core::{Error, Param, Result};
 
 use crate::config::Fields;
 
@@ -45,8 +45,8 @@ pub struct StateShape {
 
 fn div(n: u64, tp: u64, what: &str) -> Result<u64> {
     if tp == 0 || !n.is_multiple_of(tp) {
-        return Err(Error::invalid(
-            "tensor-parallel-size",
+        return Err(Error::param(
+            Param::TensorParallel,
             format!("{tp} does not divide the state's {what} ({n})"),
         ));
     }

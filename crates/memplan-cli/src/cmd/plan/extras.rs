@@ -2,7 +2,7 @@
 //! engine's start-up log), the other memory users (`--speculative-model`, `--max-loras`,
 //! `--cpu-offload-gb`, `--pp`) and the llama.cpp answer for `.gguf` models.
 
-use memplan::Error;
+use memplan::{Error, Param};
 use memplan_model::consumers::Extras;
 use memplan_model::engine::{EngineKind, EngineRules};
 use memplan_model::Model;
@@ -18,8 +18,16 @@ pub fn apply_log(a: &mut Flags) -> Result<Vec<String>, Failure> {
         return Ok(Vec::new());
     };
     let text = memplan::input::read_text(&path, memplan::input::ENGINE_LOG)?;
-    let f = memplan_model::fromlog::parse(&text)
-        .map_err(|e| Error::file(path.display().to_string(), e.to_string()))?;
+    let f = memplan_model::fromlog::parse(&text).map_err(|e| {
+        let why = match &e {
+            Error::InvalidParam {
+                param: Param::EngineLog,
+                message,
+            } => format!("not a recognised engine start-up log: {message}"),
+            other => other.to_string(),
+        };
+        Error::file(path.display().to_string(), why)
+    })?;
     a.total_memory = a.total_memory.or(f.total);
     a.gpu_memory_utilization = a.gpu_memory_utilization.or(f.utilization);
     a.weights_bytes = a.weights_bytes.or(f.weights);
@@ -78,7 +86,15 @@ pub fn extras(a: &Flags) -> Result<Extras, Failure> {
         .with_cpu_offload((a.cpu_offload_gb * (1u64 << 30) as f64) as u64)
         .with_pipeline_parallel(a.pipeline_parallel_size);
     if let Some(m) = &a.speculative_model {
-        e = e.with_draft(Model::load(m)?.config, a.num_speculative_tokens);
+        let draft = Model::load(m).map_err(|e| match e {
+            // The draft is named by its own flag, not by `--model`.
+            Error::InvalidParam {
+                param: Param::Model,
+                message,
+            } => Failure::usage(format!("--speculative-model: {message}")),
+            other => Failure::from(other),
+        })?;
+        e = e.with_draft(draft.config, a.num_speculative_tokens);
     }
     if let Some(n) = a.max_loras {
         e = e.with_lora(n, a.max_lora_rank);

@@ -146,12 +146,14 @@ fn device(s: &str) -> Result<String, String> {
 fn engine(s: &str) -> Result<String, String> {
     s.parse::<EngineRules>()
         .map(|_| s.to_string())
-        .map_err(|e| e.to_string())
+        .map_err(|e| crate::flags::without_param(&e))
 }
 
 /// `--emit-args vllm[@VERSION]`: the same spelling as `--engine`.
 fn emit_engine(s: &str) -> Result<(Engine, String), String> {
-    let rules: EngineRules = s.parse().map_err(|e: memplan::Error| e.to_string())?;
+    let rules: EngineRules = s
+        .parse()
+        .map_err(|e: memplan::Error| crate::flags::without_param(&e))?;
     let kind = match rules.kind {
         EngineKind::Vllm => Engine::Vllm,
         EngineKind::Sglang => Engine::Sglang,
