@@ -14,7 +14,7 @@
 //!   a command queue, list or fence the caller holds, and the engine's queues are not
 //!   memplan's. Declared unsupported, so the protocol waits through the engine's own hook.
 
-use memplan_core::{DeviceFacts, GraphRelease, ProfilingCapability, Reading, Reliability, Support};
+use memplan_core::{GraphRelease, ProfilingCapability, Reading, Reliability, Support};
 
 use crate::facts::SysmanFree;
 use crate::graph;
@@ -88,19 +88,17 @@ pub fn declare(f: &Facts) -> ProfilingCapability {
             "integrated GPU: driver_total is the share of system memory the driver exposes".into(),
         );
     }
-    let mut c = ProfilingCapability {
-        readings: Default::default(),
-        facts: DeviceFacts {
-            graph_capture: graph::capture_support(),
-            graph_pool_attributes: graph::pool_attributes(),
-            virtual_memory: f.virtual_memory.clone(),
-            unified_memory: f.integrated,
-            graph_release: GraphRelease::Immediate,
-            hidden_bytes_per_capture: None,
-            synchronize: Support::no(NO_DEVICE_SYNCHRONIZE),
-        },
-        notes,
-    };
+    let mut c = ProfilingCapability::exact_discrete();
+    // Only what is set below is declared (an undeclared reading reads as unavailable).
+    c.readings.clear();
+    c.facts.graph_capture = graph::capture_support();
+    c.facts.graph_pool_attributes = graph::pool_attributes();
+    c.facts.virtual_memory = f.virtual_memory.clone();
+    c.facts.unified_memory = f.integrated;
+    c.facts.graph_release = GraphRelease::Immediate;
+    c.facts.hidden_bytes_per_capture = None;
+    c.facts.synchronize = Support::no(NO_DEVICE_SYNCHRONIZE);
+    c.notes = notes;
     c.set(Reading::DriverTotal, Reliability::Exact);
     c.set(Reading::DriverFree, free);
     c.set(Reading::GraphPool, graph::pool_reading());

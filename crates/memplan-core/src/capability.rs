@@ -197,8 +197,11 @@ pub enum GraphRelease {
     AtNextSync,
 }
 
-/// Facts about the device, beyond the readings.
+/// Facts about the device, beyond the readings. Built through
+/// [`ProfilingCapability::exact_discrete`] and changed field by field (`#[non_exhaustive]`: a new
+/// fact is not a breaking change for a backend).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct DeviceFacts {
     /// Graph capture (stream capture, record/replay).
     pub graph_capture: Support,
@@ -220,8 +223,11 @@ pub struct DeviceFacts {
     pub synchronize: Support,
 }
 
-/// Per-reading reliability plus device facts, as declared or as calibrated.
+/// Per-reading reliability plus device facts, as declared or as calibrated. Built with
+/// [`ProfilingCapability::exact_discrete`], then downgraded with [`ProfilingCapability::set`]
+/// and the facts' fields (`#[non_exhaustive]`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ProfilingCapability {
     /// Reliability of each reading.
     pub readings: BTreeMap<Reading, Reliability>,
