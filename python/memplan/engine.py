@@ -25,6 +25,10 @@ How a PyTorch engine maps the hooks (the GPU check runs this mapping on real har
                          self.graphs.append(g)    (self.pool = torch.cuda.graph_pool_handle())
     release_graphs()  -> del self.graphs[:]; self.pool = None; gc.collect();
                          torch.cuda.synchronize(); torch.cuda.empty_cache()
+    synchronize()     -> torch.xpu.synchronize(dev)   (optional, not on the base class:
+                         called before each reading only on a device that cannot
+                         synchronize itself, Intel's Level Zero; without it memplan warns
+                         ``readings_not_synchronized``)
 
 memplan reads the device's own free memory (the driver, ``torch.cuda.mem_get_info``'s
 source) around each step; a PyTorch engine's ``torch.cuda.mem_get_info()`` must agree with

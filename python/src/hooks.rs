@@ -177,6 +177,19 @@ impl Engine for PyEngine {
         .unwrap_or(false)
     }
 
+    /// The engine's optional `synchronize()` (wait for its own queues); without one, memplan
+    /// warns on a device that cannot synchronize itself.
+    fn synchronize(&mut self) -> Result<()> {
+        let has = Python::attach(|py| self.obj.bind(py).hasattr("synchronize").unwrap_or(false));
+        if !has {
+            return Err(Error::unsupported(
+                "engine synchronize",
+                "the Python engine has no synchronize() method",
+            ));
+        }
+        self.hook("synchronize()", |o| o.call_method0("synchronize").map(drop))
+    }
+
     fn bind_kv_range(&mut self, range: &KvRange) -> Result<()> {
         let (address, size) = (range.address(), range.bytes());
         self.hook("bind_kv_range()", |o| {

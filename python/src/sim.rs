@@ -160,9 +160,17 @@ impl SimAllocator {
         self.inner.free(b).map_err(|e| to_py(py, &e))
     }
 
-    /// Give every cached block back to the driver (`torch.cuda.empty_cache()`).
+    /// Give every cached block back to the driver (`torch.cuda.empty_cache()`). On a simulated
+    /// device without a device-wide synchronize (Intel), the driver lets go of them only at
+    /// the engine's :meth:`synchronize`.
     fn empty_cache(&self) {
         self.inner.empty_cache();
+    }
+
+    /// Wait for the engine's own queue (`torch.xpu.synchronize()`): what :meth:`empty_cache`
+    /// gave back while work was in flight returns to the driver.
+    fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
+        self.inner.synchronize().map_err(|e| to_py(py, &e))
     }
 
     /// `{"reserved", "allocated", "peak_allocated", "peak_reserved"}` in bytes

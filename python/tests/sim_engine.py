@@ -105,3 +105,13 @@ class PyEngine(Engine):
     def bind_kv_range(self, address: int, size: int) -> None:
         self.calls.append("bind_kv_range")
         self.kv_range = (address, size)
+
+
+class SyncingEngine(PyEngine):
+    """The same engine with the optional ``synchronize`` hook (``torch.xpu.synchronize()``):
+    on a device that cannot synchronize itself, what its ``empty_cache`` gave back while work
+    was in flight returns to the driver only then."""
+
+    def synchronize(self) -> None:
+        self.calls.append("synchronize")
+        self.alloc.synchronize()

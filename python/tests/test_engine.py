@@ -10,7 +10,7 @@ import pytest
 
 import memplan
 from memplan.engine import SimDevice, start_up
-from sim_engine import GIB, MIB, PyEngine
+from sim_engine import GIB, MIB, PyEngine, SyncingEngine
 
 MODEL = "qwen2.5-1.5b-instruct"
 
@@ -165,3 +165,22 @@ def test_the_readme_example_runs() -> None:
     exec(compile(code, "README.md example 3", "exec"), scope)
     assert scope["s"].plan["kv_cache_tokens"] > 0
     assert scope["s"].profile["weights_bytes"] == 8 * 384 * MIB
+
+
+def test_a_device_without_synchronize_uses_the_engines_own() -> None:
+    # Level Zero has no device-wide synchronize: memplan waits for the engine's queue first.
+    dev = SimDevice("sim:max1550", private=True)
+    eng = SyncingEngine(dev)
+    s = start_up(dev, eng, model=MODEL, gpu_memory_utilization=0.9)
+    codes = [w["code"] for w in s.plan["warnings"]]
+    assert "readings_not_synchronized" not in codes
+    assert eng.calls.count("synchronize") >= 3
+    # the profile run's activation came back before its reading: only the workspace stays
+    assert s.profile["non_allocator_growth"] < 256 * MIB + 600 * MIB
+    # without the hook memplan says so, and the in-flight activation reads as still held
+    dev = SimDevice("sim:max1550", private=True)
+    eng2 = PyEngine(dev)
+    s = start_up(dev, eng2, model=MODEL, gpu_memory_utilization=0.9)
+    assert "readings_not_synchronized" in [w["code"] for w in s.plan["warnings"]]
+    assert "synchronize" not in eng2.calls
+    assert s.profile["non_allocator_growth"] >= 256 * MIB + 600 * MIB
