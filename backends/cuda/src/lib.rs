@@ -40,7 +40,10 @@
 //! ## Features
 //!
 //! - `runtime` (default): everything that touches the driver (cudarc, libloading, [`ffi`],
-//!   [`loader`], the device, graphs, virtual memory, NVML) and the backend's registration.
+//!   [`loader`], the device, graphs, virtual memory, NVML).
+//! - `register` (the facade's `cuda` feature): `runtime` plus the registration with the core.
+//!   Separate, because the simulator links this crate for its declaration and cargo unifies
+//!   features over a workspace build.
 //! - Without it (`default-features = false`) only the pure declaration compiles:
 //!   [`capability`] ([`capability::CudaFacts`] and [`capability::declare`]) and [`facts`]
 //!   (the driver version and its feature table). The simulator builds its NVIDIA profiles'
@@ -80,12 +83,12 @@ pub use backend::CudaBackend;
 #[cfg(feature = "runtime")]
 pub use device::CudaDevice;
 
-#[cfg(feature = "runtime")]
+#[cfg(feature = "register")]
 memplan_core::inventory::submit! {
     memplan_core::BackendRegistration::new(memplan_core::BackendKind::Cuda, create)
 }
 
-#[cfg(feature = "runtime")]
+#[cfg(feature = "register")]
 fn create() -> Box<dyn memplan_core::Backend> {
     Box::new(CudaBackend)
 }

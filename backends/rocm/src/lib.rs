@@ -30,7 +30,10 @@
 //!
 //! - `runtime` (default): everything that touches the HIP runtime (libloading,
 //!   hip-runtime-sys, the loader, the device, graphs, virtual memory, the sysfs and host
-//!   readings) and the backend's registration.
+//!   readings).
+//! - `register` (the facade's `rocm` feature): `runtime` plus the registration with the core.
+//!   Separate, because the simulator links this crate for its declaration and cargo unifies
+//!   features over a workspace build.
 //! - Without it (`default-features = false`) only the pure declaration compiles:
 //!   [`capability`] ([`capability::Inputs`], [`capability::declare`] and its rule table) and
 //!   [`facts`] (the HIP version). The simulator builds its AMD profiles' capabilities through
@@ -68,12 +71,12 @@ pub mod vmm;
 #[cfg(feature = "runtime")]
 pub use backend::RocmBackend;
 
-#[cfg(feature = "runtime")]
+#[cfg(feature = "register")]
 memplan_core::inventory::submit! {
     memplan_core::BackendRegistration::new(memplan_core::BackendKind::Rocm, create_backend)
 }
 
-#[cfg(feature = "runtime")]
+#[cfg(feature = "register")]
 fn create_backend() -> Box<dyn memplan_core::Backend> {
     Box::new(RocmBackend::new())
 }

@@ -36,14 +36,17 @@
 //! ## Features
 //!
 //! - `runtime` (default): everything that touches the loader (level-zero-sys, [`loader`],
-//!   the device, Sysman, virtual memory) and the backend's registration.
+//!   the device, Sysman, virtual memory).
+//! - `register` (the facade's `xpu` feature): `runtime` plus the registration with the core.
+//!   Separate, because the simulator links this crate for its declaration and cargo unifies
+//!   features over a workspace build.
 //! - Without it (`default-features = false`) only the pure declaration compiles:
 //!   [`capability`] ([`capability::Facts`], [`capability::declare`]), [`facts`] (what Sysman
 //!   gave) and [`graph`] (what Level Zero offers for graphs). The simulator builds its Intel
 //!   profiles' capabilities through these, so a simulated profile declares what this backend
 //!   would.
 //!
-//! Registered with `inventory` as `BackendKind::Xpu` (with `runtime`); the `memplan` facade
+//! Registered with `inventory` as `BackendKind::Xpu` (with `register`); the `memplan` facade
 //! calls [`link`].
 
 pub mod capability;
@@ -70,15 +73,15 @@ pub use device::XpuDevice;
 
 #[cfg(all(doc, feature = "runtime"))]
 use memplan_core::Error;
-#[cfg(feature = "runtime")]
+#[cfg(feature = "register")]
 use memplan_core::{Backend, BackendKind, BackendRegistration};
 
-#[cfg(feature = "runtime")]
+#[cfg(feature = "register")]
 fn create() -> Box<dyn Backend> {
     Box::new(XpuBackend::new())
 }
 
-#[cfg(feature = "runtime")]
+#[cfg(feature = "register")]
 memplan_core::inventory::submit! {
     BackendRegistration::new(BackendKind::Xpu, create)
 }
@@ -89,7 +92,7 @@ pub fn link() {}
 #[cfg(all(test, feature = "runtime"))]
 mod tests {
     use super::*;
-    use memplan_core::Error;
+    use memplan_core::{Backend, BackendKind, Error};
 
     #[test]
     fn missing_loader_is_library_not_found() {
