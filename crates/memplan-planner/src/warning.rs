@@ -141,6 +141,14 @@ pub enum Warning {
         /// The automatic choice.
         automatic: StrategyKind,
     },
+    /// The sampled estimate's margin would have taken too much of the KV cache's room: every
+    /// size was captured and measured instead (a slower start-up).
+    SampledMarginTooCostly {
+        /// The sampled margin.
+        margin: u64,
+        /// Room the request left for the KV cache after the sampled reserve.
+        kv_room: u64,
+    },
 }
 
 impl Warning {
@@ -191,6 +199,7 @@ impl fmt::Display for Warning {
             Warning::FiguresPerRank { ranks } => write!(f, "figures are per rank; the engine sizes all {ranks} ranks like the smallest"),
             Warning::LimitingRank { rank, ranks, device } => write!(f, "rank {rank} ({device}) has the smallest KV cache of {ranks} ranks; the engine sizes every rank like it"),
             Warning::ReadingsNotSynchronized { device, engine } => write!(f, "readings were taken without a synchronize: the device cannot synchronize ({device}) and {engine}; memory the engine released may still read as held"),
+            Warning::SampledMarginTooCostly { margin, kv_room } => write!(f, "the sampled graph estimate's margin ({}) would take {:.1}% of the {} left for the KV cache: every size was captured and measured instead", fmt_bytes(*margin), *margin as f64 * 100.0 / (*kv_room).max(1) as f64, fmt_bytes(*kv_room)),
             Warning::StrategyOverridden { chosen, automatic } => write!(f, "graph strategy {chosen} was chosen by hand; the capabilities call for {automatic}"),
         }
     }

@@ -103,19 +103,28 @@ fn profile(
     s.load_weights(|e| e.load_weights())?;
     neighbour(setup, gpu, "profile_run");
     s.profile_run(|e| e.profile_run())?;
-    let (kind, why) = match choice {
-        Choice::Auto => {
-            let sel = s.selection();
-            (sel.kind, sel.why)
-        }
-        Choice::Forced(k) => (k, "chosen on the command line".to_string()),
+    // Attributed before the phase runs, so an out-of-memory inside it names the strategy.
+    out.strategy = match choice {
+        Choice::Auto => s.selection().kind,
+        Choice::Forced(k) => k,
     };
-    out.strategy = kind;
-    out.why = why.clone();
     out.downgrades = downgrades.clone();
     neighbour(setup, gpu, "graph_phase");
     let before = graph_truth(&gpu.truth());
-    s.graph_phase(&*kind.strategy(), why.clone())?;
+    let (kind, why) = match choice {
+        // The automatic phase as an engine runs it (it may measure instead of sampling).
+        Choice::Auto => {
+            let k = s.capture_graphs()?.strategy;
+            (k, s.graph_why().to_string())
+        }
+        Choice::Forced(k) => {
+            let why = "chosen on the command line".to_string();
+            s.graph_phase(&*k.strategy(), why.clone())?;
+            (k, why)
+        }
+    };
+    out.strategy = kind;
+    out.why = why.clone();
     let kept = s.kept_graphs();
     let kept_graph_truth = kept.then(|| graph_truth(&gpu.truth()).saturating_sub(before));
     let plan = match tamper {

@@ -51,7 +51,14 @@ pub struct Session<'e, E: AsDynEngine + ?Sized> {
     why: String,
     calibration: Option<CalibrationReport>,
     done: bool,
+    /// The request [`check_request`](Self::check_request) saw, for the automatic graph phase.
+    request: Option<Request>,
 }
+
+/// The automatic graph phase measures every size instead of keeping a sampled estimate whose
+/// margin would take more than this share (in per mille) of the room left for the KV cache:
+/// start-up time is cheaper than a KV cache the model's uncertainty shrank.
+pub const SAMPLED_MARGIN_LIMIT_PER_MILLE: u64 = 10;
 
 impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     /// Calibrate the device (checking what its backend declares), then [`begin`](Self::begin)
@@ -99,6 +106,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             why: "no graph phase ran".into(),
             calibration: None,
             done: false,
+            request: None,
         })
     }
 
@@ -108,7 +116,12 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     /// the engine loads anything. Skipped where the free reading cannot measure it, or the
     /// request depends on what the engine will measure (a fixed KV size; [`plan`](Self::plan)
     /// checks it then).
-    pub fn check_request(&self, request: Request) -> Result<()> {
+    ///
+    /// The session remembers `request`: the automatic graph phase
+    /// ([`capture_graphs`](Self::capture_graphs)) judges with it whether a sampled estimate's
+    /// margin is worth a full capture.
+    pub fn check_request(&mut self, request: Request) -> Result<()> {
+        self.request = Some(request);
         let p = &self.rec.p;
         let measures = p
             .capability
@@ -236,9 +249,67 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
 
     /// The graph-memory phase with the strategy chosen from the capability
     /// ([`selection`](Self::selection)).
+    ///
+    /// When the choice is `sampled` and the session knows the request
+    /// ([`check_request`](Self::check_request)), an estimate whose margin would take more than
+    /// [`SAMPLED_MARGIN_LIMIT_PER_MILLE`] of the room left for the KV cache is replaced by a
+    /// full capture (measured), with a warning that says what the margin would have cost,
+    /// unless capturing every size would leave more memory held for good (at the rate the
+    /// samples left it) than the margin.
     pub fn capture_graphs(&mut self) -> Result<&GraphEstimate> {
         let sel = self.selection();
-        self.graph_phase(&*sel.kind.strategy(), sel.why)
+        if sel.kind != StrategyKind::Sampled {
+            return self.graph_phase(&*sel.kind.strategy(), sel.why);
+        }
+        let held_before = self.rec.profile().non_allocator_growth;
+        let (margin, reserve, samples, graphs) = {
+            let e = self.graph_phase(&*sel.kind.strategy(), sel.why.clone())?;
+            (e.margin, e.reserve, e.samples.len() as u64, e.graphs as u64)
+        };
+        // What capturing every size would leave held for good, at the rate the samples left
+        // (per-capture memory some runtimes keep): measuring must save more than it costs.
+        let held = match (held_before, self.rec.profile().non_allocator_growth) {
+            (Some(b), Some(a)) => u64::try_from(a.saturating_sub(b)).unwrap_or(0),
+            _ => u64::MAX,
+        };
+        let full_cost = (held / samples.max(1)).saturating_mul(graphs);
+        match self.kv_room(reserve) {
+            Some(room)
+                if margin.saturating_mul(1000)
+                    > room.saturating_mul(SAMPLED_MARGIN_LIMIT_PER_MILLE)
+                    && margin > full_cost =>
+            {
+                self.rec.warn(Warning::SampledMarginTooCostly {
+                    margin,
+                    kv_room: room,
+                });
+                let why = format!(
+                    "{}; the sampled margin would take over {}% of the KV cache's room: every size measured instead",
+                    sel.why,
+                    SAMPLED_MARGIN_LIMIT_PER_MILLE as f64 / 10.0
+                );
+                self.graph_phase(&*StrategyKind::Full.strategy(), why)
+            }
+            _ => self.rec.p.graph.as_ref().ok_or_else(|| {
+                Error::state("capture_graphs", "the graph phase stored no estimate")
+            }),
+        }
+    }
+
+    /// Room the request leaves for the KV cache after what was measured so far and a graph
+    /// reserve; `None` when the request or a figure is unknown.
+    fn kv_room(&self, graph_reserve: u64) -> Option<u64> {
+        let p = self.rec.profile();
+        let total = p.baseline.driver.total?;
+        let requested = crate::budget::requested_bytes(total, self.request?).ok()?;
+        let non_alloc = u64::try_from(p.non_allocator_growth?.max(0)).ok()?;
+        Some(
+            requested
+                .saturating_sub(p.weights_held_bytes?)
+                .saturating_sub(p.activation_peak_bytes?)
+                .saturating_sub(non_alloc)
+                .saturating_sub(graph_reserve),
+        )
     }
 
     /// The graph-memory phase with a strategy chosen by the caller (a warning says so when the
@@ -294,6 +365,11 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         after?;
         tracing::info!(reserve = est.reserve, strategy = %est.strategy, "graph phase done");
         Ok(self.rec.p.graph.insert(est))
+    }
+
+    /// Why the last graph phase ran the strategy it ran (kept for the plan).
+    pub fn graph_why(&self) -> &str {
+        &self.why
     }
 
     /// Whether the graph phase kept its graphs (post-capture).
