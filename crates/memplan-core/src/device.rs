@@ -102,7 +102,11 @@ impl Device {
         self.lock().hal.graph_pool_memory()
     }
 
-    /// Wait for all work on the device (and deferred releases) to finish.
+    /// Wait for all work on the device (and deferred releases) to finish, where the capability
+    /// declares `facts.synchronize` supported. Where it is unsupported (Level Zero has no
+    /// device-wide wait), this waits only for what the backend itself submitted; the
+    /// protocol then waits for the engine's queues through the engine (memplan-planner's
+    /// `Engine::synchronize`).
     pub fn synchronize(&self) -> Result<()> {
         let mut g = self.lock();
         g.t.no_capture("synchronize")?;

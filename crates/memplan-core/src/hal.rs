@@ -64,7 +64,8 @@ pub trait HalDevice: Any + Send {
         Ok(GraphPoolMemory::default())
     }
 
-    /// Wait for all work on the device (and deferred releases) to finish.
+    /// Wait for all work on the device (and deferred releases) to finish. A backend that can
+    /// only wait for its own work declares `facts.synchronize` unsupported, with the reason.
     fn synchronize(&mut self) -> Result<()>;
 
     /// Allocate `bytes` (> 0) of device memory directly from the driver, no caching

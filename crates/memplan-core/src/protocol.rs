@@ -9,7 +9,9 @@ use crate::error::Result;
 use crate::memory::{AllocatorMemory, MemoryInfo};
 
 /// Synchronize the device, then read driver, graph-pool and allocator layers into one
-/// [`MemoryInfo`]. Without an allocator view, the allocator layer is absent.
+/// [`MemoryInfo`]. Without an allocator view, the allocator layer is absent. Where the device
+/// cannot synchronize (`facts.synchronize` unsupported), the caller waits for the engine's
+/// queues first (memplan-planner's session does, through `Engine::synchronize`).
 pub fn snapshot(device: &Device, allocator: Option<&dyn AllocatorView>) -> Result<MemoryInfo> {
     let span = tracing::debug_span!("snapshot", device = %device.descriptor().id);
     let _e = span.enter();
