@@ -2,7 +2,7 @@
 //! error is worded with the flags a person would change. Library errors name concepts ("GPU
 //! memory utilisation"); this is the only place they become flags.
 
-use memplan::{Error, Param, Refusal};
+use memplan::{Error, Param};
 
 /// The flag that sets a parameter.
 pub fn flag_name(p: Param) -> String {
@@ -37,7 +37,7 @@ pub fn flag_name(p: Param) -> String {
 pub fn describe(e: &Error) -> String {
     match e.root() {
         Error::InvalidParam { param, message } => format!("{}: {message}", flag_name(*param)),
-        Error::DoesNotFit(r) => refusal(r),
+        Error::DoesNotFit(r) => r.describe(&flag_name),
         _ => e.to_string(),
     }
 }
@@ -51,44 +51,10 @@ pub fn without_param(e: &Error) -> String {
     }
 }
 
-fn refusal(r: &Refusal) -> String {
-    let text = r.to_string();
-    match r {
-        Refusal::NoRoomForKv {
-            utilization_that_fits: Some(u),
-            ..
-        } => text.replace(
-            &format!("a GPU memory utilisation of {u:.4} or more"),
-            &format!("{} {u:.4} or more", flag_name(Param::Utilization)),
-        ),
-        Refusal::RequestDoesNotFit {
-            max_model_len_fit: Some(n),
-            ..
-        } => text.replace(
-            &format!("the longest max model length that fits is {n}"),
-            &format!(
-                "the largest {} that fits is {n}",
-                flag_name(Param::MaxModelLen)
-            ),
-        ),
-        // Not one block: the KV cache needs more memory, from whichever flag sets it, or the
-        // other consumers less (the activation peak grows with the tokens per step).
-        Refusal::RequestDoesNotFit { .. } => text.replace(
-            "lower the tokens per step or raise the memory the engine may use",
-            &format!(
-                "give the KV cache more memory ({} or {}, or a larger device) or shrink what else the engine holds (a smaller {} lowers the activation peak)",
-                flag_name(Param::Utilization),
-                flag_name(Param::KvCacheBytes),
-                flag_name(Param::MaxNumBatchedTokens),
-            ),
-        ),
-        _ => text,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use memplan::Refusal;
 
     #[test]
     fn not_one_block_names_no_flag_that_may_not_apply() {
@@ -117,7 +83,7 @@ mod tests {
             kv_bytes: 1 << 30,
             max_model_len_fit: Some(144_000),
         });
-        assert!(describe(&e).contains("the largest --max-model-len that fits is 144000"));
+        assert!(describe(&e).contains("the longest --max-model-len that fits is 144000"));
         let e = Error::param(Param::Utilization, "1.5 is outside (0, 1]").during("plan");
         assert_eq!(
             describe(&e),

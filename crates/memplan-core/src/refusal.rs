@@ -168,8 +168,17 @@ fn parts(consumers: &[(String, u64)], used: u64) -> String {
     format!("{} = {}", v.join(" + "), fmt_bytes(used))
 }
 
-impl fmt::Display for Refusal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl Refusal {
+    /// The refusal in words, each parameter that would help named by `name`: a front end
+    /// passes its own names (flags), `Display` passes the concepts ([`Param::concept`]).
+    pub fn describe(&self, name: &dyn Fn(Param) -> String) -> String {
+        let mut s = String::new();
+        // Writing into a String cannot fail.
+        let _ = self.write(&mut s, name);
+        s
+    }
+
+    fn write(&self, f: &mut dyn fmt::Write, name: &dyn Fn(Param) -> String) -> fmt::Result {
         match self {
             Refusal::FreeBelowRequested {
                 free,
@@ -209,7 +218,8 @@ impl fmt::Display for Refusal {
                 match utilization_that_fits {
                     Some(u) => write!(
                         f,
-                        "a GPU memory utilisation of {u:.4} or more would leave room for a KV cache"
+                        "{} {u:.4} or more would leave room for a KV cache",
+                        name(Param::Utilization)
                     ),
                     None => f.write_str("even the whole device leaves no room for a KV cache"),
                 }
@@ -245,10 +255,28 @@ impl fmt::Display for Refusal {
                     fmt_bytes(*kv_bytes)
                 )?;
                 match max_model_len_fit {
-                    Some(n) => write!(f, "the longest max model length that fits is {n}"),
-                    None => f.write_str("not even one block fits: lower the tokens per step or raise the memory the engine may use"),
+                    Some(n) => write!(
+                        f,
+                        "the longest {} that fits is {n}",
+                        name(Param::MaxModelLen)
+                    ),
+                    // The KV cache needs more memory, from whichever parameter sets it, or the
+                    // other consumers less (the activation peak grows with the tokens per step).
+                    None => write!(
+                        f,
+                        "not even one block fits: give the KV cache more memory ({} or {}, or a larger device) or shrink what else the engine holds (a smaller {} lowers the activation peak)",
+                        name(Param::Utilization),
+                        name(Param::KvCacheBytes),
+                        name(Param::MaxNumBatchedTokens)
+                    ),
                 }
             }
         }
+    }
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.describe(&|p| p.concept().to_string()))
     }
 }

@@ -322,7 +322,11 @@ mod tests {
             ),
             "{e}"
         );
-        assert!(e.to_string().contains("utilisation of 0.8751"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("GPU memory utilisation 0.8751 or more"),
+            "{e}"
+        );
         let c = cons(30 * GIB, GIB, 0, 0);
         assert!(compute(24 * GIB, Request::Utilization(0.9), &c)
             .unwrap_err()

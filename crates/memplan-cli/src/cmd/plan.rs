@@ -534,7 +534,7 @@ mod tests {
         );
         assert!(f.help["max_model_len_fit"].as_u64().unwrap() > 0, "{f:?}");
         let e = err("--model qwen3-8b --total-memory 24GiB --max-model-len 200000");
-        assert!(e.contains("largest --max-model-len that fits"), "{e}");
+        assert!(e.contains("longest --max-model-len that fits"), "{e}");
         let e = err("--model qwen3-8b --total-memory 18GiB --gpu-memory-utilization 0.9");
         assert!(e.contains("--gpu-memory-utilization 0.9"), "{e}");
         assert!(err("--model qwen3-8b").contains("--device"));
