@@ -9,7 +9,7 @@
 //! [`KvRange::release`] returns them instead.
 
 use memplan_core::bytes::fmt_bytes;
-use memplan_core::{Error, Mapping, Param, Result, SharedDevice, VaRange};
+use memplan_core::{Error, Mapping, Result, SharedDevice, VaRange};
 
 /// A reserved address range for the KV cache and the memory mapped into it. See the module
 /// docs.
@@ -28,11 +28,11 @@ impl KvRange {
         let vm = device.virtual_memory()?;
         let gran = vm.granularity()?.max(1);
         let rounded = bytes.div_ceil(gran).checked_mul(gran).ok_or_else(|| {
-            // An absurd size from the caller, not a failed measurement.
-            Error::param(
-                Param::KvCacheBytes,
-                format!("{bytes} bytes rounded up to the {gran}-byte granularity overflow 64 bits"),
-            )
+            // A measurement error: in the session the size comes from the device's readings
+            // (a garbage total), not from a setting the caller chose.
+            Error::Measurement(format!(
+                "a KV range of {bytes} bytes rounded up to the {gran}-byte granularity overflows 64 bits"
+            ))
         })?;
         let range = vm.reserve(rounded)?;
         tracing::info!(bytes = range.bytes(), "KV address range reserved");
