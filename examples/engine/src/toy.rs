@@ -62,7 +62,7 @@ impl ToyEngine {
     }
 }
 
-// The memplan-facing part: five hooks.
+// The memplan-facing part: the hooks memplan calls.
 impl Engine for ToyEngine {
     fn allocator(&mut self) -> &mut dyn AllocatorView {
         &mut self.acct
@@ -90,6 +90,12 @@ impl Engine for ToyEngine {
     }
     fn bind_kv_range(&mut self, kv: &KvRange) -> Result<()> {
         self.kv_address = Some(kv.address()); // the graphs will point here
+        Ok(())
+    }
+    fn synchronize(&mut self) -> Result<()> {
+        // Called before each reading on a device that cannot synchronize itself (Level
+        // Zero). This engine allocates and frees synchronously and queues no work of its
+        // own, so nothing is in flight; a real engine waits for its queues here.
         Ok(())
     }
 }
