@@ -97,6 +97,9 @@ pub fn declare(facts: &CudaFacts) -> ProfilingCapability {
         notes.push("unified memory: the KV cache competes with host allocations".into());
     }
 
+    // cuMemGetInfo is the device-wide source itself: the same trust as the free reading.
+    cap.set(Reading::DeviceAvailable, cap.reading(Reading::DriverFree));
+
     let pools = attribute_support(
         facts.memory_pools_attribute,
         "CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED",

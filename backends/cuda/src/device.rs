@@ -10,8 +10,8 @@
 
 use cudarc::driver::sys::{self, CUgraphMem_attribute as G};
 use memplan_core::{
-    DeviceDescriptor, DriverMemory, Error, GraphPoolMemory, HalDevice, HalGraphs, HalVirtualMemory,
-    ProfilingCapability, Result,
+    DeviceDescriptor, DeviceWideMemory, DriverMemory, Error, GraphPoolMemory, HalDevice, HalGraphs,
+    HalVirtualMemory, ProfilingCapability, Result,
 };
 
 use crate::backend::Described;
@@ -139,6 +139,12 @@ impl HalDevice for CudaDevice {
             ffi::cuMemGetInfo_v2(&mut free, &mut total)
         })?;
         Ok(conv::driver_memory(free, total))
+    }
+
+    /// cuMemGetInfo is device-wide (every process and API): the device-wide reading is its
+    /// free memory, read again so the two layers are each a whole reading.
+    fn device_wide_memory(&mut self) -> Result<DeviceWideMemory> {
+        Ok(DeviceWideMemory::new(self.driver_memory()?.free))
     }
 
     fn graph_pool_memory(&mut self) -> Result<GraphPoolMemory> {

@@ -244,6 +244,7 @@ pub fn declare_with(rules: &[Rule], inputs: &Inputs) -> Declared {
         },
     };
     cap.set(Reading::GraphPool, pool_rel);
+    cap.set(Reading::DeviceAvailable, device_available(inputs));
     cap.facts.graph_pool_attributes = if pool == PoolAttrs::Real {
         Support::Supported
     } else {
@@ -259,6 +260,27 @@ pub fn declare_with(rules: &[Rule], inputs: &Inputs) -> Declared {
         capability: cap,
         free,
         pool,
+    }
+}
+
+/// The device-wide source, from what the system offers: on an APU the host's `MemAvailable`
+/// (with the GTT counters where DRM has them), on a discrete card the DRM sysfs VRAM counters,
+/// which count every process and graphics allocation; otherwise none.
+fn device_available(i: &Inputs) -> Reliability {
+    if i.integrated {
+        Reliability::Approximate {
+            tolerance_bytes: HOST_BOUNDED_TOLERANCE,
+            why: "APU: host /proc/meminfo MemAvailable (and DRM sysfs GTT counters): every process's use of the shared memory".into(),
+        }
+    } else if i.drm_vram {
+        Reliability::Approximate {
+            tolerance_bytes: TWO_SOURCE_TOLERANCE,
+            why: "DRM sysfs mem_info_vram_total - mem_info_vram_used: every user of the VRAM, graphics included".into(),
+        }
+    } else {
+        Reliability::Unavailable {
+            reason: "no DRM sysfs mem_info_vram_used for this device and not an APU: nothing device-wide to read".into(),
+        }
     }
 }
 

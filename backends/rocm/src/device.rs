@@ -10,13 +10,13 @@ use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 
 use memplan_core::{
-    DeviceDescriptor, DriverMemory, Error, GraphPoolMemory, HalDevice, HalGraphs, HalVirtualMemory,
-    ProfilingCapability, Result,
+    DeviceDescriptor, DeviceWideMemory, DriverMemory, Error, GraphPoolMemory, HalDevice, HalGraphs,
+    HalVirtualMemory, ProfilingCapability, Result,
 };
 
 use crate::capability::{declare, Declared, FreeSource, PoolAttrs};
 use crate::conv::{check, check_alloc, GRAPH_MEM_ATTRS};
-use crate::free::{compose, HipMemInfo};
+use crate::free::{compose, device_wide, HipMemInfo};
 use crate::graph::RocmGraphs;
 use crate::loader::Api;
 use crate::probe::probe;
@@ -85,6 +85,17 @@ impl HalDevice for RocmDevice {
             .then(|| self.sys.host_memory())
             .flatten();
         Ok(compose(source, hip, drm, host))
+    }
+
+    fn device_wide_memory(&mut self) -> Result<DeviceWideMemory> {
+        let integrated = self.declared.capability.facts.unified_memory;
+        let drm = self.drm.as_ref().and_then(|c| c.read());
+        let host = integrated.then(|| self.sys.host_memory()).flatten();
+        let d = device_wide(integrated, drm, host);
+        if d.available.is_none() && (self.drm.is_some() || integrated) {
+            tracing::warn!("DRM sysfs / host meminfo unreadable: device-wide reading left absent");
+        }
+        Ok(d)
     }
 
     fn graph_pool_memory(&mut self) -> Result<GraphPoolMemory> {

@@ -5,7 +5,7 @@
 //! source can give is `None`: an APU's free memory is never the VRAM aperture stood in for
 //! what the host can really give.
 
-use memplan_core::DriverMemory;
+use memplan_core::{DeviceWideMemory, DriverMemory};
 
 use crate::capability::FreeSource;
 use crate::sysfs::{DrmMemory, HostMemory};
@@ -44,6 +44,34 @@ pub fn compose(
         }
         FreeSource::HostBounded => host_bounded(hip, drm, host),
     }
+}
+
+/// The device-wide reading: memory available to new allocations counting every process and
+/// API, from the DRM counters (`mem_info_vram_total - mem_info_vram_used`) on a discrete card,
+/// and on an APU from the VRAM carve-out plus the GTT free memory bounded by the host's
+/// `MemAvailable` (or `MemAvailable` alone without DRM counters). `None` when the files are
+/// absent or unreadable: never 0 for what could not be read.
+pub fn device_wide(
+    integrated: bool,
+    drm: Option<DrmMemory>,
+    host: Option<HostMemory>,
+) -> DeviceWideMemory {
+    let available = if integrated {
+        match drm {
+            Some(d) => {
+                let gtt = d.gtt_free().map(|g| host.map_or(g, |h| g.min(h.available)));
+                match (d.vram_free(), gtt) {
+                    (Some(v), Some(g)) => v.checked_add(g),
+                    (Some(v), None) => host.and_then(|h| v.checked_add(h.available)),
+                    (None, _) => None,
+                }
+            }
+            None => host.map(|h| h.available),
+        }
+    } else {
+        drm.and_then(|d| d.vram_free())
+    };
+    DeviceWideMemory::new(available)
 }
 
 /// APU: with DRM counters, VRAM carve-out plus GTT, the GTT part bounded by MemAvailable;
@@ -87,6 +115,35 @@ mod tests {
             gtt_total: gtt.map(|g| g.0),
             gtt_used: gtt.map(|g| g.1),
         }
+    }
+
+    #[test]
+    fn device_wide_from_drm_or_host_never_zero_for_unread() {
+        // Discrete: sysfs sees the 6 GiB another process holds.
+        let d = device_wide(false, Some(drm(24 * GIB, 6 * GIB, None)), None);
+        assert_eq!(d.available, Some(18 * GIB));
+        // No counters (files absent): not offered, not 0.
+        assert_eq!(device_wide(false, None, None).available, None);
+        // Inconsistent counters (used above total) are not a reading either.
+        assert_eq!(
+            device_wide(false, Some(drm(GIB, 2 * GIB, None)), None).available,
+            None
+        );
+        // APU: carve-out free plus GTT free bounded by MemAvailable.
+        let host = HostMemory {
+            total: 128 * GIB,
+            available: 30 * GIB,
+        };
+        let apu = Some(drm(512 * MIB, 256 * MIB, Some((64 * GIB, 20 * GIB))));
+        assert_eq!(
+            device_wide(true, apu, Some(host)).available,
+            Some(256 * MIB + 30 * GIB)
+        );
+        assert_eq!(
+            device_wide(true, None, Some(host)).available,
+            Some(30 * GIB)
+        );
+        assert_eq!(device_wide(true, None, None).available, None);
     }
 
     #[test]

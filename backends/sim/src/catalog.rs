@@ -7,7 +7,7 @@
 use memplan_core::bytes::{GIB, MIB};
 
 use crate::declared;
-use crate::profile::SimProfile;
+use crate::profile::{DeviceWideSource, SimProfile};
 use crate::quirks::Quirks;
 
 const fn q() -> Quirks {
@@ -43,6 +43,7 @@ pub(crate) static PROFILES: &[SimProfile] = &[
         apu_aperture_bytes: None,
         quirks: q(),
         declared: declared::cuda,
+        device_wide: DeviceWideSource::DriverFree,
     },
     SimProfile {
         name: "rtx3090",
@@ -54,6 +55,7 @@ pub(crate) static PROFILES: &[SimProfile] = &[
         apu_aperture_bytes: None,
         quirks: q(),
         declared: declared::cuda,
+        device_wide: DeviceWideSource::DriverFree,
     },
     SimProfile {
         name: "a100-40gb",
@@ -65,6 +67,7 @@ pub(crate) static PROFILES: &[SimProfile] = &[
         apu_aperture_bytes: None,
         quirks: q(),
         declared: declared::cuda,
+        device_wide: DeviceWideSource::DriverFree,
     },
     SimProfile {
         name: "a100-80gb",
@@ -76,6 +79,7 @@ pub(crate) static PROFILES: &[SimProfile] = &[
         apu_aperture_bytes: None,
         quirks: q(),
         declared: declared::cuda,
+        device_wide: DeviceWideSource::DriverFree,
     },
     SimProfile {
         name: "h100-80gb",
@@ -87,6 +91,7 @@ pub(crate) static PROFILES: &[SimProfile] = &[
         apu_aperture_bytes: None,
         quirks: q(),
         declared: declared::cuda,
+        device_wide: DeviceWideSource::DriverFree,
     },
     SimProfile {
         name: "h200",
@@ -98,6 +103,7 @@ pub(crate) static PROFILES: &[SimProfile] = &[
         apu_aperture_bytes: None,
         quirks: q(),
         declared: declared::cuda,
+        device_wide: DeviceWideSource::DriverFree,
     },
     SimProfile {
         name: "l4",
@@ -109,6 +115,7 @@ pub(crate) static PROFILES: &[SimProfile] = &[
         apu_aperture_bytes: None,
         quirks: q(),
         declared: declared::cuda,
+        device_wide: DeviceWideSource::DriverFree,
     },
     SimProfile {
         name: "mi300x",
@@ -120,6 +127,7 @@ pub(crate) static PROFILES: &[SimProfile] = &[
         apu_aperture_bytes: None,
         quirks: ROCM62,
         declared: declared::rocm62_instinct,
+        device_wide: DeviceWideSource::DrmSysfs,
     },
     SimProfile {
         name: "rx7900xtx-rocm5.4",
@@ -131,6 +139,7 @@ pub(crate) static PROFILES: &[SimProfile] = &[
         apu_aperture_bytes: None,
         quirks: Quirks { free_process_local: true, graph_pool_attrs_zero: true, ..q() },
         declared: declared::rocm54,
+        device_wide: DeviceWideSource::None,
     },
     SimProfile {
         name: "rx7900xtx-rocm5.5",
@@ -142,6 +151,7 @@ pub(crate) static PROFILES: &[SimProfile] = &[
         apu_aperture_bytes: None,
         quirks: Quirks { free_blind_to_graphics: true, graph_pool_attrs_zero: true, ..q() },
         declared: declared::rocm55,
+        device_wide: DeviceWideSource::None,
     },
     SimProfile {
         name: "rx7900xtx-rocm6.2",
@@ -153,6 +163,7 @@ pub(crate) static PROFILES: &[SimProfile] = &[
         apu_aperture_bytes: None,
         quirks: ROCM62,
         declared: declared::rocm62_desktop,
+        device_wide: DeviceWideSource::DrmSysfs,
     },
     SimProfile {
         name: "strix-halo",
@@ -166,6 +177,7 @@ pub(crate) static PROFILES: &[SimProfile] = &[
         // aperture (`apu-wrong-pool=on` reproduces a backend that trusts hipMemGetInfo).
         quirks: ROCM62,
         declared: declared::rocm62_apu,
+        device_wide: DeviceWideSource::HostAvailable,
     },
     SimProfile {
         name: "arc-a770",
@@ -177,6 +189,7 @@ pub(crate) static PROFILES: &[SimProfile] = &[
         apu_aperture_bytes: None,
         quirks: Quirks { free_equals_total: true, no_graph_pool_query: true, ..q() },
         declared: declared::xpu_arc_a770,
+        device_wide: DeviceWideSource::DriverFree,
     },
     SimProfile {
         name: "max1550",
@@ -188,6 +201,7 @@ pub(crate) static PROFILES: &[SimProfile] = &[
         apu_aperture_bytes: None,
         quirks: Quirks { no_graph_pool_query: true, ..q() },
         declared: declared::xpu_max1550,
+        device_wide: DeviceWideSource::DriverFree,
     },
     SimProfile {
         name: "arc-b580-nosysman",
@@ -199,6 +213,7 @@ pub(crate) static PROFILES: &[SimProfile] = &[
         apu_aperture_bytes: None,
         quirks: Quirks { sysman_missing: true, no_graph_pool_query: true, ..q() },
         declared: declared::xpu_no_sysman,
+        device_wide: DeviceWideSource::DriverFree,
     },
     SimProfile {
         name: "broken-stale",
@@ -210,5 +225,6 @@ pub(crate) static PROFILES: &[SimProfile] = &[
         apu_aperture_bytes: None,
         quirks: Quirks { stale_free: true, ..q() },
         declared: declared::cuda,
+        device_wide: DeviceWideSource::DriverFree,
     },
 ];

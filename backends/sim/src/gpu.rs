@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use memplan_core::bytes::fmt_bytes;
 use memplan_core::{
-    BackendKind, Device, DeviceDescriptor, DeviceId, DriverMemory, Error, GraphPoolMemory,
-    HalDevice, HalGraphs, HalVirtualMemory, ProfilingCapability, Result, Support,
+    BackendKind, Device, DeviceDescriptor, DeviceId, DeviceWideMemory, DriverMemory, Error,
+    GraphPoolMemory, HalDevice, HalGraphs, HalVirtualMemory, ProfilingCapability, Result, Support,
 };
 
 use crate::allocator::SimAllocator;
@@ -66,14 +66,15 @@ impl SimGpu {
         selector: String,
     ) -> Self {
         let platform = profile.capability();
-        let tolerance = platform
-            .reading(memplan_core::Reading::DriverFree)
-            .tolerance_bytes();
-        let physics = Physics::draw_pinned(
+        let tolerance = |r| platform.reading(r).tolerance_bytes();
+        let physics = Physics::draw_with_device(
             seed,
             profile.context_overhead_bytes,
             &quirks,
-            tolerance,
+            (
+                tolerance(memplan_core::Reading::DriverFree),
+                tolerance(memplan_core::Reading::DeviceAvailable),
+            ),
             pin,
         );
         quirks.hidden_bytes_per_capture = physics.hidden_bytes_per_capture;
@@ -240,6 +241,17 @@ impl SimGpu {
         )
     }
 
+    /// The device-wide reading of the platform's source with the quirks applied and nothing
+    /// masked.
+    pub fn raw_device_wide_memory(&self) -> DeviceWideMemory {
+        readings::raw_device_wide(
+            &self.shared.profile,
+            &self.shared.quirks,
+            &self.shared.physics,
+            &self.lock(),
+        )
+    }
+
     /// The graph-pool reading with the quirks applied and nothing masked.
     pub fn raw_graph_pool_memory(&self) -> GraphPoolMemory {
         readings::raw_graph_pool(&self.shared.quirks, &self.lock())
@@ -323,6 +335,13 @@ impl HalDevice for SimGpu {
         Ok(readings::mask_graph_pool(
             &self.shared.capability,
             self.raw_graph_pool_memory(),
+        ))
+    }
+
+    fn device_wide_memory(&mut self) -> Result<DeviceWideMemory> {
+        Ok(readings::mask_device_wide(
+            &self.shared.capability,
+            self.raw_device_wide_memory(),
         ))
     }
 

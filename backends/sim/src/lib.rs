@@ -100,7 +100,7 @@ pub use declared::PlatformFacts;
 pub use gpu::{SimGpu, RAW_ROUND};
 pub use heap::BlockId;
 pub use physics::{Physics, Pin, Rng, DEFAULT_SEED};
-pub use profile::{profile, profile_names, profiles, SimProfile};
+pub use profile::{profile, profile_names, profiles, DeviceWideSource, SimProfile};
 pub use quirks::{Modifiers, Quirks, QUIRK_NAMES};
 pub use truth::GroundTruth;
 pub use vmm::GRANULARITY;

@@ -47,6 +47,10 @@ pub struct Physics {
     pub context_bytes: u64,
     /// Amplitude of the noise on an approximate free reading, bytes (0 for exact readings).
     pub read_noise_bytes: u64,
+    /// Amplitude of the noise on the device-wide reading (DRM sysfs, host available memory),
+    /// bytes, within its declared tolerance (0 when exact or not offered).
+    #[serde(default)]
+    pub device_noise_bytes: u64,
 }
 
 /// SplitMix64.
@@ -99,6 +103,27 @@ impl Physics {
         Self::draw_pinned(seed, context_bytes, q, free_tolerance, Pin::Draw)
     }
 
+    /// As [`Physics::draw_pinned`], with the noise of a device-wide reading declared
+    /// approximate within `device_tolerance` (0 when exact or not offered). Drawn after every
+    /// other quantity, so adding it moves none of them.
+    pub fn draw_with_device(
+        seed: u64,
+        context_bytes: u64,
+        q: &Quirks,
+        (free_tolerance, device_tolerance): (u64, u64),
+        pin: Pin,
+    ) -> Self {
+        let mut p = Self::draw_pinned(seed, context_bytes, q, free_tolerance, pin);
+        let mut rng = Rng::new(seed ^ 0x6465_7669_6365);
+        let cap = (device_tolerance / 1000 * READ_NOISE_OF_TOLERANCE).min(READ_NOISE_MAX);
+        p.device_noise_bytes = match pin {
+            Pin::Draw => rng.range(0, cap),
+            Pin::Low | Pin::Nominal => 0,
+            Pin::High => cap,
+        };
+        p
+    }
+
     /// As [`Physics::draw`], optionally pinned to one end of every range.
     pub fn draw_pinned(
         seed: u64,
@@ -140,6 +165,7 @@ impl Physics {
                 (context_bytes / 1000 * ctx_scale) / MIB * MIB
             },
             read_noise_bytes: noise,
+            device_noise_bytes: 0,
         }
     }
 
@@ -152,6 +178,17 @@ impl Physics {
         let mut r = Rng::new(self.seed.wrapping_mul(31).wrapping_add(n));
         let span = 2 * self.read_noise_bytes;
         r.range(0, span) as i64 - self.read_noise_bytes as i64
+    }
+
+    /// The noise of the `n`-th device-wide reading: deterministic in `(seed, n)`, within
+    /// `±device_noise_bytes`, independent of [`Physics::noise`].
+    pub fn device_noise(&self, n: u64) -> i64 {
+        if self.device_noise_bytes == 0 {
+            return 0;
+        }
+        let mut r = Rng::new(self.seed.wrapping_mul(37).wrapping_add(n) ^ 0x7379_7366);
+        let span = 2 * self.device_noise_bytes;
+        r.range(0, span) as i64 - self.device_noise_bytes as i64
     }
 }
 

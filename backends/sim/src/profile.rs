@@ -33,6 +33,26 @@ pub struct SimProfile {
     /// The facts the real backend reads on this platform (its declaration is made from them:
     /// [`SimProfile::capability`]).
     pub declared: fn(&SimProfile) -> PlatformFacts,
+    /// The device-wide source the real backend reads on this platform.
+    pub device_wide: DeviceWideSource,
+}
+
+/// Where a platform's device-wide reading (every process and API counted) comes from, as the
+/// real backend reads it. The simulator reproduces each from its own ground truth.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceWideSource {
+    /// The driver's free reading is the device-wide source itself (CUDA `cuMemGetInfo`, Level
+    /// Zero Sysman `zesMemoryGetState`): the same value, quirks included (Sysman missing
+    /// gives nothing, i915's free == total gives the total).
+    DriverFree,
+    /// DRM sysfs `mem_info_vram_total - mem_info_vram_used`: counts every user of the VRAM,
+    /// graphics included, whatever the runtime's free reading sees.
+    DrmSysfs,
+    /// Unified-memory APU: the host's `MemAvailable` (and the GTT counters), which every
+    /// process's use of the shared memory lowers.
+    HostAvailable,
+    /// None on this platform (no DRM counters, not an APU, free not device-wide).
+    None,
 }
 
 impl SimProfile {

@@ -2,10 +2,12 @@
 //! (the `conv.rs` of this backend), and the masking of readings the declaration says cannot be
 //! sourced.
 
-use memplan_core::{DriverMemory, GraphPoolMemory, ProfilingCapability, Reading, Reliability};
+use memplan_core::{
+    DeviceWideMemory, DriverMemory, GraphPoolMemory, ProfilingCapability, Reading, Reliability,
+};
 
 use crate::physics::Physics;
-use crate::profile::SimProfile;
+use crate::profile::{DeviceWideSource, SimProfile};
 use crate::quirks::Quirks;
 use crate::state::State;
 
@@ -53,6 +55,27 @@ pub(crate) fn raw_driver(p: &SimProfile, q: &Quirks, ph: &Physics, s: &State) ->
     DriverMemory::new(Some(reported_total(p, q)), free)
 }
 
+/// The raw device-wide reading of the platform's source ([`DeviceWideSource`]), nothing
+/// masked: the driver's own free where that is the source (its quirks included), otherwise
+/// the memory really free on the device (every process, graphics included) with the source's
+/// own noise.
+pub(crate) fn raw_device_wide(
+    p: &SimProfile,
+    q: &Quirks,
+    ph: &Physics,
+    s: &State,
+) -> DeviceWideMemory {
+    let available = match p.device_wide {
+        DeviceWideSource::None => None,
+        DeviceWideSource::DriverFree => raw_driver(p, q, ph, s).free,
+        DeviceWideSource::DrmSysfs | DeviceWideSource::HostAvailable => {
+            let free = i128::from(s.real_free(p)) + i128::from(ph.device_noise(s.tick));
+            Some(free.clamp(0, i128::from(p.total_bytes)) as u64)
+        }
+    };
+    DeviceWideMemory::new(available)
+}
+
 /// The raw graph-pool reading: absent without a query, 0 with the stub.
 pub(crate) fn raw_graph_pool(q: &Quirks, s: &State) -> GraphPoolMemory {
     if q.no_graph_pool_query {
@@ -78,6 +101,15 @@ pub(crate) fn mask_driver(c: &ProfilingCapability, mut d: DriverMemory) -> Drive
         d.free = None;
     }
     d
+}
+
+/// As [`mask_driver`], for the device-wide reading.
+pub(crate) fn mask_device_wide(c: &ProfilingCapability, d: DeviceWideMemory) -> DeviceWideMemory {
+    if unavailable(c, Reading::DeviceAvailable) {
+        DeviceWideMemory::default()
+    } else {
+        d
+    }
 }
 
 /// As [`mask_driver`], for the graph pool.

@@ -26,6 +26,10 @@ pub const NO_DEVICE_SYNCHRONIZE: &str = "Level Zero has no device-wide synchroni
      only for a queue, list or fence the caller owns, and the engine's queues are not \
      memplan's (memplan submits no work of its own on Intel)";
 
+/// How far the host's `MemAvailable` may be off for an integrated GPU: reclaimable page cache
+/// and other host processes move it between a reading and an allocation.
+const HOST_TOLERANCE: u64 = 256 * memplan_core::bytes::MIB;
+
 /// Where the declared total comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TotalSource {
@@ -99,7 +103,18 @@ pub fn declare(f: &Facts) -> ProfilingCapability {
     c.facts.hidden_bytes_per_capture = None;
     c.facts.synchronize = Support::no(NO_DEVICE_SYNCHRONIZE);
     c.notes = notes;
+    // Device-wide: Sysman is the driver layer's own source on a discrete card (same trust);
+    // an integrated GPU shares the host's memory, which /proc/meminfo MemAvailable counts.
+    let device_wide = if f.integrated {
+        Reliability::Approximate {
+            tolerance_bytes: HOST_TOLERANCE,
+            why: "integrated GPU: host /proc/meminfo MemAvailable, every process's use of the shared memory".into(),
+        }
+    } else {
+        free.clone()
+    };
     c.set(Reading::DriverTotal, Reliability::Exact);
+    c.set(Reading::DeviceAvailable, device_wide);
     c.set(Reading::DriverFree, free);
     c.set(Reading::GraphPool, graph::pool_reading());
     c

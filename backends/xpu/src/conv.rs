@@ -111,8 +111,29 @@ pub fn translate(integrated: bool, modules: &[ModuleReading]) -> SysmanFree {
     }
 }
 
+/// `MemAvailable` of a `/proc/meminfo` text, in bytes; `None` when the text is absent or has
+/// no such line (never 0 for what could not be read).
+pub fn host_available(meminfo: Option<&str>) -> Option<u64> {
+    let line = meminfo?.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let mut parts = line["MemAvailable:".len()..].split_whitespace();
+    let kib: u64 = parts.next()?.parse().ok()?;
+    match parts.next() {
+        Some("kB") | None => kib.checked_mul(1024),
+        Some(_) => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn host_available_reads_meminfo_or_nothing() {
+        let t = "MemTotal:       131072000 kB\nMemAvailable:    8388608 kB\n";
+        assert_eq!(super::host_available(Some(t)), Some(8 << 30));
+        assert_eq!(super::host_available(Some("MemTotal: 1 kB\n")), None);
+        assert_eq!(super::host_available(None), None);
+        assert_eq!(super::host_available(Some("MemAvailable: lots kB\n")), None);
+    }
+
     use super::*;
     use memplan_core::bytes::GIB;
 

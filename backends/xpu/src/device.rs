@@ -20,8 +20,8 @@ use std::sync::Arc;
 
 use level_zero_sys as ze;
 use memplan_core::{
-    DeviceDescriptor, DriverMemory, Error, HalDevice, HalVirtualMemory, ProfilingCapability,
-    Result, Support,
+    DeviceDescriptor, DeviceWideMemory, DriverMemory, Error, HalDevice, HalVirtualMemory,
+    ProfilingCapability, Result, Support,
 };
 
 use crate::capability::{declare, Facts};
@@ -132,6 +132,24 @@ impl HalDevice for XpuDevice {
                 DriverMemory::new(core_total, None)
             }
         })
+    }
+
+    /// Discrete: Sysman's free memory (device-wide, the same cached read as the driver layer);
+    /// integrated: the host's `MemAvailable`, which every process's use of the shared memory
+    /// lowers. Absent where neither can be read.
+    fn device_wide_memory(&mut self) -> Result<DeviceWideMemory> {
+        if self.caps.facts.unified_memory {
+            return Ok(DeviceWideMemory::new(crate::conv::host_available(
+                std::fs::read_to_string("/proc/meminfo").ok().as_deref(),
+            )));
+        }
+        let Some(s) = &mut self.sysman else {
+            return Ok(DeviceWideMemory::default());
+        };
+        Ok(DeviceWideMemory::new(match s.read(&self.rt.api)? {
+            SysmanFree::Readable { free, .. } => Some(free),
+            SysmanFree::Unavailable { .. } => None,
+        }))
     }
 
     /// Waits for nothing (declared: `facts.synchronize` is unsupported); starts a new

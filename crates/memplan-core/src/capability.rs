@@ -20,14 +20,19 @@ pub enum Reading {
     DriverFree,
     /// Graph-pool used/reserved attributes.
     GraphPool,
+    /// Device-wide available memory from a source that counts every process and API
+    /// ([`DeviceWideMemory`](crate::DeviceWideMemory)): what the planner caps the KV cache by
+    /// where the driver's free reading is process-local, absent or suspect.
+    DeviceAvailable,
 }
 
 impl Reading {
     /// Every reading, in display order.
-    pub const ALL: [Reading; 3] = [
+    pub const ALL: [Reading; 4] = [
         Reading::DriverTotal,
         Reading::DriverFree,
         Reading::GraphPool,
+        Reading::DeviceAvailable,
     ];
 
     /// Name used in tables and JSON.
@@ -36,6 +41,7 @@ impl Reading {
             Reading::DriverTotal => "driver_total",
             Reading::DriverFree => "driver_free",
             Reading::GraphPool => "graph_pool",
+            Reading::DeviceAvailable => "device_available",
         }
     }
 }

@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::graph::GraphCapture;
 use crate::hal::HalDevice;
 use crate::handle::{Failed, HandleId, RawAllocation};
-use crate::memory::{DriverMemory, GraphPoolMemory};
+use crate::memory::{DeviceWideMemory, DriverMemory, GraphPoolMemory};
 use crate::tables::{Live, Tables};
 use crate::vmm::VirtualMemory;
 
@@ -100,6 +100,12 @@ impl Device {
     /// Graph-pool attributes; all `None` where the device has no such query.
     pub fn graph_pool_memory(&self) -> Result<GraphPoolMemory> {
         self.lock().hal.graph_pool_memory()
+    }
+
+    /// Device-wide readings (every process and API counted); all `None` where the device
+    /// offers no such source.
+    pub fn device_wide_memory(&self) -> Result<DeviceWideMemory> {
+        self.lock().hal.device_wide_memory()
     }
 
     /// Wait for all work on the device (and deferred releases) to finish, where the capability

@@ -41,7 +41,7 @@ use crate::backend::DeviceDescriptor;
 use crate::capability::ProfilingCapability;
 use crate::error::{Error, Result};
 use crate::graph::CaptureWork;
-use crate::memory::{DriverMemory, GraphPoolMemory};
+use crate::memory::{DeviceWideMemory, DriverMemory, GraphPoolMemory};
 
 /// One opened device, as a backend sees it.
 ///
@@ -62,6 +62,15 @@ pub trait HalDevice: Any + Send {
     /// One attribute that cannot be read is `None` (reason logged), not an error for all.
     fn graph_pool_memory(&mut self) -> Result<GraphPoolMemory> {
         Ok(GraphPoolMemory::default())
+    }
+
+    /// Device-wide memory from a source that counts every process and API (DRM sysfs, the
+    /// host's available memory on a unified-memory APU, Sysman, a device-wide driver free).
+    /// Default: not offered (`None`). A source that exists but cannot be read right now is
+    /// `None` too (reason logged), never 0. The declaration's
+    /// [`Reading::DeviceAvailable`](crate::Reading::DeviceAvailable) says how far it is trusted.
+    fn device_wide_memory(&mut self) -> Result<DeviceWideMemory> {
+        Ok(DeviceWideMemory::default())
     }
 
     /// Wait for all work on the device (and deferred releases) to finish. A backend that can

@@ -81,7 +81,9 @@ pub use error::{Error, ErrorClass, Result};
 pub use graph::{CaptureWork, GraphCapture};
 pub use hal::{HalDevice, HalGraph, HalGraphs, HalVirtualMemory};
 pub use handle::{Failed, GraphId, Mapping, RawAllocation, VaRange};
-pub use memory::{AllocatorMemory, DriverMemory, GraphPoolMemory, MemoryInfo, MemoryWindow};
+pub use memory::{
+    AllocatorMemory, DeviceWideMemory, DriverMemory, GraphPoolMemory, MemoryInfo, MemoryWindow,
+};
 pub use refusal::{Param, Refusal};
 pub use registry::BackendRegistration;
 pub use tables::Live;

@@ -5,7 +5,11 @@
 //! - **allocator**: `reserved` (segments the engine's caching allocator holds from the driver,
 //!   cached or in use), `allocated` (in use), `peak_allocated` (since the last reset), for this
 //!   process only;
-//! - **graph pool**: memory the driver attributes to graph memory-allocation nodes.
+//! - **graph pool**: memory the driver attributes to graph memory-allocation nodes;
+//! - **device-wide**: memory physically available to new allocations, counting every process
+//!   and API on the device, from a source other than the driver's free reading where that one
+//!   is process-local or absent (DRM sysfs, the host's available memory on unified-memory
+//!   APUs, Sysman; on CUDA the driver's own device-wide free).
 //!
 //! Every value is `Option`: a reading that could not be sourced is `None`, never 0.
 
@@ -53,6 +57,22 @@ pub struct GraphPoolMemory {
     pub reserved_high: Option<u64>,
 }
 
+/// Device-wide readings: a source that counts every process and API on the device.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct DeviceWideMemory {
+    /// Memory physically available to new allocations on this device, everyone's use
+    /// counted. `None` where the device offers no such source (never 0 for unread).
+    pub available: Option<u64>,
+}
+
+impl DeviceWideMemory {
+    /// A device-wide reading of `available` bytes (`None` = not offered or not read).
+    pub const fn new(available: Option<u64>) -> Self {
+        Self { available }
+    }
+}
+
 /// One snapshot of every layer, taken after a synchronize.
 ///
 /// `#[non_exhaustive]` (as are its layers): build one with [`MemoryInfo::new`] or
@@ -66,6 +86,9 @@ pub struct MemoryInfo {
     pub allocator: AllocatorMemory,
     /// Graph-pool layer.
     pub graph_pool: GraphPoolMemory,
+    /// Device-wide layer (absent in documents written before it existed).
+    #[serde(default)]
+    pub device: DeviceWideMemory,
 }
 
 impl DriverMemory {
@@ -123,7 +146,8 @@ impl GraphPoolMemory {
 }
 
 impl MemoryInfo {
-    /// A snapshot of the three layers.
+    /// A snapshot of the driver, allocator and graph-pool layers; the device-wide layer is
+    /// absent until [`MemoryInfo::with_device`] sets it.
     pub const fn new(
         driver: DriverMemory,
         allocator: AllocatorMemory,
@@ -133,7 +157,14 @@ impl MemoryInfo {
             driver,
             allocator,
             graph_pool,
+            device: DeviceWideMemory::new(None),
         }
+    }
+
+    /// The same snapshot with another device-wide reading.
+    pub const fn with_device(mut self, device: DeviceWideMemory) -> Self {
+        self.device = device;
+        self
     }
 
     /// The same snapshot with another driver reading.
@@ -233,7 +264,7 @@ fn fmt_delta(d: Option<i64>) -> String {
 
 impl fmt::Display for MemoryInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let rows: [(&str, String); 11] = [
+        let rows: [(&str, String); 12] = [
             ("driver total", fmt_opt(self.driver.total)),
             ("driver free", fmt_opt(self.driver.free)),
             ("driver used", fmt_opt(self.driver_used())),
@@ -253,6 +284,7 @@ impl fmt::Display for MemoryInfo {
             ("graph pool used", fmt_opt(self.graph_pool.used)),
             ("graph pool reserved", fmt_opt(self.graph_pool.reserved)),
             ("graph pool used (high)", fmt_opt(self.graph_pool.used_high)),
+            ("device-wide available", fmt_opt(self.device.available)),
         ];
         for (k, v) in rows {
             writeln!(f, "  {k:<24} {v:>14}")?;
@@ -294,6 +326,7 @@ mod tests {
                 peak_reserved: reserved,
             },
             graph_pool: GraphPoolMemory::default(),
+            device: DeviceWideMemory::default(),
         }
     }
 

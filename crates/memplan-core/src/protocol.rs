@@ -8,7 +8,8 @@ use crate::device::Device;
 use crate::error::Result;
 use crate::memory::{AllocatorMemory, MemoryInfo};
 
-/// Synchronize the device, then read driver, graph-pool and allocator layers into one
+/// Synchronize the device, then read driver, graph-pool, device-wide and allocator
+/// layers into one
 /// [`MemoryInfo`]. Without an allocator view, the allocator layer is absent. Where the device
 /// cannot synchronize (`facts.synchronize` unsupported), the caller waits for the engine's
 /// queues first (memplan-planner's session does, through `Engine::synchronize`).
@@ -18,6 +19,7 @@ pub fn snapshot(device: &Device, allocator: Option<&dyn AllocatorView>) -> Resul
     device.synchronize()?;
     let driver = device.driver_memory()?;
     let graph_pool = device.graph_pool_memory()?;
+    let device_wide = device.device_wide_memory()?;
     let allocator = allocator
         .map(|a| {
             let s = a.stats();
@@ -33,6 +35,7 @@ pub fn snapshot(device: &Device, allocator: Option<&dyn AllocatorView>) -> Resul
         driver,
         allocator,
         graph_pool,
+        device: device_wide,
     };
     tracing::debug!(free = ?info.driver.free, reserved = ?info.allocator.reserved, "snapshot taken");
     Ok(info)

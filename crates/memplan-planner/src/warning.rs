@@ -94,6 +94,25 @@ pub enum Warning {
         /// Bytes others took (+) or released (-) while profiling.
         foreign: i64,
     },
+    /// The device-wide reading or an allocation probe capped the KV cache below the budget:
+    /// memory held outside this engine (other processes the free reading cannot see).
+    KvCappedByAvailableMemory {
+        /// The cap.
+        cap: u64,
+        /// What the budget allowed.
+        budget: u64,
+        /// What measured the available memory.
+        source: crate::plan::PhysicalCheck,
+    },
+    /// Neither the driver's free reading nor a device-wide source can see memory other
+    /// processes hold: the plan cannot be bounded by what is physically available from
+    /// readings (a session checks it with an allocation probe instead).
+    OtherProcessesUnseen {
+        /// Why the free reading cannot see them.
+        free_reading: String,
+        /// Why no device-wide reading can.
+        device_wide: String,
+    },
     /// Other processes changed their memory while profiling (attributed to them).
     ForeignMemoryChanged {
         /// Bytes (+ taken, - released).
@@ -193,6 +212,8 @@ impl fmt::Display for Warning {
             Warning::NonAllocatorUnmeasured { reserved } => write!(f, "non-allocator growth could not be measured (driver free unreliable): reserved the conservative bound {}", fmt_bytes(*reserved)),
             Warning::ReservedPeakUnreported { bound } => write!(f, "the engine's allocator reports no reserved peak: the activation peak is its allocated peak rounded up to {} (segment rounding bound); report `peak_reserved` for a measured figure", fmt_bytes(*bound)),
             Warning::KvCappedByFreeMemory { cap, budget, foreign } => write!(f, "free memory caps the KV cache at {} (the budget allowed {}): memory held outside this engine ({} taken by others while profiling)", fmt_bytes(*cap), fmt_bytes(*budget), fmt_signed(*foreign)),
+            Warning::KvCappedByAvailableMemory { cap, budget, source } => write!(f, "{source} caps the KV cache at {} (the budget allowed {}): memory held outside this engine, e.g. by processes the free reading cannot see", fmt_bytes(*cap), fmt_bytes(*budget)),
+            Warning::OtherProcessesUnseen { free_reading, device_wide } => write!(f, "memory other processes hold is invisible to this device's readings: driver free is {free_reading}; device-wide reading: {device_wide}"),
             Warning::ForeignMemoryChanged { bytes } => write!(f, "other processes changed their memory by {} while profiling: attributed to them, not to this engine", fmt_signed(*bytes)),
             Warning::GraphMemoryNotReserved { estimate } => write!(f, "graph memory is not reserved; capture will take about {} outside the budget", fmt_bytes(*estimate)),
             Warning::MaxModelLenBeyondModel { max_model_len, max_position_embeddings } => write!(f, "the max model length {max_model_len} exceeds the model's max_position_embeddings ({max_position_embeddings})"),

@@ -4,9 +4,9 @@
 //! oracle where it measured the graph memory, or refuses start-up with a clear reason when
 //! nothing fits.
 //!
-//! The two tests about memory other processes hold where the device's reading cannot see it
-//! are ignored: the planner does not bound that memory yet (issue 11, item 5), and they show
-//! the gap (`cargo test -p memplan-testbed --test hostile -- --ignored`).
+//! Memory other processes hold where the free reading cannot see it: the planner bounds the
+//! KV cache by the device-wide reading, or, where the device has none, names the blind spot
+//! and checks the plan with an allocation probe (issue 11, item 5).
 
 use memplan_planner::StrategyKind;
 use memplan_testbed::{simulate_seeded, StrategyArg};
@@ -153,7 +153,6 @@ fn a_visible_neighbour_taking_memory_is_planned_around() {
 }
 
 #[test]
-#[ignore = "issue 11 item 5: memory other processes hold where the reading cannot see it is not bounded yet"]
 fn other_processes_invisible_to_a_process_local_reading() {
     let extra = "other_processes = \"6GiB\"\n";
     let t = scenario(
@@ -169,7 +168,6 @@ fn other_processes_invisible_to_a_process_local_reading() {
 }
 
 #[test]
-#[ignore = "issue 11 item 5: memory other processes hold where the reading cannot see it is not bounded yet"]
 fn other_processes_on_a_device_without_a_free_reading() {
     let extra = "other_processes = \"5GiB\"\n";
     let t = scenario(

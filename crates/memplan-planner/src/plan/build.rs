@@ -5,6 +5,7 @@ use memplan_core::kv::{KvLimits, KvSpec, SizingRules};
 use memplan_core::{Error, MemoryInfo, Param, Reading, Refusal, Result};
 use std::collections::BTreeMap;
 
+use super::physical::{self, Physical, PhysicalCheck};
 use super::{Consumer, ConsumerKind, Consumers, GraphMethod, GraphPlan, Plan, SCHEMA};
 use crate::budget::{self, Request};
 use crate::session::Profile;
@@ -39,6 +40,8 @@ pub struct PlanBuilder {
     graph: GraphPlan,
     start: Option<MemoryInfo>,
     free_now: Option<(u64, u64)>,
+    available_now: Option<(u64, u64, PhysicalCheck)>,
+    blind: bool,
     foreign: Option<i64>,
     warnings: Vec<Warning>,
     device: Option<String>,
@@ -65,6 +68,8 @@ impl PlanBuilder {
             graph: GraphPlan::new(GraphMethod::Strategy(StrategyKind::None), "no graph phase"),
             start: None,
             free_now: None,
+            available_now: None,
+            blind: false,
             foreign: None,
             warnings: Vec::new(),
             device: None,
@@ -175,8 +180,71 @@ impl PlanBuilder {
             b.start = Some(p.baseline);
             b.free_now = p.last.driver.free.map(|f| (f, free.tolerance_bytes()));
         }
+        // Memory other processes hold: where the free reading cannot see it, the device-wide
+        // reading bounds the start and the KV cache; where neither can, say so by name (the
+        // session then checks the plan with an allocation probe).
+        match physical::judge(p) {
+            Physical::FreeSeesAll => {}
+            Physical::DeviceWide {
+                baseline,
+                last,
+                tolerance,
+            } => {
+                if let Some(baseline) = baseline {
+                    let mut start = b.start.unwrap_or(p.baseline);
+                    start.driver.free = Some(baseline.min(start.driver.free.unwrap_or(u64::MAX)));
+                    start.driver.total = start.driver.total.or(Some(total));
+                    b.start = Some(start);
+                }
+                b.available_now = Some((last, tolerance, PhysicalCheck::DeviceAvailable));
+            }
+            Physical::Blind {
+                free_reading,
+                device_wide,
+            } => {
+                b.blind = true;
+                b.warnings.push(Warning::OtherProcessesUnseen {
+                    free_reading,
+                    device_wide,
+                });
+            }
+        }
         b.foreign = Some(p.foreign_bytes);
         Ok(b)
+    }
+
+    /// Neither the free reading nor a device-wide source sees memory other processes hold:
+    /// the plan should be checked by allocating what it still needs ([`Self::needs`]) once.
+    pub fn is_blind(&self) -> bool {
+        self.blind
+    }
+
+    /// Cap the KV cache by what an allocation probe found physically available at the last
+    /// quiet point: `bytes`, the largest allocation that succeeded; `complete` when that was
+    /// all the plan still needs ([`Self::needs`]), which leaves the plan as it is.
+    pub fn probed(mut self, bytes: u64, complete: bool) -> Self {
+        self.available_now = Some((
+            if complete { u64::MAX } else { bytes },
+            0,
+            PhysicalCheck::Probe,
+        ));
+        self
+    }
+
+    /// What the engine still allocates after the plan, for a KV cache of `kv_bytes`: the KV
+    /// cache, the activation peak and the graph reserve still to capture, plus the slack the
+    /// physical cap keeps for allocator rounding. An allocation probe of this size proves it
+    /// is there.
+    pub fn needs(&self, kv_bytes: u64) -> u64 {
+        let to_capture = if self.graph.kept {
+            0
+        } else {
+            self.consumers.bytes(ConsumerKind::Graphs)
+        };
+        let n = kv_bytes
+            .saturating_add(self.consumers.bytes(ConsumerKind::Activation))
+            .saturating_add(to_capture);
+        n.saturating_add(physical::rounding_slack(n))
     }
 
     /// Add a consumer, replacing the one of its kind (a figure the caller knows better).
@@ -284,20 +352,41 @@ impl PlanBuilder {
             b.kv_budget.saturating_sub(self.alloc_slack)
         };
         let mut capped_by_free = None;
-        if let Some((free, tol)) = self.free_now {
-            let to_capture = if self.graph.kept { 0 } else { b.graph_reserve };
-            let cap = free
-                .saturating_sub(self.consumers.bytes(ConsumerKind::Activation))
+        let mut physical_check = None;
+        let to_capture = if self.graph.kept { 0 } else { b.graph_reserve };
+        let activation = self.consumers.bytes(ConsumerKind::Activation);
+        let cap_of = |avail: u64, tol: u64| {
+            let cap = avail
+                .saturating_sub(activation)
                 .saturating_sub(to_capture)
                 .saturating_sub(tol);
-            // Slack for the allocator's rounding of the allocations still to come (0.5%, at
-            // least 32 MiB): a cap that is met exactly leaves a large allocation nowhere to go.
-            let cap = cap.saturating_sub((cap / 200).max(32 * MIB));
+            // Slack for the allocator's rounding of the allocations still to come: a cap that
+            // is met exactly leaves a large allocation nowhere to go.
+            cap.saturating_sub(physical::rounding_slack(cap))
+        };
+        if let Some((free, tol)) = self.free_now {
+            let cap = cap_of(free, tol);
+            // A free reading that cannot see other processes still bounds the plan from above,
+            // but it is not what checked it physically.
+            physical_check = (!self.blind).then_some(PhysicalCheck::DriverFree);
             if cap < kv_bytes {
                 warnings.push(Warning::KvCappedByFreeMemory {
                     cap,
                     budget: kv_bytes,
                     foreign: self.foreign.unwrap_or(0),
+                });
+                kv_bytes = cap;
+                capped_by_free = Some(cap);
+            }
+        }
+        if let Some((avail, tol, check)) = self.available_now {
+            let cap = cap_of(avail, tol);
+            physical_check = Some(check);
+            if cap < kv_bytes {
+                warnings.push(Warning::KvCappedByAvailableMemory {
+                    cap,
+                    budget: kv_bytes,
+                    source: check,
                 });
                 kv_bytes = cap;
                 capped_by_free = Some(cap);
@@ -330,6 +419,7 @@ impl PlanBuilder {
             kv_budget: b.kv_budget,
             kv_bytes,
             capped_by_free,
+            physical_check,
             kv_spec: self.kv_spec,
             limits: self.limits,
             max_num_seqs: self.max_num_seqs,

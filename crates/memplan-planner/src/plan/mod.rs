@@ -17,6 +17,10 @@
 //!   than is free now, less the activation peak, the graph reserve still to be captured, the
 //!   reading's tolerance and some slack for allocator rounding (memory another process took
 //!   while profiling is not the engine's, but it is not free either);
+//!   where the free reading cannot see other processes (process-local, absent or suspect), the
+//!   device-wide reading bounds it instead, and where neither can, the plan warns by name
+//!   ([`Warning::OtherProcessesUnseen`]) and a session checks it with an allocation probe
+//!   ([`PhysicalCheck`]);
 //! - KV sizing into blocks, tokens and concurrency; a max model length one request cannot get
 //!   is refused with the longest that fits
 //!   ([`Refusal::RequestDoesNotFit`](memplan_core::Refusal::RequestDoesNotFit)).
@@ -28,10 +32,12 @@
 
 mod build;
 mod consumer;
+mod physical;
 pub mod render;
 
 pub use build::{PlanBuilder, ALLOCATOR_ROUNDING_BOUND, UNMEASURED_NON_ALLOCATOR_BYTES};
 pub use consumer::{Consumer, ConsumerKind, Consumers, Provenance};
+pub use physical::PhysicalCheck;
 
 use memplan_core::kv::{KvLimits, KvSizing, KvSpec};
 use memplan_core::{Error, Param, Result};
@@ -166,6 +172,10 @@ pub struct Plan {
     /// Set when free memory capped the KV cache: the cap.
     #[serde(rename = "capped_by_free_bytes")]
     pub capped_by_free: Option<u64>,
+    /// Which reading bounded the KV cache by physically available memory (the driver's free
+    /// memory, the device-wide reading or an allocation probe); absent when none could (a dry
+    /// run, or a device whose readings see nothing and no probe ran).
+    pub physical_check: Option<PhysicalCheck>,
     /// The KV cache sized.
     pub kv_spec: KvSpec,
     /// Request-shape limits.

@@ -135,7 +135,12 @@ pub fn text(p: &Plan, names: &Names) -> String {
         &format!("{:.2} GiB", gib(p.kv_budget)),
     );
     if let Some(cap) = p.capped_by_free {
-        row("  capped by free memory", fmt_bytes(cap), "see the warning");
+        let by = p.physical_check.map_or("free memory", |c| c.short());
+        row(
+            &format!("  capped by {by}"),
+            fmt_bytes(cap),
+            "see the warning",
+        );
     }
     let z = &p.kv;
     row(

@@ -26,6 +26,7 @@
 //!   down what it holds: graphs kept by post-capture are released through the engine, then the
 //!   KV address range is released.
 
+mod probe;
 mod recorder;
 
 use memplan_core::{Error, MemoryInfo, ProfilingCapability, Result, SharedDevice};
@@ -388,7 +389,10 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     }
 
     /// A plan builder filled from this start-up (see
-    /// [`PlanBuilder::from_profile`]); override figures on it, then build.
+    /// [`PlanBuilder::from_profile`]); override figures on it, then build. Where no reading
+    /// sees memory other processes hold, this allocates what the plan still needs once and
+    /// frees it (the allocation probe, `session/probe.rs`), capping the KV cache by what was
+    /// physically there.
     pub fn plan_builder(
         &self,
         request: Request,
@@ -396,14 +400,20 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         limits: KvLimits,
     ) -> Result<PlanBuilder> {
         let d = self.rec.device.descriptor();
-        Ok(PlanBuilder::from_profile(
+        let b = PlanBuilder::from_profile(
             &self.profile(),
             self.why.clone(),
             request,
             kv.clone(),
             limits,
         )?
-        .device(format!("{} ({})", d.id, d.name)))
+        .device(format!("{} ({})", d.id, d.name));
+        if b.is_blind() {
+            // Nothing reads memory other processes hold: allocate what the plan still needs
+            // once, at this quiet point, and cap the KV cache by what was there.
+            return probe::check(&self.rec.device, b);
+        }
+        Ok(b)
     }
 
     /// Plan the KV cache from this start-up. See [`crate::plan`].
