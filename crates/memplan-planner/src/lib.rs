@@ -52,8 +52,8 @@ pub use calibrate::{calibrate, CalibrationReport};
 pub use engine::Engine;
 pub use kv_range::KvRange;
 pub use plan::{
-    combine_ranks, Consumer, ConsumerKind, Consumers, GraphMethod, GraphPlan, Plan, PlanBuilder,
-    Provenance,
+    combine_ranks, Consumer, ConsumerKind, Consumers, GraphMethod, GraphPlan, PhysicalCheck, Plan,
+    PlanBuilder, Provenance,
 };
 pub use session::{AsDynEngine, Profile, Session};
 pub use strategy::{

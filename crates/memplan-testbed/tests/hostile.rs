@@ -8,7 +8,7 @@
 //! KV cache by the device-wide reading, or, where the device has none, names the blind spot
 //! and checks the plan with an allocation probe (issue 11, item 5).
 
-use memplan_planner::StrategyKind;
+use memplan_planner::{PhysicalCheck, StrategyKind};
 use memplan_testbed::{simulate_seeded, StrategyArg};
 
 fn scenario(
@@ -30,12 +30,36 @@ const SMALL_MODEL: &str =
 const GRAPHS: &str =
     "max_capture_size = 256\nkernel_nodes = 96\nintermediate_per_token = \"128KiB\"\nwarmup_per_token = \"256KiB\"";
 
-/// Run a scenario file on seeds 0..n with the automatic choice; every failure as a line.
-fn check(name: &str, text: &str, seeds: u64) -> Vec<String> {
+fn write(name: &str, text: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("memplan-hostile-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join(format!("{name}.toml"));
     std::fs::write(&file, text).unwrap();
+    file
+}
+
+/// The automatic choice's plan on seed 0 names the blind spot and was checked by a probe.
+fn names_the_blind_spot(name: &str, text: &str) {
+    let file = write(name, text);
+    let r = simulate_seeded(file.to_str().unwrap(), StrategyArg::Auto, 0).unwrap();
+    let plan = r.runs[0].plan.as_ref().expect("a plan");
+    assert!(
+        plan.warnings
+            .iter()
+            .any(|w| w.code() == "other_processes_unseen"),
+        "{:?}",
+        plan.warnings
+    );
+    assert_eq!(plan.physical_check, Some(PhysicalCheck::Probe));
+    assert!(
+        plan.capped_by_free.is_some(),
+        "the probe found less than the budget"
+    );
+}
+
+/// Run a scenario file on seeds 0..n with the automatic choice; every failure as a line.
+fn check(name: &str, text: &str, seeds: u64) -> Vec<String> {
+    let file = write(name, text);
     let mut bad = Vec::new();
     for seed in 0..seeds {
         let r = simulate_seeded(file.to_str().unwrap(), StrategyArg::Auto, seed).unwrap();
@@ -165,6 +189,7 @@ fn other_processes_invisible_to_a_process_local_reading() {
     );
     let bad = check("invisible", &t, 4);
     assert!(bad.is_empty(), "{bad:#?}");
+    names_the_blind_spot("invisible", &t);
 }
 
 #[test]
@@ -180,4 +205,5 @@ fn other_processes_on_a_device_without_a_free_reading() {
     );
     let bad = check("no-free", &t, 4);
     assert!(bad.is_empty(), "{bad:#?}");
+    names_the_blind_spot("no-free", &t);
 }

@@ -3,6 +3,7 @@
 
 mod allocator;
 mod device;
+mod device_wide;
 mod graph_quirks;
 mod graphs;
 mod legacy;
@@ -54,6 +55,9 @@ impl Gpu {
     }
     pub fn graph_pool_memory(&self) -> Result<GraphPoolMemory> {
         self.dev.graph_pool_memory()
+    }
+    pub fn device_wide_memory(&self) -> Result<memplan_core::DeviceWideMemory> {
+        self.dev.device_wide_memory()
     }
     pub fn capabilities(&self) -> &ProfilingCapability {
         self.dev.capabilities()

@@ -54,22 +54,12 @@ fn profile(free: Reliability, device: Reliability, others: u64, offered: bool) -
 }
 
 fn builder(p: &Profile, request: Request) -> Result<PlanBuilder> {
-    let spec = KvSpec {
-        groups: vec![LayerGroup {
-            attention: AttentionKind::Full,
-            num_layers: 28,
-            kv_heads: 2,
-            head_dim_k: 128,
-            head_dim_v: 128,
-        }],
-        dtype: KvDtype::Bf16,
-        block_size: 16,
-    };
-    let limits = KvLimits {
-        max_model_len: 4096,
-        max_num_batched_tokens: 8192,
-        max_len_limit: 1 << 20,
-    };
+    let spec = KvSpec::new(
+        vec![LayerGroup::new(AttentionKind::Full, 28, 2, 128)],
+        KvDtype::Bf16,
+        16,
+    );
+    let limits = KvLimits::new(4096, 8192).with_max_len_limit(1 << 20);
     PlanBuilder::from_profile(p, "test", request, spec, limits)
 }
 
