@@ -216,6 +216,21 @@ pub(crate) static PROFILES: &[SimProfile] = &[
         device_wide: DeviceWideSource::DriverFree,
     },
     SimProfile {
+        name: "arc-140v",
+        vendor_label: "Intel Level Zero (integrated, shared memory)",
+        device_name: "Intel(R) Arc(TM) 140V GPU (16GB)",
+        total_bytes: 16 * GIB,
+        total_source: "Lunar Lake, 32 GB LPDDR5X on package; the driver exposes half of it to the GPU, as the device name says (16GB)",
+        context_overhead_bytes: 256 * MIB,
+        apu_aperture_bytes: None,
+        // An integrated GPU has no device-local memory for Sysman to report: the driver's
+        // free reading is absent (the `sysman-missing` behaviour), the host's MemAvailable
+        // counts every process's use of the shared memory.
+        quirks: Quirks { sysman_missing: true, no_graph_pool_query: true, ..q() },
+        declared: declared::xpu_integrated,
+        device_wide: DeviceWideSource::HostAvailable,
+    },
+    SimProfile {
         name: "broken-stale",
         vendor_label: "broken on purpose (conformance suite)",
         device_name: "Simulated GPU with stale free (broken on purpose)",

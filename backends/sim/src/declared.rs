@@ -123,6 +123,20 @@ pub fn xpu_max1550(p: &SimProfile) -> PlatformFacts {
     })
 }
 
+/// An integrated Intel GPU (Lunar Lake): shared system memory, for which Sysman reports no
+/// device-local free memory (what the real backend's translation of Sysman gives an
+/// integrated device). Virtual memory is not assumed: the sim takes the probe as failed.
+pub fn xpu_integrated(_: &SimProfile) -> PlatformFacts {
+    PlatformFacts::Xpu(XpuFacts {
+        integrated: true,
+        sysman: SysmanFree::unavailable(INTEGRATED_NO_SYSMAN_FREE),
+        virtual_memory: Support::no("zeVirtualMemQueryPageSize failed"),
+    })
+}
+
+/// The reason the real backend gives for an integrated GPU's free memory (`conv::translate`).
+const INTEGRATED_NO_SYSMAN_FREE: &str = "integrated GPU: device memory is shared system memory and Sysman reports no device-local free memory";
+
 /// An Intel GPU whose process did not enable Sysman: no free reading at all.
 pub fn xpu_no_sysman(_: &SimProfile) -> PlatformFacts {
     level_zero(SysmanFree::unavailable(

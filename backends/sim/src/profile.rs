@@ -165,9 +165,15 @@ mod tests {
                 );
             }
             assert!(!q.apu_wrong_pool || c.facts.unified_memory, "{}", p.name);
+            // An aperture is an APU's; every unified-memory device reads the host's memory.
+            assert!(
+                p.apu_aperture_bytes.is_none() || c.facts.unified_memory,
+                "{}",
+                p.name
+            );
             assert_eq!(
                 c.facts.unified_memory,
-                p.apu_aperture_bytes.is_some(),
+                p.device_wide == DeviceWideSource::HostAvailable,
                 "{}",
                 p.name
             );

@@ -40,6 +40,7 @@ pub const IMITATES: &[(&str, &str, &str)] = &[
     ("arc-a770", "xpu", XPU_FREE_EQ_TOTAL),
     ("max1550", "xpu", "discrete, Sysman readable"),
     ("arc-b580-nosysman", "xpu", "discrete, Sysman unavailable"),
+    ("arc-140v", "xpu", "integrated"),
     ("broken-stale", "cuda", CUDA_DISCRETE),
 ];
 

@@ -39,6 +39,19 @@ fn rocm(major: u32, minor: u32, integrated: bool, drm: bool, vmm: bool) -> Platf
     })
 }
 
+/// An integrated Intel GPU: Sysman has no device-local module to report.
+fn xpu_integrated() -> PlatformFacts {
+    use memplan_backend_xpu::capability::Facts;
+    use memplan_backend_xpu::facts::SysmanFree;
+    PlatformFacts::Xpu(Facts {
+        integrated: true,
+        sysman: SysmanFree::unavailable(
+            "integrated GPU: device memory is shared system memory and Sysman reports no device-local free memory",
+        ),
+        virtual_memory: memplan::Support::no("zeVirtualMemQueryPageSize failed"),
+    })
+}
+
 fn xpu(sysman: Option<(u64, u64)>) -> PlatformFacts {
     use memplan_backend_xpu::capability::Facts;
     use memplan_backend_xpu::facts::SysmanFree;
@@ -77,6 +90,7 @@ fn real(p: &SimProfile) -> Option<PlatformFacts> {
         // Sysman readable at open: everything but the context is free.
         "max1550" => xpu(Some((t - p.context_overhead_bytes, t))),
         "arc-b580-nosysman" => xpu(None),
+        "arc-140v" => xpu_integrated(),
         _ => return None,
     })
 }

@@ -207,3 +207,30 @@ fn other_processes_on_a_device_without_a_free_reading() {
     assert!(bad.is_empty(), "{bad:#?}");
     names_the_blind_spot("no-free", &t);
 }
+
+#[test]
+fn an_integrated_gpu_without_a_free_reading_is_bounded_by_the_host() {
+    // No free reading at all; the host's available memory sees the neighbour that arrives
+    // before the graph phase, and bounds the KV cache.
+    let extra =
+        "other_processes = \"3GiB\"\n\n[[neighbour]]\nbefore = \"graph_phase\"\nbytes = \"6GiB\"\n";
+    let t = scenario(
+        "integrated",
+        "arc-140v",
+        "memory_budget = \"10GiB\"",
+        SMALL_MODEL,
+        GRAPHS,
+        extra,
+    );
+    let bad = check("integrated", &t, 4);
+    assert!(bad.is_empty(), "{bad:#?}");
+    let file = write("integrated", &t);
+    let r = simulate_seeded(file.to_str().unwrap(), StrategyArg::Auto, 0).unwrap();
+    let plan = r.runs[0].plan.as_ref().expect("a plan");
+    assert_eq!(plan.physical_check, Some(PhysicalCheck::DeviceAvailable));
+    assert!(plan.capped_by_free.is_some(), "{:?}", plan.warnings);
+    assert!(plan
+        .warnings
+        .iter()
+        .all(|w| w.code() != "other_processes_unseen"));
+}

@@ -32,7 +32,7 @@
 
 mod build;
 mod consumer;
-mod physical;
+pub(crate) mod physical;
 pub mod render;
 
 pub use build::{PlanBuilder, ALLOCATOR_ROUNDING_BOUND, UNMEASURED_NON_ALLOCATOR_BYTES};

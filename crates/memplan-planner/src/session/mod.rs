@@ -114,7 +114,8 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     /// The early start-up check, right after [`begin`](Self::begin): free memory at the
     /// baseline below what `request` asks for is refused
     /// ([`Refusal::FreeBelowRequested`](memplan_core::Refusal::FreeBelowRequested)), before
-    /// the engine loads anything. Skipped where the free reading cannot measure it, or the
+    /// the engine loads anything; where the free reading cannot see other processes, the
+    /// device-wide reading is what is checked. Skipped where neither can measure it, or the
     /// request depends on what the engine will measure (a fixed KV size; [`plan`](Self::plan)
     /// checks it then).
     ///
@@ -124,14 +125,24 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     pub fn check_request(&mut self, request: Request) -> Result<()> {
         self.request = Some(request);
         let p = &self.rec.p;
-        let measures = p
+        let mut measures = p
             .capability
             .reading(memplan_core::Reading::DriverFree)
             .measures_own_usage();
-        match (p.baseline.driver.total, request) {
+        // Where the free reading cannot see other processes, the device-wide reading makes
+        // the check (as the plan's start-up check does).
+        let mut start = p.baseline;
+        if let crate::plan::physical::Physical::DeviceWide {
+            baseline: Some(b), ..
+        } = crate::plan::physical::judge(p)
+        {
+            start.driver.free = Some(b.min(start.driver.free.unwrap_or(u64::MAX)));
+            measures = true;
+        }
+        match (start.driver.total, request) {
             (Some(total), Request::Utilization(_) | Request::Bytes(_)) if measures => {
                 let requested = crate::budget::requested_bytes(total, request)?;
-                crate::budget::check_free(&p.baseline, requested, &request)
+                crate::budget::check_free(&start, requested, &request)
             }
             _ => Ok(()),
         }
