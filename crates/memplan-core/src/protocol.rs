@@ -8,9 +8,8 @@ use crate::device::Device;
 use crate::error::Result;
 use crate::memory::{AllocatorMemory, MemoryInfo};
 
-/// Synchronize the device, then read driver, graph-pool, device-wide and allocator
-/// layers into one
-/// [`MemoryInfo`]. Without an allocator view, the allocator layer is absent. Where the device
+/// Synchronize the device, then read driver, graph-pool, device-wide and allocator layers into
+/// one [`MemoryInfo`]. Without an allocator view, the allocator layer is absent. Where the device
 /// cannot synchronize (`facts.synchronize` unsupported), the caller waits for the engine's
 /// queues first (memplan-planner's session does, through `Engine::synchronize`).
 pub fn snapshot(device: &Device, allocator: Option<&dyn AllocatorView>) -> Result<MemoryInfo> {
