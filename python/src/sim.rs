@@ -207,11 +207,8 @@ impl SimAllocator {
         intermediate_bytes: u64,
         alloc_node_bytes: u64,
     ) -> PyResult<u64> {
-        let spec = GraphSpec {
-            kernel_nodes,
-            intermediate_bytes,
-            alloc_node_bytes,
-        };
+        let spec =
+            GraphSpec::new(kernel_nodes, intermediate_bytes).with_alloc_nodes(alloc_node_bytes);
         let g = self
             .inner
             .end_graph_capture(&spec)

@@ -23,6 +23,7 @@ pub struct EngineGraph(pub u64);
 /// to 512 B) live in the pool until it is destroyed (the per-graph allocator part);
 /// `alloc_node_bytes` go to the driver's graph pool (graph-pool attributes).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct GraphSpec {
     /// Kernel nodes of the graph.
     pub kernel_nodes: u32,
@@ -33,6 +34,22 @@ pub struct GraphSpec {
 }
 
 impl GraphSpec {
+    /// A graph of `kernel_nodes` kernels whose capture allocates `intermediate_bytes` in the
+    /// private pool, without graph memory-allocation nodes.
+    pub const fn new(kernel_nodes: u32, intermediate_bytes: u64) -> Self {
+        Self {
+            kernel_nodes,
+            intermediate_bytes,
+            alloc_node_bytes: 0,
+        }
+    }
+
+    /// The same graph with `bytes` of graph memory-allocation nodes (graph pool).
+    pub const fn with_alloc_nodes(mut self, bytes: u64) -> Self {
+        self.alloc_node_bytes = bytes;
+        self
+    }
+
     /// The output buffer each graph keeps in the private pool.
     pub fn output_bytes(&self) -> u64 {
         if self.intermediate_bytes == 0 {

@@ -60,14 +60,13 @@ impl SimEngine {
 
     /// The graph of one size.
     pub fn spec(&self, size: u32) -> GraphSpec {
-        GraphSpec {
-            kernel_nodes: self.setup.kernel_nodes,
-            intermediate_bytes: self
-                .setup
+        GraphSpec::new(
+            self.setup.kernel_nodes,
+            self.setup
                 .intermediate_per_token
                 .saturating_mul(u64::from(size)),
-            alloc_node_bytes: self.setup.alloc_node_bytes,
-        }
+        )
+        .with_alloc_nodes(self.setup.alloc_node_bytes)
     }
 
     /// Load the weights.
