@@ -273,14 +273,14 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         if sel.kind != StrategyKind::Sampled {
             return self.graph_phase(&*sel.kind.strategy(), sel.why);
         }
-        let held_before = self.rec.profile().non_allocator_growth;
+        let held_before = self.rec.non_allocator_growth();
         let (margin, reserve, samples, graphs) = {
             let e = self.graph_phase(&*sel.kind.strategy(), sel.why.clone())?;
             (e.margin, e.reserve, e.samples.len() as u64, e.graphs as u64)
         };
         // What capturing every size would leave held for good, at the rate the samples left
         // (per-capture memory some runtimes keep): measuring must save more than it costs.
-        let held = match (held_before, self.rec.profile().non_allocator_growth) {
+        let held = match (held_before, self.rec.non_allocator_growth()) {
             (Some(b), Some(a)) => u64::try_from(a.saturating_sub(b)).unwrap_or(0),
             _ => u64::MAX,
         };
@@ -311,10 +311,10 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     /// Room the request leaves for the KV cache after what was measured so far and a graph
     /// reserve; `None` when the request or a figure is unknown.
     fn kv_room(&self, graph_reserve: u64) -> Option<u64> {
-        let p = self.rec.profile();
+        let p = &self.rec.p;
         let total = p.baseline.driver.total?;
         let requested = crate::budget::requested_bytes(total, self.request?).ok()?;
-        let non_alloc = u64::try_from(p.non_allocator_growth?.max(0)).ok()?;
+        let non_alloc = u64::try_from(self.rec.non_allocator_growth()?.max(0)).ok()?;
         Some(
             requested
                 .saturating_sub(p.weights_held_bytes?)

@@ -170,7 +170,13 @@ impl Recorder {
     /// The profile as measured so far, with the non-allocator growth filled in.
     pub fn profile(&self) -> Profile {
         let mut p = self.p.clone();
-        p.non_allocator_growth = self.growth_known.then_some(self.own_growth);
+        p.non_allocator_growth = self.non_allocator_growth();
         p
+    }
+
+    /// The engine's non-allocator growth so far (`None` where the free reading cannot
+    /// measure it), without cloning the profile.
+    pub fn non_allocator_growth(&self) -> Option<i64> {
+        self.growth_known.then_some(self.own_growth)
     }
 }
