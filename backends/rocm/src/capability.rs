@@ -219,7 +219,7 @@ pub fn declare_with(rules: &[Rule], inputs: &Inputs) -> Declared {
         .extend(winners.iter().map(|(_, why)| why.to_string()));
     let why = free_why.to_string();
     let free_rel = match free {
-        FreeSource::HipProcessLocal => Reliability::ProcessLocal { why },
+        FreeSource::HipProcessLocal => Reliability::process_local(tolerance, why),
         _ => Reliability::Approximate {
             tolerance_bytes: tolerance,
             why,

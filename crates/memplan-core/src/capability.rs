@@ -64,8 +64,15 @@ pub enum Reliability {
         /// What lags behind.
         why: String,
     },
-    /// Counts only this process; memory held by others is invisible.
+    /// Counts only this process, within `tolerance_bytes` of what this process holds;
+    /// memory held by other processes is invisible. The planner widens its margins by the
+    /// tolerance (as for [`Reliability::Approximate`]) and, because the reading cannot see
+    /// other processes, bounds the plan by a device-wide reading or an allocation probe.
     ProcessLocal {
+        /// Largest expected error in bytes on this process's own use (0: exact for this
+        /// process). Absent in JSON written before the field existed: 0.
+        #[serde(default)]
+        tolerance_bytes: u64,
         /// Where this comes from.
         why: String,
     },
@@ -77,6 +84,14 @@ pub enum Reliability {
 }
 
 impl Reliability {
+    /// A process-local reading within `tolerance_bytes` of what this process holds.
+    pub fn process_local(tolerance_bytes: u64, why: impl Into<String>) -> Self {
+        Reliability::ProcessLocal {
+            tolerance_bytes,
+            why: why.into(),
+        }
+    }
+
     /// Can the reading be used to measure a window of this process's own allocations?
     /// Exact, approximate, deferred (after a sync) and process-local readings can; only
     /// unavailable ones cannot.
@@ -115,19 +130,29 @@ impl Reliability {
             Reliability::Approximate {
                 tolerance_bytes,
                 why,
-            } => {
+            }
+            | Reliability::ProcessLocal {
+                tolerance_bytes,
+                why,
+            } if *tolerance_bytes > 0 => {
                 format!("±{}: {why}", fmt_bytes(*tolerance_bytes))
             }
-            Reliability::Deferred { why } | Reliability::ProcessLocal { why } => why.clone(),
+            Reliability::Approximate { why, .. }
+            | Reliability::Deferred { why }
+            | Reliability::ProcessLocal { why, .. } => why.clone(),
             Reliability::Unavailable { reason } => reason.clone(),
         }
     }
 
-    /// How far the reading may be off, in bytes: the tolerance of an approximate reading, 0
-    /// for every other kind (exact, or not a matter of tolerance).
+    /// How far the reading may be off, in bytes: the tolerance of an approximate or a
+    /// process-local reading (on what it counts), 0 for every other kind (exact, or not a
+    /// matter of tolerance).
     pub fn tolerance_bytes(&self) -> u64 {
         match self {
             Reliability::Approximate {
+                tolerance_bytes, ..
+            }
+            | Reliability::ProcessLocal {
                 tolerance_bytes, ..
             } => *tolerance_bytes,
             _ => 0,
@@ -333,9 +358,7 @@ mod tests {
         let mut c = ProfilingCapability::exact_discrete();
         c.set(
             Reading::DriverFree,
-            Reliability::ProcessLocal {
-                why: "ROCm <= 5.4".into(),
-            },
+            Reliability::process_local(0, "ROCm <= 5.4"),
         );
         let j = serde_json::to_value(&c).unwrap();
         assert_eq!(j["readings"]["driver_free"]["kind"], "process_local");
@@ -355,6 +378,27 @@ mod tests {
         let c = Reliability::Unavailable { reason: "y".into() };
         assert!(a.rank() > b.rank() && b.rank() > c.rank());
         assert!(!c.measures_own_usage());
-        assert!(!Reliability::ProcessLocal { why: String::new() }.sees_whole_device());
+        assert!(!Reliability::process_local(0, "").sees_whole_device());
+    }
+
+    #[test]
+    fn process_local_states_a_tolerance() {
+        let r = Reliability::process_local(64 << 20, "counted in 64 MiB steps");
+        assert_eq!(r.tolerance_bytes(), 64 << 20);
+        assert!(!r.sees_whole_device() && r.measures_own_usage());
+        assert_eq!(r.label(), "process-local");
+        assert_eq!(
+            r.to_string(),
+            "process-local (±64.00 MiB: counted in 64 MiB steps)"
+        );
+        let j = serde_json::to_value(&r).unwrap();
+        assert_eq!(j["kind"], "process_local");
+        assert_eq!(j["tolerance_bytes"], 64 << 20);
+        assert_eq!(serde_json::from_value::<Reliability>(j).unwrap(), r);
+        // JSON written before the tolerance existed reads as exact for this process.
+        let old: Reliability =
+            serde_json::from_str(r#"{"kind":"process_local","why":"ROCm <= 5.4"}"#).unwrap();
+        assert_eq!(old, Reliability::process_local(0, "ROCm <= 5.4"));
+        assert_eq!(old.to_string(), "process-local (ROCm <= 5.4)");
     }
 }

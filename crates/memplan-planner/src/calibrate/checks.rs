@@ -258,21 +258,46 @@ pub(super) fn driver_total(
     ))
 }
 
+/// What an observation makes of a declaration, when it is weaker: a lower rank, or the same
+/// kind with a wider tolerance. A process-local reading stays process-local (one process
+/// cannot see that it is not) but takes the error calibration observed on this process's own
+/// allocations when that exceeds its declared tolerance.
+fn widened(declared: &Reliability, observed: &Reliability) -> Option<Reliability> {
+    match (declared, observed) {
+        (
+            Reliability::Approximate {
+                tolerance_bytes: d, ..
+            },
+            Reliability::Approximate {
+                tolerance_bytes: t, ..
+            },
+        ) if t > d => Some(observed.clone()),
+        (
+            Reliability::ProcessLocal {
+                tolerance_bytes: d, ..
+            },
+            Reliability::Approximate {
+                tolerance_bytes: t,
+                why,
+            },
+        ) if t > d => Some(Reliability::process_local(*t, why.clone())),
+        _ if observed.rank() < declared.rank() => Some(observed.clone()),
+        _ => None,
+    }
+}
+
 /// Fold an observation into the calibrated capability: never upgrade, downgrade with evidence.
 pub(super) fn verdict_reading(cal: &mut ProfilingCapability, r: Reading, obs: Observed) -> Verdict {
     let declared = cal.reading(r);
     let status = match &obs.reliability {
         None => Status::Confirmed,
-        Some(o) => {
-            let wider = matches!((&declared, o),
-                (Reliability::Approximate { tolerance_bytes: d, .. }, Reliability::Approximate { tolerance_bytes: t, .. }) if t > d);
-            if o.rank() < declared.rank() || wider {
-                cal.set(r, o.clone());
+        Some(o) => match widened(&declared, o) {
+            Some(w) => {
+                cal.set(r, w);
                 Status::Downgraded
-            } else {
-                Status::Confirmed
             }
-        }
+            None => Status::Confirmed,
+        },
     };
     let nothing_to_check = matches!(declared, Reliability::Unavailable { .. })
         && status == Status::Confirmed
@@ -289,5 +314,35 @@ pub(super) fn verdict_reading(cal: &mut ProfilingCapability, r: Reading, obs: Ob
         status,
         evidence: obs.evidence,
         note: obs.note,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_local_reading_keeps_its_locality_and_takes_the_observed_error() {
+        let off = Reliability::Approximate {
+            tolerance_bytes: 96 * MIB,
+            why: "off by up to 96 MiB".into(),
+        };
+        let declared = Reliability::process_local(64 * MIB, "64 MiB steps");
+        assert_eq!(
+            widened(&declared, &off),
+            Some(Reliability::process_local(96 * MIB, "off by up to 96 MiB"))
+        );
+        // Within the declared tolerance: confirmed.
+        let near = Reliability::Approximate {
+            tolerance_bytes: 32 * MIB,
+            why: String::new(),
+        };
+        assert_eq!(widened(&declared, &near), None);
+        // Exact declared, approximate observed: the observation.
+        assert_eq!(widened(&Reliability::Exact, &off), Some(off.clone()));
+        // Never an upgrade.
+        assert_eq!(widened(&off, &Reliability::Exact), None);
+        let gone = Reliability::Unavailable { reason: "x".into() };
+        assert_eq!(widened(&declared, &gone), Some(gone));
     }
 }

@@ -12,9 +12,7 @@ const TOTAL: u64 = 24 * GIB;
 const WEIGHTS: u64 = 3 * GIB;
 
 fn process_local() -> Reliability {
-    Reliability::ProcessLocal {
-        why: "counts only this process".into(),
-    }
+    Reliability::process_local(0, "counts only this process")
 }
 
 /// A snapshot: driver free as read, this process's allocator holding `reserved`, and the
@@ -183,4 +181,35 @@ fn an_unread_device_wide_value_is_not_zero() {
     assert_eq!(judge(&p), Physical::FreeSeesAll);
     let plan = plan(&p, Request::Bytes(16 * GIB)).unwrap();
     assert_eq!(plan.physical_check, Some(PhysicalCheck::DriverFree));
+}
+
+#[test]
+fn a_process_local_tolerance_widens_the_margin_and_its_locality_picks_the_check() {
+    // The same start-up twice, nobody else on the device: the free reading process-local and
+    // exact for this process, then process-local within 512 MiB. The tolerance comes off the
+    // cap by free memory (a margin, as for an approximate reading); the locality sends the
+    // physical check to the device-wide reading in both.
+    let exact = profile(process_local(), drm(), 0, true);
+    let loose = profile(
+        Reliability::process_local(512 << 20, "counted in 512 MiB steps"),
+        drm(),
+        0,
+        true,
+    );
+    let request = Request::Bytes(23 * GIB);
+    let a = plan(&exact, request).unwrap();
+    let b = plan(&loose, request).unwrap();
+    for p in [&a, &b] {
+        assert_eq!(p.physical_check, Some(PhysicalCheck::DeviceAvailable));
+    }
+    assert!(
+        a.kv_bytes >= b.kv_bytes + 400 * (1 << 20),
+        "the 512 MiB tolerance is a margin: {} vs {}",
+        a.kv_bytes,
+        b.kv_bytes
+    );
+    assert!(b
+        .warnings
+        .iter()
+        .any(|w| matches!(w, Warning::KvCappedByFreeMemory { .. })));
 }

@@ -48,10 +48,7 @@ fn selection_reads_capabilities_only() {
 
     // Process-local and deferred readings still measure this process's own graphs.
     let mut c = cap();
-    c.set(
-        Reading::DriverFree,
-        Reliability::ProcessLocal { why: "x".into() },
-    );
+    c.set(Reading::DriverFree, Reliability::process_local(0, "x"));
     assert_eq!(select(&c, 35, true, p).kind, StrategyKind::PostCapture);
 
     c.facts.graph_capture = Support::no("record/replay missing");
