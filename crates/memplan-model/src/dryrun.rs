@@ -7,10 +7,12 @@
 //! for the start-up free-memory check). Errors name [`Param`]s, never a command-line flag.
 
 use memplan_core::kv::{KvDtype, KvLimits};
-use memplan_core::{Error, MemoryInfo, Param, Result};
+use memplan_core::{Error, MemoryInfo, Param, ProfilingCapability, Result};
 use memplan_planner::budget::Request;
+use memplan_planner::strategy::{Selection, SelectionPolicy};
 use memplan_planner::{
-    Consumer, ConsumerKind, GraphMethod, GraphPlan, Plan, PlanBuilder, Provenance, Warning,
+    Consumer, ConsumerKind, GraphMethod, GraphPlan, Plan, PlanBuilder, Provenance, StrategyKind,
+    Warning,
 };
 
 use crate::engine::EngineRules;
@@ -41,6 +43,10 @@ pub struct DryRun {
     pub total: u64,
     /// A snapshot for the start-up check (free >= requested), when a device was read.
     pub snapshot: Option<MemoryInfo>,
+    /// The device's capability, when a device was read: the graph phase follows the same
+    /// selection a measured start-up makes ([`memplan_planner::select`]), so a device that
+    /// cannot capture graphs gets no graph reserve.
+    pub capability: Option<ProfilingCapability>,
     /// The device's name, for the plan.
     pub device: Option<String>,
     /// Utilisation, byte budget or fixed KV size.
@@ -97,6 +103,7 @@ impl DryRun {
             model,
             total,
             snapshot: None,
+            capability: None,
             device: None,
             request: Request::Utilization(0.9),
             dtype: None,
@@ -126,6 +133,13 @@ impl DryRun {
     pub fn device(mut self, label: impl Into<String>, snapshot: Option<MemoryInfo>) -> Self {
         self.device = Some(label.into());
         self.snapshot = snapshot;
+        self
+    }
+    /// The device's capability: the graph phase follows the selection a measured start-up on
+    /// it makes (no graph reserve where it cannot capture graphs; otherwise the plan says
+    /// which strategy it would use).
+    pub fn capability(mut self, c: Option<ProfilingCapability>) -> Self {
+        self.capability = c;
         self
     }
     /// The model dtype (`auto`, `bfloat16`, ...).
@@ -312,12 +326,23 @@ impl DryRun {
                 format!("{bad} is not a batch size a graph can be captured for (1 to 1048576)"),
             ));
         }
-        let capture_sizes = if self.enforce_eager {
+        let sizes = self
+            .capture_sizes
+            .clone()
+            .unwrap_or_else(|| estimate::default_capture_sizes(max_num_seqs));
+        // The choice a measured start-up on this device makes, from its capability alone.
+        let selection: Option<Selection> = self
+            .capability
+            .as_ref()
+            .filter(|_| !self.enforce_eager)
+            .map(|cap| memplan_planner::select(cap, sizes.len(), true, SelectionPolicy::default()));
+        let device_eager = selection
+            .as_ref()
+            .filter(|s| s.kind == StrategyKind::None && !sizes.is_empty());
+        let capture_sizes = if self.enforce_eager || device_eager.is_some() {
             Vec::new()
         } else {
-            self.capture_sizes
-                .clone()
-                .unwrap_or_else(|| estimate::default_capture_sizes(max_num_seqs))
+            sizes
         };
         let shape = EngineShape {
             max_num_seqs,
@@ -401,7 +426,26 @@ impl DryRun {
             }
         };
         let graph_estimate = estimate::graph(c, &shape);
-        let (graph, graph_plan, not_reserved) = if self.enforce_eager {
+        let (graph, graph_plan, not_reserved) = if let Some(sel) = device_eager {
+            notes.push(format!(
+                "graphs: none reserved, as a measured start-up on this device would run eager ({})",
+                sel.why
+            ));
+            (
+                Consumer::not_reserved(
+                    ConsumerKind::Graphs,
+                    "the device cannot capture graphs: the engine runs eagerly",
+                ),
+                GraphPlan::new(
+                    GraphMethod::Strategy(StrategyKind::None),
+                    format!(
+                        "{}: no graphs, the same choice a measured start-up on this device makes",
+                        sel.why
+                    ),
+                ),
+                false,
+            )
+        } else if self.enforce_eager {
             (
                 Consumer::not_reserved(ConsumerKind::Graphs, "eager: no graphs"),
                 GraphPlan::new(
@@ -439,7 +483,13 @@ impl DryRun {
                     ),
                     GraphPlan::new(
                         GraphMethod::Estimate,
-                        "dry run: the analytic estimate from the model (nothing is captured)",
+                        match &selection {
+                            Some(sel) => format!(
+                                "dry run: the analytic estimate from the model (nothing is captured); a measured start-up on this device would use {} ({})",
+                                sel.kind, sel.why
+                            ),
+                            None => "dry run: the analytic estimate from the model (nothing is captured)".into(),
+                        },
                     ),
                     false,
                 ),

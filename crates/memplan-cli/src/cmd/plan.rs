@@ -22,7 +22,7 @@ use memplan_model::engine::EngineRules;
 use memplan_model::{dtype_bytes, Model, Quantization};
 use memplan_planner::budget::Request;
 use memplan_planner::plan::render;
-use memplan_planner::{combine_ranks, ConsumerKind, GraphMethod, Plan, SelectionPolicy};
+use memplan_planner::{combine_ranks, ConsumerKind, Plan};
 
 pub use flags::{Engine, Flags, Strategy};
 
@@ -227,6 +227,13 @@ fn input(a: &Flags, model: &Model, t: &Target) -> Result<DryRun, Failure> {
         .capture_sizes(a.capture_sizes().map_err(Failure::usage)?)
         .enforce_eager(a.enforce_eager)
         .graph_reserve(graph_reserve)
+        // `auto` follows the device: the selection a measured start-up makes (no graph
+        // reserve where the device cannot capture); `estimate` and `none` are the user's.
+        .capability(
+            t.capability
+                .clone()
+                .filter(|_| a.graph_strategy == Strategy::Auto),
+        )
         .given(ConsumerKind::Weights, a.weights_bytes)
         .given(ConsumerKind::Activation, a.activation_bytes)
         .given(ConsumerKind::NonAllocator, a.non_torch_bytes)
@@ -247,22 +254,6 @@ fn context(a: &Flags, m: &Model) -> Result<render_args::Context, Error> {
 
 fn plan_one(a: &Flags, model: &Model, t: &Target) -> Result<Plan, Failure> {
     let mut plan = input(a, model, t)?.plan()?;
-    if let (Some(cap), Strategy::Auto, GraphMethod::Estimate) =
-        (&t.capability, a.graph_strategy, plan.graph.strategy)
-    {
-        let sizes = match &a.cudagraph_capture_sizes {
-            Some(s) => s.len(),
-            None => {
-                memplan_model::estimate::default_capture_sizes(plan.max_num_seqs.unwrap_or(256))
-                    .len()
-            }
-        };
-        let sel = memplan_planner::select(cap, sizes, true, SelectionPolicy::default());
-        plan.graph.why = format!(
-            "{}; a measured start-up on this device would use {} ({})",
-            plan.graph.why, sel.kind, sel.why
-        );
-    }
     let ctx = context(a, model)?;
     for e in [Engine::Vllm, Engine::Sglang] {
         if let Ok(args) = render_args::engine_args(&plan, &ctx, e) {
@@ -496,6 +487,28 @@ mod tests {
             "{}",
             p.graph.why
         );
+    }
+
+    #[test]
+    fn a_device_that_cannot_capture_graphs_gets_no_graph_reserve() {
+        // Level Zero on the A770 has no graph capture: a measured start-up there runs eager
+        // (the planner's selection says `none`), and the dry run makes the same choice.
+        let args = "--model qwen2.5-1.5b-instruct --max-model-len 8192 --device";
+        let j = plan(&format!("{args} sim:arc-a770")).unwrap();
+        assert_eq!(j["graph"]["strategy"], "none", "{}", j["graph"]);
+        assert_eq!(j["consumers"][3]["kind"], "graphs");
+        assert_eq!(j["consumers"][3]["bytes"], 0);
+        let why = j["graph"]["why"].as_str().unwrap();
+        assert!(why.contains("graph capture is not supported"), "{why}");
+        let notes = j["notes"].to_string();
+        assert!(notes.contains("would run eager"), "{notes}");
+        // A device that captures keeps the estimate, and says which strategy would measure it.
+        let j = plan(&format!("{args} sim:rtx4090")).unwrap();
+        assert_eq!(j["graph"]["strategy"], "estimate");
+        assert!(j["consumers"][3]["bytes"].as_u64().unwrap() > 0);
+        // `--graph-strategy estimate` is the user's choice, device or not.
+        let j = plan(&format!("{args} sim:arc-a770 --graph-strategy estimate")).unwrap();
+        assert_eq!(j["graph"]["strategy"], "estimate");
     }
 
     #[test]

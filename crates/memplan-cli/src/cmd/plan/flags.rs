@@ -175,8 +175,9 @@ pub enum Engine {
 /// `Session`) or in `memplan simulate`, not here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Strategy {
-    /// Reserve `--graph-bytes` if given, else the analytic estimate; with `--device`, the plan
-    /// also says which strategy a measured start-up on that device would use.
+    /// Follow the device as a measured start-up would: with `--device`, nothing where it
+    /// cannot capture graphs (it runs eager); otherwise `--graph-bytes` if given, else the
+    /// analytic estimate, and the plan says which strategy a measured start-up would use.
     Auto,
     /// Reserve the analytic estimate from the model (or `--graph-bytes`).
     Estimate,
