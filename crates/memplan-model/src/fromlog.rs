@@ -1,14 +1,33 @@
-//! `memplan plan --from-log FILE`: the measured figures of an engine's start-up log, so a
-//! start-up can be reproduced without retyping. Formats read: vLLM V0 ("Memory profiling
-//! results: ..."), vLLM V1 0.10 to current ("Model loading took", "torch peak memory
-//! increase", "Available KV cache memory", "GPU KV cache size"), and SGLang ("Load weight
-//! end ... mem usage", "KV Cache is allocated", "Capture cuda graph end ... mem usage").
-//! A log with none of these lines is an error that says what was looked for.
+//! `memplan plan --from-log FILE`: the figures of an engine's start-up log as the user pasted
+//! it, so a start-up can be reproduced without retyping. Formats read: vLLM V0 ("Memory
+//! profiling results", "# GPU blocks"), vLLM V1 from 0.6 to the newest release ("Model loading
+//! took", "Memory profiling takes ... Total non KV cache memory", "Estimated CUDA graph
+//! memory", "CUDA graph pool memory", "Available KV cache memory", "GPU KV cache size",
+//! "Maximum concurrency", "Free memory on device (F/T GiB)", "Extended KV cache to N
+//! blocks"), and SGLang ("Load weight end ... mem usage", "KV Cache is allocated. #tokens",
+//! "Capture cuda graph end ... mem usage", its `ServerArgs`).
+//!
+//! ## The contract
+//!
+//! - Every figure is checked as the flag it stands for would be ([`crate::limits`]): a
+//!   utilisation outside (0, 1], a count outside its range, a byte figure above 1 PiB, a
+//!   negative weight, a number that does not fit in 64 bits or is not finite. Such a figure is
+//!   an error naming the line and the value as printed ([`Error::InvalidInput`] with field
+//!   `line N`; [`read`] names the file too), never a value clamped, wrapped or replaced by 0.
+//! - A figure the log does not print is `None`. The first occurrence of a figure wins (tensor
+//!   parallel workers print theirs once each); later occurrences are checked all the same.
+//! - Negative windows engines do print (a graph pool that freed memory, an available KV memory
+//!   below zero in a start-up that failed) are not figures of a plan: they are left out and
+//!   said so in [`LogFigures::notes`].
+//! - A log with none of the engines' memory lines is an error that says what was looked for.
 
-use memplan_core::bytes::GIB;
+use std::path::Path;
+
+use memplan_core::bytes::{fmt_bytes, GIB, MIB};
 use memplan_core::{Error, Param, Result};
 
 use crate::engine::EngineKind;
+use crate::limits;
 
 /// Figures read from a log; `None` where the log does not print them.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
@@ -16,187 +35,773 @@ use crate::engine::EngineKind;
 pub struct LogFigures {
     /// Which engine wrote it.
     pub engine: Option<EngineKind>,
-    /// The version it printed (`0.10.1.1`).
+    /// The version it printed, as printed (`0.20.2rc1.dev9+g01d4d1ad3`).
     pub version: Option<String>,
-    /// `model` of the non-default args (or SGLang's `model_path`).
+    /// `model` of the non-default args or the engine config (or SGLang's `model_path`).
     pub model: Option<String>,
     /// Device total (bytes).
     pub total: Option<u64>,
+    /// Free device memory at start-up (bytes).
+    pub free: Option<u64>,
     /// `gpu_memory_utilization` (or SGLang's `mem_fraction_static`).
     pub utilization: Option<f64>,
     /// Weights per rank.
     pub weights: Option<u64>,
-    /// Activation peak per rank (torch peak increase).
+    /// Activation peak per rank (torch peak increase of the profile run).
     pub activation: Option<u64>,
     /// Non-torch memory growth per rank.
     pub non_torch: Option<u64>,
+    /// Everything the instance consumed by the end of the profile run, read from free
+    /// memory (weights + non-torch + persistent buffers; vLLM 0.2x+ "total consumed").
+    pub consumed: Option<u64>,
+    /// "Total non KV cache memory".
+    pub non_kv: Option<u64>,
     /// The engine's graph-memory estimate.
     pub graph_estimate: Option<u64>,
     /// Graph memory measured after capture.
     pub graph_actual: Option<u64>,
-    /// Whether the estimate was subtracted ("Total non KV cache memory" includes it).
+    /// Whether the estimate was subtracted from the KV budget: the log says so ("CUDA graph
+    /// memory profiling is enabled") or its "Total non KV cache memory" line includes it.
     pub graph_subtracted: bool,
     /// "Available KV cache memory".
     pub kv_available: Option<u64>,
     /// "GPU KV cache size" tokens (SGLang: the allocated #tokens).
     pub kv_tokens: Option<u64>,
+    /// KV blocks the engine allocated (V0's "# GPU blocks", "Extended KV cache to N blocks").
+    pub kv_blocks: Option<u64>,
+    /// "Maximum concurrency for N tokens per request: X" (X).
+    pub max_concurrency: Option<f64>,
     /// `max_model_len`.
     pub max_model_len: Option<u64>,
+    /// Tokens per KV block.
+    pub block_size: Option<u32>,
     /// Tensor-parallel ranks.
     pub tensor_parallel: Option<u64>,
     /// `kv_cache_dtype`.
     pub kv_cache_dtype: Option<String>,
     /// `quantization`.
     pub quantization: Option<String>,
+    /// `enforce_eager`.
+    pub enforce_eager: Option<bool>,
     /// `max_num_batched_tokens`.
     pub max_num_batched_tokens: Option<u64>,
     /// `max_num_seqs`.
     pub max_num_seqs: Option<u64>,
+    /// The line (1-based) each figure was read from, by figure name.
+    pub lines: Vec<(&'static str, usize)>,
+    /// What was read but left out, and why.
+    pub notes: Vec<String>,
 }
 
-/// The number right after `key` in `text` (digits, `,` and `.`), and its unit if any.
-fn after<'a>(text: &'a str, key: &str) -> Option<(f64, &'a str)> {
-    let i = text.find(key)? + key.len();
-    let rest = text[i..].trim_start_matches([' ', '=', ':', '\'', '"']);
-    let end = rest
-        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == ',' || c == '-'))
-        .unwrap_or(rest.len());
-    let n: f64 = rest[..end].replace(',', "").parse().ok()?;
-    Some((n, rest[end..].trim_start()))
+impl LogFigures {
+    /// The line a figure was read from.
+    pub fn line(&self, figure: &str) -> Option<usize> {
+        self.lines.iter().find(|(k, _)| *k == figure).map(|l| l.1)
+    }
+
+    /// The release the log's version line names, as `MAJOR.MINOR[.PATCH]` (pre-release and
+    /// local suffixes dropped: `0.20.2rc1.dev9+g01d` is 0.20.2).
+    pub fn release(&self) -> Option<String> {
+        let v = self.version.as_deref()?;
+        let end = v
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(v.len());
+        let parts: Vec<&str> = v[..end]
+            .split('.')
+            .filter(|p| !p.is_empty())
+            .take(3)
+            .collect();
+        (parts.len() >= 2).then(|| parts.join("."))
+    }
 }
 
-fn gib(text: &str, key: &str) -> Option<u64> {
-    // vLLM prints GiB; V0 and SGLang print "GB" for the same 2^30 figure.
-    after(text, key).map(|(n, _)| (n.max(0.0) * GIB as f64) as u64)
+/// One line being read.
+struct Line<'a> {
+    n: usize,
+    text: &'a str,
 }
 
-fn int(text: &str, key: &str) -> Option<u64> {
-    after(text, key).map(|(n, _)| n as u64)
+fn bad(n: usize, message: String) -> Error {
+    Error::invalid(format!("line {n}"), message)
 }
 
-/// A quoted argument of the "non-default args" dictionary (`'model': 'X'`).
-fn arg(text: &str, key: &str) -> Option<String> {
-    let i = text.find(&format!("'{key}': "))? + key.len() + 4;
-    let rest = &text[i..];
-    let v = rest.split([',', '}']).next()?.trim().trim_matches('\'');
-    Some(v.to_string())
+/// The raw number token right after `key` in `s` (digits, `,`, `.`, a sign, an exponent),
+/// with the text after it; sentence punctuation after the number (`0.90.`) is not part of it.
+fn token<'a>(s: &'a str, key: &str) -> Option<(&'a str, &'a str)> {
+    let mut from = 0;
+    while let Some(i) = s[from..].find(key) {
+        let at = from + i;
+        from = at + key.len();
+        // A key that starts with a letter must not be the tail of a longer name.
+        let boundary = !key.starts_with(|c: char| c.is_ascii_alphanumeric())
+            || !s[..at]
+                .chars()
+                .next_back()
+                .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !boundary {
+            continue;
+        }
+        let rest = s[from..].trim_start_matches([' ', '\t', '=', ':', '\'', '"', '(']);
+        // Words that parse as floating-point numbers are figures too (and refused as such).
+        let word: String = rest
+            .trim_start_matches(['-', '+'])
+            .chars()
+            .take_while(char::is_ascii_alphabetic)
+            .collect::<String>()
+            .to_ascii_lowercase();
+        if matches!(word.as_str(), "nan" | "inf" | "infinity") {
+            let len = rest.len() - rest.trim_start_matches(['-', '+']).len() + word.len();
+            return Some((&rest[..len], &rest[len..]));
+        }
+        let end = rest
+            .char_indices()
+            .find(|&(i, c)| {
+                !(c.is_ascii_digit()
+                    || c == '.'
+                    || c == ','
+                    || ((c == '-' || c == '+') && (i == 0 || rest[..i].ends_with(['e', 'E'])))
+                    || ((c == 'e' || c == 'E')
+                        && i > 0
+                        && rest[i + 1..]
+                            .starts_with(|d: char| d.is_ascii_digit() || d == '-' || d == '+')))
+            })
+            .map_or(rest.len(), |(i, _)| i);
+        let tok = rest[..end].trim_end_matches(['.', ',']);
+        if !tok.contains(|c: char| c.is_ascii_digit()) {
+            return None;
+        }
+        return Some((tok, &rest[tok.len()..]));
+    }
+    None
+}
+
+impl Line<'_> {
+    fn has(&self, key: &str) -> bool {
+        self.text.contains(key)
+    }
+
+    /// A byte figure printed in GiB (or GB, which vLLM V0 and SGLang print for the same 2^30
+    /// figure; MiB/MB when so printed). `signed`: a negative figure is returned as such (the
+    /// caller leaves it out); otherwise it is an error.
+    fn bytes_signed(&self, key: &str, what: &str) -> Result<Option<(i128, &str)>> {
+        let Some((tok, rest)) = token(self.text, key) else {
+            return Ok(None);
+        };
+        let x: f64 = tok
+            .replace(',', "")
+            .parse()
+            .map_err(|_| bad(self.n, format!("{what} {tok:?} is not a number")))?;
+        let unit = rest.trim_start();
+        let scale = if unit.starts_with("MiB") || unit.starts_with("MB") {
+            MIB
+        } else {
+            GIB
+        } as f64;
+        let b = x * scale;
+        if !b.is_finite() || b.abs() > limits::MAX_BYTES as f64 {
+            return Err(bad(
+                self.n,
+                format!(
+                    "{what} {tok} {} is more than any device holds (at most {})",
+                    unit.split_whitespace().next().unwrap_or("GiB"),
+                    fmt_bytes(limits::MAX_BYTES)
+                ),
+            ));
+        }
+        Ok(Some((b.round() as i128, rest)))
+    }
+
+    fn bytes(&self, key: &str, what: &str) -> Result<Option<u64>> {
+        match self.bytes_signed(key, what)? {
+            Some((b, _)) if b < 0 => {
+                Err(bad(self.n, format!("{what} {} is negative", fmt_signed(b))))
+            }
+            Some((b, _)) => Ok(Some(b as u64)),
+            None => Ok(None),
+        }
+    }
+
+    /// A whole number in `1..=max` (thousands separators allowed).
+    fn count(&self, key: &str, what: &str, max: u64) -> Result<Option<u64>> {
+        let Some((tok, _)) = token(self.text, key) else {
+            return Ok(None);
+        };
+        let digits = tok.replace(',', "");
+        if !digits.chars().all(|c| c.is_ascii_digit()) {
+            return Err(bad(self.n, format!("{what} {tok} is not a whole number")));
+        }
+        let n: u64 = digits
+            .parse()
+            .map_err(|_| bad(self.n, format!("{what} {tok} does not fit in 64 bits")))?;
+        limits::check_count(n, max)
+            .map(Some)
+            .map_err(|_| bad(self.n, format!("{what} {tok} is outside 1..={max}")))
+    }
+
+    fn fraction(&self, key: &str, what: &str) -> Result<Option<f64>> {
+        let Some((tok, _)) = token(self.text, key) else {
+            return Ok(None);
+        };
+        let u: f64 = tok
+            .parse()
+            .map_err(|_| bad(self.n, format!("{what} {tok:?} is not a number")))?;
+        limits::check_fraction(u)
+            .map(Some)
+            .map_err(|e| bad(self.n, format!("{what} {e}")))
+    }
+
+    /// A quoted or bare word after `key` (`'model': 'X'`, `model='X'`, `kv_cache_dtype=fp8`).
+    fn word(&self, key: &str) -> Option<String> {
+        let i = self.text.find(key)? + key.len();
+        let rest = self.text[i..].trim_start_matches([' ', '=', ':']);
+        let (quote, rest) = match rest.chars().next() {
+            Some(q @ ('\'' | '"')) => (Some(q), &rest[1..]),
+            _ => (None, rest),
+        };
+        let end = match quote {
+            Some(q) => rest.find(q)?,
+            None => rest
+                .find(|c: char| c == ',' || c == '}' || c == ')' || c.is_whitespace())
+                .unwrap_or(rest.len()),
+        };
+        let v = rest[..end].trim();
+        (!v.is_empty() && v != "None" && v.len() <= 512).then(|| v.to_string())
+    }
+}
+
+fn fmt_signed(b: i128) -> String {
+    let s = fmt_bytes(b.unsigned_abs().min(u64::MAX as u128) as u64);
+    if b < 0 {
+        format!("-{s}")
+    } else {
+        s
+    }
+}
+
+/// Set a figure once (the first occurrence wins) and remember its line.
+fn set<T>(
+    slot: &mut Option<T>,
+    v: Option<T>,
+    lines: &mut Vec<(&'static str, usize)>,
+    name: &'static str,
+    n: usize,
+) {
+    if let (None, Some(v)) = (&slot, v) {
+        *slot = Some(v);
+        lines.push((name, n));
+    }
+}
+
+fn is_version(v: &str) -> bool {
+    let mut parts = v.split('.');
+    parts
+        .next()
+        .is_some_and(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
 }
 
 /// Read the figures of an engine start-up log.
 pub fn parse(text: &str) -> Result<LogFigures> {
-    let mut f = LogFigures::default();
-    let sglang = text.contains("KV Cache is allocated") || text.contains("Load weight end");
-    let vllm_v1 = text.contains("Available KV cache memory") || text.contains("Model loading took");
-    let vllm_v0 =
-        text.contains("Memory profiling results") || text.contains("Loading model weights took");
-    if !(sglang || vllm_v1 || vllm_v0) {
+    let sglang = text.contains("KV Cache is allocated")
+        || text.contains("Load weight end")
+        || text.contains("ServerArgs(");
+    let vllm = [
+        "Available KV cache memory",
+        "Model loading took",
+        "Memory profiling results",
+        "Loading model weights took",
+        "GPU KV cache size",
+        "Memory profiling takes",
+        "# GPU blocks",
+        "# CUDA blocks",
+        "Free memory on device",
+    ]
+    .iter()
+    .any(|k| text.contains(k));
+    if !(sglang || vllm) {
         return Err(Error::param(
             Param::EngineLog,
             "found none of vLLM's \"Model loading took\" / \
-             \"Available KV cache memory\" / \"Memory profiling results\" lines nor SGLang's \
-             \"Load weight end\" / \"KV Cache is allocated\" lines",
+             \"Available KV cache memory\" / \"GPU KV cache size\" / \"Memory profiling \
+             results\" lines nor SGLang's \"Load weight end\" / \"KV Cache is allocated\" lines",
         ));
     }
-    if sglang {
-        f.engine = Some(EngineKind::Sglang);
-        f.weights = text
-            .split("Load weight end")
-            .nth(1)
-            .and_then(|t| gib(t, "mem usage="));
-        f.kv_tokens = int(text, "#tokens:");
-        f.graph_actual = text
-            .split("Capture cuda graph end")
-            .nth(1)
-            .and_then(|t| gib(t, "mem usage="));
-        f.utilization = after(text, "mem_fraction_static=").map(|x| x.0);
-        f.max_model_len = int(text, "context_len=");
-        f.model = text
-            .split("model_path='")
-            .nth(1)
-            .and_then(|t| t.split('\'').next())
-            .map(str::to_string);
-        f.tensor_parallel = int(text, "tp_size=");
-        return Ok(f);
-    }
-    f.engine = Some(EngineKind::Vllm);
-    f.version = text
-        .split("version ")
-        .nth(1)
-        .and_then(|t| t.split_whitespace().next())
-        .filter(|v| v.chars().next().is_some_and(|c| c.is_ascii_digit()))
-        .map(str::to_string);
-    f.model = arg(text, "model");
-    f.max_model_len = arg(text, "max_model_len").and_then(|v| v.parse().ok());
-    f.tensor_parallel = arg(text, "tensor_parallel_size").and_then(|v| v.parse().ok());
-    f.utilization = arg(text, "gpu_memory_utilization").and_then(|v| v.parse().ok());
-    f.kv_cache_dtype = arg(text, "kv_cache_dtype");
-    f.quantization = arg(text, "quantization");
-    f.max_num_batched_tokens = int(text, "max_num_batched_tokens=");
-    f.max_num_seqs = int(text, "Defaulting max_num_seqs to ")
-        .or_else(|| arg(text, "max_num_seqs").and_then(|v| v.parse().ok()));
-    f.total = gib(text, "total_memory=").or_else(|| gib(text, "total_gpu_memory="));
-    f.weights = gib(text, "Model loading took")
-        .or_else(|| gib(text, "weights memory:"))
-        .or_else(|| gib(text, "Loading model weights took"));
-    f.activation = gib(text, "torch peak memory increase:");
-    f.non_torch = gib(text, "non-torch forward increase memory:");
-    f.graph_estimate = gib(text, "Estimated CUDA graph memory:");
-    f.graph_actual = text
-        .split("Graph capturing finished")
-        .nth(1)
-        .and_then(|t| gib(t, "took"));
-    f.kv_available = gib(text, "Available KV cache memory:");
-    f.kv_tokens = int(text, "KV cache size:");
-    if vllm_v0 {
-        // V0: peak_torch_memory includes the weights; utilisation printed in the line.
-        if let (Some(peak), Some(w)) = (gib(text, "peak_torch_memory="), f.weights) {
-            f.activation = Some(peak.saturating_sub(w));
+    let mut f = LogFigures {
+        engine: Some(if sglang && !text.contains("Available KV cache memory") {
+            EngineKind::Sglang
+        } else {
+            EngineKind::Vllm
+        }),
+        ..LogFigures::default()
+    };
+    let mut peak_torch: Option<u64> = None;
+    let mut says_subtracted = false;
+    for (i, text) in text.lines().enumerate() {
+        let l = Line { n: i + 1, text };
+        let n = l.n;
+        let lines = &mut f.lines;
+        // The release.
+        if f.version.is_none() {
+            for key in [
+                "vLLM API server version ",
+                "LLM engine (v",
+                "vLLM version ",
+                "vllm version ",
+                "sglang version ",
+                "SGLang version ",
+            ] {
+                if let Some(i) = l.text.find(key) {
+                    let v: String = l.text[i + key.len()..]
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '+'))
+                        .collect();
+                    if is_version(&v) && v.len() <= 64 {
+                        f.version = Some(v);
+                        lines.push(("version", n));
+                        break;
+                    }
+                }
+            }
         }
-        f.non_torch = f.non_torch.or_else(|| gib(text, "non_torch_memory="));
-        f.utilization = f
-            .utilization
-            .or_else(|| after(text, "gpu_memory_utilization=").map(|x| x.0));
-        f.kv_available = f.kv_available.or_else(|| gib(text, "kv_cache_size="));
+        // The device: "Free memory on device [cuda:0 ](F/T GiB) on startup".
+        if let Some(i) = l.text.find("Free memory on device") {
+            let rest = &l.text[i..];
+            if let Some(p) = rest.find('(') {
+                let inner = Line {
+                    n,
+                    text: &rest[p..],
+                };
+                let free = inner.bytes("(", "free device memory")?;
+                let total = match rest[p..].find('/') {
+                    Some(s) => Line {
+                        n,
+                        text: &rest[p + s..],
+                    }
+                    .bytes("/", "device total")?,
+                    None => None,
+                };
+                if let (Some(fr), Some(t)) = (free, total) {
+                    if t == 0 {
+                        return Err(bad(n, "device total 0 GiB".into()));
+                    }
+                    if fr > t {
+                        return Err(bad(
+                            n,
+                            format!(
+                                "free device memory {} is more than the device total {}",
+                                fmt_bytes(fr),
+                                fmt_bytes(t)
+                            ),
+                        ));
+                    }
+                }
+                set(&mut f.free, free, lines, "free", n);
+                set(&mut f.total, total, lines, "total", n);
+            }
+            set(
+                &mut f.utilization,
+                l.fraction("utilization is", "gpu_memory_utilization")?,
+                lines,
+                "utilization",
+                n,
+            );
+            set(
+                &mut f.utilization,
+                l.fraction("desired GPU memory utilization", "gpu_memory_utilization")?,
+                lines,
+                "utilization",
+                n,
+            );
+            set(
+                &mut f.kv_available,
+                l.bytes("Current kv cache memory in use is", "KV cache memory")?,
+                lines,
+                "kv_available",
+                n,
+            );
+        }
+        for key in ["total_gpu_memory", "total_memory="] {
+            let t = l.bytes(key, "device total")?;
+            if t == Some(0) {
+                return Err(bad(n, "device total 0 GiB".into()));
+            }
+            set(&mut f.total, t, lines, "total", n);
+        }
+        // Utilisation, resolved first ("The current --gpu-memory-utilization=0.9200 is").
+        set(
+            &mut f.utilization,
+            l.fraction(
+                "current --gpu-memory-utilization=",
+                "gpu_memory_utilization",
+            )?,
+            lines,
+            "utilization",
+            n,
+        );
+        if !l.has("equivalent to --gpu-memory-utilization") || l.has("current --gpu") {
+            set(
+                &mut f.utilization,
+                l.fraction("gpu_memory_utilization", "gpu_memory_utilization")?,
+                lines,
+                "utilization",
+                n,
+            );
+        }
+        set(
+            &mut f.utilization,
+            l.fraction("mem_fraction_static", "mem_fraction_static")?,
+            lines,
+            "utilization",
+            n,
+        );
+        if l.has("CUDA graph memory profiling is enabled") {
+            says_subtracted = true;
+        }
+        // Weights.
+        if let Some(i) = l.text.find("Load weight end") {
+            let w = Line {
+                n,
+                text: &l.text[i..],
+            }
+            .bytes("mem usage", "weights")?;
+            set(&mut f.weights, w, lines, "weights", n);
+        }
+        for key in [
+            "Model loading took",
+            "Loading model weights took",
+            "model weights take",
+            "weights memory:",
+        ] {
+            set(
+                &mut f.weights,
+                l.bytes(key, "weights")?,
+                lines,
+                "weights",
+                n,
+            );
+        }
+        // Activation, non-torch, consumed, non-KV.
+        for key in [
+            "torch peak memory increase:",
+            "PyTorch activation peak memory takes",
+            "PyTorch activation peak memory",
+        ] {
+            set(
+                &mut f.activation,
+                l.bytes(key, "activation peak")?,
+                lines,
+                "activation",
+                n,
+            );
+        }
+        if let Some(p) = l.bytes("peak_torch_memory=", "torch peak memory")? {
+            peak_torch.get_or_insert(p);
+        }
+        // (A memory snapshot's `non_torch_memory=` is the context's, not growth.)
+        for key in [
+            "non-torch forward increase memory:",
+            "non_torch_memory takes",
+            "non_torch_memory",
+        ]
+        .into_iter()
+        .filter(|_| !l.has("snapshot"))
+        {
+            set(
+                &mut f.non_torch,
+                l.bytes(key, "non-torch memory")?,
+                lines,
+                "non_torch",
+                n,
+            );
+        }
+        set(
+            &mut f.consumed,
+            l.bytes("total consumed (from mem_get_info):", "total consumed")?,
+            lines,
+            "consumed",
+            n,
+        );
+        set(
+            &mut f.non_kv,
+            l.bytes("Total non KV cache memory:", "non-KV-cache memory")?,
+            lines,
+            "non_kv",
+            n,
+        );
+        // Graph memory.
+        set(
+            &mut f.graph_estimate,
+            l.bytes("Estimated CUDA graph memory:", "CUDA graph estimate")?,
+            lines,
+            "graph_estimate",
+            n,
+        );
+        if let Some(i) = l.text.find("CUDA graph pool memory:") {
+            let rest = Line {
+                n,
+                text: &l.text[i..],
+            };
+            match rest.bytes_signed("CUDA graph pool memory:", "CUDA graph pool memory")? {
+                Some((b, _)) if b < 0 => f.notes.push(format!(
+                    "line {n}: the graph pool measured {} (capture freed memory): not used",
+                    fmt_signed(b)
+                )),
+                Some((b, _)) => set(
+                    &mut f.graph_actual,
+                    Some(b as u64),
+                    lines,
+                    "graph_actual",
+                    n,
+                ),
+                None => {}
+            }
+            if let Some(j) = rest.text.find("(actual),") {
+                let e = Line {
+                    n,
+                    text: &rest.text[j..],
+                }
+                .bytes("(actual),", "CUDA graph estimate")?;
+                set(&mut f.graph_estimate, e, lines, "graph_estimate", n);
+            }
+        }
+        for key in ["Graph capturing finished", "Capture cuda graph end"] {
+            if let Some(i) = l.text.find(key) {
+                let rest = Line {
+                    n,
+                    text: &l.text[i..],
+                };
+                let k = if key.starts_with("Graph") {
+                    "took"
+                } else {
+                    "mem usage"
+                };
+                match rest.bytes_signed(k, "graph memory")? {
+                    Some((b, _)) if b < 0 => f.notes.push(format!(
+                        "line {n}: graph capture measured {} (capture freed memory): not used",
+                        fmt_signed(b)
+                    )),
+                    Some((b, _)) => set(
+                        &mut f.graph_actual,
+                        Some(b as u64),
+                        lines,
+                        "graph_actual",
+                        n,
+                    ),
+                    None => {}
+                }
+            }
+        }
+        // Available KV memory (negative in a start-up that failed).
+        for key in [
+            "Available KV cache memory:",
+            "available_kv_cache_memory",
+            "the rest of the memory reserved for KV Cache is",
+            "kv_cache_size=",
+        ] {
+            match l.bytes_signed(key, "available KV cache memory")? {
+                Some((b, _)) if b < 0 => f.notes.push(format!(
+                    "line {n}: available KV cache memory {}: that start-up had no room for a KV cache",
+                    fmt_signed(b)
+                )),
+                Some((b, _)) => set(&mut f.kv_available, Some(b as u64), lines, "kv_available", n),
+                None => {}
+            }
+        }
+        // KV tokens, blocks, concurrency.
+        set(
+            &mut f.kv_tokens,
+            l.count(
+                "GPU KV cache size:",
+                "KV cache tokens",
+                limits::MAX_KV_TOKENS,
+            )?,
+            lines,
+            "kv_tokens",
+            n,
+        );
+        if l.has("KV Cache is allocated") {
+            set(
+                &mut f.kv_tokens,
+                l.count("#tokens:", "KV cache tokens", limits::MAX_KV_TOKENS)?,
+                lines,
+                "kv_tokens",
+                n,
+            );
+        }
+        for key in [
+            "# GPU blocks:",
+            "# CUDA blocks:",
+            "Extended KV cache to",
+            "num_gpu_blocks is:",
+        ] {
+            set(
+                &mut f.kv_blocks,
+                l.count(key, "KV cache blocks", limits::MAX_KV_TOKENS)?,
+                lines,
+                "kv_blocks",
+                n,
+            );
+        }
+        if let Some(i) = l.text.find("Maximum concurrency for") {
+            let rest = Line {
+                n,
+                text: &l.text[i..],
+            };
+            let len = rest.count(
+                "Maximum concurrency for",
+                "max_model_len",
+                limits::MAX_MODEL_LEN,
+            )?;
+            set(&mut f.max_model_len, len, lines, "max_model_len", n);
+            if let Some((tok, _)) = token(rest.text, "tokens per request:") {
+                let x: f64 = tok
+                    .parse()
+                    .map_err(|_| bad(n, format!("maximum concurrency {tok:?} is not a number")))?;
+                if !(x.is_finite() && x >= 0.0 && x <= limits::MAX_KV_TOKENS as f64) {
+                    return Err(bad(n, format!("maximum concurrency {tok} is out of range")));
+                }
+                set(&mut f.max_concurrency, Some(x), lines, "max_concurrency", n);
+            }
+        }
+        // Settings (non-default args, engine config, SGLang ServerArgs).
+        for key in ["'max_model_len'", "max_seq_len", "context_len"] {
+            set(
+                &mut f.max_model_len,
+                l.count(key, "max_model_len", limits::MAX_MODEL_LEN)?,
+                lines,
+                "max_model_len",
+                n,
+            );
+        }
+        for key in ["'max_num_batched_tokens'", "max_num_batched_tokens"] {
+            set(
+                &mut f.max_num_batched_tokens,
+                l.count(key, "max_num_batched_tokens", limits::MAX_BATCHED_TOKENS)?,
+                lines,
+                "max_num_batched_tokens",
+                n,
+            );
+        }
+        for key in [
+            "Defaulting max_num_seqs to",
+            "'max_num_seqs'",
+            "max_num_seqs",
+        ] {
+            set(
+                &mut f.max_num_seqs,
+                l.count(key, "max_num_seqs", limits::MAX_NUM_SEQS)?,
+                lines,
+                "max_num_seqs",
+                n,
+            );
+        }
+        let sglang_args = l.has("ServerArgs(") || l.has("server_args=");
+        for key in ["'block_size'", "block_size", "page_size"] {
+            if key == "page_size" && !sglang_args {
+                continue;
+            }
+            let b = l.count(key, "block_size", u64::from(limits::MAX_BLOCK))?;
+            set(
+                &mut f.block_size,
+                b.map(|b| b as u32),
+                lines,
+                "block_size",
+                n,
+            );
+        }
+        for key in ["'tensor_parallel_size'", "tensor_parallel_size", "tp_size"] {
+            set(
+                &mut f.tensor_parallel,
+                l.count(key, "tensor_parallel_size", limits::MAX_TP)?,
+                lines,
+                "tensor_parallel",
+                n,
+            );
+        }
+        for (key, name) in [
+            ("'model':", "model"),
+            ("model=", "model"),
+            ("model_path=", "model"),
+        ] {
+            if f.model.is_none() && token_boundary(l.text, key) {
+                set(&mut f.model, l.word(key), lines, name, n);
+            }
+        }
+        for key in ["'kv_cache_dtype':", "kv_cache_dtype="] {
+            set(
+                &mut f.kv_cache_dtype,
+                l.word(key),
+                lines,
+                "kv_cache_dtype",
+                n,
+            );
+        }
+        for key in ["'quantization':", "quantization="] {
+            set(&mut f.quantization, l.word(key), lines, "quantization", n);
+        }
+        for key in ["'enforce_eager':", "enforce_eager="] {
+            let e = l.word(key).map(|w| w.eq_ignore_ascii_case("true"));
+            set(&mut f.enforce_eager, e, lines, "enforce_eager", n);
+        }
     }
-    // Was the graph estimate subtracted? "Total non KV cache memory" = weights + activation
-    // + non-torch (+ graph when subtracted).
-    if let (Some(total), Some(w), Some(a), Some(n), Some(g)) = (
-        gib(text, "Total non KV cache memory:"),
+    // V0: peak_torch_memory includes the weights.
+    if let (None, Some(peak), Some(w)) = (f.activation, peak_torch, f.weights) {
+        f.activation = Some(peak.saturating_sub(w));
+    }
+    // Was the graph estimate subtracted? The engine says so, or "Total non KV cache memory" =
+    // weights + activation + non-torch (+ graph when subtracted).
+    f.graph_subtracted = says_subtracted;
+    if let (false, Some(total), Some(w), Some(a), Some(n), Some(g)) = (
+        says_subtracted,
+        f.non_kv,
         f.weights,
         f.activation,
         f.non_torch,
         f.graph_estimate,
     ) {
-        let base = (w + a + n) as f64;
-        f.graph_subtracted =
-            ((total as f64) - base - g as f64).abs() < ((total as f64) - base).abs();
+        let base = (w as f64) + (a as f64) + (n as f64);
+        let t = total as f64;
+        f.graph_subtracted = (t - base - g as f64).abs() < (t - base).abs();
     }
     Ok(f)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn unrecognised_logs_are_clear_errors() {
-        let e = parse("hello\nworld").unwrap_err().to_string();
-        assert!(
-            e.starts_with("engine start-up log: found none of")
-                && e.contains("Available KV cache memory"),
-            "{e}"
-        );
+/// Whether `key` occurs in `s` at a word boundary (not as the tail of a longer name).
+fn token_boundary(s: &str, key: &str) -> bool {
+    let mut from = 0;
+    while let Some(i) = s[from..].find(key) {
+        let at = from + i;
+        from = at + key.len();
+        if !s[..at]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+        {
+            return true;
+        }
     }
-
-    #[test]
-    fn sglang_lines() {
-        let log = "[2025-01-01] Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=63.41 GB, mem usage=14.99 GB.\n\
-                   KV Cache is allocated. #tokens: 441168, K size: 26.93 GB, V size: 26.93 GB\n\
-                   Capture cuda graph end. Time elapsed: 3.21 s. mem usage=0.51 GB. avail mem=7.20 GB.";
-        let f = parse(log).unwrap();
-        assert_eq!(f.engine, Some(EngineKind::Sglang));
-        assert_eq!(f.kv_tokens, Some(441_168));
-        assert_eq!(f.weights, Some((14.99 * GIB as f64) as u64));
-        assert_eq!(f.graph_actual, Some((0.51 * GIB as f64) as u64));
-    }
+    false
 }
+
+/// Read a log file (bounded: regular files of at most
+/// [`ENGINE_LOG`](memplan_core::input::ENGINE_LOG) bytes) and its figures; errors name the
+/// file, and the line and value at fault ([`Error::InvalidFile`]).
+pub fn read(path: &Path) -> Result<LogFigures> {
+    let text = memplan_core::input::read_text(path, memplan_core::input::ENGINE_LOG)?;
+    parse(&text).map_err(|e| {
+        let p = path.display().to_string();
+        match e {
+            Error::InvalidInput { field, message } => Error::file_key(p, field, message),
+            Error::InvalidParam {
+                param: Param::EngineLog,
+                message,
+            } => Error::file(
+                p,
+                format!("not a recognised engine start-up log: {message}"),
+            ),
+            other => Error::file(p, other.to_string()),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests;

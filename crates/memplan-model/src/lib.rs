@@ -28,6 +28,7 @@ pub mod fromlog;
 pub mod gguf;
 pub mod hub;
 pub mod kvspec;
+pub mod limits;
 pub mod presets;
 pub mod quant;
 pub mod safetensors;

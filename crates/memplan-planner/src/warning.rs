@@ -168,6 +168,21 @@ pub enum Warning {
         /// Room the request left for the KV cache after the sampled reserve.
         kv_room: u64,
     },
+    /// A plan from an engine's start-up log does not reproduce the KV tokens the log reports
+    /// (by more than one block): `term` names the budget term that differs most, with the
+    /// log's and the plan's figure.
+    LogDisagrees {
+        /// The KV tokens the log reports.
+        logged_tokens: u64,
+        /// The KV tokens planned.
+        planned_tokens: u64,
+        /// The term that differs (`weights`, `KV cache bytes per token`, ...).
+        term: String,
+        /// The term's figure in the log (bytes).
+        logged: u64,
+        /// The term's figure in the plan (bytes).
+        planned: u64,
+    },
 }
 
 impl Warning {
@@ -220,6 +235,7 @@ impl fmt::Display for Warning {
             Warning::FiguresPerRank { ranks } => write!(f, "figures are per rank; the engine sizes all {ranks} ranks like the smallest"),
             Warning::LimitingRank { rank, ranks, device } => write!(f, "rank {rank} ({device}) has the smallest KV cache of {ranks} ranks; the engine sizes every rank like it"),
             Warning::ReadingsNotSynchronized { device, engine } => write!(f, "readings were taken without a synchronize: the device cannot synchronize ({device}) and {engine}; memory the engine released may still read as held"),
+            Warning::LogDisagrees { logged_tokens, planned_tokens, term, logged, planned } => write!(f, "the plan has {planned_tokens} KV tokens, the log {logged_tokens}: {term} differs most ({} in the plan, {} in the log, {})", fmt_bytes(*planned), fmt_bytes(*logged), fmt_signed((*planned as i64).saturating_sub(*logged as i64))),
             Warning::SampledMarginTooCostly { margin, kv_room } => write!(f, "the sampled graph estimate's margin ({}) would take {:.1}% of the {} left for the KV cache: every size was captured and measured instead", fmt_bytes(*margin), *margin as f64 * 100.0 / (*kv_room).max(1) as f64, fmt_bytes(*kv_room)),
             Warning::StrategyOverridden { chosen, automatic } => write!(f, "graph strategy {chosen} was chosen by hand; the capabilities call for {automatic}"),
         }

@@ -300,12 +300,145 @@ fn plan_ranks(a: &Flags) -> Result<(Model, Plan), Failure> {
     Ok((model, combine_ranks(plans)?))
 }
 
+/// A `--device` whose total is not the log's: a usage error naming both (the log's figure is
+/// printed with 2 decimals of GiB; totals within 0.5 % are the same device).
+fn check_device_total(
+    t: &Target,
+    dev: &str,
+    logged: u64,
+    line: Option<usize>,
+) -> Result<(), Failure> {
+    let d = t.total.abs_diff(logged) as f64;
+    if d > (logged as f64 * 0.005).max(0.01 * (1u64 << 30) as f64) {
+        let at = line.map(|n| format!(" (line {n})")).unwrap_or_default();
+        return Err(Failure::usage(format!(
+            "--device {dev}: its total {} differs from the log's device total {}{at}; plan the log's device (omit --device) or pass the device the log was written on",
+            memplan::bytes::fmt_bytes(t.total),
+            memplan::bytes::fmt_bytes(logged)
+        )));
+    }
+    Ok(())
+}
+
+/// A plan from a log against the log's own KV tokens. The printed available KV memory has 2
+/// decimals (±5 MiB): within that rounding the KV cache that gives the logged count is taken
+/// (said in a note). Where the plan still differs by more than one block, a
+/// [`Warning::LogDisagrees`](memplan_planner::Warning::LogDisagrees) names the term that
+/// differs most.
+fn reconcile(
+    a: &mut Flags,
+    f: &memplan_model::fromlog::LogFigures,
+    anchored: bool,
+    mut plan: Plan,
+) -> Result<Plan, Failure> {
+    let Some(logged) = f.kv_tokens else {
+        return Ok(plan);
+    };
+    let block = u64::from(plan.kv_spec.block_size).max(1);
+    if anchored && plan.kv.tokens.abs_diff(logged) > 0 {
+        if let Some(kv) = f.kv_available {
+            let h = (1u64 << 30) / 200;
+            let (lo, hi) = (kv.saturating_sub(h), kv + h);
+            let mut b = kv;
+            for _ in 0..4 {
+                if plan.kv.tokens == logged || plan.kv.tokens == 0 {
+                    break;
+                }
+                let per_token = plan.kv_budget as f64 / plan.kv.tokens as f64;
+                let step = (logged as f64 - plan.kv.tokens as f64) * per_token;
+                let next = ((b as f64 + step).round() as u64).clamp(lo, hi);
+                if next == b {
+                    break;
+                }
+                let mut trial = a.clone();
+                trial.kv_cache_memory_bytes = Some(next);
+                let (_, p) = plan_ranks(&trial)?;
+                if p.kv.tokens.abs_diff(logged) > plan.kv.tokens.abs_diff(logged) {
+                    break;
+                }
+                b = next;
+                plan = p;
+                *a = trial;
+            }
+            if b != kv {
+                plan.notes.push(format!(
+                    "the log prints the available KV memory to 0.01 GiB: within that rounding, {} gives the logged KV tokens",
+                    memplan::bytes::fmt_bytes(b)
+                ));
+            }
+        }
+    }
+    if plan.kv.tokens.abs_diff(logged) <= block {
+        return Ok(plan);
+    }
+    let c = &plan.consumers;
+    let requested = match (f.total, f.utilization) {
+        (Some(t), Some(u)) => Some((t as f64 * u).ceil() as u64),
+        _ => None,
+    };
+    let per_token = |b: u64, t: u64| (t > 0).then(|| b / t);
+    let mut terms: Vec<(&str, Option<u64>, u64)> = vec![
+        ("weights", f.weights, c.bytes(ConsumerKind::Weights)),
+        (
+            "activation peak",
+            a.activation_bytes,
+            c.bytes(ConsumerKind::Activation),
+        ),
+        (
+            "non-torch memory",
+            a.non_torch_bytes,
+            c.bytes(ConsumerKind::NonAllocator),
+        ),
+        ("requested memory", requested, plan.requested),
+        ("available KV cache memory", f.kv_available, plan.kv_budget),
+    ];
+    if f.graph_subtracted {
+        terms.push((
+            "graph reserve",
+            f.graph_estimate,
+            c.bytes(ConsumerKind::Graphs),
+        ));
+    }
+    let rounding = (1u64 << 30) / 50;
+    let worst = terms
+        .iter()
+        .filter_map(|(n, l, p)| l.map(|l| (*n, l, *p)))
+        .filter(|(_, l, p)| l.abs_diff(*p) > rounding)
+        .max_by_key(|(_, l, p)| l.abs_diff(*p));
+    let (term, lg, pl) = match worst {
+        Some(w) => w,
+        None => (
+            "KV cache bytes per token",
+            f.kv_available
+                .and_then(|kv| per_token(kv, logged))
+                .unwrap_or(0),
+            per_token(plan.kv_budget, plan.kv.tokens).unwrap_or(0),
+        ),
+    };
+    plan.warnings.push(memplan_planner::Warning::LogDisagrees {
+        logged_tokens: logged,
+        planned_tokens: plan.kv.tokens,
+        term: term.to_string(),
+        logged: lg,
+        planned: pl,
+    });
+    Ok(plan)
+}
+
 /// Run `memplan plan`.
 pub fn run(a: Args) -> Result<Report, Failure> {
     let mut a = *a.flags;
-    let log_notes = extras::apply_log(&mut a)?;
+    let log = extras::apply_log(&mut a)?;
+    if let (Some(f), Some(dev), None) = (&log.figures, &a.device, a.total_memory) {
+        if let Some(logged) = f.total {
+            check_device_total(&target(&a)?, dev, logged, f.line("total"))?;
+        }
+    }
     let (model, mut plan) = plan_ranks(&a)?;
-    plan.notes.extend(log_notes);
+    if let Some(f) = &log.figures {
+        plan = reconcile(&mut a, f, log.anchored, plan)?;
+    }
+    plan.notes.extend(log.notes);
     plan.notes.extend(extras::llama_cpp_answer(&a, &plan)?);
     let text = match &a.emit_args {
         Some((engine, _)) => format!(
@@ -370,7 +503,7 @@ mod tests {
             "--model llama-3.1-8b-instruct --from-log {}",
             path.display()
         ));
-        let notes = extras::apply_log(&mut a).unwrap();
+        let log = extras::apply_log(&mut a).unwrap();
         assert_eq!(a.engine.as_deref(), Some("vllm@0.19"));
         let (_, p) = plan_ranks(&a).unwrap();
         assert!(
@@ -378,12 +511,95 @@ mod tests {
             "{}",
             p.kv.tokens
         );
-        assert!(notes.iter().any(|n| n.contains("476016")), "{notes:?}");
+        assert!(
+            log.notes.iter().any(|n| n.contains("476016")),
+            "{:?}",
+            log.notes
+        );
+        // Through `run`: the logged count within one block, no disagreement.
+        let j = run_json(&format!(
+            "--model llama-3.1-8b-instruct --from-log {}",
+            path.display()
+        ))
+        .unwrap();
+        let t = j["kv_cache_tokens"].as_u64().unwrap();
+        assert!(t.abs_diff(476_016) <= 16, "{t}");
+        assert_eq!(
+            j["warnings"]
+                .as_array()
+                .map(|w| w.iter().filter(|w| w["code"] == "log_disagrees").count()),
+            Some(0),
+            "{j}"
+        );
+        // The log's device is a 79.19 GiB H100: a 24 GiB device is a usage error naming both.
+        let f = run_json(&format!(
+            "--model llama-3.1-8b-instruct --device sim:rtx4090 --from-log {}",
+            path.display()
+        ))
+        .unwrap_err();
+        assert_eq!(f.class, crate::ExitClass::Usage, "{f:?}");
+        assert!(
+            f.message.contains("--device sim:rtx4090") && f.message.contains("79.19 GiB"),
+            "{}",
+            f.message
+        );
+        // A flag overrides the log, and the plan says so.
+        let j = run_json(&format!(
+            "--model llama-3.1-8b-instruct --gpu-memory-utilization 0.9 --from-log {}",
+            path.display()
+        ))
+        .unwrap();
+        assert!(
+            j["notes"]
+                .to_string()
+                .contains("--gpu-memory-utilization 0.9 (given) overrides the log's 0.95"),
+            "{}",
+            j["notes"]
+        );
+        // Another model than the log's: the plan disagrees, and the warning names the term.
+        let j = run_json(&format!(
+            "--model qwen2.5-7b-instruct --from-log {}",
+            path.display()
+        ))
+        .unwrap();
+        let w: Vec<_> = j["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|w| w["code"] == "log_disagrees")
+            .collect();
+        assert_eq!(w.len(), 1, "{j}");
+        assert!(
+            w[0]["term"]
+                .as_str()
+                .unwrap()
+                .contains("KV cache bytes per token"),
+            "{}",
+            w[0]
+        );
         std::fs::write(&path, "not a log").unwrap();
         let mut a = flags(&format!("--model qwen3-8b --from-log {}", path.display()));
         let e = extras::apply_log(&mut a).unwrap_err().message;
         assert!(e.contains("not a recognised engine start-up log"), "{e}");
+        // Bad figures are bad file content: exit 1, naming the file, the line and the value.
+        std::fs::write(&path, "INFO Model loading took 1.0 GiB\nINFO non-default args: {'gpu_memory_utilization': 5}\n").unwrap();
+        let f = run_json(&format!("--model qwen3-8b --from-log {}", path.display())).unwrap_err();
+        assert_eq!(f.class, crate::ExitClass::Failure, "{f:?}");
+        assert!(
+            f.message
+                .contains("line 2: gpu_memory_utilization 5 is outside (0, 1]")
+                && !f.message.contains("--gpu"),
+            "{}",
+            f.message
+        );
         std::fs::remove_file(&path).unwrap();
+    }
+
+    fn run_json(f: &str) -> Result<serde_json::Value, Failure> {
+        let a = Args {
+            flags: Box::new(try_flags(f)?),
+        };
+        Ok(run(a)?.json)
     }
 
     #[test]

@@ -1,78 +1,242 @@
-//! The parts of `memplan plan` that issue 12 added: `--from-log` (fill the flags from an
+//! The parts of `memplan plan` beyond the dry run itself: `--from-log` (fill the flags from an
 //! engine's start-up log), the other memory users (`--speculative-model`, `--max-loras`,
 //! `--cpu-offload-gb`, `--pp`) and the llama.cpp answer for `.gguf` models.
 
 use memplan::{Error, Param};
 use memplan_model::consumers::Extras;
-use memplan_model::engine::{EngineKind, EngineRules};
+use memplan_model::engine::{EngineKind, EngineRules, VLLM};
+use memplan_model::fromlog::LogFigures;
 use memplan_model::Model;
 use memplan_planner::{ConsumerKind, Plan};
 
 use super::flags::{Flags, KvChoice, QuantChoice, Strategy};
 use crate::contract::Failure;
 
-/// `--from-log`: fill every flag the user did not pass from the log's figures; the notes say
-/// where they came from.
-pub fn apply_log(a: &mut Flags) -> Result<Vec<String>, Failure> {
+/// What `--from-log` read, kept for the checks after planning.
+#[derive(Debug, Default)]
+pub struct LogContext {
+    /// The figures read.
+    pub figures: Option<LogFigures>,
+    /// Notes for the plan: where each figure came from, what a flag overrode.
+    pub notes: Vec<String>,
+    /// The KV cache is the log's "Available KV cache memory" (no budget term overridden).
+    pub anchored: bool,
+}
+
+fn gib(b: u64) -> String {
+    format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64)
+}
+
+/// `--from-log`: fill every flag the user did not pass from the log's figures; a flag the user
+/// passed wins, and the notes say so (and where every figure came from). Every figure was
+/// checked as its flag would be when the log was read ([`memplan_model::fromlog`]); bad
+/// content is an error naming the file, the line and the value.
+pub fn apply_log(a: &mut Flags) -> Result<LogContext, Failure> {
     let Some(path) = a.from_log.clone() else {
-        return Ok(Vec::new());
+        return Ok(LogContext::default());
     };
-    let text = memplan::input::read_text(&path, memplan::input::ENGINE_LOG)?;
-    let f = memplan_model::fromlog::parse(&text).map_err(|e| {
-        let why = match &e {
-            Error::InvalidParam {
-                param: Param::EngineLog,
-                message,
-            } => format!("not a recognised engine start-up log: {message}"),
-            other => other.to_string(),
+    let f = memplan_model::fromlog::read(&path)?;
+    let mut notes = vec![format!("figures from the log {}", path.display())];
+    let at = |name: &str| {
+        f.line(name)
+            .map(|n| format!(" (line {n})"))
+            .unwrap_or_default()
+    };
+    // A flag the user passed overrides the log's figure; say so when they differ.
+    let mut overridden = false;
+    let mut take_bytes =
+        |flag: &str, slot: &mut Option<u64>, logged: Option<u64>, name: &str| match (*slot, logged)
+        {
+            (Some(given), Some(l)) => {
+                overridden = true;
+                if given != l {
+                    notes.push(format!(
+                        "{flag} {} (given) overrides the log's {}{}",
+                        gib(given),
+                        gib(l),
+                        at(name)
+                    ));
+                }
+            }
+            (Some(_), None) => overridden = true,
+            (None, l) => *slot = l,
         };
-        Error::file(path.display().to_string(), why)
-    })?;
-    a.total_memory = a.total_memory.or(f.total);
-    a.gpu_memory_utilization = a.gpu_memory_utilization.or(f.utilization);
-    a.weights_bytes = a.weights_bytes.or(f.weights);
-    a.activation_bytes = a.activation_bytes.or(f.activation);
-    a.non_torch_bytes = a.non_torch_bytes.or(f.non_torch);
+    take_bytes(
+        "--weights-bytes",
+        &mut a.weights_bytes,
+        f.weights,
+        "weights",
+    );
+    // vLLM 0.2x+: "Total non KV cache memory" = consumed + the transient activation peak.
+    let activation = match (f.non_kv, f.consumed) {
+        (Some(nk), Some(c)) if nk >= c => Some(nk - c),
+        _ => f.activation,
+    };
+    take_bytes(
+        "--activation-bytes",
+        &mut a.activation_bytes,
+        activation,
+        "activation",
+    );
+    let non_torch = f.non_torch.or_else(|| match (f.consumed, f.weights) {
+        (Some(c), Some(w)) if c >= w => Some(c - w),
+        _ => None,
+    });
+    take_bytes(
+        "--non-torch-bytes",
+        &mut a.non_torch_bytes,
+        non_torch,
+        "non_torch",
+    );
+    if f.graph_subtracted {
+        take_bytes(
+            "--graph-bytes",
+            &mut a.graph_bytes,
+            f.graph_estimate,
+            "graph_estimate",
+        );
+    } else if a.graph_bytes.is_some() {
+        overridden = true;
+    }
+    if a.kv_cache_memory_bytes.is_some() {
+        overridden = true;
+    }
+    if a.total_memory.is_some() {
+        overridden = true;
+        if let (Some(given), Some(l)) = (a.total_memory, f.total) {
+            if given != l {
+                notes.push(format!(
+                    "--total-memory {} (given) overrides the log's device total {}{}",
+                    gib(given),
+                    gib(l),
+                    at("total")
+                ));
+            }
+        }
+    } else if a.device.is_none() {
+        a.total_memory = f.total;
+    }
+    match (a.gpu_memory_utilization, f.utilization) {
+        (Some(given), Some(l)) => {
+            overridden = true;
+            if given != l {
+                notes.push(format!(
+                    "--gpu-memory-utilization {given} (given) overrides the log's {l}{}",
+                    at("utilization")
+                ));
+            }
+        }
+        (Some(_), None) => overridden = true,
+        (None, l) => a.gpu_memory_utilization = l,
+    }
     a.max_model_len = a.max_model_len.or(f.max_model_len);
     a.max_num_batched_tokens = a.max_num_batched_tokens.or(f.max_num_batched_tokens);
     a.max_num_seqs = a.max_num_seqs.or(f.max_num_seqs);
+    a.block_size = a.block_size.or(f.block_size);
     if let Some(tp) = f.tensor_parallel.filter(|_| a.tensor_parallel_size == 1) {
         a.tensor_parallel_size = tp;
     }
+    if f.enforce_eager == Some(true) && a.cudagraph_capture_sizes.is_none() {
+        a.enforce_eager = true;
+    }
     if a.kv_cache_dtype.0.is_none() {
         if let Some(k) = f.kv_cache_dtype.as_deref().filter(|k| *k != "auto") {
-            a.kv_cache_dtype = KvChoice(Some(k.parse()?));
+            let k = k.parse().map_err(|e: Error| {
+                Error::file_key(
+                    path.display().to_string(),
+                    format!("line {}", f.line("kv_cache_dtype").unwrap_or(0)),
+                    e.to_string(),
+                )
+            })?;
+            a.kv_cache_dtype = KvChoice(Some(k));
         }
     }
     if a.quantization.0.is_none() && f.quantization.as_deref() == Some("fp8") {
         a.quantization = QuantChoice(Some("fp8".into()));
     }
-    // The release that wrote it, when memplan has its rules.
+    // The release that wrote it selects the rules.
     if a.engine.is_none() {
-        let e = match (&f.engine, &f.version) {
-            (Some(EngineKind::Sglang), _) => Some("sglang".to_string()),
-            (_, Some(v)) => Some(format!("vllm@{v}")),
-            _ => None,
-        };
-        a.engine = e.filter(|e| e.parse::<EngineRules>().is_ok());
+        a.engine = Some(match (&f.engine, f.release()) {
+            (Some(EngineKind::Sglang), _) => "sglang".to_string(),
+            (_, Some(r)) => {
+                let want = format!("vllm@{r}");
+                match want.parse::<EngineRules>() {
+                    Ok(_) => want,
+                    Err(e) => {
+                        let (oldest, newest) =
+                            (VLLM[0].version, EngineRules::newest_vllm().version);
+                        let pick = if e.to_string().contains("newer") {
+                            newest
+                        } else {
+                            oldest
+                        };
+                        notes.push(format!("the log's vLLM {r}{} is outside memplan's rules ({oldest} to {newest}): planned with vllm@{pick}'s", at("version")));
+                        format!("vllm@{pick}")
+                    }
+                }
+            }
+            // The estimate printed but not subtracted: vLLM 0.19.
+            _ if f.graph_estimate.is_some() && !f.graph_subtracted => "vllm@0.19".into(),
+            _ => {
+                notes
+                    .push("the log has no version line: planned with the newest vLLM rules".into());
+                EngineRules::newest_vllm().to_string()
+            }
+        });
     }
-    if f.graph_subtracted {
-        a.graph_bytes = a.graph_bytes.or(f.graph_estimate);
-    } else if f.graph_estimate.is_some() && a.graph_bytes.is_none() {
+    if !f.graph_subtracted && f.graph_estimate.is_some() && a.graph_bytes.is_none() {
         // The engine printed its estimate but did not subtract it (vLLM 0.19).
         a.graph_strategy = Strategy::None;
-        if a.engine.is_none() {
-            a.engine = Some("vllm@0.19".into());
+    }
+    // No total in the log, no device, no flag: the start-up's own figures give it
+    // (what the engine requested, over the utilisation it requested it with).
+    if let (None, None, Some(w), Some(kv)) = (a.total_memory, &a.device, f.weights, f.kv_available)
+    {
+        let rules: EngineRules = a.engine.as_deref().unwrap_or("vllm").parse()?;
+        let u = a
+            .gpu_memory_utilization
+            .unwrap_or(rules.gpu_memory_utilization);
+        let used = [
+            Some(w),
+            a.activation_bytes,
+            a.non_torch_bytes,
+            a.graph_bytes,
+            Some(kv),
+        ]
+        .iter()
+        .flatten()
+        .fold(0u64, |s, b| s.saturating_add(*b));
+        let total = (used as f64 / u).ceil() as u64;
+        if total > 0 && total <= memplan_model::limits::MAX_BYTES {
+            a.total_memory = Some(total);
+            notes.push(format!("the log prints no device total: {} derived from its figures ({} used at utilisation {u})", gib(total), gib(used)));
         }
     }
-    let mut notes = vec![format!("figures from the log {}", path.display())];
-    if let Some(m) = f.model.filter(|m| *m != a.model) {
+    // The start-up's KV cache is the log's available KV memory, unless a flag changed a term.
+    let anchored = !overridden && f.kv_available.is_some();
+    if anchored {
+        a.kv_cache_memory_bytes = f.kv_available;
+        notes.push(format!(
+            "the KV cache is the log's Available KV cache memory {}{}",
+            gib(f.kv_available.unwrap_or(0)),
+            at("kv_available")
+        ));
+    }
+    if let Some(m) = f.model.as_ref().filter(|m| **m != a.model) {
         notes.push(format!("the log was written for model {m}"));
     }
     if let Some(t) = f.kv_tokens {
-        notes.push(format!("the logged engine reported {t} KV tokens"));
+        notes.push(format!(
+            "the logged engine reported {t} KV tokens{}",
+            at("kv_tokens")
+        ));
     }
-    Ok(notes)
+    notes.extend(f.notes.iter().cloned());
+    Ok(LogContext {
+        figures: Some(f),
+        notes,
+        anchored,
+    })
 }
 
 /// The other memory users from the flags.

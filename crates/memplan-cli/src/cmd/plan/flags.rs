@@ -8,19 +8,11 @@ use memplan::bytes::{fmt_bytes, parse_bytes};
 use memplan::kv::KvDtype;
 use memplan_model::engine::{EngineKind, EngineRules};
 
-/// Largest device total, measured figure or KV size a flag may give (1 PiB): no device comes
-/// near, and sums of such figures stay far inside 64 bits.
-pub const MAX_BYTES: u64 = 1 << 50;
-/// Longest `--max-model-len` (2^30 tokens; the longest-context models take 10 M).
-pub const MAX_MODEL_LEN: u64 = 1 << 30;
-/// Largest `--max-num-seqs` and `--max-num-batched-tokens` (2^20 and 2^30).
-pub const MAX_NUM_SEQS: u64 = 1 << 20;
-/// See [`MAX_NUM_SEQS`].
-pub const MAX_BATCHED_TOKENS: u64 = 1 << 30;
-/// Largest `--tensor-parallel-size`.
-pub const MAX_TP: u64 = 1024;
-/// Largest `--block-size`.
-pub const MAX_BLOCK: u32 = 4096;
+// The ranges of every planning figure are one table, shared with the figures read from an
+// engine's start-up log (`--from-log`), so a log cannot carry a value its flag would refuse.
+pub use memplan_model::limits::{
+    MAX_BATCHED_TOKENS, MAX_BLOCK, MAX_BYTES, MAX_MODEL_LEN, MAX_NUM_SEQS, MAX_TP,
+};
 /// Most `--cudagraph-capture-sizes` (after merging duplicates), and the largest size.
 pub const MAX_CAPTURE_SIZES: usize = 1024;
 /// See [`MAX_CAPTURE_SIZES`].
@@ -73,10 +65,8 @@ fn utilization(s: &str) -> Result<f64, String> {
         .trim()
         .parse()
         .map_err(|_| format!("{s:?} is not a number"))?;
-    if !(u.is_finite() && u > 0.0 && u <= 1.0) {
-        return Err(format!("{s} is outside (0, 1]: a fraction of the device"));
-    }
-    Ok(u)
+    memplan_model::limits::check_fraction(u)
+        .map_err(|_| format!("{s} is outside (0, 1]: a fraction of the device"))
 }
 
 fn capture_size(s: &str) -> Result<u64, String> {

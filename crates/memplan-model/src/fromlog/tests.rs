@@ -1,0 +1,261 @@
+use super::*;
+
+fn gib(x: f64) -> u64 {
+    (x * GIB as f64).round() as u64
+}
+
+#[test]
+fn unrecognised_logs_are_clear_errors() {
+    let e = parse("hello\nworld").unwrap_err().to_string();
+    assert!(
+        e.starts_with("engine start-up log: found none of")
+            && e.contains("Available KV cache memory"),
+        "{e}"
+    );
+}
+
+#[test]
+fn sglang_lines() {
+    let log = "[2025-01-01] Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=63.41 GB, mem usage=14.99 GB.\n\
+               KV Cache is allocated. #tokens: 441168, K size: 26.93 GB, V size: 26.93 GB\n\
+               Capture cuda graph end. Time elapsed: 3.21 s. mem usage=0.51 GB. avail mem=7.20 GB.";
+    let f = parse(log).unwrap();
+    assert_eq!(f.engine, Some(EngineKind::Sglang));
+    assert_eq!(f.kv_tokens, Some(441_168));
+    assert_eq!(f.weights, Some(gib(14.99)));
+    assert_eq!(f.graph_actual, Some(gib(0.51)));
+    assert_eq!(f.line("kv_tokens"), Some(2));
+}
+
+/// A current (0.2x/0.3x) V1 log as printed, worker prefixes included.
+const CURRENT: &str = "\
+(APIServer pid=1) INFO 08-14 14:06:01 [api_server.py:1000] vLLM API server version 0.27.1
+(APIServer pid=1) INFO 08-14 14:06:01 [utils.py:300] non-default args: {'model': 'Qwen/Qwen3-8B', 'max_model_len': 32768, 'gpu_memory_utilization': 0.82, 'tensor_parallel_size': 2}
+(EngineCore pid=367) INFO 08-14 14:06:10 [core.py:90] Initializing a V1 LLM engine (v0.27.1) with config: model='Qwen/Qwen3-8B', dtype=torch.bfloat16, max_seq_len=32768, tensor_parallel_size=2, quantization=None, enforce_eager=False, kv_cache_dtype=auto
+(Worker_TP0 pid=447) INFO 08-14 14:06:40 [gpu_model_runner.py:4216] Model loading took 7.63 GiB memory and 20.1 seconds
+(Worker_TP0 pid=447) INFO 08-14 14:07:20 [gpu_worker.py:400] Memory profiling takes 9.34 seconds. Total non KV cache memory: 9.62GiB; torch peak memory increase: 1.21GiB; total consumed (from mem_get_info): 8.41GiB; weights memory: 7.63GiB.
+(Worker_TP1 pid=448) INFO 08-14 14:07:22 [gpu_model_runner.py:6806] Estimated CUDA graph memory: 0.36 GiB total
+(Worker_TP0 pid=447) INFO 08-14 14:07:22 [gpu_worker.py:563] Available KV cache memory: 6.87 GiB
+(Worker_TP0 pid=447) INFO 08-14 14:07:22 [gpu_worker.py:578] CUDA graph memory profiling is enabled (default since v0.21.0). The current --gpu-memory-utilization=0.8200 is equivalent to --gpu-memory-utilization=0.8048 without CUDA graph memory profiling. To maintain the same effective KV cache size as before, increase --gpu-memory-utilization to 0.8352.
+(EngineCore pid=367) INFO 08-14 14:07:23 [kv_cache_utils.py:1307] GPU KV cache size: 100,000 tokens
+(EngineCore pid=367) INFO 08-14 14:07:23 [kv_cache_utils.py:1311] Maximum concurrency for 32,768 tokens per request: 3.05x
+(Worker_TP0 pid=447) INFO 08-14 14:07:40 [gpu_model_runner.py:6243] Graph capturing finished in 9 secs, took 0.31 GiB
+(Worker_TP0 pid=447) INFO 08-14 14:07:40 [gpu_worker.py:621] CUDA graph pool memory: 0.31 GiB (actual), 0.36 GiB (estimated), difference: 0.05 GiB (16.1%).
+(Worker_TP0 pid=447) INFO 08-14 14:07:40 [gpu_worker.py:700] Free memory on device (22.45/23.99 GiB) on startup. Desired GPU memory utilization is (0.82, 19.67 GiB). Actual usage is 8.41 GiB for consumed memory (weights + non-torch), 1.57 GiB for peak activation, and 0.31 GiB for CUDAGraph memory.
+";
+
+#[test]
+fn a_current_log_gives_every_figure_with_its_line() {
+    let f = parse(CURRENT).unwrap();
+    assert_eq!(f.engine, Some(EngineKind::Vllm));
+    assert_eq!(f.version.as_deref(), Some("0.27.1"));
+    assert_eq!(f.release().as_deref(), Some("0.27.1"));
+    assert_eq!(f.model.as_deref(), Some("Qwen/Qwen3-8B"));
+    assert_eq!(f.utilization, Some(0.82));
+    assert_eq!(f.max_model_len, Some(32_768));
+    assert_eq!(f.tensor_parallel, Some(2));
+    assert_eq!(f.weights, Some(gib(7.63)));
+    assert_eq!(f.activation, Some(gib(1.21)));
+    assert_eq!(f.consumed, Some(gib(8.41)));
+    assert_eq!(f.non_kv, Some(gib(9.62)));
+    assert_eq!(f.graph_estimate, Some(gib(0.36)));
+    assert_eq!(f.graph_actual, Some(gib(0.31)));
+    assert!(f.graph_subtracted);
+    assert_eq!(f.kv_available, Some(gib(6.87)));
+    assert_eq!(f.kv_tokens, Some(100_000));
+    assert_eq!(f.max_concurrency, Some(3.05));
+    assert_eq!((f.free, f.total), (Some(gib(22.45)), Some(gib(23.99))));
+    assert_eq!(f.line("total"), Some(13));
+    assert_eq!(f.line("weights"), Some(4));
+    assert_eq!(f.enforce_eager, Some(false));
+}
+
+#[test]
+fn release_drops_pre_release_and_local_suffixes() {
+    let f = LogFigures {
+        version: Some("0.20.2rc1.dev9+g01d4d1ad3".into()),
+        ..LogFigures::default()
+    };
+    assert_eq!(f.release().as_deref(), Some("0.20.2"));
+    let f = LogFigures {
+        version: Some("0.10.1.1".into()),
+        ..LogFigures::default()
+    };
+    assert_eq!(f.release().as_deref(), Some("0.10.1"));
+}
+
+#[test]
+fn v0_lines_with_sentence_punctuation_are_read() {
+    // vLLM V0 printed the utilisation at the end of a sentence: the period is not a digit.
+    let log = "INFO 12-13 worker.py:243] Memory profiling results: total_gpu_memory=79.22GiB initial_memory_usage=15.5GiB peak_torch_memory=16.22GiB memory_usage_post_profile=17.3GiB non_torch_memory=1.79GiB kv_cache_size=53.29GiB gpu_memory_utilization=0.90.\n\
+               INFO loader.py] Loading model weights took 14.96 GB\n\
+               INFO executor_base.py] # GPU blocks: 27284, # CPU blocks: 2048";
+    let f = parse(log).unwrap();
+    assert_eq!(f.utilization, Some(0.90));
+    assert_eq!(f.total, Some(gib(79.22)));
+    assert_eq!(f.kv_available, Some(gib(53.29)));
+    assert_eq!(f.activation, Some(gib(16.22) - gib(14.96)));
+    assert_eq!(f.kv_blocks, Some(27_284));
+}
+
+/// Every figure of the log through the same checks as its flag: each hostile value is an
+/// error naming the line and the value as printed, never clamped, wrapped or read as 0.
+#[test]
+fn hostile_figures_are_refused_naming_the_line_and_value() {
+    let cases: &[(&str, &str)] = &[
+        (
+            "INFO Defaulting max_num_seqs to 18446744073709551615 for OPENAI_API_SERVER",
+            "18446744073709551615",
+        ),
+        (
+            "INFO Defaulting max_num_seqs to 184467440737095516150000",
+            "184467440737095516150000",
+        ),
+        ("INFO Defaulting max_num_seqs to 0", "0"),
+        ("INFO Defaulting max_num_seqs to 2000000", "2000000"),
+        (
+            "INFO Free memory on device (1.0/99,999,999,999,999,999 GiB) on startup.",
+            "99,999,999,999,999,999",
+        ),
+        ("INFO Model loading took -14.99 GiB memory", "-"),
+        ("INFO Model loading took 1e308 GiB memory", "1e308"),
+        (
+            "INFO Graph capturing finished in 5 secs, took 1e308 GiB",
+            "1e308",
+        ),
+        ("INFO Model loading took NaN GiB", "NaN"),
+        ("INFO non-default args: {'gpu_memory_utilization': 5}", "5"),
+        ("INFO non-default args: {'gpu_memory_utilization': 0}", "0"),
+        ("INFO gpu_memory_utilization=1.5.", "1.5"),
+        ("INFO mem_fraction_static=-0.3", "-0.3"),
+        (
+            "INFO non-default args: {'max_model_len': 99999999999}",
+            "99999999999",
+        ),
+        ("INFO non-default args: {'tensor_parallel_size': 0}", "0"),
+        ("INFO non-default args: {'block_size': 1000000}", "1000000"),
+        ("INFO max_num_batched_tokens=2.5", "2.5"),
+        ("INFO GPU KV cache size: 1e9 tokens", "1e9"),
+        (
+            "INFO GPU KV cache size: 2,000,000,000,000,000,000 tokens",
+            "2,000,000,000,000,000,000",
+        ),
+        (
+            "INFO Maximum concurrency for 4096 tokens per request: 1e400x",
+            "1e400",
+        ),
+        (
+            "INFO Free memory on device (30.0/24.0 GiB) on startup.",
+            "30",
+        ),
+        ("INFO Free memory on device (0.0/0.0 GiB) on startup.", "0"),
+        ("INFO Available KV cache memory: 9e30 GiB", "9e30"),
+        ("INFO torch peak memory increase: -1.2GiB", "-"),
+    ];
+    for (line, value) in cases {
+        let log = format!(
+            "INFO vLLM API server version 0.30.0\nINFO Model loading took 1.0 GiB\n{line}\n"
+        );
+        let e = match parse(&log) {
+            Err(e) => e,
+            Ok(f) => panic!("{line:?} was accepted: {f:?}"),
+        };
+        match &e {
+            Error::InvalidInput { field, message } => {
+                assert_eq!(field, "line 3", "{line}: {e}");
+                assert!(message.contains(value), "{line}: {message}");
+                assert!(!message.contains("--"), "names a flag: {message}");
+            }
+            other => panic!("{line}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn negative_windows_engines_print_are_left_out_and_said() {
+    let log = "INFO Model loading took 1.5 GiB\n\
+               INFO Available KV cache memory: -0.41 GiB\n\
+               INFO CUDA graph pool memory: -0.19 GiB (actual), 2.43 GiB (estimated), difference: 2.62 GiB";
+    let f = parse(log).unwrap();
+    assert_eq!(f.kv_available, None);
+    assert_eq!(f.graph_actual, None);
+    assert_eq!(f.graph_estimate, Some(gib(2.43)));
+    assert!(
+        f.notes
+            .iter()
+            .any(|n| n.contains("line 2") && n.contains("-419")),
+        "{:?}",
+        f.notes
+    );
+    assert!(
+        f.notes.iter().any(|n| n.starts_with("line 3")),
+        "{:?}",
+        f.notes
+    );
+}
+
+#[test]
+fn a_file_error_names_the_file_and_the_line() {
+    let dir = std::env::temp_dir().join(format!("memplan-fromlog-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("vllm.log");
+    std::fs::write(
+        &p,
+        "INFO Model loading took 1.0 GiB\nINFO Defaulting max_num_seqs to 18446744073709551615\n",
+    )
+    .unwrap();
+    let e = read(&p).unwrap_err();
+    assert!(matches!(e, Error::InvalidFile { .. }), "{e:?}");
+    let s = e.to_string();
+    assert!(
+        s.contains("vllm.log: line 2: max_num_seqs 18446744073709551615"),
+        "{s}"
+    );
+    std::fs::write(&p, "nothing here").unwrap();
+    let s = read(&p).unwrap_err().to_string();
+    assert!(
+        s.contains("vllm.log: not a recognised engine start-up log"),
+        "{s}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Mutated copies of a real log: never a panic; every outcome is figures or a one-line error.
+#[test]
+fn mutated_logs_never_panic() {
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let bytes = CURRENT.as_bytes();
+    let junk = [
+        "-",
+        "e",
+        "9",
+        ",",
+        ".",
+        "1e999",
+        "18446744073709551616",
+        "(",
+        "/",
+        "\n",
+        "é",
+    ];
+    for _ in 0..2000 {
+        let mut s = String::from_utf8_lossy(bytes).into_owned();
+        for _ in 0..1 + next() % 4 {
+            let mut at = (next() as usize) % s.len();
+            while !s.is_char_boundary(at) {
+                at -= 1;
+            }
+            s.insert_str(at, junk[(next() as usize) % junk.len()]);
+        }
+        match parse(&s) {
+            Ok(_) => {}
+            Err(e) => assert!(!e.to_string().contains('\n'), "{e}"),
+        }
+    }
+}
