@@ -62,8 +62,59 @@ pub fn with_encoder(
 
 /// Plan every pipeline stage on its own layers and keep the one with the fewest blocks.
 pub fn plan_stages(d: &DryRun, pp: u64) -> Result<Plan> {
+    let mut best: Option<(u64, Plan)> = None;
+    let mut lines = Vec::new();
+    for i in 0..pp {
+        let p = plan_stage(d, pp, i)?;
+        let (start, end) = stage_layers(d, pp, i)?;
+        lines.push(format!(
+            "stage {i}: layers {start}..{end}, {} KV blocks",
+            p.kv.num_blocks
+        ));
+        if best
+            .as_ref()
+            .is_none_or(|(_, b)| p.kv.num_blocks < b.kv.num_blocks)
+        {
+            best = Some((i, p));
+        }
+    }
+    let (i, mut p) = best.ok_or_else(|| {
+        Error::param(
+            Param::PipelineParallel,
+            "must be > 0 (1 = no pipeline parallelism)",
+        )
+    })?;
+    p.notes.push(format!(
+        "pipeline parallelism: {}; the engine sizes every stage like stage {i} (fewest blocks)",
+        lines.join("; ")
+    ));
+    Ok(p)
+}
+
+/// The layer range `[start, end)` of stage `stage` of `pp` (vLLM's split, [`pp_layers`]).
+fn stage_layers(d: &DryRun, pp: u64, stage: u64) -> Result<(u64, u64)> {
+    pp_layers(d.model.config.num_layers, pp)?
+        .get(stage as usize)
+        .copied()
+        .ok_or_else(|| {
+            Error::param(
+                Param::PipelineParallel,
+                format!(
+                    "stage {stage} of {pp} stages (stages count from 0 to {})",
+                    pp - 1
+                ),
+            )
+        })
+}
+
+/// Plan one pipeline stage on its own layers: what the rank of that stage holds (its layers'
+/// weights, the embeddings on the first stage, the LM head on the last) and the KV cache of
+/// its layers only. Every rank of a pipeline-parallel deployment plans its own stage; the
+/// engine then sizes every stage like the one with the fewest blocks (combine the ranks'
+/// plans).
+pub fn plan_stage(d: &DryRun, pp: u64, i: u64) -> Result<Plan> {
     let c = &d.model.config;
-    let stages = pp_layers(c.num_layers, pp)?;
+    let (start, end) = stage_layers(d, pp, i)?;
     let db = crate::dtype_bytes(c.torch_dtype.as_deref().unwrap_or("bfloat16")).unwrap_or(2);
     let tp = d.tensor_parallel.max(1);
     let given = d
@@ -79,57 +130,33 @@ pub fn plan_stages(d: &DryRun, pp: u64) -> Result<Plan> {
     let emb = c.vocab_size.div_ceil(tp) * c.hidden_size * db;
     let body = full.saturating_sub(if c.tie_word_embeddings { emb } else { 2 * emb });
     let l = c.num_layers.max(1);
-    let mut best: Option<(usize, Plan)> = None;
-    let mut lines = Vec::new();
-    for (i, (start, end)) in stages.iter().enumerate() {
-        let mut stage = d.clone();
-        let mut sc = c.clone();
-        sc.layers = c
-            .layers
-            .iter()
-            .enumerate()
-            .filter(|(j, _)| (*start..*end).contains(&(*j as u64 % l)))
-            .map(|(_, k)| *k)
-            .collect();
-        sc.num_layers = end - start;
-        stage.model.config = sc;
-        let mut w = body / l * (end - start);
-        if i == 0 {
-            w += emb;
-        }
-        if i + 1 == stages.len() {
-            w += emb;
-        }
-        stage.given.retain(|(k, _)| *k != ConsumerKind::Weights);
-        let mut b = stage.resolve()?.builder;
-        let basis = format!(
-            "pipeline stage {i} of {pp}: layers {start}..{end} of the model's weights{}{}",
-            if i == 0 { " + embeddings" } else { "" },
-            if i + 1 == stages.len() {
-                " + LM head"
-            } else {
-                ""
-            }
-        );
-        b = b.consumer(Consumer::estimated(ConsumerKind::Weights, w, basis));
-        let p = b.build()?;
-        lines.push(format!(
-            "stage {i}: layers {start}..{end}, {} KV blocks",
-            p.kv.num_blocks
-        ));
-        if best
-            .as_ref()
-            .is_none_or(|(_, b)| p.kv.num_blocks < b.kv.num_blocks)
-        {
-            best = Some((i, p));
-        }
+    let mut stage = d.clone();
+    let mut sc = c.clone();
+    sc.layers = c
+        .layers
+        .iter()
+        .enumerate()
+        .filter(|(j, _)| (start..end).contains(&(*j as u64 % l)))
+        .map(|(_, k)| *k)
+        .collect();
+    sc.num_layers = end - start;
+    stage.model.config = sc;
+    let mut w = body / l * (end - start);
+    if i == 0 {
+        w += emb;
     }
-    let (i, mut p) = best.expect("at least one stage");
-    p.notes.push(format!(
-        "pipeline parallelism: {}; the engine sizes every stage like stage {i} (fewest blocks)",
-        lines.join("; ")
-    ));
-    Ok(p)
+    if i + 1 == pp {
+        w += emb;
+    }
+    stage.given.retain(|(k, _)| *k != ConsumerKind::Weights);
+    let mut b = stage.resolve()?.builder;
+    let basis = format!(
+        "pipeline stage {i} of {pp}: layers {start}..{end} of the model's weights{}{}",
+        if i == 0 { " + embeddings" } else { "" },
+        if i + 1 == pp { " + LM head" } else { "" }
+    );
+    b = b.consumer(Consumer::estimated(ConsumerKind::Weights, w, basis));
+    b.build()
 }
 
 /// Other memory users of a deployment (all off by default).
@@ -144,6 +171,9 @@ pub struct Extras {
     pub cpu_offload: u64,
     /// Pipeline-parallel stages (`--pipeline-parallel-size`, 1 = off).
     pub pipeline_parallel: u64,
+    /// Plan only this stage (`--pipeline-stage`, from 0): one rank's plan, for ranks that
+    /// plan their own device and combine afterwards. `None`: every stage, the fewest blocks.
+    pub pipeline_stage: Option<u64>,
 }
 
 impl Extras {
@@ -168,6 +198,12 @@ impl Extras {
     /// The same extras with `stages` pipeline-parallel stages (1 = off).
     pub fn with_pipeline_parallel(mut self, stages: u64) -> Self {
         self.pipeline_parallel = stages;
+        self
+    }
+
+    /// The same extras planning only pipeline stage `stage` (from 0; `None`: every stage).
+    pub fn with_pipeline_stage(mut self, stage: Option<u64>) -> Self {
+        self.pipeline_stage = stage;
         self
     }
 }
@@ -327,6 +363,43 @@ mod tests {
                 .any(|n| n.contains("stage 1: layers 16..32")),
             "{:?}",
             two.notes
+        );
+    }
+
+    #[test]
+    fn one_stage_is_one_ranks_plan_and_the_fewest_blocks_is_the_deployments() {
+        let pp = |stage| {
+            dry(Extras::default()
+                .with_pipeline_parallel(3)
+                .with_pipeline_stage(stage))
+            .plan()
+        };
+        let all = pp(None).unwrap();
+        let stages: Vec<Plan> = (0..3).map(|i| pp(Some(i)).unwrap()).collect();
+        // 32 layers on 3 stages: [11, 11, 10]; the first holds the embeddings, the last the
+        // LM head, so their weights differ from the middle stage's.
+        let blocks: Vec<u64> = stages.iter().map(|p| p.kv.num_blocks).collect();
+        assert_eq!(blocks.iter().min(), Some(&all.kv.num_blocks), "{blocks:?}");
+        assert_eq!(stages[2].kv.block_bytes * 11, stages[0].kv.block_bytes * 10);
+        let w = |p: &Plan| p.consumers.bytes(ConsumerKind::Weights);
+        assert!(w(&stages[0]) > w(&stages[1]) && w(&stages[2]) < w(&stages[0]));
+        assert!(
+            stages[1]
+                .notes
+                .iter()
+                .any(|n| n.contains("stage 1 of 3 only")),
+            "{:?}",
+            stages[1].notes
+        );
+        let e = pp(Some(3)).unwrap_err().to_string();
+        assert!(e.contains("stage 3 of 3 stages"), "{e}");
+        // Without pipeline parallelism, stage 0 is the whole model.
+        let one = dry(Extras::default().with_pipeline_stage(Some(0)))
+            .plan()
+            .unwrap();
+        assert_eq!(
+            one.kv.num_blocks,
+            dry(Extras::default()).plan().unwrap().kv.num_blocks
         );
     }
 

@@ -238,8 +238,22 @@ impl DryRun {
     /// start-up. With pipeline parallelism every stage is planned on its own layers (vLLM
     /// `get_pp_indices`; embeddings on the first stage, the LM head on the last) and the
     /// engine sizes every stage like the one with the fewest blocks.
+    ///
+    /// With [`Extras::pipeline_stage`](crate::consumers::Extras) set, only that stage is
+    /// planned: the plan of one rank of that stage, which a deployment combines with the
+    /// other ranks' plans.
     pub fn plan(&self) -> Result<Plan> {
         let pp = self.extras.pipeline_parallel.max(1);
+        if let Some(stage) = self.extras.pipeline_stage {
+            if pp == 1 && stage == 0 {
+                return self.resolve()?.builder.build();
+            }
+            let mut p = crate::consumers::plan_stage(self, pp, stage)?;
+            p.notes.push(format!(
+                "pipeline stage {stage} of {pp} only: the engine sizes every stage like the one with the fewest blocks, so combine this plan with the other stages' ranks"
+            ));
+            return Ok(p);
+        }
         if pp == 1 {
             return self.resolve()?.builder.build();
         }

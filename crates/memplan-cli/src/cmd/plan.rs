@@ -616,6 +616,19 @@ mod tests {
             err("--model llama-3.1-8b-instruct --total-memory 80GiB --cpu-offload-gb=-1")
                 .contains("cpu-offload-gb")
         );
+        // One stage of two: the plan of that stage's ranks; the fewest blocks is the --pp plan.
+        let stage = |i: u64| {
+            plan(&format!("--model llama-3.1-8b-instruct --total-memory 80GiB --max-model-len 8192 --pp 2 --pipeline-stage {i}")).unwrap()["kv"]["num_blocks"].as_u64().unwrap()
+        };
+        assert_eq!(
+            stage(0).min(stage(1)),
+            pp["kv"]["num_blocks"].as_u64().unwrap()
+        );
+        let e = err("--model llama-3.1-8b-instruct --total-memory 80GiB --pp 2 --pipeline-stage 2");
+        assert!(
+            e.starts_with("--pipeline-stage 2: stages count from 0"),
+            "{e}"
+        );
     }
 
     #[test]

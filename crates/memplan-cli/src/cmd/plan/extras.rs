@@ -246,9 +246,19 @@ pub fn extras(a: &Flags) -> Result<Extras, Failure> {
             "--cpu-offload-gb must be a non-negative number of GiB",
         ));
     }
+    if let Some(stage) = a
+        .pipeline_stage
+        .filter(|s| *s >= a.pipeline_parallel_size.max(1))
+    {
+        return Err(Failure::usage(format!(
+            "--pipeline-stage {stage}: stages count from 0 to --pipeline-parallel-size - 1 ({})",
+            a.pipeline_parallel_size.max(1) - 1
+        )));
+    }
     let mut e = Extras::default()
         .with_cpu_offload((a.cpu_offload_gb * (1u64 << 30) as f64) as u64)
-        .with_pipeline_parallel(a.pipeline_parallel_size);
+        .with_pipeline_parallel(a.pipeline_parallel_size)
+        .with_pipeline_stage(a.pipeline_stage);
     if let Some(m) = &a.speculative_model {
         let draft = Model::load(m).map_err(|e| match e {
             // The draft is named by its own flag, not by `--model`.

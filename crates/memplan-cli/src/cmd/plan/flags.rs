@@ -255,6 +255,11 @@ pub struct Flags {
     /// the engine sizes every stage like the one with the fewest blocks.
     #[arg(long, visible_alias = "pp", default_value_t = 1)]
     pub pipeline_parallel_size: u64,
+    /// Plan only this pipeline stage (from 0) of --pipeline-parallel-size: the plan of one
+    /// rank of that stage, for ranks that plan their own GPU and combine their plans
+    /// afterwards (by the fewest blocks, as the engine sizes every stage).
+    #[arg(long, value_name = "STAGE")]
+    pub pipeline_stage: Option<u64>,
     /// Draft model for speculative decoding (preset, ORG/NAME, directory or config.json): its
     /// weights, and its KV layers in the same pool.
     #[arg(long, value_name = "NAME|PATH")]
