@@ -82,7 +82,7 @@ fn chain(
     };
     let plan_json = json(serde_json::to_string(&plan))?;
     let profile_json = json(serde_json::to_string(&profile))?;
-    let kv = s.into_kv_cache(plan.kv_bytes)?;
+    let kv = s.into_kv_cache(plan.kv_cache_bytes)?;
     Ok((plan_json, profile_json, kv))
 }
 

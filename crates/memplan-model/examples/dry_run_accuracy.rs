@@ -120,7 +120,7 @@ fn main() {
             }
         };
         let logged_kv = gib(&e, "available_kv_gib").unwrap_or(0.0);
-        let err = (p.kv_budget as f64 / GIB as f64 - logged_kv) / total;
+        let err = (p.kv_budget_bytes as f64 / GIB as f64 - logged_kv) / total;
         let tokens = u("kv_cache_tokens").map_or("-".to_string(), |t| t.to_string());
         println!(
             "| {model} | {gpu}{total_note}, TP {tp} | {} | {} | {} | {} | {} | {:+.2}% | {} / {tokens} |",
@@ -128,7 +128,7 @@ fn main() {
             pct(p.consumers.bytes(ConsumerKind::Activation), gib(&e, "activation_peak_gib")),
             pct(p.consumers.bytes(ConsumerKind::NonAllocator), gib(&e, "non_torch_gib")),
             pct(graph_estimate.unwrap_or(0), gib(&e, "cuda_graph_actual_gib").filter(|g| *g > 0.0)),
-            pct(p.kv_budget, Some(logged_kv)),
+            pct(p.kv_budget_bytes, Some(logged_kv)),
             err * 100.0,
             p.kv.tokens,
         );

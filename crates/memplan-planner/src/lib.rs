@@ -12,7 +12,7 @@
 //! s.profile_run(|e| e.dummy_run())?;                    // activation peak
 //! s.capture_graphs()?;                                  // strategy from the capability
 //! let plan = s.plan(request, &kv_spec, limits)?;        // budget, KV blocks, warnings
-//! let kv = s.into_kv_cache(plan.kv_bytes)?;             // post-capture: the mapped range
+//! let kv = s.into_kv_cache(plan.kv_cache_bytes)?;             // post-capture: the mapped range
 //! ```
 //!
 //! ## Contract

@@ -143,7 +143,7 @@ fn neighbours_are_attributed_and_warned_about() {
     let a = run(&setup("neighbour-takes"), Choice::Auto).unwrap();
     let p = a.plan.unwrap();
     assert!(
-        p.capped_by_free.is_some() && a.oom.is_none(),
+        p.capped_by_free_bytes.is_some() && a.oom.is_none(),
         "{:?}",
         p.warnings
     );

@@ -52,7 +52,7 @@ fn names_the_blind_spot(name: &str, text: &str) {
     );
     assert_eq!(plan.physical_check, Some(PhysicalCheck::Probe));
     assert!(
-        plan.capped_by_free.is_some(),
+        plan.capped_by_free_bytes.is_some(),
         "the probe found less than the budget"
     );
 }
@@ -228,7 +228,7 @@ fn an_integrated_gpu_without_a_free_reading_is_bounded_by_the_host() {
     let r = simulate_seeded(file.to_str().unwrap(), StrategyArg::Auto, 0).unwrap();
     let plan = r.runs[0].plan.as_ref().expect("a plan");
     assert_eq!(plan.physical_check, Some(PhysicalCheck::DeviceAvailable));
-    assert!(plan.capped_by_free.is_some(), "{:?}", plan.warnings);
+    assert!(plan.capped_by_free_bytes.is_some(), "{:?}", plan.warnings);
     assert!(plan
         .warnings
         .iter()

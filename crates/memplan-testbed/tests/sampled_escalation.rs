@@ -69,8 +69,8 @@ fn sampling_stays_where_capturing_every_size_would_cost_more_than_the_margin() {
     let plan = a.plan.as_ref().expect("a plan");
     let margin = plan.graph.estimate.as_ref().expect("an estimate").margin;
     assert!(
-        margin * 100 > plan.kv_bytes,
+        margin * 100 > plan.kv_cache_bytes,
         "margin {margin} of {}",
-        plan.kv_bytes
+        plan.kv_cache_bytes
     );
 }

@@ -23,7 +23,7 @@
 //! s.profile_run(|e| e.forward(8192))?;                // activation peak
 //! s.capture_graphs()?;                                // strategy chosen from the capability
 //! let plan = s.plan(request, &kv_spec, limits)?;      // budget, KV blocks, warnings
-//! let kv = s.into_kv_cache(plan.kv_bytes)?;           // post-capture: mapped where graphs point
+//! let kv = s.into_kv_cache(plan.kv_cache_bytes)?;           // post-capture: mapped where graphs point
 //! assert_eq!(kv.map(|r| r.address()), engine.kv_address);
 //! println!("{plan}");
 //! # Ok(())

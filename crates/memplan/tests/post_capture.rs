@@ -96,7 +96,7 @@ fn the_kv_cache_is_mapped_where_the_engine_was_told_before_capture() {
     let (spec, limits) = spec();
     let plan = s.plan(Request::Utilization(0.9), &spec, limits).unwrap();
     let kv = s
-        .into_kv_cache(plan.kv_bytes)
+        .into_kv_cache(plan.kv_cache_bytes)
         .unwrap()
         .expect("post-capture");
 
@@ -106,7 +106,10 @@ fn the_kv_cache_is_mapped_where_the_engine_was_told_before_capture() {
     // The simulator's own record: one mapping, at offset 0 of the range the engine was given.
     let maps = gpu.vmm_mappings();
     assert_eq!(maps, vec![(bound, 0, kv.mapped_bytes())], "{maps:?}");
-    assert!(kv.mapped_bytes() <= plan.kv_bytes && kv.mapped_bytes() > plan.kv_bytes - (2 << 20));
+    assert!(
+        kv.mapped_bytes() <= plan.kv_cache_bytes
+            && kv.mapped_bytes() > plan.kv_cache_bytes - (2 << 20)
+    );
     assert_eq!(
         gpu.truth().live_graphs,
         4,

@@ -34,12 +34,12 @@ fn main() -> memplan::Result<()> {
     s.profile_run(|e| e.forward(limits.max_num_batched_tokens))?;
     s.capture_graphs()?; // strategy chosen from the (calibrated) capability
     let plan = s.plan(request, &kv_spec(), limits)?;
-    let kv = s.into_kv_cache(plan.kv_bytes)?; // post-capture: mapped where the graphs point
+    let kv = s.into_kv_cache(plan.kv_cache_bytes)?; // post-capture: mapped where the graphs point
 
     // The engine allocates.
     let kv_bytes = match &kv {
         Some(range) => range.mapped_bytes(),
-        None => engine.alloc(plan.kv_bytes)?.bytes(),
+        None => engine.alloc(plan.kv_cache_bytes)?.bytes(),
     };
     println!("{plan}");
     match (&kv, engine.kv_address) {

@@ -344,7 +344,7 @@ fn reconcile(
                 if plan.kv.tokens == logged || plan.kv.tokens == 0 {
                     break;
                 }
-                let per_token = plan.kv_budget as f64 / plan.kv.tokens as f64;
+                let per_token = plan.kv_budget_bytes as f64 / plan.kv.tokens as f64;
                 let step = (logged as f64 - plan.kv.tokens as f64) * per_token;
                 let next = ((b as f64 + step).round() as u64).clamp(lo, hi);
                 if next == b {
@@ -389,8 +389,12 @@ fn reconcile(
             a.non_torch_bytes,
             c.bytes(ConsumerKind::NonAllocator),
         ),
-        ("requested memory", requested, plan.requested),
-        ("available KV cache memory", f.kv_available, plan.kv_budget),
+        ("requested memory", requested, plan.requested_bytes),
+        (
+            "available KV cache memory",
+            f.kv_available,
+            plan.kv_budget_bytes,
+        ),
     ];
     if f.graph_subtracted {
         terms.push((
@@ -412,7 +416,7 @@ fn reconcile(
             f.kv_available
                 .and_then(|kv| per_token(kv, logged))
                 .unwrap_or(0),
-            per_token(plan.kv_budget, plan.kv.tokens).unwrap_or(0),
+            per_token(plan.kv_budget_bytes, plan.kv.tokens).unwrap_or(0),
         ),
     };
     plan.warnings.push(memplan_planner::Warning::LogDisagrees {
@@ -799,7 +803,7 @@ mod tests {
         let ctx = context(&a, &m).unwrap();
         let vllm = render_args::engine_args(&p, &ctx, Engine::Vllm).unwrap();
         assert!(
-            vllm.contains(&format!("--kv-cache-memory-bytes {} ", p.kv_budget))
+            vllm.contains(&format!("--kv-cache-memory-bytes {} ", p.kv_budget_bytes))
                 && vllm.contains("--kv-cache-dtype fp8_e4m3"),
             "{vllm}"
         );

@@ -412,13 +412,13 @@ impl PlanBuilder {
             device: self.device,
             model: self.model,
             request: self.request,
-            total: b.total,
-            requested: b.requested,
+            total_bytes: b.total,
+            requested_bytes: b.requested,
             consumers: self.consumers,
             graph: self.graph,
-            kv_budget: b.kv_budget,
-            kv_bytes,
-            capped_by_free,
+            kv_budget_bytes: b.kv_budget,
+            kv_cache_bytes: kv_bytes,
+            capped_by_free_bytes: capped_by_free,
             physical_check,
             kv_spec: self.kv_spec,
             limits: self.limits,
@@ -434,7 +434,7 @@ impl PlanBuilder {
             notes: self.notes,
             warnings,
         };
-        tracing::info!(kv_bytes = plan.kv_bytes, tokens = plan.kv.tokens, strategy = %plan.graph.strategy, "plan ready");
+        tracing::info!(kv_bytes = plan.kv_cache_bytes, tokens = plan.kv.tokens, strategy = %plan.graph.strategy, "plan ready");
         Ok(plan)
     }
 }

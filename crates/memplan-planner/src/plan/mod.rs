@@ -154,24 +154,19 @@ pub struct Plan {
     /// What the engine asked for.
     pub request: Request,
     /// Device total.
-    #[serde(rename = "total_bytes")]
-    pub total: u64,
+    pub total_bytes: u64,
     /// Memory the engine may use.
-    #[serde(rename = "requested_bytes")]
-    pub requested: u64,
+    pub requested_bytes: u64,
     /// What the budget subtracts, each figure with its provenance.
     pub consumers: Consumers,
     /// How graph memory entered the plan.
     pub graph: GraphPlan,
     /// What the budget leaves for the KV cache.
-    #[serde(rename = "kv_budget_bytes")]
-    pub kv_budget: u64,
+    pub kv_budget_bytes: u64,
     /// The KV cache granted: the budget, or less when free memory capped it.
-    #[serde(rename = "kv_cache_bytes")]
-    pub kv_bytes: u64,
+    pub kv_cache_bytes: u64,
     /// Set when free memory capped the KV cache: the cap.
-    #[serde(rename = "capped_by_free_bytes")]
-    pub capped_by_free: Option<u64>,
+    pub capped_by_free_bytes: Option<u64>,
     /// Which reading bounded the KV cache by physically available memory (the driver's free
     /// memory, the device-wide reading or an allocation probe); absent when none could (a dry
     /// run, or a device whose readings see nothing and no probe ran).
@@ -243,7 +238,7 @@ pub fn combine_ranks(plans: Vec<Plan>) -> Result<Plan> {
     let (i, mut p) = plans
         .into_iter()
         .enumerate()
-        .min_by_key(|(i, p)| (p.kv_bytes, *i))
+        .min_by_key(|(i, p)| (p.kv_cache_bytes, *i))
         .ok_or_else(|| Error::param(Param::Ranks, "no rank plans to combine"))?;
     p.ranks = Some(Ranks {
         count: n,

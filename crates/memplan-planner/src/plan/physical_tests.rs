@@ -82,9 +82,9 @@ fn a_process_local_free_reading_is_bounded_by_the_device_wide_one() {
     assert_eq!(planned.physical_check, Some(PhysicalCheck::DeviceAvailable));
     let physically_free = TOTAL - GIB - WEIGHTS - 8 * GIB;
     assert!(
-        planned.kv_bytes + GIB <= physically_free,
+        planned.kv_cache_bytes + GIB <= physically_free,
         "{} + activation fits in {physically_free}",
-        planned.kv_bytes
+        planned.kv_cache_bytes
     );
     assert!(planned.warnings.iter().any(|w| matches!(
         w,
@@ -130,10 +130,10 @@ fn with_neither_reading_the_blind_spot_is_named() {
     // A probe that found 10 GiB caps the plan; one that found everything leaves it.
     let capped = b.clone().probed(10 * GIB, false).build().unwrap();
     assert_eq!(capped.physical_check, Some(PhysicalCheck::Probe));
-    assert!(capped.kv_bytes + GIB <= 10 * GIB);
-    let need = b.needs(plan.kv_bytes);
+    assert!(capped.kv_cache_bytes + GIB <= 10 * GIB);
+    let need = b.needs(plan.kv_cache_bytes);
     let whole = b.probed(need, true).build().unwrap();
-    assert_eq!(whole.kv_bytes, plan.kv_bytes);
+    assert_eq!(whole.kv_cache_bytes, plan.kv_cache_bytes);
     assert_eq!(whole.physical_check, Some(PhysicalCheck::Probe));
 }
 
@@ -203,10 +203,10 @@ fn a_process_local_tolerance_widens_the_margin_and_its_locality_picks_the_check(
         assert_eq!(p.physical_check, Some(PhysicalCheck::DeviceAvailable));
     }
     assert!(
-        a.kv_bytes >= b.kv_bytes + 400 * (1 << 20),
+        a.kv_cache_bytes >= b.kv_cache_bytes + 400 * (1 << 20),
         "the 512 MiB tolerance is a margin: {} vs {}",
-        a.kv_bytes,
-        b.kv_bytes
+        a.kv_cache_bytes,
+        b.kv_cache_bytes
     );
     assert!(b
         .warnings

@@ -47,14 +47,14 @@ fn segments(p: &Plan) -> Vec<Segment> {
         glyph: '.',
         color: "#d3d3d3",
         bytes: p
-            .requested
+            .requested_bytes
             .saturating_sub(p.consumers.total().unwrap_or(u64::MAX).saturating_add(used)),
     });
     v.push(Segment {
         label: "not requested",
         glyph: ' ',
         color: "#ffffff",
-        bytes: p.total.saturating_sub(p.requested),
+        bytes: p.total_bytes.saturating_sub(p.requested_bytes),
     });
     v
 }
@@ -62,7 +62,7 @@ fn segments(p: &Plan) -> Vec<Segment> {
 /// The one-line memory bar over the device total, `cells` wide between brackets. Cells are
 /// rounded to the nearest and never overflow the bar.
 pub fn bar(p: &Plan, cells: u64) -> String {
-    let t = u128::from(p.total.max(1));
+    let t = u128::from(p.total_bytes.max(1));
     let to_cells = |b: u64| ((u128::from(b) * u128::from(cells) + t / 2) / t) as u64;
     let mut s = String::from("[");
     let mut used = 0u64;
@@ -74,7 +74,7 @@ pub fn bar(p: &Plan, cells: u64) -> String {
         s.extend(std::iter::repeat_n(seg.glyph, n as usize));
         used += n;
     }
-    let requested = to_cells(p.requested).clamp(used, cells);
+    let requested = to_cells(p.requested_bytes).clamp(used, cells);
     s.extend(std::iter::repeat_n('.', (requested - used) as usize));
     s.extend(std::iter::repeat_n(' ', (cells - requested) as usize));
     s.push(']');
@@ -101,13 +101,13 @@ pub fn text(p: &Plan, names: &Names) -> String {
     }
     let mut row =
         |k: &str, val: String, note: &str| o.push_str(&format!("  {k:<24} {val:>14}   {note}\n"));
-    row("total", fmt_bytes(p.total), "");
+    row("total", fmt_bytes(p.total_bytes), "");
     row(
         "requested",
-        fmt_bytes(p.requested),
+        fmt_bytes(p.requested_bytes),
         &format!(
             "{:.4} of total ({})",
-            p.requested as f64 / p.total.max(1) as f64,
+            p.requested_bytes as f64 / p.total_bytes.max(1) as f64,
             p.request.describe()
         ),
     );
@@ -131,10 +131,10 @@ pub fn text(p: &Plan, names: &Names) -> String {
     }
     row(
         "= KV cache budget",
-        fmt_bytes(p.kv_budget),
-        &format!("{:.2} GiB", gib(p.kv_budget)),
+        fmt_bytes(p.kv_budget_bytes),
+        &format!("{:.2} GiB", gib(p.kv_budget_bytes)),
     );
-    if let Some(cap) = p.capped_by_free {
+    if let Some(cap) = p.capped_by_free_bytes {
         let by = p.physical_check.map_or("free memory", |c| c.short());
         row(
             &format!("  capped by {by}"),
@@ -217,7 +217,7 @@ pub fn text(p: &Plan, names: &Names) -> String {
 /// left, with a legend.
 pub fn svg(p: &Plan) -> String {
     let (w, h, x0, bar_y) = (900.0, 48.0, 10.0, 58.0);
-    let total = p.total.max(1) as f64;
+    let total = p.total_bytes.max(1) as f64;
     let mut x = x0;
     let title = match (&p.model, &p.device) {
         (Some(m), Some(d)) => format!("{m} on {d}"),
@@ -236,7 +236,7 @@ pub fn svg(p: &Plan) -> String {
          <text x=\"10\" y=\"18\" font-weight=\"bold\">{}: {:.2} GiB total</text>\n\
          <text x=\"10\" y=\"38\">KV cache {} tokens; max concurrency {:.2}x at {} tokens; longest max-model-len {}</text>\n",
         esc(&title),
-        gib(p.total),
+        gib(p.total_bytes),
         p.kv.tokens,
         (p.kv.max_concurrency * 100.0).floor() / 100.0,
         p.limits.max_model_len,
@@ -255,7 +255,7 @@ pub fn svg(p: &Plan) -> String {
             ly += 18.0;
         }
     }
-    let mx = x0 + p.requested.min(p.total) as f64 / total * w;
+    let mx = x0 + p.requested_bytes.min(p.total_bytes) as f64 / total * w;
     let anchor = if mx > 700.0 { "end" } else { "start" };
     out.push_str(&format!(
         "<line x1=\"{mx:.1}\" y1=\"{:.0}\" x2=\"{mx:.1}\" y2=\"{:.0}\" stroke=\"#000\" stroke-width=\"2\" stroke-dasharray=\"4 3\"/>\n\
@@ -263,7 +263,7 @@ pub fn svg(p: &Plan) -> String {
         bar_y - 6.0,
         bar_y + h + 6.0,
         bar_y + h + 20.0,
-        fmt_bytes(p.requested)
+        fmt_bytes(p.requested_bytes)
     ));
     out.push_str("</svg>\n");
     out

@@ -98,8 +98,8 @@ fn free_memory_caps_and_says_so() {
     // Someone holds 8 GiB: the budget would allow more than is free.
     let p = profile(24 * GIB, 23 * GIB, 8 * GIB, 3 * GIB, GIB, 0, None);
     let plan = plan(&p, "t", Request::Utilization(0.9)).unwrap();
-    assert!(plan.capped_by_free.is_some() && plan.kv_bytes < plan.kv_budget);
-    assert!(plan.kv_bytes <= 8 * GIB - GIB);
+    assert!(plan.capped_by_free_bytes.is_some() && plan.kv_cache_bytes < plan.kv_budget_bytes);
+    assert!(plan.kv_cache_bytes <= 8 * GIB - GIB);
     assert!(plan
         .warnings
         .iter()
@@ -193,10 +193,10 @@ proptest! {
             Err(e) => prop_assert!(!e.to_string().is_empty()),
             Ok(plan) => {
                 let used = plan.consumers.total().unwrap();
-                prop_assert!(plan.kv_bytes <= plan.kv_budget);
-                prop_assert!(used + plan.kv_bytes <= plan.requested);
-                prop_assert!(plan.requested <= total);
-                prop_assert!(plan.kv.used_bytes <= plan.kv_bytes);
+                prop_assert!(plan.kv_cache_bytes <= plan.kv_budget_bytes);
+                prop_assert!(used + plan.kv_cache_bytes <= plan.requested_bytes);
+                prop_assert!(plan.requested_bytes <= total);
+                prop_assert!(plan.kv.used_bytes <= plan.kv_cache_bytes);
                 prop_assert!(plan.bar(60).chars().count() == 62);
             }
         }

@@ -28,7 +28,7 @@ pub(crate) fn check(device: &Device, b: PlanBuilder) -> Result<PlanBuilder> {
     let Ok(plan) = b.clone().build() else {
         return Ok(b);
     };
-    let need = b.needs(plan.kv_bytes);
+    let need = b.needs(plan.kv_cache_bytes);
     let got = largest_allocatable(device, need)?;
     tracing::info!(need, got, "allocation probe at the last quiet point");
     Ok(b.probed(got, got >= need))

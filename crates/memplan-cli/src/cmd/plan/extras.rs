@@ -287,7 +287,7 @@ pub fn llama_cpp_answer(a: &Flags, plan: &Plan) -> Result<Vec<String>, Failure> 
     let info = memplan_model::gguf::read(path)?;
     let config = Model::load(&a.model)?.config;
     let c = &plan.consumers;
-    let budget = plan.requested.saturating_sub(
+    let budget = plan.requested_bytes.saturating_sub(
         c.bytes(ConsumerKind::Activation)
             + c.bytes(ConsumerKind::NonAllocator)
             + c.bytes(ConsumerKind::Graphs),

@@ -145,7 +145,7 @@ pub fn engine_args(p: &Plan, c: &Context, e: Engine) -> Result<String, Error> {
             }
             Ok(format!(
                 "--kv-cache-memory-bytes {} --max-model-len {} --max-num-seqs {seqs} --max-num-batched-tokens {tokens} --block-size {block} --tensor-parallel-size {tp} --kv-cache-dtype {kv}{extra}",
-                p.kv_budget, p.limits.max_model_len,
+                p.kv_budget_bytes, p.limits.max_model_len,
             ))
         }
         Engine::Sglang => {
@@ -158,8 +158,9 @@ pub fn engine_args(p: &Plan, c: &Context, e: Engine) -> Result<String, Error> {
             // engine holds besides the weights (its context, library workspaces); the planned
             // request covers that, so its fraction (rounded up) lets the pool reach the cap,
             // and the cap keeps it at the planned size.
-            let frac =
-                ((p.requested as f64 / p.total.max(1) as f64 * 1000.0) - 1e-6).ceil() / 1000.0;
+            let frac = ((p.requested_bytes as f64 / p.total_bytes.max(1) as f64 * 1000.0) - 1e-6)
+                .ceil()
+                / 1000.0;
             Ok(format!(
                 "--max-total-tokens {} --mem-fraction-static {:.3} --context-length {} --max-running-requests {seqs} --page-size {block} --tp-size {tp} --kv-cache-dtype {kv}{extra}",
                 p.kv.tokens,
