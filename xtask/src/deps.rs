@@ -143,7 +143,35 @@ pub fn package() -> Result<(), String> {
             "--allow-dirty",
             "--offline",
         ],
-    )
+    )?;
+    licenses_packaged()
+}
+
+/// Every package carries both license texts its `license = "MIT OR Apache-2.0"` names (each
+/// crate folder links to the root's `LICENSE-MIT` and `LICENSE-APACHE`; cargo packages the
+/// link's target). Counted in `cargo package --list`: one `Cargo.toml.orig` per package.
+fn licenses_packaged() -> Result<(), String> {
+    let list = capture(&[
+        "cargo",
+        "package",
+        "--list",
+        "--workspace",
+        "--allow-dirty",
+        "--offline",
+    ])?;
+    let count = |name: &str| list.lines().filter(|l| l.trim() == name).count();
+    let packages = count("Cargo.toml.orig");
+    for license in ["LICENSE-MIT", "LICENSE-APACHE"] {
+        let n = count(license);
+        if n != packages {
+            return Err(format!(
+                "[package] {n} of {packages} packages include {license}: link it into every \
+                 crate folder (ln -s ../../{license} crates/NAME/{license})"
+            ));
+        }
+    }
+    println!("    both license files in each of the {packages} packages");
+    Ok(())
 }
 
 /// Build the CLI with every backend and check that no vendor library is NEEDED: a binary with
