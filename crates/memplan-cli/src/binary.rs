@@ -21,7 +21,7 @@ where
     let json = cli::wants_json(args.iter().skip(1));
     let cli = match Cli::try_parse_from(&args) {
         Ok(c) => c,
-        Err(e) => return parse_error(&e, json),
+        Err(e) => return parse_error(&e, json, &args),
     };
     crate::output::init_logging(cli.log.as_deref());
     let json = cli.command.json();
@@ -37,7 +37,7 @@ where
                 Err(f) => fail(&f, false),
             }
         }
-        Err(f) => fail(&f, json),
+        Err(f) => fail(&f.as_passed(&args), json),
     }
 }
 
@@ -51,9 +51,14 @@ fn fail(f: &Failure, json: bool) -> u8 {
     f.class.code()
 }
 
-fn parse_error(e: &clap::Error, json: bool) -> u8 {
-    match parse_failure(e) {
-        // --help, --version: clap's text on stdout, exit 0.
+fn parse_error(e: &clap::Error, json: bool, args: &[OsString]) -> u8 {
+    match parse_failure(e).map(|f| f.as_passed(args)) {
+        // --help, --version: clap's text on stdout, exit 0; under --json the same text in
+        // one `memplan.help/1` object.
+        None if json => match write_stdout(&json_text(&crate::help_json(e))) {
+            Ok(_) => 0,
+            Err(f) => fail(&f, false),
+        },
         None => match write_stdout(&e.render().to_string()) {
             Ok(_) => 0,
             Err(f) => fail(&f, false),
@@ -61,7 +66,7 @@ fn parse_error(e: &clap::Error, json: bool) -> u8 {
         Some(f) if json => fail(&f, true),
         Some(f) => {
             // clap's own rendering (usage and hints) for people.
-            let text = e.render().to_string();
+            let text = crate::flags::as_passed(&e.render().to_string(), args);
             for line in text.trim_end().lines() {
                 eprint_line(line);
             }

@@ -28,6 +28,8 @@ pub mod schema {
     pub const SCENARIOS: &str = "memplan.scenarios/1";
     /// Any failure under `--json`.
     pub const ERROR: &str = "memplan.error/1";
+    /// `--help` or `--version` under `--json`: the text people read, as one JSON string.
+    pub const HELP: &str = "memplan.help/1";
 }
 
 /// How a run ended, as an exit code.
@@ -90,6 +92,16 @@ impl Failure {
     /// Add a help value.
     pub fn with_help(mut self, key: &str, value: impl Into<Value>) -> Self {
         self.help.insert(key.to_string(), value.into());
+        self
+    }
+
+    /// The same failure worded with the flags as the command line `args` typed them (an
+    /// alias such as `--pp` where clap or the library named `--pipeline-parallel-size`).
+    pub fn as_passed<T: AsRef<std::ffi::OsStr>>(mut self, args: &[T]) -> Self {
+        self.message = crate::flags::as_passed(&self.message, args);
+        if let Some(Value::String(u)) = self.help.get_mut("usage") {
+            *u = crate::flags::as_passed(u, args);
+        }
         self
     }
 

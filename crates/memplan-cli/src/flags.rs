@@ -32,6 +32,54 @@ pub fn flag_name(p: Param) -> String {
     .to_string()
 }
 
+/// `text` (an error about the command line `args`) worded with the flags as they were typed:
+/// where the user wrote a flag's alias (`--pp`, `--tp`) and not its long name, clap's message
+/// names the long name (`--pipeline-parallel-size`); this puts the alias back, so an error
+/// names only flags the user passed.
+pub fn as_passed<T: AsRef<std::ffi::OsStr>>(text: &str, args: &[T]) -> String {
+    use clap::CommandFactory;
+    let typed = |name: &str| {
+        args.iter().any(|a| {
+            a.as_ref().to_str().is_some_and(|a| {
+                a == name || a.strip_prefix(name).is_some_and(|r| r.starts_with('='))
+            })
+        })
+    };
+    let mut out = text.to_string();
+    let cli = crate::Cli::command();
+    for cmd in std::iter::once(&cli).chain(cli.get_subcommands()) {
+        for arg in cmd.get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            let long = format!("--{long}");
+            if typed(&long) || !out.contains(&long) {
+                continue;
+            }
+            let aliases = arg.get_all_aliases().unwrap_or_default();
+            if let Some(alias) = aliases.iter().map(|a| format!("--{a}")).find(|a| typed(a)) {
+                // Whole flag names only: `--tp` must not turn `--tp-size` into `--tp-size`.
+                out = replace_flag(&out, &long, &alias);
+            }
+        }
+    }
+    out
+}
+
+/// `text` with every whole occurrence of the flag `from` (not followed by a name character)
+/// replaced by `to`.
+fn replace_flag(text: &str, from: &str, to: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find(from) {
+        let after = &rest[i + from.len()..];
+        let whole = !after.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        out.push_str(&rest[..i]);
+        out.push_str(if whole { to } else { from });
+        rest = after;
+    }
+    out.push_str(rest);
+    out
+}
+
 /// An error as the command line prints it: parameters as flags, refusals with the flag values
 /// that would fit.
 pub fn describe(e: &Error) -> String {
@@ -71,6 +119,32 @@ mod tests {
                 && d.contains("--kv-cache-memory-bytes")
                 && !d.contains("lower --max-num-batched-tokens or raise"),
             "{d}"
+        );
+    }
+
+    #[test]
+    fn errors_name_the_alias_the_user_typed() {
+        let msg = "invalid value '0' for '--pipeline-parallel-size <N>': 0 is outside 1..=1024";
+        assert_eq!(
+            as_passed(msg, &["plan", "--pp", "0"]),
+            "invalid value '0' for '--pp <N>': 0 is outside 1..=1024"
+        );
+        assert_eq!(
+            as_passed(msg, &["plan", "--pp=0"]),
+            as_passed(msg, &["--pp", "0"])
+        );
+        // The long name typed: unchanged.
+        assert_eq!(
+            as_passed(msg, &["plan", "--pipeline-parallel-size", "0"]),
+            msg
+        );
+        assert_eq!(
+            as_passed("--tensor-parallel-size: 4 does not divide", &["--tp", "4"]),
+            "--tp: 4 does not divide"
+        );
+        assert_eq!(
+            replace_flag("--tp-x --tp, --tp", "--tp", "--t"),
+            "--tp-x --t, --t"
         );
     }
 

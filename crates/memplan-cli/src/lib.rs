@@ -68,24 +68,42 @@ pub fn execute(command: Command) -> Result<Report, Failure> {
 
 /// Run a command line (without the program name) and return the exit code and the JSON
 /// the CLI prints with `--json`: the command's object, or the `memplan.error/1` envelope.
-/// `--help` and `--version` give code 0 and their text as a JSON string.
+/// `--help` and `--version` give code 0 and a `memplan.help/1` object ([`help_json`]).
 pub fn run_json<I, T>(args: I) -> (u8, Value)
 where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    let argv = std::iter::once(std::ffi::OsString::from("memplan"))
-        .chain(args.into_iter().map(Into::into));
-    match Cli::try_parse_from(argv) {
+    let argv: Vec<std::ffi::OsString> = std::iter::once(std::ffi::OsString::from("memplan"))
+        .chain(args.into_iter().map(Into::into))
+        .collect();
+    match Cli::try_parse_from(&argv) {
         Ok(cli) => match execute(cli.command) {
             Ok(r) => (0, r.json),
-            Err(f) => (f.class.code(), f.json()),
+            Err(f) => {
+                let f = f.as_passed(&argv);
+                (f.class.code(), f.json())
+            }
         },
-        Err(e) => match parse_failure(&e) {
+        Err(e) => match parse_failure(&e).map(|f| f.as_passed(&argv)) {
             Some(f) => (f.class.code(), f.json()),
-            None => (0, Value::String(e.to_string())),
+            None => (0, help_json(&e)),
         },
     }
+}
+
+/// `--help` or `--version` under `--json`: one `memplan.help/1` object whose `text` is what
+/// is printed without `--json` (so a script that always passes `--json` still reads JSON).
+pub fn help_json(e: &clap::Error) -> Value {
+    let kind = match e.kind() {
+        clap::error::ErrorKind::DisplayVersion => "version",
+        _ => "help",
+    };
+    serde_json::json!({
+        "schema": contract::schema::HELP,
+        "kind": kind,
+        "text": e.render().to_string(),
+    })
 }
 
 /// A clap error as a usage failure; `None` for `--help` and `--version`, which are not

@@ -53,6 +53,16 @@ fn json_of(args: &[&str], code: i32, kind: &str) -> Value {
 #[test]
 fn every_json_output_matches_its_schema() {
     json_of(&["devices", "--json"], 0, "devices");
+    // --help and --version under --json: the same text in one object, not bare text.
+    for args in [
+        &["--help", "--json"][..],
+        &["plan", "--help", "--json"],
+        &["simulate", "--json", "-h"],
+        &["--version", "--json"],
+    ] {
+        let h = json_of(args, 0, "help");
+        assert!(h["text"].as_str().unwrap().contains("memplan"), "{h}");
+    }
     json_of(&["probe", "sim:rtx4090", "--json"], 0, "probe");
     json_of(&["probe", "sim:strix-halo", "--json"], 0, "probe");
     let p = json_of(

@@ -149,6 +149,14 @@ const FLAGS: &[&str] = &[
     "--svg",
     "--bogus",
     "--",
+    "--pp",
+    "--speculative-model",
+    "--num-speculative-tokens",
+    "--max-loras",
+    "--max-lora-rank",
+    "--cpu-offload-gb",
+    "--engine",
+    "--help",
 ];
 
 fn scale() -> usize {
@@ -172,7 +180,12 @@ fn value_for(flag: &str, r: &mut Rng, dir: &Path) -> String {
         | "--max-num-seqs"
         | "--max-num-batched-tokens"
         | "--block-size"
-        | "--tp" => {
+        | "--tp"
+        | "--pp"
+        | "--num-speculative-tokens"
+        | "--max-loras"
+        | "--max-lora-rank"
+        | "--cpu-offload-gb" => {
             if r.chance(50) {
                 r.pick(NUMBERS).to_string()
             } else {
@@ -188,7 +201,21 @@ fn value_for(flag: &str, r: &mut Rng, dir: &Path) -> String {
         "--graph-strategy" => r
             .pick(&["auto", "none", "full", "vllm-legacy", "bogus"])
             .to_string(),
-        "--emit-args" => r.pick(&["vllm", "sglang", "tensorrt"]).to_string(),
+        "--emit-args" | "--engine" => r
+            .pick(&[
+                "vllm",
+                "sglang",
+                "tensorrt",
+                "vllm@0.19",
+                "vllm@0.34.1",
+                "vllm@0.35",
+                "sglang@0.5.23",
+                "vllm@",
+                "vllm@99999999999999999999.1",
+                "VLLM@0.27.1",
+            ])
+            .to_string(),
+        "--speculative-model" => r.pick(MODELS).to_string(),
         "--device" => r.pick(DEVICES).to_string(),
         "--svg" => dir.join("out.svg").display().to_string(),
         _ => r.pick(BYTES).to_string(),
@@ -240,7 +267,10 @@ fn argv(r: &mut Rng, dir: &Path) -> Vec<String> {
             for _ in 0..r.below(6) {
                 let f = r.pick(FLAGS);
                 a.push(f.to_string());
-                if !matches!(f, "--enforce-eager" | "--json" | "--bogus" | "--") {
+                if !matches!(
+                    f,
+                    "--enforce-eager" | "--json" | "--bogus" | "--" | "--help"
+                ) {
                     a.push(value_for(f, r, dir));
                 }
             }
@@ -418,10 +448,9 @@ fn check(args: &[String]) -> Result<i32, String> {
     if stderr.contains("panicked") || stderr.contains("RUST_BACKTRACE") {
         return Err(format!("{args:?}: panic: {stderr}"));
     }
-    // Help and completions print text even beside --json; everything else prints JSON.
-    let text_only = args
-        .iter()
-        .any(|a| a == "completions" || a == "help" || a == "--help");
+    // Completions print a script even beside --json; everything else prints JSON (`--help`
+    // and `--version` a `memplan.help/1` object).
+    let text_only = args.iter().any(|a| a == "completions");
     if json && (code != Some(0) || !text_only) {
         match serde_json::from_slice::<Value>(&stdout) {
             Ok(Value::Object(m)) if m.get("schema").is_some_and(Value::is_string) => {}

@@ -69,6 +69,34 @@ pub const ENGINE_LOG: Limit = Limit {
     max_bytes: 256 * MIB,
 };
 
+/// A Hugging Face cache ref (`refs/main`): one commit hash, 40 bytes in practice.
+pub const HF_REF: Limit = Limit {
+    what: "Hugging Face cache ref",
+    max_bytes: 1024,
+};
+
+/// The real path of `path` (every link followed, `..` resolved) when it lies inside `root`
+/// (a real path itself, from [`std::fs::canonicalize`]); otherwise an error naming the path,
+/// where it leads and the folder it had to stay in (`inside` describes that folder). Nothing
+/// is opened: a FIFO or device is resolved without blocking.
+pub fn confined(path: &Path, root: &Path, inside: &str) -> Result<std::path::PathBuf> {
+    let real = std::fs::canonicalize(path).map_err(|source| Error::Io {
+        path: path.display().to_string(),
+        source,
+    })?;
+    if real.starts_with(root) {
+        return Ok(real);
+    }
+    Err(Error::file(
+        path.display().to_string(),
+        format!(
+            "leads to {}, outside {inside} {}; memplan reads only files inside it",
+            real.display(),
+            root.display()
+        ),
+    ))
+}
+
 /// Open `path` for reading after checking that it names a regular file; returns the file and
 /// its size. Used directly by readers that read a file in parts (safetensors headers), which
 /// then bound what they read themselves.
@@ -121,6 +149,20 @@ fn file_kind(meta: &std::fs::Metadata) -> &'static str {
         }
     }
     "a special file"
+}
+
+/// Check a path memplan will write (`--svg FILE`) before writing it: it may be absent (it is
+/// created) or a regular file (replaced), never a directory, FIFO, socket or device (writing
+/// to a FIFO blocks until someone reads it; a device is not where a picture goes).
+pub fn check_output(path: &Path, what: &str) -> Result<()> {
+    match std::fs::metadata(path) {
+        Ok(meta) => check_kind(path, what, &meta),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(Error::Io {
+            path: path.display().to_string(),
+            source,
+        }),
+    }
 }
 
 /// Read a whole file of the given kind: a regular file, non-empty, at most
@@ -289,7 +331,14 @@ mod tests {
             // Opening a FIFO would block this test forever; it must be refused before.
             let e = read_bounded(&fifo, TINY).unwrap_err().to_string();
             assert!(e.contains("FIFO"), "{e}");
+            let e = check_output(&fifo, "picture").unwrap_err().to_string();
+            assert!(e.contains("FIFO") && e.contains("picture"), "{e}");
         }
+        assert!(check_output(&d.join("new.svg"), "picture").is_ok());
+        std::fs::write(d.join("old.svg"), "x").unwrap();
+        assert!(check_output(&d.join("old.svg"), "picture").is_ok());
+        assert!(check_output(&d, "picture").is_err());
+        assert!(check_output(Path::new("/dev/null"), "picture").is_err());
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

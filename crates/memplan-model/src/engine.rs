@@ -249,8 +249,11 @@ impl FromStr for EngineRules {
             have.truncate(want.len());
             have
         };
-        let newest = cmp(table.last().expect("table is not empty"));
-        if want > newest {
+        // A release newer than the last row is refused, except a patch release of the last
+        // row's minor version (`0.34.1` of a `0.34` row): rules change at minor releases, and
+        // a patch release keeps its minor's rules (the plan's notes say so).
+        let last = row(table.last().expect("table is not empty"));
+        if want[..want.len().min(last.len())] > last[..want.len().min(last.len())] {
             return Err(Error::param(
                 Param::Engine,
                 format!("{name}@{version} is newer than memplan's rules; memplan knows {range}"),
@@ -301,7 +304,29 @@ mod tests {
             "VLLM@0.34".parse::<EngineRules>().unwrap().to_string(),
             "vllm@0.34"
         );
-        for bad in ["vllm@0.18", "vllm@0.35", "vllm@x", "tgi", "vllm@1.2.3.4"] {
+        // Patch releases of the newest minor keep its rules.
+        assert_eq!(
+            "vllm@0.34.1".parse::<EngineRules>().unwrap().version,
+            "0.34"
+        );
+        assert_eq!(
+            "sglang@0.5.23".parse::<EngineRules>().unwrap().version,
+            "0.5"
+        );
+        for bad in [
+            "vllm@0.18",
+            "vllm@0.35",
+            "vllm@0.35.0",
+            "vllm@1",
+            "sglang@0.6.1",
+            "vllm@x",
+            "tgi",
+            "vllm@1.2.3.4",
+            "vllm@",
+            "vllm@0..34",
+            "vllm@-0.34",
+            "vllm@99999999999999999999",
+        ] {
             let e = bad.parse::<EngineRules>().unwrap_err().to_string();
             assert!(e.starts_with("engine release: "), "{e}");
             assert!(matches!(

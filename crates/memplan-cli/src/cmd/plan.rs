@@ -16,7 +16,7 @@ mod flags;
 mod render_args;
 
 use memplan::kv::KvDtype;
-use memplan::{DriverMemory, Error, MemoryInfo, Param, ProfilingCapability};
+use memplan::{DriverMemory, Error, MemoryInfo, Param, ProfilingCapability, Refusal};
 use memplan_model::dryrun::{DryRun, GraphReserve};
 use memplan_model::engine::EngineRules;
 use memplan_model::{dtype_bytes, Model, Quantization};
@@ -46,6 +46,22 @@ fn engine_rules(a: &Flags) -> Result<EngineRules, Error> {
         (None, Some((_, e))) => e.parse(),
         (None, None) => Ok(EngineRules::newest_vllm().clone()),
     }
+}
+
+/// When the release asked for is not a row of the rules table (a patch release such as
+/// `vllm@0.34.1`, or a release between two rule changes), the note saying whose rules apply.
+fn engine_note(a: &Flags) -> Option<String> {
+    let given = a
+        .engine
+        .as_deref()
+        .or(a.emit_args.as_ref().map(|(_, e)| e.as_str()))?;
+    let (_, version) = given.split_once('@')?;
+    let rules = engine_rules(a).ok()?;
+    (version != rules.version).then(|| {
+        format!(
+            "engine {given}: planned with the rules of {rules}, the last release memplan lists at or before it (sizing rules change only at the listed releases; a patch release keeps its minor version's rules)"
+        )
+    })
 }
 
 /// Flags of `memplan plan` (boxed: the subcommand enum stays small).
@@ -191,6 +207,20 @@ fn input(a: &Flags, model: &Model, t: &Target) -> Result<DryRun, Failure> {
     // read now gives free / total.
     let default_util = if engine.extensible_kv_cache {
         match t.snapshot.as_ref().and_then(|s| s.driver.free) {
+            // Other processes hold the whole device: nothing the engine could start with.
+            // That is a plan that does not fit (exit 1), not a utilisation the user gave.
+            Some(0) if a.gpu_memory_utilization.is_none() && a.kv_cache_memory_bytes.is_none() => {
+                return Err(Error::does_not_fit(Refusal::FreeBelowRequested {
+                    free: 0,
+                    total: t.total,
+                    requested: t.total,
+                    request: format!(
+                        "{engine}'s default: GPU memory utilisation 1.0, the KV cache taking what is free once the engine has started"
+                    ),
+                    held_by_allocator: None,
+                })
+                .into());
+            }
             Some(free) if t.total > 0 && free < t.total => free as f64 / t.total as f64,
             _ => 1.0,
         }
@@ -432,6 +462,9 @@ fn reconcile(
 /// Run `memplan plan`.
 pub fn run(a: Args) -> Result<Report, Failure> {
     let mut a = *a.flags;
+    if let Some(path) = &a.svg {
+        memplan::input::check_output(path, "--svg picture")?;
+    }
     let log = extras::apply_log(&mut a)?;
     if let (Some(f), Some(dev), None) = (&log.figures, &a.device, a.total_memory) {
         if let Some(logged) = f.total {
@@ -443,6 +476,7 @@ pub fn run(a: Args) -> Result<Report, Failure> {
         plan = reconcile(&mut a, f, log.anchored, plan)?;
     }
     plan.notes.extend(log.notes);
+    plan.notes.extend(engine_note(&a));
     plan.notes.extend(extras::llama_cpp_answer(&a, &plan)?);
     let text = match &a.emit_args {
         Some((engine, _)) => format!(
@@ -473,9 +507,16 @@ mod tests {
     }
 
     fn try_flags(flags: &str) -> Result<Flags, Failure> {
-        Cli::try_parse_from(std::iter::once("plan").chain(flags.split_whitespace()))
+        let args: Vec<&str> = std::iter::once("plan")
+            .chain(flags.split_whitespace())
+            .collect();
+        Cli::try_parse_from(&args)
             .map(|c| *c.args.flags)
-            .map_err(|e| crate::parse_failure(&e).expect("an error, not --help"))
+            .map_err(|e| {
+                crate::parse_failure(&e)
+                    .expect("an error, not --help")
+                    .as_passed(&args)
+            })
     }
 
     fn flags(flags: &str) -> Flags {
@@ -902,6 +943,91 @@ mod tests {
         // declares it), not the VRAM aperture: the plan uses the usable memory.
         let j = plan("--model qwen3-8b --device sim:strix-halo --max-model-len 8192").unwrap();
         assert_eq!(j["total_bytes"], 64u64 << 30, "{j}");
+    }
+
+    #[test]
+    fn every_count_flag_outside_its_range_is_a_usage_error_naming_it() {
+        let base = "--model qwen3-8b --total-memory 80GiB";
+        let flags = [
+            ("--pp", ""),
+            ("--pipeline-parallel-size", ""),
+            ("--max-loras", ""),
+            ("--max-lora-rank", "--max-loras 1"),
+            (
+                "--num-speculative-tokens",
+                "--speculative-model qwen2.5-0.5b-instruct",
+            ),
+            ("--cpu-offload-gb", ""),
+            ("--tp", ""),
+            ("--max-model-len", ""),
+            ("--max-num-seqs", ""),
+            ("--max-num-batched-tokens", ""),
+            ("--block-size", ""),
+        ];
+        let values = [
+            "-1",
+            "18446744073709551615",
+            "18446744073709551616",
+            "1e308",
+            "NaN",
+            "inf",
+            "0x10",
+            "1_000",
+        ];
+        for (flag, extra) in flags {
+            for v in values.iter().chain(
+                // 0 is a valid amount of offloaded weights; a count of 0 is not.
+                (flag != "--cpu-offload-gb").then_some(&"0"),
+            ) {
+                let f = format!("{base} {extra} {flag}={v}");
+                let e = try_flags(&f).unwrap_err();
+                assert_eq!(e.class, crate::ExitClass::Usage, "{f}: {e:?}");
+                assert!(e.message.contains(flag), "{f}: {}", e.message);
+            }
+        }
+        // Flags that only mean something beside another are refused without it.
+        for f in ["--num-speculative-tokens 3", "--max-lora-rank 64"] {
+            let e = try_flags(&format!("{base} {f}")).unwrap_err();
+            assert_eq!(e.class, crate::ExitClass::Usage, "{f}: {e:?}");
+        }
+    }
+
+    #[test]
+    fn a_patch_release_takes_its_minor_versions_rules_and_says_so() {
+        for (engine, rules) in [
+            ("vllm@0.34.1", "vllm@0.34"),
+            ("sglang@0.5.23", "sglang@0.5"),
+            ("vllm@0.27.1", "vllm@0.26"),
+        ] {
+            let a = flags(&format!(
+                "--model qwen3-8b --total-memory 80GiB --max-model-len 8192 --engine {engine}"
+            ));
+            let n = engine_note(&a).unwrap();
+            assert!(n.contains(engine) && n.contains(rules), "{n}");
+            assert!(plan_ranks(&a).is_ok());
+        }
+        let a = flags("--model qwen3-8b --total-memory 80GiB --engine vllm@0.34");
+        assert_eq!(engine_note(&a), None);
+        let e =
+            try_flags("--model qwen3-8b --total-memory 80GiB --engine vllm@0.35.0").unwrap_err();
+        assert!(
+            e.message.contains("--engine") && e.message.contains("newer"),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn a_device_held_entirely_by_other_processes_does_not_fit() {
+        for engine in ["", "--engine vllm@0.32", "--engine sglang"] {
+            let f = format!("--model qwen3-8b --device sim:rtx4090,other=24GiB {engine}");
+            let e = plan(&f).unwrap_err();
+            assert_eq!(
+                (e.class, e.kind),
+                (crate::ExitClass::Failure, "does_not_fit"),
+                "{f}: {e:?}"
+            );
+            assert!(!e.message.contains("--gpu-memory-utilization:"), "{e:?}");
+        }
     }
 
     #[test]

@@ -241,11 +241,8 @@ pub fn apply_log(a: &mut Flags) -> Result<LogContext, Failure> {
 
 /// The other memory users from the flags.
 pub fn extras(a: &Flags) -> Result<Extras, Failure> {
-    if !(a.cpu_offload_gb.is_finite() && a.cpu_offload_gb >= 0.0) {
-        return Err(Failure::usage(
-            "--cpu-offload-gb must be a non-negative number of GiB",
-        ));
-    }
+    // `--cpu-offload-gb` is checked where it is parsed (finite, 0 to 1 PiB): the product
+    // stays far inside 64 bits.
     if let Some(stage) = a
         .pipeline_stage
         .filter(|s| *s >= a.pipeline_parallel_size.max(1))

@@ -17,6 +17,17 @@ pub use memplan_model::limits::{
 pub const MAX_CAPTURE_SIZES: usize = 1024;
 /// See [`MAX_CAPTURE_SIZES`].
 pub const MAX_CAPTURE_SIZE: u64 = 1 << 20;
+/// Largest `--pipeline-parallel-size` (the model's layer count bounds it further).
+pub const MAX_PP: u64 = 1024;
+/// Largest `--num-speculative-tokens` (vLLM takes any count above 0; real drafts propose at
+/// most a few dozen).
+pub const MAX_SPECULATIVE_TOKENS: u64 = 1024;
+/// Largest `--max-loras` (vLLM takes any count from 1, `LoRAConfig.max_loras`).
+pub const MAX_LORAS: u64 = 1024;
+/// The LoRA ranks vLLM accepts (`MaxLoRARanks`, vllm/config/lora.py, 0.34.0).
+pub const LORA_RANKS: &[u64] = &[1, 8, 16, 32, 64, 128, 256, 320, 512];
+/// Largest `--cpu-offload-gb`: [`MAX_BYTES`] in GiB.
+pub const MAX_CPU_OFFLOAD_GIB: f64 = (MAX_BYTES >> 30) as f64;
 
 fn bytes(flag: &'static str) -> impl Fn(&str) -> Result<u64, String> + Clone {
     move |s| {
@@ -71,6 +82,36 @@ fn utilization(s: &str) -> Result<f64, String> {
 
 fn capture_size(s: &str) -> Result<u64, String> {
     count(MAX_CAPTURE_SIZE)(s)
+}
+
+/// `--max-lora-rank`: one of the ranks vLLM accepts.
+fn lora_rank(s: &str) -> Result<u64, String> {
+    let n: u64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a whole number"))?;
+    if !LORA_RANKS.contains(&n) {
+        let ranks: Vec<String> = LORA_RANKS.iter().map(u64::to_string).collect();
+        return Err(format!(
+            "{n} is not a LoRA rank vLLM accepts ({})",
+            ranks.join(", ")
+        ));
+    }
+    Ok(n)
+}
+
+/// `--cpu-offload-gb`: a finite number of GiB from 0 to [`MAX_CPU_OFFLOAD_GIB`].
+fn offload_gib(s: &str) -> Result<f64, String> {
+    let g: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of GiB"))?;
+    if !(g.is_finite() && (0.0..=MAX_CPU_OFFLOAD_GIB).contains(&g)) {
+        return Err(format!(
+            "{s} is outside 0..={MAX_CPU_OFFLOAD_GIB} GiB (vLLM takes any size from 0)"
+        ));
+    }
+    Ok(g)
 }
 
 /// `--kv-cache-dtype`: `auto` (`None`: the model dtype) or a dtype.
@@ -253,7 +294,7 @@ pub struct Flags {
     pub from_log: Option<PathBuf>,
     /// Pipeline-parallel stages: each stage is planned on its own layers (vLLM's split) and
     /// the engine sizes every stage like the one with the fewest blocks.
-    #[arg(long, visible_alias = "pp", default_value_t = 1)]
+    #[arg(long, visible_alias = "pp", value_name = "N", default_value = "1", value_parser = count(MAX_PP))]
     pub pipeline_parallel_size: u64,
     /// Plan only this pipeline stage (from 0) of --pipeline-parallel-size: the plan of one
     /// rank of that stage, for ranks that plan their own GPU and combine their plans
@@ -264,17 +305,17 @@ pub struct Flags {
     /// weights, and its KV layers in the same pool.
     #[arg(long, value_name = "NAME|PATH")]
     pub speculative_model: Option<String>,
-    /// Tokens the draft proposes per step.
-    #[arg(long, default_value_t = 1)]
+    /// Tokens the draft proposes per step (with --speculative-model).
+    #[arg(long, value_name = "N", default_value = "1", requires = "speculative_model", value_parser = count(MAX_SPECULATIVE_TOKENS))]
     pub num_speculative_tokens: u64,
     /// LoRA adapter slots pre-allocated on the device (enables LoRA).
-    #[arg(long)]
+    #[arg(long, value_name = "N", value_parser = count(MAX_LORAS))]
     pub max_loras: Option<u64>,
-    /// Largest LoRA rank.
-    #[arg(long, default_value_t = 16)]
+    /// Largest LoRA rank (with --max-loras): 1, 8, 16, 32, 64, 128, 256, 320 or 512.
+    #[arg(long, value_name = "RANK", default_value = "16", requires = "max_loras", value_parser = lora_rank)]
     pub max_lora_rank: u64,
     /// Weights kept in host memory, in GiB (vLLM `--cpu-offload-gb`).
-    #[arg(long, value_name = "GIB", default_value_t = 0.0)]
+    #[arg(long, value_name = "GIB", default_value = "0", value_parser = offload_gib)]
     pub cpu_offload_gb: f64,
     /// Print JSON (`memplan.plan/1`) instead of the table.
     #[arg(long)]
@@ -329,5 +370,13 @@ mod tests {
         assert!(device("nonsense:0").is_err());
         assert!(bytes("--x")("2PiB").is_err() && bytes("--x")("2000TiB").is_err());
         assert!(positive_bytes("--x")("0").is_err());
+        assert_eq!(lora_rank("64").unwrap(), 64);
+        for bad in ["0", "17", "1024", "-1", "x", "18446744073709551616"] {
+            assert!(lora_rank(bad).is_err(), "{bad}");
+        }
+        assert_eq!(offload_gib("2.5").unwrap(), 2.5);
+        for bad in ["-1", "NaN", "inf", "1e308", "-0.0001", "x"] {
+            assert!(offload_gib(bad).is_err(), "{bad}");
+        }
     }
 }
