@@ -5,7 +5,10 @@
 //! with the standard keys plans (the plan notes which rule read it); multimodal wrappers are
 //! read through their language model (`text_config`, `llm_config`, `language_config`);
 //! layer kinds (full, sliding, chunked local, recurrent state, cross-attention, none) come
-//! from `layer_types` or the family's own pattern keys.
+//! from `layer_types` or the family's own pattern keys; layers with their own head counts and
+//! MLP widths (Nemotron-NAS `block_configs`, OpenELM) keep them per layer
+//! ([`ModelConfig::layer_shapes`]), and per-layer structure no reader consumed is refused
+//! naming its key ([`crate::arch::guard`]).
 //!
 //! Every missing required key, wrong type or absurd value is a one-line error naming the key.
 
@@ -48,6 +51,36 @@ pub enum LayerKind {
     None,
 }
 
+/// One layer's own shape, where the config describes layers individually (Nemotron-NAS
+/// `block_configs`, per-layer head or MLP lists such as OpenELM's and Gemma 3n's). A model
+/// whose layers all share the model-wide shape has no per-layer shapes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct LayerShape {
+    /// Query heads (0: the layer has no attention).
+    pub heads: u64,
+    /// KV heads (0: the layer has no attention).
+    pub kv_heads: u64,
+    /// Dense MLP intermediate size (0: the layer has no MLP).
+    pub intermediate: u64,
+}
+
+impl LayerShape {
+    /// A layer of `heads` query and `kv_heads` KV heads and an MLP of `intermediate`.
+    pub const fn new(heads: u64, kv_heads: u64, intermediate: u64) -> Self {
+        Self {
+            heads,
+            kv_heads,
+            intermediate,
+        }
+    }
+
+    /// Whether the layer attends (and so keeps a KV cache).
+    pub const fn has_attention(&self) -> bool {
+        self.kv_heads > 0
+    }
+}
+
 /// Routed-expert facts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
@@ -60,7 +93,8 @@ pub struct Moe {
     pub expert_intermediate: u64,
     /// Intermediate size of the shared experts together (0 when none).
     pub shared_intermediate: u64,
-    /// Leading layers that stay dense (DeepSeek `first_k_dense_replace`).
+    /// Layers without routed experts (DeepSeek's `first_k_dense_replace`, Jamba's and Llama 4's
+    /// interleaves, Qwen's `mlp_only_layers`).
     pub dense_layers: u64,
 }
 
@@ -128,6 +162,10 @@ pub struct ModelConfig {
     pub qkv_bias: bool,
     /// Per decoder layer: what it keeps in the KV cache.
     pub layers: Vec<LayerKind>,
+    /// Per decoder layer: its own head counts and MLP size, where the config describes layers
+    /// individually; empty when every layer has the model-wide shape (`num_heads`,
+    /// `num_kv_heads`, `intermediate_size`).
+    pub layer_shapes: Vec<LayerShape>,
     /// The recurrent state of [`LayerKind::State`] layers (Mamba, gated DeltaNet).
     pub state: Option<crate::arch::state::StateShape>,
     /// DeepSeek-V3.2's indexer head dim (an indexer cache beside every MLA layer).
@@ -357,6 +395,7 @@ impl ModelConfig {
             ])?,
             qkv_bias: f.bool("attention_bias", false)?,
             layers: vec![LayerKind::Full; layers as usize],
+            layer_shapes: Vec::new(),
             state: None,
             indexer_head_dim: None,
             kv_cache_quant: None,

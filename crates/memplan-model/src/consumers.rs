@@ -139,6 +139,13 @@ pub fn plan_stage(d: &DryRun, pp: u64, i: u64) -> Result<Plan> {
         .filter(|(j, _)| (start..end).contains(&(*j as u64 % l)))
         .map(|(_, k)| *k)
         .collect();
+    sc.layer_shapes = c
+        .layer_shapes
+        .iter()
+        .enumerate()
+        .filter(|(j, _)| (start..end).contains(&(*j as u64)))
+        .map(|(_, s)| *s)
+        .collect();
     sc.num_layers = end - start;
     stage.model.config = sc;
     let mut w = body / l * (end - start);

@@ -2,7 +2,9 @@
 //! sliding-window layers grouped by window, chunked local layers, MLA as one latent "head"
 //! per token (not split by tensor parallelism) with DeepSeek-V3.2's indexer beside it,
 //! recurrent-state layers as one page per sequence, KV heads split across ranks and
-//! replicated when there are fewer heads than ranks.
+//! replicated when there are fewer heads than ranks. Layers with their own head counts
+//! (Nemotron-NAS `block_configs`, OpenELM) form one group per head count, as vLLM's per-layer
+//! `KVCacheSpec`s do.
 
 use memplan_core::kv::{AttentionKind, KvDtype, KvSpec, LayerGroup};
 use memplan_core::{Error, Param, Result};
@@ -33,38 +35,40 @@ impl Default for SpecOptions {
     }
 }
 
+/// KV heads one of `tp` ranks holds for a layer of `heads` query and `kv` KV heads: heads are
+/// split across ranks, and replicated when there are fewer KV heads than ranks.
+pub(crate) fn heads_per_rank(heads: u64, kv: u64, tp: u64) -> Result<u64> {
+    if tp == 0 {
+        return Err(Error::param(Param::TensorParallel, "must be > 0"));
+    }
+    if !heads.is_multiple_of(tp) {
+        return Err(Error::param(
+            Param::TensorParallel,
+            format!("{tp} does not divide num_attention_heads {heads}"),
+        ));
+    }
+    // Engines split KV heads across ranks when there are at least as many heads as ranks,
+    // and otherwise replicate each head on `tp / kv_heads` ranks, which must be whole
+    // (vLLM's QKVParallelLinear: `divide(tp_size, total_num_kv_heads)`).
+    let (divides, what) = if kv >= tp {
+        (kv.is_multiple_of(tp), "does not divide")
+    } else {
+        (kv > 0 && tp.is_multiple_of(kv), "is not a multiple of")
+    };
+    if !divides {
+        return Err(Error::param(
+            Param::TensorParallel,
+            format!("{tp} {what} num_key_value_heads {kv}"),
+        ));
+    }
+    Ok((kv / tp).max(1))
+}
+
 impl ModelConfig {
     /// KV heads held by one rank: heads are split across ranks, and replicated when there are
     /// fewer KV heads than ranks.
     pub fn kv_heads_per_rank(&self, tp: u64) -> Result<u64> {
-        if tp == 0 {
-            return Err(Error::param(Param::TensorParallel, "must be > 0"));
-        }
-        if !self.num_heads.is_multiple_of(tp) {
-            return Err(Error::param(
-                Param::TensorParallel,
-                format!(
-                    "{tp} does not divide num_attention_heads {}",
-                    self.num_heads
-                ),
-            ));
-        }
-        // Engines split KV heads across ranks when there are at least as many heads as ranks,
-        // and otherwise replicate each head on `tp / kv_heads` ranks, which must be whole
-        // (vLLM's QKVParallelLinear: `divide(tp_size, total_num_kv_heads)`).
-        let kv = self.num_kv_heads;
-        let (divides, what) = if kv >= tp {
-            (kv.is_multiple_of(tp), "does not divide")
-        } else {
-            (tp.is_multiple_of(kv), "is not a multiple of")
-        };
-        if !divides {
-            return Err(Error::param(
-                Param::TensorParallel,
-                format!("{tp} {what} num_key_value_heads {kv}"),
-            ));
-        }
-        Ok((kv / tp).max(1))
+        heads_per_rank(self.num_heads, self.num_kv_heads, tp)
     }
 
     /// The KV spec of one tensor-parallel rank with vLLM 0.19's facts ([`SpecOptions`]).
@@ -82,12 +86,19 @@ impl ModelConfig {
         opts: &SpecOptions,
     ) -> Result<KvSpec> {
         let kv = self.kv_heads_per_rank(tp)?;
+        // Layers with their own head counts (Nemotron-NAS, OpenELM): each its own KV heads.
+        let layer_kv = |i: usize| -> Result<u64> {
+            match self.layer_shapes.get(i).filter(|s| s.has_attention()) {
+                Some(s) if self.mla.is_none() => heads_per_rank(s.heads, s.kv_heads, tp),
+                _ => Ok(kv),
+            }
+        };
         let as_u32 = |n: u64, k: &str| {
             u32::try_from(n).map_err(|_| Error::invalid(k, format!("{n} is too large")))
         };
-        let (heads, dk, dv) = match self.mla {
-            Some(m) => (1, m.kv_lora_rank + m.qk_rope_head_dim, 0),
-            None => (kv, self.head_dim, self.head_dim),
+        let (dk, dv) = match self.mla {
+            Some(m) => (m.kv_lora_rank + m.qk_rope_head_dim, 0),
+            None => (self.head_dim, self.head_dim),
         };
         let attention_of = |k: &LayerKind| -> Option<AttentionKind> {
             match (*k, self.mla.is_some()) {
@@ -100,23 +111,29 @@ impl ModelConfig {
             }
         };
         let mut groups: Vec<LayerGroup> = Vec::new();
+        // Layers of one kind and one page shape share a group (vLLM groups layers by their
+        // `KVCacheSpec`, which holds the head count: `UniformTypeKVCacheSpecs` for full
+        // attention of different head counts).
         let mut push = |attention: AttentionKind, heads: u64, dk: u64, dv: u64| -> Result<()> {
-            match groups.iter_mut().find(|g| g.attention == attention) {
+            let (h, k, v) = (
+                as_u32(heads, "num_key_value_heads")?,
+                as_u32(dk, "head_dim")?,
+                as_u32(dv, "head_dim")?,
+            );
+            match groups.iter_mut().find(|g| {
+                g.attention == attention
+                    && g.kv_heads == h
+                    && g.head_dim_k == k
+                    && g.head_dim_v == v
+            }) {
                 Some(g) => g.num_layers += 1,
-                None => groups.push(
-                    LayerGroup::new(
-                        attention,
-                        1,
-                        as_u32(heads, "num_key_value_heads")?,
-                        as_u32(dk, "head_dim")?,
-                    )
-                    .with_head_dim_v(as_u32(dv, "head_dim")?),
-                ),
+                None => groups.push(LayerGroup::new(attention, 1, h, k).with_head_dim_v(v)),
             }
             Ok(())
         };
-        for k in &self.layers {
+        for (i, k) in self.layers.iter().enumerate() {
             if let Some(a) = attention_of(k) {
+                let heads = if self.mla.is_some() { 1 } else { layer_kv(i)? };
                 push(a, heads, dk, dv)?;
                 if a == AttentionKind::Mla {
                     if let Some(ix) = self.indexer_head_dim {

@@ -3,7 +3,8 @@
 //! Counted: embeddings and LM head (vocab-parallel: divided by TP; the head only when not
 //! tied), attention projections (divided by TP; KV projections replicated when there are
 //! fewer KV heads than ranks; MLA's down-projections replicated), dense and expert MLPs
-//! (divided by TP), routers and norms (replicated), the rotary cos/sin cache the engine
+//! (divided by TP; layer by layer where the config gives each layer its own heads and MLP
+//! width, as Nemotron-NAS `block_configs` do), routers and norms (replicated), the rotary cos/sin cache the engine
 //! builds at load time (`max_position_embeddings * head_dim` elements), and a vision tower
 //! (replicated). Quantized checkpoints use [`Quantization::bytes`] for the linear layers it
 //! covers; everything else uses the model dtype.
@@ -67,6 +68,9 @@ pub fn params_per_rank(c: &ModelConfig, tp: u64) -> Result<ParamCount> {
         // Replicated down-projections and their norms.
         other += l * (rank_q * h + rank_q + h * (rank_kv + rope) + rank_kv);
         q + heads * rank_kv * (nope + v) + heads * v * h
+    } else if !c.layer_shapes.is_empty() {
+        // Layers with their own heads (Nemotron-NAS, OpenELM): summed layer by layer below.
+        0.0
     } else {
         if c.qkv_bias {
             other += l * (heads + 2.0 * kv_rank) * hd;
@@ -74,14 +78,33 @@ pub fn params_per_rank(c: &ModelConfig, tp: u64) -> Result<ParamCount> {
         h * (heads + 2.0 * kv_rank) * hd + heads * hd * h
     };
     attention += l * attn_layer;
+    if c.mla.is_none() {
+        for s in c.layer_shapes.iter().filter(|s| s.has_attention()) {
+            let kv = f(crate::kvspec::heads_per_rank(s.heads, s.kv_heads, tp)?);
+            let q = f(s.heads / tp);
+            if c.qkv_bias {
+                other += (q + 2.0 * kv) * hd;
+            }
+            attention += h * (q + 2.0 * kv) * hd + q * hd * h;
+        }
+    }
     // MLP: gated (gate, up, down) except Phi-2's plain fc1/fc2 with biases.
     let inter = f(c.intermediate_size);
     let mats = if c.family == Family::Phi2 { 2.0 } else { 3.0 };
     let dense_mlp = mats * h * inter / tpf;
-    if c.family == Family::Phi2 {
+    if c.family == Family::Phi2 && c.layer_shapes.is_empty() {
         other += l * (inter / tpf + h);
     }
     match c.moe {
+        // Layers with their own MLP widths (0: no MLP).
+        None if !c.layer_shapes.is_empty() => {
+            for s in &c.layer_shapes {
+                mlp += mats * h * f(s.intermediate) / tpf;
+                if c.family == Family::Phi2 {
+                    other += f(s.intermediate) / tpf + h;
+                }
+            }
+        }
         None => mlp += l * dense_mlp,
         Some(m) => {
             let dense = f(m.dense_layers.min(c.num_layers));

@@ -1,11 +1,15 @@
 //! Architectures as data. One generic reader handles every decoder config with the standard
 //! keys (vLLM's `ModelArchConfigConvertorBase`: `hidden_size`, `num_hidden_layers`,
 //! `num_attention_heads`, the KV-head aliases, `head_dim`); [`QUIRKS`] lists the few facts a
-//! family's keys do not carry (which state calculator, default heads, a QKV bias), and
-//! [`layers`] reads the layer pattern. The plan's notes name the rule used.
+//! family's keys do not carry (which state calculator, default heads, a QKV bias),
+//! [`layers`] reads the layer pattern, `per_layer` the layers' own head counts and MLP widths
+//! (Nemotron-NAS `block_configs`, per-layer lists), and [`guard`] refuses, naming the key, a
+//! config with per-layer structure none of them read. The plan's notes name the rule used.
 
 pub mod defaults;
+pub mod guard;
 pub mod layers;
+pub(crate) mod per_layer;
 pub mod state;
 
 use memplan_core::{Error, Result};
@@ -52,6 +56,15 @@ pub const QUIRKS: &[Quirk] = &[
             "MiniCPMV",
         ],
         qkv_bias: true,
+        ..Q
+    },
+    Quirk {
+        names: &[
+            "Lfm2ForCausalLM",
+            "Lfm2MoeForCausalLM",
+            "Lfm2VlForConditionalGeneration",
+        ],
+        state: Some(StateKind::ShortConv),
         ..Q
     },
     Quirk {
@@ -165,6 +178,20 @@ pub(crate) fn parse(
             map.insert((*k).to_string(), Value::from(*v));
         }
     }
+    // Layers described one by one: their model-wide figures go in place of the lists, for the
+    // generic reader; the shapes are kept per layer.
+    let per_layer = per_layer::read(arch, &model_type, &map, f.outer)?;
+    let section = map.clone();
+    for (k, v) in per_layer.iter().flat_map(|p| &p.scalars) {
+        map.insert((*k).to_string(), v.clone());
+    }
+    if model_type == "lfm2" {
+        let width = lfm2_mlp_width(&Fields {
+            map: &map,
+            outer: f.outer,
+        })?;
+        map.insert("intermediate_size".into(), Value::from(width));
+    }
     let f = Fields {
         map: &map,
         outer: f.outer,
@@ -197,6 +224,31 @@ pub(crate) fn parse(
     }
     let (layers, rule) = layers::read(&f, c.num_layers, &model_type)?;
     c.layers = layers;
+    let mut read: Vec<&str> = rule.keys.to_vec();
+    read.extend(MOE_KEYS);
+    let mut rule_name = rule.name.to_string();
+    if let Some(p) = per_layer {
+        read.extend(&p.keys);
+        rule_name = format!("{}, attention pattern by {rule_name}", p.rule);
+        c.notes.extend(p.note.map(String::from));
+        if !p.shapes.is_empty() {
+            // A layer without attention keeps nothing in the KV cache.
+            for (k, s) in c.layers.iter_mut().zip(&p.shapes) {
+                if !s.has_attention() {
+                    *k = LayerKind::None;
+                }
+            }
+            c.layer_shapes = p.shapes;
+        }
+    }
+    guard::check(
+        &section,
+        f.outer,
+        c.num_layers,
+        &read,
+        rule.explicit,
+        &rule_name,
+    )?;
     if c.layers.contains(&LayerKind::State) {
         let kind = match q.and_then(|q| q.state) {
             Some(k) => k,
@@ -207,7 +259,21 @@ pub(crate) fn parse(
             {
                 StateKind::Mamba2
             }
-            None => StateKind::Mamba1,
+            None if f.get("conv_L_cache").is_some() => StateKind::ShortConv,
+            None if ["mamba_d_state", "mamba_expand", "mamba_d_conv", "mamba_d_inner"]
+                .iter()
+                .any(|k| f.get(k).is_some()) =>
+            {
+                StateKind::Mamba1
+            }
+            // Which recurrence a state layer runs decides its size; guessing one would plan
+            // another model.
+            None => {
+                return Err(Error::invalid(
+                    rule.keys.first().copied().unwrap_or("layer_types"),
+                    "has recurrent-state (linear attention / SSM) layers, but the config states no Mamba, gated-DeltaNet or short-convolution dimensions memplan can size them by",
+                ))
+            }
         };
         let f32 = q.is_some_and(|q| q.ssm_f32)
             && f.str("mamba_ssm_cache_dtype")
@@ -220,9 +286,9 @@ pub(crate) fn parse(
     );
     c.language_key = key.clone();
     c.rule = match q {
-        Some(_) => format!("{arch}: generic decoder keys + family facts, layers by {rule}"),
+        Some(_) => format!("{arch}: generic decoder keys + family facts, layers by {rule_name}"),
         None => format!(
-            "{arch}: generic decoder keys (not in memplan's family table), layers by {rule}"
+            "{arch}: generic decoder keys (not in memplan's family table), layers by {rule_name}"
         ),
     };
     if let Some(k) = &key {
@@ -239,6 +305,34 @@ pub(crate) fn parse(
     c.kv_cache_quant = kv_cache_quant(top);
     c.derived_max_len = Some(derived_max_len(&f, &model_type)?);
     Ok(c)
+}
+
+/// LFM2's MLP width (vLLM `lfm2.py`, `Lfm2MLP.__init__`): transformers' `Lfm2Config` takes
+/// `block_ff_dim` over `intermediate_size`; with `block_auto_adjust_ff_dim` (the default) the
+/// layer keeps two thirds of it, times `block_ffn_dim_multiplier`, rounded up to
+/// `block_multiple_of` (LFM2-1.2B: 12288 -> 8192).
+fn lfm2_mlp_width(f: &Fields<'_>) -> Result<u64> {
+    let Some(mut w) = f.first(&["block_ff_dim", "intermediate_size"])? else {
+        return Err(Error::invalid(
+            "intermediate_size",
+            "missing from config.json",
+        ));
+    };
+    if f.bool("block_auto_adjust_ff_dim", true)? {
+        w = 2 * w / 3;
+        if let Some(m) = f.get("block_ffn_dim_multiplier").and_then(Value::as_f64) {
+            if !(m > 0.0 && m * (w as f64) < 1e12) {
+                return Err(Error::invalid(
+                    "block_ffn_dim_multiplier",
+                    format!("{m} is not a positive multiplier"),
+                ));
+            }
+            w = (m * w as f64) as u64;
+        }
+        let of = f.opt_u64("block_multiple_of")?.unwrap_or(256).max(1);
+        w = w.div_ceil(of) * of;
+    }
+    Ok(w)
 }
 
 fn mla(f: &Fields<'_>) -> Result<Option<Mla>> {
@@ -299,12 +393,7 @@ fn moe(f: &Fields<'_>, c: &ModelConfig) -> Result<Option<Moe>> {
                 * ei
         }
     };
-    let dense_layers = match f.get("mlp_only_layers").and_then(Value::as_array) {
-        Some(l) => l.len() as u64,
-        None => f
-            .first(&["first_k_dense_replace", "moe_layer_start_index"])?
-            .unwrap_or(0),
-    };
+    let dense_layers = c.num_layers - moe_layer_count(f, c.num_layers)?;
     Ok(Some(Moe {
         num_experts: experts,
         top_k,
@@ -312,6 +401,120 @@ fn moe(f: &Fields<'_>, c: &ModelConfig) -> Result<Option<Moe>> {
         shared_intermediate: shared,
         dense_layers: dense_layers.min(c.num_layers),
     }))
+}
+
+/// Keys that say which layers have routed experts (read by [`moe_layer_count`]).
+const MOE_KEYS: &[&str] = &[
+    "moe_layers",
+    "moe_layers_enum",
+    "mlp_layer_types",
+    "mlp_only_layers",
+    "first_k_dense_replace",
+    "moe_layer_start_index",
+    "moe_layer_end_index",
+    "num_dense_layers",
+    "expert_layer_period",
+    "expert_layer_offset",
+    "decoder_sparse_step",
+    "interleave_moe_layer_step",
+    "moe_layer_interval",
+    "moe_layer_freq",
+];
+
+/// How many of `layers` layers have routed experts, by each family's own predicate: an explicit
+/// list (`moe_layers`; Step-3's `moe_layers_enum`, step3_text.py; `mlp_layer_types` "sparse"/"dense", exaone_moe.py, cohere2_moe.py), else
+/// leading dense layers (`first_k_dense_replace`, deepseek_v2.py; `moe_layer_start_index` /
+/// `moe_layer_end_index`, ernie45_moe.py; `num_dense_layers`, lfm2_moe.py), dense layers by
+/// index (`mlp_only_layers`, qwen2_moe.py / qwen3_moe.py) and an interleave (`expert_layer_period`
+/// / `expert_layer_offset`, transformers' JambaConfig `layers_num_experts`;
+/// `decoder_sparse_step`, qwen3_moe.py; `interleave_moe_layer_step`, llama4.py;
+/// `moe_layer_interval`, ernie45_moe.py; `moe_layer_freq`, deepseek_v2.py).
+fn moe_layer_count(f: &Fields<'_>, layers: u64) -> Result<u64> {
+    // Step-3 writes the MoE layers as a comma-separated string (step3_text.py).
+    if let Some(e) = f.get("moe_layers_enum") {
+        let bad = || {
+            Error::invalid(
+                "moe_layers_enum",
+                format!("{e} is not a comma-separated list of layer indices below {layers}"),
+            )
+        };
+        let mut ix = e
+            .as_str()
+            .ok_or_else(bad)?
+            .split(',')
+            .map(|i| {
+                i.trim()
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|i| *i < layers)
+                    .ok_or_else(bad)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        ix.sort_unstable();
+        ix.dedup();
+        return Ok(ix.len() as u64);
+    }
+    if let Some(ix) = layers::indices(f, "moe_layers", layers)? {
+        let mut ix = ix;
+        ix.sort_unstable();
+        ix.dedup();
+        return Ok(ix.len() as u64);
+    }
+    if let Some(v) = f.get("mlp_layer_types") {
+        let types = v
+            .as_array()
+            .filter(|a| a.len() as u64 == layers)
+            .ok_or_else(|| {
+                Error::invalid(
+                    "mlp_layer_types",
+                    format!("expected one entry per layer ({layers}), found {v}"),
+                )
+            })?;
+        let mut n = 0;
+        for t in types {
+            match t.as_str() {
+                Some("sparse") => n += 1,
+                Some("dense") => {}
+                _ => {
+                    return Err(Error::invalid(
+                        "mlp_layer_types",
+                        format!("{t} is not \"sparse\" or \"dense\""),
+                    ))
+                }
+            }
+        }
+        return Ok(n);
+    }
+    let only = layers::indices(f, "mlp_only_layers", layers)?.unwrap_or_default();
+    let first = f
+        .first(&[
+            "first_k_dense_replace",
+            "moe_layer_start_index",
+            "num_dense_layers",
+        ])?
+        .unwrap_or(0);
+    let last = f.opt_u64("moe_layer_end_index")?.unwrap_or(u64::MAX);
+    let step = |k: &str| -> Result<Option<u64>> { Ok(f.opt_u64(k)?.filter(|s| *s > 1)) };
+    let period = step("expert_layer_period")?;
+    let offset = f.opt_u64("expert_layer_offset")?.unwrap_or(0);
+    let every = match step("decoder_sparse_step")? {
+        Some(s) => Some(s),
+        None => match step("interleave_moe_layer_step")? {
+            Some(s) => Some(s),
+            None => step("moe_layer_interval")?,
+        },
+    };
+    let freq = step("moe_layer_freq")?;
+    Ok((0..layers)
+        .filter(|i| {
+            !only.contains(i)
+                && *i >= first
+                && *i <= last
+                && period.is_none_or(|p| i % p == offset)
+                && every.is_none_or(|s| (i + 1) % s == 0)
+                && freq.is_none_or(|q| i % q == 0)
+        })
+        .count() as u64)
 }
 
 fn vision(top: &Map<String, Value>, gated: bool) -> Option<Vision> {
@@ -415,3 +618,5 @@ fn derived_max_len(f: &Fields<'_>, model_type: &str) -> Result<u64> {
 mod tests;
 #[cfg(test)]
 mod tests_families;
+#[cfg(test)]
+mod tests_per_layer;

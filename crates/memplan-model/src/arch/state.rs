@@ -1,4 +1,4 @@
-//! Recurrent-state layers (Mamba, Mamba2, gated DeltaNet) as data: the key names each family
+//! Recurrent-state layers (Mamba, Mamba2, gated DeltaNet, short convolutions) as data: the key names each family
 //! uses, and the state bytes per layer and rank as vLLM's `MambaStateShapeCalculator`
 //! (`vllm/model_executor/layers/mamba/mamba_utils.py`) shapes them.
 
@@ -18,6 +18,9 @@ pub enum StateKind {
     /// Gated DeltaNet (Qwen3-Next, Qwen3.5): conv `((2 * k_dim * k_heads + v_dim * v_heads)/tp,
     /// k-1)`, recurrent `(v_heads/tp, v_dim, k_dim)`.
     GatedDeltaNet,
+    /// Short convolution (LFM2): conv `(conv_dim/tp, L_cache-1)` only
+    /// (`short_conv_state_shape`; `ShortConv.get_state_shape`, `layers/mamba/short_conv.py`).
+    ShortConv,
 }
 
 /// The shape facts of a state layer (whole model, before tensor parallelism).
@@ -26,11 +29,12 @@ pub enum StateKind {
 pub struct StateShape {
     /// Calculator.
     pub kind: StateKind,
-    /// Mamba: inner size; Mamba2: `heads * head_dim` (or expand * hidden); GDN: unused.
+    /// Mamba: inner size; Mamba2: `heads * head_dim` (or expand * hidden); GDN: unused;
+    /// short convolution: the convolution's width (`conv_dim`).
     pub inner: u64,
     /// Mamba/Mamba2: d_state; GDN: key head dim.
     pub state: u64,
-    /// Mamba2: groups; GDN: key heads.
+    /// Mamba2: groups; GDN: key heads; short convolution: unused.
     pub groups: u64,
     /// Mamba2: SSM heads; GDN: value heads.
     pub heads: u64,
@@ -77,6 +81,7 @@ impl StateShape {
                     div(self.heads, tp, "heads")? * self.head_dim * self.state * ssm_b,
                 )
             }
+            StateKind::ShortConv => (div(self.inner, tp, "conv dim")? * k * dtype_bytes, 0),
             StateKind::GatedDeltaNet => {
                 let conv_dim = 2 * self.state * self.groups + self.head_dim * self.heads;
                 (
@@ -139,6 +144,16 @@ pub(crate) fn read(
                 ssm_f32,
             }
         }
+        StateKind::ShortConv => StateShape {
+            kind,
+            inner: f.first(&["conv_dim"])?.unwrap_or(hidden),
+            state: 0,
+            groups: 0,
+            heads: 0,
+            head_dim: 0,
+            conv_kernel: first(&["conv_L_cache"])?,
+            ssm_f32,
+        },
         StateKind::GatedDeltaNet => StateShape {
             kind,
             inner: 0,

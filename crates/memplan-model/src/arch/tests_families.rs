@@ -19,7 +19,7 @@ use crate::ModelConfig;
 const BUDGET: u64 = 40 * GIB;
 
 /// Size `json` with vLLM 0.34's defaults at the config's own max_model_len (or `len`).
-fn plan(json: &str, len: Option<u64>) -> (ModelConfig, KvSpec, KvSizing) {
+pub(super) fn plan(json: &str, len: Option<u64>) -> (ModelConfig, KvSpec, KvSizing) {
     let c = ModelConfig::from_json_str(json).unwrap_or_else(|e| panic!("{e}"));
     let e = EngineRules::newest_vllm();
     let opts = SpecOptions {
@@ -49,7 +49,7 @@ fn plan(json: &str, len: Option<u64>) -> (ModelConfig, KvSpec, KvSizing) {
 
 /// (block bytes, blocks per request) for a dense model of `layers` layers, `kv` heads of
 /// `hd` dims (bf16, block 64) at `len` tokens.
-fn dense(layers: u64, kv: u64, hd: u64, len: u64) -> (u64, u64) {
+pub(super) fn dense(layers: u64, kv: u64, hd: u64, len: u64) -> (u64, u64) {
     (layers * 64 * kv * hd * 2 * 2, len.div_ceil(64))
 }
 

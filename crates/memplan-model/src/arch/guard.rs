@@ -1,0 +1,187 @@
+//! The guard against per-layer structure memplan does not read.
+//!
+//! A config that describes its layers one by one (which layers attend, how many heads each
+//! has, how wide each MLP is) and is read by a rule that assumes every layer is alike gives a
+//! plan for a different model: wrong KV pages, wrong weights, a wrong token count with a
+//! confident face. Such a config is refused, naming the key, unless a reader consumed it.
+//!
+//! A key is per-layer structure when:
+//! - its name is one families use for per-layer structure ([`PER_LAYER`]; vLLM's model files
+//!   index these by layer: `config.layer_types[layer_idx]`, `config.block_configs[layer_idx]`,
+//!   `config.mlp_layer_types[layer_idx]`, ...), whatever its shape; or
+//! - it is a list with one entry per layer; or
+//! - it names a subset of layers (`*_layers`, `*_layer_ids`, `*_idx`, `*_idxs`, ...: a list of
+//!   layer indices).
+//!
+//! Keys that look per-layer but change neither the weights nor the cache are let through,
+//! each with its reason ([`INERT`]). A key that only restates which attention each layer
+//! has ([`PATTERN`]) is let through when another key already stated the pattern layer by
+//! layer (Zamba2's `layers_block_type` beside `hybrid_layer_ids`, LFM2's `full_attn_idxs`
+//! beside `layer_types`).
+
+use memplan_core::{Error, Result};
+use serde_json::{Map, Value};
+
+/// Keys families use to describe layers one by one.
+pub const PER_LAYER: &[&str] = &[
+    "block_configs",
+    "layer_types",
+    "layers_block_type",
+    "attn_type_list",
+    "hybrid_override_pattern",
+    "hybrid_layer_pattern",
+    "mlp_layer_types",
+    "layers_num_experts",
+    "per_layer_config",
+    "window_sizes",
+    "interleaved_sliding_window",
+    "linear_attn_config",
+    "num_key_value_heads_per_layer",
+    "num_query_heads",
+    "ffn_multipliers",
+    "full_attn_idxs",
+    "swa_layers",
+    "full_attn_layers",
+    "sliding_window_layers",
+    "global_attn_layers",
+    "attn_layer_indices",
+    "hybrid_layer_ids",
+    "cross_attention_layers",
+    "moe_layers",
+    "moe_layers_enum",
+    "mlp_only_layers",
+    "sliding_window_pattern",
+    "full_attention_interval",
+    "attn_layer_period",
+    "expert_layer_period",
+];
+
+/// Keys that only restate which attention (or state) each layer has.
+pub const PATTERN: &[&str] = &[
+    "layer_types",
+    "layers_block_type",
+    "attn_type_list",
+    "hybrid_override_pattern",
+    "full_attn_idxs",
+    "swa_layers",
+    "full_attn_layers",
+    "sliding_window_layers",
+    "global_attn_layers",
+    "attn_layer_indices",
+    "sliding_window_pattern",
+    "full_attention_interval",
+    "attn_layer_period",
+];
+
+/// Per-layer-looking keys that change neither the weights nor the KV cache, and why.
+pub const INERT: &[(&str, &str)] = &[
+    (
+        "no_rope_layers",
+        "which layers skip RoPE (SmolLM3, Llama 4): no weights, no cache",
+    ),
+    (
+        "activation_sparsity_pattern",
+        "Gemma 3n's per-layer activation sparsity target (gemma3n.py): a threshold, no weights",
+    ),
+    (
+        "layer_rope_theta",
+        "a per-layer RoPE base (granite.py): no weights, no cache",
+    ),
+    ("architectures", "the model class names, not layers"),
+    (
+        "vision_feature_layer",
+        "layers of the vision tower a wrapper reads features from, not language-model layers",
+    ),
+];
+
+/// Whether `k` names a token id list (`eos_token_id`, `bad_words_ids`, ...), never layers.
+fn token_ids(k: &str) -> bool {
+    k.contains("token") || k.ends_with("_ids") && !k.contains("layer")
+}
+
+/// Whether `k`'s value is a list of layer indices (`mlp_only_layers`, `swa_layers`,
+/// `full_attn_idxs`, ...).
+fn index_list(k: &str, a: &[Value], layers: u64) -> bool {
+    let named = [
+        "_layers",
+        "_layer_ids",
+        "_layer_idx",
+        "_layer_indices",
+        "_layers_idx",
+        "_idx",
+        "_idxs",
+        "_indices",
+    ]
+    .iter()
+    .any(|s| k.ends_with(s));
+    named && !a.is_empty() && a.iter().all(|v| v.as_u64().is_some_and(|i| i < layers))
+}
+
+/// Why `v` under `k` is per-layer structure, or `None`. `generic`: also judge keys by their
+/// shape (in the language model's own section; a wrapper's other keys describe other towers).
+fn per_layer(k: &str, v: &Value, layers: u64, generic: bool) -> Option<String> {
+    let known = PER_LAYER.contains(&k);
+    if !known && !generic {
+        return None;
+    }
+    match v {
+        Value::Null => None,
+        Value::Array(a) if a.is_empty() => None,
+
+        Value::Array(a) if a.len() as u64 == layers && layers > 1 => {
+            Some(format!("has one entry per layer ({} entries)", a.len()))
+        }
+        Value::Array(a) if index_list(k, a, layers) => Some(format!(
+            "names a subset of the {layers} layers ({} of them)",
+            a.len()
+        )),
+        Value::Array(a) if known => Some(format!(
+            "describes the layers one by one ({} entries)",
+            a.len()
+        )),
+        Value::Array(a)
+            if a.iter().all(Value::is_object) && (k.contains("layer") || k.contains("block")) =>
+        {
+            Some(format!("describes blocks one by one ({} entries)", a.len()))
+        }
+        Value::Bool(false) => None,
+        _ if known => Some(format!("describes the layer pattern ({v})")),
+        _ => None,
+    }
+}
+
+/// Refuse the config when a key of `map` (the language model's section; `outer` the
+/// wrapper around it, when there is one) holds per-layer structure no reader consumed.
+/// `read` lists the keys the readers consumed; `explicit` says whether a key stated the layer
+/// pattern layer by layer; `rule` names the rule that read it (for the message).
+pub(crate) fn check(
+    map: &Map<String, Value>,
+    outer: Option<&Map<String, Value>>,
+    layers: u64,
+    read: &[&str],
+    explicit: bool,
+    rule: &str,
+) -> Result<()> {
+    let sections = std::iter::once((map, true)).chain(outer.map(|o| (o, false)));
+    for (section, generic) in sections {
+        // serde_json keeps keys sorted, so the key named is the same on every run.
+        for (k, v) in section {
+            if read.contains(&k.as_str())
+                || token_ids(k)
+                || INERT.iter().any(|(i, _)| i == k)
+                || (explicit && PATTERN.contains(&k.as_str()))
+            {
+                continue;
+            }
+            if let Some(why) = per_layer(k, v, layers, generic) {
+                return Err(Error::invalid(
+                    k.clone(),
+                    format!(
+                        "{why}, but memplan's reader for this config ({rule}) does not read it: a plan from a misread architecture would be wrong, so memplan refuses it"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
