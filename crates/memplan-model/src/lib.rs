@@ -37,6 +37,8 @@ pub mod weights;
 
 use std::path::{Path, PathBuf};
 
+use memplan_core::input;
+
 pub use config::{Family, ModelConfig};
 pub use estimate::{EngineShape, Estimate};
 pub use memplan_core::Error;
@@ -79,18 +81,22 @@ pub struct Model {
 impl Model {
     /// Load from a path (directory, `config.json` or `.gguf` file), else a Hugging Face id
     /// from the local cache ([`hub`]), else a shipped preset by name.
+    ///
+    /// A path whose name ends in `.gguf` (any case) is a GGUF file and nothing else: a
+    /// directory or special file of that name is refused, not read as a model directory.
+    /// A cached Hugging Face model is read only from inside its cache folder ([`hub`]).
     pub fn load(name_or_path: &str) -> Result<Self> {
         let p = Path::new(name_or_path);
-        if p.extension().is_some_and(|x| x == "gguf") && p.is_file() {
+        if is_gguf_name(p) && std::fs::symlink_metadata(p).is_ok() {
             return gguf::load(p);
         }
         if !p.exists() && hub::is_repo_id(name_or_path) {
-            if let Some(dir) = hub::snapshot(name_or_path)? {
-                let mut m = Model::load(&dir.display().to_string())?;
+            if let Some(snap) = hub::snapshot(name_or_path)? {
+                let mut m = Model::load_path(&snap.dir, name_or_path, Some(&snap.boundary))?;
                 m.name = name_or_path.to_string();
                 m.source = Source::HubCache {
                     repo: name_or_path.to_string(),
-                    snapshot: dir,
+                    snapshot: snap.dir,
                 };
                 return Ok(m);
             }
@@ -112,6 +118,18 @@ impl Model {
                 checkpoint: None,
             });
         }
+        Model::load_path(p, name_or_path, None)
+    }
+
+    /// Load a model directory or `config.json`; with `within` (a real path), every file read
+    /// must resolve inside it.
+    fn load_path(p: &Path, name_or_path: &str, within: Option<&Path>) -> Result<Self> {
+        let confine = |f: &Path| match within {
+            Some(root) => {
+                input::confined(f, root, "the model's Hugging Face cache folder").map(drop)
+            }
+            None => Ok(()),
+        };
         let (config_path, dir) = if p.is_dir() {
             (p.join("config.json"), Some(p))
         } else {
@@ -124,7 +142,8 @@ impl Model {
                  *.safetensors headers are read) or its config.json",
             ));
         }
-        let text = memplan_core::input::read_text(&config_path, memplan_core::input::CONFIG_JSON)?;
+        confine(&config_path)?;
+        let text = input::read_text(&config_path, input::CONFIG_JSON)?;
         let mut config = ModelConfig::from_json_str(&text).map_err(|e| match e {
             Error::InvalidInput { field, message } => {
                 let key = (field != "config.json").then_some(field);
@@ -139,19 +158,13 @@ impl Model {
         // ModelOpt checkpoints name their KV cache in `hf_quant_config.json` beside the config.
         if let Some(d) = dir {
             let q = d.join("hf_quant_config.json");
-            if config.kv_cache_quant.is_none() && q.is_file() {
-                let text = memplan_core::input::read_text(&q, memplan_core::input::CONFIG_JSON)?;
-                let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
-                    Error::file(q.display().to_string(), format!("not valid JSON: {e}"))
-                })?;
-                config.kv_cache_quant = v
-                    .pointer("/quantization/kv_cache_quant_algo")
-                    .and_then(serde_json::Value::as_str)
-                    .map(str::to_ascii_lowercase);
+            if config.kv_cache_quant.is_none() && std::fs::symlink_metadata(&q).is_ok() {
+                confine(&q)?;
+                config.kv_cache_quant = quant::modelopt_kv_algo(&q)?;
             }
         }
         let checkpoint = match dir {
-            Some(d) => safetensors::read_dir(d)?,
+            Some(d) => safetensors::read_dir_within(d, within)?,
             None => None,
         };
         let name = dir
@@ -166,6 +179,12 @@ impl Model {
             checkpoint,
         })
     }
+}
+
+/// Whether a path names a GGUF file by its extension (`.gguf`, any case).
+pub fn is_gguf_name(p: &Path) -> bool {
+    p.extension()
+        .is_some_and(|x| x.eq_ignore_ascii_case("gguf"))
 }
 
 /// Bytes per element of a model dtype name (`bfloat16`, `float16`, `float32`, short forms).
@@ -200,6 +219,31 @@ mod tests {
         );
         let e = Model::load("/dev/zero").unwrap_err().to_string();
         assert!(e.contains("not a regular file"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_gguf_name_is_a_gguf_file_or_an_error_naming_it() {
+        let dir = std::env::temp_dir().join(format!("memplan-model-gguf-{}", std::process::id()));
+        // A model directory named like a GGUF file: refused as what it is, not loaded as a
+        // directory (whose llama.cpp answer would then fail).
+        for name in ["x.gguf", "Y.GGUF"] {
+            let d = dir.join(name);
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("config.json"), "{}").unwrap();
+            let e = Model::load(d.to_str().unwrap()).unwrap_err();
+            assert!(matches!(e, Error::InvalidFile { .. }), "{e:?}");
+            assert!(
+                e.to_string().contains(name) && e.to_string().contains("directory"),
+                "{e}"
+            );
+        }
+        std::os::unix::fs::symlink("/dev/zero", dir.join("z.gguf")).unwrap();
+        let e = Model::load(dir.join("z.gguf").to_str().unwrap()).unwrap_err();
+        assert!(e.to_string().contains("character device"), "{e}");
+        std::os::unix::fs::symlink(dir.join("none"), dir.join("dangling.gguf")).unwrap();
+        let e = Model::load(dir.join("dangling.gguf").to_str().unwrap()).unwrap_err();
+        assert!(e.to_string().contains("dangling.gguf"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

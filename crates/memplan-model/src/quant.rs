@@ -153,6 +153,37 @@ impl Quantization {
 /// Bits per weight with group scales: a 16-bit scale per group (and a zero point of `bits`
 /// bits for asymmetric schemes); `group` -1 (per channel) makes them negligible, `None` is
 /// the common 128.
+/// The KV-cache algorithm a ModelOpt checkpoint's `hf_quant_config.json` (beside its
+/// `config.json`) names at `quantization.kv_cache_quant_algo` (`FP8`), lower-cased; `None`
+/// when it names none. Read under the same rules as a config (regular file, 16 MiB cap); a
+/// value that is not a short name is an error naming the file, the key and the value.
+pub fn modelopt_kv_algo(path: &std::path::Path) -> Result<Option<String>> {
+    let name = path.display().to_string();
+    let text = memplan_core::input::read_text(path, memplan_core::input::CONFIG_JSON)?;
+    let v: Value = serde_json::from_str(&text)
+        .map_err(|e| Error::file(&name, format!("not valid JSON: {e}")))?;
+    let key = "quantization.kv_cache_quant_algo";
+    match v.pointer("/quantization/kv_cache_quant_algo") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(a))
+            if !a.is_empty()
+                && a.len() <= 32
+                && a.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "_-".contains(c)) =>
+        {
+            Ok(Some(a.to_ascii_lowercase()))
+        }
+        Some(other) => {
+            let shown: String = other.to_string().chars().take(80).collect();
+            Err(Error::file_key(
+                &name,
+                key,
+                format!("{shown} is not a KV-cache algorithm name (such as \"FP8\")"),
+            ))
+        }
+    }
+}
+
 fn grouped(bits: f64, group: Option<i64>, zero: bool) -> f64 {
     match group.unwrap_or(128) {
         g if g > 0 => bits + (16.0 + if zero { bits } else { 0.0 }) / g as f64,

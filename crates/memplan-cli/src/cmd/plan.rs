@@ -477,7 +477,8 @@ pub fn run(a: Args) -> Result<Report, Failure> {
     }
     plan.notes.extend(log.notes);
     plan.notes.extend(engine_note(&a));
-    plan.notes.extend(extras::llama_cpp_answer(&a, &plan)?);
+    plan.notes
+        .extend(extras::llama_cpp_answer(&a, &model, &plan)?);
     let text = match &a.emit_args {
         Some((engine, _)) => format!(
             "{}\n",

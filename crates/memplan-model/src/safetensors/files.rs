@@ -90,12 +90,27 @@ fn read_header(path: &Path) -> Result<Header> {
 /// Errors: a file that does not account for its bytes, a tensor in two files (both named), a
 /// checkpoint without tensors, more than [`MAX_SHARDS`] files or [`MAX_TENSORS`] tensors.
 pub fn read_dir(dir: &Path) -> Result<Option<Summary>> {
-    let files = match indexed_files(dir)? {
+    read_dir_within(dir, None)
+}
+
+/// [`read_dir`]; with `within` (a real path, from [`std::fs::canonicalize`]), the index and
+/// every file are first resolved (links followed) and must lie inside it: a cached Hugging
+/// Face model links its files into the cache's `blobs/`, and a link that leads anywhere else
+/// is an error naming the file, read never.
+pub fn read_dir_within(dir: &Path, within: Option<&Path>) -> Result<Option<Summary>> {
+    let confine = |f: &Path| match within {
+        Some(root) => input::confined(f, root, "the model's Hugging Face cache folder").map(drop),
+        None => Ok(()),
+    };
+    let files = match indexed_files(dir, &confine)? {
         Some(listed) => listed,
         None => listed_files(dir)?,
     };
     if files.is_empty() {
         return Ok(None);
+    }
+    for f in &files {
+        confine(f)?;
     }
     let mut s = Summary::default();
     let mut owner: BTreeMap<String, usize> = BTreeMap::new();
@@ -170,7 +185,10 @@ fn too_many_shards(dir: &Path) -> Error {
 
 /// The files a directory's [`INDEX`] maps tensors to, each checked to be a plain relative
 /// path inside the directory; `None` without an index.
-fn indexed_files(dir: &Path) -> Result<Option<Vec<PathBuf>>> {
+fn indexed_files(
+    dir: &Path,
+    confine: &dyn Fn(&Path) -> Result<()>,
+) -> Result<Option<Vec<PathBuf>>> {
     let path = dir.join(INDEX);
     let name = path.display().to_string();
     match std::fs::symlink_metadata(&path) {
@@ -183,6 +201,7 @@ fn indexed_files(dir: &Path) -> Result<Option<Vec<PathBuf>>> {
         }
         Ok(_) => {}
     }
+    confine(&path)?;
     let text = input::read_text(&path, SAFETENSORS_INDEX)?;
     let v: Value = serde_json::from_str(&text)
         .map_err(|e| Error::file(&name, format!("not valid JSON: {e}")))?;

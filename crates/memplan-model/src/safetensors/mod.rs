@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 mod files;
 mod header;
 
-pub use files::{read_dir, read_file, INDEX, MAX_SHARDS, MAX_TENSORS};
+pub use files::{read_dir, read_dir_within, read_file, INDEX, MAX_SHARDS, MAX_TENSORS};
 pub use header::{parse_header, parse_prefixed};
 
 /// Largest header accepted (the safetensors reference implementation's limit).

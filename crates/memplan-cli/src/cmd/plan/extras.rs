@@ -276,23 +276,22 @@ pub fn extras(a: &Flags) -> Result<Extras, Failure> {
 /// For a `.gguf` model, the llama.cpp answer: which `-c` and `-ngl` fit the same device
 /// budget (what the engine may use minus activations, library memory and graphs), per KV
 /// type.
-pub fn llama_cpp_answer(a: &Flags, plan: &Plan) -> Result<Vec<String>, Failure> {
-    if !a.model.ends_with(".gguf") {
+pub fn llama_cpp_answer(a: &Flags, model: &Model, plan: &Plan) -> Result<Vec<String>, Failure> {
+    let memplan_model::Source::Gguf(path) = &model.source else {
         return Ok(Vec::new());
-    }
-    let path = std::path::Path::new(&a.model);
+    };
     let info = memplan_model::gguf::read(path)?;
-    let config = Model::load(&a.model)?.config;
+    let config = &model.config;
     let c = &plan.consumers;
     let budget = plan.requested_bytes.saturating_sub(
         c.bytes(ConsumerKind::Activation)
-            + c.bytes(ConsumerKind::NonAllocator)
-            + c.bytes(ConsumerKind::Graphs),
+            .saturating_add(c.bytes(ConsumerKind::NonAllocator))
+            .saturating_add(c.bytes(ConsumerKind::Graphs)),
     );
     let ctx = a.max_model_len.or(config.derived_max_len).unwrap_or(4096);
     let mut out = Vec::new();
     for kv in ["f16", "q8_0", "q4_0"] {
-        let f = memplan_model::gguf::fit(&info, &config, budget, 0, kv, ctx)?;
+        let f = memplan_model::gguf::fit(&info, config, budget, 0, kv, ctx)?;
         out.push(format!(
             "llama.cpp: -c {} -ngl {} --cache-type-k {kv} --cache-type-v {kv} fits ({} of weights and {} of KV cache on the GPU)",
             f.ctx,
