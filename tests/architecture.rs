@@ -5,35 +5,6 @@ use std::path::Path;
 
 use memplan_workspace_tests::repo_root;
 
-/// Every real backend folder has the same files (wgpu-hal style): a reader who knows one
-/// backend knows where everything is in the next.
-#[test]
-fn real_backends_share_file_names() {
-    let required = [
-        "lib.rs",
-        "loader.rs",
-        "backend.rs",
-        "device.rs",
-        "capability.rs",
-        "facts.rs",
-        "graph.rs",
-        "vmm.rs",
-        "conv.rs",
-    ];
-    for backend in ["cuda", "rocm", "xpu"] {
-        let dir = repo_root().join("backends").join(backend).join("src");
-        let have: BTreeSet<String> = std::fs::read_dir(&dir)
-            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-            .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
-            .collect();
-        let missing: Vec<_> = required.iter().filter(|f| !have.contains(**f)).collect();
-        assert!(
-            missing.is_empty(),
-            "backends/{backend}/src lacks {missing:?}"
-        );
-    }
-}
-
 /// Every relative link in the README and docs/ points at a file that exists.
 #[test]
 fn doc_links_resolve() {

@@ -1,29 +1,17 @@
 //! `cargo xtask conformance --device ID` and `cargo xtask capability-matrix [--check]`.
 //!
-//! Both run the `memplan-conformance` binary with the backend features the device id needs.
+//! Both run the `memplan-conformance` binary: the conformance suite with exactly the backend
+//! the device id names (its `memplan` feature, from the one list of backends), the capability
+//! matrix with every backend's pure declaration (no vendor library or header).
 
+use crate::backends;
 use crate::run::{capture, step};
 
 const MATRIX_PATH: &str = "docs/capability-matrix.md";
 const STRATEGY_PATH: &str = "docs/strategy-comparison.md";
 
-fn features_for(device: &str) -> Result<&'static str, String> {
-    let backend = device.split(':').next().unwrap_or("");
-    Ok(match backend {
-        "sim" => "sim",
-        "cuda" => "cuda",
-        "rocm" | "hip" => "rocm",
-        "xpu" | "level-zero" => "xpu",
-        other => {
-            return Err(format!(
-                "unknown backend `{other}` in device id `{device}` (sim, cuda, rocm, xpu)"
-            ))
-        }
-    })
-}
-
 /// Run the suite against one device (`--device ID`, optional `--json FILE`, default
-/// `target/conformance-<id>.json`); `--all-sim` runs every simulated profile.
+/// `<target dir>/conformance-<id>.json`, the target dir being `CARGO_TARGET_DIR` when set).
 pub fn run(args: &[String]) -> Result<(), String> {
     let mut device = None;
     let mut json = None;
@@ -40,13 +28,33 @@ pub fn run(args: &[String]) -> Result<(), String> {
         }
     }
     let device = device.ok_or("conformance: --device ID is required (e.g. sim:rtx4090, cuda:0)")?;
-    let features = features_for(&device)?;
-    let json = json.unwrap_or_else(|| {
-        format!(
-            "target/conformance-{}.json",
-            device.replace([':', ','], "_")
-        )
-    });
+    device_suite(&device, json)
+}
+
+/// The suite on `device`, its JSON report at `json` (default under the target dir).
+pub fn device_suite(device: &str, json: Option<String>) -> Result<(), String> {
+    let backend = backends::for_device(device)?;
+    let json = match json {
+        Some(j) => std::path::PathBuf::from(j),
+        None => {
+            let name: String = device
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .collect();
+            backends::target_dir().join(format!("conformance-{name}.json"))
+        }
+    };
+    if let Some(dir) = json.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    let feature = format!("memplan/{}", backend.feature);
+    let json = json.to_string_lossy().into_owned();
     step(
         &format!("conformance {device}"),
         &[
@@ -55,15 +63,27 @@ pub fn run(args: &[String]) -> Result<(), String> {
             "-q",
             "-p",
             "memplan-conformance",
+            "--no-default-features",
             "--features",
-            features,
+            &feature,
             "--",
             "--device",
-            &device,
+            device,
             "--json",
             &json,
         ],
     )
+}
+
+/// The suite on every backend's CI device (a device CI opens without hardware, from the one
+/// list of backends).
+pub fn ci_devices() -> Result<(), String> {
+    for b in backends::list()? {
+        if !b.ci_device.is_empty() {
+            device_suite(&b.ci_device, None)?;
+        }
+    }
+    Ok(())
 }
 
 /// Write a generated document, or with `--check` fail when the committed one differs.
@@ -75,22 +95,25 @@ fn generated(args: &[String], path: &str, task: &str, argv: &[&str]) -> Result<(
         argv.join(" "),
         t.elapsed().as_secs_f64()
     );
+    let path = backends::root().join(path);
+    let shown = path.display();
     if args.iter().any(|a| a == "--check") {
-        let committed = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+        let committed = std::fs::read_to_string(&path).map_err(|e| format!("{shown}: {e}"))?;
         if committed != fresh {
             return Err(format!(
-                "{path} is out of date with the code: run `cargo xtask {task}` and commit it"
+                "{shown} is out of date with the code: run `cargo xtask {task}` and commit it"
             ));
         }
-        println!("==> [{task}] {path} is current");
+        println!("==> [{task}] {shown} is current");
         return Ok(());
     }
-    std::fs::write(path, fresh).map_err(|e| format!("{path}: {e}"))?;
-    println!("wrote {path}");
+    std::fs::write(&path, fresh).map_err(|e| format!("{shown}: {e}"))?;
+    println!("wrote {shown}");
     Ok(())
 }
 
-/// The capability matrix of every backend (`docs/capability-matrix.md`).
+/// The capability matrix of every backend (`docs/capability-matrix.md`), from the backends'
+/// pure declarations (the `memplan-conformance` feature `matrix`): no vendor library or header.
 pub fn capability_matrix(args: &[String]) -> Result<(), String> {
     generated(
         args,
@@ -102,7 +125,9 @@ pub fn capability_matrix(args: &[String]) -> Result<(), String> {
             "-q",
             "-p",
             "memplan-conformance",
-            "--all-features",
+            "--no-default-features",
+            "--features",
+            "matrix",
             "--",
             "--capability-matrix",
         ],

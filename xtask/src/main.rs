@@ -4,8 +4,8 @@
 //!   warnings denied and the tests; the downstream engine `examples/engine` on a simulated
 //!   GPU; then the dependency rules (`cargo tree`), packaging
 //!   (`cargo package --workspace --no-verify`), the
-//!   no-hard-link rule for runtime-loaded vendor libraries, and the checks that generated
-//!   files are current.
+//!   no-hard-link rule for runtime-loaded vendor libraries, the conformance suite on every
+//!   backend's CI device, and the checks that generated files are current.
 //! - `matrix`: print the feature matrix.
 //! - `deps`: only the dependency rules.
 //! - `gpu-check`: build the pieces `scripts/gpu-check.sh` runs on an NVIDIA machine.
@@ -14,6 +14,7 @@
 //!
 //! std only, so it builds before anything else and never pulls a vendor crate.
 
+mod backends;
 mod conformance;
 mod deps;
 mod gpu_check;
@@ -37,7 +38,9 @@ tasks:
   package            check that every crate packages (cargo package --workspace --no-verify)
   linkage            check that no vendor library is a hard (NEEDED) dependency
   conformance --device ID [--json FILE]
-                     run the backend conformance suite against one device
+                     run the backend conformance suite against one device (any backend of
+                     the list in crates/memplan-core/src/backends.rs; the JSON report goes to
+                     FILE, else to $CARGO_TARGET_DIR or target/, conformance-<id>.json)
   capability-matrix [--check]
                      regenerate docs/capability-matrix.md (or check it is current)
   strategy-table [--check]
@@ -132,6 +135,9 @@ fn ci() -> Result<(), String> {
     deps::check()?;
     deps::package()?;
     deps::linkage()?;
+    // The conformance suite, through this command, on every backend's CI device (the one
+    // list's `ci_device`: devices CI opens without hardware).
+    conformance::ci_devices()?;
     conformance::capability_matrix(&["--check".to_string()])?;
     conformance::strategy_table(&["--check".to_string()])?;
     println!("xtask ci: all steps passed");

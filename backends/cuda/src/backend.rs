@@ -9,9 +9,9 @@ use std::ffi::c_int;
 use cudarc::driver::sys::{self, CUdevice_attribute as A};
 use memplan_core::{Backend, BackendKind, Device, DeviceDescriptor, DeviceId, Error, Result};
 
-use crate::capability::CudaFacts;
 use crate::conv::{self, check};
 use crate::device::CudaDevice;
+use crate::facts::CudaFacts;
 use crate::ffi;
 use crate::loader::{driver, Driver, Feature};
 

@@ -1,6 +1,6 @@
 //! The capability the CUDA backend declares, derived from facts only.
 //!
-//! [`CudaFacts`] holds what the driver told us (version, device attributes, the MIG profile in
+//! [`CudaFacts`](crate::facts::CudaFacts) holds what the driver told us (version, device attributes, the MIG profile in
 //! the name); [`declare`] turns it into a [`ProfilingCapability`]. Pure data and functions, so
 //! every rule is tested without a GPU. Calibration in the planner then confirms or downgrades.
 //!
@@ -16,24 +16,7 @@
 
 use memplan_core::{GraphRelease, ProfilingCapability, Reading, Reliability, Support};
 
-use crate::facts::{check_version, CudaVersion, Feature};
-
-/// What the driver reported about one device.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CudaFacts {
-    /// `cuDriverGetVersion`.
-    pub driver_version: CudaVersion,
-    /// `CU_DEVICE_ATTRIBUTE_INTEGRATED`.
-    pub integrated: bool,
-    /// `CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED`; `None` when unreadable.
-    pub vmm_attribute: Option<bool>,
-    /// `CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED`; `None` when unreadable.
-    pub memory_pools_attribute: Option<bool>,
-    /// The MIG profile when the device is a MIG instance (`1g.10gb`).
-    pub mig_profile: Option<String>,
-    /// Total memory, used to state the tolerance of approximate readings.
-    pub total_bytes: Option<u64>,
-}
+use crate::facts::{check_version, CudaFacts, Feature};
 
 /// Tolerance declared for `free` on integrated GPUs, as a fraction of total memory.
 pub const INTEGRATED_FREE_TOLERANCE: f64 = 0.05;
@@ -164,9 +147,53 @@ pub fn require_exports(
     }
 }
 
+/// The platforms this backend's row of the capability matrix shows (`docs/capability-matrix.md`),
+/// each a label and what [`declare`] makes of its facts: current and old drivers, MIG, an
+/// integrated (Jetson-class) device.
+pub fn platforms() -> Vec<(&'static str, ProfilingCapability)> {
+    use crate::facts::CudaVersion;
+    let gib = memplan_core::bytes::GIB;
+    let base = CudaFacts {
+        driver_version: CudaVersion(12080),
+        integrated: false,
+        vmm_attribute: Some(true),
+        memory_pools_attribute: Some(true),
+        mig_profile: None,
+        total_bytes: Some(80 * gib),
+    };
+    let cases = [
+        ("driver 12.8, discrete", base.clone()),
+        (
+            "driver 11.2, discrete (no graph-memory attributes)",
+            CudaFacts {
+                driver_version: CudaVersion(11020),
+                ..base.clone()
+            },
+        ),
+        (
+            "driver 12.8, MIG 1g.10gb",
+            CudaFacts {
+                mig_profile: Some("1g.10gb".into()),
+                ..base.clone()
+            },
+        ),
+        (
+            "driver 12.6, integrated (Jetson-class)",
+            CudaFacts {
+                driver_version: CudaVersion(12060),
+                integrated: true,
+                vmm_attribute: Some(false),
+                ..base
+            },
+        ),
+    ];
+    cases.into_iter().map(|(p, f)| (p, declare(&f))).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::facts::CudaVersion;
 
     fn discrete() -> CudaFacts {
         CudaFacts {

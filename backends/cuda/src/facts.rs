@@ -1,5 +1,6 @@
-//! The facts a CUDA declaration is made from that need no driver: the packed driver version
-//! and the table of which driver version (and which symbols) each group of entry points needs.
+//! The facts a CUDA declaration is made from ([`CudaFacts`]: what the driver reported about
+//! one device) and what they need without a driver: the packed driver version and the table
+//! of which driver version (and which symbols) each group of entry points needs.
 //! Pure data and functions, compiled without the `runtime` feature, so the simulator declares
 //! its NVIDIA profiles through [`crate::capability::declare`] on a machine without a driver;
 //! `loader` (with `runtime`) re-exports them for its run-time checks.
@@ -112,4 +113,21 @@ pub fn check_version(have: CudaVersion, f: Feature) -> Result<()> {
             what: f.what().to_string(),
         })
     }
+}
+
+/// What the driver reported about one device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CudaFacts {
+    /// `cuDriverGetVersion`.
+    pub driver_version: CudaVersion,
+    /// `CU_DEVICE_ATTRIBUTE_INTEGRATED`.
+    pub integrated: bool,
+    /// `CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED`; `None` when unreadable.
+    pub vmm_attribute: Option<bool>,
+    /// `CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED`; `None` when unreadable.
+    pub memory_pools_attribute: Option<bool>,
+    /// The MIG profile when the device is a MIG instance (`1g.10gb`).
+    pub mig_profile: Option<String>,
+    /// Total memory, used to state the tolerance of approximate readings.
+    pub total_bytes: Option<u64>,
 }

@@ -45,7 +45,7 @@
 //!   Separate, because the simulator links this crate for its declaration and cargo unifies
 //!   features over a workspace build.
 //! - Without it (`default-features = false`) only the pure declaration compiles:
-//!   [`capability`] ([`capability::CudaFacts`] and [`capability::declare`]) and [`facts`]
+//!   [`capability`] ([`facts::CudaFacts`] and [`capability::declare`]) and [`facts`]
 //!   (the driver version and its feature table). The simulator builds its NVIDIA profiles'
 //!   capabilities through these, so a simulated profile declares what this backend would.
 //!

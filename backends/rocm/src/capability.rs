@@ -10,33 +10,7 @@
 use memplan_core::bytes::MIB;
 use memplan_core::{GraphRelease, ProfilingCapability, Reading, Reliability, Support};
 
-use crate::facts::HipVersion;
-
-/// Facts about one runtime and device that the rules look at.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Inputs {
-    /// `hipRuntimeGetVersion`.
-    pub runtime: HipVersion,
-    /// `hipDeviceAttributeIntegrated` (an APU).
-    pub integrated: bool,
-    /// DRM sysfs `mem_info_vram_used`/`_total` exist for this device.
-    pub drm_vram: bool,
-    /// `hipDeviceAttributeVirtualMemoryManagementSupported` is 1 (false when 0 or unreadable).
-    pub vmm_attribute: bool,
-    /// Runtime families this runtime lacks some symbol of.
-    pub lacks: Vec<ApiFamily>,
-}
-
-/// A group of HIP functions that is present or absent together for a rule's purpose.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ApiFamily {
-    /// Stream capture, instantiate, launch, destroy.
-    Capture,
-    /// `hipDeviceGetGraphMemAttribute`.
-    GraphPoolQuery,
-    /// hipMemAddressReserve / hipMemCreate / hipMemMap / hipMemSetAccess and their inverses.
-    VirtualMemory,
-}
+use crate::facts::{ApiFamily, HipVersion, Inputs};
 
 /// When a rule applies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,6 +163,42 @@ fn holds(when: When, i: &Inputs) -> bool {
 /// Apply [`RULES`] to `inputs`.
 pub fn declare(inputs: &Inputs) -> Declared {
     declare_with(RULES, inputs)
+}
+
+/// The platforms this backend's row of the capability matrix shows (`docs/capability-matrix.md`),
+/// each a label and what [`declare`] makes of its facts: every HIP release a rule changes at,
+/// discrete with and without DRM sysfs, APUs.
+pub fn platforms() -> Vec<(&'static str, ProfilingCapability)> {
+    let input = |major, minor, integrated, drm_vram, vmm_attribute| Inputs {
+        runtime: HipVersion::new(major, minor, 0),
+        integrated,
+        drm_vram,
+        vmm_attribute,
+        lacks: Vec::new(),
+    };
+    let cases = [
+        ("HIP 5.2, discrete", input(5, 2, false, false, false)),
+        ("HIP 5.4, discrete", input(5, 4, false, false, false)),
+        ("HIP 5.5, discrete", input(5, 5, false, false, false)),
+        (
+            "HIP 5.6, discrete with DRM sysfs",
+            input(5, 6, false, true, true),
+        ),
+        (
+            "HIP 6.2, discrete with DRM sysfs",
+            input(6, 2, false, true, true),
+        ),
+        ("HIP 7.0, discrete", input(7, 0, false, false, true)),
+        ("HIP 6.2, APU", input(6, 2, true, false, false)),
+        (
+            "HIP 6.2, APU with DRM sysfs",
+            input(6, 2, true, true, false),
+        ),
+    ];
+    cases
+        .into_iter()
+        .map(|(p, i)| (p, declare(&i).capability))
+        .collect()
 }
 
 /// Apply `rules` (a table in [`RULES`]'s format) to `inputs`.

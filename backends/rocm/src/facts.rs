@@ -1,4 +1,5 @@
-//! The facts a ROCm declaration is made from that need no runtime: the HIP version and how
+//! The facts a ROCm declaration is made from ([`Inputs`]: the runtime and device facts the
+//! rules look at) and what they need without a runtime: the HIP version and how
 //! `hipRuntimeGetVersion` encodes it. Pure data, compiled without the `runtime` feature, so
 //! the simulator declares its AMD profiles through [`crate::capability::declare`] on a machine
 //! without ROCm; `conv` (with `runtime`) re-exports it.
@@ -50,4 +51,30 @@ impl fmt::Display for HipVersion {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
     }
+}
+
+/// Facts about one runtime and device that the rules look at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inputs {
+    /// `hipRuntimeGetVersion`.
+    pub runtime: HipVersion,
+    /// `hipDeviceAttributeIntegrated` (an APU).
+    pub integrated: bool,
+    /// DRM sysfs `mem_info_vram_used`/`_total` exist for this device.
+    pub drm_vram: bool,
+    /// `hipDeviceAttributeVirtualMemoryManagementSupported` is 1 (false when 0 or unreadable).
+    pub vmm_attribute: bool,
+    /// Runtime families this runtime lacks some symbol of.
+    pub lacks: Vec<ApiFamily>,
+}
+
+/// A group of HIP functions that is present or absent together for a rule's purpose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApiFamily {
+    /// Stream capture, instantiate, launch, destroy.
+    Capture,
+    /// `hipDeviceGetGraphMemAttribute`.
+    GraphPoolQuery,
+    /// hipMemAddressReserve / hipMemCreate / hipMemMap / hipMemSetAccess and their inverses.
+    VirtualMemory,
 }

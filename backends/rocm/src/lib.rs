@@ -35,7 +35,7 @@
 //!   Separate, because the simulator links this crate for its declaration and cargo unifies
 //!   features over a workspace build.
 //! - Without it (`default-features = false`) only the pure declaration compiles:
-//!   [`capability`] ([`capability::Inputs`], [`capability::declare`] and its rule table) and
+//!   [`capability`] ([`facts::Inputs`], [`capability::declare`] and its rule table) and
 //!   [`facts`] (the HIP version). The simulator builds its AMD profiles' capabilities through
 //!   these, so a simulated profile declares what this backend would; no HIP headers are needed.
 //!

@@ -9,11 +9,11 @@ use std::ffi::{c_char, c_int, c_void};
 
 use memplan_core::{BackendKind, DeviceDescriptor, DeviceId, Result};
 
-use crate::capability::{ApiFamily, Inputs};
 use crate::conv::{
     c_buf_to_string, check, ATTR_INTEGRATED, ATTR_VMM_SUPPORTED, PROPS_BUFFER_BYTES,
     PROPS_R0000_GCN_ARCH_NAME, PROPS_R0600_GCN_ARCH_NAME,
 };
+use crate::facts::{ApiFamily, Inputs};
 use crate::loader::Api;
 use crate::sysfs::{DrmCard, SysRoot};
 

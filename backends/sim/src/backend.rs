@@ -27,10 +27,14 @@ impl Backend for SimBackend {
     }
 }
 
+#[cfg(feature = "register")]
 fn create() -> Box<dyn Backend> {
     Box::new(SimBackend)
 }
 
+// Behind `register` (the facade's `sim` feature), like every backend's: crates that link the
+// simulator for its types or declarations do not make `sim:` ids openable by themselves.
+#[cfg(feature = "register")]
 memplan_core::inventory::submit! {
     memplan_core::BackendRegistration::new(BackendKind::Sim, create)
 }

@@ -9,11 +9,11 @@
 //! description of each real platform, and that the capability-matrix rows of each simulated
 //! profile and of the real platform it imitates agree.
 
-use memplan_backend_cuda::capability::CudaFacts;
+use memplan_backend_cuda::facts::CudaFacts;
 use memplan_backend_cuda::facts::CudaVersion;
-use memplan_backend_rocm::capability::Inputs as RocmFacts;
 use memplan_backend_rocm::facts::HipVersion;
-use memplan_backend_xpu::capability::Facts as XpuFacts;
+use memplan_backend_rocm::facts::Inputs as RocmFacts;
+use memplan_backend_xpu::facts::Facts as XpuFacts;
 use memplan_backend_xpu::facts::SysmanFree;
 use memplan_core::{ProfilingCapability, Support};
 

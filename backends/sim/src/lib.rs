@@ -77,6 +77,7 @@
 
 mod allocator;
 mod backend;
+pub mod capability;
 mod capture;
 mod catalog;
 mod declared;

@@ -16,7 +16,7 @@
 
 use memplan_core::{GraphRelease, ProfilingCapability, Reading, Reliability, Support};
 
-use crate::facts::SysmanFree;
+use crate::facts::{Facts, SysmanFree, TotalSource};
 use crate::graph;
 
 /// Why this backend cannot synchronize the device: what `synchronize` would have to wait for
@@ -29,36 +29,6 @@ pub const NO_DEVICE_SYNCHRONIZE: &str = "Level Zero has no device-wide synchroni
 /// How far the host's `MemAvailable` may be off for an integrated GPU: reclaimable page cache
 /// and other host processes move it between a reading and an allocation.
 const HOST_TOLERANCE: u64 = 256 * memplan_core::bytes::MIB;
-
-/// Where the declared total comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TotalSource {
-    /// Sysman's `zes_mem_state_t.size` (same source as free, so `total - free` is consistent).
-    Sysman,
-    /// `zeDeviceGetMemoryProperties` `totalSize` (Sysman unavailable).
-    CoreProperties,
-}
-
-/// The facts a declaration is made from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Facts {
-    /// `ZE_DEVICE_PROPERTY_FLAG_INTEGRATED`.
-    pub integrated: bool,
-    /// The Sysman reading taken at open (or why there is none).
-    pub sysman: SysmanFree,
-    /// Virtual-memory support as probed with `zeVirtualMemQueryPageSize`.
-    pub virtual_memory: Support,
-}
-
-impl Facts {
-    /// Where the total comes from, given the Sysman reading.
-    pub fn total_source(&self) -> TotalSource {
-        match self.sysman {
-            SysmanFree::Readable { .. } => TotalSource::Sysman,
-            SysmanFree::Unavailable { .. } => TotalSource::CoreProperties,
-        }
-    }
-}
 
 /// Declare the capability of one device.
 pub fn declare(f: &Facts) -> ProfilingCapability {
@@ -118,6 +88,55 @@ pub fn declare(f: &Facts) -> ProfilingCapability {
     c.set(Reading::DriverFree, free);
     c.set(Reading::GraphPool, graph::pool_reading());
     c
+}
+
+/// The platforms this backend's row of the capability matrix shows (`docs/capability-matrix.md`),
+/// each a label and what [`declare`] makes of its facts: Sysman readable, Sysman's free ==
+/// total, Sysman unavailable, integrated.
+pub fn platforms() -> Vec<(&'static str, ProfilingCapability)> {
+    let gib = memplan_core::bytes::GIB;
+    let readable = |free| SysmanFree::Readable {
+        free,
+        size: 16 * gib,
+        modules: 1,
+    };
+    let cases = [
+        (
+            "discrete, Sysman readable",
+            Facts {
+                integrated: false,
+                sysman: readable(15 * gib),
+                virtual_memory: Support::Supported,
+            },
+        ),
+        (
+            "discrete, Sysman free == total (non-root i915)",
+            Facts {
+                integrated: false,
+                sysman: readable(16 * gib),
+                virtual_memory: Support::Supported,
+            },
+        ),
+        (
+            "discrete, Sysman unavailable",
+            Facts {
+                integrated: false,
+                sysman: SysmanFree::unavailable(
+                    "zesInit unavailable and ZES_ENABLE_SYSMAN not set",
+                ),
+                virtual_memory: Support::Supported,
+            },
+        ),
+        (
+            "integrated",
+            Facts {
+                integrated: true,
+                sysman: SysmanFree::unavailable("integrated GPU: shared system memory"),
+                virtual_memory: Support::no("zeVirtualMemQueryPageSize failed"),
+            },
+        ),
+    ];
+    cases.into_iter().map(|(p, f)| (p, declare(&f))).collect()
 }
 
 #[cfg(test)]

@@ -24,8 +24,9 @@ use memplan_core::{
     ProfilingCapability, Result, Support,
 };
 
-use crate::capability::{declare, Facts};
+use crate::capability::declare;
 use crate::conv::{check, check_alloc, SysmanFree};
+use crate::facts::Facts;
 use crate::loader::{Handle, Runtime};
 use crate::sysman::SysmanMemory;
 

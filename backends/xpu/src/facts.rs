@@ -1,8 +1,10 @@
-//! The facts an Intel declaration is made from that need no loader: what Sysman gave for free
-//! memory, or why it gave nothing. Pure data, compiled without the `runtime` feature, so the
+//! The facts an Intel declaration is made from ([`Facts`]: integrated or not, what Sysman gave
+//! for free memory or why it gave nothing, virtual-memory support), all that needs no loader. Pure data, compiled without the `runtime` feature, so the
 //! simulator declares its Intel profiles through [`crate::capability::declare`] on a machine
 //! without Level Zero; `conv` (with `runtime`) re-exports it and turns Sysman's module
 //! readings into it.
+
+use memplan_core::Support;
 
 /// Free device memory as Sysman gives it, or why it cannot.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,5 +37,35 @@ impl SysmanFree {
     /// kernel hides usage. Suspect, not proof (an idle device can be this empty).
     pub fn free_equals_total(&self) -> bool {
         matches!(self, SysmanFree::Readable { free, size, .. } if free == size)
+    }
+}
+
+/// Where the declared total comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TotalSource {
+    /// Sysman's `zes_mem_state_t.size` (same source as free, so `total - free` is consistent).
+    Sysman,
+    /// `zeDeviceGetMemoryProperties` `totalSize` (Sysman unavailable).
+    CoreProperties,
+}
+
+/// The facts a declaration is made from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Facts {
+    /// `ZE_DEVICE_PROPERTY_FLAG_INTEGRATED`.
+    pub integrated: bool,
+    /// The Sysman reading taken at open (or why there is none).
+    pub sysman: SysmanFree,
+    /// Virtual-memory support as probed with `zeVirtualMemQueryPageSize`.
+    pub virtual_memory: Support,
+}
+
+impl Facts {
+    /// Where the total comes from, given the Sysman reading.
+    pub fn total_source(&self) -> TotalSource {
+        match self.sysman {
+            SysmanFree::Readable { .. } => TotalSource::Sysman,
+            SysmanFree::Unavailable { .. } => TotalSource::CoreProperties,
+        }
     }
 }

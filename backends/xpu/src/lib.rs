@@ -41,7 +41,7 @@
 //!   Separate, because the simulator links this crate for its declaration and cargo unifies
 //!   features over a workspace build.
 //! - Without it (`default-features = false`) only the pure declaration compiles:
-//!   [`capability`] ([`capability::Facts`], [`capability::declare`]), [`facts`] (what Sysman
+//!   [`capability`] ([`facts::Facts`], [`capability::declare`]), [`facts`] (what Sysman
 //!   gave) and [`graph`] (what Level Zero offers for graphs). The simulator builds its Intel
 //!   profiles' capabilities through these, so a simulated profile declares what this backend
 //!   would.

@@ -1,7 +1,9 @@
-//! The capability matrix of the shipped backends, generated from the code: each simulated
-//! profile's declaration, and each real backend's declaration for representative platforms
-//! (built from the same `capability::declare` functions the backends call at run time; a
-//! simulated profile's declaration is that function too, run on the profile's facts).
+//! The capability matrix of the shipped backends, generated from the code: each backend's
+//! representative platforms (its `capability::platforms()`, built with the same
+//! `capability::declare` function the backend calls at run time; a simulated profile's
+//! declaration is that function too, run on the profile's facts), gathered through the facade
+//! (`memplan::declared_platforms`) from the one list of backends, so a new backend's rows need
+//! no line here.
 //!
 //! [`IMITATES`] names the real row each simulated profile imitates, and [`drifts`] lists where
 //! the two rows disagree: `tests/declarations.rs` fails on any.
@@ -111,165 +113,16 @@ pub fn drifts(rows: &[Row]) -> Vec<String> {
     out
 }
 
-/// Every row this build can produce (real backends only when their feature is on).
+/// Every row this build can produce: each compiled-in backend's declared platforms
+/// (`memplan::declared_platforms`; with the feature `matrix`, every backend's pure
+/// declaration, no vendor library or header needed).
 pub fn rows() -> Vec<Row> {
-    let mut rows = Vec::new();
-    #[cfg(feature = "sim")]
-    for p in memplan_backend_sim::profiles() {
-        rows.push(Row {
-            backend: "sim",
-            platform: p.name.to_string(),
-            capability: p.capability(),
-        });
-    }
-    #[cfg(feature = "cuda")]
-    rows.extend(cuda_rows());
-    #[cfg(feature = "rocm")]
-    rows.extend(rocm_rows());
-    #[cfg(feature = "xpu")]
-    rows.extend(xpu_rows());
-    rows
-}
-
-#[cfg(feature = "cuda")]
-fn cuda_rows() -> Vec<Row> {
-    use memplan_backend_cuda::capability::{declare, CudaFacts};
-    use memplan_backend_cuda::conv::CudaVersion;
-    let gib = memplan::bytes::GIB;
-    let base = CudaFacts {
-        driver_version: CudaVersion(12080),
-        integrated: false,
-        vmm_attribute: Some(true),
-        memory_pools_attribute: Some(true),
-        mig_profile: None,
-        total_bytes: Some(80 * gib),
-    };
-    let cases = [
-        (CUDA_DISCRETE, base.clone()),
-        (
-            "driver 11.2, discrete (no graph-memory attributes)",
-            CudaFacts {
-                driver_version: CudaVersion(11020),
-                ..base.clone()
-            },
-        ),
-        (
-            "driver 12.8, MIG 1g.10gb",
-            CudaFacts {
-                mig_profile: Some("1g.10gb".into()),
-                vmm_attribute: Some(true),
-                ..base.clone()
-            },
-        ),
-        (
-            "driver 12.6, integrated (Jetson-class)",
-            CudaFacts {
-                driver_version: CudaVersion(12060),
-                integrated: true,
-                vmm_attribute: Some(false),
-                ..base
-            },
-        ),
-    ];
-    cases
+    memplan::declared_platforms()
         .into_iter()
-        .map(|(p, f)| Row {
-            backend: "cuda",
-            platform: p.into(),
-            capability: declare(&f),
-        })
-        .collect()
-}
-
-#[cfg(feature = "rocm")]
-fn rocm_rows() -> Vec<Row> {
-    use memplan_backend_rocm::capability::{declare, Inputs};
-    use memplan_backend_rocm::conv::HipVersion;
-    let input = |major, minor, integrated, drm_vram, vmm_attribute| Inputs {
-        runtime: HipVersion::new(major, minor, 0),
-        integrated,
-        drm_vram,
-        vmm_attribute,
-        lacks: Vec::new(),
-    };
-    let cases = [
-        ("HIP 5.2, discrete", input(5, 2, false, false, false)),
-        ("HIP 5.4, discrete", input(5, 4, false, false, false)),
-        ("HIP 5.5, discrete", input(5, 5, false, false, false)),
-        (
-            "HIP 5.6, discrete with DRM sysfs",
-            input(5, 6, false, true, true),
-        ),
-        (ROCM62_DRM, input(6, 2, false, true, true)),
-        ("HIP 7.0, discrete", input(7, 0, false, false, true)),
-        ("HIP 6.2, APU", input(6, 2, true, false, false)),
-        (
-            "HIP 6.2, APU with DRM sysfs",
-            input(6, 2, true, true, false),
-        ),
-    ];
-    cases
-        .into_iter()
-        .map(|(p, i)| Row {
-            backend: "rocm",
-            platform: p.into(),
-            capability: declare(&i).capability,
-        })
-        .collect()
-}
-
-#[cfg(feature = "xpu")]
-fn xpu_rows() -> Vec<Row> {
-    use memplan_backend_xpu::capability::{declare, Facts};
-    use memplan_backend_xpu::conv::SysmanFree;
-    let gib = memplan::bytes::GIB;
-    let readable = |free| SysmanFree::Readable {
-        free,
-        size: 16 * gib,
-        modules: 1,
-    };
-    let cases = [
-        (
-            "discrete, Sysman readable",
-            Facts {
-                integrated: false,
-                sysman: readable(15 * gib),
-                virtual_memory: memplan::Support::Supported,
-            },
-        ),
-        (
-            XPU_FREE_EQ_TOTAL,
-            Facts {
-                integrated: false,
-                sysman: readable(16 * gib),
-                virtual_memory: memplan::Support::Supported,
-            },
-        ),
-        (
-            "discrete, Sysman unavailable",
-            Facts {
-                integrated: false,
-                sysman: SysmanFree::unavailable(
-                    "zesInit unavailable and ZES_ENABLE_SYSMAN not set",
-                ),
-                virtual_memory: memplan::Support::Supported,
-            },
-        ),
-        (
-            "integrated",
-            Facts {
-                integrated: true,
-                sysman: SysmanFree::unavailable("integrated GPU: shared system memory"),
-                virtual_memory: memplan::Support::no("zeVirtualMemQueryPageSize failed"),
-            },
-        ),
-    ];
-    cases
-        .into_iter()
-        .map(|(p, f)| Row {
-            backend: "xpu",
-            platform: p.into(),
-            capability: declare(&f),
+        .map(|(kind, platform, capability)| Row {
+            backend: kind.name(),
+            platform: platform.to_string(),
+            capability,
         })
         .collect()
 }

@@ -8,14 +8,12 @@
 //!
 //! and shows that each check fails when a fact is perturbed.
 
-#![cfg(all(feature = "sim", feature = "cuda", feature = "rocm", feature = "xpu"))]
-
 use memplan::bytes::GIB;
 use memplan_backend_sim::{PlatformFacts, SimProfile};
 use memplan_conformance::matrix::{drifts, rows, Row};
 
 fn cuda(total: u64) -> PlatformFacts {
-    use memplan_backend_cuda::capability::CudaFacts;
+    use memplan_backend_cuda::facts::CudaFacts;
     use memplan_backend_cuda::facts::CudaVersion;
     PlatformFacts::Cuda(CudaFacts {
         driver_version: CudaVersion(12080),
@@ -28,8 +26,8 @@ fn cuda(total: u64) -> PlatformFacts {
 }
 
 fn rocm(major: u32, minor: u32, integrated: bool, drm: bool, vmm: bool) -> PlatformFacts {
-    use memplan_backend_rocm::capability::Inputs;
     use memplan_backend_rocm::facts::HipVersion;
+    use memplan_backend_rocm::facts::Inputs;
     PlatformFacts::Rocm(Inputs {
         runtime: HipVersion::new(major, minor, 0),
         integrated,
@@ -41,7 +39,7 @@ fn rocm(major: u32, minor: u32, integrated: bool, drm: bool, vmm: bool) -> Platf
 
 /// An integrated Intel GPU: Sysman has no device-local module to report.
 fn xpu_integrated() -> PlatformFacts {
-    use memplan_backend_xpu::capability::Facts;
+    use memplan_backend_xpu::facts::Facts;
     use memplan_backend_xpu::facts::SysmanFree;
     PlatformFacts::Xpu(Facts {
         integrated: true,
@@ -53,7 +51,7 @@ fn xpu_integrated() -> PlatformFacts {
 }
 
 fn xpu(sysman: Option<(u64, u64)>) -> PlatformFacts {
-    use memplan_backend_xpu::capability::Facts;
+    use memplan_backend_xpu::facts::Facts;
     use memplan_backend_xpu::facts::SysmanFree;
     PlatformFacts::Xpu(Facts {
         integrated: false,

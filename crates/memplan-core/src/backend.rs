@@ -10,42 +10,153 @@ use std::str::FromStr;
 use crate::device::Device;
 use crate::error::{Error, Result};
 
-/// Every backend memplan knows, compiled in or not (so every name parses in every build).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum BackendKind {
-    /// Simulated GPUs that reproduce each vendor's behaviour.
-    Sim,
-    /// NVIDIA CUDA (driver API through cudarc).
-    Cuda,
-    /// AMD ROCm (HIP runtime).
-    Rocm,
-    /// Intel GPUs through Level Zero.
-    Xpu,
+/// How a backend's folder is laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// The standard backend folder (`docs/adding-a-backend.md`: `loader.rs`, `backend.rs`,
+    /// `device.rs`, `capability.rs`, `facts.rs`, `graph.rs`, `vmm.rs`, `conv.rs`).
+    Hal,
+    /// The simulator: its own layout (profiles, physics, quirks).
+    Simulator,
 }
 
-impl BackendKind {
-    /// Every backend.
-    pub const ALL: [BackendKind; 4] = [
-        BackendKind::Sim,
-        BackendKind::Cuda,
-        BackendKind::Rocm,
-        BackendKind::Xpu,
-    ];
+/// What the one list ([`crate::backend_list!`]) says about a backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BackendInfo {
+    /// Which backend.
+    pub kind: BackendKind,
+    /// The id prefix (`cuda` in `cuda:0`) and serde name.
+    pub name: &'static str,
+    /// Other prefixes accepted when parsing an id (`hip`).
+    pub aliases: &'static [&'static str],
+    /// The `memplan` facade's cargo feature that compiles it in.
+    pub feature: &'static str,
+    /// Its crate, as a Rust path (`memplan_backend_cuda`).
+    pub krate: &'static str,
+    /// Vendor libraries it loads at run time (never NEEDED by a binary).
+    pub libraries: &'static [&'static str],
+    /// How its folder is laid out.
+    pub layout: Layout,
+    /// A device CI can open without hardware, on which the conformance suite runs.
+    pub ci_device: Option<&'static str>,
+    /// One line that says what it is.
+    pub description: &'static str,
+}
 
+impl BackendInfo {
+    /// The package name (`memplan-backend-cuda`).
+    pub fn package(&self) -> String {
+        self.krate.replace('_', "-")
+    }
+
+    /// Its folder, relative to the repository root (`backends/cuda`).
+    pub fn folder(&self) -> String {
+        format!("backends/{}", self.name)
+    }
+
+    /// An example device id (`cuda:0`; the CI device where it has one).
+    pub fn example_id(&self) -> String {
+        self.ci_device
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("{}:0", self.name))
+    }
+}
+
+macro_rules! layout {
+    (hal) => {
+        Layout::Hal
+    };
+    (simulator) => {
+        Layout::Simulator
+    };
+}
+
+macro_rules! ci_device {
+    ("") => {
+        None
+    };
+    ($d:literal) => {
+        Some($d)
+    };
+}
+
+/// Generates [`BackendKind`] and its [`BackendInfo`]s from the one list.
+macro_rules! define_backend_kind {
+    ($(
+        $variant:ident {
+            name: $name:literal,
+            aliases: [$($alias:literal),*],
+            feature: $feature:literal,
+            krate: $krate:ident,
+            libraries: [$($lib:literal),*],
+            layout: $layout:ident,
+            ci_device: $ci:tt,
+            description: $desc:literal,
+        }
+    )*) => {
+        /// Every backend memplan knows, compiled in or not (so every name parses in every
+        /// build), generated from the one list ([`crate::backend_list!`]):
+        ///
+        /// | backend | `memplan` feature | crate | what |
+        /// |---|---|---|---|
+        $(
+            #[doc = concat!("| `", $name, "` | `", $feature, "` | `", stringify!($krate), "` | ", $desc, " |")]
+        )*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        pub enum BackendKind {
+            $(
+                #[doc = $desc]
+                #[serde(rename = $name)]
+                $variant,
+            )*
+        }
+
+        impl BackendKind {
+            /// How many backends the list declares.
+            pub const COUNT: usize = [$(BackendKind::$variant),*].len();
+
+            /// Every backend, in the list's order.
+            pub const ALL: [BackendKind; BackendKind::COUNT] = [$(BackendKind::$variant),*];
+
+            /// What the list says about it.
+            pub fn info(self) -> &'static BackendInfo {
+                match self {
+                    $(
+                        BackendKind::$variant => &BackendInfo {
+                            kind: BackendKind::$variant,
+                            name: $name,
+                            aliases: &[$($alias),*],
+                            feature: $feature,
+                            krate: stringify!($krate),
+                            libraries: &[$($lib),*],
+                            layout: layout!($layout),
+                            ci_device: ci_device!($ci),
+                            description: $desc,
+                        },
+                    )*
+                }
+            }
+        }
+    };
+}
+
+crate::backend_list!(define_backend_kind);
+
+impl BackendKind {
     /// The name used in device ids (`cuda:0`).
     pub fn name(self) -> &'static str {
-        match self {
-            BackendKind::Sim => "sim",
-            BackendKind::Cuda => "cuda",
-            BackendKind::Rocm => "rocm",
-            BackendKind::Xpu => "xpu",
-        }
+        self.info().name
     }
 
     /// The cargo feature of the `memplan` facade that compiles it in.
     pub fn feature(self) -> &'static str {
-        self.name()
+        self.info().feature
+    }
+
+    /// Every backend's name, comma separated (for messages and help).
+    pub fn names() -> String {
+        BackendKind::ALL.map(|k| k.name()).join(", ")
     }
 }
 
@@ -61,14 +172,10 @@ impl FromStr for BackendKind {
         let l = s.to_ascii_lowercase();
         BackendKind::ALL
             .into_iter()
-            .find(|k| {
-                k.name() == l
-                    || (l == "hip" && *k == BackendKind::Rocm)
-                    || (l == "level-zero" && *k == BackendKind::Xpu)
-            })
+            .find(|k| k.name() == l || k.info().aliases.contains(&l.as_str()))
             .ok_or_else(|| Error::UnknownBackend {
                 name: s.to_string(),
-                known: BackendKind::ALL.map(|k| k.name()).join(", "),
+                known: BackendKind::names(),
             })
     }
 }
@@ -211,5 +318,63 @@ mod tests {
         );
         assert!("cuda:".parse::<DeviceId>().is_err());
         assert!("cuda:x".parse::<DeviceId>().unwrap().ordinal().is_err());
+    }
+
+    /// The text xtask reads (`backends.rs`, parsed by `backend_list_format.rs`) says what the
+    /// enum says, entry by entry, and every name, alias and serde name parses back.
+    #[test]
+    fn the_list_xtask_reads_is_the_enum() {
+        let parsed = crate::backend_list_format::parse(include_str!("backends.rs"))
+            .expect("the list parses");
+        assert_eq!(parsed.len(), BackendKind::COUNT);
+        for (e, k) in parsed.iter().zip(BackendKind::ALL) {
+            let i = k.info();
+            assert_eq!(e.variant, format!("{k:?}"));
+            assert_eq!(
+                (e.name.as_str(), e.feature.as_str(), e.krate.as_str()),
+                (i.name, i.feature, i.krate)
+            );
+            assert_eq!(e.aliases, i.aliases);
+            assert_eq!(e.libraries, i.libraries);
+            assert_eq!(e.description, i.description);
+            assert_eq!(e.ci_device.is_empty(), i.ci_device.is_none());
+            assert_eq!(e.package(), i.package());
+            assert_eq!(i.kind, k);
+            assert_eq!(k.name().parse::<BackendKind>().unwrap(), k);
+            for a in i.aliases {
+                assert_eq!(a.parse::<BackendKind>().unwrap(), k);
+            }
+            assert_eq!(
+                serde_json::to_value(k).unwrap(),
+                serde_json::json!(k.name())
+            );
+            assert!(i
+                .name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'));
+        }
+        let mut names: Vec<&str> = BackendKind::ALL
+            .iter()
+            .flat_map(|k| std::iter::once(k.name()).chain(k.info().aliases.iter().copied()))
+            .collect();
+        let n = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), n, "a name or alias is declared twice");
+    }
+
+    #[test]
+    fn a_malformed_list_is_an_error_naming_the_line() {
+        let src = include_str!("backends.rs");
+        let broken = src.replacen("feature: \"cuda\",", "feature: \"cuda\"", 1);
+        let e = crate::backend_list_format::parse(&broken).unwrap_err();
+        assert!(e.contains("line") && e.contains("comma"), "{e}");
+        let swapped = src.replacen(
+            "                aliases: [],\n                feature: \"sim\",",
+            "                feature: \"sim\",\n                aliases: [],",
+            1,
+        );
+        let e = crate::backend_list_format::parse(&swapped).unwrap_err();
+        assert!(e.contains("Sim") && e.contains("in that order"), "{e}");
     }
 }

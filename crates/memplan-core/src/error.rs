@@ -19,7 +19,7 @@ pub use crate::refusal::{Param, Refusal};
 #[non_exhaustive]
 pub enum Error {
     /// The backend exists but this binary was built without its cargo feature.
-    #[error("backend `{backend}` is not compiled in: rebuild with `--features {feature}` (compiled in: {compiled})")]
+    #[error("backend `{backend}` is not compiled in: rebuild with `--features {feature}`, a feature of the `memplan` crate (`--features memplan/{feature}` from a crate that depends on it) (compiled in: {compiled})")]
     BackendNotCompiled {
         /// The backend asked for.
         backend: BackendKind,

@@ -49,6 +49,9 @@
 
 pub mod allocator;
 pub mod backend;
+#[cfg(test)]
+mod backend_list_format;
+mod backends;
 pub mod bytes;
 pub mod capability;
 pub mod device;
@@ -72,7 +75,9 @@ mod device_tests;
 mod testing;
 
 pub use allocator::{AllocatorStats, AllocatorView, OwnAccounting};
-pub use backend::{Backend, BackendKind, BackendStatus, DeviceDescriptor, DeviceId};
+pub use backend::{
+    Backend, BackendInfo, BackendKind, BackendStatus, DeviceDescriptor, DeviceId, Layout,
+};
 pub use capability::{
     DeviceFacts, GraphRelease, ProfilingCapability, Reading, Reliability, Support,
 };

@@ -43,16 +43,11 @@
 //!
 //! ## Backends
 //!
-//! Backends are chosen with cargo features:
-//!
-//! | feature | backend | default |
-//! |---|---|---|
-//! | `sim`  | simulated GPUs (`sim:rtx4090`, ...) | yes |
-//! | `cuda` | NVIDIA, driver loaded at run time  | no (on in the CLI) |
-//! | `rocm` | AMD HIP runtime, loaded at run time | no |
-//! | `xpu`  | Intel Level Zero, loaded at run time | no |
-//!
-//! | `model` | (not a backend) model configs, checkpoint headers and the dry run: [`model`] | no |
+//! Backends are chosen with cargo features, one per backend, named in the one list of
+//! backends ([`BackendKind`] shows it as a table; `sim` is the default). This crate links every
+//! compiled-in backend from that list, so a backend needs no line here. Other features:
+//! `model` (model configs, checkpoint headers and the dry run: [`model`]) and `declarations`
+//! (every backend's pure declaration, for [`declared_platforms`]).
 //!
 //! Every backend name parses in every build; asking for one that is not compiled in returns
 //! [`Error::BackendNotCompiled`] naming the feature. A binary with every runtime-loaded backend
@@ -79,17 +74,49 @@ pub mod sim {
     pub use memplan_backend_sim::{BlockId, GraphSpec, GroundTruth, SimAllocator, SimGpu};
 }
 
-/// Reference every compiled-in backend crate so the linker keeps its `inventory` registration.
-fn link_backends() {
-    #[cfg(feature = "sim")]
-    memplan_backend_sim::link();
-    #[cfg(feature = "cuda")]
-    memplan_backend_cuda::link();
-    #[cfg(feature = "rocm")]
-    memplan_backend_rocm::link();
-    #[cfg(feature = "xpu")]
-    memplan_backend_xpu::link();
+/// What is generated from the one list of backends (`memplan_core::backend_list!`): each
+/// backend's crate is referenced under its feature, so adding a backend to the list (and its
+/// feature to this crate's manifest) is all this crate needs.
+macro_rules! from_the_backend_list {
+    ($(
+        $variant:ident {
+            name: $name:literal,
+            aliases: [$($alias:literal),*],
+            feature: $feature:literal,
+            krate: $krate:ident,
+            $($rest:tt)*
+        }
+    )*) => {
+        /// Reference every compiled-in backend crate so the linker keeps its `inventory`
+        /// registration.
+        fn link_backends() {
+            $(
+                #[cfg(feature = $feature)]
+                $krate::link();
+            )*
+        }
+
+        /// Every platform the compiled-in backends declare a capability for (each backend's
+        /// `capability::platforms()`: its pure declaration, no vendor library): the rows of
+        /// the capability matrix. With the feature `declarations`, every backend's, with no
+        /// vendor library or header needed to build.
+        pub fn declared_platforms() -> Vec<(BackendKind, &'static str, ProfilingCapability)> {
+            #[allow(unused_mut)]
+            let mut rows = Vec::new();
+            $(
+                #[cfg(any(feature = "declarations", feature = $feature))]
+                rows.extend(
+                    $krate::capability::platforms()
+                        .into_iter()
+                        .map(|(platform, capability)| (BackendKind::$variant, platform, capability)),
+                );
+            )*
+            rows
+        }
+    };
 }
+
+memplan_core::backend_list!(from_the_backend_list);
 
 /// The backends compiled into this build.
 pub fn compiled_backends() -> Vec<BackendKind> {

@@ -83,9 +83,15 @@ fn survey() -> DevicesView {
 fn table(v: &DevicesView) -> String {
     let mut o = String::new();
     if v.backends.is_empty() {
+        let features: Vec<&str> = memplan::BackendKind::ALL
+            .iter()
+            .map(|k| k.feature())
+            .collect();
         writeln!(
             o,
-            "no backend is compiled in (rebuild with --features sim, cuda, rocm or xpu)"
+            "no backend is compiled in: rebuild with a feature of the `memplan` crate, one per backend ({}), e.g. `--features memplan/{}`",
+            features.join(", "),
+            features[0]
         );
     }
     for b in &v.backends {

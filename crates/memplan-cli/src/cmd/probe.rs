@@ -22,9 +22,8 @@ use crate::Report;
 /// Flags of `memplan probe`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Device id: `sim:rtx4090`, `sim:arc-a770,declare-exact`, `cuda:0`, `rocm:0`, `xpu:0`
-    /// (`memplan devices` lists them).
-    #[arg(value_name = "DEVICE")]
+    /// Device id (`BACKEND:SELECTOR`; `memplan devices` lists them).
+    #[arg(value_name = "DEVICE", help = device_help())]
     pub device: String,
     /// Print one JSON object `{device, descriptor, memory, derived, capability}`.
     #[arg(long)]
@@ -33,6 +32,18 @@ pub struct Args {
     /// or downgrade each declared reading with the evidence (`calibration` in JSON).
     #[arg(long)]
     pub calibrate: bool,
+}
+
+/// The help of a device id, from the one list of backends: an example id of each.
+pub fn device_help() -> String {
+    let ids: Vec<String> = memplan::BackendKind::ALL
+        .iter()
+        .map(|k| format!("`{}`", k.info().example_id()))
+        .collect();
+    format!(
+        "Device id: {}, `sim:arc-a770,declare-exact` (`memplan devices` lists them)",
+        ids.join(", ")
+    )
 }
 
 /// Values derived from the snapshot (absent when an input is absent).
