@@ -194,6 +194,8 @@ impl Line<'_> {
         let unit = rest.trim_start();
         let scale = if unit.starts_with("MiB") || unit.starts_with("MB") {
             MIB
+        } else if unit.starts_with("bytes") {
+            1
         } else {
             GIB
         } as f64;
@@ -314,6 +316,9 @@ pub fn parse(text: &str) -> Result<LogFigures> {
         "# GPU blocks",
         "# CUDA blocks",
         "Free memory on device",
+        "CUDA graph pool memory",
+        "Estimated CUDA graph memory",
+        "Maximum concurrency for",
     ]
     .iter()
     .any(|k| text.contains(k));
@@ -322,7 +327,7 @@ pub fn parse(text: &str) -> Result<LogFigures> {
             Param::EngineLog,
             "found none of vLLM's \"Model loading took\" / \
              \"Available KV cache memory\" / \"GPU KV cache size\" / \"Memory profiling \
-             results\" lines nor SGLang's \"Load weight end\" / \"KV Cache is allocated\" lines",
+             results\" / \"CUDA graph pool memory\" lines nor SGLang's \"Load weight end\" / \"KV Cache is allocated\" lines",
         ));
     }
     let mut f = LogFigures {
@@ -344,13 +349,19 @@ pub fn parse(text: &str) -> Result<LogFigures> {
             for key in [
                 "vLLM API server version ",
                 "LLM engine (v",
+                // The start-up banner (0.2x+): `█ ▀▄▀ █  version 0.22.1`.
+                "\u{2588}  version ",
+                "vLLM ",
                 "vLLM version ",
                 "vllm version ",
                 "sglang version ",
                 "SGLang version ",
+                // A report's environment section: `vLLM: 0.20.2rc1...`.
+                "vLLM:",
             ] {
                 if let Some(i) = l.text.find(key) {
                     let v: String = l.text[i + key.len()..]
+                        .trim_start_matches([' ', '*', '`'])
                         .chars()
                         .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '+'))
                         .collect();

@@ -84,3 +84,79 @@ fn real_logs_are_read_and_reproduce() {
     println!("read {read} logs, reproduced {reproduced} from the figures read");
     assert_eq!(reproduced, 12);
 }
+
+const CURRENT: &str = include_str!("../data/validation-logs.jsonl");
+
+/// The raw start-up lines of vLLM 0.20+ (and forks) and SGLang that users pasted, read back as
+/// curated: every figure the quote prints is the curated one, the release its version line
+/// names is the curated version.
+#[test]
+fn current_release_logs_are_read_as_curated() {
+    let mut read = 0;
+    for line in CURRENT.lines().filter(|l| !l.trim().is_empty()) {
+        let e: Value = serde_json::from_str(line).unwrap();
+        let quote = e["quote"].as_str().unwrap();
+        if quote.is_empty() {
+            continue;
+        }
+        let src = e["source"].as_str().unwrap();
+        let f = parse(quote).unwrap_or_else(|err| panic!("{src}: {err}"));
+        read += 1;
+        let has = |k: &str| quote.contains(k);
+        if has("Available KV cache memory:") && !has("ValueError")
+            || has("available KV cache memory")
+        {
+            assert!(
+                close(f.kv_available, &e["available_kv_gib"]),
+                "{src}: kv {:?}",
+                f.kv_available
+            );
+        }
+        if has("GPU KV cache size") || has("#tokens:") {
+            assert_eq!(f.kv_tokens, e["kv_cache_tokens"].as_u64(), "{src}");
+        }
+        if has("Estimated CUDA graph memory") || has("(estimated)") {
+            assert!(
+                close(f.graph_estimate, &e["cuda_graph_estimate_gib"]),
+                "{src}: {:?}",
+                f.graph_estimate
+            );
+        }
+        if has("Graph capturing finished") {
+            assert!(
+                close(f.graph_actual, &e["cuda_graph_actual_gib"]),
+                "{src}: {:?}",
+                f.graph_actual
+            );
+        }
+        if has("gpu-memory-utilization=") {
+            assert_eq!(f.utilization, e["gpu_memory_utilization"].as_f64(), "{src}");
+            assert!(f.graph_subtracted, "{src}");
+        }
+        if has("Maximum concurrency") {
+            assert_eq!(f.max_concurrency, e["max_concurrency"].as_f64(), "{src}");
+            assert_eq!(f.max_model_len, e["max_model_len"].as_u64(), "{src}");
+        }
+        if has("Model loading took") {
+            assert!(close(f.weights, &e["weights_gib"]), "{src}");
+        }
+        if let Some(v) = e["vllm_version"].as_str().filter(|v| quote.contains(*v)) {
+            assert_eq!(f.version.as_deref(), Some(v), "{src}");
+        }
+        if e["engine"] == "sglang" {
+            assert_eq!(
+                f.engine,
+                Some(memplan_model::engine::EngineKind::Sglang),
+                "{src}"
+            );
+        }
+        if let Some(tp) = e["num_gpus_tp"]
+            .as_u64()
+            .filter(|_| has("'tensor_parallel_size'"))
+        {
+            assert_eq!(f.tensor_parallel, Some(tp), "{src}");
+        }
+    }
+    println!("read {read} current-release quotes");
+    assert!(read >= 15, "{read}");
+}
