@@ -25,6 +25,10 @@ use crate::{dtype_bytes, Model};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum GraphReserve {
+    /// As the engine release does on the platform: reserve the given value, else the
+    /// analytic estimate, where it subtracts graph memory; nothing where it does not
+    /// ([`EngineRules::subtracts_graphs_on`]).
+    Engine,
     /// Reserve the given value, else the analytic estimate.
     Reserve,
     /// Reserve nothing (an engine that does not subtract graph memory, as vLLM <= 0.19).
@@ -77,6 +81,10 @@ pub struct DryRun {
     pub enforce_eager: bool,
     /// Graph reserve policy.
     pub graph_reserve: GraphReserve,
+    /// The platform the engine runs on (`cuda`, `rocm`, `xpu`; `None`: unknown, taken as
+    /// CUDA): engine releases profile and subtract graph memory only on some
+    /// ([`EngineRules::subtracts_graphs_on`]).
+    pub platform: Option<String>,
     /// Figures given by the user, replacing the estimates.
     pub given: Vec<(ConsumerKind, u64)>,
     /// Draft model, LoRA, CPU offload, pipeline stages ([`crate::consumers`]).
@@ -118,7 +126,8 @@ impl DryRun {
             tensor_parallel: 1,
             capture_sizes: None,
             enforce_eager: false,
-            graph_reserve: GraphReserve::Reserve,
+            graph_reserve: GraphReserve::Engine,
+            platform: None,
             given: Vec::new(),
             extras: Default::default(),
         }
@@ -200,6 +209,11 @@ impl DryRun {
     /// No graphs at all.
     pub fn enforce_eager(mut self, eager: bool) -> Self {
         self.enforce_eager = eager;
+        self
+    }
+    /// The platform the engine runs on (`cuda`, `rocm`, `xpu`).
+    pub fn platform(mut self, p: Option<String>) -> Self {
+        self.platform = p;
         self
     }
     /// Whether graph memory is subtracted.
@@ -469,19 +483,35 @@ impl DryRun {
                 false,
             )
         } else {
-            match (self.graph_reserve, self.given_bytes(ConsumerKind::Graphs)) {
+            // The release's own rule: vLLM 0.19 prints its estimate without subtracting it;
+            // 0.20 to 0.25 profile graphs on CUDA only (`determine_available_memory`).
+            let engine_subtracts = engine.subtracts_graphs_on(self.platform.as_deref());
+            let graphs_given = self.given_bytes(ConsumerKind::Graphs);
+            let reserve = match self.graph_reserve {
+                GraphReserve::Engine if graphs_given.is_none() && !engine_subtracts => {
+                    GraphReserve::None
+                }
+                GraphReserve::Engine => GraphReserve::Reserve,
+                r => r,
+            };
+            let why_not = if self.graph_reserve == GraphReserve::None {
+                "graph memory is not subtracted from the budget (as vLLM <= 0.19 does)".to_string()
+            } else {
+                format!(
+                    "{engine} does not subtract graph memory from the KV budget on {} (its start-up would not either)",
+                    self.platform.as_deref().unwrap_or("cuda")
+                )
+            };
+            match (reserve, graphs_given) {
                 (GraphReserve::None, _) => (
                     Consumer::not_reserved(
                         ConsumerKind::Graphs,
                         "the engine does not subtract graph memory",
                     ),
-                    GraphPlan::new(
-                        GraphMethod::NotReserved,
-                        "graph memory is not subtracted from the budget (as vLLM <= 0.19 does)",
-                    ),
+                    GraphPlan::new(GraphMethod::NotReserved, why_not),
                     true,
                 ),
-                (GraphReserve::Reserve, Some(b)) => (
+                (GraphReserve::Reserve | GraphReserve::Engine, Some(b)) => (
                     Consumer::given(ConsumerKind::Graphs, b, "given by the user"),
                     GraphPlan::new(
                         GraphMethod::Given,
@@ -489,7 +519,7 @@ impl DryRun {
                     ),
                     false,
                 ),
-                (GraphReserve::Reserve, None) => (
+                (GraphReserve::Reserve | GraphReserve::Engine, None) => (
                     Consumer::estimated(
                         ConsumerKind::Graphs,
                         graph_estimate.bytes,
@@ -603,6 +633,31 @@ mod tests {
         // An explicit float32 is honoured.
         let forced = run(&input(&LLAMA.replace("DTYPE", "float32"), None, "float32")).unwrap();
         assert_eq!(forced.kv_spec.dtype, KvDtype::F32);
+    }
+
+    #[test]
+    fn the_graph_reserve_follows_the_release_and_platform() {
+        let cfg = LLAMA.replace("DTYPE", "bfloat16");
+        let graphs = |engine: &str, platform: Option<&str>, reserve: GraphReserve| {
+            let p = input(&cfg, None, "auto")
+                .enforce_eager(false)
+                .engine(engine.parse().unwrap())
+                .platform(platform.map(str::to_string))
+                .graph_reserve(reserve)
+                .plan()
+                .unwrap();
+            (p.consumers.bytes(ConsumerKind::Graphs), p.graph.why)
+        };
+        // vLLM 0.19 printed its estimate and did not subtract it.
+        let (b, why) = graphs("vllm@0.19", None, GraphReserve::Engine);
+        assert_eq!(b, 0, "{why}");
+        assert!(why.contains("vllm@0.19 does not subtract"), "{why}");
+        // 0.23 profiles graphs on CUDA only; 0.26 on ROCm too.
+        assert!(graphs("vllm@0.23", Some("cuda"), GraphReserve::Engine).0 > 0);
+        assert_eq!(graphs("vllm@0.23", Some("rocm"), GraphReserve::Engine).0, 0);
+        assert!(graphs("vllm@0.26", Some("rocm"), GraphReserve::Engine).0 > 0);
+        // A reserve asked for explicitly is kept.
+        assert!(graphs("vllm@0.19", None, GraphReserve::Reserve).0 > 0);
     }
 
     #[test]

@@ -35,6 +35,22 @@ pub enum StateMode {
     Align,
 }
 
+/// How the engine counts what is not KV cache after its profile run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NonKvAccounting {
+    /// `weights + torch peak increase + non-torch increase` (`utils/mem_utils.py`
+    /// `memory_profiling`, vLLM 0.19 to 0.26).
+    TorchPeak,
+    /// `total consumed (free memory at creation - free memory after the profile run) +
+    /// transient peak headroom (torch peak - torch allocated after it)` (the same function,
+    /// 0.27 on): persistent buffers outside the weights count once, from the driver.
+    Consumed,
+    /// SGLang: `mem_fraction_static` covers weights and the KV pool; activations and graphs
+    /// live in the rest (`srt/arg_groups/memory_hook.py`).
+    StaticFraction,
+}
+
 /// One engine release's rules and defaults.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
@@ -66,6 +82,16 @@ pub struct EngineRules {
     pub state_mode: StateMode,
     /// Mamba2 layers keep one more page for their prefill checkpoint (0.32).
     pub mamba2_checkpoint_page: bool,
+    /// How the profile run's non-KV memory is counted.
+    pub non_kv: NonKvAccounting,
+    /// Platforms whose graph memory the engine profiles before sizing the KV cache
+    /// (`v1/worker/gpu_worker.py` `determine_available_memory`: CUDA only from 0.20, which
+    /// skipped ROCm as unreliable; CUDA and ROCm from 0.26, `is_cuda_alike`; XPU too in 0.34).
+    /// Elsewhere the estimate is neither measured nor subtracted.
+    pub graph_profiled_on: &'static [&'static str],
+    /// SGLang's default `mem_fraction_static` is computed from the device
+    /// (`memory_hook.py` `_handle_gpu_memory_settings`, 0.5.23) rather than fixed.
+    pub computed_static_fraction: bool,
     /// Hybrid (attention + state) block alignment for non-MLA attention: the attention
     /// block is a multiple of this (`_align_hybrid_block_size`: the smallest kernel block or
     /// the default block size, whichever is larger).
@@ -86,9 +112,15 @@ const fn v(version: &'static str) -> EngineRules {
         large_device_defaults: false,
         state_mode: StateMode::One,
         mamba2_checkpoint_page: false,
+        non_kv: NonKvAccounting::TorchPeak,
+        graph_profiled_on: &["cuda"],
+        computed_static_fraction: false,
         hybrid_block_align: 16,
     }
 }
+
+const CUDA_ROCM: &[&str] = &["cuda", "rocm"];
+const CUDA_ROCM_XPU: &[&str] = &["cuda", "rocm", "xpu"];
 
 /// vLLM releases where a sizing rule changed, oldest first.
 pub const VLLM: &[EngineRules] = &[
@@ -111,13 +143,24 @@ pub const VLLM: &[EngineRules] = &[
         pad_attention_pages: true,
         async_in_flight: true,
         state_mode: StateMode::Align,
+        graph_profiled_on: CUDA_ROCM,
         ..v("0.26")
     },
     EngineRules {
         pad_attention_pages: true,
         async_in_flight: true,
         state_mode: StateMode::Align,
+        graph_profiled_on: CUDA_ROCM,
+        non_kv: NonKvAccounting::Consumed,
+        ..v("0.27")
+    },
+    EngineRules {
+        pad_attention_pages: true,
+        async_in_flight: true,
+        state_mode: StateMode::Align,
         large_device_defaults: true,
+        graph_profiled_on: CUDA_ROCM,
+        non_kv: NonKvAccounting::Consumed,
         ..v("0.28")
     },
     EngineRules {
@@ -126,6 +169,8 @@ pub const VLLM: &[EngineRules] = &[
         state_mode: StateMode::Align,
         large_device_defaults: true,
         mamba2_checkpoint_page: true,
+        graph_profiled_on: CUDA_ROCM,
+        non_kv: NonKvAccounting::Consumed,
         ..v("0.32")
     },
     EngineRules {
@@ -136,6 +181,8 @@ pub const VLLM: &[EngineRules] = &[
         state_mode: StateMode::Align,
         large_device_defaults: true,
         mamba2_checkpoint_page: true,
+        graph_profiled_on: CUDA_ROCM_XPU,
+        non_kv: NonKvAccounting::Consumed,
         hybrid_block_align: 64,
         ..v("0.34")
     },
@@ -144,13 +191,29 @@ pub const VLLM: &[EngineRules] = &[
 /// SGLang: one token per page (`--page-size 1`), a token pool rather than blocks, the
 /// static fraction taking graphs and activations (`mem_fraction_static`). Sized as one
 /// group of one-token pages; windows and states as vLLM's 0.19 rules.
-pub const SGLANG: &[EngineRules] = &[EngineRules {
-    kind: EngineKind::Sglang,
-    block_size: 1,
-    gpu_memory_utilization: 0.88,
-    capacity: Capacity::BlocksPerGroup,
-    ..v("0.5")
-}];
+pub const SGLANG: &[EngineRules] = &[
+    EngineRules {
+        kind: EngineKind::Sglang,
+        block_size: 1,
+        gpu_memory_utilization: 0.88,
+        capacity: Capacity::BlocksPerGroup,
+        non_kv: NonKvAccounting::StaticFraction,
+        graph_profiled_on: &[],
+        ..v("0.5")
+    },
+    // 0.5.23 (the newest on PyPI when read): the default fraction is computed per device
+    // (`srt/arg_groups/memory_hook.py` `_handle_gpu_memory_settings`), page size 1.
+    EngineRules {
+        kind: EngineKind::Sglang,
+        block_size: 1,
+        gpu_memory_utilization: 0.88,
+        capacity: Capacity::BlocksPerGroup,
+        non_kv: NonKvAccounting::StaticFraction,
+        graph_profiled_on: &[],
+        computed_static_fraction: true,
+        ..v("0.5.23")
+    },
+];
 
 fn parse_version(s: &str) -> Option<Vec<u32>> {
     let parts: Option<Vec<u32>> = s.split('.').map(|p| p.parse().ok()).collect();
@@ -186,6 +249,46 @@ impl EngineRules {
             (1024, 8192)
         } else {
             (256, 2048)
+        }
+    }
+
+    /// Whether the engine profiles graph memory and subtracts it from the KV budget on
+    /// `platform` (a backend name: `cuda`, `rocm`, `xpu`; `None` when unknown, taken as CUDA).
+    pub fn subtracts_graphs_on(&self, platform: Option<&str>) -> bool {
+        self.graph_subtracted && self.graph_profiled_on.contains(&platform.unwrap_or("cuda"))
+    }
+
+    /// The default utilisation on a device of `total` bytes with `tp` x `pp` ranks. vLLM: the
+    /// release's fixed default (the extensible KV cache's 1.0 is the caller's: it depends on
+    /// free memory). SGLang 0.5.23: `(total - reserved) / total` rounded to 3 decimals, with
+    /// `reserved` (MiB) = 512 + 1.5 x max(chunked prefill, 2048) + tp x pp / 8 x 1024 + 2 x
+    /// the largest decode graph batch, at least 10 GiB on devices above 60 GiB; chunked
+    /// prefill and the decode batch by device size as `_handle_gpu_memory_settings` sets them.
+    pub fn default_utilization(&self, total: u64, tp: u64, pp: u64) -> f64 {
+        if !self.computed_static_fraction {
+            return self.gpu_memory_utilization;
+        }
+        let mib = (total / (1 << 20)) as f64;
+        let small_tp = tp < 4;
+        let (chunk, max_bs) = match mib {
+            m if m < 20.0 * 1024.0 => (2048.0, 8.0),
+            m if m < 35.0 * 1024.0 => (4096.0, if small_tp { 48.0 } else { 160.0 }),
+            m if m < 60.0 * 1024.0 => (4096.0, if small_tp { 32.0 } else { 160.0 }),
+            m if m < 160.0 * 1024.0 => (8192.0, if small_tp { 256.0 } else { 512.0 }),
+            _ => (16384.0, 512.0),
+        };
+        let mut reserved = 512.0
+            + 1.5 * f64::max(chunk, 2048.0)
+            + (tp.max(1) * pp.max(1)) as f64 / 8.0 * 1024.0
+            + 2.0 * max_bs;
+        if mib > 60.0 * 1024.0 {
+            reserved = reserved.max(10.0 * 1024.0);
+        }
+        let f = ((mib - reserved) / mib * 1000.0).round() / 1000.0;
+        if f.is_finite() && f > 0.0 && f <= 1.0 {
+            f
+        } else {
+            self.gpu_memory_utilization
         }
     }
 
@@ -294,8 +397,26 @@ mod tests {
         );
         assert_eq!(
             "vllm@0.27.1".parse::<EngineRules>().unwrap().version,
+            "0.27"
+        );
+        assert_eq!(
+            "vllm@0.26.3".parse::<EngineRules>().unwrap().version,
             "0.26"
         );
+        // A patch release of the newest row is that row.
+        assert_eq!(
+            "vllm@0.34.1".parse::<EngineRules>().unwrap().version,
+            "0.34"
+        );
+        assert_eq!(
+            "sglang@0.5.23".parse::<EngineRules>().unwrap().version,
+            "0.5.23"
+        );
+        assert_eq!(
+            "sglang@0.5.9".parse::<EngineRules>().unwrap().version,
+            "0.5"
+        );
+        assert!("sglang@0.5.24".parse::<EngineRules>().is_err());
         assert_eq!(
             "vllm@0.33.0".parse::<EngineRules>().unwrap().version,
             "0.32"
@@ -303,15 +424,6 @@ mod tests {
         assert_eq!(
             "VLLM@0.34".parse::<EngineRules>().unwrap().to_string(),
             "vllm@0.34"
-        );
-        // Patch releases of the newest minor keep its rules.
-        assert_eq!(
-            "vllm@0.34.1".parse::<EngineRules>().unwrap().version,
-            "0.34"
-        );
-        assert_eq!(
-            "sglang@0.5.23".parse::<EngineRules>().unwrap().version,
-            "0.5"
         );
         for bad in [
             "vllm@0.18",
@@ -356,6 +468,37 @@ mod tests {
         assert_eq!(e.batch_defaults(24 * GIB, "RTX 4090"), (256, 2048));
         let old: EngineRules = "vllm@0.19".parse().unwrap();
         assert_eq!(old.batch_defaults(180 * GIB, "B200"), (1024, 8192));
+    }
+
+    #[test]
+    fn graph_rules_and_accounting_follow_the_release() {
+        let r = |v: &str| v.parse::<EngineRules>().unwrap();
+        // 0.19 prints its estimate without subtracting it; 0.20..0.25 profile on CUDA only.
+        assert!(!r("vllm@0.19").subtracts_graphs_on(None));
+        assert!(r("vllm@0.23").subtracts_graphs_on(Some("cuda")));
+        assert!(!r("vllm@0.23").subtracts_graphs_on(Some("rocm")));
+        assert!(r("vllm@0.26").subtracts_graphs_on(Some("rocm")));
+        assert!(!r("vllm@0.30").subtracts_graphs_on(Some("xpu")));
+        assert!(r("vllm@0.34").subtracts_graphs_on(Some("xpu")));
+        assert_eq!(r("vllm@0.26").non_kv, NonKvAccounting::TorchPeak);
+        assert_eq!(r("vllm@0.27").non_kv, NonKvAccounting::Consumed);
+        assert_eq!(r("vllm@0.19").default_utilization(24 * GIB, 1, 1), 0.9);
+        assert_eq!(r("vllm@0.20.1").default_utilization(24 * GIB, 1, 1), 0.92);
+    }
+
+    #[test]
+    fn sglang_computes_its_default_fraction_per_device() {
+        // `_handle_gpu_memory_settings`, SGLang 0.5.23: a 24 GiB card (chunk 4096, decode
+        // graphs to 48): reserved = 512 + 6144 + 128 + 96 = 6880 MiB of 24576.
+        let s: EngineRules = "sglang@0.5.23".parse().unwrap();
+        assert_eq!(s.default_utilization(24 * GIB, 1, 1), 0.72);
+        // An 80 GiB H100: 512 + 12288 + 128 + 512 = 13440 MiB of 81920 -> 0.836.
+        assert_eq!(s.default_utilization(80 * GIB, 1, 1), 0.836);
+        // TP 8 on a 141 GiB H200: + 1024 for the ranks, decode graphs to 512.
+        assert_eq!(s.default_utilization(141 * GIB, 8, 1), 0.897);
+        // The older 0.5 row keeps the fixed 0.88.
+        let old: EngineRules = "sglang@0.5.2".parse().unwrap();
+        assert_eq!(old.default_utilization(24 * GIB, 1, 1), 0.88);
     }
 
     #[test]

@@ -225,16 +225,25 @@ fn input(a: &Flags, model: &Model, t: &Target) -> Result<DryRun, Failure> {
             _ => 1.0,
         }
     } else {
-        engine.gpu_memory_utilization
+        // SGLang 0.5.23 computes its fraction from the device; vLLM's is fixed.
+        engine.default_utilization(t.total, a.tensor_parallel_size, a.pipeline_parallel_size)
     };
+    // The platform decides whether the release profiles (and subtracts) graph memory.
+    let platform = a
+        .device
+        .as_deref()
+        .and_then(|d| d.parse::<memplan::DeviceId>().ok())
+        .map(|d| d.backend)
+        .filter(|b| *b != memplan::BackendKind::Sim)
+        .map(|b| b.to_string());
     let request = match a.kv_cache_memory_bytes {
         Some(b) => Request::KvCacheBytes(b),
         None => Request::Utilization(a.gpu_memory_utilization.unwrap_or(default_util)),
     };
-    let graph_reserve = if a.graph_strategy == Strategy::None {
-        GraphReserve::None
-    } else {
-        GraphReserve::Reserve
+    let graph_reserve = match a.graph_strategy {
+        Strategy::None => GraphReserve::None,
+        Strategy::Estimate => GraphReserve::Reserve,
+        Strategy::Auto => GraphReserve::Engine,
     };
     Ok(DryRun::new(model.clone(), t.total)
         .device(t.label.clone(), t.snapshot)
@@ -257,6 +266,7 @@ fn input(a: &Flags, model: &Model, t: &Target) -> Result<DryRun, Failure> {
         .capture_sizes(a.capture_sizes().map_err(Failure::usage)?)
         .enforce_eager(a.enforce_eager)
         .graph_reserve(graph_reserve)
+        .platform(platform)
         // `auto` follows the device: the selection a measured start-up makes (no graph
         // reserve where the device cannot capture); `estimate` and `none` are the user's.
         .capability(
@@ -997,8 +1007,8 @@ mod tests {
     fn a_patch_release_takes_its_minor_versions_rules_and_says_so() {
         for (engine, rules) in [
             ("vllm@0.34.1", "vllm@0.34"),
-            ("sglang@0.5.23", "sglang@0.5"),
-            ("vllm@0.27.1", "vllm@0.26"),
+            ("sglang@0.5.9", "sglang@0.5"),
+            ("vllm@0.27.1", "vllm@0.27"),
         ] {
             let a = flags(&format!(
                 "--model qwen3-8b --total-memory 80GiB --max-model-len 8192 --engine {engine}"
