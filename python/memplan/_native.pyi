@@ -75,6 +75,7 @@ def start_up(
     kv_cache_dtype: Optional[str] = ...,
     block_size: int = ...,
     tensor_parallel_size: int = ...,
+    tensor_parallel_rank: int = ...,
     max_model_len: Optional[int] = ...,
     max_num_batched_tokens: int = ...,
     graph_strategy: Optional[str] = ...,

@@ -162,6 +162,7 @@ def start_up(
     kv_cache_dtype: Optional[str] = None,
     block_size: int = 16,
     tensor_parallel_size: int = 1,
+    tensor_parallel_rank: int = 0,
     max_model_len: Optional[int] = None,
     max_num_batched_tokens: int = 8192,
     graph_strategy: Optional[str] = None,
@@ -182,6 +183,8 @@ def start_up(
         kv_cache_dtype: ``bf16``, ``fp16``, ``fp8``, ... (default: the model's dtype).
         block_size, tensor_parallel_size, max_model_len, max_num_batched_tokens: as the
             engine flags of the same names (``max_model_len`` defaults to the model's).
+        tensor_parallel_rank: this process's rank among the ``tensor_parallel_size`` ranks
+            (0-based); the plan reports both (``tensor_parallel_size``, ``rank``).
         graph_strategy: force a strategy (``full``, ``sampled``, ``conservative``, ...);
             default: chosen from the device's capabilities.
 
@@ -198,6 +201,7 @@ def start_up(
         kv_cache_dtype=kv_cache_dtype,
         block_size=block_size,
         tensor_parallel_size=tensor_parallel_size,
+        tensor_parallel_rank=tensor_parallel_rank,
         max_model_len=max_model_len,
         max_num_batched_tokens=max_num_batched_tokens,
         graph_strategy=graph_strategy,

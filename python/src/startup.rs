@@ -11,7 +11,7 @@
 
 use memplan::kv::{KvDtype, KvLimits, KvSpec};
 use memplan::model::Model;
-use memplan::{Error, KvRange, Request, Result, Session, SharedDevice, StrategyKind};
+use memplan::{Error, KvRange, Rank, Request, Result, Session, SharedDevice, StrategyKind};
 use pyo3::prelude::*;
 
 use crate::errors::to_py;
@@ -24,6 +24,7 @@ pub struct Options {
     pub kv_cache_dtype: Option<String>,
     pub block_size: u32,
     pub tensor_parallel_size: u64,
+    pub tensor_parallel_rank: u64,
     pub max_model_len: Option<u64>,
     pub max_num_batched_tokens: u64,
     pub strategy: Option<String>,
@@ -67,7 +68,8 @@ fn chain(
         .filter(|s| *s != "auto")
         .map(str::parse::<StrategyKind>)
         .transpose()?;
-    let mut s = Session::start(dev, engine)?;
+    let rank = Rank::new(o.tensor_parallel_rank, o.tensor_parallel_size)?;
+    let mut s = Session::start(dev, engine)?.with_rank(rank);
     s.check_request(o.request)?;
     s.load_weights(|e| e.step("load_weights"))?;
     s.profile_run(|e| e.step("profile_run"))?;
@@ -82,7 +84,7 @@ fn chain(
     };
     let plan_json = json(serde_json::to_string(&plan))?;
     let profile_json = json(serde_json::to_string(&profile))?;
-    let kv = s.into_kv_cache(plan.kv_cache_bytes)?;
+    let kv = s.into_kv_cache(&plan)?.range;
     Ok((plan_json, profile_json, kv))
 }
 
@@ -190,7 +192,8 @@ fn device_of(py: Python<'_>, device: &Bound<'_, PyAny>) -> PyResult<SharedDevice
 #[pyfunction]
 #[pyo3(signature = (
     device, engine, *, model, gpu_memory_utilization=None, kv_cache_memory_bytes=None,
-    kv_cache_dtype=None, block_size=16, tensor_parallel_size=1, max_model_len=None,
+    kv_cache_dtype=None, block_size=16, tensor_parallel_size=1, tensor_parallel_rank=0,
+    max_model_len=None,
     max_num_batched_tokens=8192, graph_strategy=None
 ))]
 #[allow(clippy::too_many_arguments)]
@@ -204,6 +207,7 @@ pub fn start_up(
     kv_cache_dtype: Option<String>,
     block_size: u32,
     tensor_parallel_size: u64,
+    tensor_parallel_rank: u64,
     max_model_len: Option<u64>,
     max_num_batched_tokens: u64,
     graph_strategy: Option<String>,
@@ -236,6 +240,7 @@ pub fn start_up(
         kv_cache_dtype,
         block_size,
         tensor_parallel_size,
+        tensor_parallel_rank,
         max_model_len,
         max_num_batched_tokens,
         strategy: graph_strategy,

@@ -56,6 +56,11 @@ impl KvRange {
         self.bytes
     }
 
+    /// The mapping granularity: mappings are whole multiples of it.
+    pub fn granularity(&self) -> u64 {
+        self.granularity
+    }
+
     /// Bytes mapped (0 before [`map`](KvRange::map)).
     pub fn mapped_bytes(&self) -> u64 {
         self.mapping.as_ref().map_or(0, |m| m.bytes())

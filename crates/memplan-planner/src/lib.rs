@@ -12,7 +12,7 @@
 //! s.profile_run(|e| e.dummy_run())?;                    // activation peak
 //! s.capture_graphs()?;                                  // strategy from the capability
 //! let plan = s.plan(request, &kv_spec, limits)?;        // budget, KV blocks, warnings
-//! let kv = s.into_kv_cache(plan.kv_cache_bytes)?;             // post-capture: the mapped range
+//! let kv = s.into_kv_cache(&plan)?;                     // KvCache: this rank's blocks
 //! ```
 //!
 //! ## Contract
@@ -20,7 +20,12 @@
 //! - [`Session`]: every reading is a synchronized snapshot of every layer; cached memory is
 //!   released before any baseline whose window would release it; quiet windows between steps
 //!   attribute foreign memory changes to other processes; negative windows are kept and
-//!   warned about, never clamped; a session dropped half-way tears down what it holds.
+//!   warned about, never clamped; a session dropped half-way tears down what it holds. Its
+//!   steps run once, in order, or are refused naming the step ([`Step`]: weights may load in
+//!   parts, an engine with graphs cannot plan without a graph phase); it knows its [`Rank`]
+//!   in a tensor- and pipeline-parallel deployment, and ends with
+//!   [`Session::into_kv_cache`], which takes a plan (its own or the ranks' combined one) and
+//!   never gives more blocks than this rank planned ([`KvCache`]).
 //! - [`Engine`]: the hooks an engine implements; post-capture hands it the KV cache's address
 //!   range ([`KvRange`], a guard that releases it on drop) before any capture.
 //! - [`strategy`]: one type per strategy behind [`GraphStrategy`]; [`select`] picks from the
@@ -43,6 +48,7 @@ pub mod engine;
 pub mod kv_range;
 pub mod plan;
 pub mod profile;
+pub mod rank;
 pub mod session;
 pub mod strategy;
 pub mod warning;
@@ -55,7 +61,8 @@ pub use plan::{
     combine_ranks, Consumer, ConsumerKind, Consumers, GraphMethod, GraphPlan, PhysicalCheck, Plan,
     PlanBuilder, Provenance,
 };
-pub use session::{AsDynEngine, Profile, Session};
+pub use rank::Rank;
+pub use session::{AsDynEngine, KvCache, Profile, Session, Step};
 pub use strategy::{
     select, GraphEstimate, GraphStrategy, Selection, SelectionPolicy, StrategyKind,
 };

@@ -73,6 +73,7 @@ fn activation_counts_what_the_allocator_held_for_the_peak() {
                 .with_peak_reserved(peak_reserved.map(|_| 10 * MIB)),
         );
         let mut s = Session::begin(&gpu, &mut e, cap).unwrap();
+        s.load_weights(|_| Ok(())).unwrap(); // the profile run follows the weights
         let act = s
             .profile_run(|e| {
                 e.0.peak_allocated = 110 * MIB + 1;

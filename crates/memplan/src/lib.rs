@@ -23,8 +23,8 @@
 //! s.profile_run(|e| e.forward(8192))?;                // activation peak
 //! s.capture_graphs()?;                                // strategy chosen from the capability
 //! let plan = s.plan(request, &kv_spec, limits)?;      // budget, KV blocks, warnings
-//! let kv = s.into_kv_cache(plan.kv_cache_bytes)?;           // post-capture: mapped where graphs point
-//! assert_eq!(kv.map(|r| r.address()), engine.kv_address);
+//! let kv = s.into_kv_cache(&plan)?;                   // this rank's blocks (mapped: post-capture)
+//! assert_eq!(kv.range.map(|r| r.address()), engine.kv_address);
 //! println!("{plan}");
 //! # Ok(())
 //! # }
@@ -60,7 +60,7 @@ pub use memplan_planner::budget::{self, Request};
 pub use memplan_planner::plan::{self, combine_ranks, Plan, PlanBuilder};
 pub use memplan_planner::{
     calibrate, strategy, warning, CalibrationReport, Consumer, ConsumerKind, Engine, GraphMethod,
-    GraphPlan, KvRange, Profile, Provenance, Session, StrategyKind, Warning,
+    GraphPlan, KvCache, KvRange, Profile, Provenance, Rank, Session, Step, StrategyKind, Warning,
 };
 
 /// Model specs and the dry run (feature `model`): `memplan_model`.

@@ -95,10 +95,10 @@ fn the_kv_cache_is_mapped_where_the_engine_was_told_before_capture() {
     assert_eq!(est.strategy, StrategyKind::PostCapture);
     let (spec, limits) = spec();
     let plan = s.plan(Request::Utilization(0.9), &spec, limits).unwrap();
-    let kv = s
-        .into_kv_cache(plan.kv_cache_bytes)
-        .unwrap()
-        .expect("post-capture");
+    let cache = s.into_kv_cache(&plan).unwrap();
+    assert_eq!(cache.num_blocks, plan.kv.num_blocks);
+    assert_eq!(cache.bytes, plan.kv.used_bytes);
+    let kv = cache.range.expect("post-capture");
 
     let bound = engine.bound.expect("the engine was given its KV range");
     // Every capture happened after the engine knew the address.
@@ -106,9 +106,14 @@ fn the_kv_cache_is_mapped_where_the_engine_was_told_before_capture() {
     // The simulator's own record: one mapping, at offset 0 of the range the engine was given.
     let maps = gpu.vmm_mappings();
     assert_eq!(maps, vec![(bound, 0, kv.mapped_bytes())], "{maps:?}");
+    // Every block mapped, rounded up to the 2 MiB granularity, inside the planned bytes.
     assert!(
-        kv.mapped_bytes() <= plan.kv_cache_bytes
-            && kv.mapped_bytes() > plan.kv_cache_bytes - (2 << 20)
+        kv.mapped_bytes() >= plan.kv.used_bytes
+            && kv.mapped_bytes() < plan.kv.used_bytes + (2 << 20)
+            && kv.mapped_bytes() <= plan.kv_cache_bytes,
+        "{} mapped for {} bytes of blocks",
+        kv.mapped_bytes(),
+        plan.kv.used_bytes
     );
     assert_eq!(
         gpu.truth().live_graphs,

@@ -34,26 +34,26 @@ fn main() -> memplan::Result<()> {
     s.profile_run(|e| e.forward(limits.max_num_batched_tokens))?;
     s.capture_graphs()?; // strategy chosen from the (calibrated) capability
     let plan = s.plan(request, &kv_spec(), limits)?;
-    let kv = s.into_kv_cache(plan.kv_cache_bytes)?; // post-capture: mapped where the graphs point
+    let kv = s.into_kv_cache(&plan)?; // this rank's blocks; post-capture: mapped there
 
     // The engine allocates.
-    let kv_bytes = match &kv {
+    let kv_bytes = match &kv.range {
         Some(range) => range.mapped_bytes(),
-        None => engine.alloc(plan.kv_cache_bytes)?.bytes(),
+        None => engine.alloc(kv.bytes)?.bytes(),
     };
     println!("{plan}");
-    match (&kv, engine.kv_address) {
+    match (&kv.range, engine.kv_address) {
         (Some(range), Some(bound)) => {
             assert_eq!(
                 range.address(),
                 bound,
                 "the KV cache is where the graphs point"
             );
-            println!("KV cache: {kv_bytes} bytes mapped at {bound:#x}, the address the {} graphs were captured against", engine.graphs());
+            println!("KV cache: {} blocks, {kv_bytes} bytes mapped at {bound:#x}, the address the {} graphs were captured against", kv.num_blocks, engine.graphs());
         }
         _ => println!(
-            "KV cache: {kv_bytes} bytes allocated after the graph phase ({} strategy)",
-            plan.graph.strategy
+            "KV cache: {} blocks, {kv_bytes} bytes allocated after the graph phase ({} strategy)",
+            kv.num_blocks, plan.graph.strategy
         ),
     }
     Ok(())

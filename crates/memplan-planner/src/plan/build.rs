@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use super::physical::{self, Physical, PhysicalCheck};
 use super::{Consumer, ConsumerKind, Consumers, GraphMethod, GraphPlan, Plan, SCHEMA};
 use crate::budget::{self, Request};
+use crate::rank::Rank;
 use crate::session::Profile;
 use crate::strategy::StrategyKind;
 use crate::warning::Warning;
@@ -48,6 +49,8 @@ pub struct PlanBuilder {
     model: Option<String>,
     max_num_seqs: Option<u64>,
     tensor_parallel: u64,
+    pipeline_parallel: u64,
+    rank: Option<Rank>,
     rules: SizingRules,
     engine: Option<String>,
     notes: Vec<String>,
@@ -76,6 +79,8 @@ impl PlanBuilder {
             model: None,
             max_num_seqs: None,
             tensor_parallel: 1,
+            pipeline_parallel: 1,
+            rank: None,
             rules: SizingRules::default(),
             engine: None,
             notes: Vec::new(),
@@ -303,6 +308,21 @@ impl PlanBuilder {
         self
     }
 
+    /// Pipeline stages of the deployment (the figures are one stage's).
+    pub fn pipeline_parallel(mut self, stages: u64) -> Self {
+        self.pipeline_parallel = stages;
+        self
+    }
+
+    /// The rank the plan is for (a measured start-up's): its tensor- and pipeline-parallel
+    /// sizes become the plan's.
+    pub fn rank(mut self, rank: Rank) -> Self {
+        self.tensor_parallel = rank.tensor_parallel_size;
+        self.pipeline_parallel = rank.pipeline_parallel_size;
+        self.rank = Some(rank);
+        self
+    }
+
     /// The engine release's KV sizing rules (default: vLLM 0.19's, [`SizingRules::default`]).
     pub fn sizing_rules(mut self, rules: SizingRules) -> Self {
         self.rules = rules;
@@ -335,6 +355,12 @@ impl PlanBuilder {
         let _e = span.enter();
         if self.tensor_parallel == 0 {
             return Err(Error::param(Param::TensorParallel, "must be > 0"));
+        }
+        if self.pipeline_parallel == 0 {
+            return Err(Error::param(Param::PipelineParallel, "must be > 0"));
+        }
+        if let Some(r) = &self.rank {
+            r.validate()?;
         }
         let fixed_kv = matches!(self.request, Request::KvCacheBytes(_));
         if let (Some(s), false) = (&self.start, fixed_kv) {
@@ -424,6 +450,8 @@ impl PlanBuilder {
             limits: self.limits,
             max_num_seqs: self.max_num_seqs,
             tensor_parallel_size: self.tensor_parallel,
+            pipeline_parallel_size: self.pipeline_parallel,
+            rank: self.rank,
             kv_cache_tokens: kv.tokens,
             kv,
             suggestions: b.suggestions,

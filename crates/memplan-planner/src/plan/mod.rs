@@ -46,6 +46,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use crate::budget::{Request, Suggestions};
+use crate::rank::Rank;
 use crate::strategy::{GraphEstimate, StrategyKind};
 use crate::warning::{self, Warning};
 
@@ -177,8 +178,12 @@ pub struct Plan {
     pub limits: KvLimits,
     /// Requests per step, when the plan knows it.
     pub max_num_seqs: Option<u64>,
-    /// Tensor-parallel ranks (figures are per rank).
+    /// Tensor-parallel ranks per pipeline stage (figures are per rank).
     pub tensor_parallel_size: u64,
+    /// Pipeline stages (figures are one stage's).
+    pub pipeline_parallel_size: u64,
+    /// The rank a measured start-up planned for (absent in a dry run).
+    pub rank: Option<Rank>,
     /// KV-cache size in tokens as the engine reports it (= `kv.tokens`; top-level because
     /// scripts read it first).
     pub kv_cache_tokens: u64,

@@ -26,8 +26,10 @@
 //!   down what it holds: graphs kept by post-capture are released through the engine, then the
 //!   KV address range is released.
 
+mod kv_cache;
 mod probe;
 mod recorder;
+mod steps;
 
 use memplan_core::{Error, MemoryInfo, ProfilingCapability, Result, SharedDevice};
 
@@ -37,13 +39,18 @@ use crate::engine::Engine;
 use crate::kv_range::KvRange;
 use crate::plan::{Plan, PlanBuilder};
 pub use crate::profile::{Profile, StepRecord};
+use crate::rank::Rank;
 use crate::strategy::{
     select, GraphContext, GraphEstimate, GraphStrategy, Selection, SelectionPolicy, StrategyKind,
 };
 use crate::warning::Warning;
+pub use kv_cache::KvCache;
+use kv_cache::Planned;
 use memplan_core::bytes::fmt_signed;
 use memplan_core::kv::{KvLimits, KvSpec};
 pub(crate) use recorder::Recorder;
+pub use steps::Step;
+use steps::Steps;
 
 /// A start-up being measured. See the module docs.
 pub struct Session<'e, E: AsDynEngine + ?Sized> {
@@ -54,6 +61,12 @@ pub struct Session<'e, E: AsDynEngine + ?Sized> {
     done: bool,
     /// The request [`check_request`](Self::check_request) saw, for the automatic graph phase.
     request: Option<Request>,
+    /// Which steps ran (see [`Step`]).
+    steps: Steps,
+    /// Where this process sits in the deployment.
+    rank: Rank,
+    /// What the last plan gave this rank.
+    planned: Option<Planned>,
 }
 
 /// The automatic graph phase measures every size instead of keeping a sampled estimate whose
@@ -108,6 +121,9 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             calibration: None,
             done: false,
             request: None,
+            steps: Steps::new(),
+            rank: Rank::SINGLE,
+            planned: None,
         })
     }
 
@@ -123,7 +139,14 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     /// ([`capture_graphs`](Self::capture_graphs)) judges with it whether a sampled estimate's
     /// margin is worth a full capture.
     pub fn check_request(&mut self, request: Request) -> Result<()> {
+        self.steps.check(Step::CheckRequest)?;
+        self.check_free(request)?;
         self.request = Some(request);
+        self.steps.succeeded(Step::CheckRequest);
+        Ok(())
+    }
+
+    fn check_free(&self, request: Request) -> Result<()> {
         let p = &self.rec.p;
         let mut measures = p
             .capability
@@ -146,6 +169,24 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             }
             _ => Ok(()),
         }
+    }
+
+    /// This session's place in a tensor- and pipeline-parallel deployment (default
+    /// [`Rank::SINGLE`]): its plans carry it, and [`into_kv_cache`](Self::into_kv_cache)
+    /// finds this rank's figures in a combined plan by it.
+    pub fn with_rank(mut self, rank: Rank) -> Self {
+        self.rank = rank;
+        self
+    }
+
+    /// This session's rank ([`with_rank`](Self::with_rank)).
+    pub fn rank(&self) -> Rank {
+        self.rank
+    }
+
+    /// The last step that succeeded (see [`Step`] for the order the steps run in).
+    pub fn last_step(&self) -> Step {
+        self.steps.done()
     }
 
     /// The capability the session trusts.
@@ -184,10 +225,26 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     }
 
     /// Load the weights: `load` runs between two snapshots; weights are the growth of the
-    /// allocator's `allocated`.
+    /// allocator's `allocated`, held memory the growth of its `reserved`. Returns the bytes
+    /// this call loaded.
+    ///
+    /// May run several times before [`profile_run`](Self::profile_run) (a model loaded in
+    /// parts, a draft model beside it): the plan's weights are the sum of every load. After
+    /// the profile run it is refused ([`Step`]); an error inside `load` ends the session's
+    /// measurements (later steps are refused).
     pub fn load_weights(&mut self, load: impl FnOnce(&mut E) -> Result<()>) -> Result<u64> {
+        self.steps.check(Step::LoadWeights)?;
         let span = tracing::info_span!("load_weights");
         let _e = span.enter();
+        let out = self.load_weights_inner(load);
+        match &out {
+            Ok(_) => self.steps.succeeded(Step::LoadWeights),
+            Err(e) => self.steps.poisoned(Step::LoadWeights, e),
+        }
+        out
+    }
+
+    fn load_weights_inner(&mut self, load: impl FnOnce(&mut E) -> Result<()>) -> Result<u64> {
         let before = self.rec.settle(self.engine.as_dyn())?;
         load(&mut *self.engine)?;
         let after = self.rec.snap(self.engine.as_dyn())?;
@@ -203,8 +260,9 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             .unwrap_or(0)
             .max(weights);
         tracing::info!(weights, held, "weights loaded");
-        self.rec.p.weights_bytes = Some(weights);
-        self.rec.p.weights_held_bytes = Some(held);
+        let p = &mut self.rec.p;
+        p.weights_bytes = Some(p.weights_bytes.unwrap_or(0).saturating_add(weights));
+        p.weights_held_bytes = Some(p.weights_held_bytes.unwrap_or(0).saturating_add(held));
         Ok(weights)
     }
 
@@ -216,9 +274,22 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     /// [`ALLOCATOR_ROUNDING_BOUND`](crate::plan::ALLOCATOR_ROUNDING_BOUND) and a warning says
     /// so. An allocator that reports no allocated peak is an error: the activation is never
     /// taken as 0.
+    ///
+    /// Runs once, after [`load_weights`](Self::load_weights) and before the graph phase
+    /// ([`Step`]); an error inside `run` ends the session's measurements.
     pub fn profile_run(&mut self, run: impl FnOnce(&mut E) -> Result<()>) -> Result<u64> {
+        self.steps.check(Step::ProfileRun)?;
         let span = tracing::info_span!("profile_run");
         let _e = span.enter();
+        let out = self.profile_run_inner(run);
+        match &out {
+            Ok(_) => self.steps.succeeded(Step::ProfileRun),
+            Err(e) => self.steps.poisoned(Step::ProfileRun, e),
+        }
+        out
+    }
+
+    fn profile_run_inner(&mut self, run: impl FnOnce(&mut E) -> Result<()>) -> Result<u64> {
         let before = self.rec.settle(self.engine.as_dyn())?;
         self.engine.as_dyn().allocator().reset_peak();
         run(&mut *self.engine)?;
@@ -268,14 +339,26 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     /// full capture (measured), with a warning that says what the margin would have cost,
     /// unless capturing every size would leave more memory held for good (at the rate the
     /// samples left it) than the margin.
+    ///
+    /// Runs once, after [`profile_run`](Self::profile_run) ([`Step`]); a phase that failed
+    /// (its graphs torn down) may run again.
     pub fn capture_graphs(&mut self) -> Result<&GraphEstimate> {
+        self.steps.check(Step::CaptureGraphs)?;
+        let r = self.capture_graphs_auto();
+        self.graph_phase_done(r)
+    }
+
+    fn capture_graphs_auto(&mut self) -> Result<()> {
         let sel = self.selection();
         if sel.kind != StrategyKind::Sampled {
-            return self.graph_phase(&*sel.kind.strategy(), sel.why);
+            return self.run_graph_phase(&*sel.kind.strategy(), sel.why);
         }
         let held_before = self.rec.non_allocator_growth();
+        self.run_graph_phase(&*sel.kind.strategy(), sel.why.clone())?;
         let (margin, reserve, samples, graphs) = {
-            let e = self.graph_phase(&*sel.kind.strategy(), sel.why.clone())?;
+            let e = self.rec.p.graph.as_ref().ok_or_else(|| {
+                Error::state("capture_graphs", "the graph phase stored no estimate")
+            })?;
             (e.margin, e.reserve, e.samples.len() as u64, e.graphs as u64)
         };
         // What capturing every size would leave held for good, at the rate the samples left
@@ -300,12 +383,21 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
                     sel.why,
                     SAMPLED_MARGIN_LIMIT_PER_MILLE as f64 / 10.0
                 );
-                self.graph_phase(&*StrategyKind::Full.strategy(), why)
+                self.run_graph_phase(&*StrategyKind::Full.strategy(), why)
             }
-            _ => self.rec.p.graph.as_ref().ok_or_else(|| {
-                Error::state("capture_graphs", "the graph phase stored no estimate")
-            }),
+            _ => Ok(()),
         }
+    }
+
+    /// A graph phase ended: on success the step is done and its estimate returned.
+    fn graph_phase_done(&mut self, r: Result<()>) -> Result<&GraphEstimate> {
+        r?;
+        self.steps.succeeded(Step::CaptureGraphs);
+        self.rec
+            .p
+            .graph
+            .as_ref()
+            .ok_or_else(|| Error::state("capture_graphs", "the graph phase stored no estimate"))
     }
 
     /// Room the request leaves for the KV cache after what was measured so far and a graph
@@ -325,8 +417,10 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     }
 
     /// The graph-memory phase with a strategy chosen by the caller (a warning says so when the
-    /// capability calls for another).
+    /// capability calls for another). [`StrategyKind::None`] plans an engine that captures
+    /// graphs without a graph reserve, on purpose (the warning says so).
     pub fn capture_graphs_with(&mut self, kind: StrategyKind) -> Result<&GraphEstimate> {
+        self.steps.check(Step::CaptureGraphs)?;
         let auto = self.selection().kind;
         if auto != kind {
             self.rec.warn(Warning::StrategyOverridden {
@@ -334,19 +428,31 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
                 automatic: auto,
             });
         }
-        self.graph_phase(&*kind.strategy(), "chosen by the caller")
+        let r = self.run_graph_phase(&*kind.strategy(), "chosen by the caller");
+        self.graph_phase_done(r)
     }
 
     /// The graph-memory phase: `strategy` measures or bounds the graph memory; `why` says why
     /// it runs (kept for the plan). Unless the strategy keeps its graphs (post-capture), every
     /// graph is destroyed and its pool released afterwards, on success and on error alike, and
     /// the session checks that the allocator and the graph pool are back where they were. A
-    /// KV range reserved by a failed strategy is released after the teardown.
+    /// KV range reserved by a failed strategy is released after the teardown. A teardown that
+    /// fails ends the session's measurements (later steps are refused).
     pub fn graph_phase(
         &mut self,
         strategy: &dyn GraphStrategy,
         why: impl Into<String>,
     ) -> Result<&GraphEstimate> {
+        self.steps.check(Step::CaptureGraphs)?;
+        let r = self.run_graph_phase(strategy, why);
+        self.graph_phase_done(r)
+    }
+
+    fn run_graph_phase(
+        &mut self,
+        strategy: &dyn GraphStrategy,
+        why: impl Into<String>,
+    ) -> Result<()> {
         let span = tracing::info_span!("graph_phase", strategy = %strategy.kind());
         let _e = span.enter();
         self.why = why.into();
@@ -373,10 +479,14 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         if let Ok(a) = &after {
             self.rec.graph_step(before, *a, keep);
         }
+        if let Err(e) = &after {
+            self.steps.poisoned(Step::CaptureGraphs, e);
+        }
         let est = outcome?;
         after?;
         tracing::info!(reserve = est.reserve, strategy = %est.strategy, "graph phase done");
-        Ok(self.rec.p.graph.insert(est))
+        self.rec.p.graph = Some(est);
+        Ok(())
     }
 
     /// Why the last graph phase ran the strategy it ran (kept for the plan).
@@ -399,17 +509,38 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         self.rec.profile()
     }
 
-    /// A plan builder filled from this start-up (see
-    /// [`PlanBuilder::from_profile`]); override figures on it, then build. Where no reading
-    /// sees memory other processes hold, this allocates what the plan still needs once and
-    /// frees it (the allocation probe, `session/probe.rs`), capping the KV cache by what was
-    /// physically there.
+    /// A plan builder filled from this start-up (see [`PlanBuilder::from_profile`]) for this
+    /// session's [`Rank`]; override figures on it, then [`plan_with`](Self::plan_with). Where
+    /// no reading sees memory other processes hold, this allocates what the plan still needs
+    /// once and frees it (the allocation probe, `session/probe.rs`), capping the KV cache by
+    /// what was physically there.
+    ///
+    /// Refused ([`Error::InvalidState`] naming `plan`) before the profile run, and when the
+    /// engine captures graphs ([`Engine::graph_sizes`]) but no graph phase ran: their memory
+    /// would go unreserved. An engine that wants no graph reserve says so with
+    /// [`capture_graphs_with`](Self::capture_graphs_with)`(StrategyKind::None)`.
     pub fn plan_builder(
-        &self,
+        &mut self,
         request: Request,
         kv: &KvSpec,
         limits: KvLimits,
     ) -> Result<PlanBuilder> {
+        self.steps.check(Step::Plan)?;
+        if self.rec.p.graph.is_none() {
+            let sizes = self.engine.as_dyn().graph_sizes();
+            if !sizes.is_empty() {
+                return Err(Error::state(
+                    Step::Plan.name(),
+                    format!(
+                        "the engine captures graphs for {} batch sizes but no graph phase ran, \
+                         so their memory would not be reserved: call capture_graphs first \
+                         (or capture_graphs_with(StrategyKind::None) to plan without a graph \
+                         reserve on purpose)",
+                        sizes.len()
+                    ),
+                ));
+            }
+        }
         let d = self.rec.device.descriptor();
         let b = PlanBuilder::from_profile(
             &self.profile(),
@@ -418,7 +549,8 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             kv.clone(),
             limits,
         )?
-        .device(format!("{} ({})", d.id, d.name));
+        .device(format!("{} ({})", d.id, d.name))
+        .rank(self.rank);
         if b.is_blind() {
             // Nothing reads memory other processes hold: allocate what the plan still needs
             // once, at this quiet point, and cap the KV cache by what was there.
@@ -427,27 +559,67 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         Ok(b)
     }
 
-    /// Plan the KV cache from this start-up. See [`crate::plan`].
-    pub fn plan(&self, request: Request, kv: &KvSpec, limits: KvLimits) -> Result<Plan> {
-        self.plan_builder(request, kv, limits)?.build()
+    /// Build `builder` (from [`plan_builder`](Self::plan_builder)) as this session's plan:
+    /// [`into_kv_cache`](Self::into_kv_cache) checks the plan it gets against it.
+    pub fn plan_with(&mut self, builder: PlanBuilder) -> Result<Plan> {
+        self.steps.check(Step::Plan)?;
+        let plan = builder.build()?;
+        self.planned = Some(Planned::of(&plan, self.rank));
+        self.steps.succeeded(Step::Plan);
+        Ok(plan)
     }
 
-    /// End the session. After post-capture, maps `kv_bytes` (rounded down to the granularity)
-    /// into the range the engine was given before capture and hands the engine the range:
-    /// `Some(range)`, which releases it on drop. Otherwise `None`: the engine allocates its KV
-    /// cache of `kv_bytes` itself. Graphs kept by post-capture stay with the engine.
-    pub fn into_kv_cache(mut self, kv_bytes: u64) -> Result<Option<KvRange>> {
+    /// Plan the KV cache from this start-up (see [`crate::plan`]). May run again (another
+    /// request or KV spec); the last plan is the one [`into_kv_cache`](Self::into_kv_cache)
+    /// holds others to.
+    pub fn plan(&mut self, request: Request, kv: &KvSpec, limits: KvLimits) -> Result<Plan> {
+        let b = self.plan_builder(request, kv, limits)?;
+        self.plan_with(b)
+    }
+
+    /// End the session with `plan`: this session's own plan, or the plan combined from every
+    /// rank's ([`crate::plan::combine_ranks`]). This rank gets the plan's blocks in its own block
+    /// layout ([`KvCache`]); a plan with more blocks than this session planned is refused
+    /// ([`Error::InvalidInput`] on `plan`), and so is a call before [`plan`](Self::plan)
+    /// ([`Error::InvalidState`]). On any error the session is dropped, which tears down what
+    /// it holds.
+    ///
+    /// After post-capture the blocks' bytes (rounded up to the mapping granularity) are mapped
+    /// into the range the engine was given before capture, which [`KvCache::range`] hands
+    /// over (it releases the memory on drop); graphs kept by post-capture stay with the
+    /// engine. Otherwise the engine allocates [`KvCache::bytes`] itself.
+    pub fn into_kv_cache(mut self, plan: &Plan) -> Result<KvCache> {
+        self.steps.check(Step::IntoKvCache)?;
+        let own = self
+            .planned
+            .ok_or_else(|| Error::state(Step::IntoKvCache.name(), "no plan was made"))?;
+        let num_blocks = own.blocks_of(plan)?;
+        let bytes = num_blocks
+            .checked_mul(own.block_bytes)
+            .ok_or_else(|| Error::invalid("plan", "the KV cache's bytes overflow 64 bits"))?;
+        let range = match self.rec.kv_range.take() {
+            Some(mut r) => match kv_cache::map(&mut r, bytes) {
+                Ok(_) => Some(r),
+                Err(e) => {
+                    // Dropped with the session: the kept graphs go first, then the range.
+                    self.rec.kv_range = Some(r);
+                    return Err(e.during("mapping the KV cache"));
+                }
+            },
+            None => None,
+        };
         self.done = true;
-        match self.rec.kv_range.take() {
-            Some(mut r) => {
-                r.map(kv_bytes)?;
-                Ok(Some(r))
-            }
-            None => Ok(None),
-        }
+        self.steps.succeeded(Step::IntoKvCache);
+        Ok(KvCache {
+            num_blocks,
+            bytes,
+            range,
+        })
     }
 
-    /// End the session: the profile and the KV range (post-capture), unmapped.
+    /// End the session without a plan: the profile and the KV range (post-capture), unmapped.
+    /// For test-beds and tools that plan and map on their own; an engine ends with
+    /// [`into_kv_cache`](Self::into_kv_cache).
     pub fn into_parts(mut self) -> (Profile, Option<KvRange>) {
         self.done = true;
         (self.rec.profile(), self.rec.kv_range.take())
