@@ -86,6 +86,13 @@ class Engine:
         """Reset ``peak_allocated`` to ``allocated`` (and ``peak_reserved`` to ``reserved``)."""
         raise NotImplementedError("reset_peak")
 
+    def gpu_id(self) -> Optional[str]:
+        """Which GPU the allocator allocates on, in the device's terms (a
+        :class:`SimAllocator`'s ``gpu_id()``), or ``None`` (the default): where both the device
+        and this hook name a GPU and they differ, the start-up is refused with a
+        :class:`UsageError`, since nothing the engine allocates would show in the readings."""
+        return None
+
     # -- the engine's own steps --------------------------------------------------------
     def load_weights(self) -> None:
         """Load the model's weights onto the device."""

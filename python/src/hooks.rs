@@ -2,7 +2,7 @@
 //!
 //! Hook methods (see `memplan/engine.py` for the Python side and its docs):
 //! `memory_stats() -> {"reserved", "allocated", "peak_allocated"[, "peak_reserved"]}`, `release_cached()`,
-//! `reset_peak()` (the allocator view); `graph_sizes()`, `warm_up(size)`,
+//! `reset_peak()`, optionally `gpu_id()` (the allocator view); `graph_sizes()`, `warm_up(size)`,
 //! `capture_graph(size)`, `release_graphs()`, `supports_post_capture()`,
 //! `bind_kv_range(address, size)`, `kernel_nodes_hint(size)`, `alloc_node_bytes_hint(size)`
 //! (the graph hooks).
@@ -100,6 +100,27 @@ impl AllocatorView for PyAllocator {
         Python::attach(|py| {
             if let Err(e) = self.obj.bind(py).call_method0("reset_peak") {
                 self.failed.keep(py, "reset_peak()", e);
+            }
+        })
+    }
+
+    /// The engine's optional `gpu_id()`: which GPU its allocator allocates on (a
+    /// `SimAllocator`'s `gpu_id()`); absent or `None`: not checked.
+    fn gpu_id(&self) -> Option<String> {
+        Python::attach(|py| {
+            let obj = self.obj.bind(py);
+            if !obj.hasattr("gpu_id").unwrap_or(false) {
+                return None;
+            }
+            match obj
+                .call_method0("gpu_id")
+                .and_then(|v| v.extract::<Option<String>>())
+            {
+                Ok(id) => id,
+                Err(e) => {
+                    self.failed.keep(py, "gpu_id()", e);
+                    None
+                }
             }
         })
     }

@@ -191,6 +191,12 @@ impl SimAllocator {
         self.inner.reset_peak();
     }
 
+    /// Which simulated GPU this allocator allocates on (``sim:rtx4090#1``): an engine that
+    /// returns it from its own ``gpu_id()`` hook gets a start-up on another GPU refused.
+    fn gpu_id(&self) -> String {
+        self.inner.gpu().gpu_id()
+    }
+
     /// Begin a graph capture: allocations go to the graphs' private pool until it ends.
     fn begin_graph_capture(&self, py: Python<'_>) -> PyResult<()> {
         self.inner.begin_graph_capture().map_err(|e| to_py(py, &e))

@@ -55,6 +55,9 @@ class PyEngine(Engine):
     def reset_peak(self) -> None:
         self.alloc.reset_peak()
 
+    def gpu_id(self) -> Optional[str]:
+        return self.alloc.gpu_id()
+
     # the engine's steps
     def load_weights(self) -> None:
         self.calls.append("load_weights")

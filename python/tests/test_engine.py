@@ -184,3 +184,17 @@ def test_a_device_without_synchronize_uses_the_engines_own() -> None:
     assert "readings_not_synchronized" in [w["code"] for w in s.plan["warnings"]]
     assert "synchronize" not in eng2.calls
     assert s.profile["non_allocator_growth"] >= 256 * MIB + 600 * MIB
+
+
+def test_an_allocator_on_another_gpu_is_refused() -> None:
+    # The engine allocates on a private GPU; the start-up would read the shared one of the
+    # same id, where none of the engine's memory shows.
+    dev = SimDevice("sim:rtx4090", private=True)
+    eng = PyEngine(dev)
+    with pytest.raises(memplan.UsageError, match="allocates on GPU sim:rtx4090#"):
+        start_up("sim:rtx4090", eng, model=MODEL)
+    assert eng.calls == [], "refused before anything ran"
+    # The same GPU through its id, opened once: accepted.
+    shared = SimDevice("sim:rtx4090")
+    ok = start_up("sim:rtx4090", PyEngine(shared), model=MODEL)
+    assert ok.plan["consumers"][0]["bytes"] > 0

@@ -232,4 +232,8 @@ impl AllocatorView for SimAllocator {
     fn reset_peak(&mut self) {
         self.gpu.lock().heap.reset_peak();
     }
+
+    fn gpu_id(&self) -> Option<String> {
+        Some(self.gpu.gpu_id())
+    }
 }

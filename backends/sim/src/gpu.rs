@@ -31,7 +31,12 @@ pub(crate) struct Shared {
     /// What this device declares (the platform's, or everything exact with `declare-exact`).
     pub capability: ProfilingCapability,
     pub descriptor: DeviceDescriptor,
+    /// This GPU among every simulated GPU this process made (see [`SimGpu::gpu_id`]).
+    pub instance: u64,
 }
+
+/// Simulated GPUs made so far in this process: each gets the next number.
+static INSTANCES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// A simulated GPU. Clones share the same device: the "engine" and memplan can both hold one.
 #[derive(Clone)]
@@ -117,6 +122,7 @@ impl SimGpu {
             platform,
             capability,
             descriptor,
+            instance: INSTANCES.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1,
         };
         let mut state = State::default();
         if quirks.stale_free {
@@ -130,10 +136,13 @@ impl SimGpu {
     }
 
     /// Open by selector: a profile name and optional modifiers, e.g. `arc-a770,declare-exact`
-    /// or `rtx4090,other=2GiB,capture-empties-cache=off` (see [`crate::Modifiers`]). Without
+    /// or `rtx4090,other=2GiB,capture-empties-cache=off` (see [`crate::Modifiers`]), with or
+    /// without the device id's `sim:` prefix. Always a new GPU of its own (a private one:
+    /// [`SimGpu::shared`] is the one `memplan::open` gives). Without
     /// `seed=N` (or `physics=...`) the physics are nominal (each hidden quantity at its typical
     /// figure); with it they are drawn. The test-bed always gives a seed.
     pub fn open(selector: &str) -> Result<Self> {
+        let selector = crate::registry::selector_of(selector);
         let (name, quirks, mods) = parse_selector(selector, |name| {
             profile(name)
                 .map(|p| p.quirks)
@@ -176,6 +185,16 @@ impl SimGpu {
     /// of the returned device share its tables; another call gives a device with its own.
     pub fn device(&self) -> Device {
         Device::new(self.clone())
+    }
+
+    /// Which simulated GPU this is: its id and its number among the simulated GPUs this
+    /// process made (`sim:rtx4090#2`). Clones, and every open of a shared selector while one
+    /// is alive, share it; a private [`SimGpu::open`] gets its own. The device
+    /// ([`Device::gpu_id`](memplan_core::Device::gpu_id)) and the allocator
+    /// ([`AllocatorView::gpu_id`](memplan_core::AllocatorView::gpu_id)) report it, so a
+    /// measurement session refuses an allocator on another GPU than its device.
+    pub fn gpu_id(&self) -> String {
+        format!("{}#{}", self.shared.descriptor.id, self.shared.instance)
     }
 
     /// The simulated driver's live mappings, `(address, bytes)`, in address order.
@@ -383,6 +402,10 @@ impl HalDevice for SimGpu {
     fn graphs(&mut self) -> Result<&mut dyn HalGraphs> {
         self.capture_support()?;
         Ok(self)
+    }
+
+    fn gpu_id(&self) -> Option<String> {
+        Some(SimGpu::gpu_id(self))
     }
 
     fn virtual_memory(&mut self) -> Result<&mut dyn HalVirtualMemory> {

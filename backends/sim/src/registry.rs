@@ -21,12 +21,23 @@ fn registry() -> &'static Mutex<HashMap<String, Entry>> {
 
 /// The key of a selector.
 pub(crate) fn key(selector: &str) -> String {
-    selector.trim().to_ascii_lowercase()
+    selector_of(selector).to_ascii_lowercase()
+}
+
+/// A selector as given, or a device id (`sim:rtx4090`, the id `memplan::open` takes) without
+/// its backend: one id names a simulated GPU everywhere.
+pub(crate) fn selector_of(id: &str) -> &str {
+    let id = id.trim();
+    match id.get(..4) {
+        Some(p) if p.eq_ignore_ascii_case("sim:") => id[4..].trim(),
+        _ => id,
+    }
 }
 
 impl SimGpu {
     /// The GPU open under this selector in this process, or a newly opened one (see
-    /// [`SimGpu::open`] for selectors). `memplan::open("sim:...")` goes through here; use
+    /// [`SimGpu::open`] for selectors; the device id `sim:rtx4090` and the selector
+    /// `rtx4090` name the same GPU). `memplan::open("sim:...")` goes through here; use
     /// [`SimGpu::open`] for a private GPU nobody else can open.
     pub fn shared(selector: &str) -> Result<Self> {
         let k = key(selector);
@@ -37,7 +48,7 @@ impl SimGpu {
                 return Ok(SimGpu { shared, state });
             }
         }
-        let gpu = SimGpu::open(selector)?;
+        let gpu = SimGpu::open(selector_of(selector))?;
         open.retain(|_, (s, _)| s.strong_count() > 0);
         open.insert(k, (Arc::downgrade(&gpu.shared), Arc::downgrade(&gpu.state)));
         Ok(gpu)

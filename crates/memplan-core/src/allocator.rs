@@ -54,6 +54,14 @@ pub trait AllocatorView {
     fn release_cached(&mut self) -> Result<()>;
     /// Reset the peaks of `allocated` and `reserved` to their current values.
     fn reset_peak(&mut self);
+
+    /// Which physical GPU the allocator allocates on, in the device's terms
+    /// ([`Device::gpu_id`](crate::Device::gpu_id)), when it knows. A measurement session
+    /// refuses to start when both are known and differ: the allocator's memory would not show
+    /// on the device it reads, and every figure would be wrong. Default: unknown (`None`).
+    fn gpu_id(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Accounting of memplan's own raw allocations (no caching: reserved == allocated).

@@ -39,6 +39,7 @@ impl Drop for Inner {
 struct Shared {
     descriptor: DeviceDescriptor,
     capability: ProfilingCapability,
+    gpu_id: Option<String>,
     inner: Mutex<Inner>,
 }
 
@@ -68,6 +69,7 @@ impl Device {
             shared: Arc::new(Shared {
                 descriptor: hal.descriptor().clone(),
                 capability: hal.capabilities().clone(),
+                gpu_id: hal.gpu_id(),
                 inner: Mutex::new(Inner {
                     hal: Box::new(hal),
                     t: Tables::default(),
@@ -85,6 +87,12 @@ impl Device {
     /// Static description.
     pub fn descriptor(&self) -> &DeviceDescriptor {
         &self.shared.descriptor
+    }
+
+    /// Which physical GPU this is, when its backend can tell ([`HalDevice::gpu_id`]); an
+    /// engine's allocator that names another GPU is refused by a measurement session.
+    pub fn gpu_id(&self) -> Option<&str> {
+        self.shared.gpu_id.as_deref()
     }
 
     /// The capability as the backend declares it (before calibration).

@@ -106,6 +106,14 @@ pub trait HalDevice: Any + Send {
             "this backend does not implement virtual memory",
         ))
     }
+
+    /// Which physical GPU this is, as the engine's allocator would name it
+    /// ([`AllocatorView::gpu_id`](crate::AllocatorView::gpu_id)): two handles with the same id
+    /// work on the same GPU. Read once, when the core wraps the device. Default: unknown
+    /// (`None`), and nothing is checked.
+    fn gpu_id(&self) -> Option<String> {
+        None
+    }
 }
 
 /// A captured, instantiated graph: the backend's two objects, opaque to the core.

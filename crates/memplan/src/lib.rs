@@ -68,10 +68,42 @@ pub use memplan_planner::{
 pub use memplan_model as model;
 
 /// The simulated backend's own types (feature `sim`): a simulated GPU, the PyTorch-like
-/// caching allocator an engine can run on it, and the ground truth behind the readings.
+/// caching allocator an engine can run on it, what an engine keeps of it (blocks, graphs),
+/// and the ground truth behind the readings.
+///
+/// One id opens both halves: `memplan::open("sim:rtx4090")` is the device memplan measures,
+/// [`allocator`] (or [`gpu`]) of that device is the allocator the engine allocates from on
+/// the same simulated GPU. A session refuses to start (an [`Error::InvalidInput`] on
+/// `device`) when its device and the engine's allocator are different GPUs (a private
+/// [`SimGpu::open`] beside `memplan::open`): the engine's memory would not show where memplan
+/// reads, and every figure would be 0.
 #[cfg(feature = "sim")]
 pub mod sim {
-    pub use memplan_backend_sim::{BlockId, GraphSpec, GroundTruth, SimAllocator, SimGpu};
+    use memplan_core::{Device, Error, Result};
+
+    pub use memplan_backend_sim::{
+        profile_names, BlockId, EngineGraph, GraphSpec, GroundTruth, SimAllocator, SimGpu,
+    };
+
+    /// The simulated GPU behind `device` (opened with `memplan::open("sim:...")`); a device
+    /// of another backend is an [`Error::InvalidInput`] on `device`.
+    pub fn gpu(device: &Device) -> Result<SimGpu> {
+        device.inspect(|g: &SimGpu| g.clone()).ok_or_else(|| {
+            Error::invalid(
+                "device",
+                format!(
+                    "{} is not a simulated device (sim:PROFILE)",
+                    device.descriptor().id
+                ),
+            )
+        })
+    }
+
+    /// The caching allocator of the simulated GPU behind `device`: what the engine allocates
+    /// from it is what `device` reads (one allocator per GPU: every call shares it).
+    pub fn allocator(device: &Device) -> Result<SimAllocator> {
+        gpu(device).map(|g| g.allocator())
+    }
 }
 
 /// What is generated from the one list of backends (`memplan_core::backend_list!`): each

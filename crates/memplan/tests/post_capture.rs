@@ -6,7 +6,6 @@
 #![cfg(feature = "sim")]
 
 use memplan::kv::{AttentionKind, KvDtype, KvLimits, KvSpec, LayerGroup};
-use memplan::sim::SimGpu;
 use memplan::{
     AllocatorView, CaptureWork, Engine, GraphId, KvRange, OwnAccounting, Request, Result, Session,
     SharedDevice, StrategyKind,
@@ -85,8 +84,8 @@ fn spec() -> (KvSpec, KvLimits) {
 fn the_kv_cache_is_mapped_where_the_engine_was_told_before_capture() {
     // A selector no other test in this binary opens: the sim registry shares devices by id.
     let dev = memplan::open_shared("sim:h100-80gb").unwrap();
-    // The same id opened again in this process is the same simulated GPU.
-    let gpu = SimGpu::shared("h100-80gb").unwrap();
+    // The simulated GPU behind the device (the simulator's own record of its mappings).
+    let gpu = memplan::sim::gpu(&dev).unwrap();
     let mut engine = Recording::new(dev.clone());
     let mut s = Session::start(&dev, &mut engine).unwrap();
     s.load_weights(Recording::load).unwrap();
@@ -130,7 +129,7 @@ fn the_kv_cache_is_mapped_where_the_engine_was_told_before_capture() {
 #[test]
 fn a_session_dropped_half_way_gives_back_its_graphs_and_range() {
     let dev = memplan::open_shared("sim:rtx4090,other=1GiB").unwrap();
-    let gpu = SimGpu::shared("rtx4090,other=1GiB").unwrap();
+    let gpu = memplan::sim::gpu(&dev).unwrap();
     let mut engine = Recording::new(dev.clone());
     {
         let mut s = Session::start(&dev, &mut engine).unwrap();

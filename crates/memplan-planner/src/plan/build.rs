@@ -56,6 +56,8 @@ pub struct PlanBuilder {
     notes: Vec<String>,
     /// Kept below the budget for the allocator's rounding of the KV cache's own allocation.
     alloc_slack: u64,
+    /// The KV cache is mapped in whole granules of this many bytes (post-capture).
+    granularity: Option<u64>,
 }
 
 impl PlanBuilder {
@@ -85,6 +87,7 @@ impl PlanBuilder {
             engine: None,
             notes: Vec::new(),
             alloc_slack: 0,
+            granularity: None,
         }
     }
 
@@ -278,6 +281,14 @@ impl PlanBuilder {
         self
     }
 
+    /// The KV cache will be mapped in whole granules of `bytes` (post-capture: the device's
+    /// mapping granularity): the KV cache granted is rounded down to whole granules, so its
+    /// blocks, rounded up to a granule when mapped, stay inside it.
+    pub fn mapping_granularity(mut self, bytes: u64) -> Self {
+        self.granularity = Some(bytes);
+        self
+    }
+
     /// Add a warning.
     pub fn warning(mut self, w: Warning) -> Self {
         self.warnings.push(w);
@@ -417,6 +428,9 @@ impl PlanBuilder {
                 kv_bytes = cap;
                 capped_by_free = Some(cap);
             }
+        }
+        if let Some(g) = self.granularity.filter(|g| *g > 1) {
+            kv_bytes = kv_bytes / g * g;
         }
         if let Some(f) = self.foreign.filter(|f| *f != 0) {
             warnings.push(Warning::ForeignMemoryChanged { bytes: f });

@@ -62,8 +62,9 @@ pub struct KvCache {
     /// Bytes those blocks take on this rank: `num_blocks` times this rank's own block bytes.
     pub bytes: u64,
     /// After post-capture: the range the engine's graphs point into, with `bytes` (rounded
-    /// up to the mapping granularity, inside what the plan kept for rounding) mapped at its
-    /// start; it releases the memory on drop. `None`: the engine allocates `bytes` itself.
+    /// up to the mapping granularity; the session's plan grants whole granules, so this stays
+    /// inside its `kv_cache_bytes`) mapped at its start; it releases the memory on drop.
+    /// `None`: the engine allocates `bytes` itself.
     pub range: Option<KvRange>,
 }
 

@@ -82,7 +82,12 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     /// Memory calibration leaves held outside the allocator (per-capture memory a runtime
     /// keeps after its test captures) is this process's from then on: the window from before
     /// calibration to the baseline is accounted like an engine step named `calibration`.
+    ///
+    /// Refused ([`Error::InvalidInput`] on `device`) when the engine's allocator works on
+    /// another GPU than `device` (both name their GPU and the names differ); so is
+    /// [`begin`](Self::begin).
     pub fn start(device: &SharedDevice, engine: &'e mut E) -> Result<Self> {
+        check_same_gpu(device, engine.as_dyn())?;
         let pre = memplan_core::protocol::snapshot(device, Some(&*engine.as_dyn().allocator()))?;
         let report = calibrate(&device.clone())?;
         let mut s = Self::begin(device, engine, report.calibrated.clone())?;
@@ -106,6 +111,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         let _e = span.enter();
         let device = device.clone();
         let e = engine.as_dyn();
+        check_same_gpu(&device, e)?;
         e.allocator().release_cached()?;
         let unsynced = recorder::sync_engine(&capability, e)?;
         let baseline = memplan_core::protocol::snapshot(&device, Some(&*e.allocator()))?;
@@ -551,6 +557,10 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         )?
         .device(format!("{} ({})", d.id, d.name))
         .rank(self.rank);
+        let b = match &self.rec.kv_range {
+            Some(r) => b.mapping_granularity(r.granularity()),
+            None => b,
+        };
         if b.is_blind() {
             // Nothing reads memory other processes hold: allocate what the plan still needs
             // once, at this quiet point, and cap the KV cache by what was there.
@@ -647,6 +657,24 @@ impl<E: AsDynEngine + ?Sized> Drop for Session<'_, E> {
             }
         }
         drop(self.rec.kv_range.take());
+    }
+}
+
+/// The engine's allocator must allocate on the device the session reads: where both name
+/// their GPU ([`memplan_core::Device::gpu_id`], [`memplan_core::AllocatorView::gpu_id`]) and
+/// the names differ, nothing the engine allocates would show in the readings.
+fn check_same_gpu(device: &SharedDevice, engine: &mut dyn Engine) -> Result<()> {
+    match (device.gpu_id(), engine.allocator().gpu_id()) {
+        (Some(d), Some(a)) if d != a => Err(Error::invalid(
+            "device",
+            format!(
+                "the engine's allocator allocates on GPU {a} but the session reads GPU {d}: \
+                 what the engine allocates would not show in the readings; open the device \
+                 and the allocator from one id (for a simulated GPU: memplan::open(id) and \
+                 memplan::sim::allocator(&device))"
+            ),
+        )),
+        _ => Ok(()),
     }
 }
 
