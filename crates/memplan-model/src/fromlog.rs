@@ -56,6 +56,11 @@ pub struct LogFigures {
     pub consumed: Option<u64>,
     /// "Total non KV cache memory".
     pub non_kv: Option<u64>,
+    /// The utilisation that gives the same KV cache without the graph reserve ("The current
+    /// --gpu-memory-utilization=U is equivalent to --gpu-memory-utilization=V without CUDA
+    /// graph memory profiling": V). With the graph estimate it gives the device total
+    /// (`estimate / (U - V)`), to the rounding of the printed figures.
+    pub utilization_without_graphs: Option<f64>,
     /// The engine's graph-memory estimate.
     pub graph_estimate: Option<u64>,
     /// Graph memory measured after capture.
@@ -97,6 +102,21 @@ impl LogFigures {
     /// The line a figure was read from.
     pub fn line(&self, figure: &str) -> Option<usize> {
         self.lines.iter().find(|(k, _)| *k == figure).map(|l| l.1)
+    }
+
+    /// The device total the utilisation pair and the graph estimate imply
+    /// (`estimate / (U - V)`), when the log prints no total; `None` when the difference is
+    /// too small to divide by (under 0.001).
+    pub fn derived_total(&self) -> Option<u64> {
+        let (u, v, g) = (
+            self.utilization?,
+            self.utilization_without_graphs?,
+            self.graph_estimate?,
+        );
+        let d = u - v;
+        (d >= 0.001)
+            .then(|| (g as f64 / d) as u64)
+            .filter(|t| *t > 0 && *t <= limits::MAX_BYTES)
     }
 
     /// The release the log's version line names, as `MAJOR.MINOR[.PATCH]` (pre-release and
@@ -466,6 +486,26 @@ pub fn parse(text: &str) -> Result<LogFigures> {
         );
         if l.has("CUDA graph memory profiling is enabled") {
             says_subtracted = true;
+            set(
+                &mut f.utilization_without_graphs,
+                l.fraction(
+                    "equivalent to --gpu-memory-utilization=",
+                    "gpu_memory_utilization",
+                )?,
+                lines,
+                "utilization_without_graphs",
+                n,
+            );
+        }
+        // The post-start report (0.26+): "Actual usage is C GiB for consumed memory".
+        if l.has("for consumed memory") {
+            set(
+                &mut f.consumed,
+                l.bytes("Actual usage is", "consumed memory")?,
+                lines,
+                "consumed",
+                n,
+            );
         }
         // Weights.
         if let Some(i) = l.text.find("Load weight end") {

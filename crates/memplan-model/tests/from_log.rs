@@ -140,6 +140,13 @@ fn current_release_logs_are_read_as_curated() {
         if has("Model loading took") {
             assert!(close(f.weights, &e["weights_gib"]), "{src}");
         }
+        if has("Free memory on device (") {
+            assert!(
+                close(f.total, &e["gpu_total_gib"]),
+                "{src}: total {:?}",
+                f.total
+            );
+        }
         if let Some(v) = e["vllm_version"].as_str().filter(|v| quote.contains(*v)) {
             assert_eq!(f.version.as_deref(), Some(v), "{src}");
         }

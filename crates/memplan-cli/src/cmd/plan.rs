@@ -109,10 +109,14 @@ fn target(a: &Flags) -> Result<Target, Error> {
         });
     }
     let Some(id) = &a.device else {
-        return Err(Error::invalid(
-            "--device",
-            "pass a device (e.g. sim:rtx4090, cuda:0) or --total-memory",
-        ));
+        let why = match &a.from_log {
+            Some(p) => format!(
+                "the log {} states no device total (no \"Free memory on device (F/T GiB)\" line, no utilisation pair with a graph estimate, no weights with the available KV memory); pass a device (e.g. sim:rtx4090, cuda:0) or --total-memory",
+                p.display()
+            ),
+            None => "pass a device (e.g. sim:rtx4090, cuda:0) or --total-memory".to_string(),
+        };
+        return Err(Error::invalid("--device", why));
     };
     let dev = memplan::open(id)?;
     dev.synchronize()?;
@@ -649,6 +653,34 @@ mod tests {
             f.message
         );
         std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn a_raw_current_log_plans_with_nothing_but_the_model() {
+        // vLLM 0.27.1 lines as pasted in gpustack/runner#251 (no total printed): the release,
+        // the utilisation, the graph estimate (subtracted) and the total they imply.
+        let log = "(Worker_TP1 pid=448) INFO 08-14 14:07:22 [gpu_model_runner.py:6806] Estimated CUDA graph memory: 0.36 GiB total\n\
+            (Worker_TP1 pid=448) INFO 08-14 14:07:22 [gpu_worker.py:578] CUDA graph memory profiling is enabled (default since v0.21.0). The current --gpu-memory-utilization=0.8200 is equivalent to --gpu-memory-utilization=0.8048 without CUDA graph memory profiling. To maintain the same effective KV cache size as before, increase --gpu-memory-utilization to 0.8352.\n\
+            (Worker_TP0 pid=447) INFO 08-14 14:07:22 [gpu_worker.py:563] Available KV cache memory: 6.87 GiB\n\
+            INFO Initializing a V1 LLM engine (v0.27.1) with config: model='x'\n";
+        let path = std::env::temp_dir().join(format!("memplan-log27-{}.txt", std::process::id()));
+        std::fs::write(&path, log).unwrap();
+        let j = run_json(&format!(
+            "--model qwen2.5-0.5b-instruct --from-log {}",
+            path.display()
+        ))
+        .unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let t = j["total_bytes"].as_u64().unwrap() as f64 / (1u64 << 30) as f64;
+        assert!((t - 23.68).abs() < 0.01, "{t}");
+        assert_eq!(j["engine"], "vllm@0.27", "{j}");
+        let kv = j["kv_budget_bytes"].as_u64().unwrap() as f64 / (1u64 << 30) as f64;
+        assert!((kv - 6.87).abs() < 0.001, "{kv}");
+        let notes = j["notes"].to_string();
+        assert!(
+            notes.contains("prints no device total") && notes.contains("Available KV cache memory"),
+            "{notes}"
+        );
     }
 
     fn run_json(f: &str) -> Result<serde_json::Value, Failure> {

@@ -259,3 +259,19 @@ fn mutated_logs_never_panic() {
         }
     }
 }
+
+#[test]
+fn the_utilisation_pair_gives_the_device_total() {
+    // gpustack/runner#251 (vLLM 0.27.1): 0.36 GiB / (0.8200 - 0.8048) = 23.7 GiB.
+    let log = "INFO [gpu_model_runner.py:6806] Estimated CUDA graph memory: 0.36 GiB total\n\
+               INFO [gpu_worker.py:578] CUDA graph memory profiling is enabled (default since v0.21.0). The current --gpu-memory-utilization=0.8200 is equivalent to --gpu-memory-utilization=0.8048 without CUDA graph memory profiling.\n\
+               INFO [gpu_worker.py:563] Available KV cache memory: 6.87 GiB";
+    let f = parse(log).unwrap();
+    assert_eq!(f.utilization, Some(0.82));
+    assert_eq!(f.utilization_without_graphs, Some(0.8048));
+    let t = f.derived_total().unwrap() as f64 / GIB as f64;
+    assert!((t - 23.68).abs() < 0.01, "{t}");
+    // Too small a difference to divide by: no total.
+    let f = parse(&log.replace("0.8048", "0.8200")).unwrap();
+    assert_eq!(f.derived_total(), None);
+}

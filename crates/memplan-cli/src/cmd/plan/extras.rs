@@ -188,6 +188,15 @@ pub fn apply_log(a: &mut Flags) -> Result<LogContext, Failure> {
         // The engine printed its estimate but did not subtract it (vLLM 0.19).
         a.graph_strategy = Strategy::None;
     }
+    // No total printed: the utilisation pair and the graph estimate give it (0.21+).
+    if let (None, None, Some(t)) = (a.total_memory, &a.device, f.derived_total()) {
+        a.total_memory = Some(t);
+        notes.push(format!(
+            "the log prints no device total: {} from its graph estimate over the utilisation it says the estimate is worth{}",
+            gib(t),
+            at("utilization_without_graphs")
+        ));
+    }
     // No total in the log, no device, no flag: the start-up's own figures give it
     // (what the engine requested, over the utilisation it requested it with).
     if let (None, None, Some(w), Some(kv)) = (a.total_memory, &a.device, f.weights, f.kv_available)
