@@ -2,15 +2,21 @@
 //! directory), each one's header read without its tensors, and the checks that the files
 //! account for their bytes and for each tensor once.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::borrow::Cow;
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeSet, HashMap};
 use std::io::Read;
 use std::path::{Component, Path, PathBuf};
 
 use memplan_core::input::{self, SAFETENSORS_INDEX};
 use memplan_core::{Error, Result};
+use serde::de::{
+    self, Deserialize, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor,
+};
 use serde_json::Value;
+use std::fmt;
 
-use super::header::{header_len, parse, short_file, Header};
+use super::header::{header_len, parse, short_file};
 use super::Summary;
 
 /// The index of a sharded checkpoint.
@@ -26,10 +32,20 @@ pub const MAX_TENSORS: u64 = 1 << 20;
 /// Read the header of one file, without reading its tensors, and check that the file is
 /// exactly as long as the header says (`8 + header + the end of the last tensor`).
 pub fn read_file(path: &Path) -> Result<Summary> {
-    read_header(path).map(|h| h.summary)
+    let raw = read_raw(path)?;
+    let h = parse(&raw.name, &raw.header, true)?;
+    raw.check_len(&h.summary)?;
+    Ok(h.summary)
 }
 
-fn read_header(path: &Path) -> Result<Header> {
+/// One file's header bytes, and the length of the data section after them.
+struct Raw {
+    name: String,
+    header: Vec<u8>,
+    data: u64,
+}
+
+fn read_raw(path: &Path) -> Result<Raw> {
     let name = path.display().to_string();
     let (mut f, file_len) = input::open_regular(path, "safetensors file")?;
     let io = |source| Error::Io {
@@ -42,42 +58,84 @@ fn read_header(path: &Path) -> Result<Header> {
     }
     f.read_exact(&mut len).map_err(io)?;
     let n = header_len(&name, len, file_len - 8)?;
-    let mut buf = Vec::with_capacity(n as usize);
-    f.take(n).read_to_end(&mut buf).map_err(io)?;
-    if buf.len() as u64 != n {
+    let mut header = Vec::with_capacity(n as usize);
+    f.take(n).read_to_end(&mut header).map_err(io)?;
+    if header.len() as u64 != n {
         // The file shrank since its size was read.
         return Err(Error::file(
             &name,
             format!(
                 "the file ends inside its safetensors header ({} of {n} bytes)",
-                buf.len()
+                header.len()
             ),
         ));
     }
-    let h = parse(&name, &buf)?;
-    // The tensors tile the data section from 0 (checked by the parser), so their total is the
-    // end of the data section: the file must end exactly there, as the reference reader
-    // requires.
-    let data = file_len - 8 - n;
-    let want = h.summary.total();
-    if data < want {
-        return Err(Error::file(
-            &name,
-            format!(
-                "is truncated: its header describes {want} bytes of tensors but only {data} follow the header (an incomplete download?)"
-            ),
-        ));
+    Ok(Raw {
+        data: file_len - 8 - n,
+        name,
+        header,
+    })
+}
+
+impl Raw {
+    /// The tensors tile the data section from 0 (checked by the parser), so their total is
+    /// the end of the data section: the file must end exactly there, as the reference reader
+    /// requires.
+    fn check_len(&self, s: &Summary) -> Result<()> {
+        let (data, want) = (self.data, s.total());
+        if data < want {
+            return Err(Error::file(
+                &self.name,
+                format!(
+                    "is truncated: its header describes {want} bytes of tensors but only {data} follow the header (an incomplete download?)"
+                ),
+            ));
+        }
+        if data > want {
+            return Err(Error::file(
+                &self.name,
+                format!(
+                    "has {} bytes after its last tensor (header describes {want} bytes of tensors, {data} follow it); safetensors files end with their last tensor",
+                    data - want
+                ),
+            ));
+        }
+        Ok(())
     }
-    if data > want {
-        return Err(Error::file(
-            &name,
-            format!(
-                "has {} bytes after its last tensor (header describes {want} bytes of tensors, {data} follow it); safetensors files end with their last tensor",
-                data - want
-            ),
-        ));
+}
+
+/// `f(0..n)`, spread over the machine's cores when there is enough work (headers of a large
+/// checkpoint are independent); results in order.
+fn each<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let threads = cores.min(8).min(n / 4);
+    if threads <= 1 {
+        return (0..n).map(f).collect();
     }
-    Ok(h)
+    std::thread::scope(|s| {
+        let f = &f;
+        // A chunk that gets no thread (the system refuses one) runs here instead.
+        let parts: Vec<_> = (0..threads)
+            .map(|t| {
+                let range = t * n / threads..(t + 1) * n / threads;
+                std::thread::Builder::new()
+                    .spawn_scoped(s, {
+                        let range = range.clone();
+                        move || range.map(f).collect::<Vec<T>>()
+                    })
+                    .map_err(|_| range)
+            })
+            .collect();
+        parts
+            .into_iter()
+            .flat_map(|p| match p {
+                Ok(h) => h
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                Err(range) => range.map(f).collect(),
+            })
+            .collect()
+    })
 }
 
 /// Read every `*.safetensors` header of a checkpoint directory; `None` when it has none.
@@ -88,7 +146,12 @@ fn read_header(path: &Path) -> Result<Header> {
 /// must stay inside the directory; it is checked before any file is opened.
 ///
 /// Errors: a file that does not account for its bytes, a tensor in two files (both named), a
-/// checkpoint without tensors, more than [`MAX_SHARDS`] files or [`MAX_TENSORS`] tensors.
+/// checkpoint without tensors, more than [`MAX_SHARDS`] files or [`MAX_TENSORS`] tensors. The
+/// first error in file order is the one reported.
+///
+/// Cost: linear in the tensors (one pass over each header's JSON, a hash set of names) but
+/// for one sort of each header's byte ranges; headers are read and parsed on several threads
+/// when there are many files.
 pub fn read_dir(dir: &Path) -> Result<Option<Summary>> {
     read_dir_within(dir, None)
 }
@@ -112,22 +175,50 @@ pub fn read_dir_within(dir: &Path, within: Option<&Path>) -> Result<Option<Summa
     for f in &files {
         confine(f)?;
     }
-    let mut s = Summary::default();
-    let mut owner: BTreeMap<String, usize> = BTreeMap::new();
-    for (i, f) in files.iter().enumerate() {
-        let h = read_header(f)?;
-        for t in h.names {
-            if let Some(&j) = owner.get(&t) {
-                return Err(Error::file(
-                    dir.display().to_string(),
-                    format!(
-                        "tensor {t:?} is in both {} and {}; a checkpoint holds each tensor once",
-                        files[j].display(),
-                        f.display()
-                    ),
-                ));
+    // Read every header (the files before the first unreadable one), parse them, then check
+    // them in file order, so the first error in file order is the one reported.
+    let mut raws = Vec::with_capacity(files.len());
+    let mut unreadable = None;
+    for r in each(files.len(), |i| read_raw(&files[i])) {
+        match r {
+            Ok(r) if unreadable.is_none() => raws.push(r),
+            Ok(_) => {}
+            Err(e) => {
+                unreadable.get_or_insert(e);
             }
-            owner.insert(t, i);
+        }
+    }
+    let parsed = each(raws.len(), |i| parse(&raws[i].name, &raws[i].header, false));
+    let mut s = Summary::default();
+    // Sized once for every name: growing it file by file would hash every name again.
+    let names: usize = parsed.iter().flatten().map(|h| h.names.len()).sum();
+    let mut owner: HashMap<Cow<'_, str>, usize> = HashMap::with_capacity(names);
+    for (i, (raw, h)) in raws.iter().zip(parsed).enumerate() {
+        let h = h?;
+        raw.check_len(&h.summary)?;
+        for t in h.names {
+            match owner.entry(t) {
+                Entry::Vacant(v) => {
+                    v.insert(i);
+                }
+                Entry::Occupied(o) if *o.get() == i => {
+                    return Err(Error::file(
+                        &raw.name,
+                        format!("tensor {:?} appears twice in the header", o.key()),
+                    ));
+                }
+                Entry::Occupied(o) => {
+                    return Err(Error::file(
+                        dir.display().to_string(),
+                        format!(
+                            "tensor {:?} is in both {} and {}; a checkpoint holds each tensor once",
+                            o.key(),
+                            files[*o.get()].display(),
+                            files[i].display()
+                        ),
+                    ));
+                }
+            }
         }
         s.merge(h.summary).ok_or_else(|| {
             Error::file(
@@ -141,6 +232,9 @@ pub fn read_dir_within(dir: &Path, within: Option<&Path>) -> Result<Option<Summa
                 format!("more than {MAX_TENSORS} tensors in one checkpoint"),
             ));
         }
+    }
+    if let Some(e) = unreadable {
+        return Err(e);
     }
     if s.tensors == 0 || s.total() == 0 {
         return Err(Error::file(
@@ -203,41 +297,44 @@ fn indexed_files(
     }
     confine(&path)?;
     let text = input::read_text(&path, SAFETENSORS_INDEX)?;
-    let v: Value = serde_json::from_str(&text)
+    let mut de = serde_json::Deserializer::from_str(&text);
+    let index = Index::deserialize(&mut de)
+        .and_then(|i| de.end().map(|()| i))
         .map_err(|e| Error::file(&name, format!("not valid JSON: {e}")))?;
-    let map = v
-        .get("weight_map")
-        .and_then(Value::as_object)
+    let map = index
+        .weight_map
         .ok_or_else(|| Error::file_key(&name, "weight_map", "missing or not an object"))?;
-    if map.is_empty() {
-        return Err(Error::file_key(
-            &name,
-            "weight_map",
-            "is empty: the index names no tensor",
-        ));
-    }
-    let mut names = BTreeSet::new();
-    for (tensor, f) in map {
-        let f = f.as_str().ok_or_else(|| {
-            Error::file_key(
-                &name,
-                "weight_map",
-                format!("tensor {tensor:?}: file names must be strings, found {f}"),
-            )
-        })?;
-        inside(f).map_err(|why| {
-            Error::file_key(
-                &name,
-                "weight_map",
-                format!("tensor {tensor:?} is mapped to {f:?}, {why}"),
-            )
-        })?;
-        names.insert(f);
-        if names.len() > MAX_SHARDS {
-            return Err(too_many_shards(dir));
+    match map.problem {
+        Some(Problem::TooManyFiles) => return Err(too_many_shards(dir)),
+        Some(Problem::Entry { at, what }) => {
+            // The tensor's name, for the message: a second pass, only when something is wrong.
+            let mut de = serde_json::Deserializer::from_str(&text);
+            let tensor = NthKey(at)
+                .deserialize(&mut de)
+                .ok()
+                .flatten()
+                .unwrap_or_default();
+            let message = match what {
+                EntryProblem::NotAString(v) => {
+                    format!("tensor {tensor:?}: file names must be strings, found {v}")
+                }
+                EntryProblem::Outside(f, why) => {
+                    format!("tensor {tensor:?} is mapped to {f:?}, {why}")
+                }
+            };
+            return Err(Error::file_key(&name, "weight_map", message));
         }
+        None if map.entries == 0 => {
+            return Err(Error::file_key(
+                &name,
+                "weight_map",
+                "is empty: the index names no tensor",
+            ))
+        }
+        None => {}
     }
-    let files: Vec<PathBuf> = names.iter().map(|n| dir.join(n)).collect();
+    let names = map.files;
+    let files: Vec<PathBuf> = names.iter().map(|n| dir.join(&**n)).collect();
     // A shard the index names but the directory lacks would silently shrink the weights.
     if let Some((missing, _)) = names.iter().zip(&files).find(|(_, p)| !p.exists()) {
         return Err(Error::file_key(
@@ -247,6 +344,293 @@ fn indexed_files(
         ));
     }
     Ok(Some(files))
+}
+
+/// An index file, as far as it is read: its `weight_map` (`None`: absent or not an object).
+struct Index<'a> {
+    weight_map: Option<WeightMap<'a>>,
+}
+
+/// A `weight_map` read entry by entry without building it: the distinct files it names
+/// (each checked once with [`inside`]), how many entries, and the first problem.
+#[derive(Default)]
+struct WeightMap<'a> {
+    files: BTreeSet<Cow<'a, str>>,
+    entries: u64,
+    problem: Option<Problem>,
+}
+
+/// What is wrong with a `weight_map`.
+enum Problem {
+    /// Entry `at` (counting from 0 in file order) names no file inside the directory.
+    Entry { at: u64, what: EntryProblem },
+    /// More than [`MAX_SHARDS`] distinct files.
+    TooManyFiles,
+}
+
+/// Why an entry names no file.
+enum EntryProblem {
+    /// Its value is not a string.
+    NotAString(Value),
+    /// Its file is outside the directory or not a safetensors file, and why.
+    Outside(String, &'static str),
+}
+
+/// The `n`-th key of the index's `weight_map` (for an error message).
+struct NthKey(u64);
+
+impl<'de> DeserializeSeed<'de> for NthKey {
+    type Value = Option<String>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
+        struct Top(u64);
+        impl<'de> Visitor<'de> for Top {
+            type Value = Option<String>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an index")
+            }
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                mut m: A,
+            ) -> std::result::Result<Self::Value, A::Error> {
+                let mut found = None;
+                while let Some(k) = m.next_key::<String>()? {
+                    if k == "weight_map" {
+                        found = m.next_value_seed(Keys(self.0))?;
+                    } else {
+                        m.next_value::<IgnoredAny>()?;
+                    }
+                }
+                Ok(found)
+            }
+        }
+        struct Keys(u64);
+        impl<'de> DeserializeSeed<'de> for Keys {
+            type Value = Option<String>;
+            fn deserialize<D: Deserializer<'de>>(
+                self,
+                d: D,
+            ) -> std::result::Result<Self::Value, D::Error> {
+                d.deserialize_map(self)
+            }
+        }
+        impl<'de> Visitor<'de> for Keys {
+            type Value = Option<String>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a weight map")
+            }
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                mut m: A,
+            ) -> std::result::Result<Self::Value, A::Error> {
+                let mut i = 0;
+                let mut found = None;
+                while let Some(k) = m.next_key::<String>()? {
+                    m.next_value::<IgnoredAny>()?;
+                    if i == self.0 {
+                        found = Some(k);
+                    }
+                    i += 1;
+                }
+                Ok(found)
+            }
+        }
+        d.deserialize_map(Top(self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for Index<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Index<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                mut m: A,
+            ) -> std::result::Result<Index<'de>, A::Error> {
+                let mut weight_map = None;
+                while let Some(k) = m.next_key::<Cow<'de, str>>()? {
+                    if k == "weight_map" {
+                        weight_map = m.next_value::<MaybeWeightMap<'de>>()?.0;
+                    } else {
+                        m.next_value::<IgnoredAny>()?;
+                    }
+                }
+                Ok(Index { weight_map })
+            }
+            fn visit_seq<A: SeqAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> std::result::Result<Index<'de>, A::Error> {
+                while a.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Index { weight_map: None })
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> std::result::Result<Index<'de>, E> {
+                Ok(Index { weight_map: None })
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> std::result::Result<Index<'de>, E> {
+                Ok(Index { weight_map: None })
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> std::result::Result<Index<'de>, E> {
+                Ok(Index { weight_map: None })
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> std::result::Result<Index<'de>, E> {
+                Ok(Index { weight_map: None })
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> std::result::Result<Index<'de>, E> {
+                Ok(Index { weight_map: None })
+            }
+            fn visit_unit<E: de::Error>(self) -> std::result::Result<Index<'de>, E> {
+                Ok(Index { weight_map: None })
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A `weight_map` that is an object (`None`: any other value, consumed).
+struct MaybeWeightMap<'a>(Option<WeightMap<'a>>);
+
+impl<'de> Deserialize<'de> for MaybeWeightMap<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = MaybeWeightMap<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object of tensor names to file names")
+            }
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                mut m: A,
+            ) -> std::result::Result<Self::Value, A::Error> {
+                let mut w = WeightMap::default();
+                let mut last: Option<Cow<'de, str>> = None;
+                // Tensor names are skipped (only scanned): one is looked up again for a message.
+                while m.next_key::<IgnoredAny>()?.is_some() {
+                    let at = w.entries;
+                    w.entries += 1;
+                    let file = m.next_value::<FileName<'de>>()?;
+                    if w.problem.is_some() {
+                        continue;
+                    }
+                    let f = match file {
+                        FileName::Name(f) => f,
+                        FileName::Other(v) => {
+                            w.problem = Some(Problem::Entry {
+                                at,
+                                what: EntryProblem::NotAString(v),
+                            });
+                            continue;
+                        }
+                    };
+                    // Shards list their tensors together: most entries repeat the last file.
+                    if last.as_ref() == Some(&f) || w.files.contains(&f) {
+                        last = Some(f);
+                        continue;
+                    }
+                    if let Err(why) = inside(&f) {
+                        w.problem = Some(Problem::Entry {
+                            at,
+                            what: EntryProblem::Outside(f.into_owned(), why),
+                        });
+                        continue;
+                    }
+                    w.files.insert(f.clone());
+                    last = Some(f);
+                    if w.files.len() > MAX_SHARDS {
+                        w.problem = Some(Problem::TooManyFiles);
+                    }
+                }
+                Ok(MaybeWeightMap(Some(w)))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> std::result::Result<Self::Value, A::Error> {
+                while a.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(MaybeWeightMap(None))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> std::result::Result<Self::Value, E> {
+                Ok(MaybeWeightMap(None))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> std::result::Result<Self::Value, E> {
+                Ok(MaybeWeightMap(None))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> std::result::Result<Self::Value, E> {
+                Ok(MaybeWeightMap(None))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> std::result::Result<Self::Value, E> {
+                Ok(MaybeWeightMap(None))
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> std::result::Result<Self::Value, E> {
+                Ok(MaybeWeightMap(None))
+            }
+            fn visit_unit<E: de::Error>(self) -> std::result::Result<Self::Value, E> {
+                Ok(MaybeWeightMap(None))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A `weight_map` value: a file name, or the JSON of a value that is not a string.
+enum FileName<'a> {
+    Name(Cow<'a, str>),
+    Other(Value),
+}
+
+impl<'de> Deserialize<'de> for FileName<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = FileName<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a file name")
+            }
+            fn visit_borrowed_str<E: de::Error>(
+                self,
+                v: &'de str,
+            ) -> std::result::Result<Self::Value, E> {
+                Ok(FileName::Name(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<Self::Value, E> {
+                Ok(FileName::Name(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> std::result::Result<Self::Value, E> {
+                Ok(FileName::Name(Cow::Owned(v)))
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> std::result::Result<Self::Value, E> {
+                Ok(FileName::Other(v.into()))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> std::result::Result<Self::Value, E> {
+                Ok(FileName::Other(v.into()))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> std::result::Result<Self::Value, E> {
+                Ok(FileName::Other(v.into()))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> std::result::Result<Self::Value, E> {
+                Ok(FileName::Other(v.into()))
+            }
+            fn visit_unit<E: de::Error>(self) -> std::result::Result<Self::Value, E> {
+                Ok(FileName::Other(Value::Null))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(
+                self,
+                a: A,
+            ) -> std::result::Result<Self::Value, A::Error> {
+                Value::deserialize(de::value::SeqAccessDeserializer::new(a)).map(FileName::Other)
+            }
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                m: A,
+            ) -> std::result::Result<Self::Value, A::Error> {
+                Value::deserialize(de::value::MapAccessDeserializer::new(m)).map(FileName::Other)
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// Whether an index entry names a `.safetensors` file inside the model directory: relative,

@@ -315,3 +315,128 @@ fn special_files_are_refused_without_reading_them() {
     assert!(e.contains("character device"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn the_streaming_readers_keep_their_messages() {
+    // Not UTF-8, wrong-typed fields, entries that are not objects.
+    for (h, why) in [
+        (&b"{\"a\xff\":{}}"[..], "UTF-8"),
+        (br#"{"a":5}"#, "no dtype"),
+        (
+            br#"{"a":{"dtype":7,"shape":[1],"data_offsets":[0,4]}}"#,
+            "no dtype",
+        ),
+        (
+            br#"{"a":{"dtype":"F32","shape":"1","data_offsets":[0,4]}}"#,
+            "no shape",
+        ),
+        (
+            br#"{"a":{"dtype":"F32","shape":[1.5],"data_offsets":[0,4]}}"#,
+            "integers",
+        ),
+        (
+            br#"{"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}}"#,
+            "integers",
+        ),
+        (
+            br#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0]}}"#,
+            "two integers",
+        ),
+        (
+            br#"{"a":{"dtype":"F32","shape":[1],"data_offsets":{"0":4}}}"#,
+            "no data_offsets",
+        ),
+        (
+            br#"{"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,4]}}"#,
+            "overflows",
+        ),
+        (br#"[1,2]"#, "not a JSON object"),
+        (
+            br#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}} x"#,
+            "not JSON",
+        ),
+    ] {
+        let e = parse_header("w.safetensors", h).unwrap_err().to_string();
+        assert!(e.contains(why), "{}: {e}", String::from_utf8_lossy(h));
+    }
+    // Unknown keys and nested values are skipped; escaped names are kept.
+    let ok = r#"{"__metadata__":{"format":"pt","nested":{"x":[1,{"y":null}]}},"a\"b":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"extra":[true,{"k":"v"}]}}"#;
+    assert_eq!(parse_header("w", ok.as_bytes()).unwrap().total(), 4);
+}
+
+#[test]
+fn a_name_twice_in_one_shard_of_a_directory_names_the_shard() {
+    let dir = tmp("dup-in-shard");
+    let h = r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}}"#;
+    let mut f = header_only(h);
+    f.resize(f.len() + 16, 0);
+    std::fs::write(dir.join("model.safetensors"), f).unwrap();
+    let e = read_dir(&dir).unwrap_err().to_string();
+    assert!(
+        e.contains("model.safetensors") && e.contains("appears twice"),
+        "{e}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn index_problems_name_the_tensor() {
+    let dir = tmp("index-names");
+    let shard = file(r#"{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#);
+    std::fs::write(dir.join("a.safetensors"), &shard).unwrap();
+    for (index, want) in [
+        (
+            r#"{"weight_map":{"w":"a.safetensors","x.y":7}}"#,
+            r#"tensor "x.y": file names must be strings, found 7"#,
+        ),
+        (
+            r#"{"weight_map":{"w":"a.safetensors","q\"r":{"f":1}}}"#,
+            r#"tensor "q\"r": file names must be strings, found {"f":1}"#,
+        ),
+        (
+            r#"{"weight_map":{"w":"a.safetensors","z":"../a.safetensors"}}"#,
+            r#"tensor "z" is mapped to "../a.safetensors""#,
+        ),
+        (r#"[{"weight_map":{}}]"#, "missing or not an object"),
+        (
+            r#"{"weight_map":"a.safetensors"}"#,
+            "missing or not an object",
+        ),
+        (r#"{"weight_map":{"w":"a.safetensors"}"#, "not valid JSON"),
+    ] {
+        std::fs::write(dir.join(INDEX), index).unwrap();
+        let e = read_dir(&dir).unwrap_err().to_string();
+        assert!(e.contains(want), "{index}: {e}");
+    }
+    // Many entries of one file, in any order of files: each file is read once.
+    let mut map = serde_json::Map::new();
+    map.insert("w".into(), "a.safetensors".into());
+    std::fs::write(
+        dir.join(INDEX),
+        serde_json::json!({"metadata": {}, "weight_map": map}).to_string(),
+    )
+    .unwrap();
+    assert_eq!(read_dir(&dir).unwrap().unwrap().tensors, 1);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn many_shards_read_in_parallel_report_the_first_error_in_file_order() {
+    let dir = tmp("many");
+    for i in 0..24 {
+        let h = format!(r#"{{"t{i}":{{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}}}"#);
+        std::fs::write(dir.join(format!("m-{i:02}.safetensors")), file(&h)).unwrap();
+    }
+    let s = read_dir(&dir).unwrap().unwrap();
+    assert_eq!((s.tensors, s.total()), (24, 96));
+    // Shard 7 truncated, shard 15 not a header at all: shard 7 is named.
+    let h = r#"{"t7":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#;
+    std::fs::write(dir.join("m-07.safetensors"), header_only(h)).unwrap();
+    std::fs::write(dir.join("m-15.safetensors"), b"xx").unwrap();
+    let e = read_dir(&dir).unwrap_err().to_string();
+    assert!(
+        e.contains("m-07.safetensors") && e.contains("truncated"),
+        "{e}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
