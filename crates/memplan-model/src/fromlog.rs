@@ -714,7 +714,12 @@ pub fn parse(text: &str) -> Result<LogFigures> {
             }
         }
         // Settings (non-default args, engine config, SGLang ServerArgs).
-        for key in ["'max_model_len'", "max_seq_len", "context_len"] {
+        // vLLM's `max_model_len=-1` asks the engine to fit the longest length: not a figure.
+        let auto_len = l.has("'max_model_len': -1") || l.has("max_model_len=-1");
+        for key in ["'max_model_len'", "max_seq_len", "context_len"]
+            .into_iter()
+            .filter(|_| !auto_len)
+        {
             set(
                 &mut f.max_model_len,
                 l.count(key, "max_model_len", limits::MAX_MODEL_LEN)?,
@@ -797,6 +802,33 @@ pub fn parse(text: &str) -> Result<LogFigures> {
     // V0: peak_torch_memory includes the weights.
     if let (None, Some(peak), Some(w)) = (f.activation, peak_torch, f.weights) {
         f.activation = Some(peak.saturating_sub(w));
+    }
+    // No part of the device can be larger than the device.
+    if let Some(t) = f.total {
+        let parts = [
+            ("weights", f.weights),
+            ("activation", f.activation),
+            ("non_torch", f.non_torch),
+            ("consumed", f.consumed),
+            ("non_kv", f.non_kv),
+            ("graph_estimate", f.graph_estimate),
+            ("graph_actual", f.graph_actual),
+            ("kv_available", f.kv_available),
+        ];
+        for (name, v) in parts {
+            if let Some(v) = v.filter(|v| *v > t) {
+                return Err(bad(
+                    f.line(name).unwrap_or(0),
+                    format!(
+                        "{} {} is more than the device total {} (line {})",
+                        name.replace('_', " "),
+                        fmt_bytes(v),
+                        fmt_bytes(t),
+                        f.line("total").unwrap_or(0)
+                    ),
+                ));
+            }
+        }
     }
     // Was the graph estimate subtracted? The engine says so, or "Total non KV cache memory" =
     // weights + activation + non-torch (+ graph when subtracted).

@@ -485,7 +485,7 @@ pub fn run(a: Args) -> Result<Report, Failure> {
             check_device_total(&target(&a)?, dev, logged, f.line("total"))?;
         }
     }
-    let (model, mut plan) = plan_ranks(&a)?;
+    let (model, mut plan) = plan_ranks(&a).map_err(|e| log.blame(e))?;
     if let Some(f) = &log.figures {
         plan = reconcile(&mut a, f, log.anchored, plan)?;
     }
@@ -681,6 +681,34 @@ mod tests {
             notes.contains("prints no device total") && notes.contains("Available KV cache memory"),
             "{notes}"
         );
+    }
+
+    #[test]
+    fn a_log_whose_figures_do_not_combine_is_the_logs_fault_not_a_flag() {
+        // Each figure is in range, but 3 ranks do not divide Qwen3-8B's heads: the user
+        // passed no --tensor-parallel-size, so the error is the file's (exit 1), naming it.
+        let path = std::env::temp_dir().join(format!("memplan-logtp-{}.txt", std::process::id()));
+        std::fs::write(
+            &path,
+            "INFO non-default args: {'model': 'Qwen/Qwen3-8B', 'tensor_parallel_size': 3}\n\
+             INFO Free memory on device (22.45/23.99 GiB) on startup.\n",
+        )
+        .unwrap();
+        let f = run_json(&format!("--model qwen3-8b --from-log {}", path.display())).unwrap_err();
+        assert_eq!(f.class, crate::ExitClass::Failure, "{f:?}");
+        assert!(
+            f.message.contains(&path.display().to_string()) && f.message.contains("3"),
+            "{}",
+            f.message
+        );
+        // The same value passed on the command line stays the user's usage error.
+        let f = run_json(&format!(
+            "--model qwen3-8b --tp 3 --from-log {}",
+            path.display()
+        ))
+        .unwrap_err();
+        assert_eq!(f.class, crate::ExitClass::Usage, "{f:?}");
+        std::fs::remove_file(&path).unwrap();
     }
 
     fn run_json(f: &str) -> Result<serde_json::Value, Failure> {

@@ -275,3 +275,21 @@ fn the_utilisation_pair_gives_the_device_total() {
     let f = parse(&log.replace("0.8048", "0.8200")).unwrap();
     assert_eq!(f.derived_total(), None);
 }
+
+#[test]
+fn figures_larger_than_the_device_are_refused_and_auto_length_is_not_a_figure() {
+    let log = "INFO Model loading took 30.0 GiB memory\n\
+               INFO Free memory on device (22.45/23.99 GiB) on startup.\n";
+    let e = parse(log).unwrap_err().to_string();
+    assert!(
+        e.starts_with("line 1: weights 30") && e.contains("device total"),
+        "{e}"
+    );
+    let log = "INFO Available KV cache memory: 25.00 GiB\n\
+               INFO Free memory on device (22.45/23.99 GiB) on startup.\n";
+    let e = parse(log).unwrap_err().to_string();
+    assert!(e.starts_with("line 1: kv available"), "{e}");
+    // `--max-model-len -1` (fit the longest) is vLLM's auto, not a bad length.
+    let f = parse("INFO non-default args: {'model': 'm', 'max_model_len': -1}\nINFO Model loading took 1.0 GiB\n").unwrap();
+    assert_eq!(f.max_model_len, None);
+}

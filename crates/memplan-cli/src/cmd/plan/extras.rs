@@ -15,6 +15,10 @@ use crate::contract::Failure;
 /// What `--from-log` read, kept for the checks after planning.
 #[derive(Debug, Default)]
 pub struct LogContext {
+    /// The log's path.
+    pub path: Option<std::path::PathBuf>,
+    /// The flags whose values came from the log (not from the command line).
+    pub filled: Vec<&'static str>,
     /// The figures read.
     pub figures: Option<LogFigures>,
     /// Notes for the plan: where each figure came from, what a flag overrode.
@@ -27,6 +31,32 @@ fn gib(b: u64) -> String {
     format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64)
 }
 
+impl LogContext {
+    /// A usage error about a flag the user did not pass but the log filled is the log's
+    /// content: exit 1, naming the file (the figure itself passed its range check when the
+    /// log was read; what fails is the combination).
+    pub fn blame(&self, f: Failure) -> Failure {
+        let Some(path) = &self.path else {
+            return f;
+        };
+        let from_log = self
+            .filled
+            .iter()
+            .any(|flag| f.message.starts_with(flag) || f.message.contains(&format!("{flag} ")));
+        if f.class == crate::ExitClass::Usage && from_log {
+            return Failure::of(
+                "invalid_file",
+                format!(
+                    "{}: the figures read from this log do not make a plan: {}",
+                    path.display(),
+                    f.message
+                ),
+            );
+        }
+        f
+    }
+}
+
 /// `--from-log`: fill every flag the user did not pass from the log's figures; a flag the user
 /// passed wins, and the notes say so (and where every figure came from). Every figure was
 /// checked as its flag would be when the log was read ([`memplan_model::fromlog`]); bad
@@ -36,6 +66,7 @@ pub fn apply_log(a: &mut Flags) -> Result<LogContext, Failure> {
         return Ok(LogContext::default());
     };
     let f = memplan_model::fromlog::read(&path)?;
+    let before = a.clone();
     let mut notes = vec![format!("figures from the log {}", path.display())];
     let at = |name: &str| {
         f.line(name)
@@ -241,7 +272,51 @@ pub fn apply_log(a: &mut Flags) -> Result<LogContext, Failure> {
         ));
     }
     notes.extend(f.notes.iter().cloned());
+    let mut filled = Vec::new();
+    for (flag, changed) in [
+        ("--total-memory", a.total_memory != before.total_memory),
+        (
+            "--gpu-memory-utilization",
+            a.gpu_memory_utilization != before.gpu_memory_utilization,
+        ),
+        ("--weights-bytes", a.weights_bytes != before.weights_bytes),
+        (
+            "--activation-bytes",
+            a.activation_bytes != before.activation_bytes,
+        ),
+        (
+            "--non-torch-bytes",
+            a.non_torch_bytes != before.non_torch_bytes,
+        ),
+        ("--graph-bytes", a.graph_bytes != before.graph_bytes),
+        (
+            "--kv-cache-memory-bytes",
+            a.kv_cache_memory_bytes != before.kv_cache_memory_bytes,
+        ),
+        ("--max-model-len", a.max_model_len != before.max_model_len),
+        (
+            "--max-num-batched-tokens",
+            a.max_num_batched_tokens != before.max_num_batched_tokens,
+        ),
+        ("--max-num-seqs", a.max_num_seqs != before.max_num_seqs),
+        ("--block-size", a.block_size != before.block_size),
+        (
+            "--tensor-parallel-size",
+            a.tensor_parallel_size != before.tensor_parallel_size,
+        ),
+        (
+            "--kv-cache-dtype",
+            a.kv_cache_dtype != before.kv_cache_dtype,
+        ),
+        ("--engine", a.engine != before.engine),
+    ] {
+        if changed {
+            filled.push(flag);
+        }
+    }
     Ok(LogContext {
+        path: Some(path),
+        filled,
         figures: Some(f),
         notes,
         anchored,
