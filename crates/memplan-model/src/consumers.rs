@@ -48,7 +48,7 @@ pub fn with_encoder(
     match encoder_bytes(c, batched, db).filter(|_| estimate) {
         Some((cache, profile)) => Consumer::estimated(
             ConsumerKind::Activation,
-            a.bytes + cache + profile,
+            a.bytes.saturating_add(cache).saturating_add(profile),
             format!(
                 "{}; plus the multimodal encoder cache {:.2} GiB and the vision encoder's profiling pass {:.2} GiB (estimated)",
                 a.provenance.basis(),
@@ -264,8 +264,8 @@ pub fn with_draft_layers(target: &KvSpec, draft: &KvSpec) -> KvSpec {
 pub fn lora_bytes(c: &ModelConfig, tp: u64, max_loras: u64, rank: u64, dtype_bytes: u64) -> u64 {
     let tp = tp.max(1);
     let (h, hd) = (c.hidden_size, c.head_dim);
-    let q = c.num_heads * hd;
-    let kv = c.num_kv_heads * hd;
+    let q = c.num_heads.saturating_mul(hd);
+    let kv = c.num_kv_heads.saturating_mul(hd);
     let inter = match c.moe {
         // Experts are not LoRA targets in vLLM's default module list; the dense MLP is.
         Some(m) => m
@@ -273,10 +273,18 @@ pub fn lora_bytes(c: &ModelConfig, tp: u64, max_loras: u64, rank: u64, dtype_byt
             .max(c.intermediate_size.min(m.expert_intermediate)),
         None => c.intermediate_size,
     };
-    let per_layer = 3 * h + (q + 2 * kv) / tp // qkv: A (3 slices), B split
-        + q / tp + h // o_proj: A split, B whole
-        + 2 * h + 2 * inter / tp // gate_up
-        + inter / tp + h; // down
+    // Saturating sums: a size past 2^64 bytes fits no device, and the plan then says so.
+    let parts = [
+        3 * h,
+        q.saturating_add(kv.saturating_mul(2)) / tp, // qkv: A (3 slices), B split
+        q / tp,                                      // o_proj: A split, B whole
+        h,
+        2 * h, // gate_up
+        inter.saturating_mul(2) / tp,
+        inter / tp, // down
+        h,
+    ];
+    let per_layer = parts.iter().fold(0u64, |a, b| a.saturating_add(*b));
     per_layer
         .saturating_mul(rank)
         .saturating_mul(c.num_layers)
@@ -297,8 +305,14 @@ pub fn encoder_bytes(
     // One 1024 x 1024 image at the tower's patch size: the largest item a default
     // processor produces for most wrappers.
     let patches = (1024 / v.patch.max(1)).pow(2);
-    let cache = max_num_batched_tokens.max(patches) * c.hidden_size * dtype_bytes;
-    let profile = patches * (v.hidden * 4 + v.intermediate) * dtype_bytes;
+    // Saturating: a size past 2^64 bytes fits no device, and the plan then says so.
+    let cache = max_num_batched_tokens
+        .max(patches)
+        .saturating_mul(c.hidden_size)
+        .saturating_mul(dtype_bytes);
+    let profile = patches
+        .saturating_mul(v.hidden.saturating_mul(4).saturating_add(v.intermediate))
+        .saturating_mul(dtype_bytes);
     Some((cache, profile))
 }
 
