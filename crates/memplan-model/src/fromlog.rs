@@ -677,6 +677,19 @@ pub fn parse(text: &str) -> Result<LogFigures> {
                 "kv_tokens",
                 n,
             );
+            // SGLang's pool: "K size: X GB, V size: Y GB" (2^30 figures) is its KV memory.
+            if let (Some(k), Some(v)) = (
+                l.bytes("K size:", "K cache size")?,
+                l.bytes("V size:", "V cache size")?,
+            ) {
+                set(
+                    &mut f.kv_available,
+                    Some(k.saturating_add(v)),
+                    lines,
+                    "kv_available",
+                    n,
+                );
+            }
         }
         for key in [
             "# GPU blocks:",

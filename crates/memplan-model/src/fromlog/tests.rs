@@ -24,6 +24,7 @@ fn sglang_lines() {
     assert_eq!(f.kv_tokens, Some(441_168));
     assert_eq!(f.weights, Some(gib(14.99)));
     assert_eq!(f.graph_actual, Some(gib(0.51)));
+    assert_eq!(f.kv_available, Some(gib(26.93) * 2));
     assert_eq!(f.line("kv_tokens"), Some(2));
 }
 
