@@ -1,7 +1,8 @@
 //! `SimGpu`: a cheap clonable handle on one simulated GPU, the world outside the process, and
 //! its `Device` implementation.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::ops::{Deref, DerefMut};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use memplan_core::bytes::fmt_bytes;
 use memplan_core::{
@@ -16,6 +17,7 @@ use crate::profile::{profile, profile_names, SimProfile};
 use crate::quirks::{parse_selector, Quirks};
 use crate::readings;
 use crate::state::State;
+use crate::world::World;
 
 /// Rounding of raw driver allocations (`Device::allocate`), like cuMemAlloc's 2 MiB pages.
 pub const RAW_ROUND: u64 = 2 << 20;
@@ -33,6 +35,36 @@ pub(crate) struct Shared {
     pub descriptor: DeviceDescriptor,
     /// This GPU among every simulated GPU this process made (see [`SimGpu::gpu_id`]).
     pub instance: u64,
+    /// Other processes sharing this device (`world=DIR`, or made by `shared_id`).
+    pub world: OnceLock<World>,
+}
+
+/// The state, locked; with a world, what other processes hold is read when locking and what
+/// this process holds is published when unlocking.
+pub(crate) struct StateGuard<'a> {
+    guard: MutexGuard<'a, State>,
+    gpu: &'a SimGpu,
+}
+
+impl Deref for StateGuard<'_> {
+    type Target = State;
+    fn deref(&self) -> &State {
+        &self.guard
+    }
+}
+
+impl DerefMut for StateGuard<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        &mut self.guard
+    }
+}
+
+impl Drop for StateGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(w) = self.gpu.shared.world.get() {
+            w.publish(self.guard.this_process(&self.gpu.shared.profile));
+        }
+    }
 }
 
 /// Simulated GPUs made so far in this process: each gets the next number.
@@ -123,6 +155,7 @@ impl SimGpu {
             capability,
             descriptor,
             instance: INSTANCES.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1,
+            world: OnceLock::new(),
         };
         let mut state = State::default();
         if quirks.stale_free {
@@ -172,13 +205,48 @@ impl SimGpu {
         if let Some(b) = mods.graphics {
             gpu.set_graphics_bytes(b);
         }
+        if let Some(dir) = &mods.world {
+            let _ = gpu.shared.world.set(World::join(dir)?);
+            // Publish this process's context at once.
+            drop(gpu.lock());
+        }
         Ok(gpu)
     }
 
-    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+    pub(crate) fn lock(&self) -> StateGuard<'_> {
         // A panic in another holder cannot leave the plain-data state half-updated in a way
         // that matters more than losing the device; keep going with what is there.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(w) = self.shared.world.get() {
+            guard.world_others = w.others();
+        }
+        StateGuard { guard, gpu: self }
+    }
+
+    /// The selector another process opens to share this GPU: this one's with `world=DIR`,
+    /// the directory created on first use (see the `world` module: each process publishes
+    /// what it holds there).
+    pub fn shared_selector(&self) -> Result<String> {
+        let world = match self.shared.world.get() {
+            Some(w) => w,
+            None => {
+                let created = World::create()?;
+                // Another thread may have won the race; either world is this GPU's.
+                let _ = self.shared.world.set(created);
+                let w = self
+                    .shared
+                    .world
+                    .get()
+                    .ok_or_else(|| Error::Measurement("sim world: not set".into()))?;
+                drop(self.lock());
+                w
+            }
+        };
+        let own = self.shared.descriptor.id.selector.clone();
+        if own.contains("world=") {
+            return Ok(own);
+        }
+        Ok(format!("{own},world={}", world.dir().display()))
     }
 
     /// A checked [`Device`] on this GPU (the core's tables over this simulated driver). Clones
@@ -364,6 +432,10 @@ impl HalDevice for SimGpu {
         ))
     }
 
+    fn shared_id(&mut self) -> Result<DeviceId> {
+        Ok(DeviceId::new(BackendKind::Sim, self.shared_selector()?))
+    }
+
     fn synchronize(&mut self) -> Result<()> {
         let mut s = self.lock();
         s.no_capture("synchronize")?;
@@ -393,10 +465,16 @@ impl HalDevice for SimGpu {
     }
 
     unsafe fn free(&mut self, address: u64, _bytes: u64) -> Result<()> {
+        let mut s = self.lock();
         // Strict like a driver: what it did not hand out is an error, not a no-op.
-        self.lock().raw.remove(&address).map(drop).ok_or_else(|| {
+        let physical = s.raw.remove(&address).ok_or_else(|| {
             Error::invalid("address", format!("no live raw allocation {address:#x}"))
-        })
+        })?;
+        // Broken on purpose (`leak-per-free`): part of it stays held.
+        s.leaked = s
+            .leaked
+            .saturating_add(self.shared.quirks.leak_per_free.min(physical));
+        Ok(())
     }
 
     fn graphs(&mut self) -> Result<&mut dyn HalGraphs> {

@@ -15,8 +15,21 @@
 //!   gives the GPU already open under the same selector in this process, if any, so two opens
 //!   of `sim:rtx4090` see one device; [`SimGpu::open`] always makes a private one. Selectors:
 //!   `name[,modifier...]`, modifiers being `declare-exact` (declare every reading exact while
-//!   the quirks stay on: calibration must catch it), `QUIRK=on|off`,
-//!   `hidden-bytes-per-capture=BYTES`, `other=BYTES`, `graphics=BYTES` ([`Modifiers`]).
+//!   the quirks stay on: calibration must catch it), `QUIRK=on|off`, `QUIRK=BYTES` for the
+//!   byte quirks ([`BYTE_QUIRK_NAMES`]), `other=BYTES`, `graphics=BYTES`, `world=DIR`
+//!   ([`Modifiers`]).
+//! - **Other OS processes** (`world=DIR`): a GPU opened with the same `DIR` in several
+//!   processes is one device; each process publishes what it holds to its own file there and
+//!   counts the others' as memory other processes hold (device-wide readings and out of
+//!   memory see it, a process-local reading does not). `HalDevice::shared_id` creates the
+//!   directory and names the selector another process opens: the conformance suite's second
+//!   process is a real process on the same simulated GPU.
+//! - **Liars** (`broken-*` profiles, for the conformance suite): each declares what a real
+//!   platform declares while its device lies once: `broken-stale` (free lags a synchronize),
+//!   `broken-process-local` (a process-local free declared exact), `broken-total-high` /
+//!   `broken-total-low` (the total 8 GiB too high, 128 MiB too low), `broken-leaky-free`,
+//!   `broken-leaky-vm` (2 MiB kept by every free / `destroy_physical`),
+//!   `broken-leaky-free-unreadable` (the leaky free where free is declared unavailable).
 //! - The world outside the process: [`SimGpu::set_other_processes`],
 //!   [`SimGpu::set_graphics_bytes`], [`SimGpu::schedule_other_processes`]. **Clock**: one tick
 //!   per `Device::synchronize`; a change scheduled at tick `t` applies at the synchronize that
@@ -91,6 +104,7 @@ mod registry;
 mod state;
 mod truth;
 mod vmm;
+mod world;
 
 #[cfg(test)]
 mod tests;
@@ -102,7 +116,7 @@ pub use gpu::{SimGpu, RAW_ROUND};
 pub use heap::BlockId;
 pub use physics::{Physics, Pin, Rng, DEFAULT_SEED};
 pub use profile::{profile, profile_names, profiles, DeviceWideSource, SimProfile};
-pub use quirks::{Modifiers, Quirks, QUIRK_NAMES};
+pub use quirks::{Modifiers, Quirks, BYTE_QUIRK_NAMES, QUIRK_NAMES};
 pub use truth::GroundTruth;
 pub use vmm::GRANULARITY;
 

@@ -132,7 +132,8 @@ mod tests {
 
     #[test]
     fn declarations_match_quirks() {
-        for p in profiles() {
+        // The `broken-*` profiles lie on purpose (the conformance suite catches them).
+        for p in profiles().iter().filter(|p| !p.name.starts_with("broken")) {
             let c = p.capability();
             let free = c.reading(Reading::DriverFree);
             let q = p.quirks;

@@ -41,6 +41,21 @@ pub struct Quirks {
     pub free_equals_total: bool,
     /// Broken on purpose: driver free lags one synchronize behind (for the conformance suite).
     pub stale_free: bool,
+    /// Driver free counted in steps of this many bytes (rounded down), 0 = to the byte: a
+    /// reading declared exact that only moves in steps must fail calibration with sizes
+    /// that are not multiples of common steps.
+    pub free_step: u64,
+    /// Broken on purpose: the driver's total (the reading and the descriptor) reports this
+    /// many bytes more than the device has.
+    pub total_over: u64,
+    /// Broken on purpose: the driver's total reports this many bytes less than the device has.
+    pub total_under: u64,
+    /// Broken on purpose: every raw `free` keeps this many bytes of the allocation held for
+    /// good (a leak the driver's books hide).
+    pub leak_per_free: u64,
+    /// Broken on purpose: every virtual-memory `destroy_physical` keeps this many bytes held
+    /// for good.
+    pub leak_per_vm_release: u64,
     /// Framework behaviour: entering an engine graph capture empties the allocator cache first
     /// (`torch.cuda.graph` does). On by default.
     pub capture_empties_cache: bool,
@@ -61,6 +76,11 @@ impl Quirks {
         sysman_missing: false,
         free_equals_total: false,
         stale_free: false,
+        free_step: 0,
+        total_over: 0,
+        total_under: 0,
+        leak_per_free: 0,
+        leak_per_vm_release: 0,
         capture_empties_cache: true,
     };
 }
@@ -70,6 +90,16 @@ impl Default for Quirks {
         Quirks::NONE
     }
 }
+
+/// The quirks that take a byte count (`QUIRK=BYTES`), in kebab-case.
+pub const BYTE_QUIRK_NAMES: [&str; 6] = [
+    "hidden-bytes-per-capture",
+    "free-step",
+    "total-over",
+    "total-under",
+    "leak-per-free",
+    "leak-per-vm-release",
+];
 
 /// The boolean quirk names accepted in selectors, in kebab-case.
 pub const QUIRK_NAMES: [&str; 11] = [
@@ -112,26 +142,48 @@ impl Quirks {
             .filter(|n| copy.flag_mut(n).is_some_and(|b| *b))
             .map(|n| n.to_string())
             .collect();
-        if self.hidden_bytes_per_capture > 0 {
-            let h = self.hidden_bytes_per_capture;
-            let shown = if h.is_multiple_of(MIB) {
-                format!("{}MiB", h / MIB)
-            } else {
-                h.to_string()
-            };
-            v.push(format!("hidden-bytes-per-capture={shown}"));
+        for (name, h) in self.byte_quirks() {
+            if h > 0 {
+                let shown = if h.is_multiple_of(MIB) {
+                    format!("{}MiB", h / MIB)
+                } else {
+                    h.to_string()
+                };
+                v.push(format!("{name}={shown}"));
+            }
         }
         v
+    }
+
+    /// The quirks that take a byte count, by selector name.
+    fn byte_quirks(&self) -> [(&'static str, u64); 6] {
+        let mut copy = *self;
+        BYTE_QUIRK_NAMES.map(|n| (n, copy.bytes_mut(n).map_or(0, |b| *b)))
+    }
+
+    fn bytes_mut(&mut self, name: &str) -> Option<&mut u64> {
+        Some(match name {
+            "hidden-bytes-per-capture" => &mut self.hidden_bytes_per_capture,
+            "free-step" => &mut self.free_step,
+            "total-over" => &mut self.total_over,
+            "total-under" => &mut self.total_under,
+            "leak-per-free" => &mut self.leak_per_free,
+            "leak-per-vm-release" => &mut self.leak_per_vm_release,
+            _ => return None,
+        })
     }
 }
 
 /// What a selector's modifiers ask for, beyond the profile: `name,mod,mod...`.
 ///
 /// Modifiers: `declare-exact` (declare every reading exact, keep the quirks: calibration must
-/// catch it), `QUIRK=on|off` for each name in [`QUIRK_NAMES`], `hidden-bytes-per-capture=BYTES`,
-/// `other=BYTES` (memory held by other processes), `graphics=BYTES` (DRM allocations),
-/// `seed=N` (the draw of the device's physics) and `physics=low|high|nominal|draw` (every
-/// physical quantity at one end of its range, or at its typical figure).
+/// catch it), `QUIRK=on|off` for each name in [`QUIRK_NAMES`], `QUIRK=BYTES` for each of
+/// `hidden-bytes-per-capture`, `free-step`, `total-over`, `total-under`, `leak-per-free`,
+/// `leak-per-vm-release`, `other=BYTES` (memory held by other processes), `graphics=BYTES`
+/// (DRM allocations), `seed=N` (the draw of the device's physics),
+/// `physics=low|high|nominal|draw` (every physical quantity at one end of its range, or at its
+/// typical figure) and `world=DIR` (the device is shared with the other processes that open
+/// it with the same `DIR`: [`crate::SimGpu`]'s `shared_id`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Modifiers {
@@ -145,6 +197,8 @@ pub struct Modifiers {
     pub seed: Option<u64>,
     /// Pin every physical quantity to one end of its range (`physics=low|high|draw`).
     pub pin: crate::physics::Pin,
+    /// The directory through which other processes share this device (`world=DIR`).
+    pub world: Option<std::path::PathBuf>,
 }
 
 /// Split `name,mod,...` into the profile name, the quirks changed from `base` and the rest.
@@ -185,8 +239,12 @@ pub fn parse_selector(
                     }
                 }
             }
-            ("hidden-bytes-per-capture", Some(v)) => {
-                quirks.hidden_bytes_per_capture = parse_bytes("hidden-bytes-per-capture", v)?;
+            ("world", Some(v)) if !v.is_empty() => mods.world = Some(v.into()),
+            (k, Some(v)) if BYTE_QUIRK_NAMES.contains(&k) => {
+                let b = parse_bytes(k, v)?;
+                if let Some(q) = quirks.bytes_mut(k) {
+                    *q = b;
+                }
             }
             (k, v) => {
                 let Some(flag) = quirks.flag_mut(k) else {
@@ -194,17 +252,18 @@ pub fn parse_selector(
                         "declare-exact",
                         "other",
                         "graphics",
-                        "hidden-bytes-per-capture",
                         "seed",
                         "physics",
+                        "world",
                     ];
+                    known.extend(BYTE_QUIRK_NAMES.iter().copied());
                     known.extend(QUIRK_NAMES.iter().copied());
                     let hint = memplan_core::input::closest(k, &known)
                         .map(|c| format!("did you mean `{c}`? "))
                         .unwrap_or_default();
                     return Err(bad(format!(
                         "unknown modifier `{k}`; {hint}use declare-exact, other=BYTES, graphics=BYTES, \
-                         seed=N, physics=low|high|draw, hidden-bytes-per-capture=BYTES or QUIRK=on|off with QUIRK one of {}",
+                         seed=N, physics=low|high|draw, world=DIR, hidden-bytes-per-capture|free-step|total-over|total-under|leak-per-free|leak-per-vm-release=BYTES or QUIRK=on|off with QUIRK one of {}",
                         QUIRK_NAMES.join(", ")
                     )));
                 };

@@ -13,10 +13,13 @@ use crate::state::State;
 
 /// Total as the driver reports it: the aperture on APUs with `apu_wrong_pool`.
 pub(crate) fn reported_total(p: &SimProfile, q: &Quirks) -> u64 {
-    match (q.apu_wrong_pool, p.apu_aperture_bytes) {
+    let total = match (q.apu_wrong_pool, p.apu_aperture_bytes) {
         (true, Some(aperture)) => aperture,
         _ => p.total_bytes,
-    }
+    };
+    total
+        .saturating_add(q.total_over)
+        .saturating_sub(q.total_under)
 }
 
 /// Free as the driver would report it right now (before the stale-free lag).
@@ -43,7 +46,12 @@ pub(crate) fn fresh_free(p: &SimProfile, q: &Quirks, ph: &Physics, s: &State) ->
     }
     // Noise within the declared tolerance (approximate readings only), one draw per tick.
     let noisy = (free as i128 + i128::from(ph.noise(s.tick))).clamp(0, i128::from(p.total_bytes));
-    Some(noisy as u64)
+    let noisy = noisy as u64;
+    // A reading counted in steps (rounded down).
+    Some(match q.free_step {
+        0 => noisy,
+        step => noisy / step * step,
+    })
 }
 
 /// The raw driver reading, quirks applied, nothing masked.

@@ -73,6 +73,11 @@ pub(crate) struct State {
     /// Stale free: (value reported now, value to report after the next synchronize).
     /// Absent readings stay absent through the lag.
     pub stale: Option<(Option<u64>, Option<u64>)>,
+    /// Memory the other processes sharing this device hold (`world=DIR`), as of the last lock.
+    pub world_others: u64,
+    /// Memory a leaking `free` or `destroy_physical` kept (the `leak-per-*` quirks): held by
+    /// this process for good.
+    pub leaked: u64,
 }
 
 impl State {
@@ -87,6 +92,7 @@ impl State {
             self.vmm_mapped(),
             self.pending.iter().map(|x| x.exec).sum::<u64>(),
             self.queued_release,
+            self.leaked,
         ]
         .into_iter()
         .fold(p.context_overhead_bytes, u64::saturating_add)
@@ -98,6 +104,7 @@ impl State {
     pub fn used(&self, p: &SimProfile) -> u64 {
         self.this_process(p)
             .saturating_add(self.other)
+            .saturating_add(self.world_others)
             .saturating_add(self.graphics)
     }
 

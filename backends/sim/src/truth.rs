@@ -49,6 +49,8 @@ pub struct GroundTruth {
     /// Segments the engine gave back that wait for its queue's synchronize (platforms
     /// without a device-wide synchronize).
     pub queued_release: u64,
+    /// Memory a leaking `free` or `destroy_physical` kept (the `leak-per-*` quirks).
+    pub leaked: u64,
 }
 
 impl GroundTruth {
@@ -64,6 +66,7 @@ impl GroundTruth {
             + self.vmm_mapped
             + self.pending_release
             + self.queued_release
+            + self.leaked
     }
 }
 
@@ -77,7 +80,7 @@ impl SimGpu {
             total: p.total_bytes,
             free: s.real_free(p),
             context: p.context_overhead_bytes,
-            other_processes: s.other,
+            other_processes: s.other.saturating_add(s.world_others),
             graphics: s.graphics,
             raw_allocations: s.raw_bytes(),
             allocator_reserved: s.heap.reserved(Some(Pool::Default)),
@@ -92,6 +95,7 @@ impl SimGpu {
             pending_release: s.pending.iter().map(|x| x.exec).sum(),
             live_graphs: s.graphs.len(),
             queued_release: s.queued_release,
+            leaked: s.leaked,
         }
     }
 }

@@ -74,10 +74,15 @@ impl HalVirtualMemory for SimGpu {
                 "sim driver: destroyed while mapped",
             ));
         }
-        s.vmm_physical
+        let bytes = s
+            .vmm_physical
             .remove(&physical)
-            .map(drop)
-            .ok_or_else(|| no("physical memory", physical))
+            .ok_or_else(|| no("physical memory", physical))?;
+        // Broken on purpose (`leak-per-vm-release`): part of it stays held.
+        s.leaked = s
+            .leaked
+            .saturating_add(self.shared.quirks.leak_per_vm_release.min(bytes));
+        Ok(())
     }
 
     unsafe fn map(&mut self, address: u64, bytes: u64, physical: u64) -> Result<()> {

@@ -1,12 +1,15 @@
 //! `memplan-conformance --device ID [--json FILE]`: run the conformance suite against one
 //! device, print a pass/fail table, write the JSON report. Exit 1 when a check fails, 2 on a
-//! usage or device error. `cargo xtask conformance` wraps it.
+//! usage or device error. `cargo xtask conformance` wraps it. The suite's second process is
+//! this binary again (`MEMPLAN_CONFORMANCE_HOLD` set: it holds memory on the device and exits).
 
 use std::process::ExitCode;
 
 const USAGE: &str = "usage: memplan-conformance --device ID [--json FILE]\n       memplan-conformance --list\n       memplan-conformance --capability-matrix";
 
 fn main() -> ExitCode {
+    // Started again by the suite as its second process: hold memory, then exit.
+    memplan_conformance::serve_if_asked();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut device = None;
     let mut json = None;
@@ -44,13 +47,21 @@ fn main() -> ExitCode {
         eprintln!("memplan-conformance: --device is required\n{USAGE}");
         return ExitCode::from(2);
     };
-    let report = match memplan_conformance::run_id(&device) {
-        Ok(r) => r,
+    let options = match memplan_conformance::SecondProcess::this_binary() {
+        Ok(how) => memplan_conformance::Options::with_second_process(how),
         Err(e) => {
-            eprintln!("memplan-conformance: {device}: {e}");
-            return ExitCode::from(2);
+            eprintln!("memplan-conformance: this binary's own path is unknown ({e}): the locality checks are skipped");
+            memplan_conformance::Options::default()
         }
     };
+    let report =
+        match memplan::open(&device).and_then(|d| memplan_conformance::run_with(&d, &options)) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("memplan-conformance: {device}: {e}");
+                return ExitCode::from(2);
+            }
+        };
     print!("{report}");
     if let Some(path) = json {
         let text = match serde_json::to_string_pretty(&report) {

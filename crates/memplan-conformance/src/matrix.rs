@@ -24,8 +24,9 @@ pub struct Row {
 }
 
 /// The real platform each simulated profile imitates: (profile, backend, the real row's
-/// platform). Every simulated profile but ones broken on purpose is listed; `broken-stale`
-/// declares what CUDA declares while its readings lag, so it imitates CUDA's row too.
+/// platform). Every simulated profile is listed: the ones broken on purpose (`broken-*`)
+/// declare what a real platform declares while their device does something else (lags,
+/// leaks, misreports its total), so they imitate that platform's row.
 pub const IMITATES: &[(&str, &str, &str)] = &[
     ("rtx4090", "cuda", CUDA_DISCRETE),
     ("rtx3090", "cuda", CUDA_DISCRETE),
@@ -44,6 +45,16 @@ pub const IMITATES: &[(&str, &str, &str)] = &[
     ("arc-b580-nosysman", "xpu", "discrete, Sysman unavailable"),
     ("arc-140v", "xpu", "integrated"),
     ("broken-stale", "cuda", CUDA_DISCRETE),
+    ("broken-process-local", "cuda", CUDA_DISCRETE),
+    ("broken-total-high", "cuda", CUDA_DISCRETE),
+    ("broken-total-low", "cuda", CUDA_DISCRETE),
+    ("broken-leaky-free", "cuda", CUDA_DISCRETE),
+    ("broken-leaky-vm", "cuda", CUDA_DISCRETE),
+    (
+        "broken-leaky-free-unreadable",
+        "xpu",
+        "discrete, Sysman unavailable",
+    ),
 ];
 
 const CUDA_DISCRETE: &str = "driver 12.8, discrete";

@@ -76,7 +76,13 @@ fn real(p: &SimProfile) -> Option<PlatformFacts> {
     Some(match p.name {
         // CUDA 12.8 drivers on discrete cards: VMM and memory pools supported, no MIG.
         "rtx4090" | "rtx3090" | "a100-40gb" | "a100-80gb" | "h100-80gb" | "h200" | "l4" => cuda(t),
-        "broken-stale" => cuda(t),
+        "broken-stale"
+        | "broken-process-local"
+        | "broken-total-high"
+        | "broken-total-low"
+        | "broken-leaky-free"
+        | "broken-leaky-vm" => cuda(t),
+        "broken-leaky-free-unreadable" => xpu(None),
         // ROCm 6.2: amdgpu exposes mem_info_vram_* in sysfs; RDNA3/CDNA3 report VMM = 1.
         "mi300x" | "rx7900xtx-rocm6.2" => rocm(6, 2, false, true, true),
         "rx7900xtx-rocm5.4" => rocm(5, 4, false, false, false),

@@ -1,30 +1,9 @@
-//! The suite against every shipped simulated profile, and against the deliberately broken one.
+//! The suite in-process (no second process) on particular simulated devices; every profile
+//! with a second process is in liars.rs.
 
 #![cfg(feature = "sim")]
 
 use memplan_conformance::{run_id, Outcome};
-
-#[test]
-fn every_shipped_profile_conforms() {
-    let mut failed = Vec::new();
-    for name in memplan_backend_sim::profiles().iter().map(|p| p.name) {
-        // arc-a770 declares what the real xpu backend declares for free == total (approximate
-        // within the whole size, "suspect: calibration must confirm"), and it does not hold:
-        // the suite reports it, as it would on the real card (see `arc_a770_is_suspect`).
-        if name.starts_with("broken") || name == "arc-a770" {
-            continue;
-        }
-        let report = run_id(&format!("sim:{name}")).expect("the sim device opens and reads");
-        if !report.passed() {
-            failed.push(report.to_string());
-        }
-    }
-    assert!(
-        failed.is_empty(),
-        "profiles that declare more than they deliver:\n{}",
-        failed.join("\n")
-    );
-}
 
 /// The real xpu backend's free == total declaration is suspect by design: the suite catches it.
 #[test]
@@ -162,3 +141,30 @@ memplan_conformance::conformance_test!(
     macro_instantiation_rtx4090,
     memplan::open("sim:rtx4090,other=0")
 );
+
+/// What `conformance_test!` does, checked: the test binary starts itself again on this one
+/// test as the second process, which holds memory the parent's device-wide reading sees.
+#[test]
+fn the_second_process_of_a_test_is_the_test_binary_again() {
+    memplan_conformance::serve_if_asked();
+    let device = memplan::open("sim:rtx4090,other=0,seed=5").expect("opens");
+    let how = memplan_conformance::SecondProcess::this_test(concat!(
+        module_path!(),
+        "::the_second_process_of_a_test_is_the_test_binary_again"
+    ))
+    .expect("this binary");
+    let report = memplan_conformance::run_with(
+        &device,
+        &memplan_conformance::Options::with_second_process(how),
+    )
+    .expect("runs");
+    for name in ["locality.driver_free", "total.accounted"] {
+        let c = report
+            .checks
+            .iter()
+            .find(|c| c.name == name)
+            .expect("present");
+        assert_eq!(c.outcome, Outcome::Pass, "{name}: {}", c.evidence);
+        assert!(c.evidence.contains("second process"), "{}", c.evidence);
+    }
+}

@@ -116,6 +116,12 @@ impl Device {
         self.lock().hal.device_wide_memory()
     }
 
+    /// The id another process opens to reach this same device
+    /// ([`HalDevice::shared_id`](crate::hal::HalDevice::shared_id)).
+    pub fn shared_id(&self) -> Result<crate::DeviceId> {
+        self.lock().hal.shared_id()
+    }
+
     /// Wait for all work on the device (and deferred releases) to finish, where the capability
     /// declares `facts.synchronize` supported. Where it is unsupported (Level Zero has no
     /// device-wide wait), this waits only for what the backend itself submitted; the

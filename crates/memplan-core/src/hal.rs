@@ -37,7 +37,7 @@
 
 use std::any::Any;
 
-use crate::backend::DeviceDescriptor;
+use crate::backend::{DeviceDescriptor, DeviceId};
 use crate::capability::ProfilingCapability;
 use crate::error::{Error, Result};
 use crate::graph::CaptureWork;
@@ -71,6 +71,15 @@ pub trait HalDevice: Any + Send {
     /// [`Reading::DeviceAvailable`](crate::Reading::DeviceAvailable) says how far it is trusted.
     fn device_wide_memory(&mut self) -> Result<DeviceWideMemory> {
         Ok(DeviceWideMemory::default())
+    }
+
+    /// The id another process opens to reach this same device: what the conformance suite's
+    /// second process opens to tell a process-local reading from a device-wide one. Default:
+    /// the descriptor's id (an ordinal names the same GPU in every process). A backend whose
+    /// device lives inside this process (a fake runtime) keeps the default: a second process
+    /// then opens a device of its own, which is the truth about such a device.
+    fn shared_id(&mut self) -> Result<DeviceId> {
+        Ok(self.descriptor().id.clone())
     }
 
     /// Wait for all work on the device (and deferred releases) to finish. A backend that can

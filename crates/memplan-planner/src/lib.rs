@@ -54,7 +54,7 @@ pub mod strategy;
 pub mod warning;
 
 pub use budget::Request;
-pub use calibrate::{calibrate, CalibrationReport};
+pub use calibrate::{calibrate, calibrate_with, CalibrationReport};
 pub use engine::Engine;
 pub use kv_range::KvRange;
 pub use plan::{

@@ -104,9 +104,13 @@ fn backend_lists_every_profile_and_registers() {
         Some(64 * G),
         "bounded by the host, not the aperture"
     );
-    assert!(memplan_core::registry::registered()
-        .iter()
-        .any(|r| r.kind == BackendKind::Sim));
+    // Registered only with `register` (the facade's `sim` feature), like every backend.
+    assert_eq!(
+        memplan_core::registry::registered()
+            .iter()
+            .any(|r| r.kind == BackendKind::Sim),
+        cfg!(feature = "register")
+    );
     let dev = b.open("H100-80GB,other=1GiB").unwrap();
     assert_eq!(dev.descriptor().id.to_string(), "sim:h100-80gb,other=1gib");
 }

@@ -7,6 +7,7 @@ mod device_wide;
 mod graph_quirks;
 mod graphs;
 mod legacy;
+mod liars;
 mod quirks;
 
 use std::ops::Deref;

@@ -29,15 +29,30 @@ use memplan_core::{Device, Reading, Result};
 /// The default allocation sizes.
 pub const SIZES: [u64; 3] = [64 * MIB, 256 * MIB, GIB];
 
+/// Sizes that are no multiple of common reading steps (1, 2, 4, 16, 64 and 256 MiB; sizes
+/// in MiB that are primes): a reading that only moves in steps looks exact to sizes that are
+/// multiples of its step, and not to these. The conformance suite calibrates with them.
+pub const ODD_SIZES: [u64; 3] = [37 * MIB, 163 * MIB, 613 * MIB];
+
 /// Calibrate a device with the default sizes. See the module docs.
 pub fn calibrate(device: &Device) -> Result<CalibrationReport> {
+    calibrate_with(device, &SIZES)
+}
+
+/// Calibrate a device with these allocation sizes (those above a quarter of free memory are
+/// skipped). See the module docs.
+pub fn calibrate_with(device: &Device, sizes: &[u64]) -> Result<CalibrationReport> {
     let span = tracing::info_span!("calibrate", device = %device.descriptor().id);
     let _e = span.enter();
     let declared = device.capabilities().clone();
     device.synchronize()?;
     let start = device.driver_memory()?;
     let cap = start.free.or(start.total).unwrap_or(4 * GIB) / 4;
-    let mut sizes: Vec<u64> = SIZES.iter().copied().filter(|s| *s <= cap).collect();
+    let mut sizes: Vec<u64> = sizes
+        .iter()
+        .copied()
+        .filter(|s| *s <= cap && *s > 0)
+        .collect();
     if sizes.is_empty() {
         sizes.push((cap / MIB).max(1) * MIB);
     }
