@@ -5,7 +5,7 @@
 
 use memplan_core::kv::{KvSpec, LayerGroup};
 use memplan_core::{Error, Param, Result};
-use memplan_planner::{Consumer, ConsumerKind, Plan};
+use memplan_planner::{Consumer, ConsumerKind, Plan, Rank};
 
 use crate::config::ModelConfig;
 use crate::dryrun::DryRun;
@@ -162,7 +162,12 @@ pub fn plan_stage(d: &DryRun, pp: u64, i: u64) -> Result<Plan> {
         if i == 0 { " + embeddings" } else { "" },
         if i + 1 == pp { " + LM head" } else { "" }
     );
-    b = b.consumer(Consumer::estimated(ConsumerKind::Weights, w, basis));
+    b = b
+        .consumer(Consumer::estimated(ConsumerKind::Weights, w, basis))
+        .pipeline_parallel(pp);
+    if let Some(rank) = d.extras.rank(tp)?.filter(|r| r.pipeline_parallel_rank == i) {
+        b = b.rank(rank);
+    }
     b.build()
 }
 
@@ -181,6 +186,9 @@ pub struct Extras {
     /// Plan only this stage (`--pipeline-stage`, from 0): one rank's plan, for ranks that
     /// plan their own device and combine afterwards. `None`: every stage, the fewest blocks.
     pub pipeline_stage: Option<u64>,
+    /// The tensor-parallel rank the plan is for (`--tensor-parallel-rank`, from 0). With it
+    /// or a stage, the plan says which [`Rank`] it is, so the ranks' plans combine.
+    pub tensor_parallel_rank: Option<u64>,
 }
 
 impl Extras {
@@ -212,6 +220,30 @@ impl Extras {
     pub fn with_pipeline_stage(mut self, stage: Option<u64>) -> Self {
         self.pipeline_stage = stage;
         self
+    }
+
+    /// The same extras for tensor-parallel rank `rank` (from 0) of the plan's stage.
+    pub fn with_tensor_parallel_rank(mut self, rank: Option<u64>) -> Self {
+        self.tensor_parallel_rank = rank;
+        self
+    }
+
+    /// The rank a plan of one rank is for: given a stage or a tensor-parallel rank (the other
+    /// defaults to 0), `Some`; otherwise `None` (a plan for every rank alike). A
+    /// tensor-parallel rank of a pipeline-parallel deployment needs its stage.
+    pub fn rank(&self, tensor_parallel: u64) -> Result<Option<Rank>> {
+        let pp = self.pipeline_parallel.max(1);
+        match (self.tensor_parallel_rank, self.pipeline_stage) {
+            (None, None) => Ok(None),
+            (Some(_), None) if pp > 1 => Err(Error::param(
+                Param::PipelineParallel,
+                format!("a tensor-parallel rank of {pp} pipeline stages needs its stage"),
+            )),
+            (r, s) => Ok(Some(
+                Rank::new(r.unwrap_or(0), tensor_parallel.max(1))?
+                    .with_stage(s.unwrap_or(0), pp)?,
+            )),
+        }
     }
 }
 
@@ -414,6 +446,17 @@ mod tests {
         );
         let e = pp(Some(3)).unwrap_err().to_string();
         assert!(e.contains("stage 3 of 3 stages"), "{e}");
+        // Each stage's plan says which rank it is; the whole deployment's says PP.
+        let rank = stages[1].rank.expect("a stage's plan names its rank");
+        assert_eq!(
+            (rank.pipeline_parallel_rank, rank.pipeline_parallel_size),
+            (1, 3)
+        );
+        assert_eq!(
+            (stages[1].pipeline_parallel_size, all.pipeline_parallel_size),
+            (3, 3)
+        );
+        assert!(all.rank.is_none());
         // Without pipeline parallelism, stage 0 is the whole model.
         let one = dry(Extras::default().with_pipeline_stage(Some(0)))
             .plan()

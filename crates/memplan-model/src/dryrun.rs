@@ -258,19 +258,21 @@ impl DryRun {
     /// other ranks' plans.
     pub fn plan(&self) -> Result<Plan> {
         let pp = self.extras.pipeline_parallel.max(1);
+        if pp == 1 {
+            let b = self.resolve()?.builder;
+            return match self.extras.rank(self.tensor_parallel)? {
+                Some(rank) => b.rank(rank).build(),
+                None => b.build(),
+            };
+        }
         if let Some(stage) = self.extras.pipeline_stage {
-            if pp == 1 && stage == 0 {
-                return self.resolve()?.builder.build();
-            }
             let mut p = crate::consumers::plan_stage(self, pp, stage)?;
             p.notes.push(format!(
                 "pipeline stage {stage} of {pp} only: the engine sizes every stage like the one with the fewest blocks, so combine this plan with the other stages' ranks"
             ));
             return Ok(p);
         }
-        if pp == 1 {
-            return self.resolve()?.builder.build();
-        }
+        self.extras.rank(self.tensor_parallel)?;
         crate::consumers::plan_stages(self, pp)
     }
 

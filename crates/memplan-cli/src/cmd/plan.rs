@@ -308,7 +308,8 @@ fn plan_one(a: &Flags, model: &Model, t: &Target) -> Result<Plan, Failure> {
 }
 
 /// The devices of every rank: with `--tensor-parallel-size N` and an ordinal (`cuda:0`), the
-/// N devices from that ordinal on; otherwise one device that stands for every rank.
+/// N devices from that ordinal on; otherwise (or for one `--tensor-parallel-rank`) one device
+/// that stands for every rank.
 fn targets(a: &Flags) -> Result<Vec<Target>, Error> {
     let first = target(a)?;
     let tp = a.tensor_parallel_size;
@@ -319,7 +320,7 @@ fn targets(a: &Flags) -> Result<Vec<Target>, Error> {
             .and_then(|d| d.ordinal().ok().map(|o| (d, o))),
         _ => None,
     };
-    let Some((id, start)) = ordinal.filter(|_| tp > 1) else {
+    let Some((id, start)) = ordinal.filter(|_| tp > 1 && a.tensor_parallel_rank.is_none()) else {
         return Ok(vec![first]);
     };
     let mut all = vec![first];
@@ -745,6 +746,21 @@ mod tests {
             e.starts_with("--pipeline-stage 2: stages count from 0"),
             "{e}"
         );
+        // A stage's plan says which rank it is (so the ranks' plans combine).
+        let r = plan("--model llama-3.1-8b-instruct --total-memory 80GiB --max-model-len 8192 --tp 2 --pp 2 --pipeline-stage 1 --tensor-parallel-rank 1").unwrap();
+        assert_eq!(
+            r["rank"],
+            serde_json::json!({"tensor_parallel_rank": 1, "tensor_parallel_size": 2, "pipeline_parallel_rank": 1, "pipeline_parallel_size": 2})
+        );
+        assert_eq!(r["pipeline_parallel_size"], 2);
+        assert!(err(
+            "--model llama-3.1-8b-instruct --total-memory 80GiB --tp 2 --tensor-parallel-rank 2"
+        )
+        .starts_with("--tensor-parallel-rank 2: ranks count from 0"));
+        assert!(err(
+            "--model llama-3.1-8b-instruct --total-memory 80GiB --pp 2 --tensor-parallel-rank 0"
+        )
+        .contains("needs --pipeline-stage"));
     }
 
     #[test]

@@ -336,10 +336,28 @@ pub fn extras(a: &Flags) -> Result<Extras, Failure> {
             a.pipeline_parallel_size.max(1) - 1
         )));
     }
+    if let Some(rank) = a
+        .tensor_parallel_rank
+        .filter(|r| *r >= a.tensor_parallel_size.max(1))
+    {
+        return Err(Failure::usage(format!(
+            "--tensor-parallel-rank {rank}: ranks count from 0 to --tensor-parallel-size - 1 ({})",
+            a.tensor_parallel_size.max(1) - 1
+        )));
+    }
+    if a.tensor_parallel_rank.is_some()
+        && a.pipeline_stage.is_none()
+        && a.pipeline_parallel_size > 1
+    {
+        return Err(Failure::usage(
+            "--tensor-parallel-rank with --pipeline-parallel-size > 1 needs --pipeline-stage (which stage the rank is in)",
+        ));
+    }
     let mut e = Extras::default()
         .with_cpu_offload((a.cpu_offload_gb * (1u64 << 30) as f64) as u64)
         .with_pipeline_parallel(a.pipeline_parallel_size)
-        .with_pipeline_stage(a.pipeline_stage);
+        .with_pipeline_stage(a.pipeline_stage)
+        .with_tensor_parallel_rank(a.tensor_parallel_rank);
     if let Some(m) = &a.speculative_model {
         let draft = Model::load(m).map_err(|e| match e {
             // The draft is named by its own flag, not by `--model`.

@@ -301,6 +301,11 @@ pub struct Flags {
     /// afterwards (by the fewest blocks, as the engine sizes every stage).
     #[arg(long, value_name = "STAGE")]
     pub pipeline_stage: Option<u64>,
+    /// Plan for this tensor-parallel rank (from 0) of --tensor-parallel-size, on --device
+    /// alone: the plan says which rank (and, with --pipeline-stage, which stage) it is, so
+    /// the ranks' plans combine (memplan.distributed.combine in Python).
+    #[arg(long, value_name = "RANK")]
+    pub tensor_parallel_rank: Option<u64>,
     /// Draft model for speculative decoding (preset, ORG/NAME, directory or config.json): its
     /// weights, and its KV layers in the same pool.
     #[arg(long, value_name = "NAME|PATH")]
