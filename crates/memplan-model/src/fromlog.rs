@@ -70,6 +70,10 @@ pub struct LogFigures {
     pub graph_subtracted: bool,
     /// "Available KV cache memory".
     pub kv_available: Option<u64>,
+    /// The KV cache the extensible cache committed after warmup and graph capture (vLLM
+    /// 0.34: "Extended KV cache to N blocks (X GiB)", "Memory after warmup: ... X GiB
+    /// committed to the KV cache"): the start-up's final KV memory, where printed.
+    pub kv_final: Option<u64>,
     /// "GPU KV cache size" tokens (SGLang: the allocated #tokens).
     pub kv_tokens: Option<u64>,
     /// KV blocks the engine allocated (V0's "# GPU blocks", "Extended KV cache to N blocks").
@@ -658,17 +662,44 @@ pub fn parse(text: &str) -> Result<LogFigures> {
             }
         }
         // KV tokens, blocks, concurrency.
-        set(
-            &mut f.kv_tokens,
-            l.count(
-                "GPU KV cache size:",
-                "KV cache tokens",
-                limits::MAX_KV_TOKENS,
-            )?,
-            lines,
-            "kv_tokens",
-            n,
-        );
+        // "GPU KV cache size: N tokens" ("XPU ...", "GPU + host ..." on other pools).
+        if l.has(" tokens") {
+            set(
+                &mut f.kv_tokens,
+                l.count("KV cache size:", "KV cache tokens", limits::MAX_KV_TOKENS)?,
+                lines,
+                "kv_tokens",
+                n,
+            );
+        }
+        if let Some(i) = l.text.find("Extended KV cache to") {
+            let rest = Line {
+                n,
+                text: &l.text[i..],
+            };
+            set(
+                &mut f.kv_final,
+                rest.bytes("blocks (", "extended KV cache")?,
+                lines,
+                "kv_final",
+                n,
+            );
+        }
+        if l.has("Memory after warmup:") {
+            if let Some(i) = l.text.find(" free, ") {
+                let rest = Line {
+                    n,
+                    text: &l.text[i..],
+                };
+                set(
+                    &mut f.kv_final,
+                    rest.bytes(" free, ", "committed KV cache")?,
+                    lines,
+                    "kv_final",
+                    n,
+                );
+            }
+        }
         if l.has("KV Cache is allocated") {
             set(
                 &mut f.kv_tokens,
@@ -827,6 +858,7 @@ pub fn parse(text: &str) -> Result<LogFigures> {
             ("graph_estimate", f.graph_estimate),
             ("graph_actual", f.graph_actual),
             ("kv_available", f.kv_available),
+            ("kv_final", f.kv_final),
         ];
         for (name, v) in parts {
             if let Some(v) = v.filter(|v| *v > t) {

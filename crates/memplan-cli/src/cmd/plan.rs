@@ -381,7 +381,7 @@ fn reconcile(
     };
     let block = u64::from(plan.kv_spec.block_size).max(1);
     if anchored && plan.kv.tokens.abs_diff(logged) > 0 {
-        if let Some(kv) = f.kv_available {
+        if let Some(kv) = f.kv_final.or(f.kv_available) {
             let h = (1u64 << 30) / 200;
             let (lo, hi) = (kv.saturating_sub(h), kv + h);
             let mut b = kv;
@@ -436,8 +436,8 @@ fn reconcile(
         ),
         ("requested memory", requested, plan.requested_bytes),
         (
-            "available KV cache memory",
-            f.kv_available,
+            "KV cache memory",
+            f.kv_final.or(f.kv_available),
             plan.kv_budget_bytes,
         ),
     ];
@@ -458,7 +458,8 @@ fn reconcile(
         Some(w) => w,
         None => (
             "KV cache bytes per token",
-            f.kv_available
+            f.kv_final
+                .or(f.kv_available)
                 .and_then(|kv| per_token(kv, logged))
                 .unwrap_or(0),
             per_token(plan.kv_budget_bytes, plan.kv.tokens).unwrap_or(0),

@@ -294,3 +294,21 @@ fn figures_larger_than_the_device_are_refused_and_auto_length_is_not_a_figure() 
     let f = parse("INFO non-default args: {'model': 'm', 'max_model_len': -1}\nINFO Model loading took 1.0 GiB\n").unwrap();
     assert_eq!(f.max_model_len, None);
 }
+
+#[test]
+fn the_extensible_caches_final_size_is_read() {
+    // vLLM 0.34 (`v1/worker/extensible_kv_cache.py`, `v1/core/kv_cache_utils.py`
+    // `update_kv_cache_capacity`): the capacity line is printed after the post-warmup sizing.
+    let log = "INFO vLLM API server version 0.34.0\n\
+               INFO [gpu_worker.py:795] Available KV cache memory: 20.00 GiB\n\
+               INFO [extensible_kv_cache.py:537] Extended KV cache to 9720 blocks (18.98 GiB).\n\
+               INFO [kv_cache_utils.py:1169] GPU KV cache size: 622,080 tokens, Maximum concurrency for 8,192 tokens per request: 75.94x\n";
+    let f = parse(log).unwrap();
+    assert_eq!(f.kv_final, Some(gib(18.98)));
+    assert_eq!(f.kv_blocks, Some(9720));
+    assert_eq!(f.kv_tokens, Some(622_080));
+    assert_eq!(f.max_model_len, Some(8192));
+    assert_eq!(f.max_concurrency, Some(75.94));
+    let f = parse("INFO Memory after warmup: 3.10 GiB free, 60.25 GiB committed to the KV cache, 1.2 GiB kept\nINFO Model loading took 1 GiB\n").unwrap();
+    assert_eq!(f.kv_final, Some(gib(60.25)));
+}

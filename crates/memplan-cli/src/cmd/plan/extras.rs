@@ -253,13 +253,19 @@ pub fn apply_log(a: &mut Flags) -> Result<LogContext, Failure> {
         }
     }
     // The start-up's KV cache is the log's available KV memory, unless a flag changed a term.
-    let anchored = !overridden && f.kv_available.is_some();
+    // The extensible cache (0.34) re-sizes after warmup: its final size wins.
+    let anchor = f.kv_final.or(f.kv_available);
+    let anchored = !overridden && anchor.is_some();
     if anchored {
-        a.kv_cache_memory_bytes = f.kv_available;
+        a.kv_cache_memory_bytes = anchor;
+        let (what, line) = if f.kv_final.is_some() {
+            ("KV cache the engine committed after warmup", at("kv_final"))
+        } else {
+            ("Available KV cache memory", at("kv_available"))
+        };
         notes.push(format!(
-            "the KV cache is the log's Available KV cache memory {}{}",
-            gib(f.kv_available.unwrap_or(0)),
-            at("kv_available")
+            "the KV cache is the log's {what} {}{line}",
+            gib(anchor.unwrap_or(0))
         ));
     }
     if let Some(m) = f.model.as_ref().filter(|m| **m != a.model) {
