@@ -7,6 +7,7 @@
 //! (for `run_json`) or exit code 101 with the message on stderr (for `main`), which the
 //! Python layer raises as `memplan.InternalError`. The GIL is released while memplan works.
 
+mod distributed;
 mod errors;
 mod hooks;
 #[cfg(feature = "sim")]
@@ -89,6 +90,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(main, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_test, m)?)?;
     m.add_function(wrap_pyfunction!(startup::start_up, m)?)?;
+    m.add_function(wrap_pyfunction!(distributed::combine_plans, m)?)?;
     m.add_class::<startup::PyKvRange>()?;
     #[cfg(feature = "sim")]
     {

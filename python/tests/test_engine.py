@@ -188,13 +188,14 @@ def test_a_device_without_synchronize_uses_the_engines_own() -> None:
 
 def test_an_allocator_on_another_gpu_is_refused() -> None:
     # The engine allocates on a private GPU; the start-up would read the shared one of the
-    # same id, where none of the engine's memory shows.
-    dev = SimDevice("sim:rtx4090", private=True)
+    # same id, where none of the engine's memory shows. (An id no other test opens.)
+    gpu = "sim:rtx4090,seed=21"
+    dev = SimDevice(gpu, private=True)
     eng = PyEngine(dev)
-    with pytest.raises(memplan.UsageError, match="allocates on GPU sim:rtx4090#"):
-        start_up("sim:rtx4090", eng, model=MODEL)
+    with pytest.raises(memplan.UsageError, match="allocates on GPU sim:rtx4090,seed=21#"):
+        start_up(gpu, eng, model=MODEL)
     assert eng.calls == [], "refused before anything ran"
     # The same GPU through its id, opened once: accepted.
-    shared = SimDevice("sim:rtx4090")
-    ok = start_up("sim:rtx4090", PyEngine(shared), model=MODEL)
+    shared = SimDevice(gpu)
+    ok = start_up(gpu, PyEngine(shared), model=MODEL)
     assert ok.plan["consumers"][0]["bytes"] > 0

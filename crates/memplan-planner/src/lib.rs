@@ -58,8 +58,8 @@ pub use calibrate::{calibrate, calibrate_with, CalibrationReport};
 pub use engine::Engine;
 pub use kv_range::KvRange;
 pub use plan::{
-    combine_ranks, Consumer, ConsumerKind, Consumers, GraphMethod, GraphPlan, PhysicalCheck, Plan,
-    PlanBuilder, Provenance,
+    combine_json, combine_ranks, Consumer, ConsumerKind, Consumers, GraphMethod, GraphPlan,
+    PhysicalCheck, Plan, PlanBuilder, Provenance, RankPlan, Ranks,
 };
 pub use rank::Rank;
 pub use session::{AsDynEngine, KvCache, Profile, Session, Step};

@@ -138,10 +138,11 @@ impl Rank {
 }
 
 impl fmt::Display for Rank {
-    /// `rank 3 of 4 (tensor 1 of 2, stage 1 of 2)`; `rank 0 of 1` for one GPU.
+    /// `rank 3 of 4 (tensor 1 of 2, stage 1 of 2)` with pipeline stages, `rank 1 of 2`
+    /// without, `rank 0 of 1` for one GPU.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "rank {} of {}", self.global(), self.world_size())?;
-        if self.world_size() > 1 {
+        if self.pipeline_parallel_size > 1 {
             write!(
                 f,
                 " (tensor {} of {}, stage {} of {})",

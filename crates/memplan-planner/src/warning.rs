@@ -5,14 +5,14 @@
 //! [`Profile`](crate::Profile) use); the derived `Serialize` alone gives the code and figures.
 
 use memplan_core::bytes::{fmt_bytes, fmt_signed};
-use serde::Serialize;
+use serde::{Deserialize, Deserializer, Serialize};
 use std::fmt;
 
 use crate::strategy::StrategyKind;
 
 /// A warning. Codes are stable: a new situation gets a new variant, never a new wording of an
 /// old code.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "code", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Warning {
@@ -183,19 +183,54 @@ pub enum Warning {
         /// The term's figure in the plan (bytes).
         planned: u64,
     },
+    /// A warning of a code this build does not know, read from a plan of a newer memplan of
+    /// the same schema version: its code and message as read (written back unchanged).
+    #[serde(skip)]
+    Unrecognized {
+        /// The code as read.
+        code: String,
+        /// The message as read.
+        message: String,
+    },
 }
 
 impl Warning {
-    /// The stable code (the variant's snake-case name, as in JSON).
-    pub fn code(&self) -> String {
-        serde_json::to_value(self)
-            .ok()
-            .and_then(|v| v.get("code").and_then(|c| c.as_str()).map(String::from))
-            .unwrap_or_default()
+    /// The stable code (the variant's snake-case name, as in JSON); `unrecognized` for a
+    /// warning read with a code this build does not know (its own code is in the variant).
+    pub fn code(&self) -> &'static str {
+        match self {
+            Warning::ForeignMemoryReleased { .. } => "foreign_memory_released",
+            Warning::FreeMemoryGrewInStep { .. } => "free_memory_grew_in_step",
+            Warning::HeldAfterGraphTeardown { .. } => "held_after_graph_teardown",
+            Warning::GraphTeardownIncomplete { .. } => "graph_teardown_incomplete",
+            Warning::NegativeCaptureWindow { .. } => "negative_capture_window",
+            Warning::NegativeSample { .. } => "negative_sample",
+            Warning::LegacyNegativeSamples { .. } => "legacy_negative_samples",
+            Warning::AllocatorShrankDuringCapture { .. } => "allocator_shrank_during_capture",
+            Warning::CalibrationDowngrade { .. } => "calibration_downgrade",
+            Warning::NonAllocatorUnmeasured { .. } => "non_allocator_unmeasured",
+            Warning::ReservedPeakUnreported { .. } => "reserved_peak_unreported",
+            Warning::KvCappedByFreeMemory { .. } => "kv_capped_by_free_memory",
+            Warning::KvCappedByAvailableMemory { .. } => "kv_capped_by_available_memory",
+            Warning::OtherProcessesUnseen { .. } => "other_processes_unseen",
+            Warning::ForeignMemoryChanged { .. } => "foreign_memory_changed",
+            Warning::GraphMemoryNotReserved { .. } => "graph_memory_not_reserved",
+            Warning::MaxModelLenBeyondModel { .. } => "max_model_len_beyond_model",
+            Warning::FiguresPerRank { .. } => "figures_per_rank",
+            Warning::LimitingRank { .. } => "limiting_rank",
+            Warning::ReadingsNotSynchronized { .. } => "readings_not_synchronized",
+            Warning::StrategyOverridden { .. } => "strategy_overridden",
+            Warning::SampledMarginTooCostly { .. } => "sampled_margin_too_costly",
+            Warning::LogDisagrees { .. } => "log_disagrees",
+            Warning::Unrecognized { .. } => "unrecognized",
+        }
     }
 
     /// The JSON object: `code`, `message` and the figures.
     pub fn to_json(&self) -> serde_json::Value {
+        if let Warning::Unrecognized { code, message } = self {
+            return serde_json::json!({ "code": code, "message": message });
+        }
         let mut v = serde_json::to_value(self).unwrap_or_default();
         if let Some(o) = v.as_object_mut() {
             o.insert("message".into(), self.to_string().into());
@@ -207,6 +242,37 @@ impl Warning {
 /// Serialize warnings as `code`, `message` and figures (`#[serde(serialize_with)]`).
 pub fn serialize_all<S: serde::Serializer>(w: &[Warning], s: S) -> Result<S::Ok, S::Error> {
     s.collect_seq(w.iter().map(Warning::to_json))
+}
+
+/// Read warnings as [`serialize_all`] writes them (`#[serde(deserialize_with)]`): a known code
+/// with figures that do not fit it is an error; an unknown code (a newer memplan's) is kept as
+/// [`Warning::Unrecognized`].
+pub fn deserialize_all<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Warning>, D::Error> {
+    use serde::de::Error as _;
+    let list = Vec::<serde_json::Value>::deserialize(d)?;
+    list.into_iter()
+        .map(|v| {
+            let code = v
+                .get("code")
+                .and_then(|c| c.as_str())
+                .ok_or_else(|| D::Error::custom("a warning without a code"))?
+                .to_string();
+            match Warning::deserialize(&v) {
+                Ok(w) => Ok(w),
+                Err(e) if e.to_string().starts_with("unknown variant") => {
+                    Ok(Warning::Unrecognized {
+                        message: v
+                            .get("message")
+                            .and_then(|m| m.as_str())
+                            .unwrap_or(&code)
+                            .to_string(),
+                        code,
+                    })
+                }
+                Err(e) => Err(D::Error::custom(format!("warning {code}: {e}"))),
+            }
+        })
+        .collect()
 }
 
 impl fmt::Display for Warning {
@@ -238,6 +304,7 @@ impl fmt::Display for Warning {
             Warning::LogDisagrees { logged_tokens, planned_tokens, term, logged, planned } => write!(f, "the plan has {planned_tokens} KV tokens, the log {logged_tokens}: {term} differs most ({} in the plan, {} in the log, {})", fmt_bytes(*planned), fmt_bytes(*logged), fmt_signed((*planned as i64).saturating_sub(*logged as i64))),
             Warning::SampledMarginTooCostly { margin, kv_room } => write!(f, "the sampled graph estimate's margin ({}) would take {:.1}% of the {} left for the KV cache: every size was captured and measured instead", fmt_bytes(*margin), *margin as f64 * 100.0 / (*kv_room).max(1) as f64, fmt_bytes(*kv_room)),
             Warning::StrategyOverridden { chosen, automatic } => write!(f, "graph strategy {chosen} was chosen by hand; the capabilities call for {automatic}"),
+            Warning::Unrecognized { message, .. } => f.write_str(message),
         }
     }
 }
@@ -258,5 +325,106 @@ mod tests {
         assert_eq!(j["message"], w.to_string());
         assert!(w.to_string().contains("-22.00 MiB"), "{w}");
         assert_eq!(w.code(), "negative_sample");
+    }
+
+    /// One warning of every variant (a new variant must be added here: `code()` is matched
+    /// against the JSON tag below).
+    fn every() -> Vec<Warning> {
+        use crate::plan::PhysicalCheck;
+        let s = || "x".to_string();
+        vec![
+            Warning::ForeignMemoryReleased { bytes: 1 },
+            Warning::FreeMemoryGrewInStep {
+                step: s(),
+                bytes: 1,
+            },
+            Warning::HeldAfterGraphTeardown { bytes: 1 },
+            Warning::GraphTeardownIncomplete { leaks: vec![s()] },
+            Warning::NegativeCaptureWindow {
+                graphs: 1,
+                bytes: -1,
+            },
+            Warning::NegativeSample { size: 1, bytes: -1 },
+            Warning::LegacyNegativeSamples { samples: vec![-1] },
+            Warning::AllocatorShrankDuringCapture {
+                graphs: 1,
+                bytes: -1,
+            },
+            Warning::CalibrationDowngrade {
+                item: s(),
+                declared: s(),
+                observed: s(),
+            },
+            Warning::NonAllocatorUnmeasured { reserved: 1 },
+            Warning::ReservedPeakUnreported { bound: 1 },
+            Warning::KvCappedByFreeMemory {
+                cap: 1,
+                budget: 2,
+                foreign: 0,
+            },
+            Warning::KvCappedByAvailableMemory {
+                cap: 1,
+                budget: 2,
+                source: PhysicalCheck::Probe,
+            },
+            Warning::OtherProcessesUnseen {
+                free_reading: s(),
+                device_wide: s(),
+            },
+            Warning::ForeignMemoryChanged { bytes: 1 },
+            Warning::GraphMemoryNotReserved { estimate: 1 },
+            Warning::MaxModelLenBeyondModel {
+                max_model_len: 2,
+                max_position_embeddings: 1,
+            },
+            Warning::FiguresPerRank { ranks: 2 },
+            Warning::LimitingRank {
+                rank: 1,
+                ranks: 2,
+                device: s(),
+            },
+            Warning::ReadingsNotSynchronized {
+                device: s(),
+                engine: s(),
+            },
+            Warning::StrategyOverridden {
+                chosen: StrategyKind::Full,
+                automatic: StrategyKind::Sampled,
+            },
+            Warning::SampledMarginTooCostly {
+                margin: 1,
+                kv_room: 2,
+            },
+            Warning::LogDisagrees {
+                logged_tokens: 1,
+                planned_tokens: 2,
+                term: s(),
+                logged: 1,
+                planned: 2,
+            },
+        ]
+    }
+
+    #[test]
+    fn codes_are_the_json_tags_and_every_warning_reads_back() {
+        for w in every() {
+            let j = w.to_json();
+            assert_eq!(j["code"], w.code(), "{w:?}");
+            let back = deserialize_all(serde_json::json!([j])).unwrap();
+            assert_eq!(back, vec![w]);
+        }
+    }
+
+    #[test]
+    fn an_unknown_code_is_kept_and_bad_figures_are_an_error() {
+        let v = serde_json::json!([{"code": "from_the_future", "message": "later", "n": 1}]);
+        let w = deserialize_all(v).unwrap();
+        assert_eq!(w[0].code(), "unrecognized");
+        assert_eq!(w[0].to_string(), "later");
+        assert_eq!(w[0].to_json()["code"], "from_the_future");
+        let bad = serde_json::json!([{"code": "negative_sample", "size": "eight"}]);
+        let e = deserialize_all(bad).unwrap_err().to_string();
+        assert!(e.contains("negative_sample"), "{e}");
+        assert!(deserialize_all(serde_json::json!([{"message": "m"}])).is_err());
     }
 }

@@ -57,7 +57,9 @@
 pub use memplan_core::*;
 
 pub use memplan_planner::budget::{self, Request};
-pub use memplan_planner::plan::{self, combine_ranks, Plan, PlanBuilder};
+pub use memplan_planner::plan::{
+    self, combine_json, combine_ranks, Plan, PlanBuilder, RankPlan, Ranks,
+};
 pub use memplan_planner::{
     calibrate, strategy, warning, CalibrationReport, Consumer, ConsumerKind, Engine, GraphMethod,
     GraphPlan, KvCache, KvRange, Profile, Provenance, Rank, Session, Step, StrategyKind, Warning,

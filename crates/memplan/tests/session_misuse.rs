@@ -47,6 +47,15 @@ impl Toy {
     }
 }
 
+impl Drop for Toy {
+    /// The engine shuts down: its weights go back (tests reuse a device).
+    fn drop(&mut self) {
+        for a in self.held.drain(..) {
+            let _ = self.dev.free(a);
+        }
+    }
+}
+
 impl Engine for Toy {
     fn allocator(&mut self) -> &mut dyn AllocatorView {
         &mut self.acct
@@ -274,4 +283,74 @@ fn the_plan_reports_the_sessions_rank() {
     let json = serde_json::to_value(&plan).unwrap();
     assert_eq!(json["rank"]["tensor_parallel_rank"], 1);
     assert_eq!(json["pipeline_parallel_size"], 2);
+}
+
+/// Rank `r` of 2 on `dev`, measured up to its plan (returned as JSON).
+fn rank_session<'e>(
+    dev: &SharedDevice,
+    e: &'e mut Toy,
+    r: u64,
+    req: Request,
+) -> (Session<'e, Toy>, String) {
+    let (spec, limits) = kv();
+    let mut s = Session::start(dev, e)
+        .unwrap()
+        .with_rank(Rank::new(r, 2).unwrap());
+    s.load_weights(Toy::load).unwrap();
+    s.profile_run(Toy::forward).unwrap();
+    let json = s.plan(req, &spec, limits).unwrap().to_json();
+    (s, json)
+}
+
+/// Two ranks in one process (the multi-process recipe is `examples/engine --ranks`): each
+/// plans, the plans travel as JSON, and every rank maps the fewest blocks of the two.
+#[test]
+fn ranks_map_the_combined_plan() {
+    let d0 = memplan::open("sim:rtx4090,other=6").unwrap();
+    let d1 = memplan::open("sim:rtx4090,other=2GiB").unwrap(); // 2 GiB held by someone else
+    let (mut e0, mut e1) = (Toy::new(&d0, vec![]), Toy::new(&d1, vec![]));
+    let (s0, j0) = rank_session(&d0, &mut e0, 0, REQ);
+    let (s1, j1) = rank_session(&d1, &mut e1, 1, REQ);
+    let combined = memplan::combine_json(&[j0, j1]).unwrap();
+    let ranks = combined.ranks.clone().unwrap();
+    assert_eq!(ranks.limiting, Some(1), "the GPU with less room limits");
+    assert_eq!(combined.tensor_parallel_size, 2);
+    for s in [s0, s1] {
+        let kv = s.into_kv_cache(&combined).unwrap();
+        assert_eq!(kv.num_blocks, ranks.num_blocks);
+    }
+}
+
+/// A rank maps only a plan that holds its own last plan.
+#[test]
+fn a_rank_cannot_map_a_plan_without_its_own() {
+    let d0 = memplan::open("sim:rtx4090,other=7").unwrap();
+    let d1 = memplan::open("sim:rtx4090,other=8").unwrap();
+    let mut e1 = Toy::new(&d1, vec![]);
+    let (_s1, j1) = rank_session(&d1, &mut e1, 1, REQ);
+    let p1 = memplan::Plan::from_json(&j1).unwrap();
+    let refused = |plan: &memplan::Plan, says: &str| {
+        let mut e0 = Toy::new(&d0, vec![]);
+        let (mut s0, _) = rank_session(&d0, &mut e0, 0, Request::Utilization(0.8));
+        let (spec, limits) = kv();
+        s0.plan(REQ, &spec, limits).unwrap(); // the last plan: 0.9
+        let e = s0.into_kv_cache(plan).unwrap_err();
+        assert!(
+            matches!(&e, Error::InvalidInput { field, message } if field == "plan" && message.contains(says)),
+            "{e}"
+        );
+    };
+    // Another rank's own plan.
+    refused(
+        &p1,
+        "the plan is of rank 1 of 2, this session is rank 0 of 2",
+    );
+    // A combination without rank 0 (rank 1 alone).
+    let alone = memplan::combine_ranks(vec![p1.clone()]).unwrap();
+    refused(&alone, "no plan of this rank");
+    // A combination holding an earlier plan of rank 0 (0.8), not its last (0.9).
+    let mut e0 = Toy::new(&d0, vec![]);
+    let (_s0, earlier) = rank_session(&d0, &mut e0, 0, Request::Utilization(0.8));
+    let stale = memplan::combine_json(&[earlier, j1]).unwrap();
+    refused(&stale, "combine this session's last plan");
 }

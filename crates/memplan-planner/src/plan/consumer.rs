@@ -2,12 +2,12 @@
 //! [`Provenance`]. A measured start-up and a dry run both produce them; a figure the user gives
 //! replaces one of either ([`Consumers::set`]), so measured, read and estimated figures mix.
 
-use serde::Serialize;
+use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::strategy::StrategyKind;
 
 /// What a consumer is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum ConsumerKind {
@@ -73,7 +73,7 @@ impl ConsumerKind {
 }
 
 /// Where a figure comes from.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Provenance {
@@ -143,7 +143,7 @@ impl Provenance {
 }
 
 /// One consumer: a figure and where it comes from.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Consumer {
     /// What it is.
@@ -265,6 +265,25 @@ impl Consumers {
     /// The sum, or `None` on overflow.
     pub fn total(&self) -> Option<u64> {
         self.0.iter().try_fold(0u64, |a, c| a.checked_add(c.bytes))
+    }
+}
+
+impl<'de> Deserialize<'de> for Consumers {
+    /// A list of consumers, at most one per kind (a second of a kind is an error, not a
+    /// silent replacement), kept in [`ConsumerKind::ALL`] order.
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let list = Vec::<Consumer>::deserialize(d)?;
+        let mut c = Consumers::new();
+        for x in list {
+            if c.get(x.kind).is_some() {
+                return Err(serde::de::Error::custom(format!(
+                    "two {} consumers",
+                    x.kind.name()
+                )));
+            }
+            c.set(x);
+        }
+        Ok(c)
     }
 }
 

@@ -32,16 +32,19 @@
 
 mod build;
 mod consumer;
+mod json;
 pub(crate) mod physical;
+mod ranks;
 pub mod render;
 
 pub use build::{PlanBuilder, ALLOCATOR_ROUNDING_BOUND, UNMEASURED_NON_ALLOCATOR_BYTES};
 pub use consumer::{Consumer, ConsumerKind, Consumers, Provenance};
+pub use json::{combine_json, MAX_PLAN_JSON_BYTES};
 pub use physical::PhysicalCheck;
+pub use ranks::{combine_ranks, RankPlan, Ranks};
 
 use memplan_core::kv::{KvLimits, KvSizing, KvSpec};
-use memplan_core::{Error, Param, Result};
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -91,8 +94,29 @@ impl Serialize for GraphMethod {
     }
 }
 
+impl<'de> Deserialize<'de> for GraphMethod {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        let known = [
+            GraphMethod::Estimate,
+            GraphMethod::Given,
+            GraphMethod::NotReserved,
+        ]
+        .into_iter()
+        .chain(StrategyKind::ALL.map(GraphMethod::Strategy));
+        for m in known {
+            if m.name() == name {
+                return Ok(m);
+            }
+        }
+        Err(serde::de::Error::custom(format!(
+            "unknown graph method {name:?}"
+        )))
+    }
+}
+
 /// The graph part of a plan: how graph memory entered it and why.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct GraphPlan {
     /// How graph memory entered the plan.
@@ -131,22 +155,13 @@ impl GraphPlan {
     }
 }
 
-/// Several plans combined into one (tensor parallelism): which one limits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[non_exhaustive]
-pub struct Ranks {
-    /// Plans combined.
-    pub count: usize,
-    /// Index of the limiting one (this plan).
-    pub limiting: usize,
-}
-
-/// The plan for one rank (or the limiting rank of several). `Display` is the text table; the
-/// JSON is the `memplan.plan/1` document.
-#[derive(Debug, Clone, Serialize)]
+/// The plan for one rank (or, combined, of every rank: [`combine_ranks`]). `Display` is the
+/// text table; the JSON is the `memplan.plan/1` document, read back by [`Plan::from_json`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Plan {
-    /// Always [`SCHEMA`].
+    /// Always [`SCHEMA`] (reading another version is an error: [`Plan::from_json`]).
+    #[serde(deserialize_with = "json::schema")]
     pub schema: &'static str,
     /// The device, when known (`sim:rtx4090 (...)`: its id and name).
     pub device: Option<String>,
@@ -193,17 +208,22 @@ pub struct Plan {
     pub suggestions: Suggestions,
     /// Bytes other processes took (+) or released (-) while profiling (measured start-ups).
     pub foreign_bytes: Option<i64>,
-    /// Set when several rank plans were combined.
+    /// Set when several rank plans were combined: the deployment, the blocks every rank maps,
+    /// the limiting rank (when the ranks differ) and each rank's own figures.
     pub ranks: Option<Ranks>,
     /// The engine release whose rules sized the plan (`vllm@0.34`), when a dry run chose one.
     pub engine: Option<String>,
     /// Ready-to-paste flags per engine, filled by a tool that knows the engines' flags (the
     /// command line); empty otherwise.
+    #[serde(deserialize_with = "json::engine_args")]
     pub engine_args: BTreeMap<String, String>,
     /// Notes for people: which rule read the model's config, which engine rules applied.
     pub notes: Vec<String>,
     /// Everything a person should know.
-    #[serde(serialize_with = "warning::serialize_all")]
+    #[serde(
+        serialize_with = "warning::serialize_all",
+        deserialize_with = "warning::deserialize_all"
+    )]
     pub warnings: Vec<Warning>,
 }
 
@@ -233,31 +253,6 @@ impl fmt::Display for Plan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&render::text(self, &render::concept_names))
     }
-}
-
-/// Several ranks (tensor parallelism): one plan per rank, and every rank's KV cache is sized
-/// like the smallest. Returns the limiting rank's plan, marked with [`Plan::ranks`] and, when
-/// there is more than one, a [`Warning::LimitingRank`].
-pub fn combine_ranks(plans: Vec<Plan>) -> Result<Plan> {
-    let n = plans.len();
-    let (i, mut p) = plans
-        .into_iter()
-        .enumerate()
-        .min_by_key(|(i, p)| (p.kv_cache_bytes, *i))
-        .ok_or_else(|| Error::param(Param::Ranks, "no rank plans to combine"))?;
-    p.ranks = Some(Ranks {
-        count: n,
-        limiting: i,
-    });
-    if n > 1 {
-        let device = p.device.clone().unwrap_or_else(|| format!("rank {i}"));
-        p.warnings.push(Warning::LimitingRank {
-            rank: i,
-            ranks: n,
-            device,
-        });
-    }
-    Ok(p)
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@
 
 use memplan_core::bytes::{fmt_bytes, MIB};
 use memplan_core::{MemoryInfo, Reading, Reliability};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fmt;
 
 use crate::session::Profile;
@@ -29,7 +29,7 @@ const PLAUSIBLE_SLACK: u64 = 64 * MIB;
 
 /// Which reading bounded the KV cache by physically available memory (`physical_check` in a
 /// plan's JSON).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum PhysicalCheck {

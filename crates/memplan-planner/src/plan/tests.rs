@@ -7,7 +7,7 @@ use memplan_core::kv::{AttentionKind, KvDtype, LayerGroup};
 use memplan_core::{
     AllocatorMemory, DriverMemory, MemoryInfo, ProfilingCapability, Reading, Reliability,
 };
-use memplan_core::{Error, Param, Refusal};
+use memplan_core::{Error, Param, Refusal, Result};
 use proptest::prelude::*;
 
 fn snap(total: u64, free: u64) -> MemoryInfo {
@@ -165,7 +165,10 @@ fn ranks_combine_to_the_smallest() {
     let plans = vec![mk(20 * GIB), mk(9 * GIB), mk(19 * GIB)];
     let blocks: Vec<u64> = plans.iter().map(|q| q.kv.num_blocks).collect();
     let p = combine_ranks(plans).unwrap();
-    assert_eq!(p.ranks.map(|r| (r.count, r.limiting)), Some((3, 1)));
+    assert_eq!(
+        p.ranks.as_ref().map(|r| (r.count, r.limiting)),
+        Some((3, Some(1)))
+    );
     assert!(blocks.iter().all(|b| *b >= p.kv.num_blocks));
     assert!(matches!(
         p.warnings.last(),
@@ -198,6 +201,9 @@ proptest! {
                 prop_assert!(plan.requested_bytes <= total);
                 prop_assert!(plan.kv.used_bytes <= plan.kv_cache_bytes);
                 prop_assert!(plan.bar(60).chars().count() == 62);
+                // The JSON reads back as the same plan.
+                let back = Plan::from_json(&plan.to_json()).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                prop_assert_eq!(back, plan);
             }
         }
     }

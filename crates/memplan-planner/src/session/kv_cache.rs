@@ -34,8 +34,44 @@ impl Planned {
     }
 
     /// The blocks `plan` gives this rank: its block count, checked against this rank's own.
+    /// A combined plan must hold this rank's own plan, with the figures this session planned;
+    /// a single plan must be of this rank.
     pub fn blocks_of(&self, plan: &Plan) -> Result<u64> {
-        let blocks = plan.kv.num_blocks;
+        let blocks = match &plan.ranks {
+            Some(ranks) => {
+                let mine = ranks.get(&self.rank).ok_or_else(|| {
+                    Error::invalid(
+                        "plan",
+                        format!(
+                            "the combined plan holds no plan of this rank ({}): combine every rank's own plan",
+                            self.rank
+                        ),
+                    )
+                })?;
+                if (mine.num_blocks, mine.block_bytes) != (self.num_blocks, self.block_bytes) {
+                    return Err(Error::invalid(
+                        "plan",
+                        format!(
+                            "the combined plan holds {} blocks of {} bytes for this rank ({}), but this session planned {} of {}: combine this session's last plan",
+                            mine.num_blocks, mine.block_bytes, self.rank, self.num_blocks, self.block_bytes
+                        ),
+                    ));
+                }
+                ranks.num_blocks
+            }
+            None => {
+                if let Some(r) = plan.rank.filter(|r| *r != self.rank) {
+                    return Err(Error::invalid(
+                        "plan",
+                        format!(
+                            "the plan is of {r}, this session is {}: pass this session's plan or the combined one",
+                            self.rank
+                        ),
+                    ));
+                }
+                plan.kv.num_blocks
+            }
+        };
         if blocks > self.num_blocks {
             return Err(Error::invalid(
                 "plan",

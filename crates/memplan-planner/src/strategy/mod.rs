@@ -111,7 +111,7 @@ impl FromStr for StrategyKind {
 }
 
 /// One graph-memory sample.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct GraphSample {
     /// Graph size (batch size).
@@ -123,7 +123,7 @@ pub struct GraphSample {
 }
 
 /// What a strategy found: the reserve the budget subtracts and how sure it is.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct GraphEstimate {
     /// The strategy that ran.

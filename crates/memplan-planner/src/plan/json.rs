@@ -1,0 +1,167 @@
+//! The plan's `memplan.plan/1` JSON, read back: [`Plan::from_json`] and [`combine_json`].
+//!
+//! Ranks in separate processes send each other their plans as this JSON (through whatever
+//! all-gather the engine has) and combine them. Reading one back checks, in order:
+//! 1. size: at most [`MAX_PLAN_JSON_BYTES`] of text (a plan is a few KiB; a combined plan of a
+//!    large deployment a few MiB);
+//! 2. the `schema` key: a plan of another version (`memplan.plan/2`) is refused naming both
+//!    versions, anything else is "not a memplan plan";
+//! 3. the shape: every key of the version with its type (serde, the same types that wrote it);
+//!    keys this version does not know are ignored (a newer memplan of the same version may add
+//!    keys), a warning code it does not know is kept as
+//!    [`Warning::Unrecognized`](crate::Warning::Unrecognized);
+//! 4. the figures agree with each other ([`Plan::validate`]): tokens, blocks and bytes, the
+//!    rank and the deployment, a combined plan's ranks.
+//!
+//! `docs/schemas/plan.schema.json` describes the same document for other languages; a test
+//! checks every plan this crate writes against it.
+
+use std::collections::BTreeMap;
+
+use memplan_core::bytes::{fmt_bytes, MIB};
+use memplan_core::{Error, Result};
+use serde::{Deserialize, Deserializer};
+
+use super::{combine_ranks, Plan, SCHEMA};
+
+/// The largest plan text [`Plan::from_json`] reads: 64 MiB (a combined plan carries a few
+/// hundred bytes per rank, so even a deployment of 100,000 ranks stays far below).
+pub const MAX_PLAN_JSON_BYTES: usize = 64 * MIB as usize;
+
+fn bad(message: impl Into<String>) -> Error {
+    Error::invalid("plan", message)
+}
+
+/// `#[serde(deserialize_with)]` of `schema`: this version only.
+pub(super) fn schema<'de, D: Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<&'static str, D::Error> {
+    let s = String::deserialize(d)?;
+    match version_problem(&s) {
+        None => Ok(SCHEMA),
+        Some(p) => Err(serde::de::Error::custom(p)),
+    }
+}
+
+/// Why a `schema` value is not this version, or `None`.
+fn version_problem(s: &str) -> Option<String> {
+    if s == SCHEMA {
+        return None;
+    }
+    let family = SCHEMA.split('/').next().unwrap_or(SCHEMA);
+    Some(match s.strip_prefix(family).and_then(|v| v.strip_prefix('/')) {
+        Some(v) => format!(
+            "the plan is version {v} ({s}); this memplan reads {SCHEMA}: plan and combine with one memplan release on every rank"
+        ),
+        None => format!("schema {s:?} is not a memplan plan ({SCHEMA})"),
+    })
+}
+
+/// `#[serde(deserialize_with)]` of `engine_args`: an engine that would refuse the plan is
+/// `null` (or absent) in the JSON, and absent here.
+pub(super) fn engine_args<'de, D: Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<BTreeMap<String, String>, D::Error> {
+    let m = BTreeMap::<String, Option<String>>::deserialize(d)?;
+    Ok(m.into_iter().filter_map(|(k, v)| Some((k, v?))).collect())
+}
+
+impl Plan {
+    /// The `memplan.plan/1` JSON (what `serde_json::to_string` gives).
+    pub fn to_json(&self) -> String {
+        // Every field serializes to JSON (no map with non-string keys, no float that is not
+        // finite reaches here: figures are integers, utilisations are checked in (0, 1]).
+        serde_json::to_string(self).unwrap_or_else(|e| {
+            tracing::error!(error = %e, "a plan did not serialize");
+            String::new()
+        })
+    }
+
+    /// Read a plan written by [`Plan::to_json`] (or `memplan plan --json`, or any rank's
+    /// session): see the module docs for what is checked. Errors are
+    /// [`Error::InvalidInput`] on `plan`, saying what is wrong.
+    pub fn from_json(text: &str) -> Result<Plan> {
+        if text.len() > MAX_PLAN_JSON_BYTES {
+            return Err(bad(format!(
+                "{} of text is beyond the {} a plan may take",
+                fmt_bytes(text.len() as u64),
+                fmt_bytes(MAX_PLAN_JSON_BYTES as u64)
+            )));
+        }
+        let v: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| bad(format!("not JSON: {e}")))?;
+        Self::from_value(v)
+    }
+
+    /// [`Plan::from_json`] of an already parsed document.
+    pub fn from_value(v: serde_json::Value) -> Result<Plan> {
+        match v.get("schema") {
+            Some(serde_json::Value::String(s)) => {
+                if let Some(p) = version_problem(s) {
+                    return Err(bad(p));
+                }
+            }
+            Some(_) => return Err(bad("`schema` is not a string")),
+            None => {
+                return Err(bad(format!(
+                    "no `schema` key: not a memplan plan ({SCHEMA})"
+                )))
+            }
+        }
+        let plan = Plan::deserialize(v).map_err(|e| bad(e.to_string()))?;
+        plan.validate()?;
+        Ok(plan)
+    }
+
+    /// Check that the plan's figures agree with each other (a plan read from elsewhere): the
+    /// token count is the sizing's, blocks times block bytes are the bytes used, which fit in
+    /// the KV cache granted, which fits in the budget; the rank belongs to the plan's
+    /// deployment; a combined plan's ranks (see [`super::Ranks`]).
+    pub fn validate(&self) -> Result<()> {
+        if self.kv_cache_tokens != self.kv.tokens {
+            return Err(bad(format!(
+                "kv_cache_tokens {} is not kv.tokens {}",
+                self.kv_cache_tokens, self.kv.tokens
+            )));
+        }
+        if self.kv.num_blocks.checked_mul(self.kv.block_bytes) != Some(self.kv.used_bytes) {
+            return Err(bad(format!(
+                "kv.num_blocks {} times kv.block_bytes {} is not kv.used_bytes {}",
+                self.kv.num_blocks, self.kv.block_bytes, self.kv.used_bytes
+            )));
+        }
+        if self.kv.used_bytes > self.kv_cache_bytes || self.kv_cache_bytes > self.kv_budget_bytes {
+            return Err(bad(format!(
+                "the KV cache's bytes do not nest: used {} <= granted {} <= budget {} does not hold",
+                self.kv.used_bytes, self.kv_cache_bytes, self.kv_budget_bytes
+            )));
+        }
+        let deployment = crate::Rank::new(0, self.tensor_parallel_size)
+            .and_then(|r| r.with_stage(0, self.pipeline_parallel_size))?;
+        if let Some(r) = &self.rank {
+            r.validate()?;
+            if !r.same_deployment(&deployment) {
+                return Err(bad(format!(
+                    "its rank ({r}) is not of its deployment (tensor_parallel_size {}, pipeline_parallel_size {})",
+                    self.tensor_parallel_size, self.pipeline_parallel_size
+                )));
+            }
+        }
+        if let Some(ranks) = &self.ranks {
+            ranks.validate(self)?;
+        }
+        Ok(())
+    }
+}
+
+/// Combine the plans of every rank, each a `memplan.plan/1` JSON text (what an all-gather of
+/// [`Plan::to_json`] gives): each is read with [`Plan::from_json`] (errors name the position
+/// of the plan that is wrong), then [`combine_ranks`].
+pub fn combine_json<S: AsRef<str>>(plans: &[S]) -> Result<Plan> {
+    let plans = plans
+        .iter()
+        .enumerate()
+        .map(|(i, t)| Plan::from_json(t.as_ref()).map_err(|e| e.during(format!("plan {i}"))))
+        .collect::<Result<Vec<_>>>()?;
+    combine_ranks(plans)
+}

@@ -1,0 +1,292 @@
+//! Combining rank plans and reading plans back from JSON.
+
+use memplan_core::bytes::GIB;
+use memplan_core::kv::{AttentionKind, KvDtype, KvLimits, KvSpec, LayerGroup};
+use memplan_core::{Error, Param};
+
+use super::*;
+use crate::budget::Request;
+use crate::plan::{combine_json, Consumer, PlanBuilder, MAX_PLAN_JSON_BYTES};
+
+fn spec(layers: u32) -> KvSpec {
+    KvSpec::new(
+        vec![LayerGroup::new(AttentionKind::Full, layers, 8, 128)],
+        KvDtype::Bf16,
+        16,
+    )
+}
+
+/// One rank's plan: `weights` on a 24 GiB device, `layers` attention layers in its stage.
+fn rank_plan(rank: Rank, weights: u64, layers: u32) -> Plan {
+    PlanBuilder::new(
+        24 * GIB,
+        Request::Utilization(0.9),
+        spec(layers),
+        KvLimits::new(4096, 2048),
+    )
+    .consumer(Consumer::measured(
+        ConsumerKind::Weights,
+        weights,
+        "load_weights",
+        "test",
+    ))
+    .rank(rank)
+    .device(format!("sim:rtx4090 #{}", rank.global()))
+    .build()
+    .unwrap()
+}
+
+fn tp(r: u64, n: u64) -> Rank {
+    Rank::new(r, n).unwrap()
+}
+
+fn param(e: &Error) -> Option<Param> {
+    match e.root() {
+        Error::InvalidParam { param, .. } => Some(*param),
+        _ => None,
+    }
+}
+
+#[test]
+fn equal_ranks_name_no_limiting_rank() {
+    let p = combine_ranks(vec![
+        rank_plan(tp(1, 2), 4 * GIB, 32),
+        rank_plan(tp(0, 2), 4 * GIB, 32),
+    ])
+    .unwrap();
+    let r = p.ranks.as_ref().unwrap();
+    assert_eq!((r.count, r.limiting, r.tensor_parallel_size), (2, None, 2));
+    assert_eq!(p.tensor_parallel_size, 2);
+    assert_eq!(r.num_blocks, p.kv.num_blocks);
+    // By global rank, whatever order they came in.
+    assert_eq!(r.per_rank[0].rank, tp(0, 2));
+    assert!(!p
+        .warnings
+        .iter()
+        .any(|w| matches!(w, Warning::LimitingRank { .. })));
+    assert!(
+        p.notes.last().unwrap().contains("the same"),
+        "{:?}",
+        p.notes
+    );
+}
+
+#[test]
+fn the_fewest_blocks_win_and_the_limiting_rank_is_named() {
+    let plans = vec![
+        rank_plan(tp(0, 4), 4 * GIB, 32),
+        rank_plan(tp(1, 4), 4 * GIB, 32),
+        rank_plan(tp(2, 4), 9 * GIB, 32), // another process holds memory on this GPU
+        rank_plan(tp(3, 4), 4 * GIB, 32),
+    ];
+    let fewest = plans[2].kv.num_blocks;
+    let p = combine_ranks(plans).unwrap();
+    let r = p.ranks.as_ref().unwrap();
+    assert_eq!((r.num_blocks, r.limiting), (fewest, Some(2)));
+    assert_eq!(p.rank, Some(tp(2, 4)));
+    assert!(r
+        .per_rank
+        .iter()
+        .all(|x| x.mapped_bytes == fewest * x.block_bytes));
+    assert!(matches!(
+        p.warnings.last(),
+        Some(Warning::LimitingRank { rank: 2, ranks: 4, device }) if device.ends_with("#2")
+    ));
+}
+
+#[test]
+fn pipeline_stages_map_the_fewest_blocks_in_their_own_layout() {
+    let s = |stage, layers, weights| {
+        rank_plan(
+            Rank::new(0, 1).unwrap().with_stage(stage, 2).unwrap(),
+            weights,
+            layers,
+        )
+    };
+    // Stage 0 holds more layers (larger blocks) and the embeddings.
+    let plans = vec![s(0, 17, 6 * GIB), s(1, 15, 5 * GIB)];
+    let (b0, b1) = (plans[0].kv.block_bytes, plans[1].kv.block_bytes);
+    assert_ne!(b0, b1);
+    let fewest = plans.iter().map(|p| p.kv.num_blocks).min().unwrap();
+    let p = combine_ranks(plans).unwrap();
+    let r = p.ranks.as_ref().unwrap();
+    assert_eq!((p.pipeline_parallel_size, r.num_blocks), (2, fewest));
+    assert_eq!(r.per_rank[0].mapped_bytes, fewest * b0);
+    assert_eq!(r.per_rank[1].mapped_bytes, fewest * b1);
+}
+
+#[test]
+fn plans_that_are_not_one_deployment_are_refused() {
+    let a = || rank_plan(tp(0, 2), 4 * GIB, 32);
+    // The same rank twice.
+    let e = combine_ranks(vec![a(), a()]).unwrap_err();
+    assert_eq!(param(&e), Some(Param::Ranks), "{e}");
+    assert!(e.to_string().contains("both"), "{e}");
+    // Different deployments.
+    let e = combine_ranks(vec![a(), rank_plan(tp(1, 4), 4 * GIB, 32)]).unwrap_err();
+    assert!(e.to_string().contains("different deployments"), "{e}");
+    // A stage without a plan.
+    let stage = |s| Rank::new(0, 1).unwrap().with_stage(s, 3).unwrap();
+    let e = combine_ranks(vec![
+        rank_plan(stage(0), GIB, 10),
+        rank_plan(stage(2), GIB, 10),
+    ])
+    .unwrap_err();
+    assert!(e.to_string().contains("stage 1"), "{e}");
+    // Another KV layout within one stage.
+    let e = combine_ranks(vec![a(), rank_plan(tp(1, 2), 4 * GIB, 31)]).unwrap_err();
+    assert!(e.to_string().contains("layout"), "{e}");
+    // Another block size.
+    let mut other = rank_plan(tp(1, 2), 4 * GIB, 32);
+    other.kv_spec.block_size = 32;
+    let e = combine_ranks(vec![a(), other]).unwrap_err();
+    assert_eq!(param(&e), Some(Param::BlockSize), "{e}");
+    // Mixed: with and without ranks.
+    let mut anon = rank_plan(tp(1, 2), 4 * GIB, 32);
+    anon.rank = None;
+    assert!(combine_ranks(vec![a(), anon]).is_err());
+    // Already combined.
+    let c = combine_ranks(vec![a(), rank_plan(tp(1, 2), 4 * GIB, 32)]).unwrap();
+    let e = combine_ranks(vec![c]).unwrap_err();
+    assert!(e.to_string().contains("already combined"), "{e}");
+    assert!(combine_ranks(Vec::new()).is_err());
+}
+
+#[test]
+fn plans_without_ranks_combine_as_tensor_parallel_ranks() {
+    let anon = |w| {
+        let mut p = rank_plan(tp(0, 1), w, 32);
+        p.rank = None;
+        p
+    };
+    let p = combine_ranks(vec![anon(4 * GIB), anon(6 * GIB)]).unwrap();
+    let r = p.ranks.unwrap();
+    assert_eq!((r.tensor_parallel_size, r.limiting), (2, Some(1)));
+    // One dry run standing for every rank of a deployment of 4 keeps its size.
+    let mut four = anon(4 * GIB);
+    four.tensor_parallel_size = 4;
+    let p = combine_ranks(vec![four]).unwrap();
+    assert_eq!(p.tensor_parallel_size, 4);
+    assert_eq!(p.ranks.unwrap().count, 1);
+}
+
+#[test]
+fn plans_round_trip_through_their_json() {
+    let one = rank_plan(tp(1, 2), 4 * GIB, 32);
+    assert_eq!(Plan::from_json(&one.to_json()).unwrap(), one);
+    let texts = [rank_plan(tp(0, 2), 5 * GIB, 32).to_json(), one.to_json()];
+    let c = combine_json(&texts).unwrap();
+    assert_eq!(c.ranks.as_ref().unwrap().limiting, Some(0));
+    let back = Plan::from_json(&c.to_json()).unwrap();
+    assert_eq!(back, c);
+}
+
+#[test]
+fn another_version_or_a_tampered_plan_is_refused() {
+    let p = rank_plan(tp(0, 1), 4 * GIB, 32);
+    let mut v: serde_json::Value = serde_json::from_str(&p.to_json()).unwrap();
+    let read = |v: &serde_json::Value| Plan::from_json(&v.to_string());
+
+    v["schema"] = "memplan.plan/2".into();
+    let e = read(&v).unwrap_err().to_string();
+    assert!(
+        e.contains("version 2") && e.contains("memplan.plan/1"),
+        "{e}"
+    );
+    v["schema"] = "memplan.probe/1".into();
+    assert!(read(&v)
+        .unwrap_err()
+        .to_string()
+        .contains("not a memplan plan"));
+    v["schema"] = "memplan.plan/1".into();
+    assert!(read(&v).is_ok());
+
+    let mut t = v.clone();
+    t["kv_cache_tokens"] = (p.kv_cache_tokens + 1).into();
+    assert!(read(&t)
+        .unwrap_err()
+        .to_string()
+        .contains("kv_cache_tokens"));
+    let mut t = v.clone();
+    t["kv"]["num_blocks"] = (p.kv.num_blocks * 2).into();
+    assert!(read(&t).unwrap_err().to_string().contains("num_blocks"));
+    let mut t = v.clone();
+    t["rank"]["tensor_parallel_rank"] = 3.into();
+    assert!(read(&t).is_err());
+    let mut t = v.clone();
+    t["total_bytes"] = "24 GiB".into();
+    assert!(read(&t).is_err());
+    // A key a newer memplan of the same version added is ignored.
+    let mut t = v.clone();
+    t["from_the_future"] = 1.into();
+    assert!(read(&t).is_ok());
+
+    assert!(Plan::from_json("{")
+        .unwrap_err()
+        .to_string()
+        .contains("not JSON"));
+    assert!(Plan::from_json("{}")
+        .unwrap_err()
+        .to_string()
+        .contains("schema"));
+    let huge = " ".repeat(MAX_PLAN_JSON_BYTES + 1);
+    assert!(Plan::from_json(&huge)
+        .unwrap_err()
+        .to_string()
+        .contains("beyond"));
+    for e in [read(&t).map(drop), Plan::from_json("[]").map(drop)] {
+        if let Err(e) = e {
+            assert!(
+                matches!(e, Error::InvalidInput { ref field, .. } if field == "plan"),
+                "{e}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_tampered_combination_is_refused() {
+    let c = combine_ranks(vec![
+        rank_plan(tp(0, 2), 4 * GIB, 32),
+        rank_plan(tp(1, 2), 6 * GIB, 32),
+    ])
+    .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&c.to_json()).unwrap();
+    let read = |v: &serde_json::Value| Plan::from_json(&v.to_string());
+    let mut t = v.clone();
+    t["ranks"]["limiting"] = serde_json::Value::Null;
+    assert!(read(&t).unwrap_err().to_string().contains("limiting"));
+    let mut t = v.clone();
+    t["ranks"]["per_rank"][0]["mapped_bytes"] = 1.into();
+    assert!(read(&t).is_err());
+    let mut t = v.clone();
+    t["ranks"]["per_rank"][1]["rank"]["tensor_parallel_rank"] = 0.into();
+    assert!(read(&t).unwrap_err().to_string().contains("twice"));
+    let mut t = v;
+    t["ranks"]["count"] = 3.into();
+    assert!(read(&t).is_err());
+}
+
+/// Every plan this crate writes is valid under `docs/schemas/plan.schema.json`, the schema
+/// other languages read it with.
+#[test]
+fn plans_match_the_published_schema() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/schemas/plan.schema.json"
+    );
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let v = jsonschema::validator_for(&schema).unwrap();
+    let single = rank_plan(tp(0, 1), 4 * GIB, 32);
+    let combined = combine_ranks(vec![
+        rank_plan(tp(0, 2), 4 * GIB, 32),
+        rank_plan(tp(1, 2), 6 * GIB, 32),
+    ])
+    .unwrap();
+    for p in [single, combined] {
+        let j: serde_json::Value = serde_json::from_str(&p.to_json()).unwrap();
+        let errors: Vec<String> = v.iter_errors(&j).map(|e| e.to_string()).collect();
+        assert!(errors.is_empty(), "{errors:#?}");
+    }
+}

@@ -1,0 +1,76 @@
+"""Plans of several ranks combined (the native combine_plans under memplan.distributed): every
+rank gets the fewest blocks,
+the combined plan names the deployment, each rank's figures and the limiting rank; plans of
+another version or of another deployment are refused."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, List, Union
+
+import pytest
+
+import memplan
+from memplan import _native
+from memplan._errors import from_envelope
+from memplan.engine import SimDevice, start_up
+from sim_engine import GIB, PyEngine
+
+MODEL = "qwen2.5-1.5b-instruct"
+
+
+def combine(plans: List[Union[str, Dict[str, Any]]]) -> Dict[str, Any]:
+    code, text = _native.combine_plans([p if isinstance(p, str) else json.dumps(p) for p in plans])
+    data: Dict[str, Any] = json.loads(text)
+    if code != 0:
+        raise from_envelope(code, data)
+    return data
+
+
+def _rank_plan(device: str, rank: int) -> Dict[str, Any]:
+    dev = SimDevice(device, private=True)
+    s = start_up(
+        dev,
+        PyEngine(dev, weights=3 * GIB),
+        model=MODEL,
+        tensor_parallel_size=2,
+        tensor_parallel_rank=rank,
+    )
+    return s.plan
+
+
+def test_two_ranks_combine_to_the_fewest_blocks() -> None:
+    p0 = _rank_plan("sim:rtx4090", 0)
+    p1 = _rank_plan("sim:l4", 1)  # another GPU: the two fit different numbers of blocks
+    assert p0["tensor_parallel_size"] == 2 and p0["rank"]["tensor_parallel_rank"] == 0
+    c = combine([json.dumps(p1), p0])  # text or dict, any order
+    r = c["ranks"]
+    assert c["tensor_parallel_size"] == 2 and r["count"] == 2
+    blocks = [p0["kv"]["num_blocks"], p1["kv"]["num_blocks"]]
+    assert blocks[0] != blocks[1]
+    assert r["num_blocks"] == min(blocks) == c["kv"]["num_blocks"]
+    assert r["limiting"] == blocks.index(min(blocks))  # per_rank is in rank order
+    assert [x["rank"]["tensor_parallel_rank"] for x in r["per_rank"]] == [0, 1]
+    assert any(w["code"] == "limiting_rank" for w in c["warnings"])
+    assert all(x["mapped_bytes"] == r["num_blocks"] * x["block_bytes"] for x in r["per_rank"])
+
+
+def test_equal_ranks_name_no_limiting_rank() -> None:
+    p0 = _rank_plan("sim:l4", 0)
+    p1 = _rank_plan("sim:l4", 1)
+    c = combine([p0, p1])
+    assert c["ranks"]["limiting"] is None
+    assert not any(w["code"] == "limiting_rank" for w in c["warnings"])
+
+
+def test_bad_plans_are_usage_errors() -> None:
+    p0 = _rank_plan("sim:l4", 0)
+    newer = dict(p0, schema="memplan.plan/2")
+    with pytest.raises(memplan.UsageError, match="version 2"):
+        combine([newer])
+    with pytest.raises(memplan.UsageError, match="both"):
+        combine([p0, p0])
+    with pytest.raises(memplan.UsageError, match="not JSON"):
+        combine(["{"])
+    with pytest.raises(memplan.UsageError):
+        combine([])
