@@ -156,6 +156,8 @@ pub fn plan_stage(d: &DryRun, pp: u64, i: u64) -> Result<Plan> {
         w += emb;
     }
     stage.given.retain(|(k, _)| *k != ConsumerKind::Weights);
+    // The stage's own activation peak: only the last stage samples.
+    stage.extras.pipeline_stage = Some(i);
     let mut b = stage.resolve()?.builder;
     let basis = format!(
         "pipeline stage {i} of {pp}: layers {start}..{end} of the model's weights{}{}",

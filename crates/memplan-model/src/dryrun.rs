@@ -378,6 +378,11 @@ impl DryRun {
             max_num_seqs,
             max_num_batched_tokens,
             tensor_parallel: tp,
+            pipeline_parallel: self.extras.pipeline_parallel.max(1),
+            samples: self
+                .extras
+                .pipeline_stage
+                .is_none_or(|i| i + 1 >= self.extras.pipeline_parallel.max(1)),
             capture_sizes,
             dtype_bytes: db,
         };

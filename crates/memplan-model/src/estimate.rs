@@ -10,7 +10,8 @@
 //!   profile runs on H100 (six logs in `docs/model-validation.md`).
 //! - **Non-allocator growth**: 0.25 GiB of library workspaces (cuBLAS/cuBLASLt), plus 1.82 GiB
 //!   of communication buffers (NCCL, custom all-reduce) when tensor parallelism is on; both
-//!   observed in the same logs.
+//!   observed in the same logs. With pipeline parallelism alone, 0.07 GiB per stage (the
+//!   PP 2 and PP 4 runs of llm-d-planner's vLLM 0.19 H100 accuracy report).
 //! - **Graph memory**: per captured size, one piecewise graph per layer plus one, each costing
 //!   five kernel nodes of ~64 KiB (the public figure for a graph exec's kernel node); plus the
 //!   graph pool of the largest capture size's activations, plus a fixed 0.35 GiB observed as
@@ -40,6 +41,12 @@ pub struct EngineShape {
     pub max_num_batched_tokens: u64,
     /// Tensor-parallel ranks.
     pub tensor_parallel: u64,
+    /// Pipeline-parallel stages (1 = off).
+    pub pipeline_parallel: u64,
+    /// Whether this rank runs the sampler: only the last pipeline stage does
+    /// (`v1/worker/gpu/model_runner.py` `profile_run`: "Only run sampler/pooler on last PP
+    /// rank"), so the other stages' activation peak is the forward pass alone.
+    pub samples: bool,
     /// Batch sizes captured as graphs (empty when eager).
     pub capture_sizes: Vec<u64>,
     /// Activation dtype size in bytes.
@@ -54,6 +61,8 @@ impl EngineShape {
             max_num_seqs,
             max_num_batched_tokens,
             tensor_parallel: 1,
+            pipeline_parallel: 1,
+            samples: true,
             capture_sizes: default_capture_sizes(max_num_seqs),
             dtype_bytes: 2,
         }
@@ -62,6 +71,12 @@ impl EngineShape {
     /// The same shape over `ranks` tensor-parallel ranks.
     pub fn with_tensor_parallel(mut self, ranks: u64) -> Self {
         self.tensor_parallel = ranks;
+        self
+    }
+
+    /// The same shape over `stages` pipeline-parallel stages.
+    pub fn with_pipeline_parallel(mut self, stages: u64) -> Self {
+        self.pipeline_parallel = stages;
         self
     }
 
@@ -126,7 +141,8 @@ pub fn activation(c: &ModelConfig, s: &EngineShape) -> Estimate {
     let sampler = (logits / 2)
         .saturating_mul(7)
         .saturating_add((hidden / 2).saturating_mul(5));
-    let (bytes, which) = if forward > sampler {
+    let sampler = if s.samples { sampler } else { 0 };
+    let (bytes, which) = if forward > sampler || !s.samples {
         (forward, "forward pass")
     } else {
         (sampler, "sampler")
@@ -145,6 +161,17 @@ pub fn activation(c: &ModelConfig, s: &EngineShape) -> Estimate {
 /// Memory taken outside the allocator during start-up.
 pub fn non_torch(s: &EngineShape) -> Estimate {
     let base = GIB / 4;
+    if s.tensor_parallel <= 1 && s.pipeline_parallel > 1 {
+        // llm-d-planner's vLLM 0.19.0 H100 report (accuracy/results/v0.19.0, "Sensitivity:
+        // Pipeline Parallelism"): 0.07 GiB per rank at PP 2 and PP 4 (TP 1), against 0.25
+        // GiB without pipeline parallelism.
+        return Estimate {
+            bytes: (0.07 * GIB as f64) as u64,
+            basis:
+                "estimate: 0.07 GiB per pipeline stage (observed, vLLM 0.19, PP 2 and 4 on H100)"
+                    .into(),
+        };
+    }
     if s.tensor_parallel > 1 {
         let comm = (1.82 * GIB as f64) as u64;
         Estimate { bytes: base + comm, basis: "estimate: 0.25 GiB library workspaces + 1.82 GiB communication buffers (observed, vLLM 0.19, TP 2 on H100)".into() }
@@ -195,6 +222,8 @@ mod tests {
             max_num_seqs: 1024,
             max_num_batched_tokens: 8192,
             tensor_parallel: tp,
+            pipeline_parallel: 1,
+            samples: true,
             capture_sizes: default_capture_sizes(1024),
             dtype_bytes: 2,
         }

@@ -277,7 +277,12 @@ fn llmd_rows() -> (Vec<String>, f64, f64) {
             .max_model_len(Some(8192))
             .block_size(Some(16))
             .tensor_parallel(*tp)
-            .extras(Extras::default().with_pipeline_parallel(*pp))
+            // The report's figures are rank 0's: with pipeline parallelism, stage 0's plan.
+            .extras(
+                Extras::default()
+                    .with_pipeline_parallel(*pp)
+                    .with_pipeline_stage((*pp > 1).then_some(0)),
+            )
             .plan()
             .unwrap();
         let planned = p.kv_budget_bytes as f64 / GIB as f64;
@@ -336,7 +341,7 @@ fn generate() -> String {
     }
     let (lines, ours, theirs) = llmd_rows();
     s.push_str("### Beside llm-d-planner (vLLM 0.19.0, H100 80GB)\n\n");
-    s.push_str("llm-d-planner's accuracy report (llm-d-incubation/llm-d-planner, `accuracy/results/v0.19.0/accuracy_report.md`) gives a mean absolute KV error of 6.70 % over its 50 runs. The runs below are those whose actual figures the report states (its TP and PP sensitivity tables); the actual KV memory is `ceil(79.19 GiB x 0.95)` minus the stated weights, activation and non-torch memory (vLLM 0.19 does not subtract graph memory). memplan's column is its pure dry run of the same run (`--engine vllm@0.19`, utilisation 0.95, `max_model_len` 8192). Caveat: memplan's activation and TP non-torch coefficients were fitted on vLLM 0.19 H100 logs that include some of these runs, so this comparison is not independent for memplan.\n\n");
+    s.push_str("llm-d-planner's accuracy report (llm-d-incubation/llm-d-planner, `accuracy/results/v0.19.0/accuracy_report.md`) gives a mean absolute KV error of 6.70 % over its 50 runs. The runs below are those whose actual figures the report states (its TP and PP sensitivity tables); the actual KV memory is `ceil(79.19 GiB x 0.95)` minus the stated weights, activation and non-torch memory (vLLM 0.19 does not subtract graph memory). memplan's column is its pure dry run of the same run (`--engine vllm@0.19`, utilisation 0.95, `max_model_len` 8192; with pipeline parallelism the plan of stage 0, the rank whose figures the report gives). Caveat: memplan's activation and TP non-torch coefficients were fitted on vLLM 0.19 H100 logs that include some of these runs, so this comparison is not independent for memplan.\n\n");
     s.push_str("| model | parallelism | actual KV GiB | memplan dry run GiB | memplan KV error | llm-d-planner KV error |\n|---|---|---|---|---|---|\n");
     for l in lines {
         s.push_str(&l);
