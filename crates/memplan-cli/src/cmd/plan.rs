@@ -335,14 +335,19 @@ fn targets(a: &Flags) -> Result<Vec<Target>, Error> {
     Ok(all)
 }
 
-/// One dry run per rank; the engine sizes every rank like the one with the smallest KV cache.
+/// One dry run per rank's device; several combine to the fewest blocks of any (one device
+/// standing for every rank is its own plan).
 fn plan_ranks(a: &Flags) -> Result<(Model, Plan), Failure> {
     let model = model(a)?;
-    let plans = targets(a)?
+    let mut plans = targets(a)?
         .iter()
         .map(|t| plan_one(a, &model, t))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok((model, combine_ranks(plans)?))
+    let plan = match plans.len() {
+        1 => plans.pop().expect("one plan"),
+        _ => combine_ranks(plans)?,
+    };
+    Ok((model, plan))
 }
 
 /// A `--device` whose total is not the log's: a usage error naming both (the log's figure is

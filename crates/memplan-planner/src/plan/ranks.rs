@@ -243,13 +243,18 @@ fn check_deployment(ranks: &[Rank]) -> Result<Rank> {
 }
 
 /// Combine the plans of a deployment's ranks (see the module docs): every rank gets the fewest
-/// blocks of any. Errors ([`Error::InvalidParam`] on [`Param::Ranks`] or
+/// blocks of any. One plan that names no rank (a dry run standing for every rank of its
+/// deployment) is returned as it is. Errors ([`Error::InvalidParam`] on [`Param::Ranks`] or
 /// [`Param::BlockSize`]): no plans, a plan that is itself combined, ranks of different
 /// deployments or listed twice, a pipeline stage without a plan, ranks with different block
 /// sizes, ranks of one stage with different KV layouts.
 pub fn combine_ranks(plans: Vec<Plan>) -> Result<Plan> {
     if plans.is_empty() {
         return Err(Error::param(Param::Ranks, "no rank plans to combine"));
+    }
+    if plans.len() == 1 && plans[0].rank.is_none() {
+        // A dry run that stands for every rank of its deployment: nothing to combine.
+        return Ok(plans.into_iter().next().expect("one plan"));
     }
     if let Some(i) = plans.iter().position(|p| p.ranks.is_some()) {
         return Err(Error::param(

@@ -162,12 +162,11 @@ fn plans_without_ranks_combine_as_tensor_parallel_ranks() {
     let p = combine_ranks(vec![anon(4 * GIB), anon(6 * GIB)]).unwrap();
     let r = p.ranks.unwrap();
     assert_eq!((r.tensor_parallel_size, r.limiting), (2, Some(1)));
-    // One dry run standing for every rank of a deployment of 4 keeps its size.
-    let mut four = anon(4 * GIB);
-    four.tensor_parallel_size = 4;
-    let p = combine_ranks(vec![four]).unwrap();
-    assert_eq!(p.tensor_parallel_size, 4);
-    assert_eq!(p.ranks.unwrap().count, 1);
+    // One dry run standing for every rank of its deployment is the deployment's plan.
+    let mut whole = anon(4 * GIB);
+    whole.tensor_parallel_size = 4;
+    whole.pipeline_parallel_size = 2;
+    assert_eq!(combine_ranks(vec![whole.clone()]).unwrap(), whole);
 }
 
 #[test]
