@@ -14,18 +14,24 @@ returns the same JSON it prints with ``--json``, as plain Python data (same keys
 
 Failures raise :class:`MemplanError` (subclasses :class:`UsageError`,
 :class:`MeasurementError`, :class:`DoesNotFitError`, :class:`InternalError`), never a bare
-``RuntimeError`` and never a Rust panic. The measured start-up from a Python engine lives in
+``RuntimeError`` and never a Rust panic. An argument of the wrong Python type raises
+:class:`ArgumentTypeError` (a ``UsageError`` and a ``TypeError``) before anything runs; a
+number out of range raises :class:`UsageError` (a ``ValueError``), never an
+``OverflowError``. The measured start-up from a Python engine lives in
 :mod:`memplan.engine`.
 """
 
 from __future__ import annotations
 
 import json
+import numbers
+import operator
 import os
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 from . import _native
 from ._errors import (
+    ArgumentTypeError,
     DoesNotFitError,
     InternalError,
     MeasurementError,
@@ -43,6 +49,7 @@ __all__ = [
     "main",
     "MemplanError",
     "UsageError",
+    "ArgumentTypeError",
     "MeasurementError",
     "DoesNotFitError",
     "InternalError",
@@ -83,6 +90,100 @@ def _run(argv: List[str], keywords: Optional[Dict[str, FlagValue]] = None) -> An
     raise error
 
 
+# The Python types each known flag takes (the value's range is the command line's to check).
+_INT = "an int"
+_NUMBER = "a number"
+_BYTES = "a byte count (an int, or a str with units such as '24GiB')"
+_STR = "a str"
+_BOOL = "a bool"
+_SIZES = "a list of ints"
+_TYPES: Dict[str, str] = {
+    **{
+        k: _INT
+        for k in (
+            "max_model_len",
+            "max_num_seqs",
+            "max_num_batched_tokens",
+            "block_size",
+            "tensor_parallel_size",
+            "pipeline_parallel_size",
+            "pipeline_stage",
+            "num_speculative_tokens",
+            "max_loras",
+            "max_lora_rank",
+            "seed",
+        )
+    },
+    **{k: _NUMBER for k in ("gpu_memory_utilization", "cpu_offload_gb")},
+    **{
+        k: _BYTES
+        for k in (
+            "total_memory",
+            "kv_cache_memory_bytes",
+            "weights_bytes",
+            "activation_bytes",
+            "non_torch_bytes",
+            "graph_bytes",
+        )
+    },
+    **{
+        k: _STR
+        for k in (
+            "device",
+            "dtype",
+            "kv_cache_dtype",
+            "quantization",
+            "graph_strategy",
+            "engine",
+            "speculative_model",
+            "strategy",
+        )
+    },
+    "enforce_eager": _BOOL,
+    "cudagraph_capture_sizes": _SIZES,
+}
+
+
+def _is_int(v: object) -> bool:
+    """An int (or anything with ``__index__``, such as a numpy integer), not a bool."""
+    if isinstance(v, bool):
+        return False
+    try:
+        operator.index(v)  # type: ignore[arg-type]
+    except TypeError:
+        return False
+    return True
+
+
+def _type_ok(kind: str, v: object) -> bool:
+    if kind == _INT:
+        return _is_int(v)
+    if kind == _NUMBER:
+        return not isinstance(v, bool) and (isinstance(v, numbers.Real) or _is_int(v))
+    if kind == _BYTES:
+        return isinstance(v, str) or _is_int(v)
+    if kind == _STR:
+        return isinstance(v, str)
+    if kind == _BOOL:
+        return isinstance(v, bool)
+    if kind == _SIZES:
+        return isinstance(v, (list, tuple)) and all(_is_int(x) for x in v)
+    return True
+
+
+def _check_types(values: Dict[str, object]) -> None:
+    """Refuse a known flag's value of the wrong Python type (``None`` leaves the default)."""
+    for key, value in values.items():
+        kind = _TYPES.get(key)
+        if value is None or kind is None or _type_ok(kind, value):
+            continue
+        raise ArgumentTypeError(
+            f"{key}={value!r} is a {type(value).__name__}; {key} takes {kind}",
+            kind="type",
+            exit_code=2,
+        )
+
+
 def _flag_args(flags: Dict[str, FlagValue]) -> List[str]:
     """Keyword arguments as CLI flags: ``max_model_len=4096`` -> ``--max-model-len=4096``."""
     out: List[str] = []
@@ -96,20 +197,25 @@ def _flag_args(flags: Dict[str, FlagValue]) -> List[str]:
         if not key.isidentifier() or key.startswith("_"):
             raise UsageError(f"{key!r} is not a flag name", kind="usage", exit_code=2)
         name = "--" + key.replace("_", "-")
+        _check_types({key: value})
         if value is None or value is False:
             continue
         if value is True:
             out.append(name)
-        elif isinstance(value, (list, tuple)):
-            out.append(f"{name}={','.join(str(v) for v in value)}")
+        elif isinstance(value, (list, tuple)) and all(
+            isinstance(v, str) or _is_int(v) for v in value
+        ):
+            out.append(f"{name}={','.join(str(operator.index(v)) if _is_int(v) else str(v) for v in value)}")
         elif isinstance(value, float):
             out.append(f"{name}={value!r}")
-        elif isinstance(value, (str, int, os.PathLike)):
-            out.append(f"{name}={os.fspath(value) if isinstance(value, os.PathLike) else value}")
+        elif isinstance(value, (str, os.PathLike)):
+            out.append(f"{name}={os.fspath(value)}")
+        elif _is_int(value):
+            out.append(f"{name}={operator.index(value)}")  # type: ignore[arg-type]
         else:
-            raise UsageError(
-                f"{key}={value!r}: expected a number, a string, a bool or a list",
-                kind="usage",
+            raise ArgumentTypeError(
+                f"{key}={value!r} is a {type(value).__name__}; expected a number, a str, a bool or a list",
+                kind="type",
                 exit_code=2,
             )
     return out
@@ -188,6 +294,13 @@ def plan(
         "graph_bytes": graph_bytes,
     }
     flags.update(engine_flags)
+    _check_types({"device": device})
+    if not isinstance(model, (str, os.PathLike)):
+        raise ArgumentTypeError(
+            f"model={model!r} is a {type(model).__name__}; model takes a str or a path",
+            kind="type",
+            exit_code=2,
+        )
     argv = ["plan", f"--model={os.fspath(model)}"]
     if device is not None:
         argv.append(f"--device={device}")
@@ -209,6 +322,18 @@ def probe(device: str, calibrate: bool = False) -> Dict[str, Any]:
         UsageError: an unknown device id.
         MeasurementError: the backend is unavailable here or a reading failed.
     """
+    if not isinstance(device, str):
+        raise ArgumentTypeError(
+            f"device={device!r} is a {type(device).__name__}; device takes a str",
+            kind="type",
+            exit_code=2,
+        )
+    if not isinstance(calibrate, bool):
+        raise ArgumentTypeError(
+            f"calibrate={calibrate!r} is a {type(calibrate).__name__}; calibrate takes a bool",
+            kind="type",
+            exit_code=2,
+        )
     argv = ["probe", "--json"]
     if calibrate:
         argv.append("--calibrate")
@@ -233,7 +358,7 @@ def devices() -> List[Dict[str, Any]]:
 
 def simulate(
     scenario: Union[str, "os.PathLike[str]"],
-    strategy: str = "auto",
+    strategy: Optional[str] = None,
     seed: Optional[int] = None,
 ) -> Dict[str, Any]:
     """Run a whole engine start-up on a simulated device and judge each graph strategy
@@ -241,17 +366,27 @@ def simulate(
 
     Args:
         scenario: a shipped scenario name (``"fp8-24g"``) or a scenario TOML file.
-        strategy: ``auto``, ``all``, ``post-capture``, ``full``, ``sampled``, ``conservative``,
-            ``none`` or ``vllm-legacy``.
+        strategy: ``auto`` (the default; also what ``None`` means), ``all``,
+            ``post-capture``, ``full``, ``sampled``, ``conservative``, ``none`` (the strategy
+            that reserves nothing, named as a string) or ``vllm-legacy``.
         seed: the simulator's seed (``--seed``), where the CLI offers one; else the
             scenario's own.
 
     Raises:
         UsageError: an unknown scenario or strategy, or a malformed scenario file.
     """
-    argv = ["simulate", f"--scenario={os.fspath(scenario)}", f"--strategy={strategy}"]
+    _check_types({"strategy": strategy, "seed": seed})
+    if not isinstance(scenario, (str, os.PathLike)):
+        raise ArgumentTypeError(
+            f"scenario={scenario!r} is a {type(scenario).__name__}; scenario takes a name or a path",
+            kind="type",
+            exit_code=2,
+        )
+    argv = ["simulate", f"--scenario={os.fspath(scenario)}"]
+    if strategy is not None:
+        argv.append(f"--strategy={strategy}")
     if seed is not None:
-        argv.append(f"--seed={int(seed)}")
+        argv.append(f"--seed={operator.index(seed)}")
     argv.append("--json")
     result: Dict[str, Any] = _run(argv)
     return result

@@ -13,6 +13,7 @@ from typing import Any, Dict, Mapping, Optional, Type
 __all__ = [
     "MemplanError",
     "UsageError",
+    "ArgumentTypeError",
     "MeasurementError",
     "DoesNotFitError",
     "InternalError",
@@ -68,6 +69,11 @@ class UsageError(MemplanError, ValueError):
     required argument, an unknown keyword (the CLI's exit code 2). Also a ``ValueError``."""
 
 
+class ArgumentTypeError(UsageError, TypeError):
+    """An argument of the wrong Python type: a dict where a number goes, a bool for a count,
+    an object that is no engine. A :class:`UsageError` (exit code 2) and a ``TypeError``."""
+
+
 class MeasurementError(MemplanError):
     """The device could not be read or driven: a backend that is unavailable here, a driver
     call that failed, a reading that could not be taken, out of device memory."""
@@ -98,6 +104,8 @@ def _class_for(kind: str, exit_code: int) -> Type[MemplanError]:
     k = kind.lower().replace("_", "-")
     if k in ("internal", "panic", "bug"):
         return InternalError
+    if k == "type":
+        return ArgumentTypeError
     if exit_code == 2 or k in ("usage", "unknown-device"):
         return UsageError
     if "fit" in k:

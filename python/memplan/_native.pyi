@@ -45,7 +45,7 @@ class SimAllocator:
     def gpu_id(self) -> str: ...
     def begin_graph_capture(self) -> None: ...
     def end_graph_capture(
-        self, kernel_nodes: int, intermediate_bytes: int, alloc_node_bytes: int = 0
+        self, kernel_nodes: int, intermediate_bytes: int, alloc_node_bytes: Optional[int] = None
     ) -> int: ...
     def abort_graph_capture(self) -> None: ...
     def destroy_graph(self, handle: int) -> None: ...
@@ -74,11 +74,11 @@ def start_up(
     gpu_memory_utilization: Optional[float] = ...,
     kv_cache_memory_bytes: Optional[int] = ...,
     kv_cache_dtype: Optional[str] = ...,
-    block_size: int = ...,
-    tensor_parallel_size: int = ...,
-    tensor_parallel_rank: int = ...,
+    block_size: Optional[int] = ...,
+    tensor_parallel_size: Optional[int] = ...,
+    tensor_parallel_rank: Optional[int] = ...,
     max_model_len: Optional[int] = ...,
-    max_num_batched_tokens: int = ...,
+    max_num_batched_tokens: Optional[int] = ...,
     graph_strategy: Optional[str] = ...,
 ) -> Tuple[str, str, Optional[KvRange]]: ...
 

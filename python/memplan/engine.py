@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Union
 
 from . import _native
+from ._errors import ArgumentTypeError
 
 __all__ = ["Engine", "start_up", "StartUp", "KvRange", "SimDevice", "SimAllocator", "AllocatorStats"]
 
@@ -144,6 +145,36 @@ class Engine:
         return f"<{type(self).__name__} engine>"
 
 
+#: Hooks :class:`Engine` leaves to each engine (its versions raise ``NotImplementedError``).
+_REQUIRED = ("memory_stats", "release_cached", "reset_peak", "load_weights", "profile_run")
+
+
+def _check_engine(engine: object) -> None:
+    """Refuse what cannot be an engine before anything runs: an object without the hooks, or
+    an :class:`Engine` subclass that left a required hook (or, with graphs, ``capture_graph``)
+    unimplemented. :class:`memplan.ArgumentTypeError` (a ``TypeError``) naming them."""
+    if isinstance(engine, type):
+        raise ArgumentTypeError(
+            f"engine={engine!r} is a class; pass an instance (engine=MyEngine(...))",
+            kind="type",
+            exit_code=2,
+        )
+    if not isinstance(engine, Engine):
+        # Duck-typed engines: the native side names every hook the object lacks.
+        return
+    cls = type(engine)
+    missing = [h for h in _REQUIRED if getattr(cls, h, None) is getattr(Engine, h)]
+    if cls.graph_sizes is not Engine.graph_sizes and cls.capture_graph is Engine.capture_graph:
+        missing.append("capture_graph")
+    if missing:
+        raise ArgumentTypeError(
+            f"{cls.__name__} does not implement {', '.join(m + '()' for m in missing)}: "
+            "memplan.engine.Engine leaves these hooks to each engine",
+            kind="type",
+            exit_code=2,
+        )
+
+
 @dataclass
 class StartUp:
     """What a measured start-up produced."""
@@ -196,9 +227,21 @@ def start_up(
             default: chosen from the device's capabilities.
 
     Raises:
-        UsageError, DoesNotFitError, MeasurementError: as :func:`memplan.plan`; an exception
-        raised by one of the engine's hooks is re-raised as it was, after memplan's teardown.
+        ArgumentTypeError: an argument of the wrong type (``engine`` without the hooks, a
+            ``float`` block size), before anything runs.
+        UsageError, DoesNotFitError, MeasurementError: as :func:`memplan.plan`; a value out of
+            range is a ``UsageError`` naming the argument; a hook whose answer cannot be right
+            (``memory_stats()`` saying ``allocated`` > ``reserved``, a size that is no int) a
+            ``MeasurementError`` naming the hook; an exception raised by one of the engine's
+            hooks is re-raised as it was, after memplan's teardown.
     """
+    _check_engine(engine)
+    if not isinstance(model, (str, os.PathLike)):
+        raise ArgumentTypeError(
+            f"model={model!r} is a {type(model).__name__}; model takes a str or a path",
+            kind="type",
+            exit_code=2,
+        )
     plan, profile, kv = _native.start_up(
         device,
         engine,

@@ -44,31 +44,97 @@ pub struct PyAllocator {
     failed: Failed,
 }
 
-fn stats_from(d: &Bound<'_, PyAny>) -> PyResult<AllocatorStats> {
+/// A hook's answer converted to `T`; an answer of the wrong type or out of range is a
+/// `memplan.MeasurementError` naming the hook, the answer and what was expected (never a bare
+/// `OverflowError` or `TypeError` from the conversion).
+fn returned<'py, T>(
+    py: Python<'py>,
+    hook: &str,
+    v: &Bound<'py, PyAny>,
+    expected: &str,
+) -> PyResult<T>
+where
+    T: for<'a> FromPyObject<'a, 'py>,
+{
+    v.extract::<T>().map_err(|_| {
+        crate::errors::measurement(
+            py,
+            format!(
+                "the engine's {hook} returned {}: expected {expected}",
+                crate::errors::repr(v)
+            ),
+        )
+    })
+}
+
+const BYTES: &str = "a byte count, an int from 0 to 2^64 - 1";
+
+fn stats_from(py: Python<'_>, d: &Bound<'_, PyAny>) -> PyResult<AllocatorStats> {
+    let hook = "memory_stats()";
     let item = |k: &str| -> PyResult<Option<Bound<'_, PyAny>>> {
         if let Ok(dict) = d.cast::<PyDict>() {
             dict.get_item(k)
-        } else {
+        } else if d.hasattr("__getitem__")? {
             Ok(d.get_item(k).ok())
+        } else {
+            Err(crate::errors::measurement(
+                py,
+                format!(
+                    "the engine's {hook} returned {}: expected a dict of byte counts",
+                    crate::errors::repr(d)
+                ),
+            ))
         }
     };
     let get = |k: &str| -> PyResult<u64> {
         match item(k)? {
-            Some(v) => v.extract::<u64>(),
-            None => Err(pyo3::exceptions::PyKeyError::new_err(format!(
-                "memory_stats() has no {k:?} (needs reserved, allocated, peak_allocated, in bytes; peak_reserved optional)"
-            ))),
+            Some(v) => returned(py, &format!("{hook}[{k:?}]"), &v, BYTES),
+            None => Err(crate::errors::measurement(
+                py,
+                format!(
+                    "the engine's {hook} has no {k:?} (needs reserved, allocated, peak_allocated, in bytes; peak_reserved optional)"
+                ),
+            )),
         }
     };
     // Optional: an allocator that cannot tell its reserved peak leaves it out (or None).
     let peak_reserved = match item("peak_reserved")? {
-        Some(v) if !v.is_none() => Some(v.extract::<u64>()?),
+        Some(v) if !v.is_none() => Some(returned(
+            py,
+            "memory_stats()[\"peak_reserved\"]",
+            &v,
+            BYTES,
+        )?),
         _ => None,
     };
-    Ok(
-        AllocatorStats::new(get("reserved")?, get("allocated")?, get("peak_allocated")?)
-            .with_peak_reserved(peak_reserved),
-    )
+    let (reserved, allocated, peak) = (get("reserved")?, get("allocated")?, get("peak_allocated")?);
+    // What a caching allocator's own counters always satisfy: in use is part of what is held,
+    // a peak is at least the current value. An answer that breaks one is not a reading.
+    let mut broken = Vec::new();
+    if allocated > reserved {
+        broken.push(format!("allocated {allocated} > reserved {reserved}"));
+    }
+    if peak < allocated {
+        broken.push(format!("peak_allocated {peak} < allocated {allocated}"));
+    }
+    if let Some(pr) = peak_reserved {
+        if pr < reserved {
+            broken.push(format!("peak_reserved {pr} < reserved {reserved}"));
+        }
+        if pr < peak {
+            broken.push(format!("peak_reserved {pr} < peak_allocated {peak}"));
+        }
+    }
+    if !broken.is_empty() {
+        return Err(crate::errors::measurement(
+            py,
+            format!(
+                "the engine's {hook} contradicts itself: {} (an allocator never holds less than it has in use, and a peak is never below the current value)",
+                broken.join(", ")
+            ),
+        ));
+    }
+    Ok(AllocatorStats::new(reserved, allocated, peak).with_peak_reserved(peak_reserved))
 }
 
 impl AllocatorView for PyAllocator {
@@ -77,7 +143,7 @@ impl AllocatorView for PyAllocator {
             let obj = self.obj.bind(py);
             match obj
                 .call_method0("memory_stats")
-                .and_then(|d| stats_from(&d))
+                .and_then(|d| stats_from(py, &d))
             {
                 Ok(s) => s,
                 Err(e) => {
@@ -114,7 +180,7 @@ impl AllocatorView for PyAllocator {
             }
             match obj
                 .call_method0("gpu_id")
-                .and_then(|v| v.extract::<Option<String>>())
+                .and_then(|v| returned(py, "gpu_id()", &v, "a GPU id (str) or None"))
             {
                 Ok(id) => id,
                 Err(e) => {
@@ -124,6 +190,51 @@ impl AllocatorView for PyAllocator {
             }
         })
     }
+}
+
+/// The hooks every engine object has (`memplan.engine.Engine` defines each; an object that is
+/// not a subclass must have them all). `synchronize()` and `gpu_id()` are optional.
+pub const HOOKS: &[&str] = &[
+    "memory_stats",
+    "release_cached",
+    "reset_peak",
+    "load_weights",
+    "profile_run",
+    "graph_sizes",
+    "warm_up",
+    "capture_graph",
+    "release_graphs",
+    "supports_post_capture",
+    "bind_kv_range",
+    "kernel_nodes_hint",
+    "alloc_node_bytes_hint",
+];
+
+/// Refuse an object that is no engine before anything runs: a `memplan.ArgumentTypeError`
+/// (a `TypeError`) naming the hooks it lacks, instead of an `AttributeError` from the middle
+/// of a start-up.
+pub fn check_engine(py: Python<'_>, engine: &Bound<'_, PyAny>) -> PyResult<()> {
+    let missing: Vec<String> = HOOKS
+        .iter()
+        .filter(|h| {
+            engine
+                .getattr(**h)
+                .map(|m| !m.is_callable())
+                .unwrap_or(true)
+        })
+        .map(|h| format!("{h}()"))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(crate::errors::type_error(
+        py,
+        format!(
+            "engine={} is not an engine: it has no {} (subclass memplan.engine.Engine and implement its hooks)",
+            crate::errors::repr(engine),
+            missing.join(", ")
+        ),
+    ))
 }
 
 /// A Python object implementing the engine hooks.
@@ -168,7 +279,12 @@ impl Engine for PyEngine {
     // safe default meanwhile: no graphs, no post-capture, no hint.
     fn graph_sizes(&self) -> Vec<u32> {
         self.hook("graph_sizes()", |o| {
-            o.call_method0("graph_sizes")?.extract()
+            returned(
+                o.py(),
+                "graph_sizes()",
+                &o.call_method0("graph_sizes")?,
+                "a list of batch sizes (ints from 0 to 2^32 - 1)",
+            )
         })
         .unwrap_or_default()
     }
@@ -193,7 +309,12 @@ impl Engine for PyEngine {
 
     fn supports_post_capture(&self) -> bool {
         self.hook("supports_post_capture()", |o| {
-            o.call_method0("supports_post_capture")?.extract()
+            returned(
+                o.py(),
+                "supports_post_capture()",
+                &o.call_method0("supports_post_capture")?,
+                "True or False",
+            )
         })
         .unwrap_or(false)
     }
@@ -220,7 +341,12 @@ impl Engine for PyEngine {
 
     fn kernel_nodes_hint(&self, size: u32) -> Option<u32> {
         self.hook("kernel_nodes_hint()", |o| {
-            o.call_method1("kernel_nodes_hint", (size,))?.extract()
+            returned(
+                o.py(),
+                "kernel_nodes_hint()",
+                &o.call_method1("kernel_nodes_hint", (size,))?,
+                "None or a kernel count (an int from 0 to 2^32 - 1)",
+            )
         })
         .ok()
         .flatten()
@@ -228,7 +354,12 @@ impl Engine for PyEngine {
 
     fn alloc_node_bytes_hint(&self, size: u32) -> Option<u64> {
         self.hook("alloc_node_bytes_hint()", |o| {
-            o.call_method1("alloc_node_bytes_hint", (size,))?.extract()
+            returned(
+                o.py(),
+                "alloc_node_bytes_hint()",
+                &o.call_method1("alloc_node_bytes_hint", (size,))?,
+                "None or a byte count (an int from 0 to 2^64 - 1)",
+            )
         })
         .ok()
         .flatten()

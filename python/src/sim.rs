@@ -15,7 +15,7 @@ use memplan_backend_sim::EngineGraph;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::errors::to_py;
+use crate::errors::{guard, int_arg, opt_int_arg, to_py, u32_arg};
 
 /// A table of handles handed to Python.
 struct Table<T> {
@@ -55,15 +55,8 @@ pub struct SimDevice {
     raw: Table<RawAllocation>,
 }
 
-#[pymethods]
 impl SimDevice {
-    /// Open a simulated GPU by id (``memplan.devices()`` lists them). By default the
-    /// process-wide GPU of that id, as opening ``cuda:0`` twice gives one device (what the
-    /// engine holds is what ``memplan.probe(id)`` and a start-up on ``id`` see);
-    /// ``private=True`` opens one nobody else can (tests).
-    #[new]
-    #[pyo3(signature = (id, private=false))]
-    fn new(py: Python<'_>, id: &str, private: bool) -> PyResult<Self> {
+    fn open(py: Python<'_>, id: &str, private: bool) -> PyResult<Self> {
         let selector = id.strip_prefix("sim:").ok_or_else(|| {
             to_py(
                 py,
@@ -85,6 +78,19 @@ impl SimDevice {
             id: id.to_string(),
             raw: Table::new(),
         })
+    }
+}
+
+#[pymethods]
+impl SimDevice {
+    /// Open a simulated GPU by id (``memplan.devices()`` lists them). By default the
+    /// process-wide GPU of that id, as opening ``cuda:0`` twice gives one device (what the
+    /// engine holds is what ``memplan.probe(id)`` and a start-up on ``id`` see);
+    /// ``private=True`` opens one nobody else can (tests).
+    #[new]
+    #[pyo3(signature = (id, private=false))]
+    fn new(py: Python<'_>, id: &str, private: bool) -> PyResult<Self> {
+        guard(py, || Self::open(py, id, private))
     }
 
     /// The device id.
@@ -111,25 +117,35 @@ impl SimDevice {
 
     /// Allocate outside the allocator (a library workspace, as cuBLAS or NCCL take):
     /// returns a handle for :meth:`free`.
-    fn allocate(&mut self, py: Python<'_>, bytes: u64) -> PyResult<u64> {
-        let a = self.shared.allocate(bytes).map_err(|e| to_py(py, &e))?;
-        Ok(self.raw.put(a))
+    fn allocate(&mut self, py: Python<'_>, bytes: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let bytes = int_arg(py, bytes, "bytes", u64::MAX)?;
+        guard(py, || {
+            let a = self.shared.allocate(bytes).map_err(|e| to_py(py, &e))?;
+            Ok(self.raw.put(a))
+        })
     }
 
     /// Free what :meth:`allocate` returned.
-    fn free(&mut self, py: Python<'_>, handle: u64) -> PyResult<()> {
-        let a = self.raw.take(py, "allocation", handle)?;
-        self.shared.free(a).map_err(|f| {
-            let e = to_py(py, &f.error);
-            // still valid: keep it, so a retry can free it
-            self.raw.live.insert(handle, f.handle);
-            e
+    fn free(&mut self, py: Python<'_>, handle: &Bound<'_, PyAny>) -> PyResult<()> {
+        let handle = int_arg(py, handle, "handle", u64::MAX)?;
+        guard(py, || {
+            let a = self.raw.take(py, "allocation", handle)?;
+            self.shared.free(a).map_err(|f| {
+                let e = to_py(py, &f.error);
+                // still valid: keep it, so a retry can free it
+                self.raw.live.insert(handle, f.handle);
+                e
+            })
         })
     }
 
     /// Set the memory other processes hold on this GPU (bytes).
-    fn set_other_processes(&self, bytes: u64) {
-        self.gpu.set_other_processes(bytes);
+    fn set_other_processes(&self, py: Python<'_>, bytes: &Bound<'_, PyAny>) -> PyResult<()> {
+        let bytes = int_arg(py, bytes, "bytes", u64::MAX)?;
+        guard(py, || {
+            self.gpu.set_other_processes(bytes);
+            Ok(())
+        })
     }
 
     fn __repr__(&self) -> String {
@@ -149,28 +165,37 @@ pub struct SimAllocator {
 #[pymethods]
 impl SimAllocator {
     /// Allocate `bytes`; returns a handle for :meth:`free`.
-    fn malloc(&mut self, py: Python<'_>, bytes: u64) -> PyResult<u64> {
-        let b = self.inner.malloc(bytes).map_err(|e| to_py(py, &e))?;
-        Ok(self.blocks.put(b))
+    fn malloc(&mut self, py: Python<'_>, bytes: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let bytes = int_arg(py, bytes, "bytes", u64::MAX)?;
+        guard(py, || {
+            let b = self.inner.malloc(bytes).map_err(|e| to_py(py, &e))?;
+            Ok(self.blocks.put(b))
+        })
     }
 
     /// Free a block (it stays cached in the allocator, as in PyTorch).
-    fn free(&mut self, py: Python<'_>, handle: u64) -> PyResult<()> {
-        let b = self.blocks.take(py, "block", handle)?;
-        self.inner.free(b).map_err(|e| to_py(py, &e))
+    fn free(&mut self, py: Python<'_>, handle: &Bound<'_, PyAny>) -> PyResult<()> {
+        let handle = int_arg(py, handle, "handle", u64::MAX)?;
+        guard(py, || {
+            let b = self.blocks.take(py, "block", handle)?;
+            self.inner.free(b).map_err(|e| to_py(py, &e))
+        })
     }
 
     /// Give every cached block back to the driver (`torch.cuda.empty_cache()`). On a simulated
     /// device without a device-wide synchronize (Intel), the driver lets go of them only at
     /// the engine's :meth:`synchronize`.
-    fn empty_cache(&self) {
-        self.inner.empty_cache();
+    fn empty_cache(&self, py: Python<'_>) -> PyResult<()> {
+        guard(py, || {
+            self.inner.empty_cache();
+            Ok(())
+        })
     }
 
     /// Wait for the engine's own queue (`torch.xpu.synchronize()`): what :meth:`empty_cache`
     /// gave back while work was in flight returns to the driver.
     fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
-        self.inner.synchronize().map_err(|e| to_py(py, &e))
+        guard(py, || self.inner.synchronize().map_err(|e| to_py(py, &e)))
     }
 
     /// `{"reserved", "allocated", "peak_allocated", "peak_reserved"}` in bytes
@@ -187,8 +212,11 @@ impl SimAllocator {
     }
 
     /// Reset the peak to the current allocation (`torch.cuda.reset_peak_memory_stats()`).
-    fn reset_peak(&mut self) {
-        self.inner.reset_peak();
+    fn reset_peak(&mut self, py: Python<'_>) -> PyResult<()> {
+        guard(py, || {
+            self.inner.reset_peak();
+            Ok(())
+        })
     }
 
     /// Which simulated GPU this allocator allocates on (``sim:rtx4090#1``): an engine that
@@ -199,45 +227,61 @@ impl SimAllocator {
 
     /// Begin a graph capture: allocations go to the graphs' private pool until it ends.
     fn begin_graph_capture(&self, py: Python<'_>) -> PyResult<()> {
-        self.inner.begin_graph_capture().map_err(|e| to_py(py, &e))
+        guard(py, || {
+            self.inner.begin_graph_capture().map_err(|e| to_py(py, &e))
+        })
     }
 
     /// End the capture of one graph and return its handle. What it costs: `kernel_nodes`
     /// executable kernel nodes, `intermediate_bytes` of activations in the private pool,
     /// `alloc_node_bytes` of graph memory-allocation nodes.
-    #[pyo3(signature = (kernel_nodes, intermediate_bytes, alloc_node_bytes=0))]
+    #[pyo3(signature = (kernel_nodes, intermediate_bytes, alloc_node_bytes=None))]
     fn end_graph_capture(
         &mut self,
         py: Python<'_>,
-        kernel_nodes: u32,
-        intermediate_bytes: u64,
-        alloc_node_bytes: u64,
+        kernel_nodes: &Bound<'_, PyAny>,
+        intermediate_bytes: &Bound<'_, PyAny>,
+        alloc_node_bytes: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<u64> {
-        let spec =
-            GraphSpec::new(kernel_nodes, intermediate_bytes).with_alloc_nodes(alloc_node_bytes);
-        let g = self
-            .inner
-            .end_graph_capture(&spec)
-            .map_err(|e| to_py(py, &e))?;
-        Ok(self.graphs.put(g))
+        let kernel_nodes = u32_arg(py, kernel_nodes, "kernel_nodes")?;
+        let intermediate_bytes = int_arg(py, intermediate_bytes, "intermediate_bytes", u64::MAX)?;
+        let alloc_node_bytes =
+            opt_int_arg(py, alloc_node_bytes, "alloc_node_bytes", u64::MAX)?.unwrap_or(0);
+        guard(py, || {
+            let spec =
+                GraphSpec::new(kernel_nodes, intermediate_bytes).with_alloc_nodes(alloc_node_bytes);
+            let g = self
+                .inner
+                .end_graph_capture(&spec)
+                .map_err(|e| to_py(py, &e))?;
+            Ok(self.graphs.put(g))
+        })
     }
 
     /// Abort a capture in progress (nothing when none is).
-    fn abort_graph_capture(&self) {
-        self.inner.abort_graph_capture();
+    fn abort_graph_capture(&self, py: Python<'_>) -> PyResult<()> {
+        guard(py, || {
+            self.inner.abort_graph_capture();
+            Ok(())
+        })
     }
 
     /// Destroy one captured graph.
-    fn destroy_graph(&mut self, py: Python<'_>, handle: u64) -> PyResult<()> {
-        let g = self.graphs.take(py, "graph", handle)?;
-        self.inner.destroy_graph(g).map_err(|e| to_py(py, &e))
+    fn destroy_graph(&mut self, py: Python<'_>, handle: &Bound<'_, PyAny>) -> PyResult<()> {
+        let handle = int_arg(py, handle, "handle", u64::MAX)?;
+        guard(py, || {
+            let g = self.graphs.take(py, "graph", handle)?;
+            self.inner.destroy_graph(g).map_err(|e| to_py(py, &e))
+        })
     }
 
     /// Release the graphs' private pool (after destroying them).
     fn release_private_pools(&self, py: Python<'_>) -> PyResult<()> {
-        self.inner
-            .release_private_pools()
-            .map_err(|e| to_py(py, &e))
+        guard(py, || {
+            self.inner
+                .release_private_pools()
+                .map_err(|e| to_py(py, &e))
+        })
     }
 
     /// Graphs captured and not destroyed.

@@ -177,11 +177,11 @@ fn device_of(py: Python<'_>, device: &Bound<'_, PyAny>) -> PyResult<SharedDevice
         return Ok(d.borrow().shared.clone());
     }
     let id: String = device.extract().map_err(|_| {
-        to_py(
+        crate::errors::type_error(
             py,
-            &Error::invalid(
-                "device",
-                "a device id (\"cuda:0\") or a memplan.engine.SimDevice",
+            format!(
+                "device={} is neither a device id (\"cuda:0\") nor a memplan.engine.SimDevice",
+                crate::errors::repr(device)
             ),
         )
     })?;
@@ -192,9 +192,8 @@ fn device_of(py: Python<'_>, device: &Bound<'_, PyAny>) -> PyResult<SharedDevice
 #[pyfunction]
 #[pyo3(signature = (
     device, engine, *, model, gpu_memory_utilization=None, kv_cache_memory_bytes=None,
-    kv_cache_dtype=None, block_size=16, tensor_parallel_size=1, tensor_parallel_rank=0,
-    max_model_len=None,
-    max_num_batched_tokens=8192, graph_strategy=None
+    kv_cache_dtype=None, block_size=None, tensor_parallel_size=None, tensor_parallel_rank=None,
+    max_model_len=None, max_num_batched_tokens=None, graph_strategy=None
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn start_up(
@@ -202,33 +201,85 @@ pub fn start_up(
     device: &Bound<'_, PyAny>,
     engine: &Bound<'_, PyAny>,
     model: String,
-    gpu_memory_utilization: Option<f64>,
-    kv_cache_memory_bytes: Option<u64>,
+    gpu_memory_utilization: Option<&Bound<'_, PyAny>>,
+    kv_cache_memory_bytes: Option<&Bound<'_, PyAny>>,
     kv_cache_dtype: Option<String>,
-    block_size: u32,
-    tensor_parallel_size: u64,
-    tensor_parallel_rank: u64,
-    max_model_len: Option<u64>,
-    max_num_batched_tokens: u64,
+    block_size: Option<&Bound<'_, PyAny>>,
+    tensor_parallel_size: Option<&Bound<'_, PyAny>>,
+    tensor_parallel_rank: Option<&Bound<'_, PyAny>>,
+    max_model_len: Option<&Bound<'_, PyAny>>,
+    max_num_batched_tokens: Option<&Bound<'_, PyAny>>,
     graph_strategy: Option<String>,
 ) -> PyResult<(String, String, Option<PyKvRange>)> {
+    use crate::errors::{count_arg, int_arg, type_error, usage};
+    use memplan::model::limits;
+    // Every argument is checked before anything runs: a wrong type is an ArgumentTypeError,
+    // a value out of range a UsageError naming it (the ranges of `memplan plan`'s flags).
+    crate::hooks::check_engine(py, engine)?;
+    // `None` (or absent) takes the default.
+    let count = |v: Option<&Bound<'_, PyAny>>, name: &str, max: u64, default: u64| match v
+        .filter(|v| !v.is_none())
+    {
+        Some(v) => count_arg(py, v, name, max),
+        None => Ok(default),
+    };
+    let block_size = count(block_size, "block_size", u64::from(limits::MAX_BLOCK), 16)? as u32;
+    let tensor_parallel_size = count(
+        tensor_parallel_size,
+        "tensor_parallel_size",
+        limits::MAX_TP,
+        1,
+    )?;
+    let tensor_parallel_rank = match tensor_parallel_rank.filter(|v| !v.is_none()) {
+        Some(v) => int_arg(py, v, "tensor_parallel_rank", tensor_parallel_size - 1)?,
+        None => 0,
+    };
+    let max_model_len = match max_model_len.filter(|v| !v.is_none()) {
+        Some(v) => Some(count_arg(py, v, "max_model_len", limits::MAX_MODEL_LEN)?),
+        None => None,
+    };
+    let max_num_batched_tokens = count(
+        max_num_batched_tokens,
+        "max_num_batched_tokens",
+        limits::MAX_BATCHED_TOKENS,
+        8192,
+    )?;
+    let kv_cache_memory_bytes = match kv_cache_memory_bytes.filter(|v| !v.is_none()) {
+        Some(v) => Some(count_arg(
+            py,
+            v,
+            "kv_cache_memory_bytes",
+            limits::MAX_BYTES,
+        )?),
+        None => None,
+    };
+    let gpu_memory_utilization = match gpu_memory_utilization.filter(|v| !v.is_none()) {
+        Some(v) if v.is_instance_of::<pyo3::types::PyBool>() || v.extract::<f64>().is_err() => {
+            return Err(type_error(
+                py,
+                format!(
+                    "gpu_memory_utilization={} is not a number; it takes a fraction in (0, 1]",
+                    crate::errors::repr(v)
+                ),
+            ))
+        }
+        Some(v) => Some(v.extract::<f64>()?),
+        None => None,
+    };
     let request = match (kv_cache_memory_bytes, gpu_memory_utilization) {
         (Some(_), Some(_)) => {
-            return Err(to_py(
+            return Err(usage(
                 py,
-                &Error::invalid(
-                    "kv_cache_memory_bytes",
-                    "give kv_cache_memory_bytes or gpu_memory_utilization, not both",
-                ),
+                "give kv_cache_memory_bytes or gpu_memory_utilization, not both".into(),
             ))
         }
         (Some(b), None) => Request::KvCacheBytes(b),
         (None, u) => {
             let u = u.unwrap_or(0.9);
-            if !(u > 0.0 && u <= 1.0) {
-                return Err(to_py(
+            if limits::check_fraction(u).is_err() {
+                return Err(usage(
                     py,
-                    &Error::invalid("gpu_memory_utilization", format!("{u} is outside (0, 1]")),
+                    format!("gpu_memory_utilization={u} is outside (0, 1]"),
                 ));
             }
             Request::Utilization(u)
@@ -245,7 +296,9 @@ pub fn start_up(
         max_num_batched_tokens,
         strategy: graph_strategy,
     };
-    let dev = device_of(py, device)?;
-    let (plan, profile, kv) = run(py, &dev, engine, &o)?;
-    Ok((plan, profile, kv.map(|r| PyKvRange { inner: Some(r) })))
+    crate::errors::guard(py, || {
+        let dev = device_of(py, device)?;
+        let (plan, profile, kv) = run(py, &dev, engine, &o)?;
+        Ok((plan, profile, kv.map(|r| PyKvRange { inner: Some(r) })))
+    })
 }

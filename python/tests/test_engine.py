@@ -104,8 +104,9 @@ def test_a_broken_allocator_view_is_raised_not_read_as_zero() -> None:
             return s
 
     dev = SimDevice("sim:rtx4090", private=True)
-    with pytest.raises(KeyError, match="peak_allocated"):
+    with pytest.raises(memplan.MeasurementError, match="peak_allocated") as info:
         start_up(dev, NoPeak(dev), model=MODEL)
+    assert "memory_stats()" in info.value.message
 
 
 def test_an_allocator_without_a_reserved_peak_is_bounded_and_warned() -> None:
