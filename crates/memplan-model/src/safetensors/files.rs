@@ -19,6 +19,10 @@ use std::fmt;
 use super::header::{header_len, parse, short_file};
 use super::Summary;
 
+/// An index at least this large (about ten thousand tensors) has the directory's shards read
+/// while it is parsed.
+const SPECULATE_INDEX_BYTES: u64 = 1 << 20;
+
 /// The index of a sharded checkpoint.
 pub const INDEX: &str = "model.safetensors.index.json";
 
@@ -150,8 +154,9 @@ fn each<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
 /// first error in file order is the one reported.
 ///
 /// Cost: linear in the tensors (one pass over each header's JSON, a hash set of names) but
-/// for one sort of each header's byte ranges; headers are read and parsed on several threads
-/// when there are many files.
+/// for one sort of each header's byte ranges (skipped when they are in order, as writers lay
+/// them out); headers are read and parsed on several threads when there are many files, and
+/// while a large index is parsed.
 pub fn read_dir(dir: &Path) -> Result<Option<Summary>> {
     read_dir_within(dir, None)
 }
@@ -165,75 +170,62 @@ pub fn read_dir_within(dir: &Path, within: Option<&Path>) -> Result<Option<Summa
         Some(root) => input::confined(f, root, "the model's Hugging Face cache folder").map(drop),
         None => Ok(()),
     };
-    let files = match indexed_files(dir, &confine)? {
-        Some(listed) => listed,
-        None => listed_files(dir)?,
-    };
+    // With a large index (a checkpoint of thousands of tensors), the directory's own shards
+    // (the files an index names, in every checkpoint seen so far) are read and parsed on
+    // other threads while the index is parsed; the files the index names are then taken from
+    // them, a shard it does not name is dropped (its errors with it), and one it names that
+    // was not read is read after.
+    let has_index = std::fs::metadata(dir.join(INDEX))
+        .is_ok_and(|m| m.is_file() && m.len() >= SPECULATE_INDEX_BYTES);
+    let (files, mut early) = std::thread::scope(|s| -> Result<_> {
+        let speculate = || {
+            let listed: Vec<PathBuf> = listed_files(dir)
+                .ok()?
+                .into_iter()
+                .filter(|f| confine(f).is_ok())
+                .collect();
+            let shards = each(listed.len(), |i| read_shard(&listed[i]));
+            Some(listed.into_iter().zip(shards).collect::<HashMap<_, _>>())
+        };
+        let early = has_index
+            .then(|| std::thread::Builder::new().spawn_scoped(s, speculate).ok())
+            .flatten();
+        let files = match indexed_files(dir, &confine)? {
+            Some(named) => named,
+            None => listed_files(dir)?,
+        };
+        let early = early
+            .and_then(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .unwrap_or_default();
+        Ok((files, early))
+    })?;
     if files.is_empty() {
         return Ok(None);
     }
     for f in &files {
         confine(f)?;
     }
-    // Read every header (the files before the first unreadable one), parse them, then check
-    // them in file order, so the first error in file order is the one reported.
-    let mut raws = Vec::with_capacity(files.len());
-    let mut unreadable = None;
-    for r in each(files.len(), |i| read_raw(&files[i])) {
-        match r {
-            Ok(r) if unreadable.is_none() => raws.push(r),
-            Ok(_) => {}
-            Err(e) => {
-                unreadable.get_or_insert(e);
-            }
-        }
-    }
-    let parsed = each(raws.len(), |i| parse(&raws[i].name, &raws[i].header, false));
-    let mut s = Summary::default();
-    // Sized once for every name: growing it file by file would hash every name again.
-    let names: usize = parsed.iter().flatten().map(|h| h.names.len()).sum();
-    let mut owner: HashMap<Cow<'_, str>, usize> = HashMap::with_capacity(names);
-    for (i, (raw, h)) in raws.iter().zip(parsed).enumerate() {
-        let h = h?;
-        raw.check_len(&h.summary)?;
-        for t in h.names {
-            match owner.entry(t) {
-                Entry::Vacant(v) => {
-                    v.insert(i);
-                }
-                Entry::Occupied(o) if *o.get() == i => {
-                    return Err(Error::file(
-                        &raw.name,
-                        format!("tensor {:?} appears twice in the header", o.key()),
-                    ));
-                }
-                Entry::Occupied(o) => {
-                    return Err(Error::file(
-                        dir.display().to_string(),
-                        format!(
-                            "tensor {:?} is in both {} and {}; a checkpoint holds each tensor once",
-                            o.key(),
-                            files[*o.get()].display(),
-                            files[i].display()
-                        ),
-                    ));
-                }
-            }
-        }
-        s.merge(h.summary).ok_or_else(|| {
-            Error::file(
-                dir.display().to_string(),
-                "safetensors sizes overflow 64 bits",
-            )
-        })?;
-        if s.tensors > MAX_TENSORS {
-            return Err(Error::file(
-                dir.display().to_string(),
-                format!("more than {MAX_TENSORS} tensors in one checkpoint"),
-            ));
-        }
-    }
-    if let Some(e) = unreadable {
+    let late: Vec<&PathBuf> = files.iter().filter(|f| !early.contains_key(*f)).collect();
+    let mut late: HashMap<&PathBuf, Result<Shard>> = late
+        .iter()
+        .copied()
+        .zip(each(late.len(), |i| read_shard(late[i])))
+        .collect();
+    let shards: Vec<Result<Shard>> = files
+        .iter()
+        .map(|f| match early.remove(f) {
+            Some(r) => r,
+            None => late.remove(f).unwrap_or_else(|| read_shard(f)),
+        })
+        .collect();
+    // Checked in file order, so the first error in file order is the one reported: the shards
+    // before the first that failed, then its error.
+    let failed = shards
+        .iter()
+        .position(Result::is_err)
+        .unwrap_or(shards.len());
+    let s = check_shards(dir, &files, shards[..failed].iter().flatten())?;
+    if let Some(Err(e)) = shards.into_iter().nth(failed) {
         return Err(e);
     }
     if s.tensors == 0 || s.total() == 0 {
@@ -248,6 +240,93 @@ pub fn read_dir_within(dir: &Path, within: Option<&Path>) -> Result<Option<Summa
         ));
     }
     Ok(Some(s))
+}
+
+/// The checkpoint's totals from its shards (in file order), checking that no tensor appears
+/// twice and that the totals stay within bounds.
+fn check_shards<'a>(
+    dir: &Path,
+    files: &[PathBuf],
+    shards: impl Iterator<Item = &'a Shard> + Clone,
+) -> Result<Summary> {
+    let mut s = Summary::default();
+    // Sized once for every name: growing it file by file would hash every name again.
+    let names: usize = shards.clone().map(|h| h.ends.len()).sum();
+    let mut owner: HashMap<&str, usize> = HashMap::with_capacity(names);
+    for (i, shard) in shards.enumerate() {
+        for t in shard.names() {
+            match owner.entry(t) {
+                Entry::Vacant(v) => {
+                    v.insert(i);
+                }
+                Entry::Occupied(o) if *o.get() == i => {
+                    return Err(Error::file(
+                        &shard.file,
+                        format!("tensor {t:?} appears twice in the header"),
+                    ));
+                }
+                Entry::Occupied(o) => {
+                    return Err(Error::file(
+                        dir.display().to_string(),
+                        format!(
+                            "tensor {t:?} is in both {} and {}; a checkpoint holds each tensor once",
+                            files[*o.get()].display(),
+                            files[i].display()
+                        ),
+                    ));
+                }
+            }
+        }
+        s.merge(shard.summary.clone()).ok_or_else(|| {
+            Error::file(
+                dir.display().to_string(),
+                "safetensors sizes overflow 64 bits",
+            )
+        })?;
+        if s.tensors > MAX_TENSORS {
+            return Err(Error::file(
+                dir.display().to_string(),
+                format!("more than {MAX_TENSORS} tensors in one checkpoint"),
+            ));
+        }
+    }
+    Ok(s)
+}
+
+/// One file's header, checked on its own (parsed, the file's length accounted for), with the
+/// tensor names kept in one buffer so it can be read on any thread.
+struct Shard {
+    file: String,
+    summary: Summary,
+    /// Every name, one after the other.
+    text: String,
+    /// Where each name ends in `text`.
+    ends: Vec<usize>,
+}
+
+impl Shard {
+    fn names(&self) -> impl Iterator<Item = &str> {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts.zip(&self.ends).map(|(a, &b)| &self.text[a..b])
+    }
+}
+
+fn read_shard(path: &Path) -> Result<Shard> {
+    let raw = read_raw(path)?;
+    let h = parse(&raw.name, &raw.header, false)?;
+    raw.check_len(&h.summary)?;
+    let mut text = String::with_capacity(h.names.iter().map(|n| n.len()).sum());
+    let mut ends = Vec::with_capacity(h.names.len());
+    for n in &h.names {
+        text.push_str(n);
+        ends.push(text.len());
+    }
+    Ok(Shard {
+        file: raw.name.clone(),
+        summary: h.summary,
+        text,
+        ends,
+    })
 }
 
 /// Every `*.safetensors` entry of the directory, sorted.

@@ -56,15 +56,21 @@ pub(crate) fn parse<'a>(name: &str, json: &'a [u8], unique_names: bool) -> Resul
             e.valid_up_to()
         ))
     })?;
-    let mut de = serde_json::Deserializer::from_str(text);
-    let Entries(entries) = Entries::deserialize(&mut de)
-        .and_then(|e| de.end().map(|()| e))
-        .map_err(|e| match e.classify() {
-            serde_json::error::Category::Data => {
-                bad("safetensors header is not a JSON object".into())
-            }
-            _ => bad(format!("safetensors header is not JSON: {e}")),
-        })?;
+    // The form writers produce is read by a strict fast path; anything else by serde_json.
+    let entries = match super::fast::entries(text) {
+        Some(e) => e,
+        None => {
+            let mut de = serde_json::Deserializer::from_str(text);
+            Entries::deserialize(&mut de)
+                .and_then(|e| de.end().map(|()| e.0))
+                .map_err(|e| match e.classify() {
+                    serde_json::error::Category::Data => {
+                        bad("safetensors header is not a JSON object".into())
+                    }
+                    _ => bad(format!("safetensors header is not JSON: {e}")),
+                })?
+        }
+    };
     let mut seen: HashSet<&str> =
         HashSet::with_capacity(if unique_names { entries.len() } else { 0 });
     let mut ranges: Vec<Range<'_>> = Vec::with_capacity(entries.len());
@@ -171,6 +177,15 @@ pub(crate) fn parse<'a>(name: &str, json: &'a [u8], unique_names: bool) -> Resul
     Ok(Header { summary: s, names })
 }
 
+/// The general path's entries of `text` (to check the fast path against it).
+#[cfg(test)]
+pub(super) fn slow_entries(text: &str) -> Option<Vec<(Cow<'_, str>, Option<Tensor<'_>>)>> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    Entries::deserialize(&mut de)
+        .and_then(|e| de.end().map(|()| e.0))
+        .ok()
+}
+
 /// One tensor's byte range, for the tiling check.
 struct Range<'a> {
     start: u64,
@@ -245,16 +260,16 @@ impl<'de> Deserialize<'de> for Str<'de> {
 /// What one tensor entry says, as far as the checks need it. A value of the wrong type reads
 /// as absent, as a lookup in a JSON object would.
 #[derive(Default)]
-struct Tensor<'a> {
-    dtype: Option<Cow<'a, str>>,
-    shape: Ints,
-    offsets: Ints,
+pub(super) struct Tensor<'a> {
+    pub(super) dtype: Option<Cow<'a, str>>,
+    pub(super) shape: Ints,
+    pub(super) offsets: Ints,
 }
 
 /// A list of integers, reduced to what is checked: how many, the first two, their product
 /// (`None` on overflow).
-#[derive(Default, Clone, Copy)]
-enum Ints {
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) enum Ints {
     /// Absent, or not a list.
     #[default]
     Missing,

@@ -440,3 +440,43 @@ fn many_shards_read_in_parallel_report_the_first_error_in_file_order() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_large_index_reads_the_named_shards_and_only_those() {
+    // An index over 1 MiB has the directory's shards read while it is parsed: a shard it does
+    // not name is dropped with its errors, one it names outside the listing is read after.
+    let dir = tmp("large-index");
+    std::fs::write(
+        dir.join("a.safetensors"),
+        file(r#"{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#),
+    )
+    .unwrap();
+    std::fs::write(dir.join("broken.safetensors"), b"not a header").unwrap();
+    std::fs::create_dir_all(dir.join("sub")).unwrap();
+    std::fs::write(
+        dir.join("sub/b.safetensors"),
+        file(r#"{"v":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}}"#),
+    )
+    .unwrap();
+    let pad = "x".repeat(1 << 20);
+    let index = |map: &str| format!(r#"{{"metadata":{{"pad":"{pad}"}},"weight_map":{map}}}"#);
+    std::fs::write(
+        dir.join(INDEX),
+        index(r#"{"w":"a.safetensors","v":"sub/b.safetensors"}"#),
+    )
+    .unwrap();
+    let s = read_dir(&dir).unwrap().unwrap();
+    assert_eq!((s.tensors, s.total()), (2, 12));
+    // Named, the broken shard is an error again; a bad index is reported whatever was read.
+    std::fs::write(
+        dir.join(INDEX),
+        index(r#"{"w":"a.safetensors","x":"broken.safetensors"}"#),
+    )
+    .unwrap();
+    let e = read_dir(&dir).unwrap_err().to_string();
+    assert!(e.contains("broken.safetensors"), "{e}");
+    std::fs::write(dir.join(INDEX), index(r#"{"w":"../a.safetensors"}"#)).unwrap();
+    let e = read_dir(&dir).unwrap_err().to_string();
+    assert!(e.contains("weight_map") && e.contains("outside"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
