@@ -1,8 +1,9 @@
 //! The one list of backends (`crates/memplan-core/src/backends.rs`, which `BackendKind` is
 //! generated from) against every other place that names backends: a test fails when any of
-//! them is left behind. A new backend touches its folder, the workspace manifest, the facade's
-//! manifest (its feature) and the list; everything else is generated from the list or checked
-//! here (the README's table is generated: `MEMPLAN_BLESS=1` rewrites it).
+//! them is left behind. A new backend touches its folder, the facade's manifest (its feature
+//! and dependency) and the list (the workspace takes every `backends/*` folder; Cargo.lock and
+//! the generated docs/capability-matrix.md follow); everything else is generated from the list
+//! or checked here.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -66,6 +67,18 @@ fn feature_doc(text: &str, name: &str) -> String {
     doc.join(" ")
 }
 
+/// Is `folder` a workspace member, by name or by a `dir/*` glob?
+fn is_member(members: &[&str], folder: &str) -> bool {
+    members.iter().any(|m| {
+        *m == folder
+            || m.strip_suffix("/*").is_some_and(|dir| {
+                folder
+                    .strip_prefix(dir)
+                    .is_some_and(|rest| rest.starts_with('/') && !rest[1..].contains('/'))
+            })
+    })
+}
+
 #[test]
 fn every_backend_is_in_the_workspace_and_the_facade() {
     let ws = manifest("Cargo.toml");
@@ -76,7 +89,7 @@ fn every_backend_is_in_the_workspace_and_the_facade() {
         .iter()
         .filter_map(|m| m.as_str())
         .collect();
-    let deps = ws["dependencies"]
+    let ws_deps = ws["dependencies"]
         .as_table()
         .expect("[workspace.dependencies]");
     let facade_text = read("crates/memplan/Cargo.toml");
@@ -90,22 +103,49 @@ fn every_backend_is_in_the_workspace_and_the_facade() {
     for k in BackendKind::ALL {
         let b = k.info();
         let (pkg, folder) = (b.package(), b.folder());
-        if !members.contains(&folder.as_str()) {
+        if !is_member(&members, &folder) {
             problems.push(format!("{folder} is not a workspace member"));
         }
-        match deps.get(&pkg).and_then(|d| d.as_table()) {
-            None => problems.push(format!("[workspace.dependencies] lacks {pkg}")),
-            Some(d) => {
-                if d.get("path").and_then(|p| p.as_str()) != Some(folder.as_str()) {
+        // The facade's dependency: its own path, or the workspace's entry.
+        let dep = facade_deps.get(&pkg).and_then(|d| d.as_table());
+        let from_workspace = dep
+            .and_then(|d| d.get("workspace"))
+            .and_then(|w| w.as_bool())
+            == Some(true);
+        let source = if from_workspace {
+            ws_deps.get(&pkg).and_then(|d| d.as_table())
+        } else {
+            dep
+        };
+        let want_path = if from_workspace {
+            folder.clone()
+        } else {
+            format!("../../{folder}")
+        };
+        match (dep, source) {
+            (None, _) => problems.push(format!(
+                "crates/memplan/Cargo.toml: no dependency on {pkg}"
+            )),
+            (Some(_), None) => problems.push(format!(
+                "[workspace.dependencies] lacks {pkg}, which crates/memplan/Cargo.toml takes from the workspace"
+            )),
+            (Some(d), Some(src)) => {
+                if d.get("optional").and_then(|o| o.as_bool()) != Some(true) {
                     problems.push(format!(
-                        "[workspace.dependencies] {pkg}: path is not {folder}"
+                        "crates/memplan/Cargo.toml: `{pkg}` should be an optional dependency"
                     ));
                 }
+                if src.get("path").and_then(|p| p.as_str()) != Some(want_path.as_str()) {
+                    problems.push(format!("{pkg}: path is not {want_path}"));
+                }
+                if src.get("version").is_none() {
+                    problems.push(format!("{pkg}: no version (cargo package needs one)"));
+                }
                 if b.layout == Layout::Hal
-                    && d.get("default-features").and_then(|v| v.as_bool()) != Some(false)
+                    && src.get("default-features").and_then(|v| v.as_bool()) != Some(false)
                 {
                     problems.push(format!(
-                        "[workspace.dependencies] {pkg}: default-features = false (only the pure declaration, by default)"
+                        "{pkg}: default-features = false (only the pure declaration, by default)"
                     ));
                 }
             }
@@ -124,16 +164,6 @@ fn every_backend_is_in_the_workspace_and_the_facade() {
                 b.feature,
                 feature_doc(&facade_text, b.feature),
                 b.description
-            ));
-        }
-        if facade_deps
-            .get(&pkg)
-            .and_then(|d| d.get("optional"))
-            .and_then(|o| o.as_bool())
-            != Some(true)
-        {
-            problems.push(format!(
-                "crates/memplan/Cargo.toml: `{pkg}` should be an optional dependency"
             ));
         }
         if !declarations.contains(&format!("dep:{pkg}")) {
@@ -345,51 +375,22 @@ fn xtask_names_no_backend() {
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
-const BEGIN: &str = "<!-- backends: generated from crates/memplan-core/src/backends.rs; MEMPLAN_BLESS=1 cargo test -p memplan-workspace-tests --test backend_list rewrites it -->";
-const END: &str = "<!-- backends: end -->";
-
-/// The README's table of backends, from the list.
-fn readme_table() -> String {
-    let mut t = String::from(
-        "| backend | device ids | `memplan` feature | folder (crate) | what |\n|---|---|---|---|---|\n",
+/// The README keeps no list of backends of its own: it points to the generated table in
+/// docs/capability-matrix.md, so a new backend leaves it alone.
+#[test]
+fn the_readme_lists_no_backend_by_hand() {
+    let text = read("README.md");
+    assert!(
+        text.contains("docs/capability-matrix.md#backends"),
+        "README.md should point to the generated backend table"
     );
     for k in BackendKind::ALL {
-        let b = k.info();
-        let mut ids = vec![format!("`{}`", b.example_id())];
-        ids.extend(b.aliases.iter().map(|a| format!("`{a}:0`")));
-        t.push_str(&format!(
-            "| `{}` | {} | `{}` | [{}]({}) (`{}`) | {} |\n",
-            b.name,
-            ids.join(", "),
-            b.feature,
-            b.folder(),
-            b.folder(),
-            b.package(),
-            b.description
-        ));
+        let crate_name = k.info().package();
+        assert!(
+            !text.contains(&crate_name),
+            "README.md names {crate_name}: the backend table is generated into docs/capability-matrix.md"
+        );
     }
-    t
-}
-
-#[test]
-fn readme_backend_table_is_generated_from_the_list() {
-    let path = repo_root().join("README.md");
-    let text = read("README.md");
-    let (Some(a), Some(z)) = (text.find(BEGIN), text.find(END)) else {
-        panic!("README.md lacks the generated backends table between\n{BEGIN}\nand\n{END}");
-    };
-    let fresh = format!("{}{BEGIN}\n{}{}", &text[..a], readme_table(), &text[z..]);
-    if fresh == text {
-        return;
-    }
-    if std::env::var_os("MEMPLAN_BLESS").is_some() {
-        std::fs::write(&path, fresh).expect("README.md written");
-        return;
-    }
-    panic!(
-        "README.md's backend table differs from the list of backends; run\n  MEMPLAN_BLESS=1 cargo test -p memplan-workspace-tests --test backend_list\nThe table should be:\n{}",
-        readme_table()
-    );
 }
 
 /// The folder layout a reader relies on (wgpu-hal style): every standard backend folder has

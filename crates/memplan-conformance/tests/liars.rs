@@ -11,8 +11,10 @@ use memplan_conformance::Outcome;
 
 /// Run the binary on `id`: its exit code and every check as (name, outcome, evidence).
 fn suite(id: &str) -> (i32, Vec<(String, String, String)>) {
+    static RUN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!(
-        "memplan-conformance-test-{}-{}",
+        "memplan-conformance-test-{}-{n}-{}",
         std::process::id(),
         id.replace([':', ',', '='], "_")
     ));
@@ -187,4 +189,23 @@ fn without_a_second_process_locality_is_skipped_with_the_reason() {
         .expect("present");
     assert_eq!(c.outcome, Outcome::Skip);
     assert!(c.evidence.contains("second process"), "{}", c.evidence);
+}
+
+/// Every backend with a device CI can open (the list's `ci_device`) passes the suite, where
+/// this build compiled it in (`cargo xtask ci`'s all-backends entry compiles every one, and
+/// runs `cargo xtask conformance` on each CI device as well).
+#[test]
+fn every_compiled_in_ci_device_passes() {
+    let compiled = memplan::compiled_backends();
+    for k in memplan::BackendKind::ALL {
+        let Some(id) = k.info().ci_device else {
+            continue;
+        };
+        if !compiled.contains(&k) {
+            eprintln!("{id}: backend not compiled into this build, skipped");
+            continue;
+        }
+        let (code, checks) = suite(id);
+        assert_eq!(code, 0, "{id}: failed {:?}", failed(&checks));
+    }
 }
