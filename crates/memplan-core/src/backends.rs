@@ -73,6 +73,18 @@ macro_rules! backend_list {
                 ci_device: "",
                 description: "Intel GPUs through Level Zero, loaded at run time",
             }
+            // guide:begin list-entry
+            Template {
+                name: "template",
+                aliases: [],
+                feature: "template",
+                krate: memplan_backend_template,
+                libraries: [],
+                layout: hal,
+                ci_device: "template:0",
+                description: "A complete minimal backend over an in-process fake runtime: the starting point of a new backend",
+            }
+            // guide:end list-entry
         }
     };
 }
