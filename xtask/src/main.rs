@@ -129,6 +129,21 @@ fn ci() -> Result<(), String> {
         "example engine",
         &["cargo", "run", "-q", "-p", "memplan-example-engine"],
     )?;
+    // The same engine as 2 tensor-parallel ranks in 2 processes exchanging their plans as
+    // JSON: every rank maps the combined (fewest) blocks. About 3 seconds.
+    run::step(
+        "example engine, 2 ranks in 2 processes",
+        &[
+            "cargo",
+            "run",
+            "-q",
+            "-p",
+            "memplan-example-engine",
+            "--",
+            "--ranks",
+            "2",
+        ],
+    )?;
     if only.as_deref().is_none_or(|o| o == "python") {
         python::check()?;
     }
