@@ -85,6 +85,28 @@ pub(crate) fn indices(f: &Fields<'_>, key: &str, layers: u64) -> Result<Option<V
     Ok(Some(out))
 }
 
+/// Attention where `attention(i)` holds, a recurrent state elsewhere.
+fn attention_where(layers: u64, attention: impl Fn(u64) -> bool) -> Vec<LayerKind> {
+    (0..layers)
+        .map(|i| {
+            if attention(i) {
+                LayerKind::Full
+            } else {
+                LayerKind::State
+            }
+        })
+        .collect()
+}
+
+/// Attention at the listed layers (indices below `layers`), a recurrent state elsewhere.
+fn attention_at(ix: &[u64], layers: u64) -> Vec<LayerKind> {
+    let mut at = vec![false; layers as usize];
+    for &i in ix {
+        at[i as usize] = true;
+    }
+    attention_where(layers, |i| at[i as usize])
+}
+
 /// The per-layer kinds and the rule that produced them. `model_type` selects family
 /// patterns that have no explicit key (Gemma 2/3, Cohere2).
 pub(crate) fn read(
@@ -146,15 +168,7 @@ pub(crate) fn read(
     // (transformers `Lfm2Config`, which vLLM's lfm2.py reads through `layer_types`).
     if model_type.starts_with("lfm2") {
         if let Some(ix) = indices(f, "full_attn_idxs", layers)? {
-            let out = (0..layers)
-                .map(|i| {
-                    if ix.contains(&i) {
-                        LayerKind::Full
-                    } else {
-                        LayerKind::State
-                    }
-                })
-                .collect();
+            let out = attention_at(&ix, layers);
             return Ok((
                 out,
                 Rule::new("full_attn_idxs (lfm2.py)", &["full_attn_idxs"]),
@@ -188,15 +202,7 @@ pub(crate) fn read(
     // Jamba: attention every `attn_layer_period` layers from `attn_layer_offset`.
     if let Some(period) = f.opt_u64("attn_layer_period")?.filter(|p| *p > 0) {
         let offset = f.opt_u64("attn_layer_offset")?.unwrap_or(0);
-        let out = (0..layers)
-            .map(|i| {
-                if i % period == offset {
-                    LayerKind::Full
-                } else {
-                    LayerKind::State
-                }
-            })
-            .collect();
+        let out = attention_where(layers, |i| i % period == offset);
         return Ok((
             out,
             Rule::new(
@@ -207,15 +213,7 @@ pub(crate) fn read(
     }
     // Bamba: attention at the listed layers, Mamba2 elsewhere.
     if let Some(ix) = indices(f, "attn_layer_indices", layers)? {
-        let out = (0..layers)
-            .map(|i| {
-                if ix.contains(&i) {
-                    LayerKind::Full
-                } else {
-                    LayerKind::State
-                }
-            })
-            .collect();
+        let out = attention_at(&ix, layers);
         return Ok((
             out,
             Rule::new("attn_layer_indices (bamba)", &["attn_layer_indices"]),
@@ -223,15 +221,7 @@ pub(crate) fn read(
     }
     // Qwen3-Next: every `full_attention_interval`-th layer is attention, the rest GDN.
     if let Some(every) = f.opt_u64("full_attention_interval")?.filter(|p| *p > 0) {
-        let out = (0..layers)
-            .map(|i| {
-                if (i + 1) % every == 0 {
-                    LayerKind::Full
-                } else {
-                    LayerKind::State
-                }
-            })
-            .collect();
+        let out = attention_where(layers, |i| (i + 1) % every == 0);
         return Ok((
             out,
             Rule::new(
