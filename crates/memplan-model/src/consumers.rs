@@ -157,7 +157,7 @@ pub fn plan_stage(d: &DryRun, pp: u64, i: u64) -> Result<Plan> {
     }
     stage.given.retain(|(k, _)| *k != ConsumerKind::Weights);
     // The stage's own activation peak: only the last stage samples.
-    stage.extras.pipeline_stage = Some(i);
+    stage.runs_sampler = i + 1 == pp;
     let mut b = stage.resolve()?.builder;
     let basis = format!(
         "pipeline stage {i} of {pp}: layers {start}..{end} of the model's weights{}{}",

@@ -81,6 +81,9 @@ pub struct DryRun {
     pub enforce_eager: bool,
     /// Graph reserve policy.
     pub graph_reserve: GraphReserve,
+    /// Whether this rank runs the sampler in the profile run (only the last pipeline stage
+    /// does; set per stage when pipeline stages are planned).
+    pub runs_sampler: bool,
     /// The platform the engine runs on (`cuda`, `rocm`, `xpu`; `None`: unknown, taken as
     /// CUDA): engine releases profile and subtract graph memory only on some
     /// ([`EngineRules::subtracts_graphs_on`]).
@@ -128,6 +131,7 @@ impl DryRun {
             enforce_eager: false,
             graph_reserve: GraphReserve::Engine,
             platform: None,
+            runs_sampler: true,
             given: Vec::new(),
             extras: Default::default(),
         }
@@ -379,10 +383,7 @@ impl DryRun {
             max_num_batched_tokens,
             tensor_parallel: tp,
             pipeline_parallel: self.extras.pipeline_parallel.max(1),
-            samples: self
-                .extras
-                .pipeline_stage
-                .is_none_or(|i| i + 1 >= self.extras.pipeline_parallel.max(1)),
+            samples: self.runs_sampler,
             capture_sizes,
             dtype_bytes: db,
         };
