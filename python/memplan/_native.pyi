@@ -1,6 +1,6 @@
 """Type stubs of the native module (PyO3). Use the functions of :mod:`memplan` instead."""
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 __version__: str
 
@@ -74,12 +74,17 @@ def start_up(
     gpu_memory_utilization: Optional[float] = ...,
     kv_cache_memory_bytes: Optional[int] = ...,
     kv_cache_dtype: Optional[str] = ...,
+    engine_release: Optional[str] = ...,
     block_size: Optional[int] = ...,
     tensor_parallel_size: Optional[int] = ...,
     tensor_parallel_rank: Optional[int] = ...,
+    pipeline_parallel_size: Optional[int] = ...,
+    pipeline_parallel_rank: Optional[int] = ...,
     max_model_len: Optional[int] = ...,
+    max_num_seqs: Optional[int] = ...,
     max_num_batched_tokens: Optional[int] = ...,
     graph_strategy: Optional[str] = ...,
-) -> Tuple[str, str, Optional[KvRange]]: ...
+    exchange: Optional[Callable[[str], Sequence[str]]] = ...,
+) -> Tuple[str, str, Optional[str], Optional[KvRange]]: ...
 
 def combine_plans(plans: List[str]) -> Tuple[int, str]: ...

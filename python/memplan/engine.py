@@ -45,7 +45,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from . import _native
 from ._errors import ArgumentTypeError
@@ -179,15 +179,24 @@ def _check_engine(engine: object) -> None:
 class StartUp:
     """What a measured start-up produced."""
 
-    #: The plan: the ``memplan.plan/1`` document ``memplan plan --json`` prints, from the
-    #: measured figures (``kv_cache_tokens``, ``kv_cache_bytes``, ``graph``, ``warnings``...).
+    #: This rank's plan: the ``memplan.plan/1`` document ``memplan plan --json`` prints, from
+    #: the measured figures (``kv_cache_tokens``, ``kv_cache_bytes``, ``graph``, ``warnings``...).
     plan: Dict[str, Any]
     #: Everything the session measured: every step's snapshots and windows, the capability
     #: trusted, the graph estimate.
     profile: Dict[str, Any]
     #: Post-capture: the KV cache's range, mapped where the graphs point (release it, or drop
-    #: it, to give it back). ``None``: allocate ``plan["kv_cache_bytes"]`` yourself.
+    #: it, to give it back). ``None``: allocate the KV cache yourself: ``plan["kv"]["used_bytes"]``
+    #: (one rank), or ``combined["ranks"]["num_blocks"]`` blocks of ``plan["kv"]["block_bytes"]``.
     kv_range: Optional["_native.KvRange"]
+    #: With ``exchange``: the plan combined from every rank's, whose ``ranks["num_blocks"]``
+    #: this rank mapped (the fewest of any rank). ``None`` without an exchange.
+    combined: Optional[Dict[str, Any]] = None
+
+
+#: An exchange of the ranks' plans: called with this rank's plan (``memplan.plan/1`` JSON
+#: text), returns every rank's plan (JSON texts, this rank's among them): an all-gather.
+Exchange = Callable[[str], Sequence[str]]
 
 
 def start_up(
@@ -198,16 +207,28 @@ def start_up(
     gpu_memory_utilization: Optional[float] = None,
     kv_cache_memory_bytes: Optional[int] = None,
     kv_cache_dtype: Optional[str] = None,
-    block_size: int = 16,
+    engine_release: Optional[str] = None,
+    block_size: Optional[int] = None,
     tensor_parallel_size: int = 1,
     tensor_parallel_rank: int = 0,
+    pipeline_parallel_size: int = 1,
+    pipeline_parallel_rank: int = 0,
     max_model_len: Optional[int] = None,
-    max_num_batched_tokens: int = 8192,
+    max_num_seqs: Optional[int] = None,
+    max_num_batched_tokens: Optional[int] = None,
     graph_strategy: Optional[str] = None,
+    exchange: Optional[Exchange] = None,
 ) -> StartUp:
     """Run ``engine``'s start-up on ``device`` through memplan's measured protocol (the
     facade's ``Session``: calibrate, release cache and baseline, check the request, load
     weights, profile run, graph phase, plan, KV cache) and return what it measured.
+
+    Every setting left ``None`` takes the same default as :func:`memplan.plan` for this
+    model on this device (one function decides both): the newest engine release memplan
+    knows, its request (vLLM 0.34: free / total at the start, the plan's notes say so), block
+    size, requests and tokens per step, the rank's KV layout and sizing rules. So a start-up
+    and a dry run of the same model on the same GPU differ only by what one measured and the
+    other estimated (the plans' ``consumers``) and by the free memory each started from.
 
     Args:
         device: a :class:`SimDevice` (the one the engine allocates on), or a device id
@@ -216,24 +237,33 @@ def start_up(
         engine: the hooks (:class:`Engine`).
         model: the model whose KV cache is sized (a preset, directory or config.json, as
             :func:`memplan.plan` takes).
-        gpu_memory_utilization: fraction of the device, in (0, 1] (default 0.9); or
-        kv_cache_memory_bytes: a fixed KV cache size instead.
+        gpu_memory_utilization: fraction of the device, in (0, 1]; or
+        kv_cache_memory_bytes: a fixed KV cache size instead (default: the release's request).
         kv_cache_dtype: ``bf16``, ``fp16``, ``fp8``, ... (default: the model's dtype).
-        block_size, tensor_parallel_size, max_model_len, max_num_batched_tokens: as the
-            engine flags of the same names (``max_model_len`` defaults to the model's).
-        tensor_parallel_rank: this process's rank among the ``tensor_parallel_size`` ranks
-            (0-based); the plan reports both (``tensor_parallel_size``, ``rank``).
+        engine_release: the engine release whose rules and defaults apply (``vllm@0.19``,
+            ``sglang``; default: the newest vLLM release memplan knows), as ``--engine``.
+        block_size, max_model_len, max_num_seqs, max_num_batched_tokens: as the engine flags
+            of the same names (default: the release's, for this device and model).
+        tensor_parallel_size, tensor_parallel_rank, pipeline_parallel_size,
+            pipeline_parallel_rank: this process's place in the deployment (ranks count from
+            0); the plan sizes this rank's share (its stage's layers, its share of the KV
+            heads) and reports it (``rank``, ``tensor_parallel_size``,
+            ``pipeline_parallel_size``).
         graph_strategy: force a strategy (``full``, ``sampled``, ``conservative``, ...);
             default: chosen from the device's capabilities.
+        exchange: several ranks: called with this rank's plan (JSON text) after planning,
+            returns every rank's plans (an all-gather; ``memplan.distributed`` builds one
+            from ``torch.distributed``, MPI or Ray); the plans are combined and this rank maps
+            the fewest blocks of any (:attr:`StartUp.combined`).
 
     Raises:
         ArgumentTypeError: an argument of the wrong type (``engine`` without the hooks, a
-            ``float`` block size), before anything runs.
+            ``float`` block size, an ``exchange`` that is not callable), before anything runs.
         UsageError, DoesNotFitError, MeasurementError: as :func:`memplan.plan`; a value out of
             range is a ``UsageError`` naming the argument; a hook whose answer cannot be right
             (``memory_stats()`` saying ``allocated`` > ``reserved``, a size that is no int) a
             ``MeasurementError`` naming the hook; an exception raised by one of the engine's
-            hooks is re-raised as it was, after memplan's teardown.
+            hooks, or by ``exchange``, is re-raised as it was, after memplan's teardown.
     """
     _check_engine(engine)
     if not isinstance(model, (str, os.PathLike)):
@@ -242,18 +272,28 @@ def start_up(
             kind="type",
             exit_code=2,
         )
-    plan, profile, kv = _native.start_up(
+    plan, profile, combined, kv = _native.start_up(
         device,
         engine,
         model=os.fspath(model),
         gpu_memory_utilization=gpu_memory_utilization,
         kv_cache_memory_bytes=kv_cache_memory_bytes,
         kv_cache_dtype=kv_cache_dtype,
+        engine_release=engine_release,
         block_size=block_size,
         tensor_parallel_size=tensor_parallel_size,
         tensor_parallel_rank=tensor_parallel_rank,
+        pipeline_parallel_size=pipeline_parallel_size,
+        pipeline_parallel_rank=pipeline_parallel_rank,
         max_model_len=max_model_len,
+        max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
         graph_strategy=graph_strategy,
+        exchange=exchange,
     )
-    return StartUp(plan=json.loads(plan), profile=json.loads(profile), kv_range=kv)
+    return StartUp(
+        plan=json.loads(plan),
+        profile=json.loads(profile),
+        kv_range=kv,
+        combined=None if combined is None else json.loads(combined),
+    )

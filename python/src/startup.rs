@@ -3,101 +3,166 @@
 //!
 //! open (shared) → `Session::start` (calibrate, release cache, baseline) → `check_request`
 //! → `load_weights` → `profile_run` → `capture_graphs` (strategy from the capability, or the
-//! one asked for) → `plan(request, KV spec of the model, limits)` → `into_kv_cache`.
+//! one asked for) → `plan` → (with an exchange: every rank's plan, combined) →
+//! `into_kv_cache`.
 //!
-//! The KV spec comes from the model as `memplan plan` reads it (`memplan::model::Model`).
-//! The engine's hooks are [`PyEngine`]'s; a Python exception in a hook is re-raised as it was
-//! once the session has torn down what it held.
+//! Every setting left unset takes the dry run's default, through the same functions
+//! (`memplan::model::defaults`): the engine release (the newest vLLM release memplan knows),
+//! the request (with vLLM 0.34's extensible KV cache: free / total at the baseline), block
+//! size, requests and tokens per step, the rank's KV layout (its pipeline stage's layers, its
+//! share of the heads) and the sizing rules. So a start-up and `memplan.plan` of the same
+//! model on the same GPU differ only by what one measured and the other estimated.
+//!
+//! The engine's hooks are [`PyEngine`]'s; a Python exception in a hook (or in the exchange)
+//! is re-raised as it was once the session has torn down what it held.
 
-use memplan::kv::{KvDtype, KvLimits, KvSpec};
+use memplan::kv::KvDtype;
+use memplan::model::consumers::Extras;
+use memplan::model::defaults;
+use memplan::model::dryrun::DryRun;
 use memplan::model::Model;
-use memplan::{Error, KvRange, Rank, Request, Result, Session, SharedDevice, StrategyKind};
+use memplan::{Error, KvRange, Param, Rank, Result, Session, SharedDevice, StrategyKind};
 use pyo3::prelude::*;
 
 use crate::errors::to_py;
 use crate::hooks::PyEngine;
 
-/// What the start-up asks for.
+/// What the start-up asks for (`None`: the dry run's default).
 pub struct Options {
     pub model: String,
-    pub request: Request,
+    pub gpu_memory_utilization: Option<f64>,
+    pub kv_cache_memory_bytes: Option<u64>,
     pub kv_cache_dtype: Option<String>,
-    pub block_size: u32,
+    pub engine_release: Option<String>,
+    pub block_size: Option<u32>,
     pub tensor_parallel_size: u64,
     pub tensor_parallel_rank: u64,
+    pub pipeline_parallel_size: u64,
+    pub pipeline_parallel_rank: u64,
     pub max_model_len: Option<u64>,
-    pub max_num_batched_tokens: u64,
+    pub max_num_seqs: Option<u64>,
+    pub max_num_batched_tokens: Option<u64>,
     pub strategy: Option<String>,
 }
 
-/// The KV cache the model needs per rank, and the request limits.
-fn kv_of(o: &Options) -> Result<(KvSpec, KvLimits, String)> {
-    let model = Model::load(&o.model)?;
-    let c = &model.config;
-    let dtype = match o.kv_cache_dtype.as_deref() {
-        None | Some("auto") => c
-            .torch_dtype
-            .as_deref()
-            .unwrap_or("bfloat16")
-            .parse::<KvDtype>()?,
-        Some(d) => d.parse()?,
-    };
-    let spec = c.kv_spec(dtype, o.block_size, o.tensor_parallel_size)?;
-    let longest = c.max_position_embeddings;
-    let max_model_len = o.max_model_len.or(longest).ok_or_else(|| {
-        Error::invalid(
-            "max_model_len",
-            "the model config has no max_position_embeddings: give max_model_len",
-        )
-    })?;
-    let limits = KvLimits::new(max_model_len, o.max_num_batched_tokens)
-        .with_max_len_limit(max_model_len.max(longest.unwrap_or(0)));
-    Ok((spec, limits, model.name.clone()))
+/// What a start-up gives back: the plan, the profile, the combined plan (with an exchange),
+/// as JSON text, and the KV range (post-capture).
+type Outcome = (String, String, Option<String>, Option<KvRange>);
+
+/// Every rank's plan through the caller's exchange (`exchange(own plan JSON)` returns every
+/// rank's plan JSON); a Python exception is kept in `raised`.
+fn exchange(f: &Py<PyAny>, own: &str, raised: &mut Option<PyErr>) -> Result<Vec<String>> {
+    Python::attach(|py| {
+        f.bind(py)
+            .call1((own,))
+            .and_then(|v| v.extract::<Vec<String>>())
+            .map_err(|e| {
+                let msg = format!("the exchange of the ranks' plans raised {}", e.value(py));
+                raised.get_or_insert(e);
+                Error::Measurement(msg)
+            })
+    })
 }
 
-/// The chain. Returns the plan and profile as JSON text, and the KV range (post-capture).
+/// The chain.
 fn chain(
     dev: &SharedDevice,
     engine: &mut PyEngine,
     o: &Options,
-) -> Result<(String, String, Option<KvRange>)> {
-    let (spec, limits, _name) = kv_of(o)?;
+    exchanger: Option<&Py<PyAny>>,
+    raised: &mut Option<PyErr>,
+) -> Result<Outcome> {
+    let model = Model::load(&o.model)?;
+    let rules = defaults::engine(o.engine_release.as_deref())?;
+    let (tp, pp) = (o.tensor_parallel_size, o.pipeline_parallel_size);
+    let rank = Rank::new(o.tensor_parallel_rank, tp)?.with_stage(o.pipeline_parallel_rank, pp)?;
     let strategy = o
         .strategy
         .as_deref()
         .filter(|s| *s != "auto")
         .map(str::parse::<StrategyKind>)
         .transpose()?;
-    let rank = Rank::new(o.tensor_parallel_rank, o.tensor_parallel_size)?;
-    let mut s = Session::start(dev, engine)?.with_rank(rank);
-    s.check_request(o.request)?;
+    let kv_dtype = match o.kv_cache_dtype.as_deref() {
+        None | Some("auto") => None,
+        Some(d) => Some(d.parse::<KvDtype>()?),
+    };
+    let device_name = dev.descriptor().name.clone();
+    let s = Session::start(dev, engine)?.with_rank(rank);
+    // The request and every setting, as the dry run resolves them, from the baseline.
+    let base = *s.baseline();
+    let total = base.driver.total.ok_or_else(|| {
+        Error::param(
+            Param::DeviceTotal,
+            "the device reports no total to plan a start-up against",
+        )
+    })?;
+    let (request, note) = defaults::request(
+        &rules,
+        total,
+        base.driver.free,
+        (tp, pp),
+        (o.gpu_memory_utilization, o.kv_cache_memory_bytes),
+    )?;
+    let mut extras = Extras::default()
+        .with_pipeline_parallel(pp)
+        .with_tensor_parallel_rank(Some(o.tensor_parallel_rank));
+    if pp > 1 {
+        extras = extras.with_pipeline_stage(Some(o.pipeline_parallel_rank));
+    }
+    let dry = DryRun::new(model.clone(), total)
+        .engine(rules)
+        .request(request)
+        .device_name(device_name)
+        .kv_cache_dtype(kv_dtype)
+        .block_size(o.block_size)
+        .max_model_len(o.max_model_len)
+        .max_num_seqs(o.max_num_seqs)
+        .max_num_batched_tokens(o.max_num_batched_tokens)
+        .tensor_parallel(tp)
+        .notes(note.into_iter().collect())
+        .extras(extras);
+    let set = defaults::settings(&dry)?;
+    let mut s = s.with_sizing_rules(set.rules, set.engine.clone());
+    s.check_request(request)?;
     s.load_weights(|e| e.step("load_weights"))?;
     s.profile_run(|e| e.step("profile_run"))?;
     match strategy {
         Some(k) => s.capture_graphs_with(k)?,
         None => s.capture_graphs()?,
     };
-    let plan = s.plan(o.request, &spec, limits)?;
+    let mut b = s
+        .plan_builder(request, &set.kv_spec, set.limits)?
+        .model(model.name.clone())
+        .notes(set.notes.clone());
+    if let Some(n) = set.max_num_seqs {
+        b = b.max_num_seqs(n);
+    }
+    let plan = s.plan_with(b)?;
     let profile = s.profile();
-    let json = |v: serde_json::Result<String>| {
-        v.map_err(|e| Error::Measurement(format!("JSON encoding failed: {e}")))
+    let plan_json = plan.to_json();
+    let profile_json = serde_json::to_string(&profile)
+        .map_err(|e| Error::Measurement(format!("JSON encoding failed: {e}")))?;
+    let combined = match exchanger {
+        Some(f) => Some(memplan::combine_json(&exchange(f, &plan_json, raised)?)?),
+        None => None,
     };
-    let plan_json = json(serde_json::to_string(&plan))?;
-    let profile_json = json(serde_json::to_string(&profile))?;
-    let kv = s.into_kv_cache(&plan)?.range;
-    Ok((plan_json, profile_json, kv))
+    let kv = s.into_kv_cache(combined.as_ref().unwrap_or(&plan))?.range;
+    Ok((plan_json, profile_json, combined.map(|c| c.to_json()), kv))
 }
 
-/// Run the start-up; a hook's own exception wins over the memplan error it caused.
+/// Run the start-up; a hook's (or the exchange's) own exception wins over the memplan error
+/// it caused.
 pub fn run(
     py: Python<'_>,
     dev: &SharedDevice,
     engine: &Bound<'_, PyAny>,
     o: &Options,
-) -> PyResult<(String, String, Option<KvRange>)> {
+    exchanger: Option<&Py<PyAny>>,
+) -> PyResult<Outcome> {
     let mut eng = PyEngine::new(engine);
-    let out = chain(dev, &mut eng, o);
-    if let Some(e) = eng.failed.take() {
+    let mut raised = None;
+    let out = chain(dev, &mut eng, o, exchanger, &mut raised);
+    if let Some(e) = eng.failed.take().or(raised) {
         return Err(e);
     }
     out.map_err(|e| to_py(py, &e))
@@ -188,12 +253,15 @@ fn device_of(py: Python<'_>, device: &Bound<'_, PyAny>) -> PyResult<SharedDevice
     memplan::open_shared(&id).map_err(|e| to_py(py, &e))
 }
 
-/// Run the measured start-up of `engine` on `device`; `(plan JSON, profile JSON, KV range)`.
+/// Run the measured start-up of `engine` on `device`; `(plan JSON, profile JSON, combined
+/// plan JSON or None, KV range)`.
 #[pyfunction]
 #[pyo3(signature = (
     device, engine, *, model, gpu_memory_utilization=None, kv_cache_memory_bytes=None,
-    kv_cache_dtype=None, block_size=None, tensor_parallel_size=None, tensor_parallel_rank=None,
-    max_model_len=None, max_num_batched_tokens=None, graph_strategy=None
+    kv_cache_dtype=None, engine_release=None, block_size=None, tensor_parallel_size=None,
+    tensor_parallel_rank=None, pipeline_parallel_size=None, pipeline_parallel_rank=None,
+    max_model_len=None, max_num_seqs=None, max_num_batched_tokens=None, graph_strategy=None,
+    exchange=None
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn start_up(
@@ -204,55 +272,67 @@ pub fn start_up(
     gpu_memory_utilization: Option<&Bound<'_, PyAny>>,
     kv_cache_memory_bytes: Option<&Bound<'_, PyAny>>,
     kv_cache_dtype: Option<String>,
+    engine_release: Option<String>,
     block_size: Option<&Bound<'_, PyAny>>,
     tensor_parallel_size: Option<&Bound<'_, PyAny>>,
     tensor_parallel_rank: Option<&Bound<'_, PyAny>>,
+    pipeline_parallel_size: Option<&Bound<'_, PyAny>>,
+    pipeline_parallel_rank: Option<&Bound<'_, PyAny>>,
     max_model_len: Option<&Bound<'_, PyAny>>,
+    max_num_seqs: Option<&Bound<'_, PyAny>>,
     max_num_batched_tokens: Option<&Bound<'_, PyAny>>,
     graph_strategy: Option<String>,
-) -> PyResult<(String, String, Option<PyKvRange>)> {
+    exchange: Option<&Bound<'_, PyAny>>,
+) -> PyResult<(String, String, Option<String>, Option<PyKvRange>)> {
     use crate::errors::{count_arg, int_arg, type_error, usage};
     use memplan::model::limits;
     // Every argument is checked before anything runs: a wrong type is an ArgumentTypeError,
     // a value out of range a UsageError naming it (the ranges of `memplan plan`'s flags).
     crate::hooks::check_engine(py, engine)?;
-    // `None` (or absent) takes the default.
-    let count = |v: Option<&Bound<'_, PyAny>>, name: &str, max: u64, default: u64| match v
-        .filter(|v| !v.is_none())
-    {
-        Some(v) => count_arg(py, v, name, max),
-        None => Ok(default),
+    // `None` (or absent) takes the default: the dry run's, resolved in the chain.
+    let count = |v: Option<&Bound<'_, PyAny>>, name: &str, max: u64| -> PyResult<Option<u64>> {
+        match v.filter(|v| !v.is_none()) {
+            Some(v) => count_arg(py, v, name, max).map(Some),
+            None => Ok(None),
+        }
     };
-    let block_size = count(block_size, "block_size", u64::from(limits::MAX_BLOCK), 16)? as u32;
-    let tensor_parallel_size = count(
-        tensor_parallel_size,
-        "tensor_parallel_size",
+    let block_size =
+        count(block_size, "block_size", u64::from(limits::MAX_BLOCK))?.map(|b| b as u32);
+    let tensor_parallel_size =
+        count(tensor_parallel_size, "tensor_parallel_size", limits::MAX_TP)?.unwrap_or(1);
+    let pipeline_parallel_size = count(
+        pipeline_parallel_size,
+        "pipeline_parallel_size",
         limits::MAX_TP,
-        1,
+    )?
+    .unwrap_or(1);
+    let rank_of =
+        |v: Option<&Bound<'_, PyAny>>, name: &str, size: u64| match v.filter(|v| !v.is_none()) {
+            Some(v) => int_arg(py, v, name, size - 1),
+            None => Ok(0),
+        };
+    let tensor_parallel_rank = rank_of(
+        tensor_parallel_rank,
+        "tensor_parallel_rank",
+        tensor_parallel_size,
     )?;
-    let tensor_parallel_rank = match tensor_parallel_rank.filter(|v| !v.is_none()) {
-        Some(v) => int_arg(py, v, "tensor_parallel_rank", tensor_parallel_size - 1)?,
-        None => 0,
-    };
-    let max_model_len = match max_model_len.filter(|v| !v.is_none()) {
-        Some(v) => Some(count_arg(py, v, "max_model_len", limits::MAX_MODEL_LEN)?),
-        None => None,
-    };
+    let pipeline_parallel_rank = rank_of(
+        pipeline_parallel_rank,
+        "pipeline_parallel_rank",
+        pipeline_parallel_size,
+    )?;
+    let max_model_len = count(max_model_len, "max_model_len", limits::MAX_MODEL_LEN)?;
+    let max_num_seqs = count(max_num_seqs, "max_num_seqs", limits::MAX_NUM_SEQS)?;
     let max_num_batched_tokens = count(
         max_num_batched_tokens,
         "max_num_batched_tokens",
         limits::MAX_BATCHED_TOKENS,
-        8192,
     )?;
-    let kv_cache_memory_bytes = match kv_cache_memory_bytes.filter(|v| !v.is_none()) {
-        Some(v) => Some(count_arg(
-            py,
-            v,
-            "kv_cache_memory_bytes",
-            limits::MAX_BYTES,
-        )?),
-        None => None,
-    };
+    let kv_cache_memory_bytes = count(
+        kv_cache_memory_bytes,
+        "kv_cache_memory_bytes",
+        limits::MAX_BYTES,
+    )?;
     let gpu_memory_utilization = match gpu_memory_utilization.filter(|v| !v.is_none()) {
         Some(v) if v.is_instance_of::<pyo3::types::PyBool>() || v.extract::<f64>().is_err() => {
             return Err(type_error(
@@ -266,39 +346,57 @@ pub fn start_up(
         Some(v) => Some(v.extract::<f64>()?),
         None => None,
     };
-    let request = match (kv_cache_memory_bytes, gpu_memory_utilization) {
+    match (kv_cache_memory_bytes, gpu_memory_utilization) {
         (Some(_), Some(_)) => {
             return Err(usage(
                 py,
                 "give kv_cache_memory_bytes or gpu_memory_utilization, not both".into(),
             ))
         }
-        (Some(b), None) => Request::KvCacheBytes(b),
-        (None, u) => {
-            let u = u.unwrap_or(0.9);
-            if limits::check_fraction(u).is_err() {
-                return Err(usage(
-                    py,
-                    format!("gpu_memory_utilization={u} is outside (0, 1]"),
-                ));
-            }
-            Request::Utilization(u)
+        (None, Some(u)) if limits::check_fraction(u).is_err() => {
+            return Err(usage(
+                py,
+                format!("gpu_memory_utilization={u} is outside (0, 1]"),
+            ))
         }
+        _ => {}
+    }
+    let exchange = match exchange.filter(|v| !v.is_none()) {
+        Some(f) if !f.is_callable() => {
+            return Err(type_error(
+                py,
+                format!(
+                    "exchange={} is not callable; it takes this rank's plan (JSON text) and returns every rank's",
+                    crate::errors::repr(f)
+                ),
+            ))
+        }
+        f => f.map(|f| f.clone().unbind()),
     };
     let o = Options {
         model,
-        request,
+        gpu_memory_utilization,
+        kv_cache_memory_bytes,
         kv_cache_dtype,
+        engine_release,
         block_size,
         tensor_parallel_size,
         tensor_parallel_rank,
+        pipeline_parallel_size,
+        pipeline_parallel_rank,
         max_model_len,
+        max_num_seqs,
         max_num_batched_tokens,
         strategy: graph_strategy,
     };
     crate::errors::guard(py, || {
         let dev = device_of(py, device)?;
-        let (plan, profile, kv) = run(py, &dev, engine, &o)?;
-        Ok((plan, profile, kv.map(|r| PyKvRange { inner: Some(r) })))
+        let (plan, profile, combined, kv) = run(py, &dev, engine, &o, exchange.as_ref())?;
+        Ok((
+            plan,
+            profile,
+            combined,
+            kv.map(|r| PyKvRange { inner: Some(r) }),
+        ))
     })
 }

@@ -74,3 +74,43 @@ def test_bad_plans_are_usage_errors() -> None:
         combine(["{"])
     with pytest.raises(memplan.UsageError):
         combine([])
+
+
+def test_a_rank_maps_the_combined_plan_through_its_exchange() -> None:
+    # Rank 1 planned elsewhere (its own process); rank 0's exchange returns both plans.
+    p1 = json.dumps(_rank_plan("sim:l4", 1))
+    seen = []
+
+    def all_gather(own: str) -> List[str]:
+        seen.append(json.loads(own)["rank"]["tensor_parallel_rank"])
+        return [own, p1]
+
+    dev = SimDevice("sim:rtx4090", private=True)
+    eng = PyEngine(dev, weights=3 * GIB, post_capture=True)
+    s = start_up(
+        dev, eng, model=MODEL, tensor_parallel_size=2, tensor_parallel_rank=0, exchange=all_gather
+    )
+    assert seen == [0]
+    assert s.combined is not None
+    blocks = s.combined["ranks"]["num_blocks"]
+    assert blocks == min(s.plan["kv"]["num_blocks"], json.loads(p1)["kv"]["num_blocks"])
+    # Post-capture: this rank's range holds exactly the combined blocks (rounded up to 2 MiB).
+    assert s.kv_range is not None
+    need = blocks * s.plan["kv"]["block_bytes"]
+    assert need <= s.kv_range.mapped_bytes < need + (2 << 20)
+
+
+def test_an_exchange_that_raises_is_reraised_after_teardown() -> None:
+    class Lost(Exception):
+        pass
+
+    def all_gather(own: str) -> List[str]:
+        raise Lost("a rank went away")
+
+    dev = SimDevice("sim:rtx4090", private=True)
+    eng = PyEngine(dev, post_capture=True)
+    with pytest.raises(Lost):
+        start_up(dev, eng, model=MODEL, exchange=all_gather)
+    assert eng.alloc.live_graphs == 0, "kept graphs released with the session"
+    with pytest.raises(memplan.ArgumentTypeError, match="exchange"):
+        start_up(dev, PyEngine(dev), model=MODEL, exchange="all")  # type: ignore[arg-type]

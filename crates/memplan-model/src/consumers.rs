@@ -5,7 +5,7 @@
 
 use memplan_core::kv::{KvSpec, LayerGroup};
 use memplan_core::{Error, Param, Result};
-use memplan_planner::{Consumer, ConsumerKind, Plan, Rank};
+use memplan_planner::{Consumer, ConsumerKind, Plan, PlanBuilder, Rank};
 
 use crate::config::ModelConfig;
 use crate::dryrun::DryRun;
@@ -113,6 +113,12 @@ fn stage_layers(d: &DryRun, pp: u64, stage: u64) -> Result<(u64, u64)> {
 /// engine then sizes every stage like the one with the fewest blocks (combine the ranks'
 /// plans).
 pub fn plan_stage(d: &DryRun, pp: u64, i: u64) -> Result<Plan> {
+    resolve_stage(d, pp, i)?.build()
+}
+
+/// [`plan_stage`]'s plan builder, before it is built: the stage's consumers, KV cache, limits
+/// and rules (a measured start-up of that stage's rank takes its settings from here).
+pub fn resolve_stage(d: &DryRun, pp: u64, i: u64) -> Result<PlanBuilder> {
     let c = &d.model.config;
     let (start, end) = stage_layers(d, pp, i)?;
     let db = crate::dtype_bytes(c.torch_dtype.as_deref().unwrap_or("bfloat16")).unwrap_or(2);
@@ -170,7 +176,7 @@ pub fn plan_stage(d: &DryRun, pp: u64, i: u64) -> Result<Plan> {
     if let Some(rank) = d.extras.rank(tp)?.filter(|r| r.pipeline_parallel_rank == i) {
         b = b.rank(rank);
     }
-    b.build()
+    Ok(b)
 }
 
 /// Other memory users of a deployment (all off by default).

@@ -92,6 +92,8 @@ pub struct DryRun {
     pub given: Vec<(ConsumerKind, u64)>,
     /// Draft model, LoRA, CPU offload, pipeline stages ([`crate::consumers`]).
     pub extras: crate::consumers::Extras,
+    /// Notes for the plan from whoever set the run up (how a default was derived).
+    pub notes: Vec<String>,
 }
 
 /// A dry run resolved: the plan builder (override figures on it, then build) and the graph
@@ -134,7 +136,14 @@ impl DryRun {
             runs_sampler: true,
             given: Vec::new(),
             extras: Default::default(),
+            notes: Vec::new(),
         }
+    }
+
+    /// Notes for the plan (how a default request was derived: [`crate::defaults::request`]).
+    pub fn notes(mut self, notes: Vec<String>) -> Self {
+        self.notes.extend(notes);
+        self
     }
 
     /// What the engine may use.
@@ -413,6 +422,7 @@ impl DryRun {
         }
         let mut notes = vec![c.rule.clone()];
         notes.extend(c.notes.iter().cloned());
+        notes.extend(self.notes.iter().cloned());
         if checkpoint_kv.is_some() && self.kv_cache_dtype.is_none() {
             notes.push(format!(
                 "KV cache dtype auto: the checkpoint asks for an {} KV cache",

@@ -501,6 +501,21 @@ mod tests {
         assert_eq!(old.default_utilization(24 * GIB, 1, 1), 0.88);
     }
 
+    /// A measured start-up sizes with `SizingRules::newest` unless told otherwise: it is this
+    /// table's newest vLLM row, for every number of stages.
+    #[test]
+    fn the_measured_default_is_the_newest_row() {
+        let newest = EngineRules::newest_vllm();
+        assert_eq!(newest.to_string(), SizingRules::NEWEST_RELEASE);
+        for pp in 1..=4 {
+            assert_eq!(
+                newest.sizing(pp, true),
+                SizingRules::newest(pp),
+                "{pp} stages"
+            );
+        }
+    }
+
     #[test]
     fn window_admission_counts_batches_in_flight() {
         // `VllmConfig.max_in_flight_tokens` (0.26+): (pp + async) * max_num_batched_tokens.

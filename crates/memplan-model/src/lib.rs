@@ -21,6 +21,7 @@
 pub mod arch;
 pub mod config;
 pub mod consumers;
+pub mod defaults;
 pub mod dryrun;
 pub mod engine;
 pub mod estimate;

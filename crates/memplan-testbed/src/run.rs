@@ -86,8 +86,13 @@ fn profile(
     let device = engine.device().clone();
     // Calibrating, the session starts the way an engine starts it (`Session::start`: its
     // calibration's leftovers are accounted); else it trusts the declaration.
+    // The oracle counts tokens as vLLM 0.19 did (usable blocks times the block size,
+    // [`crate::oracle::tokens_in`]), so the session sizes with those rules too.
+    fn rules(s: Session<'_, SimEngine>) -> Session<'_, SimEngine> {
+        s.with_sizing_rules(memplan_core::kv::SizingRules::default(), "vllm@0.19")
+    }
     let (mut s, downgrades) = if setup.scenario.calibrate {
-        let s = Session::start(&device, engine)?;
+        let s = rules(Session::start(&device, engine)?);
         let d = s
             .calibration()
             .map(|r| r.downgrade_warnings())
@@ -95,7 +100,7 @@ fn profile(
         (s, d)
     } else {
         let cap = device.capabilities().clone();
-        (Session::begin(&device, engine, cap)?, Vec::new())
+        (rules(Session::begin(&device, engine, cap)?), Vec::new())
     };
     let downgrades: Vec<String> = downgrades.iter().map(ToString::to_string).collect();
     s.check_request(setup.request)?;

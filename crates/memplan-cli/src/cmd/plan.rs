@@ -16,11 +16,10 @@ mod flags;
 mod render_args;
 
 use memplan::kv::KvDtype;
-use memplan::{DriverMemory, Error, MemoryInfo, Param, ProfilingCapability, Refusal};
+use memplan::{DriverMemory, Error, MemoryInfo, Param, ProfilingCapability};
 use memplan_model::dryrun::{DryRun, GraphReserve};
 use memplan_model::engine::EngineRules;
 use memplan_model::{dtype_bytes, Model, Quantization};
-use memplan_planner::budget::Request;
 use memplan_planner::plan::render;
 use memplan_planner::{combine_ranks, ConsumerKind, Plan};
 
@@ -41,11 +40,11 @@ pub const EXAMPLES: &str = "Examples:
 
 /// The engine release: `--engine`, else the one `--emit-args` names, else the newest vLLM.
 fn engine_rules(a: &Flags) -> Result<EngineRules, Error> {
-    match (&a.engine, &a.emit_args) {
-        (Some(e), _) => e.parse(),
-        (None, Some((_, e))) => e.parse(),
-        (None, None) => Ok(EngineRules::newest_vllm().clone()),
-    }
+    let named = a
+        .engine
+        .as_deref()
+        .or(a.emit_args.as_ref().map(|(_, e)| e.as_str()));
+    memplan_model::defaults::engine(named)
 }
 
 /// When the release asked for is not a row of the rules table (a patch release such as
@@ -205,33 +204,20 @@ fn model_dtype(a: &Flags, m: &Model) -> KvDtype {
 
 fn input(a: &Flags, model: &Model, t: &Target) -> Result<DryRun, Failure> {
     let engine = engine_rules(a)?;
-    // vLLM 0.34: utilisation 1.0 with the extensible KV cache (sized from memory measured
-    // after graph capture), else the release's default (`resolved_gpu_memory_utilization`).
-    // With the extensible cache the engine takes what is free when it starts, so a device
-    // read now gives free / total.
-    let default_util = if engine.extensible_kv_cache {
-        match t.snapshot.as_ref().and_then(|s| s.driver.free) {
-            // Other processes hold the whole device: nothing the engine could start with.
-            // That is a plan that does not fit (exit 1), not a utilisation the user gave.
-            Some(0) if a.gpu_memory_utilization.is_none() && a.kv_cache_memory_bytes.is_none() => {
-                return Err(Error::does_not_fit(Refusal::FreeBelowRequested {
-                    free: 0,
-                    total: t.total,
-                    requested: t.total,
-                    request: format!(
-                        "{engine}'s default: GPU memory utilisation 1.0, the KV cache taking what is free once the engine has started"
-                    ),
-                    held_by_allocator: None,
-                })
-                .into());
-            }
-            Some(free) if t.total > 0 && free < t.total => free as f64 / t.total as f64,
-            _ => 1.0,
-        }
-    } else {
-        // SGLang 0.5.23 computes its fraction from the device; vLLM's is fixed.
-        engine.default_utilization(t.total, a.tensor_parallel_size, a.pipeline_parallel_size)
-    };
+    // The default request (and how a derived one was derived) is the measured start-up's:
+    // one function for both (`memplan_model::defaults::request`).
+    let (request, request_note) = memplan_model::defaults::request(
+        &engine,
+        t.total,
+        t.snapshot.as_ref().and_then(|s| s.driver.free),
+        (a.tensor_parallel_size, a.pipeline_parallel_size),
+        // A fixed KV size wins over a utilisation (a log can give both).
+        (
+            a.gpu_memory_utilization
+                .filter(|_| a.kv_cache_memory_bytes.is_none()),
+            a.kv_cache_memory_bytes,
+        ),
+    )?;
     // The platform decides whether the release profiles (and subtracts) graph memory.
     let platform = a
         .device
@@ -240,10 +226,6 @@ fn input(a: &Flags, model: &Model, t: &Target) -> Result<DryRun, Failure> {
         .map(|d| d.backend)
         .filter(|b| *b != memplan::BackendKind::Sim)
         .map(|b| b.to_string());
-    let request = match a.kv_cache_memory_bytes {
-        Some(b) => Request::KvCacheBytes(b),
-        None => Request::Utilization(a.gpu_memory_utilization.unwrap_or(default_util)),
-    };
     let graph_reserve = match a.graph_strategy {
         Strategy::None => GraphReserve::None,
         Strategy::Estimate => GraphReserve::Reserve,
@@ -282,6 +264,7 @@ fn input(a: &Flags, model: &Model, t: &Target) -> Result<DryRun, Failure> {
         .given(ConsumerKind::Activation, a.activation_bytes)
         .given(ConsumerKind::NonAllocator, a.non_torch_bytes)
         .given(ConsumerKind::Graphs, a.graph_bytes)
+        .notes(request_note.into_iter().collect())
         .extras(extras::extras(a)?))
 }
 

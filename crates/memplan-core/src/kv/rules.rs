@@ -35,6 +35,29 @@ pub struct SizingRules {
 }
 
 impl SizingRules {
+    /// The engine release whose rules [`SizingRules::newest`] are: the newest vLLM release
+    /// memplan knows. A measured start-up sizes with them unless told otherwise.
+    pub const NEWEST_RELEASE: &'static str = "vllm@0.34";
+
+    /// The rules of the newest engine release memplan knows ([`Self::NEWEST_RELEASE`]) for a
+    /// deployment of `pipeline_stages` stages: with async scheduling a window keeps the tokens
+    /// of `pipeline_stages + 1` batches in flight (`VllmConfig.max_in_flight_tokens`, 0.26
+    /// on), capacity as vLLM 0.20.1 on reports it, pages padded (0.24 on), the hybrid
+    /// KV-cache manager on. The release table in `memplan-model` (`EngineRules`, each rule
+    /// with its vLLM file) is the source; a test there keeps this equal to its newest row.
+    pub const fn newest(pipeline_stages: u64) -> Self {
+        SizingRules {
+            in_flight_batches: if pipeline_stages == 0 {
+                1
+            } else {
+                pipeline_stages
+            } + 1,
+            capacity: Capacity::Concurrency,
+            hybrid_manager: true,
+            pad_attention_pages: true,
+        }
+    }
+
     /// The same rules with `batches` in flight (see the field).
     pub const fn with_in_flight_batches(mut self, batches: u64) -> Self {
         self.in_flight_batches = batches;

@@ -357,6 +357,36 @@ impl PlanBuilder {
         &self.consumers
     }
 
+    /// The KV cache to size.
+    pub fn kv_spec(&self) -> &KvSpec {
+        &self.kv_spec
+    }
+
+    /// The request-shape limits.
+    pub fn limits(&self) -> KvLimits {
+        self.limits
+    }
+
+    /// The engine release's KV sizing rules.
+    pub fn rules(&self) -> SizingRules {
+        self.rules
+    }
+
+    /// The engine release the plan is for, when set.
+    pub fn engine_release(&self) -> Option<&str> {
+        self.engine.as_deref()
+    }
+
+    /// Requests per step, when set.
+    pub fn requests_per_step(&self) -> Option<u64> {
+        self.max_num_seqs
+    }
+
+    /// The notes so far.
+    pub fn notes_so_far(&self) -> &[String] {
+        &self.notes
+    }
+
     /// Make the plan. Errors: a bad request (naming the [`Param`]), overflow, and
     /// [`Error::DoesNotFit`] with a [`Refusal`]: free memory below the request at the start,
     /// consumers beyond the request or the device, one request of the max model length not
@@ -468,6 +498,7 @@ impl PlanBuilder {
             rank: self.rank,
             kv_cache_tokens: kv.tokens,
             kv,
+            sizing_rules: self.rules,
             suggestions: b.suggestions,
             foreign_bytes: self.foreign,
             ranks: None,

@@ -43,7 +43,7 @@ pub use json::{combine_json, MAX_PLAN_JSON_BYTES};
 pub use physical::PhysicalCheck;
 pub use ranks::{combine_ranks, RankPlan, Ranks};
 
-use memplan_core::kv::{KvLimits, KvSizing, KvSpec};
+use memplan_core::kv::{KvLimits, KvSizing, KvSpec, SizingRules};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -204,6 +204,9 @@ pub struct Plan {
     pub kv_cache_tokens: u64,
     /// Blocks, tokens, concurrency.
     pub kv: KvSizing,
+    /// The engine release's rules the KV cache was sized with (tokens in flight, how tokens
+    /// are reported, page padding, the hybrid manager); [`Plan::engine`] names the release.
+    pub sizing_rules: SizingRules,
     /// Ways to pin the plan in an engine.
     pub suggestions: Suggestions,
     /// Bytes other processes took (+) or released (-) while profiling (measured start-ups).

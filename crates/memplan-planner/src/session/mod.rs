@@ -47,7 +47,7 @@ use crate::warning::Warning;
 pub use kv_cache::KvCache;
 use kv_cache::Planned;
 use memplan_core::bytes::fmt_signed;
-use memplan_core::kv::{KvLimits, KvSpec};
+use memplan_core::kv::{KvLimits, KvSpec, SizingRules};
 pub(crate) use recorder::Recorder;
 pub use steps::Step;
 use steps::Steps;
@@ -67,6 +67,8 @@ pub struct Session<'e, E: AsDynEngine + ?Sized> {
     rank: Rank,
     /// What the last plan gave this rank.
     planned: Option<Planned>,
+    /// The KV sizing rules and the engine release they are (default: the newest release's).
+    sizing: Option<(SizingRules, String)>,
 }
 
 /// The automatic graph phase measures every size instead of keeping a sampled estimate whose
@@ -130,6 +132,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             steps: Steps::new(),
             rank: Rank::SINGLE,
             planned: None,
+            sizing: None,
         })
     }
 
@@ -182,6 +185,15 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     /// finds this rank's figures in a combined plan by it.
     pub fn with_rank(mut self, rank: Rank) -> Self {
         self.rank = rank;
+        self
+    }
+
+    /// Size the KV cache with an engine release's `rules` (`release` names it, `vllm@0.19`;
+    /// the dry run's table is `memplan_model::engine::EngineRules::sizing`). Default: the
+    /// newest release memplan knows ([`SizingRules::newest`] for this rank's pipeline
+    /// stages), the same default as the dry run's; the plan names the release either way.
+    pub fn with_sizing_rules(mut self, rules: SizingRules, release: impl Into<String>) -> Self {
+        self.sizing = Some((rules, release.into()));
         self
     }
 
@@ -557,6 +569,19 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         )?
         .device(format!("{} ({})", d.id, d.name))
         .rank(self.rank);
+        let b = match &self.sizing {
+            Some((rules, release)) => b
+                .sizing_rules(*rules)
+                .engine(release.clone())
+                .notes(vec![format!("KV sizing: the rules of {release}, as the caller chose")]),
+            None => b
+                .sizing_rules(SizingRules::newest(self.rank.pipeline_parallel_size))
+                .engine(SizingRules::NEWEST_RELEASE)
+                .notes(vec![format!(
+                    "KV sizing: the rules of {}, the newest engine release memplan knows (the dry run's default too; Session::with_sizing_rules picks another)",
+                    SizingRules::NEWEST_RELEASE
+                )]),
+        };
         let b = match &self.rec.kv_range {
             Some(r) => b.mapping_granularity(r.granularity()),
             None => b,
