@@ -1,33 +1,11 @@
-//! Fuzz `config.json` parsing and everything downstream: the KV spec, its sizing, weights and
-//! estimates. Any panic is a bug; errors are fine.
+//! libFuzzer target: the body shared with the stable driver
+//! (`crates/memplan-model/tests/fuzz_bodies/config_json.rs`, which states the properties).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use memplan_core::kv::{KvDtype, KvLimits};
-use memplan_model::estimate::{self, EngineShape};
-use memplan_model::{weights, ModelConfig};
 
-fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else {
-        return;
-    };
-    let Ok(c) = ModelConfig::from_json_str(text) else {
-        return;
-    };
-    for tp in [1, 2, 8] {
-        if let Ok(spec) = c.kv_spec(KvDtype::Int8, 16, tp) {
-            let limits = KvLimits::new(8192, 2048).with_max_len_limit(1 << 20);
-            let _ = spec.size(1 << 36, &limits);
-        }
-        let _ = weights::weight_bytes(&c, tp, 2, c.quantization.as_ref());
-        let shape = EngineShape {
-            max_num_seqs: 256,
-            max_num_batched_tokens: 8192,
-            tensor_parallel: tp,
-            capture_sizes: estimate::default_capture_sizes(256),
-            dtype_bytes: 2,
-        };
-        let _ = estimate::activation(&c, &shape);
-        let _ = estimate::graph(&c, &shape);
-    }
-});
+#[allow(dead_code)]
+#[path = "../../crates/memplan-model/tests/fuzz_bodies/config_json.rs"]
+mod body;
+
+fuzz_target!(|data: &[u8]| body::run(data));

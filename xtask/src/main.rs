@@ -11,12 +11,14 @@
 //! - `gpu-check`: build the pieces `scripts/gpu-check.sh` runs on an NVIDIA machine.
 //! - `python`: the Python package's wheel, built, installed in a fresh venv and tested (also a
 //!   step of `ci`).
+//! - `fuzz`: the fuzz targets for a fixed time (also a step of `ci`, the stable driver).
 //!
 //! std only, so it builds before anything else and never pulls a vendor crate.
 
 mod backends;
 mod conformance;
 mod deps;
+mod fuzz;
 mod gpu_check;
 mod matrix;
 mod prereq;
@@ -49,10 +51,14 @@ tasks:
                      acceptance check of the sweep fails
   gpu-check [ARGS]   build the GPU check bundle (see docs/gpu-check.md)
   python             the Python package: clippy, wheel (maturin) in a fresh venv, pytest
+  fuzz [--seconds N] [--libfuzzer]
+                     the fuzz targets of fuzz/ for N seconds each (default 6): the stable
+                     in-process driver, or cargo-fuzz's libFuzzer (RUSTC_BOOTSTRAP=1)
   help               this text
 
 environment:
-  XTASK_ONLY=NAME    run only the matrix entry NAME in `ci` (`python`: only the Python step)
+  XTASK_ONLY=NAME    run only the matrix entry NAME in `ci` (`python`: only the Python step,
+                     `fuzz`: only the fuzz step)
   PYTHON=PATH        the interpreter that creates the Python step's venv (default python3)
 ";
 
@@ -74,6 +80,7 @@ fn main() -> ExitCode {
         "strategy-table" => conformance::strategy_table(&args[1..]),
         "gpu-check" => gpu_check::run(&args[1..]),
         "python" => python::check(),
+        "fuzz" => fuzz::run(&args[1..]),
         "help" | "-h" | "--help" => {
             print!("{HELP}");
             Ok(())
@@ -146,6 +153,10 @@ fn ci() -> Result<(), String> {
     )?;
     if only.as_deref().is_none_or(|o| o == "python") {
         python::check()?;
+    }
+    // The fuzz targets' bodies for a fixed time (the debug build above is reused).
+    if only.as_deref().is_none_or(|o| o == "fuzz") {
+        fuzz::run(&[])?;
     }
     deps::check()?;
     deps::package()?;

@@ -54,7 +54,19 @@ pub struct Info {
 /// llama.cpp's loader checks them ([`reader`]).
 pub fn read(path: &Path) -> Result<Info> {
     let (file, size) = memplan_core::input::open_regular(path, "GGUF file")?;
-    let mut r = reader::Reader::new(file, size, path.display().to_string());
+    info_from(reader::Reader::new(file, size, path.display().to_string()))
+}
+
+/// [`read`] on a file's bytes in memory, named `name` in errors (fuzzing, tests).
+pub fn read_bytes(name: &str, bytes: &[u8]) -> Result<Info> {
+    info_from(reader::Reader::new(
+        bytes,
+        bytes.len() as u64,
+        name.to_string(),
+    ))
+}
+
+fn info_from<R: std::io::Read>(mut r: reader::Reader<R>) -> Result<Info> {
     let (header, _data) = r.header()?;
     let arch = header
         .meta

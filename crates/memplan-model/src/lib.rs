@@ -92,14 +92,10 @@ impl Model {
             return gguf::load(p);
         }
         if !p.exists() && hub::is_repo_id(name_or_path) {
-            if let Some(snap) = hub::snapshot(name_or_path)? {
-                let mut m = Model::load_path(&snap.dir, name_or_path, Some(&snap.boundary))?;
-                m.name = name_or_path.to_string();
-                m.source = Source::HubCache {
-                    repo: name_or_path.to_string(),
-                    snapshot: snap.dir,
-                };
-                return Ok(m);
+            if let Some(root) = hub::cache_root() {
+                if let Some(m) = Model::load_from_cache(&root, name_or_path)? {
+                    return Ok(m);
+                }
             }
             return presets::find(name_or_path)
                 .map(|preset| Model {
@@ -120,6 +116,21 @@ impl Model {
             });
         }
         Model::load_path(p, name_or_path, None)
+    }
+
+    /// Load `repo_id` (`ORG/NAME`) from the Hugging Face cache at `root`, `Ok(None)` when it
+    /// is not cached there; every file read stays inside its cache folder ([`hub`]).
+    pub fn load_from_cache(root: &Path, repo_id: &str) -> Result<Option<Self>> {
+        let Some(snap) = hub::snapshot_in(root, repo_id)? else {
+            return Ok(None);
+        };
+        let mut m = Model::load_path(&snap.dir, repo_id, Some(&snap.boundary))?;
+        m.name = repo_id.to_string();
+        m.source = Source::HubCache {
+            repo: repo_id.to_string(),
+            snapshot: snap.dir,
+        };
+        Ok(Some(m))
     }
 
     /// Load a model directory or `config.json`; with `within` (a real path), every file read

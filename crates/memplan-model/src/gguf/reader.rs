@@ -21,7 +21,6 @@
 //! array are kept as values.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::File;
 use std::io::Read;
 
 use memplan_core::{Error, Result};
@@ -69,18 +68,19 @@ pub struct Header {
     pub tensors: Vec<TensorInfo>,
 }
 
-/// The reader: the header bytes read so far and the position in them.
-pub struct Reader {
-    file: File,
+/// The reader of a file (or of bytes in memory): the header bytes read so far and the
+/// position in them.
+pub struct Reader<R: Read> {
+    file: R,
     buf: Vec<u8>,
     pos: usize,
     size: u64,
     path: String,
 }
 
-impl Reader {
+impl<R: Read> Reader<R> {
     /// A reader of `file` (`size` bytes), named `path` in errors.
-    pub fn new(file: File, size: u64, path: String) -> Self {
+    pub fn new(file: R, size: u64, path: String) -> Self {
         Reader {
             file,
             buf: Vec::new(),

@@ -1,0 +1,11 @@
+//! libFuzzer target: the body shared with the stable driver
+//! (`crates/memplan-model/tests/fuzz_bodies/hf_cache.rs`, which states the properties).
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+#[allow(dead_code)]
+#[path = "../../crates/memplan-model/tests/fuzz_bodies/hf_cache.rs"]
+mod body;
+
+fuzz_target!(|data: &[u8]| body::run(data));
