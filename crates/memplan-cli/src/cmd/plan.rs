@@ -716,6 +716,14 @@ mod tests {
             plan("--model llama-3.1-8b-instruct --total-memory 80GiB --max-model-len 8192 --pp 2")
                 .unwrap();
         assert!(pp["kv"]["num_blocks"].as_u64() > base["kv"]["num_blocks"].as_u64());
+        // One device's plan is not a combination (so it can still be combined with others'),
+        // and a pipeline-parallel dry run says how many stages it planned.
+        assert!(
+            pp["ranks"].is_null() && base["ranks"].is_null(),
+            "{}",
+            pp["ranks"]
+        );
+        assert_eq!(pp["pipeline_parallel_size"], 2);
         let more = plan("--model llama-3.1-8b-instruct --total-memory 80GiB --max-model-len 8192 --max-loras 4 --speculative-model qwen2.5-0.5b-instruct").unwrap();
         assert!(more["kv_cache_tokens"].as_u64() < base["kv_cache_tokens"].as_u64());
         assert!(
