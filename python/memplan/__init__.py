@@ -32,6 +32,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 from . import _native
 from ._errors import (
     ArgumentTypeError,
+    ClusterError,
     DoesNotFitError,
     InternalError,
     MeasurementError,
@@ -53,6 +54,7 @@ __all__ = [
     "MeasurementError",
     "DoesNotFitError",
     "InternalError",
+    "ClusterError",
     "__version__",
 ]
 
@@ -394,8 +396,13 @@ def simulate(
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the ``memplan`` command line with ``argv`` (default: ``sys.argv[1:]``), printing
-    as the binary does; returns its exit code (0 success, 1 failure, 2 usage)."""
+    as the binary does; returns its exit code (0 success, 1 failure, 2 usage).
+    ``memplan cluster ...`` is the Python package's own command (:mod:`memplan.ray`)."""
     import sys
 
     args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["cluster"]:
+        from . import _cluster_cli
+
+        return _cluster_cli.main(args[1:])
     return int(_native.main(args))

@@ -17,6 +17,7 @@ __all__ = [
     "MeasurementError",
     "DoesNotFitError",
     "InternalError",
+    "ClusterError",
     "from_envelope",
 ]
 
@@ -87,6 +88,12 @@ class DoesNotFitError(MemplanError):
 class InternalError(MemplanError):
     """A bug in memplan (a Rust panic caught at the boundary, unreadable output). Please
     report it with the message."""
+
+
+class ClusterError(MemplanError):
+    """A cluster could not be used: Ray is not installed (kind ``ray_not_installed``), no
+    cluster answers at the address (``cluster_unreachable``), or the cluster could not place
+    or run the probe tasks in time (``placement_timeout``, ``cluster``)."""
 
 
 # The CLI's failure kinds (crates/memplan-cli: the output contract) that mean the device or

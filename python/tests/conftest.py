@@ -13,6 +13,12 @@ from typing import Any, List, Optional, Tuple
 
 import pytest
 
+# Ray in these tests stays on the loopback: with cluster mode off, every Ray process resolves
+# its node address to 127.0.0.1 (ray/_private/services.py get_node_ip_address) instead of the
+# machine's interface. Read when Ray is imported, so it is set before any test imports it.
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
 MODEL = "qwen2.5-1.5b-instruct"
 DEVICE = "sim:rtx4090"
 

@@ -5,7 +5,8 @@
 //! The wheel is a dev-profile build into the workspace's `target/` (the crates the matrix
 //! compiled are reused; `--release` would rebuild everything optimized, minutes on 2 cores).
 //! The hand check, `maturin build --release` in `python/`, builds the same crate.
-//! maturin, pytest and mypy come from PyPI into the throwaway environment; mypy --strict
+//! maturin, pytest, mypy and Ray (for the local-cluster tests of `memplan.ray`) come from
+//! PyPI into the throwaway environment; mypy --strict
 //! checks the tests against the installed wheel's types (its `py.typed` and stubs). pytest's exit code 5
 //! (no test collected) fails the step like any other non-zero code.
 
@@ -16,6 +17,11 @@ use crate::run::step;
 
 /// Where the environment and the wheel go (inside the ignored `target/`).
 const WORK: &str = "target/python-ci";
+
+/// The Ray release the cluster tests run (`python/tests/test_ray_cluster.py`: a local cluster
+/// of simulated GPU nodes on the loopback), pinned so CI does not drift: a CPython 3.11
+/// manylinux x86_64 wheel, ~20 s to install. The package's `ray` extra takes any 2.x from 2.9.
+const RAY: &str = "ray==2.60.0";
 
 fn python() -> String {
     std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_string())
@@ -75,7 +81,7 @@ pub fn check() -> Result<(), String> {
     step("python venv", &[&py, "-m", "venv", s(&venv)?])?;
     let pip = bin.join("pip");
     step(
-        "python pip install maturin pytest mypy",
+        "python pip install maturin pytest mypy ray",
         &[
             s(&pip)?,
             "install",
@@ -84,6 +90,7 @@ pub fn check() -> Result<(), String> {
             "maturin>=1.9.4,<2",
             "pytest",
             "mypy",
+            RAY,
         ],
     )?;
     step(
