@@ -56,7 +56,12 @@ fn cycles(
     let mut first_leak = None;
     for i in 1..=CYCLES {
         if let Err(e) = cycle() {
-            return Check::new(name, false, format!("cycle {i} of {what} failed: {e}"));
+            let why = if e.is_out_of_memory() {
+                " (the device is full: memory given back earlier did not return; the allocation probe measures how much)"
+            } else {
+                ""
+            };
+            return Check::new(name, false, format!("cycle {i} of {what} failed: {e}{why}"));
         }
         let Some(b) = base else { continue };
         let now = match free_now(device) {
