@@ -5,11 +5,16 @@
 //! - exit 0, 1 or 2 (never a panic's 101, never a signal),
 //! - print no panic text,
 //! - end within 10 s, under a 4 GiB address-space limit (`ulimit -v`),
-//! - under `--json`, print exactly one JSON object with a `schema` key.
+//! - under `--json`, print exactly one JSON object with a `schema` key,
+//! - name, in a usage error about a value clap refused, the flag as the user typed it;
+//! - for model files (GGUF of every class the reader refuses, a Hugging Face cache whose
+//!   entries lead out of it, to FIFOs and devices), exit 1 for a file's fault, never 2; for
+//!   start-up logs with hostile figures, never blame a flag the user did not pass.
 //!
 //! Deterministic (a fixed seed; `MEMPLAN_FUZZ_SEED` picks another, `MEMPLAN_FUZZ_SCALE=N`
 //! runs N times as many cases). Default cost in CI: 240 argument vectors, 80 model
-//! directories, 16 scenarios, about 20 s on 2 cores with the debug binary.
+//! directories, 16 scenarios, 38 model files and cache entries, 24 logs, about 25 s on 2
+//! cores with the debug binary.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -398,6 +403,11 @@ fn scenario(r: &mut Rng, dir: &Path, shipped: &[String]) -> PathBuf {
 
 /// Run one case and check the properties; returns a description on violation.
 fn check(args: &[String]) -> Result<i32, String> {
+    check_with(args, &[]).map(|(code, _)| code)
+}
+
+/// [`check`] with environment variables set (`HF_HUB_CACHE`); the exit code and stderr.
+fn check_with(args: &[String], env: &[(&str, String)]) -> Result<(i32, String), String> {
     let json = args
         .iter()
         .take_while(|a| *a != "--")
@@ -411,6 +421,7 @@ fn check(args: &[String]) -> Result<i32, String> {
         .env_remove("MEMPLAN_LOG")
         .env_remove("RUST_LOG")
         .env("RUST_BACKTRACE", "0")
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -448,6 +459,23 @@ fn check(args: &[String]) -> Result<i32, String> {
     if stderr.contains("panicked") || stderr.contains("RUST_BACKTRACE") {
         return Err(format!("{args:?}: panic: {stderr}"));
     }
+    // A value clap refused names the flag as the user typed it (an alias stays an alias).
+    if let Some(flag) = stderr
+        .split("for '")
+        .nth(1)
+        .and_then(|r| r.split([' ', '\'']).next())
+        .filter(|f| f.starts_with("--") && code == Some(2))
+    {
+        let typed = args
+            .iter()
+            .take_while(|a| *a != "--")
+            .any(|a| a == flag || a.starts_with(&format!("{flag}=")));
+        if !typed {
+            return Err(format!(
+                "{args:?}: the usage error names {flag}, which was not passed: {stderr}"
+            ));
+        }
+    }
     // Completions print a script even beside --json; everything else prints JSON (`--help`
     // and `--version` a `memplan.help/1` object).
     let text_only = args.iter().any(|a| a == "completions");
@@ -463,7 +491,7 @@ fn check(args: &[String]) -> Result<i32, String> {
             }
         }
     }
-    Ok(code.unwrap_or(-1))
+    Ok((code.unwrap_or(-1), stderr))
 }
 
 /// Run every case on two threads; returns how many exited 0, 1 and 2.
@@ -555,6 +583,256 @@ fn generated_model_directories() {
         .collect();
     let c = run_all("model directories", cases);
     assert!(c[0] > 0 && c[1] > 0, "{c:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// GGUF files of every class the reader refuses, and well-formed ones with extreme heads.
+fn gguf_files(r: &mut Rng, dir: &Path) -> Vec<PathBuf> {
+    use memplan_model::gguf::Builder;
+    let good = |kv: u32, key: u32| {
+        Builder::new("llama")
+            .u32("llama.block_count", 2)
+            .u32("llama.embedding_length", 256)
+            .u32("llama.attention.head_count", 4)
+            .u32("llama.attention.head_count_kv", kv)
+            .u32("llama.attention.key_length", key)
+            .u32("llama.feed_forward_length", 512)
+            .u32("llama.context_length", 4096)
+            .u32("llama.vocab_size", 1000)
+            .tensor("token_embd.weight", &[256, 1000], 8)
+            .tensor("blk.0.attn_q.weight", &[256, 256], 8)
+            .tensor("blk.1.attn_q.weight", &[256, 256], 12)
+            .tensor("output.weight", &[256, 1000], 14)
+    };
+    let mut files = Vec::new();
+    let mut put = |name: String, bytes: Vec<u8>| {
+        let p = dir.join(format!("{name}.gguf"));
+        std::fs::write(&p, bytes).unwrap();
+        files.push(p);
+    };
+    put("good".into(), good(2, 64).bytes());
+    for (kv, key) in [(u32::MAX, u32::MAX), (1 << 20, 1 << 20), (8, u32::MAX)] {
+        put(format!("heads{kv}-{key}"), good(kv, key).bytes());
+    }
+    for a in [0, 3, 48, u32::MAX] {
+        put(format!("align{a}"), good(2, 64).alignment(a).bytes());
+    }
+    put(
+        "dup".into(),
+        good(2, 64).tensor("blk.0.attn_q.weight", &[256], 0).bytes(),
+    );
+    put(
+        "offsets".into(),
+        good(2, 64).offsets(vec![0, 0, 1 << 40, 7]).bytes(),
+    );
+    let whole = good(2, 64).bytes();
+    for _ in 0..4 {
+        let cut = r.below(whole.len());
+        put(format!("cut{cut}"), whole[..cut].to_vec());
+    }
+    let dir_named = dir.join("dir.gguf");
+    std::fs::create_dir_all(&dir_named).unwrap();
+    std::fs::write(dir_named.join("config.json"), "{}").unwrap();
+    files.push(dir_named);
+    let zero = dir.join("zero.gguf");
+    let _ = std::os::unix::fs::symlink("/dev/zero", &zero);
+    files.push(zero);
+    files
+}
+
+/// A Hugging Face cache whose entries `Org/E0..` are each hostile in one way (`Org/Good` is
+/// not); returns the cache and the ids.
+fn hostile_cache(dir: &Path) -> (PathBuf, Vec<String>) {
+    const C: &str = "0123abcd0123abcd0123abcd0123abcd0123abcd";
+    let hub = dir.join("hub");
+    let outside = dir.join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(
+        outside.join("config.json"),
+        r#"{"architectures":["LlamaForCausalLM"],"hidden_size":56,"num_hidden_layers":2,"num_attention_heads":7,"num_key_value_heads":7,"vocab_size":100,"max_position_embeddings":256}"#,
+    )
+    .unwrap();
+    let fifo = outside.join("fifo");
+    let has_fifo = Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .is_ok_and(|s| s.success());
+    let entry = |name: &str| {
+        let repo = hub.join(format!("models--Org--{name}"));
+        let snap = repo.join("snapshots").join(C);
+        std::fs::create_dir_all(&snap).unwrap();
+        std::fs::create_dir_all(repo.join("refs")).unwrap();
+        std::fs::write(repo.join("refs/main"), C).unwrap();
+        std::fs::write(
+            snap.join("config.json"),
+            r#"{"architectures":["LlamaForCausalLM"],"hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":100,"max_position_embeddings":256}"#,
+        )
+        .unwrap();
+        repo
+    };
+    let link = |target: &Path, at: &Path| {
+        let _ = std::fs::remove_file(at);
+        let _ = std::fs::remove_dir_all(at);
+        std::os::unix::fs::symlink(target, at).unwrap();
+    };
+    entry("Good");
+    let mut ids = Vec::new();
+    let mut add = |name: &str| {
+        ids.push(format!("Org/{name}"));
+        entry(name)
+    };
+    for (i, r) in ["../../../outside", "/etc", "", "main", "0123/abcd"]
+        .iter()
+        .enumerate()
+    {
+        let repo = add(&format!("Ref{i}"));
+        std::fs::write(repo.join("refs/main"), r).unwrap();
+    }
+    let repo = add("RefZero");
+    link(Path::new("/dev/zero"), &repo.join("refs/main"));
+    if has_fifo {
+        let repo = add("RefFifo");
+        link(&fifo, &repo.join("refs/main"));
+        let repo = add("ConfigFifo");
+        link(&fifo, &repo.join("snapshots").join(C).join("config.json"));
+    }
+    let repo = add("ConfigOut");
+    link(
+        &outside.join("config.json"),
+        &repo.join("snapshots").join(C).join("config.json"),
+    );
+    let repo = add("SnapOut");
+    link(&outside, &repo.join("snapshots").join(C));
+    (hub, ids)
+}
+
+/// Arguments, environment, the exit code expected (`None`: any but 2).
+type Case = (Vec<String>, Vec<(&'static str, String)>, Option<i32>);
+
+#[test]
+fn generated_model_files_and_caches() {
+    let dir = tmp("files");
+    let mut r = Rng(seed() ^ 3);
+    let mut cases: Vec<Case> = Vec::new();
+    // GGUF: a file's content is never a usage error.
+    for f in gguf_files(&mut r, &dir) {
+        let mut a = vec![
+            "plan".to_string(),
+            "--model".into(),
+            f.display().to_string(),
+            "--total-memory".into(),
+            "24GiB".into(),
+        ];
+        if r.chance(50) {
+            a.push("--json".into());
+        }
+        cases.push((a, vec![], None));
+    }
+    // The Hugging Face cache: every hostile entry is the file's fault (exit 1), as --model
+    // and as --speculative-model; the good one plans.
+    let (hub, ids) = hostile_cache(&dir);
+    let env = vec![("HF_HUB_CACHE", hub.display().to_string())];
+    let plan = |flag: &str, id: &str| -> Vec<String> {
+        let mut a = vec!["plan".to_string(), "--total-memory".into(), "24GiB".into()];
+        if flag == "--model" {
+            a.extend(["--model".into(), id.to_string()]);
+        } else {
+            a.extend([
+                "--model".into(),
+                "qwen2.5-0.5b-instruct".into(),
+                flag.to_string(),
+                id.to_string(),
+            ]);
+        }
+        a
+    };
+    for flag in ["--model", "--speculative-model"] {
+        cases.push((plan(flag, "Org/Good"), env.clone(), Some(0)));
+        for id in &ids {
+            cases.push((plan(flag, id), env.clone(), Some(1)));
+        }
+    }
+    // Start-up logs with hostile figures: bad content names the file (exit 1); a usage error
+    // may only name a flag that was passed.
+    let logs = include_str!("../../memplan-model/tests/data/engine-startup-logs.jsonl");
+    let quotes: Vec<String> = logs
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|v| v["quote"].as_str().map(str::to_string))
+        .filter(|q| !q.is_empty())
+        .collect();
+    let mut log_cases = Vec::new();
+    for i in 0..24 * scale() {
+        let q = &quotes[r.below(quotes.len())];
+        let mut words: Vec<String> = q.split(' ').map(str::to_string).collect();
+        for _ in 0..1 + r.below(3) {
+            let at = r.below(words.len());
+            if words[at].chars().any(|c| c.is_ascii_digit()) {
+                words[at] = r.pick(NUMBERS).to_string();
+            }
+        }
+        let f = dir.join(format!("log{i}.txt"));
+        std::fs::write(&f, words.join(" ")).unwrap();
+        let mut a = vec![
+            "plan".to_string(),
+            "--model".into(),
+            "qwen3-8b".into(),
+            "--from-log".into(),
+            f.display().to_string(),
+        ];
+        if r.chance(50) {
+            a.extend(["--total-memory".into(), "80GiB".into()]);
+        }
+        log_cases.push(a);
+    }
+    let n = cases.len() + log_cases.len();
+    let start = Instant::now();
+    let mut failures = Vec::new();
+    for (args, env, want) in &cases {
+        match check_with(args, env) {
+            Ok((code, _)) if want.is_some_and(|w| w != code) => failures.push(format!(
+                "{args:?}: exit {code}, expected {}",
+                want.unwrap_or_default()
+            )),
+            Ok((2, _)) if want.is_none() => failures.push(format!(
+                "{args:?}: a file's content was a usage error (exit 2)"
+            )),
+            Ok(_) => {}
+            Err(e) => failures.push(e),
+        }
+    }
+    for args in &log_cases {
+        match check_with(args, &[]) {
+            Ok((2, stderr)) => {
+                let named = stderr
+                    .trim_start_matches("memplan: error: ")
+                    .split(':')
+                    .next()
+                    .unwrap_or("")
+                    .to_string();
+                // Naming a flag to add ("pass a device ... or --total-memory") is the hint a
+                // missing figure needs; blaming a flag nobody passed for a value is the fault.
+                let hint = stderr.contains("pass a") || stderr.contains("pass --");
+                if named.starts_with("--") && !args.contains(&named) && !hint {
+                    failures.push(format!(
+                        "{args:?}: the usage error names {named}, which was not passed: {stderr}"
+                    ));
+                }
+            }
+            Ok(_) => {}
+            Err(e) => failures.push(e),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} violation(s):\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    eprintln!(
+        "model files and caches: {n} cases in {:.1} s",
+        start.elapsed().as_secs_f64()
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
