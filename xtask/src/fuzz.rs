@@ -84,6 +84,29 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 "-timeout=10",
             ],
         )?;
+        remove_leftovers();
     }
     Ok(())
+}
+
+/// The `hf_cache` body builds its caches under `/dev/shm/memplan-fuzz-<pid>` (else the temp
+/// dir); the stable driver removes its own at the end, libFuzzer has no such hook: remove the
+/// folders of fuzz processes that have exited.
+fn remove_leftovers() {
+    for base in [std::path::PathBuf::from("/dev/shm"), std::env::temp_dir()] {
+        let Ok(entries) = std::fs::read_dir(&base) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(pid) = name.strip_prefix("memplan-fuzz-") else {
+                continue;
+            };
+            let exited = pid.parse::<u32>().is_ok()
+                && !std::path::Path::new(&format!("/proc/{pid}")).exists();
+            if exited {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
 }
