@@ -7,17 +7,25 @@ takes the minimum over all workers, pipeline stages included:
 ``vllm/v1/core/kv_cache_planning.py``, ``get_kv_cache_configs``, step 5). Every rank then
 maps the combined plan's KV size, so all ranks hold the same number of blocks::
 
-    from memplan.distributed import exchange
+    from memplan.distributed import exchange, exchanger
 
-    s = start_up(device, engine, model=M, tensor_parallel_size=world)   # this rank's plan
-    plan = exchange(s.plan, comm.allgather)                              # mpi4py
+    # in the start-up: it combines and maps the fewest blocks itself (post-capture too)
+    s = start_up(device, engine, model=M, tensor_parallel_size=world,
+                 tensor_parallel_rank=rank, exchange=exchanger(comm.allgather, rank=rank))
+    s.combined["ranks"]["num_blocks"]                          # what every rank mapped
+
+    # or after it, for an engine that allocates its KV cache itself
+    plan = exchange(s.plan, comm.allgather, rank=rank)                   # mpi4py
     plan = exchange(s.plan, dist.all_gather_object, world_size=world)    # torch.distributed
-    kv_bytes = plan["kv_cache_bytes"]                                    # the same on every rank
+    blocks = plan["ranks"]["num_blocks"]                                 # the same on every rank
 
 The combining is memplan's own (the Rust planner's, through the native module), the same
 code a Rust engine calls: the combined plan is the limiting rank's ``memplan.plan/1``
-document with ``ranks`` set (how many were combined, which one limits) and, when the ranks
-differ, a ``limiting_rank`` warning that names the limiting rank and its device.
+document with ``ranks`` set (how many were combined, the deployment's TP/PP sizes, the
+blocks every rank maps, each rank's own figures, which one limits) and, when the ranks differ,
+a ``limiting_rank`` warning that names the limiting rank and its device. Each rank maps the
+combined blocks in its own block layout (``ranks["per_rank"][i]["mapped_bytes"]``: pipeline
+stages hold different layers, so their blocks differ in bytes).
 
 What travels between the ranks is the plan's JSON text (a ``str``): any transport that can
 send a string (pickle, MPI, a socket, a Ray object) carries it unchanged.
@@ -32,7 +40,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 from . import _native
 from ._errors import UsageError, from_envelope
 
-__all__ = ["combine", "exchange", "AllGather", "PlanLike"]
+__all__ = ["combine", "exchange", "exchanger", "AllGather", "PlanLike"]
 
 #: One rank's plan: the dict :func:`memplan.plan` or :func:`memplan.engine.start_up` returns,
 #: or its JSON text.
@@ -60,11 +68,15 @@ def _text(plan: PlanLike, where: str) -> str:
 def combine(plans: Sequence[PlanLike]) -> Dict[str, Any]:
     """Combine every rank's plan, in rank order, into the plan every rank maps.
 
-    The combined plan is the plan of the rank with the fewest KV blocks (the first such rank
-    on a tie), with ``ranks`` = ``{"count": len(plans), "limiting": i}``; when there is more
-    than one rank, a ``limiting_rank`` warning names rank ``i`` and its device. Each plan is
-    read back through the ``memplan.plan/1`` schema first: a plan of another schema version,
-    or one that is not a plan, is refused rather than half-read.
+    The combined plan is the plan of the rank with the fewest KV blocks, with ``ranks``:
+    ``count``, the deployment's ``tensor_parallel_size`` and ``pipeline_parallel_size``,
+    ``num_blocks`` (what every rank maps), ``per_rank`` (each rank's own figures, in rank
+    order) and ``limiting`` (an index in ``per_rank``; ``None`` when every rank fits the same
+    blocks, and only then is no ``limiting_rank`` warning given). Each plan is read back
+    through the ``memplan.plan/1`` schema first: a plan of another schema version, or one that
+    is not a plan, is refused rather than half-read. Plans that say which rank they are
+    (measured start-ups, ``memplan plan --pipeline-stage S --tensor-parallel-rank R``) may
+    come in any order; plans that do not are the tensor-parallel ranks of one stage, in order.
 
     Raises:
         UsageError: no plans, a plan that is not a ``memplan.plan/1`` document, or plans
@@ -124,6 +136,66 @@ def _gather(text: str, all_gather: AllGather, world_size: Optional[int]) -> List
     return list(got)
 
 
+def exchanger(
+    all_gather: AllGather,
+    *,
+    world_size: Optional[int] = None,
+    rank: Optional[int] = None,
+) -> Callable[[str], List[str]]:
+    """The ``exchange=`` of :func:`memplan.engine.start_up` from the engine's all-gather: a
+    function that sends this rank's plan (JSON text) to every rank and returns every rank's,
+    in rank order, checked as :func:`exchange` checks them. ``start_up`` then combines the
+    plans and maps the combined blocks itself (post-capture too: the KV range is mapped with
+    the fewest blocks of any rank)::
+
+        s = start_up(dev, engine, model=M, tensor_parallel_size=world,
+                     tensor_parallel_rank=rank, exchange=exchanger(comm.allgather, rank=rank))
+        s.combined["ranks"]["num_blocks"]     # what every rank mapped
+
+    Raises (when called):
+        UsageError: as :func:`exchange`.
+    """
+    if world_size is not None and (
+        isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1
+    ):
+        raise UsageError(
+            f"exchange: world_size={world_size!r} must be a positive int",
+            kind="usage",
+            exit_code=2,
+        )
+    if not callable(all_gather):
+        raise UsageError(
+            f"exchange: all_gather={all_gather!r} is not callable", kind="usage", exit_code=2
+        )
+
+    def gather(text: str) -> List[str]:
+        gathered = _gather(text, all_gather, world_size)
+        if world_size is not None and len(gathered) != world_size:
+            raise UsageError(
+                f"exchange: the all-gather returned {len(gathered)} plans for world_size={world_size}",
+                kind="usage",
+                exit_code=2,
+            )
+        texts = [_text(g, f"exchange: rank {i}") for i, g in enumerate(gathered)]
+        if rank is not None:
+            if not 0 <= rank < len(texts):
+                raise UsageError(
+                    f"exchange: rank={rank} is outside the {len(texts)} ranks gathered",
+                    kind="usage",
+                    exit_code=2,
+                )
+            if texts[rank] != text:
+                raise UsageError(
+                    f"exchange: the all-gather did not return this rank's plan at index {rank}: "
+                    "it must return every rank's object in rank order",
+                    kind="usage",
+                    exit_code=2,
+                )
+        return texts
+
+    return gather
+
+
 def exchange(
     plan: PlanLike,
     all_gather: AllGather,
@@ -149,32 +221,5 @@ def exchange(
         UsageError: a malformed answer from the all-gather (not a list, the wrong number of
             ranks, this rank's plan not at ``rank``), or plans that cannot be combined.
     """
-    if world_size is not None and (isinstance(world_size, bool) or world_size < 1):
-        raise UsageError(
-            f"exchange: world_size={world_size!r} must be a positive int",
-            kind="usage",
-            exit_code=2,
-        )
-    text = _text(plan, "exchange: plan")
-    gathered = _gather(text, all_gather, world_size)
-    if world_size is not None and len(gathered) != world_size:
-        raise UsageError(
-            f"exchange: the all-gather returned {len(gathered)} plans for world_size={world_size}",
-            kind="usage",
-            exit_code=2,
-        )
-    if rank is not None:
-        if not 0 <= rank < len(gathered):
-            raise UsageError(
-                f"exchange: rank={rank} is outside the {len(gathered)} ranks gathered",
-                kind="usage",
-                exit_code=2,
-            )
-        if _text(gathered[rank], f"exchange: rank {rank}") != text:
-            raise UsageError(
-                f"exchange: the all-gather did not return this rank's plan at index {rank}: "
-                "it must return every rank's object in rank order",
-                kind="usage",
-                exit_code=2,
-            )
-    return combine(gathered)
+    gather = exchanger(all_gather, world_size=world_size, rank=rank)
+    return combine(gather(_text(plan, "exchange: plan")))

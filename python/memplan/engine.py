@@ -252,8 +252,9 @@ def start_up(
         graph_strategy: force a strategy (``full``, ``sampled``, ``conservative``, ...);
             default: chosen from the device's capabilities.
         exchange: several ranks: called with this rank's plan (JSON text) after planning,
-            returns every rank's plans (an all-gather; ``memplan.distributed`` builds one
-            from ``torch.distributed``, MPI or Ray); the plans are combined and this rank maps
+            returns every rank's plans (an all-gather;
+            :func:`memplan.distributed.exchanger` builds one from ``torch.distributed``, MPI,
+            a Ray collective or any all-gather function); the plans are combined and this rank maps
             the fewest blocks of any (:attr:`StartUp.combined`).
 
     Raises:

@@ -48,6 +48,10 @@ class Hub:
                 c.close()
             self._listener.close()
 
+    def close(self) -> None:
+        """Stop waiting for ranks (one failed before it sent its object)."""
+        self._listener.close()
+
     def join(self, timeout: float = 120.0) -> None:
         self._thread.join(timeout)
         if self._thread.is_alive():

@@ -11,13 +11,14 @@ from typing import Any, Dict, List, Optional, Tuple
 import pytest
 
 import memplan
-from memplan.distributed import combine, exchange
+from memplan.distributed import combine, exchange, exchanger
 from memplan.engine import SimDevice, start_up
 from loopback import Address, Hub, all_gather, torch_style
 from sim_engine import PyEngine
 
 MODEL = "qwen2.5-1.5b-instruct"  # 2 KV heads: tensor parallelism of 2 splits them
-Result = Tuple[int, Optional[Dict[str, Any]], Optional[Dict[str, Any]], Optional[str]]
+# (rank, its own plan, the combined plan, bytes its post-capture KV range mapped, error)
+Result = Tuple[int, Optional[Dict[str, Any]], Optional[Dict[str, Any]], Optional[int], Optional[str]]
 
 
 def _rank(
@@ -32,25 +33,41 @@ def _rank(
     """One rank's process: start up on its own GPU, exchange, map the combined KV size."""
     try:
         dev = SimDevice(device, private=True)
+        gather = all_gather(hub, authkey, rank)
+        if style == "start_up":
+            # The exchange inside the start-up: post-capture maps the combined blocks.
+            eng = PyEngine(dev, post_capture=True)
+            s = start_up(
+                dev,
+                eng,
+                model=MODEL,
+                gpu_memory_utilization=0.7,
+                tensor_parallel_size=world,
+                tensor_parallel_rank=rank,
+                exchange=exchanger(gather, rank=rank),
+            )
+            assert s.kv_range is not None and s.combined is not None
+            out.put((rank, s.plan, s.combined, s.kv_range.mapped_bytes, None))
+            return
         eng = PyEngine(dev)
         s = start_up(
             dev,
             eng,
             model=MODEL,
+            gpu_memory_utilization=0.7,
             tensor_parallel_size=world,
             tensor_parallel_rank=rank,
-            gpu_memory_utilization=0.7,
         )
-        gather = all_gather(hub, authkey, rank)
         if style == "torch":
             combined = exchange(s.plan, torch_style(gather), world_size=world, rank=rank)
         else:
             combined = exchange(s.plan, gather, rank=rank)
-        # Every rank maps the combined size: the allocator must hold it next to the weights.
-        eng.alloc.malloc(combined["kv_cache_bytes"])
-        out.put((rank, s.plan, combined, None))
+        # This rank maps the combined blocks in its own layout, next to its weights.
+        mine = combined["ranks"]["per_rank"][rank]["mapped_bytes"]
+        eng.alloc.malloc(mine)
+        out.put((rank, s.plan, combined, mine, None))
     except BaseException as e:
-        out.put((rank, None, None, f"{type(e).__name__}: {e}"))
+        out.put((rank, None, None, None, f"{type(e).__name__}: {e}"))
 
 
 def _run_ranks(devices: List[str], style: str) -> List[Result]:
@@ -68,6 +85,10 @@ def _run_ranks(devices: List[str], style: str) -> List[Result]:
     try:
         for _ in procs:
             results.append(out.get(timeout=180))
+        failed = [f"rank {r[0]}: {r[4]}" for r in results if r[4] is not None]
+        if failed:
+            hub.close()
+            pytest.fail("; ".join(failed))
         hub.join()
     except queue.Empty:
         pytest.fail("a rank process did not answer within 180 s")
@@ -79,11 +100,11 @@ def _run_ranks(devices: List[str], style: str) -> List[Result]:
     return sorted(results, key=lambda r: r[0])
 
 
-@pytest.mark.parametrize("style", ["mpi", "torch"])
+@pytest.mark.parametrize("style", ["mpi", "torch", "start_up"])
 def test_two_ranks_in_two_processes_map_the_fewest_blocks(style: str) -> None:
     # Rank 1's GPU is a smaller card (23.58 GiB against 23.99 GiB): room for fewer blocks.
     results = _run_ranks(["sim:rtx4090", "sim:rtx3090"], style)
-    for rank, _, _, err in results:
+    for rank, _, _, _, err in results:
         assert err is None, f"rank {rank}: {err}"
     own = [r[1] for r in results]
     combined = [r[2] for r in results]
@@ -103,6 +124,12 @@ def test_two_ranks_in_two_processes_map_the_fewest_blocks(style: str) -> None:
     # Each process's own plan says which rank it is and reports the deployment's TP size.
     assert [p["rank"]["tensor_parallel_rank"] for p in own if p is not None] == [0, 1]
     assert all(p["tensor_parallel_size"] == 2 for p in own if p is not None)
+    # Each rank mapped the fewest blocks in its own layout: rank 0 less than its own plan.
+    for rank, p, _, mapped, _ in results:
+        assert p is not None and mapped is not None
+        assert mapped == ranks["per_rank"][rank]["mapped_bytes"]
+        assert mapped == min(blocks) * p["kv"]["block_bytes"]
+    assert results[0][3] < own[0]["kv"]["num_blocks"] * own[0]["kv"]["block_bytes"]  # type: ignore[index]
     limiting = [w for w in first["warnings"] if w["code"] == "limiting_rank"]
     assert len(limiting) == 1, first["warnings"]
     assert limiting[0]["rank"] == 1 and "rtx3090" in limiting[0]["device"], limiting
