@@ -153,3 +153,60 @@ def test_bad_input_is_refused_before_the_cluster(capsys: pytest.CaptureFixture[s
     assert memplan.main(["cluster", "--model", MODEL, "--max-model-len", "-5"]) == 2
     assert memplan.main(["cluster", "--help"]) == 0
     assert "MEMPLAN_RAY_DEVICES" in capsys.readouterr().out
+
+
+def test_uneven_stages_pin_the_block_count_for_vllm() -> None:
+    # 32 layers on 3 stages: [11, 11, 10] layers, so the last stage's blocks are smaller and
+    # vLLM would give it more blocks for the same bytes: the flags pin the block count.
+    devices = ["sim:h100-80gb", "sim:a100-80gb", "sim:h100-80gb,other=30GiB"]
+    gpus = {
+        ("ranks", r): _answer("n1", r, d, _cluster.plan_specs(1, 3, r, r, None))
+        for r, d in enumerate(devices)
+    }
+    doc = _cluster.assemble(
+        model=MODEL,
+        tp=1,
+        pp=3,
+        ray_info={"driver_node": "n1", "address": "test", "version": "test"},
+        nodes=[{"node_id": "n1", "ip": "127.0.0.1", "gpus_declared": 3}],
+        gpus=gpus,
+        rank_slots=list(gpus),
+        order=list(gpus),
+        layouts=[(1, 3), (1, 2), (2, 1), (1, 4)],
+    )
+    assert doc["fits"], doc["why"]
+    sizes = {r["plan"]["kv"]["block_bytes"] for r in doc["ranks"]}
+    assert len(sizes) == 2
+    blocks = doc["kv_cache_blocks"]
+    assert blocks == min(r["kv_cache_blocks"] for r in doc["ranks"])
+    assert f"--num-gpu-blocks-override {blocks}" in doc["engine_args"]["vllm"]
+    # every rank maps the same blocks, each in its own layout
+    for r in doc["ranks"]:
+        assert r["maps_bytes"] == blocks * r["plan"]["kv"]["block_bytes"]
+    assert doc["limiting"] is not None and doc["limiting"]["rank"] == 2
+    lays = doc["layouts"]
+    assert [(e["tensor_parallel_size"], e["pipeline_parallel_size"]) for e in lays][-1] == (1, 4)
+    assert not lays[-1]["fits"] and "needs 4 GPUs; 3 are free" in lays[-1]["why"]
+    assert next(e for e in lays if e["placement"] == "placed")["kv_cache_blocks"] == blocks
+
+
+def test_each_gpu_finds_its_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    mapped = _cluster_task._mapped
+    assert mapped(1, "sim:h100-80gb  sim:a100-80gb,other=4GiB") == ("sim:a100-80gb,other=4GiB", None)
+    device, err = mapped(2, "sim:h100-80gb sim:a100-80gb")
+    assert device is None and err is not None and "lists 2 device(s)" in err["message"]
+    # Ray narrows the visible devices to the task's GPU: the ordinal is its place there.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,3")
+    assert _cluster_task._ordinal("cuda", 3) == 1
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert _cluster_task._ordinal("cuda", 3) == 3
+    monkeypatch.setenv("ZE_AFFINITY_MASK", "2")
+    assert _cluster_task._ordinal("xpu", 2) == 0
+    # Without the map and without a GPU backend here: an error naming both, never a guess.
+    if not any(
+        b["status"] == "available" and b.get("devices") and b["backend"] != "sim"
+        for b in memplan.backends()["backends"]
+    ):
+        device, err = _cluster_task._real(0)
+        assert device is None and err is not None
+        assert _cluster_task.DEVICES_ENV in err["message"] and "cuda" in err["message"]
