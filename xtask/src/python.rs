@@ -139,6 +139,8 @@ pub fn check() -> Result<(), String> {
     let argv = [
         "env",
         &format!("MEMPLAN_CLI={}", s(&cli)?),
+        // Ray was installed above: its tests must run, not skip.
+        "MEMPLAN_RAY_REQUIRED=1",
         s(&pytest)?,
         "-q",
         "-o",
