@@ -93,8 +93,9 @@ impl Builder {
         self
     }
 
-    /// The file: header, padding to the alignment, every tensor's data (zeros), each padded.
-    /// Tensors of unknown types take 0 bytes of data.
+    /// The file: header, padding to the alignment, every tensor's data (zeros), each padded
+    /// (as laid out, whatever [`Builder::offsets`] says). Tensors of unknown types take 0
+    /// bytes of data.
     pub fn bytes(&self) -> Vec<u8> {
         let align = u64::from(self.alignment.unwrap_or(DEFAULT_ALIGNMENT as u32)).max(1);
         let pad_to = |n: u64| {
@@ -113,6 +114,8 @@ impl Builder {
             o.extend(t.to_le_bytes());
             o.extend(p);
         }
+        // Where each tensor goes when laid out; the data written is that long even when
+        // `offsets` makes the header lie about where tensors are.
         let mut next = 0u64;
         let mut end = 0u64;
         for (i, (name, dims, t)) in self.tensors.iter().enumerate() {
@@ -133,7 +136,7 @@ impl Builder {
                 .and_then(|v| v.get(i).copied())
                 .unwrap_or(next);
             o.extend(offset.to_le_bytes());
-            end = offset.saturating_add(bytes);
+            end = next.saturating_add(bytes);
             next = pad_to(end);
         }
         let data = pad_to(o.len() as u64);
