@@ -88,7 +88,10 @@ fn reads_weights_per_layer_and_plans() {
 #[test]
 fn alignment_must_be_a_u32_power_of_two() {
     for a in [1u32, 2, 8, 64, 4096, 1 << 20] {
-        assert!(read_bytes("aligned", &tiny().alignment(a).bytes()).is_ok(), "alignment {a}");
+        assert!(
+            read_bytes("aligned", &tiny().alignment(a).bytes()).is_ok(),
+            "alignment {a}"
+        );
     }
     for a in [0u32, 3, 5, 6, 7, 12, 48, 100, (1 << 31) + 1, u32::MAX] {
         let m = refused(&format!("align{a}"), &tiny().alignment(a).bytes());
