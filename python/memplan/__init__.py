@@ -13,7 +13,8 @@ returns the same JSON it prints with ``--json``, as plain Python data (same keys
     '--kv-cache-memory-bytes ... --max-model-len 32768 ...'
 
 Failures raise :class:`MemplanError` (subclasses :class:`UsageError`,
-:class:`MeasurementError`, :class:`DoesNotFitError`, :class:`InternalError`), never a bare
+:class:`MeasurementError`, :class:`DoesNotFitError` and its :class:`OutOfMemoryError`,
+:class:`InternalError`), never a bare
 ``RuntimeError`` and never a Rust panic. An argument of the wrong Python type raises
 :class:`ArgumentTypeError` (a ``UsageError`` and a ``TypeError``) before anything runs; a
 number out of range raises :class:`UsageError` (a ``ValueError``), never an
@@ -37,6 +38,7 @@ from ._errors import (
     InternalError,
     MeasurementError,
     MemplanError,
+    OutOfMemoryError,
     UsageError,
     from_envelope,
 )
@@ -53,6 +55,7 @@ __all__ = [
     "ArgumentTypeError",
     "MeasurementError",
     "DoesNotFitError",
+    "OutOfMemoryError",
     "InternalError",
     "ClusterError",
     "__version__",

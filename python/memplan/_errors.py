@@ -16,6 +16,7 @@ __all__ = [
     "ArgumentTypeError",
     "MeasurementError",
     "DoesNotFitError",
+    "OutOfMemoryError",
     "InternalError",
     "ClusterError",
     "from_envelope",
@@ -85,6 +86,14 @@ class DoesNotFitError(MemplanError):
     alone exceed the budget). ``envelope["error"]`` says what still helps."""
 
 
+class OutOfMemoryError(DoesNotFitError, MeasurementError):
+    """The device ran out of memory during a step of a measured start-up: the message names
+    the step and what the device and the engine's allocator held; ``help`` has ``step`` and
+    ``requested_bytes``. A :class:`DoesNotFitError` (what a dry run of the same settings
+    raises when it sees the model cannot fit; when the dry run refuses too, the start-up
+    raises that refusal instead) and a :class:`MeasurementError`."""
+
+
 class InternalError(MemplanError):
     """A bug in memplan (a Rust panic caught at the boundary, unreadable output). Please
     report it with the message."""
@@ -115,6 +124,8 @@ def _class_for(kind: str, exit_code: int) -> Type[MemplanError]:
         return ArgumentTypeError
     if exit_code == 2 or k in ("usage", "unknown-device"):
         return UsageError
+    if k == "out-of-memory":
+        return OutOfMemoryError
     if "fit" in k:
         return DoesNotFitError
     if any(m in k for m in _MEASUREMENT_KINDS):

@@ -25,17 +25,42 @@ use pyo3::types::PyDict;
 pub struct Failed(Rc<RefCell<Option<PyErr>>>);
 
 impl Failed {
-    /// Keep `e` (the first one wins) and turn it into a memplan error naming the hook.
+    /// Keep `e` (the first one wins) and turn it into a memplan error naming the hook: the
+    /// device's [`Error::OutOfMemory`] when `e` is memplan's `OutOfMemoryError` (what a
+    /// `SimAllocator` raises, with the bytes asked for), a measurement error otherwise.
     fn keep(&self, py: Python<'_>, hook: &str, e: PyErr) -> Error {
         let msg = format!("the engine's {hook} raised {}", e.value(py));
+        let oom = requested_if_out_of_memory(py, &e);
         self.0.borrow_mut().get_or_insert(e);
-        Error::Measurement(msg)
+        match oom {
+            Some(requested) => Error::OutOfMemory {
+                call: format!("the engine's {hook}"),
+                requested,
+            },
+            None => Error::Measurement(msg),
+        }
     }
 
     /// The kept exception, if a hook raised one.
     pub fn take(&self) -> Option<PyErr> {
         self.0.borrow_mut().take()
     }
+}
+
+/// The bytes asked for, when `e` is memplan's `OutOfMemoryError` (its `help` names them).
+pub fn requested_if_out_of_memory(py: Python<'_>, e: &PyErr) -> Option<u64> {
+    let v = e.value(py);
+    let oom = py
+        .import("memplan._errors")
+        .and_then(|m| m.getattr("OutOfMemoryError"))
+        .is_ok_and(|cls| v.is_instance(&cls).unwrap_or(false));
+    if !oom {
+        return None;
+    }
+    v.getattr("help")
+        .and_then(|h| h.get_item("requested_bytes"))
+        .and_then(|b| b.extract::<u64>())
+        .ok()
 }
 
 /// The engine's allocator view.

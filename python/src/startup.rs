@@ -64,13 +64,14 @@ fn exchange(f: &Py<PyAny>, own: &str, raised: &mut Option<PyErr>) -> Result<Vec<
     })
 }
 
-/// The chain.
+/// The chain. `dry` keeps the dry run of the same settings (to match a refusal against).
 fn chain(
     dev: &SharedDevice,
     engine: &mut PyEngine,
     o: &Options,
     exchanger: Option<&Py<PyAny>>,
     raised: &mut Option<PyErr>,
+    dry_run: &mut Option<DryRun>,
 ) -> Result<Outcome> {
     let model = Model::load(&o.model)?;
     let rules = defaults::engine(o.engine_release.as_deref())?;
@@ -122,6 +123,7 @@ fn chain(
         .notes(note.into_iter().collect())
         .extras(extras);
     let set = defaults::settings(&dry)?;
+    *dry_run = Some(dry);
     let mut s = s.with_sizing_rules(set.rules, set.engine.clone());
     s.check_request(request)?;
     s.load_weights(|e| e.step("load_weights"))?;
@@ -161,11 +163,35 @@ pub fn run(
 ) -> PyResult<Outcome> {
     let mut eng = PyEngine::new(engine);
     let mut raised = None;
-    let out = chain(dev, &mut eng, o, exchanger, &mut raised);
-    if let Some(e) = eng.failed.take().or(raised) {
-        return Err(e);
+    let mut dry = None;
+    let out = chain(dev, &mut eng, o, exchanger, &mut raised, &mut dry);
+    let kept = eng.failed.take().or(raised);
+    match (out, kept) {
+        // Out of memory in a step (memplan's own, or memplan's OutOfMemoryError raised in a
+        // hook, which becomes this error's cause): the step and the sizes, or the dry run's
+        // own refusal when the same settings do not fit on paper either.
+        (Err(e), kept) if e.is_out_of_memory() => {
+            let err = to_py(py, &like_the_dry_run(e, dry.as_ref()));
+            if let Some(k) = kept {
+                err.set_cause(py, Some(k));
+            }
+            Err(err)
+        }
+        (_, Some(k)) => Err(k),
+        (Ok(v), None) => Ok(v),
+        (Err(e), None) => Err(to_py(py, &e)),
     }
-    out.map_err(|e| to_py(py, &e))
+}
+
+/// `oom`, or, when the dry run of the same settings refuses too, that refusal (what
+/// `memplan.plan` says for them), with what the start-up ran into.
+fn like_the_dry_run(oom: Error, dry: Option<&DryRun>) -> Error {
+    match dry.map(DryRun::plan) {
+        Some(Err(refused)) if refused.refusal().is_some() => refused.during(format!(
+            "{oom}; a dry run of the same settings does not fit either"
+        )),
+        _ => oom,
+    }
 }
 
 /// The KV cache's address range after a post-capture start-up, mapped where the engine's

@@ -149,7 +149,17 @@ pub fn classify(e: &memplan::Error) -> Failure {
         C::Io => Failure::of("io", message),
         C::Unavailable => Failure::of("unavailable", message),
         C::Device => Failure::of("device", message),
-        C::OutOfMemory => Failure::of("out_of_memory", message),
+        C::OutOfMemory => {
+            // The step it happened in and the bytes asked for, for scripts.
+            let mut f = Failure::of("out_of_memory", message);
+            if let Some(step) = e.step() {
+                f = f.with_help("step", step);
+            }
+            if let Some(b) = e.requested_bytes() {
+                f = f.with_help("requested_bytes", b);
+            }
+            f
+        }
         C::Measurement => Failure::of("measurement", message),
         C::Bug => Failure::of("internal", message),
         #[allow(unreachable_patterns)]

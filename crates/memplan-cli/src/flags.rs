@@ -83,10 +83,19 @@ fn replace_flag(text: &str, from: &str, to: &str) -> String {
 /// An error as the command line prints it: parameters as flags, refusals with the flag values
 /// that would fit.
 pub fn describe(e: &Error) -> String {
-    match e.root() {
+    // A bad flag starts with the flag; anything else with the steps it happened in
+    // (`load_weights: `), then the root, refusals in flag names.
+    let mut steps = String::new();
+    let mut root = e;
+    while let Error::During { step, source } = root {
+        steps.push_str(step);
+        steps.push_str(": ");
+        root = source;
+    }
+    match root {
         Error::InvalidParam { param, message } => format!("{}: {message}", flag_name(*param)),
-        Error::DoesNotFit(r) => r.describe(&flag_name),
-        _ => e.to_string(),
+        Error::DoesNotFit(r) => steps + &r.describe(&flag_name),
+        _ => steps + &root.to_string(),
     }
 }
 

@@ -238,6 +238,22 @@ impl Error {
         }
     }
 
+    /// The step an error happened in: the outermost [`Error::During`]'s (`load_weights`).
+    pub fn step(&self) -> Option<&str> {
+        match self {
+            Error::During { step, .. } => Some(step),
+            _ => None,
+        }
+    }
+
+    /// The bytes asked for when the device ran out of memory (through any [`Error::During`]).
+    pub fn requested_bytes(&self) -> Option<u64> {
+        match self.root() {
+            Error::OutOfMemory { requested, .. } => Some(*requested),
+            _ => None,
+        }
+    }
+
     /// The innermost error, below every [`Error::During`].
     pub fn root(&self) -> &Error {
         match self {

@@ -257,7 +257,17 @@ fn a_failed_load_stops_the_session() {
             e.dev.allocate(1 << 50).map(drop)
         })
         .unwrap_err();
+    // Out of memory, in the step, with what was held when it happened.
     assert!(err.is_out_of_memory(), "{err}");
+    assert_eq!(err.step(), Some("load_weights"), "{err}");
+    assert_eq!(err.requested_bytes(), Some(1 << 50));
+    let msg = err.to_string();
+    assert!(
+        msg.starts_with("load_weights: ")
+            && msg.contains(" free of ")
+            && msg.contains("held by the engine's allocator"),
+        "{msg}"
+    );
     refused(
         s.profile_run(Toy::forward),
         Step::ProfileRun,

@@ -72,6 +72,13 @@ impl ConsumerKind {
     }
 }
 
+impl std::fmt::Display for ConsumerKind {
+    /// The label people read (`activation peak`); [`ConsumerKind::name`] is the JSON's.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
 /// Where a figure comes from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]

@@ -129,19 +129,20 @@ pub fn text(p: &Plan, names: &Names) -> String {
         };
         row(&format!("- {}", c.kind.label()), fmt_bytes(c.bytes), &note);
     }
-    row(
-        "= KV cache budget",
-        fmt_bytes(p.kv_budget_bytes),
-        &format!("{:.2} GiB", gib(p.kv_budget_bytes)),
-    );
-    if let Some(cap) = p.capped_by_free_bytes {
-        let by = p.physical_check.map_or("free memory", |c| c.short());
-        row(
-            &format!("  capped by {by}"),
-            fmt_bytes(cap),
-            "see the warning",
-        );
-    }
+    // The budget, and beside it what the KV cache gets when that is less: the cap, or the
+    // rounding the plan keeps.
+    let granted = match p.capped_by_free_bytes {
+        Some(cap) => {
+            let by = p.physical_check.map_or("free memory", |c| c.short());
+            format!("capped by {by} at {} (see the warning)", fmt_bytes(cap))
+        }
+        None if p.kv_cache_bytes < p.kv_budget_bytes => format!(
+            "all for the KV cache but {} kept for allocator rounding",
+            fmt_bytes(p.kv_budget_bytes - p.kv_cache_bytes)
+        ),
+        None => "all of it for the KV cache".to_string(),
+    };
+    row("= KV cache budget", fmt_bytes(p.kv_budget_bytes), &granted);
     let z = &p.kv;
     row(
         "page / block",
@@ -190,12 +191,14 @@ pub fn text(p: &Plan, names: &Names) -> String {
     }
     let kv = names(Param::KvCacheBytes);
     o.push_str(&format!(
-        "  {kv} {}   fills the requested memory\n",
-        s.kv_bytes_fill_requested
+        "  {kv} {} ({})   fills the requested memory\n",
+        s.kv_bytes_fill_requested,
+        fmt_bytes(s.kv_bytes_fill_requested)
     ));
     o.push_str(&format!(
-        "  {kv} {}   fills the whole device (no headroom)\n",
-        s.kv_bytes_fill_device
+        "  {kv} {} ({})   fills the whole device (no headroom)\n",
+        s.kv_bytes_fill_device,
+        fmt_bytes(s.kv_bytes_fill_device)
     ));
     o.push_str(&format!("\n{}\n", bar(p, 64)));
     let legend: Vec<String> = segments(p)

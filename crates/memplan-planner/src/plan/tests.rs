@@ -208,3 +208,50 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn the_text_shows_the_cap_beside_the_budget_and_sizes_beside_bytes() {
+    let line = |s: &str, start: &str| -> String {
+        s.lines()
+            .find(|l| l.trim_start().starts_with(start))
+            .unwrap_or_else(|| panic!("no {start:?} in\n{s}"))
+            .to_string()
+    };
+    // Capped: the budget row names the cap, once.
+    let capped = plan(
+        &profile(24 * GIB, 23 * GIB, 8 * GIB, 3 * GIB, GIB, 0, None),
+        "t",
+        Request::Utilization(0.9),
+    )
+    .unwrap();
+    let cap = capped.capped_by_free_bytes.expect("capped");
+    let s = capped.to_string();
+    let budget = line(&s, "= KV cache budget");
+    assert!(
+        budget.contains(&format!("at {}", memplan_core::bytes::fmt_bytes(cap))),
+        "{budget}"
+    );
+    let figure = memplan_core::bytes::fmt_bytes(capped.kv_budget_bytes);
+    assert_eq!(budget.matches(&figure).count(), 1, "{budget}");
+    // Not capped: what the KV cache gets, not the budget again.
+    let free = plan(
+        &profile(24 * GIB, 23 * GIB, 19 * GIB, 3 * GIB, GIB, 0, None),
+        "t",
+        Request::Utilization(0.9),
+    )
+    .unwrap();
+    let budget = line(&free.to_string(), "= KV cache budget");
+    let figure = memplan_core::bytes::fmt_bytes(free.kv_budget_bytes);
+    assert_eq!(budget.matches(&figure).count(), 1, "{budget}");
+    assert!(budget.contains("allocator rounding"), "{budget}");
+    // Suggestions: the flag's bytes and the size a person reads.
+    let fill = line(&free.to_string(), "KV cache size");
+    assert!(
+        fill.contains(&format!(
+            "{} ({})",
+            free.suggestions.kv_bytes_fill_requested,
+            memplan_core::bytes::fmt_bytes(free.suggestions.kv_bytes_fill_requested)
+        )),
+        "{fill}"
+    );
+}

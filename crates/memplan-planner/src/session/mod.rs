@@ -46,7 +46,7 @@ use crate::strategy::{
 use crate::warning::Warning;
 pub use kv_cache::KvCache;
 use kv_cache::Planned;
-use memplan_core::bytes::fmt_signed;
+use memplan_core::bytes::{fmt_bytes, fmt_signed};
 use memplan_core::kv::{KvLimits, KvSpec, SizingRules};
 pub(crate) use recorder::Recorder;
 pub use steps::Step;
@@ -254,7 +254,10 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         self.steps.check(Step::LoadWeights)?;
         let span = tracing::info_span!("load_weights");
         let _e = span.enter();
-        let out = self.load_weights_inner(load);
+        let out = match self.load_weights_inner(load) {
+            Ok(w) => Ok(w),
+            Err(e) => Err(self.in_step(Step::LoadWeights, e)),
+        };
         match &out {
             Ok(_) => self.steps.succeeded(Step::LoadWeights),
             Err(e) => self.steps.poisoned(Step::LoadWeights, e),
@@ -299,7 +302,10 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         self.steps.check(Step::ProfileRun)?;
         let span = tracing::info_span!("profile_run");
         let _e = span.enter();
-        let out = self.profile_run_inner(run);
+        let out = match self.profile_run_inner(run) {
+            Ok(a) => Ok(a),
+            Err(e) => Err(self.in_step(Step::ProfileRun, e)),
+        };
         match &out {
             Ok(_) => self.steps.succeeded(Step::ProfileRun),
             Err(e) => self.steps.poisoned(Step::ProfileRun, e),
@@ -407,8 +413,38 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         }
     }
 
+    /// An error of `step`, in [`Error::During`] naming the step; running out of memory also
+    /// says what the device and the engine's allocator held when it happened (the root stays
+    /// the device's [`Error::OutOfMemory`], so [`Error::is_out_of_memory`] sees it).
+    fn in_step(&mut self, step: Step, e: Error) -> Error {
+        if !e.is_out_of_memory() {
+            return e.during(step.name());
+        }
+        let mut held = Vec::new();
+        if let Ok(d) = self.rec.device.driver_memory() {
+            if let (Some(free), Some(total)) = (d.free, d.total) {
+                held.push(format!(
+                    "{} free of {} when it ran out",
+                    fmt_bytes(free),
+                    fmt_bytes(total)
+                ));
+            }
+        }
+        let stats = self.engine.as_dyn().allocator().stats();
+        held.push(format!(
+            "{} held by the engine's allocator ({} in use)",
+            fmt_bytes(stats.reserved),
+            fmt_bytes(stats.allocated)
+        ));
+        e.during(held.join(", ")).during(step.name())
+    }
+
     /// A graph phase ended: on success the step is done and its estimate returned.
     fn graph_phase_done(&mut self, r: Result<()>) -> Result<&GraphEstimate> {
+        let r = match r {
+            Err(e) if e.step().is_none() => Err(self.in_step(Step::CaptureGraphs, e)),
+            r => r,
+        };
         r?;
         self.steps.succeeded(Step::CaptureGraphs);
         self.rec
@@ -638,7 +674,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
                 Err(e) => {
                     // Dropped with the session: the kept graphs go first, then the range.
                     self.rec.kv_range = Some(r);
-                    return Err(e.during("mapping the KV cache"));
+                    return Err(self.in_step(Step::IntoKvCache, e.during("mapping the KV cache")));
                 }
             },
             None => None,
