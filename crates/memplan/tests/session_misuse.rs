@@ -364,3 +364,35 @@ fn a_rank_cannot_map_a_plan_without_its_own() {
     let stale = memplan::combine_json(&[earlier, j1]).unwrap();
     refused(&stale, "combine this session's last plan");
 }
+
+/// A measured plan sizes with the newest release's rules by default (the dry run's default),
+/// names them, and another release is one call away.
+#[test]
+fn the_plan_names_its_sizing_rules() {
+    let (spec, limits) = kv();
+    let dev = memplan::open("sim:rtx4090,other=9").unwrap();
+    let mut e = Toy::new(&dev, vec![]);
+    let mut s = Session::start(&dev, &mut e).unwrap();
+    s.load_weights(Toy::load).unwrap();
+    s.profile_run(Toy::forward).unwrap();
+    let p = s.plan(REQ, &spec, limits).unwrap();
+    assert_eq!(
+        p.engine.as_deref(),
+        Some(memplan::kv::SizingRules::NEWEST_RELEASE)
+    );
+    assert_eq!(p.sizing_rules, memplan::kv::SizingRules::newest(1));
+    let mut e = Toy::new(&dev, vec![]);
+    let mut s = Session::start(&dev, &mut e)
+        .unwrap()
+        .with_sizing_rules(memplan::kv::SizingRules::default(), "vllm@0.19");
+    s.load_weights(Toy::load).unwrap();
+    s.profile_run(Toy::forward).unwrap();
+    let p = s.plan(REQ, &spec, limits).unwrap();
+    assert_eq!(p.engine.as_deref(), Some("vllm@0.19"));
+    assert_eq!(p.sizing_rules, memplan::kv::SizingRules::default());
+    // People read consumer kinds by their labels.
+    assert_eq!(
+        memplan::ConsumerKind::Activation.to_string(),
+        "activation peak"
+    );
+}

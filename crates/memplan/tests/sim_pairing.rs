@@ -6,7 +6,7 @@
 #![cfg(feature = "sim")]
 
 use memplan::kv::{AttentionKind, KvDtype, KvLimits, KvSpec, LayerGroup};
-use memplan::sim::{BlockId, SimAllocator, SimGpu};
+use memplan::sim::{BlockId, EngineGraph, GraphSpec, SimAllocator, SimGpu};
 use memplan::{AllocatorView, Engine, Error, Request, Result, Session};
 
 const MIB: u64 = 1 << 20;
@@ -139,4 +139,20 @@ fn a_device_of_another_backend_has_no_simulated_allocator() {
         matches!(&e, Error::InvalidInput { field, message } if field == "device" && message.contains("cuda:0")),
         "{e}"
     );
+}
+
+/// What an engine keeps of the simulated allocator (its blocks, its graphs) is nameable from
+/// the facade alone.
+#[test]
+fn an_engine_stores_facade_types() {
+    let dev = memplan::open("sim:h200").unwrap();
+    let alloc = memplan::sim::allocator(&dev).unwrap();
+    alloc.begin_graph_capture().unwrap();
+    let g: EngineGraph = alloc
+        .end_graph_capture(&GraphSpec::new(8, 1 << 20))
+        .unwrap();
+    alloc.destroy_graph(g).unwrap();
+    let b: BlockId = alloc.malloc(1 << 20).unwrap();
+    alloc.free(b).unwrap();
+    alloc.release_private_pools().unwrap();
 }
