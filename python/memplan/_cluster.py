@@ -445,6 +445,14 @@ def plan_specs(
     return specs
 
 
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
+def _span(ranks: Sequence[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks[0]}-{ranks[-1]}"
+
+
 def render(doc: Dict[str, Any]) -> str:
     """The deployment plan as text."""
     lay = doc["layout"]
@@ -453,7 +461,8 @@ def render(doc: Dict[str, Any]) -> str:
         f"memplan cluster: {doc['model']}, TP {lay['tensor_parallel_size']} x PP "
         f"{lay['pipeline_parallel_size']} = {lay['world_size']} ranks on Ray "
         f"{ray_info.get('version')} at {ray_info.get('address')} "
-        f"({len(doc['nodes'])} nodes, {sum(len(n['gpus']) for n in doc['nodes'])} GPUs probed)",
+        f"({_count(len(doc['nodes']), 'node')}, "
+        f"{_count(sum(len(n['gpus']) for n in doc['nodes']), 'GPU')} probed)",
         "",
     ]
     for n in doc["nodes"]:
@@ -487,7 +496,7 @@ def render(doc: Dict[str, Any]) -> str:
         lines.append(
             "stages: "
             + "; ".join(
-                f"{s['stage']}: ranks {s['ranks'][0]}-{s['ranks'][-1]}, {s['kv_cache_blocks']:,} blocks"
+                f"{s['stage']}: {_span(s['ranks'])}, {s['kv_cache_blocks']:,} blocks"
                 for s in doc["stages"]
             )
         )
