@@ -36,7 +36,8 @@
 //! - [`Plan`]: one type for measured start-ups and dry runs, built by [`PlanBuilder`] from
 //!   [`Consumer`]s with their [`Provenance`]; refusals are typed
 //!   ([`Refusal`](memplan_core::Refusal)); text, SVG ([`plan::render`]) and the
-//!   `memplan.plan/1` JSON.
+//!   `memplan.plan/1` JSON, read back (version-checked) by [`Plan::from_json`]; the plans of
+//!   several ranks combine ([`combine_ranks`], [`combine_json`]) to the fewest blocks of any.
 //! - [`Warning`]: every warning is a variant with its figures and a stable code.
 //!
 //! The planner depends on no backend. Its tests on simulated devices, and the `memplan

@@ -38,8 +38,21 @@
 //! graph is captured ([`Engine::bind_kv_range`]), and owns it at the end through a guard
 //! ([`KvRange`]) that unmaps and releases it on drop; a session dropped half-way tears down
 //! what it holds. The plan is [`Plan`]: text (`Display`), SVG ([`plan::render`]) and the
-//! `memplan.plan/1` JSON (`docs/plan-schema.md`). Errors are typed ([`Error::class`],
-//! [`Refusal`], [`Param`]); warnings are [`Warning`].
+//! `memplan.plan/1` JSON (`docs/plan-schema.md`), read back by [`Plan::from_json`]. Errors are
+//! typed ([`Error::class`], [`Refusal`], [`Param`]; a step's error is [`Error::During`] naming
+//! it); warnings are [`Warning`].
+//!
+//! The session's steps run once, in order ([`Step`]; refused by name otherwise), and it ends
+//! with [`Session::into_kv_cache`], which takes a plan, never a byte count.
+//!
+//! ## Several GPUs
+//!
+//! One process per GPU: each opens its device and runs its session with its [`Rank`]
+//! ([`Session::with_rank`]) up to `plan`; the ranks exchange their plans' JSON
+//! ([`Plan::to_json`]) through the engine's own all-gather and combine them
+//! ([`combine_json`]: every rank gets the fewest blocks of any, [`Ranks`] says who limits);
+//! each rank then maps the combined plan ([`Session::into_kv_cache`]`(&combined)`), in its own
+//! block layout. `examples/engine --ranks 2` runs two ranks in two processes this way.
 //!
 //! ## Backends
 //!
@@ -69,18 +82,18 @@ pub use memplan_planner::{
 #[cfg(feature = "model")]
 pub use memplan_model as model;
 
-/// The simulated backend's own types (feature `sim`): a simulated GPU, the PyTorch-like
-/// caching allocator an engine can run on it, what an engine keeps of it (blocks, graphs),
-/// and the ground truth behind the readings.
-///
-/// One id opens both halves: `memplan::open("sim:rtx4090")` is the device memplan measures,
-/// [`allocator`] (or [`gpu`]) of that device is the allocator the engine allocates from on
-/// the same simulated GPU. A session refuses to start (an [`Error::InvalidInput`] on
-/// `device`) when its device and the engine's allocator are different GPUs (a private
-/// [`SimGpu::open`] beside `memplan::open`): the engine's memory would not show where memplan
-/// reads, and every figure would be 0.
 #[cfg(feature = "sim")]
 pub mod sim {
+    //! The simulated backend's own types (feature `sim`): a simulated GPU, the PyTorch-like
+    //! caching allocator an engine can run on it, what an engine keeps of it (blocks, graphs),
+    //! and the ground truth behind the readings.
+    //!
+    //! One id opens both halves: `memplan::open("sim:rtx4090")` is the device memplan measures,
+    //! [`allocator`] (or [`gpu`]) of that device is the allocator the engine allocates from on
+    //! the same simulated GPU. A session refuses to start (an [`Error::InvalidInput`] on
+    //! `device`) when its device and the engine's allocator are different GPUs (a private
+    //! [`SimGpu::open`] beside `memplan::open`): the engine's memory would not show where memplan
+    //! reads, and every figure would be 0.
     use memplan_core::{Device, Error, Result};
 
     pub use memplan_backend_sim::{
