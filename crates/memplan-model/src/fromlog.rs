@@ -143,6 +143,9 @@ impl LogFigures {
 struct Line<'a> {
     n: usize,
     text: &'a str,
+    /// The keys of [`scan::KEYS`] in the line (a whole log line), or `None` for a part of a
+    /// line, which is searched.
+    found: Option<&'a [(&'static str, usize)]>,
 }
 
 fn bad(n: usize, message: String) -> Error {
@@ -152,7 +155,11 @@ fn bad(n: usize, message: String) -> Error {
 /// The raw number token right after `key` in `s` (digits, `,`, `.`, a sign, an exponent),
 /// with the text after it; sentence punctuation after the number (`0.90.`) is not part of it.
 fn token<'a>(s: &'a str, key: &str) -> Option<(&'a str, &'a str)> {
-    let mut from = 0;
+    token_from(s, key, 0)
+}
+
+/// [`token`], looking for `key` from byte `from` of `s` on.
+fn token_from<'a>(s: &'a str, key: &str, mut from: usize) -> Option<(&'a str, &'a str)> {
     while let Some(i) = s[from..].find(key) {
         let at = from + i;
         from = at + key.len();
@@ -199,16 +206,60 @@ fn token<'a>(s: &'a str, key: &str) -> Option<(&'a str, &'a str)> {
     None
 }
 
-impl Line<'_> {
+impl<'a> Line<'a> {
+    /// A part of a line (searched, not scanned).
+    fn part(n: usize, text: &'a str) -> Line<'a> {
+        Line {
+            n,
+            text,
+            found: None,
+        }
+    }
+
     fn has(&self, key: &str) -> bool {
-        self.text.contains(key)
+        match self.found {
+            Some(found) => {
+                let has = found.iter().any(|(k, _)| *k == key);
+                // The unit tests read logs through every branch: a key looked for in whole
+                // lines must be one the scan reports.
+                #[cfg(test)]
+                assert!(
+                    has || scan::is_key(key),
+                    "{key:?} is looked for in whole lines but is not in scan::KEYS"
+                );
+                has
+            }
+            None => self.text.contains(key),
+        }
+    }
+
+    /// Where `key` first occurs.
+    fn find(&self, key: &str) -> Option<usize> {
+        match self.found {
+            Some(found) => {
+                let at = found.iter().find(|(k, _)| *k == key).map(|f| f.1);
+                #[cfg(test)]
+                assert!(
+                    at.is_some() || scan::is_key(key),
+                    "{key:?} is looked for in whole lines but is not in scan::KEYS"
+                );
+                at
+            }
+            None => self.text.find(key),
+        }
+    }
+
+    /// The number token after `key` (see [`token`]), searched from its first occurrence.
+    fn token(&self, key: &str) -> Option<(&'a str, &'a str)> {
+        let from = self.find(key)?;
+        token_from(self.text, key, from)
     }
 
     /// A byte figure printed in GiB (or GB, which vLLM V0 and SGLang print for the same 2^30
     /// figure; MiB/MB when so printed). `signed`: a negative figure is returned as such (the
     /// caller leaves it out); otherwise it is an error.
-    fn bytes_signed(&self, key: &str, what: &str) -> Result<Option<(i128, &str)>> {
-        let Some((tok, rest)) = token(self.text, key) else {
+    fn bytes_signed(&self, key: &str, what: &str) -> Result<Option<(i128, &'a str)>> {
+        let Some((tok, rest)) = self.token(key) else {
             return Ok(None);
         };
         let x: f64 = tok
@@ -249,7 +300,7 @@ impl Line<'_> {
 
     /// A whole number in `1..=max` (thousands separators allowed).
     fn count(&self, key: &str, what: &str, max: u64) -> Result<Option<u64>> {
-        let Some((tok, _)) = token(self.text, key) else {
+        let Some((tok, _)) = self.token(key) else {
             return Ok(None);
         };
         let digits = tok.replace(',', "");
@@ -265,7 +316,7 @@ impl Line<'_> {
     }
 
     fn fraction(&self, key: &str, what: &str) -> Result<Option<f64>> {
-        let Some((tok, _)) = token(self.text, key) else {
+        let Some((tok, _)) = self.token(key) else {
             return Ok(None);
         };
         let u: f64 = tok
@@ -278,7 +329,7 @@ impl Line<'_> {
 
     /// A quoted or bare word after `key` (`'model': 'X'`, `model='X'`, `kv_cache_dtype=fp8`).
     fn word(&self, key: &str) -> Option<String> {
-        let i = self.text.find(key)? + key.len();
+        let i = self.find(key)? + key.len();
         let rest = self.text[i..].trim_start_matches([' ', '=', ':']);
         let (quote, rest) = match rest.chars().next() {
             Some(q @ ('\'' | '"')) => (Some(q), &rest[1..]),
@@ -327,25 +378,34 @@ fn is_version(v: &str) -> bool {
 
 /// Read the figures of an engine start-up log.
 pub fn parse(text: &str) -> Result<LogFigures> {
-    let sglang = text.contains("KV Cache is allocated")
-        || text.contains("Load weight end")
-        || text.contains("ServerArgs(");
-    let vllm = [
-        "Available KV cache memory",
-        "Model loading took",
-        "Memory profiling results",
-        "Loading model weights took",
-        "GPU KV cache size",
-        "Memory profiling takes",
-        "# GPU blocks",
-        "# CUDA blocks",
-        "Free memory on device",
-        "CUDA graph pool memory",
-        "Estimated CUDA graph memory",
-        "Maximum concurrency for",
-    ]
-    .iter()
-    .any(|k| text.contains(k));
+    // Which engine wrote it: one scan of each line until it is clear (a vLLM log names its
+    // available KV memory early).
+    let mut found: Vec<(&'static str, usize)> = Vec::new();
+    let (mut sglang, mut vllm, mut vllm_kv) = (false, false, false);
+    for line in text.lines() {
+        scan::keys_in(line, &mut found);
+        for (k, _) in &found {
+            match *k {
+                "KV Cache is allocated" | "Load weight end" | "ServerArgs(" => sglang = true,
+                "Available KV cache memory" => (vllm, vllm_kv) = (true, true),
+                "Model loading took"
+                | "Memory profiling results"
+                | "Loading model weights took"
+                | "GPU KV cache size"
+                | "Memory profiling takes"
+                | "# GPU blocks"
+                | "# CUDA blocks"
+                | "Free memory on device"
+                | "CUDA graph pool memory"
+                | "Estimated CUDA graph memory"
+                | "Maximum concurrency for" => vllm = true,
+                _ => {}
+            }
+        }
+        if vllm_kv {
+            break;
+        }
+    }
     if !(sglang || vllm) {
         return Err(Error::param(
             Param::EngineLog,
@@ -355,7 +415,7 @@ pub fn parse(text: &str) -> Result<LogFigures> {
         ));
     }
     let mut f = LogFigures {
-        engine: Some(if sglang && !text.contains("Available KV cache memory") {
+        engine: Some(if sglang && !vllm_kv {
             EngineKind::Sglang
         } else {
             EngineKind::Vllm
@@ -365,7 +425,15 @@ pub fn parse(text: &str) -> Result<LogFigures> {
     let mut peak_torch: Option<u64> = None;
     let mut says_subtracted = false;
     for (i, text) in text.lines().enumerate() {
-        let l = Line { n: i + 1, text };
+        scan::keys_in(text, &mut found);
+        if !scan::worth_reading(&found, f.version.is_some(), f.model.is_some()) {
+            continue;
+        }
+        let l = Line {
+            n: i + 1,
+            text,
+            found: Some(&found),
+        };
         let n = l.n;
         let lines = &mut f.lines;
         // The release.
@@ -383,7 +451,7 @@ pub fn parse(text: &str) -> Result<LogFigures> {
                 // A report's environment section: `vLLM: 0.20.2rc1...`.
                 "vLLM:",
             ] {
-                if let Some(i) = l.text.find(key) {
+                if let Some(i) = l.find(key) {
                     let v: String = l.text[i + key.len()..]
                         .trim_start_matches([' ', '*', '`'])
                         .chars()
@@ -398,20 +466,13 @@ pub fn parse(text: &str) -> Result<LogFigures> {
             }
         }
         // The device: "Free memory on device [cuda:0 ](F/T GiB) on startup".
-        if let Some(i) = l.text.find("Free memory on device") {
+        if let Some(i) = l.find("Free memory on device") {
             let rest = &l.text[i..];
             if let Some(p) = rest.find('(') {
-                let inner = Line {
-                    n,
-                    text: &rest[p..],
-                };
+                let inner = Line::part(n, &rest[p..]);
                 let free = inner.bytes("(", "free device memory")?;
                 let total = match rest[p..].find('/') {
-                    Some(s) => Line {
-                        n,
-                        text: &rest[p + s..],
-                    }
-                    .bytes("/", "device total")?,
+                    Some(s) => Line::part(n, &rest[p + s..]).bytes("/", "device total")?,
                     None => None,
                 };
                 if let (Some(fr), Some(t)) = (free, total) {
@@ -512,12 +573,8 @@ pub fn parse(text: &str) -> Result<LogFigures> {
             );
         }
         // Weights.
-        if let Some(i) = l.text.find("Load weight end") {
-            let w = Line {
-                n,
-                text: &l.text[i..],
-            }
-            .bytes("mem usage", "weights")?;
+        if let Some(i) = l.find("Load weight end") {
+            let w = Line::part(n, &l.text[i..]).bytes("mem usage", "weights")?;
             set(&mut f.weights, w, lines, "weights", n);
         }
         for key in [
@@ -590,11 +647,8 @@ pub fn parse(text: &str) -> Result<LogFigures> {
             "graph_estimate",
             n,
         );
-        if let Some(i) = l.text.find("CUDA graph pool memory:") {
-            let rest = Line {
-                n,
-                text: &l.text[i..],
-            };
+        if let Some(i) = l.find("CUDA graph pool memory:") {
+            let rest = Line::part(n, &l.text[i..]);
             match rest.bytes_signed("CUDA graph pool memory:", "CUDA graph pool memory")? {
                 Some((b, _)) if b < 0 => f.notes.push(format!(
                     "line {n}: the graph pool measured {} (capture freed memory): not used",
@@ -610,20 +664,13 @@ pub fn parse(text: &str) -> Result<LogFigures> {
                 None => {}
             }
             if let Some(j) = rest.text.find("(actual),") {
-                let e = Line {
-                    n,
-                    text: &rest.text[j..],
-                }
-                .bytes("(actual),", "CUDA graph estimate")?;
+                let e = Line::part(n, &rest.text[j..]).bytes("(actual),", "CUDA graph estimate")?;
                 set(&mut f.graph_estimate, e, lines, "graph_estimate", n);
             }
         }
         for key in ["Graph capturing finished", "Capture cuda graph end"] {
-            if let Some(i) = l.text.find(key) {
-                let rest = Line {
-                    n,
-                    text: &l.text[i..],
-                };
+            if let Some(i) = l.find(key) {
+                let rest = Line::part(n, &l.text[i..]);
                 let k = if key.starts_with("Graph") {
                     "took"
                 } else {
@@ -672,11 +719,8 @@ pub fn parse(text: &str) -> Result<LogFigures> {
                 n,
             );
         }
-        if let Some(i) = l.text.find("Extended KV cache to") {
-            let rest = Line {
-                n,
-                text: &l.text[i..],
-            };
+        if let Some(i) = l.find("Extended KV cache to") {
+            let rest = Line::part(n, &l.text[i..]);
             set(
                 &mut f.kv_final,
                 rest.bytes("blocks (", "extended KV cache")?,
@@ -687,10 +731,7 @@ pub fn parse(text: &str) -> Result<LogFigures> {
         }
         if l.has("Memory after warmup:") {
             if let Some(i) = l.text.find(" free, ") {
-                let rest = Line {
-                    n,
-                    text: &l.text[i..],
-                };
+                let rest = Line::part(n, &l.text[i..]);
                 set(
                     &mut f.kv_final,
                     rest.bytes(" free, ", "committed KV cache")?,
@@ -736,11 +777,8 @@ pub fn parse(text: &str) -> Result<LogFigures> {
                 n,
             );
         }
-        if let Some(i) = l.text.find("Maximum concurrency for") {
-            let rest = Line {
-                n,
-                text: &l.text[i..],
-            };
+        if let Some(i) = l.find("Maximum concurrency for") {
+            let rest = Line::part(n, &l.text[i..]);
             let len = rest.count(
                 "Maximum concurrency for",
                 "max_model_len",
@@ -822,7 +860,7 @@ pub fn parse(text: &str) -> Result<LogFigures> {
             ("model=", "model"),
             ("model_path=", "model"),
         ] {
-            if f.model.is_none() && token_boundary(l.text, key) {
+            if f.model.is_none() && l.has(key) && token_boundary(l.text, key) {
                 set(&mut f.model, l.word(key), lines, name, n);
             }
         }
@@ -930,6 +968,8 @@ pub fn read(path: &Path) -> Result<LogFigures> {
         }
     })
 }
+
+mod scan;
 
 #[cfg(test)]
 mod tests;
