@@ -387,6 +387,26 @@ impl DryRun {
         } else {
             sizes
         };
+        // The model runner the release starts this model on: it decides whether graph memory
+        // is profiled and how large the profile run's sampler peak is.
+        let attention = c.layers.iter().any(|k| {
+            !matches!(
+                k,
+                crate::config::LayerKind::State | crate::config::LayerKind::None
+            )
+        });
+        let has_state = c
+            .layers
+            .iter()
+            .any(|k| matches!(k, crate::config::LayerKind::State));
+        let v2 = engine.runs_v2(
+            &c.architecture,
+            c.moe.is_some(),
+            c.quantization.is_some() || self.quantization.is_some(),
+            attention && has_state,
+            !attention,
+            self.platform.as_deref(),
+        );
         let shape = EngineShape {
             max_num_seqs,
             max_num_batched_tokens,
@@ -395,6 +415,11 @@ impl DryRun {
             samples: self.runs_sampler,
             capture_sizes,
             dtype_bytes: db,
+            sampler_bytes_per_logit: if v2 {
+                estimate::SAMPLER_V2
+            } else {
+                estimate::SAMPLER_V1
+            },
         };
         let opts = SpecOptions {
             state_pages: (engine.state_pages(false), engine.state_pages(true)),
@@ -423,6 +448,15 @@ impl DryRun {
         let mut notes = vec![c.rule.clone()];
         notes.extend(c.notes.iter().cloned());
         notes.extend(self.notes.iter().cloned());
+        if engine.kind == crate::engine::EngineKind::Vllm
+            && engine.runner != crate::engine::RunnerDefault::V1
+        {
+            notes.push(format!(
+                "model runner: {engine} starts {} on its {} runner (`VllmConfig.use_v2_model_runner`)",
+                c.architecture,
+                if v2 { "V2" } else { "V1" }
+            ));
+        }
         if checkpoint_kv.is_some() && self.kv_cache_dtype.is_none() {
             notes.push(format!(
                 "KV cache dtype auto: the checkpoint asks for an {} KV cache",
@@ -502,8 +536,9 @@ impl DryRun {
             )
         } else {
             // The release's own rule: vLLM 0.19 prints its estimate without subtracting it;
-            // 0.20 to 0.25 profile graphs on CUDA only (`determine_available_memory`).
-            let engine_subtracts = engine.subtracts_graphs_on(self.platform.as_deref());
+            // 0.20 to 0.25 profile graphs on CUDA only (`determine_available_memory`); the V2
+            // model runner profiles none before 0.29.
+            let engine_subtracts = engine.subtracts_graphs_for(self.platform.as_deref(), v2);
             let graphs_given = self.given_bytes(ConsumerKind::Graphs);
             let reserve = match self.graph_reserve {
                 GraphReserve::Engine if graphs_given.is_none() && !engine_subtracts => {
@@ -514,6 +549,11 @@ impl DryRun {
             };
             let why_not = if self.graph_reserve == GraphReserve::None {
                 "graph memory is not subtracted from the budget (as vLLM <= 0.19 does)".to_string()
+            } else if v2 && engine.subtracts_graphs_on(self.platform.as_deref()) {
+                format!(
+                    "{engine} starts {} on its V2 model runner, which profiles no graph memory before 0.29: nothing is subtracted from the KV budget for graphs (its start-up would not either)",
+                    c.architecture
+                )
             } else {
                 format!(
                     "{engine} does not subtract graph memory from the KV budget on {} (its start-up would not either)",
@@ -670,10 +710,16 @@ mod tests {
         let (b, why) = graphs("vllm@0.19", None, GraphReserve::Engine);
         assert_eq!(b, 0, "{why}");
         assert!(why.contains("vllm@0.19 does not subtract"), "{why}");
-        // 0.23 profiles graphs on CUDA only; 0.26 on ROCm too.
-        assert!(graphs("vllm@0.23", Some("cuda"), GraphReserve::Engine).0 > 0);
-        assert_eq!(graphs("vllm@0.23", Some("rocm"), GraphReserve::Engine).0, 0);
-        assert!(graphs("vllm@0.26", Some("rocm"), GraphReserve::Engine).0 > 0);
+        // 0.20 and 0.21 profile graphs on CUDA only (the V1 runner, the only default).
+        assert!(graphs("vllm@0.21", Some("cuda"), GraphReserve::Engine).0 > 0);
+        assert_eq!(graphs("vllm@0.21", Some("rocm"), GraphReserve::Engine).0, 0);
+        // 0.23 to 0.28 start a dense Llama on the V2 runner, which profiles no graphs.
+        let (b, why) = graphs("vllm@0.27", Some("cuda"), GraphReserve::Engine);
+        assert_eq!(b, 0, "{why}");
+        assert!(why.contains("V2 model runner"), "{why}");
+        // 0.29 profiles graphs on V2 too, on CUDA and ROCm.
+        assert!(graphs("vllm@0.29", Some("cuda"), GraphReserve::Engine).0 > 0);
+        assert!(graphs("vllm@0.29", Some("rocm"), GraphReserve::Engine).0 > 0);
         // A reserve asked for explicitly is kept.
         assert!(graphs("vllm@0.19", None, GraphReserve::Reserve).0 > 0);
     }

@@ -51,6 +51,37 @@ pub enum NonKvAccounting {
     StaticFraction,
 }
 
+/// Which model runner a release starts a model on by default (`vllm/config/vllm.py`
+/// `VllmConfig.use_v2_model_runner` / `_is_default_v2_model_runner_model`). The runners size
+/// the KV cache alike but profile differently: the V2 runner (`v1/worker/gpu/model_runner.py`)
+/// measures no graph memory before 0.29 (`profile_cudagraph_memory` returns 0) and its dummy
+/// sampler keeps a smaller peak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunnerDefault {
+    /// The V1 runner for every model (V2 only with `VLLM_USE_V2_MODEL_RUNNER=1`).
+    V1,
+    /// V2 for generating models of the listed architectures that are neither MoE nor
+    /// quantized (0.22, 0.23).
+    V2Listed(&'static [&'static str]),
+    /// V2 for every generating model of the listed architectures (0.24).
+    V2Architectures(&'static [&'static str]),
+    /// V2 for generating models that are not MoE (or are of the listed architectures), not
+    /// hybrid (attention + recurrent state) unless listed (0.27+; 0.25 and 0.26 refuse every
+    /// hybrid), and not attention-free.
+    V2Dense {
+        /// Architectures that run on V2 although MoE or hybrid.
+        listed: &'static [&'static str],
+        /// Whether a listed hybrid architecture runs on V2 (0.27+).
+        listed_hybrids: bool,
+    },
+    /// V2 for every model (0.29+), except the listed architectures on ROCm.
+    V2 {
+        /// Architectures that stay on V1 on ROCm.
+        rocm_v1: &'static [&'static str],
+    },
+}
+
 /// One engine release's rules and defaults.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
@@ -96,6 +127,12 @@ pub struct EngineRules {
     /// block is a multiple of this (`_align_hybrid_block_size`: the smallest kernel block or
     /// the default block size, whichever is larger).
     pub hybrid_block_align: u32,
+    /// Which models run on the V2 model runner by default.
+    pub runner: RunnerDefault,
+    /// The V2 runner profiles graph memory before sizing the KV cache
+    /// (`v1/worker/gpu/model_runner.py` `profile_cudagraph_memory`, 0.29+; before, it
+    /// returns 0 and nothing is subtracted for graphs on that runner).
+    pub v2_profiles_graphs: bool,
 }
 
 const fn v(version: &'static str) -> EngineRules {
@@ -116,8 +153,42 @@ const fn v(version: &'static str) -> EngineRules {
         graph_profiled_on: &["cuda"],
         computed_static_fraction: false,
         hybrid_block_align: 16,
+        runner: RunnerDefault::V1,
+        v2_profiles_graphs: false,
     }
 }
+
+/// Architectures that run on V2 by default although MoE (0.25, 0.26; `vllm/config/vllm.py`
+/// `DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES`).
+const V2_LISTED_026: &[&str] = &[
+    "DeepseekV2ForCausalLM",
+    "GraniteMoeForCausalLM",
+    "InklingForCausalLM",
+    "InklingForConditionalGeneration",
+    "LongcatFlashNgramForCausalLM",
+    "Qwen2MoeForCausalLM",
+];
+
+/// The same list in 0.27 and 0.28 (Kimi K3 and DeepSeek V4 added).
+const V2_LISTED_028: &[&str] = &[
+    "DeepseekV2ForCausalLM",
+    "DeepseekV4ForCausalLM",
+    "GraniteMoeForCausalLM",
+    "InklingForCausalLM",
+    "InklingForConditionalGeneration",
+    "KimiK3ForConditionalGeneration",
+    "LongcatFlashNgramForCausalLM",
+    "Qwen2MoeForCausalLM",
+];
+
+/// 0.29+: every model on V2, except these on ROCm (`ROCM_DEFAULT_MRV1_ARCHITECTURES`).
+const V2_ALL: RunnerDefault = RunnerDefault::V2 {
+    rocm_v1: &[
+        "DeepseekV32ForCausalLM",
+        "DeepseekV4ForCausalLM",
+        "GlmMoeDsaForCausalLM",
+    ],
+};
 
 const CUDA_ROCM: &[&str] = &["cuda", "rocm"];
 const CUDA_ROCM_XPU: &[&str] = &["cuda", "rocm", "xpu"];
@@ -136,14 +207,46 @@ pub const VLLM: &[EngineRules] = &[
     },
     v("0.20.1"),
     EngineRules {
+        runner: RunnerDefault::V2Listed(&["Qwen3ForCausalLM"]),
+        ..v("0.22")
+    },
+    EngineRules {
+        runner: RunnerDefault::V2Listed(&[
+            "LlamaForCausalLM",
+            "MistralForCausalLM",
+            "Qwen3ForCausalLM",
+        ]),
+        ..v("0.23")
+    },
+    EngineRules {
         pad_attention_pages: true,
+        runner: RunnerDefault::V2Architectures(&[
+            "Qwen3ForCausalLM",
+            "DeepseekV2ForCausalLM",
+            "Qwen2MoeForCausalLM",
+            "GraniteMoeForCausalLM",
+            "LlamaForCausalLM",
+            "MistralForCausalLM",
+        ]),
         ..v("0.24")
+    },
+    EngineRules {
+        pad_attention_pages: true,
+        runner: RunnerDefault::V2Dense {
+            listed: V2_LISTED_026,
+            listed_hybrids: false,
+        },
+        ..v("0.25")
     },
     EngineRules {
         pad_attention_pages: true,
         async_in_flight: true,
         state_mode: StateMode::Align,
         graph_profiled_on: CUDA_ROCM,
+        runner: RunnerDefault::V2Dense {
+            listed: V2_LISTED_026,
+            listed_hybrids: false,
+        },
         ..v("0.26")
     },
     EngineRules {
@@ -152,6 +255,10 @@ pub const VLLM: &[EngineRules] = &[
         state_mode: StateMode::Align,
         graph_profiled_on: CUDA_ROCM,
         non_kv: NonKvAccounting::Consumed,
+        runner: RunnerDefault::V2Dense {
+            listed: V2_LISTED_028,
+            listed_hybrids: true,
+        },
         ..v("0.27")
     },
     EngineRules {
@@ -161,7 +268,22 @@ pub const VLLM: &[EngineRules] = &[
         large_device_defaults: true,
         graph_profiled_on: CUDA_ROCM,
         non_kv: NonKvAccounting::Consumed,
+        runner: RunnerDefault::V2Dense {
+            listed: V2_LISTED_028,
+            listed_hybrids: true,
+        },
         ..v("0.28")
+    },
+    EngineRules {
+        pad_attention_pages: true,
+        async_in_flight: true,
+        state_mode: StateMode::Align,
+        large_device_defaults: true,
+        graph_profiled_on: CUDA_ROCM,
+        non_kv: NonKvAccounting::Consumed,
+        runner: V2_ALL,
+        v2_profiles_graphs: true,
+        ..v("0.29")
     },
     EngineRules {
         pad_attention_pages: true,
@@ -171,6 +293,8 @@ pub const VLLM: &[EngineRules] = &[
         mamba2_checkpoint_page: true,
         graph_profiled_on: CUDA_ROCM,
         non_kv: NonKvAccounting::Consumed,
+        runner: V2_ALL,
+        v2_profiles_graphs: true,
         ..v("0.32")
     },
     EngineRules {
@@ -184,6 +308,8 @@ pub const VLLM: &[EngineRules] = &[
         graph_profiled_on: CUDA_ROCM_XPU,
         non_kv: NonKvAccounting::Consumed,
         hybrid_block_align: 64,
+        runner: V2_ALL,
+        v2_profiles_graphs: true,
         ..v("0.34")
     },
 ];
@@ -290,6 +416,48 @@ impl EngineRules {
         } else {
             self.gpu_memory_utilization
         }
+    }
+
+    /// Whether the release starts a model of `architecture` on the V2 model runner by default.
+    /// `moe`, `quantized`, `hybrid` (attention and recurrent-state layers) and
+    /// `attention_free` describe the model; `platform` is the backend (`rocm` matters from
+    /// 0.29; `None` is CUDA).
+    pub fn runs_v2(
+        &self,
+        architecture: &str,
+        moe: bool,
+        quantized: bool,
+        hybrid: bool,
+        attention_free: bool,
+        platform: Option<&str>,
+    ) -> bool {
+        if self.kind != EngineKind::Vllm {
+            return false;
+        }
+        match self.runner {
+            RunnerDefault::V1 => false,
+            RunnerDefault::V2Listed(archs) => archs.contains(&architecture) && !moe && !quantized,
+            RunnerDefault::V2Architectures(archs) => archs.contains(&architecture),
+            RunnerDefault::V2Dense {
+                listed,
+                listed_hybrids,
+            } => {
+                let is_listed = listed.contains(&architecture);
+                if attention_free || (hybrid && !(listed_hybrids && is_listed)) {
+                    return false;
+                }
+                is_listed || !moe
+            }
+            RunnerDefault::V2 { rocm_v1 } => {
+                !(platform == Some("rocm") && rocm_v1.contains(&architecture))
+            }
+        }
+    }
+
+    /// Whether graph memory is profiled and subtracted from the KV budget on `platform` for a
+    /// model the release runs on the V2 runner (`v2`) or the V1 runner.
+    pub fn subtracts_graphs_for(&self, platform: Option<&str>, v2: bool) -> bool {
+        self.subtracts_graphs_on(platform) && (!v2 || self.v2_profiles_graphs)
     }
 
     /// Pages per request of a recurrent-state layer (`MambaSpec.max_memory_usage_bytes`).
@@ -484,6 +652,59 @@ mod tests {
         assert_eq!(r("vllm@0.27").non_kv, NonKvAccounting::Consumed);
         assert_eq!(r("vllm@0.19").default_utilization(24 * GIB, 1, 1), 0.9);
         assert_eq!(r("vllm@0.20.1").default_utilization(24 * GIB, 1, 1), 0.92);
+    }
+
+    #[test]
+    fn each_release_picks_its_model_runner() {
+        let r = |v: &str| v.parse::<EngineRules>().unwrap();
+        // (architecture, moe, quantized, hybrid, attention-free, platform)
+        let llama =
+            |e: &EngineRules, q: bool| e.runs_v2("LlamaForCausalLM", false, q, false, false, None);
+        assert!(!llama(&r("vllm@0.19"), false));
+        assert!(!llama(&r("vllm@0.21.1"), false));
+        // 0.22: Qwen3 only; 0.23: Llama, Mistral, Qwen3, unquantized dense models.
+        assert!(!llama(&r("vllm@0.22"), false));
+        assert!(r("vllm@0.22").runs_v2("Qwen3ForCausalLM", false, false, false, false, None));
+        assert!(llama(&r("vllm@0.23"), false) && !llama(&r("vllm@0.23"), true));
+        assert!(!r("vllm@0.23").runs_v2("Qwen2ForCausalLM", false, false, false, false, None));
+        // 0.24: the listed architectures, quantized or not.
+        assert!(llama(&r("vllm@0.24"), true));
+        assert!(!r("vllm@0.24").runs_v2("Qwen2ForCausalLM", false, false, false, false, None));
+        // 0.25 to 0.28: every dense model; MoE only when listed; hybrids off (0.25, 0.26) or
+        // only when listed (0.27, 0.28).
+        for v in ["vllm@0.25", "vllm@0.26", "vllm@0.27.1", "vllm@0.28"] {
+            let e = r(v);
+            assert!(
+                e.runs_v2("Qwen2ForCausalLM", false, false, false, false, None),
+                "{v}"
+            );
+            assert!(!e.runs_v2("Qwen3MoeForCausalLM", true, false, false, false, None));
+            assert!(e.runs_v2("Qwen2MoeForCausalLM", true, false, false, false, None));
+            assert!(!e.runs_v2("Qwen3NextForCausalLM", true, false, true, false, None));
+            assert!(!e.runs_v2("MambaForCausalLM", false, false, false, true, None));
+            assert!(!e.subtracts_graphs_for(None, true) && e.subtracts_graphs_for(None, false));
+        }
+        // 0.29+: every model, except some on ROCm; the V2 runner profiles graphs.
+        let e = r("vllm@0.31.0");
+        assert!(e.runs_v2("Qwen3MoeForCausalLM", true, true, false, false, None));
+        assert!(e.runs_v2("DeepseekV4ForCausalLM", true, false, false, false, None));
+        assert!(!e.runs_v2(
+            "DeepseekV4ForCausalLM",
+            true,
+            false,
+            false,
+            false,
+            Some("rocm")
+        ));
+        assert!(e.subtracts_graphs_for(None, true));
+        assert!(!"sglang".parse::<EngineRules>().unwrap().runs_v2(
+            "LlamaForCausalLM",
+            false,
+            false,
+            false,
+            false,
+            None
+        ));
     }
 
     #[test]

@@ -4,10 +4,14 @@
 //! - **Activation peak** (allocator peak above the weights during the profile run): the larger
 //!   of the forward pass over `max_num_batched_tokens` (gated MLP intermediates plus four
 //!   hidden-size buffers) and the sampler over `min(max_num_seqs, max_num_batched_tokens)`
-//!   rows (3.5 fp32 copies of the full-vocabulary logits, on every rank: logits,
-//!   probabilities, sort buffers; plus 2.5
-//!   hidden-size buffers of the batch still alive). The two coefficients come from vLLM 0.19's
-//!   profile runs on H100 (six logs in `docs/model-validation.md`).
+//!   rows (plus 2.5 hidden-size buffers of the batch still alive). The sampler's peak per
+//!   logit (row x full vocabulary, on every rank) depends on the model runner:
+//!   [`SAMPLER_V1`] (3.5 fp32 copies: logits, probabilities, sort buffers) from vLLM 0.19's
+//!   profile runs on H100 (six logs in `docs/model-validation.md`); [`SAMPLER_V2`] (1.5 fp32
+//!   copies) for the V2 runner's dummy sampler (`v1/worker/gpu/model_runner.py`
+//!   `_dummy_sampler_run`: logits, then the sampler's float32 working copy; no top-k/top-p
+//!   sort in the profile), fitted on the RTX 4090 vLLM 0.27.1 log of the validation corpus
+//!   whose peak is the sampler's (Qwen2.5-0.5B, 256 rows: 0.25 GiB).
 //! - **Non-allocator growth**: 0.25 GiB of library workspaces (cuBLAS/cuBLASLt), plus 1.82 GiB
 //!   of communication buffers (NCCL, custom all-reduce) when tensor parallelism is on; both
 //!   observed in the same logs. With pipeline parallelism alone, 0.07 GiB per stage (the
@@ -31,6 +35,12 @@ pub struct Estimate {
     pub basis: String,
 }
 
+/// Sampler peak per logit of the V1 model runner (bytes): 3.5 float32 copies of the logits.
+pub const SAMPLER_V1: u64 = 14;
+
+/// Sampler peak per logit of the V2 model runner (bytes): 1.5 float32 copies of the logits.
+pub const SAMPLER_V2: u64 = 6;
+
 /// The engine settings the estimates depend on.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
@@ -51,6 +61,9 @@ pub struct EngineShape {
     pub capture_sizes: Vec<u64>,
     /// Activation dtype size in bytes.
     pub dtype_bytes: u64,
+    /// The sampler's peak per logit in bytes ([`SAMPLER_V1`] or [`SAMPLER_V2`], by the model
+    /// runner the engine starts the model on).
+    pub sampler_bytes_per_logit: u64,
 }
 
 impl EngineShape {
@@ -65,7 +78,14 @@ impl EngineShape {
             samples: true,
             capture_sizes: default_capture_sizes(max_num_seqs),
             dtype_bytes: 2,
+            sampler_bytes_per_logit: SAMPLER_V1,
         }
+    }
+
+    /// The same shape with a sampler of `bytes` peak per logit.
+    pub fn with_sampler_bytes_per_logit(mut self, bytes: u64) -> Self {
+        self.sampler_bytes_per_logit = bytes;
+        self
     }
 
     /// The same shape over `ranks` tensor-parallel ranks.
@@ -136,11 +156,11 @@ pub fn activation(c: &ModelConfig, s: &EngineShape) -> Estimate {
         .saturating_mul(b);
     let rows = s.max_num_seqs.min(t);
     // Logits are gathered to the full vocabulary on every rank before sampling.
-    let logits = rows.saturating_mul(c.vocab_size).saturating_mul(4);
+    let logits = rows
+        .saturating_mul(c.vocab_size)
+        .saturating_mul(s.sampler_bytes_per_logit);
     let hidden = t.saturating_mul(c.hidden_size).saturating_mul(b);
-    let sampler = (logits / 2)
-        .saturating_mul(7)
-        .saturating_add((hidden / 2).saturating_mul(5));
+    let sampler = logits.saturating_add((hidden / 2).saturating_mul(5));
     let sampler = if s.samples { sampler } else { 0 };
     let (bytes, which) = if forward > sampler || !s.samples {
         (forward, "forward pass")
@@ -150,10 +170,16 @@ pub fn activation(c: &ModelConfig, s: &EngineShape) -> Estimate {
     Estimate {
         bytes,
         basis: format!(
-            "estimate: max(forward over {t} tokens = {:.2} GiB, sampler over {rows} rows x vocab {} = {:.2} GiB), {which} dominates; coefficients from vLLM 0.19 profile runs",
+            "estimate: max(forward over {t} tokens = {:.2} GiB, sampler over {rows} rows x vocab {} x {} bytes = {:.2} GiB), {which} dominates; {}",
             forward as f64 / GIB as f64,
             c.vocab_size,
-            sampler as f64 / GIB as f64
+            s.sampler_bytes_per_logit,
+            sampler as f64 / GIB as f64,
+            if s.sampler_bytes_per_logit == SAMPLER_V2 {
+                "the V2 runner's sampler (fitted on vLLM 0.27 profile runs)"
+            } else {
+                "coefficients from vLLM 0.19 profile runs"
+            }
         ),
     }
 }
@@ -226,6 +252,7 @@ mod tests {
             samples: true,
             capture_sizes: default_capture_sizes(1024),
             dtype_bytes: 2,
+            sampler_bytes_per_logit: SAMPLER_V1,
         }
     }
 

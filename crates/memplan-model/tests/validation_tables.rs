@@ -50,6 +50,8 @@ struct Row {
     line: String,
     dry: Option<(f64, f64)>,
     from_log: Option<bool>,
+    /// Why the pure dry run is not expected to meet 1% of the device on this log.
+    caveat: Option<String>,
 }
 
 fn gib(v: &Value, k: &str) -> Option<f64> {
@@ -117,8 +119,14 @@ fn dry_run(e: &Value, rules: &EngineRules) -> Result<(f64, f64, String), String>
     let tp = u("num_gpus_tp").unwrap_or(1);
     let util = gib(e, "gpu_memory_utilization")
         .unwrap_or_else(|| rules.default_utilization(total_b, tp, 1));
+    let platform = ["AMD", "MI300", "MI325", "MI355", "Radeon", "Strix"]
+        .iter()
+        .any(|k| gpu.contains(k))
+        .then(|| "rocm".to_string());
     let p = DryRun::new(m, total_b)
         .engine(rules.clone())
+        .device_name(gpu)
+        .platform(platform)
         .request(Request::Utilization(util))
         .kv_cache_dtype(match e["kv_cache_dtype"].as_str() {
             Some("auto") | None => None,
@@ -196,13 +204,16 @@ fn rows() -> Vec<Row> {
                 None => "not checkable (no config or no logged count)".into(),
             };
             let src = e["source"].as_str().unwrap_or("");
+            let caveat = e["dry_run_caveat"].as_str().map(str::to_string);
             out.push(Row {
                 release,
                 line: format!(
-                    "| {model} | {gpu}, TP {tp} | {dry_cells} | {fl_cell} | {set}: {src} |"
+                    "| {model} | {gpu}, TP {tp} | {dry_cells} | {fl_cell} | {} | {set}: {src} |",
+                    caveat.as_deref().unwrap_or("")
                 ),
                 dry: dry_num,
                 from_log: fl.map(|f| f.0),
+                caveat,
             });
         }
     }
@@ -327,12 +338,25 @@ fn generate() -> String {
             let max_dev = errs.iter().map(|e| e.0.abs()).fold(0.0, f64::max);
             let mean_kv = errs.iter().map(|e| e.1.abs()).sum::<f64>() / errs.len() as f64;
             let max_kv = errs.iter().map(|e| e.1.abs()).fold(0.0, f64::max);
+            let within = group
+                .iter()
+                .filter(|r| r.dry.is_some_and(|d| d.0.abs() <= 1.0))
+                .count();
+            let caveats = group
+                .iter()
+                .filter(|r| r.dry.is_some() && r.caveat.is_some())
+                .count();
             s.push_str(&format!(
-                "Pure dry run over {} logs: mean |error| {mean_dev:.2}% of the device (max {max_dev:.2}%), {mean_kv:.2}% of the KV memory (max {max_kv:.2}%).\n\n",
-                errs.len()
+                "Pure dry run over {} logs: mean |error| {mean_dev:.2}% of the device (max {max_dev:.2}%), {mean_kv:.2}% of the KV memory (max {max_kv:.2}%); {within} within 1% of the device{}.\n\n",
+                errs.len(),
+                if caveats > 0 {
+                    format!(", {caveats} with a caveat")
+                } else {
+                    String::new()
+                }
             ));
         }
-        s.push_str("| model | GPU | dry-run KV GiB (planned / logged) | error, % of device | error, % of KV | `--from-log`: logged count reproduced | source |\n|---|---|---|---|---|---|---|\n");
+        s.push_str("| model | GPU | dry-run KV GiB (planned / logged) | error, % of device | error, % of KV | `--from-log`: logged count reproduced | caveat | source |\n|---|---|---|---|---|---|---|---|\n");
         for r in group {
             s.push_str(&r.line);
             s.push('\n');
@@ -379,8 +403,9 @@ fn the_validation_tables_are_current() {
     }
 }
 
-/// Every `--from-log` checkable log reproduces its logged count, and no dry-run checked log
-/// of a release this table covers (0.19 and later) is off by more than 3% of the device.
+/// Every `--from-log` checkable log reproduces its logged count, and every dry-run checked log
+/// of a release this table covers (0.19 and later) is within 1% of the device, unless its
+/// corpus entry names why not (`dry_run_caveat`); those stay within 3%.
 #[test]
 fn checkable_logs_reproduce() {
     let rows = rows();
@@ -391,7 +416,8 @@ fn checkable_logs_reproduce() {
     }
     for r in rows.iter().filter(|r| r.release.starts_with("vLLM 0.")) {
         if let Some((dev, _)) = r.dry {
-            assert!(dev.abs() < 3.0, "{}", r.line);
+            let bound = if r.caveat.is_some() { 3.0 } else { 1.0 };
+            assert!(dev.abs() <= bound, "{}", r.line);
         }
     }
 }
