@@ -416,7 +416,7 @@ impl DryRun {
             capture_sizes,
             dtype_bytes: db,
             sampler_bytes_per_logit: if v2 {
-                estimate::SAMPLER_V2
+                estimate::sampler_v2(db)
             } else {
                 estimate::SAMPLER_V1
             },

@@ -7,11 +7,12 @@
 //!   rows (plus 2.5 hidden-size buffers of the batch still alive). The sampler's peak per
 //!   logit (row x full vocabulary, on every rank) depends on the model runner:
 //!   [`SAMPLER_V1`] (3.5 fp32 copies: logits, probabilities, sort buffers) from vLLM 0.19's
-//!   profile runs on H100 (six logs in `docs/model-validation.md`); [`SAMPLER_V2`] (1.5 fp32
-//!   copies) for the V2 runner's dummy sampler (`v1/worker/gpu/model_runner.py`
-//!   `_dummy_sampler_run`: logits, then the sampler's float32 working copy; no top-k/top-p
-//!   sort in the profile), fitted on the RTX 4090 vLLM 0.27.1 log of the validation corpus
-//!   whose peak is the sampler's (Qwen2.5-0.5B, 256 rows: 0.25 GiB).
+//!   profile runs on H100 (six logs in `docs/model-validation.md`); for the V2 runner one
+//!   copy of the logits in the activation dtype ([`sampler_v2`]): its dummy sampler
+//!   (`v1/worker/gpu/model_runner.py` `_dummy_sampler_run`) computes the logits in the model
+//!   dtype (`layers/logits_processor.py`) and, for the dummy greedy requests,
+//!   `sample/sampler.py` `apply_sampling_params` returns them untouched (the float32 copy is
+//!   made only for requests with penalties, bias, temperature or top-k/top-p).
 //! - **Non-allocator growth**: 0.25 GiB of library workspaces (cuBLAS/cuBLASLt), plus 1.82 GiB
 //!   of communication buffers (NCCL, custom all-reduce) when tensor parallelism is on; both
 //!   observed in the same logs. With pipeline parallelism alone, 0.07 GiB per stage (the
@@ -38,8 +39,11 @@ pub struct Estimate {
 /// Sampler peak per logit of the V1 model runner (bytes): 3.5 float32 copies of the logits.
 pub const SAMPLER_V1: u64 = 14;
 
-/// Sampler peak per logit of the V2 model runner (bytes): 1.5 float32 copies of the logits.
-pub const SAMPLER_V2: u64 = 6;
+/// Sampler peak per logit of the V2 model runner (bytes): one copy of the logits in the
+/// activation dtype of `dtype_bytes` bytes.
+pub const fn sampler_v2(dtype_bytes: u64) -> u64 {
+    dtype_bytes
+}
 
 /// The engine settings the estimates depend on.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -61,7 +65,7 @@ pub struct EngineShape {
     pub capture_sizes: Vec<u64>,
     /// Activation dtype size in bytes.
     pub dtype_bytes: u64,
-    /// The sampler's peak per logit in bytes ([`SAMPLER_V1`] or [`SAMPLER_V2`], by the model
+    /// The sampler's peak per logit in bytes ([`SAMPLER_V1`] or [`sampler_v2`], by the model
     /// runner the engine starts the model on).
     pub sampler_bytes_per_logit: u64,
 }
@@ -175,8 +179,8 @@ pub fn activation(c: &ModelConfig, s: &EngineShape) -> Estimate {
             c.vocab_size,
             s.sampler_bytes_per_logit,
             sampler as f64 / GIB as f64,
-            if s.sampler_bytes_per_logit == SAMPLER_V2 {
-                "the V2 runner's sampler (fitted on vLLM 0.27 profile runs)"
+            if s.sampler_bytes_per_logit != SAMPLER_V1 {
+                "the V2 runner's sampler keeps one copy of the logits (vLLM 0.22+)"
             } else {
                 "coefficients from vLLM 0.19 profile runs"
             }
