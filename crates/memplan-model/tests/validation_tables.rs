@@ -123,7 +123,11 @@ fn dry_run(e: &Value, rules: &EngineRules) -> Result<(f64, f64, String), String>
         .iter()
         .any(|k| gpu.contains(k))
         .then(|| "rocm".to_string());
-    let p = DryRun::new(m, total_b)
+    let mut d = DryRun::new(m, total_b);
+    if let Some(dt) = e["dtype"].as_str() {
+        d = d.dtype(dt);
+    }
+    let p = d
         .engine(rules.clone())
         .device_name(gpu)
         .platform(platform)
