@@ -507,14 +507,25 @@ pub fn parse(text: &str) -> Result<LogFigures> {
                 "utilization",
                 n,
             );
-            set(
-                &mut f.kv_available,
-                l.bytes("Current kv cache memory in use is", "KV cache memory")?,
-                lines,
-                "kv_available",
-                n,
-            );
         }
+        // The same report's parts where a paste wrapped them onto lines of their own.
+        set(
+            &mut f.utilization,
+            l.fraction(
+                "Desired GPU memory utilization is",
+                "gpu_memory_utilization",
+            )?,
+            lines,
+            "utilization",
+            n,
+        );
+        set(
+            &mut f.kv_available,
+            l.bytes("Current kv cache memory in use is", "KV cache memory")?,
+            lines,
+            "kv_available",
+            n,
+        );
         for key in ["total_gpu_memory", "total_memory="] {
             let t = l.bytes(key, "device total")?;
             if t == Some(0) {

@@ -312,3 +312,20 @@ fn the_extensible_caches_final_size_is_read() {
     let f = parse("INFO Memory after warmup: 3.10 GiB free, 60.25 GiB committed to the KV cache, 1.2 GiB kept\nINFO Model loading took 1 GiB\n").unwrap();
     assert_eq!(f.kv_final, Some(gib(60.25)));
 }
+
+#[test]
+fn a_report_wrapped_onto_lines_of_its_own_is_read() {
+    // vLLM's one post-start line as a person pasted it, one clause per line.
+    let log = "Free memory on device (114.54/121.69 GiB) on startup.
+Desired GPU memory utilization is (0.6, 73.01 GiB).
+Actual usage is 3.35 GiB for consumed memory (weights + non-torch)
+Current kv cache memory in use is 69.4 GiB
+GPU KV cache size: 649,728 tokens";
+    let f = parse(log).unwrap();
+    assert_eq!(f.total, Some(gib(121.69)));
+    assert_eq!(f.utilization, Some(0.6));
+    assert_eq!(f.consumed, Some(gib(3.35)));
+    assert_eq!(f.kv_available, Some(gib(69.4)));
+    assert_eq!(f.kv_tokens, Some(649_728));
+    assert_eq!(f.line("utilization"), Some(2));
+}
