@@ -47,6 +47,8 @@ const TOTALS: &[(&str, f64, &str)] = &[
 
 struct Row {
     release: String,
+    /// The GPU as the log names it.
+    gpu: String,
     line: String,
     dry: Option<(f64, f64)>,
     from_log: Option<bool>,
@@ -211,6 +213,7 @@ fn rows() -> Vec<Row> {
             let caveat = e["dry_run_caveat"].as_str().map(str::to_string);
             out.push(Row {
                 release,
+                gpu: gpu.to_string(),
                 line: format!(
                     "| {model} | {gpu}, TP {tp} | {dry_cells} | {fl_cell} | {} | {set}: {src} |",
                     caveat.as_deref().unwrap_or("")
@@ -331,6 +334,24 @@ fn generate() -> String {
         fl.len(),
         fl.iter().filter(|ok| **ok).count(),
     ));
+    s.push_str("| release group | logs | dry-run checked | within 1% of the device | GPUs |\n|---|---|---|---|---|\n");
+    for rel in &releases {
+        let group: Vec<&Row> = rows.iter().filter(|r| &r.release == rel).collect();
+        let mut gpus: Vec<&str> = group.iter().map(|r| r.gpu.as_str()).collect();
+        gpus.sort_unstable();
+        gpus.dedup();
+        s.push_str(&format!(
+            "| {rel} | {} | {} | {} | {} |\n",
+            group.len(),
+            group.iter().filter(|r| r.dry.is_some()).count(),
+            group
+                .iter()
+                .filter(|r| r.dry.is_some_and(|d| d.0.abs() <= 1.0))
+                .count(),
+            gpus.join("; ")
+        ));
+    }
+    s.push('\n');
     for rel in &releases {
         let group: Vec<&Row> = rows.iter().filter(|r| &r.release == rel).collect();
         s.push_str(&format!("### {rel}\n\n"));
