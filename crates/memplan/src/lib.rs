@@ -59,8 +59,9 @@
 //! Backends are chosen with cargo features, one per backend, named in the one list of
 //! backends ([`BackendKind`] shows it as a table; `sim` is the default). This crate links every
 //! compiled-in backend from that list, so a backend needs no line here. Other features:
-//! `model` (model configs, checkpoint headers and the dry run: [`model`]) and `declarations`
-//! (every backend's pure declaration, for [`declared_platforms`]).
+//! `model` (model configs, checkpoint headers and the dry run: the `memplan::model` module,
+//! which is the `memplan_model` crate) and `declarations` (every backend's pure declaration,
+//! for [`declared_platforms`]).
 //!
 //! Every backend name parses in every build; asking for one that is not compiled in returns
 //! [`Error::BackendNotCompiled`] naming the feature. A binary with every runtime-loaded backend

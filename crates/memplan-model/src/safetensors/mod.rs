@@ -1,18 +1,18 @@
 //! Safetensors header reader: exact checkpoint bytes per dtype, reading only the header (an
 //! 8-byte little-endian length, then that many bytes of JSON), never the tensors.
 //!
-//! Every tensor entry is checked as the reference implementation checks it ([`header`]): a
-//! known dtype, a shape whose element count times the dtype's bit size is a whole number of
-//! bytes equal to its byte range (sub-byte dtypes included), a tensor name that appears once,
-//! and byte ranges that tile the data section from 0 without gaps or overlaps (so the sum of
-//! the ranges is the end of the last one and cannot overflow). Headers above 100 MiB are
-//! refused (the format's own limit).
+//! Every tensor entry is checked as the reference implementation checks it (this module's
+//! `header.rs`): a known dtype, a shape whose element count times the dtype's bit size is a whole
+//! number of bytes equal to its byte range (sub-byte dtypes included), a tensor name that appears
+//! once, and byte ranges that tile the data section from 0 without gaps or overlaps (so the sum of
+//! the ranges is the end of the last one and cannot overflow). Headers above 100 MiB are refused
+//! (the format's own limit).
 //!
-//! A checkpoint on disk must also account for its bytes ([`files`]): each file is a regular
-//! file exactly `8 + header + tensors` bytes long (a truncated download is an error naming the
-//! file), an index names only files inside the model directory (checked before any is
-//! opened), a tensor appears in one file only, and the checkpoint holds at least one tensor.
-//! Counts are capped: [`MAX_SHARDS`] files, [`MAX_TENSORS`] tensors.
+//! A checkpoint on disk must also account for its bytes (this module's `files.rs`): each file is a
+//! regular file exactly `8 + header + tensors` bytes long (a truncated download is an error naming
+//! the file), an index names only files inside the model directory (checked before any is opened),
+//! a tensor appears in one file only, and the checkpoint holds at least one tensor. Counts are
+//! capped: [`MAX_SHARDS`] files, [`MAX_TENSORS`] tensors.
 //!
 //! Cost grows linearly with the tensors (a DeepSeek-V3-sized checkpoint has about 92,000):
 //! each header and the index are read in one pass without a value tree, names borrowed from
