@@ -97,6 +97,14 @@ fn main() {
             Model::load(model).expect("preset loads"),
             (total * GIB as f64) as u64,
         )
+        .device_name(gpu)
+        // The release the log's version selects (vLLM 0.19's rules for older and unversioned
+        // logs: these engines did not subtract graph memory either).
+        .engine(
+            memplan_model::accuracy::release(&e)
+                .1
+                .unwrap_or_else(|| "vllm@0.19".parse().expect("a row")),
+        )
         .request(Request::Utilization(
             gib(&e, "gpu_memory_utilization").unwrap_or(0.9),
         ))

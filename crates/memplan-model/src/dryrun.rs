@@ -15,6 +15,7 @@ use memplan_planner::{
     Warning,
 };
 
+use crate::device::DeviceClass;
 use crate::engine::EngineRules;
 use crate::estimate::{self, EngineShape, Estimate};
 use crate::kvspec::SpecOptions;
@@ -293,6 +294,11 @@ impl DryRun {
     pub fn resolve(&self) -> Result<Resolved> {
         let c = &self.model.config;
         let tp = self.tensor_parallel;
+        // The platform given, else the one the device's name says (an AMD GPU runs on ROCm).
+        let platform: Option<String> = self
+            .platform
+            .clone()
+            .or_else(|| crate::device::platform(&self.device_name).map(str::to_string));
         if tp == 0 {
             return Err(Error::param(Param::TensorParallel, "must be > 0"));
         }
@@ -405,7 +411,7 @@ impl DryRun {
             c.quantization.is_some() || self.quantization.is_some(),
             attention && has_state,
             !attention,
-            self.platform.as_deref(),
+            platform.as_deref(),
         );
         let shape = EngineShape {
             max_num_seqs,
@@ -420,6 +426,11 @@ impl DryRun {
             } else {
                 estimate::SAMPLER_V1
             },
+            runner_v2: v2,
+            accounting: engine.non_kv,
+            device_class: DeviceClass::of(&self.device_name, self.total),
+            unified_memory: crate::device::unified_memory(&self.device_name),
+            max_model_len,
         };
         let opts = SpecOptions {
             state_pages: (engine.state_pages(false), engine.state_pages(true)),
@@ -538,7 +549,7 @@ impl DryRun {
             // The release's own rule: vLLM 0.19 prints its estimate without subtracting it;
             // 0.20 to 0.25 profile graphs on CUDA only (`determine_available_memory`); the V2
             // model runner profiles none before 0.29.
-            let engine_subtracts = engine.subtracts_graphs_for(self.platform.as_deref(), v2);
+            let engine_subtracts = engine.subtracts_graphs_for(platform.as_deref(), v2);
             let graphs_given = self.given_bytes(ConsumerKind::Graphs);
             let reserve = match self.graph_reserve {
                 GraphReserve::Engine if graphs_given.is_none() && !engine_subtracts => {
@@ -549,7 +560,7 @@ impl DryRun {
             };
             let why_not = if self.graph_reserve == GraphReserve::None {
                 "graph memory is not subtracted from the budget (as vLLM <= 0.19 does)".to_string()
-            } else if v2 && engine.subtracts_graphs_on(self.platform.as_deref()) {
+            } else if v2 && engine.subtracts_graphs_on(platform.as_deref()) {
                 format!(
                     "{engine} starts {} on its V2 model runner, which profiles no graph memory before 0.29: nothing is subtracted from the KV budget for graphs (its start-up would not either)",
                     c.architecture
@@ -557,7 +568,7 @@ impl DryRun {
             } else {
                 format!(
                     "{engine} does not subtract graph memory from the KV budget on {} (its start-up would not either)",
-                    self.platform.as_deref().unwrap_or("cuda")
+                    platform.as_deref().unwrap_or("cuda")
                 )
             };
             match (reserve, graphs_given) {
@@ -618,7 +629,10 @@ impl DryRun {
                 max_num_batched_tokens,
                 db,
             ))
-            .consumer(self.figure(ConsumerKind::NonAllocator, estimate::non_torch(&shape)))
+            .consumer(self.figure(
+                ConsumerKind::NonAllocator,
+                estimate::non_allocator(c, &shape),
+            ))
             .consumer(graph)
             .graph(graph_plan);
         if let Some(d) = &self.device {

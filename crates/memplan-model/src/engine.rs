@@ -117,7 +117,7 @@ pub struct EngineRules {
     pub non_kv: NonKvAccounting,
     /// Platforms whose graph memory the engine profiles before sizing the KV cache
     /// (`v1/worker/gpu_worker.py` `determine_available_memory`: CUDA only from 0.20, which
-    /// skipped ROCm as unreliable; CUDA and ROCm from 0.26, `is_cuda_alike`; XPU too in 0.34).
+    /// skipped ROCm as unreliable; CUDA and ROCm from 0.26, `is_cuda_alike`; XPU too from 0.31).
     /// Elsewhere the estimate is neither measured nor subtracted.
     pub graph_profiled_on: &'static [&'static str],
     /// SGLang's default `mem_fraction_static` is computed from the device
@@ -285,13 +285,26 @@ pub const VLLM: &[EngineRules] = &[
         v2_profiles_graphs: true,
         ..v("0.29")
     },
+    // 0.31: XPU joins the platforms whose graph memory is profiled and subtracted
+    // (`determine_available_memory`: `is_cuda_alike() or is_xpu()`).
+    EngineRules {
+        pad_attention_pages: true,
+        async_in_flight: true,
+        state_mode: StateMode::Align,
+        large_device_defaults: true,
+        graph_profiled_on: CUDA_ROCM_XPU,
+        non_kv: NonKvAccounting::Consumed,
+        runner: V2_ALL,
+        v2_profiles_graphs: true,
+        ..v("0.31")
+    },
     EngineRules {
         pad_attention_pages: true,
         async_in_flight: true,
         state_mode: StateMode::Align,
         large_device_defaults: true,
         mamba2_checkpoint_page: true,
-        graph_profiled_on: CUDA_ROCM,
+        graph_profiled_on: CUDA_ROCM_XPU,
         non_kv: NonKvAccounting::Consumed,
         runner: V2_ALL,
         v2_profiles_graphs: true,
@@ -647,6 +660,7 @@ mod tests {
         assert!(!r("vllm@0.23").subtracts_graphs_on(Some("rocm")));
         assert!(r("vllm@0.26").subtracts_graphs_on(Some("rocm")));
         assert!(!r("vllm@0.30").subtracts_graphs_on(Some("xpu")));
+        assert!(r("vllm@0.31").subtracts_graphs_on(Some("xpu")));
         assert!(r("vllm@0.34").subtracts_graphs_on(Some("xpu")));
         assert_eq!(r("vllm@0.26").non_kv, NonKvAccounting::TorchPeak);
         assert_eq!(r("vllm@0.27").non_kv, NonKvAccounting::Consumed);

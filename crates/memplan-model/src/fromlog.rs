@@ -387,7 +387,9 @@ pub fn parse(text: &str) -> Result<LogFigures> {
         for (k, _) in &found {
             match *k {
                 "KV Cache is allocated" | "Load weight end" | "ServerArgs(" => sglang = true,
-                "Available KV cache memory" => (vllm, vllm_kv) = (true, true),
+                "Available KV cache memory" | "larger than the available KV cache memory" => {
+                    (vllm, vllm_kv) = (true, true)
+                }
                 "Model loading took"
                 | "Memory profiling results"
                 | "Loading model weights took"
@@ -704,8 +706,12 @@ pub fn parse(text: &str) -> Result<LogFigures> {
             }
         }
         // Available KV memory (negative in a start-up that failed).
+        // vLLM's refusal when one request of `max_model_len` does not fit
+        // (`v1/core/kv_cache_utils.py` `_check_enough_kv_cache_memory`: "... which is larger
+        // than the available KV cache memory (X GiB)") states the same figure.
         for key in [
             "Available KV cache memory:",
+            "larger than the available KV cache memory",
             "available_kv_cache_memory",
             "the rest of the memory reserved for KV Cache is",
             "kv_cache_size=",

@@ -18,10 +18,12 @@
 //! - Tensor parallelism divides what it divides: attention heads, MLP and expert columns,
 //!   vocab-parallel embeddings; norms, routers and too-few KV heads are replicated.
 
+pub mod accuracy;
 pub mod arch;
 pub mod config;
 pub mod consumers;
 pub mod defaults;
+pub mod device;
 pub mod dryrun;
 pub mod engine;
 pub mod estimate;

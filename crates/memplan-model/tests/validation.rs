@@ -61,3 +61,54 @@ fn extra_configs_are_used_for_models_not_shipped() {
     assert!(runs[0].ok, "{:?}", runs[0]);
     assert!(reproduce_all_with(log, None).unwrap().is_empty());
 }
+
+/// The pure dry run (config, device total, utilisation, release; nothing measured) of every
+/// versioned log of a release this table covers is within 1% of the device's memory, unless
+/// the log's entry names why it cannot be (`dry_run_caveat`). Runs on the corpus of newer
+/// releases, or on `MEMPLAN_LOGS` (with `MEMPLAN_CONFIGS` for models that are not shipped);
+/// prints every checked log.
+#[test]
+fn versioned_logs_dry_run_within_one_percent_of_the_device() {
+    use memplan_model::accuracy::{dry_run_entry, release};
+    use serde_json::Value;
+    let text = read("MEMPLAN_LOGS")
+        .unwrap_or_else(|| include_str!("../data/validation-logs.jsonl").to_string());
+    let configs = read("MEMPLAN_CONFIGS");
+    let (mut checked, mut bad) = (0, Vec::new());
+    for (i, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        let e: Value =
+            serde_json::from_str(line).unwrap_or_else(|err| panic!("line {}: {err}", i + 1));
+        let (group, _) = release(&e);
+        let Ok(c) = dry_run_entry(&e, configs.as_deref()) else {
+            continue;
+        };
+        if !group.starts_with("vLLM 0.") {
+            continue;
+        }
+        checked += 1;
+        let caveat = e["dry_run_caveat"].as_str();
+        println!(
+            "{:<34} {:<48} {:+.2}% of the device, {:+.2}% of KV{}",
+            group,
+            e["model"].as_str().unwrap_or(""),
+            c.error_of_device * 100.0,
+            c.error_of_kv * 100.0,
+            caveat
+                .map(|c| format!(" (caveat: {c})"))
+                .unwrap_or_default()
+        );
+        if c.error_of_device.abs() > 0.01 && caveat.is_none() {
+            bad.push(format!(
+                "line {}: {:+.2}%",
+                i + 1,
+                c.error_of_device * 100.0
+            ));
+        }
+    }
+    println!("{checked} versioned logs dry-run checked");
+    assert!(bad.is_empty(), "beyond 1% of the device: {bad:?}");
+}

@@ -17,6 +17,7 @@ pub(super) const KEYS: &[&str] = &[
     "Load weight end",
     "ServerArgs(",
     "Available KV cache memory",
+    "larger than the available KV cache memory",
     "Model loading took",
     "Memory profiling results",
     "Loading model weights took",
