@@ -176,6 +176,12 @@ fn does_not_fit(e: &memplan::Error, message: String) -> Failure {
             max_model_len_fit: Some(n),
             ..
         }) => f.with_help("max_model_len_fit", *n),
+        // The rest of the device is held outside the engine: no utilisation helps.
+        Some(R::NoRoomForKv {
+            used,
+            free_at_start: Some(free),
+            ..
+        }) if used >= free => f.with_help("free_at_start_bytes", *free),
         Some(R::NoRoomForKv {
             utilization_that_fits: Some(u),
             ..

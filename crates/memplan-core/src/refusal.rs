@@ -126,6 +126,11 @@ pub enum Refusal {
         total: u64,
         /// The smallest utilisation (4 decimals) that leaves room for a KV cache, when at most 1.
         utilization_that_fits: Option<f64>,
+        /// Free memory at the start, before the engine loaded anything, where the device read
+        /// it. When it is below what `utilization_that_fits` would request, raising the
+        /// utilisation cannot help: the rest of the device is held outside the engine.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        free_at_start: Option<u64>,
     },
     /// The consumers exceed the device itself.
     ExceedsDevice {
@@ -205,8 +210,9 @@ impl Refusal {
                 consumers,
                 used,
                 requested,
+                total,
                 utilization_that_fits,
-                ..
+                free_at_start,
             } => {
                 write!(
                     f,
@@ -215,13 +221,23 @@ impl Refusal {
                     fmt_bytes(*requested),
                     fmt_bytes(used.saturating_sub(*requested))
                 )?;
-                match utilization_that_fits {
-                    Some(u) => write!(
+                match (utilization_that_fits, free_at_start) {
+                    // Raising the utilisation would request more than is free: the memory the
+                    // engine lacks is held outside it, so say that instead of a flag that
+                    // would only move the refusal to the free-memory check.
+                    (_, Some(free)) if *used >= *free => write!(
+                        f,
+                        "only {} of the device's {} was free at the start ({} held by other processes, driver contexts or graphics), less than the engine needs before any KV cache; free that memory, or use more tensor-parallel ranks, a quantized model or a larger device",
+                        fmt_bytes(*free),
+                        fmt_bytes(*total),
+                        fmt_bytes(total.saturating_sub(*free))
+                    ),
+                    (Some(u), _) => write!(
                         f,
                         "{} {u:.4} or more would leave room for a KV cache",
                         name(Param::Utilization)
                     ),
-                    None => f.write_str("even the whole device leaves no room for a KV cache"),
+                    (None, _) => f.write_str("even the whole device leaves no room for a KV cache"),
                 }
             }
             Refusal::ExceedsDevice {

@@ -157,6 +157,21 @@ pub fn check_free(snapshot: &MemoryInfo, requested: u64, request: &Request) -> R
     }))
 }
 
+/// A refusal for want of room for the KV cache, told what was free at the start: where the
+/// consumers alone exceed it, raising the utilisation cannot help (the rest of the device is
+/// held outside the engine) and the refusal says so instead. Other errors pass unchanged.
+pub fn with_free_at_start(e: Error, free: Option<u64>) -> Error {
+    match e {
+        Error::DoesNotFit(mut r) => {
+            if let Refusal::NoRoomForKv { free_at_start, .. } = r.as_mut() {
+                *free_at_start = free;
+            }
+            Error::DoesNotFit(r)
+        }
+        other => other,
+    }
+}
+
 /// The whole arithmetic of one rank. Errors: bad request (see [`requested_bytes`]), overflow,
 /// and [`Error::DoesNotFit`] when the consumers exceed the requested memory (saying what
 /// utilisation would fit, or by how much the device is too small).
@@ -213,6 +228,7 @@ fn does_not_fit(total: u64, requested: u64, c: &Consumers, used: u64) -> Error {
             requested,
             total,
             utilization_that_fits: (u <= 1.0).then_some(u),
+            free_at_start: None,
         })
     } else {
         Error::does_not_fit(Refusal::ExceedsDevice {
@@ -306,6 +322,24 @@ mod tests {
         assert_eq!(b.kv_budget, gib(18.0) - 12 * GIB);
         // Without the reserve the engine needs 17 GiB of 20 requested: 0.85.
         assert_eq!(b.suggestions.utilization_without_graph_reserve, Some(0.85));
+    }
+
+    #[test]
+    fn no_utilisation_helps_when_the_rest_is_held_outside_the_engine() {
+        let c = cons(15 * GIB, GIB, 0, 0);
+        let e = compute(24 * GIB, Request::Utilization(0.5), &c).unwrap_err();
+        // 12 GiB free at the start: 0.6667 would be needed, more than is free.
+        let e = with_free_at_start(e, Some(12 * GIB));
+        let text = e.to_string();
+        assert!(text.contains("only 12.00 GiB of the device's 24.00 GiB was free at the start (12.00 GiB held by other processes"), "{text}");
+        assert!(!text.contains("or more would leave room"), "{text}");
+        // With 20 GiB free the utilisation that fits is the way out.
+        let e = compute(24 * GIB, Request::Utilization(0.5), &c).unwrap_err();
+        let text = with_free_at_start(e, Some(20 * GIB)).to_string();
+        assert!(
+            text.contains("GPU memory utilisation 0.6667 or more"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -920,6 +920,28 @@ mod tests {
     }
 
     #[test]
+    fn memory_held_outside_the_engine_is_named_not_a_higher_utilisation() {
+        // Another process holds 12 GiB of the simulated 24 GiB card: the 16.7 GiB the model
+        // needs before any KV cache cannot fit in what is free, whatever the utilisation.
+        let f = plan("--model qwen3-8b --device sim:rtx4090,other=12GiB").unwrap_err();
+        assert_eq!(f.kind, "does_not_fit", "{f:?}");
+        assert!(
+            f.help["free_at_start_bytes"].as_u64().unwrap() < 12 << 30,
+            "{f:?}"
+        );
+        assert!(f.message.contains("was free at the start"), "{}", f.message);
+        assert!(
+            !f.message.contains("--gpu-memory-utilization"),
+            "{}",
+            f.message
+        );
+        // With 2 GiB held, a higher utilisation is the way out and is named.
+        let e =
+            err("--model qwen3-8b --device sim:rtx4090,other=2GiB --gpu-memory-utilization 0.5");
+        assert!(e.contains("--gpu-memory-utilization 0.6961 or more"), "{e}");
+    }
+
+    #[test]
     fn emitted_args_pin_the_budget() {
         let a = flags(
             "--model qwen3-8b --total-memory 80GiB --max-model-len 8192 --kv-cache-dtype fp8 --engine vllm@0.19",

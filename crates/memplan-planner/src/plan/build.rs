@@ -408,7 +408,9 @@ impl PlanBuilder {
             let requested = budget::requested_bytes(self.total, self.request)?;
             budget::check_free(s, requested, &self.request)?;
         }
-        let b = budget::compute(self.total, self.request, &self.consumers)?;
+        let b = budget::compute(self.total, self.request, &self.consumers).map_err(|e| {
+            budget::with_free_at_start(e, self.start.as_ref().and_then(|s| s.driver.free))
+        })?;
         if let (Some(s), true) = (&self.start, fixed_kv) {
             budget::check_free(s, b.requested, &self.request)?;
         }
