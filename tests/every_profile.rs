@@ -61,7 +61,8 @@ fn floor(s: memplan_planner::StrategyKind) -> f64 {
 }
 
 fn write_temp(name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("memplan-every-profile-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("memplan-every-profile-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let p = dir.join(format!("{name}.toml"));
     std::fs::write(&p, text).expect("write scenario");

@@ -20,8 +20,8 @@ impl Scratch {
     fn new(tag: &str) -> Self {
         static N: AtomicU32 = AtomicU32::new(0);
         let n = N.fetch_add(1, Ordering::Relaxed);
-        let p =
-            std::env::temp_dir().join(format!("memplan-fakehip-{}-{tag}-{n}", std::process::id()));
+        let p = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("memplan-fakehip-{}-{tag}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&p);
         std::fs::create_dir_all(&p).expect("scratch dir");
         Scratch(p)

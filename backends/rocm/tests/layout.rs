@@ -287,7 +287,8 @@ fn layouts_and_constants_match_the_installed_header() {
         "too little to check: the header at {} looks wrong",
         include.display()
     );
-    let out_dir = std::env::temp_dir().join(format!("memplan-rocm-layout-{}", std::process::id()));
+    let out_dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("memplan-rocm-layout-{}", std::process::id()));
     std::fs::create_dir_all(&out_dir).expect("temp dir");
     let src = out_dir.join("layout.c");
     let mut c = String::from("#include <hip/hip_runtime_api.h>\n#include <stddef.h>\n#include <stdio.h>\nint main(void) {\n");

@@ -18,7 +18,8 @@ fn fake(scenario: &str, defines: &[&str]) -> Option<PathBuf> {
         return None;
     }
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fake/fake_ze.c");
-    let dir = std::env::temp_dir().join(format!("memplan-xpu-fake-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("memplan-xpu-fake-{}", std::process::id()));
     std::fs::create_dir_all(&dir).ok()?;
     let out = dir.join(format!("libfake_ze_{scenario}.so"));
     let mut cmd = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()));

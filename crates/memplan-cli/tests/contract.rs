@@ -550,7 +550,8 @@ fn the_library_entry_returns_the_cli_json() {
 
 #[test]
 fn the_svg_has_a_background_the_headline_and_the_requested_marker() {
-    let path = std::env::temp_dir().join(format!("memplan-contract-{}.svg", std::process::id()));
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("memplan-contract-{}.svg", std::process::id()));
     let out = run(&[
         "plan",
         "--model",
@@ -654,7 +655,8 @@ fn a_run_that_ends_early_gives_no_empty_reason() {
     .unwrap();
     // Weights larger than the device: the run ends at load_weights, before any choice.
     let text = shipped.replace("weights = \"2.88GiB\"", "weights = \"30GiB\"");
-    let path = std::env::temp_dir().join(format!("memplan-early-{}.toml", std::process::id()));
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("memplan-early-{}.toml", std::process::id()));
     std::fs::write(&path, text).unwrap();
     let out = run(&["simulate", "--scenario", path.to_str().unwrap()]);
     let _ = std::fs::remove_file(&path);

@@ -13,7 +13,7 @@ use memplan_conformance::Outcome;
 fn suite(id: &str) -> (i32, Vec<(String, String, String)>) {
     static RUN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!(
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
         "memplan-conformance-test-{}-{n}-{}",
         std::process::id(),
         id.replace([':', ',', '='], "_")

@@ -90,7 +90,8 @@ fn refused(id: &str, case: &str, names: &str) {
 
 #[test]
 fn hub_ids_resolve_from_the_local_cache_and_nothing_leaves_it() {
-    let root = std::env::temp_dir().join(format!("memplan-hub-{}", std::process::id()));
+    let root = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("memplan-hub-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
     let hub = root.join("hub");
     entry(&hub, "Tiny");
