@@ -20,6 +20,7 @@ use memplan_planner::budget::Request;
 use serde_json::Value;
 
 use crate::dryrun::DryRun;
+use crate::engine::coefficients::{refit, Term, FITS};
 use crate::engine::{EngineKind, EngineRules};
 use crate::{presets, Model, Quantization, Source};
 
@@ -176,6 +177,41 @@ pub fn dry_run(
     })
 }
 
+/// The coefficients fitted on the log `e` ([`FITS`] entries whose log its `source` names).
+pub fn fitted_on(e: &Value) -> Vec<Term> {
+    let src = e["source"].as_str().unwrap_or("");
+    let mut terms: Vec<Term> = FITS
+        .iter()
+        .filter(|f| src.contains(f.log))
+        .map(|f| f.term)
+        .collect();
+    terms.dedup();
+    terms
+}
+
+/// The hold-out dry run of a log that fitted coefficients: [`dry_run`] with each of them
+/// refitted on the other logs alone. `None` when the log fitted nothing (its plain dry run is
+/// already held out); `Err` names a coefficient that no other log fits.
+pub fn held_out(
+    e: &Value,
+    rules: &EngineRules,
+    extra_configs: Option<&str>,
+) -> Option<Result<DryRunCheck, String>> {
+    let terms = fitted_on(e);
+    if terms.is_empty() {
+        return None;
+    }
+    let src = e["source"].as_str().unwrap_or("");
+    let mut r = rules.clone();
+    for t in terms {
+        match refit(t, Some(src)) {
+            Some(bytes) => t.set(&mut r.coefficients, bytes),
+            None => return Some(Err("no other log fits it".into())),
+        }
+    }
+    Some(dry_run(e, &r, extra_configs))
+}
+
 /// One line of a corpus through [`dry_run`] with the release its version selects.
 pub fn dry_run_entry(e: &Value, extra_configs: Option<&str>) -> Result<DryRunCheck, String> {
     match release(e).1 {
@@ -207,5 +243,26 @@ mod tests {
         let configs = r#"{"model":"example/unshipped","source":"test","config":{"architectures":["LlamaForCausalLM"],"hidden_size":4096,"num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":8,"intermediate_size":14336,"vocab_size":128256,"max_position_embeddings":131072,"torch_dtype":"bfloat16"}}"#;
         let c = dry_run_entry(&none, Some(configs)).unwrap();
         assert!(c.error_of_device.abs() < 0.01, "{c:?}");
+    }
+
+    #[test]
+    fn a_log_that_fitted_coefficients_is_checked_with_them_refitted_without_it() {
+        let mut e: Value = serde_json::json!({
+            "engine": "vllm", "vllm_version": "0.31.0", "gpu": "NVIDIA A100 80GB",
+            "gpu_total_gib": 79.25, "model": "meta-llama/Llama-3.1-8B-Instruct",
+            "gpu_memory_utilization": 0.92, "available_kv_gib": 56.21, "quote": "GPU KV cache size",
+            "source": "a log nothing was fitted on"
+        });
+        let rules = release(&e).1.unwrap();
+        assert!(fitted_on(&e).is_empty() && held_out(&e, &rules, None).is_none());
+        e["source"] = "public repository file, code index ids 70682754770 and 70231782181".into();
+        assert_eq!(fitted_on(&e), [Term::KeptBuffers, Term::V2GraphProfiling]);
+        let own = dry_run(&e, &rules, None).unwrap();
+        let held = held_out(&e, &rules, None).unwrap().unwrap();
+        // Refitted on the other logs alone the coefficients differ, and so does the plan.
+        assert_ne!(own.planned_kv, held.planned_kv);
+        assert!(held.error_of_device.abs() < 0.01, "{held:?}");
+        e["source"] = "code index id 69421856836".into();
+        assert!(held_out(&e, &rules, None).unwrap().is_err());
     }
 }

@@ -424,10 +424,10 @@ impl DryRun {
             sampler_bytes_per_logit: if v2 {
                 estimate::sampler_v2(db)
             } else {
-                estimate::SAMPLER_V1
+                engine.coefficients.sampler_v1_bytes_per_logit
             },
             runner_v2: v2,
-            accounting: engine.non_kv,
+            coefficients: engine.coefficients,
             device_class: DeviceClass::of(&self.device_name, self.total),
             unified_memory: crate::device::unified_memory(&self.device_name),
             max_model_len,
@@ -459,6 +459,10 @@ impl DryRun {
         let mut notes = vec![c.rule.clone()];
         notes.extend(c.notes.iter().cloned());
         notes.extend(self.notes.iter().cloned());
+        notes.push(format!(
+            "estimated terms (activation, non-torch, graphs) use {engine}'s row: the {} coefficients, fitted on {}",
+            engine.coefficients.set, engine.coefficients.fitted_on
+        ));
         if engine.kind == crate::engine::EngineKind::Vllm
             && engine.runner != crate::engine::RunnerDefault::V1
         {

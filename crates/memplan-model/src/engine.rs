@@ -14,6 +14,9 @@ use memplan_core::bytes::GIB;
 use memplan_core::kv::{Capacity, SizingRules};
 use memplan_core::{Error, Param, Result};
 
+pub mod coefficients;
+pub use coefficients::Coefficients;
+
 /// Which engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -133,6 +136,9 @@ pub struct EngineRules {
     /// (`v1/worker/gpu/model_runner.py` `profile_cudagraph_memory`, 0.29+; before, it
     /// returns 0 and nothing is subtracted for graphs on that runner).
     pub v2_profiles_graphs: bool,
+    /// The figures the dry run fits on start-up logs for this release group (the activation,
+    /// non-torch and graph terms the code does not determine), with the logs they come from.
+    pub coefficients: Coefficients,
 }
 
 const fn v(version: &'static str) -> EngineRules {
@@ -155,6 +161,7 @@ const fn v(version: &'static str) -> EngineRules {
         hybrid_block_align: 16,
         runner: RunnerDefault::V1,
         v2_profiles_graphs: false,
+        coefficients: coefficients::VLLM_020_026,
     }
 }
 
@@ -199,6 +206,7 @@ pub const VLLM: &[EngineRules] = &[
         gpu_memory_utilization: 0.9,
         graph_subtracted: false,
         capacity: Capacity::BlocksPerGroup,
+        coefficients: coefficients::VLLM_019,
         ..v("0.19")
     },
     EngineRules {
@@ -259,6 +267,7 @@ pub const VLLM: &[EngineRules] = &[
             listed: V2_LISTED_028,
             listed_hybrids: true,
         },
+        coefficients: coefficients::VLLM_027_028,
         ..v("0.27")
     },
     EngineRules {
@@ -272,6 +281,7 @@ pub const VLLM: &[EngineRules] = &[
             listed: V2_LISTED_028,
             listed_hybrids: true,
         },
+        coefficients: coefficients::VLLM_027_028,
         ..v("0.28")
     },
     EngineRules {
@@ -283,6 +293,7 @@ pub const VLLM: &[EngineRules] = &[
         non_kv: NonKvAccounting::Consumed,
         runner: V2_ALL,
         v2_profiles_graphs: true,
+        coefficients: coefficients::VLLM_029_034,
         ..v("0.29")
     },
     // 0.31: XPU joins the platforms whose graph memory is profiled and subtracted
@@ -296,6 +307,7 @@ pub const VLLM: &[EngineRules] = &[
         non_kv: NonKvAccounting::Consumed,
         runner: V2_ALL,
         v2_profiles_graphs: true,
+        coefficients: coefficients::VLLM_029_034,
         ..v("0.31")
     },
     EngineRules {
@@ -308,6 +320,7 @@ pub const VLLM: &[EngineRules] = &[
         non_kv: NonKvAccounting::Consumed,
         runner: V2_ALL,
         v2_profiles_graphs: true,
+        coefficients: coefficients::VLLM_029_034,
         ..v("0.32")
     },
     EngineRules {
@@ -323,6 +336,7 @@ pub const VLLM: &[EngineRules] = &[
         hybrid_block_align: 64,
         runner: V2_ALL,
         v2_profiles_graphs: true,
+        coefficients: coefficients::VLLM_029_034,
         ..v("0.34")
     },
 ];
@@ -338,6 +352,7 @@ pub const SGLANG: &[EngineRules] = &[
         capacity: Capacity::BlocksPerGroup,
         non_kv: NonKvAccounting::StaticFraction,
         graph_profiled_on: &[],
+        coefficients: coefficients::SGLANG,
         ..v("0.5")
     },
     // 0.5.23 (the newest on PyPI when read): the default fraction is computed per device
@@ -350,6 +365,7 @@ pub const SGLANG: &[EngineRules] = &[
         non_kv: NonKvAccounting::StaticFraction,
         graph_profiled_on: &[],
         computed_static_fraction: true,
+        coefficients: coefficients::SGLANG,
         ..v("0.5.23")
     },
 ];
@@ -666,6 +682,31 @@ mod tests {
         assert_eq!(r("vllm@0.27").non_kv, NonKvAccounting::Consumed);
         assert_eq!(r("vllm@0.19").default_utilization(24 * GIB, 1, 1), 0.9);
         assert_eq!(r("vllm@0.20.1").default_utilization(24 * GIB, 1, 1), 0.92);
+    }
+
+    /// Each row's fitted figures follow its accounting: kept buffers only where consumed
+    /// memory is counted, the V2 graph profiler's surplus only where V2 graphs are profiled.
+    #[test]
+    fn coefficients_follow_each_rows_accounting() {
+        for r in VLLM {
+            let c = &r.coefficients;
+            assert_eq!(
+                c.kept_buffers > 0,
+                r.non_kv == NonKvAccounting::Consumed,
+                "{}",
+                r.version
+            );
+            assert_eq!(
+                c.v2_graph_profiling > 0,
+                r.v2_profiles_graphs,
+                "{}",
+                r.version
+            );
+            assert!(c.set.starts_with("vLLM "), "{}", r.version);
+        }
+        let r = |v: &str| v.parse::<EngineRules>().unwrap();
+        assert_eq!(r("vllm@0.19").coefficients.set, "vLLM 0.19");
+        assert_eq!(r("vllm@0.31").coefficients.set, "vLLM 0.29-0.34");
     }
 
     #[test]

@@ -15,7 +15,7 @@
 //! Then llm-d-planner's published v0.19 H100 figures beside memplan's dry run on the same runs.
 
 use memplan_core::bytes::GIB;
-use memplan_model::accuracy::{dry_run, release};
+use memplan_model::accuracy::{dry_run, fitted_on, held_out, release};
 use memplan_model::consumers::Extras;
 use memplan_model::dryrun::DryRun;
 use memplan_model::fromlog::parse;
@@ -35,6 +35,9 @@ struct Row {
     gpu: String,
     line: String,
     dry: Option<(f64, f64)>,
+    /// The error (% of the device) with every coefficient this log fitted refitted without it;
+    /// the plain error for a log that fitted none; `None` when not computable.
+    held: Option<f64>,
     from_log: Option<bool>,
     /// Why the pure dry run is not expected to meet 1% of the device on this log.
     caveat: Option<String>,
@@ -91,6 +94,21 @@ fn rows() -> Vec<Row> {
                 }),
                 None => Err("no version".into()),
             };
+            let fitted: Vec<&str> = fitted_on(&e).iter().map(|t| t.name()).collect();
+            let held = match (&rules, &dry) {
+                (Some(r), Ok((dev, _, _))) => match held_out(&e, r, None) {
+                    None => Ok(*dev),
+                    Some(Ok(c)) => Ok(c.error_of_device * 100.0),
+                    Some(Err(why)) => Err(why),
+                },
+                _ => Err(String::new()),
+            };
+            let held_cell = match (&held, fitted.is_empty()) {
+                (Ok(_), true) => "held out".to_string(),
+                (Ok(h), false) => format!("{}; refitted without it: {h:+.2}%", fitted.join(", ")),
+                (Err(why), false) => format!("{}; not held out ({why})", fitted.join(", ")),
+                (Err(_), true) => "-".to_string(),
+            };
             let fl = from_log(&e);
             let (dry_cells, dry_num) = match &dry {
                 Ok((dev, kv, figs)) => (
@@ -109,10 +127,11 @@ fn rows() -> Vec<Row> {
                 release,
                 gpu: gpu.to_string(),
                 line: format!(
-                    "| {model} | {gpu}, TP {tp} | {dry_cells} | {fl_cell} | {} | {set}: {src} |",
+                    "| {model} | {gpu}, TP {tp} | {dry_cells} | {held_cell} | {fl_cell} | {} | {set}: {src} |",
                     caveat.as_deref().unwrap_or("")
                 ),
                 dry: dry_num,
+                held: held.ok(),
                 from_log: fl.map(|f| f.0),
                 caveat,
             });
@@ -265,8 +284,19 @@ fn generate() -> String {
                 .iter()
                 .filter(|r| r.dry.is_some() && r.caveat.is_some())
                 .count();
+            let held: Vec<f64> = group.iter().filter_map(|r| r.held).collect();
+            let held_note = if held.is_empty() {
+                "no log of the group is held out from every coefficient".to_string()
+            } else {
+                format!(
+                    "held out (every coefficient a log fitted, refitted on the other logs): {} logs, mean |error| {:.2}% of the device (max {:.2}%)",
+                    held.len(),
+                    held.iter().map(|e| e.abs()).sum::<f64>() / held.len() as f64,
+                    held.iter().map(|e| e.abs()).fold(0.0, f64::max)
+                )
+            };
             s.push_str(&format!(
-                "Pure dry run over {} logs: mean |error| {mean_dev:.2}% of the device (max {max_dev:.2}%), {mean_kv:.2}% of the KV memory (max {max_kv:.2}%); {within} within 1% of the device{}.\n\n",
+                "Pure dry run over {} logs: mean |error| {mean_dev:.2}% of the device (max {max_dev:.2}%), {mean_kv:.2}% of the KV memory (max {max_kv:.2}%); {within} within 1% of the device{}; {held_note}.\n\n",
                 errs.len(),
                 if caveats > 0 {
                     format!(", {caveats} with a caveat")
@@ -275,7 +305,7 @@ fn generate() -> String {
                 }
             ));
         }
-        s.push_str("| model | GPU | dry-run KV GiB (planned / logged) | error, % of device | error, % of KV | `--from-log`: logged count reproduced | caveat | source |\n|---|---|---|---|---|---|---|---|\n");
+        s.push_str("| model | GPU | dry-run KV GiB (planned / logged) | error, % of device | error, % of KV | coefficients fitted on this log | `--from-log`: logged count reproduced | caveat | source |\n|---|---|---|---|---|---|---|---|---|\n");
         for r in group {
             s.push_str(&r.line);
             s.push('\n');

@@ -27,10 +27,10 @@ use memplan_core::bytes::{GIB, KIB};
 
 use crate::config::ModelConfig;
 use crate::device::DeviceClass;
-use crate::engine::NonKvAccounting;
+use crate::engine::{coefficients, Coefficients};
 
 pub mod non_allocator;
-pub use non_allocator::{non_allocator, non_torch, sampler_state_bytes, KEPT_BUFFERS};
+pub use non_allocator::{non_allocator, non_torch, sampler_state_bytes};
 
 /// An estimated byte count and how it was obtained.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -42,8 +42,9 @@ pub struct Estimate {
     pub basis: String,
 }
 
-/// Sampler peak per logit of the V1 model runner (bytes): 3.5 float32 copies of the logits.
-pub const SAMPLER_V1: u64 = 14;
+/// Sampler peak per logit of the V1 model runner (bytes) as fitted on vLLM 0.19's logs: 3.5
+/// float32 copies of the logits (every release's figure is its rules' [`Coefficients`]).
+pub const SAMPLER_V1: u64 = coefficients::VLLM_019.sampler_v1_bytes_per_logit;
 
 /// Sampler peak per logit of the V2 model runner (bytes): one copy of the logits in the
 /// activation dtype of `dtype_bytes` bytes.
@@ -76,8 +77,8 @@ pub struct EngineShape {
     pub sampler_bytes_per_logit: u64,
     /// Whether the engine starts the model on its V2 model runner (persistent sampler state).
     pub runner_v2: bool,
-    /// How the release counts what is not KV cache ([`NonKvAccounting`]).
-    pub accounting: NonKvAccounting,
+    /// The release group's fitted figures (`EngineRules::coefficients`).
+    pub coefficients: Coefficients,
     /// The class of GPU the non-torch estimate follows.
     pub device_class: DeviceClass,
     /// Whether the device's memory is the host's (the engine reads the host's available
@@ -90,8 +91,8 @@ pub struct EngineShape {
 impl EngineShape {
     /// `max_num_seqs` requests and `max_num_batched_tokens` tokens per step, one rank, bf16
     /// activations, vLLM's default capture sizes for `max_num_seqs`, the V1 runner and vLLM
-    /// 0.19's accounting on a Hopper-class device (the set-up of the logs the estimates were
-    /// first fitted on).
+    /// 0.19's coefficients on a Hopper-class device (the set-up of the logs those were fitted
+    /// on).
     pub fn new(max_num_seqs: u64, max_num_batched_tokens: u64) -> Self {
         Self {
             max_num_seqs,
@@ -103,11 +104,17 @@ impl EngineShape {
             dtype_bytes: 2,
             sampler_bytes_per_logit: SAMPLER_V1,
             runner_v2: false,
-            accounting: NonKvAccounting::TorchPeak,
+            coefficients: coefficients::VLLM_019,
             device_class: DeviceClass::NvSwitchDatacenter,
             unified_memory: false,
             max_model_len: 0,
         }
+    }
+
+    /// The same shape with a release group's fitted figures.
+    pub fn with_coefficients(mut self, c: Coefficients) -> Self {
+        self.coefficients = c;
+        self
     }
 
     /// The same shape on a device of `class`.
@@ -209,10 +216,10 @@ pub fn activation(c: &ModelConfig, s: &EngineShape) -> Estimate {
             c.vocab_size,
             s.sampler_bytes_per_logit,
             sampler as f64 / GIB as f64,
-            if s.sampler_bytes_per_logit != SAMPLER_V1 {
-                "the V2 runner's sampler keeps one copy of the logits (vLLM 0.22+)"
+            if s.runner_v2 {
+                "the V2 runner's sampler keeps one copy of the logits (read from the code)".to_string()
             } else {
-                "coefficients from vLLM 0.19 profile runs"
+                format!("the V1 sampler's bytes per logit of the {} coefficients", s.coefficients.set)
             }
         ),
     }
@@ -235,25 +242,28 @@ pub fn graph(c: &ModelConfig, s: &EngineShape) -> Estimate {
     let width = (c.intermediate_size.saturating_mul(3) / tp)
         .saturating_add(c.hidden_size.saturating_mul(4));
     let pool = largest.saturating_mul(width).saturating_mul(s.dtype_bytes);
-    let fixed = (0.35 * GIB as f64) as u64;
+    let fixed = s.coefficients.graph_fixed;
     let captured = nodes.saturating_add(pool).saturating_add(fixed);
     let basis = format!(
-        "estimate: {n} sizes x {} piecewise graphs x 5 kernel nodes x 64 KiB = {:.2} GiB, pool of the largest size ({largest}) {:.2} GiB, fixed 0.35 GiB (observed intercept)",
+        "estimate: {n} sizes x {} piecewise graphs x 5 kernel nodes x 64 KiB = {:.2} GiB, pool of the largest size ({largest}) {:.2} GiB, fixed {:.2} GiB (observed intercept; {} coefficients)",
         c.num_layers + 1,
         nodes as f64 / GIB as f64,
-        pool as f64 / GIB as f64
+        pool as f64 / GIB as f64,
+        fixed as f64 / GIB as f64,
+        s.coefficients.set
     );
-    if !s.runner_v2 {
+    let surplus = s.coefficients.v2_graph_profiling;
+    if !s.runner_v2 || surplus == 0 {
         return Estimate {
             bytes: captured,
             basis,
         };
     }
     Estimate {
-        bytes: captured.saturating_add(V2_GRAPH_PROFILING),
+        bytes: captured.saturating_add(surplus),
         basis: format!(
             "{basis}, + {:.2} GiB the V2 runner's graph profiler measures beyond the capture (kernel images its throwaway capture loads first, FULL graphs extrapolated from the second-largest)",
-            V2_GRAPH_PROFILING as f64 / GIB as f64
+            surplus as f64 / GIB as f64
         ),
     }
 }
@@ -263,13 +273,13 @@ pub fn graph(c: &ModelConfig, s: &EngineShape) -> Estimate {
 /// the graphs themselves: it captures every piecewise graph and the two largest FULL graphs
 /// into a throwaway pool before any warm-up, so the free-memory drop it takes also holds the
 /// kernel images those captures load first (the profile run skipped attention), and the
-/// remaining FULL graphs are extrapolated as `(n - 1) x` the second-largest's cost. 0.26 GiB,
-/// fitted on the two 0.29+ logs with a dry-run-checkable model (A100 0.31.0 Llama-3.1-8B:
-/// 0.31 GiB between the logged and the planned non-KV memory; RTX 4070 Laptop 0.30.0
+/// remaining FULL graphs are extrapolated as `(n - 1) x` the second-largest's cost. The
+/// vLLM 0.29-0.34 set's figure ([`Coefficients::v2_graph_profiling`]), fitted on the two
+/// 0.29+ logs with a dry-run-checkable model (A100 0.31.0 Llama-3.1-8B: 0.31 GiB between the logged and the planned non-KV memory; RTX 4070 Laptop 0.30.0
 /// Qwen2.5-1.5B-Instruct: 0.21 GiB, its weights' 0.10 GiB above the architecture's count
 /// set aside). Hold-out: fitted on either alone, the other log stays within 0.12% (A100) and
 /// 0.02% (RTX 4070 Laptop) of its device.
-pub const V2_GRAPH_PROFILING: u64 = (0.26 * GIB as f64) as u64;
+pub const V2_GRAPH_PROFILING: u64 = coefficients::VLLM_029_034.v2_graph_profiling;
 
 #[cfg(test)]
 mod tests {

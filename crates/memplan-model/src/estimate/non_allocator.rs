@@ -16,6 +16,9 @@
 //!
 //! Terms, per rank:
 //!
+//! The fitted figures are the release group's [`Coefficients`] (`EngineRules::coefficients`,
+//! with the logs in `engine::coefficients::FITS`); the values below are every vLLM set's.
+//!
 //! 1. Non-torch growth, by [`DeviceClass`]: 0.25 GiB on Hopper/Blackwell datacenter GPUs (the
 //!    six vLLM 0.19 H100 logs of llm-d-planner's report, 0.24-0.25 GiB each), 0.07 GiB on the
 //!    others (the vLLM 0.26 log of a 16 GB card, 0.07 GiB; older V1 logs of an A100 40GB and a
@@ -25,7 +28,7 @@
 //!    parallelism alone: 0.07 GiB per stage (llm-d-planner's PP 2 and PP 4 H100 runs).
 //! 2. Consumed accounting only: buffers the allocator keeps besides the weights and the
 //!    sampler state below (library workspaces, input buffers, allocator segments the profile
-//!    run left pinned): [`KEPT_BUFFERS`], fitted on the two 0.27+ logs that print consumed
+//!    run left pinned): 0.07 GiB ([`Coefficients::kept_buffers`]), fitted on the two 0.27+ logs that print consumed
 //!    memory and weights (A100 0.31.0 Llama-3.1-8B: 0.061 GiB; RTX 4090 0.27.1
 //!    Qwen2.5-0.5B: 0.078 GiB). Hold-out: each predicts the other's consumed memory within
 //!    0.017 GiB.
@@ -47,11 +50,8 @@ use memplan_core::bytes::GIB;
 use super::{EngineShape, Estimate};
 use crate::config::ModelConfig;
 use crate::device::DeviceClass;
-use crate::engine::NonKvAccounting;
-
-/// Buffers the allocator keeps besides the weights and the sampler state, counted from 0.27
-/// (0.07 GiB; see the module docs for the logs).
-pub const KEPT_BUFFERS: u64 = (0.07 * GIB as f64) as u64;
+#[cfg(doc)]
+use crate::engine::{Coefficients, NonKvAccounting};
 
 /// Per-request entries of the V2 sampler's logit-bias and stop tables
 /// (`MAX_NUM_ALLOWED_TOKEN_IDS`, `MAX_NUM_LOGIT_BIAS_TOKENS` twice, `MAX_NUM_STOP_TOKEN_IDS`).
@@ -63,55 +63,50 @@ fn gib(b: u64) -> f64 {
 
 /// Non-torch growth during start-up: term 1 of the module docs.
 pub fn non_torch(s: &EngineShape) -> Estimate {
+    let k = &s.coefficients;
     let datacenter = s.device_class == DeviceClass::NvSwitchDatacenter;
     let (base, comm, class) = if datacenter {
         (
-            GIB / 4,
-            (1.82 * GIB as f64) as u64,
-            "Hopper/Blackwell datacenter GPU",
+            k.non_torch_datacenter,
+            k.comm_nvls,
+            "Hopper/Blackwell datacenter GPU, NCCL with NVLS",
         )
     } else {
         (
-            (0.07 * GIB as f64) as u64,
-            (0.18 * GIB as f64) as u64,
-            "GPU outside the Hopper/Blackwell datacenter class",
+            k.non_torch_other,
+            k.comm_other,
+            "GPU outside the Hopper/Blackwell datacenter class, NCCL without NVLS",
         )
     };
     if s.tensor_parallel <= 1 && s.pipeline_parallel > 1 {
         // llm-d-planner's vLLM 0.19.0 H100 report (accuracy/results/v0.19.0, "Sensitivity:
         // Pipeline Parallelism"): 0.07 GiB per rank at PP 2 and PP 4 (TP 1).
         return Estimate {
-            bytes: (0.07 * GIB as f64) as u64,
-            basis:
-                "estimate: 0.07 GiB per pipeline stage (observed, vLLM 0.19, PP 2 and 4 on H100)"
-                    .into(),
+            bytes: k.pipeline_stage,
+            basis: format!(
+                "estimate: {:.2} GiB per pipeline stage ({} coefficients)",
+                gib(k.pipeline_stage),
+                k.set
+            ),
         };
     }
     if s.tensor_parallel > 1 {
         Estimate {
-            bytes: base + comm,
+            bytes: base.saturating_add(comm),
             basis: format!(
-                "estimate: {:.2} GiB kernel images and library handles + {:.2} GiB communication buffers ({class}: {})",
+                "estimate: {:.2} GiB kernel images and library handles + {:.2} GiB communication buffers ({class}; {} coefficients)",
                 gib(base),
                 gib(comm),
-                if datacenter {
-                    "NCCL NVLS buffers, vLLM 0.19 TP 2 on H100"
-                } else {
-                    "NCCL without NVLS, RTX 4090 TP 2"
-                }
+                k.set
             ),
         }
     } else {
         Estimate {
             bytes: base,
             basis: format!(
-                "estimate: {:.2} GiB kernel images and library handles ({class}: {})",
+                "estimate: {:.2} GiB kernel images and library handles ({class}; {} coefficients)",
                 gib(base),
-                if datacenter {
-                    "vLLM 0.19 on H100"
-                } else {
-                    "vLLM 0.26 on a 16 GB card"
-                }
+                k.set
             ),
         }
     }
@@ -133,11 +128,15 @@ pub fn non_allocator(c: &ModelConfig, s: &EngineShape) -> Estimate {
     let nt = non_torch(s);
     let mut bytes = nt.bytes;
     let mut parts = vec![nt.basis.trim_start_matches("estimate: ").to_string()];
-    if s.accounting == NonKvAccounting::Consumed {
-        bytes = bytes.saturating_add(KEPT_BUFFERS);
+    let kept = s.coefficients.kept_buffers;
+    // Only a release that counts consumed memory (0.27+) has kept buffers, and counts the
+    // sampler state allocated after the weights were measured.
+    if kept > 0 {
+        bytes = bytes.saturating_add(kept);
         parts.push(format!(
-            "{:.2} GiB buffers the allocator keeps (counted in consumed memory from vLLM 0.27)",
-            gib(KEPT_BUFFERS)
+            "{:.2} GiB buffers the allocator keeps (counted in consumed memory from vLLM 0.27; {} coefficients)",
+            gib(kept),
+            s.coefficients.set
         ));
         if s.runner_v2 && s.samples {
             let st = sampler_state_bytes(s.max_num_seqs, c.vocab_size);
@@ -191,7 +190,8 @@ mod tests {
         assert!((a100 - 0.061).abs() < 0.002, "{a100}");
         assert!((rtx - 0.078).abs() < 0.002, "{rtx}");
         assert!((a100 - rtx).abs() < 0.02);
-        assert!((gib(KEPT_BUFFERS) - (a100 + rtx) / 2.0).abs() < 0.005);
+        let kept = crate::engine::coefficients::VLLM_027_028.kept_buffers;
+        assert!((gib(kept) - (a100 + rtx) / 2.0).abs() < 0.005);
     }
 
     #[test]
