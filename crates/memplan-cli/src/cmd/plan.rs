@@ -938,7 +938,7 @@ mod tests {
         // With 2 GiB held, a higher utilisation is the way out and is named.
         let e =
             err("--model qwen3-8b --device sim:rtx4090,other=2GiB --gpu-memory-utilization 0.5");
-        assert!(e.contains("--gpu-memory-utilization 0.6961 or more"), "{e}");
+        assert!(e.contains("--gpu-memory-utilization 0.7087 or more"), "{e}");
     }
 
     #[test]
