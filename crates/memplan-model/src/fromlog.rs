@@ -369,6 +369,15 @@ fn set<T>(
     }
 }
 
+/// The worker a line's process prefix names (`Worker_TP1` in `(Worker_TP1 pid=12) INFO ...`,
+/// `Worker_TP0_EP0`), or `None` for the engine core, the API server and unprefixed lines.
+fn worker_rank(text: &str) -> Option<&str> {
+    let i = text.find("(Worker_")?;
+    let rest = &text[i + 1..];
+    let end = rest.find([' ', ')'])?;
+    Some(&rest[..end])
+}
+
 fn is_version(v: &str) -> bool {
     let mut parts = v.split('.');
     parts
@@ -426,6 +435,8 @@ pub fn parse(text: &str) -> Result<LogFigures> {
     };
     let mut peak_torch: Option<u64> = None;
     let mut says_subtracted = false;
+    // Each worker rank's own available KV memory, the first it prints (see below).
+    let mut rank_kv: Vec<(&str, u64)> = Vec::new();
     for (i, text) in text.lines().enumerate() {
         scan::keys_in(text, &mut found);
         if !scan::worth_reading(&found, f.version.is_some(), f.model.is_some()) {
@@ -725,6 +736,25 @@ pub fn parse(text: &str) -> Result<LogFigures> {
                 None => {}
             }
         }
+        // A worker's own figure ("(Worker_TP1 pid=..) ... Current kv cache memory in use is X
+        // GiB"): with several ranks vLLM sizes every worker by the fewest blocks
+        // (`v1/core/kv_cache_planning.py` `get_kv_cache_configs`), so the smallest rank's figure
+        // is the one the logged KV cache follows (taken after the loop).
+        if let Some(rank) = worker_rank(text) {
+            if !rank_kv.iter().any(|(r, _)| *r == rank) {
+                let b = match l
+                    .bytes_signed("Available KV cache memory:", "available KV cache memory")?
+                {
+                    Some((b, _)) => Some(b),
+                    None => l
+                        .bytes_signed("Current kv cache memory in use is", "KV cache memory")?
+                        .map(|(b, _)| b),
+                };
+                if let Some(b) = b.filter(|b| *b > 0) {
+                    rank_kv.push((rank, b as u64));
+                }
+            }
+        }
         // KV tokens, blocks, concurrency.
         // "GPU KV cache size: N tokens" ("XPU ...", "GPU + host ..." on other pools).
         if l.has(" tokens") {
@@ -896,6 +926,21 @@ pub fn parse(text: &str) -> Result<LogFigures> {
         for key in ["'enforce_eager':", "enforce_eager="] {
             let e = l.word(key).map(|w| w.eq_ignore_ascii_case("true"));
             set(&mut f.enforce_eager, e, lines, "enforce_eager", n);
+        }
+    }
+    if rank_kv.len() > 1 {
+        let (rank, min) = rank_kv
+            .iter()
+            .copied()
+            .min_by_key(|(_, b)| *b)
+            .expect("two ranks");
+        if f.kv_available.is_some_and(|k| min < k) {
+            f.kv_available = Some(min);
+            f.notes.push(format!(
+                "available KV cache memory: {rank}'s {}, the smallest of {} workers' figures (vLLM sizes every worker by the fewest blocks)",
+                fmt_signed(i128::from(min)),
+                rank_kv.len()
+            ));
         }
     }
     // V0: peak_torch_memory includes the weights.

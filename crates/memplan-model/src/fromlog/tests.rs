@@ -329,3 +329,22 @@ GPU KV cache size: 649,728 tokens";
     assert_eq!(f.kv_tokens, Some(649_728));
     assert_eq!(f.line("utilization"), Some(2));
 }
+
+/// With several ranks the KV cache follows the smallest rank's figure (vLLM sizes every worker
+/// by the fewest blocks); one rank alone, or the engine core's lines, change nothing.
+#[test]
+fn several_ranks_take_the_smallest_figure() {
+    let two = "(Worker_TP0 pid=1) INFO [gpu_worker.py:586] Available KV cache memory: 19.09 GiB\n\
+               (Worker_TP0 pid=1) INFO [gpu_worker.py:817] Free memory on device (23.09/23.47 GiB) on startup. Current kv cache memory in use is 19.09 GiB.\n\
+               (Worker_TP1 pid=2) INFO [gpu_worker.py:817] Free memory on device (23.09/23.46 GiB) on startup. Current kv cache memory in use is 19.08 GiB.\n";
+    let f = parse(two).unwrap();
+    assert_eq!(f.kv_available, Some(gib(19.08)));
+    assert!(
+        f.notes.iter().any(|n| n.contains("Worker_TP1")),
+        "{:?}",
+        f.notes
+    );
+    let one = two.lines().take(2).collect::<Vec<_>>().join("\n");
+    let f = parse(&one).unwrap();
+    assert_eq!(f.kv_available, Some(gib(19.09)));
+}
