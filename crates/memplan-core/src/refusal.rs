@@ -163,6 +163,20 @@ pub enum Refusal {
         /// The longest max model length that fits, when at least one block does.
         max_model_len_fit: Option<u64>,
     },
+    /// Capturing the engine's graphs ran out of device memory during profiling, before any KV
+    /// cache existed: they cannot fit next to one either.
+    GraphsDoNotFit {
+        /// The batch size whose warm-up or capture failed.
+        size: u32,
+        /// Graphs captured before it in this phase.
+        captured: usize,
+        /// Graph sizes the engine captures.
+        graphs: usize,
+        /// Bytes the failing allocation asked for.
+        requested: u64,
+        /// Free memory before the phase, when the device reads it.
+        free: Option<u64>,
+    },
 }
 
 fn parts(consumers: &[(String, u64)], used: u64) -> String {
@@ -287,7 +301,36 @@ impl Refusal {
                     ),
                 }
             }
+            Refusal::GraphsDoNotFit {
+                size,
+                captured,
+                graphs,
+                requested,
+                free,
+            } => Self::write_graphs(f, (*size, *captured, *graphs, *requested, *free), name),
         }
+    }
+}
+
+impl Refusal {
+    fn write_graphs(
+        f: &mut dyn fmt::Write,
+        (size, captured, graphs, requested, free): (u32, usize, usize, u64, Option<u64>),
+        name: &dyn Fn(Param) -> String,
+    ) -> fmt::Result {
+        write!(
+            f,
+            "the engine's graphs do not fit: capturing batch size {size} (after {captured} of {graphs} sizes) could not allocate {}",
+            fmt_bytes(requested)
+        )?;
+        if let Some(free) = free {
+            write!(f, " with {} free before the graph phase", fmt_bytes(free))?;
+        }
+        write!(
+            f,
+            ", and the KV cache has yet to be allocated; capture fewer or smaller sizes ({}), run eagerly, or give the engine more memory",
+            name(Param::CaptureSizes)
+        )
     }
 }
 

@@ -78,6 +78,22 @@ pub trait Engine {
         ))
     }
 
+    /// Allocate the KV cache of `blocks` blocks as the engine allocates it when serving (its
+    /// own layout and allocator: one tensor per layer in vLLM, each rounded by the caching
+    /// allocator), inside [`Session::into_kv_cache`](crate::Session::into_kv_cache), which
+    /// measures what it took. `Ok(true)`: allocated and kept by the engine; `Ok(false)` (the
+    /// default): not offered, the engine allocates after the session. The session may call
+    /// [`release_kv_cache`](Engine::release_kv_cache) and ask again for fewer blocks.
+    fn allocate_kv_cache(&mut self, _blocks: u64) -> Result<bool> {
+        Ok(false)
+    }
+
+    /// Free what [`allocate_kv_cache`](Engine::allocate_kv_cache) allocated (its cache
+    /// included), so the session can ask again for fewer blocks.
+    fn release_kv_cache(&mut self) -> Result<()> {
+        Ok(())
+    }
+
     /// Kernel nodes of the graph of one size, when the engine knows it. Used only by the
     /// `conservative` bound (each kernel node's executable object costs driver memory).
     fn kernel_nodes_hint(&self, _size: u32) -> Option<u32> {

@@ -50,6 +50,20 @@ pub struct Profile {
     pub non_allocator_growth: Option<i64>,
     /// The graph-memory phase's result.
     pub graph: Option<GraphEstimate>,
+    /// The largest error calibration saw on a window of the free reading (see
+    /// [`CalibrationReport::free_window_error`](crate::calibrate::CalibrationReport)); absent
+    /// without calibration.
+    pub free_window_error: Option<u64>,
+    /// Where no reading measures this process: the largest allocation that succeeded at the
+    /// baseline (the allocation probe, `session/probe.rs`); the engine's steps are then
+    /// measured by a probe before and after each.
+    pub probe_baseline: Option<u64>,
+    /// What the probes around the engine's steps found them taking outside the allocator
+    /// (their sum, each within the probes' resolution, on the safe side).
+    pub probe_growth: Option<i64>,
+    /// The non-allocator growth was measured by allocation probes (at the baseline and at the
+    /// plan), within their resolution, rather than by a reading.
+    pub non_allocator_by_probe: bool,
 }
 
 impl Profile {
@@ -67,6 +81,10 @@ impl Profile {
             activation_peak_bytes: None,
             non_allocator_growth: None,
             graph: None,
+            free_window_error: None,
+            probe_baseline: None,
+            probe_growth: None,
+            non_allocator_by_probe: false,
         }
     }
 }

@@ -183,6 +183,37 @@ pub enum Warning {
         /// The term's figure in the plan (bytes).
         planned: u64,
     },
+    /// The same graph captured again did not cost the same: the reserve keeps a margin for the
+    /// variation measured, which a later capture can still exceed (the variation is the
+    /// runtime's, not a figure memplan can bound).
+    GraphCaptureVaries {
+        /// The largest difference between repeats, per mille of their mean.
+        spread_per_mille: u64,
+        /// The margin kept for it.
+        margin: u64,
+    },
+    /// The engine's KV cache of the planned blocks took more than the plan kept for it (its
+    /// allocator rounds each tensor): the session had it allocate fewer blocks.
+    KvCacheShrunk {
+        /// Blocks the plan gave.
+        planned_blocks: u64,
+        /// Blocks allocated.
+        blocks: u64,
+        /// What the planned blocks took.
+        taken: u64,
+        /// What the plan kept for the KV cache.
+        room: u64,
+    },
+    /// A reading showed the graphs taking more than the analytic bound allowed: the bound was
+    /// wrong for this device, and the reading replaced it.
+    GraphBoundContradicted {
+        /// The analytic bound (before its margin).
+        bound: u64,
+        /// What the reading showed the graphs taking.
+        measured: u64,
+        /// Which reading.
+        reading: String,
+    },
     /// A warning of a code this build does not know, read from a plan of a newer memplan of
     /// the same schema version: its code and message as read (written back unchanged).
     #[serde(skip)]
@@ -222,6 +253,9 @@ impl Warning {
             Warning::StrategyOverridden { .. } => "strategy_overridden",
             Warning::SampledMarginTooCostly { .. } => "sampled_margin_too_costly",
             Warning::LogDisagrees { .. } => "log_disagrees",
+            Warning::GraphCaptureVaries { .. } => "graph_capture_varies",
+            Warning::KvCacheShrunk { .. } => "kv_cache_shrunk",
+            Warning::GraphBoundContradicted { .. } => "graph_bound_contradicted",
             Warning::Unrecognized { .. } => "unrecognized",
         }
     }
@@ -303,6 +337,9 @@ impl fmt::Display for Warning {
             Warning::ReadingsNotSynchronized { device, engine } => write!(f, "readings were taken without a synchronize: the device cannot synchronize ({device}) and {engine}; memory the engine released may still read as held"),
             Warning::LogDisagrees { logged_tokens, planned_tokens, term, logged, planned } => write!(f, "the plan has {planned_tokens} KV tokens, the log {logged_tokens}: {term} differs most ({} in the plan, {} in the log, {})", fmt_bytes(*planned), fmt_bytes(*logged), fmt_signed((*planned as i64).saturating_sub(*logged as i64))),
             Warning::SampledMarginTooCostly { margin, kv_room } => write!(f, "the sampled graph estimate's margin ({}) would take {:.1}% of the {} left for the KV cache: every size was captured and measured instead", fmt_bytes(*margin), *margin as f64 * 100.0 / (*kv_room).max(1) as f64, fmt_bytes(*kv_room)),
+            Warning::GraphCaptureVaries { spread_per_mille, margin } => write!(f, "the same graph captured again cost up to {:.1}% more or less: the graph reserve keeps {} for that variation, which a later capture can still exceed", *spread_per_mille as f64 / 10.0, fmt_bytes(*margin)),
+            Warning::KvCacheShrunk { planned_blocks, blocks, taken, room } => write!(f, "the engine's KV cache of {planned_blocks} blocks took {}, more than the {} the plan kept for it (its allocator rounds each tensor): {blocks} blocks allocated instead", fmt_bytes(*taken), fmt_bytes(*room)),
+            Warning::GraphBoundContradicted { bound, measured, reading } => write!(f, "the {reading} showed the graphs taking {}, more than the analytic bound of {}: the measurement replaces the bound", fmt_bytes(*measured), fmt_bytes(*bound)),
             Warning::StrategyOverridden { chosen, automatic } => write!(f, "graph strategy {chosen} was chosen by hand; the capabilities call for {automatic}"),
             Warning::Unrecognized { message, .. } => f.write_str(message),
         }

@@ -144,6 +144,7 @@ pub(super) fn graphs(device: &Device, cal: &mut ProfilingCapability) -> Result<V
                 reliability: None,
                 evidence: vec![],
                 note: "no graph capture".into(),
+                window_error: None,
             },
         );
         return Ok(vec![
@@ -224,6 +225,7 @@ pub(super) fn graphs(device: &Device, cal: &mut ProfilingCapability) -> Result<V
                 reliability: None,
                 evidence: vec![],
                 note: format!("not checked: {why}"),
+                window_error: None,
             },
         ));
     } else {
@@ -266,6 +268,7 @@ fn pool_verdict(cal: &mut ProfilingCapability, pool_growth: Option<i64>) -> Verd
             reliability: pool_rel,
             evidence: ev,
             note: String::new(),
+            window_error: None,
         },
     );
     if pool_verdict.status == Status::Downgraded {

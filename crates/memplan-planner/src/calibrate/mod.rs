@@ -60,6 +60,7 @@ pub fn calibrate_with(device: &Device, sizes: &[u64]) -> Result<CalibrationRepor
     let mut verdicts = Vec::new();
 
     let free_observed = checks::driver_free(device, &sizes)?;
+    let free_window_error = free_observed.window_error;
     verdicts.push(checks::verdict_reading(
         &mut calibrated,
         Reading::DriverFree,
@@ -76,6 +77,7 @@ pub fn calibrate_with(device: &Device, sizes: &[u64]) -> Result<CalibrationRepor
         declared,
         calibrated,
         verdicts,
+        free_window_error,
     };
     for line in report.downgrade_lines() {
         tracing::warn!("{line}");

@@ -82,6 +82,11 @@ pub struct CalibrationReport {
     pub calibrated: ProfilingCapability,
     /// One verdict per reading and checked fact.
     pub verdicts: Vec<Verdict>,
+    /// The largest error the free reading showed on a synchronized window over a known
+    /// allocation: how far a window of two readings was off on this device (bias cancels in a
+    /// window; noise does not). Absent where nothing could be checked.
+    #[serde(default)]
+    pub free_window_error: Option<u64>,
 }
 
 impl CalibrationReport {

@@ -143,6 +143,12 @@ impl PlanBuilder {
                 "what the allocator held for the run's peak above where it stood before (reserved peak, at least the allocated peak)",
             ));
         let non_alloc = match p.non_allocator_growth {
+            Some(g) if p.non_allocator_by_probe => Consumer::measured(
+                ConsumerKind::NonAllocator,
+                g.max(0) as u64,
+                "allocation probes",
+                "the largest allocation at the baseline less the largest now, less the allocator's growth (no reading measures this process; within the probes' resolution, on the safe side)",
+            ),
             Some(g) => Consumer::measured(
                 ConsumerKind::NonAllocator,
                 g.max(0) as u64,
@@ -227,15 +233,40 @@ impl PlanBuilder {
         self.blind
     }
 
+    /// The largest tolerance a physical cap subtracts (how far the free or device-wide reading
+    /// may over-state what is there).
+    pub fn cap_tolerance(&self) -> u64 {
+        let free = self.free_now.map_or(0, |f| f.1);
+        let device = self.available_now.map_or(0, |a| a.1);
+        free.max(device)
+    }
+
+    /// The same plan with its physical caps taking the readings at their word (no tolerance
+    /// subtracted), to be checked by an allocation probe instead ([`Self::probed`]): where a
+    /// reading's tolerance is wide, a probe resolves what it leaves open.
+    pub fn without_cap_tolerance(mut self) -> Self {
+        if let Some(f) = &mut self.free_now {
+            f.1 = 0;
+        }
+        if let Some(a) = &mut self.available_now {
+            a.1 = 0;
+        }
+        self
+    }
+
     /// Cap the KV cache by what an allocation probe found physically available at the last
     /// quiet point: `bytes`, the largest allocation that succeeded; `complete` when that was
     /// all the plan still needs ([`Self::needs`]), which leaves the plan as it is.
+    ///
+    /// A device-wide cap already in the builder stays (taken at its word: the probe checked
+    /// the plan it gave), lowered to what the probe found.
     pub fn probed(mut self, bytes: u64, complete: bool) -> Self {
-        self.available_now = Some((
-            if complete { u64::MAX } else { bytes },
-            0,
-            PhysicalCheck::Probe,
-        ));
+        let found = if complete { u64::MAX } else { bytes };
+        let avail = match self.available_now {
+            Some((a, tol, _)) => a.saturating_sub(tol).min(found),
+            None => found,
+        };
+        self.available_now = Some((avail, 0, PhysicalCheck::Probe));
         self
     }
 
@@ -244,15 +275,21 @@ impl PlanBuilder {
     /// physical cap keeps for allocator rounding. An allocation probe of this size proves it
     /// is there.
     pub fn needs(&self, kv_bytes: u64) -> u64 {
+        let n = kv_bytes.saturating_add(self.needs_beside_kv());
+        n.saturating_add(physical::rounding_slack(n))
+    }
+
+    /// What the engine still needs once its KV cache is allocated: the activation peak and the
+    /// graphs still to capture (no rounding slack: the KV cache's rounding is what takes it).
+    pub fn needs_beside_kv(&self) -> u64 {
         let to_capture = if self.graph.kept {
             0
         } else {
             self.consumers.bytes(ConsumerKind::Graphs)
         };
-        let n = kv_bytes
-            .saturating_add(self.consumers.bytes(ConsumerKind::Activation))
-            .saturating_add(to_capture);
-        n.saturating_add(physical::rounding_slack(n))
+        self.consumers
+            .bytes(ConsumerKind::Activation)
+            .saturating_add(to_capture)
     }
 
     /// Add a consumer, replacing the one of its kind (a figure the caller knows better).

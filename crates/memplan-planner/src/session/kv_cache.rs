@@ -6,13 +6,31 @@
 //! block layout (pipeline stages hold different layers, so their blocks differ in size), and
 //! never more blocks than it planned itself: a plan with more is refused, whatever its bytes
 //! say.
+//!
+//! An engine that allocates its KV cache itself (no post-capture range) and offers
+//! [`Engine::allocate_kv_cache`] has the session allocate it, between two snapshots: the plan
+//! knows the blocks' bytes but not how the engine lays them out (vLLM allocates one tensor per
+//! layer) nor how its allocator rounds each allocation (2 MiB, the 20 MiB pages of expandable
+//! segments, or whatever another allocator does). Where what the blocks took exceeds what the
+//! plan kept for the KV cache (its budget, or its physical cap), the engine releases them and
+//! allocates the blocks that fit beside the largest overhead measured so far (what it took
+//! beyond the blocks' own bytes, which a few blocks less do not shrink), at most
+//! [`KV_ATTEMPTS`] times ([`Warning::KvCacheShrunk`]). An attempt that runs out of memory is
+//! released and retried with a sixteenth fewer. The measurement replaces the plan's
+//! assumption about rounding; the first attempt holds the excess for an instant.
 
 use memplan_core::bytes::fmt_bytes;
-use memplan_core::{Error, Result};
+use memplan_core::{Error, MemoryInfo, Reading, Result};
 
+use crate::engine::Engine;
 use crate::kv_range::KvRange;
 use crate::plan::Plan;
 use crate::rank::Rank;
+use crate::session::Recorder;
+use crate::warning::Warning;
+
+/// Most allocations of the KV cache the session asks of an engine (see the module docs).
+pub const KV_ATTEMPTS: usize = 12;
 
 /// What a session's own last plan gave this rank, kept to check the plan `into_kv_cache` gets.
 #[derive(Debug, Clone, Copy)]
@@ -21,15 +39,31 @@ pub(crate) struct Planned {
     pub num_blocks: u64,
     pub block_bytes: u64,
     pub kv_cache_bytes: u64,
+    /// What the plan kept for the KV cache: its cap where one bounded it, else its budget
+    /// (which includes the slack kept for the allocator's rounding).
+    pub room: u64,
+    /// Where a physical cap (free memory, an allocation probe) bounded the plan: the budget the
+    /// request allows, and what the engine still needs after the KV cache (activation, graphs
+    /// still to capture, rounding slack). A cache that takes more than the cap, within the
+    /// budget, is kept where that need is still allocatable beside it.
+    pub capped: Option<(u64, u64)>,
 }
 
 impl Planned {
-    pub fn of(plan: &Plan, rank: Rank) -> Self {
+    /// `after_kv`: what the engine still needs once its KV cache is allocated.
+    pub fn of(plan: &Plan, rank: Rank, after_kv: u64) -> Self {
         Planned {
+            capped: plan
+                .capped_by_free_bytes
+                .map(|_| (plan.kv_budget_bytes.max(plan.kv_cache_bytes), after_kv)),
             rank,
             num_blocks: plan.kv.num_blocks,
             block_bytes: plan.kv.block_bytes,
             kv_cache_bytes: plan.kv_cache_bytes,
+            room: match plan.capped_by_free_bytes {
+                Some(_) => plan.kv_cache_bytes,
+                None => plan.kv_budget_bytes.max(plan.kv_cache_bytes),
+            },
         }
     }
 
@@ -100,8 +134,191 @@ pub struct KvCache {
     /// After post-capture: the range the engine's graphs point into, with `bytes` (rounded
     /// up to the mapping granularity; the session's plan grants whole granules, so this stays
     /// inside its `kv_cache_bytes`) mapped at its start; it releases the memory on drop.
-    /// `None`: the engine allocates `bytes` itself.
+    /// `None`: the engine allocates `bytes` itself, unless `allocated`.
     pub range: Option<KvRange>,
+    /// The engine allocated the cache inside the session ([`Engine::allocate_kv_cache`]) and
+    /// holds it: `num_blocks` and `bytes` are what it holds.
+    pub allocated: bool,
+    /// What the session had to change (a cache shrunk to fit the plan).
+    pub warnings: Vec<Warning>,
+}
+
+/// What `blocks` of `block_bytes` took between two snapshots: the allocator's reserved growth
+/// (exact for this process's own allocator); where that is less than the blocks' own bytes
+/// (the engine allocated them outside its allocator), the driver's used growth where the free
+/// reading measures this process.
+fn taken(rec: &Recorder, before: &MemoryInfo, after: &MemoryInfo, own: u64) -> u64 {
+    let w = before.window_to(after);
+    let allocator = w.allocator_reserved.unwrap_or(0).max(0) as u64;
+    if allocator >= own {
+        return allocator;
+    }
+    let driver = w
+        .driver_used
+        .filter(|_| {
+            rec.p
+                .capability
+                .reading(Reading::DriverFree)
+                .measures_own_usage()
+        })
+        .unwrap_or(0)
+        .max(0) as u64;
+    allocator.max(driver)
+}
+
+/// One allocation of `blocks` by the engine, measured (see [`Attempt`]).
+fn attempt(
+    rec: &mut Recorder,
+    engine: &mut dyn Engine,
+    blocks: u64,
+    block_bytes: u64,
+) -> Result<Attempt> {
+    let before = rec.snap(engine)?;
+    match engine.allocate_kv_cache(blocks) {
+        Ok(false) => Ok(Attempt::NotOffered),
+        Ok(true) => {
+            let after = rec.snap(engine)?;
+            let own = blocks.saturating_mul(block_bytes);
+            Ok(Attempt::Took(taken(rec, &before, &after, own)))
+        }
+        Err(e) if e.is_out_of_memory() => {
+            engine.release_kv_cache()?;
+            Ok(Attempt::OutOfMemory)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// What one allocation gave.
+enum Attempt {
+    /// The engine does not offer the hook.
+    NotOffered,
+    /// Allocated, taking this many bytes.
+    Took(u64),
+    /// Ran out of memory (what it allocated is released).
+    OutOfMemory,
+}
+
+/// Have the engine allocate `planned` blocks of `block_bytes`, fewer where they take more than
+/// `room` (see the module docs). `Ok(None)`: the engine does not offer it.
+pub(crate) fn allocate_measured(
+    rec: &mut Recorder,
+    engine: &mut dyn Engine,
+    planned: u64,
+    block_bytes: u64,
+    room: u64,
+    capped: Option<(u64, u64)>,
+) -> Result<Option<(u64, Vec<Warning>)>> {
+    let block_bytes = block_bytes.max(1);
+    let mut blocks = planned;
+    let mut first_taken = None;
+    // The most the engine's layout and allocator took beyond the blocks' own bytes: it does
+    // not shrink with a few blocks less (each tensor is rounded to a granule), so the next
+    // attempt leaves room for it; where a smaller attempt took no less, the granule is coarser
+    // than the cut, and the cut doubles. Once one attempt fits, the rest bisect between the
+    // largest count that fit and the smallest that did not.
+    let mut waste = 0u64;
+    let mut step = 1u64;
+    let mut last_taken: Option<u64> = None;
+    let (mut fit, mut over): (Option<u64>, Option<u64>) = (None, None);
+    for n in 0..KV_ATTEMPTS {
+        let taken = match attempt(rec, engine, blocks, block_bytes)? {
+            Attempt::NotOffered => return Ok(None),
+            Attempt::Took(t) => Some(t),
+            Attempt::OutOfMemory => None,
+        };
+        if n == 0 {
+            first_taken = taken;
+        }
+        match taken {
+            Some(t) if t <= room || still_fits(rec, t, capped)? => {
+                fit = Some(blocks);
+                let last = n + 1 == KV_ATTEMPTS;
+                if over.is_none_or(|o| o <= blocks + 1) || last {
+                    return Ok(Some((blocks, shrunk(planned, blocks, first_taken, room))));
+                }
+            }
+            _ => over = Some(blocks),
+        }
+        // Released, and the next count chosen.
+        if fit != Some(blocks) || taken.is_none() {
+            if let Some(t) = taken {
+                engine.release_kv_cache()?;
+                tracing::info!(
+                    blocks,
+                    taken = t,
+                    room,
+                    "the KV cache took more than the plan kept"
+                );
+                waste = waste.max(t.saturating_sub(blocks.saturating_mul(block_bytes)));
+                if last_taken.is_some_and(|l| t >= l) {
+                    step = step.saturating_mul(2);
+                }
+                last_taken = Some(t);
+            }
+        } else {
+            engine.release_kv_cache()?;
+        }
+        blocks = match (fit, over) {
+            (Some(lo), Some(hi)) => lo + (hi - lo) / 2,
+            _ => {
+                let fits = room.saturating_sub(waste) / block_bytes;
+                let cut = match taken {
+                    Some(_) => (blocks - fits.min(blocks)).max(1).saturating_mul(step),
+                    None => blocks.div_ceil(16),
+                };
+                blocks.saturating_sub(cut)
+            }
+        };
+    }
+    // The last attempts bisected without settling: allocate the largest count that fit.
+    if let Some(lo) = fit {
+        if let Attempt::Took(t) = attempt(rec, engine, lo, block_bytes)? {
+            if t <= room || still_fits(rec, t, capped)? {
+                return Ok(Some((lo, shrunk(planned, lo, first_taken, room))));
+            }
+            engine.release_kv_cache()?;
+        }
+    }
+    Err(Error::Measurement(format!(
+        "the engine's KV cache still took more than the {} the plan kept for it after {KV_ATTEMPTS} allocations (the first for {planned} blocks took {})",
+        fmt_bytes(room),
+        first_taken.map_or("all the memory there was".into(), fmt_bytes),
+    )))
+}
+
+/// A cache that took `taken`, more than the physical cap kept for it: within the budget the
+/// request allows, and with what the engine still needs after it allocatable now (one
+/// allocation, freed at once), it fits: the cap was a bound (a probe's resolution, a reading's
+/// tolerance), and the allocation measures it.
+fn still_fits(rec: &Recorder, taken: u64, capped: Option<(u64, u64)>) -> Result<bool> {
+    let Some((budget, after_kv)) = capped else {
+        return Ok(false);
+    };
+    if taken > budget {
+        return Ok(false);
+    }
+    match crate::session::probe::fits(&rec.device, after_kv) {
+        Ok(fits) => {
+            tracing::info!(taken, after_kv, fits, "the KV cache took more than its cap: what the engine still needs allocated beside it");
+            Ok(fits)
+        }
+        Err(Error::Unsupported { .. }) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// The warning of a shrunk cache (none when the planned blocks fit).
+fn shrunk(planned: u64, blocks: u64, first_taken: Option<u64>, room: u64) -> Vec<Warning> {
+    if blocks >= planned {
+        return Vec::new();
+    }
+    vec![Warning::KvCacheShrunk {
+        planned_blocks: planned,
+        blocks,
+        taken: first_taken.unwrap_or(u64::MAX),
+        room,
+    }]
 }
 
 /// Map `bytes` (rounded up to the granularity) at the start of `range`.

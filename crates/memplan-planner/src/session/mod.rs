@@ -46,7 +46,7 @@ use crate::strategy::{
 use crate::warning::Warning;
 pub use kv_cache::KvCache;
 use kv_cache::Planned;
-use memplan_core::bytes::{fmt_bytes, fmt_signed};
+use memplan_core::bytes::{fmt_bytes, fmt_signed, signed};
 use memplan_core::kv::{KvLimits, KvSpec, SizingRules};
 pub(crate) use recorder::Recorder;
 pub use steps::Step;
@@ -98,6 +98,9 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         for w in report.downgrade_warnings() {
             s.rec.warn(w);
         }
+        if report.free_window_error.is_some() {
+            s.rec.p.free_window_error = report.free_window_error;
+        }
         s.calibration = Some(report);
         Ok(s)
     }
@@ -118,7 +121,30 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         let unsynced = recorder::sync_engine(&capability, e)?;
         let baseline = memplan_core::protocol::snapshot(&device, Some(&*e.allocator()))?;
         tracing::info!(free = ?baseline.driver.free, total = ?baseline.driver.total, "baseline");
-        let mut rec = Recorder::new(device, Profile::new(capability, baseline));
+        // No reading measures this process: what is allocatable now is the baseline of the
+        // allocation probe that measures the engine's memory outside its allocator at the plan.
+        let probe_baseline = if capability
+            .reading(memplan_core::Reading::DriverFree)
+            .measures_own_usage()
+        {
+            None
+        } else {
+            probe::baseline(&device, baseline.driver.total)?
+        };
+        // An approximate free reading nothing calibrated: its window error measured by a few
+        // allocations of a known size (the strategies' margins are twice it, not the declared
+        // tolerance, which often covers an offset a window cancels).
+        let free_window_error = probe::window_error(
+            &device,
+            capability
+                .reading(memplan_core::Reading::DriverFree)
+                .tolerance_bytes(),
+            baseline.driver.free,
+        )?;
+        let mut profile = Profile::new(capability, baseline);
+        profile.probe_baseline = probe_baseline;
+        profile.free_window_error = free_window_error;
+        let mut rec = Recorder::new(device, profile);
         if let Some(w) = unsynced {
             rec.warn_unsynced(w);
         }
@@ -267,8 +293,10 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
 
     fn load_weights_inner(&mut self, load: impl FnOnce(&mut E) -> Result<()>) -> Result<u64> {
         let before = self.rec.settle(self.engine.as_dyn())?;
+        let probed = self.probe_allocatable()?;
         load(&mut *self.engine)?;
         let after = self.rec.snap(self.engine.as_dyn())?;
+        self.probe_step(probed, &before, &after)?;
         let w = self.rec.engine_step("load_weights", before, after);
         let grown = w.allocator_allocated.unwrap_or(0);
         let weights = u64::try_from(grown).map_err(|_| {
@@ -285,6 +313,43 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         p.weights_bytes = Some(p.weights_bytes.unwrap_or(0).saturating_add(weights));
         p.weights_held_bytes = Some(p.weights_held_bytes.unwrap_or(0).saturating_add(held));
         Ok(weights)
+    }
+
+    /// Where the session measures by allocation probes ([`Profile::probe_baseline`]): what is
+    /// allocatable now.
+    fn probe_allocatable(&mut self) -> Result<Option<u64>> {
+        match self.rec.p.probe_baseline {
+            Some(limit) => Ok(Some(probe::largest_allocatable(&self.rec.device, limit)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// After an engine step measured by probes: what it took outside the allocator, added to
+    /// [`Profile::probe_growth`].
+    fn probe_step(
+        &mut self,
+        before_probe: Option<u64>,
+        before: &MemoryInfo,
+        after: &MemoryInfo,
+    ) -> Result<()> {
+        let (Some(a), Some(limit)) = (before_probe, self.rec.p.probe_baseline) else {
+            return Ok(());
+        };
+        let b = probe::largest_allocatable(&self.rec.device, limit)?;
+        let grown = match (before.allocator.reserved, after.allocator.reserved) {
+            (Some(x), Some(y)) => signed(y).saturating_sub(signed(x)),
+            _ => 0,
+        };
+        let g = probe::step_growth(a, b, limit, grown);
+        tracing::info!(
+            before = a,
+            after = b,
+            growth = g,
+            "allocation probes around a step"
+        );
+        let p = &mut self.rec.p;
+        p.probe_growth = Some(p.probe_growth.unwrap_or(0).saturating_add(g));
+        Ok(())
     }
 
     /// The profile run: the peaks are reset before `run`; the activation peak is what the
@@ -315,9 +380,11 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
 
     fn profile_run_inner(&mut self, run: impl FnOnce(&mut E) -> Result<()>) -> Result<u64> {
         let before = self.rec.settle(self.engine.as_dyn())?;
+        let probed = self.probe_allocatable()?;
         self.engine.as_dyn().allocator().reset_peak();
         run(&mut *self.engine)?;
         let after = self.rec.snap(self.engine.as_dyn())?;
+        self.probe_step(probed, &before, &after)?;
         self.rec.engine_step("profile_run", before, after);
         let (base, peak) =
             match (before.allocator.allocated, after.allocator.peak_allocated) {
@@ -595,16 +662,17 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
                 ));
             }
         }
+        let mut profile = self.profile();
+        if let (None, Some(g)) = (profile.non_allocator_growth, profile.probe_growth) {
+            // Nothing read the engine's memory outside its allocator: the probes around its
+            // steps measured it.
+            profile.non_allocator_growth = Some(g.max(0));
+            profile.non_allocator_by_probe = true;
+        }
         let d = self.rec.device.descriptor();
-        let b = PlanBuilder::from_profile(
-            &self.profile(),
-            self.why.clone(),
-            request,
-            kv.clone(),
-            limits,
-        )?
-        .device(format!("{} ({})", d.id, d.name))
-        .rank(self.rank);
+        let b = PlanBuilder::from_profile(&profile, self.why.clone(), request, kv.clone(), limits)?
+            .device(format!("{} ({})", d.id, d.name))
+            .rank(self.rank);
         let b = match &self.sizing {
             Some((rules, release)) => b
                 .sizing_rules(*rules)
@@ -627,15 +695,17 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             // once, at this quiet point, and cap the KV cache by what was there.
             return probe::check(&self.rec.device, b);
         }
-        Ok(b)
+        let b = probe::resolve_tolerance(&self.rec.device, b)?;
+        probe::verify(&self.rec.device, b)
     }
 
     /// Build `builder` (from [`plan_builder`](Self::plan_builder)) as this session's plan:
     /// [`into_kv_cache`](Self::into_kv_cache) checks the plan it gets against it.
     pub fn plan_with(&mut self, builder: PlanBuilder) -> Result<Plan> {
         self.steps.check(Step::Plan)?;
+        let after_kv = builder.needs_beside_kv();
         let plan = builder.build()?;
-        self.planned = Some(Planned::of(&plan, self.rank));
+        self.planned = Some(Planned::of(&plan, self.rank, after_kv));
         self.steps.succeeded(Step::Plan);
         Ok(plan)
     }
@@ -658,7 +728,10 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     /// After post-capture the blocks' bytes (rounded up to the mapping granularity) are mapped
     /// into the range the engine was given before capture, which [`KvCache::range`] hands
     /// over (it releases the memory on drop); graphs kept by post-capture stay with the
-    /// engine. Otherwise the engine allocates [`KvCache::bytes`] itself.
+    /// engine. Otherwise an engine that offers [`Engine::allocate_kv_cache`] allocates the
+    /// blocks here, measured, and fewer where its layout and allocator take more than the plan
+    /// kept ([`KvCache::allocated`], [`Warning::KvCacheShrunk`]); any other engine allocates
+    /// [`KvCache::bytes`] itself.
     pub fn into_kv_cache(mut self, plan: &Plan) -> Result<KvCache> {
         self.steps.check(Step::IntoKvCache)?;
         let own = self
@@ -668,16 +741,46 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         let bytes = num_blocks
             .checked_mul(own.block_bytes)
             .ok_or_else(|| Error::invalid("plan", "the KV cache's bytes overflow 64 bits"))?;
-        let range = match self.rec.kv_range.take() {
+        let (num_blocks, bytes, range, allocated, warnings) = match self.rec.kv_range.take() {
             Some(mut r) => match kv_cache::map(&mut r, bytes) {
-                Ok(_) => Some(r),
+                Ok(_) => (num_blocks, bytes, Some(r), false, Vec::new()),
                 Err(e) => {
                     // Dropped with the session: the kept graphs go first, then the range.
                     self.rec.kv_range = Some(r);
                     return Err(self.in_step(Step::IntoKvCache, e.during("mapping the KV cache")));
                 }
             },
-            None => None,
+            None => {
+                let got = match kv_cache::allocate_measured(
+                    &mut self.rec,
+                    self.engine.as_dyn(),
+                    num_blocks,
+                    own.block_bytes,
+                    own.room,
+                    own.capped,
+                ) {
+                    Ok(got) => got,
+                    Err(e) => {
+                        let e = e.during("allocating the KV cache");
+                        return Err(self.in_step(Step::IntoKvCache, e));
+                    }
+                };
+                match got {
+                    Some((blocks, warnings)) => {
+                        for w in &warnings {
+                            self.rec.warn(w.clone());
+                        }
+                        (
+                            blocks,
+                            blocks.saturating_mul(own.block_bytes),
+                            None,
+                            true,
+                            warnings,
+                        )
+                    }
+                    None => (num_blocks, bytes, None, false, Vec::new()),
+                }
+            }
         };
         self.done = true;
         self.steps.succeeded(Step::IntoKvCache);
@@ -685,6 +788,8 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             num_blocks,
             bytes,
             range,
+            allocated,
+            warnings,
         })
     }
 

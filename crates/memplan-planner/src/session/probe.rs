@@ -5,12 +5,26 @@
 //! frees it at once. When that fails, it bisects for the largest allocation that succeeds and
 //! caps the KV cache by it.
 //!
+//! Where the free reading cannot measure this process at all, the probe also measures what the
+//! engine took outside its allocator: the largest allocation that succeeds before and after
+//! each of the engine's steps ([`baseline`] opens the session) differ by what the step took;
+//! less the allocator's growth in the step, it is the step's non-allocator growth
+//! ([`step_growth`], within the probes' resolution, on the safe side), instead of a fixed
+//! bound. What changes between steps belongs to other processes, as with readings.
+//!
+//! And where a reading's declared tolerance is what caps the plan (a free reading that may
+//! over-state what is there by up to 512 MiB of graphics allocations it cannot see), the probe
+//! checks the plan that takes the reading at its word ([`resolve_tolerance`]): what is
+//! physically there replaces the tolerance.
+//!
 //! An allocation is the one device-wide measurement every backend offers: it fails when the
 //! memory is not physically there, whoever holds it. Its limits: it holds the memory for an
 //! instant (a neighbour allocating in that instant may fail), and it proves the memory only
 //! where the driver commits memory when it allocates (discrete GPUs do; a driver that
-//! allocates lazily would let it succeed). It runs only where nothing else can see, and the
-//! plan records it (`physical_check: probe`).
+//! allocates lazily would let it succeed). The plan records where it capped the plan
+//! (`physical_check: probe`). Every other plan is verified by one allocation of what it still
+//! needs ([`verify`]): a reading that over-states free memory cannot run the engine out of
+//! memory.
 
 use memplan_core::bytes::MIB;
 use memplan_core::{Device, Error, Result};
@@ -34,9 +48,59 @@ pub(crate) fn check(device: &Device, b: PlanBuilder) -> Result<PlanBuilder> {
     Ok(b.probed(got, got >= need))
 }
 
+/// Every plan not already checked by a probe is verified by one before it is handed over: the
+/// engine's KV cache, activation and graphs still to capture are allocated once, at this quiet
+/// point. A reading that over-states free memory (a process-local reading declared device-wide,
+/// a stale one nobody caught) cannot then run the engine out of memory: where the allocation
+/// fails, the plan is capped by what was there ([`check`]). The cost is one allocation where the
+/// readings were right.
+pub(crate) fn verify(device: &Device, b: PlanBuilder) -> Result<PlanBuilder> {
+    let Ok(plan) = b.clone().build() else {
+        return Ok(b);
+    };
+    if plan.physical_check == Some(crate::plan::PhysicalCheck::Probe) {
+        return Ok(b);
+    }
+    let need = b.needs(plan.kv_cache_bytes);
+    match fits(device, need) {
+        Ok(true) => Ok(b),
+        Ok(false) => check(device, b),
+        // A device that cannot allocate (none of memplan's) keeps its readings' plan.
+        Err(Error::Unsupported { .. }) => Ok(b),
+        Err(e) => Err(e),
+    }
+}
+
+/// Where a reading's tolerance is what caps the plan (it may over-state free memory by that
+/// much: graphics allocations a runtime cannot see, a host figure that moves), and it is wider
+/// than a probe's resolution, check the plan that takes the reading at its word with an
+/// allocation probe instead: what is physically there replaces the tolerance. A builder whose
+/// caps do not bind is returned as it is.
+pub(crate) fn resolve_tolerance(device: &Device, b: PlanBuilder) -> Result<PlanBuilder> {
+    let Ok(plan) = b.clone().build() else {
+        return Ok(b);
+    };
+    if plan.capped_by_free_bytes.is_none() || b.cap_tolerance() <= 2 * RESOLUTION {
+        return Ok(b);
+    }
+    let optimistic = b.clone().without_cap_tolerance();
+    let Ok(better) = optimistic.clone().build() else {
+        return Ok(b);
+    };
+    if better.kv_cache_bytes <= plan.kv_cache_bytes {
+        return Ok(b);
+    }
+    match check(device, optimistic) {
+        Ok(probed) => Ok(probed),
+        // A device that cannot allocate keeps the tolerance.
+        Err(Error::Unsupported { .. }) => Ok(b),
+        Err(e) => Err(e),
+    }
+}
+
 /// Try to allocate `bytes`: `Ok(true)` when it succeeded (and was freed again), `Ok(false)`
 /// when the device is out of memory, the error otherwise.
-fn fits(device: &Device, bytes: u64) -> Result<bool> {
+pub(crate) fn fits(device: &Device, bytes: u64) -> Result<bool> {
     match device.allocate(bytes) {
         Ok(a) => {
             device.free(a)?;
@@ -47,13 +111,99 @@ fn fits(device: &Device, bytes: u64) -> Result<bool> {
     }
 }
 
+/// The bisection's resolution for a search up to `need`.
+pub(crate) fn resolution(need: u64) -> u64 {
+    RESOLUTION.max(need / 512)
+}
+
+/// At the baseline, where no reading measures this process: the largest allocation that
+/// succeeds, up to the device's `total` (`None` where the device cannot allocate, or gives no
+/// total to search up to).
+pub(crate) fn baseline(device: &Device, total: Option<u64>) -> Result<Option<u64>> {
+    let Some(total) = total.filter(|t| *t > 0) else {
+        return Ok(None);
+    };
+    match largest_allocatable(device, total) {
+        Ok(b) => Ok(Some(b)),
+        Err(Error::Unsupported { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Allocations whose windows measure the free reading's window error where nothing
+/// calibrated it ([`window_error`]).
+const WINDOW_ALLOCATIONS: usize = 4;
+
+/// How far a window of an approximate free reading is off, measured: [`WINDOW_ALLOCATIONS`]
+/// raw allocations of a known size, the reading taken (synchronized) before each, after it and
+/// after it is freed; the largest difference between what a window showed and the size. A
+/// declared tolerance often covers a constant offset (graphics allocations the reading cannot
+/// see), which a window cancels; what the reading does from one read to the next does not.
+/// `None` where the reading is exact, absent, or the device cannot allocate.
+pub(crate) fn window_error(
+    device: &Device,
+    tolerance: u64,
+    free: Option<u64>,
+) -> Result<Option<u64>> {
+    let Some(free) = free.filter(|_| tolerance > 0) else {
+        return Ok(None);
+    };
+    // A size well above the reading's step, small beside what is free: whole 2 MiB pages.
+    let size = (free / 8).min(tolerance.max(64 * MIB)) / (2 * MIB) * (2 * MIB);
+    if size == 0 {
+        return Ok(None);
+    }
+    let read = || -> Result<Option<u64>> {
+        match device.synchronize() {
+            Ok(()) | Err(Error::Unsupported { .. }) => {}
+            Err(e) => return Err(e),
+        }
+        Ok(device.driver_memory()?.free)
+    };
+    let mut worst = 0u64;
+    for _ in 0..WINDOW_ALLOCATIONS {
+        let Some(before) = read()? else {
+            return Ok(None);
+        };
+        let a = match device.allocate(size) {
+            Ok(a) => a,
+            Err(Error::Unsupported { .. } | Error::OutOfMemory { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let held = read();
+        device.free(a)?;
+        let (Some(held), Some(after)) = (held?, read()?) else {
+            return Ok(None);
+        };
+        let dropped = i128::from(before) - i128::from(held);
+        let regained = i128::from(after) - i128::from(held);
+        for seen in [dropped, regained] {
+            let err = (seen - i128::from(size)).unsigned_abs();
+            worst = worst.max(u64::try_from(err).unwrap_or(u64::MAX));
+        }
+    }
+    Ok(Some(worst))
+}
+
+/// What a step took outside the allocator: `before` allocatable before it, `after` after it
+/// (both within the resolution of a search up to `limit`, counted on the safe side), less
+/// the allocator's growth in the step.
+pub(crate) fn step_growth(before: u64, after: u64, limit: u64, allocator_growth: i64) -> i64 {
+    let taken = before
+        .saturating_add(resolution(limit))
+        .saturating_sub(after);
+    i64::try_from(taken)
+        .unwrap_or(i64::MAX)
+        .saturating_sub(allocator_growth)
+}
+
 /// The largest allocation up to `need` that succeeds now (within the resolution; 0 when
 /// none does).
 pub(crate) fn largest_allocatable(device: &Device, need: u64) -> Result<u64> {
     if need == 0 || fits(device, need)? {
         return Ok(need);
     }
-    let res = RESOLUTION.max(need / 512);
+    let res = resolution(need);
     let (mut lo, mut hi) = (0u64, need);
     while hi - lo > res {
         let mid = lo + (hi - lo) / 2;

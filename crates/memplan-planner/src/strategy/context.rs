@@ -5,9 +5,17 @@
 //! that the allocator and the graph pool are back where they were before the phase. If the
 //! context is dropped while still armed (an early return, a panic in a strategy), `Drop` runs
 //! the same teardown best-effort, so teardown happens on every path.
+//!
+//! A warm-up or capture that runs out of device memory is not an out-of-memory of the
+//! start-up: profiling happens before the KV cache exists, so graphs that do not fit now fit
+//! nowhere later. It becomes the refusal
+//! [`Refusal::GraphsDoNotFit`](memplan_core::Refusal::GraphsDoNotFit), naming the size, and the
+//! teardown runs as on any error.
 
 use memplan_core::bytes::fmt_bytes;
-use memplan_core::{Device, Error, MemoryInfo, MemoryWindow, ProfilingCapability, Reading, Result};
+use memplan_core::{
+    Device, Error, MemoryInfo, MemoryWindow, ProfilingCapability, Reading, Refusal, Result,
+};
 
 use crate::engine::Engine;
 use crate::kv_range::KvRange;
@@ -31,6 +39,8 @@ pub struct GraphContext<'s> {
     engine: &'s mut dyn Engine,
     before: MemoryInfo,
     armed: bool,
+    /// Graphs captured in this phase (for the refusal when one does not fit).
+    captured: usize,
 }
 
 impl<'s> GraphContext<'s> {
@@ -44,7 +54,25 @@ impl<'s> GraphContext<'s> {
             engine,
             before,
             armed: true,
+            captured: 0,
         }
+    }
+
+    /// An out-of-memory while warming up or capturing `size` becomes the refusal that the
+    /// graphs do not fit; other errors pass as they are.
+    fn graphs_do_not_fit(&self, size: u32, e: Error) -> Error {
+        let requested = match e.root() {
+            Error::OutOfMemory { requested, .. } => *requested,
+            _ => return e,
+        };
+        tracing::warn!(size, error = %e, "the graphs do not fit in device memory");
+        Error::does_not_fit(Refusal::GraphsDoNotFit {
+            size,
+            captured: self.captured,
+            graphs: self.engine.graph_sizes().len(),
+            requested,
+            free: self.before.driver.free,
+        })
     }
 
     /// The capability the session trusts.
@@ -103,10 +131,13 @@ impl<'s> GraphContext<'s> {
         self.session.snap(self.engine)
     }
 
-    /// Warm up one size (eager run before its capture).
+    /// Warm up one size (eager run before its capture). Out of memory: the graphs do not fit
+    /// (see the module docs).
     pub fn warm_up(&mut self, size: u32) -> Result<()> {
         self.armed = true;
-        self.engine.warm_up(size)
+        self.engine
+            .warm_up(size)
+            .map_err(|e| self.graphs_do_not_fit(size, e))
     }
 
     /// Reset the allocator's peak (before a sample whose transient memory is read).
@@ -114,12 +145,19 @@ impl<'s> GraphContext<'s> {
         self.engine.allocator().reset_peak();
     }
 
-    /// Capture the graph of one size (kept until teardown).
+    /// Capture the graph of one size (kept until teardown). Out of memory: the graphs do not
+    /// fit (see the module docs).
     pub fn capture(&mut self, size: u32) -> Result<()> {
         let span = tracing::debug_span!("capture", size);
         let _e = span.enter();
         self.armed = true;
-        self.engine.capture_graph(size)
+        match self.engine.capture_graph(size) {
+            Ok(()) => {
+                self.captured += 1;
+                Ok(())
+            }
+            Err(e) => Err(self.graphs_do_not_fit(size, e)),
+        }
     }
 
     /// Destroy every graph captured so far, release their pool and synchronize, in the middle
@@ -152,6 +190,20 @@ impl<'s> GraphContext<'s> {
         self.capability()
             .reading(Reading::DriverFree)
             .tolerance_bytes()
+    }
+
+    /// How far a window of the free reading may be off: twice the largest error calibration
+    /// (or the session's window allocations at its start) saw on one (plus a granule's worth
+    /// of slack: a few samples), within the declared tolerance; the declared tolerance where
+    /// nothing measured it. A declared tolerance
+    /// often covers a constant offset (memory the reading cannot see), which a window
+    /// cancels; the measured window error does not.
+    pub fn window_tolerance(&self) -> u64 {
+        let declared = self.free_tolerance();
+        match self.session.p.free_window_error {
+            Some(e) => declared.min(e.saturating_mul(2).saturating_add(1 << 20)),
+            None => declared,
+        }
     }
 
     /// Destroy every graph, release the pool, synchronize and check restoration. Returns the
@@ -219,8 +271,12 @@ impl<'s> GraphContext<'s> {
     }
 }
 
+/// Most synchronizes [`settle`] waits for released memory to come back.
+pub const SETTLE_SYNCHRONIZES: usize = 8;
+
 /// Destroy the engine's graphs, synchronize (deferred releases complete there; done even when
-/// the engine's release failed) and trim the device's graph pool where the device has one.
+/// the engine's release failed), trim the device's graph pool where the device has one, and
+/// [`settle`].
 fn release_all(engine: &mut dyn Engine, device: &Device) -> Result<()> {
     let released = engine.release_graphs();
     let synced = device.synchronize();
@@ -231,7 +287,20 @@ fn release_all(engine: &mut dyn Engine, device: &Device) -> Result<()> {
     };
     released?;
     synced?;
-    trimmed
+    trimmed?;
+    settle(device)
+}
+
+/// Some runtimes return a destroyed graph's memory only after one or more later synchronizes,
+/// how many being theirs to decide (one runtime documents the next one). A synchronize of an idle
+/// device costs next to nothing, so synchronize [`SETTLE_SYNCHRONIZES`] times: whatever a
+/// runtime still holds after that is counted as held, which errs on the safe side. On a device
+/// that cannot synchronize this waits for nothing (the engine's hook does, before readings).
+pub fn settle(device: &Device) -> Result<()> {
+    for _ in 0..SETTLE_SYNCHRONIZES {
+        device.synchronize()?;
+    }
+    Ok(())
 }
 
 impl Drop for GraphContext<'_> {

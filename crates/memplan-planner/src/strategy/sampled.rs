@@ -15,19 +15,17 @@
 //! capture order, where `rounding` is what the first sample's pool took beyond its live and
 //! transient bytes. The margin is the largest deviation of a sampled layer from the line
 //! through its extreme samples, times the number of unsampled graphs, plus 2% of the estimate,
-//! plus a fragmentation allowance (10% of the pool and half an allocator granule per graph:
-//! a few samples cannot show how the pool's free space fragments over dozens of captures).
+//! plus a fragmentation allowance: a few samples cannot show how the pool's free space
+//! fragments over dozens of captures (live outputs filling the space earlier intermediates
+//! left, so that a later graph's intermediates need a block of their own): the largest
+//! intermediates once more, and 10% of the pool.
 
-use memplan_core::bytes::{fmt_bytes, fmt_signed, signed, MIB};
+use memplan_core::bytes::{fmt_bytes, fmt_signed, signed};
 use memplan_core::Result;
 
 use super::context::GraphContext;
 use super::{GraphEstimate, GraphSample, GraphStrategy, StrategyKind};
 use crate::warning::Warning;
-
-/// Segment rounding of a caching allocator (PyTorch rounds large segments to 2 MiB); half of
-/// it per graph is part of the margin.
-pub const ALLOCATOR_GRANULE: u64 = 2 * MIB;
 
 /// Sampled capture.
 #[derive(Debug, Clone, Copy)]
@@ -153,9 +151,16 @@ pub fn sampled_model(samples: &[Layers], sizes: &[u32]) -> (i64, u64) {
     let point = pool.saturating_add(driver).saturating_add(rounding);
     let unsampled = sizes.iter().filter(|s| exact(**s).is_none()).count() as u64;
     let res = residual(&out).saturating_add(residual(&drv));
-    // The pool's fragmentation and segment rounding are not visible in a few samples: 10% of
-    // the pool plus half an allocator granule per graph.
-    let fragmentation = pool.max(0) as u64 / 10 + sizes.len() as u64 * (ALLOCATOR_GRANULE / 2);
+    // The pool's fragmentation is not visible in a few samples. A graph's intermediates need
+    // free blocks while the graphs' live outputs fill the space earlier intermediates left:
+    // the pool can hold one more block the size of the largest intermediates than packing
+    // shows, plus 10% of the pool for how the rest fragments.
+    let transient = samples
+        .iter()
+        .map(|s| s.transient.max(0))
+        .max()
+        .unwrap_or(0);
+    let fragmentation = (pool.max(0) as u64 / 10).saturating_add(transient as u64);
     let margin = res
         .saturating_mul(unsampled)
         .saturating_add(point.max(0) as u64 / 50)

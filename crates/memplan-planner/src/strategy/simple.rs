@@ -14,6 +14,11 @@
 //! *upper* end of the public range (one published data point of about 64 KiB per node, which
 //! varies with driver, kernel and graph shape: bounded here at double), never a simulator's
 //! figure; see `docs/simulator-physics.md`. The 25% margin covers allocator rounding.
+//!
+//! A bound is only as good as the figures behind it: where a reading the device does give
+//! (the driver's free reading within its tolerance, or the device-wide reading) shows the
+//! capture taking more than the bound, the bound was wrong for this device and the reading
+//! replaces it ([`Warning::GraphBoundContradicted`]), with the same margin.
 
 use memplan_core::bytes::{fmt_bytes, KIB};
 use memplan_core::{Reading, Result};
@@ -102,7 +107,18 @@ impl GraphStrategy for Conservative {
             })
             .fold(0, u64::saturating_add);
         // Saturating, and at most i64::MAX: a bound must never wrap into a small number.
-        let point = pool.saturating_add(driver_only).min(i64::MAX as u64);
+        let bound = pool.saturating_add(driver_only).min(i64::MAX as u64);
+        let (point, contradicted) = match seen_by_readings(ctx, &before, &after, &w) {
+            Some((measured, reading)) if measured > bound => {
+                ctx.warn(Warning::GraphBoundContradicted {
+                    bound,
+                    measured,
+                    reading: reading.into(),
+                });
+                (measured, Some(reading))
+            }
+            _ => (bound, None),
+        };
         let margin = point / 4;
         let mut e = GraphEstimate::new(
             StrategyKind::Conservative,
@@ -122,8 +138,44 @@ impl GraphStrategy for Conservative {
             fmt_bytes(hidden),
             fmt_bytes(margin)
         );
+        if let Some(r) = contradicted {
+            e.explanation = format!(
+                "{}; the {r} showed {} taken, more than the bound {}: the reading replaces it",
+                e.explanation,
+                fmt_bytes(point),
+                fmt_bytes(bound)
+            );
+        }
         Ok(e)
     }
+}
+
+/// What the readings the device does give show the capture taking, and which one: the
+/// driver's free reading where it is sourced (even within a wide tolerance: a window cancels
+/// a constant offset), else the device-wide reading. `None` where neither moved or neither is
+/// sourced.
+fn seen_by_readings(
+    ctx: &GraphContext<'_>,
+    before: &memplan_core::MemoryInfo,
+    after: &memplan_core::MemoryInfo,
+    w: &memplan_core::MemoryWindow,
+) -> Option<(u64, &'static str)> {
+    let free_sourced = !matches!(
+        ctx.capability().reading(Reading::DriverFree),
+        memplan_core::Reliability::Unavailable { .. }
+    );
+    let driver = w
+        .driver_used
+        .filter(|_| free_sourced)
+        .and_then(|d| u64::try_from(d).ok())
+        .map(|d| (d, "driver free reading"));
+    let device = before
+        .device
+        .available
+        .zip(after.device.available)
+        .and_then(|(b, a)| b.checked_sub(a))
+        .map(|d| (d, "device-wide reading"));
+    [driver, device].into_iter().flatten().max_by_key(|x| x.0)
 }
 
 impl GraphStrategy for NoGraphs {

@@ -100,7 +100,8 @@ fn sampled_model_separates_shared_pool_from_per_graph_memory() {
     // Pool: max over k of (outputs so far + transient): k=1: 4+40 = 44; k=2: 7+30 = 37 ...
     // -> 44; driver-only 4 x 4 = 16; the first sample's rounding is 0.
     assert_eq!(point, 60 * M);
-    assert!(margin > 0 && margin < 20 * MIB, "{margin}");
+    // Margin: the largest intermediates (40) once more, 10% of the pool, 2% of the point.
+    assert!((40 * MIB..50 * MIB).contains(&margin), "{margin}");
     // A linear extrapolation of the second sample would say 44+4 + 3*(1+10+4) = 93 MiB.
     let (exact, _) = sampled_model(&[l(4), l(3), l(2), l(1)], &sizes);
     assert_eq!(exact, 60 * M);
