@@ -3,7 +3,8 @@
 //! Required functions (spec 1.0 core and Sysman) must all resolve or [`LevelZero::load`] fails
 //! with [`LoadError::Symbol`]. Functions added in later spec versions (`zeInitDrivers` 1.10,
 //! `zesInit`/`zesDriverGet`/`zesDeviceGet` 1.5) are `Option`: `None` when the installed
-//! loader predates them. Calling any of them is `unsafe`: the caller upholds the Level Zero
+//! loader predates them; so is `zesDeviceProcessesGetState` (spec 1.0, but a per-process
+//! reading memplan can live without, so a loader that lacks it still loads). Calling any of them is `unsafe`: the caller upholds the Level Zero
 //! rules for each call (valid handles, out-pointers sized as the spec says).
 
 use std::ffi::c_void;
@@ -140,6 +141,7 @@ api! {
         zesInit: fn(zes_init_flags_t);
         zesDriverGet: fn(*mut u32, *mut zes_driver_handle_t);
         zesDeviceGet: fn(zes_driver_handle_t, *mut u32, *mut zes_device_handle_t);
+        zesDeviceProcessesGetState: fn(zes_device_handle_t, *mut u32, *mut zes_process_state_t);
     }
 }
 

@@ -266,3 +266,22 @@ pub struct zes_mem_state_t {
     pub size: u64,
 }
 with_stype!(zes_mem_state_t, ZES_STRUCTURE_TYPE_MEM_STATE);
+
+/// `zes_process_state_t`: one host process using the device (`zesDeviceProcessesGetState`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct zes_process_state_t {
+    /// `ZES_STRUCTURE_TYPE_PROCESS_STATE`.
+    pub stype: zes_structure_type_t,
+    /// Extension chain.
+    pub pNext: *const c_void,
+    /// Host OS process id.
+    pub processId: u32,
+    /// Device memory this process allocated (not necessarily resident at the time).
+    pub memSize: u64,
+    /// Shared device memory mapped into this process.
+    pub sharedSize: u64,
+    /// `ZES_ENGINE_TYPE_FLAG_*` the process uses.
+    pub engines: zes_engine_type_flags_t,
+}
+with_stype!(zes_process_state_t, ZES_STRUCTURE_TYPE_PROCESS_STATE);

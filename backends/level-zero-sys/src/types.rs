@@ -34,6 +34,8 @@ pub type ze_bool_t = u8;
 pub type ze_structure_type_t = u32;
 /// `zes_structure_type_t`.
 pub type zes_structure_type_t = u32;
+/// `zes_engine_type_flags_t`.
+pub type zes_engine_type_flags_t = u32;
 /// `ze_init_flags_t`.
 pub type ze_init_flags_t = u32;
 /// `zes_init_flags_t` (spec 1.5).
@@ -110,6 +112,8 @@ pub const ZES_STRUCTURE_TYPE_DEVICE_PROPERTIES: zes_structure_type_t = 0x1;
 pub const ZES_STRUCTURE_TYPE_MEM_PROPERTIES: zes_structure_type_t = 0xb;
 /// `ZES_STRUCTURE_TYPE_MEM_STATE`.
 pub const ZES_STRUCTURE_TYPE_MEM_STATE: zes_structure_type_t = 0x1e;
+/// `ZES_STRUCTURE_TYPE_PROCESS_STATE`.
+pub const ZES_STRUCTURE_TYPE_PROCESS_STATE: zes_structure_type_t = 0x16;
 
 /// `ZE_MAX_DEVICE_NAME`.
 pub const ZE_MAX_DEVICE_NAME: usize = 256;

@@ -52,6 +52,10 @@ fn layouts() -> Vec<Layout> {
             busWidth => busWidth, numChannels => numChannels,
         }),
         layout!(zes_mem_state_t { stype => stype, pNext => pNext, health => health, free => free, size => size }),
+        layout!(zes_process_state_t {
+            stype => stype, pNext => pNext, processId => processId, memSize => memSize,
+            sharedSize => sharedSize, engines => engines,
+        }),
     ]
 }
 
@@ -86,6 +90,7 @@ fn constants() -> Vec<(&'static str, u64)> {
         ZES_STRUCTURE_TYPE_DEVICE_PROPERTIES,
         ZES_STRUCTURE_TYPE_MEM_PROPERTIES,
         ZES_STRUCTURE_TYPE_MEM_STATE,
+        ZES_STRUCTURE_TYPE_PROCESS_STATE,
         ZE_MAX_DEVICE_NAME,
         ZE_MAX_DEVICE_UUID_SIZE,
         ZE_MAX_DRIVER_UUID_SIZE,

@@ -9,6 +9,11 @@
 //! - free == total right after memplan created a context: what i915 reports to non-root users
 //!   on some kernels. Declared **approximate** with a tolerance of the whole device, flagged as
 //!   suspect; calibration checks whether free memory moves with an allocation and downgrades.
+//! - Where Sysman's free memory cannot be used (integrated, or free == total) but its
+//!   per-process query lists this process (`zesDeviceProcessesGetState`, permitted for the
+//!   caller's own processes), free memory is **process-local**: the total less this process's
+//!   `memSize`. It measures this engine's own memory; other processes stay for the device-wide
+//!   reading or the planner's allocation probe.
 //! - Otherwise free memory is device-wide (the kernel's memory-region counters): exact.
 //! - No device-wide synchronize ([`NO_DEVICE_SYNCHRONIZE`]): Level Zero waits only for work on
 //!   a command queue, list or fence the caller holds, and the engine's queues are not
@@ -16,7 +21,7 @@
 
 use memplan_core::{GraphRelease, ProfilingCapability, Reading, Reliability, Support};
 
-use crate::facts::{Facts, SysmanFree, TotalSource};
+use crate::facts::{Facts, SysmanFree, SysmanProcesses, TotalSource};
 use crate::graph;
 
 /// Why this backend cannot synchronize the device: what `synchronize` would have to wait for
@@ -30,13 +35,28 @@ pub const NO_DEVICE_SYNCHRONIZE: &str = "Level Zero has no device-wide synchroni
 /// and other host processes move it between a reading and an allocation.
 const HOST_TOLERANCE: u64 = 256 * memplan_core::bytes::MIB;
 
+/// Why a free reading composed from the per-process query sees only this process.
+pub const PER_PROCESS_FREE: &str = "Sysman zesDeviceProcessesGetState: the total less this \
+     process's memSize (other processes are not listed to an ordinary user)";
+
 /// Declare the capability of one device.
 pub fn declare(f: &Facts) -> ProfilingCapability {
     let mut notes = Vec::new();
+    let per_process = f.processes.is_readable();
     let free = match &f.sysman {
+        SysmanFree::Unavailable { reason } if per_process => {
+            notes.push(format!(
+                "driver_free: composed from the per-process query ({reason})"
+            ));
+            Reliability::process_local(0, PER_PROCESS_FREE)
+        }
         SysmanFree::Unavailable { reason } => Reliability::Unavailable {
             reason: reason.clone(),
         },
+        SysmanFree::Readable { .. } if f.sysman.free_equals_total() && per_process => {
+            notes.push("driver_free: Sysman reported free == total with a context open (what i915 reports to non-root users); composed from the per-process query instead".into());
+            Reliability::process_local(0, PER_PROCESS_FREE)
+        }
         SysmanFree::Readable { size, .. } if f.sysman.free_equals_total() => {
             notes.push("suspect: Sysman reported free == total with a context open; calibration must confirm".into());
             Reliability::Approximate {
@@ -81,7 +101,17 @@ pub fn declare(f: &Facts) -> ProfilingCapability {
             why: "integrated GPU: host /proc/meminfo MemAvailable, every process's use of the shared memory".into(),
         }
     } else {
-        free.clone()
+        match &f.sysman {
+            // Sysman's own free reading, whatever the driver layer composed from it.
+            SysmanFree::Readable { size, .. } if f.sysman.free_equals_total() => Reliability::Approximate {
+                tolerance_bytes: *size,
+                why: "Sysman free == total: i915 reports this to non-root users on some kernels, hiding all usage".into(),
+            },
+            SysmanFree::Readable { .. } => Reliability::Exact,
+            SysmanFree::Unavailable { reason } => Reliability::Unavailable {
+                reason: reason.clone(),
+            },
+        }
     };
     c.set(Reading::DriverTotal, Reliability::Exact);
     c.set(Reading::DeviceAvailable, device_wide);
@@ -92,13 +122,23 @@ pub fn declare(f: &Facts) -> ProfilingCapability {
 
 /// The platforms this backend's row of the capability matrix shows (`docs/capability-matrix.md`),
 /// each a label and what [`declare`] makes of its facts: Sysman readable, Sysman's free ==
-/// total, Sysman unavailable, integrated.
+/// total with and without the per-process query, Sysman unavailable, integrated with and
+/// without the per-process query.
 pub fn platforms() -> Vec<(&'static str, ProfilingCapability)> {
     let gib = memplan_core::bytes::GIB;
     let readable = |free| SysmanFree::Readable {
         free,
         size: 16 * gib,
         modules: 1,
+    };
+    let refused = || {
+        SysmanProcesses::unavailable(
+            "zesDeviceProcessesGetState: ZE_RESULT_ERROR_INSUFFICIENT_PERMISSIONS",
+        )
+    };
+    let listed = || SysmanProcesses::Readable {
+        own: 256 << 20,
+        others: 0,
     };
     let cases = [
         (
@@ -107,6 +147,7 @@ pub fn platforms() -> Vec<(&'static str, ProfilingCapability)> {
                 integrated: false,
                 sysman: readable(15 * gib),
                 virtual_memory: Support::Supported,
+                processes: listed(),
             },
         ),
         (
@@ -115,6 +156,16 @@ pub fn platforms() -> Vec<(&'static str, ProfilingCapability)> {
                 integrated: false,
                 sysman: readable(16 * gib),
                 virtual_memory: Support::Supported,
+                processes: refused(),
+            },
+        ),
+        (
+            "discrete, Sysman free == total (non-root i915), per-process query permitted",
+            Facts {
+                integrated: false,
+                sysman: readable(16 * gib),
+                virtual_memory: Support::Supported,
+                processes: listed(),
             },
         ),
         (
@@ -125,6 +176,7 @@ pub fn platforms() -> Vec<(&'static str, ProfilingCapability)> {
                     "zesInit unavailable and ZES_ENABLE_SYSMAN not set",
                 ),
                 virtual_memory: Support::Supported,
+                processes: SysmanProcesses::unavailable("Level Zero Sysman not initialised"),
             },
         ),
         (
@@ -133,6 +185,16 @@ pub fn platforms() -> Vec<(&'static str, ProfilingCapability)> {
                 integrated: true,
                 sysman: SysmanFree::unavailable("integrated GPU: shared system memory"),
                 virtual_memory: Support::no("zeVirtualMemQueryPageSize failed"),
+                processes: refused(),
+            },
+        ),
+        (
+            "integrated, per-process query permitted",
+            Facts {
+                integrated: true,
+                sysman: SysmanFree::unavailable("integrated GPU: shared system memory"),
+                virtual_memory: Support::no("zeVirtualMemQueryPageSize failed"),
+                processes: listed(),
             },
         ),
     ];
@@ -149,6 +211,7 @@ mod tests {
             integrated,
             sysman,
             virtual_memory: Support::Supported,
+            processes: SysmanProcesses::unavailable("not asked"),
         }
     }
 
@@ -222,8 +285,9 @@ mod tests {
         );
         let c = declare(&Facts {
             integrated: true,
-            sysman: s,
+            sysman: s.clone(),
             virtual_memory: Support::no("x"),
+            processes: SysmanProcesses::unavailable("not permitted"),
         });
         assert!(c.facts.unified_memory);
         assert!(!c.reading(Reading::DriverFree).measures_own_usage());
@@ -231,5 +295,44 @@ mod tests {
             .reading(Reading::DriverFree)
             .detail()
             .contains("shared system memory"));
+        // With the per-process query permitted, free is this process's: process-local.
+        let c = declare(&Facts {
+            integrated: true,
+            sysman: s,
+            virtual_memory: Support::no("x"),
+            processes: SysmanProcesses::Readable { own: 0, others: 0 },
+        });
+        assert!(matches!(
+            c.reading(Reading::DriverFree),
+            Reliability::ProcessLocal { .. }
+        ));
+        assert!(c.reading(Reading::DriverFree).measures_own_usage());
+        assert!(!c.reading(Reading::DriverFree).sees_whole_device());
+    }
+
+    #[test]
+    fn free_equal_total_with_the_per_process_query_is_process_local() {
+        let mut f = facts(
+            false,
+            SysmanFree::Readable {
+                free: 16 * GIB,
+                size: 16 * GIB,
+                modules: 1,
+            },
+        );
+        f.processes = SysmanProcesses::Readable {
+            own: 300 << 20,
+            others: 0,
+        };
+        let c = declare(&f);
+        assert!(matches!(
+            c.reading(Reading::DriverFree),
+            Reliability::ProcessLocal { .. }
+        ));
+        // The device-wide reading stays Sysman's own, suspect.
+        assert!(matches!(
+            c.reading(Reading::DeviceAvailable),
+            Reliability::Approximate { tolerance_bytes, .. } if tolerance_bytes == 16 * GIB
+        ));
     }
 }

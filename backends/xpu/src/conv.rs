@@ -69,7 +69,28 @@ pub struct ModuleReading {
     pub size: u64,
 }
 
-pub use crate::facts::SysmanFree;
+pub use crate::facts::{SysmanFree, SysmanProcesses};
+
+/// This process's entry of a per-process listing `(pid, memSize)`: its memory, and how many
+/// other processes were listed. Not listed: unavailable (the query answered for others only).
+pub fn own_process(pid: u32, listed: &[(u32, u64)]) -> SysmanProcesses {
+    let own: Vec<u64> = listed
+        .iter()
+        .filter(|(p, _)| *p == pid)
+        .map(|(_, m)| *m)
+        .collect();
+    match own.as_slice() {
+        [] => SysmanProcesses::unavailable(format!(
+            "zesDeviceProcessesGetState listed {} process(es), not this one (pid {pid})",
+            listed.len()
+        )),
+        // One entry per process; should a driver list it per context, they add up.
+        mem => SysmanProcesses::Readable {
+            own: mem.iter().fold(0u64, |a, b| a.saturating_add(*b)),
+            others: listed.iter().filter(|(p, _)| *p != pid).count(),
+        },
+    }
+}
 
 /// Turn the module readings of one device into one free-memory reading.
 ///
@@ -125,6 +146,26 @@ pub fn host_available(meminfo: Option<&str>) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_is_read_from_the_listing() {
+        assert_eq!(
+            own_process(7, &[(3, 100), (7, 5 << 20)]),
+            SysmanProcesses::Readable {
+                own: 5 << 20,
+                others: 1
+            }
+        );
+        // Not listed (the query answered for others only): unavailable, never 0.
+        match own_process(9, &[(3, 100)]) {
+            SysmanProcesses::Unavailable { reason } => {
+                assert!(reason.contains("pid 9"), "{reason}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn host_available_reads_meminfo_or_nothing() {
         let t = "MemTotal:       131072000 kB\nMemAvailable:    8388608 kB\n";
@@ -134,7 +175,6 @@ mod tests {
         assert_eq!(super::host_available(Some("MemAvailable: lots kB\n")), None);
     }
 
-    use super::*;
     use memplan_core::bytes::GIB;
 
     fn dev(free: u64, size: u64) -> ModuleReading {

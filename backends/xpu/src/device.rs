@@ -1,9 +1,11 @@
 //! [`XpuDevice`]: one opened root GPU with its own Level Zero context.
 //!
 //! Readings: total and free from Sysman (device-local modules), total from the core memory
-//! properties when Sysman is unavailable, free then absent (never 0). The Sysman read is
-//! cached until the next synchronize, allocation, free or mapping change, so one snapshot
-//! pays its ~150 ms once.
+//! properties when Sysman is unavailable, free then absent (never 0). Where Sysman's free
+//! memory cannot be used (integrated, or free == total) but its per-process query lists this
+//! process, free is the total less this process's `memSize`, declared process-local. The
+//! Sysman reads are cached until the next synchronize, allocation, free or mapping change, so
+//! one snapshot pays their ~150 ms once.
 //!
 //! `synchronize` submits nothing and waits for nothing: this backend never submits work
 //! (raw allocations and frees are synchronous calls), and Level Zero has no device-wide
@@ -25,10 +27,10 @@ use memplan_core::{
 };
 
 use crate::capability::declare;
-use crate::conv::{check, check_alloc, SysmanFree};
+use crate::conv::{check, check_alloc, SysmanFree, SysmanProcesses};
 use crate::facts::Facts;
 use crate::loader::{Handle, Runtime};
-use crate::sysman::SysmanMemory;
+use crate::sysman::{SysmanMemory, SysmanProcessMemory};
 
 /// One opened Level Zero GPU.
 #[derive(Debug)]
@@ -39,6 +41,9 @@ pub struct XpuDevice {
     descriptor: DeviceDescriptor,
     caps: ProfilingCapability,
     sysman: Option<SysmanMemory>,
+    /// This process's memory from the per-process query, where the free reading is composed
+    /// from it.
+    processes: Option<SysmanProcessMemory>,
 }
 
 /// The size probed with `zeVirtualMemQueryPageSize` at open and used for the granularity.
@@ -77,12 +82,22 @@ impl XpuDevice {
                 .unwrap_or_else(|e| SysmanFree::unavailable(e.to_string())),
             Err(reason) => SysmanFree::unavailable(reason.clone()),
         };
+        let (processes, own) = match SysmanProcessMemory::attach(&rt.api, &rt.sysman, core) {
+            Ok((p, own)) => (Some(p), own),
+            Err(reason) => (None, SysmanProcesses::unavailable(reason)),
+        };
         let facts = Facts {
+            processes: own,
             integrated: core.integrated,
             sysman: first,
             virtual_memory,
         };
         let caps = declare(&facts);
+        let composed = matches!(
+            caps.reading(memplan_core::Reading::DriverFree),
+            memplan_core::Reliability::ProcessLocal { .. }
+        );
+        let processes = processes.filter(|_| composed);
         let sysman = match facts.sysman {
             SysmanFree::Readable { .. } => sysman.ok(),
             SysmanFree::Unavailable { .. } => None,
@@ -96,6 +111,7 @@ impl XpuDevice {
             descriptor,
             caps,
             sysman,
+            processes,
         })
     }
 
@@ -108,6 +124,9 @@ impl XpuDevice {
     pub(crate) fn invalidate(&mut self) {
         if let Some(s) = &mut self.sysman {
             s.invalidate();
+        }
+        if let Some(p) = &mut self.processes {
+            p.invalidate();
         }
     }
 }
@@ -123,6 +142,27 @@ impl HalDevice for XpuDevice {
 
     fn driver_memory(&mut self) -> Result<DriverMemory> {
         let core_total = self.rt.devices[self.index].core_total();
+        if let Some(p) = &mut self.processes {
+            // Process-local: the total less this process's own device memory.
+            let total = match self
+                .sysman
+                .as_mut()
+                .map(|s| s.read(&self.rt.api))
+                .transpose()?
+            {
+                Some(SysmanFree::Readable { size, .. }) => Some(size),
+                _ => core_total,
+            };
+            return Ok(match p.read(&self.rt.api)? {
+                SysmanProcesses::Readable { own, .. } => {
+                    DriverMemory::new(total, total.map(|t| t.saturating_sub(own)))
+                }
+                SysmanProcesses::Unavailable { reason } => {
+                    tracing::warn!(device = %self.descriptor.id, %reason, "Sysman per-process memory became unreadable");
+                    DriverMemory::new(total, None)
+                }
+            });
+        }
         let Some(s) = &mut self.sysman else {
             return Ok(DriverMemory::new(core_total, None));
         };

@@ -1,5 +1,6 @@
 //! The facts an Intel declaration is made from ([`Facts`]: integrated or not, what Sysman gave
-//! for free memory or why it gave nothing, virtual-memory support), all that needs no loader. Pure data, compiled without the `runtime` feature, so the
+//! for free memory and for this process's own memory (`zesDeviceProcessesGetState`), or why it
+//! gave nothing, virtual-memory support), all that needs no loader. Pure data, compiled without the `runtime` feature, so the
 //! simulator declares its Intel profiles through [`crate::capability::declare`] on a machine
 //! without Level Zero; `conv` (with `runtime`) re-exports it and turns Sysman's module
 //! readings into it.
@@ -40,6 +41,42 @@ impl SysmanFree {
     }
 }
 
+/// This process's device memory as Sysman's per-process query gives it
+/// (`zesDeviceProcessesGetState`: one `zes_process_state_t` per host process using the device,
+/// `memSize` the device memory it allocated). Where it is permitted (the caller's own processes
+/// for an ordinary user, every process for root), it measures this process even where the free
+/// reading cannot: `free = total - memSize` is a process-local free reading.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SysmanProcesses {
+    /// The query answered and listed this process.
+    Readable {
+        /// `memSize` of this process.
+        own: u64,
+        /// Other processes it listed (0: none listed, which an ordinary user always gets).
+        others: usize,
+    },
+    /// No per-process reading (Sysman unreachable, the call refused or failed, or this
+    /// process not listed); never reported as 0.
+    Unavailable {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl SysmanProcesses {
+    /// Unavailable, with a reason.
+    pub fn unavailable(reason: impl Into<String>) -> Self {
+        SysmanProcesses::Unavailable {
+            reason: reason.into(),
+        }
+    }
+
+    /// Whether this process's memory was read.
+    pub fn is_readable(&self) -> bool {
+        matches!(self, SysmanProcesses::Readable { .. })
+    }
+}
+
 /// Where the declared total comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TotalSource {
@@ -58,6 +95,8 @@ pub struct Facts {
     pub sysman: SysmanFree,
     /// Virtual-memory support as probed with `zeVirtualMemQueryPageSize`.
     pub virtual_memory: Support,
+    /// Sysman's per-process reading taken at open (or why there is none).
+    pub processes: SysmanProcesses,
 }
 
 impl Facts {

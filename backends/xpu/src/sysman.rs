@@ -22,6 +22,7 @@ use memplan_core::Result;
 use std::fmt;
 
 use crate::conv::{check, result_name, translate, ModuleReading, SysmanFree};
+use crate::facts::SysmanProcesses;
 use crate::loader::{enumerate, CoreDevice, Handle};
 
 /// The environment variable that enables Sysman on core handles (read, never written).
@@ -215,6 +216,101 @@ impl SysmanMemory {
     }
 
     /// Forget the cached reading (the next [`read`](Self::read) calls Sysman again).
+    pub fn invalidate(&mut self) {
+        self.cache = None;
+    }
+}
+
+/// This process's device memory from Sysman's per-process query, cached per snapshot like
+/// [`SysmanMemory`].
+#[derive(Debug)]
+pub struct SysmanProcessMemory {
+    device: Handle,
+    cache: Option<SysmanProcesses>,
+}
+
+impl SysmanProcessMemory {
+    /// The per-process reader of `core`'s Sysman device and its first reading. `Err` is the
+    /// reason there is none (Sysman unreachable, the loader lacks the call, the call refused,
+    /// this process not listed).
+    pub fn attach(
+        api: &ze::LevelZero,
+        route: &Route,
+        core: &CoreDevice,
+    ) -> std::result::Result<(Self, SysmanProcesses), String> {
+        let device = route.device_for(core)?;
+        let mut r = SysmanProcessMemory {
+            device,
+            cache: None,
+        };
+        match r.read(api) {
+            Ok(p @ SysmanProcesses::Readable { .. }) => Ok((r, p)),
+            Ok(SysmanProcesses::Unavailable { reason }) => Err(reason),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// This process's reading, from the cache when nothing invalidated it.
+    pub fn read(&mut self, api: &ze::LevelZero) -> Result<SysmanProcesses> {
+        if let Some(c) = &self.cache {
+            return Ok(c.clone());
+        }
+        let Some(get) = api.zesDeviceProcessesGetState else {
+            return Ok(SysmanProcesses::unavailable(format!(
+                "{} has no zesDeviceProcessesGetState",
+                api.library()
+            )));
+        };
+        let dev = self.device.0;
+        let call = |n: &mut u32, p: *mut ze::zes_process_state_t| {
+            // SAFETY: Sysman device handle from the route; count-then-fill protocol of
+            // zesDeviceProcessesGetState, `p` null or holding `*n` initialised entries.
+            unsafe { get(dev, n, p) }
+        };
+        let mut count = 0u32;
+        let rc = call(&mut count, std::ptr::null_mut());
+        let states = if rc != ze::ZE_RESULT_SUCCESS {
+            Err(crate::conv::call_error("zesDeviceProcessesGetState", rc))
+        } else {
+            // Processes come and go between the count and the fill: room for a few more, and
+            // one retry with more when the list still grew.
+            let mut out = Err(crate::conv::call_error(
+                "zesDeviceProcessesGetState",
+                ze::ZE_RESULT_ERROR_INVALID_SIZE,
+            ));
+            for extra in [8u32, 256] {
+                let mut n = count.saturating_add(extra);
+                let mut v = vec![ze::zes_process_state_t::new(); n as usize];
+                match call(&mut n, v.as_mut_ptr()) {
+                    ze::ZE_RESULT_SUCCESS => {
+                        v.truncate(n as usize);
+                        out = Ok(v);
+                        break;
+                    }
+                    ze::ZE_RESULT_ERROR_INVALID_SIZE => count = n,
+                    rc => {
+                        out = Err(crate::conv::call_error("zesDeviceProcessesGetState", rc));
+                        break;
+                    }
+                }
+            }
+            out
+        };
+        let r = match states {
+            Ok(v) => crate::conv::own_process(
+                std::process::id(),
+                &v.iter()
+                    .map(|p| (p.processId, p.memSize))
+                    .collect::<Vec<_>>(),
+            ),
+            // Refused (not permitted for this user) or failed: a reason, never 0.
+            Err(e) => SysmanProcesses::unavailable(e.to_string()),
+        };
+        self.cache = Some(r.clone());
+        Ok(r)
+    }
+
+    /// Forget the cached reading.
     pub fn invalidate(&mut self) {
         self.cache = None;
     }
