@@ -60,6 +60,30 @@ impl GraphSpec {
     }
 }
 
+/// The caching allocator frozen at one moment ([`SimAllocator::snapshot`]).
+#[derive(Debug, Clone)]
+pub struct AllocatorSnapshot {
+    heap: crate::heap::Heap,
+}
+
+impl AllocatorSnapshot {
+    /// How much the allocator's reserved memory would grow if `count` allocations of `bytes`
+    /// each were made from it now (cached blocks reused, segments shared and rounded by its
+    /// rules, exactly as [`SimAllocator::malloc`] would).
+    pub fn growth(&self, count: u64, bytes: u64) -> u64 {
+        let mut h = self.heap.clone();
+        let before = h.reserved(None);
+        let rounded = round_request(bytes);
+        for _ in 0..count {
+            if h.place_cached(Pool::Default, rounded).is_none() {
+                let seg = h.segment_size(rounded);
+                h.place_new(Pool::Default, rounded, seg);
+            }
+        }
+        h.reserved(None).saturating_sub(before)
+    }
+}
+
 /// The engine's caching allocator. Clones share the same allocator (one per GPU).
 #[derive(Clone, Debug)]
 pub struct SimAllocator {
@@ -77,9 +101,17 @@ impl SimAllocator {
     }
 
     /// Ground truth for the test-bed's oracle: the bytes of segment a request of `bytes`
-    /// takes when no cached block fits it (the allocator's rounding rules).
-    pub fn fresh_segment_bytes(bytes: u64) -> u64 {
-        crate::heap::segment_size(round_request(bytes))
+    /// takes when no cached block fits it (the allocator's rounding rules, as drawn).
+    pub fn fresh_segment_bytes(&self, bytes: u64) -> u64 {
+        self.gpu.lock().heap.segment_size(round_request(bytes))
+    }
+
+    /// Ground truth for the test-bed's oracle: the allocator as it is now, to ask what more
+    /// allocations would take ([`AllocatorSnapshot::growth`]) without making them.
+    pub fn snapshot(&self) -> AllocatorSnapshot {
+        AllocatorSnapshot {
+            heap: self.gpu.lock().heap.clone(),
+        }
     }
 
     /// Allocate `bytes` (rounded up to 512 B). Inside an engine capture the block comes from
@@ -161,6 +193,9 @@ impl SimAllocator {
         }
         s.capture = None;
         nodes_ok?;
+        // A library's lazy allocation on the engine's first capture (cuBLAS workspace and the
+        // like), kept for good.
+        s.first_capture(p, self.gpu.shared.physics.lazy_first_capture_bytes)?;
         let mut output = None;
         if spec.intermediate_bytes > 0 {
             let tmp = s.malloc(p, Pool::Private, spec.intermediate_bytes)?;
@@ -168,15 +203,12 @@ impl SimAllocator {
             s.heap.free(tmp);
             output = Some(out?);
         }
-        match s.instantiate(
-            p,
-            (
-                u64::from(spec.kernel_nodes),
-                self.gpu.shared.physics.exec_bytes_per_kernel_node,
-            ),
-            spec.alloc_node_bytes,
-            hidden,
-        ) {
+        let exec = self
+            .gpu
+            .shared
+            .physics
+            .exec_bytes(u64::from(spec.kernel_nodes), s.captures);
+        match s.instantiate(p, exec, spec.alloc_node_bytes, hidden) {
             Ok(id) => {
                 if let Some(g) = s.graphs.get_mut(&id) {
                     g.output = output;
@@ -201,7 +233,7 @@ impl SimAllocator {
     }
 
     /// Destroy a graph: its output returns to the private pool at once; its driver memory now,
-    /// or at the next synchronize with `deferred_graph_release`.
+    /// or after the drawn number of synchronizes.
     pub fn destroy_graph(&self, g: EngineGraph) -> Result<()> {
         let deferred = self.gpu.deferred_release();
         self.gpu.lock().destroy(g.0, deferred)

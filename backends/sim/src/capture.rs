@@ -46,13 +46,8 @@ impl HalGraphs for SimGpu {
                 ));
             }
         };
-        let per_node = self.shared.physics.exec_bytes_per_kernel_node;
-        let id = s.instantiate(
-            &self.shared.profile,
-            (c.kernel_nodes, per_node),
-            c.alloc_node,
-            hidden,
-        )?;
+        let exec = self.shared.physics.exec_bytes(c.kernel_nodes, s.captures);
+        let id = s.instantiate(&self.shared.profile, exec, c.alloc_node, hidden)?;
         Ok(HalGraph::new(id, id))
     }
 

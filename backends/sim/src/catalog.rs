@@ -187,7 +187,7 @@ pub(crate) static PROFILES: &[SimProfile] = &[
         total_source: "vendor published 16 GB GDDR6 (binary GiB)",
         context_overhead_bytes: 256 * MIB,
         apu_aperture_bytes: None,
-        quirks: Quirks { free_equals_total: true, no_graph_pool_query: true, ..q() },
+        quirks: Quirks { free_equals_total: true, sysman_processes: true, no_graph_pool_query: true, ..q() },
         declared: declared::xpu_arc_a770,
         device_wide: DeviceWideSource::DriverFree,
     },
@@ -199,7 +199,7 @@ pub(crate) static PROFILES: &[SimProfile] = &[
         total_source: "vendor published 128 GB HBM2e (binary GiB), both stacks as one device (COMPOSITE mode)",
         context_overhead_bytes: 512 * MIB,
         apu_aperture_bytes: None,
-        quirks: Quirks { no_graph_pool_query: true, ..q() },
+        quirks: Quirks { sysman_processes: true, no_graph_pool_query: true, ..q() },
         declared: declared::xpu_max1550,
         device_wide: DeviceWideSource::DriverFree,
     },
@@ -223,10 +223,11 @@ pub(crate) static PROFILES: &[SimProfile] = &[
         total_source: "Lunar Lake, 32 GB LPDDR5X on package; the driver exposes half of it to the GPU, as the device name says (16GB)",
         context_overhead_bytes: 256 * MIB,
         apu_aperture_bytes: None,
-        // An integrated GPU has no device-local memory for Sysman to report: the driver's
-        // free reading is absent (the `sysman-missing` behaviour), the host's MemAvailable
+        // An integrated GPU has no device-local memory for Sysman to report: Sysman's free
+        // reading is absent (the `sysman-missing` behaviour), its per-process query lists this
+        // process (the backend composes a process-local free from it), the host's MemAvailable
         // counts every process's use of the shared memory.
-        quirks: Quirks { sysman_missing: true, no_graph_pool_query: true, ..q() },
+        quirks: Quirks { sysman_missing: true, sysman_processes: true, no_graph_pool_query: true, ..q() },
         declared: declared::xpu_integrated,
         device_wide: DeviceWideSource::HostAvailable,
     },

@@ -14,7 +14,7 @@ use memplan_backend_cuda::facts::CudaVersion;
 use memplan_backend_rocm::facts::HipVersion;
 use memplan_backend_rocm::facts::Inputs as RocmFacts;
 use memplan_backend_xpu::facts::Facts as XpuFacts;
-use memplan_backend_xpu::facts::SysmanFree;
+use memplan_backend_xpu::facts::{SysmanFree, SysmanProcesses};
 use memplan_core::{ProfilingCapability, Support};
 
 use crate::profile::SimProfile;
@@ -97,40 +97,65 @@ pub fn rocm62_apu(_: &SimProfile) -> PlatformFacts {
     rocm(6, 2, true, true, false)
 }
 
-fn level_zero(sysman: SysmanFree) -> PlatformFacts {
+fn level_zero(p: &SimProfile, sysman: SysmanFree) -> PlatformFacts {
     PlatformFacts::Xpu(XpuFacts {
         integrated: false,
         sysman,
         virtual_memory: Support::Supported,
+        processes: processes(p),
     })
+}
+
+/// What Sysman's per-process query gives at open: this process's context, where the platform
+/// lists it (`sysman_processes`), else why not.
+fn processes(p: &SimProfile) -> SysmanProcesses {
+    if p.quirks.sysman_processes {
+        SysmanProcesses::Readable {
+            own: p.context_overhead_bytes,
+            others: 0,
+        }
+    } else if p.quirks.sysman_missing {
+        SysmanProcesses::unavailable("Level Zero Sysman not initialised")
+    } else {
+        SysmanProcesses::unavailable(
+            "zesDeviceProcessesGetState: ZE_RESULT_ERROR_INSUFFICIENT_PERMISSIONS",
+        )
+    }
 }
 
 /// Intel Arc A770 on i915, non-root: Sysman answers, but free == total at open.
 pub fn xpu_arc_a770(p: &SimProfile) -> PlatformFacts {
-    level_zero(SysmanFree::Readable {
-        free: p.total_bytes,
-        size: p.total_bytes,
-        modules: 1,
-    })
+    level_zero(
+        p,
+        SysmanFree::Readable {
+            free: p.total_bytes,
+            size: p.total_bytes,
+            modules: 1,
+        },
+    )
 }
 
 /// Intel Data Center GPU Max 1550 with Sysman: free at open is the total less the context.
 pub fn xpu_max1550(p: &SimProfile) -> PlatformFacts {
-    level_zero(SysmanFree::Readable {
-        free: p.total_bytes - p.context_overhead_bytes,
-        size: p.total_bytes,
-        modules: 1,
-    })
+    level_zero(
+        p,
+        SysmanFree::Readable {
+            free: p.total_bytes - p.context_overhead_bytes,
+            size: p.total_bytes,
+            modules: 1,
+        },
+    )
 }
 
 /// An integrated Intel GPU (Lunar Lake): shared system memory, for which Sysman reports no
 /// device-local free memory (what the real backend's translation of Sysman gives an
 /// integrated device). Virtual memory is not assumed: the sim takes the probe as failed.
-pub fn xpu_integrated(_: &SimProfile) -> PlatformFacts {
+pub fn xpu_integrated(p: &SimProfile) -> PlatformFacts {
     PlatformFacts::Xpu(XpuFacts {
         integrated: true,
         sysman: SysmanFree::unavailable(INTEGRATED_NO_SYSMAN_FREE),
         virtual_memory: Support::no("zeVirtualMemQueryPageSize failed"),
+        processes: processes(p),
     })
 }
 
@@ -138,10 +163,13 @@ pub fn xpu_integrated(_: &SimProfile) -> PlatformFacts {
 const INTEGRATED_NO_SYSMAN_FREE: &str = "integrated GPU: device memory is shared system memory and Sysman reports no device-local free memory";
 
 /// An Intel GPU whose process did not enable Sysman: no free reading at all.
-pub fn xpu_no_sysman(_: &SimProfile) -> PlatformFacts {
-    level_zero(SysmanFree::unavailable(
-        "Level Zero Sysman not initialised (ZES_ENABLE_SYSMAN=1 unset and zesInit failed)",
-    ))
+pub fn xpu_no_sysman(p: &SimProfile) -> PlatformFacts {
+    level_zero(
+        p,
+        SysmanFree::unavailable(
+            "Level Zero Sysman not initialised (ZES_ENABLE_SYSMAN=1 unset and zesInit failed)",
+        ),
+    )
 }
 
 /// What `declare-exact` turns a declaration into: every reading exact, graph-pool attributes

@@ -12,7 +12,7 @@ use memplan_core::{
 
 use crate::allocator::SimAllocator;
 use crate::declared;
-use crate::physics::{Physics, Pin, DEFAULT_SEED};
+use crate::physics::{Physics, Pin, Platform, Regime, DEFAULT_SEED};
 use crate::profile::{profile, profile_names, SimProfile};
 use crate::quirks::{parse_selector, Quirks};
 use crate::readings;
@@ -88,32 +88,33 @@ impl SimGpu {
     pub fn with_quirks(profile: &SimProfile, quirks: Quirks) -> Self {
         Self::build(
             profile,
-            quirks,
+            (quirks, None),
             false,
-            (DEFAULT_SEED, Pin::Nominal),
+            (DEFAULT_SEED, Pin::Nominal, Regime::World),
             profile.name.to_string(),
         )
     }
 
     fn build(
         profile: &SimProfile,
-        mut quirks: Quirks,
+        (mut quirks, hidden_override): (Quirks, Option<u64>),
         declare_exact: bool,
-        (seed, pin): (u64, Pin),
+        (seed, pin, regime): (u64, Pin, Regime),
         selector: String,
     ) -> Self {
         let platform = profile.capability();
         let tolerance = |r| platform.reading(r).tolerance_bytes();
-        let physics = Physics::draw_with_device(
-            seed,
-            profile.context_overhead_bytes,
-            &quirks,
-            (
+        let world = Platform {
+            hidden_override,
+            device_tolerance: tolerance(memplan_core::Reading::DeviceAvailable),
+            declaration_wrong: declare_exact,
+            ..Platform::new(
+                profile.context_overhead_bytes,
+                &quirks,
                 tolerance(memplan_core::Reading::DriverFree),
-                tolerance(memplan_core::Reading::DeviceAvailable),
-            ),
-            pin,
-        );
+            )
+        };
+        let physics = Physics::draw_for(seed, &world, pin, regime);
         quirks.hidden_bytes_per_capture = physics.hidden_bytes_per_capture;
         let mut profile = profile.clone();
         profile.context_overhead_bytes = physics.context_bytes;
@@ -138,6 +139,9 @@ impl SimGpu {
             ("quirks".to_string(), quirks.active().join(" ")),
         ];
         properties.push(("seed".to_string(), seed.to_string()));
+        if physics.adversarial {
+            properties.push(("physics".to_string(), "adversarial".to_string()));
+        }
         if profile.apu_aperture_bytes.is_some() {
             properties.push(("usable_memory".to_string(), fmt_bytes(profile.total_bytes)));
         }
@@ -157,7 +161,10 @@ impl SimGpu {
             instance: INSTANCES.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1,
             world: OnceLock::new(),
         };
-        let mut state = State::default();
+        let mut state = State {
+            heap: crate::heap::Heap::with_rules(physics.allocator),
+            ..State::default()
+        };
         if quirks.stale_free {
             let f = readings::fresh_free(profile, &quirks, &physics, &state);
             state.stale = Some((f, f));
@@ -190,12 +197,12 @@ impl SimGpu {
         })?;
         let gpu = Self::build(
             p,
-            quirks,
+            (quirks, mods.hidden_bytes_per_capture),
             mods.declare_exact,
             // No seed: the profile as catalogued (nominal physics); a seed draws them.
-            match (mods.seed, mods.pin) {
-                (None, Pin::Draw) => (DEFAULT_SEED, Pin::Nominal),
-                (seed, pin) => (seed.unwrap_or(DEFAULT_SEED), pin),
+            match (mods.seed, mods.pin, mods.regime) {
+                (None, Pin::Draw, Regime::BySeed) => (DEFAULT_SEED, Pin::Nominal, Regime::World),
+                (seed, pin, regime) => (seed.unwrap_or(DEFAULT_SEED), pin, regime),
             },
             selector.trim().to_ascii_lowercase(),
         );
@@ -366,8 +373,9 @@ impl SimGpu {
         }
     }
 
-    pub(crate) fn deferred_release(&self) -> bool {
-        self.shared.quirks.deferred_graph_release
+    /// Synchronizes after which a destroyed graph's driver memory returns (0: at once).
+    pub(crate) fn deferred_release(&self) -> u32 {
+        self.shared.physics.release_after_syncs
     }
 
     pub(crate) fn capture_support(&self) -> Result<()> {

@@ -1,23 +1,22 @@
 //! The block bookkeeping of the simulated caching allocator (PyTorch-like), without the driver.
 //!
-//! Rules (documented in the crate docs): requests are rounded up to 512 B; requests of at most
-//! 1 MiB are served from 2 MiB "small" segments, larger ones from "large" segments rounded up to
-//! 2 MiB; a free block is reused best-fit within its pool and kind, split when the remainder is
-//! at least 512 B (small) or more than 1 MiB (large); freed blocks merge with free neighbours;
-//! segments stay reserved (cached) until released while wholly free. The default pool and the
-//! graph private pool never share segments.
+//! Rules ([`AllocatorRules`], drawn with the device's physics; PyTorch's constants in the
+//! world): requests are rounded up to 512 B; requests of at most 1 MiB are served from 2 MiB
+//! "small" segments, requests below 10 MiB from 20 MiB segments (`kLargeBuffer`, off in the
+//! nominal rules), larger ones from "large" segments rounded up to the drawn granule (2 MiB,
+//! `kRoundLarge`, in the world; coarser or finer in the adversarial regime); a free block is reused best-fit within its pool
+//! and kind, split when the remainder is at least 512 B (small) or more than 1 MiB (large);
+//! freed blocks merge with free neighbours; segments stay reserved (cached) until released
+//! while wholly free. The default pool and the graph private pool never share segments.
 
 use std::collections::BTreeMap;
 
-use memplan_core::bytes::MIB;
 use serde::{Deserialize, Serialize};
 
-/// Rounding of every request.
+use crate::physics::AllocatorRules;
+
+/// Rounding of every request (`kMinBlockSize`, the same in every rule set).
 pub const ROUND: u64 = 512;
-/// Largest "small" request.
-pub const SMALL_MAX: u64 = MIB;
-/// Size of a small segment, and the rounding of large segments.
-pub const SEGMENT_ROUND: u64 = 2 * MIB;
 
 /// An allocation made by [`crate::SimAllocator::malloc`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -55,20 +54,11 @@ pub fn round_request(bytes: u64) -> u64 {
     bytes.max(1).div_ceil(ROUND).saturating_mul(ROUND)
 }
 
-/// The segment size a request needs when no cached block fits.
-pub fn segment_size(rounded: u64) -> u64 {
-    if rounded <= SMALL_MAX {
-        SEGMENT_ROUND
-    } else {
-        rounded
-            .div_ceil(SEGMENT_ROUND)
-            .saturating_mul(SEGMENT_ROUND)
-    }
-}
-
 /// Segments and blocks of every pool.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub(crate) struct Heap {
+    /// The block rules.
+    pub rules: AllocatorRules,
     segments: BTreeMap<u64, Segment>,
     next_segment: u64,
     next_block: u64,
@@ -76,10 +66,33 @@ pub(crate) struct Heap {
     peak_reserved: u64,
 }
 
+impl Default for Heap {
+    fn default() -> Self {
+        Heap::with_rules(AllocatorRules::PLAIN)
+    }
+}
+
 impl Heap {
+    /// An empty heap with `rules`.
+    pub fn with_rules(rules: AllocatorRules) -> Self {
+        Heap {
+            rules,
+            segments: BTreeMap::new(),
+            next_segment: 0,
+            next_block: 0,
+            peak: 0,
+            peak_reserved: 0,
+        }
+    }
+
+    /// The segment size a rounded request needs when no cached block fits.
+    pub fn segment_size(&self, rounded: u64) -> u64 {
+        self.rules.segment_size(rounded)
+    }
+
     /// Place a rounded request in a cached block of `pool`, if one fits.
     pub fn place_cached(&mut self, pool: Pool, rounded: u64) -> Option<BlockId> {
-        let small = rounded <= SMALL_MAX;
+        let small = self.rules.is_small(rounded);
         let (sid, idx, _) = self
             .segments
             .iter()
@@ -95,7 +108,7 @@ impl Heap {
     pub fn place_new(&mut self, pool: Pool, rounded: u64, seg_bytes: u64) -> BlockId {
         let sid = self.next_segment;
         self.next_segment += 1;
-        let small = rounded <= SMALL_MAX;
+        let small = self.rules.is_small(rounded);
         self.segments.insert(
             sid,
             Segment {
@@ -115,9 +128,9 @@ impl Heap {
             let size = seg.blocks[idx].0;
             let rest = size - rounded;
             let split = if seg.small {
-                rest >= ROUND
+                rest >= self.rules.min_block
             } else {
-                rest > SMALL_MAX
+                rest > self.rules.small_size
             };
             if split {
                 seg.blocks[idx] = (rounded, Some(id));
@@ -201,22 +214,26 @@ impl Heap {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use memplan_core::bytes::MIB;
 
     #[test]
     fn rounding_rules() {
+        let h = Heap::default();
         assert_eq!(round_request(1), 512);
         assert_eq!(round_request(0), 512);
         assert_eq!(round_request(513), 1024);
-        assert_eq!(segment_size(512), 2 * MIB);
-        assert_eq!(segment_size(MIB), 2 * MIB);
-        assert_eq!(segment_size(MIB + 512), 2 * MIB);
-        assert_eq!(segment_size(5 * MIB), 6 * MIB);
+        assert_eq!(h.segment_size(512), 2 * MIB);
+        assert_eq!(h.segment_size(MIB), 2 * MIB);
+        assert_eq!(h.segment_size(MIB + 512), 2 * MIB);
+        assert_eq!(h.segment_size(5 * MIB), 6 * MIB);
         assert_eq!(
             round_request(u64::MAX),
             u64::MAX,
             "saturates instead of overflowing"
         );
-        assert!(segment_size(u64::MAX) >= u64::MAX - SEGMENT_ROUND);
+        assert!(h.segment_size(u64::MAX) >= u64::MAX - 2 * MIB);
+        let pt = Heap::with_rules(AllocatorRules::PYTORCH);
+        assert_eq!(pt.segment_size(5 * MIB), 20 * MIB, "kLargeBuffer");
     }
 
     #[test]

@@ -109,12 +109,12 @@ mod world;
 #[cfg(test)]
 mod tests;
 
-pub use allocator::{EngineGraph, GraphSpec, SimAllocator};
+pub use allocator::{AllocatorSnapshot, EngineGraph, GraphSpec, SimAllocator};
 pub use backend::SimBackend;
 pub use declared::PlatformFacts;
 pub use gpu::{SimGpu, RAW_ROUND};
 pub use heap::BlockId;
-pub use physics::{Physics, Pin, Rng, DEFAULT_SEED};
+pub use physics::{AllocatorRules, Physics, Pin, Regime, Rng, DEFAULT_SEED};
 pub use profile::{profile, profile_names, profiles, DeviceWideSource, SimProfile};
 pub use quirks::{Modifiers, Quirks, BYTE_QUIRK_NAMES, QUIRK_NAMES};
 pub use truth::GroundTruth;

@@ -37,6 +37,11 @@ pub struct Quirks {
     pub no_graph_alloc_nodes: bool,
     /// Level Zero Sysman is not initialised: driver free cannot be read (absent, never 0).
     pub sysman_missing: bool,
+    /// Level Zero Sysman's per-process query (`zesDeviceProcessesGetState`) lists this
+    /// process's device memory (permitted for the caller's own processes): where Sysman's free
+    /// reading cannot be used (integrated, free == total), the real backend composes a
+    /// process-local free reading from it.
+    pub sysman_processes: bool,
     /// Driver free always equals total (i915 Sysman for non-root users).
     pub free_equals_total: bool,
     /// Broken on purpose: driver free lags one synchronize behind (for the conformance suite).
@@ -74,6 +79,7 @@ impl Quirks {
         no_graph_pool_query: false,
         no_graph_alloc_nodes: false,
         sysman_missing: false,
+        sysman_processes: false,
         free_equals_total: false,
         stale_free: false,
         free_step: 0,
@@ -102,7 +108,7 @@ pub const BYTE_QUIRK_NAMES: [&str; 6] = [
 ];
 
 /// The boolean quirk names accepted in selectors, in kebab-case.
-pub const QUIRK_NAMES: [&str; 11] = [
+pub const QUIRK_NAMES: [&str; 12] = [
     "free-process-local",
     "free-blind-to-graphics",
     "apu-wrong-pool",
@@ -111,6 +117,7 @@ pub const QUIRK_NAMES: [&str; 11] = [
     "no-graph-pool-query",
     "no-graph-alloc-nodes",
     "sysman-missing",
+    "sysman-processes",
     "free-equals-total",
     "stale-free",
     "capture-empties-cache",
@@ -127,6 +134,7 @@ impl Quirks {
             "no-graph-pool-query" => &mut self.no_graph_pool_query,
             "no-graph-alloc-nodes" => &mut self.no_graph_alloc_nodes,
             "sysman-missing" => &mut self.sysman_missing,
+            "sysman-processes" => &mut self.sysman_processes,
             "free-equals-total" => &mut self.free_equals_total,
             "stale-free" => &mut self.stale_free,
             "capture-empties-cache" => &mut self.capture_empties_cache,
@@ -182,8 +190,10 @@ impl Quirks {
 /// `leak-per-vm-release`, `other=BYTES` (memory held by other processes), `graphics=BYTES`
 /// (DRM allocations), `seed=N` (the draw of the device's physics),
 /// `physics=low|high|nominal|draw` (every physical quantity at one end of its range, or at its
-/// typical figure) and `world=DIR` (the device is shared with the other processes that open
-/// it with the same `DIR`: [`crate::SimGpu`]'s `shared_id`).
+/// typical figure), `regime=world|adversarial|seed` (draw from the ranges of public evidence,
+/// from the wider adversarial ones, or as the seed decides) and `world=DIR` (the device is
+/// shared with the other processes that open it with the same `DIR`: [`crate::SimGpu`]'s
+/// `shared_id`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Modifiers {
@@ -199,6 +209,11 @@ pub struct Modifiers {
     pub pin: crate::physics::Pin,
     /// The directory through which other processes share this device (`world=DIR`).
     pub world: Option<std::path::PathBuf>,
+    /// The ranges drawn from (`regime=world|adversarial`; by the seed when absent).
+    pub regime: crate::physics::Regime,
+    /// The per-capture memory set explicitly (`hidden-bytes-per-capture=BYTES`): the device
+    /// keeps exactly that, whatever the draw.
+    pub hidden_bytes_per_capture: Option<u64>,
 }
 
 /// Split `name,mod,...` into the profile name, the quirks changed from `base` and the rest.
@@ -240,6 +255,23 @@ pub fn parse_selector(
                 }
             }
             ("world", Some(v)) if !v.is_empty() => mods.world = Some(v.into()),
+            ("regime", Some(v)) => {
+                mods.regime = match v.to_ascii_lowercase().as_str() {
+                    "world" => crate::physics::Regime::World,
+                    "adversarial" => crate::physics::Regime::Adversarial,
+                    "seed" => crate::physics::Regime::BySeed,
+                    x => {
+                        return Err(bad(format!(
+                            "regime {x:?}: expected world, adversarial or seed"
+                        )))
+                    }
+                }
+            }
+            ("hidden-bytes-per-capture", Some(v)) => {
+                let b = parse_bytes("hidden-bytes-per-capture", v)?;
+                quirks.hidden_bytes_per_capture = b;
+                mods.hidden_bytes_per_capture = Some(b);
+            }
             (k, Some(v)) if BYTE_QUIRK_NAMES.contains(&k) => {
                 let b = parse_bytes(k, v)?;
                 if let Some(q) = quirks.bytes_mut(k) {
@@ -255,6 +287,7 @@ pub fn parse_selector(
                         "seed",
                         "physics",
                         "world",
+                        "regime",
                     ];
                     known.extend(BYTE_QUIRK_NAMES.iter().copied());
                     known.extend(QUIRK_NAMES.iter().copied());
@@ -263,7 +296,7 @@ pub fn parse_selector(
                         .unwrap_or_default();
                     return Err(bad(format!(
                         "unknown modifier `{k}`; {hint}use declare-exact, other=BYTES, graphics=BYTES, \
-                         seed=N, physics=low|high|draw, world=DIR, hidden-bytes-per-capture|free-step|total-over|total-under|leak-per-free|leak-per-vm-release=BYTES or QUIRK=on|off with QUIRK one of {}",
+                         seed=N, physics=low|high|draw|nominal, regime=world|adversarial|seed, world=DIR, hidden-bytes-per-capture|free-step|total-over|total-under|leak-per-free|leak-per-vm-release=BYTES or QUIRK=on|off with QUIRK one of {}",
                         QUIRK_NAMES.join(", ")
                     )));
                 };

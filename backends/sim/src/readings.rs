@@ -22,8 +22,27 @@ pub(crate) fn reported_total(p: &SimProfile, q: &Quirks) -> u64 {
         .saturating_sub(q.total_under)
 }
 
-/// Free as the driver would report it right now (before the stale-free lag).
+/// Whether the real backend composes free from Sysman's per-process query: Sysman's own free
+/// reading is unusable (absent, or free == total) and the query lists this process.
+pub(crate) fn composed_from_processes(q: &Quirks) -> bool {
+    q.sysman_processes && (q.sysman_missing || q.free_equals_total)
+}
+
+/// Free as the backend would report it right now (before the stale-free lag): the vendor's
+/// reading, or where the backend composes it from Sysman's per-process query, the total less
+/// this process's memory.
 pub(crate) fn fresh_free(p: &SimProfile, q: &Quirks, ph: &Physics, s: &State) -> Option<u64> {
+    if composed_from_processes(q) {
+        let own = p.total_bytes.saturating_sub(s.this_process(p));
+        let noisy =
+            (own as i128 + i128::from(ph.noise(s.tick))).clamp(0, i128::from(p.total_bytes));
+        return Some(noisy as u64);
+    }
+    vendor_free(p, q, ph, s)
+}
+
+/// Free as the vendor's own call reports it (Sysman's, hipMemGetInfo, cuMemGetInfo).
+fn vendor_free(p: &SimProfile, q: &Quirks, ph: &Physics, s: &State) -> Option<u64> {
     if q.sysman_missing {
         return None;
     }
@@ -75,6 +94,8 @@ pub(crate) fn raw_device_wide(
 ) -> DeviceWideMemory {
     let available = match p.device_wide {
         DeviceWideSource::None => None,
+        // Sysman's own free reading, not what the backend composed from the per-process query.
+        DeviceWideSource::DriverFree if composed_from_processes(q) => vendor_free(p, q, ph, s),
         DeviceWideSource::DriverFree => raw_driver(p, q, ph, s).free,
         DeviceWideSource::DrmSysfs | DeviceWideSource::HostAvailable => {
             let free = i128::from(s.real_free(p)) + i128::from(ph.device_noise(s.tick));

@@ -32,11 +32,12 @@ pub(crate) struct Capture {
     pub alloc_node: u64,
 }
 
-/// Driver memory of a destroyed graph, returned at the next synchronize.
+/// Driver memory of a destroyed graph, returned after `syncs_left` more synchronizes.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Pending {
     pub exec: u64,
     pub alloc_node: u64,
+    pub syncs_left: u32,
 }
 
 /// Everything that changes.
@@ -55,6 +56,12 @@ pub(crate) struct State {
     pub capture: Option<Capture>,
     pub exec: u64,
     pub hidden: u64,
+    /// Memory a library took on the engine's first capture and keeps.
+    pub lazy: u64,
+    /// Whether the engine captured before (the lazy allocation happened).
+    pub lazy_done: bool,
+    /// Captures instantiated so far (the jitter of the n-th one is drawn from n).
+    pub captures: u64,
     pub gp_used: u64,
     pub gp_reserved: u64,
     pub gp_used_high: u64,
@@ -88,6 +95,7 @@ impl State {
             self.heap.reserved(None),
             self.exec,
             self.hidden,
+            self.lazy,
             self.gp_reserved,
             self.vmm_mapped(),
             self.pending.iter().map(|x| x.exec).sum::<u64>(),
@@ -123,6 +131,17 @@ impl State {
         self.vmm_physical.values().sum()
     }
 
+    /// The engine's first capture: a library takes `bytes` for good (once per process).
+    pub fn first_capture(&mut self, p: &SimProfile, bytes: u64) -> Result<()> {
+        if self.lazy_done {
+            return Ok(());
+        }
+        self.take(p, bytes, "library allocation on the first capture")?;
+        self.lazy_done = true;
+        self.lazy = bytes;
+        Ok(())
+    }
+
     /// Check that `bytes` more fit on the device.
     pub fn take(&self, p: &SimProfile, bytes: u64, call: &str) -> Result<()> {
         if bytes > self.real_free(p) {
@@ -145,7 +164,8 @@ impl State {
         }
     }
 
-    /// One tick: apply scheduled changes and deferred releases.
+    /// One tick: apply scheduled changes and count down deferred releases (those that reach
+    /// zero return).
     pub fn synchronize(&mut self) {
         self.tick += 1;
         let tick = self.tick;
@@ -154,21 +174,27 @@ impl State {
             self.other = *bytes;
         }
         self.schedule = later;
-        for p in std::mem::take(&mut self.pending) {
-            self.gp_used = self.gp_used.saturating_sub(p.alloc_node);
+        let mut still = Vec::new();
+        for mut p in std::mem::take(&mut self.pending) {
+            p.syncs_left = p.syncs_left.saturating_sub(1);
+            if p.syncs_left == 0 {
+                self.gp_used = self.gp_used.saturating_sub(p.alloc_node);
+            } else {
+                still.push(p);
+            }
         }
+        self.pending = still;
     }
 
-    /// Instantiate a graph: exec object (`exec_per_node` per kernel node, drawn by the
-    /// physics), hidden per-capture bytes and allocation nodes.
+    /// Instantiate a graph: its exec object (`exec` bytes: kernel nodes at the drawn per-node
+    /// figure and jitter), hidden per-capture bytes and allocation nodes.
     pub fn instantiate(
         &mut self,
         p: &SimProfile,
-        (kernel_nodes, exec_per_node): (u64, u64),
+        exec: u64,
         alloc_node: u64,
         hidden: u64,
     ) -> Result<u64> {
-        let exec = kernel_nodes.saturating_mul(exec_per_node);
         // Saturating: absurd node or hidden sizes (user input) are out-of-memory errors, and
         // once `take` accepts the sum every part is below the device total.
         let pool_growth = self
@@ -179,6 +205,7 @@ impl State {
         self.take(p, needed, "graph instantiate")?;
         self.exec += exec;
         self.hidden += hidden;
+        self.captures += 1;
         self.gp_used += alloc_node;
         self.gp_reserved += pool_growth;
         self.gp_used_high = self.gp_used_high.max(self.gp_used);
@@ -196,8 +223,9 @@ impl State {
         Ok(id)
     }
 
-    /// Destroy a graph: its output block at once, its driver memory now or at the next sync.
-    pub fn destroy(&mut self, id: u64, deferred: bool) -> Result<()> {
+    /// Destroy a graph: its output block at once, its driver memory now (`release_after_syncs`
+    /// 0) or after that many synchronizes.
+    pub fn destroy(&mut self, id: u64, release_after_syncs: u32) -> Result<()> {
         let g = self
             .graphs
             .remove(&id)
@@ -206,10 +234,11 @@ impl State {
             self.heap.free(b);
         }
         self.exec -= g.exec;
-        if deferred {
+        if release_after_syncs > 0 {
             self.pending.push(Pending {
                 exec: g.exec,
                 alloc_node: g.alloc_node,
+                syncs_left: release_after_syncs,
             });
         } else {
             self.gp_used = self.gp_used.saturating_sub(g.alloc_node);
@@ -229,7 +258,7 @@ impl State {
         if let Some(b) = self.heap.place_cached(pool, rounded) {
             return Ok(b);
         }
-        let seg = crate::heap::segment_size(rounded);
+        let seg = self.heap.segment_size(rounded);
         if self.take(p, seg, "SimAllocator::malloc").is_err() {
             // Like PyTorch: synchronize (what the engine's queue still held returns), give
             // the cached segments back and retry once.

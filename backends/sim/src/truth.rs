@@ -36,6 +36,10 @@ pub struct GroundTruth {
     pub graph_exec: u64,
     /// Per-capture memory kept by the runtime and never returned.
     pub hidden_capture: u64,
+    /// Memory a library allocated on the engine's first capture and keeps (cuBLAS workspace
+    /// and the like).
+    #[serde(default)]
+    pub library_lazy: u64,
     /// Memory reserved for graph allocation nodes.
     pub graph_pool_reserved: u64,
     /// Physical memory mapped into reserved virtual ranges.
@@ -62,6 +66,7 @@ impl GroundTruth {
             + self.private_pool_reserved
             + self.graph_exec
             + self.hidden_capture
+            + self.library_lazy
             + self.graph_pool_reserved
             + self.vmm_mapped
             + self.pending_release
@@ -89,6 +94,7 @@ impl SimGpu {
             private_pool_allocated: s.heap.allocated(Some(Pool::Private)),
             graph_exec: s.exec,
             hidden_capture: s.hidden,
+            library_lazy: s.lazy,
             graph_pool_reserved: s.gp_reserved,
             vmm_mapped: s.vmm_mapped(),
             vmm_ranges: s.vmm_ranges.len(),

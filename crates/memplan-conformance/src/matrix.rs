@@ -40,10 +40,10 @@ pub const IMITATES: &[(&str, &str, &str)] = &[
     ("rx7900xtx-rocm5.5", "rocm", "HIP 5.5, discrete"),
     ("rx7900xtx-rocm6.2", "rocm", ROCM62_DRM),
     ("strix-halo", "rocm", "HIP 6.2, APU with DRM sysfs"),
-    ("arc-a770", "xpu", XPU_FREE_EQ_TOTAL),
+    ("arc-a770", "xpu", XPU_FREE_EQ_TOTAL_PER_PROCESS),
     ("max1550", "xpu", "discrete, Sysman readable"),
     ("arc-b580-nosysman", "xpu", "discrete, Sysman unavailable"),
-    ("arc-140v", "xpu", "integrated"),
+    ("arc-140v", "xpu", "integrated, per-process query permitted"),
     ("broken-stale", "cuda", CUDA_DISCRETE),
     ("broken-process-local", "cuda", CUDA_DISCRETE),
     ("broken-total-high", "cuda", CUDA_DISCRETE),
@@ -59,7 +59,8 @@ pub const IMITATES: &[(&str, &str, &str)] = &[
 
 const CUDA_DISCRETE: &str = "driver 12.8, discrete";
 const ROCM62_DRM: &str = "HIP 6.2, discrete with DRM sysfs";
-const XPU_FREE_EQ_TOTAL: &str = "discrete, Sysman free == total (non-root i915)";
+const XPU_FREE_EQ_TOTAL_PER_PROCESS: &str =
+    "discrete, Sysman free == total (non-root i915), per-process query permitted";
 
 /// What a row says, cell by cell, beyond its backend and platform: the matrix's columns, the
 /// tolerance of each reading, and the reason of each unsupported operation's absence kept out

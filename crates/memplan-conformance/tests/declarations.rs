@@ -37,8 +37,19 @@ fn rocm(major: u32, minor: u32, integrated: bool, drm: bool, vmm: bool) -> Platf
     })
 }
 
-/// An integrated Intel GPU: Sysman has no device-local module to report.
-fn xpu_integrated() -> PlatformFacts {
+/// What Sysman's per-process query answers an ordinary user: this process (its context at
+/// open), or nothing where Sysman is not initialised.
+fn processes(own: Option<u64>) -> memplan_backend_xpu::facts::SysmanProcesses {
+    use memplan_backend_xpu::facts::SysmanProcesses;
+    match own {
+        Some(own) => SysmanProcesses::Readable { own, others: 0 },
+        None => SysmanProcesses::unavailable("Level Zero Sysman not initialised"),
+    }
+}
+
+/// An integrated Intel GPU: Sysman has no device-local module to report; its per-process
+/// query lists this process.
+fn xpu_integrated(context: u64) -> PlatformFacts {
     use memplan_backend_xpu::facts::Facts;
     use memplan_backend_xpu::facts::SysmanFree;
     PlatformFacts::Xpu(Facts {
@@ -47,13 +58,15 @@ fn xpu_integrated() -> PlatformFacts {
             "integrated GPU: device memory is shared system memory and Sysman reports no device-local free memory",
         ),
         virtual_memory: memplan::Support::no("zeVirtualMemQueryPageSize failed"),
+        processes: processes(Some(context)),
     })
 }
 
-fn xpu(sysman: Option<(u64, u64)>) -> PlatformFacts {
+fn xpu(sysman: Option<(u64, u64)>, context: u64) -> PlatformFacts {
     use memplan_backend_xpu::facts::Facts;
     use memplan_backend_xpu::facts::SysmanFree;
     PlatformFacts::Xpu(Facts {
+        processes: processes(sysman.map(|_| context)),
         integrated: false,
         sysman: match sysman {
             Some((free, size)) => SysmanFree::Readable {
@@ -82,19 +95,22 @@ fn real(p: &SimProfile) -> Option<PlatformFacts> {
         | "broken-total-low"
         | "broken-leaky-free"
         | "broken-leaky-vm" => cuda(t),
-        "broken-leaky-free-unreadable" => xpu(None),
+        "broken-leaky-free-unreadable" => xpu(None, 0),
         // ROCm 6.2: amdgpu exposes mem_info_vram_* in sysfs; RDNA3/CDNA3 report VMM = 1.
         "mi300x" | "rx7900xtx-rocm6.2" => rocm(6, 2, false, true, true),
         "rx7900xtx-rocm5.4" => rocm(5, 4, false, false, false),
         "rx7900xtx-rocm5.5" => rocm(5, 5, false, false, false),
         // Strix Halo: an APU; DRM sysfs present; VMM not reported.
         "strix-halo" => rocm(6, 2, true, true, false),
-        // i915 to a non-root user: free == size.
-        "arc-a770" => xpu(Some((t, t))),
+        // i915 to a non-root user: free == size; the per-process query lists this process.
+        "arc-a770" => xpu(Some((t, t)), p.context_overhead_bytes),
         // Sysman readable at open: everything but the context is free.
-        "max1550" => xpu(Some((t - p.context_overhead_bytes, t))),
-        "arc-b580-nosysman" => xpu(None),
-        "arc-140v" => xpu_integrated(),
+        "max1550" => xpu(
+            Some((t - p.context_overhead_bytes, t)),
+            p.context_overhead_bytes,
+        ),
+        "arc-b580-nosysman" => xpu(None, 0),
+        "arc-140v" => xpu_integrated(p.context_overhead_bytes),
         _ => return None,
     })
 }
@@ -156,5 +172,11 @@ fn a_perturbed_fact_is_a_drift() {
     let p = memplan_backend_sim::profile("rtx4090").unwrap();
     assert_ne!(p.facts(), old);
     let p = memplan_backend_sim::profile("max1550").unwrap();
-    assert_ne!(p.facts(), xpu(Some((p.total_bytes, p.total_bytes))));
+    assert_ne!(
+        p.facts(),
+        xpu(
+            Some((p.total_bytes, p.total_bytes)),
+            p.context_overhead_bytes
+        )
+    );
 }

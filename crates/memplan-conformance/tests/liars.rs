@@ -103,13 +103,13 @@ fn every_liar_fails_naming_the_check() {
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
-/// Every simulated profile is either honest, a liar above, or `arc-a770` (its real backend's
-/// declaration is suspect by design: `arc_a770_is_suspect` in sim_profiles.rs).
+/// Every simulated profile is either honest or a liar above (`arc-a770` without Sysman's
+/// per-process query is suspect by design: `arc_a770_is_suspect` in sim_profiles.rs).
 #[test]
 fn every_honest_profile_passes_the_whole_suite_with_a_second_process() {
     let mut failures = Vec::new();
     for p in memplan_backend_sim::profiles() {
-        if LIARS.iter().any(|(l, _)| *l == p.name) || p.name == "arc-a770" {
+        if LIARS.iter().any(|(l, _)| *l == p.name) {
             continue;
         }
         assert!(
@@ -131,7 +131,6 @@ fn every_honest_profile_passes_the_whole_suite_with_a_second_process() {
             .reading(memplan::Reading::DriverFree)
             .measures_own_usage()
             && locality.as_deref() == Some("skip")
-            && p.name != "arc-a770"
         {
             let why = checks
                 .iter()

@@ -110,7 +110,8 @@ fn sysman_missing_gives_absent_free_never_zero() {
 
 #[test]
 fn free_equals_total_for_non_root_i915() {
-    let g = gpu("arc-a770");
+    // Sysman's own reading, without the per-process query the real backend composes from.
+    let g = gpu("arc-a770,sysman-processes=off");
     let a = g.allocate(2 * G).unwrap();
     g.set_other_processes(G);
     g.synchronize().unwrap();
@@ -126,6 +127,38 @@ fn free_equals_total_for_non_root_i915() {
         "declared approximate within the whole size (as the real backend does): sourced"
     );
     g.free(a).unwrap();
+}
+
+#[test]
+fn the_per_process_query_gives_a_process_local_free() {
+    // i915 for a non-root user: Sysman's free == total, its per-process query lists this
+    // process: the backend's free is the total less this process, others unseen.
+    let g = gpu("arc-a770");
+    assert!(matches!(
+        g.capabilities().reading(Reading::DriverFree),
+        Reliability::ProcessLocal { .. }
+    ));
+    let before = free_after_sync(&g).unwrap();
+    let a = g.allocate(2 * G).unwrap();
+    g.set_other_processes(G);
+    assert_eq!(
+        free_after_sync(&g),
+        Some(before - 2 * G),
+        "sees this process only"
+    );
+    assert_eq!(
+        g.raw_device_wide_memory().available,
+        Some(16 * G),
+        "the device-wide reading stays Sysman's own free == total"
+    );
+    g.free(a).unwrap();
+    // An integrated GPU: no device-local free, the per-process query answers.
+    let i = gpu("arc-140v");
+    assert!(matches!(
+        i.capabilities().reading(Reading::DriverFree),
+        Reliability::ProcessLocal { .. }
+    ));
+    assert!(free_after_sync(&i).is_some());
 }
 
 #[test]
@@ -150,7 +183,7 @@ fn stale_free_lags_one_synchronize() {
 
 #[test]
 fn declare_exact_keeps_the_quirks() {
-    let g = gpu("arc-a770,declare-exact");
+    let g = gpu("arc-a770,sysman-processes=off,declare-exact");
     for r in Reading::ALL {
         assert!(g.capabilities().reading(r).is_exact(), "{r:?}");
     }
