@@ -5,14 +5,17 @@
 //! Memory behaviour (per scenario): weights as `weight_tensors` allocations; the profile run
 //! allocates the activation peak, takes a library workspace outside the allocator and empties
 //! the cache at the end (as engines do); each graph size is warmed up eagerly
-//! (`warmup_per_token * size`, left cached) and captured with `kernel_nodes`,
-//! `intermediate_per_token * size` of intermediates in the shared private pool and
-//! `alloc_node_bytes` of graph allocation nodes.
+//! (`warmup_per_token * size`, left cached) and captured with the scenario's `kernel_nodes`
+//! (varying with the size by the device's drawn spread), `intermediate_per_token * size` of
+//! intermediates in the shared private pool (give or take the drawn jitter) and
+//! `alloc_node_bytes` of graph allocation nodes. The KV cache is sized by the engine's own
+//! arithmetic ([`crate::kv`]) from the plan's block count: one tensor per layer.
 
 use memplan_backend_sim::EngineGraph;
 use memplan_backend_sim::{BlockId, GraphSpec, SimAllocator, SimGpu};
 use memplan_core::{AllocatorView, Device, Error, RawAllocation, Result};
 
+use crate::kv::EngineKv;
 use crate::setup::Setup;
 use memplan_planner::{Engine, KvRange};
 
@@ -28,7 +31,7 @@ pub struct SimEngine {
     workspace: Option<RawAllocation>,
     graphs: Vec<EngineGraph>,
     capturing: bool,
-    kv_block: Option<BlockId>,
+    kv_blocks: Vec<BlockId>,
     kv_map: Option<KvRange>,
     /// The KV range's address the engine was given before capture (post-capture).
     pub kv_address: Option<u64>,
@@ -50,7 +53,7 @@ impl SimEngine {
             workspace: None,
             graphs: Vec::new(),
             capturing: false,
-            kv_block: None,
+            kv_blocks: Vec::new(),
             kv_map: None,
             kv_address: None,
             fail_capture_at: None,
@@ -58,13 +61,13 @@ impl SimEngine {
         }
     }
 
-    /// The graph of one size.
+    /// The graph of one size: the scenario's figures as the device's physics vary them.
     pub fn spec(&self, size: u32) -> GraphSpec {
+        let p = self.gpu.physics();
+        let largest = self.setup.sizes.first().copied().unwrap_or(size);
         GraphSpec::new(
-            self.setup.kernel_nodes,
-            self.setup
-                .intermediate_per_token
-                .saturating_mul(u64::from(size)),
+            p.kernel_nodes(self.setup.kernel_nodes, size, largest),
+            p.intermediate(self.setup.intermediate_per_token, size),
         )
         .with_alloc_nodes(self.setup.alloc_node_bytes)
     }
@@ -98,21 +101,64 @@ impl SimEngine {
         Ok(())
     }
 
-    /// Allocate the KV cache: mapped into the reserved range when there is one (rounded down
-    /// to the granularity), else from the allocator.
-    pub fn allocate_kv(&mut self, bytes: u64, range: Option<KvRange>) -> Result<()> {
-        if bytes == 0 {
+    /// The engine's KV layout for its model.
+    fn kv_layout(&self) -> Result<EngineKv> {
+        EngineKv::of(&self.setup.scenario.kv).ok_or_else(|| {
+            Error::invalid(
+                "kv.dtype",
+                format!(
+                    "the engine has no KV layout for {:?}",
+                    self.setup.scenario.kv.dtype
+                ),
+            )
+        })
+    }
+
+    /// Allocate a KV cache of `blocks` blocks by the engine's own arithmetic ([`EngineKv`]):
+    /// one tensor per layer from the caching allocator, each rounded by its rules. What is
+    /// already allocated stays (tensors that fit before an out-of-memory are held until
+    /// [`free_kv`](Self::free_kv)).
+    pub fn allocate_kv(&mut self, blocks: u64) -> Result<()> {
+        let kv = self.kv_layout()?;
+        if blocks == 0 {
             return Ok(());
         }
-        match range {
-            Some(mut r) => {
-                if bytes >= memplan_backend_sim::GRANULARITY {
-                    r.map(bytes)?;
-                }
-                self.kv_map = Some(r);
-            }
-            None => self.kv_block = Some(self.alloc.malloc(bytes)?),
+        let each = kv.tensor_bytes(blocks).ok_or_else(|| {
+            Error::invalid("KV cache", format!("{blocks} blocks overflow 64 bits"))
+        })?;
+        for _ in 0..kv.tensors {
+            let b = self.alloc.malloc(each)?;
+            self.kv_blocks.push(b);
         }
+        Ok(())
+    }
+
+    /// Free the KV cache's tensors and give their segments back.
+    pub fn free_kv(&mut self) -> Result<()> {
+        for b in std::mem::take(&mut self.kv_blocks) {
+            self.alloc.free(b)?;
+        }
+        self.alloc.empty_cache();
+        Ok(())
+    }
+
+    /// Take the KV cache the session mapped (post-capture): the engine's own layout of
+    /// `blocks` blocks must fit in what is mapped, or the engine would write past it (an
+    /// out-of-memory of the engine's layout).
+    pub fn adopt_kv(&mut self, blocks: u64, range: KvRange) -> Result<()> {
+        let need = self.kv_layout()?.total_bytes(blocks).ok_or_else(|| {
+            Error::invalid("KV cache", format!("{blocks} blocks overflow 64 bits"))
+        })?;
+        if need > range.mapped_bytes() {
+            return Err(Error::OutOfMemory {
+                call: format!(
+                    "the engine's KV layout of {blocks} blocks in the {} mapped",
+                    memplan_core::bytes::fmt_bytes(range.mapped_bytes())
+                ),
+                requested: need,
+            });
+        }
+        self.kv_map = Some(range);
         Ok(())
     }
 
@@ -209,6 +255,16 @@ impl Engine for SimEngine {
     fn bind_kv_range(&mut self, range: &KvRange) -> Result<()> {
         self.kv_address = Some(range.address());
         Ok(())
+    }
+
+    /// The session allocates the KV cache through the engine's own arithmetic and measures it.
+    fn allocate_kv_cache(&mut self, blocks: u64) -> Result<bool> {
+        self.allocate_kv(blocks)?;
+        Ok(true)
+    }
+
+    fn release_kv_cache(&mut self) -> Result<()> {
+        self.free_kv()
     }
 
     fn supports_post_capture(&self) -> bool {

@@ -10,6 +10,8 @@
 //! - [`scenario`]: the TOML scenario format and the shipped scenarios (embedded by name);
 //! - [`setup`]: a scenario resolved into quantities;
 //! - [`engine`]: [`SimEngine`], a small engine over the simulated caching allocator;
+//! - [`kv`]: the engine's own KV-cache arithmetic (pages, one tensor per layer), from its
+//!   rules and shared with nothing in the planner;
 //! - [`run`](mod@run): one run per strategy;
 //! - [`oracle`]: the largest KV cache that would have fit, from ground truth only, by code the
 //!   planner does not share;
@@ -17,6 +19,7 @@
 //! - [`report`]: the per-strategy comparison ([`SimReport`], `Display` + `Serialize`).
 
 pub mod engine;
+pub mod kv;
 pub mod oracle;
 pub mod report;
 pub mod run;

@@ -5,25 +5,37 @@
 //! arithmetic, no KV sizing, no plan figure). What the engine's parts really take is measured by
 //! running the engine *alone* on a fresh device with the same seed ([`engine_alone`]): no
 //! profiling, no calibration, only the engine's own steps, each read from the ground truth. The
-//! KV page arithmetic is its own, from the scenario's model shape ([`tokens_in`]).
+//! KV arithmetic is the engine's own ([`crate::kv`]): one tensor per layer, each rounded by the
+//! allocator as the device's physics draw it.
 //!
-//! The oracle of one run ([`oracle_bytes`]) is the smaller of
-//! - the room within the requested memory: `requested` (a fraction of the true total, or the
-//!   byte budget) less the weights, activation, library workspace and graph memory the engine
-//!   alone takes, less the per-capture memory the run's own profiling left held for good;
-//! - the physical room at the moment the plan was made: the true free memory less the peak the
-//!   engine still needs after allocating its KV cache (capturing its graphs with their
-//!   warm-ups, then a burst at full concurrency).
+//! Two oracles judge a run:
+//! - [`oracle_tokens`], the run's: the smaller of the room within the requested memory
+//!   (`requested` less the weights, activation, library workspace and graph memory the engine
+//!   alone takes, less the per-capture memory the run's own profiling left held for good) and
+//!   the physical room when the plan was made (the true free memory less the peak the engine
+//!   still needs after allocating its KV cache);
+//! - [`clean_oracle_tokens`], from a clean device: the same room without anything the run's
+//!   profiling did (no leftovers, the free memory of the engine alone, less what other
+//!   processes took since the start). It does not depend on the run's strategy or leaks, and
+//!   is reported beside the first.
+//!
+//! Where the engine alone runs out of memory (its weights, profile run or workspace, or its
+//! graphs), nothing fits: the oracle is an empty cache and refusing is the right answer (an
+//! out-of-memory in the engine's own loading step is then the model not fitting, not a plan's
+//! failure). Where the engine's start-up rule refuses
+//! (free memory at start below the request, as vLLM's worker checks), a refusal is right too
+//! ([`Oracle::start_refused`]).
 
-use memplan_backend_sim::{GroundTruth, SimGpu};
-use memplan_core::Result;
+use memplan_backend_sim::{AllocatorSnapshot, GroundTruth, SimGpu};
+use memplan_core::{Error, Result};
 
 use crate::engine::SimEngine;
+use crate::kv::EngineKv;
 use crate::run::{graph_truth, open};
 use crate::setup::Setup;
 
 /// What the engine's parts take when it runs alone (bytes, from the ground truth).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct EngineAlone {
     /// Allocator segments holding the weights.
     pub weights: u64,
@@ -32,63 +44,122 @@ pub struct EngineAlone {
     /// Driver memory of the library workspace (outside the allocator).
     pub workspace: u64,
     /// Graph memory of capturing every size (pool, executable objects, allocation nodes,
-    /// per-capture memory).
+    /// per-capture memory, a library's allocation on the first capture).
     pub graph: u64,
     /// Peak growth of the process while capturing every graph (warm-ups included) and then
     /// serving a burst, above where it stood before the first warm-up.
     pub capture_and_burst_peak: u64,
+    /// True free memory where the engine alone would allocate its KV cache (after its weights,
+    /// profile run and workspace; other processes as at the start).
+    pub free_before_kv: u64,
+    /// Memory other processes hold at the start.
+    pub others_at_start: u64,
+    /// The engine's graphs do not fit on the device even alone: no KV cache fits.
+    pub graphs_do_not_fit: bool,
+    /// The engine alone's allocator where it would allocate its KV cache.
+    #[serde(skip)]
+    pub allocator: AllocatorSnapshot,
+    /// The engine alone runs out of memory before its graphs (weights, profile run, library
+    /// workspace): the model does not fit on the device at all.
+    pub nothing_fits: bool,
 }
 
 /// Run the engine alone on a fresh device of the scenario (same selector and seed, the other
-/// processes present at start) and read what each part takes from the ground truth.
+/// processes present at start) and read what each part takes from the ground truth. An
+/// out-of-memory while capturing its graphs is an answer ([`EngineAlone::graphs_do_not_fit`]);
+/// any other failure is the harness's.
 pub fn engine_alone(setup: &Setup) -> Result<EngineAlone> {
     let gpu = open(setup)?;
     let mut e = SimEngine::new(gpu.clone(), setup.clone());
     let alloc = gpu.allocator();
     let t0 = gpu.truth();
-    e.load_weights()?;
+    let nothing = || EngineAlone {
+        weights: 0,
+        activation: 0,
+        workspace: 0,
+        graph: 0,
+        capture_and_burst_peak: 0,
+        free_before_kv: 0,
+        others_at_start: t0.other_processes,
+        graphs_do_not_fit: false,
+        allocator: alloc.snapshot(),
+        nothing_fits: true,
+    };
+    match e.load_weights() {
+        Err(err) if err.is_out_of_memory() => return Ok(nothing()),
+        r => r?,
+    }
     let t1 = gpu.truth();
-    let b = alloc.malloc(setup.activation_peak.max(1))?;
+    // The profile run as the engine runs it: the activation peak, the library workspace
+    // taken while it is live, the cache emptied at the end.
+    let b = match alloc.malloc(setup.activation_peak.max(1)) {
+        Err(err) if err.is_out_of_memory() => return Ok(nothing()),
+        r => r?,
+    };
     let activation = gpu.truth().allocator_reserved - t1.allocator_reserved;
+    let mut workspace = 0;
+    let mut _held = None;
+    if setup.workspace > 0 {
+        let r0 = gpu.truth().raw_allocations;
+        _held = match e.device().allocate(setup.workspace) {
+            Err(err) if err.is_out_of_memory() => return Ok(nothing()),
+            r => Some(r?),
+        };
+        workspace = gpu.truth().raw_allocations - r0;
+    }
     alloc.free(b)?;
     alloc.empty_cache();
     // The engine waits for its own queue after the profile run (on a platform without a
     // device-wide synchronize, the segments return only then).
     alloc.synchronize()?;
-    let mut workspace = 0;
-    let mut _held = None;
-    if setup.workspace > 0 {
-        let r0 = gpu.truth().raw_allocations;
-        _held = Some(e.device().allocate(setup.workspace)?);
-        workspace = gpu.truth().raw_allocations - r0;
-    }
     let base = gpu.truth().this_process();
+    let free_before_kv = gpu.truth().free;
+    let kv_allocator = alloc.snapshot();
     let g0 = graph_truth(&gpu.truth());
     let mut peak = 0u64;
     let mut see = |gpu: &SimGpu| peak = peak.max(gpu.truth().this_process().saturating_sub(base));
+    let mut graphs_do_not_fit = false;
     for s in setup.sizes.clone() {
-        memplan_planner::Engine::warm_up(&mut e, s)?;
-        see(&gpu);
-        match memplan_planner::Engine::capture_graph(&mut e, s) {
+        let step = memplan_planner::Engine::warm_up(&mut e, s).and_then(|()| {
+            see(&gpu);
+            memplan_planner::Engine::capture_graph(&mut e, s)
+        });
+        match step {
+            Ok(()) => see(&gpu),
             // The device cannot capture: the engine runs eagerly, no graph memory.
-            Err(memplan_core::Error::Unsupported { .. }) => {
+            Err(Error::Unsupported { .. }) => {
                 memplan_planner::Engine::release_graphs(&mut e)?;
                 break;
             }
-            r => r?,
+            Err(err) if err.is_out_of_memory() => {
+                graphs_do_not_fit = true;
+                break;
+            }
+            Err(err) => return Err(err),
         }
-        see(&gpu);
     }
     let graph = graph_truth(&gpu.truth()).saturating_sub(g0);
-    let b = alloc.malloc(setup.activation_peak.max(1))?;
-    see(&gpu);
-    alloc.free(b)?;
+    if !graphs_do_not_fit {
+        match alloc.malloc(setup.activation_peak.max(1)) {
+            Ok(b) => {
+                see(&gpu);
+                alloc.free(b)?;
+            }
+            Err(err) if err.is_out_of_memory() => graphs_do_not_fit = true,
+            Err(err) => return Err(err),
+        }
+    }
     Ok(EngineAlone {
         weights: t1.allocator_reserved - t0.allocator_reserved,
         activation,
         workspace,
         graph,
         capture_and_burst_peak: peak,
+        free_before_kv,
+        others_at_start: t0.other_processes,
+        graphs_do_not_fit,
+        allocator: kv_allocator,
+        nothing_fits: false,
     })
 }
 
@@ -102,7 +173,7 @@ pub fn requested(total: u64, utilization: Option<f64>, budget: Option<u64>) -> O
 }
 
 /// Where the run stood when its plan was made.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct AtPlan {
     /// Ground truth at device open (before the engine did anything).
     pub start: GroundTruth,
@@ -112,16 +183,45 @@ pub struct AtPlan {
     pub graphs_kept: bool,
     /// The engine runs eagerly: no graphs at all.
     pub eager: bool,
+    /// The engine's allocator right after the plan.
+    pub allocator: AllocatorSnapshot,
 }
 
-/// The largest KV cache (bytes) that would have fit from the plan's moment on.
-pub fn oracle_bytes(setup: &Setup, alone: &EngineAlone, at: &AtPlan) -> Option<u64> {
+/// An oracle's verdict on a setup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Oracle {
+    /// Usable KV tokens of the largest cache that fits.
+    pub tokens: u64,
+    /// Blocks of that cache (the null block included).
+    pub blocks: u64,
+    /// The engine's own start-up rule refuses this request (free memory at start below it).
+    pub start_refused: bool,
+}
+
+impl Oracle {
+    /// Whether the oracle holds at least one request of `max_model_len` tokens after keeping
+    /// `share` of its blocks (the share a plan is held to): a refusal then is needless.
+    pub fn has_room(&self, setup: &Setup, share: f64) -> bool {
+        let bs = u64::from(setup.scenario.kv.block_size.max(1));
+        let per_request = setup.scenario.kv.max_model_len.div_ceil(bs);
+        let usable = self.blocks.saturating_sub(1) as f64 * share;
+        !self.start_refused && usable >= per_request as f64
+    }
+}
+
+fn requested_of(setup: &Setup, total: u64) -> Option<u64> {
     let req = &setup.scenario.request;
     let budget = match &req.memory_budget {
         Some(b) => Some(b.bytes("memory_budget").ok()?),
         None => None,
     };
-    let requested = requested(at.start.total, req.gpu_memory_utilization, budget)?;
+    requested(total, req.gpu_memory_utilization, budget)
+}
+
+/// The largest KV cache that would have fit from the run's plan on (`None`: the request or
+/// the model cannot be judged; a harness error).
+pub fn oracle_tokens(setup: &Setup, alone: &EngineAlone, at: &AtPlan) -> Option<Oracle> {
+    let requested = requested_of(setup, at.start.total)?;
     let graph = if at.eager { 0 } else { alone.graph };
     // Per-capture memory the run's own measuring captures left held (never returned): the
     // process holds it whatever it plans next. Kept graphs' memory is their graph memory.
@@ -141,57 +241,87 @@ pub fn oracle_bytes(setup: &Setup, alone: &EngineAlone, at: &AtPlan) -> Option<u
     ]
     .iter()
     .fold(requested, |room, x| room.saturating_sub(*x));
+    // What a library allocated on the first capture is taken once per process: the run's
+    // profiling already holds it (in its free memory), the engine's capture will not take it
+    // again.
+    let held_once = at.plan.library_lazy.saturating_sub(at.start.library_lazy);
     let still_needed = if at.graphs_kept || at.eager {
+        alone.activation
+    } else {
+        alone.capture_and_burst_peak.saturating_sub(held_once)
+    };
+    let physical = at.plan.free.saturating_sub(still_needed);
+    let room = if alone.nothing_fits || (alone.graphs_do_not_fit && !at.eager) {
+        0
+    } else {
+        in_request.min(physical)
+    };
+    verdict(
+        setup,
+        room,
+        at.graphs_kept,
+        requested > at.start.free,
+        &at.allocator,
+    )
+}
+
+/// The largest KV cache on a clean device: the engine alone, nothing the run's profiling left
+/// behind, other processes at what they hold when the plan is made (`others_now`).
+pub fn clean_oracle_tokens(setup: &Setup, alone: &EngineAlone, at: &AtPlan) -> Option<Oracle> {
+    let requested = requested_of(setup, at.start.total)?;
+    let graph = if at.eager { 0 } else { alone.graph };
+    let in_request = [alone.weights, alone.activation, alone.workspace, graph]
+        .iter()
+        .fold(requested, |room, x| room.saturating_sub(*x));
+    let others_grew = at
+        .plan
+        .other_processes
+        .saturating_sub(alone.others_at_start);
+    let still_needed = if at.eager {
         alone.activation
     } else {
         alone.capture_and_burst_peak
     };
-    let physical = at.plan.free.saturating_sub(still_needed);
-    Some(largest_kv_allocation(
-        in_request.min(physical),
-        at.graphs_kept,
-    ))
-}
-
-/// The largest KV cache whose allocation takes at most `room`: mapped into a reserved range
-/// (post-capture) it takes its own bytes (the engine maps whole pages, rounding down); from
-/// the caching allocator it takes a fresh segment, rounded up by the allocator's rules.
-fn largest_kv_allocation(room: u64, mapped: bool) -> u64 {
-    if mapped {
-        return room;
-    }
-    // The segment size is monotonic in the request: bisect for the largest request that fits.
-    let (mut lo, mut hi) = (0u64, room);
-    while lo < hi {
-        let mid = lo + (hi - lo).div_ceil(2);
-        if memplan_backend_sim::SimAllocator::fresh_segment_bytes(mid) <= room {
-            lo = mid;
-        } else {
-            hi = mid - 1;
-        }
-    }
-    lo
-}
-
-/// Tokens a KV cache of `bytes` holds, from the scenario's model shape: one block holds
-/// `block_size` tokens of K and V for every layer and KV head (int8 adds one f32 scale per token
-/// and head for K and for V); one block is the engine's null block.
-pub fn tokens_in(setup: &Setup, bytes: u64) -> Option<u64> {
-    let k = &setup.scenario.kv;
-    let (elem, scale) = match k.dtype.to_ascii_lowercase().as_str() {
-        "fp32" | "float32" | "float" => (4u64, 0u64),
-        "fp16" | "float16" | "half" | "bf16" | "bfloat16" => (2, 0),
-        "int8" => (1, 4),
-        d if d.starts_with("fp8") || d.starts_with("float8") => (1, 0),
-        _ => return None,
+    let physical = alone
+        .free_before_kv
+        .saturating_sub(others_grew)
+        .saturating_sub(still_needed);
+    let room = if alone.nothing_fits || (alone.graphs_do_not_fit && !at.eager) {
+        0
+    } else {
+        in_request.min(physical)
     };
-    let per_token_head = 2 * (u64::from(k.head_dim) * elem + scale);
-    let block = u64::from(k.layers)
-        .checked_mul(u64::from(k.kv_heads))?
-        .checked_mul(u64::from(k.block_size))?
-        .checked_mul(per_token_head)?;
-    if block == 0 {
-        return None;
-    }
-    Some((bytes / block).saturating_sub(1) * u64::from(k.block_size))
+    verdict(
+        setup,
+        room,
+        at.graphs_kept,
+        requested > at.start.free,
+        &alone.allocator,
+    )
+}
+
+fn verdict(
+    setup: &Setup,
+    room: u64,
+    mapped: bool,
+    start_refused: bool,
+    alloc: &AllocatorSnapshot,
+) -> Option<Oracle> {
+    let kv = EngineKv::of(&setup.scenario.kv)?;
+    let blocks = if mapped {
+        // Mapped into a reserved range: whole granules, the tensors side by side.
+        let gran = memplan_backend_sim::GRANULARITY;
+        kv.blocks_within(room / gran * gran, |b| kv.total_bytes(b))
+    } else {
+        // One tensor per layer from the caching allocator as it stood: what they take, its
+        // cached blocks reused and its segments shared and rounded by its rules.
+        kv.blocks_within(room, |b| {
+            kv.tensor_bytes(b).map(|t| alloc.growth(kv.tensors, t))
+        })
+    };
+    Some(Oracle {
+        tokens: kv.tokens(blocks),
+        blocks,
+        start_refused,
+    })
 }

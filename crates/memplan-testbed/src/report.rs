@@ -1,10 +1,12 @@
 //! What `memplan simulate` reports: per strategy, the graph estimate, the real graph memory,
-//! the error, KV tokens granted vs the oracle, and whether anything ran out of memory.
+//! the error, KV tokens the engine got vs the run's oracle and the clean device's oracle, and
+//! whether anything ran out of memory.
 
 use memplan_core::bytes::{fmt_bytes, fmt_signed};
 use serde::Serialize;
 use std::fmt;
 
+use crate::oracle::Oracle;
 use crate::run::Choice;
 use memplan_planner::calibrate::CalibrationReport;
 use memplan_planner::plan::Plan;
@@ -27,12 +29,23 @@ pub struct Outcome {
     pub error_bytes: Option<i64>,
     /// Error relative to the real graph memory, percent.
     pub error_pct: Option<f64>,
-    /// KV tokens the plan granted.
+    /// KV tokens the engine's own arithmetic makes of the plan's block count.
     pub kv_tokens: Option<u64>,
-    /// The most KV tokens that would have fit.
+    /// KV tokens the plan says its blocks hold (differs from `kv_tokens` only when the
+    /// planner's page layout disagrees with the engine's).
+    pub planned_tokens: Option<u64>,
+    /// The most KV tokens that would have fit (the run's oracle).
     pub oracle_tokens: Option<u64>,
+    /// The run's oracle.
+    pub oracle: Option<Oracle>,
+    /// The oracle of a clean device (independent of the run's strategy and leftovers).
+    pub clean_oracle: Option<Oracle>,
+    /// Why no oracle could be computed (a harness error).
+    pub oracle_error: Option<String>,
     /// `kv_tokens / oracle_tokens`.
     pub kv_vs_oracle: Option<f64>,
+    /// `kv_tokens / clean_oracle.tokens`.
+    pub kv_vs_clean_oracle: Option<f64>,
     /// Bytes the process grew past the requested memory (ground truth), when it did.
     pub over_request_bytes: Option<u64>,
     /// The out-of-memory error, when something ran out of memory.
@@ -60,8 +73,13 @@ impl Outcome {
             error_bytes: None,
             error_pct: None,
             kv_tokens: None,
+            planned_tokens: None,
             oracle_tokens: None,
+            oracle: None,
+            clean_oracle: None,
+            oracle_error: None,
             kv_vs_oracle: None,
+            kv_vs_clean_oracle: None,
             over_request_bytes: None,
             oom: None,
             failed: None,
@@ -76,11 +94,13 @@ impl Outcome {
                 self.error_pct = Some(e as f64 * 100.0 / r as f64);
             }
         }
-        if let (Some(k), Some(o)) = (self.kv_tokens, self.oracle_tokens) {
-            if o > 0 {
-                self.kv_vs_oracle = Some(k as f64 / o as f64);
-            }
-        }
+        let share = |o: u64| {
+            self.kv_tokens
+                .filter(|_| o > 0)
+                .map(|k| k as f64 / o as f64)
+        };
+        self.kv_vs_oracle = self.oracle_tokens.and_then(share);
+        self.kv_vs_clean_oracle = self.clean_oracle.and_then(|o| share(o.tokens));
     }
 
     /// Did it run out of memory?
@@ -136,8 +156,16 @@ impl fmt::Display for SimReport {
         }
         writeln!(
             f,
-            "  {:<20} {:>11} {:>11} {:>11} {:>8} {:>10} {:>10} {:>7}  outcome",
-            "strategy", "estimate", "real", "error", "error%", "KV tokens", "oracle", "of orc.",
+            "  {:<20} {:>11} {:>11} {:>11} {:>8} {:>10} {:>10} {:>7} {:>7}  outcome",
+            "strategy",
+            "estimate",
+            "real",
+            "error",
+            "error%",
+            "KV tokens",
+            "oracle",
+            "of orc.",
+            "clean",
         )?;
         for r in &self.runs {
             let name = if r.auto {
@@ -149,13 +177,19 @@ impl fmt::Display for SimReport {
                 (Some(o), _, _) => format!("OOM: {o}"),
                 (None, Some(e), _) => format!("FAILED: {e}"),
                 (None, None, Some(b)) => format!("OVER REQUEST by {}", fmt_bytes(b)),
+                _ if r.oracle_error.is_some() => {
+                    format!(
+                        "HARNESS: no oracle ({})",
+                        r.oracle_error.as_deref().unwrap_or("")
+                    )
+                }
                 // A cache that holds no token serves nothing: not a success.
                 _ if r.kv_tokens == Some(0) => "FAILED: the KV cache holds 0 tokens".into(),
                 _ => "ok".into(),
             };
             writeln!(
                 f,
-                "  {:<20} {:>11} {:>11} {:>11} {:>8} {:>10} {:>10} {:>7}  {}",
+                "  {:<20} {:>11} {:>11} {:>11} {:>8} {:>10} {:>10} {:>7} {:>7}  {}",
                 name,
                 opt(r.estimate, fmt_bytes),
                 opt(r.real_graph, fmt_bytes),
@@ -164,6 +198,7 @@ impl fmt::Display for SimReport {
                 opt(r.kv_tokens, |t| t.to_string()),
                 opt(r.oracle_tokens, |t| t.to_string()),
                 opt(r.kv_vs_oracle, |x| format!("{:.1}%", x * 100.0)),
+                opt(r.kv_vs_clean_oracle, |x| format!("{:.1}%", x * 100.0)),
                 outcome
             )?;
         }

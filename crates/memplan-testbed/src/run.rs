@@ -4,23 +4,24 @@
 //! Per run: open a fresh simulated GPU, calibrate (when the scenario says so), profile the
 //! engine through a [`Session`], plan; then allocate the KV cache the plan allowed, capture
 //! every graph for real (unless the strategy kept them, or runs eagerly), and serve a burst at
-//! full concurrency. The oracle is the largest KV cache that would have fit: within the
-//! requested memory with the *real* graph memory and the engine's real non-allocator growth,
-//! and within what was physically free (free memory before the KV cache, less the graphs
-//! still to capture and the burst's activation; fragments cached by the allocator excluded).
+//! full concurrency. The engine sizes its KV cache itself from the plan's block count
+//! ([`crate::kv`]). The oracles ([`crate::oracle`]) are the largest KV cache that would have
+//! fit: within the requested memory with the *real* graph memory and the engine's real
+//! non-allocator growth, and within what was physically free.
 
 use memplan_backend_sim::{GroundTruth, SimGpu};
 use memplan_core::Result;
 
 use crate::engine::SimEngine;
-use crate::oracle::{engine_alone, oracle_bytes, tokens_in, AtPlan};
+use crate::kv::EngineKv;
+use crate::oracle::{clean_oracle_tokens, engine_alone, oracle_tokens, AtPlan};
 use crate::report::Outcome;
 use crate::setup::Setup;
 use memplan_planner::calibrate::{calibrate, CalibrationReport};
 use memplan_planner::plan::{Plan, PlanBuilder};
 use memplan_planner::session::Session;
 use memplan_planner::strategy::StrategyKind;
-use memplan_planner::{KvRange, Profile};
+use memplan_planner::{KvCache, Profile};
 
 /// Which strategy a run uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,11 +33,13 @@ pub enum Choice {
 }
 
 /// Memory the truth attributes to graphs: private pool, exec objects, hidden per-capture
-/// memory, graph-pool memory and releases still pending.
+/// memory, a library's allocation on the first capture, graph-pool memory and releases still
+/// pending.
 pub fn graph_truth(t: &GroundTruth) -> u64 {
     t.private_pool_reserved
         + t.graph_exec
         + t.hidden_capture
+        + t.library_lazy
         + t.graph_pool_reserved
         + t.pending_release
 }
@@ -68,9 +71,17 @@ struct Profiled {
     plan: Plan,
     why: String,
     kept_graph_truth: Option<u64>,
-    kv_range: Option<KvRange>,
+    /// Ground truth right after the plan, before the KV cache.
+    at_plan: GroundTruth,
+    /// The engine's allocator then.
+    at_plan_allocator: memplan_backend_sim::AllocatorSnapshot,
+    /// The KV cache the session ended with (allocated by the engine inside it, or mapped).
+    cache: KvCache,
     downgrades: Vec<String>,
 }
+
+/// What the test-bed names the engine's own loading steps (weights, profile run) in errors.
+const ENGINE_STEP: &str = "the engine's loading (weights, profile run)";
 
 /// A change applied to the measured profile before planning (tests inflate a planner figure
 /// with it, to show the oracle does not move with the plan).
@@ -105,9 +116,11 @@ fn profile(
     let downgrades: Vec<String> = downgrades.iter().map(ToString::to_string).collect();
     s.check_request(setup.request)?;
     neighbour(setup, gpu, "load_weights");
-    s.load_weights(|e| e.load_weights())?;
+    s.load_weights(|e| e.load_weights())
+        .map_err(|e| e.during(ENGINE_STEP))?;
     neighbour(setup, gpu, "profile_run");
-    s.profile_run(|e| e.profile_run())?;
+    s.profile_run(|e| e.profile_run())
+        .map_err(|e| e.during(ENGINE_STEP))?;
     // Attributed before the phase runs, so an out-of-memory inside it names the strategy.
     out.strategy = match choice {
         Choice::Auto => s.selection().kind,
@@ -137,22 +150,29 @@ fn profile(
         Some(t) => {
             let mut p = s.profile();
             t(&mut p);
-            PlanBuilder::from_profile(
+            let b = PlanBuilder::from_profile(
                 &p,
                 why.clone(),
                 setup.request,
                 setup.kv.clone(),
                 setup.limits,
-            )?
-            .build()?
+            )?;
+            s.plan_with(b)?
         }
     };
-    let (_, kv_range) = s.into_parts();
+    let at_plan = gpu.truth();
+    let at_plan_allocator = gpu.allocator().snapshot();
+    // The engine's KV cache, as an engine ends its start-up: the session has the engine
+    // allocate the plan's blocks (measured, fewer where they take more than the plan kept),
+    // or maps them after post-capture.
+    let cache = s.into_kv_cache(&plan)?;
     Ok(Profiled {
         plan,
         why,
         kept_graph_truth,
-        kv_range,
+        at_plan,
+        at_plan_allocator,
+        cache,
         downgrades,
     })
 }
@@ -168,7 +188,8 @@ pub fn run_with(setup: &Setup, choice: Choice, tamper: Option<Tamper<'_>>) -> Re
 }
 
 /// As [`run_with`], judged against `alone` (the engine alone on a fresh device of the same
-/// setup, [`engine_alone`]; computed once for several strategies of one setup).
+/// setup, [`engine_alone`]; computed once for several strategies of one setup; `None` when it
+/// could not be computed, which the outcome records as the harness's error).
 pub fn run_judged(
     setup: &Setup,
     choice: Choice,
@@ -181,14 +202,33 @@ pub fn run_judged(
     let start = gpu.truth();
     let mut engine = SimEngine::new(gpu.clone(), setup.clone());
     let mut out = Outcome::new(choice);
+    if alone.is_none() {
+        out.oracle_error = Some("the engine alone could not run on a fresh device".into());
+    }
     let pr = match profile(setup, &gpu, &mut engine, (choice, tamper), &mut out) {
         Ok(p) => p,
-        Err(e) if e.is_out_of_memory() => {
-            out.oom = Some(format!("during profiling: {e}"));
-            return Ok(out);
-        }
         Err(e) => {
-            out.failed = Some(format!("start-up refused: {e}"));
+            let engine_step = e.to_string().contains(ENGINE_STEP);
+            if e.is_out_of_memory() && engine_step && alone.as_ref().is_some_and(|a| a.nothing_fits)
+            {
+                // The engine alone runs out of memory loading too: the model does not fit.
+                out.failed = Some(format!(
+                    "the model does not fit on the device (the engine alone runs out of memory too): {e}"
+                ));
+            } else if e.is_out_of_memory() {
+                out.oom = Some(format!("during profiling: {e}"));
+            } else {
+                out.failed = Some(format!("start-up refused: {e}"));
+            }
+            // Judged all the same: a refusal where the oracles show room is a failure.
+            let at = AtPlan {
+                start,
+                plan: gpu.truth(),
+                graphs_kept: false,
+                eager: false,
+                allocator: gpu.allocator().snapshot(),
+            };
+            judge(setup, alone.as_ref(), &at, &mut out);
             return Ok(out);
         }
     };
@@ -196,26 +236,28 @@ pub fn run_judged(
     out.why = pr.why.clone();
     out.downgrades = pr.downgrades.clone();
     out.estimate = pr.plan.graph.estimate.as_ref().map(|g| g.reserve);
-    out.kv_tokens = Some(pr.plan.kv.tokens);
+    // What the engine's own arithmetic makes of the plan's block count.
+    let engine_kv = EngineKv::of(&setup.scenario.kv);
+    out.planned_tokens = Some(pr.plan.kv.tokens);
+    out.kv_tokens = engine_kv.map(|k| k.tokens(pr.cache.num_blocks));
 
     // Where the world stood when the plan was made (for the oracle).
     let at = AtPlan {
         start,
-        plan: gpu.truth(),
+        plan: pr.at_plan,
         graphs_kept: pr.kept_graph_truth.is_some(),
         eager: out.strategy == StrategyKind::None,
+        allocator: pr.at_plan_allocator.clone(),
     };
 
     // What happens next in a real engine, watching the process's peak.
     let mut real_graph = pr.kept_graph_truth;
     let mut peak = 0u64;
-    // What an engine allocates: whole blocks of the plan's page layout, not the budget.
-    let kv_bytes = pr.plan.kv.used_bytes;
     let step = serve(
         setup,
         &gpu,
         &mut engine,
-        (kv_bytes, pr.kv_range),
+        pr.cache,
         &at,
         &mut real_graph,
         &mut peak,
@@ -230,16 +272,12 @@ pub fn run_judged(
     out.real_graph = if at.eager {
         Some(0)
     } else {
-        real_graph.or(alone.map(|a| a.graph))
+        real_graph.or(alone.as_ref().map(|a| a.graph))
     };
     if let (Some(est), Some(r)) = (out.estimate, out.real_graph) {
         out.error_bytes = Some(est as i64 - r as i64);
     }
-    if let Some(a) = &alone {
-        if let Some(bytes) = oracle_bytes(setup, a, &at) {
-            out.oracle_tokens = tokens_in(setup, bytes);
-        }
-    }
+    judge(setup, alone.as_ref(), &at, &mut out);
     // Over the requested memory: the process grew past what the engine asked for.
     let req = &setup.scenario.request;
     let budget = req
@@ -257,21 +295,47 @@ pub fn run_judged(
     Ok(out)
 }
 
-/// Allocate the KV cache the plan allowed, capture every graph (unless kept or eager), serve a
-/// burst; `peak` follows the process's driver memory.
+/// Both oracles' verdicts on the run (an oracle that cannot be computed is recorded as the
+/// harness's error, never skipped).
+fn judge(
+    setup: &Setup,
+    alone: Option<&crate::oracle::EngineAlone>,
+    at: &AtPlan,
+    out: &mut Outcome,
+) {
+    let Some(a) = alone else { return };
+    match oracle_tokens(setup, a, at) {
+        Some(o) => out.oracle = Some(o),
+        None => {
+            out.oracle_error = Some(format!(
+                "no oracle for the request or the KV dtype {:?}",
+                setup.scenario.kv.dtype
+            ))
+        }
+    }
+    out.clean_oracle = clean_oracle_tokens(setup, a, at);
+    out.oracle_tokens = out.oracle.map(|o| o.tokens);
+}
+
+/// Allocate the KV cache of the plan's block count (the engine's own arithmetic), capture
+/// every graph (unless kept or eager), serve a burst; `peak` follows the process's driver
+/// memory.
 fn serve(
     setup: &Setup,
     gpu: &SimGpu,
     engine: &mut SimEngine,
-    (kv_bytes, kv_range): (u64, Option<KvRange>),
+    cache: KvCache,
     at: &AtPlan,
     real_graph: &mut Option<u64>,
     peak: &mut u64,
 ) -> Result<()> {
     let mut see = |g: &SimGpu| *peak = (*peak).max(g.truth().this_process());
-    engine
-        .allocate_kv(kv_bytes, kv_range)
-        .map_err(|e| e.during("KV cache allocation"))?;
+    match (cache.allocated, cache.range) {
+        (true, _) => Ok(()),
+        (false, Some(range)) => engine.adopt_kv(cache.num_blocks, range),
+        (false, None) => engine.allocate_kv(cache.num_blocks),
+    }
+    .map_err(|e| e.during("KV cache allocation"))?;
     see(gpu);
     if !at.eager && !at.graphs_kept {
         let g0 = graph_truth(&gpu.truth());

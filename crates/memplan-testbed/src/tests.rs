@@ -1,4 +1,5 @@
-//! Acceptance checks of issue 3 on the shipped scenarios, and teardown under injected failures.
+//! Acceptance checks on the shipped scenarios (no out-of-memory, the planned share of the
+//! oracle), and teardown under injected failures.
 
 use super::*;
 use crate::run::{graph_truth, open, run, Choice};
@@ -37,8 +38,11 @@ fn every_shipped_scenario_parses_and_the_automatic_choice_never_runs_out_of_memo
         );
         if matches!(a.strategy, StrategyKind::PostCapture | StrategyKind::Full) {
             let (err, real) = (a.error_bytes.unwrap().unsigned_abs(), a.real_graph.unwrap());
+            // A measured capture includes what a library allocates once, on the first
+            // capture, which the engine's later capture does not take again.
+            let once = open(&s).unwrap().physics().lazy_first_capture_bytes;
             assert!(
-                err <= (real / 50).max(8 * MIB),
+                err <= (real / 50).max(8 * MIB) + once,
                 "{name}: graph error {err} of {real}"
             );
             assert!(frac >= 0.98, "{name}: {frac}");
@@ -48,7 +52,11 @@ fn every_shipped_scenario_parses_and_the_automatic_choice_never_runs_out_of_memo
 
 #[test]
 fn fp8_failure_one_legacy_under_estimates_and_runs_out_of_memory() {
-    let runs = run_all(&setup("fp8-24g")).unwrap();
+    // The published failure, at the typical figure of every quantity (no library allocating
+    // on the first capture, which would turn the first sample positive).
+    let mut fp8 = setup("fp8-24g");
+    fp8.physics = Some("nominal".into());
+    let runs = run_all(&fp8).unwrap();
     let legacy = by(&runs, StrategyKind::VllmLegacy);
     let plan = legacy.plan.as_ref().unwrap();
     let samples: Vec<i64> = plan
@@ -80,7 +88,9 @@ fn fp8_failure_one_legacy_under_estimates_and_runs_out_of_memory() {
         auto.error_bytes.unwrap().unsigned_abs() <= (auto.real_graph.unwrap() / 50).max(8 * MIB)
     );
     // The bf16 twin: the real graphs take ~0.2 GiB, the legacy estimate ~10 MiB.
-    let bf16 = run_all(&setup("bf16-24g")).unwrap();
+    let mut bf16 = setup("bf16-24g");
+    bf16.physics = Some("nominal".into());
+    let bf16 = run_all(&bf16).unwrap();
     let l = by(&bf16, StrategyKind::VllmLegacy);
     assert!(
         l.estimate.unwrap() < 24 * MIB && l.real_graph.unwrap() > 180 * MIB,
@@ -249,7 +259,7 @@ fn teardown_restores_on_injected_failures() {
                 stats.allocated,
                 "{kind} {fail_at}"
             );
-            assert!(graph_truth(&after) - after.hidden_capture == 0);
+            assert!(graph_truth(&after) - after.hidden_capture - after.library_lazy == 0);
         }
     }
 }

@@ -6,7 +6,7 @@
 //!
 //! Memory other processes hold where the free reading cannot see it: the planner bounds the
 //! KV cache by the device-wide reading, or, where the device has none, names the blind spot
-//! and checks the plan with an allocation probe (issue 11, item 5).
+//! and checks the plan with an allocation probe.
 
 use memplan_planner::{PhysicalCheck, StrategyKind};
 use memplan_testbed::{simulate_seeded, StrategyArg};
@@ -77,7 +77,10 @@ fn check(name: &str, text: &str, seeds: u64) -> Vec<String> {
             continue;
         }
         if let Some(f) = &a.failed {
-            if !f.starts_with("start-up refused") || f.len() < 40 {
+            // A refusal, or a model the engine alone cannot load either (the oracle shows it).
+            let clear =
+                f.starts_with("start-up refused") || f.starts_with("the model does not fit");
+            if !clear || f.len() < 40 {
                 bad.push(format!("{name} seed {seed}: unclear failure: {f}"));
             }
             continue;
@@ -227,7 +230,16 @@ fn an_integrated_gpu_without_a_free_reading_is_bounded_by_the_host() {
     let file = write("integrated", &t);
     let r = simulate_seeded(file.to_str().unwrap(), StrategyArg::Auto, 0).unwrap();
     let plan = r.runs[0].plan.as_ref().expect("a plan");
-    assert_eq!(plan.physical_check, Some(PhysicalCheck::DeviceAvailable));
+    // The host's figure caps the plan; where its tolerance is wider than a probe's resolution,
+    // an allocation probe checks what is physically there instead.
+    assert!(
+        matches!(
+            plan.physical_check,
+            Some(PhysicalCheck::DeviceAvailable | PhysicalCheck::Probe)
+        ),
+        "{:?}",
+        plan.physical_check
+    );
     assert!(plan.capped_by_free_bytes.is_some(), "{:?}", plan.warnings);
     assert!(plan
         .warnings

@@ -5,23 +5,26 @@
 //!   seed, so the result does not depend on the scheduling. Besides the shipped scenarios, every
 //!   profile and the generated scenarios, every profile runs with memory other processes hold
 //!   ([`with_others`]), where the free reading may not see it.
-//! - Checks on the automatic choice ([`Sweep::failures`]): it never runs out of memory; where
-//!   it measured the graph memory (post-capture, full) it gets at least 99% of the oracle, at
-//!   least 97% where it modelled it from samples; a graph reserve that was not measured is
-//!   never below the real graph memory; it never grants more than the oracle by over 0.5%.
-//!   Runs over the requested memory are counted, not failed. [`classify`] separates the
-//!   failures that fail the sweep from known gaps it reports (see [`Failures`]).
-//! - [`Stats`]: min / median / max of the share of the oracle, per group.
+//! - [`generate`]: the generated scenarios, wider on the seeds whose physics are adversarial.
+//! - [`acceptance`]: the strict checks on the automatic choice (out of memory, over the request
+//!   unless warned by name, over the oracle, below the share floor, needless refusal, harness
+//!   errors), counted per group; [`acceptance::GATING`] fail the sweep.
+//! - [`Stats`]: min / median / max of the share of each oracle, per group.
 
-use memplan_backend_sim::{profiles, Rng};
+pub mod acceptance;
+pub mod generate;
+
+pub use generate::{random_scenario, ADDED_AFTER_THE_DRAW};
+
+use std::sync::Arc;
+
+use memplan_backend_sim::profiles;
 use memplan_planner::strategy::StrategyKind;
 
 use crate::oracle::engine_alone;
 use crate::report::Outcome;
 use crate::run::{run_judged, Choice};
-use crate::scenario::{
-    ByteValue, GraphsToml, KvToml, ModelSpec, NeighbourChange, RequestSpec, Scenario, SHIPPED,
-};
+use crate::scenario::{ByteValue, NeighbourChange, RequestSpec, Scenario, SHIPPED};
 use crate::setup::Setup;
 
 /// One run of the sweep.
@@ -36,6 +39,10 @@ pub struct Case {
     /// Whether the harness itself failed (the scenario could not be run or judged): then
     /// `out.failed` says why, and the case is a hard failure whatever the strategy did.
     pub harness_error: bool,
+    /// The setup it ran (shared by the strategies of one job).
+    pub setup: Arc<Setup>,
+    /// Whether the device's physics were drawn from the adversarial ranges.
+    pub adversarial: bool,
 }
 
 /// Min / median / max of the share of the oracle, and counts.
@@ -43,6 +50,10 @@ pub struct Case {
 pub struct Stats {
     /// Shares of the oracle, sorted.
     pub shares: Vec<f64>,
+    /// Shares of the clean device's oracle, sorted.
+    pub clean_shares: Vec<f64>,
+    /// Runs on adversarial physics.
+    pub adversarial: usize,
     /// Runs.
     pub runs: usize,
     /// Out of memory.
@@ -60,25 +71,48 @@ impl Stats {
         self.oom += usize::from(o.oom.is_some());
         self.over_request += usize::from(o.over_request_bytes.is_some());
         self.refused += usize::from(o.failed.is_some());
-        if let (None, None, Some(x)) = (&o.oom, &o.failed, o.kv_vs_oracle) {
-            let i = self.shares.partition_point(|v| *v < x);
-            self.shares.insert(i, x);
+        let insert = |v: &mut Vec<f64>, x: f64| {
+            let i = v.partition_point(|y| *y < x);
+            v.insert(i, x);
+        };
+        if let (None, None) = (&o.oom, &o.failed) {
+            if let Some(x) = o.kv_vs_oracle {
+                insert(&mut self.shares, x);
+            }
+            if let Some(x) = o.kv_vs_clean_oracle {
+                insert(&mut self.clean_shares, x);
+            }
         }
     }
 
-    /// `min / median / max` in percent, or `-`.
-    pub fn spread(&self) -> String {
-        if self.shares.is_empty() {
-            return "-".into();
-        }
-        let p = |x: f64| format!("{:.1}%", x * 100.0);
-        format!(
-            "{} / {} / {}",
-            p(self.shares[0]),
-            p(self.shares[self.shares.len() / 2]),
-            p(self.shares[self.shares.len() - 1])
-        )
+    /// Add one case (its outcome, and whether its physics were adversarial).
+    pub fn add_case(&mut self, c: &Case) {
+        self.add(&c.out);
+        self.adversarial += usize::from(c.adversarial);
     }
+
+    /// `min / median / max` of the shares of the run's oracle in percent, or `-`.
+    pub fn spread(&self) -> String {
+        spread(&self.shares)
+    }
+
+    /// The same for the clean device's oracle.
+    pub fn clean_spread(&self) -> String {
+        spread(&self.clean_shares)
+    }
+}
+
+fn spread(v: &[f64]) -> String {
+    if v.is_empty() {
+        return "-".into();
+    }
+    let p = |x: f64| format!("{:.1}%", x * 100.0);
+    format!(
+        "{} / {} / {}",
+        p(v[0]),
+        p(v[v.len() / 2]),
+        p(v[v.len() - 1])
+    )
 }
 
 /// A setup for a scenario and a seed.
@@ -125,101 +159,16 @@ pub fn with_others(base: &Scenario, profile: &str, usable: u64) -> Scenario {
     s
 }
 
-/// Profiles added to the catalogue after the generated scenarios were drawn: left out of the
-/// draw, so that adding a profile does not redraw all of them (they get their own rows in the
-/// per-profile and other-processes groups). A redraw with them in shows one out of memory
-/// the planner cannot prevent: `rx7900xtx-rocm5.4,declare-exact` with other processes, a
-/// backend declaring a process-local free reading exact, which neither calibration nor any
-/// reading can catch (see docs/architecture.md).
-pub const ADDED_AFTER_THE_DRAW: [&str; 1] = ["arc-140v"];
-
-/// A random scenario from `seed`: a profile, a model sized to it, graphs, neighbours and a
-/// request. Nothing guarantees it fits: refusing start-up is a valid answer.
-pub fn random_scenario(seed: u64) -> Scenario {
-    let mut r = Rng::new(seed.wrapping_mul(0x9e37_79b9) ^ 0x5eed);
-    let ps: Vec<_> = profiles()
-        .iter()
-        .filter(|p| !p.name.starts_with("broken") && !ADDED_AFTER_THE_DRAW.contains(&p.name))
-        .collect();
-    let p = ps[r.range(0, ps.len() as u64 - 1) as usize];
-    let total = p.total_bytes;
-    let pct = |r: &mut Rng, lo: u64, hi: u64| total / 1000 * r.range(lo, hi);
-    let exact_total = p
-        .capability()
-        .reading(memplan_core::Reading::DriverTotal)
-        .is_exact();
-    let declare_exact = r.range(0, 3) == 0;
-    let device = if declare_exact {
-        format!("{},declare-exact", p.name)
-    } else {
-        p.name.to_string()
-    };
-    let request = if exact_total {
-        RequestSpec {
-            gpu_memory_utilization: Some(r.range(50, 95) as f64 / 100.0),
-            memory_budget: None,
-        }
-    } else {
-        RequestSpec {
-            gpu_memory_utilization: None,
-            memory_budget: Some(ByteValue::Int(pct(&mut r, 500, 800))),
-        }
-    };
-    let mib = |v: u64| ByteValue::Int(v << 20);
-    let kib = |v: u64| ByteValue::Int(v << 10);
-    let other = pct(&mut r, 0, 150);
-    let mut neighbour = Vec::new();
-    if r.range(0, 2) == 0 {
-        let step = ["load_weights", "profile_run", "graph_phase"][r.range(0, 2) as usize];
-        neighbour.push(NeighbourChange {
-            before: step.into(),
-            bytes: ByteValue::Int(pct(&mut r, 0, 150)),
-        });
-    }
-    let max_capture = [0, 64, 128, 256, 512][r.range(0, 4) as usize];
-    let dtype = ["bf16", "fp8", "int8", "fp16"][r.range(0, 3) as usize];
-    Scenario {
-        name: format!("random-{seed}"),
-        description: "generated by the sweep".into(),
-        device,
-        calibrate: r.range(0, 4) != 0,
-        other_processes: ByteValue::Int(other),
-        neighbour,
-        request,
-        model: ModelSpec {
-            weights: ByteValue::Int(pct(&mut r, 30, 550)),
-            weight_tensors: r.range(1, 400) as u32,
-            activation_peak: ByteValue::Int(pct(&mut r, 10, 80)),
-            workspace: mib(r.range(0, 256)),
-        },
-        kv: KvToml {
-            dtype: dtype.into(),
-            block_size: [16, 32][r.range(0, 1) as usize],
-            layers: r.range(12, 96) as u32,
-            kv_heads: [1, 2, 4, 8, 16][r.range(0, 4) as usize],
-            head_dim: [64, 128, 256][r.range(0, 2) as usize],
-            max_model_len: [4096, 8192, 32768, 131072][r.range(0, 3) as usize],
-            max_num_batched_tokens: 8192,
-        },
-        graphs: GraphsToml {
-            sizes: None,
-            max_capture_size: (max_capture > 0).then_some(max_capture),
-            kernel_nodes: r.range(16, 256) as u32,
-            intermediate_per_token: kib(r.range(16, 1024)),
-            warmup_per_token: kib(r.range(0, 512)),
-            alloc_node_bytes: mib(r.range(0, 1) * r.range(0, 16)),
-            post_capture: r.range(0, 1) == 0,
-            engine_hints: false,
-        },
-    }
-}
-
 /// The sweep: what to run.
 #[derive(Debug, Clone)]
 pub struct Sweep {
-    /// Seeds per shipped scenario and per profile (the automatic choice).
+    /// Seeds per shipped scenario (the automatic choice).
     pub seeds: u64,
-    /// Of those, the seeds on which every strategy runs too (for the comparison table).
+    /// Seeds per simulated profile and base model (the automatic choice), and (at most
+    /// [`OTHERS_SEEDS`]) per profile with other processes.
+    pub profile_seeds: u64,
+    /// Of the shipped scenarios' seeds, those on which every strategy runs too (for the
+    /// comparison table).
     pub strategy_seeds: u64,
     /// Random scenarios.
     pub random: u64,
@@ -288,7 +237,7 @@ impl Sweep {
                 for sel in [p.name.to_string(), format!("{},declare-exact", p.name)] {
                     let sc = retarget(&b.scenario, &sel, exact, p.total_bytes);
                     let Ok(setup) = sc.resolve() else { continue };
-                    for seed in 0..self.seeds {
+                    for seed in 0..self.profile_seeds {
                         jobs.push((
                             format!("profile {}", p.name),
                             format!("{sel} {base} seed={seed}"),
@@ -305,7 +254,7 @@ impl Sweep {
                 let Ok(setup) = with_others(&b.scenario, p.name, p.total_bytes).resolve() else {
                     continue;
                 };
-                for seed in 0..self.seeds.min(OTHERS_SEEDS) {
+                for seed in 0..self.profile_seeds.min(OTHERS_SEEDS) {
                     jobs.push((
                         format!("others {}", p.name),
                         format!("{} bf16-24g seed={seed}", p.name),
@@ -341,23 +290,28 @@ impl Sweep {
                     }
                     let (group, what, setup, choices) = &jobs[i];
                     let alone = engine_alone(setup).ok();
+                    let adversarial =
+                        crate::run::open(setup).is_ok_and(|g| g.physics().adversarial);
+                    let shared = Arc::new(setup.clone());
                     let cases = choices
                         .iter()
                         .map(|choice| {
-                            let (out, harness_error) = match run_judged(setup, *choice, None, alone)
-                            {
-                                Ok(o) => (o, false),
-                                Err(e) => {
-                                    let mut o = Outcome::new(*choice);
-                                    o.failed = Some(format!("harness error: {e}"));
-                                    (o, true)
-                                }
-                            };
+                            let (out, harness_error) =
+                                match run_judged(setup, *choice, None, alone.clone()) {
+                                    Ok(o) => (o, false),
+                                    Err(e) => {
+                                        let mut o = Outcome::new(*choice);
+                                        o.failed = Some(format!("harness error: {e}"));
+                                        (o, true)
+                                    }
+                                };
                             Case {
                                 group: group.clone(),
                                 what: what.clone(),
                                 out,
                                 harness_error,
+                                setup: shared.clone(),
+                                adversarial,
                             }
                         })
                         .collect();
@@ -370,93 +324,4 @@ impl Sweep {
             .flat_map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner()))
             .collect()
     }
-}
-
-/// The acceptance checks on the automatic choice, split into those that fail the sweep
-/// (`hard`) and known gaps it reports (`known`); one line per failure.
-#[derive(Debug, Default)]
-pub struct Failures {
-    /// Out of memory (on every group, generated scenarios included), below 99% of the oracle
-    /// where measured, an unmeasured reserve below the real graph memory, or a harness error.
-    pub hard: Vec<String>,
-    /// Known gaps, reported in the comparison: below 97% of the oracle where the graph memory
-    /// was modelled, more than the oracle by over 0.5%, and the share checks of generated
-    /// scenarios and of the runs with other processes (a cap by a reading costs its declared
-    /// tolerance, a probe its resolution).
-    pub known: Vec<String>,
-}
-
-/// Split the failures of [`failures`] into hard ones and known gaps. Running out of memory is
-/// hard everywhere: no strategy may plan into memory another process holds.
-pub fn classify(cases: &[Case]) -> Failures {
-    let mut out = Failures::default();
-    for (c, line) in failures(cases) {
-        let oom = c.out.oom.is_some();
-        let known = !oom
-            && (c.group == "random"
-                || c.group.starts_with("others")
-                || line.contains("(< 97%)")
-                || line.contains("(more than fits)"));
-        if known {
-            out.known.push(line);
-        } else {
-            out.hard.push(line);
-        }
-    }
-    out
-}
-
-/// The acceptance checks on the automatic choice; one line per failure with its case.
-pub fn failures(cases: &[Case]) -> Vec<(&Case, String)> {
-    let mut f = Vec::new();
-    for c in cases.iter().filter(|c| c.out.auto) {
-        let o = &c.out;
-        let id = format!("{} [{}] auto={}", c.group, c.what, o.strategy);
-        if let Some(e) = &o.oom {
-            f.push((c, format!("{id}: ran out of memory: {e}")));
-            continue;
-        }
-        if let Some(e) = &o.failed {
-            if c.harness_error {
-                f.push((c, format!("{id}: {e}")));
-            }
-            continue;
-        }
-        if let Some(x) = o.kv_vs_oracle {
-            let floor = match o.strategy {
-                StrategyKind::PostCapture | StrategyKind::Full => Some(0.99),
-                StrategyKind::Sampled => Some(0.97),
-                _ => None,
-            };
-            if let Some(fl) = floor {
-                if x < fl {
-                    f.push((
-                        c,
-                        format!(
-                            "{id}: {:.2}% of the oracle (< {:.0}%)",
-                            x * 100.0,
-                            fl * 100.0
-                        ),
-                    ));
-                }
-            }
-            if x > 1.005 {
-                f.push((
-                    c,
-                    format!("{id}: {:.2}% of the oracle (more than fits)", x * 100.0),
-                ));
-            }
-        }
-        if !o.graph_measured() && o.strategy != StrategyKind::None {
-            if let (Some(est), Some(real)) = (o.estimate, o.real_graph) {
-                if est < real {
-                    f.push((
-                        c,
-                        format!("{id}: unmeasured reserve {est} below the real {real}"),
-                    ));
-                }
-            }
-        }
-    }
-    f
 }

@@ -1,0 +1,360 @@
+//! The simulator's ranges are not the planner's bounds: a range that stops exactly where the
+//! planner's bound stops proves nothing about the bound. This test reads every integer constant
+//! the planner's sources define (`const NAME: u64 = EXPR;`, arrays included, evaluated here, so
+//! a constant added later is checked too) and every literal those expressions use, and fails
+//! when an endpoint of a simulated range (world or adversarial, the physics' and the generated
+//! scenarios') equals one of them. It also checks that each adversarial range reaches past the
+//! planner bound it tests.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use memplan_backend_sim::physics::{self, Quantity, QUANTITIES};
+use memplan_testbed::sweep::generate::GENERATED;
+
+/// World endpoints that are the same public figure as a planner constant, read from the same
+/// source by both: (quantity, planner constant, the source). The adversarial range of the
+/// quantity still has to reach past the constant.
+const SAME_PUBLIC_FIGURE: [(&str, &str, &str); 1] = [(
+    physics::ROUND_LARGE.name,
+    "ALLOCATOR_ROUNDING_BOUND",
+    "PyTorch's kRoundLarge (c10/cuda/CUDACachingAllocator.cpp)",
+)];
+
+fn planner_src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../memplan-planner/src")
+}
+
+/// The planner's own tests and test helpers hold figures of test cases, not of the planner.
+fn is_test_file(p: &Path) -> bool {
+    let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    name == "tests.rs" || name.ends_with("_tests.rs") || name == "testutil.rs"
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).expect("planner sources") {
+        let p = e.expect("dir entry").path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") && !is_test_file(&p) {
+            out.push(p);
+        }
+    }
+}
+
+/// A tiny evaluator for constant expressions: integers (with `_`), `KIB`/`MIB`/`GIB`, other
+/// constants, `* / + - <<` and parentheses.
+struct Eval<'a> {
+    toks: Vec<String>,
+    i: usize,
+    known: &'a BTreeMap<String, u64>,
+}
+
+impl Eval<'_> {
+    fn tokens(s: &str) -> Vec<String> {
+        let mut v = Vec::new();
+        let cs: Vec<char> = s.chars().collect();
+        let mut i = 0;
+        while i < cs.len() {
+            let c = cs[i];
+            if c.is_whitespace() {
+                i += 1;
+            } else if c.is_alphanumeric() || c == '_' {
+                let st = i;
+                while i < cs.len() && (cs[i].is_alphanumeric() || cs[i] == '_') {
+                    i += 1;
+                }
+                v.push(cs[st..i].iter().collect());
+            } else if c == '<' && cs.get(i + 1) == Some(&'<') {
+                v.push("<<".into());
+                i += 2;
+            } else {
+                v.push(c.to_string());
+                i += 1;
+            }
+        }
+        v
+    }
+    fn peek(&self) -> Option<&str> {
+        self.toks.get(self.i).map(String::as_str)
+    }
+    fn atom(&mut self) -> Option<u64> {
+        let t = self.toks.get(self.i)?.clone();
+        self.i += 1;
+        if t == "(" {
+            let v = self.sum()?;
+            (self.peek() == Some(")")).then(|| self.i += 1)?;
+            return Some(v);
+        }
+        let digits: String = t.chars().filter(|c| *c != '_').collect();
+        let digits = digits.trim_end_matches("u64").trim_end_matches("u32");
+        if let Ok(v) = digits.parse() {
+            return Some(v);
+        }
+        match t.as_str() {
+            "KIB" => Some(1 << 10),
+            "MIB" => Some(1 << 20),
+            "GIB" => Some(1 << 30),
+            name => self.known.get(name).copied(),
+        }
+    }
+    /// An atom and any `as TYPE` casts after it (integer casts keep the value here).
+    fn cast(&mut self) -> Option<u64> {
+        let v = self.atom()?;
+        while self.peek() == Some("as") {
+            self.i += 2;
+        }
+        Some(v)
+    }
+    fn product(&mut self) -> Option<u64> {
+        let mut v = self.cast()?;
+        while let Some(op) = self.peek() {
+            match op {
+                "*" => {
+                    self.i += 1;
+                    v = v.checked_mul(self.cast()?)?;
+                }
+                "/" => {
+                    self.i += 1;
+                    v = v.checked_div(self.cast()?)?;
+                }
+                "<<" => {
+                    self.i += 1;
+                    v = v.checked_shl(u32::try_from(self.cast()?).ok()?)?;
+                }
+                _ => break,
+            }
+        }
+        Some(v)
+    }
+    fn sum(&mut self) -> Option<u64> {
+        let mut v = self.product()?;
+        while let Some(op) = self.peek() {
+            match op {
+                "+" => {
+                    self.i += 1;
+                    v = v.checked_add(self.product()?)?;
+                }
+                "-" => {
+                    self.i += 1;
+                    v = v.checked_sub(self.product()?)?;
+                }
+                _ => break,
+            }
+        }
+        Some(v)
+    }
+    fn all(s: &str, known: &BTreeMap<String, u64>) -> Option<u64> {
+        let mut e = Eval {
+            toks: Self::tokens(s),
+            i: 0,
+            known,
+        };
+        let v = e.sum()?;
+        (e.i == e.toks.len()).then_some(v)
+    }
+}
+
+/// The text after each `const ` up to its `;` (outside brackets), comments skipped.
+fn const_items(text: &str) -> Vec<String> {
+    let code: String = text
+        .lines()
+        .map(|l| l.split("//").next().unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut out = Vec::new();
+    let mut rest = code.as_str();
+    while let Some(at) = rest.find("const ") {
+        let tail = &rest[at + 6..];
+        let mut depth = 0i32;
+        let mut end = tail.len();
+        for (i, c) in tail.char_indices() {
+            match c {
+                '[' | '(' | '{' => depth += 1,
+                // The end of a `const fn`'s body ends the item.
+                '}' if depth == 1 => {
+                    end = i;
+                    break;
+                }
+                ']' | ')' | '}' => depth -= 1,
+                ';' if depth <= 0 => {
+                    end = i;
+                    break;
+                }
+                _ => {}
+            }
+        }
+        out.push(tail[..end].to_string());
+        rest = &tail[end..];
+    }
+    out
+}
+
+/// Every integer constant of the planner (name -> values; arrays give each element) and every
+/// integer literal their expressions use.
+fn planner_figures() -> (BTreeMap<String, Vec<u64>>, Vec<u64>) {
+    let mut files = Vec::new();
+    rust_files(&planner_src(), &mut files);
+    files.sort();
+    // (name, expression)
+    let mut items = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).expect("readable source");
+        for stmt in const_items(&text) {
+            let Some((name, rest)) = stmt.split_once(':') else {
+                continue;
+            };
+            let Some((ty, expr)) = rest.split_once('=') else {
+                continue;
+            };
+            let ty = ty.trim();
+            let int = ["u64", "u32", "usize", "i64"];
+            let array = ty.starts_with('[') && int.iter().any(|t| ty.contains(t));
+            if !(int.contains(&ty) || array) || name.trim().contains(' ') {
+                continue;
+            }
+            items.push((name.trim().to_string(), expr.trim().to_string(), array));
+        }
+    }
+    assert!(
+        items.len() >= 5,
+        "the planner's constants were not found: {items:?}"
+    );
+    let mut known: BTreeMap<String, u64> = BTreeMap::new();
+    let mut values: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    let mut literals = Vec::new();
+    // Constants may refer to each other: evaluate until nothing new resolves.
+    for _ in 0..items.len() {
+        for (name, expr, array) in &items {
+            if values.contains_key(name) {
+                continue;
+            }
+            let parts: Vec<&str> = if *array {
+                expr.trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|p| !p.is_empty())
+                    .collect()
+            } else {
+                vec![expr.as_str()]
+            };
+            let vs: Option<Vec<u64>> = parts.iter().map(|p| Eval::all(p, &known)).collect();
+            if let Some(vs) = vs {
+                if !array {
+                    known.insert(name.clone(), vs[0]);
+                }
+                values.insert(name.clone(), vs);
+            }
+        }
+    }
+    for (name, expr, _) in &items {
+        assert!(
+            values.contains_key(name),
+            "the planner constant {name} = {expr} cannot be evaluated: teach this test its syntax"
+        );
+        for t in Eval::tokens(expr) {
+            if let Ok(v) = t.replace('_', "").parse::<u64>() {
+                literals.push(v);
+            }
+        }
+    }
+    (values, literals)
+}
+
+fn every_range() -> Vec<(Quantity, &'static str, (u64, u64))> {
+    QUANTITIES
+        .iter()
+        .chain(GENERATED.iter())
+        .flat_map(|q| [(*q, "world", q.world), (*q, "adversarial", q.adversarial)])
+        .collect()
+}
+
+#[test]
+fn no_range_endpoint_is_a_planner_constant() {
+    let (constants, literals) = planner_figures();
+    let mut clashes = Vec::new();
+    for (q, regime, (lo, hi)) in every_range() {
+        for end in [lo, hi] {
+            for (name, vs) in &constants {
+                let shared = SAME_PUBLIC_FIGURE
+                    .iter()
+                    .any(|(qn, cn, _)| *qn == q.name && cn == name && regime == "world");
+                if vs.contains(&end) && !shared {
+                    clashes.push(format!("{} ({regime}) ends at {end} = {name}", q.name));
+                }
+            }
+            // A literal of a constant's expression (a node count, a count of graphs) is a
+            // planner figure too; 0 and 1 are no figure.
+            if end > 1 && literals.contains(&end) {
+                clashes.push(format!(
+                    "{} ({regime}) ends at {end}, a figure in the planner's constants",
+                    q.name
+                ));
+            }
+        }
+    }
+    assert!(clashes.is_empty(), "{clashes:#?}");
+}
+
+#[test]
+fn adversarial_ranges_reach_past_the_planner_bounds_they_test() {
+    let (constants, _) = planner_figures();
+    let c = |name: &str| constants.get(name).unwrap_or_else(|| panic!("{name}"))[0];
+    let per_node = c("EXEC_BYTES_PER_KERNEL_NODE_BOUND");
+    let default_nodes = c("DEFAULT_EXEC_BYTES_PER_GRAPH") / per_node;
+    for (q, bound) in [
+        (physics::EXEC_PER_KERNEL_NODE, per_node),
+        (physics::ROUND_LARGE, c("ALLOCATOR_ROUNDING_BOUND")),
+        (
+            memplan_testbed::sweep::generate::GEN_KERNEL_NODES,
+            default_nodes,
+        ),
+        (
+            memplan_testbed::sweep::generate::GEN_WORKSPACE,
+            c("UNMEASURED_NON_ALLOCATOR_BYTES"),
+        ),
+    ] {
+        assert!(
+            q.adversarial.1 > bound && q.adversarial.0 < bound,
+            "{}: {:?} does not straddle the planner's {bound}",
+            q.name,
+            q.adversarial
+        );
+    }
+    // Every world range is inside its adversarial range, and both are ordered.
+    for q in QUANTITIES.iter().chain(GENERATED.iter()) {
+        assert!(
+            q.world.0 <= q.world.1 && q.adversarial.0 <= q.adversarial.1,
+            "{q:?}"
+        );
+        assert!(
+            q.adversarial.0 <= q.world.0 && q.world.1 <= q.adversarial.1,
+            "{}: the adversarial range is wider than the world's",
+            q.name
+        );
+        assert!(!q.evidence.is_empty(), "{}: cite the evidence", q.name);
+    }
+}
+
+#[test]
+fn the_evaluator_reads_the_planner_constants_it_knows() {
+    let (constants, literals) = planner_figures();
+    assert_eq!(
+        constants["EXEC_BYTES_PER_KERNEL_NODE_BOUND"],
+        vec![memplan_planner::strategy::EXEC_BYTES_PER_KERNEL_NODE_BOUND]
+    );
+    assert_eq!(
+        constants["DEFAULT_EXEC_BYTES_PER_GRAPH"],
+        vec![memplan_planner::strategy::DEFAULT_EXEC_BYTES_PER_GRAPH]
+    );
+    assert_eq!(
+        constants["SIZES"],
+        memplan_planner::calibrate::SIZES.to_vec(),
+        "arrays give every element"
+    );
+    assert!(
+        literals.contains(&256),
+        "the default node count is a figure"
+    );
+}
