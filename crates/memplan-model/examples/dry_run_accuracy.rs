@@ -83,10 +83,9 @@ fn main() {
         };
         let u = |k: &str| e.get(k).and_then(Value::as_u64);
         let tp = u("num_gpus_tp").unwrap_or(1);
-        let v0 = !e["quote"]
-            .as_str()
-            .unwrap_or("")
-            .contains("GPU KV cache size");
+        // A V0 log has no "GPU KV cache size" line; an entry without a quote is taken as V1.
+        let quote = e["quote"].as_str().unwrap_or("");
+        let v0 = !quote.is_empty() && !quote.contains("GPU KV cache size");
         let batched = if v0 {
             u("max_model_len").map(|l| l.max(2048))
         } else {

@@ -130,10 +130,10 @@ pub fn dry_run(
             .ok_or("no device total")?,
     };
     let u = |k: &str| e.get(k).and_then(Value::as_u64);
-    let v0 = !e["quote"]
-        .as_str()
-        .unwrap_or("")
-        .contains("GPU KV cache size");
+    // A V0 engine's log (no "GPU KV cache size" line); an entry without a quote (figures
+    // from a report's prose) says nothing either way and is taken as V1.
+    let quote = e["quote"].as_str().unwrap_or("");
+    let v0 = !quote.is_empty() && !quote.contains("GPU KV cache size");
     let batched = if v0 {
         u("max_model_len").map(|l| l.max(2048))
     } else {
