@@ -277,8 +277,8 @@ pub fn graph(c: &ModelConfig, s: &EngineShape) -> Estimate {
 /// vLLM 0.29-0.34 set's figure ([`Coefficients::v2_graph_profiling`]), fitted on the two
 /// 0.29+ logs with a dry-run-checkable model (A100 0.31.0 Llama-3.1-8B: 0.31 GiB between the logged and the planned non-KV memory; RTX 4070 Laptop 0.30.0
 /// Qwen2.5-1.5B-Instruct: 0.21 GiB, its weights' 0.10 GiB above the architecture's count
-/// set aside). Hold-out: fitted on either alone, the other log stays within 0.12% (A100) and
-/// 0.02% (RTX 4070 Laptop) of its device.
+/// set aside). Hold-out (the generated validation tables): fitted on either alone, the other
+/// is planned within +0.10% (A100) and +0.03% (RTX 4070 Laptop) of its device.
 pub const V2_GRAPH_PROFILING: u64 = coefficients::VLLM_029_034.v2_graph_profiling;
 
 #[cfg(test)]
