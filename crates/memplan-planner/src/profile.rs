@@ -64,6 +64,13 @@ pub struct Profile {
     /// The non-allocator growth was measured by allocation probes (at the baseline and at the
     /// plan), within their resolution, rather than by a reading.
     pub non_allocator_by_probe: bool,
+    /// What this process's own calibration left held outside the allocator (per-capture
+    /// memory and library workspaces its test captures made a runtime keep), as the free
+    /// reading measured it. The engine's start-up check compares its request with the free
+    /// memory it finds when it starts, before any of that existed, so the session's check of
+    /// the request gives it back ([`Session::start`](crate::Session::start)); the plan still
+    /// counts it as this engine's memory.
+    pub held_by_calibration: u64,
 }
 
 impl Profile {
@@ -85,6 +92,7 @@ impl Profile {
             probe_baseline: None,
             probe_growth: None,
             non_allocator_by_probe: false,
+            held_by_calibration: 0,
         }
     }
 }

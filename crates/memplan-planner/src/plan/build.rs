@@ -223,6 +223,15 @@ impl PlanBuilder {
                 });
             }
         }
+        // The start-up check judges the free memory the engine found when it started: what
+        // calibration's own test captures left held was free then (the budget still counts
+        // it as this engine's).
+        if let Some(s) = &mut b.start {
+            s.driver.free = s
+                .driver
+                .free
+                .map(|f| f.saturating_add(p.held_by_calibration));
+        }
         b.foreign = Some(p.foreign_bytes);
         Ok(b)
     }

@@ -94,7 +94,15 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         let report = calibrate(&device.clone())?;
         let mut s = Self::begin(device, engine, report.calibrated.clone())?;
         let baseline = s.rec.p.baseline;
-        s.rec.engine_step("calibration", pre, baseline);
+        let w = s.rec.engine_step("calibration", pre, baseline);
+        if s.rec
+            .p
+            .capability
+            .reading(memplan_core::Reading::DriverFree)
+            .measures_own_usage()
+        {
+            s.rec.p.held_by_calibration = w.non_allocator.map_or(0, |d| d.max(0) as u64);
+        }
         for w in report.downgrade_warnings() {
             s.rec.warn(w);
         }
@@ -197,6 +205,11 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             start.driver.free = Some(b.min(start.driver.free.unwrap_or(u64::MAX)));
             measures = true;
         }
+        // What calibration's own test captures left held was free when the engine started.
+        start.driver.free = start
+            .driver
+            .free
+            .map(|f| f.saturating_add(p.held_by_calibration));
         match (start.driver.total, request) {
             (Some(total), Request::Utilization(_) | Request::Bytes(_)) if measures => {
                 let requested = crate::budget::requested_bytes(total, request)?;
