@@ -31,9 +31,19 @@ use memplan_core::{Device, Error, Result};
 
 use crate::plan::PlanBuilder;
 
-/// Bisection stops when the bracket is narrower than this (or 1/512 of the need): about ten
-/// allocations, each freed at once.
+/// A reading's tolerance at most twice this is not worth an allocation probe
+/// ([`resolve_tolerance`]).
 const RESOLUTION: u64 = 16 * MIB;
+
+/// Bisection stops when the bracket is narrower than this or 1/[`BISECTION_SHARE`] of the
+/// need: about thirteen allocations, each freed at once. Each probe around an engine step
+/// counts its resolution on the safe side, and a KV cache whose tensors an allocator rounds
+/// to coarse granules loses a whole granule per tensor for a few MiB of such slack, so the
+/// bracket is kept narrow: an allocation and its release cost far less than that.
+const MIN_RESOLUTION: u64 = MIB;
+
+/// See [`MIN_RESOLUTION`].
+const BISECTION_SHARE: u64 = 8192;
 
 /// Check `b` (a plan builder that [`PlanBuilder::is_blind`]) by an allocation probe on
 /// `device`. A builder whose plan cannot be built is returned as it is (building it again
@@ -113,7 +123,7 @@ pub(crate) fn fits(device: &Device, bytes: u64) -> Result<bool> {
 
 /// The bisection's resolution for a search up to `need`.
 pub(crate) fn resolution(need: u64) -> u64 {
-    RESOLUTION.max(need / 512)
+    MIN_RESOLUTION.max(need / BISECTION_SHARE)
 }
 
 /// At the baseline, where no reading measures this process: the largest allocation that
