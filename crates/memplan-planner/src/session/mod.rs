@@ -26,6 +26,7 @@
 //!   down what it holds: graphs kept by post-capture are released through the engine, then the
 //!   KV address range is released.
 
+mod graphs;
 mod kv_cache;
 mod probe;
 mod recorder;
@@ -40,13 +41,10 @@ use crate::kv_range::KvRange;
 use crate::plan::{Plan, PlanBuilder};
 pub use crate::profile::{Profile, StepRecord};
 use crate::rank::Rank;
-use crate::strategy::{
-    select, GraphContext, GraphEstimate, GraphStrategy, Selection, SelectionPolicy, StrategyKind,
-};
 use crate::warning::Warning;
 pub use kv_cache::KvCache;
 use kv_cache::Planned;
-use memplan_core::bytes::{fmt_bytes, fmt_signed, signed};
+use memplan_core::bytes::{fmt_signed, signed};
 use memplan_core::kv::{KvLimits, KvSpec, SizingRules};
 pub(crate) use recorder::Recorder;
 pub use steps::Step;
@@ -421,221 +419,6 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         tracing::info!(activation_peak = act, by_allocated, "profile run done");
         self.rec.p.activation_peak_bytes = Some(act);
         Ok(act)
-    }
-
-    /// What the automatic selection chooses for this engine on this capability.
-    pub fn selection(&mut self) -> Selection {
-        let e = self.engine.as_dyn();
-        select(
-            &self.rec.p.capability,
-            e.graph_sizes().len(),
-            e.supports_post_capture(),
-            SelectionPolicy::default(),
-        )
-    }
-
-    /// The graph-memory phase with the strategy chosen from the capability
-    /// ([`selection`](Self::selection)).
-    ///
-    /// When the choice is `sampled` and the session knows the request
-    /// ([`check_request`](Self::check_request)), an estimate whose margin would take more than
-    /// [`SAMPLED_MARGIN_LIMIT_PER_MILLE`] of the room left for the KV cache is replaced by a
-    /// full capture (measured), with a warning that says what the margin would have cost,
-    /// unless capturing every size would leave more memory held for good (at the rate the
-    /// samples left it) than the margin.
-    ///
-    /// Runs once, after [`profile_run`](Self::profile_run) ([`Step`]); a phase that failed
-    /// (its graphs torn down) may run again.
-    pub fn capture_graphs(&mut self) -> Result<&GraphEstimate> {
-        self.steps.check(Step::CaptureGraphs)?;
-        let r = self.capture_graphs_auto();
-        self.graph_phase_done(r)
-    }
-
-    fn capture_graphs_auto(&mut self) -> Result<()> {
-        let sel = self.selection();
-        if sel.kind != StrategyKind::Sampled {
-            return self.run_graph_phase(&*sel.kind.strategy(), sel.why);
-        }
-        let held_before = self.rec.non_allocator_growth();
-        self.run_graph_phase(&*sel.kind.strategy(), sel.why.clone())?;
-        let (margin, reserve, samples, graphs) = {
-            let e = self.rec.p.graph.as_ref().ok_or_else(|| {
-                Error::state("capture_graphs", "the graph phase stored no estimate")
-            })?;
-            (e.margin, e.reserve, e.samples.len() as u64, e.graphs as u64)
-        };
-        // What capturing every size would leave held for good, at the rate the samples left
-        // (per-capture memory some runtimes keep): measuring must save more than it costs.
-        let held = match (held_before, self.rec.non_allocator_growth()) {
-            (Some(b), Some(a)) => u64::try_from(a.saturating_sub(b)).unwrap_or(0),
-            _ => u64::MAX,
-        };
-        let full_cost = (held / samples.max(1)).saturating_mul(graphs);
-        match self.kv_room(reserve) {
-            Some(room)
-                if margin.saturating_mul(1000)
-                    > room.saturating_mul(SAMPLED_MARGIN_LIMIT_PER_MILLE)
-                    && margin > full_cost =>
-            {
-                self.rec.warn(Warning::SampledMarginTooCostly {
-                    margin,
-                    kv_room: room,
-                });
-                let why = format!(
-                    "{}; the sampled margin would take over {}% of the KV cache's room: every size measured instead",
-                    sel.why,
-                    SAMPLED_MARGIN_LIMIT_PER_MILLE as f64 / 10.0
-                );
-                self.run_graph_phase(&*StrategyKind::Full.strategy(), why)
-            }
-            _ => Ok(()),
-        }
-    }
-
-    /// An error of `step`, in [`Error::During`] naming the step; running out of memory also
-    /// says what the device and the engine's allocator held when it happened (the root stays
-    /// the device's [`Error::OutOfMemory`], so [`Error::is_out_of_memory`] sees it).
-    fn in_step(&mut self, step: Step, e: Error) -> Error {
-        if !e.is_out_of_memory() {
-            return e.during(step.name());
-        }
-        let mut held = Vec::new();
-        if let Ok(d) = self.rec.device.driver_memory() {
-            if let (Some(free), Some(total)) = (d.free, d.total) {
-                held.push(format!(
-                    "{} free of {} when it ran out",
-                    fmt_bytes(free),
-                    fmt_bytes(total)
-                ));
-            }
-        }
-        let stats = self.engine.as_dyn().allocator().stats();
-        held.push(format!(
-            "{} held by the engine's allocator ({} in use)",
-            fmt_bytes(stats.reserved),
-            fmt_bytes(stats.allocated)
-        ));
-        e.during(held.join(", ")).during(step.name())
-    }
-
-    /// A graph phase ended: on success the step is done and its estimate returned.
-    fn graph_phase_done(&mut self, r: Result<()>) -> Result<&GraphEstimate> {
-        let r = match r {
-            Err(e) if e.step().is_none() => Err(self.in_step(Step::CaptureGraphs, e)),
-            r => r,
-        };
-        r?;
-        self.steps.succeeded(Step::CaptureGraphs);
-        self.rec
-            .p
-            .graph
-            .as_ref()
-            .ok_or_else(|| Error::state("capture_graphs", "the graph phase stored no estimate"))
-    }
-
-    /// Room the request leaves for the KV cache after what was measured so far and a graph
-    /// reserve; `None` when the request or a figure is unknown.
-    fn kv_room(&self, graph_reserve: u64) -> Option<u64> {
-        let p = &self.rec.p;
-        let total = p.baseline.driver.total?;
-        let requested = crate::budget::requested_bytes(total, self.request?).ok()?;
-        let non_alloc = u64::try_from(self.rec.non_allocator_growth()?.max(0)).ok()?;
-        Some(
-            requested
-                .saturating_sub(p.weights_held_bytes?)
-                .saturating_sub(p.activation_peak_bytes?)
-                .saturating_sub(non_alloc)
-                .saturating_sub(graph_reserve),
-        )
-    }
-
-    /// The graph-memory phase with a strategy chosen by the caller (a warning says so when the
-    /// capability calls for another). [`StrategyKind::None`] plans an engine that captures
-    /// graphs without a graph reserve, on purpose (the warning says so).
-    pub fn capture_graphs_with(&mut self, kind: StrategyKind) -> Result<&GraphEstimate> {
-        self.steps.check(Step::CaptureGraphs)?;
-        let auto = self.selection().kind;
-        if auto != kind {
-            self.rec.warn(Warning::StrategyOverridden {
-                chosen: kind,
-                automatic: auto,
-            });
-        }
-        let r = self.run_graph_phase(&*kind.strategy(), "chosen by the caller");
-        self.graph_phase_done(r)
-    }
-
-    /// The graph-memory phase: `strategy` measures or bounds the graph memory; `why` says why
-    /// it runs (kept for the plan). Unless the strategy keeps its graphs (post-capture), every
-    /// graph is destroyed and its pool released afterwards, on success and on error alike, and
-    /// the session checks that the allocator and the graph pool are back where they were. A
-    /// KV range reserved by a failed strategy is released after the teardown. A teardown that
-    /// fails ends the session's measurements (later steps are refused).
-    pub fn graph_phase(
-        &mut self,
-        strategy: &dyn GraphStrategy,
-        why: impl Into<String>,
-    ) -> Result<&GraphEstimate> {
-        self.steps.check(Step::CaptureGraphs)?;
-        let r = self.run_graph_phase(strategy, why);
-        self.graph_phase_done(r)
-    }
-
-    fn run_graph_phase(
-        &mut self,
-        strategy: &dyn GraphStrategy,
-        why: impl Into<String>,
-    ) -> Result<()> {
-        let span = tracing::info_span!("graph_phase", strategy = %strategy.kind());
-        let _e = span.enter();
-        self.why = why.into();
-        let engine = self.engine.as_dyn();
-        let before = self.rec.settle(engine)?;
-        let mut ctx = GraphContext::new(&mut self.rec, engine, before);
-        let outcome = strategy.run(&mut ctx);
-        let keep = matches!(&outcome, Ok(e) if e.kept);
-        let after = if keep {
-            ctx.disarm_and_read()
-        } else {
-            ctx.teardown()
-        };
-        drop(ctx);
-        if !keep {
-            // After the graphs that might point into it are gone.
-            drop(self.rec.kv_range.take());
-        }
-        if let (Err(_), Err(e)) = (&outcome, &after) {
-            tracing::error!(error = %e, "graph teardown failed after the strategy failed");
-        }
-        // Recorded even when the strategy failed: memory the phase left held is this engine's,
-        // and must not be attributed to other processes by the next quiet window.
-        if let Ok(a) = &after {
-            self.rec.graph_step(before, *a, keep);
-        }
-        if let Err(e) = &after {
-            self.steps.poisoned(Step::CaptureGraphs, e);
-        }
-        let est = outcome?;
-        after?;
-        tracing::info!(reserve = est.reserve, strategy = %est.strategy, "graph phase done");
-        self.rec.p.graph = Some(est);
-        Ok(())
-    }
-
-    /// Why the last graph phase ran the strategy it ran (kept for the plan).
-    pub fn graph_why(&self) -> &str {
-        &self.why
-    }
-
-    /// Whether the graph phase kept its graphs (post-capture).
-    pub fn kept_graphs(&self) -> bool {
-        self.rec.p.graph.as_ref().is_some_and(|g| g.kept)
-    }
-
-    /// The KV cache's reserved address range, when post-capture reserved one.
-    pub fn kv_range(&self) -> Option<&KvRange> {
-        self.rec.kv_range.as_ref()
     }
 
     /// Everything measured so far.
