@@ -6,7 +6,7 @@ use memplan_core::bytes::{KIB, MIB};
 use serde::Serialize;
 
 /// One hidden quantity: its world range (public evidence), its adversarial range (wider, drawn
-/// on [`ADVERSARIAL_PER_MILLE`] of the seeds) and where the world range comes from.
+/// on [`ADVERSARIAL_PER_MILLE`](super::ADVERSARIAL_PER_MILLE) of the seeds) and where the world range comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Quantity {
     /// Short name (the row of `docs/simulator-physics.md`).
@@ -131,9 +131,9 @@ pub const CONTEXT_SCALE: Quantity = Quantity {
 };
 
 /// Noise of an approximate free (or device-wide) reading, per mille of the platform's real
-/// tolerance. World: a small share, at most [`READ_NOISE_MAX`]; adversarial: up to the
+/// tolerance. World: a small share, at most [`READ_NOISE_MAX`](super::READ_NOISE_MAX); adversarial: up to the
 /// tolerance itself, and on a device that declares a tolerance smaller than its platform's
-/// (`declare-exact`) above the declared one, up to [`WRONG_DECLARATION_NOISE_MAX`].
+/// (`declare-exact`) above the declared one, up to [`WRONG_DECLARATION_NOISE_MAX`](super::WRONG_DECLARATION_NOISE_MAX).
 pub const READ_NOISE: Quantity = Quantity {
     name: "reading noise, of the platform's tolerance",
     unit: "per mille",
@@ -156,7 +156,7 @@ pub const INTERMEDIATE_JITTER: Quantity = Quantity {
 };
 
 /// Large-allocation rounding of the caching allocator (adversarial only; the world uses
-/// PyTorch's constants, [`AllocatorRules::PYTORCH`]).
+/// PyTorch's constants, [`AllocatorRules::PYTORCH`](super::AllocatorRules::PYTORCH)).
 pub const ROUND_LARGE: Quantity = Quantity {
     name: "large-allocation rounding of the caching allocator",
     unit: "bytes",

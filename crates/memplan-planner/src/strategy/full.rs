@@ -24,7 +24,7 @@ use super::{GraphEstimate, GraphStrategy, StrategyKind};
 use crate::warning::Warning;
 
 /// Capture every size into a throwaway pool, measure, release. Exact where the driver free
-/// reading measures this process; costs one capture per size, and [`REPEATS`] more.
+/// reading measures this process; costs one capture per size, and four more (`REPEATS`).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Full;
 
