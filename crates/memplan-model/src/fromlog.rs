@@ -16,6 +16,12 @@
 //!   `line N`; [`read`] names the file too), never a value clamped, wrapped or replaced by 0.
 //! - A figure the log does not print is `None`. The first occurrence of a figure wins (tensor
 //!   parallel workers print theirs once each); later occurrences are checked all the same.
+//!   The available KV memory is the exception: where several processes print their own (each
+//!   named by its line's process prefix, vLLM's or Ray's; see `process_of`), the smallest
+//!   counts, as the engine sizes every worker by the fewest blocks, and lines Ray's
+//!   de-duplication folded are named in the notes.
+//! - Whether the torch.compile cache was cold or warm at the profile run is read where the
+//!   log says so ([`CompileCache`]); a cold one is named in the notes.
 //! - Negative windows engines do print (a graph pool that freed memory, an available KV memory
 //!   below zero in a start-up that failed) are not figures of a plan: they are left out and
 //!   said so in [`LogFigures::notes`].
@@ -96,10 +102,36 @@ pub struct LogFigures {
     pub max_num_batched_tokens: Option<u64>,
     /// `max_num_seqs`.
     pub max_num_seqs: Option<u64>,
+    /// Whether the torch.compile cache was cold or warm when the KV cache was sized, where the
+    /// log says so before its available KV memory (see [`CompileCache`]).
+    pub compile_cache: Option<CompileCache>,
     /// The line (1-based) each figure was read from, by figure name.
     pub lines: Vec<(&'static str, usize)>,
     /// What was read but left out, and why.
     pub notes: Vec<String>,
+}
+
+/// The state of vLLM's torch.compile cache at the profile run, as the log prints it.
+///
+/// vLLM compiles the model on its first forward, which is the profile run inside
+/// `memory_profiling` (`v1/worker/gpu_worker.py` `determine_available_memory`;
+/// `compilation/decorators.py`: "torch.compile and initial profiling/warmup run together").
+/// With a cold cache, inductor compiles and autotunes there (`compilation/backends.py`
+/// `VllmBackend`/`CompilerManager.compile`: "Compiling a graph for ... takes"), and what that
+/// leaves on the device (autotuning's benchmark copies in the torch peak, every candidate
+/// kernel loaded) is charged to the non-KV terms; with a warm cache the compiled graphs are
+/// loaded ("Directly load the compiled graph(s) for ... from the cache", or "Directly load AOT
+/// compilation from path") and none of that happens. Public cold/warm pairs differ by 0 to
+/// tens of GiB of KV memory depending on model, device and compiled shapes
+/// (docs/engine-rules.md), so no rule predicts the cold surplus: the dry run plans the warm
+/// start-up and a cold log is named as such.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CompileCache {
+    /// The start-up compiled its graphs inside the profile run.
+    Cold,
+    /// The start-up loaded its compiled graphs from the cache.
+    Warm,
 }
 
 impl LogFigures {
@@ -369,13 +401,38 @@ fn set<T>(
     }
 }
 
-/// The worker a line's process prefix names (`Worker_TP1` in `(Worker_TP1 pid=12) INFO ...`,
-/// `Worker_TP0_EP0`), or `None` for the engine core, the API server and unprefixed lines.
-fn worker_rank(text: &str) -> Option<&str> {
-    let i = text.find("(Worker_")?;
-    let rest = &text[i + 1..];
-    let end = rest.find([' ', ')'])?;
-    Some(&rest[..end])
+/// The process a line's prefix names, or `None` for an unprefixed line (the API server, the
+/// engine core of older releases, V0's driver worker). vLLM's multiprocess workers print
+/// `(Worker_TP1 pid=12)`, `(Worker_TP0_EP0 pid=..)`, `(VllmWorker rank=1 pid=..)`, V0's
+/// `(VllmWorkerProcess pid=..)`; Ray prints its actors' lines under `(RayWorkerWrapper
+/// pid=12, ip=10.0.0.2)`, or `(pid=12)` before the actor is named; the engine core prints
+/// `(EngineCore_DP0 pid=..)`. The prefix is the first parenthesis within the line's first
+/// 160 bytes (after a container or timestamp prefix, or a terminal colour code) that holds a
+/// `pid=`; what it holds, up to 120 bytes, names the process.
+fn process_of(text: &str) -> Option<&str> {
+    let head = &text[..text.len().min(160)];
+    let mut from = 0;
+    while let Some(i) = head[from..].find('(') {
+        let start = from + i + 1;
+        let rest = &text[start..];
+        let end = rest.find(')')?;
+        let inner = &rest[..end];
+        if end <= 120 && !inner.contains('(') && inner.contains("pid=") {
+            return Some(inner);
+        }
+        from = start;
+    }
+    None
+}
+
+/// How many other processes' lines Ray folded into this one (`... [repeated 14x across
+/// cluster]`: Ray's log de-duplication prints the first such line of each pattern and then
+/// one line per batch, numbers ignored), or `None`.
+fn ray_folded(text: &str) -> Option<u64> {
+    let i = text.find("[repeated ")?;
+    let rest = &text[i + "[repeated ".len()..];
+    let x = rest.find("x across cluster]")?;
+    rest[..x].parse().ok()
 }
 
 fn is_version(v: &str) -> bool {
@@ -435,8 +492,11 @@ pub fn parse(text: &str) -> Result<LogFigures> {
     };
     let mut peak_torch: Option<u64> = None;
     let mut says_subtracted = false;
-    // Each worker rank's own available KV memory, the first it prints (see below).
-    let mut rank_kv: Vec<(&str, u64)> = Vec::new();
+    // Each process's own available KV memory, the first it prints (see below); `None` names
+    // the unprefixed process.
+    let mut rank_kv: Vec<(Option<&str>, u64)> = Vec::new();
+    // Workers' KV lines Ray's de-duplication left out of the log.
+    let mut folded: u64 = 0;
     for (i, text) in text.lines().enumerate() {
         scan::keys_in(text, &mut found);
         if !scan::worth_reading(&found, f.version.is_some(), f.model.is_some()) {
@@ -716,6 +776,24 @@ pub fn parse(text: &str) -> Result<LogFigures> {
                 }
             }
         }
+        // The compile cache, as it stood when the profile run compiled: only lines before the
+        // available KV memory count (graphs of single sizes compile after the KV cache is
+        // sized, in `compile_or_warm_up_model`).
+        if f.kv_available.is_none() {
+            if l.has("Compiling a graph for") {
+                if f.compile_cache != Some(CompileCache::Cold) {
+                    f.compile_cache = Some(CompileCache::Cold);
+                    lines.retain(|(k, _)| *k != "compile_cache");
+                    lines.push(("compile_cache", n));
+                }
+            } else if (l.has("Directly load the compiled graph")
+                || l.has("Directly load AOT compilation"))
+                && f.compile_cache.is_none()
+            {
+                f.compile_cache = Some(CompileCache::Warm);
+                lines.push(("compile_cache", n));
+            }
+        }
         // Available KV memory (negative in a start-up that failed).
         // vLLM's refusal when one request of `max_model_len` does not fit
         // (`v1/core/kv_cache_utils.py` `_check_enough_kv_cache_memory`: "... which is larger
@@ -737,22 +815,34 @@ pub fn parse(text: &str) -> Result<LogFigures> {
             }
         }
         // A worker's own figure ("(Worker_TP1 pid=..) ... Current kv cache memory in use is X
-        // GiB"): with several ranks vLLM sizes every worker by the fewest blocks
-        // (`v1/core/kv_cache_planning.py` `get_kv_cache_configs`), so the smallest rank's figure
-        // is the one the logged KV cache follows (taken after the loop).
-        if let Some(rank) = worker_rank(text) {
-            if !rank_kv.iter().any(|(r, _)| *r == rank) {
-                let b = match l
-                    .bytes_signed("Available KV cache memory:", "available KV cache memory")?
-                {
-                    Some((b, _)) => Some(b),
-                    None => l
-                        .bytes_signed("Current kv cache memory in use is", "KV cache memory")?
-                        .map(|(b, _)| b),
-                };
-                if let Some(b) = b.filter(|b| *b > 0) {
-                    rank_kv.push((rank, b as u64));
+        // GiB", "(RayWorkerWrapper pid=.., ip=..) ... the rest of the memory reserved for KV
+        // Cache is X GiB", a V0 driver's unprefixed line): with several workers vLLM sizes
+        // every worker by the fewest blocks (V1: `v1/core/kv_cache_planning.py`
+        // `get_kv_cache_configs`; V0: `executor/executor_base.py`
+        // `determine_num_available_blocks`, the minimum over workers), so the smallest
+        // process's figure is the one the logged KV cache follows (taken after the loop).
+        if l.has("Available KV cache memory:")
+            || l.has("Current kv cache memory in use is")
+            || l.has("the rest of the memory reserved for KV Cache is")
+        {
+            let process = process_of(text);
+            if !rank_kv.iter().any(|(r, _)| *r == process) {
+                let mut b = None;
+                for key in [
+                    "Available KV cache memory:",
+                    "the rest of the memory reserved for KV Cache is",
+                    "Current kv cache memory in use is",
+                ] {
+                    if b.is_none() {
+                        b = l.bytes_signed(key, "KV cache memory")?.map(|(b, _)| b);
+                    }
                 }
+                if let Some(b) = b.filter(|b| *b > 0) {
+                    rank_kv.push((process, b as u64));
+                }
+            }
+            if let Some(k) = ray_folded(text) {
+                folded = folded.saturating_add(k);
             }
         }
         // KV tokens, blocks, concurrency.
@@ -929,19 +1019,31 @@ pub fn parse(text: &str) -> Result<LogFigures> {
         }
     }
     if rank_kv.len() > 1 {
-        let (rank, min) = rank_kv
+        let (process, min) = rank_kv
             .iter()
             .copied()
             .min_by_key(|(_, b)| *b)
-            .expect("two ranks");
+            .expect("two processes");
         if f.kv_available.is_some_and(|k| min < k) {
             f.kv_available = Some(min);
             f.notes.push(format!(
-                "available KV cache memory: {rank}'s {}, the smallest of {} workers' figures (vLLM sizes every worker by the fewest blocks)",
+                "available KV cache memory: {}'s {}, the smallest of {} workers' figures (vLLM sizes every worker by the fewest blocks)",
+                process.unwrap_or("the unprefixed process"),
                 fmt_signed(i128::from(min)),
                 rank_kv.len()
             ));
         }
+    }
+    if f.compile_cache == Some(CompileCache::Cold) {
+        f.notes.push(format!(
+            "line {}: a cold torch.compile cache: this start-up compiled its graphs inside the profile run, whose compiler and autotuning memory the engine charged to the non-KV terms; a restart with the cache warm sizes a larger KV cache, by an amount that depends on model, device and compiled shapes (the dry run plans the warm start-up)",
+            f.line("compile_cache").unwrap_or(0)
+        ));
+    }
+    if folded > 0 {
+        f.notes.push(format!(
+            "Ray's log de-duplication folded {folded} workers' KV memory lines (\"[repeated Nx across cluster]\"): their figures are not in the log, and the engine sized every worker by the smallest of all, so the available KV memory read here may be above the engine's (RAY_DEDUP_LOGS=0 logs every worker)"
+        ));
     }
     // V0: peak_torch_memory includes the weights.
     if let (None, Some(peak), Some(w)) = (f.activation, peak_torch, f.weights) {

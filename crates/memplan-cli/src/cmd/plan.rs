@@ -674,6 +674,35 @@ mod tests {
     }
 
     #[test]
+    fn a_ray_log_plans_the_smallest_worker_and_names_a_cold_compile() {
+        // The lines above as Ray's workers print them (`(RayWorkerWrapper pid=.., ip=..)`),
+        // after a compile that missed the torch.compile cache: the smaller worker's KV memory
+        // is the plan's, and the plan says which worker and that the compile was cold.
+        let log = "INFO Initializing a V1 LLM engine (v0.27.1) with config: model='x'\n\
+            (RayWorkerWrapper pid=447) INFO 08-14 14:07:02 [backends.py:393] Compiling a graph for compile range (1, 2048) takes 21.57 s\n\
+            (RayWorkerWrapper pid=447) INFO 08-14 14:07:22 [gpu_model_runner.py:6806] Estimated CUDA graph memory: 0.36 GiB total\n\
+            (RayWorkerWrapper pid=447) INFO 08-14 14:07:22 [gpu_worker.py:578] CUDA graph memory profiling is enabled (default since v0.21.0). The current --gpu-memory-utilization=0.8200 is equivalent to --gpu-memory-utilization=0.8048 without CUDA graph memory profiling. To maintain the same effective KV cache size as before, increase --gpu-memory-utilization to 0.8352.\n\
+            (RayWorkerWrapper pid=447) INFO 08-14 14:07:22 [gpu_worker.py:563] Available KV cache memory: 6.87 GiB\n\
+            (RayWorkerWrapper pid=91, ip=10.0.0.2) INFO 08-14 14:07:22 [gpu_worker.py:563] Available KV cache memory: 6.79 GiB\n";
+        let path = std::env::temp_dir().join(format!("memplan-logray-{}.txt", std::process::id()));
+        std::fs::write(&path, log).unwrap();
+        let j = run_json(&format!(
+            "--model qwen2.5-0.5b-instruct --from-log {}",
+            path.display()
+        ))
+        .unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let kv = j["kv_budget_bytes"].as_u64().unwrap() as f64 / (1u64 << 30) as f64;
+        assert!((kv - 6.79).abs() < 0.001, "{kv}");
+        let notes = j["notes"].to_string();
+        assert!(
+            notes.contains("RayWorkerWrapper pid=91, ip=10.0.0.2")
+                && notes.contains("cold torch.compile cache"),
+            "{notes}"
+        );
+    }
+
+    #[test]
     fn a_log_whose_figures_do_not_combine_is_the_logs_fault_not_a_flag() {
         // Each figure is in range, but 3 ranks do not divide Qwen3-8B's heads: the user
         // passed no --tensor-parallel-size, so the error is the file's (exit 1), naming it.

@@ -78,6 +78,10 @@ pub(super) const KEYS: &[&str] = &[
     "available_kv_cache_memory",
     "the rest of the memory reserved for KV Cache is",
     "kv_cache_size=",
+    // The torch.compile cache.
+    "Compiling a graph for",
+    "Directly load the compiled graph",
+    "Directly load AOT compilation",
     " tokens",
     "KV cache size:",
     "Extended KV cache to",

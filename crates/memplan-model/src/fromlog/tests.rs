@@ -348,3 +348,150 @@ fn several_ranks_take_the_smallest_figure() {
     let f = parse(&one).unwrap();
     assert_eq!(f.kv_available, Some(gib(19.09)));
 }
+
+/// Ray's workers print under `(RayWorkerWrapper pid=.., ip=..)` and V0's driver worker
+/// unprefixed; vLLM sizes every worker by the fewest blocks, so the smallest figure of every
+/// process is the one that counts, and what Ray's de-duplication folded is named. The excerpt
+/// is a real vLLM 0.8.3 V0 start-up of DeepSeek-V2.5 at TP 8 x PP 2 over Ray on two 8x
+/// A100-SXM4-40GB nodes (2025-04-20; public repository file, code index id 17822999525, the
+/// index does not name the repository), its memory lines as printed, NCCL lines left out.
+#[test]
+fn ray_workers_and_the_driver_take_the_smallest_figure() {
+    let log = "INFO 04-20 16:46:54 [api_server.py:1034] vLLM API server version 0.8.3\n\
+INFO 04-20 17:00:47 [model_runner.py:1146] Model loading took 27.6330 GiB and 763.166885 seconds\n\
+(RayWorkerWrapper pid=629, ip=10.244.1.107) INFO 04-20 17:00:08 [model_runner.py:1146] Model loading took 28.4772 GiB and 723.639309 seconds [repeated 12x across cluster]\n\
+INFO 04-20 17:00:56 [worker.py:267] Memory profiling takes 8.55 seconds\n\
+INFO 04-20 17:00:56 [worker.py:267] the current vLLM instance can use total_gpu_memory (39.49GiB) x gpu_memory_utilization (0.90) = 35.55GiB\n\
+INFO 04-20 17:00:56 [worker.py:267] model weights take 27.63GiB; non_torch_memory takes 0.93GiB; PyTorch activation peak memory takes 1.27GiB; the rest of the memory reserved for KV Cache is 5.71GiB.\n\
+(RayWorkerWrapper pid=627, ip=10.244.1.107) INFO 04-20 17:00:56 [worker.py:267] Memory profiling takes 8.59 seconds\n\
+(RayWorkerWrapper pid=627, ip=10.244.1.107) INFO 04-20 17:00:56 [worker.py:267] the current vLLM instance can use total_gpu_memory (39.49GiB) x gpu_memory_utilization (0.90) = 35.55GiB\n\
+(RayWorkerWrapper pid=627, ip=10.244.1.107) INFO 04-20 17:00:56 [worker.py:267] model weights take 28.48GiB; non_torch_memory takes 2.15GiB; PyTorch activation peak memory takes 1.35GiB; the rest of the memory reserved for KV Cache is 3.58GiB.\n\
+INFO 04-20 17:00:56 [executor_base.py:112] # cuda blocks: 5302, # CPU blocks: 7767\n\
+INFO 04-20 17:00:56 [executor_base.py:117] Maximum concurrency for 8192 tokens per request: 10.36x\n\
+(RayWorkerWrapper pid=661) INFO 04-20 17:00:56 [worker.py:267] Memory profiling takes 8.62 seconds [repeated 14x across cluster]\n\
+(RayWorkerWrapper pid=661) INFO 04-20 17:00:56 [worker.py:267] the current vLLM instance can use total_gpu_memory (39.49GiB) x gpu_memory_utilization (0.90) = 35.55GiB [repeated 14x across cluster]\n\
+(RayWorkerWrapper pid=661) INFO 04-20 17:00:56 [worker.py:267] model weights take 27.63GiB; non_torch_memory takes 1.07GiB; PyTorch activation peak memory takes 1.27GiB; the rest of the memory reserved for KV Cache is 5.57GiB. [repeated 14x across cluster]\n";
+    let f = parse(log).unwrap();
+    assert_eq!(f.version.as_deref(), Some("0.8.3"));
+    assert_eq!(f.total, Some(gib(39.49)));
+    // The driver's figure is printed first; the Ray worker on the second node has less.
+    assert_eq!(f.kv_available, Some(gib(3.58)));
+    assert!(
+        f.notes
+            .iter()
+            .any(|n| n.contains("RayWorkerWrapper pid=627, ip=10.244.1.107")
+                && n.contains("3 workers")),
+        "{:?}",
+        f.notes
+    );
+    // The 14 folded lines' figures are not in the log: said so, not guessed.
+    assert!(
+        f.notes
+            .iter()
+            .any(|n| n.contains("folded 14 workers") && n.contains("RAY_DEDUP_LOGS=0")),
+        "{:?}",
+        f.notes
+    );
+    // The driver alone: its own figure, nothing folded.
+    let driver: String = log
+        .lines()
+        .filter(|l| !l.starts_with('('))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let f = parse(&driver).unwrap();
+    assert_eq!(f.kv_available, Some(gib(5.71)));
+    assert!(
+        !f.notes.iter().any(|n| n.contains("folded")),
+        "{:?}",
+        f.notes
+    );
+}
+
+/// Every process prefix vLLM and Ray print names its process: Ray's `(pid=..)` before the
+/// actor is named, a V1 Ray worker, V0's multiprocess worker, older V1 workers with a rank, a
+/// terminal colour code and a container prefix before it; a parenthesis without `pid=` is not
+/// a prefix.
+#[test]
+fn process_prefixes_of_every_executor() {
+    for (line, process) in [
+        (
+            "(pid=776, ip=7.242.96.68) INFO 07-31 19:35:15 [__init__.py:39] x",
+            Some("pid=776, ip=7.242.96.68"),
+        ),
+        (
+            "(RayWorkerWrapper pid=13210) INFO 07-31 19:35:31 [gpu_worker.py:1] x",
+            Some("RayWorkerWrapper pid=13210"),
+        ),
+        (
+            "(VllmWorkerProcess pid=3357) INFO 09-13 16:32:25 [worker.py:1] x",
+            Some("VllmWorkerProcess pid=3357"),
+        ),
+        (
+            "(VllmWorker rank=1 pid=12) INFO [gpu_worker.py:1] x",
+            Some("VllmWorker rank=1 pid=12"),
+        ),
+        (
+            "\u{1b}[36m(RayWorkerWrapper pid=123, ip=10.0.0.2)\u{1b}[0m INFO x",
+            Some("RayWorkerWrapper pid=123, ip=10.0.0.2"),
+        ),
+        (
+            "vllm-1  | (EngineCore_DP0 pid=88) INFO x",
+            Some("EngineCore_DP0 pid=88"),
+        ),
+        (
+            "INFO 04-20 17:00:56 [worker.py:267] model weights take 27.63GiB (total)",
+            None,
+        ),
+        ("INFO x", None),
+    ] {
+        assert_eq!(super::process_of(line), process, "{line}");
+    }
+    assert_eq!(
+        super::ray_folded("x [repeated 14x across cluster]"),
+        Some(14)
+    );
+    assert_eq!(super::ray_folded("x [repeated"), None);
+}
+
+/// Two V1 Ray workers that print their own available KV memory: the smaller one counts.
+/// Constructed in the real format (`(RayWorkerWrapper pid=.., ip=..)` prefixes of a V1 Ray
+/// start-up; the figures are made up).
+#[test]
+fn v1_ray_workers_take_the_smallest_figure() {
+    let log = "(RayWorkerWrapper pid=13210) INFO 07-31 19:40:01 [gpu_worker.py:276] Available KV cache memory: 21.40 GiB\n\
+(RayWorkerWrapper pid=776, ip=7.242.96.68) INFO 07-31 19:40:01 [gpu_worker.py:276] Available KV cache memory: 20.95 GiB\n\
+INFO 07-31 19:40:02 [kv_cache_utils.py:716] GPU KV cache size: 1,234,560 tokens\n";
+    let f = parse(log).unwrap();
+    assert_eq!(f.kv_available, Some(gib(20.95)));
+}
+
+/// The compile cache as the log states it before the KV cache is sized (vLLM 0.27.1
+/// `compilation/backends.py` `CompilerManager.compile`'s two messages); a graph of a single
+/// size compiled after the KV cache was sized does not make a warm start-up cold.
+#[test]
+fn compile_cache_state_from_the_log() {
+    let warm = "(EngineCore pid=1) INFO [backends.py:292] Directly load the compiled graph(s) for compile range (1, 2048) from the cache, took 1.120 s\n\
+(EngineCore pid=1) INFO [gpu_worker.py:563] Available KV cache memory: 18.65 GiB\n\
+(EngineCore pid=1) INFO [backends.py:393] Compiling a graph for compile range (8, 8) takes 3.10 s\n";
+    let f = parse(warm).unwrap();
+    assert_eq!(f.compile_cache, Some(CompileCache::Warm));
+    assert_eq!(f.line("compile_cache"), Some(1));
+    assert!(!f.notes.iter().any(|n| n.contains("cold")), "{:?}", f.notes);
+    let cold = "(EngineCore pid=1) INFO [backends.py:393] Compiling a graph for compile range (1, 2048) takes 21.57 s\n\
+(EngineCore pid=1) INFO [gpu_worker.py:563] Available KV cache memory: 18.65 GiB\n";
+    let f = parse(cold).unwrap();
+    assert_eq!(f.compile_cache, Some(CompileCache::Cold));
+    assert!(
+        f.notes
+            .iter()
+            .any(|n| n.starts_with("line 1: a cold torch.compile cache")),
+        "{:?}",
+        f.notes
+    );
+    // AOT compilation loaded from disk is warm; no compile line at all is unknown.
+    let aot = "INFO [decorators.py:312] Directly load AOT compilation from path /root/.cache/vllm/x/model\n\
+INFO [gpu_worker.py:563] Available KV cache memory: 18.65 GiB\n";
+    assert_eq!(parse(aot).unwrap().compile_cache, Some(CompileCache::Warm));
+    let none = "INFO [gpu_worker.py:563] Available KV cache memory: 18.65 GiB\n";
+    assert_eq!(parse(none).unwrap().compile_cache, None);
+}
