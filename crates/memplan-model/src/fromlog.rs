@@ -497,8 +497,19 @@ pub fn parse(text: &str) -> Result<LogFigures> {
     let mut rank_kv: Vec<(Option<&str>, u64)> = Vec::new();
     // Workers' KV lines Ray's de-duplication left out of the log.
     let mut folded: u64 = 0;
+    // The line where a second start-up began, once workers have printed their figures: the
+    // figures of every later process belong to that start-up, not to this one.
+    let mut next_start_up: Option<usize> = None;
     for (i, text) in text.lines().enumerate() {
         scan::keys_in(text, &mut found);
+        if next_start_up.is_none()
+            && !rank_kv.is_empty()
+            && found
+                .iter()
+                .any(|(k, _)| matches!(*k, "vLLM API server version " | "LLM engine (v"))
+        {
+            next_start_up = Some(i + 1);
+        }
         if !scan::worth_reading(&found, f.version.is_some(), f.model.is_some()) {
             continue;
         }
@@ -821,9 +832,10 @@ pub fn parse(text: &str) -> Result<LogFigures> {
         // `get_kv_cache_configs`; V0: `executor/executor_base.py`
         // `determine_num_available_blocks`, the minimum over workers), so the smallest
         // process's figure is the one the logged KV cache follows (taken after the loop).
-        if l.has("Available KV cache memory:")
-            || l.has("Current kv cache memory in use is")
-            || l.has("the rest of the memory reserved for KV Cache is")
+        if next_start_up.is_none()
+            && (l.has("Available KV cache memory:")
+                || l.has("Current kv cache memory in use is")
+                || l.has("the rest of the memory reserved for KV Cache is"))
         {
             let process = process_of(text);
             if !rank_kv.iter().any(|(r, _)| *r == process) {
@@ -1033,6 +1045,11 @@ pub fn parse(text: &str) -> Result<LogFigures> {
                 rank_kv.len()
             ));
         }
+    }
+    if let Some(n) = next_start_up {
+        f.notes.push(format!(
+            "line {n}: another start-up begins; the workers' KV memory is the first start-up's"
+        ));
     }
     if f.compile_cache == Some(CompileCache::Cold) {
         f.notes.push(format!(

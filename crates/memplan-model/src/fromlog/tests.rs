@@ -495,3 +495,22 @@ INFO [gpu_worker.py:563] Available KV cache memory: 18.65 GiB\n";
     let none = "INFO [gpu_worker.py:563] Available KV cache memory: 18.65 GiB\n";
     assert_eq!(parse(none).unwrap().compile_cache, None);
 }
+
+/// A log of two start-ups (the first refused, the user restarted with other settings): the
+/// second start-up's processes are not workers of the first, whose figure stays.
+#[test]
+fn a_second_start_up_adds_no_worker_to_the_first() {
+    let log = "(APIServer pid=1) INFO [api_server.py:1] vLLM API server version 0.27.1\n\
+(EngineCore pid=2) INFO [gpu_worker.py:563] Available KV cache memory: 18.65 GiB\n\
+(APIServer pid=7) INFO [api_server.py:1] vLLM API server version 0.27.1\n\
+(EngineCore pid=8) INFO [gpu_worker.py:563] Available KV cache memory: 10.20 GiB\n";
+    let f = parse(log).unwrap();
+    assert_eq!(f.kv_available, Some(gib(18.65)));
+    assert!(
+        f.notes
+            .iter()
+            .any(|n| n.starts_with("line 3: another start-up")),
+        "{:?}",
+        f.notes
+    );
+}
