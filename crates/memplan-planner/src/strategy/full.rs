@@ -12,8 +12,16 @@
 //! then captures the first size again [`REPEATS`] times on its own: what the first capture took
 //! beyond the most a repeat took is the one-time part, taken out of the estimate; the spread of
 //! the repeats is the capture-to-capture variation, which sizes the margin (scaled to every
-//! graph, as independent variations add up: `6 * spread / mean * sqrt(sum of squares)`, the
-//! spread of a few repeats understating the variation more often than not).
+//! graph, as independent variations add up: `k * spread / mean * sqrt(sum of squares)`).
+//!
+//! `k` makes the margin a one-sided bound at 99.95% from `n` repeats: their range estimates
+//! the standard deviation of one capture as `range / d2(n)` (d2 = 2.059 for 4 samples, 3.258
+//! for 12: the control-chart constant, e.g. ASTM E2587 or Montgomery's *Introduction to
+//! Statistical Quality Control*, appendix table VI), and with `n - 1` degrees of freedom the
+//! bound is Student's t (12.92 for 3, 4.44 for 11): `k` is 6.3 for 4 repeats, 1.4 for 12.
+//! Four repeats that vary beyond the reading's noise are followed by [`MORE_REPEATS`] more:
+//! a few captures of the smallest size cost far less than the KV cache a margin from four
+//! samples would take (about five times the margin of twelve).
 //! `post-capture` keeps the graphs it measured, so neither applies there.
 
 use memplan_core::bytes::{fmt_bytes, fmt_signed};
@@ -37,6 +45,21 @@ pub struct PostCapture;
 
 /// Captures of the first size repeated on their own after the full pass (see the module docs).
 pub const REPEATS: usize = 4;
+
+/// Repeats added where the first [`REPEATS`] varied beyond the reading's noise (see the module
+/// docs).
+pub const MORE_REPEATS: usize = 8;
+
+/// The margin's factor on the repeats' relative range for `n` repeats: Student's t at 99.95%
+/// with `n - 1` degrees of freedom over d2(n) (see the module docs); the factor of the largest
+/// tabulated count at or below `n`.
+fn margin_factor(n: usize) -> f64 {
+    if n >= REPEATS + MORE_REPEATS {
+        4.437 / 3.258
+    } else {
+        12.924 / 2.059
+    }
+}
 
 /// Repeats that differ by more than this (per mille of their mean) are reported
 /// ([`Warning::GraphCaptureVaries`]).
@@ -86,9 +109,9 @@ fn capture_all(ctx: &mut GraphContext<'_>) -> Result<Pass> {
 
 /// Capture `size` again [`REPEATS`] times, each alone (released before the next): the bytes of
 /// each.
-fn repeat(ctx: &mut GraphContext<'_>, size: u32) -> Result<Vec<i64>> {
-    let mut v = Vec::with_capacity(REPEATS);
-    for _ in 0..REPEATS {
+fn repeat(ctx: &mut GraphContext<'_>, size: u32, times: usize) -> Result<Vec<i64>> {
+    let mut v = Vec::with_capacity(times);
+    for _ in 0..times {
         ctx.release_graphs()?;
         ctx.warm_up(size)?;
         let before = ctx.flushed_snapshot()?;
@@ -117,7 +140,7 @@ fn spread_per_mille(repeats: &[i64], tolerance: u64) -> u64 {
 /// read within `tolerance` (a window of two readings may be off by twice it: only what exceeds
 /// that counts as one-time memory or as variation).
 fn one_time_and_margin(first: i64, repeats: &[i64], each: &[i64], tolerance: u64) -> (u64, u64) {
-    let (Some(&hi), Some(_)) = (repeats.iter().max(), repeats.iter().min()) else {
+    let (Some(&hi), Some(&lo)) = (repeats.iter().max(), repeats.iter().min()) else {
         return (0, 0);
     };
     let noise = i64::try_from(tolerance.saturating_mul(2)).unwrap_or(i64::MAX);
@@ -127,8 +150,18 @@ fn one_time_and_margin(first: i64, repeats: &[i64], each: &[i64], tolerance: u64
     if spread <= 0.0 {
         return (one_time, 0);
     }
+    // Scaled to every graph two ways, the larger kept: in proportion to each graph's bytes
+    // (a variation of the whole capture), and as the same bytes for every graph (a variation
+    // of the executable object, whose size follows the kernel count, not the batch: a
+    // proportional scaling from the largest size would understate the smaller ones).
     let squares: f64 = each.iter().map(|c| (*c.max(&0) as f64).powi(2)).sum();
-    (one_time, (6.0 * spread * squares.sqrt()).ceil() as u64)
+    let varied = hi.saturating_sub(lo).saturating_sub(noise).max(0) as f64;
+    let same_bytes = varied * (each.len() as f64).sqrt();
+    let k = margin_factor(repeats.len());
+    (
+        one_time,
+        (k * (spread * squares.sqrt()).max(same_bytes)).ceil() as u64,
+    )
 }
 
 fn source(from_driver: bool) -> &'static str {
@@ -147,10 +180,13 @@ impl GraphStrategy for Full {
     fn run(&self, ctx: &mut GraphContext<'_>) -> Result<GraphEstimate> {
         let pass = capture_all(ctx)?;
         let n = pass.each.len();
-        let (one_time, margin) = match (ctx.sizes().first(), pass.each.first()) {
+        let (one_time, margin, n_repeats) = match (ctx.sizes().first(), pass.each.first()) {
             (Some(&size), Some(&first)) if pass.from_driver => {
-                let repeats = repeat(ctx, size)?;
+                let mut repeats = repeat(ctx, size, REPEATS)?;
                 let tol = ctx.free_tolerance();
+                if spread_per_mille(&repeats, tol) > 0 {
+                    repeats.extend(repeat(ctx, size, MORE_REPEATS)?);
+                }
                 let (once, margin) = one_time_and_margin(first, &repeats, &pass.each, tol);
                 let spread = spread_per_mille(&repeats, tol);
                 if spread > VARIATION_REPORTED_PER_MILLE {
@@ -159,9 +195,9 @@ impl GraphStrategy for Full {
                         margin,
                     });
                 }
-                (once, margin)
+                (once, margin, repeats.len())
             }
-            _ => (0, 0),
+            _ => (0, 0, 0),
         };
         let bytes = pass
             .total
@@ -187,7 +223,7 @@ impl GraphStrategy for Full {
                 String::new()
             },
             if margin > 0 {
-                format!(", margin {} for the capture-to-capture variation of {REPEATS} repeats and the reading's window error", fmt_bytes(margin))
+                format!(", margin {} for the capture-to-capture variation of {n_repeats} repeats and the reading's window error", fmt_bytes(margin))
             } else {
                 String::new()
             },
@@ -259,7 +295,7 @@ mod tests {
             one_time_and_margin(100 * mib, &[95 * mib, 100 * mib, 105 * mib], &each, 0);
         assert_eq!(once, 0, "the first capture took no more than a repeat");
         let sqrt_sum = (16.0f64).sqrt() * 100.0 * (1u64 << 20) as f64;
-        assert_eq!(margin, (6.0 * 0.1 * sqrt_sum).ceil() as u64);
+        assert_eq!(margin, (margin_factor(3) * 0.1 * sqrt_sum).ceil() as u64);
         // Four times the graphs: twice the margin (independent variations), not four times.
         let (_, margin4) = one_time_and_margin(
             100 * mib,
@@ -281,5 +317,24 @@ mod tests {
         assert_eq!((once, margin), (0, 0));
         // Nothing to compare.
         assert_eq!(one_time_and_margin(5, &[], &[5], 0), (0, 0));
+    }
+
+    #[test]
+    fn more_repeats_narrow_the_margin_at_the_same_confidence() {
+        let (few, many) = (
+            margin_factor(REPEATS),
+            margin_factor(REPEATS + MORE_REPEATS),
+        );
+        assert!(
+            (6.2..6.4).contains(&few) && (1.3..1.4).contains(&many),
+            "{few} {many}"
+        );
+        // The same spread over twelve repeats: under a quarter of the margin of four.
+        let each = vec![100i64 << 20; 35];
+        let four = [95i64 << 20, 100 << 20, 100 << 20, 105 << 20];
+        let twelve: Vec<i64> = four.iter().cycle().take(12).copied().collect();
+        let (_, m4) = one_time_and_margin(100 << 20, &four, &each, 0);
+        let (_, m12) = one_time_and_margin(100 << 20, &twelve, &each, 0);
+        assert!(m12 * 4 < m4 && m12 > 0, "{m4} {m12}");
     }
 }
