@@ -183,7 +183,10 @@ impl GraphStrategy for Full {
         let (one_time, margin, n_repeats) = match (ctx.sizes().first(), pass.each.first()) {
             (Some(&size), Some(&first)) if pass.from_driver => {
                 let mut repeats = repeat(ctx, size, REPEATS)?;
-                let tol = ctx.free_tolerance();
+                // Windows compared with windows: how far one may be off is the reading's
+                // window error (measured at the start where it could be), not its declared
+                // tolerance, which often covers an offset a window cancels.
+                let tol = ctx.window_tolerance();
                 if spread_per_mille(&repeats, tol) > 0 {
                     repeats.extend(repeat(ctx, size, MORE_REPEATS)?);
                 }
