@@ -358,3 +358,35 @@ fn the_evaluator_reads_the_planner_constants_it_knows() {
         "the default node count is a figure"
     );
 }
+
+/// The `owner/repo#N` references in `text` (trailing punctuation dropped).
+fn references(text: &str) -> Vec<String> {
+    text.split(|c: char| c.is_whitespace() || "(),;".contains(c))
+        .filter(|w| w.contains('#') && w.split('#').next().is_some_and(|r| r.contains('/')))
+        .map(|w| {
+            w.trim_end_matches(|c: char| !c.is_ascii_alphanumeric())
+                .to_string()
+        })
+        .collect()
+}
+
+/// Every public issue a range cites as its evidence is cited in the table of
+/// `docs/simulator-physics.md` too: the document and the ranges the sweep draws from do not
+/// drift apart silently.
+#[test]
+fn the_physics_document_cites_every_range_s_sources() {
+    let doc = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/simulator-physics.md");
+    let doc = std::fs::read_to_string(&doc).expect("docs/simulator-physics.md");
+    let mut cited = 0;
+    let mut missing = Vec::new();
+    for q in QUANTITIES.iter().chain(GENERATED.iter()) {
+        for r in references(q.evidence) {
+            cited += 1;
+            if !doc.contains(&r) {
+                missing.push(format!("{}: {r}", q.name));
+            }
+        }
+    }
+    assert!(cited >= 10, "only {cited} references found: the parser broke");
+    assert!(missing.is_empty(), "not in the document: {missing:?}");
+}
