@@ -387,6 +387,9 @@ fn the_physics_document_cites_every_range_s_sources() {
             }
         }
     }
-    assert!(cited >= 10, "only {cited} references found: the parser broke");
+    assert!(
+        cited >= 10,
+        "only {cited} references found: the parser broke"
+    );
     assert!(missing.is_empty(), "not in the document: {missing:?}");
 }
