@@ -183,6 +183,7 @@ impl<E: AsDynEngine + ?Sized> Session<'_, E> {
         let _e = span.enter();
         self.why = why.into();
         let engine = self.engine.as_dyn();
+        crate::strategy::trim_and_settle(&self.rec.device)?;
         let before = self.rec.settle(engine)?;
         let mut ctx = GraphContext::new(&mut self.rec, engine, before);
         let outcome = strategy.run(&mut ctx);

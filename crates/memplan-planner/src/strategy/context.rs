@@ -291,6 +291,19 @@ fn release_all(engine: &mut dyn Engine, device: &Device) -> Result<()> {
     settle(device)
 }
 
+/// Before a graph phase: trim the device's graph pool where it has one and [`settle`], so the
+/// phase starts as its teardown ends. Pool memory an earlier capture left reserved (calibration's
+/// test graphs) would otherwise be reused unseen by the phase's first captures and given back
+/// by its teardown: the graphs would measure less than a capture from a trimmed pool takes.
+pub(crate) fn trim_and_settle(device: &Device) -> Result<()> {
+    match device.graph_capture() {
+        Ok(gc) => gc.release_pool()?,
+        Err(Error::Unsupported { .. }) => {}
+        Err(e) => return Err(e),
+    }
+    settle(device)
+}
+
 /// Some runtimes return a destroyed graph's memory only after one or more later synchronizes,
 /// how many being theirs to decide (one runtime documents the next one). A synchronize of an idle
 /// device costs next to nothing, so synchronize [`SETTLE_SYNCHRONIZES`] times: whatever a

@@ -18,6 +18,7 @@ mod legacy;
 mod sampled;
 mod simple;
 
+pub(crate) use context::trim_and_settle;
 pub use context::GraphContext;
 pub use full::{Full, PostCapture};
 pub use legacy::{legacy_extrapolate, VllmLegacy};
