@@ -80,8 +80,17 @@ impl Check {
     }
 }
 
-/// The checks that fail `cargo xtask ci` when any case fails them.
-pub const GATING: [Check; 2] = [Check::OutOfMemory, Check::HarnessError];
+/// The checks that fail `cargo xtask ci` when any case fails them: every check the automatic
+/// choice passes on every case of the sweep, so that a change that brings one back fails CI.
+/// Below the floor and needless refusals are reported, not gating: their counts are not zero
+/// (see `docs/strategy-comparison.md`).
+pub const GATING: [Check; 5] = [
+    Check::OutOfMemory,
+    Check::OverRequest,
+    Check::OverOracle,
+    Check::HarnessError,
+    Check::ReserveBelowReal,
+];
 
 /// One failed check of one case.
 #[derive(Debug, Clone)]
