@@ -1,6 +1,6 @@
 //! The capability the CUDA backend declares, derived from facts only.
 //!
-//! [`CudaFacts`](crate::facts::CudaFacts) holds what the driver told us (version, device attributes, the MIG profile in
+//! [`CudaFacts`] holds what the driver told us (version, device attributes, the MIG profile in
 //! the name); [`declare`] turns it into a [`ProfilingCapability`]. Pure data and functions, so
 //! every rule is tested without a GPU. Calibration in the planner then confirms or downgrades.
 //!

@@ -1,4 +1,4 @@
-//! The CUDA [`Device`]: readings, synchronize, raw allocations, and access to graph capture and
+//! The CUDA [`Device`](memplan_core::Device): readings, synchronize, raw allocations, and access to graph capture and
 //! virtual memory.
 //!
 //! A device holds a reference on the device's *primary* context (`cuDevicePrimaryCtxRetain`),

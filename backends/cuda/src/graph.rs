@@ -1,5 +1,5 @@
 //! Graph capture on CUDA: stream capture into graphs whose allocation nodes use the device's
-//! graph pool, which [`GraphCapture::release_pool`] trims (`cuDeviceGraphMemTrim`).
+//! graph pool, which [`GraphCapture::release_pool`](memplan_core::GraphCapture::release_pool) trims (`cuDeviceGraphMemTrim`).
 //!
 //! Capture runs on a private non-blocking stream in thread-local mode, so another thread's
 //! unrelated CUDA calls do not invalidate it. [`CaptureWork`] is recorded as one
@@ -7,7 +7,7 @@
 //! launches of [`crate::kernel`]'s trivial kernel (writing into that allocation), and the
 //! matching `cuMemFreeAsync`. Graphs are instantiated without flags. The core
 //! (`memplan_core::GraphCapture`) keeps the capture state and the table of graphs and destroys
-//! them; the stream and the module, this backend's own, go in [`CudaGraphs::teardown`] (run
+//! them; the stream and the module, this backend's own, go in `CudaGraphs::teardown` (run
 //! on drop of the device).
 
 use std::ffi::c_int;

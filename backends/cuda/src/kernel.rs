@@ -5,7 +5,7 @@
 //! device's architecture when nvrtc can be loaded (it ships with the CUDA toolkit and PyTorch
 //! wheels, not with the driver); otherwise, or when the driver rejects nvrtc's PTX (a newer
 //! toolkit than driver), the hand-written PTX below is loaded and JIT-compiled by the driver.
-//! Which one ran is recorded ([`Kernel::source`]).
+//! Which one ran is recorded (`Kernel::source`).
 
 use std::ffi::{c_void, CString};
 

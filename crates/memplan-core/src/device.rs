@@ -117,7 +117,7 @@ impl Device {
     }
 
     /// The id another process opens to reach this same device
-    /// ([`HalDevice::shared_id`](crate::hal::HalDevice::shared_id)).
+    /// ([`HalDevice::shared_id`]).
     pub fn shared_id(&self) -> Result<crate::DeviceId> {
         self.lock().hal.shared_id()
     }

@@ -7,7 +7,7 @@
 //! The result is the planner's [`Plan`] (the same type `memplan simulate` prints), rendered by
 //! the planner's renderer with this command's flag names.
 //!
-//! Order: flags are checked by clap ([`flags`]); the model is loaded before any device is
+//! Order: flags are checked by clap (the `flags` module); the model is loaded before any device is
 //! opened (so `--model nope` lists the presets on any machine); then the device, the dry run
 //! per rank, and the rendering.
 

@@ -217,6 +217,9 @@ pub enum Strategy {
 }
 
 /// The flags of `memplan plan`.
+// The field docs are clap's help text, written for a terminal: `vllm[@VERSION]` is usage
+// syntax, not an intra-doc link.
+#[allow(rustdoc::broken_intra_doc_links)]
 #[derive(clap::Args, Debug, Clone)]
 pub struct Flags {
     /// Model: a shipped preset (`qwen2.5-1.5b-instruct`; `--model list` lists them), a Hugging
@@ -337,7 +340,7 @@ pub struct Flags {
 
 impl Flags {
     /// The capture sizes as the engine takes them: duplicates merged, sorted, at most
-    /// [`MAX_CAPTURE_SIZES`].
+    /// `MAX_CAPTURE_SIZES`.
     pub fn capture_sizes(&self) -> Result<Option<Vec<u64>>, String> {
         let Some(sizes) = &self.cudagraph_capture_sizes else {
             return Ok(None);
