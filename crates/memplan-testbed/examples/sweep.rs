@@ -153,7 +153,11 @@ fn main() -> ExitCode {
          (post-capture, full, eager) and below 97% where it was bounded or modelled, or the plan was capped by a \
          reading's tolerance or an allocation probe; a refusal where the oracle holds a request of \
          `max_model_len` after keeping 97% of its blocks; a harness error (including an oracle that could not be \
-         computed); an unmeasured graph reserve below the real graph memory. A case can fail more than one rule; \
+         computed, a shipped scenario that does not load, a profile or generated setup that does not resolve); \
+         an unmeasured graph reserve below the real graph memory; a KV cache the engine was served with fewer \
+         tokens than the plan promised, by over one block beyond what the caching allocator's rounding of the \
+         engine's tensors costs (the engine's own page arithmetic took more than the plan's layout, and the \
+         session shrank the cache to fit, `kv_cache_shrunk`). A case can fail more than one rule; \
          \"(N adv.)\": N of the failures are on adversarial physics. Gating in CI: ",
     );
     let gating: Vec<&str> = GATING.iter().map(|c| c.name()).collect();

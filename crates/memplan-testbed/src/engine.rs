@@ -257,8 +257,12 @@ impl Engine for SimEngine {
         Ok(())
     }
 
-    /// The session allocates the KV cache through the engine's own arithmetic and measures it.
+    /// The session allocates the KV cache through the engine's own arithmetic and measures it;
+    /// not offered where the setup says the engine has no hook (it allocates after the session).
     fn allocate_kv_cache(&mut self, blocks: u64) -> Result<bool> {
+        if !self.setup.kv_hook {
+            return Ok(false);
+        }
         self.allocate_kv(blocks)?;
         Ok(true)
     }

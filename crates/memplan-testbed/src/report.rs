@@ -54,6 +54,12 @@ pub struct Outcome {
     pub failed: Option<String>,
     /// Calibration downgrades.
     pub downgrades: Vec<String>,
+    /// Codes of the warnings the session's KV cache came with (`kv_cache_shrunk`: the engine's
+    /// allocation took more than the plan kept and the session gave it fewer blocks).
+    pub kv_warnings: Vec<String>,
+    /// Tokens the caching allocator's rounding of the engine's KV tensors costs at the plan's
+    /// block count (`None` where the cache was mapped, or the engine has no layout).
+    pub kv_rounding_tokens: Option<u64>,
     /// The plan.
     pub plan: Option<Plan>,
 }
@@ -84,6 +90,8 @@ impl Outcome {
             oom: None,
             failed: None,
             downgrades: Vec::new(),
+            kv_warnings: Vec::new(),
+            kv_rounding_tokens: None,
             plan: None,
         }
     }

@@ -240,6 +240,32 @@ pub fn run_judged(
     let engine_kv = EngineKv::of(&setup.scenario.kv);
     out.planned_tokens = Some(pr.plan.kv.tokens);
     out.kv_tokens = engine_kv.map(|k| k.tokens(pr.cache.num_blocks));
+    // What the caching allocator's rounding of the engine's tensors costs at the plan's block
+    // count (the segments it rounds each tensor to, beyond the tensors' own bytes), in tokens:
+    // a session that measures the engine's allocation gives back up to that many blocks.
+    out.kv_rounding_tokens = engine_kv.filter(|_| pr.cache.range.is_none()).map(|k| {
+        let n = pr.plan.kv.num_blocks;
+        let own = k.total_bytes(n).unwrap_or(u64::MAX);
+        let taken = k
+            .tensor_bytes(n)
+            .map_or(u64::MAX, |t| pr.at_plan_allocator.growth(k.tensors, t));
+        let block = k.total_bytes(1).unwrap_or(1).max(1);
+        taken
+            .saturating_sub(own)
+            .div_ceil(block)
+            .saturating_mul(k.block_size)
+    });
+    out.kv_warnings = pr
+        .cache
+        .warnings
+        .iter()
+        .map(|w| {
+            w.to_json()["code"]
+                .as_str()
+                .unwrap_or("unnamed")
+                .to_string()
+        })
+        .collect();
 
     // Where the world stood when the plan was made (for the oracle).
     let at = AtPlan {

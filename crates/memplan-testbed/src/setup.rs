@@ -47,6 +47,11 @@ pub struct Setup {
     pub physics: Option<String>,
     /// Whether the engine hands memplan its kernel-node and allocation-node figures.
     pub hints: bool,
+    /// Whether the engine offers the session its KV allocation hook
+    /// (`Engine::allocate_kv_cache`): with it the session measures the engine's allocation and
+    /// shrinks it to the plan; without it the engine allocates the plan's blocks itself after
+    /// the session, as an engine that does not implement the hook does.
+    pub kv_hook: bool,
 }
 
 /// Largest `kv.max_model_len` of a scenario (2^30 tokens).
@@ -273,6 +278,7 @@ impl Scenario {
             seed: memplan_backend_sim::DEFAULT_SEED,
             physics: None,
             hints: g.engine_hints,
+            kv_hook: true,
             scenario: self,
         })
     }

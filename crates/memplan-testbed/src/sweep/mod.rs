@@ -39,8 +39,9 @@ pub struct Case {
     /// Whether the harness itself failed (the scenario could not be run or judged): then
     /// `out.failed` says why, and the case is a hard failure whatever the strategy did.
     pub harness_error: bool,
-    /// The setup it ran (shared by the strategies of one job).
-    pub setup: Arc<Setup>,
+    /// The setup it ran (shared by the strategies of one job); `None` where it could not be
+    /// loaded or resolved (a harness error).
+    pub setup: Option<Arc<Setup>>,
     /// Whether the device's physics were drawn from the adversarial ranges.
     pub adversarial: bool,
 }
@@ -181,17 +182,21 @@ pub struct Sweep {
 /// The jobs of a sweep: (group, what, setup, choices judged against one oracle).
 type Job = (String, String, Setup, Vec<Choice>);
 
+/// A setup the sweep could not build: (group, what, why). Each is a harness error.
+type Dropped = (String, String, String);
+
 impl Sweep {
-    fn jobs(&self) -> Vec<Job> {
-        let mut jobs = self.unpinned_jobs();
+    fn jobs(&self) -> (Vec<Job>, Vec<Dropped>) {
+        let (mut jobs, dropped) = self.unpinned_jobs();
         for j in &mut jobs {
             j.2.physics = self.physics.clone();
         }
-        jobs
+        (jobs, dropped)
     }
 
-    fn unpinned_jobs(&self) -> Vec<Job> {
+    fn unpinned_jobs(&self) -> (Vec<Job>, Vec<Dropped>) {
         let mut jobs = Vec::new();
+        let mut dropped: Vec<Dropped> = Vec::new();
         let choices: Vec<Choice> = if self.all_strategies {
             std::iter::once(Choice::Auto)
                 .chain(StrategyKind::ALL.into_iter().map(Choice::Forced))
@@ -199,13 +204,17 @@ impl Sweep {
         } else {
             vec![Choice::Auto]
         };
-        let shipped: Vec<(String, Setup)> = SHIPPED
-            .iter()
-            .filter_map(|(n, _)| {
-                let s = Scenario::load(n).ok()?.resolve().ok()?;
-                Some((n.to_string(), s))
-            })
-            .collect();
+        let mut shipped: Vec<(String, Setup)> = Vec::new();
+        for (n, _) in SHIPPED {
+            match Scenario::load(n).and_then(Scenario::resolve) {
+                Ok(s) => shipped.push((n.to_string(), s)),
+                Err(e) => dropped.push((
+                    n.to_string(),
+                    n.to_string(),
+                    format!("the shipped scenario does not load: {e}"),
+                )),
+            }
+        }
         for (name, setup) in &shipped {
             for seed in 0..self.seeds {
                 let what = format!("{} seed={seed}", setup.scenario.device);
@@ -231,12 +240,23 @@ impl Sweep {
                 if p.total_bytes / 4 * 3 < min_total {
                     continue;
                 }
+                // A base that did not load is a harness error already.
                 let Some((_, b)) = shipped.iter().find(|(n, _)| n == base) else {
                     continue;
                 };
                 for sel in [p.name.to_string(), format!("{},declare-exact", p.name)] {
                     let sc = retarget(&b.scenario, &sel, exact, p.total_bytes);
-                    let Ok(setup) = sc.resolve() else { continue };
+                    let setup = match sc.resolve() {
+                        Ok(s) => s,
+                        Err(e) => {
+                            dropped.push((
+                                format!("profile {}", p.name),
+                                format!("{sel} {base}"),
+                                format!("the profile's setup does not resolve: {e}"),
+                            ));
+                            continue;
+                        }
+                    };
                     for seed in 0..self.profile_seeds {
                         jobs.push((
                             format!("profile {}", p.name),
@@ -251,8 +271,16 @@ impl Sweep {
         // Every profile with memory other processes hold (see [`with_others`]).
         if let Some((_, b)) = shipped.iter().find(|(n, _)| n == "bf16-24g") {
             for p in profiles().iter().filter(|p| !p.name.starts_with("broken")) {
-                let Ok(setup) = with_others(&b.scenario, p.name, p.total_bytes).resolve() else {
-                    continue;
+                let setup = match with_others(&b.scenario, p.name, p.total_bytes).resolve() {
+                    Ok(s) => s,
+                    Err(e) => {
+                        dropped.push((
+                            format!("others {}", p.name),
+                            format!("{} bf16-24g", p.name),
+                            format!("the setup with other processes does not resolve: {e}"),
+                        ));
+                        continue;
+                    }
                 };
                 for seed in 0..self.profile_seeds.min(OTHERS_SEEDS) {
                     jobs.push((
@@ -267,16 +295,23 @@ impl Sweep {
         for i in 0..self.random {
             let sc = random_scenario(i);
             let what = format!("{} ({})", sc.name, sc.device);
-            if let Ok(setup) = sc.resolve() {
-                jobs.push(("random".into(), what, seeded(setup, i), vec![Choice::Auto]));
+            match sc.resolve() {
+                Ok(setup) => {
+                    jobs.push(("random".into(), what, seeded(setup, i), vec![Choice::Auto]))
+                }
+                Err(e) => dropped.push((
+                    "random".into(),
+                    what,
+                    format!("the generated scenario does not resolve: {e}"),
+                )),
             }
         }
-        jobs
+        (jobs, dropped)
     }
 
     /// Run every job on `threads` threads; results in job order.
     pub fn run(&self, threads: usize) -> Vec<Case> {
-        let jobs = self.jobs();
+        let (jobs, dropped) = self.jobs();
         let n = jobs.len();
         let next = std::sync::atomic::AtomicUsize::new(0);
         let slots: Vec<std::sync::Mutex<Vec<Case>>> =
@@ -310,7 +345,7 @@ impl Sweep {
                                 what: what.clone(),
                                 out,
                                 harness_error,
-                                setup: shared.clone(),
+                                setup: Some(shared.clone()),
                                 adversarial,
                             }
                         })
@@ -319,9 +354,23 @@ impl Sweep {
                 });
             }
         });
-        slots
+        let mut cases: Vec<Case> = slots
             .into_iter()
             .flat_map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner()))
-            .collect()
+            .collect();
+        // A setup the sweep could not build is the harness's failure, counted, never skipped.
+        cases.extend(dropped.into_iter().map(|(group, what, why)| {
+            let mut out = Outcome::new(Choice::Auto);
+            out.failed = Some(format!("harness error: {why}"));
+            Case {
+                group,
+                what,
+                out,
+                harness_error: true,
+                setup: None,
+                adversarial: false,
+            }
+        }));
+        cases
     }
 }

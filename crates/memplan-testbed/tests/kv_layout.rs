@@ -1,0 +1,80 @@
+//! A planner whose KV layout is wrong cannot pass: the engine sizes its cache with its own page
+//! arithmetic (`memplan_testbed::kv`), so a plan that understates the bytes of a block either
+//! runs out of memory (an engine that allocates the plan's blocks itself) or is served fewer
+//! tokens than it promised (an engine that lets the session measure and shrink its
+//! allocation), and the strict acceptance fails the run either way.
+
+use std::sync::Arc;
+
+use memplan_core::kv::KvDtype;
+use memplan_testbed::oracle::engine_alone;
+use memplan_testbed::run::{run_judged, Choice};
+use memplan_testbed::sweep::acceptance::{failures, Check};
+use memplan_testbed::sweep::Case;
+use memplan_testbed::{Scenario, Setup};
+
+/// The bf16 scenario with an engine that cannot size after capture (so the engine, not a
+/// mapped range, allocates the cache), with or without the session's allocation hook.
+fn setup(kv_hook: bool) -> Setup {
+    let mut s = Scenario::load("bf16-24g").unwrap().resolve().unwrap();
+    assert_eq!(s.kv.dtype, KvDtype::Bf16, "the scenario's cache is bf16");
+    s.scenario.graphs.post_capture = false;
+    s.kv_hook = kv_hook;
+    s
+}
+
+/// The planner is told the cache is fp8 (half the bytes per block) while the engine stores
+/// bf16, as its scenario says.
+fn understated(mut s: Setup) -> Setup {
+    s.kv.dtype = KvDtype::Fp8E4m3;
+    s
+}
+
+fn checks(setup: &Setup) -> Vec<Check> {
+    // Judged against the engine alone on the true layout (the oracle never sees the plan).
+    let alone = engine_alone(setup).ok();
+    assert!(alone.is_some(), "the oracle runs");
+    let out = run_judged(setup, Choice::Auto, None, alone).unwrap();
+    let case = Case {
+        group: "kv layout".into(),
+        what: format!("kv_hook={}", setup.kv_hook),
+        out,
+        harness_error: false,
+        setup: Some(Arc::new(setup.clone())),
+        adversarial: false,
+    };
+    let cases = [case];
+    let f = failures(&cases);
+    for x in &f {
+        eprintln!("{}: {}", x.check.name(), x.line);
+    }
+    f.iter().map(|x| x.check).collect()
+}
+
+#[test]
+fn an_honest_layout_is_served_what_the_plan_promised() {
+    for hook in [true, false] {
+        let c = checks(&setup(hook));
+        assert!(
+            !c.contains(&Check::ServedBelowPlan) && !c.contains(&Check::OutOfMemory),
+            "hook={hook}: {c:?}"
+        );
+    }
+}
+
+#[test]
+fn an_understated_block_size_fails_the_run_with_the_hook() {
+    // The session measures the engine's allocation and shrinks it to fit: no out-of-memory,
+    // so only the comparison of served and planned tokens can catch it.
+    let c = checks(&understated(setup(true)));
+    assert!(c.contains(&Check::ServedBelowPlan), "{c:?}");
+}
+
+#[test]
+fn an_understated_block_size_fails_the_run_without_the_hook() {
+    let c = checks(&understated(setup(false)));
+    assert!(
+        c.contains(&Check::ServedBelowPlan) || c.contains(&Check::OutOfMemory),
+        "{c:?}"
+    );
+}
