@@ -410,7 +410,12 @@ fn set<T>(
 /// 160 bytes (after a container or timestamp prefix, or a terminal colour code) that holds a
 /// `pid=`; what it holds, up to 120 bytes, names the process.
 fn process_of(text: &str) -> Option<&str> {
-    let head = &text[..text.len().min(160)];
+    // The first 160 bytes, cut back to a character boundary (a pasted log may hold any UTF-8).
+    let mut cut = text.len().min(160);
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let head = &text[..cut];
     let mut from = 0;
     while let Some(i) = head[from..].find('(') {
         let start = from + i + 1;

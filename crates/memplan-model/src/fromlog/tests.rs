@@ -514,3 +514,20 @@ fn a_second_start_up_adds_no_worker_to_the_first() {
         f.notes
     );
 }
+
+#[test]
+fn a_multibyte_character_across_the_prefix_window_is_no_panic() {
+    // The worker prefix is looked for in a line's first 160 bytes: a character that straddles
+    // byte 160 (found by the fuzz driver in a mutated log) must not split.
+    for pad in 150..165 {
+        let line = format!(
+            "{}€ (Worker_TP0 pid=1) INFO Available KV cache memory: 1.00 GiB",
+            "x".repeat(pad)
+        );
+        let _ = process_of(&line);
+        assert_eq!(
+            process_of(&format!("(Worker_TP1 pid=2) {line}")),
+            Some("Worker_TP1 pid=2")
+        );
+    }
+}
