@@ -58,7 +58,8 @@ pub struct Outcome {
     /// allocation took more than the plan kept and the session gave it fewer blocks).
     pub kv_warnings: Vec<String>,
     /// Tokens the caching allocator's rounding of the engine's KV tensors costs at the plan's
-    /// block count (`None` where the cache was mapped, or the engine has no layout).
+    /// block count: the blocks the plan's own bytes do not hold once each tensor is rounded
+    /// (`None` where the cache was mapped, or the engine has no layout).
     pub kv_rounding_tokens: Option<u64>,
     /// The plan.
     pub plan: Option<Plan>,

@@ -241,19 +241,20 @@ pub fn run_judged(
     out.planned_tokens = Some(pr.plan.kv.tokens);
     out.kv_tokens = engine_kv.map(|k| k.tokens(pr.cache.num_blocks));
     // What the caching allocator's rounding of the engine's tensors costs at the plan's block
-    // count (the segments it rounds each tensor to, beyond the tensors' own bytes), in tokens:
-    // a session that measures the engine's allocation gives back up to that many blocks.
+    // count, in tokens: the blocks the plan's own bytes do not hold once each tensor is
+    // rounded by the allocator as it stood at the plan (its segments, its rounding). A cache
+    // that must fit what the plan kept loses up to that many blocks to the rounding (up to one
+    // granule per tensor: the waste at the plan's own count says nothing of it, the next
+    // granule down is what a smaller cache ends on); a session that measures the engine's
+    // allocation gives them back, warned.
     out.kv_rounding_tokens = engine_kv.filter(|_| pr.cache.range.is_none()).map(|k| {
         let n = pr.plan.kv.num_blocks;
         let own = k.total_bytes(n).unwrap_or(u64::MAX);
-        let taken = k
-            .tensor_bytes(n)
-            .map_or(u64::MAX, |t| pr.at_plan_allocator.growth(k.tensors, t));
-        let block = k.total_bytes(1).unwrap_or(1).max(1);
-        taken
-            .saturating_sub(own)
-            .div_ceil(block)
-            .saturating_mul(k.block_size)
+        let held = k.blocks_within(own, |b| {
+            k.tensor_bytes(b)
+                .map(|t| pr.at_plan_allocator.growth(k.tensors, t))
+        });
+        n.saturating_sub(held).saturating_mul(k.block_size)
     });
     out.kv_warnings = pr
         .cache

@@ -17,8 +17,8 @@ use crate::warning::Warning;
 /// device caching allocator rounds requests of 10 MiB and more to `kRoundLarge` = 2 MiB
 /// (`c10/<device>/<Device>CachingAllocator.cpp`, `get_allocation_size`; smaller requests are
 /// served from 2 or 20 MiB segments that other requests share). Used only where the engine's
-/// allocator reports no reserved peak, and as the slack a measured plan keeps for the KV
-/// cache's own allocation.
+/// allocator reports no reserved peak, and as the slack a measured plan keeps for each of the
+/// KV cache's per-layer tensors (each is its own request, rounded on its own).
 pub const ALLOCATOR_ROUNDING_BOUND: u64 = 2 * MIB;
 
 /// Reserved for memory held outside the allocator (library workspaces, context growth) when it
@@ -54,7 +54,8 @@ pub struct PlanBuilder {
     rules: SizingRules,
     engine: Option<String>,
     notes: Vec<String>,
-    /// Kept below the budget for the allocator's rounding of the KV cache's own allocation.
+    /// Kept below the budget, per tensor of the KV cache, for the allocator's rounding of each
+    /// (see [`build`](Self::build)).
     alloc_slack: u64,
     /// The KV cache is mapped in whole granules of this many bytes (post-capture).
     granularity: Option<u64>,
@@ -118,7 +119,8 @@ impl PlanBuilder {
         let mut b = PlanBuilder::new(total, request, kv_spec, limits);
         b.warnings = p.warnings.clone();
         // A measured plan is held to the request: the engine's allocation of the KV cache may
-        // be rounded up by its allocator, so that rounding stays inside the budget.
+        // be rounded up by its allocator (each per-layer tensor on its own), so that rounding
+        // stays inside the budget.
         b.alloc_slack = ALLOCATOR_ROUNDING_BOUND;
         let weights = p.weights_held_bytes.ok_or_else(|| {
             Error::state(
@@ -280,12 +282,62 @@ impl PlanBuilder {
     }
 
     /// What the engine still allocates after the plan, for a KV cache of `kv_bytes`: the KV
-    /// cache, the activation peak and the graph reserve still to capture, plus the slack the
+    /// cache with its allocator's rounding of each tensor, the activation peak and the graph reserve still to capture, plus the slack the
     /// physical cap keeps for allocator rounding. An allocation probe of this size proves it
     /// is there.
     pub fn needs(&self, kv_bytes: u64) -> u64 {
-        let n = kv_bytes.saturating_add(self.needs_beside_kv());
+        let n = self
+            .rounded_kv(kv_bytes)
+            .saturating_add(self.needs_beside_kv());
         n.saturating_add(physical::rounding_slack(n))
+    }
+
+    /// The engine's KV tensors where its allocator rounds each on its own: `(tensors, page
+    /// bytes)`, the cache of `n` blocks being `tensors` tensors of `n x page` bytes. `None` in a
+    /// dry run (no slack), where the cache is mapped in whole granules (post-capture: one
+    /// mapping), or where the layout is not tensors of whole pages. vLLM v1 allocates one
+    /// tensor per layer of a KV-cache group (`GPUModelRunner._allocate_kv_cache_tensors`, one
+    /// `torch.zeros` per tensor of `page_size * num_blocks`), each rounded by the caching
+    /// allocator.
+    fn kv_tensors(&self) -> Option<(u64, u64)> {
+        if self.alloc_slack == 0 || self.granularity.is_some() {
+            return None;
+        }
+        let s = self.kv_spec.size_with(0, &self.limits, &self.rules).ok()?;
+        (s.page_bytes > 0 && s.group_size.checked_mul(s.page_bytes) == Some(s.block_bytes))
+            .then_some((s.group_size.max(1), s.page_bytes))
+    }
+
+    /// What a KV cache of `kv_bytes` takes once the allocator rounded its tensors (at most
+    /// [`ALLOCATOR_ROUNDING_BOUND`] each; the bound once per layer where the layout is not known).
+    fn rounded_kv(&self, kv_bytes: u64) -> u64 {
+        let g = self.alloc_slack.max(1);
+        match self.kv_tensors() {
+            Some((tensors, page)) => {
+                let blocks = kv_bytes / page.saturating_mul(tensors).max(1);
+                blocks
+                    .saturating_mul(page)
+                    .div_ceil(g)
+                    .saturating_mul(g)
+                    .saturating_mul(tensors)
+                    .max(kv_bytes)
+            }
+            None => kv_bytes.saturating_add(self.kv_rounding_bound()),
+        }
+    }
+
+    /// The allocator's rounding bound kept once per layer (once where the cache is mapped).
+    fn kv_rounding_bound(&self) -> u64 {
+        if self.granularity.is_some() {
+            return self.alloc_slack;
+        }
+        let layers: u64 = self
+            .kv_spec
+            .groups
+            .iter()
+            .map(|g| u64::from(g.num_layers))
+            .sum();
+        self.alloc_slack.saturating_mul(layers.max(1))
     }
 
     /// What the engine still needs once its KV cache is allocated: the activation peak and the
@@ -450,6 +502,14 @@ impl PlanBuilder {
             r.validate()?;
         }
         let fixed_kv = matches!(self.request, Request::KvCacheBytes(_));
+        // A measured plan fits the KV cache's tensors, each rounded by the allocator, in what it
+        // keeps for the cache (see `fit_rounded`); a mapped cache keeps one granule of slack.
+        let per_tensor = !fixed_kv && self.alloc_slack > 0 && self.granularity.is_none();
+        let fit = (
+            self.alloc_slack,
+            self.kv_tensors(),
+            self.kv_rounding_bound(),
+        );
         if let (Some(s), false) = (&self.start, fixed_kv) {
             let requested = budget::requested_bytes(self.total, self.request)?;
             budget::check_free(s, requested, &self.request)?;
@@ -461,7 +521,7 @@ impl PlanBuilder {
             budget::check_free(s, b.requested, &self.request)?;
         }
         let mut warnings = self.warnings;
-        let mut kv_bytes = if fixed_kv {
+        let mut kv_bytes = if fixed_kv || per_tensor {
             b.kv_budget
         } else {
             b.kv_budget.saturating_sub(self.alloc_slack)
@@ -510,6 +570,9 @@ impl PlanBuilder {
         if let Some(g) = self.granularity.filter(|g| *g > 1) {
             kv_bytes = kv_bytes / g * g;
         }
+        if per_tensor {
+            kv_bytes = fit_rounded(kv_bytes, fit.0, fit.1, fit.2);
+        }
         if let Some(f) = self.foreign.filter(|f| *f != 0) {
             warnings.push(Warning::ForeignMemoryChanged { bytes: f });
         }
@@ -557,5 +620,24 @@ impl PlanBuilder {
         };
         tracing::info!(kv_bytes = plan.kv_cache_bytes, tokens = plan.kv.tokens, strategy = %plan.graph.strategy, "plan ready");
         Ok(plan)
+    }
+}
+
+/// Bytes of the largest KV cache whose tensors, each rounded up to the allocator's granule `g`
+/// (bounded by [`ALLOCATOR_ROUNDING_BOUND`]), take at most `room`: whole blocks, so the blocks
+/// the plan promises are the blocks the engine holds there. `tensors`: the layout
+/// (`PlanBuilder::kv_tensors`); where it is not known, `bound` (the granule once per layer) is
+/// kept instead.
+fn fit_rounded(room: u64, g: u64, tensors: Option<(u64, u64)>, bound: u64) -> u64 {
+    match tensors {
+        Some((tensors, page)) => {
+            let g = g.max(1);
+            let per_tensor = room / tensors / g * g;
+            (per_tensor / page)
+                .saturating_mul(page)
+                .saturating_mul(tensors)
+                .min(room)
+        }
+        None => room.saturating_sub(bound),
     }
 }

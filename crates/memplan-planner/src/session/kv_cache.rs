@@ -29,8 +29,12 @@ use crate::rank::Rank;
 use crate::session::Recorder;
 use crate::warning::Warning;
 
-/// Most allocations of the KV cache the session asks of an engine (see the module docs).
-pub const KV_ATTEMPTS: usize = 12;
+/// Most allocations of the KV cache the session asks of an engine (see the module docs):
+/// enough to double the cut from one block past an allocator granule of up to 2^20 blocks and
+/// bisect back to the last block that fits, so a cache is shrunk by what its excess costs and
+/// no more (each attempt is one allocation and its release; a coarse granule, where a smaller
+/// attempt takes no less, is what needs them).
+pub const KV_ATTEMPTS: usize = 42;
 
 /// What a session's own last plan gave this rank, kept to check the plan `into_kv_cache` gets.
 #[derive(Debug, Clone, Copy)]
@@ -39,8 +43,8 @@ pub(crate) struct Planned {
     pub num_blocks: u64,
     pub block_bytes: u64,
     pub kv_cache_bytes: u64,
-    /// What the plan kept for the KV cache: its cap where one bounded it, else its budget
-    /// (which includes the slack kept for the allocator's rounding).
+    /// What the plan kept for the KV cache: its cap where one bounded it, else its budget (the
+    /// plan's blocks fit in either once the allocator rounded their tensors).
     pub room: u64,
     /// Where a physical cap (free memory, an allocation probe) bounded the plan: the budget the
     /// request allows, and what the engine still needs after the KV cache (activation, graphs
@@ -61,7 +65,7 @@ impl Planned {
             block_bytes: plan.kv.block_bytes,
             kv_cache_bytes: plan.kv_cache_bytes,
             room: match plan.capped_by_free_bytes {
-                Some(_) => plan.kv_cache_bytes,
+                Some(cap) => cap.max(plan.kv_cache_bytes),
                 None => plan.kv_budget_bytes.max(plan.kv_cache_bytes),
             },
         }
