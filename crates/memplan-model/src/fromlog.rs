@@ -527,19 +527,7 @@ pub fn parse(text: &str) -> Result<LogFigures> {
         let lines = &mut f.lines;
         // The release.
         if f.version.is_none() {
-            for key in [
-                "vLLM API server version ",
-                "LLM engine (v",
-                // The start-up banner (0.2x+): `█ ▀▄▀ █  version 0.22.1`.
-                "\u{2588}  version ",
-                "vLLM ",
-                "vLLM version ",
-                "vllm version ",
-                "sglang version ",
-                "SGLang version ",
-                // A report's environment section: `vLLM: 0.20.2rc1...`.
-                "vLLM:",
-            ] {
+            for key in scan::RELEASE {
                 if let Some(i) = l.find(key) {
                     let v: String = l.text[i + key.len()..]
                         .trim_start_matches([' ', '*', '`'])

@@ -139,16 +139,19 @@ const PARTNERS: &[&str] = &[
     "server_args=",
 ];
 
-/// Keys of the release line, read once and never checked again.
-const RELEASE: &[&str] = &[
+/// Keys of the release line, in the order the reader tries them, read once and never checked
+/// again.
+pub(super) const RELEASE: &[&str] = &[
     "vLLM API server version ",
     "LLM engine (v",
+    // The start-up banner (0.2x+): `█ ▀▄▀ █  version 0.22.1`.
     "\u{2588}  version ",
     "vLLM ",
     "vLLM version ",
     "vllm version ",
     "sglang version ",
     "SGLang version ",
+    // A report's environment section: `vLLM: 0.20.2rc1...`.
     "vLLM:",
 ];
 
