@@ -105,14 +105,14 @@ fn model_of(name: &str, extra_configs: Option<&str>) -> Result<Model, String> {
         .and_then(|_| Model::load(name).map_err(|e| e.to_string()))
 }
 
-/// The pure dry run of the start-up `e` describes, planned with `rules`. `Err` says why the
-/// log cannot be checked (no config, no logged available KV memory, no device total, a
-/// setting the dry run refuses).
-pub fn dry_run(
+/// The dry-run input of the start-up `e` describes, with `rules`: the model, device total and
+/// settings as the engine had them ([`Entry`]). `Err` says why the log cannot be checked (no
+/// config, no logged available KV memory, no device total, a setting the dry run refuses).
+pub fn entry_input(
     e: &Value,
     rules: &EngineRules,
     extra_configs: Option<&str>,
-) -> Result<DryRunCheck, String> {
+) -> Result<Entry, String> {
     if rules.kind != EngineKind::Vllm {
         return Err("SGLang: not dry-run checked".into());
     }
@@ -152,7 +152,7 @@ pub fn dry_run(
         Some("auto") | None => None,
         Some(k) => Some(k.parse::<KvDtype>().map_err(|x| x.to_string())?),
     };
-    let p = d
+    let input = d
         .engine(rules.clone())
         .device_name(gpu)
         .request(Request::Utilization(util))
@@ -163,16 +163,42 @@ pub fn dry_run(
         .max_num_batched_tokens(batched)
         .block_size(Some(u("block_size").unwrap_or(16) as u32))
         .tensor_parallel(tp)
-        .enforce_eager(e["enforce_eager"].as_bool() == Some(true))
-        .plan()
-        .map_err(|x| x.to_string())?;
+        .enforce_eager(e["enforce_eager"].as_bool() == Some(true));
+    Ok(Entry {
+        input,
+        total: total_b,
+        logged_kv: (logged_kv * GIB as f64).round() as u64,
+    })
+}
+
+/// One logged start-up ready to plan: the dry-run input and the figures it is judged by.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Entry {
+    /// The dry run of the start-up (model, total, release, settings).
+    pub input: DryRun,
+    /// The device total planned with (bytes).
+    pub total: u64,
+    /// The logged available KV memory (bytes).
+    pub logged_kv: u64,
+}
+
+/// The pure dry run of the start-up `e` describes, planned with `rules`, against the KV
+/// memory the engine logged. `Err` as [`entry_input`], or the dry run's refusal.
+pub fn dry_run(
+    e: &Value,
+    rules: &EngineRules,
+    extra_configs: Option<&str>,
+) -> Result<DryRunCheck, String> {
+    let entry = entry_input(e, rules, extra_configs)?;
+    let p = entry.input.plan().map_err(|x| x.to_string())?;
     let planned = p.kv_budget_bytes as f64;
-    let logged = logged_kv * GIB as f64;
+    let logged = entry.logged_kv as f64;
     Ok(DryRunCheck {
         planned_kv: p.kv_budget_bytes,
-        logged_kv: logged.round() as u64,
-        total: total_b,
-        error_of_device: (planned - logged) / total_b as f64,
+        logged_kv: entry.logged_kv,
+        total: entry.total,
+        error_of_device: (planned - logged) / entry.total as f64,
         error_of_kv: (planned - logged) / logged,
     })
 }
