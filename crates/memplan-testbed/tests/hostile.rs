@@ -31,7 +31,9 @@ const GRAPHS: &str =
     "max_capture_size = 256\nkernel_nodes = 96\nintermediate_per_token = \"128KiB\"\nwarmup_per_token = \"256KiB\"";
 
 fn write(name: &str, text: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("memplan-hostile-{}", std::process::id()));
+    // Scratch space cargo gives integration tests (inside the target directory), per process.
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("memplan-hostile-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join(format!("{name}.toml"));
     std::fs::write(&file, text).unwrap();

@@ -19,7 +19,9 @@ fn scenario(device: &str, calibrate: bool, graphs_extra: &str) -> String {
 }
 
 fn run(name: &str, text: &str, seed: u64) -> memplan_testbed::SimReport {
-    let dir = std::env::temp_dir().join(format!("memplan-escalation-{}", std::process::id()));
+    // Scratch space cargo gives integration tests (inside the target directory), per process.
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("memplan-escalation-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join(format!("{name}.toml"));
     std::fs::write(&file, text).unwrap();
