@@ -160,6 +160,20 @@ impl<'s> GraphContext<'s> {
         }
     }
 
+    /// Warm up and capture `size` once, then destroy it and release its pool, before any
+    /// capture a strategy measures. Memory a library allocates on the process's first capture
+    /// and keeps (a cuBLAS workspace taken outside the caching allocator during capture,
+    /// pytorch/pytorch#124250; communicator buffers registered on the first capture) is taken
+    /// here, so the measured captures cost what a capture of an engine that has captured before
+    /// costs: the engine's own capture after the plan does not take that memory again. What the
+    /// priming capture leaves held is in the phase's teardown window, counted as held once
+    /// ([`Warning::HeldAfterGraphTeardown`]).
+    pub fn prime(&mut self, size: u32) -> Result<()> {
+        self.warm_up(size)?;
+        self.capture(size)?;
+        self.release_graphs()
+    }
+
     /// Destroy every graph captured so far, release their pool and synchronize, in the middle
     /// of a phase (a sample that must not share its pool with the next one).
     pub fn release_graphs(&mut self) -> Result<()> {

@@ -2,17 +2,18 @@
 //!
 //! `full` throws its graphs away, and the engine captures them again after the KV cache exists,
 //! so what it measured must stand for a second capture. Two things can make it not:
-//! - memory a library allocates once, on the first capture, and keeps (a cuBLAS workspace
-//!   taken outside the caching allocator): the second capture does not take it again, and the
-//!   session already counts it as this engine's memory (held after teardown);
+//! - memory a library allocates once, on the process's first capture, and keeps (a cuBLAS
+//!   workspace taken outside the caching allocator): the engine's later capture does not take
+//!   it again. So `full` first captures the first size once and releases it
+//!   ([`GraphContext::prime`]): that memory is taken there, held after the phase's teardown
+//!   and counted once as held, and the measured pass costs what a later capture costs;
 //! - captures that do not cost the same twice (the executable object of one size varies from
 //!   capture to capture).
 //!
 //! So `full` reads every capture in its own window (the cache released before each baseline),
-//! then captures the first size again [`REPEATS`] times on its own: what the first capture took
-//! beyond the most a repeat took is the one-time part, taken out of the estimate; the spread of
-//! the repeats is the capture-to-capture variation, which sizes the margin (scaled to every
-//! graph, as independent variations add up: `k * spread / mean * sqrt(sum of squares)`).
+//! then captures the first size again [`REPEATS`] times on its own: the spread of the repeats
+//! is the capture-to-capture variation, which sizes the margin (scaled to every graph, as
+//! independent variations add up: `k * spread / mean * sqrt(sum of squares)`).
 //!
 //! `k` makes the margin a one-sided bound at 99.95% from `n` repeats: their range estimates
 //! the standard deviation of one capture as `range / d2(n)` (d2 = 2.059 for 4 samples, 3.258
@@ -136,19 +137,18 @@ fn spread_per_mille(repeats: &[i64], tolerance: u64) -> u64 {
     (varied as f64 * 1000.0 / mean).round() as u64
 }
 
-/// `(one-time bytes, margin)` from the first capture, its repeats and every capture's bytes,
+/// The margin for capture-to-capture variation from the repeats and every capture's bytes,
 /// read within `tolerance` (a window of two readings may be off by twice it: only what exceeds
-/// that counts as one-time memory or as variation).
-fn one_time_and_margin(first: i64, repeats: &[i64], each: &[i64], tolerance: u64) -> (u64, u64) {
+/// that counts as variation).
+fn variation_margin(repeats: &[i64], each: &[i64], tolerance: u64) -> u64 {
     let (Some(&hi), Some(&lo)) = (repeats.iter().max(), repeats.iter().min()) else {
-        return (0, 0);
+        return 0;
     };
     let noise = i64::try_from(tolerance.saturating_mul(2)).unwrap_or(i64::MAX);
-    let one_time = u64::try_from(first.saturating_sub(hi).saturating_sub(noise)).unwrap_or(0);
     // The variation relative to one capture, at most the whole capture.
     let spread = (spread_per_mille(repeats, tolerance) as f64 / 1000.0).min(1.0);
     if spread <= 0.0 {
-        return (one_time, 0);
+        return 0;
     }
     // Scaled to every graph two ways, the larger kept: in proportion to each graph's bytes
     // (a variation of the whole capture), and as the same bytes for every graph (a variation
@@ -158,10 +158,7 @@ fn one_time_and_margin(first: i64, repeats: &[i64], each: &[i64], tolerance: u64
     let varied = hi.saturating_sub(lo).saturating_sub(noise).max(0) as f64;
     let same_bytes = varied * (each.len() as f64).sqrt();
     let k = margin_factor(repeats.len());
-    (
-        one_time,
-        (k * (spread * squares.sqrt()).max(same_bytes)).ceil() as u64,
-    )
+    (k * (spread * squares.sqrt()).max(same_bytes)).ceil() as u64
 }
 
 fn source(from_driver: bool) -> &'static str {
@@ -178,10 +175,13 @@ impl GraphStrategy for Full {
     }
 
     fn run(&self, ctx: &mut GraphContext<'_>) -> Result<GraphEstimate> {
+        if let Some(&size) = ctx.sizes().first() {
+            ctx.prime(size)?;
+        }
         let pass = capture_all(ctx)?;
         let n = pass.each.len();
-        let (one_time, margin, n_repeats) = match (ctx.sizes().first(), pass.each.first()) {
-            (Some(&size), Some(&first)) if pass.from_driver => {
+        let (margin, n_repeats) = match ctx.sizes().first() {
+            Some(&size) if pass.from_driver && !pass.each.is_empty() => {
                 let mut repeats = repeat(ctx, size, REPEATS)?;
                 // Windows compared with windows: how far one may be off is the reading's
                 // window error (measured at the start where it could be), not its declared
@@ -190,7 +190,7 @@ impl GraphStrategy for Full {
                 if spread_per_mille(&repeats, tol) > 0 {
                     repeats.extend(repeat(ctx, size, MORE_REPEATS)?);
                 }
-                let (once, margin) = one_time_and_margin(first, &repeats, &pass.each, tol);
+                let margin = variation_margin(&repeats, &pass.each, tol);
                 let spread = spread_per_mille(&repeats, tol);
                 if spread > VARIATION_REPORTED_PER_MILLE {
                     ctx.warn(Warning::GraphCaptureVaries {
@@ -198,13 +198,11 @@ impl GraphStrategy for Full {
                         margin,
                     });
                 }
-                (once, margin, repeats.len())
+                (margin, repeats.len())
             }
-            _ => (0, 0, 0),
+            _ => (0, 0),
         };
-        let bytes = pass
-            .total
-            .saturating_sub(i64::try_from(one_time).unwrap_or(i64::MAX));
+        let bytes = pass.total;
         let tol = ctx.free_tolerance();
         // The windows this estimate and the engine's other measured memory come from may be
         // off by the reading's window error each.
@@ -218,13 +216,8 @@ impl GraphStrategy for Full {
         );
         e.uncertainty = tol.saturating_add(margin);
         e.explanation = format!(
-            "captured all {n} sizes into a throwaway pool, each after releasing cached memory: {} measured{}{}{}",
+            "captured the first size once (memory a library takes on the first capture is held from there on), then all {n} sizes into a throwaway pool, each after releasing cached memory: {} measured{}{}",
             fmt_signed(pass.total),
-            if one_time > 0 {
-                format!(", less {} the first capture took once (not taken again by a later capture; counted as held memory)", fmt_bytes(one_time))
-            } else {
-                String::new()
-            },
             if margin > 0 {
                 format!(", margin {} for the capture-to-capture variation of {n_repeats} repeats and the reading's window error", fmt_bytes(margin))
             } else {
@@ -286,40 +279,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_first_capture_beyond_its_repeats_is_one_time_and_their_spread_the_margin() {
+    fn the_repeats_spread_is_the_margin() {
         let mib = 1i64 << 20;
-        // Identical repeats: no margin; the first capture took 32 MiB more once.
-        let (once, margin) =
-            one_time_and_margin(132 * mib, &[100 * mib; 3], &[132 * mib, 90 * mib], 0);
-        assert_eq!((once, margin), (32 << 20, 0));
+        // Identical repeats: no margin.
+        assert_eq!(
+            variation_margin(&[100 * mib; 3], &[132 * mib, 90 * mib], 0),
+            0
+        );
         // Repeats that vary by 10%: a margin that grows with every graph, not their sum.
         let each = vec![100 * mib; 16];
-        let (once, margin) =
-            one_time_and_margin(100 * mib, &[95 * mib, 100 * mib, 105 * mib], &each, 0);
-        assert_eq!(once, 0, "the first capture took no more than a repeat");
+        let margin = variation_margin(&[95 * mib, 100 * mib, 105 * mib], &each, 0);
         let sqrt_sum = (16.0f64).sqrt() * 100.0 * (1u64 << 20) as f64;
         assert_eq!(margin, (margin_factor(3) * 0.1 * sqrt_sum).ceil() as u64);
         // Four times the graphs: twice the margin (independent variations), not four times.
-        let (_, margin4) = one_time_and_margin(
-            100 * mib,
-            &[95 * mib, 100 * mib, 105 * mib],
-            &vec![100 * mib; 64],
-            0,
-        );
+        let margin4 = variation_margin(&[95 * mib, 100 * mib, 105 * mib], &vec![100 * mib; 64], 0);
         assert!(
             margin4 <= 2 * margin + 1 && margin4 >= 2 * margin - 1,
             "{margin} {margin4}"
         );
-        // Within what the reading's tolerance explains: neither.
-        let (once, margin) = one_time_and_margin(
-            120 * mib,
-            &[90 * mib, 100 * mib, 110 * mib],
-            &each,
-            16 << 20,
+        // Within what the reading's tolerance explains: none.
+        assert_eq!(
+            variation_margin(&[90 * mib, 100 * mib, 110 * mib], &each, 16 << 20),
+            0
         );
-        assert_eq!((once, margin), (0, 0));
         // Nothing to compare.
-        assert_eq!(one_time_and_margin(5, &[], &[5], 0), (0, 0));
+        assert_eq!(variation_margin(&[], &[5], 0), 0);
     }
 
     #[test]
@@ -336,8 +320,8 @@ mod tests {
         let each = vec![100i64 << 20; 35];
         let four = [95i64 << 20, 100 << 20, 100 << 20, 105 << 20];
         let twelve: Vec<i64> = four.iter().cycle().take(12).copied().collect();
-        let (_, m4) = one_time_and_margin(100 << 20, &four, &each, 0);
-        let (_, m12) = one_time_and_margin(100 << 20, &twelve, &each, 0);
+        let m4 = variation_margin(&four, &each, 0);
+        let m12 = variation_margin(&twelve, &each, 0);
         assert!(m12 * 4 < m4 && m12 > 0, "{m4} {m12}");
     }
 }
