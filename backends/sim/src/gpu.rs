@@ -61,8 +61,17 @@ impl DerefMut for StateGuard<'_> {
 
 impl Drop for StateGuard<'_> {
     fn drop(&mut self) {
-        if let Some(w) = self.gpu.shared.world.get() {
-            w.publish(self.guard.this_process(&self.gpu.shared.profile));
+        let watched = self.guard.peak.is_some();
+        let world = self.gpu.shared.world.get();
+        if !watched && world.is_none() {
+            return;
+        }
+        let now = self.guard.this_process(&self.gpu.shared.profile);
+        if let Some(p) = self.guard.peak.as_mut() {
+            *p = (*p).max(now);
+        }
+        if let Some(w) = world {
+            w.publish(now);
         }
     }
 }

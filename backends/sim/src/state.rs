@@ -85,6 +85,9 @@ pub(crate) struct State {
     /// Memory a leaking `free` or `destroy_physical` kept (the `leak-per-*` quirks): held by
     /// this process for good.
     pub leaked: u64,
+    /// The most this process held since [`SimGpu::watch_peak`](crate::SimGpu::watch_peak)
+    /// (`None`: not watched), updated each time the state is released after a driver call.
+    pub peak: Option<u64>,
 }
 
 impl State {

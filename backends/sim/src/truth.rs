@@ -76,6 +76,23 @@ impl GroundTruth {
 }
 
 impl SimGpu {
+    /// Start watching this process's high-water mark: from now on, every driver call that
+    /// changes what the process holds raises it ([`SimGpu::peak`]). Starts at what the process
+    /// holds now; a second call starts again.
+    pub fn watch_peak(&self) {
+        let mut s = self.lock();
+        let now = s.this_process(&self.shared.profile);
+        s.peak = Some(now);
+    }
+
+    /// The most this process held on the device (context included) since
+    /// [`SimGpu::watch_peak`], ground truth; `None` when nothing watches it.
+    pub fn peak(&self) -> Option<u64> {
+        let s = self.lock();
+        let now = s.this_process(&self.shared.profile);
+        s.peak.map(|p| p.max(now))
+    }
+
     /// The real numbers.
     pub fn truth(&self) -> GroundTruth {
         let s = self.lock();
