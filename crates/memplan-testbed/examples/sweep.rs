@@ -99,8 +99,9 @@ fn main() -> ExitCode {
          each); {} runs, {} of them of the automatic choice, {} of those on adversarial physics (a quarter of the \
          seeds draw every hidden quantity from ranges wider than the public evidence). `cargo xtask ci` fails when \
          this file drifts or a gating check fails. Both oracles are computed from ground truth by the test-bed's own \
-         code (the engine alone on a fresh device, the engine's own KV arithmetic); the clean oracle leaves out \
-         everything the run's profiling did. Engine hints are off.\n\n",
+         code (the engine alone on a fresh device, the engine's own KV arithmetic); the clean oracle is the \
+         scenario's engine as configured (its graphs captured wherever the device captures, whatever strategy the \
+         run chose) with nothing the run's profiling did, so an eager run can hold more than it. Engine hints are off.\n\n",
         sweep.seeds,
         sweep.strategy_seeds,
         sweep.profile_seeds,
@@ -116,9 +117,9 @@ fn main() -> ExitCode {
     ));
     out.push_str("Graph reserve: **measured** (post-capture, full capture: read from the device), **modelled from samples** \
         (sampled), **bound** (conservative: the allocator-visible pool measured, the driver-only part bounded from above), \
-        **eager** (none), **legacy estimate** (vLLM's old sampling, for comparison). \"Over the request\": the process \
-        grew past the requested memory at some point (ground truth), whether or not it ran out of memory or a warning \
-        named why.\n\n");
+        **eager** (none), **legacy estimate** (vLLM's old sampling, for comparison). \"Over the request\": the process's \
+        high-water mark from the plan on (ground truth, every driver call) passed the requested memory, whether or \
+        not it ran out of memory or a warning named why.\n\n");
 
     // The strict acceptance table first: what fails, per group.
     let fails = acceptance::failures(&cases);
@@ -148,8 +149,11 @@ fn main() -> ExitCode {
     out.push_str("## Strict acceptance of the automatic choice\n\n");
     out.push_str(
         "Failures per group under the strict rules (`memplan_testbed::sweep::acceptance`): out of memory \
-         anywhere, profiling included; over the requested memory unless the plan warned by name that it could \
-         not bound it; over 100.5% of the run's oracle; below 99% of it where the graph memory was measured \
+         anywhere, profiling included; the process's high-water mark from the plan on (ground truth, every \
+         driver call of the KV allocation, the engine's graph capture and serving) over the requested memory \
+         unless the plan warned by name that it could not bound it, and beside it the earlier, weaker rule: over \
+         the requested memory at a sampled point (after the KV cache, each warm-up and capture, the serving \
+         burst); over 100.5% of the run's oracle; below 99% of it where the graph memory was measured \
          (post-capture, full, eager) and below 97% where it was bounded or modelled, or the plan was capped by a \
          reading's tolerance or an allocation probe; a refusal where the oracle holds a request of \
          `max_model_len` after keeping 97% of its blocks; a harness error (including an oracle that could not be \
@@ -162,6 +166,20 @@ fn main() -> ExitCode {
     );
     let gating: Vec<&str> = GATING.iter().map(|c| c.name()).collect();
     out.push_str(&gating.join(", "));
+    let reported: Vec<&str> = Check::ALL
+        .iter()
+        .filter(|c| !GATING.contains(c))
+        .map(|c| c.name())
+        .collect();
+    out.push_str(&format!(". Reported, not gating: {}", reported.join(", ")));
+    if !GATING.contains(&Check::OverRequest) {
+        out.push_str(
+            " (over the request on the high-water mark is not gating yet: the session's measured KV \
+             allocation first allocates every tensor at the plan's block count and only then shrinks the \
+             cache, and on adversarial allocator granules that first allocation passes the request; the \
+             planner's fix is pending, the count below is the honest one)",
+        );
+    }
     out.push_str(".\n\n| group | auto runs |");
     for c in Check::ALL {
         out.push_str(&format!(" {} |", c.name()));

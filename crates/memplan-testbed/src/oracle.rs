@@ -14,10 +14,12 @@
 //!   alone takes, less the per-capture memory the run's own profiling left held for good) and
 //!   the physical room when the plan was made (the true free memory less the peak the engine
 //!   still needs after allocating its KV cache);
-//! - [`clean_oracle_tokens`], from a clean device: the same room without anything the run's
-//!   profiling did (no leftovers, the free memory of the engine alone, less what other
-//!   processes took since the start). It does not depend on the run's strategy or leaks, and
-//!   is reported beside the first.
+//! - [`clean_oracle_tokens`], from a clean device: the scenario's engine as configured (it
+//!   captures its graphs wherever the device captures, whatever strategy the run chose; its KV
+//!   cache from its caching allocator), without anything the run's profiling did (no
+//!   leftovers, the free memory of the engine alone, less what other processes took since the
+//!   start). It depends neither on the run's strategy nor on its leaks, and is reported beside
+//!   the first.
 //!
 //! Where the engine alone runs out of memory (its weights, profile run or workspace, or its
 //! graphs), nothing fits: the oracle is an empty cache and refusing is the right answer (an
@@ -265,28 +267,32 @@ pub fn oracle_tokens(setup: &Setup, alone: &EngineAlone, at: &AtPlan) -> Option<
     )
 }
 
-/// The largest KV cache on a clean device: the engine alone, nothing the run's profiling left
-/// behind, other processes at what they hold when the plan is made (`others_now`).
+/// The largest KV cache on a clean device: the scenario's engine as configured, alone (its
+/// weights, profile run and workspace, its KV cache from its caching allocator, then every
+/// graph captured where the device captures, then a burst), nothing the run's profiling left
+/// behind, other processes at what they hold when the plan is made (`at.plan`). It does not
+/// depend on the run's strategy: an eager or post-capture strategy is judged against the same
+/// engine as every other (the engine captures its graphs whatever memplan's strategy did), and
+/// only the world's state at the plan (the others' memory) comes from the run.
 pub fn clean_oracle_tokens(setup: &Setup, alone: &EngineAlone, at: &AtPlan) -> Option<Oracle> {
     let requested = requested_of(setup, at.start.total)?;
-    let graph = if at.eager { 0 } else { alone.graph };
-    let in_request = [alone.weights, alone.activation, alone.workspace, graph]
-        .iter()
-        .fold(requested, |room, x| room.saturating_sub(*x));
+    let in_request = [
+        alone.weights,
+        alone.activation,
+        alone.workspace,
+        alone.graph,
+    ]
+    .iter()
+    .fold(requested, |room, x| room.saturating_sub(*x));
     let others_grew = at
         .plan
         .other_processes
         .saturating_sub(alone.others_at_start);
-    let still_needed = if at.eager {
-        alone.activation
-    } else {
-        alone.capture_and_burst_peak
-    };
     let physical = alone
         .free_before_kv
         .saturating_sub(others_grew)
-        .saturating_sub(still_needed);
-    let room = if alone.nothing_fits || (alone.graphs_do_not_fit && !at.eager) {
+        .saturating_sub(alone.capture_and_burst_peak);
+    let room = if alone.nothing_fits || alone.graphs_do_not_fit {
         0
     } else {
         in_request.min(physical)
@@ -294,7 +300,7 @@ pub fn clean_oracle_tokens(setup: &Setup, alone: &EngineAlone, at: &AtPlan) -> O
     verdict(
         setup,
         room,
-        at.graphs_kept,
+        false,
         requested > at.start.free,
         &alone.allocator,
     )

@@ -48,6 +48,14 @@ pub struct Outcome {
     pub kv_vs_clean_oracle: Option<f64>,
     /// Bytes the process grew past the requested memory (ground truth), when it did.
     pub over_request_bytes: Option<u64>,
+    /// The phase after the plan in which the process's high-water mark first passed the
+    /// request (the session's KV allocation, the engine's own KV allocation, graph capture,
+    /// serving), when it did.
+    pub over_request_phase: Option<String>,
+    /// Bytes the process was past the request at the sampled points after the plan (the KV
+    /// cache allocated, each warm-up and capture, the serving burst), when it was: the
+    /// earlier, weaker rule, kept beside the high-water mark.
+    pub over_request_sampled_bytes: Option<u64>,
     /// The out-of-memory error, when something ran out of memory.
     pub oom: Option<String>,
     /// Any other failure (start-up refused, plan error).
@@ -88,6 +96,8 @@ impl Outcome {
             kv_vs_oracle: None,
             kv_vs_clean_oracle: None,
             over_request_bytes: None,
+            over_request_phase: None,
+            over_request_sampled_bytes: None,
             oom: None,
             failed: None,
             downgrades: Vec::new(),

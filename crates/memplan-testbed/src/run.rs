@@ -77,6 +77,8 @@ struct Profiled {
     at_plan_allocator: memplan_backend_sim::AllocatorSnapshot,
     /// The KV cache the session ended with (allocated by the engine inside it, or mapped).
     cache: KvCache,
+    /// The process's high-water mark (ground truth) once the session's KV allocation ended.
+    peak_after_kv: Option<u64>,
     downgrades: Vec<String>,
 }
 
@@ -162,10 +164,14 @@ fn profile(
     };
     let at_plan = gpu.truth();
     let at_plan_allocator = gpu.allocator().snapshot();
+    // From here on the simulator keeps the process's high-water mark: over the request is
+    // judged on the most the process ever held after the plan, not on sampled points.
+    gpu.watch_peak();
     // The engine's KV cache, as an engine ends its start-up: the session has the engine
     // allocate the plan's blocks (measured, fewer where they take more than the plan kept),
     // or maps them after post-capture.
     let cache = s.into_kv_cache(&plan)?;
+    let peak_after_kv = gpu.peak();
     Ok(Profiled {
         plan,
         why,
@@ -173,6 +179,7 @@ fn profile(
         at_plan,
         at_plan_allocator,
         cache,
+        peak_after_kv,
         downgrades,
     })
 }
@@ -277,9 +284,11 @@ pub fn run_judged(
         allocator: pr.at_plan_allocator.clone(),
     };
 
-    // What happens next in a real engine, watching the process's peak.
+    // What happens next in a real engine; the simulator keeps the process's high-water mark
+    // since the plan, read at the end of each phase.
     let mut real_graph = pr.kept_graph_truth;
-    let mut peak = 0u64;
+    let mut marks = vec![("the session's KV cache allocation", pr.peak_after_kv)];
+    let mut sampled = gpu.truth().this_process();
     let step = serve(
         setup,
         &gpu,
@@ -287,7 +296,7 @@ pub fn run_judged(
         pr.cache,
         &at,
         &mut real_graph,
-        &mut peak,
+        (&mut marks, &mut sampled),
     );
     if let Err(e) = step {
         if e.is_out_of_memory() {
@@ -305,7 +314,8 @@ pub fn run_judged(
         out.error_bytes = Some(est as i64 - r as i64);
     }
     judge(setup, alone.as_ref(), &at, &mut out);
-    // Over the requested memory: the process grew past what the engine asked for.
+    // Over the requested memory: the process's high-water mark from the plan on (ground
+    // truth: KV allocation, graph capture, serving) grew past what the engine asked for.
     let req = &setup.scenario.request;
     let budget = req
         .memory_budget
@@ -314,8 +324,14 @@ pub fn run_judged(
     if let Some(requested) =
         crate::oracle::requested(start.total, req.gpu_memory_utilization, budget)
     {
-        let grown = peak.saturating_sub(start.this_process());
-        out.over_request_bytes = (grown > requested).then(|| grown - requested);
+        let limit = start.this_process().saturating_add(requested);
+        let peak = gpu.peak().unwrap_or(0);
+        out.over_request_bytes = (peak > limit).then(|| peak - limit);
+        out.over_request_phase = marks
+            .iter()
+            .find(|(_, p)| p.is_some_and(|p| p > limit))
+            .map(|(phase, _)| (*phase).to_string());
+        out.over_request_sampled_bytes = (sampled > limit).then(|| sampled - limit);
     }
     out.plan = Some(pr.plan);
     out.finish();
@@ -344,9 +360,14 @@ fn judge(
     out.oracle_tokens = out.oracle.map(|o| o.tokens);
 }
 
+/// The process's high-water mark (since the plan) at the end of each phase, in order.
+type Marks = Vec<(&'static str, Option<u64>)>;
+
 /// Allocate the KV cache of the plan's block count (the engine's own arithmetic), capture
-/// every graph (unless kept or eager), serve a burst; `peak` follows the process's driver
-/// memory.
+/// every graph (unless kept or eager), serve a burst; `marks` gets the process's high-water
+/// mark at the end of each phase (a phase that fails is marked too), `sampled` the most the
+/// process held at the sampled points (after the KV cache, each warm-up and capture, the
+/// burst).
 fn serve(
     setup: &Setup,
     gpu: &SimGpu,
@@ -354,33 +375,35 @@ fn serve(
     cache: KvCache,
     at: &AtPlan,
     real_graph: &mut Option<u64>,
-    peak: &mut u64,
+    (marks, sampled): (&mut Marks, &mut u64),
 ) -> Result<()> {
-    let mut see = |g: &SimGpu| *peak = (*peak).max(g.truth().this_process());
-    match (cache.allocated, cache.range) {
+    let mut see = |g: &SimGpu| *sampled = (*sampled).max(g.truth().this_process());
+    let r = match (cache.allocated, cache.range) {
         (true, _) => Ok(()),
         (false, Some(range)) => engine.adopt_kv(cache.num_blocks, range),
         (false, None) => engine.allocate_kv(cache.num_blocks),
-    }
-    .map_err(|e| e.during("KV cache allocation"))?;
+    };
     see(gpu);
+    marks.push(("the engine's KV cache allocation", gpu.peak()));
+    r.map_err(|e| e.during("KV cache allocation"))?;
     if !at.eager && !at.graphs_kept {
         let g0 = graph_truth(&gpu.truth());
-        for s in setup.sizes.clone() {
-            memplan_planner::Engine::warm_up(engine, s).map_err(|e| e.during("graph capture"))?;
+        let r = setup.sizes.clone().into_iter().try_for_each(|s| {
+            memplan_planner::Engine::warm_up(engine, s)?;
             see(gpu);
-            memplan_planner::Engine::capture_graph(engine, s)
-                .map_err(|e| e.during("graph capture"))?;
+            memplan_planner::Engine::capture_graph(engine, s)?;
             see(gpu);
-        }
+            Ok(())
+        });
+        marks.push(("the engine's graph capture", gpu.peak()));
+        r.map_err(|e: memplan_core::Error| e.during("graph capture"))?;
         *real_graph = Some(graph_truth(&gpu.truth()).saturating_sub(g0));
     }
     let alloc = gpu.allocator();
-    let b = alloc
-        .malloc(setup.activation_peak.max(1))
-        .map_err(|e| e.during("serve burst"))?;
+    let b = alloc.malloc(setup.activation_peak.max(1));
     see(gpu);
-    alloc.free(b)
+    marks.push(("serving (a burst at full concurrency)", gpu.peak()));
+    alloc.free(b.map_err(|e| e.during("serve burst"))?)
 }
 
 /// Run every strategy (the automatic choice first).

@@ -779,3 +779,44 @@ fn measured_strategies_follow_the_physics_and_bounds_stay_above_it() {
         }
     }
 }
+
+#[test]
+fn the_clean_oracle_does_not_depend_on_the_strategy() {
+    // No neighbour changes its memory: the world at the plan is the same for every strategy,
+    // so the clean device's oracle must be too (an eager run is judged against the engine as
+    // configured, which captures its graphs).
+    for name in ["bf16-24g", "deferred-release-24g"] {
+        let s = setup(name);
+        let runs = run_all(&s).unwrap();
+        let clean: Vec<_> = runs
+            .iter()
+            .filter(|r| r.failed.is_none())
+            .map(|r| (r.strategy, r.clean_oracle.unwrap().tokens))
+            .collect();
+        assert!(
+            clean.iter().all(|(_, t)| *t == clean[0].1),
+            "{name}: {clean:?}"
+        );
+    }
+}
+
+#[test]
+fn the_high_water_mark_sees_memory_freed_between_phases() {
+    // A transient allocation freed before any phase ends is invisible to a sampled peak;
+    // the simulator's high-water mark keeps it.
+    let s = setup("bf16-24g");
+    let gpu = open(&s).unwrap();
+    assert_eq!(gpu.peak(), None);
+    gpu.watch_peak();
+    let base = gpu.truth().this_process();
+    assert_eq!(gpu.peak(), Some(base));
+    let a = gpu.allocator();
+    let b = a.malloc(512 * MIB).unwrap();
+    a.free(b).unwrap();
+    a.empty_cache();
+    assert_eq!(gpu.truth().this_process(), base);
+    assert!(gpu.peak().unwrap() >= base + 512 * MIB, "{:?}", gpu.peak());
+    // Watching again starts from what the process holds now.
+    gpu.watch_peak();
+    assert_eq!(gpu.peak(), Some(base));
+}

@@ -1,8 +1,12 @@
 //! The strict acceptance rules on the automatic choice, one [`Check`] each:
 //!
 //! - **out of memory** anywhere, profiling included;
-//! - **over the request**: the process grew past the memory the engine asked for, unless the
-//!   plan warned by name that it could not bound what went over ([`UNBOUNDED_WARNINGS`]);
+//! - **over the request**: the process's high-water mark from the plan on (the simulator's
+//!   ground truth through the KV allocation, the engine's graph capture and serving, every
+//!   driver call counted) passed the memory the engine asked for, unless the plan warned by
+//!   name that it could not bound what went over ([`UNBOUNDED_WARNINGS`]); and the weaker
+//!   earlier rule beside it, **over the request at sampled points** (what the process held
+//!   after the KV cache, each warm-up and capture and the serving burst);
 //! - **over the oracle**: more KV tokens than fit, by over 0.5%;
 //! - **below the floor**: under 99% of the oracle where the graph memory was measured
 //!   (post-capture, full), under 97% where it was bounded or modelled (conservative, sampled)
@@ -49,8 +53,12 @@ pub const OVER_ORACLE: f64 = 1.005;
 pub enum Check {
     /// Ran out of memory (profiling included).
     OutOfMemory,
-    /// Grew past the request without a warning that names why.
+    /// The process's high-water mark from the plan on passed the request without a warning
+    /// that names why.
     OverRequest,
+    /// Past the request at a sampled point (after the KV cache, each warm-up and capture, the
+    /// serving burst) without a warning that names why.
+    OverRequestSampled,
     /// More than the oracle by over 0.5%.
     OverOracle,
     /// Below the share floor.
@@ -67,9 +75,10 @@ pub enum Check {
 
 impl Check {
     /// Every check, in report order.
-    pub const ALL: [Check; 8] = [
+    pub const ALL: [Check; 9] = [
         Check::OutOfMemory,
         Check::OverRequest,
+        Check::OverRequestSampled,
         Check::OverOracle,
         Check::BelowFloor,
         Check::NeedlessRefusal,
@@ -82,7 +91,8 @@ impl Check {
     pub fn name(self) -> &'static str {
         match self {
             Check::OutOfMemory => "out of memory",
-            Check::OverRequest => "unwarned over request",
+            Check::OverRequest => "unwarned over request (high-water mark)",
+            Check::OverRequestSampled => "unwarned over request at sampled points",
             Check::OverOracle => "over the oracle",
             Check::BelowFloor => "below the floor",
             Check::NeedlessRefusal => "needless refusal",
@@ -96,10 +106,12 @@ impl Check {
 /// The checks that fail `cargo xtask ci` when any case fails them: every check the automatic
 /// choice passes on every case of the sweep, so that a change that brings one back fails CI.
 /// Below the floor and needless refusals are reported, not gating: their counts are not zero
-/// (see `docs/strategy-comparison.md`).
+/// (see `docs/strategy-comparison.md`). Over the request judged on the high-water mark is
+/// reported, not gating, until the session's measured KV allocation stops passing the request
+/// before it shrinks the cache (its count is not zero); the sampled rule still gates.
 pub const GATING: [Check; 6] = [
     Check::OutOfMemory,
-    Check::OverRequest,
+    Check::OverRequestSampled,
     Check::OverOracle,
     Check::HarnessError,
     Check::ReserveBelowReal,
@@ -190,13 +202,25 @@ pub fn failures(cases: &[Case]) -> Vec<Failure<'_>> {
         if let Some(e) = &o.oom {
             fail(Check::OutOfMemory, format!("ran out of memory: {e}"));
         }
+        if let Some(b) = o.over_request_sampled_bytes {
+            if !over_request_warned(c) {
+                fail(
+                    Check::OverRequestSampled,
+                    format!(
+                        "held {} ({b} B) past the request at a sampled point, no warning names why",
+                        memplan_core::bytes::fmt_bytes(b)
+                    ),
+                );
+            }
+        }
         if let Some(b) = o.over_request_bytes {
             if !over_request_warned(c) {
                 fail(
                     Check::OverRequest,
                     format!(
-                        "grew {} past the request, no warning names why",
-                        memplan_core::bytes::fmt_bytes(b)
+                        "high-water mark {} ({b} B) past the request, first in {}, no warning names why",
+                        memplan_core::bytes::fmt_bytes(b),
+                        o.over_request_phase.as_deref().unwrap_or("an unmarked phase")
                     ),
                 );
             }
