@@ -1,10 +1,14 @@
 //! The simulator's ranges are not the planner's bounds: a range that stops exactly where the
 //! planner's bound stops proves nothing about the bound. This test reads every integer constant
-//! the planner's sources define (`const NAME: u64 = EXPR;`, arrays included, evaluated here, so
-//! a constant added later is checked too) and every literal those expressions use, and fails
-//! when an endpoint of a simulated range (world or adversarial, the physics' and the generated
-//! scenarios') equals one of them. It also checks that each adversarial range reaches past the
-//! planner bound it tests.
+//! defined on the planner's side of the crate graph (`const NAME: u64 = EXPR;`, arrays
+//! included, evaluated here, so a constant added later is checked too): the planner's, memplan-
+//! core's and the real backends' (whose capabilities the planner trusts), with every literal
+//! those expressions use; the figures the backends declare inline in their capabilities (a
+//! reading's `tolerance_bytes`, `process_local(..)`, the per-capture memory); and every
+//! tolerance and per-capture figure the simulated profiles declare through the real backends'
+//! code. It fails when an endpoint of a simulated range (world or adversarial, the physics' and
+//! the generated scenarios') equals one of them. It also checks that each adversarial range
+//! reaches past the planner bound it tests.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -15,15 +19,51 @@ use memplan_testbed::sweep::generate::GENERATED;
 /// World endpoints that are the same public figure as a planner constant, read from the same
 /// source by both: (quantity, planner constant, the source). The adversarial range of the
 /// quantity still has to reach past the constant.
-const SAME_PUBLIC_FIGURE: [(&str, &str, &str); 1] = [(
-    physics::ROUND_LARGE.name,
-    "ALLOCATOR_ROUNDING_BOUND",
-    "PyTorch's kRoundLarge (c10/cuda/CUDACachingAllocator.cpp)",
-)];
+const SAME_PUBLIC_FIGURE: [(&str, &str, &str); 3] = [
+    (
+        physics::ROUND_LARGE.name,
+        "ALLOCATOR_ROUNDING_BOUND",
+        "PyTorch's kRoundLarge (c10/cuda/CUDACachingAllocator.cpp)",
+    ),
+    (
+        physics::ROUND_LARGE.name,
+        "GRANULE",
+        "the template backend's fake driver maps 2 MiB granules, CUDA's minimum VMM \
+         granularity (cuMemGetAllocationGranularity): the same 2 MiB as PyTorch's kRoundLarge",
+    ),
+    (
+        physics::ROUND_LARGE.name,
+        "PAGE",
+        "the template backend's fake driver's 2 MiB page, the same public figure",
+    ),
+];
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
 
 fn planner_src() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../memplan-planner/src")
+    repo().join("crates/memplan-planner/src")
 }
+
+/// Every source folder on the planner's side of the crate graph: the planner, memplan-core
+/// and every real backend (the simulator is the other side).
+fn planner_side() -> Vec<PathBuf> {
+    let mut dirs = vec![planner_src(), repo().join("crates/memplan-core/src")];
+    let mut backends: Vec<PathBuf> = std::fs::read_dir(repo().join("backends"))
+        .expect("backends/")
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.file_name().is_some_and(|n| n != "sim") && p.join("src").is_dir())
+        .map(|p| p.join("src"))
+        .collect();
+    backends.sort();
+    assert!(backends.len() >= 3, "the real backends were not found");
+    dirs.extend(backends);
+    dirs
+}
+
+/// Units, not figures: a range in KiB steps ends on a multiple of them by design.
+const UNITS: [&str; 3] = ["KIB", "MIB", "GIB"];
 
 /// The planner's own tests and test helpers hold figures of test cases, not of the planner.
 fn is_test_file(p: &Path) -> bool {
@@ -145,8 +185,18 @@ impl Eval<'_> {
         Some(v)
     }
     fn all(s: &str, known: &BTreeMap<String, u64>) -> Option<u64> {
+        // `u64::MAX` and paths (`memplan_core::bytes::MIB`): the value, the last segment.
+        let mut s = s
+            .replace("u64::MAX", &u64::MAX.to_string())
+            .replace("u32::MAX", &u32::MAX.to_string());
+        while let Some(at) = s.find("::") {
+            let start = s[..at]
+                .rfind(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .map_or(0, |i| i + 1);
+            s.replace_range(start..at + 2, "");
+        }
         let mut e = Eval {
-            toks: Self::tokens(s),
+            toks: Self::tokens(&s),
             i: 0,
             known,
         };
@@ -193,8 +243,16 @@ fn const_items(text: &str) -> Vec<String> {
 /// Every integer constant of the planner (name -> values; arrays give each element) and every
 /// integer literal their expressions use.
 fn planner_figures() -> (BTreeMap<String, Vec<u64>>, Vec<u64>) {
+    figures(&[planner_src()])
+}
+
+/// As [`planner_figures`], over the sources in `dirs` (a constant's name is prefixed by its
+/// file where two files define the same name).
+fn figures(dirs: &[PathBuf]) -> (BTreeMap<String, Vec<u64>>, Vec<u64>) {
     let mut files = Vec::new();
-    rust_files(&planner_src(), &mut files);
+    for d in dirs {
+        rust_files(d, &mut files);
+    }
     files.sort();
     // (name, expression)
     let mut items = Vec::new();
@@ -210,12 +268,41 @@ fn planner_figures() -> (BTreeMap<String, Vec<u64>>, Vec<u64>) {
             let ty = ty.trim();
             let int = ["u64", "u32", "usize", "i64"];
             let array = ty.starts_with('[') && int.iter().any(|t| ty.contains(t));
-            if !(int.contains(&ty) || array) || name.trim().contains(' ') {
+            // Macro-generated items (`$name`) and FFI layout offsets (`offset_of!`,
+            // `size_of::<T>()`) are no figure.
+            let layout = expr.contains('!') || expr.contains("size_of");
+            if !(int.contains(&ty) || array)
+                || name.trim().contains(' ')
+                || expr.contains('$')
+                || layout
+            {
                 continue;
             }
-            items.push((name.trim().to_string(), expr.trim().to_string(), array));
+            if UNITS.contains(&name.trim()) {
+                continue;
+            }
+            let file = f.strip_prefix(repo()).unwrap_or(f).display().to_string();
+            items.push((
+                name.trim().to_string(),
+                expr.trim().to_string(),
+                array,
+                file,
+            ));
         }
     }
+    // Two files may define the same name: those are told apart by their file.
+    let items: Vec<(String, String, String, bool)> = items
+        .iter()
+        .map(|(name, expr, array, file)| {
+            let twice = items.iter().filter(|i| &i.0 == name).count() > 1;
+            let key = if twice {
+                format!("{name} ({file})")
+            } else {
+                name.clone()
+            };
+            (key, name.clone(), expr.clone(), *array)
+        })
+        .collect();
     assert!(
         items.len() >= 5,
         "the planner's constants were not found: {items:?}"
@@ -225,8 +312,8 @@ fn planner_figures() -> (BTreeMap<String, Vec<u64>>, Vec<u64>) {
     let mut literals = Vec::new();
     // Constants may refer to each other: evaluate until nothing new resolves.
     for _ in 0..items.len() {
-        for (name, expr, array) in &items {
-            if values.contains_key(name) {
+        for (key, name, expr, array) in &items {
+            if values.contains_key(key) {
                 continue;
             }
             let parts: Vec<&str> = if *array {
@@ -242,16 +329,16 @@ fn planner_figures() -> (BTreeMap<String, Vec<u64>>, Vec<u64>) {
             let vs: Option<Vec<u64>> = parts.iter().map(|p| Eval::all(p, &known)).collect();
             if let Some(vs) = vs {
                 if !array {
-                    known.insert(name.clone(), vs[0]);
+                    known.entry(name.clone()).or_insert(vs[0]);
                 }
-                values.insert(name.clone(), vs);
+                values.insert(key.clone(), vs);
             }
         }
     }
-    for (name, expr, _) in &items {
+    for (key, _, expr, _) in &items {
         assert!(
-            values.contains_key(name),
-            "the planner constant {name} = {expr} cannot be evaluated: teach this test its syntax"
+            values.contains_key(key),
+            "the constant {key} = {expr} cannot be evaluated: teach this test its syntax"
         );
         for t in Eval::tokens(expr) {
             if let Ok(v) = t.replace('_', "").parse::<u64>() {
@@ -260,6 +347,96 @@ fn planner_figures() -> (BTreeMap<String, Vec<u64>>, Vec<u64>) {
         }
     }
     (values, literals)
+}
+
+/// The expressions after each of `openers` in `text` (up to the closing `,`, `)` or `}` at
+/// the opener's depth), comments skipped.
+fn arguments(text: &str, openers: &[&str]) -> Vec<String> {
+    let code: String = text
+        .lines()
+        .map(|l| l.split("//").next().unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut out = Vec::new();
+    for o in openers {
+        let mut rest = code.as_str();
+        while let Some(at) = rest.find(o) {
+            let tail = &rest[at + o.len()..];
+            let mut depth = 0i32;
+            let mut end = tail.len();
+            for (i, c) in tail.char_indices() {
+                match c {
+                    '(' | '[' | '{' => depth += 1,
+                    ')' | ']' | '}' if depth == 0 => {
+                        end = i;
+                        break;
+                    }
+                    ')' | ']' | '}' => depth -= 1,
+                    ',' | ';' if depth == 0 => {
+                        end = i;
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+            out.push(tail[..end].trim().to_string());
+            rest = &tail[end..];
+        }
+    }
+    out
+}
+
+/// Figures the real backends declare inline in their capabilities (a reading's tolerance,
+/// a process-local tolerance, the per-capture memory) that evaluate to a constant, with
+/// where they are; figures computed at run time (from the device's total) are covered by
+/// [`profile_declarations`].
+fn declared_inline(known: &BTreeMap<String, Vec<u64>>) -> Vec<(String, u64)> {
+    let scalars: BTreeMap<String, u64> = known
+        .iter()
+        .filter(|(_, v)| v.len() == 1)
+        .map(|(k, v)| (k.clone(), v[0]))
+        .collect();
+    let mut files = Vec::new();
+    for d in planner_side().iter().skip(2) {
+        rust_files(d, &mut files);
+    }
+    files.sort();
+    let mut out = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).expect("readable source");
+        let openers = [
+            "tolerance_bytes:",
+            "process_local(",
+            "HiddenPerCapture(",
+            "hidden_bytes_per_capture = Some(",
+        ];
+        for expr in arguments(&text, &openers) {
+            if let Some(v) = Eval::all(&expr, &scalars) {
+                let file = f.strip_prefix(repo()).unwrap_or(f).display().to_string();
+                out.push((format!("{expr} declared in {file}"), v));
+            }
+        }
+    }
+    out
+}
+
+/// Every tolerance and per-capture figure the simulated profiles declare (through the real
+/// backends' own declaration code).
+fn profile_declarations() -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    for p in memplan_backend_sim::profiles() {
+        let cap = p.capability();
+        for r in memplan_core::Reading::ALL {
+            let t = cap.reading(r).tolerance_bytes();
+            if t > 0 {
+                out.push((format!("{}'s declared {} tolerance", p.name, r.name()), t));
+            }
+        }
+        if let Some(h) = cap.facts.hidden_bytes_per_capture {
+            out.push((format!("{}'s declared per-capture memory", p.name), h));
+        }
+    }
+    out
 }
 
 fn every_range() -> Vec<(Quantity, &'static str, (u64, u64))> {
@@ -272,7 +449,21 @@ fn every_range() -> Vec<(Quantity, &'static str, (u64, u64))> {
 
 #[test]
 fn no_range_endpoint_is_a_planner_constant() {
-    let (constants, literals) = planner_figures();
+    let (planner, _) = planner_figures();
+    let (mut constants, literals) = figures(&planner_side());
+    let declared: Vec<(String, u64)> = declared_inline(&constants)
+        .into_iter()
+        .chain(profile_declarations())
+        .collect();
+    assert!(
+        declared
+            .iter()
+            .any(|(_, v)| *v == 4 * memplan_core::bytes::MIB),
+        "the declared 4 MiB per capture was not found: {declared:?}"
+    );
+    for (name, v) in declared {
+        constants.entry(name).or_default().push(v);
+    }
     let mut clashes = Vec::new();
     for (q, regime, (lo, hi)) in every_range() {
         for end in [lo, hi] {
@@ -280,7 +471,9 @@ fn no_range_endpoint_is_a_planner_constant() {
                 let shared = SAME_PUBLIC_FIGURE
                     .iter()
                     .any(|(qn, cn, _)| *qn == q.name && cn == name && regime == "world");
-                if vs.contains(&end) && !shared {
+                // 0 and 1 (no tolerance, a flag) are no figure outside the planner.
+                let figure = end > 1 || planner.contains_key(name);
+                if vs.contains(&end) && !shared && figure {
                     clashes.push(format!("{} ({regime}) ends at {end} = {name}", q.name));
                 }
             }
@@ -356,6 +549,21 @@ fn the_evaluator_reads_the_planner_constants_it_knows() {
     assert!(
         literals.contains(&256),
         "the default node count is a figure"
+    );
+    // Beyond the planner: memplan-core's and the real backends' constants, and the figures
+    // the backends declare inline in their capabilities.
+    let (all, _) = figures(&planner_side());
+    assert_eq!(
+        all["TWO_SOURCE_TOLERANCE"],
+        vec![16 * memplan_core::bytes::MIB]
+    );
+    assert_eq!(all["VALUE_NOT_AVAILABLE"], vec![u64::MAX]);
+    let inline = declared_inline(&all);
+    assert!(
+        inline
+            .iter()
+            .any(|(w, v)| w.contains("rocm") && *v == 4 * memplan_core::bytes::MIB),
+        "{inline:?}"
     );
 }
 
