@@ -8,6 +8,7 @@ use memplan_core::{
 
 use super::checks::{diff, tolerance, verdict_reading, Observed};
 use super::report::{Evidence, Status, Verdict};
+use crate::strategy::settle;
 /// Kernel nodes and allocation-node bytes of the calibration graph.
 const NODES: u32 = 64;
 const ALLOC: u64 = 32 * MIB;
@@ -112,15 +113,20 @@ fn run_graph(device: &Device, with_node: Result<(), String>) -> Result<GraphRun>
     })();
     // Teardown on every path, a failed reading included: destroy, synchronize (a device whose
     // destroyed graphs release memory only at the next synchronize gives it back there), then
-    // trim the pool.
+    // trim the pool and wait for releases a runtime defers past more synchronizes
+    // ([`settle`], as the graph phase does): what is still held then never comes back, and
+    // memory that came back later would otherwise be counted as this process's and then seen
+    // as another process releasing it.
     let destroyed = device.graph_capture().and_then(|gc| gc.destroy(g));
     let f_destroyed = free(device, false);
     let f_synced = free(device, true);
     let released = device.graph_capture().and_then(|gc| gc.release_pool());
+    let settled = settle(device);
     let f_released = free(device, true);
     let (f1, p1) = measured?;
     destroyed?;
     released?;
+    settled?;
     Ok(GraphRun {
         no_node,
         f0,

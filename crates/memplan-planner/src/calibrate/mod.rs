@@ -21,6 +21,8 @@ mod graph_checks;
 mod report;
 mod vmm_check;
 
+pub(crate) use checks::idle_range;
+pub use checks::IDLE_READS;
 pub use report::{CalibrationReport, Evidence, Status, Verdict};
 
 use memplan_core::bytes::{GIB, MIB};

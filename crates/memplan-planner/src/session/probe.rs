@@ -144,9 +144,11 @@ pub(crate) fn baseline(device: &Device, total: Option<u64>) -> Result<Option<u64
 /// calibrated it ([`window_error`]).
 const WINDOW_ALLOCATIONS: usize = 4;
 
-/// How far a window of an approximate free reading is off, measured: [`WINDOW_ALLOCATIONS`]
-/// raw allocations of a known size, the reading taken (synchronized) before each, after it and
-/// after it is freed; the largest difference between what a window showed and the size. A
+/// How far a window of an approximate free reading is off, measured: the spread of
+/// [`IDLE_READS`](crate::calibrate::IDLE_READS) synchronized reads of the idle device, and
+/// [`WINDOW_ALLOCATIONS`] raw allocations of a known size, the reading taken (synchronized)
+/// before each, after it and after it is freed; the largest difference between what a window
+/// showed and the size (or what two idle reads differ by). A
 /// declared tolerance often covers a constant offset (graphics allocations the reading cannot
 /// see), which a window cancels; what the reading does from one read to the next does not.
 /// `None` where the reading is exact, absent, or the device cannot allocate.
@@ -170,7 +172,11 @@ pub(crate) fn window_error(
         }
         Ok(device.driver_memory()?.free)
     };
-    let mut worst = 0u64;
+    // The reading's spread on the idle device (see `calibrate`'s idle reads), then windows over
+    // known allocations.
+    let Some(mut worst) = crate::calibrate::idle_range(device)? else {
+        return Ok(None);
+    };
     for _ in 0..WINDOW_ALLOCATIONS {
         let Some(before) = read()? else {
             return Ok(None);

@@ -206,16 +206,20 @@ impl<'s> GraphContext<'s> {
             .tolerance_bytes()
     }
 
-    /// How far a window of the free reading may be off: twice the largest error calibration
-    /// (or the session's window allocations at its start) saw on one (plus a granule's worth
-    /// of slack: a few samples), within the declared tolerance; the declared tolerance where
-    /// nothing measured it. A declared tolerance
-    /// often covers a constant offset (memory the reading cannot see), which a window
-    /// cancels; the measured window error does not.
+    /// How far a window of the free reading may be off: the largest error calibration (or the
+    /// session's start) saw on one, over [`IDLE_READS`](crate::calibrate::IDLE_READS) reads of
+    /// the idle device and windows over known allocations, times 1.25 ([`WINDOW_ERROR_FACTOR_INVERSE_EXCESS`])
+    /// (plus a granule's worth of slack), within the declared tolerance; the declared
+    /// tolerance where nothing measured it. A declared tolerance often covers a constant offset
+    /// (memory the reading cannot see), which a window cancels; the measured window error
+    /// does not.
     pub fn window_tolerance(&self) -> u64 {
         let declared = self.free_tolerance();
         match self.session.p.free_window_error {
-            Some(e) => declared.min(e.saturating_mul(2).saturating_add(1 << 20)),
+            Some(e) => declared.min(
+                e.saturating_add(e / WINDOW_ERROR_FACTOR_INVERSE_EXCESS)
+                    .saturating_add(1 << 20),
+            ),
             None => declared,
         }
     }
@@ -284,6 +288,15 @@ impl<'s> GraphContext<'s> {
         }
     }
 }
+
+/// The measured window error is the largest difference between reads seen; a later window
+/// can differ by more. The range of 32 reads (`IDLE_READS`) of a reading whose noise is
+/// uniform falls below 80% of the noise's full width with a probability under 1%
+/// (`32 x 0.8^31 - 31 x 0.8^32`, the distribution of the range of uniform samples); for
+/// normal noise, 1.25 times the expected range of 32 reads (4.1 standard deviations) is 3.6
+/// standard deviations of a window of two reads. So the window error kept is 1.25 times the
+/// largest seen: `e + e / 4`.
+pub const WINDOW_ERROR_FACTOR_INVERSE_EXCESS: u64 = 4;
 
 /// Most synchronizes [`settle`] waits for released memory to come back.
 pub const SETTLE_SYNCHRONIZES: usize = 8;

@@ -18,8 +18,8 @@ mod legacy;
 mod sampled;
 mod simple;
 
-pub(crate) use context::trim_and_settle;
 pub use context::GraphContext;
+pub(crate) use context::{settle, trim_and_settle};
 pub use full::{Full, PostCapture};
 pub use legacy::{legacy_extrapolate, VllmLegacy};
 pub use sampled::{sample_sizes, sampled_model, Layers, Sampled};
