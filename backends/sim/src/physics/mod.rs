@@ -8,8 +8,9 @@
 //!   ([`ADVERSARIAL_PER_MILLE`], decided per seed by [`is_adversarial`]; the selector modifier
 //!   `regime=world|adversarial` forces one). On those seeds the device may also do what no
 //!   declaration says: keep per-capture memory on any platform, release destroyed graphs after
-//!   0-3 synchronizes, round large allocations to another granule, and carry reading noise above
-//!   a declared tolerance where the declaration is wrong (`declare-exact`).
+//!   as many synchronizes as [`RELEASE_AFTER_SYNCS`]' adversarial range allows (more than any
+//!   fixed wait of a planner), round large allocations to another granule, and carry reading
+//!   noise above a declared tolerance where the declaration is wrong (`declare-exact`).
 //!
 //! The planner imports none of these figures (the crate graph forbids it) and may share no
 //! constant with them: a test in the test-bed fails when a range endpoint equals one of the

@@ -98,12 +98,14 @@ pub const HIDDEN_PER_CAPTURE: Quantity = Quantity {
 };
 
 /// Synchronizes after which a destroyed graph's driver memory returns (world: 1 where the
-/// platform defers the release, 0 elsewhere).
+/// platform defers the release, 0 elsewhere; adversarial: any platform, and more synchronizes
+/// than a planner may care to wait for, so that a plan has to notice memory that has not come
+/// back rather than assume it has).
 pub const RELEASE_AFTER_SYNCS: Quantity = Quantity {
     name: "synchronizes before a destroyed graph's memory returns",
     unit: "synchronizes",
     world: (0, 1),
-    adversarial: (0, 5),
+    adversarial: (0, 17),
     evidence: "ROCm >= 6.2: hipGraphExecDestroy frees at the next synchronize (DESIGN.md vendor \
                table); kekzl/imp#13: CUDA graph instantiation reserves per-device memory that \
                survives cudaGraphExecDestroy until cudaDeviceGraphMemTrim",

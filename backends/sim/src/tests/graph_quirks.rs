@@ -207,7 +207,7 @@ fn capture_empties_cache_reproduces_the_negative_window() {
 }
 
 /// A destroyed graph's memory comes back after the drawn number of synchronizes, not always
-/// the next one: on adversarial seeds any platform may hold it for up to three.
+/// the next one: on adversarial seeds any platform may hold it for many (the range's upper end).
 #[test]
 fn release_after_the_drawn_number_of_synchronizes() {
     let slow = (0..200u64)
