@@ -33,6 +33,31 @@ pub struct GraphReading {
     pub from_driver: bool,
 }
 
+/// What [`GraphContext::prime`]'s release gave back and what it did not, read from the driver
+/// (both 0 where the free reading does not measure this process).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Primed {
+    /// Bytes the release gave back by the end of its settle.
+    pub returned: i64,
+    /// Bytes the priming capture still holds after its release and settle: memory a library
+    /// took on the first capture, per-capture memory a runtime keeps, and memory of the
+    /// destroyed graph that the runtime has not given back yet.
+    pub outstanding: i64,
+}
+
+impl Primed {
+    /// How much of the outstanding memory may be the destroyed graph's own, still to come back
+    /// at some later synchronize, given `recapture`, the most a capture of the same size was
+    /// measured to take: what such a capture takes, less what the release gave back, at most
+    /// what is outstanding (the rest is memory held for good). Memory that comes back inside
+    /// a later window makes the window measure that much less than its captures took.
+    pub fn may_come_back(&self, recapture: i64) -> u64 {
+        let not_back = recapture.saturating_sub(self.returned);
+        u64::try_from(not_back.min(self.outstanding)).unwrap_or(0)
+    }
+}
+
 /// Protocol primitives for a strategy, bound to one session and one engine.
 pub struct GraphContext<'s> {
     session: &'s mut Recorder,
@@ -168,10 +193,28 @@ impl<'s> GraphContext<'s> {
     /// costs: the engine's own capture after the plan does not take that memory again. What the
     /// priming capture leaves held is in the phase's teardown window, counted as held once
     /// ([`Warning::HeldAfterGraphTeardown`]).
-    pub fn prime(&mut self, size: u32) -> Result<()> {
+    ///
+    /// Returns what the release gave back and what it did not ([`Primed`]): a runtime may give
+    /// a destroyed graph's memory back after more synchronizes than [`settle`] waits for, and
+    /// memory that comes back inside a later window makes that window measure less than its
+    /// captures took.
+    pub fn prime(&mut self, size: u32) -> Result<Primed> {
         self.warm_up(size)?;
+        let before = self.flushed_snapshot()?;
         self.capture(size)?;
-        self.release_graphs()
+        let captured = self.session.snap(self.engine)?;
+        self.release_graphs()?;
+        let released = self.session.snap(self.engine)?;
+        let gave_back = self.graph_bytes(&released.window_to(&captured));
+        let held = self.graph_bytes(&before.window_to(&released));
+        Ok(if gave_back.from_driver && held.from_driver {
+            Primed {
+                returned: gave_back.bytes,
+                outstanding: held.bytes,
+            }
+        } else {
+            Primed::default()
+        })
     }
 
     /// Destroy every graph captured so far, release their pool and synchronize, in the middle
@@ -334,8 +377,11 @@ pub(crate) fn trim_and_settle(device: &Device) -> Result<()> {
 /// Some runtimes return a destroyed graph's memory only after one or more later synchronizes,
 /// how many being theirs to decide (one runtime documents the next one). A synchronize of an idle
 /// device costs next to nothing, so synchronize [`SETTLE_SYNCHRONIZES`] times: whatever a
-/// runtime still holds after that is counted as held, which errs on the safe side. On a device
-/// that cannot synchronize this waits for nothing (the engine's hook does, before readings).
+/// runtime still holds after that is counted as held, which errs on the safe side where it is
+/// read as held; a window opened while it is still out may see it come back, which is why
+/// `full` widens its measurement by what its priming capture did not give back
+/// ([`Primed::may_come_back`]). On a device that cannot synchronize this waits for nothing (the
+/// engine's hook does, before readings).
 pub fn settle(device: &Device) -> Result<()> {
     for _ in 0..SETTLE_SYNCHRONIZES {
         device.synchronize()?;

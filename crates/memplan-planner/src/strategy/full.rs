@@ -28,7 +28,7 @@
 use memplan_core::bytes::{fmt_bytes, fmt_signed};
 use memplan_core::{Error, Result};
 
-use super::context::GraphContext;
+use super::context::{GraphContext, Primed};
 use super::{GraphEstimate, GraphStrategy, StrategyKind};
 use crate::warning::Warning;
 
@@ -175,11 +175,13 @@ impl GraphStrategy for Full {
     }
 
     fn run(&self, ctx: &mut GraphContext<'_>) -> Result<GraphEstimate> {
-        if let Some(&size) = ctx.sizes().first() {
-            ctx.prime(size)?;
-        }
+        let primed = match ctx.sizes().first() {
+            Some(&size) => ctx.prime(size)?,
+            None => Primed::default(),
+        };
         let pass = capture_all(ctx)?;
         let n = pass.each.len();
+        let mut recaptures: Vec<i64> = pass.each.first().copied().into_iter().collect();
         let (margin, n_repeats) = match ctx.sizes().first() {
             Some(&size) if pass.from_driver && !pass.each.is_empty() => {
                 let mut repeats = repeat(ctx, size, REPEATS)?;
@@ -190,6 +192,7 @@ impl GraphStrategy for Full {
                 if spread_per_mille(&repeats, tol) > 0 {
                     repeats.extend(repeat(ctx, size, MORE_REPEATS)?);
                 }
+                recaptures.extend(&repeats);
                 let margin = variation_margin(&repeats, &pass.each, tol);
                 let spread = spread_per_mille(&repeats, tol);
                 if spread > VARIATION_REPORTED_PER_MILLE {
@@ -204,9 +207,24 @@ impl GraphStrategy for Full {
         };
         let bytes = pass.total;
         let tol = ctx.free_tolerance();
+        // Memory of the priming graph that its release had not given back when the pass
+        // started may have come back inside the pass (a runtime that waits more synchronizes
+        // than the settle): the pass measured up to that much less than its captures took.
+        let not_back = recaptures
+            .iter()
+            .max()
+            .map_or(0, |r| primed.may_come_back(*r));
+        if not_back > ctx.window_tolerance() {
+            tracing::warn!(
+                bytes = not_back,
+                "the priming graph's memory had not come back after the settle: the pass is widened by it"
+            );
+        }
         // The windows this estimate and the engine's other measured memory come from may be
         // off by the reading's window error each.
-        let margin = margin.saturating_add(ctx.window_tolerance().saturating_mul(2));
+        let margin = margin
+            .saturating_add(ctx.window_tolerance().saturating_mul(2))
+            .saturating_add(not_back);
         let mut e = GraphEstimate::new(
             StrategyKind::Full,
             n,
@@ -216,14 +234,19 @@ impl GraphStrategy for Full {
         );
         e.uncertainty = tol.saturating_add(margin);
         e.explanation = format!(
-            "captured the first size once (memory a library takes on the first capture is held from there on), then all {n} sizes into a throwaway pool, each after releasing cached memory: {} measured{}{}",
+            "captured the first size once (memory a library takes on the first capture is held from there on), then all {n} sizes into a throwaway pool, each after releasing cached memory: {} measured{}{}{}",
             fmt_signed(pass.total),
             if margin > 0 {
                 format!(", margin {} for the capture-to-capture variation of {n_repeats} repeats and the reading's window error", fmt_bytes(margin))
             } else {
                 String::new()
             },
-            if tol > 0 { format!(" (the reading is good to ±{})", fmt_bytes(tol)) } else { String::new() }
+            if tol > 0 { format!(" (the reading is good to ±{})", fmt_bytes(tol)) } else { String::new() },
+            if not_back > 0 {
+                format!("; {} of the priming graph had not come back after its release (the margin includes it: it may have come back inside the pass)", fmt_bytes(not_back))
+            } else {
+                String::new()
+            }
         );
         Ok(e)
     }
@@ -304,6 +327,30 @@ mod tests {
         );
         // Nothing to compare.
         assert_eq!(variation_margin(&[], &[5], 0), 0);
+    }
+
+    #[test]
+    fn memory_a_release_did_not_give_back_may_come_back() {
+        let mib = 1i64 << 20;
+        // The release gave the graph back; the library's workspace stays: nothing to come.
+        let back = Primed {
+            returned: 40 * mib,
+            outstanding: 300 * mib,
+        };
+        assert_eq!(back.may_come_back(40 * mib), 0);
+        // The runtime still holds the destroyed graph: what a capture of its size takes.
+        let late = Primed {
+            returned: 0,
+            outstanding: 340 * mib,
+        };
+        assert_eq!(late.may_come_back(40 * mib), 40 << 20);
+        // At most what stayed out, never negative.
+        let small = Primed {
+            returned: 0,
+            outstanding: 10 * mib,
+        };
+        assert_eq!(small.may_come_back(40 * mib), 10 << 20);
+        assert_eq!(small.may_come_back(-mib), 0);
     }
 
     #[test]

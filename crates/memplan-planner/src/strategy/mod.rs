@@ -18,7 +18,7 @@ mod legacy;
 mod sampled;
 mod simple;
 
-pub use context::GraphContext;
+pub use context::{GraphContext, Primed};
 pub(crate) use context::{settle, trim_and_settle};
 pub use full::{Full, PostCapture};
 pub use legacy::{legacy_extrapolate, VllmLegacy};
