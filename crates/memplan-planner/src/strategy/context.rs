@@ -48,7 +48,7 @@ pub struct Primed {
 
 impl Primed {
     /// How much of the outstanding memory may be the destroyed graph's own, still to come back
-    /// at some later synchronize, given `recapture`, the most a capture of the same size was
+    /// at some later synchronize, given `recapture`, what a capture of the same size was
     /// measured to take: what such a capture takes, less what the release gave back, at most
     /// what is outstanding (the rest is memory held for good). Memory that comes back inside
     /// a later window makes the window measure that much less than its captures took.

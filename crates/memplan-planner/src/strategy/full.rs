@@ -210,9 +210,12 @@ impl GraphStrategy for Full {
         // Memory of the priming graph that its release had not given back when the pass
         // started may have come back inside the pass (a runtime that waits more synchronizes
         // than the settle): the pass measured up to that much less than its captures took.
+        // A capture of that size: the median of the pass's first capture and the repeats (a
+        // capture-to-capture variation or a window that something came back inside moves one
+        // of them, not the median).
+        recaptures.sort_unstable();
         let not_back = recaptures
-            .iter()
-            .max()
+            .get(recaptures.len() / 2)
             .map_or(0, |r| primed.may_come_back(*r));
         if not_back > ctx.window_tolerance() {
             tracing::warn!(

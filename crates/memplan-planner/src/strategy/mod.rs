@@ -18,8 +18,8 @@ mod legacy;
 mod sampled;
 mod simple;
 
-pub use context::{GraphContext, Primed};
 pub(crate) use context::{settle, trim_and_settle};
+pub use context::{GraphContext, Primed};
 pub use full::{Full, PostCapture};
 pub use legacy::{legacy_extrapolate, VllmLegacy};
 pub use sampled::{sample_sizes, sampled_model, Layers, Sampled};
