@@ -199,7 +199,8 @@ pub enum Warning {
         planned_blocks: u64,
         /// Blocks allocated.
         blocks: u64,
-        /// What the planned blocks took.
+        /// What the planned blocks took, or would take once rounded to the allocator's granule
+        /// measured on smaller caches (then they were never allocated).
         taken: u64,
         /// What the plan kept for the KV cache.
         room: u64,
@@ -338,7 +339,7 @@ impl fmt::Display for Warning {
             Warning::LogDisagrees { logged_tokens, planned_tokens, term, logged, planned } => write!(f, "the plan has {planned_tokens} KV tokens, the log {logged_tokens}: {term} differs most ({} in the plan, {} in the log, {})", fmt_bytes(*planned), fmt_bytes(*logged), fmt_signed((*planned as i64).saturating_sub(*logged as i64))),
             Warning::SampledMarginTooCostly { margin, kv_room } => write!(f, "the sampled graph estimate's margin ({}) would take {:.1}% of the {} left for the KV cache: every size was captured and measured instead", fmt_bytes(*margin), *margin as f64 * 100.0 / (*kv_room).max(1) as f64, fmt_bytes(*kv_room)),
             Warning::GraphCaptureVaries { spread_per_mille, margin } => write!(f, "the same graph captured again cost up to {:.1}% more or less: the graph reserve keeps {} for that variation, which a later capture can still exceed", *spread_per_mille as f64 / 10.0, fmt_bytes(*margin)),
-            Warning::KvCacheShrunk { planned_blocks, blocks, taken, room } => write!(f, "the engine's KV cache of {planned_blocks} blocks took {}, more than the {} the plan kept for it (its allocator rounds each tensor): {blocks} blocks allocated instead", fmt_bytes(*taken), fmt_bytes(*room)),
+            Warning::KvCacheShrunk { planned_blocks, blocks, taken, room } => write!(f, "the engine's KV cache of {planned_blocks} blocks takes {} once its allocator rounds each tensor (measured), more than the {} the plan kept for it: {blocks} blocks allocated instead", fmt_bytes(*taken), fmt_bytes(*room)),
             Warning::GraphBoundContradicted { bound, measured, reading } => write!(f, "the {reading} showed the graphs taking {}, more than the analytic bound of {}: the measurement replaces the bound", fmt_bytes(*measured), fmt_bytes(*bound)),
             Warning::StrategyOverridden { chosen, automatic } => write!(f, "graph strategy {chosen} was chosen by hand; the capabilities call for {automatic}"),
             Warning::Unrecognized { message, .. } => f.write_str(message),

@@ -17,7 +17,17 @@
 //! beyond the blocks' own bytes, which a few blocks less do not shrink), at most
 //! [`KV_ATTEMPTS`] times ([`Warning::KvCacheShrunk`]). An attempt that runs out of memory is
 //! released and retried with a sixteenth fewer. The measurement replaces the plan's
-//! assumption about rounding; the first attempt holds the excess for an instant.
+//! assumption about rounding.
+//!
+//! Before the planned count is allocated, the allocator's granule is measured on caches of at
+//! most half the planned blocks ([`granule`]), so that the full-size allocation does not go
+//! past what the plan kept even for an instant where the allocator rounds more coarsely than
+//! the plan assumed: an allocator that rounds every allocation up to a multiple of a granule
+//! gives rounded sizes that are all multiples of it, so their greatest common divisor bounds
+//! it from above. The planned count is then cut to what fits with that granule
+//! ([`certified_blocks`]) before it is allocated. Only an allocator whose rounding is not a
+//! fixed granule (or a cache whose tensors are not all of one size) leaves the count as
+//! planned, and the shrinking above is what protects it.
 
 use memplan_core::bytes::fmt_bytes;
 use memplan_core::{Error, MemoryInfo, Reading, Result};
@@ -36,12 +46,136 @@ use crate::warning::Warning;
 /// attempt takes no less, is what needs them).
 pub const KV_ATTEMPTS: usize = 42;
 
+/// Most allocations of at most half the planned cache [`granule`] makes. Their sizes step down
+/// from half the planned blocks by one, two, four, ... times the plan's rounding bound, so the
+/// last is 2^6 = 64 bounds (128 MiB at PyTorch's 2 MiB) below the first: sizes that far apart
+/// cross any granule up to that size at least once, and three distinct rounded sizes are
+/// enough to narrow the common divisor to the granule in practice.
+pub const GRANULE_ATTEMPTS: usize = 8;
+
+/// Distinct rounded sizes [`granule`] stops at.
+const GRANULE_SIZES: usize = 3;
+
+/// The KV cache's layout as the planner knows it: `tensors` tensors of `n x page` bytes for a
+/// cache of `n` blocks (vLLM v1: one tensor per layer of a KV-cache group,
+/// `GPUModelRunner._allocate_kv_cache_tensors`). `None` where the block is not whole pages.
+pub(crate) fn layout(block_bytes: u64, page_bytes: u64) -> Option<(u64, u64)> {
+    let tensors = block_bytes.checked_div(page_bytes)?;
+    (tensors > 0 && tensors.checked_mul(page_bytes) == Some(block_bytes))
+        .then_some((tensors, page_bytes))
+}
+
+/// The greatest common divisor.
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// What measured allocations say about the allocator's granule: `sizes` are `(own bytes,
+/// rounded bytes)` of one tensor each. A granule every rounded size is a multiple of, and
+/// larger than every waste (a rounding up wastes less than one granule): the greatest common
+/// divisor of the rounded sizes, an upper bound of any fixed granule that gave them. `None`
+/// until two rounded sizes differ, or where the sizes contradict rounding to a granule.
+pub(crate) fn granule_of(sizes: &[(u64, u64)]) -> Option<u64> {
+    let (first, rest) = sizes.split_first()?;
+    if rest.iter().all(|s| s.1 == first.1) {
+        return None;
+    }
+    let g = sizes.iter().fold(0, |g, s| gcd(g, s.1));
+    let waste = sizes
+        .iter()
+        .map(|s| s.1.checked_sub(s.0))
+        .try_fold(0u64, |w, x| x.map(|x| w.max(x)))?;
+    (g > waste).then_some(g)
+}
+
+/// The most blocks, at most `planned`, whose `tensors` tensors of `n x page` bytes, each
+/// rounded up to `granule`, fit in `room`; with what the planned blocks would take so rounded.
+pub(crate) fn certified_blocks(
+    planned: u64,
+    (tensors, page): (u64, u64),
+    granule: u64,
+    room: u64,
+) -> (u64, u64) {
+    let granule = granule.max(1);
+    let per_tensor = room / tensors.max(1) / granule * granule;
+    let fit = (per_tensor / page.max(1)).min(planned);
+    let planned_takes = planned
+        .saturating_mul(page)
+        .div_ceil(granule)
+        .saturating_mul(granule)
+        .saturating_mul(tensors);
+    (fit, planned_takes)
+}
+
+/// What [`granule`] found.
+enum Granule {
+    /// The engine does not offer the hook.
+    NotOffered,
+    /// No fixed granule measured (see [`granule_of`]), or an attempt ran out of memory.
+    Unknown,
+    /// The allocator rounds each tensor to (a divisor of) this many bytes.
+    Measured(u64),
+}
+
+/// Measure the allocator's granule on caches of at most half the planned blocks (see the
+/// module docs): each is allocated by the engine, measured and released. Half the cache plus
+/// one granule per tensor fits in what the plan kept unless the granule is larger than half
+/// the cache's tensors: these allocations stay inside the room where the full one may not.
+fn granule(
+    rec: &mut Recorder,
+    engine: &mut dyn Engine,
+    planned: u64,
+    (tensors, page): (u64, u64),
+) -> Result<Granule> {
+    let half = planned / 2;
+    let step = crate::plan::ALLOCATOR_ROUNDING_BOUND
+        .div_ceil(page.max(1))
+        .max(1);
+    let mut sizes: Vec<(u64, u64)> = Vec::new();
+    let mut cut = 0u64;
+    for _ in 0..GRANULE_ATTEMPTS {
+        let Some(n) = half.checked_sub(cut).filter(|n| *n > 0) else {
+            break;
+        };
+        let t = match attempt(rec, engine, n, tensors.saturating_mul(page))? {
+            Attempt::NotOffered => return Ok(Granule::NotOffered),
+            Attempt::OutOfMemory => return Ok(Granule::Unknown),
+            Attempt::Took(t) => t,
+        };
+        engine.release_kv_cache()?;
+        if t % tensors != 0 {
+            // Not tensors of one size: the layout is not the planner's.
+            return Ok(Granule::Unknown);
+        }
+        sizes.push((n.saturating_mul(page), t / tensors));
+        let mut distinct: Vec<u64> = sizes.iter().map(|s| s.1).collect();
+        distinct.sort_unstable();
+        distinct.dedup();
+        if distinct.len() >= GRANULE_SIZES {
+            break;
+        }
+        cut = if cut == 0 {
+            step
+        } else {
+            cut.saturating_mul(2)
+        };
+    }
+    let g = granule_of(&sizes);
+    tracing::info!(?sizes, granule = ?g, "the allocator's granule, measured on half-size KV caches");
+    Ok(g.map_or(Granule::Unknown, Granule::Measured))
+}
+
 /// What a session's own last plan gave this rank, kept to check the plan `into_kv_cache` gets.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Planned {
     pub rank: Rank,
     pub num_blocks: u64,
     pub block_bytes: u64,
+    /// Bytes of one block in one tensor of the cache (the plan's `kv.page_bytes`).
+    pub page_bytes: u64,
     pub kv_cache_bytes: u64,
     /// What the plan kept for the KV cache: its cap where one bounded it, else its budget (the
     /// plan's blocks fit in either once the allocator rounded their tensors).
@@ -63,6 +197,7 @@ impl Planned {
             rank,
             num_blocks: plan.kv.num_blocks,
             block_bytes: plan.kv.block_bytes,
+            page_bytes: plan.kv.page_bytes,
             kv_cache_bytes: plan.kv_cache_bytes,
             room: match plan.capped_by_free_bytes {
                 Some(cap) => cap.max(plan.kv_cache_bytes),
@@ -209,13 +344,31 @@ pub(crate) fn allocate_measured(
     rec: &mut Recorder,
     engine: &mut dyn Engine,
     planned: u64,
-    block_bytes: u64,
+    (block_bytes, page_bytes): (u64, u64),
     room: u64,
     capped: Option<(u64, u64)>,
 ) -> Result<Option<(u64, Vec<Warning>)>> {
     let block_bytes = block_bytes.max(1);
     let mut blocks = planned;
     let mut first_taken = None;
+    // The allocator's granule first, on caches of half the size: the planned count is cut to
+    // what fits with it before it is allocated (within the budget the request allows; a
+    // physical cap below it is checked by the attempts themselves).
+    if let Some(l) = layout(block_bytes, page_bytes).filter(|_| planned >= 2) {
+        match granule(rec, engine, planned, l)? {
+            Granule::NotOffered => return Ok(None),
+            Granule::Unknown => {}
+            Granule::Measured(g) => {
+                let limit = capped.map_or(room, |(budget, _)| budget.max(room));
+                let (fit, planned_takes) = certified_blocks(planned, l, g, limit);
+                if fit < planned {
+                    tracing::info!(planned, fit, granule = g, "the planned KV cache would not fit once its tensors are rounded to the measured granule");
+                    blocks = fit.max(1);
+                    first_taken = Some(planned_takes);
+                }
+            }
+        }
+    }
     // The most the engine's layout and allocator took beyond the blocks' own bytes: it does
     // not shrink with a few blocks less (each tensor is rounded to a granule), so the next
     // attempt leaves room for it; where a smaller attempt took no less, the granule is coarser
@@ -231,7 +384,7 @@ pub(crate) fn allocate_measured(
             Attempt::Took(t) => Some(t),
             Attempt::OutOfMemory => None,
         };
-        if n == 0 {
+        if n == 0 && first_taken.is_none() {
             first_taken = taken;
         }
         match taken {
@@ -333,4 +486,64 @@ pub(crate) fn map(range: &mut KvRange, bytes: u64) -> Result<u64> {
         .checked_mul(g)
         .ok_or_else(|| Error::invalid("plan", "the KV cache's bytes overflow 64 bits"))?;
     range.map(rounded)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memplan_core::bytes::MIB;
+
+    /// Rounded up to a multiple of `g`.
+    fn up(x: u64, g: u64) -> u64 {
+        x.div_ceil(g) * g
+    }
+
+    #[test]
+    fn the_granule_is_the_common_divisor_of_rounded_sizes_and_bounds_every_granule() {
+        // PyTorch's 2 MiB and a coarse 34.5 MiB granule, pages of 32 KiB: sizes as `granule`
+        // draws them (half the cache, then one, two, four, ... bounds less).
+        for g in [2 * MIB, 36_175_872, 3 * MIB / 2, 40 * MIB] {
+            let page = 32 * 1024;
+            let half = 7_777u64;
+            let step = (2 * MIB).div_ceil(page);
+            let mut sizes = Vec::new();
+            let mut cut = 0;
+            for _ in 0..GRANULE_ATTEMPTS {
+                let own = (half - cut) * page;
+                sizes.push((own, up(own, g)));
+                cut = if cut == 0 { step } else { cut * 2 };
+            }
+            let found = granule_of(&sizes).expect("a granule");
+            assert_eq!(found % g, 0, "{found} is not a multiple of {g}");
+            assert!(found <= 2 * g, "{found} for {g}");
+        }
+        // One rounded size says nothing; a waste of a granule or more contradicts it.
+        assert_eq!(
+            granule_of(&[(10 * MIB, 12 * MIB), (11 * MIB, 12 * MIB)]),
+            None
+        );
+        assert_eq!(
+            granule_of(&[(10 * MIB, 14 * MIB), (12 * MIB, 16 * MIB)]),
+            None
+        );
+        assert_eq!(
+            granule_of(&[(10 * MIB, 9 * MIB), (12 * MIB, 16 * MIB)]),
+            None
+        );
+    }
+
+    #[test]
+    fn the_certified_count_fits_once_rounded_and_is_the_largest_that_does() {
+        let (tensors, page, g) = (82u64, 48 * 1024u64, 36_175_872u64);
+        let room = 82 * 700 * MIB;
+        let (fit, planned_takes) = certified_blocks(20_000, (tensors, page), g, room);
+        assert!(tensors * up(fit * page, g) <= room);
+        assert!(tensors * up((fit + 1) * page, g) > room || fit == 20_000);
+        assert_eq!(planned_takes, tensors * up(20_000 * page, g));
+        // Never more than planned.
+        assert_eq!(certified_blocks(10, (tensors, page), g, room).0, 10);
+        assert_eq!(layout(28 * 32 * 1024, 32 * 1024), Some((28, 32 * 1024)));
+        assert_eq!(layout(1000, 300), None);
+        assert_eq!(layout(1000, 0), None);
+    }
 }

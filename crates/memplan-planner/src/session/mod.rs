@@ -551,7 +551,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
                     &mut self.rec,
                     self.engine.as_dyn(),
                     num_blocks,
-                    own.block_bytes,
+                    (own.block_bytes, own.page_bytes),
                     own.room,
                     own.capped,
                 ) {
