@@ -47,10 +47,10 @@ use crate::warning::Warning;
 pub const KV_ATTEMPTS: usize = 42;
 
 /// Most allocations of at most half the planned cache [`granule`] makes. Their sizes step down
-/// from half the planned blocks by one, two, four, ... times the plan's rounding bound, so the
-/// last is 2^6 = 64 bounds (128 MiB at PyTorch's 2 MiB) below the first: sizes that far apart
-/// cross any granule up to that size at least once, and three distinct rounded sizes are
-/// enough to narrow the common divisor to the granule in practice.
+/// from half the planned blocks by one, two, four, ... times the plan's rounding bound, never
+/// below a quarter of the planned blocks (the last is a quarter where the steps reach it): sizes
+/// that far apart cross any granule up to the tensors' own size at least once, and three
+/// distinct rounded sizes are enough to narrow the common divisor to the granule in practice.
 pub const GRANULE_ATTEMPTS: usize = 8;
 
 /// Distinct rounded sizes [`granule`] stops at.
@@ -102,12 +102,18 @@ pub(crate) fn certified_blocks(
     let granule = granule.max(1);
     let per_tensor = room / tensors.max(1) / granule * granule;
     let fit = (per_tensor / page.max(1)).min(planned);
-    let planned_takes = planned
+    (fit, rounded_takes(planned, (tensors, page), granule))
+}
+
+/// What `blocks` blocks take when each of the `tensors` tensors of `blocks x page` bytes is
+/// rounded up to `granule`.
+pub(crate) fn rounded_takes(blocks: u64, (tensors, page): (u64, u64), granule: u64) -> u64 {
+    let granule = granule.max(1);
+    blocks
         .saturating_mul(page)
         .div_ceil(granule)
         .saturating_mul(granule)
-        .saturating_mul(tensors);
-    (fit, planned_takes)
+        .saturating_mul(tensors)
 }
 
 /// What [`granule`] found.
@@ -131,26 +137,35 @@ fn granule(
     (tensors, page): (u64, u64),
 ) -> Result<Granule> {
     let half = planned / 2;
+    // Sizes stay between a quarter and half the planned cache: within a factor of two of the
+    // full tensors, where an allocator rounds large allocations one way (smaller ones may go
+    // to other segment sizes, which say nothing of the full cache's granule).
+    let quarter = (planned / 4).max(1);
     let step = crate::plan::ALLOCATOR_ROUNDING_BOUND
         .div_ceil(page.max(1))
         .max(1);
     let mut sizes: Vec<(u64, u64)> = Vec::new();
     let mut cut = 0u64;
+    let mut last = None;
     for _ in 0..GRANULE_ATTEMPTS {
-        let Some(n) = half.checked_sub(cut).filter(|n| *n > 0) else {
+        let n = half.saturating_sub(cut).max(quarter);
+        if n == 0 || last == Some(n) {
             break;
-        };
+        }
+        last = Some(n);
+        let own = n.saturating_mul(page);
         let t = match attempt(rec, engine, n, tensors.saturating_mul(page))? {
             Attempt::NotOffered => return Ok(Granule::NotOffered),
             Attempt::OutOfMemory => return Ok(Granule::Unknown),
             Attempt::Took(t) => t,
         };
         engine.release_kv_cache()?;
-        if t % tensors != 0 {
-            // Not tensors of one size: the layout is not the planner's.
-            return Ok(Granule::Unknown);
+        tracing::debug!(n, t, tensors, "the KV cache's granule: one allocation");
+        // Tensors served in part from segments the allocator had cached (it took less than
+        // their own bytes), or of unequal sizes, say nothing of the granule: skipped.
+        if t % tensors == 0 && t / tensors >= own {
+            sizes.push((own, t / tensors));
         }
-        sizes.push((n.saturating_mul(page), t / tensors));
         let mut distinct: Vec<u64> = sizes.iter().map(|s| s.1).collect();
         distinct.sort_unstable();
         distinct.dedup();
@@ -351,6 +366,10 @@ pub(crate) fn allocate_measured(
     let block_bytes = block_bytes.max(1);
     let mut blocks = planned;
     let mut first_taken = None;
+    // The count cut to the measured granule and what it predicts that count takes.
+    let mut predicted: Option<(u64, u64)> = None;
+    // The attempt whose take the warning reports (the first of the planned count, or the cut).
+    let mut first_attempt = 0;
     // The allocator's granule first, on caches of half the size: the planned count is cut to
     // what fits with it before it is allocated (within the budget the request allows; a
     // physical cap below it is checked by the attempts themselves).
@@ -365,6 +384,7 @@ pub(crate) fn allocate_measured(
                     tracing::info!(planned, fit, granule = g, "the planned KV cache would not fit once its tensors are rounded to the measured granule");
                     blocks = fit.max(1);
                     first_taken = Some(planned_takes);
+                    predicted = Some((blocks, rounded_takes(blocks, l, g)));
                 }
             }
         }
@@ -384,8 +404,22 @@ pub(crate) fn allocate_measured(
             Attempt::Took(t) => Some(t),
             Attempt::OutOfMemory => None,
         };
-        if n == 0 && first_taken.is_none() {
+        if n == first_attempt && first_taken.is_none() {
             first_taken = taken;
+        }
+        // The cut count is near the full size: where it takes other than the granule
+        // predicted, the allocator does not round these tensors to that granule (the half-size
+        // caches were rounded another way, e.g. packed into shared segments), and the cut
+        // stands on nothing: released, and the planned count allocated as planned.
+        if let (Some((cut, p)), Some(t)) = (predicted.take(), taken) {
+            if cut == blocks && t != p {
+                tracing::info!(blocks, taken = t, predicted = p, "the measured granule did not predict the cut KV cache: allocating the planned count");
+                engine.release_kv_cache()?;
+                blocks = planned;
+                first_taken = None;
+                first_attempt = n + 1;
+                continue;
+            }
         }
         match taken {
             Some(t) if t <= room || still_fits(rec, t, capped)? => {
