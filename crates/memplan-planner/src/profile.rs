@@ -71,6 +71,12 @@ pub struct Profile {
     /// the request gives it back ([`Session::start`](crate::Session::start)); the plan still
     /// counts it as this engine's memory.
     pub held_by_calibration: u64,
+    /// Reads of the free and device-wide readings each snapshot of the session combines (their
+    /// interquartile mean, each read after a synchronize): 1 where one read is good to its
+    /// window error; more where the reading moves from one read to the next by more than the
+    /// allocator's rounding and reading it again narrows what a window may be off by
+    /// ([`Session::begin`](crate::Session::begin) measures both).
+    pub free_reads: usize,
 }
 
 impl Profile {
@@ -93,6 +99,7 @@ impl Profile {
             probe_growth: None,
             non_allocator_by_probe: false,
             held_by_calibration: 0,
+            free_reads: 1,
         }
     }
 }

@@ -42,8 +42,26 @@ pub const IDLE_READS: usize = 32;
 /// showed: the device's own memory did not change). `None` where the device gives no free
 /// reading. A few allocation windows under-sample a noisy reading; this sees its spread.
 pub(crate) fn idle_range(device: &Device) -> Result<Option<u64>> {
+    idle_range_of(device, 1)
+}
+
+/// [`idle_range`] of readings that each combine `reads` reads ([`combined_free`]).
+pub(crate) fn idle_range_of(device: &Device, reads: usize) -> Result<Option<u64>> {
     let (mut lo, mut hi) = (u64::MAX, 0u64);
     for _ in 0..IDLE_READS {
+        let Some(f) = combined_free(device, reads)? else {
+            return Ok(None);
+        };
+        (lo, hi) = (lo.min(f), hi.max(f));
+    }
+    Ok(Some(hi.saturating_sub(lo)))
+}
+
+/// The free reading read `reads` times, each after a synchronize, combined by
+/// [`interquartile_mean`]; `None` where the device gives no free reading.
+pub(crate) fn combined_free(device: &Device, reads: usize) -> Result<Option<u64>> {
+    let mut v = Vec::with_capacity(reads.max(1));
+    for _ in 0..reads.max(1) {
         match device.synchronize() {
             Ok(()) | Err(memplan_core::Error::Unsupported { .. }) => {}
             Err(e) => return Err(e),
@@ -51,9 +69,23 @@ pub(crate) fn idle_range(device: &Device) -> Result<Option<u64>> {
         let Some(f) = device.driver_memory()?.free else {
             return Ok(None);
         };
-        (lo, hi) = (lo.min(f), hi.max(f));
+        v.push(f);
     }
-    Ok(Some(hi.saturating_sub(lo)))
+    Ok(interquartile_mean(&mut v))
+}
+
+/// The mean of the middle half of `v` (a quarter dropped at each end, rounded down): a
+/// reading that jumps once in a while moves it less than a mean, and it varies less than one
+/// read. `None` for no values.
+pub fn interquartile_mean(v: &mut [u64]) -> Option<u64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_unstable();
+    let cut = v.len() / 4;
+    let mid = &v[cut..v.len() - cut];
+    let sum: u128 = mid.iter().map(|x| u128::from(*x)).sum();
+    u64::try_from(sum / mid.len() as u128).ok()
 }
 
 /// Allocate each size, read free before/after (with and without a synchronize), free, read.
@@ -406,5 +438,18 @@ mod tests {
         assert_eq!(widened(&off, &Reliability::Exact), None);
         let gone = Reliability::Unavailable { reason: "x".into() };
         assert_eq!(widened(&declared, &gone), Some(gone));
+    }
+
+    #[test]
+    fn the_interquartile_mean_drops_a_quarter_at_each_end() {
+        assert_eq!(interquartile_mean(&mut []), None);
+        assert_eq!(interquartile_mean(&mut [7]), Some(7));
+        // 8 reads: the smallest two and the largest two dropped, the middle four averaged.
+        let mut v = [100, 0, 50, 52, 48, 50, 1000, 54];
+        assert_eq!(interquartile_mean(&mut v), Some(51));
+        // A jump in one read of 16 leaves it where the others are.
+        let mut w = [10u64; 16];
+        w[3] = u64::MAX;
+        assert_eq!(interquartile_mean(&mut w), Some(10));
     }
 }

@@ -21,8 +21,8 @@ mod graph_checks;
 mod report;
 mod vmm_check;
 
-pub(crate) use checks::idle_range;
-pub use checks::IDLE_READS;
+pub(crate) use checks::{combined_free, idle_range_of};
+pub use checks::{interquartile_mean, IDLE_READS};
 pub use report::{CalibrationReport, Evidence, Status, Verdict};
 
 use memplan_core::bytes::{GIB, MIB};

@@ -11,7 +11,10 @@
 //! The session borrows the engine for its whole life (steps hand it to closures) and holds a
 //! clone of the device. Rules it enforces, whatever the engine or strategy does:
 //! - every reading is a [`snapshot`](memplan_core::protocol::snapshot) (synchronize, then read
-//!   every layer); windows are differences of snapshots and keep their sign. Where the device
+//!   every layer); windows are differences of snapshots and keep their sign. Where one read of
+//!   the free memory moves by more than the allocator's rounding, each snapshot combines
+//!   [`FREE_READS`] reads (their interquartile mean, each after a synchronize), where that
+//!   measurably narrows a window ([`Profile::free_reads`]). Where the device
 //!   cannot synchronize (its capability's `facts.synchronize` is unsupported), the engine's
 //!   queues are synchronized through [`Engine::synchronize`] before each reading; an engine
 //!   without that hook gets
@@ -69,6 +72,16 @@ pub struct Session<'e, E: AsDynEngine + ?Sized> {
     sizing: Option<(SizingRules, String)>,
 }
 
+/// Reads each snapshot combines where a window of single reads of the free memory is off by
+/// more than the caching allocator's rounding of one large request
+/// ([`ALLOCATOR_ROUNDING_BOUND`](crate::plan::ALLOCATOR_ROUNDING_BOUND); see
+/// [`Profile::free_reads`]): the interquartile mean of 16 reads
+/// of a reading whose reads vary independently has about a third of one read's standard
+/// deviation where the noise is uniform, about a quarter where it is normal; what it does on
+/// this device is measured, not assumed (`Session::begin` measures the window error of
+/// combined reads the way it measures single ones, and keeps them only where it is smaller).
+pub const FREE_READS: usize = 16;
+
 /// The automatic graph phase measures every size instead of keeping a sampled estimate whose
 /// margin would take more than this share (in per mille) of the room left for the KV cache:
 /// start-up time is cheaper than a KV cache the model's uncertainty shrank.
@@ -104,7 +117,9 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         for w in report.downgrade_warnings() {
             s.rec.warn(w);
         }
-        if report.free_window_error.is_some() {
+        // Calibration's windows are of single reads: where the session combines several
+        // reads per snapshot, its own measurement of such windows (`begin`) stands.
+        if report.free_window_error.is_some() && s.rec.p.free_reads == 1 {
             s.rec.p.free_window_error = report.free_window_error;
         }
         s.calibration = Some(report);
@@ -125,7 +140,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         check_same_gpu(&device, e)?;
         e.allocator().release_cached()?;
         let unsynced = recorder::sync_engine(&capability, e)?;
-        let baseline = memplan_core::protocol::snapshot(&device, Some(&*e.allocator()))?;
+        let mut baseline = memplan_core::protocol::snapshot(&device, Some(&*e.allocator()))?;
         tracing::info!(free = ?baseline.driver.free, total = ?baseline.driver.total, "baseline");
         // No reading measures this process: what is allocatable now is the baseline of the
         // allocation probe that measures the engine's memory outside its allocator at the plan.
@@ -140,16 +155,31 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         // An approximate free reading nothing calibrated: its window error measured by a few
         // allocations of a known size (the strategies' margins are twice it, not the declared
         // tolerance, which often covers an offset a window cancels).
-        let free_window_error = probe::window_error(
-            &device,
-            capability
-                .reading(memplan_core::Reading::DriverFree)
-                .tolerance_bytes(),
-            baseline.driver.free,
-        )?;
+        let tolerance = capability
+            .reading(memplan_core::Reading::DriverFree)
+            .tolerance_bytes();
+        let mut free_window_error =
+            probe::window_error(&device, tolerance, baseline.driver.free, 1)?;
+        // A reading that moves from one read to the next by more than the allocator's rounding:
+        // every snapshot combines FREE_READS reads where that measurably narrows a window
+        // (measured the same way, with combined reads), and the baseline is taken again so.
+        let mut free_reads = 1;
+        if free_window_error.is_some_and(|e| e > crate::plan::ALLOCATOR_ROUNDING_BOUND) {
+            let combined =
+                probe::window_error(&device, tolerance, baseline.driver.free, FREE_READS)?;
+            if let (Some(c), Some(single)) = (combined, free_window_error) {
+                if c < single {
+                    free_reads = FREE_READS;
+                    free_window_error = Some(c);
+                    baseline =
+                        recorder::combined_snapshot(&device, Some(&*e.allocator()), FREE_READS)?;
+                }
+            }
+        }
         let mut profile = Profile::new(capability, baseline);
         profile.probe_baseline = probe_baseline;
         profile.free_window_error = free_window_error;
+        profile.free_reads = free_reads;
         let mut rec = Recorder::new(device, profile);
         if let Some(w) = unsynced {
             rec.warn_unsynced(w);

@@ -152,10 +152,13 @@ const WINDOW_ALLOCATIONS: usize = 4;
 /// declared tolerance often covers a constant offset (graphics allocations the reading cannot
 /// see), which a window cancels; what the reading does from one read to the next does not.
 /// `None` where the reading is exact, absent, or the device cannot allocate.
+///
+/// `reads`: how many reads each reading combines ([`Profile::free_reads`](crate::Profile)).
 pub(crate) fn window_error(
     device: &Device,
     tolerance: u64,
     free: Option<u64>,
+    reads: usize,
 ) -> Result<Option<u64>> {
     let Some(free) = free.filter(|_| tolerance > 0) else {
         return Ok(None);
@@ -165,16 +168,10 @@ pub(crate) fn window_error(
     if size == 0 {
         return Ok(None);
     }
-    let read = || -> Result<Option<u64>> {
-        match device.synchronize() {
-            Ok(()) | Err(Error::Unsupported { .. }) => {}
-            Err(e) => return Err(e),
-        }
-        Ok(device.driver_memory()?.free)
-    };
+    let read = || crate::calibrate::combined_free(device, reads);
     // The reading's spread on the idle device (see `calibrate`'s idle reads), then windows over
     // known allocations.
-    let Some(mut worst) = crate::calibrate::idle_range(device)? else {
+    let Some(mut worst) = crate::calibrate::idle_range_of(device, reads)? else {
         return Ok(None);
     };
     for _ in 0..WINDOW_ALLOCATIONS {

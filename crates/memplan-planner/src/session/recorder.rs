@@ -46,6 +46,37 @@ pub(crate) fn sync_engine(
     }
 }
 
+/// A snapshot whose free and device-wide readings combine `reads` reads, each after a
+/// synchronize (their [`interquartile_mean`](crate::calibrate::interquartile_mean)); the other
+/// layers as the last read saw them. One read where `reads` is 1 (a plain
+/// [`snapshot`]).
+pub(crate) fn combined_snapshot(
+    device: &SharedDevice,
+    allocator: Option<&dyn memplan_core::AllocatorView>,
+    reads: usize,
+) -> Result<MemoryInfo> {
+    let mut last = snapshot(device, allocator)?;
+    if reads <= 1 {
+        return Ok(last);
+    }
+    let (mut free, mut available) = (Vec::with_capacity(reads), Vec::with_capacity(reads));
+    for i in 0..reads {
+        if i > 0 {
+            last = snapshot(device, allocator)?;
+        }
+        free.extend(last.driver.free);
+        available.extend(last.device.available);
+    }
+    let mean = |v: &mut Vec<u64>| {
+        (v.len() == reads)
+            .then(|| crate::calibrate::interquartile_mean(v))
+            .flatten()
+    };
+    last.driver.free = mean(&mut free).or(last.driver.free);
+    last.device.available = mean(&mut available).or(last.device.available);
+    Ok(last)
+}
+
 impl Recorder {
     pub fn new(device: SharedDevice, p: Profile) -> Self {
         let growth_known = p
@@ -75,7 +106,11 @@ impl Recorder {
         if let Some(w) = sync_engine(&self.p.capability, engine)? {
             self.warn_unsynced(w);
         }
-        snapshot(&self.device, Some(&*engine.allocator()))
+        combined_snapshot(
+            &self.device,
+            Some(&*engine.allocator()),
+            self.p.free_reads,
+        )
     }
 
     /// Record `ReadingsNotSynchronized` once per session.
