@@ -164,6 +164,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         // every snapshot combines FREE_READS reads where that measurably narrows a window
         // (measured the same way, with combined reads), and the baseline is taken again so.
         let mut free_reads = 1;
+        let mut still = None;
         if free_window_error.is_some_and(|e| e > crate::plan::ALLOCATOR_ROUNDING_BOUND) {
             let combined =
                 probe::window_error(&device, tolerance, baseline.driver.free, FREE_READS)?;
@@ -171,8 +172,15 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
                 if c < single {
                     free_reads = FREE_READS;
                     free_window_error = Some(c);
-                    baseline =
-                        recorder::combined_snapshot(&device, Some(&*e.allocator()), FREE_READS)?;
+                    // Single reads of the idle device moved by up to `single`: a take whose
+                    // reads spread further saw memory move (the window error's allowance).
+                    still = Some(single.saturating_add(single / 4).saturating_add(1 << 20));
+                    baseline = recorder::combined_snapshot(
+                        &device,
+                        Some(&*e.allocator()),
+                        FREE_READS,
+                        still,
+                    )?;
                 }
             }
         }
@@ -181,6 +189,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         profile.free_window_error = free_window_error;
         profile.free_reads = free_reads;
         let mut rec = Recorder::new(device, profile);
+        rec.still = still;
         if let Some(w) = unsynced {
             rec.warn_unsynced(w);
         }

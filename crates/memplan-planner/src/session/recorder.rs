@@ -24,6 +24,9 @@ pub(crate) struct Recorder {
     free_ok: bool,
     /// `ReadingsNotSynchronized` was recorded (once per session is enough).
     unsynced_warned: bool,
+    /// How far the free reads of one combined snapshot may spread while memory holds still
+    /// ([`combined_snapshot`]); `None`: not checked.
+    pub still: Option<u64>,
 }
 
 /// Before a reading: where the device cannot synchronize, wait for the engine's own queues
@@ -46,18 +49,47 @@ pub(crate) fn sync_engine(
     }
 }
 
+/// Takes of a combined snapshot ([`combined_snapshot`]) at most, where memory moved while it
+/// was read.
+pub(crate) const COMBINED_TAKES: usize = 4;
+
 /// A snapshot whose free and device-wide readings combine `reads` reads, each after a
 /// synchronize (their [`interquartile_mean`](crate::calibrate::interquartile_mean)); the other
 /// layers as the last read saw them. One read where `reads` is 1 (a plain
 /// [`snapshot`]).
+///
+/// Where the free reads of one take spread over more than `still` (how far single reads of
+/// the idle device move, with the window error's allowance), memory moved while they were
+/// read (a runtime returning a destroyed graph's memory a number of synchronizes later): a
+/// mean across that move is neither before nor after it, so the snapshot is taken again, at
+/// most [`COMBINED_TAKES`] times (the last take stands).
 pub(crate) fn combined_snapshot(
     device: &SharedDevice,
     allocator: Option<&dyn memplan_core::AllocatorView>,
     reads: usize,
+    still: Option<u64>,
 ) -> Result<MemoryInfo> {
+    let mut s = combined_take(device, allocator, reads)?;
+    for _ in 1..COMBINED_TAKES {
+        match (still, s.1) {
+            (Some(limit), Some(range)) if range > limit => {
+                s = combined_take(device, allocator, reads)?;
+            }
+            _ => break,
+        }
+    }
+    Ok(s.0)
+}
+
+/// One take of [`combined_snapshot`], with the range of its free reads.
+fn combined_take(
+    device: &SharedDevice,
+    allocator: Option<&dyn memplan_core::AllocatorView>,
+    reads: usize,
+) -> Result<(MemoryInfo, Option<u64>)> {
     let mut last = snapshot(device, allocator)?;
     if reads <= 1 {
-        return Ok(last);
+        return Ok((last, None));
     }
     let (mut free, mut available) = (Vec::with_capacity(reads), Vec::with_capacity(reads));
     for i in 0..reads {
@@ -67,6 +99,10 @@ pub(crate) fn combined_snapshot(
         free.extend(last.driver.free);
         available.extend(last.device.available);
     }
+    let range = match (free.iter().min(), free.iter().max()) {
+        (Some(lo), Some(hi)) => Some(hi - lo),
+        _ => None,
+    };
     let mean = |v: &mut Vec<u64>| {
         (v.len() == reads)
             .then(|| crate::calibrate::interquartile_mean(v))
@@ -74,7 +110,7 @@ pub(crate) fn combined_snapshot(
     };
     last.driver.free = mean(&mut free).or(last.driver.free);
     last.device.available = mean(&mut available).or(last.device.available);
-    Ok(last)
+    Ok((last, range))
 }
 
 impl Recorder {
@@ -91,6 +127,7 @@ impl Recorder {
             growth_known,
             free_ok: growth_known,
             unsynced_warned: false,
+            still: None,
         }
     }
 
@@ -110,6 +147,7 @@ impl Recorder {
             &self.device,
             Some(&*engine.allocator()),
             self.p.free_reads,
+            self.still,
         )
     }
 
