@@ -19,7 +19,7 @@ use memplan_testbed::sweep::generate::GENERATED;
 /// World endpoints that are the same public figure as a planner constant, read from the same
 /// source by both: (quantity, planner constant, the source). The adversarial range of the
 /// quantity still has to reach past the constant.
-const SAME_PUBLIC_FIGURE: [(&str, &str, &str); 3] = [
+const SAME_PUBLIC_FIGURE: [(&str, &str, &str); 4] = [
     (
         physics::ROUND_LARGE.name,
         "ALLOCATOR_ROUNDING_BOUND",
@@ -30,6 +30,12 @@ const SAME_PUBLIC_FIGURE: [(&str, &str, &str); 3] = [
         "GRANULE",
         "the template backend's fake driver maps 2 MiB granules, CUDA's minimum VMM \
          granularity (cuMemGetAllocationGranularity): the same 2 MiB as PyTorch's kRoundLarge",
+    ),
+    (
+        physics::ROUND_LARGE.name,
+        "SMALL_SEGMENT",
+        "PyTorch's kSmallBuffer (c10/cuda/CUDACachingAllocator.cpp), the segment small requests \
+         share: another constant of the same file with the same 2 MiB as kRoundLarge",
     ),
     (
         physics::ROUND_LARGE.name,

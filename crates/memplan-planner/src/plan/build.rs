@@ -18,8 +18,64 @@ use crate::warning::Warning;
 /// (`c10/<device>/<Device>CachingAllocator.cpp`, `get_allocation_size`; smaller requests are
 /// served from 2 or 20 MiB segments that other requests share). Used only where the engine's
 /// allocator reports no reserved peak, and as the slack a measured plan keeps for each of the
-/// KV cache's per-layer tensors (each is its own request, rounded on its own).
+/// KV cache's per-layer tensors of 10 MiB and more (each is its own request, rounded on its
+/// own; smaller ones share segments, `tensors_footprint`).
 pub const ALLOCATOR_ROUNDING_BOUND: u64 = 2 * MIB;
+
+// PyTorch's caching allocator serves requests of up to `kSmallSize` (1 MiB) from shared
+// `kSmallBuffer` (2 MiB) segments, and requests below `kMinLargeAlloc` (10 MiB) from shared
+// `kLargeBuffer` (20 MiB) segments, each request rounded to `kMinBlockSize` (512 B) and split
+// off a segment that the next request of the same size shares
+// (`c10/<device>/<Device>CachingAllocator.cpp`: `get_allocation_size`, `should_split`). Only larger
+// requests are rounded on their own, to `ALLOCATOR_ROUNDING_BOUND`.
+/// Largest request served from small segments (`kSmallSize`).
+const SMALL_REQUEST: u64 = MIB;
+/// A small segment (`kSmallBuffer`).
+const SMALL_SEGMENT: u64 = 2 * MIB;
+/// Requests below this are served from shared mid-sized segments (`kMinLargeAlloc`).
+const MID_REQUEST_BELOW: u64 = 10 * MIB;
+/// A mid-sized segment (`kLargeBuffer`).
+const MID_SEGMENT: u64 = 20 * MIB;
+/// Every request is rounded up to this (`kMinBlockSize`).
+const MIN_BLOCK: u64 = 512;
+
+/// What `count` equal tensors of `bytes` take from the driver in a PyTorch-like caching
+/// allocator whose large requests are rounded to `g`: small and mid-sized tensors share
+/// segments (as many as fit in one; the last segment may be part empty), larger ones are
+/// rounded on their own. Non-decreasing in `bytes`.
+fn tensors_footprint(bytes: u64, count: u64, g: u64) -> u64 {
+    let b = bytes.div_ceil(MIN_BLOCK).saturating_mul(MIN_BLOCK);
+    let shared = |segment: u64| {
+        count
+            .div_ceil((segment / b.max(1)).max(1))
+            .saturating_mul(segment)
+    };
+    match b {
+        0 => 0,
+        b if b <= SMALL_REQUEST => shared(SMALL_SEGMENT),
+        b if b < MID_REQUEST_BELOW => shared(MID_SEGMENT),
+        b => b
+            .div_ceil(g.max(1))
+            .saturating_mul(g.max(1))
+            .saturating_mul(count),
+    }
+}
+
+/// The most pages of `page` bytes each of `count` tensors may have and all still take at most
+/// `room` once the allocator rounded them ([`tensors_footprint`]).
+fn pages_within(room: u64, count: u64, g: u64, page: u64) -> u64 {
+    let page = page.max(1);
+    let (mut lo, mut hi) = (0u64, room / count.max(1) / page);
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if tensors_footprint(mid.saturating_mul(page), count, g) <= room {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    lo
+}
 
 /// Reserved for memory held outside the allocator (library workspaces, context growth) when it
 /// cannot be measured because the driver's free reading is unavailable: never taken as 0. In
@@ -308,19 +364,16 @@ impl PlanBuilder {
             .then_some((s.group_size.max(1), s.page_bytes))
     }
 
-    /// What a KV cache of `kv_bytes` takes once the allocator rounded its tensors (at most
-    /// [`ALLOCATOR_ROUNDING_BOUND`] each; the bound once per layer where the layout is not known).
+    /// What a KV cache of `kv_bytes` takes once the allocator rounded its tensors (each as
+    /// [`tensors_footprint`] says: a large one at most [`ALLOCATOR_ROUNDING_BOUND`] more, small
+    /// and mid-sized ones their share of the segments they share; the bound once per layer
+    /// where the layout is not known).
     fn rounded_kv(&self, kv_bytes: u64) -> u64 {
         let g = self.alloc_slack.max(1);
         match self.kv_tensors() {
             Some((tensors, page)) => {
                 let blocks = kv_bytes / page.saturating_mul(tensors).max(1);
-                blocks
-                    .saturating_mul(page)
-                    .div_ceil(g)
-                    .saturating_mul(g)
-                    .saturating_mul(tensors)
-                    .max(kv_bytes)
+                tensors_footprint(blocks.saturating_mul(page), tensors, g).max(kv_bytes)
             }
             None => kv_bytes.saturating_add(self.kv_rounding_bound()),
         }
@@ -623,21 +676,58 @@ impl PlanBuilder {
     }
 }
 
-/// Bytes of the largest KV cache whose tensors, each rounded up to the allocator's granule `g`
-/// (bounded by [`ALLOCATOR_ROUNDING_BOUND`]), take at most `room`: whole blocks, so the blocks
-/// the plan promises are the blocks the engine holds there. `tensors`: the layout
-/// (`PlanBuilder::kv_tensors`); where it is not known, `bound` (the granule once per layer) is
-/// kept instead.
+/// Bytes of the largest KV cache whose tensors, each as the allocator takes it
+/// ([`tensors_footprint`]: a large one rounded up to the granule `g`, bounded by
+/// [`ALLOCATOR_ROUNDING_BOUND`]; small and mid-sized ones their share of shared segments), take
+/// at most `room`: whole blocks, so the blocks the plan promises are the blocks the engine
+/// holds there. `tensors`: the layout (`PlanBuilder::kv_tensors`); where it is not known,
+/// `bound` (the granule once per layer) is kept instead.
 fn fit_rounded(room: u64, g: u64, tensors: Option<(u64, u64)>, bound: u64) -> u64 {
     match tensors {
-        Some((tensors, page)) => {
-            let g = g.max(1);
-            let per_tensor = room / tensors / g * g;
-            (per_tensor / page)
-                .saturating_mul(page)
-                .saturating_mul(tensors)
-                .min(room)
-        }
+        Some((tensors, page)) => pages_within(room, tensors, g, page)
+            .saturating_mul(page)
+            .saturating_mul(tensors)
+            .min(room),
         None => room.saturating_sub(bound),
+    }
+}
+
+#[cfg(test)]
+mod footprint_tests {
+    use super::*;
+
+    #[test]
+    fn mid_sized_tensors_share_twenty_mib_segments() {
+        // 64 tensors of 8 MiB: two per 20 MiB segment.
+        assert_eq!(tensors_footprint(8 * MIB, 64, 2 * MIB), 32 * 20 * MIB);
+        // An odd count leaves the last segment part empty.
+        assert_eq!(tensors_footprint(8 * MIB, 3, 2 * MIB), 2 * 20 * MIB);
+        // Large tensors are rounded on their own.
+        assert_eq!(tensors_footprint(11 * MIB, 4, 2 * MIB), 4 * 12 * MIB);
+        // Small ones share 2 MiB segments.
+        assert_eq!(tensors_footprint(MIB / 2, 8, 2 * MIB), 2 * 2 * MIB);
+        assert_eq!(tensors_footprint(0, 8, 2 * MIB), 0);
+        // Non-decreasing in the tensor's bytes.
+        let mut last = 0;
+        for kib in (1..=40 * 1024).step_by(97) {
+            let f = tensors_footprint(kib * 1024, 64, 2 * MIB);
+            assert!(f >= last, "{kib} KiB");
+            last = f;
+        }
+    }
+
+    #[test]
+    fn the_fit_holds_what_the_allocator_takes() {
+        // 64 layers of 8 KiB pages in 512 MiB: 8 MiB tensors would take 640 MiB; tensors of
+        // 6.67 MiB go three to a segment (22 segments, 440 MiB).
+        let page = 8 * 1024;
+        let kv = fit_rounded(512 * MIB, 2 * MIB, Some((64, page)), 0);
+        let pages = kv / 64 / page;
+        assert!(tensors_footprint(pages * page, 64, 2 * MIB) <= 512 * MIB);
+        assert!(tensors_footprint((pages + 1) * page, 64, 2 * MIB) > 512 * MIB);
+        assert_eq!(pages, 853);
+        // Large tensors: whole granules per tensor, as before.
+        let kv = fit_rounded(64 * 101 * MIB, 2 * MIB, Some((64, page)), 0);
+        assert_eq!(kv, 64 * 100 * MIB);
     }
 }
