@@ -75,12 +75,14 @@ pub struct Session<'e, E: AsDynEngine + ?Sized> {
 /// Reads each snapshot combines where a window of single reads of the free memory is off by
 /// more than the caching allocator's rounding of one large request
 /// ([`ALLOCATOR_ROUNDING_BOUND`](crate::plan::ALLOCATOR_ROUNDING_BOUND); see
-/// [`Profile::free_reads`]): the interquartile mean of 16 reads
-/// of a reading whose reads vary independently has about a third of one read's standard
-/// deviation where the noise is uniform, about a quarter where it is normal; what it does on
+/// [`Profile::free_reads`]): the interquartile mean of 64 reads
+/// of a reading whose reads vary independently has about a sixth of one read's standard
+/// deviation where the noise is uniform, about a seventh where it is normal (a third and a
+/// quarter for 16 reads: a synchronize and a read of an idle device cost microseconds, so
+/// the narrower window is cheap); what it does on
 /// this device is measured, not assumed (`Session::begin` measures the window error of
 /// combined reads the way it measures single ones, and keeps them only where it is smaller).
-pub const FREE_READS: usize = 16;
+pub const FREE_READS: usize = 64;
 
 /// The automatic graph phase measures every size instead of keeping a sampled estimate whose
 /// margin would take more than this share (in per mille) of the room left for the KV cache:
