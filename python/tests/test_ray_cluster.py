@@ -61,6 +61,13 @@ def cluster() -> Iterator[str]:
     # nodes this process started.
     faulthandler.dump_traceback_later(600, exit=True)
     tmp = tempfile.mkdtemp(prefix="mp-ray-")
+    # Ray writes the head's address to <RAY_TMPDIR or /tmp>/ray/ray_current_cluster whatever
+    # temp_dir says, and does not create that folder (ray/_common/utils.py,
+    # get_ray_address_file, Ray 2.60): on a fresh machine /tmp/ray does not exist. Everything
+    # Ray writes stays under this test's own folder instead, removed on the way out.
+    os.makedirs(os.path.join(tmp, "ray"), exist_ok=True)
+    saved_tmpdir = os.environ.get("RAY_TMPDIR")
+    os.environ["RAY_TMPDIR"] = tmp
     c: Any = None
     try:
         t = time.monotonic()
@@ -85,6 +92,10 @@ def cluster() -> Iterator[str]:
             ray.shutdown()
         if c is not None:
             c.shutdown()
+        if saved_tmpdir is None:
+            os.environ.pop("RAY_TMPDIR", None)
+        else:
+            os.environ["RAY_TMPDIR"] = saved_tmpdir
         shutil.rmtree(tmp, ignore_errors=True)
         faulthandler.cancel_dump_traceback_later()
 
