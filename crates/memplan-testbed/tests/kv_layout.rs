@@ -78,3 +78,30 @@ fn an_understated_block_size_fails_the_run_without_the_hook() {
         "{c:?}"
     );
 }
+
+#[test]
+fn an_engine_without_the_hook_gates_on_world_physics_only() {
+    use memplan_testbed::sweep::acceptance::gating;
+    use memplan_testbed::sweep::HOOKLESS_GROUP;
+    let setup = understated(setup(false));
+    let alone = engine_alone(&setup).ok();
+    let out = run_judged(&setup, Choice::Auto, None, alone).unwrap();
+    for adversarial in [false, true] {
+        let cases = [Case {
+            group: HOOKLESS_GROUP.into(),
+            what: "understated layout".into(),
+            out: out.clone(),
+            harness_error: false,
+            setup: Some(Arc::new(setup.clone())),
+            adversarial,
+        }];
+        let f = failures(&cases);
+        assert!(!f.is_empty(), "the understated layout fails");
+        // Counted either way; gating only where the physics are the world's.
+        assert_eq!(
+            gating(&f).is_empty(),
+            adversarial,
+            "adversarial={adversarial}"
+        );
+    }
+}

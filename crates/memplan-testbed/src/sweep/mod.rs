@@ -138,6 +138,12 @@ pub fn retarget(base: &Scenario, profile: &str, exact_total: bool, usable: u64) 
     s
 }
 
+/// The group of generated scenarios whose engine offers no KV allocation hook
+/// (`Engine::allocate_kv_cache`): the session cannot measure what the engine's allocator makes
+/// of the plan's blocks, so the plan's layout and rounding rules are all that stands between
+/// the plan and an out-of-memory ([`acceptance::gating`] says what of it gates).
+pub const HOOKLESS_GROUP: &str = "no KV hook";
+
 /// Seeds per profile of the runs with other processes ([`with_others`]).
 pub const OTHERS_SEEDS: u64 = 40;
 
@@ -173,6 +179,10 @@ pub struct Sweep {
     pub strategy_seeds: u64,
     /// Random scenarios.
     pub random: u64,
+    /// Of the random scenarios, those run again with an engine that offers the session no KV
+    /// allocation hook ([`HOOKLESS_GROUP`]): it allocates the plan's block count itself, with
+    /// its own page arithmetic, after the start-up.
+    pub hookless: u64,
     /// Every strategy on the shipped scenarios (for the comparison table), not only auto.
     pub all_strategies: bool,
     /// Pin every physical quantity to one end of its range (`low`, `high`) instead of drawing.
@@ -290,6 +300,26 @@ impl Sweep {
                         vec![Choice::Auto],
                     ));
                 }
+            }
+        }
+        for i in 0..self.hookless.min(self.random) {
+            let sc = random_scenario(i);
+            let what = format!("{} ({})", sc.name, sc.device);
+            match sc.resolve() {
+                Ok(mut setup) => {
+                    setup.kv_hook = false;
+                    jobs.push((
+                        HOOKLESS_GROUP.into(),
+                        what,
+                        seeded(setup, i),
+                        vec![Choice::Auto],
+                    ))
+                }
+                Err(e) => dropped.push((
+                    HOOKLESS_GROUP.into(),
+                    what,
+                    format!("the generated scenario does not resolve: {e}"),
+                )),
             }
         }
         for i in 0..self.random {
