@@ -22,7 +22,9 @@
 //! bound is Student's t (12.92 for 3, 4.44 for 11): `k` is 6.3 for 4 repeats, 1.4 for 12.
 //! Four repeats that vary beyond the reading's noise are followed by [`MORE_REPEATS`] more:
 //! a few captures of the smallest size cost far less than the KV cache a margin from four
-//! samples would take (about five times the margin of twelve).
+//! samples would take (about five times the margin of twelve). So are four repeats whose
+//! reading's window error could hide 7.5% of a capture ([`hides_variation`]): their range
+//! then says nothing of a variation that, summed over every graph, passes the request.
 //! `post-capture` keeps the graphs it measured, so neither applies there.
 
 use memplan_core::bytes::{fmt_bytes, fmt_signed};
@@ -137,6 +139,24 @@ fn spread_per_mille(repeats: &[i64], tolerance: u64) -> u64 {
     (varied as f64 * 1000.0 / mean).round() as u64
 }
 
+/// Whether the reading's window error (twice `tolerance` between two windows) is large enough,
+/// beside the repeats' median, to hide a variation of [`HIDDEN_VARIATION_PER_MILLE`]: four
+/// repeats whose range it covers say nothing of such a variation, and more are taken.
+fn hides_variation(repeats: &[i64], tolerance: u64) -> bool {
+    let mut r = repeats.to_vec();
+    r.sort_unstable();
+    let Some(&median) = r.get(r.len() / 2) else {
+        return false;
+    };
+    let noise = tolerance.saturating_mul(2) as f64;
+    median > 0 && noise * 1000.0 > median as f64 * HIDDEN_VARIATION_PER_MILLE as f64
+}
+
+/// A capture-to-capture variation (per mille of a capture) that four repeats must be able to
+/// see beyond the reading's window error; where the window error could hide it, more repeats
+/// are taken (see [`hides_variation`]).
+pub const HIDDEN_VARIATION_PER_MILLE: u64 = 75;
+
 /// The margin for capture-to-capture variation from the repeats and every capture's bytes,
 /// read within `tolerance` (a window of two readings may be off by twice it: only what exceeds
 /// that counts as variation).
@@ -189,7 +209,7 @@ impl GraphStrategy for Full {
                 // window error (measured at the start where it could be), not its declared
                 // tolerance, which often covers an offset a window cancels.
                 let tol = ctx.window_tolerance();
-                if spread_per_mille(&repeats, tol) > 0 {
+                if spread_per_mille(&repeats, tol) > 0 || hides_variation(&repeats, tol) {
                     repeats.extend(repeat(ctx, size, MORE_REPEATS)?);
                 }
                 recaptures.extend(&repeats);
@@ -303,6 +323,18 @@ impl GraphStrategy for PostCapture {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_window_error_that_could_hide_a_variation_asks_for_more_repeats() {
+        let mib = 1i64 << 20;
+        let repeats = [190 * mib, 200 * mib, 210 * mib, 200 * mib];
+        // Twice 27 MiB against a 200 MiB capture: a 7.5% variation could hide in it.
+        assert!(hides_variation(&repeats, 27 << 20));
+        // Twice 5 MiB: it could not.
+        assert!(!hides_variation(&repeats, 5 << 20));
+        assert!(!hides_variation(&[], 27 << 20));
+        assert!(!hides_variation(&[0, 0, 0, 0], 27 << 20));
+    }
 
     #[test]
     fn the_repeats_spread_is_the_margin() {
