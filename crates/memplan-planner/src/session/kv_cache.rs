@@ -116,6 +116,34 @@ pub(crate) fn rounded_takes(blocks: u64, (tensors, page): (u64, u64), granule: u
         .saturating_mul(tensors)
 }
 
+/// The block counts [`granule`] allocates, in order, for a planned cache of `planned` blocks
+/// of `page` bytes per tensor (see [`GRANULE_ATTEMPTS`]). They stay between a quarter and half
+/// the planned cache: within a factor of two of the full tensors, where an allocator rounds
+/// large allocations one way (smaller ones may go to other segment sizes, which say nothing
+/// of the full cache's granule).
+pub(crate) fn granule_counts(planned: u64, page: u64) -> Vec<u64> {
+    let half = planned / 2;
+    let quarter = (planned / 4).max(1);
+    let step = crate::plan::ALLOCATOR_ROUNDING_BOUND
+        .div_ceil(page.max(1))
+        .max(1);
+    let mut counts: Vec<u64> = Vec::with_capacity(GRANULE_ATTEMPTS);
+    let mut cut = 0u64;
+    for _ in 0..GRANULE_ATTEMPTS {
+        let n = half.saturating_sub(cut).max(quarter);
+        if n == 0 || counts.last() == Some(&n) {
+            break;
+        }
+        counts.push(n);
+        cut = if cut == 0 {
+            step
+        } else {
+            cut.saturating_mul(2)
+        };
+    }
+    counts
+}
+
 /// What [`granule`] found.
 enum Granule {
     /// The engine does not offer the hook.
@@ -136,23 +164,8 @@ fn granule(
     planned: u64,
     (tensors, page): (u64, u64),
 ) -> Result<Granule> {
-    let half = planned / 2;
-    // Sizes stay between a quarter and half the planned cache: within a factor of two of the
-    // full tensors, where an allocator rounds large allocations one way (smaller ones may go
-    // to other segment sizes, which say nothing of the full cache's granule).
-    let quarter = (planned / 4).max(1);
-    let step = crate::plan::ALLOCATOR_ROUNDING_BOUND
-        .div_ceil(page.max(1))
-        .max(1);
     let mut sizes: Vec<(u64, u64)> = Vec::new();
-    let mut cut = 0u64;
-    let mut last = None;
-    for _ in 0..GRANULE_ATTEMPTS {
-        let n = half.saturating_sub(cut).max(quarter);
-        if n == 0 || last == Some(n) {
-            break;
-        }
-        last = Some(n);
+    for n in granule_counts(planned, page) {
         let own = n.saturating_mul(page);
         let t = match attempt(rec, engine, n, tensors.saturating_mul(page))? {
             Attempt::NotOffered => return Ok(Granule::NotOffered),
@@ -172,11 +185,6 @@ fn granule(
         if distinct.len() >= GRANULE_SIZES {
             break;
         }
-        cut = if cut == 0 {
-            step
-        } else {
-            cut.saturating_mul(2)
-        };
     }
     let g = granule_of(&sizes);
     tracing::info!(?sizes, granule = ?g, "the allocator's granule, measured on half-size KV caches");
@@ -535,17 +543,13 @@ mod tests {
     #[test]
     fn the_granule_is_the_common_divisor_of_rounded_sizes_and_bounds_every_granule() {
         // PyTorch's 2 MiB and a coarse 34.5 MiB granule, pages of 32 KiB: sizes as `granule`
-        // draws them (half the cache, then one, two, four, ... bounds less).
+        // draws them (half the cache, then one, two, four, ... bounds less, down to a quarter).
         for g in [2 * MIB, 36_175_872, 3 * MIB / 2, 40 * MIB] {
             let page = 32 * 1024;
-            let half = 7_777u64;
-            let step = (2 * MIB).div_ceil(page);
             let mut sizes = Vec::new();
-            let mut cut = 0;
-            for _ in 0..GRANULE_ATTEMPTS {
-                let own = (half - cut) * page;
+            for n in granule_counts(15_554, page) {
+                let own = n * page;
                 sizes.push((own, up(own, g)));
-                cut = if cut == 0 { step } else { cut * 2 };
             }
             let found = granule_of(&sizes).expect("a granule");
             assert_eq!(found % g, 0, "{found} is not a multiple of {g}");
