@@ -176,7 +176,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
                     free_window_error = Some(c);
                     // Single reads of the idle device moved by up to `single`: a take whose
                     // reads spread further saw memory move (the window error's allowance).
-                    still = Some(single.saturating_add(single / 4).saturating_add(1 << 20));
+                    still = Some(crate::strategy::kept_window_error(single));
                     baseline = recorder::combined_snapshot(
                         &device,
                         Some(&*e.allocator()),

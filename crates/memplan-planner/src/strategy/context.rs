@@ -259,10 +259,7 @@ impl<'s> GraphContext<'s> {
     pub fn window_tolerance(&self) -> u64 {
         let declared = self.free_tolerance();
         match self.session.p.free_window_error {
-            Some(e) => declared.min(
-                e.saturating_add(e / WINDOW_ERROR_FACTOR_INVERSE_EXCESS)
-                    .saturating_add(1 << 20),
-            ),
+            Some(e) => declared.min(kept_window_error(e)),
             None => declared,
         }
     }
@@ -340,6 +337,14 @@ impl<'s> GraphContext<'s> {
 /// standard deviations of a window of two reads. So the window error kept is 1.25 times the
 /// largest seen: `e + e / 4`.
 pub const WINDOW_ERROR_FACTOR_INVERSE_EXCESS: u64 = 4;
+
+/// The window error kept for a largest error `e` seen: 1.25 times it
+/// ([`WINDOW_ERROR_FACTOR_INVERSE_EXCESS`]) plus a granule's worth of slack (1 MiB). Also how
+/// far the reads of one combined snapshot may spread while memory holds still.
+pub(crate) fn kept_window_error(e: u64) -> u64 {
+    e.saturating_add(e / WINDOW_ERROR_FACTOR_INVERSE_EXCESS)
+        .saturating_add(1 << 20)
+}
 
 /// Most synchronizes [`settle`] waits for released memory to come back.
 pub const SETTLE_SYNCHRONIZES: usize = 8;
