@@ -211,13 +211,17 @@ impl Eval<'_> {
     }
 }
 
-/// The text after each `const ` up to its `;` (outside brackets), comments skipped.
-fn const_items(text: &str) -> Vec<String> {
-    let code: String = text
-        .lines()
+/// `text` with every line's `//` comment cut off.
+fn without_comments(text: &str) -> String {
+    text.lines()
         .map(|l| l.split("//").next().unwrap_or_default())
         .collect::<Vec<_>>()
-        .join("\n");
+        .join("\n")
+}
+
+/// The text after each `const ` up to its `;` (outside brackets), comments skipped.
+fn const_items(text: &str) -> Vec<String> {
+    let code = without_comments(text);
     let mut out = Vec::new();
     let mut rest = code.as_str();
     while let Some(at) = rest.find("const ") {
@@ -358,11 +362,7 @@ fn figures(dirs: &[PathBuf]) -> (BTreeMap<String, Vec<u64>>, Vec<u64>) {
 /// The expressions after each of `openers` in `text` (up to the closing `,`, `)` or `}` at
 /// the opener's depth), comments skipped.
 fn arguments(text: &str, openers: &[&str]) -> Vec<String> {
-    let code: String = text
-        .lines()
-        .map(|l| l.split("//").next().unwrap_or_default())
-        .collect::<Vec<_>>()
-        .join("\n");
+    let code = without_comments(text);
     let mut out = Vec::new();
     for o in openers {
         let mut rest = code.as_str();
