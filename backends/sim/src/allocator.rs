@@ -2,7 +2,7 @@
 //! `heap.rs` for the block rules), with engine-style graph capture into a private pool shared
 //! by every graph.
 
-use memplan_core::{AllocatorStats, AllocatorView, Error, Result};
+use memplan_core::{AllocatorStats, AllocatorView, Error, Result, TensorId};
 use serde::{Deserialize, Serialize};
 
 use crate::gpu::SimGpu;
@@ -267,5 +267,21 @@ impl AllocatorView for SimAllocator {
 
     fn gpu_id(&self) -> Option<String> {
         Some(self.gpu.gpu_id())
+    }
+
+    /// One block of the default pool ([`SimAllocator::malloc`], outside a capture), rounded
+    /// by the drawn rules like any other.
+    fn allocate_tensor(&mut self, bytes: u64) -> Result<Option<TensorId>> {
+        if self.gpu.lock().capture.is_some() {
+            return Err(Error::state(
+                "allocator tensor",
+                "a graph capture is in progress: a tensor allocated now would go to its pool",
+            ));
+        }
+        self.malloc(bytes).map(|b| Some(TensorId(b.0)))
+    }
+
+    fn free_tensor(&mut self, id: TensorId) -> Result<()> {
+        self.free(BlockId(id.0))
     }
 }

@@ -3,10 +3,16 @@
 //! Engines hand memplan an [`AllocatorView`] (PyTorch's `memory_stats`, a Rust engine's own
 //! pool); memplan's own calibration uses [`OwnAccounting`], which counts the raw allocations
 //! memplan made itself.
+//!
+//! An allocator may also offer one allocation of a given size
+//! ([`AllocatorView::allocate_tensor`]): how it rounds a request is its own rule (PyTorch's
+//! 2 MiB and 20 MiB segments, another allocator's pages), and the one way to know how it will
+//! round the engine's KV tensors is to ask it for tensors of their size and read what it
+//! reserved.
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// Allocator statistics at one moment.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -45,6 +51,11 @@ impl AllocatorStats {
     }
 }
 
+/// One tensor allocated through [`AllocatorView::allocate_tensor`], to give back with
+/// [`AllocatorView::free_tensor`]. The number is the allocator's own (an index, an address).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TensorId(pub u64);
+
 /// What memplan needs from an engine's caching allocator.
 pub trait AllocatorView {
     /// Current statistics. Cheap; called at every snapshot.
@@ -61,6 +72,30 @@ pub trait AllocatorView {
     /// on the device it reads, and every figure would be wrong. Default: unknown (`None`).
     fn gpu_id(&self) -> Option<String> {
         None
+    }
+
+    /// Optional: allocate one tensor of `bytes` the way the engine allocates its own tensors
+    /// (PyTorch: `torch.empty(bytes, dtype=torch.uint8, device=...)`), outside any graph
+    /// capture, kept until [`free_tensor`](AllocatorView::free_tensor). memplan allocates its
+    /// planned KV layout this way, reads what the allocator reserved for it and frees it at
+    /// once, where the engine does not allocate its KV cache inside the session. `Ok(None)`
+    /// (the default): not offered. A request the device cannot hold is an out-of-memory
+    /// error, and must leave nothing allocated.
+    fn allocate_tensor(&mut self, _bytes: u64) -> Result<Option<TensorId>> {
+        Ok(None)
+    }
+
+    /// Free a tensor [`allocate_tensor`](AllocatorView::allocate_tensor) returned (its memory
+    /// may stay cached in the allocator until
+    /// [`release_cached`](AllocatorView::release_cached)).
+    fn free_tensor(&mut self, id: TensorId) -> Result<()> {
+        Err(Error::invalid(
+            "allocator tensor",
+            format!(
+                "tensor {} was not allocated by this allocator (it offers no tensor allocation)",
+                id.0
+            ),
+        ))
     }
 }
 

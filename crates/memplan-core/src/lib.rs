@@ -74,7 +74,7 @@ mod device_tests;
 #[cfg(test)]
 mod testing;
 
-pub use allocator::{AllocatorStats, AllocatorView, OwnAccounting};
+pub use allocator::{AllocatorStats, AllocatorView, OwnAccounting, TensorId};
 pub use backend::{
     Backend, BackendInfo, BackendKind, BackendStatus, DeviceDescriptor, DeviceId, Layout,
 };

@@ -205,6 +205,15 @@ pub enum Warning {
         /// What the plan kept for the KV cache.
         room: u64,
     },
+    /// The engine allocates its KV cache after the session, and neither it (no KV hook) nor
+    /// its allocator (no tensor allocation) let the session measure what that allocation takes:
+    /// the blocks handed over are the plan's, whose allocator rounding is assumed (PyTorch's
+    /// documented segment rules), not measured. An allocator that rounds more coarsely can take
+    /// more than the plan kept.
+    KvAllocationUnmeasured {
+        /// Blocks handed over (the plan's).
+        blocks: u64,
+    },
     /// A reading showed the graphs taking more than the analytic bound allowed: the bound was
     /// wrong for this device, and the reading replaced it.
     GraphBoundContradicted {
@@ -256,6 +265,7 @@ impl Warning {
             Warning::LogDisagrees { .. } => "log_disagrees",
             Warning::GraphCaptureVaries { .. } => "graph_capture_varies",
             Warning::KvCacheShrunk { .. } => "kv_cache_shrunk",
+            Warning::KvAllocationUnmeasured { .. } => "kv_allocation_unmeasured",
             Warning::GraphBoundContradicted { .. } => "graph_bound_contradicted",
             Warning::Unrecognized { .. } => "unrecognized",
         }
@@ -339,7 +349,8 @@ impl fmt::Display for Warning {
             Warning::LogDisagrees { logged_tokens, planned_tokens, term, logged, planned } => write!(f, "the plan has {planned_tokens} KV tokens, the log {logged_tokens}: {term} differs most ({} in the plan, {} in the log, {})", fmt_bytes(*planned), fmt_bytes(*logged), fmt_signed((*planned as i64).saturating_sub(*logged as i64))),
             Warning::SampledMarginTooCostly { margin, kv_room } => write!(f, "the sampled graph estimate's margin ({}) would take {:.1}% of the {} left for the KV cache: every size was captured and measured instead", fmt_bytes(*margin), *margin as f64 * 100.0 / (*kv_room).max(1) as f64, fmt_bytes(*kv_room)),
             Warning::GraphCaptureVaries { spread_per_mille, margin } => write!(f, "the same graph captured again cost up to {:.1}% more or less: the graph reserve keeps {} for that variation, which a later capture can still exceed", *spread_per_mille as f64 / 10.0, fmt_bytes(*margin)),
-            Warning::KvCacheShrunk { planned_blocks, blocks, taken, room } => write!(f, "the engine's KV cache of {planned_blocks} blocks takes {} once its allocator rounds each tensor (measured), more than the {} the plan kept for it: {blocks} blocks allocated instead", fmt_bytes(*taken), fmt_bytes(*room)),
+            Warning::KvCacheShrunk { planned_blocks, blocks, taken, room } => write!(f, "the engine's KV cache of {planned_blocks} blocks takes {} once its allocator rounds each tensor (measured), more than the {} the plan kept for it: {blocks} blocks instead", fmt_bytes(*taken), fmt_bytes(*room)),
+            Warning::KvAllocationUnmeasured { blocks } => write!(f, "the engine allocates its KV cache of {blocks} blocks after the session, and neither the engine (no KV allocation hook) nor its allocator (no tensor allocation) lets memplan measure how its allocator rounds the cache's tensors: the plan's rounding rules are assumed, and an allocator that rounds more coarsely can take more than the plan kept"),
             Warning::GraphBoundContradicted { bound, measured, reading } => write!(f, "the {reading} showed the graphs taking {}, more than the analytic bound of {}: the measurement replaces the bound", fmt_bytes(*measured), fmt_bytes(*bound)),
             Warning::StrategyOverridden { chosen, automatic } => write!(f, "graph strategy {chosen} was chosen by hand; the capabilities call for {automatic}"),
             Warning::Unrecognized { message, .. } => f.write_str(message),

@@ -28,9 +28,19 @@
 //! ([`certified_blocks`]) before it is allocated. Only an allocator whose rounding is not a
 //! fixed granule (or a cache whose tensors are not all of one size) leaves the count as
 //! planned, and the shrinking above is what protects it.
+//!
+//! An engine that allocates its KV cache only after the session (no hook) gets the same
+//! measurement where its allocator offers tensors ([`AllocatorView::allocate_tensor`]): the
+//! session allocates the plan's layout (one tensor of `blocks x page` bytes per layer, vLLM's)
+//! through that allocator, reads what it reserved, and frees it at once; the count it hands
+//! over ([`KvCache::num_blocks`]) is what fitted. This measures the plan's layout, not the
+//! engine's: an engine whose layout differs offers the hook. Where neither is offered, the
+//! count is the plan's, and the allocator's rounding is the plan's assumption.
+//!
+//! [`AllocatorView::allocate_tensor`]: memplan_core::AllocatorView::allocate_tensor
 
 use memplan_core::bytes::fmt_bytes;
-use memplan_core::{Error, MemoryInfo, Reading, Result};
+use memplan_core::{Error, MemoryInfo, Reading, Result, TensorId};
 
 use crate::engine::Engine;
 use crate::kv_range::KvRange;
@@ -161,18 +171,19 @@ enum Granule {
 fn granule(
     rec: &mut Recorder,
     engine: &mut dyn Engine,
+    way: &mut Allocating,
     planned: u64,
     (tensors, page): (u64, u64),
 ) -> Result<Granule> {
     let mut sizes: Vec<(u64, u64)> = Vec::new();
     for n in granule_counts(planned, page) {
         let own = n.saturating_mul(page);
-        let t = match attempt(rec, engine, n, tensors.saturating_mul(page))? {
+        let t = match attempt(rec, engine, way, n, tensors.saturating_mul(page))? {
             Attempt::NotOffered => return Ok(Granule::NotOffered),
             Attempt::OutOfMemory => return Ok(Granule::Unknown),
             Attempt::Took(t) => t,
         };
-        engine.release_kv_cache()?;
+        way.release(engine)?;
         tracing::debug!(n, t, tensors, "the KV cache's granule: one allocation");
         // Tensors served in part from segments the allocator had cached (it took less than
         // their own bytes), or of unequal sizes, say nothing of the granule: skipped.
@@ -328,15 +339,86 @@ fn taken(rec: &Recorder, before: &MemoryInfo, after: &MemoryInfo, own: u64) -> u
     allocator.max(driver)
 }
 
-/// One allocation of `blocks` by the engine, measured (see [`Attempt`]).
+/// Who allocates the caches the session measures.
+pub(crate) enum Allocating {
+    /// The engine, in its own layout ([`Engine::allocate_kv_cache`]); it keeps the last.
+    Engine,
+    /// The session, in the plan's layout (`tensors` tensors of `blocks x page` bytes), through
+    /// the engine's allocator ([`AllocatorView::allocate_tensor`]); each cache is freed once
+    /// measured, and the engine allocates its own after the session.
+    ///
+    /// [`AllocatorView::allocate_tensor`]: memplan_core::AllocatorView::allocate_tensor
+    Tensors {
+        tensors: u64,
+        page: u64,
+        held: Vec<TensorId>,
+    },
+}
+
+impl Allocating {
+    /// Allocate a cache of `blocks` blocks: `Ok(false)` where it is not offered.
+    fn allocate(&mut self, engine: &mut dyn Engine, blocks: u64) -> Result<bool> {
+        match self {
+            Allocating::Engine => engine.allocate_kv_cache(blocks),
+            Allocating::Tensors {
+                tensors,
+                page,
+                held,
+            } => {
+                let bytes = blocks.checked_mul(*page).ok_or_else(|| {
+                    Error::invalid("plan", "a KV tensor's bytes overflow 64 bits")
+                })?;
+                for _ in 0..*tensors {
+                    match engine.allocator().allocate_tensor(bytes) {
+                        Ok(Some(id)) => held.push(id),
+                        Ok(None) => {
+                            free_all(engine, held)?;
+                            return Ok(false);
+                        }
+                        Err(e) => {
+                            free_all(engine, held)?;
+                            return Err(e);
+                        }
+                    }
+                }
+                Ok(true)
+            }
+        }
+    }
+
+    /// Free the cache allocated last, its allocator's cached segments included.
+    fn release(&mut self, engine: &mut dyn Engine) -> Result<()> {
+        match self {
+            Allocating::Engine => engine.release_kv_cache(),
+            Allocating::Tensors { held, .. } => free_all(engine, held),
+        }
+    }
+}
+
+/// Free every tensor in `held` and give the allocator's cached segments back, so the next
+/// cache is measured on fresh segments as the engine's own will be.
+fn free_all(engine: &mut dyn Engine, held: &mut Vec<TensorId>) -> Result<()> {
+    let a = engine.allocator();
+    let mut first_err = None;
+    for id in held.drain(..) {
+        if let Err(e) = a.free_tensor(id) {
+            first_err.get_or_insert(e);
+        }
+    }
+    a.release_cached()?;
+    first_err.map_or(Ok(()), Err)
+}
+
+/// One allocation of `blocks`, measured (see [`Attempt`]).
 fn attempt(
     rec: &mut Recorder,
     engine: &mut dyn Engine,
+    way: &mut Allocating,
     blocks: u64,
     block_bytes: u64,
 ) -> Result<Attempt> {
     let before = rec.snap(engine)?;
-    match engine.allocate_kv_cache(blocks) {
+    match way.allocate(engine, blocks) {
         Ok(false) => Ok(Attempt::NotOffered),
         Ok(true) => {
             let after = rec.snap(engine)?;
@@ -344,7 +426,7 @@ fn attempt(
             Ok(Attempt::Took(taken(rec, &before, &after, own)))
         }
         Err(e) if e.is_out_of_memory() => {
-            engine.release_kv_cache()?;
+            way.release(engine)?;
             Ok(Attempt::OutOfMemory)
         }
         Err(e) => Err(e),
@@ -361,11 +443,70 @@ enum Attempt {
     OutOfMemory,
 }
 
-/// Have the engine allocate `planned` blocks of `block_bytes`, fewer where they take more than
-/// `room` (see the module docs). `Ok(None)`: the engine does not offer it.
+/// What [`allocate_measured`] gave: the blocks that fit, the warnings, and whether the engine
+/// holds them (allocated by its hook) or allocates them itself after the session.
+pub(crate) struct Measured {
+    pub blocks: u64,
+    pub warnings: Vec<Warning>,
+    pub held: bool,
+}
+
+/// Allocate `planned` blocks of `block_bytes`, fewer where they take more than `room` (see the
+/// module docs): by the engine's hook where it offers one (the engine keeps the cache), else in
+/// the plan's layout through the engine's allocator where it offers tensors (freed at once: the
+/// engine allocates its own). `Ok(None)`: neither is offered.
 pub(crate) fn allocate_measured(
     rec: &mut Recorder,
     engine: &mut dyn Engine,
+    planned: u64,
+    (block_bytes, page_bytes): (u64, u64),
+    room: u64,
+    capped: Option<(u64, u64)>,
+) -> Result<Option<Measured>> {
+    let sizes = (block_bytes, page_bytes);
+    let engine_way = &mut Allocating::Engine;
+    if let Some((blocks, warnings)) =
+        measured_with(rec, engine, engine_way, planned, sizes, room, capped)?
+    {
+        return Ok(Some(Measured {
+            blocks,
+            warnings,
+            held: true,
+        }));
+    }
+    let Some((tensors, page)) = layout(block_bytes.max(1), page_bytes) else {
+        tracing::info!("the engine allocates its KV cache after the session and its layout is not whole pages: the allocator's rounding is not measured");
+        return Ok(None);
+    };
+    let mut way = Allocating::Tensors {
+        tensors,
+        page,
+        held: Vec::new(),
+    };
+    let got = measured_with(rec, engine, &mut way, planned, sizes, room, capped);
+    // Freed whatever happened, and the device synchronized (a snapshot), as the engine's own
+    // release is followed by the next reading's: a driver that lets go of freed memory only at
+    // a synchronize would otherwise still hold the last cache when the engine allocates its own.
+    let freed = way
+        .release(engine)
+        .and_then(|()| rec.snap(engine).map(drop));
+    let got = got?;
+    freed?;
+    if got.is_none() {
+        tracing::info!("the engine allocates its KV cache after the session and its allocator offers no tensor allocation: the allocator's rounding is not measured");
+    }
+    Ok(got.map(|(blocks, warnings)| Measured {
+        blocks,
+        warnings,
+        held: false,
+    }))
+}
+
+/// [`allocate_measured`] with one way of allocating. `Ok(None)`: it is not offered.
+fn measured_with(
+    rec: &mut Recorder,
+    engine: &mut dyn Engine,
+    way: &mut Allocating,
     planned: u64,
     (block_bytes, page_bytes): (u64, u64),
     room: u64,
@@ -382,7 +523,7 @@ pub(crate) fn allocate_measured(
     // what fits with it before it is allocated (within the budget the request allows; a
     // physical cap below it is checked by the attempts themselves).
     if let Some(l) = layout(block_bytes, page_bytes).filter(|_| planned >= 2) {
-        match granule(rec, engine, planned, l)? {
+        match granule(rec, engine, way, planned, l)? {
             Granule::NotOffered => return Ok(None),
             Granule::Unknown => {}
             Granule::Measured(g) => {
@@ -407,7 +548,7 @@ pub(crate) fn allocate_measured(
     let mut last_taken: Option<u64> = None;
     let (mut fit, mut over): (Option<u64>, Option<u64>) = (None, None);
     for n in 0..KV_ATTEMPTS {
-        let taken = match attempt(rec, engine, blocks, block_bytes)? {
+        let taken = match attempt(rec, engine, way, blocks, block_bytes)? {
             Attempt::NotOffered => return Ok(None),
             Attempt::Took(t) => Some(t),
             Attempt::OutOfMemory => None,
@@ -422,7 +563,7 @@ pub(crate) fn allocate_measured(
         if let (Some((cut, p)), Some(t)) = (predicted.take(), taken) {
             if cut == blocks && t != p {
                 tracing::info!(blocks, taken = t, predicted = p, "the measured granule did not predict the cut KV cache: allocating the planned count");
-                engine.release_kv_cache()?;
+                way.release(engine)?;
                 blocks = planned;
                 first_taken = None;
                 first_attempt = n + 1;
@@ -442,7 +583,7 @@ pub(crate) fn allocate_measured(
         // Released, and the next count chosen.
         if fit != Some(blocks) || taken.is_none() {
             if let Some(t) = taken {
-                engine.release_kv_cache()?;
+                way.release(engine)?;
                 tracing::info!(
                     blocks,
                     taken = t,
@@ -456,7 +597,7 @@ pub(crate) fn allocate_measured(
                 last_taken = Some(t);
             }
         } else {
-            engine.release_kv_cache()?;
+            way.release(engine)?;
         }
         blocks = match (fit, over) {
             (Some(lo), Some(hi)) => lo + (hi - lo) / 2,
@@ -472,11 +613,11 @@ pub(crate) fn allocate_measured(
     }
     // The last attempts bisected without settling: allocate the largest count that fit.
     if let Some(lo) = fit {
-        if let Attempt::Took(t) = attempt(rec, engine, lo, block_bytes)? {
+        if let Attempt::Took(t) = attempt(rec, engine, way, lo, block_bytes)? {
             if t <= room || still_fits(rec, t, capped)? {
                 return Ok(Some((lo, shrunk(planned, lo, first_taken, room))));
             }
-            engine.release_kv_cache()?;
+            way.release(engine)?;
         }
     }
     Err(Error::Measurement(format!(

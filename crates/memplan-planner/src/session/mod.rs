@@ -603,19 +603,23 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
                     }
                 };
                 match got {
-                    Some((blocks, warnings)) => {
-                        for w in &warnings {
+                    Some(m) => {
+                        for w in &m.warnings {
                             self.rec.warn(w.clone());
                         }
                         (
-                            blocks,
-                            blocks.saturating_mul(own.block_bytes),
+                            m.blocks,
+                            m.blocks.saturating_mul(own.block_bytes),
                             None,
-                            true,
-                            warnings,
+                            m.held,
+                            m.warnings,
                         )
                     }
-                    None => (num_blocks, bytes, None, false, Vec::new()),
+                    None => {
+                        let w = Warning::KvAllocationUnmeasured { blocks: num_blocks };
+                        self.rec.warn(w.clone());
+                        (num_blocks, bytes, None, false, vec![w])
+                    }
                 }
             }
         };
