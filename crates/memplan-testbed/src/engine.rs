@@ -33,6 +33,8 @@ pub struct SimEngine {
     capturing: bool,
     kv_blocks: Vec<BlockId>,
     kv_map: Option<KvRange>,
+    /// The same allocator without tensors for the session, where the setup says so.
+    stats_only: StatsOnly,
     /// The KV range's address the engine was given before capture (post-capture).
     pub kv_address: Option<u64>,
     /// Fail the n-th capture (0-based) after it began: for teardown tests.
@@ -45,6 +47,7 @@ impl SimEngine {
     pub fn new(gpu: SimGpu, setup: Setup) -> Self {
         let alloc = gpu.allocator();
         SimEngine {
+            stats_only: StatsOnly(alloc.clone()),
             device: gpu.device(),
             gpu,
             alloc,
@@ -195,7 +198,11 @@ impl SimEngine {
 
 impl Engine for SimEngine {
     fn allocator(&mut self) -> &mut dyn AllocatorView {
-        &mut self.alloc
+        if self.setup.allocator_tensors {
+            &mut self.alloc
+        } else {
+            &mut self.stats_only
+        }
     }
 
     fn graph_sizes(&self) -> Vec<u32> {
@@ -281,5 +288,27 @@ impl Engine for SimEngine {
 
     fn alloc_node_bytes_hint(&self, _size: u32) -> Option<u64> {
         self.setup.hints.then_some(self.setup.alloc_node_bytes)
+    }
+}
+
+/// The engine's allocator as an engine that offers the session no tensors shows it: its
+/// statistics, cache release and peaks, and nothing else.
+struct StatsOnly(SimAllocator);
+
+impl AllocatorView for StatsOnly {
+    fn stats(&self) -> memplan_core::AllocatorStats {
+        self.0.stats()
+    }
+
+    fn release_cached(&mut self) -> Result<()> {
+        self.0.release_cached()
+    }
+
+    fn reset_peak(&mut self) {
+        self.0.reset_peak()
+    }
+
+    fn gpu_id(&self) -> Option<String> {
+        self.0.gpu_id()
     }
 }

@@ -52,6 +52,11 @@ pub struct Setup {
     /// shrinks it to the plan; without it the engine allocates the plan's blocks itself after
     /// the session, as an engine that does not implement the hook does.
     pub kv_hook: bool,
+    /// Whether the engine's allocator offers the session tensors
+    /// (`AllocatorView::allocate_tensor`, a PyTorch engine's `torch.empty`): without the hook,
+    /// the session then measures the plan's own layout through it; with neither, the plan's
+    /// rounding rules are all that stands between the engine and an out-of-memory.
+    pub allocator_tensors: bool,
 }
 
 /// Largest `kv.max_model_len` of a scenario (2^30 tokens).
@@ -279,6 +284,7 @@ impl Scenario {
             physics: None,
             hints: g.engine_hints,
             kv_hook: true,
+            allocator_tensors: true,
             scenario: self,
         })
     }

@@ -79,29 +79,99 @@ fn an_understated_block_size_fails_the_run_without_the_hook() {
     );
 }
 
+/// The bf16 scenario's engine without the hook, its allocator offering tensors or not.
+fn without_hook(tensors: bool) -> Setup {
+    let mut s = setup(false);
+    s.allocator_tensors = tensors;
+    s
+}
+
 #[test]
-fn an_engine_without_the_hook_gates_on_world_physics_only() {
+fn an_understated_block_size_fails_the_run_with_no_measurement_at_all() {
+    let c = checks(&understated(without_hook(false)));
+    assert!(
+        c.contains(&Check::ServedBelowPlan) || c.contains(&Check::OutOfMemory),
+        "{c:?}"
+    );
+}
+
+#[test]
+fn only_an_unmeasured_engine_on_adversarial_physics_does_not_gate() {
     use memplan_testbed::sweep::acceptance::gating;
-    use memplan_testbed::sweep::HOOKLESS_GROUP;
-    let setup = understated(setup(false));
-    let alone = engine_alone(&setup).ok();
-    let out = run_judged(&setup, Choice::Auto, None, alone).unwrap();
-    for adversarial in [false, true] {
+    use memplan_testbed::sweep::{HOOKLESS_GROUP, UNMEASURED_GROUP};
+    for (group, tensors) in [(HOOKLESS_GROUP, true), (UNMEASURED_GROUP, false)] {
+        let setup = understated(without_hook(tensors));
+        let alone = engine_alone(&setup).ok();
+        let out = run_judged(&setup, Choice::Auto, None, alone).unwrap();
+        for adversarial in [false, true] {
+            let cases = [Case {
+                group: group.into(),
+                what: "understated layout".into(),
+                out: out.clone(),
+                harness_error: false,
+                setup: Some(Arc::new(setup.clone())),
+                adversarial,
+            }];
+            let f = failures(&cases);
+            assert!(!f.is_empty(), "{group}: the understated layout fails");
+            // Counted either way; gating except where nothing could measure the allocation
+            // and the physics are not the world's.
+            let exempt = group == UNMEASURED_GROUP && adversarial;
+            assert_eq!(
+                gating(&f).is_empty(),
+                exempt,
+                "{group}, adversarial={adversarial}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_session_names_an_allocation_it_could_not_measure() {
+    for (tensors, named) in [(true, false), (false, true)] {
+        let setup = without_hook(tensors);
+        let out = run_judged(&setup, Choice::Auto, None, engine_alone(&setup).ok()).unwrap();
+        assert_eq!(
+            out.kv_warnings
+                .iter()
+                .any(|w| w == "kv_allocation_unmeasured"),
+            named,
+            "allocator tensors={tensors}: {:?}",
+            out.kv_warnings
+        );
+    }
+}
+
+#[test]
+fn a_coarse_allocator_granule_is_measured_through_the_allocators_tensors() {
+    // A generated scenario on adversarial physics whose allocator rounds each KV tensor to a
+    // granule coarser than PyTorch's rules: unmeasured, the engine's own cache runs it out of
+    // memory; measured through the allocator's tensors, the count handed over fits.
+    use memplan_testbed::sweep::acceptance::gating;
+    use memplan_testbed::sweep::{random_scenario, seeded};
+    let i = 17;
+    for tensors in [false, true] {
+        let mut setup = seeded(random_scenario(i).resolve().unwrap(), i);
+        setup.kv_hook = false;
+        setup.allocator_tensors = tensors;
+        let alone = engine_alone(&setup).ok();
+        let out = run_judged(&setup, Choice::Auto, None, alone).unwrap();
         let cases = [Case {
-            group: HOOKLESS_GROUP.into(),
-            what: "understated layout".into(),
-            out: out.clone(),
+            group: "kv layout".into(),
+            what: format!("random-{i}, allocator tensors={tensors}"),
+            out,
             harness_error: false,
             setup: Some(Arc::new(setup.clone())),
-            adversarial,
+            adversarial: false,
         }];
         let f = failures(&cases);
-        assert!(!f.is_empty(), "the understated layout fails");
-        // Counted either way; gating only where the physics are the world's.
-        assert_eq!(
-            gating(&f).is_empty(),
-            adversarial,
-            "adversarial={adversarial}"
-        );
+        for x in &f {
+            eprintln!("{}: {}", x.check.name(), x.line);
+        }
+        let oom = f.iter().any(|x| x.check == Check::OutOfMemory);
+        assert_eq!(oom, !tensors, "allocator tensors={tensors}");
+        if tensors {
+            assert!(gating(&f).is_empty(), "measured: nothing gating fails");
+        }
     }
 }

@@ -294,15 +294,16 @@ pub fn failures(cases: &[Case]) -> Vec<Failure<'_>> {
 
 /// The failures that fail the sweep ([`GATING`]).
 ///
-/// One exception, reported beside the rest: an engine that offers no KV allocation hook
-/// ([`super::HOOKLESS_GROUP`]) on adversarial physics. Its allocator may round each KV tensor
-/// to a granule coarser than the documented rules the plan assumes (PyTorch's), and nothing
-/// the session can call measures it: the plan's blocks are allocated by the engine after the
-/// session ends. Its failures are counted in their own group; on world physics (PyTorch's
-/// rules) the same engine gates like every other case.
+/// One exception, reported beside the rest: an engine that offers neither the KV allocation
+/// hook nor tensors from its allocator ([`super::UNMEASURED_GROUP`]) on adversarial physics.
+/// Its allocator may round each KV tensor to a granule coarser than the documented rules the
+/// plan assumes (PyTorch's), and nothing the session can call measures it: the plan's blocks
+/// are allocated by the engine after the session ends (the session says so,
+/// `kv_allocation_unmeasured`). Its failures are counted in their own group; on world physics
+/// (PyTorch's rules) the same engine gates like every other case.
 pub fn gating<'a>(all: &'a [Failure<'a>]) -> Vec<&'a Failure<'a>> {
     all.iter()
         .filter(|f| GATING.contains(&f.check))
-        .filter(|f| !(f.case.group == super::HOOKLESS_GROUP && f.case.adversarial))
+        .filter(|f| !(f.case.group == super::UNMEASURED_GROUP && f.case.adversarial))
         .collect()
 }

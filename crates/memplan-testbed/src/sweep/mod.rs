@@ -139,10 +139,17 @@ pub fn retarget(base: &Scenario, profile: &str, exact_total: bool, usable: u64) 
 }
 
 /// The group of generated scenarios whose engine offers no KV allocation hook
-/// (`Engine::allocate_kv_cache`): the session cannot measure what the engine's allocator makes
-/// of the plan's blocks, so the plan's layout and rounding rules are all that stands between
-/// the plan and an out-of-memory ([`acceptance::gating`] says what of it gates).
+/// (`Engine::allocate_kv_cache`) and allocates the plan's blocks itself, with its own page
+/// arithmetic, after the session: the session measures the plan's layout through the engine's
+/// allocator (`AllocatorView::allocate_tensor`), so the plan's layout is what stands between
+/// the engine and an out-of-memory.
 pub const HOOKLESS_GROUP: &str = "no KV hook";
+
+/// The group of generated scenarios whose engine offers neither the KV allocation hook nor
+/// tensors from its allocator: nothing measures what the engine's allocator makes of the
+/// plan's blocks, so the plan's layout and rounding rules are all that stands between the
+/// plan and an out-of-memory ([`acceptance::gating`] says what of it gates).
+pub const UNMEASURED_GROUP: &str = "no KV measurement";
 
 /// Seeds per profile of the runs with other processes ([`with_others`]).
 pub const OTHERS_SEEDS: u64 = 40;
@@ -183,6 +190,9 @@ pub struct Sweep {
     /// allocation hook ([`HOOKLESS_GROUP`]): it allocates the plan's block count itself, with
     /// its own page arithmetic, after the start-up.
     pub hookless: u64,
+    /// Of the random scenarios, those run again with an engine that offers neither the hook
+    /// nor tensors from its allocator ([`UNMEASURED_GROUP`]).
+    pub unmeasured: u64,
     /// Every strategy on the shipped scenarios (for the comparison table), not only auto.
     pub all_strategies: bool,
     /// Pin every physical quantity to one end of its range (`low`, `high`) instead of drawing.
@@ -302,24 +312,26 @@ impl Sweep {
                 }
             }
         }
-        for i in 0..self.hookless.min(self.random) {
-            let sc = random_scenario(i);
-            let what = format!("{} ({})", sc.name, sc.device);
-            match sc.resolve() {
-                Ok(mut setup) => {
-                    setup.kv_hook = false;
-                    jobs.push((
-                        HOOKLESS_GROUP.into(),
+        let without = [
+            (HOOKLESS_GROUP, self.hookless, true),
+            (UNMEASURED_GROUP, self.unmeasured, false),
+        ];
+        for (group, count, tensors) in without {
+            for i in 0..count.min(self.random) {
+                let sc = random_scenario(i);
+                let what = format!("{} ({})", sc.name, sc.device);
+                match sc.resolve() {
+                    Ok(mut setup) => {
+                        setup.kv_hook = false;
+                        setup.allocator_tensors = tensors;
+                        jobs.push((group.into(), what, seeded(setup, i), vec![Choice::Auto]))
+                    }
+                    Err(e) => dropped.push((
+                        group.into(),
                         what,
-                        seeded(setup, i),
-                        vec![Choice::Auto],
-                    ))
+                        format!("the generated scenario does not resolve: {e}"),
+                    )),
                 }
-                Err(e) => dropped.push((
-                    HOOKLESS_GROUP.into(),
-                    what,
-                    format!("the generated scenario does not resolve: {e}"),
-                )),
             }
         }
         for i in 0..self.random {
