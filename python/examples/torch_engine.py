@@ -37,6 +37,7 @@ class TorchEngine(Engine):
         self.pool: Any = None
         self.static: Dict[int, torch.Tensor] = {}
         self.kv_range: Optional[Any] = None
+        self.measured: Dict[int, torch.Tensor] = {}
 
     # the allocator view
     def memory_stats(self) -> Dict[str, int]:
@@ -55,6 +56,15 @@ class TorchEngine(Engine):
 
     def reset_peak(self) -> None:
         torch.cuda.reset_peak_memory_stats(self.dev)
+
+    # tensors memplan allocates to measure how the caching allocator rounds the KV cache's
+    def allocate_tensor(self, nbytes: int) -> int:
+        t = torch.empty(nbytes, dtype=torch.uint8, device=self.dev)
+        self.measured[id(t)] = t
+        return id(t)
+
+    def free_tensor(self, handle: int) -> None:
+        del self.measured[handle]
 
     # the engine's own steps
     def load_weights(self) -> None:
@@ -141,8 +151,9 @@ def main() -> int:
     plan, profile = s.plan, s.profile
     weights = engine.weight_bytes()
     measured = profile.get("weights_bytes") or 0
-    kv = int(plan["kv_cache_bytes"])
-    # the engine allocates the KV cache the plan allows, then serves one step at full size
+    # the blocks the start-up hands over (the plan's, or fewer where the allocator's rounding
+    # of the measured tensors did not fit), then one step served at full size
+    kv = int(s.kv_blocks) * int(plan["kv"]["block_bytes"])
     kv_tensor = torch.empty(kv // 2, dtype=torch.half, device=engine.dev) if s.kv_range is None else None
     engine.profile_run()
     free, total = torch.cuda.mem_get_info(a.device)

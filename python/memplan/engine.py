@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from . import _native
@@ -86,6 +86,16 @@ class Engine:
     def reset_peak(self) -> None:
         """Reset ``peak_allocated`` to ``allocated`` (and ``peak_reserved`` to ``reserved``)."""
         raise NotImplementedError("reset_peak")
+
+    # Optional, not on the base class: ``allocate_tensor(nbytes) -> int`` and
+    # ``free_tensor(handle)``. One tensor of ``nbytes`` from the engine's allocator, kept until
+    # freed (PyTorch: ``t = torch.empty(nbytes, dtype=torch.uint8, device=dev)``, keep ``t`` in
+    # a dict under ``id(t)`` and return that; ``free_tensor`` deletes it). Where the engine
+    # allocates its KV cache after the start-up, memplan allocates the plan's layout this way
+    # (one tensor per layer), reads what the allocator reserved, frees it, and hands over the
+    # blocks that fit (:attr:`StartUp.kv_blocks`): the one way to know how the allocator rounds
+    # tensors of that size. Raise ``memplan.OutOfMemoryError`` (or let
+    # ``torch.OutOfMemoryError`` through) when the device cannot hold it.
 
     def gpu_id(self) -> Optional[str]:
         """Which GPU the allocator allocates on, in the device's terms (a
@@ -186,12 +196,21 @@ class StartUp:
     #: trusted, the graph estimate.
     profile: Dict[str, Any]
     #: Post-capture: the KV cache's range, mapped where the graphs point (release it, or drop
-    #: it, to give it back). ``None``: allocate the KV cache yourself: ``plan["kv"]["used_bytes"]``
-    #: (one rank), or ``combined["ranks"]["num_blocks"]`` blocks of ``plan["kv"]["block_bytes"]``.
+    #: it, to give it back). ``None``: allocate the KV cache yourself: :attr:`kv_blocks` blocks
+    #: of ``plan["kv"]["block_bytes"]``.
     kv_range: Optional["_native.KvRange"]
     #: With ``exchange``: the plan combined from every rank's, whose ``ranks["num_blocks"]``
     #: this rank mapped (the fewest of any rank). ``None`` without an exchange.
     combined: Optional[Dict[str, Any]] = None
+    #: The KV blocks this rank allocates (mapped, with :attr:`kv_range`): the plan's (or the
+    #: combined plan's) count, or fewer where the session measured that the engine's allocator
+    #: rounds its tensors past what the plan kept (:meth:`Engine.allocate_tensor`,
+    #: ``kv_cache_shrunk`` in :attr:`kv_warnings`). ``0`` only where this object was built by hand.
+    kv_blocks: int = 0
+    #: What the session said of the KV cache (``{"code", "message", ...}``):
+    #: ``kv_cache_shrunk``, or ``kv_allocation_unmeasured`` where the engine offers no
+    #: :meth:`Engine.allocate_tensor` and the allocator's rounding is the plan's assumption.
+    kv_warnings: List[Dict[str, Any]] = field(default_factory=list)
 
 
 #: An exchange of the ranks' plans: called with this rank's plan (``memplan.plan/1`` JSON
@@ -273,7 +292,7 @@ def start_up(
             kind="type",
             exit_code=2,
         )
-    plan, profile, combined, kv = _native.start_up(
+    plan, profile, combined, kv, kv_blocks, kv_warnings = _native.start_up(
         device,
         engine,
         model=os.fspath(model),
@@ -297,4 +316,6 @@ def start_up(
         profile=json.loads(profile),
         kv_range=kv,
         combined=None if combined is None else json.loads(combined),
+        kv_blocks=kv_blocks,
+        kv_warnings=json.loads(kv_warnings),
     )

@@ -2,7 +2,8 @@
 //!
 //! Hook methods (see `memplan/engine.py` for the Python side and its docs):
 //! `memory_stats() -> {"reserved", "allocated", "peak_allocated"[, "peak_reserved"]}`, `release_cached()`,
-//! `reset_peak()`, optionally `gpu_id()` (the allocator view); `graph_sizes()`, `warm_up(size)`,
+//! `reset_peak()`, optionally `gpu_id()` and `allocate_tensor(nbytes)` with `free_tensor(handle)`
+//! (the allocator view); `graph_sizes()`, `warm_up(size)`,
 //! `capture_graph(size)`, `release_graphs()`, `supports_post_capture()`,
 //! `bind_kv_range(address, size)`, `kernel_nodes_hint(size)`, `alloc_node_bytes_hint(size)`
 //! (the graph hooks).
@@ -16,7 +17,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use memplan::{AllocatorStats, AllocatorView, Engine, Error, KvRange, Result};
+use memplan::{AllocatorStats, AllocatorView, Engine, Error, KvRange, Result, TensorId};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -195,6 +196,52 @@ impl AllocatorView for PyAllocator {
         })
     }
 
+    /// The engine's optional `allocate_tensor(nbytes)`: one tensor of `nbytes` from its
+    /// allocator (`torch.empty(nbytes, dtype=torch.uint8, device=dev)`, kept by the engine), and
+    /// a handle (an int) for `free_tensor`; absent, or `None`: not offered. An out-of-memory
+    /// (memplan's `OutOfMemoryError`, or a framework's of that name) is the answer the session
+    /// measures for, not a failure of the start-up: it is not kept.
+    fn allocate_tensor(&mut self, bytes: u64) -> Result<Option<TensorId>> {
+        Python::attach(|py| {
+            let obj = self.obj.bind(py);
+            if !obj.hasattr("allocate_tensor").unwrap_or(false) {
+                return Ok(None);
+            }
+            let v = match obj.call_method1("allocate_tensor", (bytes,)) {
+                Ok(v) => v,
+                Err(e) if is_out_of_memory(py, &e) => {
+                    return Err(Error::OutOfMemory {
+                        call: "the engine's allocate_tensor()".into(),
+                        requested: bytes,
+                    })
+                }
+                Err(e) => return Err(self.failed.keep(py, "allocate_tensor()", e)),
+            };
+            if v.is_none() {
+                return Ok(None);
+            }
+            returned(
+                py,
+                "allocate_tensor()",
+                &v,
+                "a tensor handle (an int from 0 to 2^64 - 1) or None",
+            )
+            .map(|id: u64| Some(TensorId(id)))
+            .map_err(|e| self.failed.keep(py, "allocate_tensor()", e))
+        })
+    }
+
+    /// The engine's `free_tensor(handle)`, for a handle `allocate_tensor` returned.
+    fn free_tensor(&mut self, id: TensorId) -> Result<()> {
+        Python::attach(|py| {
+            self.obj
+                .bind(py)
+                .call_method1("free_tensor", (id.0,))
+                .map(drop)
+                .map_err(|e| self.failed.keep(py, "free_tensor()", e))
+        })
+    }
+
     /// The engine's optional `gpu_id()`: which GPU its allocator allocates on (a
     /// `SimAllocator`'s `gpu_id()`); absent or `None`: not checked.
     fn gpu_id(&self) -> Option<String> {
@@ -215,6 +262,13 @@ impl AllocatorView for PyAllocator {
             }
         })
     }
+}
+
+/// Whether `e` says the device ran out of memory: memplan's `OutOfMemoryError` (what a
+/// `SimAllocator` raises) or a framework's of that name (PyTorch's `torch.OutOfMemoryError`).
+fn is_out_of_memory(py: Python<'_>, e: &PyErr) -> bool {
+    requested_if_out_of_memory(py, e).is_some()
+        || e.get_type(py).name().is_ok_and(|n| n == "OutOfMemoryError")
 }
 
 /// The hooks every engine object has (`memplan.engine.Engine` defines each; an object that is

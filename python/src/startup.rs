@@ -46,8 +46,19 @@ pub struct Options {
 }
 
 /// What a start-up gives back: the plan, the profile, the combined plan (with an exchange),
-/// as JSON text, and the KV range (post-capture).
-type Outcome = (String, String, Option<String>, Option<KvRange>);
+/// as JSON text, the KV range (post-capture), the KV blocks the engine allocates, and the KV
+/// cache's warnings (JSON text).
+type Outcome = (String, String, Option<String>, Option<KvRange>, u64, String);
+
+/// [`Outcome`] as Python gets it (the KV range as its Python class).
+type Returned = (
+    String,
+    String,
+    Option<String>,
+    Option<PyKvRange>,
+    u64,
+    String,
+);
 
 /// Every rank's plan through the caller's exchange (`exchange(own plan JSON)` returns every
 /// rank's plan JSON); a Python exception is kept in `raised`.
@@ -148,8 +159,16 @@ fn chain(
         Some(f) => Some(memplan::combine_json(&exchange(f, &plan_json, raised)?)?),
         None => None,
     };
-    let kv = s.into_kv_cache(combined.as_ref().unwrap_or(&plan))?.range;
-    Ok((plan_json, profile_json, combined.map(|c| c.to_json()), kv))
+    let kv = s.into_kv_cache(combined.as_ref().unwrap_or(&plan))?;
+    let kv_warnings = serde_json::Value::Array(kv.warnings.iter().map(|w| w.to_json()).collect());
+    Ok((
+        plan_json,
+        profile_json,
+        combined.map(|c| c.to_json()),
+        kv.range,
+        kv.num_blocks,
+        kv_warnings.to_string(),
+    ))
 }
 
 /// Run the start-up; a hook's (or the exchange's) own exception wins over the memplan error
@@ -309,7 +328,7 @@ pub fn start_up(
     max_num_batched_tokens: Option<&Bound<'_, PyAny>>,
     graph_strategy: Option<String>,
     exchange: Option<&Bound<'_, PyAny>>,
-) -> PyResult<(String, String, Option<String>, Option<PyKvRange>)> {
+) -> PyResult<Returned> {
     use crate::errors::{count_arg, int_arg, type_error, usage};
     use memplan::model::limits;
     // Every argument is checked before anything runs: a wrong type is an ArgumentTypeError,
@@ -417,12 +436,15 @@ pub fn start_up(
     };
     crate::errors::guard(py, || {
         let dev = device_of(py, device)?;
-        let (plan, profile, combined, kv) = run(py, &dev, engine, &o, exchange.as_ref())?;
+        let (plan, profile, combined, kv, kv_blocks, kv_warnings) =
+            run(py, &dev, engine, &o, exchange.as_ref())?;
         Ok((
             plan,
             profile,
             combined,
             kv.map(|r| PyKvRange { inner: Some(r) }),
+            kv_blocks,
+            kv_warnings,
         ))
     })
 }

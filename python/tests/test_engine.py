@@ -4,7 +4,7 @@ allocations, post-capture hands the KV range over before capture, and failures t
 
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 import pytest
 
@@ -200,3 +200,39 @@ def test_an_allocator_on_another_gpu_is_refused() -> None:
     shared = SimDevice(gpu)
     ok = start_up(gpu, PyEngine(shared), model=MODEL)
     assert ok.plan["consumers"][0]["bytes"] > 0
+
+
+class TensorEngine(PyEngine):
+    """The engine whose allocator offers memplan tensors (``torch.empty`` in a PyTorch
+    engine), here from the simulated caching allocator."""
+
+    def __init__(self, device: SimDevice, **kw: Any) -> None:
+        super().__init__(device, **kw)
+        self.measured: List[int] = []
+
+    def allocate_tensor(self, nbytes: int) -> int:
+        self.measured.append(nbytes)
+        return self.alloc.malloc(nbytes)
+
+    def free_tensor(self, handle: int) -> None:
+        self.alloc.free(handle)
+
+
+def test_the_kv_allocation_is_measured_through_the_engines_tensors() -> None:
+    # Without allocate_tensor nothing measures the engine's later KV allocation, and the
+    # start-up says so; with it, the plan's layout (one tensor per layer) is allocated, read
+    # and freed, and the blocks handed over fit.
+    dev = SimDevice("sim:rtx4090", private=True)
+    s = start_up(dev, PyEngine(dev), model=MODEL, gpu_memory_utilization=0.9)
+    codes = [w["code"] for w in s.kv_warnings]
+    assert "kv_allocation_unmeasured" in codes
+    assert s.kv_blocks == s.plan["kv"]["num_blocks"]
+
+    dev = SimDevice("sim:rtx4090", private=True)
+    eng = TensorEngine(dev)
+    s = start_up(dev, eng, model=MODEL, gpu_memory_utilization=0.9)
+    assert "kv_allocation_unmeasured" not in [w["code"] for w in s.kv_warnings]
+    assert 0 < s.kv_blocks <= s.plan["kv"]["num_blocks"]
+    layers = s.plan["kv"]["block_bytes"] // s.plan["kv"]["page_bytes"]
+    assert len(eng.measured) >= layers  # at least one cache of one tensor per layer
+    assert eng.alloc.memory_stats()["allocated"] == eng.weights  # every tensor freed

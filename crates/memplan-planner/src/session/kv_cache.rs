@@ -396,8 +396,12 @@ impl Allocating {
 }
 
 /// Free every tensor in `held` and give the allocator's cached segments back, so the next
-/// cache is measured on fresh segments as the engine's own will be.
+/// cache is measured on fresh segments as the engine's own will be (nothing held: nothing to
+/// do).
 fn free_all(engine: &mut dyn Engine, held: &mut Vec<TensorId>) -> Result<()> {
+    if held.is_empty() {
+        return Ok(());
+    }
     let a = engine.allocator();
     let mut first_err = None;
     for id in held.drain(..) {
@@ -487,9 +491,14 @@ pub(crate) fn allocate_measured(
     // Freed whatever happened, and the device synchronized (a snapshot), as the engine's own
     // release is followed by the next reading's: a driver that lets go of freed memory only at
     // a synchronize would otherwise still hold the last cache when the engine allocates its own.
-    let freed = way
-        .release(engine)
-        .and_then(|()| rec.snap(engine).map(drop));
+    let measured = matches!(got, Ok(Some(_)));
+    let freed = way.release(engine).and_then(|()| {
+        if measured {
+            rec.snap(engine).map(drop)
+        } else {
+            Ok(())
+        }
+    });
     let got = got?;
     freed?;
     if got.is_none() {
