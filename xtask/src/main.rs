@@ -2,7 +2,7 @@
 //!
 //! - `ci`: rustfmt check, then for every feature combination of the matrix clippy with
 //!   warnings denied and the tests; the downstream engine `examples/engine` on a simulated
-//!   GPU; then the dependency rules (`cargo tree`), packaging
+//!   GPU; every crate's documentation with rustdoc's warnings denied; then the dependency rules (`cargo tree`), packaging
 //!   (`cargo package --workspace --no-verify`), the
 //!   no-hard-link rule for runtime-loaded vendor libraries, the conformance suite on every
 //!   backend's CI device, and the checks that generated files are current.
@@ -129,6 +129,25 @@ fn ci() -> Result<(), String> {
             continue;
         }
         entry.run()?;
+    }
+    // Every crate's documentation, with rustdoc's warnings (a broken or private intra-doc
+    // link) as errors: the crate docs state each contract, and a link that goes nowhere says
+    // nothing. The Python package's crate links against an interpreter and has its own step.
+    if only.is_none() {
+        run::step(
+            "rustdoc",
+            &[
+                "env",
+                "RUSTDOCFLAGS=-D warnings",
+                "cargo",
+                "doc",
+                "-q",
+                "--no-deps",
+                "--workspace",
+                "--exclude",
+                "memplan-python",
+            ],
+        )?;
     }
     // The downstream engine (examples/engine): a whole measured start-up through the facade on
     // a simulated GPU. A few seconds: the matrix above built everything it needs.

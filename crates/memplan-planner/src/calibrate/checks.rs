@@ -34,7 +34,7 @@ pub(super) fn diff(a: Option<i64>, b: Option<i64>) -> Option<i64> {
     Some(a?.saturating_sub(b?))
 }
 
-/// Synchronized reads of the free memory [`idle_range`] takes on an idle device.
+/// Synchronized reads of the free memory `idle_range` takes on an idle device.
 pub const IDLE_READS: usize = 32;
 
 /// How far the free reading moves while nothing is allocated: [`IDLE_READS`] reads, each after

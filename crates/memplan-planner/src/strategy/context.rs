@@ -195,7 +195,7 @@ impl<'s> GraphContext<'s> {
     /// ([`Warning::HeldAfterGraphTeardown`]).
     ///
     /// Returns what the release gave back and what it did not ([`Primed`]): a runtime may give
-    /// a destroyed graph's memory back after more synchronizes than [`settle`] waits for, and
+    /// a destroyed graph's memory back after more synchronizes than the settle (`settle`) waits for, and
     /// memory that comes back inside a later window makes that window measure less than its
     /// captures took.
     pub fn prime(&mut self, size: u32) -> Result<Primed> {
@@ -251,7 +251,7 @@ impl<'s> GraphContext<'s> {
 
     /// How far a window of the free reading may be off: the largest error calibration (or the
     /// session's start) saw on one, over [`IDLE_READS`](crate::calibrate::IDLE_READS) reads of
-    /// the idle device and windows over known allocations, times 1.25 ([`WINDOW_ERROR_FACTOR_INVERSE_EXCESS`])
+    /// the idle device and windows over known allocations, times 1.25 (`WINDOW_ERROR_FACTOR_INVERSE_EXCESS`)
     /// (plus a granule's worth of slack), within the declared tolerance; the declared
     /// tolerance where nothing measured it. A declared tolerance often covers a constant offset
     /// (memory the reading cannot see), which a window cancels; the measured window error
