@@ -182,9 +182,12 @@ impl<E: AsDynEngine + ?Sized> Session<'_, E> {
         let span = tracing::info_span!("graph_phase", strategy = %strategy.kind());
         let _e = span.enter();
         self.why = why.into();
-        let engine = self.engine.as_dyn();
         crate::strategy::trim_and_settle(&self.rec.device)?;
-        let before = self.rec.settle(engine)?;
+        let before = self.rec.settle(self.engine.as_dyn())?;
+        // Where the session measures by allocation probes, what the phase leaves unallocatable
+        // after its teardown is measured as any other step's (below).
+        let before_probe = self.probe_allocatable()?;
+        let engine = self.engine.as_dyn();
         let mut ctx = GraphContext::new(&mut self.rec, engine, before);
         let outcome = strategy.run(&mut ctx);
         let keep = matches!(&outcome, Ok(e) if e.kept);
@@ -205,6 +208,11 @@ impl<E: AsDynEngine + ?Sized> Session<'_, E> {
         // and must not be attributed to other processes by the next quiet window.
         if let Ok(a) = &after {
             self.rec.graph_step(before, *a, keep);
+            // No reading sees what a teardown did not give back (per-capture memory a runtime
+            // keeps, a release still pending): the probes do, and it is held from now on.
+            if !keep {
+                self.probe_step(before_probe, &before, a)?;
+            }
         }
         if let Err(e) = &after {
             self.steps.poisoned(Step::CaptureGraphs, e);

@@ -31,7 +31,7 @@
 
 mod graphs;
 mod kv_cache;
-mod probe;
+pub(crate) mod probe;
 mod recorder;
 mod steps;
 

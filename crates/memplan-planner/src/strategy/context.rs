@@ -242,6 +242,29 @@ impl<'s> GraphContext<'s> {
         }
     }
 
+    /// Where no reading measures this process and the session measures by allocation probes
+    /// ([`Profile::probe_baseline`](crate::Profile)): the largest allocation that succeeds
+    /// now, within the probes' resolution. `None` elsewhere, or where the device cannot
+    /// allocate.
+    pub fn allocatable(&mut self) -> Result<Option<u64>> {
+        let Some(limit) = self.session.p.probe_baseline else {
+            return Ok(None);
+        };
+        match crate::session::probe::largest_allocatable(&self.session.device, limit) {
+            Ok(b) => Ok(Some(b)),
+            Err(Error::Unsupported { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// What became unallocatable between two [`allocatable`](Self::allocatable) probes, the
+    /// probes' resolution counted on the safe side (more, never less).
+    pub fn probed_growth(&self, before: u64, after: u64) -> u64 {
+        let limit = self.session.p.probe_baseline.unwrap_or(before);
+        u64::try_from(crate::session::probe::step_growth(before, after, limit, 0).max(0))
+            .unwrap_or(0)
+    }
+
     /// Tolerance of the driver free reading (0 unless declared approximate).
     pub fn free_tolerance(&self) -> u64 {
         self.capability()

@@ -18,7 +18,11 @@
 //! A bound is only as good as the figures behind it: where a reading the device does give
 //! (the driver's free reading within its tolerance, or the device-wide reading) shows the
 //! capture taking more than the bound, the bound was wrong for this device and the reading
-//! replaces it ([`Warning::GraphBoundContradicted`]), with the same margin.
+//! replaces it ([`Warning::GraphBoundContradicted`]), with the same margin. Where no reading
+//! measures this process at all, allocation probes do: the largest allocation that succeeds
+//! before the captures and after them differ by what the captures hold (executable objects
+//! and per-capture memory included, whatever their size per kernel node), and that replaces
+//! a bound it exceeds the same way.
 
 use memplan_core::bytes::{fmt_bytes, KIB};
 use memplan_core::{Reading, Result};
@@ -50,11 +54,19 @@ impl GraphStrategy for Conservative {
     fn run(&self, ctx: &mut GraphContext<'_>) -> Result<GraphEstimate> {
         let sizes = ctx.sizes();
         let before = ctx.flushed_snapshot()?;
+        let before_probe = ctx.allocatable()?;
         for s in &sizes {
             ctx.warm_up(*s)?;
             ctx.capture(*s)?;
         }
         let after = ctx.flushed_snapshot()?;
+        // No reading measures this process: what the captures made unallocatable (the
+        // executable objects and per-capture memory included) is the one measurement of what
+        // they hold outside the allocator.
+        let probed = match (before_probe, ctx.allocatable()?) {
+            (Some(b), Some(a)) => Some(ctx.probed_growth(b, a)),
+            _ => None,
+        };
         let w = before.window_to(&after);
         if let Some(d) = w.allocator_reserved.filter(|d| *d < 0) {
             // Reported, not clamped silently: the bound itself counts 0 for the private pool.
@@ -108,7 +120,7 @@ impl GraphStrategy for Conservative {
             .fold(0, u64::saturating_add);
         // Saturating, and at most i64::MAX: a bound must never wrap into a small number.
         let bound = pool.saturating_add(driver_only).min(i64::MAX as u64);
-        let (point, contradicted) = match seen_by_readings(ctx, &before, &after, &w) {
+        let (point, contradicted) = match seen_by_readings(ctx, &before, &after, &w, probed) {
             Some((measured, reading)) if measured > bound => {
                 ctx.warn(Warning::GraphBoundContradicted {
                     bound,
@@ -140,7 +152,7 @@ impl GraphStrategy for Conservative {
         );
         if let Some(r) = contradicted {
             e.explanation = format!(
-                "{}; the {r} showed {} taken, more than the bound {}: the reading replaces it",
+                "{}; the {r} showed {} taken, more than the bound {}: the measurement replaces it",
                 e.explanation,
                 fmt_bytes(point),
                 fmt_bytes(bound)
@@ -152,13 +164,15 @@ impl GraphStrategy for Conservative {
 
 /// What the readings the device does give show the capture taking, and which one: the
 /// driver's free reading where it is sourced (even within a wide tolerance: a window cancels
-/// a constant offset), else the device-wide reading. `None` where neither moved or neither is
-/// sourced.
+/// a constant offset), the device-wide reading, and where the session measures by allocation
+/// probes (no reading measures this process) what the captures made unallocatable (`probed`);
+/// the largest. `None` where none moved or none is sourced.
 fn seen_by_readings(
     ctx: &GraphContext<'_>,
     before: &memplan_core::MemoryInfo,
     after: &memplan_core::MemoryInfo,
     w: &memplan_core::MemoryWindow,
+    probed: Option<u64>,
 ) -> Option<(u64, &'static str)> {
     let free_sourced = !matches!(
         ctx.capability().reading(Reading::DriverFree),
@@ -175,7 +189,11 @@ fn seen_by_readings(
         .zip(after.device.available)
         .and_then(|(b, a)| b.checked_sub(a))
         .map(|d| (d, "device-wide reading"));
-    [driver, device].into_iter().flatten().max_by_key(|x| x.0)
+    let probes = probed.map(|d| (d, "allocation probes"));
+    [driver, device, probes]
+        .into_iter()
+        .flatten()
+        .max_by_key(|x| x.0)
 }
 
 impl GraphStrategy for NoGraphs {

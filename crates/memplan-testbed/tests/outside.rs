@@ -1,0 +1,65 @@
+//! Scenario files written outside the test-bed's generator (`tests/outside/*.toml`): other
+//! devices, models and quirks than the shipped scenarios and the sweep's generated ones. Each
+//! runs with the automatic choice the way the sweep runs a case, on the seeds listed (among
+//! them those whose physics once broke a rule), and is judged by the sweep's own acceptance
+//! rules: no gating failure ([`acceptance::GATING`]), and no needless refusal.
+
+use std::sync::Arc;
+
+use memplan_testbed::oracle::engine_alone;
+use memplan_testbed::run::{open, run_judged, Choice};
+use memplan_testbed::scenario::Scenario;
+use memplan_testbed::sweep::acceptance::{self, Check};
+use memplan_testbed::sweep::{seeded, Case};
+
+fn cases(file: &str, seeds: &[u64]) -> Vec<Case> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/outside")
+        .join(file);
+    let setup = Scenario::load(path.to_str().unwrap())
+        .and_then(Scenario::resolve)
+        .unwrap_or_else(|e| panic!("{file}: {e}"));
+    seeds
+        .iter()
+        .map(|seed| {
+            let setup = seeded(setup.clone(), *seed);
+            let alone = engine_alone(&setup).ok();
+            let adversarial = open(&setup).is_ok_and(|g| g.physics().adversarial);
+            let out = run_judged(&setup, Choice::Auto, None, alone)
+                .unwrap_or_else(|e| panic!("{file} seed {seed}: harness error: {e}"));
+            Case {
+                group: file.into(),
+                what: format!("seed={seed}"),
+                out,
+                harness_error: false,
+                setup: Some(Arc::new(setup)),
+                adversarial,
+            }
+        })
+        .collect()
+}
+
+fn passes(file: &str, seeds: &[u64]) -> Vec<Case> {
+    let cases = cases(file, seeds);
+    let all = acceptance::failures(&cases);
+    let failed: Vec<&str> = all
+        .iter()
+        .filter(|f| acceptance::GATING.contains(&f.check) || f.check == Check::NeedlessRefusal)
+        .map(|f| f.line.as_str())
+        .collect();
+    assert!(failed.is_empty(), "{file}:\n{}", failed.join("\n"));
+    cases
+}
+
+/// A free reading calibration finds unusable on a device that captures graphs: the graph memory
+/// is bounded, not measured. On adversarial physics an executable object may take far more per
+/// kernel node than any analytic bound assumes (these seeds once ran out of memory or went
+/// over the request by up to 6 GiB): allocation probes around the captures measure what they
+/// hold, and around the phase what its teardown did not give back.
+#[test]
+fn stale_free_reading_bounds_graphs_by_probes() {
+    let cases = passes("stale-free-h100.toml", &[10, 12, 118, 122, 148, 176, 255, 296]);
+    assert!(cases
+        .iter()
+        .all(|c| c.out.strategy == memplan_planner::strategy::StrategyKind::Conservative));
+}
