@@ -224,6 +224,12 @@ pub enum Warning {
         /// Which reading.
         reading: String,
     },
+    /// The device refused to record the engine's graphs although the capability declared
+    /// capture supported: the plan reserves no graph memory and the engine runs eagerly.
+    GraphCaptureUnsupported {
+        /// The device's error.
+        reason: String,
+    },
     /// A warning of a code this build does not know, read from a plan of a newer memplan of
     /// the same schema version: its code and message as read (written back unchanged).
     #[serde(skip)]
@@ -267,6 +273,7 @@ impl Warning {
             Warning::KvCacheShrunk { .. } => "kv_cache_shrunk",
             Warning::KvAllocationUnmeasured { .. } => "kv_allocation_unmeasured",
             Warning::GraphBoundContradicted { .. } => "graph_bound_contradicted",
+            Warning::GraphCaptureUnsupported { .. } => "graph_capture_unsupported",
             Warning::Unrecognized { .. } => "unrecognized",
         }
     }
@@ -352,6 +359,7 @@ impl fmt::Display for Warning {
             Warning::KvCacheShrunk { planned_blocks, blocks, taken, room } => write!(f, "the engine's KV cache of {planned_blocks} blocks takes {} once its allocator rounds each tensor (measured), more than the {} the plan kept for it: {blocks} blocks instead", fmt_bytes(*taken), fmt_bytes(*room)),
             Warning::KvAllocationUnmeasured { blocks } => write!(f, "the engine allocates its KV cache of {blocks} blocks after the session, and neither the engine (no KV allocation hook) nor its allocator (no tensor allocation) lets memplan measure how its allocator rounds the cache's tensors: the plan's rounding rules are assumed, and an allocator that rounds more coarsely can take more than the plan kept"),
             Warning::GraphBoundContradicted { bound, measured, reading } => write!(f, "the {reading} showed the graphs taking {}, more than the analytic bound of {}: the measurement replaces the bound", fmt_bytes(*measured), fmt_bytes(*bound)),
+            Warning::GraphCaptureUnsupported { reason } => write!(f, "the device could not record the engine's graphs ({reason}): no graph memory is reserved and the engine must run eagerly (enforce eager)"),
             Warning::StrategyOverridden { chosen, automatic } => write!(f, "graph strategy {chosen} was chosen by hand; the capabilities call for {automatic}"),
             Warning::Unrecognized { message, .. } => f.write_str(message),
         }

@@ -58,8 +58,32 @@ fn passes(file: &str, seeds: &[u64]) -> Vec<Case> {
 /// hold, and around the phase what its teardown did not give back.
 #[test]
 fn stale_free_reading_bounds_graphs_by_probes() {
-    let cases = passes("stale-free-h100.toml", &[10, 12, 118, 122, 148, 176, 255, 296]);
+    let cases = passes(
+        "stale-free-h100.toml",
+        &[10, 12, 118, 122, 148, 176, 255, 296],
+    );
     assert!(cases
         .iter()
         .all(|c| c.out.strategy == memplan_planner::strategy::StrategyKind::Conservative));
+}
+
+/// A device that declares capture supported but cannot record the engine's graphs (allocation
+/// nodes on a runtime without stream-ordered allocation): start-up used to be refused where the
+/// engine runs eagerly and fits; the plan is eager and says why.
+#[test]
+fn capture_unsupported_at_run_time_plans_eagerly() {
+    for c in passes("no-alloc-nodes-l4.toml", &[0, 1, 2]) {
+        assert_eq!(
+            c.out.strategy,
+            memplan_planner::strategy::StrategyKind::None
+        );
+        let plan = c.out.plan.as_ref().expect("a plan");
+        assert!(
+            plan.warnings
+                .iter()
+                .any(|w| w.code() == "graph_capture_unsupported"),
+            "{:?}",
+            plan.warnings
+        );
+    }
 }

@@ -44,7 +44,30 @@ impl<E: AsDynEngine + ?Sized> Session<'_, E> {
         self.graph_phase_done(r)
     }
 
+    /// The automatic choice's graph phase. Where the capability declared capture supported
+    /// but the device refused to record the engine's graphs ([`Error::Unsupported`] from a
+    /// warm-up or capture: a graph allocation node on a runtime without stream-ordered
+    /// allocation), the engine cannot capture them at all: it runs eagerly, as where the
+    /// capability declares capture unsupported, and the plan says why
+    /// ([`Warning::GraphCaptureUnsupported`]) instead of refusing start-up.
     fn capture_graphs_auto(&mut self) -> Result<()> {
+        self.rec.capture_unsupported = None;
+        let r = self.capture_graphs_selected();
+        match (r, self.rec.capture_unsupported.take()) {
+            (Err(_), Some(reason)) if !self.steps.is_poisoned() => {
+                self.rec.warn(Warning::GraphCaptureUnsupported {
+                    reason: reason.clone(),
+                });
+                let why = format!(
+                    "graph capture failed as unsupported ({reason}): the engine runs eagerly"
+                );
+                self.run_graph_phase(&*StrategyKind::None.strategy(), why)
+            }
+            (r, _) => r,
+        }
+    }
+
+    fn capture_graphs_selected(&mut self) -> Result<()> {
         let sel = self.selection();
         if sel.kind != StrategyKind::Sampled {
             return self.run_graph_phase(&*sel.kind.strategy(), sel.why);
@@ -185,8 +208,13 @@ impl<E: AsDynEngine + ?Sized> Session<'_, E> {
         crate::strategy::trim_and_settle(&self.rec.device)?;
         let before = self.rec.settle(self.engine.as_dyn())?;
         // Where the session measures by allocation probes, what the phase leaves unallocatable
-        // after its teardown is measured as any other step's (below).
-        let before_probe = self.probe_allocatable()?;
+        // after its teardown is measured as any other step's (below); an eager phase captures
+        // nothing to measure.
+        let before_probe = if strategy.kind() == StrategyKind::None {
+            None
+        } else {
+            self.probe_allocatable()?
+        };
         let engine = self.engine.as_dyn();
         let mut ctx = GraphContext::new(&mut self.rec, engine, before);
         let outcome = strategy.run(&mut ctx);

@@ -27,6 +27,10 @@ pub(crate) struct Recorder {
     /// How far the free reads of one combined snapshot may spread while memory holds still
     /// ([`combined_snapshot`]); `None`: not checked.
     pub still: Option<u64>,
+    /// The engine's warm-up or capture of a graph failed as unsupported by the device (a
+    /// capability that declared capture supported, and a graph the runtime cannot record):
+    /// the error, for the automatic choice to plan the engine eagerly.
+    pub capture_unsupported: Option<String>,
 }
 
 /// Before a reading: where the device cannot synchronize, wait for the engine's own queues
@@ -128,6 +132,7 @@ impl Recorder {
             free_ok: growth_known,
             unsynced_warned: false,
             still: None,
+            capture_unsupported: None,
         }
     }
 

@@ -135,6 +135,11 @@ impl Steps {
     pub fn poisoned(&mut self, step: Step, e: &Error) {
         self.failed = Some((step, e.to_string()));
     }
+
+    /// Whether a step failed after changing the device (every later step is refused).
+    pub fn is_poisoned(&self) -> bool {
+        self.failed.is_some()
+    }
 }
 
 #[cfg(test)]

@@ -84,10 +84,15 @@ impl<'s> GraphContext<'s> {
     }
 
     /// An out-of-memory while warming up or capturing `size` becomes the refusal that the
-    /// graphs do not fit; other errors pass as they are.
-    fn graphs_do_not_fit(&self, size: u32, e: Error) -> Error {
+    /// graphs do not fit; other errors pass as they are (one that says the device cannot
+    /// record the graph is noted for the automatic choice, see `Session::capture_graphs`).
+    fn graphs_do_not_fit(&mut self, size: u32, e: Error) -> Error {
         let requested = match e.root() {
             Error::OutOfMemory { requested, .. } => *requested,
+            Error::Unsupported { .. } => {
+                self.session.capture_unsupported = Some(e.to_string());
+                return e;
+            }
             _ => return e,
         };
         tracing::warn!(size, error = %e, "the graphs do not fit in device memory");
