@@ -13,7 +13,9 @@
 //! So `full` reads every capture in its own window (the cache released before each baseline),
 //! then captures the first size again [`REPEATS`] times on its own: the spread of the repeats
 //! is the capture-to-capture variation, which sizes the margin (scaled to every graph, as
-//! independent variations add up: `k * spread / mean * sqrt(sum of squares)`).
+//! independent variations add up: `k * spread / mean * sqrt(sum of squares)`). The repeats
+//! are windows of a reading that may be off by its window error, independently of the
+//! capture: the part of their range the noise explains is taken off in quadrature.
 //!
 //! `k` makes the margin a one-sided bound at 99.95% from `n` repeats: their range estimates
 //! the standard deviation of one capture as `range / d2(n)` (d2 = 2.059 for 4 samples, 3.258
@@ -130,13 +132,22 @@ fn spread_per_mille(repeats: &[i64], tolerance: u64) -> u64 {
     let (Some(&hi), Some(&lo)) = (repeats.iter().max(), repeats.iter().min()) else {
         return 0;
     };
-    let noise = i64::try_from(tolerance.saturating_mul(2)).unwrap_or(i64::MAX);
     let mean = repeats.iter().map(|x| *x as f64).sum::<f64>() / repeats.len() as f64;
-    let varied = hi.saturating_sub(lo).saturating_sub(noise);
-    if mean <= 0.0 || varied <= 0 {
+    let varied = varied_beyond_noise(hi.saturating_sub(lo), tolerance);
+    if mean <= 0.0 || varied <= 0.0 {
         return 0;
     }
-    (varied as f64 * 1000.0 / mean).round() as u64
+    (varied * 1000.0 / mean).round() as u64
+}
+
+/// The part of the repeats' range `range` that the reading's window error (twice `tolerance`)
+/// does not explain. The capture's variation and the reading's error are independent, so
+/// their spreads add in quadrature, not linearly: subtracting the whole window error from
+/// the range would take a variation about as large as the noise for none at all.
+fn varied_beyond_noise(range: i64, tolerance: u64) -> f64 {
+    let range = range.max(0) as f64;
+    let noise = tolerance.saturating_mul(2) as f64;
+    (range * range - noise * noise).max(0.0).sqrt()
 }
 
 /// Whether the reading's window error (twice `tolerance` between two windows) is large enough,
@@ -164,7 +175,6 @@ fn variation_margin(repeats: &[i64], each: &[i64], tolerance: u64) -> u64 {
     let (Some(&hi), Some(&lo)) = (repeats.iter().max(), repeats.iter().min()) else {
         return 0;
     };
-    let noise = i64::try_from(tolerance.saturating_mul(2)).unwrap_or(i64::MAX);
     // The variation relative to one capture, at most the whole capture.
     let spread = (spread_per_mille(repeats, tolerance) as f64 / 1000.0).min(1.0);
     if spread <= 0.0 {
@@ -175,7 +185,7 @@ fn variation_margin(repeats: &[i64], each: &[i64], tolerance: u64) -> u64 {
     // of the executable object, whose size follows the kernel count, not the batch: a
     // proportional scaling from the largest size would understate the smaller ones).
     let squares: f64 = each.iter().map(|c| (*c.max(&0) as f64).powi(2)).sum();
-    let varied = hi.saturating_sub(lo).saturating_sub(noise).max(0) as f64;
+    let varied = varied_beyond_noise(hi.saturating_sub(lo), tolerance);
     let same_bytes = varied * (each.len() as f64).sqrt();
     let k = margin_factor(repeats.len());
     (k * (spread * squares.sqrt()).max(same_bytes)).ceil() as u64
@@ -362,6 +372,22 @@ mod tests {
         );
         // Nothing to compare.
         assert_eq!(variation_margin(&[], &[5], 0), 0);
+    }
+
+    #[test]
+    fn noise_and_variation_add_in_quadrature() {
+        let mib = 1i64 << 20;
+        // A 20 MiB range read with a 16 MiB window error: 12 MiB of it is variation
+        // (sqrt(20^2 - 16^2)), not the 4 MiB a linear subtraction would leave.
+        let repeats = [90 * mib, 100 * mib, 110 * mib];
+        assert_eq!(spread_per_mille(&repeats, 8 << 20), 120);
+        let linear = 0.04 * 100.0 * (mib as f64);
+        let m = variation_margin(&repeats, &[100 * mib], 8 << 20);
+        assert_eq!(
+            m,
+            (margin_factor(3) * 0.12 * 100.0 * mib as f64).ceil() as u64
+        );
+        assert!(m as f64 > 2.0 * margin_factor(3) * linear);
     }
 
     #[test]
