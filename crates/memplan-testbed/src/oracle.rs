@@ -11,7 +11,8 @@
 //! Two oracles judge a run:
 //! - [`oracle_tokens`], the run's: the smaller of the room within the requested memory
 //!   (`requested` less the weights, activation, library workspace and graph memory the engine
-//!   alone takes, less the per-capture memory the run's own profiling left held for good) and
+//!   alone takes, less the per-capture memory the run's own profiling left held for good; where
+//!   the run kept its graphs, less the graph memory the process holds at the plan instead) and
 //!   the physical room when the plan was made (the true free memory less the peak the engine
 //!   still needs after allocating its KV cache);
 //! - [`clean_oracle_tokens`], from a clean device: the scenario's engine as configured (it
@@ -224,9 +225,22 @@ fn requested_of(setup: &Setup, total: u64) -> Option<u64> {
 /// the model cannot be judged; a harness error).
 pub fn oracle_tokens(setup: &Setup, alone: &EngineAlone, at: &AtPlan) -> Option<Oracle> {
     let requested = requested_of(setup, at.start.total)?;
-    let graph = if at.eager { 0 } else { alone.graph };
+    // Graph memory the engine serves with. Where the run kept its graphs, they are the very
+    // graphs the engine serves with: what the process holds for graphs at the plan (the kept
+    // graphs, and the per-capture and library memory calibration and profiling left held),
+    // not a capture of the same sizes by the engine alone, whose executable objects may cost
+    // more or less from one capture to the next. Releases still pending come back.
+    let held_for_graphs =
+        |t: &memplan_backend_sim::GroundTruth| graph_truth(t).saturating_sub(t.pending_release);
+    let graph = if at.eager {
+        0
+    } else if at.graphs_kept {
+        held_for_graphs(&at.plan).saturating_sub(held_for_graphs(&at.start))
+    } else {
+        alone.graph
+    };
     // Per-capture memory the run's own measuring captures left held (never returned): the
-    // process holds it whatever it plans next. Kept graphs' memory is their graph memory.
+    // process holds it whatever it plans next. Where graphs were kept it is in `graph`.
     let leftover = if at.graphs_kept {
         0
     } else {

@@ -87,3 +87,13 @@ fn capture_unsupported_at_run_time_plans_eagerly() {
         );
     }
 }
+
+/// The oracle of a run that kept its graphs (post-capture) counts the graph memory the process
+/// holds at the plan, not another capture of the same sizes: a graph's executable object varies
+/// from one capture to the next, and with three graphs of about 1 GiB each the engine alone's
+/// capture took up to 0.7 GiB more than the run's, which judged plans that fit as over the
+/// oracle (these seeds, up to 102.3%).
+#[test]
+fn kept_graphs_are_judged_by_their_own_memory() {
+    passes("single-tensor-h200.toml", &[9, 27, 88, 150, 170]);
+}
