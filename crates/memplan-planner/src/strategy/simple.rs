@@ -21,8 +21,9 @@
 //! replaces it ([`Warning::GraphBoundContradicted`]), with the same margin. Where no reading
 //! measures this process at all, allocation probes do: the largest allocation that succeeds
 //! before the captures and after them differ by what the captures hold (executable objects
-//! and per-capture memory included, whatever their size per kernel node), and that replaces
-//! a bound it exceeds the same way.
+//! and per-capture memory included, whatever their size per kernel node): that measurement
+//! replaces the bound, above it or below it (at least the allocator's measured part), with the
+//! same margin.
 
 use memplan_core::bytes::{fmt_bytes, KIB};
 use memplan_core::{Reading, Result};
@@ -120,7 +121,8 @@ impl GraphStrategy for Conservative {
             .fold(0, u64::saturating_add);
         // Saturating, and at most i64::MAX: a bound must never wrap into a small number.
         let bound = pool.saturating_add(driver_only).min(i64::MAX as u64);
-        let (point, contradicted) = match seen_by_readings(ctx, &before, &after, &w, probed) {
+        let seen = seen_by_readings(ctx, &before, &after, &w, probed);
+        let (point, contradicted) = match seen {
             Some((measured, reading)) if measured > bound => {
                 ctx.warn(Warning::GraphBoundContradicted {
                     bound,
@@ -129,6 +131,9 @@ impl GraphStrategy for Conservative {
                 });
                 (measured, Some(reading))
             }
+            // The probes measured everything the captures hold, physically: the bound is a
+            // guess beside it (the allocator's own measurement stays the least it can be).
+            Some((measured, reading)) if probed.is_some() => (measured.max(pool), Some(reading)),
             _ => (bound, None),
         };
         let margin = point / 4;
@@ -151,8 +156,9 @@ impl GraphStrategy for Conservative {
             fmt_bytes(margin)
         );
         if let Some(r) = contradicted {
+            let than = if point > bound { "more" } else { "no more" };
             e.explanation = format!(
-                "{}; the {r} showed {} taken, more than the bound {}: the measurement replaces it",
+                "{}; the {r} showed {} taken, {than} than the bound {}: the measurement replaces it",
                 e.explanation,
                 fmt_bytes(point),
                 fmt_bytes(bound)
