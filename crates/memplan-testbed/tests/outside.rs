@@ -108,3 +108,34 @@ fn probes_replace_an_analytic_bound_that_leaves_no_room() {
 fn kept_graphs_are_judged_by_their_own_memory() {
     passes("single-tensor-h200.toml", &[9, 27, 88, 150, 170]);
 }
+
+/// Every other file, on two seeds each: other devices (H200, MI300X, Max 1550, A100 40GB, Arc
+/// 140V, RTX 4090, ROCm 5.4/5.5), MLA-like single latent heads, int8/fp8/fp16 KV, block sizes
+/// 1 to 256, 1 to 512 layers, eager engines, unsorted and duplicated size lists, engine hints,
+/// up to 515 sizes, forced adversarial physics with neighbours, and requests that cannot be
+/// met (utilisation exactly 1, a million-token context): no gating failure, no needless
+/// refusal, and a refusal names why.
+#[test]
+fn outside_scenarios_pass_the_gating_rules() {
+    for file in [
+        "h200-mla-fp8.toml",
+        "eager-int8-block256.toml",
+        "max1550-sizes-hints.toml",
+        "rocm55-graphics.toml",
+        "many-tiny-layers-fp8-block1.toml",
+        "mi300x-pool-stub.toml",
+        "max1550-adversarial-eager.toml",
+        "rocm54-nopost-budget.toml",
+        "arc140v-long.toml",
+        "mi300x-util-one.toml",
+    ] {
+        for c in passes(file, &[0, 1]) {
+            if let Some(why) = &c.out.failed {
+                assert!(
+                    why.contains("start-up refused") && why.len() > 40,
+                    "{file}: {why}"
+                );
+            }
+        }
+    }
+}
