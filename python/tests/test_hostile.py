@@ -362,3 +362,66 @@ def test_stats_that_contradict_themselves_are_a_measurement_error_naming_the_hoo
         with pytest.raises(memplan.MeasurementError) as info:
             start_up(dev, Lying(dev, hook, answer), model=MODEL)
         assert f"{hook}()" in info.value.message
+
+
+class HandingTensors(PyEngine):
+    """An engine whose ``allocate_tensor`` answers ``answer`` (after really allocating, so a
+    nonsense handle leaves a tensor the engine holds) and whose ``free_tensor`` frees what it
+    was handed when it can."""
+
+    def __init__(self, device: SimDevice, answer: Any) -> None:
+        super().__init__(device)
+        self.answer = answer
+
+    def allocate_tensor(self, nbytes: int) -> Any:
+        if isinstance(self.answer, BaseException):
+            raise self.answer
+        h = self.alloc.malloc(nbytes)
+        if self.answer == "honest":
+            return h
+        self.alloc.free(h)
+        return self.answer
+
+    def free_tensor(self, handle: int) -> None:
+        self.alloc.free(handle)
+
+
+@pytest.mark.parametrize("answer", [-1, 2**64, 1.5, "handle", [1], RuntimeError("driver")])
+def test_a_tensor_hook_answering_nonsense_is_a_measurement_error_naming_it(answer: Any) -> None:
+    dev = SimDevice("sim:rtx4090", private=True)
+    try:
+        start_up(dev, HandingTensors(dev, answer), model=MODEL)
+    except memplan.MeasurementError as e:
+        _no_overflow_or_panic(e)
+        assert "allocate_tensor()" in e.message
+    except RuntimeError as e:
+        # The engine's own exception, re-raised as it was.
+        assert str(e) == "driver"
+    else:
+        pytest.fail(f"allocate_tensor() answering {answer!r} was taken")
+
+
+class OutOfMemoryError(RuntimeError):
+    """A framework's out-of-memory exception (PyTorch's is ``torch.OutOfMemoryError``)."""
+
+
+class OutOfMemoryOnce(HandingTensors):
+    def __init__(self, device: SimDevice) -> None:
+        super().__init__(device, "honest")
+        self.refused = 0
+
+    def allocate_tensor(self, nbytes: int) -> Any:
+        if self.refused == 0:
+            self.refused += 1
+            raise OutOfMemoryError(f"could not allocate {nbytes} bytes")
+        return super().allocate_tensor(nbytes)
+
+
+def test_a_tensor_hook_that_runs_out_of_memory_is_measured_not_raised() -> None:
+    # An out-of-memory from the hook is an answer the KV measurement asks for, not a failure
+    # of the start-up: it is neither kept nor re-raised.
+    dev = SimDevice("sim:rtx4090", private=True)
+    eng = OutOfMemoryOnce(dev)
+    s = start_up(dev, eng, model=MODEL)
+    assert eng.refused == 1
+    assert 0 < s.kv_blocks <= s.plan["kv"]["num_blocks"]
