@@ -43,7 +43,13 @@
 //! it); warnings are [`Warning`].
 //!
 //! The session's steps run once, in order ([`Step`]; refused by name otherwise), and it ends
-//! with [`Session::into_kv_cache`], which takes a plan, never a byte count.
+//! with [`Session::into_kv_cache`], which takes a plan, never a byte count. Where the engine
+//! allocates the KV cache itself, it allocates [`KvCache::num_blocks`]: the plan's count, or
+//! fewer where the session measured that the engine's allocator rounds the cache's tensors past
+//! what the plan kept. That measurement needs the engine's hook
+//! ([`Engine::allocate_kv_cache`]) or tensors from its allocator
+//! ([`AllocatorView::allocate_tensor`]); without either, [`KvCache::warnings`] says the
+//! allocation was not measured (`kv_allocation_unmeasured`).
 //!
 //! ## Several GPUs
 //!
