@@ -123,6 +123,18 @@ pub enum Warning {
         /// What capture is estimated to take outside the budget.
         estimate: u64,
     },
+    /// The request is a share of the device's total memory (`gpu_memory_utilization`), but
+    /// the total reading is approximate (declared so, or found so by calibration): the share
+    /// is taken of the reported total, as the engine takes it, which may be off by the
+    /// reading's tolerance; a byte budget says what is meant.
+    UtilizationOfInexactTotal {
+        /// The total the share was taken of.
+        reported_total: u64,
+        /// How far the reading may be off (0: not known).
+        tolerance: u64,
+        /// Why the reading is approximate.
+        why: String,
+    },
     /// The max model length exceeds what the model was trained for.
     MaxModelLenBeyondModel {
         /// Asked for.
@@ -263,6 +275,7 @@ impl Warning {
             Warning::ForeignMemoryChanged { .. } => "foreign_memory_changed",
             Warning::GraphMemoryNotReserved { .. } => "graph_memory_not_reserved",
             Warning::MaxModelLenBeyondModel { .. } => "max_model_len_beyond_model",
+            Warning::UtilizationOfInexactTotal { .. } => "utilization_of_inexact_total",
             Warning::FiguresPerRank { .. } => "figures_per_rank",
             Warning::LimitingRank { .. } => "limiting_rank",
             Warning::ReadingsNotSynchronized { .. } => "readings_not_synchronized",
@@ -349,6 +362,7 @@ impl fmt::Display for Warning {
             Warning::OtherProcessesUnseen { free_reading, device_wide } => write!(f, "memory other processes hold is invisible to this device's readings: driver free is {free_reading}; device-wide reading: {device_wide}"),
             Warning::ForeignMemoryChanged { bytes } => write!(f, "other processes changed their memory by {} while profiling: attributed to them, not to this engine", fmt_signed(*bytes)),
             Warning::GraphMemoryNotReserved { estimate } => write!(f, "graph memory is not reserved; capture will take about {} outside the budget", fmt_bytes(*estimate)),
+            Warning::UtilizationOfInexactTotal { reported_total, tolerance, why } => write!(f, "the request is a share of the device's total memory, but its total reading ({}) is approximate ({}{why}): the share is taken of the reported total, as the engine takes it; give a byte budget to size the plan by what is meant", fmt_bytes(*reported_total), if *tolerance > 0 { format!("good to {}: ", fmt_bytes(*tolerance)) } else { String::new() }),
             Warning::MaxModelLenBeyondModel { max_model_len, max_position_embeddings } => write!(f, "the max model length {max_model_len} exceeds the model's max_position_embeddings ({max_position_embeddings})"),
             Warning::FiguresPerRank { ranks } => write!(f, "figures are per rank; the engine sizes all {ranks} ranks like the smallest"),
             Warning::LimitingRank { rank, ranks, device } => write!(f, "rank {rank} ({device}) has the smallest KV cache of {ranks} ranks; the engine sizes every rank like it"),
@@ -434,6 +448,12 @@ mod tests {
                 max_model_len: 2,
                 max_position_embeddings: 1,
             },
+            Warning::UtilizationOfInexactTotal {
+                reported_total: 2,
+                tolerance: 1,
+                why: s(),
+            },
+            Warning::KvAllocationUnmeasured { blocks: 1 },
             Warning::FiguresPerRank { ranks: 2 },
             Warning::LimitingRank {
                 rank: 1,

@@ -139,3 +139,32 @@ fn outside_scenarios_pass_the_gating_rules() {
         }
     }
 }
+
+/// A share of a total reading calibration finds approximate is a share of the reported figure
+/// (as the engine takes it): the plan says so by name, and a byte budget does not.
+#[test]
+fn a_share_of_an_approximate_total_is_named() {
+    let named = |c: &Case| {
+        c.out.plan.as_ref().is_some_and(|p| {
+            p.warnings
+                .iter()
+                .any(|w| w.code() == "utilization_of_inexact_total")
+        })
+    };
+    for c in passes("total-under-utilization.toml", &[3]) {
+        assert!(named(&c), "{}", c.what);
+    }
+    // The same device asked for a byte budget.
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/outside/total-under-utilization.toml");
+    let mut sc = Scenario::load(path.to_str().unwrap()).unwrap();
+    sc.request.gpu_memory_utilization = None;
+    sc.request.memory_budget = Some(memplan_testbed::scenario::ByteValue::Int(30 << 30));
+    let setup = seeded(sc.resolve().unwrap(), 3);
+    let out = run_judged(&setup, Choice::Auto, None, engine_alone(&setup).ok()).unwrap();
+    let plan = out.plan.as_ref().expect("a plan");
+    assert!(plan
+        .warnings
+        .iter()
+        .all(|w| w.code() != "utilization_of_inexact_total"));
+}

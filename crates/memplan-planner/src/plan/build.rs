@@ -2,7 +2,7 @@
 
 use memplan_core::bytes::MIB;
 use memplan_core::kv::{KvLimits, KvSpec, SizingRules};
-use memplan_core::{Error, MemoryInfo, Param, Reading, Refusal, Result};
+use memplan_core::{Error, MemoryInfo, Param, Reading, Refusal, Reliability, Result};
 use std::collections::BTreeMap;
 
 use super::physical::{self, Physical, PhysicalCheck};
@@ -174,6 +174,22 @@ impl PlanBuilder {
         };
         let mut b = PlanBuilder::new(total, request, kv_spec, limits);
         b.warnings = p.warnings.clone();
+        // A share of an approximate total is a share of the reported figure, as the engine
+        // takes it (vLLM: `total_memory * gpu_memory_utilization`): said, not corrected.
+        if let (
+            Request::Utilization(_),
+            Reliability::Approximate {
+                tolerance_bytes,
+                why,
+            },
+        ) = (request, p.capability.reading(Reading::DriverTotal))
+        {
+            b.warnings.push(Warning::UtilizationOfInexactTotal {
+                reported_total: total,
+                tolerance: tolerance_bytes,
+                why,
+            });
+        }
         // A measured plan is held to the request: the engine's allocation of the KV cache may
         // be rounded up by its allocator (each per-layer tensor on its own), so that rounding
         // stays inside the budget.
