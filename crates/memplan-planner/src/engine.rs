@@ -83,7 +83,10 @@ pub trait Engine {
     /// allocator), inside [`Session::into_kv_cache`](crate::Session::into_kv_cache), which
     /// measures what it took. `Ok(true)`: allocated and kept by the engine; `Ok(false)` (the
     /// default): not offered, the engine allocates after the session. The session may call
-    /// [`release_kv_cache`](Engine::release_kv_cache) and ask again for fewer blocks.
+    /// [`release_kv_cache`](Engine::release_kv_cache) and ask again for fewer blocks. An engine
+    /// that does not offer it can still have its allocator's rounding measured, on the plan's
+    /// layout, by offering tensors from its allocator
+    /// ([`AllocatorView::allocate_tensor`](memplan_core::AllocatorView::allocate_tensor)).
     fn allocate_kv_cache(&mut self, _blocks: u64) -> Result<bool> {
         Ok(false)
     }
