@@ -86,7 +86,7 @@ pub trait Engine {
     /// [`release_kv_cache`](Engine::release_kv_cache) and ask again for fewer blocks. An engine
     /// that does not offer it can still have its allocator's rounding measured, on the plan's
     /// layout, by offering tensors from its allocator
-    /// ([`AllocatorView::allocate_tensor`](memplan_core::AllocatorView::allocate_tensor)).
+    /// ([`AllocatorView::allocate_tensor`]).
     fn allocate_kv_cache(&mut self, _blocks: u64) -> Result<bool> {
         Ok(false)
     }
