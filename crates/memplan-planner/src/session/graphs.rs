@@ -82,11 +82,19 @@ impl<E: AsDynEngine + ?Sized> Session<'_, E> {
         };
         // What capturing every size would leave held for good, at the rate the samples left
         // (per-capture memory some runtimes keep): measuring must save more than it costs.
+        // What the samples left held is at most that rate times the samples, plus memory taken
+        // once (a library's workspace on the first capture), which capturing again does not
+        // take again; calibration measured what one capture keeps, where it could: the smaller
+        // of the two rates, both at least the true one.
         let held = match (held_before, self.rec.non_allocator_growth()) {
             (Some(b), Some(a)) => u64::try_from(a.saturating_sub(b)).unwrap_or(0),
             _ => u64::MAX,
         };
-        let full_cost = (held / samples.max(1)).saturating_mul(graphs);
+        let per_capture = match self.rec.p.capability.facts.hidden_bytes_per_capture {
+            Some(calibrated) => (held / samples.max(1)).min(calibrated),
+            None => held / samples.max(1),
+        };
+        let full_cost = per_capture.saturating_mul(graphs);
         match self.kv_room(reserve) {
             Some(room)
                 if margin.saturating_mul(1000)
