@@ -1,6 +1,6 @@
 //! The Python package (`python/`): clippy of its native crate, then the wheel built with
 //! maturin in a fresh virtual environment, installed, and its pytest suite run against the
-//! CLI binary the matrix built.
+//! CLI binary of the default features, built in a target folder of its own.
 //!
 //! The wheel is a dev-profile build into the workspace's `target/` (the crates the matrix
 //! compiled are reused; `--release` would rebuild everything optimized, minutes on 2 cores).
@@ -93,9 +93,22 @@ pub fn check() -> Result<(), String> {
             RAY,
         ],
     )?;
+    // The Rust binary the tests compare the wheel with, in a target folder of its own: the
+    // workspace's `target/debug/memplan` is whichever feature set built it last (the matrix
+    // builds every backend; the wheel and this binary have the default set), and a fresh
+    // build of another feature set has been seen to leave it as it was.
+    let cli_target = work.join("cli-target");
     step(
         "python cli binary",
-        &["cargo", "build", "-q", "-p", "memplan-cli"],
+        &[
+            "cargo",
+            "build",
+            "-q",
+            "-p",
+            "memplan-cli",
+            "--target-dir",
+            s(&cli_target)?,
+        ],
     )?;
     let manifest = root.join("python/Cargo.toml");
     step(
@@ -124,14 +137,8 @@ pub fn check() -> Result<(), String> {
             s(&wheel)?,
         ],
     )?;
-    // The Rust binary to compare with: the one `cargo test` built for the matrix.
-    let cli = root.join("target/debug/memplan");
-    if !cli.is_file() {
-        step(
-            "python cli binary",
-            &["cargo", "build", "-q", "-p", "memplan-cli"],
-        )?;
-    }
+    // The Rust binary to compare with, built above.
+    let cli = cli_target.join("debug/memplan");
     let tests = root.join("python/tests");
     // Run from the work folder so `import memplan` finds the installed wheel, not python/.
     let cache = format!("cache_dir={}", s(&work.join("pytest-cache"))?);
