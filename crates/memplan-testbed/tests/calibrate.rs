@@ -342,3 +342,16 @@ fn garbage_driver_readings_are_downgraded_not_a_panic() {
         }
     }
 }
+
+#[test]
+fn the_report_gives_what_calibration_read_behind_a_verdict() {
+    // The per-capture memory a runtime keeps, as calibration read it (the capture cost that
+    // did not come back): the device's drawn figure, within its reading noise and the
+    // executable object's bound. Nothing for an item calibration did not check.
+    let (r, gpu) = cal_gpu("rx7900xtx-rocm6.2,declare-exact");
+    let read = r.observed("hidden_per_capture").expect("a reading");
+    let truth = gpu.physics().hidden_bytes_per_capture as i64;
+    let slack = 2 * gpu.physics().read_noise_bytes as i64 + (512 << 10);
+    assert!((read - truth).abs() <= slack, "{read} vs {truth}");
+    assert_eq!(r.observed("no such item"), None);
+}

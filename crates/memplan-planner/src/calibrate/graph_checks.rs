@@ -13,6 +13,10 @@ use crate::strategy::settle;
 const NODES: u32 = 64;
 const ALLOC: u64 = 32 * MIB;
 
+/// The verdict's item for per-capture memory a runtime keeps
+/// ([`facts.hidden_bytes_per_capture`](memplan_core::ProfilingCapability)).
+pub(crate) const HIDDEN_PER_CAPTURE: &str = "hidden_per_capture";
+
 pub(super) fn fact(
     item: &str,
     declared: String,
@@ -355,7 +359,7 @@ fn release_and_hidden(cal: &mut ProfilingCapability, run: &GraphRun, out: &mut V
     };
     let show = |v: Option<u64>| v.map(fmt_bytes).unwrap_or_else(|| "none".into());
     out.push(fact(
-        "hidden_per_capture",
+        HIDDEN_PER_CAPTURE,
         show(Some(declared_hidden as u64)),
         show(cal.facts.hidden_bytes_per_capture),
         status,

@@ -23,6 +23,7 @@ mod vmm_check;
 
 pub(crate) use checks::{combined_free, idle_range_of};
 pub use checks::{interquartile_mean, IDLE_READS};
+pub(crate) use graph_checks::HIDDEN_PER_CAPTURE;
 pub use report::{CalibrationReport, Evidence, Status, Verdict};
 
 use memplan_core::bytes::{GIB, MIB};

@@ -90,6 +90,18 @@ pub struct CalibrationReport {
 }
 
 impl CalibrationReport {
+    /// What calibration read behind its verdict on `item` (its first evidence), where it read
+    /// something: `None` where the item was not checked or its reading was absent (the
+    /// verdict then stands on the declaration alone).
+    pub fn observed(&self, item: &str) -> Option<i64> {
+        self.verdicts
+            .iter()
+            .find(|v| v.item == item)?
+            .evidence
+            .first()?
+            .observed
+    }
+
     /// The verdicts that downgraded a declaration.
     pub fn downgrades(&self) -> Vec<&Verdict> {
         self.verdicts

@@ -90,8 +90,15 @@ impl<E: AsDynEngine + ?Sized> Session<'_, E> {
             (Some(b), Some(a)) => u64::try_from(a.saturating_sub(b)).unwrap_or(0),
             _ => u64::MAX,
         };
-        let per_capture = match self.rec.p.capability.facts.hidden_bytes_per_capture {
-            Some(calibrated) => (held / samples.max(1)).min(calibrated),
+        // The capability's figure stands on calibration's reading only where calibration read
+        // one (otherwise it is the declaration, which may be wrong).
+        let calibrated = self
+            .calibration
+            .as_ref()
+            .and_then(|r| r.observed(crate::calibrate::HIDDEN_PER_CAPTURE))
+            .and(self.rec.p.capability.facts.hidden_bytes_per_capture);
+        let per_capture = match calibrated {
+            Some(c) => (held / samples.max(1)).min(c),
             None => held / samples.max(1),
         };
         let full_cost = per_capture.saturating_mul(graphs);
