@@ -175,7 +175,9 @@ impl PlanBuilder {
         let mut b = PlanBuilder::new(total, request, kv_spec, limits);
         b.warnings = p.warnings.clone();
         // A share of an approximate total is a share of the reported figure, as the engine
-        // takes it (vLLM: `total_memory * gpu_memory_utilization`): said, not corrected.
+        // takes it (vLLM's V1 worker, `vllm/v1/worker/gpu_worker.py`, `Worker.init_device`:
+        // `requested_memory = init_snapshot.total_memory * gpu_memory_utilization`, in the
+        // 0.2x releases): said, not corrected.
         if let (
             Request::Utilization(_),
             Reliability::Approximate {

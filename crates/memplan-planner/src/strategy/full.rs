@@ -154,13 +154,18 @@ fn varied_beyond_noise(range: i64, tolerance: u64) -> f64 {
 /// beside the repeats' median, to hide a variation of [`HIDDEN_VARIATION_PER_MILLE`]: four
 /// repeats whose range it covers say nothing of such a variation, and more are taken.
 fn hides_variation(repeats: &[i64], tolerance: u64) -> bool {
-    let mut r = repeats.to_vec();
-    r.sort_unstable();
-    let Some(&median) = r.get(r.len() / 2) else {
+    let Some(median) = median(repeats) else {
         return false;
     };
     let noise = tolerance.saturating_mul(2) as f64;
     median > 0 && noise * 1000.0 > median as f64 * HIDDEN_VARIATION_PER_MILLE as f64
+}
+
+/// The median of `v` (the upper one of an even count); `None` for no values.
+fn median(v: &[i64]) -> Option<i64> {
+    let mut v = v.to_vec();
+    v.sort_unstable();
+    v.get(v.len() / 2).copied()
 }
 
 /// A capture-to-capture variation (per mille of a capture) that four repeats must be able to
@@ -243,10 +248,7 @@ impl GraphStrategy for Full {
         // A capture of that size: the median of the pass's first capture and the repeats (a
         // capture-to-capture variation or a window that something came back inside moves one
         // of them, not the median).
-        recaptures.sort_unstable();
-        let not_back = recaptures
-            .get(recaptures.len() / 2)
-            .map_or(0, |r| primed.may_come_back(*r));
+        let not_back = median(&recaptures).map_or(0, |r| primed.may_come_back(r));
         if not_back > ctx.window_tolerance() {
             tracing::warn!(
                 bytes = not_back,
