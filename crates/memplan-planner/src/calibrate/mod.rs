@@ -9,8 +9,10 @@
 //! declared it captures one graph with a known allocation node and checks the graph-pool
 //! attributes, when a destroyed graph's memory returns, and the per-capture memory nobody
 //! declared; the graph has no allocation node when there are no graph-pool attributes to
-//! check or the device cannot record one (capture itself is then still confirmed). When virtual memory is declared it reserves, maps, unmaps and releases one
-//! granule. The calibrated capability is never stronger than the declared one.
+//! check or the device cannot record one (capture itself is then still confirmed). When virtual
+//! memory is declared it reserves, maps, unmaps and releases one granule (or as many as the
+//! free reading's window error needs to see the mapping). The calibrated capability is never
+//! stronger than the declared one.
 //!
 //! Not checkable from one process: whether free memory includes *other* processes (a
 //! process-local reading looks exact to its own allocations) and graphics allocations; the
@@ -72,7 +74,13 @@ pub fn calibrate_with(device: &Device, sizes: &[u64]) -> Result<CalibrationRepor
     verdicts.push(checks::driver_total(device, &mut calibrated, &start)?);
     verdicts.extend(checks::unified_pool(device, &mut calibrated)?);
     verdicts.extend(checks::graphs(device, &mut calibrated)?);
-    verdicts.push(checks::virtual_memory(device, &mut calibrated)?);
+    let largest = sizes.iter().copied().max().unwrap_or(cap);
+    verdicts.push(checks::virtual_memory(
+        device,
+        &mut calibrated,
+        free_window_error,
+        largest,
+    )?);
 
     let report = CalibrationReport {
         device: device.descriptor().id.to_string(),
