@@ -12,7 +12,8 @@
 //!
 //! So `full` reads every capture in its own window (the cache released before each baseline),
 //! then captures the first size again [`REPEATS`] times on its own: the spread of the repeats
-//! is the capture-to-capture variation, which sizes the margin (scaled to every graph, as
+//! (less a repeat far below the others: memory a late release gives back inside a window
+//! makes it read low) is the capture-to-capture variation, which sizes the margin (scaled to every graph, as
 //! independent variations add up: `k * spread / mean * sqrt(sum of squares)`). The repeats
 //! are windows of a reading that may be off by its window error, independently of the
 //! capture: the part of their range the noise explains is taken off in quadrature.
@@ -127,23 +128,55 @@ fn repeat(ctx: &mut GraphContext<'_>, size: u32, times: usize) -> Result<Vec<i64
     Ok(v)
 }
 
-/// The repeats' spread beyond what `tolerance` explains, per mille of their mean.
-fn spread_per_mille(repeats: &[i64], tolerance: u64) -> u64 {
-    let (Some(&hi), Some(&lo)) = (repeats.iter().max(), repeats.iter().min()) else {
-        return 0;
+/// How many times the largest repeat's excess over the median a repeat must fall below the
+/// median to be read as memory coming back inside its window rather than as variation (see
+/// [`spread`]).
+const CAME_BACK_EXCESSES: f64 = 3.0;
+
+/// The repeats' range and their median, leaving out repeats that read far below the others.
+/// Memory that comes back inside a repeat's window (a release the runtime completes after more
+/// synchronizes than the settle waits for: the whole pass's graphs, in the first repeat after
+/// it) makes that window read less than its capture took, by up to everything that came back:
+/// it says nothing of how much more a capture can take, which is what the margin is for, yet
+/// the range would count it (and a mean would fall with it, even below zero). A variation as
+/// likely either way puts the lowest repeat about as far below the median as the highest is
+/// above it; one below the median by more than [`CAME_BACK_EXCESSES`] times that excess (and
+/// the reading's window error, `noise`), and below half the median (a capture that cost half
+/// what the same capture costs otherwise), is left out. The median stands for the mean.
+fn spread(repeats: &[i64], noise: u64) -> Option<(i64, f64)> {
+    let hi = *repeats.iter().max()?;
+    let mut v = repeats.to_vec();
+    v.sort_unstable();
+    let mid = v.len() / 2;
+    let median = if v.len().is_multiple_of(2) {
+        (v[mid - 1] as f64 + v[mid] as f64) / 2.0
+    } else {
+        v[mid] as f64
     };
-    let mean = repeats.iter().map(|x| *x as f64).sum::<f64>() / repeats.len() as f64;
-    let varied = varied_beyond_noise(hi.saturating_sub(lo), tolerance);
-    if mean <= 0.0 || varied <= 0.0 {
-        return 0;
-    }
-    (varied * 1000.0 / mean).round() as u64
+    let excess = (hi as f64 - median).max(0.0);
+    let floor = (median - CAME_BACK_EXCESSES * excess - noise as f64).min(median / 2.0);
+    let lo = v.iter().copied().find(|x| *x as f64 >= floor).unwrap_or(hi);
+    Some((hi.saturating_sub(lo), median))
 }
 
-/// The part of the repeats' range `range` that the reading's window error (twice `tolerance`)
-/// does not explain. The capture's variation and the reading's error are independent, so
-/// their spreads add in quadrature, not linearly: subtracting the whole window error from
-/// the range would take a variation about as large as the noise for none at all.
+/// The repeats' spread beyond what `tolerance` explains, per mille of their median (see
+/// [`spread`]).
+fn spread_per_mille(repeats: &[i64], tolerance: u64) -> u64 {
+    let Some((range, middle)) = spread(repeats, tolerance.saturating_mul(2)) else {
+        return 0;
+    };
+    let varied = varied_beyond_noise(range, tolerance);
+    if middle <= 0.0 || varied <= 0.0 {
+        return 0;
+    }
+    (varied * 1000.0 / middle).round() as u64
+}
+
+/// The part of the repeats' range `range` (see [`spread`]) that the reading's window
+/// error (twice `tolerance`) does not explain. The capture's variation and the reading's error
+/// are independent, so their spreads add in quadrature, not linearly: subtracting the whole
+/// window error from the range would take a variation about as large as the noise for none at
+/// all.
 fn varied_beyond_noise(range: i64, tolerance: u64) -> f64 {
     let range = range.max(0) as f64;
     let noise = tolerance.saturating_mul(2) as f64;
@@ -177,7 +210,7 @@ pub const HIDDEN_VARIATION_PER_MILLE: u64 = 75;
 /// read within `tolerance` (a window of two readings may be off by twice it: only what exceeds
 /// that counts as variation).
 fn variation_margin(repeats: &[i64], each: &[i64], tolerance: u64) -> u64 {
-    let (Some(&hi), Some(&lo)) = (repeats.iter().max(), repeats.iter().min()) else {
+    let Some((range, _)) = spread(repeats, tolerance.saturating_mul(2)) else {
         return 0;
     };
     // The variation relative to one capture, at most the whole capture.
@@ -190,7 +223,7 @@ fn variation_margin(repeats: &[i64], each: &[i64], tolerance: u64) -> u64 {
     // of the executable object, whose size follows the kernel count, not the batch: a
     // proportional scaling from the largest size would understate the smaller ones).
     let squares: f64 = each.iter().map(|c| (*c.max(&0) as f64).powi(2)).sum();
-    let varied = varied_beyond_noise(hi.saturating_sub(lo), tolerance);
+    let varied = varied_beyond_noise(range, tolerance);
     let same_bytes = varied * (each.len() as f64).sqrt();
     let k = margin_factor(repeats.len());
     (k * (spread * squares.sqrt()).max(same_bytes)).ceil() as u64
@@ -374,6 +407,28 @@ mod tests {
         );
         // Nothing to compare.
         assert_eq!(variation_margin(&[], &[5], 0), 0);
+    }
+
+    #[test]
+    fn a_repeat_that_memory_came_back_inside_is_not_variation() {
+        let mib = 1i64 << 20;
+        // The pass's graphs came back inside the first repeat's window.
+        let late = [-2337 * mib, 90 * mib, 100 * mib, 95 * mib];
+        assert_eq!(spread(&late, 0).map(|s| s.0), Some(10 * mib));
+        // 10 MiB over the median of 92.5 MiB: the mean (-513 MiB) would have read none.
+        assert_eq!(spread_per_mille(&late, 0), 108);
+        let each = vec![100 * mib; 19];
+        let sqrt_sum = (19.0f64).sqrt() * 100.0 * mib as f64;
+        assert_eq!(
+            variation_margin(&late, &each, 0),
+            (margin_factor(4) * 0.108 * sqrt_sum).ceil() as u64
+        );
+        // A low repeat within what a variation either way explains stays in the range, and
+        // so does one above half the median (the others happening to agree says little).
+        let wide = [80 * mib, 100 * mib, 100 * mib, 105 * mib];
+        assert_eq!(spread(&wide, 0).map(|s| s.0), Some(25 * mib));
+        let one_low = [80 * mib, 100 * mib, 100 * mib, 100 * mib];
+        assert_eq!(spread(&one_low, 0).map(|s| s.0), Some(20 * mib));
     }
 
     #[test]
