@@ -220,7 +220,7 @@ impl<E: AsDynEngine + ?Sized> Session<'_, E> {
         let span = tracing::info_span!("graph_phase", strategy = %strategy.kind());
         let _e = span.enter();
         self.why = why.into();
-        crate::strategy::trim_and_settle(&self.rec.device)?;
+        crate::strategy::trim_and_settle(&self.rec.device, self.rec.settle_synchronizes)?;
         let before = self.rec.settle(self.engine.as_dyn())?;
         // Where the session measures by allocation probes, what the phase leaves unallocatable
         // after its teardown is measured as any other step's (below); an eager phase captures

@@ -31,6 +31,11 @@ pub(crate) struct Recorder {
     /// capability that declared capture supported, and a graph the runtime cannot record):
     /// the error, for the automatic choice to plan the engine eagerly.
     pub capture_unsupported: Option<String>,
+    /// How many synchronizes a release of graphs waits for their memory to come back
+    /// ([`crate::strategy::settle`]): [`SETTLE_SYNCHRONIZES`](crate::strategy::SETTLE_SYNCHRONIZES),
+    /// or more where a release was seen to give memory back later
+    /// ([`GraphContext::prime`](crate::strategy::GraphContext::prime)).
+    pub settle_synchronizes: usize,
 }
 
 /// Before a reading: where the device cannot synchronize, wait for the engine's own queues
@@ -133,6 +138,7 @@ impl Recorder {
             unsynced_warned: false,
             still: None,
             capture_unsupported: None,
+            settle_synchronizes: crate::strategy::SETTLE_SYNCHRONIZES,
         }
     }
 

@@ -209,7 +209,10 @@ impl<'s> GraphContext<'s> {
         self.capture(size)?;
         let captured = self.session.snap(self.engine)?;
         self.release_graphs()?;
-        let released = self.session.snap(self.engine)?;
+        let mut released = self.session.snap(self.engine)?;
+        if self.wait_for_late_release(&before, &released)? {
+            released = self.session.snap(self.engine)?;
+        }
         let gave_back = self.graph_bytes(&released.window_to(&captured));
         let held = self.graph_bytes(&before.window_to(&released));
         Ok(if gave_back.from_driver && held.from_driver {
@@ -222,10 +225,61 @@ impl<'s> GraphContext<'s> {
         })
     }
 
+    /// Where the priming capture's release left memory out after the settle (`before` the
+    /// capture, `released` after its release): synchronize up to [`LATE_RELEASE_SYNCHRONIZES`]
+    /// more times, reading the free memory after each, and where it came back by more than the
+    /// reading's window error, have every later release in this session wait that many
+    /// synchronizes more than the settle (a runtime that gives a destroyed graph's memory back
+    /// after more synchronizes than the settle waits for would give it back inside a later
+    /// window, which then reads less than its capture took, or after the phase's teardown,
+    /// which then counts it as held for good). Memory still out after them is held (per-capture
+    /// memory a runtime keeps, a library's workspace): read as held, the safe side. Returns
+    /// whether memory came back.
+    fn wait_for_late_release(
+        &mut self,
+        before: &MemoryInfo,
+        released: &MemoryInfo,
+    ) -> Result<bool> {
+        let noise = self.window_tolerance();
+        let out = self.graph_bytes(&before.window_to(released));
+        if !out.from_driver || out.bytes <= i64::try_from(noise).unwrap_or(i64::MAX) {
+            return Ok(false);
+        }
+        let device = &self.session.device;
+        let Some(mut last) = device.driver_memory()?.free else {
+            return Ok(false);
+        };
+        let mut came_back_at = None;
+        for n in 1..=LATE_RELEASE_SYNCHRONIZES {
+            device.synchronize()?;
+            let Some(f) = device.driver_memory()?.free else {
+                break;
+            };
+            if f > last.saturating_add(noise) {
+                came_back_at = Some(n);
+            }
+            last = f;
+        }
+        let Some(n) = came_back_at else {
+            return Ok(false);
+        };
+        let syncs = SETTLE_SYNCHRONIZES.saturating_add(n);
+        tracing::info!(
+            synchronizes = syncs,
+            "a destroyed graph's memory came back after more synchronizes than the settle waits for: releases wait for them"
+        );
+        self.session.settle_synchronizes = self.session.settle_synchronizes.max(syncs);
+        Ok(true)
+    }
+
     /// Destroy every graph captured so far, release their pool and synchronize, in the middle
     /// of a phase (a sample that must not share its pool with the next one).
     pub fn release_graphs(&mut self) -> Result<()> {
-        release_all(self.engine, &self.session.device)
+        release_all(
+            self.engine,
+            &self.session.device,
+            self.session.settle_synchronizes,
+        )
     }
 
     /// Graph memory in a window: from the driver when its free reading measures this process,
@@ -298,7 +352,11 @@ impl<'s> GraphContext<'s> {
         let span = tracing::info_span!("teardown");
         let _e = span.enter();
         self.armed = false;
-        release_all(self.engine, &self.session.device)?;
+        release_all(
+            self.engine,
+            &self.session.device,
+            self.session.settle_synchronizes,
+        )?;
         let after = self.session.snap(self.engine)?;
         self.check_restored(&after);
         Ok(after)
@@ -377,10 +435,16 @@ pub(crate) fn kept_window_error(e: u64) -> u64 {
 /// Most synchronizes [`settle`] waits for released memory to come back.
 pub const SETTLE_SYNCHRONIZES: usize = 8;
 
+/// Synchronizes [`GraphContext::prime`] waits, after the settle, for a destroyed graph's memory
+/// to come back where it is still out: idle synchronizes cost next to nothing, and memory out
+/// after them is read as held.
+pub const LATE_RELEASE_SYNCHRONIZES: usize = 64;
+
 /// Destroy the engine's graphs, synchronize (deferred releases complete there; done even when
 /// the engine's release failed), trim the device's graph pool where the device has one, and
-/// [`settle`].
-fn release_all(engine: &mut dyn Engine, device: &Device) -> Result<()> {
+/// synchronize `syncs` times ([`settle`]'s count, or more where releases were seen to come back
+/// later, [`GraphContext::prime`]).
+fn release_all(engine: &mut dyn Engine, device: &Device, syncs: usize) -> Result<()> {
     let released = engine.release_graphs();
     let synced = device.synchronize();
     let trimmed = match device.graph_capture() {
@@ -391,20 +455,27 @@ fn release_all(engine: &mut dyn Engine, device: &Device) -> Result<()> {
     released?;
     synced?;
     trimmed?;
-    settle(device)
+    for _ in 0..syncs {
+        device.synchronize()?;
+    }
+    Ok(())
 }
 
 /// Before a graph phase: trim the device's graph pool where it has one and [`settle`], so the
 /// phase starts as its teardown ends. Pool memory an earlier capture left reserved (calibration's
 /// test graphs) would otherwise be reused unseen by the phase's first captures and given back
 /// by its teardown: the graphs would measure less than a capture from a trimmed pool takes.
-pub(crate) fn trim_and_settle(device: &Device) -> Result<()> {
+/// `syncs` is the session's settle count (see [`release_all`]).
+pub(crate) fn trim_and_settle(device: &Device, syncs: usize) -> Result<()> {
     match device.graph_capture() {
         Ok(gc) => gc.release_pool()?,
         Err(Error::Unsupported { .. }) => {}
         Err(e) => return Err(e),
     }
-    settle(device)
+    for _ in 0..syncs {
+        device.synchronize()?;
+    }
+    Ok(())
 }
 
 /// Some runtimes return a destroyed graph's memory only after one or more later synchronizes,

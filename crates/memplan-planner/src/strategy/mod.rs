@@ -18,7 +18,9 @@ mod legacy;
 mod sampled;
 mod simple;
 
-pub(crate) use context::{kept_window_error, settle, trim_and_settle};
+pub(crate) use context::{
+    kept_window_error, settle, trim_and_settle, LATE_RELEASE_SYNCHRONIZES, SETTLE_SYNCHRONIZES,
+};
 pub use context::{GraphContext, Primed};
 pub use full::{Full, PostCapture};
 pub use legacy::{legacy_extrapolate, VllmLegacy};
