@@ -50,7 +50,7 @@
 //! standard deviation with 31 degrees of freedom bounds the difference at 99.5% with 3.9
 //! standard deviations, where 12 repeats' range takes 4.4 (13% less margin), and each further
 //! capture leaves held what the runtime keeps per capture: 20 more at 4 MiB hold 80 MiB for
-//! good, more than 13% of most margins. `full` stops at 12.
+//! good, more than 13% of any margin under 600 MiB. `full` stops at 12.
 
 use memplan_core::bytes::{fmt_bytes, fmt_signed};
 use memplan_core::{Error, Result};
