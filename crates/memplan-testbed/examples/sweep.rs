@@ -169,7 +169,12 @@ fn main() -> ExitCode {
          the requested memory at a sampled point (after the KV cache, each warm-up and capture, the serving \
          burst); over 100.5% of the run's oracle; below 99% of it where the graph memory was measured \
          (post-capture, full, eager) and below 97% where it was bounded or modelled, or the plan was capped by a \
-         reading's tolerance or an allocation probe; a refusal where the oracle holds a request of \
+         reading's tolerance or an allocation probe; the same floor in memory: below the floor and fewer tokens \
+         than the largest cache that fits in 99% (97%) of the oracle's room, by the engine's own arithmetic (an allocator that \
+         rounds each KV tensor to a coarse granule gives the cache in steps of many blocks, and a plan a fraction \
+         of a percent short of a room that ends just past a step holds a whole step less: the floor in tokens \
+         counts that run, the floor in memory only a plan that lost more than the floor's share of the memory); \
+         a refusal where the oracle holds a request of \
          `max_model_len` after keeping 97% of its blocks; a harness error (including an oracle that could not be \
          computed, a shipped scenario that does not load, a profile or generated setup that does not resolve); \
          an unmeasured graph reserve below the real graph memory; a KV cache the engine was served with fewer \

@@ -199,6 +199,38 @@ pub struct Oracle {
     pub blocks: u64,
     /// The engine's own start-up rule refuses this request (free memory at start below it).
     pub start_refused: bool,
+    /// Bytes the KV cache could take: the room the cache of `blocks` was fitted in.
+    pub room: u64,
+    /// Usable KV tokens of the largest cache that fits in each share of `room` (at most
+    /// `tokens`) the acceptance rules hold a plan to ([`MEASURED_FLOOR`], [`BOUNDED_FLOOR`]), by the same arithmetic:
+    /// the floor judged in memory. A cache whose allocator rounds each tensor to a coarse
+    /// granule holds its tokens in steps of many blocks, and a plan short of the room by a
+    /// fraction of a percent can lose a whole step; these say what a plan that lost at most
+    /// the floor's share of the memory holds.
+    ///
+    /// [`MEASURED_FLOOR`]: crate::sweep::acceptance::MEASURED_FLOOR
+    /// [`BOUNDED_FLOOR`]: crate::sweep::acceptance::BOUNDED_FLOOR
+    pub floor_tokens: FloorTokens,
+}
+
+/// See [`Oracle::floor_tokens`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct FloorTokens {
+    /// In [`MEASURED_FLOOR`](crate::sweep::acceptance::MEASURED_FLOOR) of the room.
+    pub measured: u64,
+    /// In [`BOUNDED_FLOOR`](crate::sweep::acceptance::BOUNDED_FLOOR) of the room.
+    pub bounded: u64,
+}
+
+impl FloorTokens {
+    /// The tokens at `share` (one of the two floors; the bounded floor's for any other).
+    pub fn at(&self, share: f64) -> u64 {
+        if share >= crate::sweep::acceptance::MEASURED_FLOOR {
+            self.measured
+        } else {
+            self.bounded
+        }
+    }
 }
 
 impl Oracle {
@@ -328,20 +360,32 @@ fn verdict(
     alloc: &AllocatorSnapshot,
 ) -> Option<Oracle> {
     let kv = EngineKv::of(&setup.scenario.kv)?;
-    let blocks = if mapped {
-        // Mapped into a reserved range: whole granules, the tensors side by side.
-        let gran = memplan_backend_sim::GRANULARITY;
-        kv.blocks_within(room / gran * gran, |b| kv.total_bytes(b))
-    } else {
-        // One tensor per layer from the caching allocator as it stood: what they take, its
-        // cached blocks reused and its segments shared and rounded by its rules.
-        kv.blocks_within(room, |b| {
-            kv.tensor_bytes(b).map(|t| alloc.growth(kv.tensors, t))
-        })
+    let blocks_in = |room: u64| {
+        if mapped {
+            // Mapped into a reserved range: whole granules, the tensors side by side.
+            let gran = memplan_backend_sim::GRANULARITY;
+            kv.blocks_within(room / gran * gran, |b| kv.total_bytes(b))
+        } else {
+            // One tensor per layer from the caching allocator as it stood: what they take, its
+            // cached blocks reused and its segments shared and rounded by its rules.
+            kv.blocks_within(room, |b| {
+                kv.tensor_bytes(b).map(|t| alloc.growth(kv.tensors, t))
+            })
+        }
     };
+    let blocks = blocks_in(room);
+    // Where a tensor fits in a segment the allocator had cached, what a cache takes does not
+    // grow with every block, and the bisection can find a larger cache in less room: never
+    // more than the oracle's own.
+    let share_of = |share: f64| kv.tokens(blocks_in((room as f64 * share) as u64).min(blocks));
     Some(Oracle {
         tokens: kv.tokens(blocks),
         blocks,
         start_refused,
+        room,
+        floor_tokens: FloorTokens {
+            measured: share_of(crate::sweep::acceptance::MEASURED_FLOOR),
+            bounded: share_of(crate::sweep::acceptance::BOUNDED_FLOOR),
+        },
     })
 }

@@ -11,6 +11,15 @@
 //! - **below the floor**: under 99% of the oracle where the graph memory was measured
 //!   (post-capture, full), under 97% where it was bounded or modelled (conservative, sampled)
 //!   and wherever a reading's tolerance or an allocation probe capped the plan;
+//! - **below the floor in memory**: below the floor, and fewer tokens than the largest cache
+//!   that fits in 99% (97%) of the oracle's room, by the engine's own arithmetic
+//!   ([`crate::oracle::Oracle::floor_tokens`]). An allocator that rounds each KV tensor to
+//!   a coarse granule gives the cache in steps of many blocks (20 MiB pages under PyTorch's
+//!   expandable segments: a step of 20 MiB per layer), and where the oracle's room ends just
+//!   past a step, a plan short of it by a fraction of a percent holds one step less: 1/7 of
+//!   the tokens for a cache of seven steps. The floor in tokens counts that run; the floor in
+//!   memory counts only a plan that lost more than the floor's share of the memory, which no
+//!   granule explains;
 //! - **needless refusal**: start-up refused while the oracle holds at least one request of
 //!   `max_model_len` tokens after keeping 97% of its blocks (and the engine's own start-up
 //!   rule would not refuse);
@@ -63,6 +72,8 @@ pub enum Check {
     OverOracle,
     /// Below the share floor.
     BelowFloor,
+    /// Below the share floor, and below it judged in memory (see the module docs).
+    BelowFloorInMemory,
     /// Refused where the oracle shows room.
     NeedlessRefusal,
     /// The harness could not run or judge the scenario.
@@ -75,12 +86,13 @@ pub enum Check {
 
 impl Check {
     /// Every check, in report order.
-    pub const ALL: [Check; 9] = [
+    pub const ALL: [Check; 10] = [
         Check::OutOfMemory,
         Check::OverRequest,
         Check::OverRequestSampled,
         Check::OverOracle,
         Check::BelowFloor,
+        Check::BelowFloorInMemory,
         Check::NeedlessRefusal,
         Check::HarnessError,
         Check::ReserveBelowReal,
@@ -95,6 +107,7 @@ impl Check {
             Check::OverRequestSampled => "unwarned over request at sampled points",
             Check::OverOracle => "over the oracle",
             Check::BelowFloor => "below the floor",
+            Check::BelowFloorInMemory => "below the floor in memory",
             Check::NeedlessRefusal => "needless refusal",
             Check::HarnessError => "harness error",
             Check::ReserveBelowReal => "reserve below real",
@@ -265,6 +278,19 @@ pub fn failures(cases: &[Case]) -> Vec<Failure<'_>> {
                     Check::BelowFloor,
                     format!("{:.2}% of the oracle (< {:.0}%)", x * 100.0, fl * 100.0),
                 );
+            }
+            let in_memory = o.oracle.map(|r| r.floor_tokens.at(fl));
+            if let (Some(served), Some(least)) = (o.kv_tokens, in_memory) {
+                if x < fl && served < least {
+                    fail(
+                        Check::BelowFloorInMemory,
+                        format!(
+                            "{served} tokens, fewer than the {least} of {:.0}% of the oracle's room ({:.2}% of its tokens)",
+                            fl * 100.0,
+                            x * 100.0
+                        ),
+                    );
+                }
             }
             if x > OVER_ORACLE {
                 fail(

@@ -1,0 +1,97 @@
+//! The floor judged in memory: a run is below it only where it is below the floor in tokens
+//! and holds less than the largest cache that fits in the floor's share of the oracle's room.
+//! An allocator that rounds each KV tensor to a coarse granule gives the cache in steps of
+//! many blocks, so a plan a fraction of a percent short of a room that ends just past a step
+//! holds a whole step less: the floor in tokens counts that run, the floor in memory does not.
+
+use std::sync::Arc;
+
+use memplan_testbed::oracle::engine_alone;
+use memplan_testbed::run::{run_judged, Choice};
+use memplan_testbed::sweep::acceptance::{failures, Check, MEASURED_FLOOR};
+use memplan_testbed::sweep::{seeded, Case};
+use memplan_testbed::{Scenario, Setup};
+
+fn case(setup: &Setup) -> Case {
+    let alone = engine_alone(setup).ok();
+    assert!(alone.is_some(), "the oracle runs");
+    let out = run_judged(setup, Choice::Auto, None, alone).unwrap();
+    Case {
+        group: "floor".into(),
+        what: format!("seed {}", setup.seed),
+        out,
+        harness_error: false,
+        setup: Some(Arc::new(setup.clone())),
+        adversarial: setup.physics.is_some(),
+    }
+}
+
+fn checks_when_served(c: &Case, tokens: u64) -> Vec<Check> {
+    let mut c = c.clone();
+    c.out.kv_tokens = Some(tokens);
+    c.out.planned_tokens = Some(tokens);
+    let oracle = c.out.oracle.expect("an oracle").tokens;
+    c.out.kv_vs_oracle = Some(tokens as f64 / oracle as f64);
+    let cases = [c];
+    failures(&cases).iter().map(|f| f.check).collect()
+}
+
+/// A scenario whose run is judged; `physics`: the simulator's pinned extremes, if any.
+fn judged(physics: Option<&str>, seed: u64) -> Case {
+    let mut s = seeded(
+        Scenario::load("process-local-24g")
+            .unwrap()
+            .resolve()
+            .unwrap(),
+        seed,
+    );
+    s.physics = physics.map(str::to_string);
+    case(&s)
+}
+
+#[test]
+fn the_floor_in_memory_is_within_the_oracle_and_ordered() {
+    for (physics, seed) in [(None, 1), (Some("high"), 2), (Some("high"), 3)] {
+        let c = judged(physics, seed);
+        let o = c.out.oracle.expect("an oracle");
+        assert!(o.room > 0, "{o:?}");
+        assert!(o.floor_tokens.bounded <= o.floor_tokens.measured, "{o:?}");
+        assert!(o.floor_tokens.measured <= o.tokens, "{o:?}");
+    }
+}
+
+#[test]
+fn on_the_documented_allocator_the_floor_in_memory_is_the_floor_in_tokens() {
+    // PyTorch's 2 MiB rounding: a step of 2 MiB per layer, far under 1% of the room, so 99%
+    // of the room holds 99% of the tokens, to within a step.
+    let c = judged(None, 1);
+    let o = c.out.oracle.expect("an oracle");
+    let in_tokens = o.tokens as f64 * MEASURED_FLOOR;
+    let step = 2.0 * (1u64 << 20) as f64 / o.room as f64 * o.tokens as f64 * 28.0;
+    let diff = (o.floor_tokens.measured as f64 - in_tokens).abs();
+    assert!(
+        diff <= step + 16.0,
+        "{} tokens in 99% of the room, {in_tokens:.0} at 99% of the tokens (step {step:.0})",
+        o.floor_tokens.measured
+    );
+}
+
+#[test]
+fn a_run_below_both_floors_fails_and_a_run_at_the_floor_in_memory_does_not() {
+    for (physics, seed) in [(None, 1), (Some("high"), 2), (Some("high"), 3)] {
+        let c = judged(physics, seed);
+        let o = c.out.oracle.expect("an oracle");
+        let least = o.floor_tokens.measured;
+        let at = checks_when_served(&c, least);
+        assert!(!at.contains(&Check::BelowFloorInMemory), "{at:?}");
+        // One block fewer than what 99% of the room holds, and below 99% of the tokens too.
+        let fewer = least.saturating_sub(16).min((o.tokens as f64 * 0.98) as u64);
+        let below = checks_when_served(&c, fewer);
+        assert!(below.contains(&Check::BelowFloor), "{below:?}");
+        assert!(below.contains(&Check::BelowFloorInMemory), "{below:?}");
+        // Above 99% of the tokens: neither floor, whatever the memory says.
+        let near = checks_when_served(&c, (o.tokens as f64 * 0.995).ceil() as u64);
+        assert!(!near.contains(&Check::BelowFloor), "{near:?}");
+        assert!(!near.contains(&Check::BelowFloorInMemory), "{near:?}");
+    }
+}
