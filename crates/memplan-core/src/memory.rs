@@ -199,20 +199,27 @@ impl MemoryInfo {
     }
 
     /// The window from `self` (earlier) to `later`.
+    ///
+    /// The change of `driver_used` is the change of total less the change of free, so a
+    /// window is read even where a driver reports free above total (a total that
+    /// understates the device by a constant, which a window cancels): only a snapshot's own
+    /// [`driver_used`](Self::driver_used) is absent then.
     pub fn window_to(&self, later: &MemoryInfo) -> MemoryWindow {
+        let driver_used = delta(self.driver.total, later.driver.total)
+            .zip(delta(self.driver.free, later.driver.free))
+            .map(|(total, free)| total.saturating_sub(free));
         MemoryWindow {
             driver_free: delta(self.driver.free, later.driver.free),
-            driver_used: delta(self.driver_used(), later.driver_used()),
+            driver_used,
             allocator_reserved: delta(self.allocator.reserved, later.allocator.reserved),
             allocator_allocated: delta(self.allocator.allocated, later.allocator.allocated),
             graph_pool_used: delta(self.graph_pool.used, later.graph_pool.used),
             graph_pool_reserved: delta(self.graph_pool.reserved, later.graph_pool.reserved),
             // Saturating: both sides may be near the ends of i64 (readings above i64::MAX
             // saturate there), and the sign of the change is what must survive.
-            non_allocator: match (self.non_allocator(), later.non_allocator()) {
-                (Some(a), Some(b)) => Some(b.saturating_sub(a)),
-                _ => None,
-            },
+            non_allocator: driver_used
+                .zip(delta(self.allocator.reserved, later.allocator.reserved))
+                .map(|(used, reserved)| used.saturating_sub(reserved)),
         }
     }
 }
@@ -226,7 +233,7 @@ impl std::ops::Sub for MemoryInfo {
 }
 
 fn delta(a: Option<u64>, b: Option<u64>) -> Option<i64> {
-    Some(signed(b?) - signed(a?))
+    Some(signed(b?).saturating_sub(signed(a?)))
 }
 
 /// Differences between two snapshots (later minus earlier). Absent when either side is absent.
@@ -358,6 +365,24 @@ mod tests {
     fn free_above_total_is_not_a_number() {
         let s = snap(GIB, 2 * GIB, None);
         assert_eq!(s.driver_used(), None);
+    }
+
+    #[test]
+    fn a_window_reads_through_a_total_below_free() {
+        // A driver whose total understates the device by 1 GiB: idle free reads above it.
+        // What a step took is still the change of free; the constant cancels.
+        let before = snap(80 * GIB, 80 * GIB + 512 * MIB, Some(0));
+        let after = snap(80 * GIB, 78 * GIB, Some(GIB));
+        assert_eq!(before.driver_used(), None);
+        let w = before.window_to(&after);
+        assert_eq!(w.driver_used, Some((2 * GIB + 512 * MIB) as i64));
+        assert_eq!(w.non_allocator, Some((GIB + 512 * MIB) as i64));
+        // A total that moves is counted in the window, as before.
+        let moved = snap(81 * GIB, 78 * GIB, Some(GIB));
+        assert_eq!(
+            before.window_to(&moved).driver_used,
+            Some((3 * GIB + 512 * MIB) as i64)
+        );
     }
 
     #[test]
