@@ -77,6 +77,12 @@ pub struct Profile {
     /// allocator's rounding and reading it again narrows what a window may be off by
     /// ([`Session::begin`](crate::Session::begin) measures both).
     pub free_reads: usize,
+    /// What the engine's allocator made of its own allocations before the plan, one
+    /// `(bytes allocated, bytes reserved)` pair per step that grew its reserved memory: the
+    /// weights' growth while loading, the profile run's peak growth. The allocator reserves
+    /// whole segments, so these say how coarsely it rounds (see
+    /// [`granule_bound`](crate::plan::granule_bound)).
+    pub segment_readings: Vec<(u64, u64)>,
 }
 
 impl Profile {
@@ -100,6 +106,7 @@ impl Profile {
             non_allocator_by_probe: false,
             held_by_calibration: 0,
             free_reads: 1,
+            segment_readings: Vec::new(),
         }
     }
 }

@@ -219,12 +219,16 @@ pub enum Warning {
     },
     /// The engine allocates its KV cache after the session, and neither it (no KV hook) nor
     /// its allocator (no tensor allocation) let the session measure what that allocation takes:
-    /// the blocks handed over are the plan's, whose allocator rounding is assumed (PyTorch's
-    /// documented segment rules), not measured. An allocator that rounds more coarsely can take
-    /// more than the plan kept.
+    /// the blocks handed over are the plan's, which kept room for rounding each KV tensor up to
+    /// `granule`, a bound from the engine's own allocations during the start-up
+    /// ([`granule_bound`](crate::plan::granule_bound)), not a measurement of the cache's. An
+    /// allocator that rounds the cache's tensors otherwise than it rounded the engine's own can
+    /// take more than the plan kept.
     KvAllocationUnmeasured {
         /// Blocks handed over (the plan's).
         blocks: u64,
+        /// The rounding the plan kept per KV tensor.
+        granule: u64,
     },
     /// A reading showed the graphs taking more than the analytic bound allowed: the bound was
     /// wrong for this device, and the reading replaced it.
@@ -371,7 +375,7 @@ impl fmt::Display for Warning {
             Warning::SampledMarginTooCostly { margin, kv_room } => write!(f, "the sampled graph estimate's margin ({}) would take {:.1}% of the {} left for the KV cache: every size was captured and measured instead", fmt_bytes(*margin), *margin as f64 * 100.0 / (*kv_room).max(1) as f64, fmt_bytes(*kv_room)),
             Warning::GraphCaptureVaries { spread_per_mille, margin } => write!(f, "the same graph captured again cost up to {:.1}% more or less: the graph reserve keeps {} for that variation, which a later capture can still exceed", *spread_per_mille as f64 / 10.0, fmt_bytes(*margin)),
             Warning::KvCacheShrunk { planned_blocks, blocks, taken, room } => write!(f, "the engine's KV cache of {planned_blocks} blocks takes {} once its allocator rounds each tensor (measured), more than the {} the plan kept for it: {blocks} blocks instead", fmt_bytes(*taken), fmt_bytes(*room)),
-            Warning::KvAllocationUnmeasured { blocks } => write!(f, "the engine allocates its KV cache of {blocks} blocks after the session, and neither the engine (no KV allocation hook) nor its allocator (no tensor allocation) lets memplan measure how its allocator rounds the cache's tensors: the plan's rounding rules are assumed, and an allocator that rounds more coarsely can take more than the plan kept"),
+            Warning::KvAllocationUnmeasured { blocks, granule } => write!(f, "the engine allocates its KV cache of {blocks} blocks after the session, and neither the engine (no KV allocation hook) nor its allocator (no tensor allocation) lets memplan measure how its allocator rounds the cache's tensors: the plan kept room for rounding each up to {}, the coarsest granule the engine's own allocations during the start-up allow; an allocator that rounds the cache's tensors otherwise can take more than the plan kept", fmt_bytes(*granule)),
             Warning::GraphBoundContradicted { bound, measured, reading } => write!(f, "the {reading} showed the graphs taking {}, more than the analytic bound of {}: the measurement replaces the bound", fmt_bytes(*measured), fmt_bytes(*bound)),
             Warning::GraphCaptureUnsupported { reason } => write!(f, "the device could not record the engine's graphs ({reason}): no graph memory is reserved and the engine must run eagerly (enforce eager)"),
             Warning::StrategyOverridden { chosen, automatic } => write!(f, "graph strategy {chosen} was chosen by hand; the capabilities call for {automatic}"),
@@ -453,7 +457,10 @@ mod tests {
                 tolerance: 1,
                 why: s(),
             },
-            Warning::KvAllocationUnmeasured { blocks: 1 },
+            Warning::KvAllocationUnmeasured {
+                blocks: 1,
+                granule: 1,
+            },
             Warning::FiguresPerRank { ranks: 2 },
             Warning::LimitingRank {
                 rank: 1,

@@ -48,8 +48,9 @@
 //! fewer where the session measured that the engine's allocator rounds the cache's tensors past
 //! what the plan kept. That measurement needs the engine's hook
 //! ([`Engine::allocate_kv_cache`]) or tensors from its allocator
-//! ([`AllocatorView::allocate_tensor`]); without either, [`KvCache::warnings`] says the
-//! allocation was not measured (`kv_allocation_unmeasured`).
+//! ([`AllocatorView::allocate_tensor`]); without either, the plan keeps room for the coarsest
+//! rounding the engine's own allocations during the start-up allow, and [`KvCache::warnings`]
+//! says the allocation was not measured (`kv_allocation_unmeasured`).
 //!
 //! ## Several GPUs
 //!

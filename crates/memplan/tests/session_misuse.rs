@@ -316,8 +316,12 @@ fn rank_session<'e>(
 /// plans, the plans travel as JSON, and every rank maps the fewest blocks of the two.
 #[test]
 fn ranks_map_the_combined_plan() {
-    let d0 = memplan::open("sim:rtx4090,other=6").unwrap();
-    let d1 = memplan::open("sim:rtx4090,other=2GiB").unwrap(); // 2 GiB held by someone else
+    // An 80 GB GPU beside a 24 GB one with 2 GiB held by someone else. (Two 24 GB GPUs 2 GiB
+    // apart can plan the same cache: the toy engine's allocator holds exactly the powers of two
+    // it allocates, so the granule its KV tensors are planned for may be as coarse as 256 MiB,
+    // and both rooms round down to the same count.)
+    let d0 = memplan::open("sim:a100-80gb,other=6").unwrap();
+    let d1 = memplan::open("sim:rtx4090,other=2GiB").unwrap();
     let (mut e0, mut e1) = (Toy::new(&d0, vec![]), Toy::new(&d1, vec![]));
     let (s0, j0) = rank_session(&d0, &mut e0, 0, REQ);
     let (s1, j1) = rank_session(&d1, &mut e1, 1, REQ);

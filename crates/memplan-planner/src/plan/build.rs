@@ -53,12 +53,53 @@ fn tensors_footprint(bytes: u64, count: u64, g: u64) -> u64 {
     match b {
         0 => 0,
         b if b <= SMALL_REQUEST => shared(SMALL_SEGMENT),
-        b if b < MID_REQUEST_BELOW => shared(MID_SEGMENT),
+        // An allocator whose large granule is coarser than a mid-sized segment may give mid-sized
+        // requests a segment of that granule (the bound is kept on the safe side).
+        b if b < MID_REQUEST_BELOW => shared(MID_SEGMENT.max(g)),
         b => b
             .div_ceil(g.max(1))
             .saturating_mul(g.max(1))
             .saturating_mul(count),
     }
+}
+
+/// Whether a step whose allocations peaked at `bytes` made at least one request the caching
+/// allocator rounds on its own, to its granule (PyTorch: `kMinLargeAlloc`, 10 MiB; smaller
+/// requests share 2 or 20 MiB segments, which say nothing of the granule).
+pub fn is_large_request(bytes: u64) -> bool {
+    bytes >= MID_REQUEST_BELOW
+}
+
+/// The greatest common divisor.
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// The coarsest granule an engine's caching allocator can round a large request up to, as its
+/// own allocations before the plan show it: `readings` are `(bytes allocated, bytes reserved)`
+/// of the steps that grew its reserved memory ([`Profile::segment_readings`]: the weights, the
+/// profile run's peak). The allocator reserves whole segments and a large request's segment is
+/// rounded up to a multiple of its granule (PyTorch: `kRoundLarge`,
+/// `c10/<device>/<Device>CachingAllocator.cpp`, `get_allocation_size`), so every reserved
+/// growth made of such segments is a multiple of the granule, and so is their greatest common
+/// divisor: the granule divides it, and is at most it. One rounding wastes less than one
+/// granule, so a divisor no larger than what the least wasteful step wasted cannot be the
+/// granule of that step's segments: the readings do not bound it (requests served from other
+/// segments, 2 MiB or 20 MiB, or an allocator that rounds otherwise). `None` then, and with
+/// fewer than two readings.
+///
+/// [`Profile::segment_readings`]: crate::Profile::segment_readings
+pub fn granule_bound(readings: &[(u64, u64)]) -> Option<u64> {
+    let grown: Vec<(u64, u64)> = readings.iter().copied().filter(|r| r.1 > 0).collect();
+    if grown.len() < 2 {
+        return None;
+    }
+    let g = grown.iter().fold(0, |g, r| gcd(g, r.1));
+    let least_waste = grown.iter().map(|(a, r)| r.saturating_sub(*a)).min()?;
+    (g > least_waste).then_some(g)
 }
 
 /// The most pages of `page` bytes each of `count` tensors may have and all still take at most
@@ -519,6 +560,19 @@ impl PlanBuilder {
     pub fn notes(mut self, notes: Vec<String>) -> Self {
         self.notes.extend(notes);
         self
+    }
+
+    /// Nothing will measure the engine's allocation of its KV cache: a measured plan keeps, per
+    /// KV tensor, room for rounding it up to `granule` (a bound from the engine's own
+    /// allocations, [`granule_bound`]; at least [`ALLOCATOR_ROUNDING_BOUND`]), or where nothing
+    /// bounds it (`None`), to the 20 MiB segment PyTorch's rules give every request below
+    /// `kMinLargeAlloc`, the coarsest they give one request. Returns the granule kept (0 in a
+    /// dry run, which keeps none).
+    pub fn unmeasured_kv_allocation(&mut self, granule: Option<u64>) -> u64 {
+        if self.alloc_slack > 0 {
+            self.alloc_slack = self.alloc_slack.max(granule.unwrap_or(MID_SEGMENT));
+        }
+        self.alloc_slack
     }
 
     /// The consumers so far.

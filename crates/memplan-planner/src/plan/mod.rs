@@ -37,7 +37,10 @@ pub(crate) mod physical;
 mod ranks;
 pub mod render;
 
-pub use build::{PlanBuilder, ALLOCATOR_ROUNDING_BOUND, UNMEASURED_NON_ALLOCATOR_BYTES};
+pub use build::{
+    granule_bound, is_large_request, PlanBuilder, ALLOCATOR_ROUNDING_BOUND,
+    UNMEASURED_NON_ALLOCATOR_BYTES,
+};
 pub use consumer::{Consumer, ConsumerKind, Consumers, Provenance};
 pub use json::{combine_json, MAX_PLAN_JSON_BYTES};
 pub use physical::PhysicalCheck;

@@ -255,3 +255,67 @@ fn the_text_shows_the_cap_beside_the_budget_and_sizes_beside_bytes() {
         "{fill}"
     );
 }
+
+#[test]
+fn an_unmeasured_kv_allocation_keeps_the_granule_the_engines_own_allocations_allow() {
+    // The engine's allocator rounded its weights and its activation to multiples of 26.5 MiB
+    // (53 x 512 KiB): a granule coarser than PyTorch's 2 MiB.
+    let g = 53 * 512 * 1024;
+    let readings = [(800 * g - 500 * MIB, 800 * g), (GIB + 3 * MIB, 39 * g)];
+    assert_eq!(granule_bound(&readings), Some(g));
+    let p = profile(48 * GIB, 47 * GIB, 46 * GIB, 20 * GIB, GIB, 0, None);
+    let default = plan(&p, "test", Request::Utilization(0.9)).unwrap();
+    let mut b =
+        PlanBuilder::from_profile(&p, "test", Request::Utilization(0.9), spec(), limits()).unwrap();
+    assert_eq!(b.unmeasured_kv_allocation(granule_bound(&readings)), g);
+    let bounded = b.build().unwrap();
+    // 28 per-layer tensors of n blocks of 16 x 2 heads x 128 x 2 (K, V) x 2 bytes each: each
+    // rounded up to the granule, the cache still fits in the budget; with PyTorch's 2 MiB
+    // kept, it does not.
+    let page = 16 * 2 * 128 * 2 * 2;
+    let takes = |plan: &Plan| 28 * (plan.kv.num_blocks * page).div_ceil(g) * g;
+    assert!(
+        takes(&bounded) <= bounded.kv_budget_bytes,
+        "{}",
+        takes(&bounded)
+    );
+    assert!(
+        takes(&default) > default.kv_budget_bytes,
+        "{}",
+        takes(&default)
+    );
+    assert!(bounded.kv.num_blocks < default.kv.num_blocks);
+}
+
+#[test]
+fn a_granule_bound_needs_two_readings_that_agree_on_one_granule() {
+    let g = 8 * MIB;
+    // One reading: no bound.
+    assert_eq!(granule_bound(&[(100 * MIB, 104 * MIB)]), None);
+    // Two readings of 8 MiB segments.
+    assert_eq!(
+        granule_bound(&[(950 * MIB, 960 * MIB), (230 * MIB, 232 * MIB)]),
+        Some(g)
+    );
+    // Weights in 20 MiB segments beside an activation in 8 MiB ones: their common divisor,
+    // 4 MiB, is no more than what the activation wasted, so it cannot be its granule.
+    assert_eq!(
+        granule_bound(&[(3000 * MIB, 3980 * MIB), (1131 * MIB, 1136 * MIB)]),
+        None
+    );
+    // Where nothing bounds it, the plan keeps the coarsest segment PyTorch's rules give one
+    // request; never less than PyTorch's own rounding.
+    let p = profile(48 * GIB, 47 * GIB, 46 * GIB, 20 * GIB, GIB, 0, None);
+    let mut b =
+        PlanBuilder::from_profile(&p, "test", Request::Utilization(0.9), spec(), limits()).unwrap();
+    assert_eq!(b.unmeasured_kv_allocation(None), 20 * MIB);
+    let mut b =
+        PlanBuilder::from_profile(&p, "test", Request::Utilization(0.9), spec(), limits()).unwrap();
+    assert_eq!(
+        b.unmeasured_kv_allocation(Some(MIB)),
+        ALLOCATOR_ROUNDING_BOUND
+    );
+    // A dry run keeps no slack at all.
+    let mut dry = PlanBuilder::new(48 * GIB, Request::Utilization(0.9), spec(), limits());
+    assert_eq!(dry.unmeasured_kv_allocation(Some(g)), 0);
+}

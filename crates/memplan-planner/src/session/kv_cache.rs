@@ -35,7 +35,10 @@
 //! through that allocator, reads what it reserved, and frees it at once; the count it hands
 //! over ([`KvCache::num_blocks`]) is what fitted. This measures the plan's layout, not the
 //! engine's: an engine whose layout differs offers the hook. Where neither is offered, the
-//! count is the plan's, and the allocator's rounding is the plan's assumption.
+//! count is the plan's, and the allocator's rounding is bounded, not measured: the plan kept
+//! room for rounding each tensor up to the coarsest granule the engine's own allocations
+//! during the start-up allow ([`granule_bound`](crate::plan::granule_bound),
+//! [`Warning::KvAllocationUnmeasured`]).
 //!
 //! [`AllocatorView::allocate_tensor`]: memplan_core::AllocatorView::allocate_tensor
 
@@ -200,6 +203,19 @@ fn granule(
     let g = granule_of(&sizes);
     tracing::info!(?sizes, granule = ?g, "the allocator's granule, measured on half-size KV caches");
     Ok(g.map_or(Granule::Unknown, Granule::Measured))
+}
+
+/// Whether the engine's allocator offers tensors ([`AllocatorView::allocate_tensor`]), asked
+/// with one tensor of one byte, freed at once (the session asks before its baseline, which
+/// releases the allocator's cache). An error says no: the plan then keeps the room an
+/// unmeasured allocation needs, on the safe side.
+///
+/// [`AllocatorView::allocate_tensor`]: memplan_core::AllocatorView::allocate_tensor
+pub(crate) fn offers_tensors(allocator: &mut dyn memplan_core::AllocatorView) -> bool {
+    match allocator.allocate_tensor(1) {
+        Ok(Some(id)) => allocator.free_tensor(id).is_ok(),
+        Ok(None) | Err(_) => false,
+    }
 }
 
 /// What a session's own last plan gave this rank, kept to check the plan `into_kv_cache` gets.

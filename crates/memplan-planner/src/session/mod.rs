@@ -70,6 +70,12 @@ pub struct Session<'e, E: AsDynEngine + ?Sized> {
     planned: Option<Planned>,
     /// The KV sizing rules and the engine release they are (default: the newest release's).
     sizing: Option<(SizingRules, String)>,
+    /// Whether the engine's allocator offers tensors, through which the session can measure
+    /// the KV cache's allocation where the engine allocates it after the session.
+    offers_tensors: bool,
+    /// The rounding per KV tensor the last plan kept where the KV cache's allocation may go
+    /// unmeasured ([`PlanBuilder::unmeasured_kv_allocation`]).
+    unmeasured_granule: u64,
 }
 
 /// Reads each snapshot combines where a window of single reads of the free memory is off by
@@ -140,6 +146,8 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         let device = device.clone();
         let e = engine.as_dyn();
         check_same_gpu(&device, e)?;
+        // Asked before the baseline (the cache release below gives back what the question took).
+        let offers_tensors = kv_cache::offers_tensors(e.allocator());
         e.allocator().release_cached()?;
         let unsynced = recorder::sync_engine(&capability, e)?;
         let mut baseline = memplan_core::protocol::snapshot(&device, Some(&*e.allocator()))?;
@@ -206,6 +214,8 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             rank: Rank::SINGLE,
             planned: None,
             sizing: None,
+            offers_tensors,
+            unmeasured_granule: crate::plan::ALLOCATOR_ROUNDING_BOUND,
         })
     }
 
@@ -362,6 +372,11 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             .max(weights);
         tracing::info!(weights, held, "weights loaded");
         let p = &mut self.rec.p;
+        if let Some(r) = w.allocator_reserved.and_then(|r| u64::try_from(r).ok()) {
+            if r > 0 {
+                p.segment_readings.push((weights, r));
+            }
+        }
         p.weights_bytes = Some(p.weights_bytes.unwrap_or(0).saturating_add(weights));
         p.weights_held_bytes = Some(p.weights_held_bytes.unwrap_or(0).saturating_add(held));
         Ok(weights)
@@ -449,7 +464,12 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             };
         let by_allocated = peak.saturating_sub(base);
         let act = match (before.allocator.reserved, after.allocator.peak_reserved) {
-            (Some(r0), Some(pr)) => by_allocated.max(pr.saturating_sub(r0)),
+            (Some(r0), Some(pr)) => {
+                if pr > r0 && crate::plan::is_large_request(by_allocated) {
+                    self.rec.p.segment_readings.push((by_allocated, pr - r0));
+                }
+                by_allocated.max(pr.saturating_sub(r0))
+            }
             _ => {
                 let bound = crate::plan::ALLOCATOR_ROUNDING_BOUND;
                 self.rec
@@ -525,7 +545,8 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         };
         let b = match &self.rec.kv_range {
             Some(r) => b.mapping_granularity(r.granularity()),
-            None => b,
+            None if self.offers_tensors => b,
+            None => self.unmeasured_rounding(b, &profile),
         };
         if b.is_blind() {
             // Nothing reads memory other processes hold: allocate what the plan still needs
@@ -534,6 +555,18 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         }
         let b = probe::resolve_tolerance(&self.rec.device, b)?;
         probe::verify(&self.rec.device, b)
+    }
+
+    /// Where nothing may measure the engine's allocation of its KV cache (no range to map, no
+    /// tensors from its allocator; an engine's hook, [`Engine::allocate_kv_cache`], is known
+    /// only when it is called): the plan keeps, per KV tensor, room for the coarsest rounding
+    /// the engine's own allocations allow ([`crate::plan::granule_bound`]).
+    fn unmeasured_rounding(&mut self, mut b: PlanBuilder, profile: &Profile) -> PlanBuilder {
+        let bound = crate::plan::granule_bound(&profile.segment_readings);
+        let kept = b.unmeasured_kv_allocation(bound);
+        tracing::info!(readings = ?profile.segment_readings, bound = ?bound, kept, "the allocator's rounding, bounded from its own allocations (the KV cache's allocation may go unmeasured)");
+        self.unmeasured_granule = kept;
+        b
     }
 
     /// Build `builder` (from [`plan_builder`](Self::plan_builder)) as this session's plan:
@@ -616,7 +649,10 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
                         )
                     }
                     None => {
-                        let w = Warning::KvAllocationUnmeasured { blocks: num_blocks };
+                        let w = Warning::KvAllocationUnmeasured {
+                            blocks: num_blocks,
+                            granule: self.unmeasured_granule,
+                        };
                         self.rec.warn(w.clone());
                         (num_blocks, bytes, None, false, vec![w])
                     }

@@ -162,12 +162,25 @@ impl<'s> GraphContext<'s> {
     }
 
     /// Warm up one size (eager run before its capture). Out of memory: the graphs do not fit
-    /// (see the module docs).
+    /// (see the module docs). What the engine's allocator reserved for a warm-up whose peak
+    /// was one large request or more is kept beside the weights' and the profile run's
+    /// ([`Profile::segment_readings`](crate::Profile::segment_readings)): more readings narrow
+    /// the granule they bound.
     pub fn warm_up(&mut self, size: u32) -> Result<()> {
         self.armed = true;
+        let a = self.engine.allocator();
+        a.reset_peak();
+        let before = a.stats();
         self.engine
             .warm_up(size)
-            .map_err(|e| self.graphs_do_not_fit(size, e))
+            .map_err(|e| self.graphs_do_not_fit(size, e))?;
+        let after = self.engine.allocator().stats();
+        let peak = after.peak_allocated.saturating_sub(before.allocated);
+        let grown = after.reserved.saturating_sub(before.reserved);
+        if grown > 0 && crate::plan::is_large_request(peak) {
+            self.session.p.segment_readings.push((peak, grown));
+        }
+        Ok(())
     }
 
     /// Reset the allocator's peak (before a sample whose transient memory is read).
