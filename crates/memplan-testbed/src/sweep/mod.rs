@@ -147,8 +147,9 @@ pub const HOOKLESS_GROUP: &str = "no KV hook";
 
 /// The group of generated scenarios whose engine offers neither the KV allocation hook nor
 /// tensors from its allocator: nothing measures what the engine's allocator makes of the
-/// plan's blocks, so the plan's layout and rounding rules are all that stands between the
-/// plan and an out-of-memory ([`acceptance::gating`] says what of it gates).
+/// plan's blocks, so the plan's layout and the rounding it keeps room for (bounded from the
+/// engine's own allocations during the start-up) are all that stands between the plan and an
+/// out-of-memory. It gates like every other group.
 pub const UNMEASURED_GROUP: &str = "no KV measurement";
 
 /// Seeds per profile of the runs with other processes ([`with_others`]).
