@@ -209,7 +209,8 @@ class StartUp:
     kv_blocks: int = 0
     #: What the session said of the KV cache (``{"code", "message", ...}``):
     #: ``kv_cache_shrunk``, or ``kv_allocation_unmeasured`` where the engine offers no
-    #: :meth:`Engine.allocate_tensor` and the allocator's rounding is the plan's assumption.
+    #: :meth:`Engine.allocate_tensor` and the allocator's rounding of the cache's tensors is
+    #: bounded from what it reserved for the engine's own allocations, not measured.
     kv_warnings: List[Dict[str, Any]] = field(default_factory=list)
 
 
