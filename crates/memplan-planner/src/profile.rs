@@ -79,7 +79,9 @@ pub struct Profile {
     pub free_reads: usize,
     /// What the engine's allocator made of its own allocations before the plan, one
     /// `(bytes allocated, bytes reserved)` pair per step that grew its reserved memory: the
-    /// weights' growth while loading, the profile run's peak growth. The allocator reserves
+    /// weights' growth while loading, and the peak and reserved growth of the profile run and
+    /// of each warm-up of the graph phase whose peak was a large request
+    /// ([`is_large_request`](crate::plan::is_large_request)). The allocator reserves
     /// whole segments, so these say how coarsely it rounds (see
     /// [`granule_bound`](crate::plan::granule_bound)).
     pub segment_readings: Vec<(u64, u64)>,

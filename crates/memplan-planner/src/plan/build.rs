@@ -81,7 +81,7 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
 /// The coarsest granule an engine's caching allocator can round a large request up to, as its
 /// own allocations before the plan show it: `readings` are `(bytes allocated, bytes reserved)`
 /// of the steps that grew its reserved memory ([`Profile::segment_readings`]: the weights, the
-/// profile run's peak). The allocator reserves whole segments and a large request's segment is
+/// profile run's peak, the graph phase's warm-ups). The allocator reserves whole segments and a large request's segment is
 /// rounded up to a multiple of its granule (PyTorch: `kRoundLarge`,
 /// `c10/<device>/<Device>CachingAllocator.cpp`, `get_allocation_size`), so every reserved
 /// growth made of such segments is a multiple of the granule, and so is their greatest common
