@@ -85,7 +85,9 @@ fn a_run_below_both_floors_fails_and_a_run_at_the_floor_in_memory_does_not() {
         let at = checks_when_served(&c, least);
         assert!(!at.contains(&Check::BelowFloorInMemory), "{at:?}");
         // One block fewer than what 99% of the room holds, and below 99% of the tokens too.
-        let fewer = least.saturating_sub(16).min((o.tokens as f64 * 0.98) as u64);
+        let fewer = least
+            .saturating_sub(16)
+            .min((o.tokens as f64 * 0.98) as u64);
         let below = checks_when_served(&c, fewer);
         assert!(below.contains(&Check::BelowFloor), "{below:?}");
         assert!(below.contains(&Check::BelowFloorInMemory), "{below:?}");
