@@ -16,14 +16,20 @@
 //! makes it read low) is the capture-to-capture variation, which sizes the margin (scaled to every graph, as
 //! independent variations add up: `k * spread / mean * sqrt(sum of squares)`). The repeats
 //! are windows of a reading that may be off by its window error, independently of the
-//! capture: the part of their range the noise explains is taken off in quadrature.
+//! capture: the part of their range the noise explains is taken off in quadrature. The noise
+//! is what the reading was seen to do on this phase's windows, not the most its window error
+//! allows: each repeat's window opening is read a second time with nothing done in between
+//! (an idle window), and the idle windows' range (at most twice the window error) is what is
+//! taken off. The window error is the largest error a window may have; the repeats' windows
+//! need not reach it, and a range within it taken off at the bound read as no variation at
+//! all where the capture's variation was the whole range.
 //!
 //! `k` makes the margin a one-sided bound at 99.95% from `n` repeats: their range estimates
 //! the standard deviation of one capture as `range / d2(n)` (d2 = 2.059 for 4 samples, 3.258
 //! for 12: the control-chart constant, e.g. ASTM E2587 or Montgomery's *Introduction to
 //! Statistical Quality Control*, appendix table VI), and with `n - 1` degrees of freedom the
 //! bound is Student's t (12.92 for 3, 4.44 for 11): `k` is 6.3 for 4 repeats, 1.4 for 12.
-//! Four repeats that vary beyond the reading's noise are followed by [`MORE_REPEATS`] more:
+//! Four repeats that vary beyond the idle windows' noise are followed by [`MORE_REPEATS`] more:
 //! a few captures of the smallest size cost far less than the KV cache a margin from four
 //! samples would take (about five times the margin of twelve). So are four repeats whose
 //! reading's window error could hide 7.5% of a capture ([`hides_variation`]): their range
@@ -143,6 +149,37 @@ struct Repeats {
     /// Driver used memory where each capture's window opened (the previous one released and
     /// settled); empty where the driver reading has no used figure.
     baselines: Vec<i64>,
+    /// Each idle window: read again where the capture's window opened, with nothing done in
+    /// between, so all it shows is the reading's error on a window of this phase.
+    idle: Vec<i64>,
+}
+
+impl Repeats {
+    /// How far the repeats' windows are off from one another by the reading alone: the range of
+    /// the idle windows, at most `bound` (the range a window error of `tolerance` allows,
+    /// twice it).
+    fn noise(&self, tolerance: u64) -> Noise {
+        let bound = tolerance.saturating_mul(2);
+        let seen = match (self.idle.iter().min(), self.idle.iter().max()) {
+            (Some(lo), Some(hi)) => u64::try_from(hi.saturating_sub(*lo)).unwrap_or(0),
+            _ => bound,
+        };
+        Noise {
+            bound,
+            seen: seen.min(bound),
+        }
+    }
+}
+
+/// The reading's error on the repeats' windows (see [`Repeats::noise`]).
+#[derive(Debug, Clone, Copy, Default)]
+struct Noise {
+    /// The range of window errors the reading's measured window error allows: the most a
+    /// repeat's window may be off from another's by the reading alone.
+    bound: u64,
+    /// The range of the idle windows: how far the windows were off from one another by the
+    /// reading alone, as seen.
+    seen: u64,
 }
 
 /// Capture `size` again `times` times, each alone (released before the next), adding to `r`.
@@ -151,6 +188,8 @@ fn repeat(ctx: &mut GraphContext<'_>, size: u32, times: usize, r: &mut Repeats) 
         ctx.release_graphs()?;
         ctx.warm_up(size)?;
         let before = ctx.flushed_snapshot()?;
+        let idle = ctx.snapshot()?;
+        r.idle.push(ctx.graph_bytes(&before.window_to(&idle)).bytes);
         ctx.capture(size)?;
         let after = ctx.flushed_snapshot()?;
         r.bytes
@@ -217,39 +256,45 @@ fn spread(repeats: &[i64], noise: u64) -> Option<(i64, f64)> {
     Some((hi.saturating_sub(lo), median))
 }
 
-/// The repeats' spread beyond what `tolerance` explains, per mille of their median (see
-/// [`spread`]).
-fn spread_per_mille(repeats: &[i64], tolerance: u64) -> u64 {
-    let Some((range, middle)) = spread(repeats, tolerance.saturating_mul(2)) else {
+/// The repeats' spread beyond what the reading's error on their windows explains, per mille
+/// of their median (see [`spread`] and [`varied_beyond_noise`]).
+fn spread_per_mille(repeats: &[i64], noise: Noise) -> u64 {
+    let Some((range, middle)) = spread(repeats, noise.bound) else {
         return 0;
     };
-    let varied = varied_beyond_noise(range, tolerance);
+    let varied = varied_beyond_noise(range, noise.seen);
     if middle <= 0.0 || varied <= 0.0 {
         return 0;
     }
     (varied * 1000.0 / middle).round() as u64
 }
 
-/// The part of the repeats' range `range` (see [`spread`]) that the reading's window
-/// error (twice `tolerance`) does not explain. The capture's variation and the reading's error
-/// are independent, so their spreads add in quadrature, not linearly: subtracting the whole
-/// window error from the range would take a variation about as large as the noise for none at
-/// all.
-fn varied_beyond_noise(range: i64, tolerance: u64) -> f64 {
+/// The part of the repeats' range `range` (see [`spread`]) that the reading's error on their
+/// windows, `noise` (the range of the idle windows, see [`Repeats::noise`]), does not explain.
+/// The capture's variation and the reading's error are independent, so their spreads add in
+/// quadrature, not linearly: subtracting the whole window error from the range would take a
+/// variation about as large as the noise for none at all.
+///
+/// What is taken off is the noise the idle windows showed, not the most the measured window
+/// error allows: that bound is the largest error a window may have, and the repeats' windows
+/// need not reach it. Taken off at the bound, a range within it read as no variation at all
+/// even where the reading was quiet and the whole range was the capture's (a 38 MB range of
+/// 12 repeats inside a 51 MB bound left no margin, and the engine's captures then took 180 MiB
+/// more than the pass).
+fn varied_beyond_noise(range: i64, noise: u64) -> f64 {
     let range = range.max(0) as f64;
-    let noise = tolerance.saturating_mul(2) as f64;
+    let noise = noise as f64;
     (range * range - noise * noise).max(0.0).sqrt()
 }
 
-/// Whether the reading's window error (twice `tolerance` between two windows) is large enough,
+/// Whether the reading's window error (`noise.bound` between two windows) is large enough,
 /// beside the repeats' median, to hide a variation of [`HIDDEN_VARIATION_PER_MILLE`]: four
 /// repeats whose range it covers say nothing of such a variation, and more are taken.
-fn hides_variation(repeats: &[i64], tolerance: u64) -> bool {
+fn hides_variation(repeats: &[i64], noise: Noise) -> bool {
     let Some(median) = median(repeats) else {
         return false;
     };
-    let noise = tolerance.saturating_mul(2) as f64;
-    median > 0 && noise * 1000.0 > median as f64 * HIDDEN_VARIATION_PER_MILLE as f64
+    median > 0 && noise.bound as f64 * 1000.0 > median as f64 * HIDDEN_VARIATION_PER_MILLE as f64
 }
 
 /// The median of `v` (the upper one of an even count); `None` for no values.
@@ -264,15 +309,14 @@ fn median(v: &[i64]) -> Option<i64> {
 /// are taken (see [`hides_variation`]).
 pub const HIDDEN_VARIATION_PER_MILLE: u64 = 75;
 
-/// The margin for capture-to-capture variation from the repeats and every capture's bytes,
-/// read within `tolerance` (a window of two readings may be off by twice it: only what exceeds
-/// that counts as variation).
-fn variation_margin(repeats: &[i64], each: &[i64], tolerance: u64) -> u64 {
-    let Some((range, _)) = spread(repeats, tolerance.saturating_mul(2)) else {
+/// The margin for capture-to-capture variation from the repeats and every capture's bytes, the
+/// repeats' windows read with `noise` (only what exceeds it counts as variation).
+fn variation_margin(repeats: &[i64], each: &[i64], noise: Noise) -> u64 {
+    let Some((range, _)) = spread(repeats, noise.bound) else {
         return 0;
     };
     // The variation relative to one capture, at most the whole capture.
-    let spread = (spread_per_mille(repeats, tolerance) as f64 / 1000.0).min(1.0);
+    let spread = (spread_per_mille(repeats, noise) as f64 / 1000.0).min(1.0);
     if spread <= 0.0 {
         return 0;
     }
@@ -281,7 +325,7 @@ fn variation_margin(repeats: &[i64], each: &[i64], tolerance: u64) -> u64 {
     // of the executable object, whose size follows the kernel count, not the batch: a
     // proportional scaling from the largest size would understate the smaller ones).
     let squares: f64 = each.iter().map(|c| (*c.max(&0) as f64).powi(2)).sum();
-    let varied = varied_beyond_noise(range, tolerance);
+    let varied = varied_beyond_noise(range, noise.seen);
     let same_bytes = varied * (each.len() as f64).sqrt();
     let k = margin_factor(repeats.len());
     (k * (spread * squares.sqrt()).max(same_bytes)).ceil() as u64
@@ -316,13 +360,15 @@ impl GraphStrategy for Full {
                 // window error (measured at the start where it could be), not its declared
                 // tolerance, which often covers an offset a window cancels.
                 let tol = ctx.window_tolerance();
-                if spread_per_mille(&r.bytes, tol) > 0 || hides_variation(&r.bytes, tol) {
+                let noise = r.noise(tol);
+                if spread_per_mille(&r.bytes, noise) > 0 || hides_variation(&r.bytes, noise) {
                     repeat(ctx, size, MORE_REPEATS, &mut r)?;
                 }
-                let repeats = r.bytes;
-                recaptures.extend(&repeats);
-                let margin = variation_margin(&repeats, &pass.each, tol);
-                let spread = spread_per_mille(&repeats, tol);
+                let noise = r.noise(tol);
+                let repeats = &r.bytes;
+                recaptures.extend(repeats);
+                let margin = variation_margin(repeats, &pass.each, noise);
+                let spread = spread_per_mille(repeats, noise);
                 if spread > VARIATION_REPORTED_PER_MILLE {
                     ctx.warn(Warning::GraphCaptureVaries {
                         spread_per_mille: spread,
@@ -330,7 +376,7 @@ impl GraphStrategy for Full {
                     });
                 }
                 let kept = kept_per_capture(&r.baselines, tol);
-                tracing::debug!(?repeats, kept, margin, ?primed, "repeats of the first size");
+                tracing::debug!(?repeats, idle = ?r.idle, ?noise, kept, margin, ?primed, "repeats of the first size");
                 (margin, repeats.len(), kept)
             }
             _ => (0, 0, 0),
@@ -434,16 +480,24 @@ impl GraphStrategy for PostCapture {
 mod tests {
     use super::*;
 
+    /// A reading whose idle windows were off by as much as its window error allows.
+    fn at_bound(tolerance: u64) -> Noise {
+        Noise {
+            bound: 2 * tolerance,
+            seen: 2 * tolerance,
+        }
+    }
+
     #[test]
     fn a_window_error_that_could_hide_a_variation_asks_for_more_repeats() {
         let mib = 1i64 << 20;
         let repeats = [190 * mib, 200 * mib, 210 * mib, 200 * mib];
         // Twice 27 MiB against a 200 MiB capture: a 7.5% variation could hide in it.
-        assert!(hides_variation(&repeats, 27 << 20));
+        assert!(hides_variation(&repeats, at_bound(27 << 20)));
         // Twice 5 MiB: it could not.
-        assert!(!hides_variation(&repeats, 5 << 20));
-        assert!(!hides_variation(&[], 27 << 20));
-        assert!(!hides_variation(&[0, 0, 0, 0], 27 << 20));
+        assert!(!hides_variation(&repeats, at_bound(5 << 20)));
+        assert!(!hides_variation(&[], at_bound(27 << 20)));
+        assert!(!hides_variation(&[0, 0, 0, 0], at_bound(27 << 20)));
     }
 
     #[test]
@@ -451,27 +505,31 @@ mod tests {
         let mib = 1i64 << 20;
         // Identical repeats: no margin.
         assert_eq!(
-            variation_margin(&[100 * mib; 3], &[132 * mib, 90 * mib], 0),
+            variation_margin(&[100 * mib; 3], &[132 * mib, 90 * mib], at_bound(0)),
             0
         );
         // Repeats that vary by 10%: a margin that grows with every graph, not their sum.
         let each = vec![100 * mib; 16];
-        let margin = variation_margin(&[95 * mib, 100 * mib, 105 * mib], &each, 0);
+        let margin = variation_margin(&[95 * mib, 100 * mib, 105 * mib], &each, at_bound(0));
         let sqrt_sum = (16.0f64).sqrt() * 100.0 * (1u64 << 20) as f64;
         assert_eq!(margin, (margin_factor(3) * 0.1 * sqrt_sum).ceil() as u64);
         // Four times the graphs: twice the margin (independent variations), not four times.
-        let margin4 = variation_margin(&[95 * mib, 100 * mib, 105 * mib], &vec![100 * mib; 64], 0);
+        let margin4 = variation_margin(
+            &[95 * mib, 100 * mib, 105 * mib],
+            &vec![100 * mib; 64],
+            at_bound(0),
+        );
         assert!(
             margin4 <= 2 * margin + 1 && margin4 >= 2 * margin - 1,
             "{margin} {margin4}"
         );
         // Within what the reading's tolerance explains: none.
         assert_eq!(
-            variation_margin(&[90 * mib, 100 * mib, 110 * mib], &each, 16 << 20),
+            variation_margin(&[90 * mib, 100 * mib, 110 * mib], &each, at_bound(16 << 20)),
             0
         );
         // Nothing to compare.
-        assert_eq!(variation_margin(&[], &[5], 0), 0);
+        assert_eq!(variation_margin(&[], &[5], at_bound(0)), 0);
     }
 
     #[test]
@@ -481,11 +539,11 @@ mod tests {
         let late = [-2337 * mib, 90 * mib, 100 * mib, 95 * mib];
         assert_eq!(spread(&late, 0).map(|s| s.0), Some(10 * mib));
         // 10 MiB over the median of 92.5 MiB: the mean (-513 MiB) would have read none.
-        assert_eq!(spread_per_mille(&late, 0), 108);
+        assert_eq!(spread_per_mille(&late, at_bound(0)), 108);
         let each = vec![100 * mib; 19];
         let sqrt_sum = (19.0f64).sqrt() * 100.0 * mib as f64;
         assert_eq!(
-            variation_margin(&late, &each, 0),
+            variation_margin(&late, &each, at_bound(0)),
             (margin_factor(4) * 0.108 * sqrt_sum).ceil() as u64
         );
         // A low repeat within what a variation either way explains stays in the range, and
@@ -497,14 +555,47 @@ mod tests {
     }
 
     #[test]
+    fn a_range_within_the_window_error_is_variation_where_the_idle_windows_were_quiet() {
+        // Twelve repeats 38 MB apart, read with a 24 MiB window error (48 MiB between two
+        // windows): at the bound, the whole range is noise and no margin is left.
+        let repeats: Vec<i64> = [297, 318, 320, 317, 304, 282, 301, 305, 317, 319, 282, 317]
+            .iter()
+            .map(|mb| mb * 1_000_000)
+            .collect();
+        let each = vec![150i64 << 20; 35];
+        let tol = 24u64 << 20;
+        assert_eq!(variation_margin(&repeats, &each, at_bound(tol)), 0);
+        // The idle windows moved 12 MB: the range is mostly the capture's, and the margin
+        // covers it over every graph (sqrt(38^2 - 12^2) MB each, same bytes for 35 graphs).
+        let r = Repeats {
+            bytes: repeats.clone(),
+            baselines: Vec::new(),
+            idle: vec![3_000_000, -5_000_000, 7_000_000, 0, 1_000_000],
+        };
+        let noise = r.noise(tol);
+        assert_eq!((noise.bound, noise.seen), (48 << 20, 12_000_000));
+        let varied = (38.0f64 * 38.0 - 12.0 * 12.0).sqrt() * 1e6;
+        let m = variation_margin(&repeats, &each, noise);
+        assert_eq!(m, (margin_factor(12) * varied * 35f64.sqrt()).ceil() as u64);
+        // Idle windows that moved more than the bound are taken at the bound; none read: the
+        // bound.
+        let loud = Repeats {
+            idle: vec![-60 << 20, 60 << 20],
+            ..Repeats::default()
+        };
+        assert_eq!(loud.noise(tol).seen, 48 << 20);
+        assert_eq!(Repeats::default().noise(tol).seen, 48 << 20);
+    }
+
+    #[test]
     fn noise_and_variation_add_in_quadrature() {
         let mib = 1i64 << 20;
         // A 20 MiB range read with a 16 MiB window error: 12 MiB of it is variation
         // (sqrt(20^2 - 16^2)), not the 4 MiB a linear subtraction would leave.
         let repeats = [90 * mib, 100 * mib, 110 * mib];
-        assert_eq!(spread_per_mille(&repeats, 8 << 20), 120);
+        assert_eq!(spread_per_mille(&repeats, at_bound(8 << 20)), 120);
         let linear = 0.04 * 100.0 * (mib as f64);
-        let m = variation_margin(&repeats, &[100 * mib], 8 << 20);
+        let m = variation_margin(&repeats, &[100 * mib], at_bound(8 << 20));
         assert_eq!(
             m,
             (margin_factor(3) * 0.12 * 100.0 * mib as f64).ceil() as u64
@@ -577,8 +668,8 @@ mod tests {
         let each = vec![100i64 << 20; 35];
         let four = [95i64 << 20, 100 << 20, 100 << 20, 105 << 20];
         let twelve: Vec<i64> = four.iter().cycle().take(12).copied().collect();
-        let m4 = variation_margin(&four, &each, 0);
-        let m12 = variation_margin(&twelve, &each, 0);
+        let m4 = variation_margin(&four, &each, at_bound(0));
+        let m12 = variation_margin(&twelve, &each, at_bound(0));
         assert!(m12 * 4 < m4 && m12 > 0, "{m4} {m12}");
     }
 }
