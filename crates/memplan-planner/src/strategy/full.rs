@@ -27,8 +27,10 @@
 //! `k` makes the margin a one-sided bound at 99.95% from `n` repeats: their range estimates
 //! the standard deviation of one capture as `range / d2(n)` (d2 = 2.059 for 4 samples, 3.258
 //! for 12: the control-chart constant, e.g. ASTM E2587 or Montgomery's *Introduction to
-//! Statistical Quality Control*, appendix table VI), and with `n - 1` degrees of freedom the
-//! bound is Student's t (12.92 for 3, 4.44 for 11): `k` is 6.3 for 4 repeats, 1.4 for 12.
+//! Statistical Quality Control*, appendix table VI; 4.139 for 32, beyond the tables: the
+//! expected range of 32 standard normal samples, integrated numerically), and with `n - 1`
+//! degrees of freedom the bound is Student's t (12.92 for 3, 4.44 for 11, 3.63 for 31): `k`
+//! is 6.3 for 4 repeats, 1.4 for 12, 0.88 for 32.
 //! Four repeats that vary beyond the idle windows' noise are followed by [`MORE_REPEATS`] more:
 //! a few captures of the smallest size cost far less than the KV cache a margin from four
 //! samples would take (about five times the margin of twelve). So are four repeats whose
@@ -52,11 +54,16 @@
 //! exactly (the range of 12 is worth about 9, Patnaik's approximation). So the margin does
 //! not double-count the pass's own variation; read as a bound on that difference, the factor
 //! of 12 repeats is about 99.4% (`P(T > 4.44 / sqrt(2))` with 9 degrees of freedom), not
-//! 99.95%. More repeats would narrow it at that confidence only so much: from 32 repeats, a
-//! standard deviation with 31 degrees of freedom bounds the difference at 99.5% with 3.9
-//! standard deviations, where 12 repeats' range takes 4.4 (13% less margin), and each further
-//! capture leaves held what the runtime keeps per capture: 20 more at 4 MiB hold 80 MiB for
-//! good, more than 13% of any margin under 600 MiB. `full` stops at 12.
+//! 99.95%. More repeats narrow it at that confidence only so much, and each further capture
+//! leaves held what the runtime keeps per capture. From 32 repeats, Student's t with 31
+//! degrees of freedom is 3.63 where 11 take 4.44: 18% less margin on the same standard
+//! deviation (read from the range of 32 with the same convention as 12, d2(32) = 4.139 and
+//! `n - 1` degrees of freedom, though a range of 32 is worth fewer than a standard deviation
+//! would be). So `full` takes [`FURTHER_REPEATS`] more only where that 18% of the twelve's
+//! margin is more than what the runtime keeps of 20 captures for good, as measured over the
+//! twelve ([`further_repeats_pay`]): 20 more at 4 MiB hold 80 MiB, more than 18% of any
+//! margin under 440 MiB; a runtime that keeps nothing loses nothing to them. It stops at 32:
+//! 64 would take only 7% more off.
 
 use memplan_core::bytes::{fmt_bytes, fmt_signed};
 use memplan_core::{Error, Result};
@@ -84,15 +91,38 @@ pub const REPEATS: usize = 4;
 /// docs).
 pub const MORE_REPEATS: usize = 8;
 
-/// The margin's factor on the repeats' relative range for `n` repeats: Student's t at 99.95%
-/// with `n - 1` degrees of freedom over d2(n) (see the module docs); the factor of the largest
-/// tabulated count at or below `n`.
-fn margin_factor(n: usize) -> f64 {
-    if n >= REPEATS + MORE_REPEATS {
-        4.437 / 3.258
+/// Student's t at 99.95% with `n - 1` degrees of freedom and the control-chart constant d2(n)
+/// (the expected range of `n` normal samples in standard deviations) of the largest tabulated
+/// count of repeats at or below `n` (see the module docs).
+fn t_and_d2(n: usize) -> (f64, f64) {
+    if n >= REPEATS + MORE_REPEATS + FURTHER_REPEATS {
+        (3.634, 4.139)
+    } else if n >= REPEATS + MORE_REPEATS {
+        (4.437, 3.258)
     } else {
-        12.924 / 2.059
+        (12.924, 2.059)
     }
+}
+
+/// The margin's factor on the repeats' relative range for `n` repeats: Student's t at 99.95%
+/// with `n - 1` degrees of freedom over d2(n) (see the module docs).
+fn margin_factor(n: usize) -> f64 {
+    let (t, d2) = t_and_d2(n);
+    t / d2
+}
+
+/// Repeats added to twelve where the margin they take off, at the same confidence, is more than
+/// the memory the runtime keeps of them (see the module docs).
+pub const FURTHER_REPEATS: usize = 20;
+
+/// Whether [`FURTHER_REPEATS`] are worth taking after twelve whose margin is `twelve`: what
+/// they are expected to take off it (the t of 32 repeats against that of 12, on the same
+/// standard deviation) is more than what the runtime keeps of every capture (`kept`) holds for
+/// good over them.
+fn further_repeats_pay(twelve: u64, kept: u64) -> bool {
+    let n = REPEATS + MORE_REPEATS;
+    let off = 1.0 - t_and_d2(n + FURTHER_REPEATS).0 / t_and_d2(n).0;
+    (kept as f64) * (FURTHER_REPEATS as f64) < twelve as f64 * off
 }
 
 /// Repeats that differ by more than this (per mille of their mean) are reported
@@ -363,6 +393,15 @@ impl GraphStrategy for Full {
                 let noise = r.noise(tol);
                 if spread_per_mille(&r.bytes, noise) > 0 || hides_variation(&r.bytes, noise) {
                     repeat(ctx, size, MORE_REPEATS, &mut r)?;
+                }
+                let noise = r.noise(tol);
+                if r.bytes.len() >= REPEATS + MORE_REPEATS
+                    && further_repeats_pay(
+                        variation_margin(&r.bytes, &pass.each, noise),
+                        kept_per_capture(&r.baselines, tol),
+                    )
+                {
+                    repeat(ctx, size, FURTHER_REPEATS, &mut r)?;
                 }
                 let noise = r.noise(tol);
                 let repeats = &r.bytes;
@@ -652,6 +691,24 @@ mod tests {
         // Too few openings to compare.
         assert_eq!(kept_per_capture(&[], 0), 0);
         assert_eq!(kept_per_capture(&[5 * mib], 0), 0);
+    }
+
+    #[test]
+    fn further_repeats_are_taken_where_they_take_off_more_than_they_keep() {
+        let mib = 1u64 << 20;
+        // 18% of the twelve's margin against 20 captures' kept memory.
+        let off = 1.0 - 3.634 / 4.437;
+        assert!((0.17..0.19).contains(&off));
+        // A runtime that keeps nothing: any margin pays for them.
+        assert!(further_repeats_pay(10 * mib, 0));
+        assert!(!further_repeats_pay(0, 0));
+        // 4 MiB per capture: 80 MiB held for good, worth it only above a 440 MiB margin.
+        assert!(!further_repeats_pay(400 * mib, 4 * mib));
+        assert!(further_repeats_pay(500 * mib, 4 * mib));
+        // 32 repeats of the same spread: a smaller margin than 12 at the same confidence.
+        let (f12, f32) = (margin_factor(12), margin_factor(32));
+        assert!((0.87..0.89).contains(&f32), "{f32}");
+        assert!(f32 * 4.139 < f12 * 3.258 * 0.83);
     }
 
     #[test]
