@@ -25,9 +25,12 @@
 //! Where the engine alone runs out of memory (its weights, profile run or workspace, or its
 //! graphs), nothing fits: the oracle is an empty cache and refusing is the right answer (an
 //! out-of-memory in the engine's own loading step is then the model not fitting, not a plan's
-//! failure). Where the engine's start-up rule refuses
-//! (free memory at start below the request, as vLLM's worker checks), a refusal is right too
-//! ([`Oracle::start_refused`]).
+//! failure; so too where another process took memory during the start-up and the engine alone,
+//! beside what the others then held, runs out of memory in that step: the run says so, and an
+//! engine step that runs out of memory where the engine alone would have fitted is counted as
+//! an out-of-memory, since memplan's calibration or profiling left less). Where the engine's
+//! start-up rule refuses (free memory at start below the request, as vLLM's worker checks), a
+//! refusal is right too ([`Oracle::start_refused`]).
 
 use memplan_backend_sim::{AllocatorSnapshot, GroundTruth, SimGpu};
 use memplan_core::{Error, Result};

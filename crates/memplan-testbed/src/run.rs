@@ -184,6 +184,21 @@ fn profile(
     })
 }
 
+/// Whether the engine alone, on a fresh device where other processes hold what they hold on
+/// `gpu` now (not what they held at the start), runs out of memory loading its weights or in
+/// its profile run. An engine step that runs out of memory in the run is the world's doing
+/// where this holds, memplan's where it does not (calibration and profiling leftovers).
+fn alone_fails_beside(setup: &Setup, gpu: &SimGpu) -> bool {
+    let now = gpu.truth().other_processes;
+    if now <= setup.other_processes {
+        return false;
+    }
+    let mut beside = setup.clone();
+    beside.other_processes = now;
+    beside.neighbour.clear();
+    engine_alone(&beside).is_ok_and(|a| a.nothing_fits)
+}
+
 /// Run one strategy on a fresh device.
 pub fn run(setup: &Setup, choice: Choice) -> Result<Outcome> {
     run_with(setup, choice, None)
@@ -215,12 +230,18 @@ pub fn run_judged(
     let pr = match profile(setup, &gpu, &mut engine, (choice, tamper), &mut out) {
         Ok(p) => p,
         Err(e) => {
-            let engine_step = e.to_string().contains(ENGINE_STEP);
-            if e.is_out_of_memory() && engine_step && alone.as_ref().is_some_and(|a| a.nothing_fits)
-            {
+            let engine_step = e.is_out_of_memory() && e.to_string().contains(ENGINE_STEP);
+            if engine_step && alone.as_ref().is_some_and(|a| a.nothing_fits) {
                 // The engine alone runs out of memory loading too: the model does not fit.
                 out.failed = Some(format!(
                     "the model does not fit on the device (the engine alone runs out of memory too): {e}"
+                ));
+            } else if engine_step && alone_fails_beside(setup, &gpu) {
+                // Another process took memory during the start-up: the engine alone, beside
+                // what the others hold now, cannot load or run its profile either. The world
+                // left no room; nothing memplan did took it.
+                out.failed = Some(format!(
+                    "the model does not fit beside what other processes took during the start-up (the engine alone, beside them, runs out of memory too): {e}"
                 ));
             } else if e.is_out_of_memory() {
                 out.oom = Some(format!("during profiling: {e}"));

@@ -200,3 +200,15 @@ fn a_total_below_free_still_measures_non_allocator_memory() {
         );
     }
 }
+
+/// A neighbour that takes memory just before the engine's profile run can leave the engine's
+/// own activation peak no room. That is the world leaving nothing to plan, not memplan's
+/// profiling running out of memory: it is judged a refusal (where the engine alone, beside
+/// what the others then held, runs out of memory too), and an out-of-memory only where the
+/// engine alone would have fitted (calibration or profiling leftovers).
+#[test]
+fn an_engine_step_a_neighbour_starved_is_not_memplans_out_of_memory() {
+    let cases = passes("neighbour-before-profile-3090.toml", &[21]);
+    let why = cases[0].out.failed.as_deref().unwrap_or("");
+    assert!(why.contains("beside what other processes took"), "{why}");
+}
