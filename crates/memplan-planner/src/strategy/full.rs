@@ -59,7 +59,11 @@
 //! degrees of freedom is 3.63 where 11 take 4.44: 18% less margin on the same standard
 //! deviation (read from the range of 32 with the same convention as 12, d2(32) = 4.139 and
 //! `n - 1` degrees of freedom, though a range of 32 is worth fewer than a standard deviation
-//! would be). So `full` takes [`FURTHER_REPEATS`] more only where that 18% of the twelve's
+//! would be). That is the same confidence on one capture's variation, not quite on the
+//! difference: read as a bound on it, 32 repeats' factor is about 99.2% (`P(T > 3.63 /
+//! sqrt(2))` with 31 degrees of freedom; somewhat less for the fewer a range is worth), where
+//! twelve's is 99.4%, as Student's t has a thinner tail with more degrees of freedom. So
+//! `full` takes [`FURTHER_REPEATS`] more only where that 18% of the twelve's
 //! margin is more than what the runtime keeps of 20 captures for good, as measured over the
 //! twelve ([`further_repeats_pay`]): 20 more at 4 MiB hold 80 MiB, more than 18% of any
 //! margin under 440 MiB; a runtime that keeps nothing loses nothing to them. It stops at 32:
