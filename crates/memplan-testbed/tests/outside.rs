@@ -212,3 +212,35 @@ fn an_engine_step_a_neighbour_starved_is_not_memplans_out_of_memory() {
     let why = cases[0].out.failed.as_deref().unwrap_or("");
     assert!(why.contains("beside what other processes took"), "{why}");
 }
+
+/// Generated scenarios past the sweep's seeds: an Arc B580 with no free reading (the session
+/// measures each engine step by allocation probes) whose neighbour releases 0.6-1 GiB just
+/// before a step. The probes were capped at the baseline's allocatable memory, so the probe
+/// before the step read the baseline where more was there, and the step's memory outside the
+/// allocator came out short by what the neighbour released: 102-108% of the oracle and over
+/// the request. Probes search past the baseline, up to the device's total.
+#[test]
+fn probes_measure_a_step_after_a_neighbour_released_memory() {
+    use memplan_testbed::sweep::random_scenario;
+    let cases: Vec<Case> = [1206u64, 1958, 2179]
+        .into_iter()
+        .map(|i| {
+            let setup = seeded(random_scenario(i).resolve().unwrap(), i);
+            let out = run_judged(&setup, Choice::Auto, None, engine_alone(&setup).ok()).unwrap();
+            Case {
+                group: "generated".into(),
+                what: format!("random-{i}"),
+                out,
+                harness_error: false,
+                setup: Some(Arc::new(setup)),
+                adversarial: false,
+            }
+        })
+        .collect();
+    let failed: Vec<String> = acceptance::failures(&cases)
+        .into_iter()
+        .filter(|f| acceptance::GATING.contains(&f.check))
+        .map(|f| f.line)
+        .collect();
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}

@@ -386,7 +386,11 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     /// allocatable now.
     fn probe_allocatable(&mut self) -> Result<Option<u64>> {
         match self.rec.p.probe_baseline {
-            Some(limit) => Ok(Some(probe::largest_allocatable(&self.rec.device, limit)?)),
+            Some(limit) => Ok(Some(probe::allocatable_now(
+                &self.rec.device,
+                limit,
+                self.rec.p.last.driver.total,
+            )?)),
             None => Ok(None),
         }
     }
@@ -402,7 +406,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         let (Some(a), Some(limit)) = (before_probe, self.rec.p.probe_baseline) else {
             return Ok(());
         };
-        let b = probe::largest_allocatable(&self.rec.device, limit)?;
+        let b = probe::allocatable_now(&self.rec.device, limit, after.driver.total)?;
         let grown = match (before.allocator.reserved, after.allocator.reserved) {
             (Some(x), Some(y)) => signed(y).saturating_sub(signed(x)),
             _ => 0,

@@ -210,14 +210,27 @@ pub(crate) fn step_growth(before: u64, after: u64, limit: u64, allocator_growth:
         .saturating_sub(allocator_growth)
 }
 
-/// The largest allocation up to `need` that succeeds now (within the resolution; 0 when
-/// none does).
-pub(crate) fn largest_allocatable(device: &Device, need: u64) -> Result<u64> {
-    if need == 0 || fits(device, need)? {
-        return Ok(need);
+/// Where the session measures by allocation probes, what is allocatable now, for a step's
+/// before or after: the largest allocation that succeeds, searched up to `ceiling` (the
+/// device's total where read) even past the baseline's `limit`, at the resolution of a search
+/// up to `limit` (which [`step_growth`] counts on the safe side). Capped at the baseline, a
+/// probe taken after another process released memory would read the baseline where more is
+/// there, and a step's growth measured from it would come out short by what was released.
+pub(crate) fn allocatable_now(device: &Device, limit: u64, ceiling: Option<u64>) -> Result<u64> {
+    let res = resolution(limit);
+    if limit == 0 || !fits(device, limit)? {
+        return bisect(device, 0, limit, res);
     }
-    let res = resolution(need);
-    let (mut lo, mut hi) = (0u64, need);
+    let top = ceiling.unwrap_or(limit).max(limit);
+    if top == limit || fits(device, top)? {
+        return Ok(top);
+    }
+    bisect(device, limit, top, res)
+}
+
+/// The largest allocation in `lo..hi` that succeeds (`lo` known to, `hi` known not to), to
+/// within `res`.
+fn bisect(device: &Device, mut lo: u64, mut hi: u64, res: u64) -> Result<u64> {
     while hi - lo > res {
         let mid = lo + (hi - lo) / 2;
         if fits(device, mid)? {
@@ -227,4 +240,13 @@ pub(crate) fn largest_allocatable(device: &Device, need: u64) -> Result<u64> {
         }
     }
     Ok(lo)
+}
+
+/// The largest allocation up to `need` that succeeds now (within the resolution; 0 when
+/// none does).
+pub(crate) fn largest_allocatable(device: &Device, need: u64) -> Result<u64> {
+    if need == 0 || fits(device, need)? {
+        return Ok(need);
+    }
+    bisect(device, 0, need, resolution(need))
 }

@@ -322,7 +322,8 @@ impl<'s> GraphContext<'s> {
         let Some(limit) = self.session.p.probe_baseline else {
             return Ok(None);
         };
-        match crate::session::probe::largest_allocatable(&self.session.device, limit) {
+        let total = self.session.p.last.driver.total;
+        match crate::session::probe::allocatable_now(&self.session.device, limit, total) {
             Ok(b) => Ok(Some(b)),
             Err(Error::Unsupported { .. }) => Ok(None),
             Err(e) => Err(e),
