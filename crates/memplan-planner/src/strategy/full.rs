@@ -291,16 +291,24 @@ fn spread(repeats: &[i64], noise: u64) -> Option<(i64, f64)> {
 }
 
 /// The repeats' spread beyond what the reading's error on their windows explains, per mille
-/// of their median (see [`spread`] and [`varied_beyond_noise`]).
+/// of their median (see [`spread`] and [`varied_beyond_noise`]), rounded: for reports.
 fn spread_per_mille(repeats: &[i64], noise: Noise) -> u64 {
+    (spread_share(repeats, noise) * 1000.0).round() as u64
+}
+
+/// The same spread as a share of the median, unrounded: what the margin and the decision to
+/// take more repeats use. Rounded to whole per mille, a spread under half of one (18 KB over
+/// a 93 MB capture) read as none: no more repeats, no margin, and 35 graphs' variations then
+/// added up past the request.
+fn spread_share(repeats: &[i64], noise: Noise) -> f64 {
     let Some((range, middle)) = spread(repeats, noise.bound) else {
-        return 0;
+        return 0.0;
     };
     let varied = varied_beyond_noise(range, noise.seen);
     if middle <= 0.0 || varied <= 0.0 {
-        return 0;
+        return 0.0;
     }
-    (varied * 1000.0 / middle).round() as u64
+    varied / middle
 }
 
 /// The part of the repeats' range `range` (see [`spread`]) that the reading's error on their
@@ -350,7 +358,7 @@ fn variation_margin(repeats: &[i64], each: &[i64], noise: Noise) -> u64 {
         return 0;
     };
     // The variation relative to one capture, at most the whole capture.
-    let spread = (spread_per_mille(repeats, noise) as f64 / 1000.0).min(1.0);
+    let spread = spread_share(repeats, noise).min(1.0);
     if spread <= 0.0 {
         return 0;
     }
@@ -395,7 +403,7 @@ impl GraphStrategy for Full {
                 // tolerance, which often covers an offset a window cancels.
                 let tol = ctx.window_tolerance();
                 let noise = r.noise(tol);
-                if spread_per_mille(&r.bytes, noise) > 0 || hides_variation(&r.bytes, noise) {
+                if spread_share(&r.bytes, noise) > 0.0 || hides_variation(&r.bytes, noise) {
                     repeat(ctx, size, MORE_REPEATS, &mut r)?;
                 }
                 let noise = r.noise(tol);
@@ -544,6 +552,20 @@ mod tests {
     }
 
     #[test]
+    fn a_spread_under_half_a_per_mille_still_keeps_a_margin() {
+        // An exact reading: 18 KB of spread over a 93 MB capture, 0.19 per mille, is
+        // reported as 0 per mille but is a variation all the same.
+        let repeats = [93_016_212, 93_013_228, 93_028_894, 93_010_990];
+        let quiet = Noise { bound: 0, seen: 0 };
+        assert_eq!(spread_per_mille(&repeats, quiet), 0);
+        assert!(spread_share(&repeats, quiet) > 0.0);
+        let each = vec![7_000_000i64; 35];
+        let margin = variation_margin(&repeats, &each, quiet);
+        // At least the range for each of the 35 graphs, in quadrature.
+        assert!(margin as f64 >= 17_904.0 * 35f64.sqrt(), "{margin}");
+    }
+
+    #[test]
     fn the_repeats_spread_is_the_margin() {
         let mib = 1i64 << 20;
         // Identical repeats: no margin.
@@ -587,7 +609,7 @@ mod tests {
         let sqrt_sum = (19.0f64).sqrt() * 100.0 * mib as f64;
         assert_eq!(
             variation_margin(&late, &each, at_bound(0)),
-            (margin_factor(4) * 0.108 * sqrt_sum).ceil() as u64
+            (margin_factor(4) * (10.0 / 92.5) * sqrt_sum).ceil() as u64
         );
         // A low repeat within what a variation either way explains stays in the range, and
         // so does one above half the median (the others happening to agree says little).
