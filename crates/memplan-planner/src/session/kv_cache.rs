@@ -24,8 +24,11 @@
 //! past what the plan kept even for an instant where the allocator rounds more coarsely than
 //! the plan assumed: an allocator that rounds every allocation up to a multiple of a granule
 //! gives rounded sizes that are all multiples of it, so their greatest common divisor bounds
-//! it from above. The planned count is then cut to what fits with that granule
-//! ([`certified_blocks`]) before it is allocated. Only an allocator whose rounding is not a
+//! it from above. Where the planned tensors are large enough for the allocator to round each
+//! on its own ([`is_large_request`](crate::plan::is_large_request)), caches whose tensors are
+//! not are left out: packed into shared segments, their sizes can read as a granule the
+//! planned tensors are not rounded to. The planned count is then cut to what fits with that
+//! granule ([`certified_blocks`]) before it is allocated. Only an allocator whose rounding is not a
 //! fixed granule (or a cache whose tensors are not all of one size) leaves the count as
 //! planned, and the shrinking above is what protects it.
 //!
@@ -179,8 +182,18 @@ fn granule(
     (tensors, page): (u64, u64),
 ) -> Result<Granule> {
     let mut sizes: Vec<(u64, u64)> = Vec::new();
+    // Tensors too small for the allocator to round on their own (they share segments) say
+    // nothing of the granule of planned tensors it does round on their own: their packing can
+    // look like a coarse granule (7 MiB tensors two to a 20 MiB segment and 5 MiB ones four to
+    // one read as a 5 MiB granule, where 14 MiB tensors are rounded to 2 MiB), and the cache
+    // was cut by it. Such counts are not measured; with none left the planned count is
+    // allocated as planned, and the attempts below cut it where it takes more.
+    let planned_large = crate::plan::is_large_request(planned.saturating_mul(page));
     for n in granule_counts(planned, page) {
         let own = n.saturating_mul(page);
+        if planned_large && !crate::plan::is_large_request(own) {
+            continue;
+        }
         let t = match attempt(rec, engine, way, n, tensors.saturating_mul(page))? {
             Attempt::NotOffered => return Ok(Granule::NotOffered),
             Attempt::OutOfMemory => return Ok(Granule::Unknown),
