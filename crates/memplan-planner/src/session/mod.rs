@@ -139,7 +139,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     pub fn begin(
         device: &SharedDevice,
         engine: &'e mut E,
-        capability: ProfilingCapability,
+        mut capability: ProfilingCapability,
     ) -> Result<Self> {
         let span = tracing::info_span!("baseline", device = %device.descriptor().id);
         let _e = span.enter();
@@ -162,6 +162,10 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         } else {
             probe::baseline(&device, baseline.driver.total)?
         };
+        // A free reading trusted as exact that moves while the device is idle is not exact
+        // (a declaration calibration did not check, or a device that changed since): its
+        // window error is measured as an approximate reading's is, and the plan says so.
+        let moved = exact_free_that_moves(&device, &mut capability, baseline.driver.total)?;
         // An approximate free reading nothing calibrated: its window error measured by a few
         // allocations of a known size (the strategies' margins are twice it, not the declared
         // tolerance, which often covers an offset a window cancels).
@@ -202,6 +206,9 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         rec.still = still;
         if let Some(w) = unsynced {
             rec.warn_unsynced(w);
+        }
+        if let Some(w) = moved {
+            rec.warn(w);
         }
         Ok(Session {
             rec,
@@ -681,6 +688,55 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         self.done = true;
         (self.rec.profile(), self.rec.kv_range.take())
     }
+}
+
+/// Where `capability` trusts the free reading as exact, read it [`IDLE_READS`] times on the
+/// idle device (each after a synchronize): a reading that moves is not exact, whatever was
+/// declared. It becomes approximate, within the largest error a window then shows (the idle
+/// spread and windows over allocations of a known size, [`probe::window_error`] searched up to
+/// the device's `total`), and the warning names it. Calibration runs the same check; this is
+/// for a session nothing calibrated.
+///
+/// [`IDLE_READS`]: crate::calibrate::IDLE_READS
+fn exact_free_that_moves(
+    device: &memplan_core::Device,
+    capability: &mut ProfilingCapability,
+    total: Option<u64>,
+) -> Result<Option<Warning>> {
+    use memplan_core::{Reading, Reliability};
+    if capability.reading(Reading::DriverFree) != Reliability::Exact {
+        return Ok(None);
+    }
+    let Some(spread) = crate::calibrate::idle_range_of(device, 1)?.filter(|s| *s > 0) else {
+        return Ok(None);
+    };
+    let free = device.driver_memory()?.free;
+    let cap = total.unwrap_or(u64::MAX);
+    let worst = probe::window_error(device, cap, free, 1)?
+        .unwrap_or(spread)
+        .max(spread);
+    let observed = format!(
+        "approximate (±{}: free moved by {} over {} synchronized reads of the idle device)",
+        memplan_core::bytes::fmt_bytes(worst),
+        memplan_core::bytes::fmt_bytes(spread),
+        crate::calibrate::IDLE_READS
+    );
+    capability.set(
+        Reading::DriverFree,
+        Reliability::Approximate {
+            tolerance_bytes: worst,
+            why: format!(
+                "free moved by {} over {} synchronized reads of the idle device",
+                memplan_core::bytes::fmt_bytes(spread),
+                crate::calibrate::IDLE_READS
+            ),
+        },
+    );
+    Ok(Some(Warning::CalibrationDowngrade {
+        item: "driver_free".into(),
+        declared: "exact".into(),
+        observed,
+    }))
 }
 
 impl<E: AsDynEngine + ?Sized> Drop for Session<'_, E> {
