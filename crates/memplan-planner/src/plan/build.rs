@@ -70,8 +70,8 @@ pub fn is_large_request(bytes: u64) -> bool {
     bytes >= MID_REQUEST_BELOW
 }
 
-/// The greatest common divisor.
-fn gcd(mut a: u64, mut b: u64) -> u64 {
+/// The greatest common divisor (of allocator readings, whose granule divides them).
+pub(crate) fn gcd(mut a: u64, mut b: u64) -> u64 {
     while b != 0 {
         (a, b) = (b, a % b);
     }

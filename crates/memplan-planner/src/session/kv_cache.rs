@@ -81,14 +81,6 @@ pub(crate) fn layout(block_bytes: u64, page_bytes: u64) -> Option<(u64, u64)> {
         .then_some((tensors, page_bytes))
 }
 
-/// The greatest common divisor.
-fn gcd(mut a: u64, mut b: u64) -> u64 {
-    while b != 0 {
-        (a, b) = (b, a % b);
-    }
-    a
-}
-
 /// What measured allocations say about the allocator's granule: `sizes` are `(own bytes,
 /// rounded bytes)` of one tensor each. A granule every rounded size is a multiple of, and
 /// larger than every waste (a rounding up wastes less than one granule): the greatest common
@@ -99,7 +91,7 @@ pub(crate) fn granule_of(sizes: &[(u64, u64)]) -> Option<u64> {
     if rest.iter().all(|s| s.1 == first.1) {
         return None;
     }
-    let g = sizes.iter().fold(0, |g, s| gcd(g, s.1));
+    let g = sizes.iter().fold(0, |g, s| crate::plan::gcd(g, s.1));
     let waste = sizes
         .iter()
         .map(|s| s.1.checked_sub(s.0))

@@ -715,21 +715,20 @@ fn exact_free_that_moves(
     let worst = probe::window_error(device, cap, free, 1)?
         .unwrap_or(spread)
         .max(spread);
-    let observed = format!(
-        "approximate (±{}: free moved by {} over {} synchronized reads of the idle device)",
-        memplan_core::bytes::fmt_bytes(worst),
+    let why = format!(
+        "free moved by {} over {} synchronized reads of the idle device",
         memplan_core::bytes::fmt_bytes(spread),
         crate::calibrate::IDLE_READS
+    );
+    let observed = format!(
+        "approximate (±{}: {why})",
+        memplan_core::bytes::fmt_bytes(worst)
     );
     capability.set(
         Reading::DriverFree,
         Reliability::Approximate {
             tolerance_bytes: worst,
-            why: format!(
-                "free moved by {} over {} synchronized reads of the idle device",
-                memplan_core::bytes::fmt_bytes(spread),
-                crate::calibrate::IDLE_READS
-            ),
+            why,
         },
     );
     Ok(Some(Warning::CalibrationDowngrade {
