@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use memplan_testbed::oracle::engine_alone;
-use memplan_testbed::run::{run_judged, Choice};
+use memplan_testbed::run::{open, run_judged, Choice};
 use memplan_testbed::sweep::acceptance::{failures, Check, MEASURED_FLOOR};
 use memplan_testbed::sweep::{seeded, Case};
 use memplan_testbed::{Scenario, Setup};
@@ -22,7 +22,7 @@ fn case(setup: &Setup) -> Case {
         out,
         harness_error: false,
         setup: Some(Arc::new(setup.clone())),
-        adversarial: setup.physics.is_some(),
+        adversarial: open(setup).is_ok_and(|g| g.physics().adversarial),
     }
 }
 

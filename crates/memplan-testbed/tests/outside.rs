@@ -11,6 +11,23 @@ use memplan_testbed::run::{open, run_judged, Choice};
 use memplan_testbed::scenario::Scenario;
 use memplan_testbed::sweep::acceptance::{self, Check};
 use memplan_testbed::sweep::{seeded, Case};
+use memplan_testbed::Setup;
+
+/// The automatic choice on `setup`, judged against the engine alone as the sweep judges it.
+fn judged(group: &str, what: String, setup: Setup) -> Case {
+    let alone = engine_alone(&setup).ok();
+    let adversarial = open(&setup).is_ok_and(|g| g.physics().adversarial);
+    let out = run_judged(&setup, Choice::Auto, None, alone)
+        .unwrap_or_else(|e| panic!("{group} {what}: harness error: {e}"));
+    Case {
+        group: group.into(),
+        what,
+        out,
+        harness_error: false,
+        setup: Some(Arc::new(setup)),
+        adversarial,
+    }
+}
 
 fn cases(file: &str, seeds: &[u64]) -> Vec<Case> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -21,21 +38,7 @@ fn cases(file: &str, seeds: &[u64]) -> Vec<Case> {
         .unwrap_or_else(|e| panic!("{file}: {e}"));
     seeds
         .iter()
-        .map(|seed| {
-            let setup = seeded(setup.clone(), *seed);
-            let alone = engine_alone(&setup).ok();
-            let adversarial = open(&setup).is_ok_and(|g| g.physics().adversarial);
-            let out = run_judged(&setup, Choice::Auto, None, alone)
-                .unwrap_or_else(|e| panic!("{file} seed {seed}: harness error: {e}"));
-            Case {
-                group: file.into(),
-                what: format!("seed={seed}"),
-                out,
-                harness_error: false,
-                setup: Some(Arc::new(setup)),
-                adversarial,
-            }
-        })
+        .map(|seed| judged(file, format!("seed={seed}"), seeded(setup.clone(), *seed)))
         .collect()
 }
 
@@ -221,16 +224,7 @@ fn generated_gating_failures(indices: &[u64]) -> Vec<String> {
         .iter()
         .map(|&i| {
             let setup = seeded(random_scenario(i).resolve().unwrap(), i);
-            let adversarial = open(&setup).is_ok_and(|g| g.physics().adversarial);
-            let out = run_judged(&setup, Choice::Auto, None, engine_alone(&setup).ok()).unwrap();
-            Case {
-                group: "generated".into(),
-                what: format!("random-{i}"),
-                out,
-                harness_error: false,
-                setup: Some(Arc::new(setup)),
-                adversarial,
-            }
+            judged("generated", format!("random-{i}"), setup)
         })
         .collect();
     acceptance::failures(&cases)
