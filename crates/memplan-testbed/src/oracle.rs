@@ -52,6 +52,11 @@ pub struct EngineAlone {
     /// Graph memory of capturing every size (pool, executable objects, allocation nodes,
     /// per-capture memory, a library's allocation on the first capture).
     pub graph: u64,
+    /// Standard deviation of the sum of the executable objects of every graph the engine
+    /// captures, from one capture to the next (the device's drawn capture jitter, ground truth):
+    /// how much the engine's own later capture may differ from any earlier one, which no plan
+    /// made before it can know ([`Oracle::jitter_tokens`]).
+    pub graph_jitter_sd: u64,
     /// Peak growth of the process while capturing every graph (warm-ups included) and then
     /// serving a burst, above where it stood before the first warm-up.
     pub capture_and_burst_peak: u64,
@@ -84,6 +89,7 @@ pub fn engine_alone(setup: &Setup) -> Result<EngineAlone> {
         activation: 0,
         workspace: 0,
         graph: 0,
+        graph_jitter_sd: 0,
         capture_and_burst_peak: 0,
         free_before_kv: 0,
         others_at_start: t0.other_processes,
@@ -125,15 +131,23 @@ pub fn engine_alone(setup: &Setup) -> Result<EngineAlone> {
     let mut peak = 0u64;
     let mut see = |gpu: &SimGpu| peak = peak.max(gpu.truth().this_process().saturating_sub(base));
     let mut graphs_do_not_fit = false;
+    let mut jitter_var = 0f64;
     for s in setup.sizes.clone() {
         let step = memplan_planner::Engine::warm_up(&mut e, s).and_then(|()| {
             see(&gpu);
             memplan_planner::Engine::capture_graph(&mut e, s)
         });
         match step {
-            Ok(()) => see(&gpu),
+            Ok(()) => {
+                see(&gpu);
+                let sd = gpu
+                    .physics()
+                    .exec_bytes_sd(u64::from(e.spec(s).kernel_nodes));
+                jitter_var += sd * sd;
+            }
             // The device cannot capture: the engine runs eagerly, no graph memory.
             Err(Error::Unsupported { .. }) => {
+                jitter_var = 0.0;
                 memplan_planner::Engine::release_graphs(&mut e)?;
                 break;
             }
@@ -160,6 +174,7 @@ pub fn engine_alone(setup: &Setup) -> Result<EngineAlone> {
         activation,
         workspace,
         graph,
+        graph_jitter_sd: jitter_var.sqrt().ceil() as u64,
         capture_and_burst_peak: peak,
         free_before_kv,
         others_at_start: t0.other_processes,
@@ -214,6 +229,14 @@ pub struct Oracle {
     /// [`MEASURED_FLOOR`]: crate::sweep::acceptance::MEASURED_FLOOR
     /// [`BOUNDED_FLOOR`]: crate::sweep::acceptance::BOUNDED_FLOOR
     pub floor_tokens: FloorTokens,
+    /// Usable KV tokens of the largest cache that fits in `room` less
+    /// [`ATTAINABLE_Z`](crate::sweep::acceptance::ATTAINABLE_Z) standard deviations of the
+    /// engine's later graph capture ([`EngineAlone::graph_jitter_sd`]; at most `tokens`): what
+    /// a plan that knew the mean cost of every graph exactly, and kept only the margin that
+    /// holds the request in 99.9% of the engine's captures, would hold. Where graphs are not
+    /// captured after the plan (kept, or none), `tokens`. Below the floor and at or above it
+    /// here is what a plan could have done better ([`crate::sweep::acceptance`]).
+    pub jitter_tokens: u64,
 }
 
 /// See [`Oracle::floor_tokens`].
@@ -307,9 +330,15 @@ pub fn oracle_tokens(setup: &Setup, alone: &EngineAlone, at: &AtPlan) -> Option<
     } else {
         in_request.min(physical)
     };
+    let jitter = if at.graphs_kept || at.eager {
+        0
+    } else {
+        (alone.graph_jitter_sd as f64 * crate::sweep::acceptance::ATTAINABLE_Z).ceil() as u64
+    };
     verdict(
         setup,
         room,
+        jitter,
         at.graphs_kept,
         requested > at.start.free,
         &at.allocator,
@@ -346,9 +375,12 @@ pub fn clean_oracle_tokens(setup: &Setup, alone: &EngineAlone, at: &AtPlan) -> O
     } else {
         in_request.min(physical)
     };
+    let jitter =
+        (alone.graph_jitter_sd as f64 * crate::sweep::acceptance::ATTAINABLE_Z).ceil() as u64;
     verdict(
         setup,
         room,
+        jitter,
         false,
         requested > at.start.free,
         &alone.allocator,
@@ -358,6 +390,7 @@ pub fn clean_oracle_tokens(setup: &Setup, alone: &EngineAlone, at: &AtPlan) -> O
 fn verdict(
     setup: &Setup,
     room: u64,
+    jitter: u64,
     mapped: bool,
     start_refused: bool,
     alloc: &AllocatorSnapshot,
@@ -390,5 +423,6 @@ fn verdict(
             measured: share_of(crate::sweep::acceptance::MEASURED_FLOOR),
             bounded: share_of(crate::sweep::acceptance::BOUNDED_FLOOR),
         },
+        jitter_tokens: kv.tokens(blocks_in(room.saturating_sub(jitter)).min(blocks)),
     })
 }

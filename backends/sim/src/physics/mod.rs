@@ -401,6 +401,16 @@ impl Physics {
         let factor = 1000 - j + 2 * j * self.unit(0x6a69_7474, n) / 1000;
         (base / 1000).saturating_mul(factor)
     }
+
+    /// The standard deviation of one capture's executable-object bytes for a graph of
+    /// `kernel_nodes` nodes ([`Physics::exec_bytes`]): the drawn jitter is uniform over the
+    /// per-node figure give or take `capture_jitter_permille`, whose standard deviation is the
+    /// half-width over the square root of 3. Ground truth for the test-bed's judges (what no
+    /// plan can know in advance of a capture); nothing in a session reads it.
+    pub fn exec_bytes_sd(&self, kernel_nodes: u64) -> f64 {
+        let base = kernel_nodes.saturating_mul(self.exec_bytes_per_kernel_node) as f64;
+        base * self.capture_jitter_permille as f64 / 1000.0 / 3f64.sqrt()
+    }
 }
 
 #[cfg(test)]

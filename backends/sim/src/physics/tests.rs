@@ -130,3 +130,23 @@ fn allocator_rules_follow_pytorch() {
     assert_eq!(p.segment_size(p.round_request(3 * MIB + 1)), 4 * MIB);
     assert_eq!(p.round_request(u64::MAX), u64::MAX, "saturates");
 }
+
+#[test]
+fn exec_bytes_sd_is_the_spread_of_the_drawn_captures() {
+    let p = (0..200)
+        .map(|seed| Physics::draw_for(seed, &rocm(), Pin::Draw, Regime::BySeed))
+        .find(|p| p.capture_jitter_permille >= 100)
+        .expect("an adversarial draw with a wide capture jitter");
+    let nodes = 500;
+    let n = 4000;
+    let xs: Vec<f64> = (0..n).map(|i| p.exec_bytes(nodes, i) as f64).collect();
+    let mean = xs.iter().sum::<f64>() / n as f64;
+    let sd = (xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt();
+    let want = p.exec_bytes_sd(nodes);
+    assert!(
+        (sd / want - 1.0).abs() < 0.05,
+        "sampled {sd}, stated {want}"
+    );
+    let none = Physics::draw_for(5, &rocm(), Pin::Nominal, Regime::BySeed);
+    assert_eq!(none.exec_bytes_sd(nodes), 0.0);
+}
