@@ -64,6 +64,11 @@ pub(crate) struct Heap {
     next_block: u64,
     peak: u64,
     peak_reserved: u64,
+    /// Bytes of every segment, kept as segments come and go: the device's readings ask for it
+    /// on every read, and summing hundreds of segments each time is most of a sweep's time.
+    reserved_all: u64,
+    /// Bytes of every live block, kept as blocks are taken and freed (see `reserved_all`).
+    allocated_all: u64,
 }
 
 impl Default for Heap {
@@ -82,6 +87,8 @@ impl Heap {
             next_block: 0,
             peak: 0,
             peak_reserved: 0,
+            reserved_all: 0,
+            allocated_all: 0,
         }
     }
 
@@ -117,7 +124,8 @@ impl Heap {
                 blocks: vec![(seg_bytes, None)],
             },
         );
-        self.peak_reserved = self.peak_reserved.max(self.reserved(None));
+        self.reserved_all += seg_bytes;
+        self.peak_reserved = self.peak_reserved.max(self.reserved_all);
         self.take(sid, 0, rounded)
     }
 
@@ -135,11 +143,13 @@ impl Heap {
             if split {
                 seg.blocks[idx] = (rounded, Some(id));
                 seg.blocks.insert(idx + 1, (rest, None));
+                self.allocated_all += rounded;
             } else {
                 seg.blocks[idx].1 = Some(id);
+                self.allocated_all += size;
             }
         }
-        self.peak = self.peak.max(self.allocated(None));
+        self.peak = self.peak.max(self.allocated_all);
         id
     }
 
@@ -148,6 +158,7 @@ impl Heap {
         for seg in self.segments.values_mut() {
             if let Some(i) = seg.blocks.iter().position(|b| b.1 == Some(id)) {
                 seg.blocks[i].1 = None;
+                self.allocated_all -= seg.blocks[i].0;
                 if i + 1 < seg.blocks.len() && seg.blocks[i + 1].1.is_none() {
                     seg.blocks[i].0 += seg.blocks.remove(i + 1).0;
                 }
@@ -168,14 +179,20 @@ impl Heap {
             .filter(|(_, s)| s.pool == pool && s.is_free())
             .map(|(k, _)| *k)
             .collect();
-        ids.iter()
+        let released: u64 = ids
+            .iter()
             .filter_map(|k| self.segments.remove(k))
             .map(|s| s.size())
-            .sum()
+            .sum();
+        self.reserved_all -= released;
+        released
     }
 
     /// Bytes of segments (of one pool, or all with `None`).
     pub fn reserved(&self, pool: Option<Pool>) -> u64 {
+        if pool.is_none() {
+            return self.reserved_all;
+        }
         self.segments
             .values()
             .filter(|s| pool.is_none_or(|p| s.pool == p))
@@ -185,6 +202,9 @@ impl Heap {
 
     /// Bytes of live blocks (of one pool, or all with `None`).
     pub fn allocated(&self, pool: Option<Pool>) -> u64 {
+        if pool.is_none() {
+            return self.allocated_all;
+        }
         self.segments
             .values()
             .filter(|s| pool.is_none_or(|p| s.pool == p))
@@ -206,8 +226,8 @@ impl Heap {
 
     /// Reset both peaks to the current allocated and reserved bytes.
     pub fn reset_peak(&mut self) {
-        self.peak = self.allocated(None);
-        self.peak_reserved = self.reserved(None);
+        self.peak = self.allocated_all;
+        self.peak_reserved = self.reserved_all;
     }
 }
 
@@ -273,5 +293,53 @@ mod tests {
             h.place_cached(Pool::Private, 512).is_none(),
             "pools never share segments"
         );
+    }
+
+    #[test]
+    fn the_kept_totals_are_the_sums_of_the_segments_and_blocks() {
+        let mut h = Heap::with_rules(AllocatorRules::PYTORCH);
+        let sum = |h: &Heap| {
+            let segs: u64 = h.segments.values().map(Segment::size).sum();
+            let live: u64 = h
+                .segments
+                .values()
+                .flat_map(|s| s.blocks.iter())
+                .filter(|b| b.1.is_some())
+                .map(|b| b.0)
+                .sum();
+            (segs, live)
+        };
+        let mut live = Vec::new();
+        for (i, bytes) in [300 * 1024, 3 << 20, 12 << 20, 700, 40 << 20, 5 << 20]
+            .into_iter()
+            .cycle()
+            .take(60)
+            .enumerate()
+        {
+            let pool = if i % 7 == 3 {
+                Pool::Private
+            } else {
+                Pool::Default
+            };
+            let r = round_request(bytes);
+            let id = h.place_cached(pool, r).unwrap_or_else(|| {
+                let seg = h.segment_size(r);
+                h.place_new(pool, r, seg)
+            });
+            live.push(id);
+            if i % 3 == 2 {
+                h.free(live.remove(i % live.len()));
+            }
+            if i % 11 == 10 {
+                h.release_free(Pool::Default);
+            }
+            assert_eq!((h.reserved(None), h.allocated(None)), sum(&h), "after {i}");
+        }
+        for id in live {
+            h.free(id);
+        }
+        h.release_free(Pool::Default);
+        h.release_free(Pool::Private);
+        assert_eq!((h.reserved(None), h.allocated(None)), (0, 0));
     }
 }
