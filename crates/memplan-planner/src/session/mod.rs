@@ -14,7 +14,8 @@
 //!   every layer); windows are differences of snapshots and keep their sign. Where one read of
 //!   the free memory moves by more than the allocator's rounding, each snapshot combines
 //!   [`FREE_READS`] reads (their interquartile mean, each after a synchronize), where that
-//!   measurably narrows a window ([`Profile::free_reads`]). Where the device
+//!   measurably narrows a window ([`Profile::free_reads`]), and [`MORE_FREE_READS`] where 64
+//!   still leave a window off by more than that rounding and narrow it further. Where the device
 //!   cannot synchronize (its capability's `facts.synchronize` is unsupported), the engine's
 //!   queues are synchronized through [`Engine::synchronize`] before each reading; an engine
 //!   without that hook gets
@@ -89,6 +90,11 @@ pub struct Session<'e, E: AsDynEngine + ?Sized> {
 /// this device is measured, not assumed (`Session::begin` measures the window error of
 /// combined reads the way it measures single ones, and keeps them only where it is smaller).
 pub const FREE_READS: usize = 64;
+
+/// Reads each snapshot combines where [`FREE_READS`] still leave a window off by more than the
+/// allocator's rounding of one large request, and this many measurably narrow it further: the
+/// interquartile mean of four times the reads has about half the standard deviation.
+pub const MORE_FREE_READS: usize = 256;
 
 /// The automatic graph phase measures every size instead of keeping a sampled estimate whose
 /// margin would take more than this share (in per mille) of the room left for the KV cache:
@@ -179,24 +185,29 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         // (measured the same way, with combined reads), and the baseline is taken again so.
         let mut free_reads = 1;
         let mut still = None;
-        if free_window_error.is_some_and(|e| e > crate::plan::ALLOCATOR_ROUNDING_BOUND) {
-            let combined =
-                probe::window_error(&device, tolerance, baseline.driver.free, FREE_READS)?;
-            if let (Some(c), Some(single)) = (combined, free_window_error) {
-                if c < single {
-                    free_reads = FREE_READS;
-                    free_window_error = Some(c);
-                    // Single reads of the idle device moved by up to `single`: a take whose
-                    // reads spread further saw memory move (the window error's allowance).
-                    still = Some(crate::strategy::kept_window_error(single));
-                    baseline = recorder::combined_snapshot(
-                        &device,
-                        Some(&*e.allocator()),
-                        FREE_READS,
-                        still,
-                    )?;
-                }
+        let single = free_window_error;
+        for reads in [FREE_READS, MORE_FREE_READS] {
+            let Some(narrowest) =
+                free_window_error.filter(|e| *e > crate::plan::ALLOCATOR_ROUNDING_BOUND)
+            else {
+                break;
+            };
+            let combined = probe::window_error(&device, tolerance, baseline.driver.free, reads)?;
+            let (Some(c), Some(single)) = (combined, single) else {
+                break;
+            };
+            if c >= narrowest {
+                break;
             }
+            free_reads = reads;
+            free_window_error = Some(c);
+            // Single reads of the idle device moved by up to `single`: a take whose
+            // reads spread further saw memory move (the window error's allowance).
+            still = Some(crate::strategy::kept_window_error(single));
+        }
+        if free_reads > 1 {
+            baseline =
+                recorder::combined_snapshot(&device, Some(&*e.allocator()), free_reads, still)?;
         }
         let mut profile = Profile::new(capability, baseline);
         profile.probe_baseline = probe_baseline;
