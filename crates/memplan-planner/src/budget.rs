@@ -141,11 +141,19 @@ pub fn requested_bytes(total: u64, request: Request) -> Result<u64> {
 
 /// The start-up check: refuse when free memory is below `requested`, saying who holds the
 /// rest. Readings that are absent are skipped (the check cannot be made), never taken as 0.
-pub fn check_free(snapshot: &MemoryInfo, requested: u64, request: &Request) -> Result<()> {
+/// `tolerance` is how far the free reading may under-state free memory: a reading below the
+/// request by no more than that does not show that the request cannot be met (the plan's
+/// physical cap keeps the KV cache within what is free), so it is not refused.
+pub fn check_free(
+    snapshot: &MemoryInfo,
+    requested: u64,
+    request: &Request,
+    tolerance: u64,
+) -> Result<()> {
     let (Some(total), Some(free)) = (snapshot.driver.total, snapshot.driver.free) else {
         return Ok(());
     };
-    if free >= requested {
+    if free.saturating_add(tolerance) >= requested {
         return Ok(());
     }
     Err(Error::does_not_fit(Refusal::FreeBelowRequested {
@@ -243,7 +251,7 @@ fn does_not_fit(total: u64, requested: u64, c: &Consumers, used: u64) -> Error {
 mod tests {
     use super::*;
     use crate::plan::Consumer;
-    use memplan_core::bytes::GIB;
+    use memplan_core::bytes::{GIB, MIB};
     use memplan_core::{AllocatorMemory, DriverMemory};
 
     fn gib(x: f64) -> u64 {
@@ -398,7 +406,7 @@ mod tests {
                 .with_allocator(AllocatorMemory::new(reserved, None, None))
         };
         let req = requested_bytes(gib(23.98), Request::Utilization(0.95)).unwrap();
-        let e = check_free(&snap(None), req, &Request::Utilization(0.95))
+        let e = check_free(&snap(None), req, &Request::Utilization(0.95), 0)
             .unwrap_err()
             .to_string();
         assert!(
@@ -407,7 +415,7 @@ mod tests {
                 && e.contains("22.65 GiB is in use"),
             "{e}"
         );
-        let e = check_free(&snap(Some(20 * GIB)), req, &Request::Utilization(0.95))
+        let e = check_free(&snap(Some(20 * GIB)), req, &Request::Utilization(0.95), 0)
             .unwrap_err()
             .to_string();
         assert!(
@@ -416,9 +424,25 @@ mod tests {
         );
         let ok =
             MemoryInfo::default().with_driver(DriverMemory::new(Some(gib(23.98)), Some(23 * GIB)));
-        assert!(check_free(&ok, req, &Request::Bytes(req)).is_ok());
+        assert!(check_free(&ok, req, &Request::Bytes(req), 0).is_ok());
         // Absent free memory: the check cannot be made and does not invent a 0.
-        assert!(check_free(&MemoryInfo::default(), req, &Request::Bytes(req)).is_ok());
+        assert!(check_free(&MemoryInfo::default(), req, &Request::Bytes(req), 0).is_ok());
+    }
+
+    #[test]
+    fn a_free_reading_short_of_the_request_within_its_tolerance_is_not_refused() {
+        let short = |by: u64| {
+            MemoryInfo::default()
+                .with_driver(DriverMemory::new(Some(24 * GIB), Some(22 * GIB - by)))
+        };
+        let req = 22 * GIB;
+        let r = Request::Bytes(req);
+        // 10 MiB short of the request, read within 30 MiB: it may be there.
+        assert!(check_free(&short(10 * MIB), req, &r, 30 * MIB).is_ok());
+        // 40 MiB short: below the request whatever the reading's error.
+        assert!(check_free(&short(40 * MIB), req, &r, 30 * MIB).is_err());
+        // Exact: any shortfall is refused.
+        assert!(check_free(&short(1), req, &r, 0).is_err());
     }
 
     #[test]

@@ -137,6 +137,8 @@ pub struct PlanBuilder {
     consumers: Consumers,
     graph: GraphPlan,
     start: Option<MemoryInfo>,
+    /// How far the start snapshot's free figure may under-state free memory.
+    start_tolerance: u64,
     free_now: Option<(u64, u64)>,
     available_now: Option<(u64, u64, PhysicalCheck)>,
     blind: bool,
@@ -170,6 +172,7 @@ impl PlanBuilder {
             consumers: Consumers::new(),
             graph: GraphPlan::new(GraphMethod::Strategy(StrategyKind::None), "no graph phase"),
             start: None,
+            start_tolerance: 0,
             free_now: None,
             available_now: None,
             blind: false,
@@ -309,6 +312,7 @@ impl PlanBuilder {
         let free = p.capability.reading(Reading::DriverFree);
         if free.measures_own_usage() {
             b.start = Some(p.baseline);
+            b.start_tolerance = free.tolerance_bytes();
             b.free_now = p.last.driver.free.map(|f| (f, free.tolerance_bytes()));
         }
         // Memory other processes hold: where the free reading cannot see it, the device-wide
@@ -323,6 +327,9 @@ impl PlanBuilder {
             } => {
                 if let Some(baseline) = baseline {
                     let mut start = b.start.unwrap_or(p.baseline);
+                    if b.start.is_none() || baseline < start.driver.free.unwrap_or(u64::MAX) {
+                        b.start_tolerance = tolerance;
+                    }
                     start.driver.free = Some(baseline.min(start.driver.free.unwrap_or(u64::MAX)));
                     start.driver.total = start.driver.total.or(Some(total));
                     b.start = Some(start);
@@ -637,13 +644,13 @@ impl PlanBuilder {
         );
         if let (Some(s), false) = (&self.start, fixed_kv) {
             let requested = budget::requested_bytes(self.total, self.request)?;
-            budget::check_free(s, requested, &self.request)?;
+            budget::check_free(s, requested, &self.request, self.start_tolerance)?;
         }
         let b = budget::compute(self.total, self.request, &self.consumers).map_err(|e| {
             budget::with_free_at_start(e, self.start.as_ref().and_then(|s| s.driver.free))
         })?;
         if let (Some(s), true) = (&self.start, fixed_kv) {
-            budget::check_free(s, b.requested, &self.request)?;
+            budget::check_free(s, b.requested, &self.request, self.start_tolerance)?;
         }
         let mut warnings = self.warnings;
         let mut kv_bytes = if fixed_kv || per_tensor {

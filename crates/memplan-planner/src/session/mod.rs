@@ -264,11 +264,22 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             .measures_own_usage();
         // Where the free reading cannot see other processes, the device-wide reading makes
         // the check (as the plan's start-up check does).
+        let free_reading = p.capability.reading(memplan_core::Reading::DriverFree);
+        let mut tolerance = if measures {
+            free_reading.tolerance_bytes()
+        } else {
+            0
+        };
         let mut start = p.baseline;
         if let crate::plan::physical::Physical::DeviceWide {
-            baseline: Some(b), ..
+            baseline: Some(b),
+            tolerance: t,
+            ..
         } = crate::plan::physical::judge(p)
         {
+            if b < start.driver.free.unwrap_or(u64::MAX) {
+                tolerance = t;
+            }
             start.driver.free = Some(b.min(start.driver.free.unwrap_or(u64::MAX)));
             measures = true;
         }
@@ -280,7 +291,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         match (start.driver.total, request) {
             (Some(total), Request::Utilization(_) | Request::Bytes(_)) if measures => {
                 let requested = crate::budget::requested_bytes(total, request)?;
-                crate::budget::check_free(&start, requested, &request)
+                crate::budget::check_free(&start, requested, &request, tolerance)
             }
             _ => Ok(()),
         }
