@@ -45,6 +45,12 @@ pub struct Profile {
     pub weights_held_bytes: Option<u64>,
     /// Activation peak of the profile run (peak allocated minus allocated before it).
     pub activation_peak_bytes: Option<u64>,
+    /// The most any eager warm-up of the graph phase made the engine's allocator hold above
+    /// where it stood before it (its reserved peak growth, at least its allocated peak
+    /// growth); absent where no warm-up ran. The engine warms each size up again before its
+    /// own capture, after its KV cache exists: a warm-up that takes more than the profile run
+    /// needs that much beside the cache.
+    pub warmup_peak_bytes: Option<u64>,
     /// Growth of memory outside the allocator during the engine's steps (context, library
     /// workspaces), signed. Absent when the driver free reading cannot measure it.
     pub non_allocator_growth: Option<i64>,
@@ -100,6 +106,7 @@ impl Profile {
             weights_bytes: None,
             weights_held_bytes: None,
             activation_peak_bytes: None,
+            warmup_peak_bytes: None,
             non_allocator_growth: None,
             graph: None,
             free_window_error: None,

@@ -306,15 +306,21 @@ pub fn oracle_tokens(setup: &Setup, alone: &EngineAlone, at: &AtPlan) -> Option<
             .hidden_capture
             .saturating_sub(at.start.hidden_capture)
     };
-    let in_request = [
-        alone.weights,
-        alone.activation,
-        alone.workspace,
-        leftover,
-        graph,
-    ]
-    .iter()
-    .fold(requested, |room, x| room.saturating_sub(*x));
+    // Beside its KV cache the engine holds its graphs and, at its peak, an activation: the
+    // burst's, or where the engine still captures, whatever its warm-ups and captures made it
+    // hold beyond that (a warm-up larger than the profile run, warm-ups a capture does not
+    // empty from the cache): the high-water mark the request is judged on.
+    let beside_kv = if at.graphs_kept || at.eager {
+        alone.activation.saturating_add(graph)
+    } else {
+        alone
+            .activation
+            .saturating_add(graph)
+            .max(alone.capture_and_burst_peak)
+    };
+    let in_request = [alone.weights, alone.workspace, leftover, beside_kv]
+        .iter()
+        .fold(requested, |room, x| room.saturating_sub(*x));
     // What a library allocated on the first capture is taken once per process: the run's
     // profiling already holds it (in its free memory), the engine's capture will not take it
     // again.
@@ -354,14 +360,20 @@ pub fn oracle_tokens(setup: &Setup, alone: &EngineAlone, at: &AtPlan) -> Option<
 /// only the world's state at the plan (the others' memory) comes from the run.
 pub fn clean_oracle_tokens(setup: &Setup, alone: &EngineAlone, at: &AtPlan) -> Option<Oracle> {
     let requested = requested_of(setup, at.start.total)?;
-    let in_request = [
-        alone.weights,
-        alone.activation,
-        alone.workspace,
-        alone.graph,
-    ]
-    .iter()
-    .fold(requested, |room, x| room.saturating_sub(*x));
+    // Where the engine alone captured graphs, its peak while warming up, capturing and
+    // serving (see `oracle_tokens`); where the device could not capture, it runs eagerly.
+    let captured = alone.graph > 0;
+    let beside_kv = alone
+        .activation
+        .saturating_add(alone.graph)
+        .max(if captured {
+            alone.capture_and_burst_peak
+        } else {
+            0
+        });
+    let in_request = [alone.weights, alone.workspace, beside_kv]
+        .iter()
+        .fold(requested, |room, x| room.saturating_sub(*x));
     let others_grew = at
         .plan
         .other_processes

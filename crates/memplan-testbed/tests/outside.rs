@@ -216,6 +216,28 @@ fn a_free_reading_short_of_the_request_within_its_tolerance_is_planned() {
     }
 }
 
+/// The engine warms each size up again before its own capture, with its KV cache allocated:
+/// where a warm-up takes more than the profile run (here up to 2 GiB at size 256, against a
+/// 1.2 GiB activation peak), the plan kept room for the profile run's peak only and the
+/// engine's capture went over the request (these seeds, by 199-278 MiB). The graph phase's
+/// largest warm-up is the transient peak beside the cache where it is the larger.
+#[test]
+fn a_warm_up_larger_than_the_profile_run_is_kept_room_for() {
+    for c in passes("4090-big-warmup.toml", &[10, 15]) {
+        let plan = c.out.plan.as_ref().expect("a plan");
+        let act = plan
+            .consumers
+            .get(memplan_planner::plan::ConsumerKind::Activation)
+            .expect("an activation peak");
+        assert!(
+            matches!(&act.provenance, memplan_planner::plan::Provenance::Measured { step, .. } if step == "capture_graphs"),
+            "{}: {:?}",
+            c.what,
+            act.provenance
+        );
+    }
+}
+
 /// A neighbour that takes memory just before the engine's profile run can leave the engine's
 /// own activation peak no room. That is the world leaving nothing to plan, not memplan's
 /// profiling running out of memory: it is judged a refusal (where the engine alone, beside

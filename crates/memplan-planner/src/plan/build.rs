@@ -249,19 +249,32 @@ impl PlanBuilder {
         let act = p
             .activation_peak_bytes
             .ok_or_else(|| Error::state("plan", "the profile run did not run"))?;
-        b = b
-            .consumer(Consumer::measured(
-                ConsumerKind::Weights,
-                weights,
-                "load_weights",
-                "allocator reserved growth while loading (the weights as held)",
-            ))
-            .consumer(Consumer::measured(
+        // The engine warms every size up again before its own capture, with its KV cache
+        // allocated: where a warm-up took more than the profile run, that is the transient
+        // peak beside the cache (not where the graphs were kept: they are captured already).
+        let warmup = p
+            .warmup_peak_bytes
+            .filter(|w| *w > act && !p.graph.as_ref().is_some_and(|g| g.kept));
+        b = b.consumer(Consumer::measured(
+            ConsumerKind::Weights,
+            weights,
+            "load_weights",
+            "allocator reserved growth while loading (the weights as held)",
+        ));
+        b = match warmup {
+            Some(w) => b.consumer(Consumer::measured(
+                ConsumerKind::Activation,
+                w,
+                "capture_graphs",
+                "what the allocator held for the graph phase's largest warm-up above where it stood before (reserved peak, at least the allocated peak): more than the profile run's peak, and the engine warms each size up again before its capture",
+            )),
+            None => b.consumer(Consumer::measured(
                 ConsumerKind::Activation,
                 act,
                 "profile_run",
                 "what the allocator held for the run's peak above where it stood before (reserved peak, at least the allocated peak)",
-            ));
+            )),
+        };
         let non_alloc = match p.non_allocator_growth {
             Some(g) if p.non_allocator_by_probe => Consumer::measured(
                 ConsumerKind::NonAllocator,

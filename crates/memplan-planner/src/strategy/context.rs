@@ -180,6 +180,15 @@ impl<'s> GraphContext<'s> {
         if grown > 0 && crate::plan::is_large_request(peak) {
             self.session.p.segment_readings.push((peak, grown));
         }
+        // What the warm-up made the allocator hold at its peak: its segments (the reserved
+        // peak) where the allocator reports them, else what it left reserved, at least its
+        // allocated peak.
+        let held = after
+            .peak_reserved
+            .map_or(grown, |p| p.saturating_sub(before.reserved))
+            .max(peak);
+        let w = &mut self.session.p.warmup_peak_bytes;
+        *w = Some(w.unwrap_or(0).max(held));
         Ok(())
     }
 
