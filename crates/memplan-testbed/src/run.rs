@@ -185,9 +185,13 @@ fn profile(
 }
 
 /// Whether the engine alone, on a fresh device where other processes hold what they hold on
-/// `gpu` now (not what they held at the start), runs out of memory loading its weights or in
-/// its profile run. An engine step that runs out of memory in the run is the world's doing
-/// where this holds, memplan's where it does not (calibration and profiling leftovers).
+/// `gpu` now (not what they held at the start), runs out of memory loading its weights, in
+/// its profile run, or capturing its graphs with no KV cache at all. An engine step that runs
+/// out of memory in the run is the world's doing where this holds, memplan's where it does
+/// not (calibration and profiling leftovers). Memory the run's calibration took that the
+/// engine alone takes later anyway (a library's allocation on the first capture) moves the
+/// out-of-memory earlier, not the start-up from fitting to not fitting: where the engine alone
+/// cannot capture its graphs beside the others, it does not start either.
 fn alone_fails_beside(setup: &Setup, gpu: &SimGpu) -> bool {
     let now = gpu.truth().other_processes;
     if now <= setup.other_processes {
@@ -196,7 +200,7 @@ fn alone_fails_beside(setup: &Setup, gpu: &SimGpu) -> bool {
     let mut beside = setup.clone();
     beside.other_processes = now;
     beside.neighbour.clear();
-    engine_alone(&beside).is_ok_and(|a| a.nothing_fits)
+    engine_alone(&beside).is_ok_and(|a| a.nothing_fits || a.graphs_do_not_fit)
 }
 
 /// Run one strategy on a fresh device.
