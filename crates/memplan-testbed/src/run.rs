@@ -235,8 +235,14 @@ pub fn run_judged(
         Ok(p) => p,
         Err(e) => {
             let engine_step = e.is_out_of_memory() && e.to_string().contains(ENGINE_STEP);
-            if engine_step && alone.as_ref().is_some_and(|a| a.nothing_fits) {
-                // The engine alone runs out of memory loading too: the model does not fit.
+            if engine_step
+                && alone
+                    .as_ref()
+                    .is_some_and(|a| a.nothing_fits || a.graphs_do_not_fit)
+            {
+                // The engine alone runs out of memory loading too, or capturing its graphs with
+                // no KV cache at all: the model does not fit, whatever memplan does (its
+                // calibration's leftovers only move the out-of-memory earlier).
                 out.failed = Some(format!(
                     "the model does not fit on the device (the engine alone runs out of memory too): {e}"
                 ));
