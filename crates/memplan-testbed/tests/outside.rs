@@ -68,6 +68,14 @@ fn stale_free_reading_bounds_graphs_by_probes() {
     assert!(cases
         .iter()
         .all(|c| c.out.strategy == memplan_planner::strategy::StrategyKind::Conservative));
+    // The probes measured the graphs: the margin is their capture-to-capture variation, not a
+    // quarter of them (a quarter left 78-80% of the oracle on seeds 10, 12 and 176). Seed 10's
+    // executable objects vary by 22% either way from one capture to the next (232 MB over its
+    // 35 graphs, one standard deviation): its margin keeps it at 96.6%.
+    for c in &cases {
+        let x = c.out.kv_vs_oracle.unwrap_or(0.0);
+        assert!(x >= 0.96, "{}: {:.2}% of the oracle", c.what, x * 100.0);
+    }
 }
 
 /// A device that declares capture supported but cannot record the engine's graphs (allocation

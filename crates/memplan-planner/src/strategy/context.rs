@@ -347,6 +347,15 @@ impl<'s> GraphContext<'s> {
             .unwrap_or(0)
     }
 
+    /// How far one [`allocatable`](Self::allocatable) probe may be off: its search stops
+    /// within this of what is allocatable. `None` where the session does not probe.
+    pub fn probe_resolution(&self) -> Option<u64> {
+        self.session
+            .p
+            .probe_baseline
+            .map(crate::session::probe::resolution)
+    }
+
     /// Tolerance of the driver free reading (0 unless declared approximate).
     pub fn free_tolerance(&self) -> u64 {
         self.capability()

@@ -373,6 +373,26 @@ fn variation_margin(repeats: &[i64], each: &[i64], noise: Noise) -> u64 {
     (k * (spread * squares.sqrt()).max(same_bytes)).ceil() as u64
 }
 
+/// Captures of one size measured by allocation probes, where no reading measures this process
+/// (`conservative`'s measurement, see its module docs): as many as `full` takes once its first
+/// four vary.
+pub(super) const PROBED_REPEATS: usize = REPEATS + MORE_REPEATS;
+
+/// The margin for capture-to-capture variation of `graphs` graphs from `repeats` captures of
+/// one size each measured by allocation probes of resolution `resolution`: `full`'s margin
+/// (see the module docs) as the same bytes for every graph, the one model that needs no
+/// per-graph figure (the probes measure the whole pass, not each capture). A probe brackets
+/// what is allocatable within its resolution, so each repeat's window is off by up to that
+/// either way: it is left in the range as variation (two searches over memory that did not
+/// change agree exactly, so no idle window would show it), which errs on the safe side.
+pub(super) fn probed_variation_margin(repeats: &[i64], graphs: usize, resolution: u64) -> u64 {
+    let Some((range, _)) = spread(repeats, resolution.saturating_mul(2)) else {
+        return 0;
+    };
+    let varied = range.max(0) as f64 * (graphs as f64).sqrt();
+    (margin_factor(repeats.len()) * varied).ceil() as u64
+}
+
 fn source(from_driver: bool) -> &'static str {
     if from_driver {
         "driver free (everything this process holds)"

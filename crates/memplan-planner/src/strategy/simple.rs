@@ -22,8 +22,13 @@
 //! measures this process at all, allocation probes do: the largest allocation that succeeds
 //! before the captures and after them differ by what the captures hold (executable objects
 //! and per-capture memory included, whatever their size per kernel node): that measurement
-//! replaces the bound, above it or below it (at least the allocator's measured part), with the
-//! same margin.
+//! replaces the bound, above it or below it (at least the allocator's measured part). A
+//! measurement needs no quarter kept for what a bound may miss, only for what the engine's own
+//! later capture may take beyond it: the first size is captured again
+//! [`PROBED_REPEATS`](super::full::PROBED_REPEATS) times, each alone and measured by probes,
+//! and their range sizes the margin as `full` sizes its own from repeats read by the driver
+//! (the probes' resolution counted as variation). On a stale free reading with graphs of
+//! 16-20 GiB, a quarter kept a third of the KV cache's room and refused start-ups that fit.
 
 use memplan_core::bytes::{fmt_bytes, KIB};
 use memplan_core::{Reading, Result};
@@ -136,7 +141,27 @@ impl GraphStrategy for Conservative {
             Some((measured, reading)) if probed.is_some() => (measured.max(pool), Some(reading)),
             _ => (bound, None),
         };
-        let margin = point / 4;
+        // A bound keeps a quarter for what it may have missed; a measurement by allocation
+        // probes keeps what the same capture varies by, measured by probes too.
+        let repeats = match (contradicted, sizes.first()) {
+            (Some(PROBES), Some(&first)) => probed_repeats(ctx, first)?,
+            _ => None,
+        };
+        let (margin, margin_basis) = match (&repeats, ctx.probe_resolution()) {
+            (Some(r), Some(res)) => {
+                let m = super::full::probed_variation_margin(r, sizes.len(), res);
+                tracing::debug!(repeats = ?r, resolution = res, margin = m, "probed repeats of the first size");
+                (
+                    m,
+                    format!(
+                        "{} for the capture-to-capture variation of {} repeats of the first size, each measured by allocation probes",
+                        fmt_bytes(m),
+                        r.len()
+                    ),
+                )
+            }
+            _ => (point / 4, format!("25% margin ({})", fmt_bytes(point / 4))),
+        };
         let mut e = GraphEstimate::new(
             StrategyKind::Conservative,
             sizes.len(),
@@ -145,7 +170,7 @@ impl GraphStrategy for Conservative {
             "allocator reserved + analytic bound",
         );
         e.explanation = format!(
-            "driver free cannot measure this process: private pool measured by the allocator ({}), graph allocation nodes {} ({}), executable objects and hidden per-capture memory bounded analytically ({} for {} graphs, {} with the engine's kernel-node count, {} hidden each), plus 25% margin ({})",
+            "driver free cannot measure this process: private pool measured by the allocator ({}), graph allocation nodes {} ({}), executable objects and hidden per-capture memory bounded analytically ({} for {} graphs, {} with the engine's kernel-node count, {} hidden each), plus {}",
             fmt_bytes(private),
             nodes_basis,
             fmt_bytes(nodes),
@@ -153,7 +178,7 @@ impl GraphStrategy for Conservative {
             sizes.len(),
             hinted,
             fmt_bytes(hidden),
-            fmt_bytes(margin)
+            margin_basis
         );
         if let Some(r) = contradicted {
             let than = if point > bound { "more" } else { "no more" };
@@ -195,11 +220,39 @@ fn seen_by_readings(
         .zip(after.device.available)
         .and_then(|(b, a)| b.checked_sub(a))
         .map(|d| (d, "device-wide reading"));
-    let probes = probed.map(|d| (d, "allocation probes"));
+    let probes = probed.map(|d| (d, PROBES));
     [driver, device, probes]
         .into_iter()
         .flatten()
         .max_by_key(|x| x.0)
+}
+
+/// What [`seen_by_readings`] calls a measurement by allocation probes.
+const PROBES: &str = "allocation probes";
+
+/// Where a pass's graph memory was measured by allocation probes: the first size captured
+/// again [`PROBED_REPEATS`](super::full::PROBED_REPEATS) times, each alone (the pass's graphs
+/// and each repeat released before the next), each measured by what its capture made
+/// unallocatable. `None` where a probe could not be taken.
+fn probed_repeats(ctx: &mut GraphContext<'_>, size: u32) -> Result<Option<Vec<i64>>> {
+    let mut taken = Vec::with_capacity(super::full::PROBED_REPEATS);
+    for _ in 0..super::full::PROBED_REPEATS {
+        ctx.release_graphs()?;
+        ctx.warm_up(size)?;
+        ctx.flushed_snapshot()?;
+        let Some(before) = ctx.allocatable()? else {
+            return Ok(None);
+        };
+        ctx.capture(size)?;
+        ctx.flushed_snapshot()?;
+        let Some(after) = ctx.allocatable()? else {
+            return Ok(None);
+        };
+        taken.push(
+            i64::try_from(before).unwrap_or(i64::MAX) - i64::try_from(after).unwrap_or(i64::MAX),
+        );
+    }
+    Ok(Some(taken))
 }
 
 impl GraphStrategy for NoGraphs {
