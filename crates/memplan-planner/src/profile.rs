@@ -51,6 +51,11 @@ pub struct Profile {
     /// own capture, after its KV cache exists: a warm-up that takes more than the profile run
     /// needs that much beside the cache.
     pub warmup_peak_bytes: Option<u64>,
+    /// Whether the engine's capture left in place the memory its allocator had cached from the
+    /// warm-up before it (`torch.cuda.graph` empties the cache on entering a capture; an engine
+    /// or framework that does not keeps every warm-up's segments through its captures and into
+    /// serving, beside the activation peak a burst then needs); absent where not checked.
+    pub capture_keeps_cache: Option<bool>,
     /// Growth of memory outside the allocator during the engine's steps (context, library
     /// workspaces), signed. Absent when the driver free reading cannot measure it.
     pub non_allocator_growth: Option<i64>,
@@ -107,6 +112,7 @@ impl Profile {
             weights_held_bytes: None,
             activation_peak_bytes: None,
             warmup_peak_bytes: None,
+            capture_keeps_cache: None,
             non_allocator_growth: None,
             graph: None,
             free_window_error: None,

@@ -252,9 +252,17 @@ impl PlanBuilder {
         // The engine warms every size up again before its own capture, with its KV cache
         // allocated: where a warm-up took more than the profile run, that is the transient
         // peak beside the cache (not where the graphs were kept: they are captured already).
-        let warmup = p
+        let to_capture = !p.graph.as_ref().is_some_and(|g| g.kept);
+        // Where the engine's capture keeps the allocator's cache, the largest warm-up's segments
+        // stay reserved through every capture and into serving, where a burst needs its own
+        // peak beside them (a request larger than a cached block gets a segment of its own).
+        let kept_cache = p
             .warmup_peak_bytes
-            .filter(|w| *w > act && !p.graph.as_ref().is_some_and(|g| g.kept));
+            .filter(|_| to_capture && p.capture_keeps_cache == Some(true));
+        let warmup = match kept_cache {
+            Some(w) => Some(act.saturating_add(w)),
+            None => p.warmup_peak_bytes.filter(|w| *w > act && to_capture),
+        };
         b = b.consumer(Consumer::measured(
             ConsumerKind::Weights,
             weights,
@@ -262,6 +270,12 @@ impl PlanBuilder {
             "allocator reserved growth while loading (the weights as held)",
         ));
         b = match warmup {
+            Some(w) if kept_cache.is_some() => b.consumer(Consumer::measured(
+                ConsumerKind::Activation,
+                w,
+                "capture_graphs",
+                "the profile run's peak, and beside it what the allocator held for the graph phase's largest warm-up: the engine's capture keeps the allocator's cache, so the warm-up's segments stay reserved through serving",
+            )),
             Some(w) => b.consumer(Consumer::measured(
                 ConsumerKind::Activation,
                 w,

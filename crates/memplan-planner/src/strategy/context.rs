@@ -226,6 +226,7 @@ impl<'s> GraphContext<'s> {
     /// memory that comes back inside a later window makes that window measure less than its
     /// captures took.
     pub fn prime(&mut self, size: u32) -> Result<Primed> {
+        self.check_capture_keeps_cache(size)?;
         self.warm_up(size)?;
         let before = self.flushed_snapshot()?;
         self.capture(size)?;
@@ -245,6 +246,32 @@ impl<'s> GraphContext<'s> {
         } else {
             Primed::default()
         })
+    }
+
+    /// Whether the engine's capture keeps what its allocator cached before it
+    /// ([`Profile::capture_keeps_cache`](crate::Profile)): a warm-up, then a capture with
+    /// nothing released in between, then the allocator's cache released: what that release
+    /// gave back is what the capture left cached. A capture that empties the cache on entering
+    /// leaves none (its own allocations are its graph's, in use); one that does not leaves the
+    /// warm-up's segments. The graph is then destroyed. `full` measures each capture after
+    /// releasing the cache, so its windows cannot tell; this capture is the process's first (a
+    /// library's memory taken on it is held from here on, as the priming capture's would be).
+    fn check_capture_keeps_cache(&mut self, size: u32) -> Result<()> {
+        self.warm_up(size)?;
+        self.capture(size)?;
+        let a = self.engine.allocator();
+        let cached = a.stats().reserved;
+        a.release_cached()?;
+        let left = cached.saturating_sub(self.engine.allocator().stats().reserved);
+        self.release_graphs()?;
+        let keeps = left > crate::plan::ALLOCATOR_ROUNDING_BOUND;
+        tracing::debug!(
+            left_cached = left,
+            keeps,
+            "does the engine's capture keep the allocator's cache"
+        );
+        self.session.p.capture_keeps_cache = Some(keeps);
+        Ok(())
     }
 
     /// Where the priming capture's release left memory out after the settle (`before` the
