@@ -52,7 +52,7 @@ pub struct Profile {
     /// needs that much beside the cache.
     pub warmup_peak_bytes: Option<u64>,
     /// Whether the engine's capture left in place the memory its allocator had cached from the
-    /// warm-up before it (`torch.cuda.graph` empties the cache on entering a capture; an engine
+    /// warm-up before it (PyTorch's graph-capture context empties the cache on entering; an engine
     /// or framework that does not keeps every warm-up's segments through its captures and into
     /// serving, beside the activation peak a burst then needs); absent where not checked.
     pub capture_keeps_cache: Option<bool>,
