@@ -591,6 +591,28 @@ mod tests {
     }
 
     #[test]
+    fn probed_repeats_size_the_margin_as_full_does_with_the_resolution_left_in() {
+        let mib = 1i64 << 20;
+        // Twelve probe-measured repeats within 40 MiB of each other, probes good to 10 MiB: the
+        // range stays whole (no idle window shows a probe's error), scaled to 35 graphs by
+        // the factor of 12 repeats.
+        let repeats: Vec<i64> = (0..12).map(|i| 500 * mib + (i % 5) * 10 * mib).collect();
+        let m = probed_variation_margin(&repeats, 35, 10 << 20);
+        let want = margin_factor(12) * (40 * mib) as f64 * 35f64.sqrt();
+        assert!((m as f64 - want).abs() < 1.0, "{m} against {want}");
+        // Equal repeats: nothing varied, nothing kept.
+        assert_eq!(probed_variation_margin(&[500 * mib; 12], 35, 10 << 20), 0);
+        // A repeat far below the others (memory that came back inside its window) is left out.
+        let mut came_back = repeats.clone();
+        came_back[0] = 100 * mib;
+        assert_eq!(probed_variation_margin(&came_back, 35, 10 << 20), {
+            let rest: Vec<i64> = repeats[1..].to_vec();
+            let range = rest.iter().max().unwrap() - rest.iter().min().unwrap();
+            (margin_factor(12) * range as f64 * 35f64.sqrt()).ceil() as u64
+        });
+    }
+
+    #[test]
     fn captures_in_whole_coarse_segments_ask_for_more_repeats() {
         let mib = 1i64 << 20;
         let repeats = [224 * mib; 4];
