@@ -75,6 +75,15 @@ pub struct EngineAlone {
     pub nothing_fits: bool,
 }
 
+impl EngineAlone {
+    /// What a plan that knew every graph's mean cost would keep for the engine's own later
+    /// capture: [`ATTAINABLE_Z`](crate::sweep::acceptance::ATTAINABLE_Z) standard deviations
+    /// of its capture-to-capture variation ([`Oracle::jitter_tokens`]).
+    pub fn jitter_allowance(&self) -> u64 {
+        (self.graph_jitter_sd as f64 * crate::sweep::acceptance::ATTAINABLE_Z).ceil() as u64
+    }
+}
+
 /// Run the engine alone on a fresh device of the scenario (same selector and seed, the other
 /// processes present at start) and read what each part takes from the ground truth. An
 /// out-of-memory while capturing its graphs is an answer ([`EngineAlone::graphs_do_not_fit`]);
@@ -339,7 +348,7 @@ pub fn oracle_tokens(setup: &Setup, alone: &EngineAlone, at: &AtPlan) -> Option<
     let jitter = if at.graphs_kept || at.eager {
         0
     } else {
-        (alone.graph_jitter_sd as f64 * crate::sweep::acceptance::ATTAINABLE_Z).ceil() as u64
+        alone.jitter_allowance()
     };
     verdict(
         setup,
@@ -387,8 +396,7 @@ pub fn clean_oracle_tokens(setup: &Setup, alone: &EngineAlone, at: &AtPlan) -> O
     } else {
         in_request.min(physical)
     };
-    let jitter =
-        (alone.graph_jitter_sd as f64 * crate::sweep::acceptance::ATTAINABLE_Z).ceil() as u64;
+    let jitter = alone.jitter_allowance();
     verdict(
         setup,
         room,

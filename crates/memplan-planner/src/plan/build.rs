@@ -259,36 +259,35 @@ impl PlanBuilder {
         let kept_cache = p
             .warmup_peak_bytes
             .filter(|_| to_capture && p.capture_keeps_cache == Some(true));
-        let warmup = match kept_cache {
-            Some(w) => Some(act.saturating_add(w)),
-            None => p.warmup_peak_bytes.filter(|w| *w > act && to_capture),
-        };
-        b = b.consumer(Consumer::measured(
-            ConsumerKind::Weights,
-            weights,
-            "load_weights",
-            "allocator reserved growth while loading (the weights as held)",
-        ));
-        b = match warmup {
-            Some(w) if kept_cache.is_some() => b.consumer(Consumer::measured(
+        let larger_warmup = p.warmup_peak_bytes.filter(|w| *w > act && to_capture);
+        let activation = match (kept_cache, larger_warmup) {
+            (Some(w), _) => Consumer::measured(
                 ConsumerKind::Activation,
-                w,
+                act.saturating_add(w),
                 "capture_graphs",
                 "the profile run's peak, and beside it what the allocator held for the graph phase's largest warm-up: the engine's capture keeps the allocator's cache, so the warm-up's segments stay reserved through serving",
-            )),
-            Some(w) => b.consumer(Consumer::measured(
+            ),
+            (None, Some(w)) => Consumer::measured(
                 ConsumerKind::Activation,
                 w,
                 "capture_graphs",
                 "what the allocator held for the graph phase's largest warm-up above where it stood before (reserved peak, at least the allocated peak): more than the profile run's peak, and the engine warms each size up again before its capture",
-            )),
-            None => b.consumer(Consumer::measured(
+            ),
+            (None, None) => Consumer::measured(
                 ConsumerKind::Activation,
                 act,
                 "profile_run",
                 "what the allocator held for the run's peak above where it stood before (reserved peak, at least the allocated peak)",
-            )),
+            ),
         };
+        b = b
+            .consumer(Consumer::measured(
+                ConsumerKind::Weights,
+                weights,
+                "load_weights",
+                "allocator reserved growth while loading (the weights as held)",
+            ))
+            .consumer(activation);
         let non_alloc = match p.non_allocator_growth {
             Some(g) if p.non_allocator_by_probe => Consumer::measured(
                 ConsumerKind::NonAllocator,

@@ -262,7 +262,7 @@ impl<'s> GraphContext<'s> {
         let a = self.engine.allocator();
         let cached = a.stats().reserved;
         a.release_cached()?;
-        let left = cached.saturating_sub(self.engine.allocator().stats().reserved);
+        let left = cached.saturating_sub(a.stats().reserved);
         self.release_graphs()?;
         let keeps = left > crate::plan::ALLOCATOR_ROUNDING_BOUND;
         tracing::debug!(

@@ -249,7 +249,9 @@ fn probed_repeats(ctx: &mut GraphContext<'_>, size: u32) -> Result<Option<Vec<i6
             return Ok(None);
         };
         taken.push(
-            i64::try_from(before).unwrap_or(i64::MAX) - i64::try_from(after).unwrap_or(i64::MAX),
+            i64::try_from(before)
+                .unwrap_or(i64::MAX)
+                .saturating_sub(i64::try_from(after).unwrap_or(i64::MAX)),
         );
     }
     Ok(Some(taken))
