@@ -29,6 +29,11 @@ pub trait Engine {
     /// Warm up one size before its capture (eager runs that size's forward pass; the memory it
     /// frees stays in the allocator's cache). memplan calls it right before
     /// [`capture_graph`](Engine::capture_graph) and takes the capture's baseline in between.
+    /// Where nothing will measure the engine's allocation of its KV cache (no hook, no tensors
+    /// from its allocator, no mapped range), memplan also calls it before the plan for a few
+    /// odd sizes of at most `max_num_batched_tokens` that are not graph sizes, to learn the
+    /// allocator's rounding from what each makes it reserve (the session's `rounding` module):
+    /// a forward pass of that many tokens, as an engine's dummy run does.
     fn warm_up(&mut self, _size: u32) -> Result<()> {
         Ok(())
     }

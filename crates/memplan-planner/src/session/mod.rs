@@ -34,6 +34,7 @@ mod graphs;
 mod kv_cache;
 pub(crate) mod probe;
 mod recorder;
+mod rounding;
 mod steps;
 
 use memplan_core::{Error, MemoryInfo, ProfilingCapability, Result, SharedDevice};
@@ -77,6 +78,8 @@ pub struct Session<'e, E: AsDynEngine + ?Sized> {
     /// The rounding per KV tensor the last plan kept where the KV cache's allocation may go
     /// unmeasured ([`PlanBuilder::unmeasured_kv_allocation`]).
     unmeasured_granule: u64,
+    /// Whether the warm-ups that narrow the granule's bound ran ([`rounding`]).
+    granule_narrowed: bool,
 }
 
 /// Reads each snapshot combines where a window of single reads of the free memory is off by
@@ -234,6 +237,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             sizing: None,
             offers_tensors,
             unmeasured_granule: crate::plan::ALLOCATOR_ROUNDING_BOUND,
+            granule_narrowed: false,
         })
     }
 
@@ -551,6 +555,9 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
                     ),
                 ));
             }
+        }
+        if self.rec.kv_range.is_none() && !self.offers_tensors {
+            self.narrow_granule_bound(limits.max_num_batched_tokens)?;
         }
         let mut profile = self.profile();
         if let (None, Some(g)) = (profile.non_allocator_growth, profile.probe_growth) {

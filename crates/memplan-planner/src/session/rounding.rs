@@ -1,0 +1,125 @@
+//! Narrowing the bound on the allocator's granule where the KV cache's allocation will go
+//! unmeasured ([`Session::narrow_granule_bound`]).
+//!
+//! An engine that neither allocates its KV cache inside the session nor offers tensors from its
+//! allocator gets a plan that keeps, per KV tensor, room for rounding it up to the coarsest
+//! granule its own allocations allow ([`granule_bound`]): the greatest common divisor of what
+//! its steps made the allocator reserve. The weights, the activation peak and the graph phase's
+//! warm-ups are sizes the engine chose, and sizes of round numbers share large divisors: a
+//! model whose weights and activation peak are whole multiples of 8 MiB bounds a 2 MiB granule
+//! at 8 MiB, and the cache is then planned in steps four times too coarse (with a few dozen
+//! per-layer tensors, a tenth of the cache).
+//!
+//! More sizes narrow it. Before such a plan the session warms the engine up at a few odd
+//! token counts no larger than its `max_num_batched_tokens` (a forward pass of that many
+//! tokens, [`Engine::warm_up`]), each after releasing the allocator's cache, so that what each
+//! makes the allocator reserve is its own segments: an odd count of tokens gives a request
+//! that is no multiple of a round number, and the segments it is rounded to are a multiple of
+//! the granule and seldom of anything coarser. Every warm-up is one engine step of the
+//! session (settled before, measured after, memory it leaves outside the allocator counted as
+//! the engine's). The session stops where the bound reaches
+//! [`ALLOCATOR_ROUNDING_BOUND`] (the plan keeps no less), after [`GRANULE_WARM_UPS`]
+//! warm-ups, or at the first one that makes the allocator reserve nothing (an engine without a
+//! warm-up, whose default does nothing) or fails (the bound stays as the earlier steps left it).
+
+use memplan_core::Result;
+
+use super::{AsDynEngine, Session};
+use crate::plan::{granule_bound, is_large_request, ALLOCATOR_ROUNDING_BOUND};
+
+/// Most warm-ups [`Session::narrow_granule_bound`] runs. Each is a forward pass of at most
+/// `max_num_batched_tokens` tokens (what the profile run already ran once); two or three
+/// distinct rounded sizes are enough to bring a common divisor down to the granule in most
+/// cases (two random multiples of it share no further factor with probability 6/pi^2, 61%;
+/// three, 83%), and six leave one in a few hundred above it.
+pub const GRANULE_WARM_UPS: usize = 6;
+
+/// Odd token counts at 8/8, 7/8, ... 3/8 of `max_tokens` (each the largest odd count no larger),
+/// distinct, at most [`GRANULE_WARM_UPS`].
+pub(crate) fn warm_up_sizes(max_tokens: u64) -> Vec<u32> {
+    let m = max_tokens.min(u64::from(u32::MAX));
+    let mut out: Vec<u32> = Vec::new();
+    for eighths in (3..=8u64).rev() {
+        let s = m.saturating_mul(eighths) / 8;
+        let odd = if s % 2 == 0 { s.saturating_sub(1) } else { s };
+        match u32::try_from(odd) {
+            Ok(s) if s > 0 && !out.contains(&s) => out.push(s),
+            _ => {}
+        }
+    }
+    out.truncate(GRANULE_WARM_UPS);
+    out
+}
+
+impl<E: AsDynEngine + ?Sized> Session<'_, E> {
+    /// See the module docs. Runs once per session; `max_tokens` is the scheduler's
+    /// `max_num_batched_tokens`.
+    pub(super) fn narrow_granule_bound(&mut self, max_tokens: u64) -> Result<()> {
+        if self.granule_narrowed {
+            return Ok(());
+        }
+        self.granule_narrowed = true;
+        for size in warm_up_sizes(max_tokens) {
+            if granule_bound(&self.rec.p.segment_readings)
+                .is_some_and(|g| g <= ALLOCATOR_ROUNDING_BOUND)
+            {
+                break;
+            }
+            match self.granule_warm_up(size) {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) => {
+                    tracing::info!(size, error = %e, "a warm-up for the allocator's granule failed: the bound stays as the earlier steps left it");
+                    break;
+                }
+            }
+        }
+        tracing::info!(readings = ?self.rec.p.segment_readings, bound = ?granule_bound(&self.rec.p.segment_readings), "the allocator's granule, bounded after warm-ups at odd sizes");
+        Ok(())
+    }
+
+    /// One warm-up of `size` tokens from an emptied cache, as an engine step. `Ok(false)`: the
+    /// allocator reserved nothing for it.
+    fn granule_warm_up(&mut self, size: u32) -> Result<bool> {
+        self.engine.as_dyn().allocator().release_cached()?;
+        let before = self.rec.settle(self.engine.as_dyn())?;
+        let probed = self.probe_allocatable()?;
+        let a = self.engine.as_dyn().allocator();
+        a.reset_peak();
+        let stats = a.stats();
+        let warmed = self.engine.as_dyn().warm_up(size);
+        let peaks = self.engine.as_dyn().allocator().stats();
+        self.engine.as_dyn().allocator().release_cached()?;
+        let after = self.rec.snap(self.engine.as_dyn())?;
+        self.probe_step(probed, &before, &after)?;
+        self.rec.engine_step("granule_warm_up", before, after);
+        warmed?;
+        let peak = peaks.peak_allocated.saturating_sub(stats.allocated);
+        let grown = peaks
+            .peak_reserved
+            .unwrap_or(peaks.reserved)
+            .saturating_sub(stats.reserved);
+        tracing::debug!(size, peak, grown, "a warm-up for the allocator's granule");
+        if grown > 0 && is_large_request(peak) {
+            self.rec.p.segment_readings.push((peak, grown));
+        }
+        Ok(grown > 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warm_up_sizes_are_odd_distinct_and_within_the_batch() {
+        let s = warm_up_sizes(8192);
+        assert_eq!(s, vec![8191, 7167, 6143, 5119, 4095, 3071]);
+        assert!(s.iter().all(|x| x % 2 == 1 && *x <= 8192));
+        assert_eq!(warm_up_sizes(1), vec![1]);
+        assert_eq!(warm_up_sizes(2), vec![1]);
+        assert!(warm_up_sizes(0).is_empty());
+        assert_eq!(warm_up_sizes(u64::MAX).len(), GRANULE_WARM_UPS);
+        assert!(warm_up_sizes(u64::MAX).iter().all(|x| x % 2 == 1));
+    }
+}
