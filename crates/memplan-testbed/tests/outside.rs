@@ -349,3 +349,14 @@ fn a_capture_that_keeps_the_cache_keeps_the_warm_ups_beside_the_burst() {
         .iter()
         .all(|c| c.out.strategy == memplan_planner::strategy::StrategyKind::Full));
 }
+
+/// A free reading that moves in 256 MiB steps: calibration's windows over its 64 MiB, 256 MiB
+/// and 1 GiB allocations read the steps exactly or 64 MiB off, and the reading's window error
+/// was taken to be that 64 MiB. Every reading was a multiple of the step, so a window may be
+/// off by up to the step: the full capture's margin and a post-capture plan sized from the
+/// smaller figure went over the request (these seeds, by 10 to 230 MiB) and over the oracle.
+#[test]
+fn a_reading_that_moves_in_steps_is_off_by_up_to_a_step() {
+    passes("strix-free-step.toml", &[5, 22, 34, 39, 52, 69]);
+    passes("h100-free-step.toml", &[78]);
+}

@@ -108,6 +108,9 @@ pub(super) fn driver_free(device: &Device, sizes: &[u64]) -> Result<Observed> {
     let mut worst_err: u64 = 0;
     let mut lost = false;
     let mut observed_any = false;
+    // Every free reading the windows below are made of: a reading that moves in steps comes
+    // out a multiple of its step each time (see `reading_step`).
+    let mut reads: Vec<u64> = Vec::new();
     let first = device.driver_memory()?;
     if let (Some(f), Some(t)) = (first.free, first.total) {
         ev.push(Evidence {
@@ -164,6 +167,12 @@ pub(super) fn driver_free(device: &Device, sizes: &[u64]) -> Result<Observed> {
         let d = free_of(&device.driver_memory()?);
         device.synchronize()?;
         let e = free_of(&device.driver_memory()?);
+        reads.extend(
+            [a, b, c, d, e]
+                .into_iter()
+                .flatten()
+                .filter_map(|r| u64::try_from(r).ok()),
+        );
         let tol = tolerance(size);
         let s = signed(size);
         let label = fmt_bytes(size);
@@ -212,6 +221,12 @@ pub(super) fn driver_free(device: &Device, sizes: &[u64]) -> Result<Observed> {
             ev.push(evd);
         }
     }
+    // A window that came out off while every reading was a multiple of a step larger than its
+    // error was off by where the readings fell between steps: another window of another size
+    // can be off by up to the step.
+    if worst_err > 0 {
+        worst_err = worst_err.max(reading_step(&reads));
+    }
     let reliability = if !observed_any {
         None
     } else if any_absent {
@@ -249,6 +264,18 @@ pub(super) fn driver_free(device: &Device, sizes: &[u64]) -> Result<Observed> {
         note,
         window_error: observed_any.then_some(worst_err),
     })
+}
+
+/// The step a free reading moves in, as the readings `reads` show it: their greatest common
+/// divisor (0 for none). A reading that only takes multiples of a step cannot tell memory
+/// changes apart within it, so a window of two such readings may be off by up to the step
+/// whatever the size it measures: the calibration's sizes (64 MiB, 256 MiB, 1 GiB) are
+/// multiples of steps up to 64 MiB and of 256 MiB, and windows over them read that step's
+/// multiples exactly, or off by less than it (a 64 MiB window of a reading in 256 MiB steps
+/// reads 0 or 256 MiB: off by 64 MiB on one side, up to 192 MiB on the other). A reading that
+/// counts bytes (or carries noise) has no coarse common divisor and gives a small one.
+fn reading_step(reads: &[u64]) -> u64 {
+    reads.iter().fold(0, |g, r| crate::plan::gcd(g, *r))
 }
 
 /// Unified memory: the driver's readings may come from the wrong pool (an aperture). Allocate
@@ -451,5 +478,22 @@ mod tests {
         let mut w = [10u64; 16];
         w[3] = u64::MAX;
         assert_eq!(interquartile_mean(&mut w), Some(10));
+    }
+
+    #[test]
+    fn a_stepped_reading_shows_its_step_and_a_counting_one_does_not() {
+        // A reading in 256 MiB steps around a 64 MiB, a 256 MiB and a 1 GiB window.
+        let step = 256 * MIB;
+        let free = 40 * step;
+        let reads = [free, free - step, free - step, free - 4 * step, free];
+        assert_eq!(reading_step(&reads), step);
+        // A reading that counts bytes: no coarse divisor.
+        let exact = [
+            free + 12_345,
+            free + 12_345 - 64 * MIB,
+            free + 12_345 - 256 * MIB,
+        ];
+        assert!(reading_step(&exact) < MIB);
+        assert_eq!(reading_step(&[]), 0);
     }
 }
