@@ -120,7 +120,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         check_same_gpu(device, engine.as_dyn())?;
         let pre = memplan_core::protocol::snapshot(device, Some(&*engine.as_dyn().allocator()))?;
         let report = calibrate(&device.clone())?;
-        let mut s = Self::begin(device, engine, report.calibrated.clone())?;
+        let mut s = Self::open(device, engine, report.calibrated.clone(), true)?;
         let baseline = s.rec.p.baseline;
         let w = s.rec.engine_step("calibration", pre, baseline);
         if s.rec
@@ -148,7 +148,18 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     pub fn begin(
         device: &SharedDevice,
         engine: &'e mut E,
+        capability: ProfilingCapability,
+    ) -> Result<Self> {
+        Self::open(device, engine, capability, false)
+    }
+
+    /// [`Session::begin`]; `calibrated`: calibration checked the free reading's windows over
+    /// known allocations already (an exact reading is then only read again on the idle device).
+    fn open(
+        device: &SharedDevice,
+        engine: &'e mut E,
         mut capability: ProfilingCapability,
+        calibrated: bool,
     ) -> Result<Self> {
         let span = tracing::info_span!("baseline", device = %device.descriptor().id);
         let _e = span.enter();
@@ -161,6 +172,12 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         let unsynced = recorder::sync_engine(&capability, e)?;
         let mut baseline = memplan_core::protocol::snapshot(&device, Some(&*e.allocator()))?;
         tracing::info!(free = ?baseline.driver.free, total = ?baseline.driver.total, "baseline");
+        // A free reading trusted as exact that moves while the device is idle, or whose
+        // windows over known allocations do not show them, is not exact (a declaration
+        // calibration did not check, or a device that changed since): its window error is
+        // measured as an approximate reading's is, and the plan says so.
+        let moved =
+            exact_free_that_moves(&device, &mut capability, baseline.driver.total, !calibrated)?;
         // No reading measures this process: what is allocatable now is the baseline of the
         // allocation probe that measures the engine's memory outside its allocator at the plan.
         let probe_baseline = if capability
@@ -171,10 +188,6 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         } else {
             probe::baseline(&device, baseline.driver.total)?
         };
-        // A free reading trusted as exact that moves while the device is idle is not exact
-        // (a declaration calibration did not check, or a device that changed since): its
-        // window error is measured as an approximate reading's is, and the plan says so.
-        let moved = exact_free_that_moves(&device, &mut capability, baseline.driver.total)?;
         // An approximate free reading nothing calibrated: its window error measured by a few
         // allocations of a known size (the strategies' margins are twice it, not the declared
         // tolerance, which often covers an offset a window cancels).
@@ -723,43 +736,76 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
 /// idle device (each after a synchronize): a reading that moves is not exact, whatever was
 /// declared. It becomes approximate, within the largest error a window then shows (the idle
 /// spread and windows over allocations of a known size, [`probe::window_error`] searched up to
-/// the device's `total`), and the warning names it. Calibration runs the same check; this is
-/// for a session nothing calibrated.
+/// the device's `total`), and the warning names it. With `windows` (a session nothing
+/// calibrated), the windows over allocations are read even where the idle reads did not move:
+/// a reading that lags a synchronize reads the idle device steadily and none of an allocation;
+/// it is unavailable where a window read less than half the allocation (calibration's rule),
+/// else approximate within what the windows showed. Calibration runs the same checks.
 ///
 /// [`IDLE_READS`]: crate::calibrate::IDLE_READS
 fn exact_free_that_moves(
     device: &memplan_core::Device,
     capability: &mut ProfilingCapability,
     total: Option<u64>,
+    windows: bool,
 ) -> Result<Option<Warning>> {
     use memplan_core::{Reading, Reliability};
     if capability.reading(Reading::DriverFree) != Reliability::Exact {
         return Ok(None);
     }
-    let Some(spread) = crate::calibrate::idle_range_of(device, 1)?.filter(|s| *s > 0) else {
+    let Some(spread) = crate::calibrate::idle_range_of(device, 1)? else {
         return Ok(None);
     };
+    if spread == 0 && !windows {
+        return Ok(None);
+    }
     let free = device.driver_memory()?.free;
     let cap = total.unwrap_or(u64::MAX);
     let worst = probe::window_error(device, cap, free, 1)?
         .unwrap_or(spread)
         .max(spread);
-    let why = format!(
-        "free moved by {} over {} synchronized reads of the idle device",
-        memplan_core::bytes::fmt_bytes(spread),
-        crate::calibrate::IDLE_READS
-    );
-    let observed = format!(
-        "approximate (±{}: {why})",
-        memplan_core::bytes::fmt_bytes(worst)
-    );
-    capability.set(
-        Reading::DriverFree,
-        Reliability::Approximate {
-            tolerance_bytes: worst,
-            why,
-        },
-    );
+    if worst == 0 {
+        return Ok(None);
+    }
+    // Windows over an allocation that read less than half of it: the reading does not follow
+    // allocations (one that reports the previous synchronize's memory reads none of it), and
+    // no tolerance makes its windows usable (calibration's rule for a lost reading).
+    let size = free.map_or(0, |f| probe::window_size(f, cap));
+    let (reliability, observed) = if spread == 0 && size > 0 && worst >= size / 2 {
+        let reason = format!(
+            "free memory did not follow allocations of {} after a synchronize (stale?): off by up to {}",
+            memplan_core::bytes::fmt_bytes(size),
+            memplan_core::bytes::fmt_bytes(worst)
+        );
+        let observed = format!("unavailable ({reason})");
+        (Reliability::Unavailable { reason }, observed)
+    } else {
+        let why = if spread > 0 {
+            format!(
+                "free moved by {} over {} synchronized reads of the idle device",
+                memplan_core::bytes::fmt_bytes(spread),
+                crate::calibrate::IDLE_READS
+            )
+        } else {
+            format!(
+                "windows over allocations of {} were off by up to {}",
+                memplan_core::bytes::fmt_bytes(size),
+                memplan_core::bytes::fmt_bytes(worst)
+            )
+        };
+        let observed = format!(
+            "approximate (±{}: {why})",
+            memplan_core::bytes::fmt_bytes(worst)
+        );
+        (
+            Reliability::Approximate {
+                tolerance_bytes: worst,
+                why,
+            },
+            observed,
+        )
+    };
+    capability.set(Reading::DriverFree, reliability);
     Ok(Some(Warning::CalibrationDowngrade {
         item: "driver_free".into(),
         declared: "exact".into(),

@@ -144,6 +144,13 @@ pub(crate) fn baseline(device: &Device, total: Option<u64>) -> Result<Option<u64
 /// calibrated it ([`window_error`]).
 const WINDOW_ALLOCATIONS: usize = 4;
 
+/// The size of the allocations [`window_error`] measures windows over, with `free` free and a
+/// reading's `tolerance`: well above the reading's step, small beside what is free, whole
+/// 2 MiB pages.
+pub(crate) fn window_size(free: u64, tolerance: u64) -> u64 {
+    (free / 8).min(tolerance.max(64 * MIB)) / (2 * MIB) * (2 * MIB)
+}
+
 /// How far a window of an approximate free reading is off, measured: the spread of
 /// [`IDLE_READS`](crate::calibrate::IDLE_READS) synchronized reads of the idle device, and
 /// [`WINDOW_ALLOCATIONS`] raw allocations of a known size, the reading taken (synchronized)
@@ -163,8 +170,7 @@ pub(crate) fn window_error(
     let Some(free) = free.filter(|_| tolerance > 0) else {
         return Ok(None);
     };
-    // A size well above the reading's step, small beside what is free: whole 2 MiB pages.
-    let size = (free / 8).min(tolerance.max(64 * MIB)) / (2 * MIB) * (2 * MIB);
+    let size = window_size(free, tolerance);
     if size == 0 {
         return Ok(None);
     }
