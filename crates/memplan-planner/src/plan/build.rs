@@ -81,19 +81,56 @@ pub(crate) fn gcd(mut a: u64, mut b: u64) -> u64 {
 /// The coarsest granule an engine's caching allocator can round a large request up to, as its
 /// own allocations before the plan show it: `readings` are `(bytes allocated, bytes reserved)`
 /// of the steps that grew its reserved memory ([`Profile::segment_readings`]: the weights, the
-/// profile run's peak, the graph phase's warm-ups). The allocator reserves whole segments and a large request's segment is
-/// rounded up to a multiple of its granule (PyTorch: `kRoundLarge`,
-/// `c10/<device>/<Device>CachingAllocator.cpp`, `get_allocation_size`), so every reserved
-/// growth made of such segments is a multiple of the granule, and so is their greatest common
-/// divisor: the granule divides it, and is at most it. One rounding wastes less than one
-/// granule, so a divisor no larger than what the least wasteful step wasted cannot be the
-/// granule of that step's segments: the readings do not bound it (requests served from other
-/// segments, 2 MiB or 20 MiB, or an allocator that rounds otherwise). `None` then, and with
-/// fewer than two readings.
+/// profile run's peak, the graph phase's warm-ups, the session's warm-ups at odd sizes). The
+/// allocator reserves whole segments and a large request's segment is rounded up to a multiple
+/// of its granule (PyTorch: `kRoundLarge`, `c10/<device>/<Device>CachingAllocator.cpp`,
+/// `get_allocation_size`), so every reserved growth made of such segments is a multiple of the
+/// granule, and so is their greatest common divisor: the granule divides it, and is at most it.
+/// One rounding wastes less than one granule, so a divisor no larger than what the least
+/// wasteful step wasted cannot be the granule of that step's segments: the readings do not
+/// bound it (requests served from other segments, 2 MiB or 20 MiB, or an allocator that rounds
+/// otherwise). `None` then, and with fewer than two readings.
+///
+/// A step can also mix segments of another size into its growth (small tensors beside large
+/// ones, in 2 MiB segments where the granule is 6 MiB): its growth is then no multiple of the
+/// granule, and the common divisor with it falls below the granule (weights in small and
+/// mid-sized segments beside warm-ups rounded to 12 MiB gave 4 MiB, and a cache planned with
+/// it went 481 MiB past the request). Such a step holds several segments, and wastes more
+/// than a step of one request can: a request rounded to a granule wastes less than one. So
+/// from three readings on, a reading that wasted at least the divisor the others allow is left
+/// out where that keeps a coarser divisor: the weights (norms and biases in small segments
+/// beside large tensors) cannot then pull the bound below the granule. A reading that wasted
+/// less stays in: it may be a single request, and a single request rounded to a coarser
+/// granule would have had to be a multiple of it (warm-ups whose token counts the engine pads
+/// to round sizes agree on 250 MiB; an activation peak beside them that is no multiple of it
+/// bounds the granule at 2 MiB, where leaving it out would keep 10 MiB, and 17% of the cache).
+/// Mixed segments that wasted less than one granule between them still pull it down.
 ///
 /// [`Profile::segment_readings`]: crate::Profile::segment_readings
 pub fn granule_bound(readings: &[(u64, u64)]) -> Option<u64> {
     let grown: Vec<(u64, u64)> = readings.iter().copied().filter(|r| r.1 > 0).collect();
+    let all = common_granule(&grown);
+    if grown.len() < 3 {
+        return all;
+    }
+    (0..grown.len())
+        .filter_map(|i| {
+            let rest: Vec<(u64, u64)> = grown
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .map(|(_, r)| *r)
+                .collect();
+            let (allocated, reserved) = grown[i];
+            common_granule(&rest).filter(|g| reserved.saturating_sub(allocated) >= *g)
+        })
+        .chain(all)
+        .max()
+}
+
+/// The greatest common divisor of the readings' reserved growth where it exceeds what the
+/// least wasteful of them wasted (see [`granule_bound`]); `None` with fewer than two.
+fn common_granule(grown: &[(u64, u64)]) -> Option<u64> {
     if grown.len() < 2 {
         return None;
     }
@@ -694,8 +731,15 @@ impl PlanBuilder {
                 .saturating_sub(to_capture)
                 .saturating_sub(tol);
             // Slack for the allocator's rounding of the allocations still to come: a cap that
-            // is met exactly leaves a large allocation nowhere to go.
-            cap.saturating_sub(physical::rounding_slack(cap))
+            // is met exactly leaves a large allocation nowhere to go. Where the KV cache is fitted
+            // tensor by tensor as the allocator rounds each (`fit_rounded`), its rounding is
+            // counted there, and the activation peak and the graphs are what the allocator held
+            // for them (reserved, so rounded already): no slack on top.
+            if per_tensor {
+                cap
+            } else {
+                cap.saturating_sub(physical::rounding_slack(cap))
+            }
         };
         if let Some((free, tol)) = self.free_now {
             let cap = cap_of(free, tol);

@@ -114,6 +114,23 @@ fn free_memory_caps_and_says_so() {
 }
 
 #[test]
+fn a_cap_fitted_tensor_by_tensor_keeps_no_slack_on_top() {
+    // Someone holds 15 GiB; the exact free reading leaves 8 GiB, of which the activation peak
+    // takes 1 GiB. The KV cache's tensors are fitted as the allocator rounds each, so the cap
+    // is what is there (7 GiB) and the cache comes within one block of every tensor of it.
+    let p = profile(24 * GIB, 23 * GIB, 8 * GIB, 3 * GIB, GIB, 0, None);
+    let plan = plan(&p, "t", Request::Utilization(0.9)).unwrap();
+    assert_eq!(plan.capped_by_free_bytes, Some(7 * GIB));
+    assert!(plan.kv_cache_bytes <= 7 * GIB);
+    assert!(
+        plan.kv_cache_bytes + plan.kv.block_bytes > 7 * GIB,
+        "{} of {}",
+        plan.kv_cache_bytes,
+        7 * GIB
+    );
+}
+
+#[test]
 fn early_check_and_missing_total() {
     let p = profile(24 * GIB, GIB, GIB, 3 * GIB, GIB, 0, None);
     let e = plan(&p, "t", Request::Utilization(0.9)).unwrap_err();
@@ -303,6 +320,41 @@ fn a_granule_bound_needs_two_readings_that_agree_on_one_granule() {
         granule_bound(&[(3000 * MIB, 3980 * MIB), (1131 * MIB, 1136 * MIB)]),
         None
     );
+    // Weights in small and mid-sized segments (2 and 20 MiB) beside warm-ups each rounded to
+    // 12 MiB: with the weights, the common divisor is 4 MiB, below the granule; leaving each
+    // reading out in turn keeps the 12 MiB the warm-ups agree on.
+    let warm_ups = [
+        (884_470_784, 852 * MIB),
+        (773_898_240, 744 * MIB),
+        (663_326_208, 636 * MIB),
+        (528 * MIB, 528 * MIB),
+        (442_181_632, 432 * MIB),
+        (331_609_088, 324 * MIB),
+    ];
+    let mut readings = vec![(404_826_112, 400 * MIB)];
+    readings.extend(warm_ups);
+    assert_eq!(granule_bound(&readings), Some(12 * MIB));
+    // Warm-ups the engine padded to round sizes agree on 250 MiB; the weights on 10 MiB with
+    // them; an activation peak of one request (it wasted nothing) that is no multiple of either
+    // stays in, and bounds the granule at 2 MiB.
+    let padded = [
+        (5040 * MIB, 5040 * MIB),
+        (652 * MIB, 652 * MIB),
+        (2000 * MIB, 2000 * MIB),
+        (1750 * MIB, 1750 * MIB),
+        (1500 * MIB, 1500 * MIB),
+    ];
+    assert_eq!(granule_bound(&padded), Some(2 * MIB));
+    // Where every step is made of the granule's segments, leaving one out keeps it.
+    let pure: Vec<(u64, u64)> = (1..=5u64)
+        .map(|k| {
+            (
+                k * 97 * MIB + 1,
+                (k * 97 * MIB + 1).div_ceil(2 * MIB) * 2 * MIB,
+            )
+        })
+        .collect();
+    assert_eq!(granule_bound(&pure), Some(2 * MIB));
     // Where nothing bounds it, the plan keeps the coarsest segment PyTorch's rules give one
     // request; never less than PyTorch's own rounding.
     let p = profile(48 * GIB, 47 * GIB, 46 * GIB, 20 * GIB, GIB, 0, None);

@@ -11,16 +11,17 @@
 //! per-layer tensors, a tenth of the cache).
 //!
 //! More sizes narrow it. Before such a plan the session warms the engine up at a few odd
-//! token counts no larger than its `max_num_batched_tokens` (a forward pass of that many
-//! tokens, [`Engine::warm_up`]), each after releasing the allocator's cache, so that what each
-//! makes the allocator reserve is its own segments: an odd count of tokens gives a request
-//! that is no multiple of a round number, and the segments it is rounded to are a multiple of
-//! the granule and seldom of anything coarser. Every warm-up is one engine step of the
-//! session (settled before, measured after, memory it leaves outside the allocator counted as
-//! the engine's). The session stops where the bound reaches
-//! [`ALLOCATOR_ROUNDING_BOUND`] (the plan keeps no less), after [`GRANULE_WARM_UPS`]
-//! warm-ups, or at the first one that makes the allocator reserve nothing (an engine without a
-//! warm-up, whose default does nothing) or fails (the bound stays as the earlier steps left it).
+//! token counts between 3/8 of its `max_num_batched_tokens` and all of it, away from simple
+//! fractions of it ([`warm_up_sizes`]; a forward pass of that many tokens,
+//! [`Engine::warm_up`](crate::Engine::warm_up)), each after releasing the allocator's cache,
+//! so that what each makes the allocator reserve is its own segments: such a count gives a
+//! request that is no multiple of a round number, and the segments it is rounded to are a
+//! multiple of the granule and seldom of anything coarser. Every warm-up is one engine step of
+//! the session (settled before, measured after, memory it leaves outside the allocator counted
+//! as the engine's). The session stops where the bound reaches [`ALLOCATOR_ROUNDING_BOUND`]
+//! (the plan keeps no less), after [`GRANULE_WARM_UPS`] warm-ups, or at the first one that
+//! makes the allocator reserve nothing (an engine without a warm-up, whose default does
+//! nothing) or fails (the bound stays as the earlier steps left it).
 
 use memplan_core::Result;
 
@@ -30,24 +31,34 @@ use crate::plan::{granule_bound, is_large_request, ALLOCATOR_ROUNDING_BOUND};
 /// Most warm-ups [`Session::narrow_granule_bound`] runs. Each is a forward pass of at most
 /// `max_num_batched_tokens` tokens (what the profile run already ran once); two or three
 /// distinct rounded sizes are enough to bring a common divisor down to the granule in most
-/// cases (two random multiples of it share no further factor with probability 6/pi^2, 61%;
-/// three, 83%), and six leave one in a few hundred above it.
+/// cases (`n` random multiples of it share no further factor with probability `1/zeta(n)`:
+/// 61% for two, 83% for three, 98% for six).
 pub const GRANULE_WARM_UPS: usize = 6;
 
-/// Odd token counts at 8/8, 7/8, ... 3/8 of `max_tokens` (each the largest odd count no larger),
-/// distinct, at most [`GRANULE_WARM_UPS`].
+/// Odd token counts between 3/8 of `max_tokens` and all of it, at fractions far from simple
+/// ones: the `k`-th at `3/8 + 5/8 * frac(k * 0.618...)` (the golden ratio's sequence, whose
+/// points stay apart), each the largest odd count no larger; distinct, at most
+/// [`GRANULE_WARM_UPS`]. A count just below a simple fraction of a round batch (8191 of 8192)
+/// asks for just less than a round request, which the allocator rounds up to that round
+/// request: warm-ups at 8191, 7167, ... 3071 tokens of 330 KiB each reserved 2640, 2310, ... 990
+/// MiB, all multiples of 330 MiB, and bounded a 2 MiB granule at 10 MiB.
 pub(crate) fn warm_up_sizes(max_tokens: u64) -> Vec<u32> {
-    let m = max_tokens.min(u64::from(u32::MAX));
+    const GOLDEN: f64 = 0.618_033_988_749_895;
+    let m = max_tokens.min(u64::from(u32::MAX)) as f64;
     let mut out: Vec<u32> = Vec::new();
-    for eighths in (3..=8u64).rev() {
-        let s = m.saturating_mul(eighths) / 8;
-        let odd = if s % 2 == 0 { s.saturating_sub(1) } else { s };
+    for k in 1..=GRANULE_WARM_UPS {
+        let f = 0.375 + 0.625 * (k as f64 * GOLDEN).fract();
+        let s = (m * f).floor() as u64;
+        let odd = if s.is_multiple_of(2) {
+            s.saturating_sub(1)
+        } else {
+            s
+        };
         match u32::try_from(odd) {
             Ok(s) if s > 0 && !out.contains(&s) => out.push(s),
             _ => {}
         }
     }
-    out.truncate(GRANULE_WARM_UPS);
     out
 }
 
@@ -114,10 +125,12 @@ mod tests {
     #[test]
     fn warm_up_sizes_are_odd_distinct_and_within_the_batch() {
         let s = warm_up_sizes(8192);
-        assert_eq!(s, vec![8191, 7167, 6143, 5119, 4095, 3071]);
-        assert!(s.iter().all(|x| x % 2 == 1 && *x <= 8192));
-        assert_eq!(warm_up_sizes(1), vec![1]);
-        assert_eq!(warm_up_sizes(2), vec![1]);
+        assert_eq!(s, vec![6235, 4279, 7445, 5489, 3533, 6697]);
+        assert!(s
+            .iter()
+            .all(|x| x % 2 == 1 && *x <= 8192 && *x >= 8192 * 3 / 8));
+        assert!(warm_up_sizes(1).is_empty());
+        assert_eq!(warm_up_sizes(4), vec![3, 1]);
         assert!(warm_up_sizes(0).is_empty());
         assert_eq!(warm_up_sizes(u64::MAX).len(), GRANULE_WARM_UPS);
         assert!(warm_up_sizes(u64::MAX).iter().all(|x| x % 2 == 1));
