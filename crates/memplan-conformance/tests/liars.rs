@@ -145,16 +145,24 @@ fn every_honest_profile_passes_the_whole_suite_with_a_second_process() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// A free reading that counts in 64 MiB steps looks exact to calibration's default sizes
-/// (multiples of 64 MiB) and not to the suite's, which are no multiple of a common step.
+/// A free reading that counts in 64 MiB steps looks exact to windows over multiples of 64 MiB;
+/// calibration's default sizes include 37 MiB, and the suite's are no multiple of a common
+/// step either: both see it.
 #[test]
 fn a_stepped_reading_declared_exact_fails_calibration_with_odd_sizes() {
     let id = "sim:rtx4090,free-step=64MiB";
     let d = memplan::open(id).expect("opens");
     let default = memplan_planner::calibrate(&d).expect("calibrates");
     assert!(
-        default.downgrades().is_empty(),
-        "the default sizes cannot see the step: {default}"
+        !default.downgrades().is_empty(),
+        "the default sizes' 37 MiB window sees the step: {default}"
+    );
+    let only_multiples =
+        memplan_planner::calibrate::calibrate_with(&d, &memplan_planner::calibrate::SIZES[1..])
+            .expect("calibrates");
+    assert!(
+        only_multiples.downgrades().is_empty(),
+        "windows over multiples of the step cannot see it: {only_multiples}"
     );
     let (code, checks) = suite(id);
     assert_eq!(code, 1);

@@ -269,11 +269,11 @@ pub(super) fn driver_free(device: &Device, sizes: &[u64]) -> Result<Observed> {
 /// The step a free reading moves in, as the readings `reads` show it: their greatest common
 /// divisor (0 for none). A reading that only takes multiples of a step cannot tell memory
 /// changes apart within it, so a window of two such readings may be off by up to the step
-/// whatever the size it measures: the calibration's sizes (64 MiB, 256 MiB, 1 GiB) are
-/// multiples of steps up to 64 MiB and of 256 MiB, and windows over them read that step's
-/// multiples exactly, or off by less than it (a 64 MiB window of a reading in 256 MiB steps
-/// reads 0 or 256 MiB: off by 64 MiB on one side, up to 192 MiB on the other). A reading that
-/// counts bytes (or carries noise) has no coarse common divisor and gives a small one.
+/// whatever the size it measures: windows over the calibration's 64 MiB, 256 MiB and 1 GiB
+/// read a step of up to 64 MiB (or of 256 MiB) exactly, and a window over a size that is no
+/// multiple of the step is off by less than it (37 MiB read as 0 or 64 MiB; a 64 MiB window of
+/// a reading in 256 MiB steps reads 0 or 256 MiB). A reading that counts bytes (or carries
+/// noise) has no coarse common divisor and gives a small one.
 fn reading_step(reads: &[u64]) -> u64 {
     reads.iter().fold(0, |g, r| crate::plan::gcd(g, *r))
 }

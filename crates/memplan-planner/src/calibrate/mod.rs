@@ -1,6 +1,6 @@
 //! Calibration: check what a backend declares against what its device does.
 //!
-//! [`calibrate`] allocates known sizes (64 MiB, 256 MiB, 1 GiB, bounded by a quarter of free
+//! [`calibrate`] allocates known sizes (37 MiB, 64 MiB, 256 MiB, 1 GiB, bounded by a quarter of free
 //! memory) straight from the driver, reads the driver layer right after allocating, again after
 //! a synchronize, frees, reads again, synchronizes and reads again. From the expected and
 //! observed deltas it confirms or downgrades the free reading (a reading that does not move is
@@ -31,8 +31,11 @@ pub use report::{CalibrationReport, Evidence, Status, Verdict};
 use memplan_core::bytes::{GIB, MIB};
 use memplan_core::{Device, Reading, Result};
 
-/// The default allocation sizes.
-pub const SIZES: [u64; 3] = [64 * MIB, 256 * MIB, GIB];
+/// The default allocation sizes: three that are multiples of common reading steps, and the
+/// smallest of [`ODD_SIZES`] (37 MiB), which is none: a reading that moves in steps of up to
+/// 64 MiB (or of 256 MiB) reads every window over the others exactly, and only a window over
+/// a size that is no multiple of its step shows it (see the free check's step rule).
+pub const SIZES: [u64; 4] = [37 * MIB, 64 * MIB, 256 * MIB, GIB];
 
 /// Sizes that are no multiple of common reading steps (1, 2, 4, 16, 64 and 256 MiB; sizes
 /// in MiB that are primes): a reading that only moves in steps looks exact to sizes that are
