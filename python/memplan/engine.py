@@ -121,7 +121,11 @@ class Engine:
 
     def warm_up(self, size: int) -> None:
         """One eager pass at ``size`` right before its capture (memory it frees stays
-        cached)."""
+        cached). Where nothing will measure the engine's allocation of its KV cache (no
+        ``allocate_tensor``, no post-capture range), memplan also calls it before the plan at a
+        few odd sizes of at most ``max_num_batched_tokens`` that are no graph size, each after
+        :meth:`release_cached`, to learn the allocator's rounding from what each reserves (the
+        dummy run of that many tokens an engine warms up with)."""
 
     def capture_graph(self, size: int) -> None:
         """Capture the graph of ``size`` and keep it alive until :meth:`release_graphs`."""

@@ -42,8 +42,15 @@ def test_hooks_run_in_the_protocols_order() -> None:
         assert c[i - 2 : i] == [f"warm_up {size}", "release_cached"] or c[i - 1] == f"warm_up {size}"
         assert c.index(f"warm_up {size}") < i
     # full capture is torn down: graphs destroyed, pool released
-    assert c[-1] == "release_graphs"
+    last_capture = max(i for i, x in enumerate(c) if x.startswith("capture"))
+    teardown = c.index("release_graphs", last_capture)
     assert eng.alloc.live_graphs == 0
+    # after it, only warm-ups at odd sizes that are no graph size, each from an emptied cache:
+    # this allocator offers no tensors, so the session narrows the bound on its rounding
+    for x in c[teardown + 1 :]:
+        if x != "release_cached":
+            size = int(x.removeprefix("warm_up "))
+            assert size % 2 == 1 and size not in (64, 8, 1), x
 
 
 def test_post_capture_hands_the_kv_range_over_before_capture() -> None:
