@@ -388,3 +388,13 @@ fn an_uncalibrated_exact_reading_that_lags_is_unavailable() {
         );
     }
 }
+
+/// The same stepped reading in a start-up that does not calibrate: the session measures the
+/// reading's window error itself, and took what its few windows happened to be off by (less
+/// than the step) as the error; these seeds went over the request. The session's windows
+/// apply calibration's step rule, and are over an odd number of 2 MiB pages (a window over a
+/// whole number of steps, as a 64 MiB one is, reads a stepped reading exactly).
+#[test]
+fn an_uncalibrated_session_sees_a_step_too() {
+    passes("h100-free-step-64-uncalibrated.toml", &[5, 9, 11, 18, 20]);
+}

@@ -274,7 +274,7 @@ pub(super) fn driver_free(device: &Device, sizes: &[u64]) -> Result<Observed> {
 /// multiple of the step is off by less than it (37 MiB read as 0 or 64 MiB; a 64 MiB window of
 /// a reading in 256 MiB steps reads 0 or 256 MiB). A reading that counts bytes (or carries
 /// noise) has no coarse common divisor and gives a small one.
-fn reading_step(reads: &[u64]) -> u64 {
+pub(crate) fn reading_step(reads: &[u64]) -> u64 {
     reads.iter().fold(0, |g, r| crate::plan::gcd(g, *r))
 }
 

@@ -145,10 +145,17 @@ pub(crate) fn baseline(device: &Device, total: Option<u64>) -> Result<Option<u64
 const WINDOW_ALLOCATIONS: usize = 4;
 
 /// The size of the allocations [`window_error`] measures windows over, with `free` free and a
-/// reading's `tolerance`: well above the reading's step, small beside what is free, whole
-/// 2 MiB pages.
+/// reading's `tolerance`: well above the reading's step, small beside what is free, an odd
+/// number of 2 MiB pages: no multiple of a step of 4 MiB or more, so that a reading that moves
+/// in such steps reads a window over it off (a multiple of the step would read exactly).
 pub(crate) fn window_size(free: u64, tolerance: u64) -> u64 {
-    (free / 8).min(tolerance.max(64 * MIB)) / (2 * MIB) * (2 * MIB)
+    let pages = (free / 8).min(tolerance.max(64 * MIB)) / (2 * MIB);
+    let odd = if pages > 1 && pages.is_multiple_of(2) {
+        pages - 1
+    } else {
+        pages
+    };
+    odd * (2 * MIB)
 }
 
 /// How far a window of an approximate free reading is off, measured: the spread of
@@ -180,6 +187,8 @@ pub(crate) fn window_error(
     let Some(mut worst) = crate::calibrate::idle_range_of(device, reads)? else {
         return Ok(None);
     };
+    // Every reading the windows are made of (see the step rule below).
+    let mut reads: Vec<u64> = Vec::with_capacity(3 * WINDOW_ALLOCATIONS);
     for _ in 0..WINDOW_ALLOCATIONS {
         let Some(before) = read()? else {
             return Ok(None);
@@ -194,12 +203,18 @@ pub(crate) fn window_error(
         let (Some(held), Some(after)) = (held?, read()?) else {
             return Ok(None);
         };
+        reads.extend([before, held, after]);
         let dropped = i128::from(before) - i128::from(held);
         let regained = i128::from(after) - i128::from(held);
         for seen in [dropped, regained] {
             let err = (seen - i128::from(size)).unsigned_abs();
             worst = worst.max(u64::try_from(err).unwrap_or(u64::MAX));
         }
+    }
+    // A window off while every reading was a multiple of a larger step: another window can be
+    // off by up to the step (calibration's rule, `reading_step`).
+    if worst > 0 {
+        worst = worst.max(crate::calibrate::reading_step(&reads));
     }
     Ok(Some(worst))
 }
