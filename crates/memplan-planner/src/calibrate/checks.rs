@@ -20,7 +20,7 @@ pub(super) struct Observed {
 }
 
 /// Allocation rounding and bookkeeping slack allowed in a delta.
-pub(super) fn tolerance(size: u64) -> u64 {
+pub(crate) fn tolerance(size: u64) -> u64 {
     (2 * MIB).max(size / 100)
 }
 

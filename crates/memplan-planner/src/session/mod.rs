@@ -170,14 +170,21 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         let offers_tensors = kv_cache::offers_tensors(e.allocator());
         e.allocator().release_cached()?;
         let unsynced = recorder::sync_engine(&capability, e)?;
-        let mut baseline = memplan_core::protocol::snapshot(&device, Some(&*e.allocator()))?;
-        tracing::info!(free = ?baseline.driver.free, total = ?baseline.driver.total, "baseline");
         // A free reading trusted as exact that moves while the device is idle, or whose
         // windows over known allocations do not show them, is not exact (a declaration
         // calibration did not check, or a device that changed since): its window error is
-        // measured as an approximate reading's is, and the plan says so.
-        let moved =
-            exact_free_that_moves(&device, &mut capability, baseline.driver.total, !calibrated)?;
+        // measured as an approximate reading's is, and the plan says so. Checked before the
+        // baseline; where the check allocates (nothing calibrated), what it left held is
+        // accounted as calibration's is (an engine step up to the baseline).
+        let checked = (!calibrated
+            && capability.reading(memplan_core::Reading::DriverFree)
+                == memplan_core::Reliability::Exact)
+            .then(|| memplan_core::protocol::snapshot(&device, Some(&*e.allocator())))
+            .transpose()?;
+        let total = device.driver_memory()?.total;
+        let moved = exact_free_that_moves(&device, &mut capability, total, !calibrated)?;
+        let mut baseline = memplan_core::protocol::snapshot(&device, Some(&*e.allocator()))?;
+        tracing::info!(free = ?baseline.driver.free, total = ?baseline.driver.total, "baseline");
         // No reading measures this process: what is allocatable now is the baseline of the
         // allocation probe that measures the engine's memory outside its allocator at the plan.
         let probe_baseline = if capability
@@ -236,6 +243,18 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         }
         if let Some(w) = moved {
             rec.warn(w);
+        }
+        if let Some(pre) = checked {
+            let at = rec.p.baseline;
+            let w = rec.engine_step("free reading check", pre, at);
+            if rec
+                .p
+                .capability
+                .reading(memplan_core::Reading::DriverFree)
+                .measures_own_usage()
+            {
+                rec.p.held_by_calibration = w.non_allocator.map_or(0, |d| d.max(0) as u64);
+            }
         }
         Ok(Session {
             rec,
@@ -764,7 +783,9 @@ fn exact_free_that_moves(
     let worst = probe::window_error(device, cap, free, 1)?
         .unwrap_or(spread)
         .max(spread);
-    if worst == 0 {
+    // Read only on windows over allocations (the idle reads did not move): an error within what
+    // calibration allows a window for a raw allocation's rounding keeps the declaration.
+    if worst == 0 || (spread == 0 && worst <= crate::calibrate::tolerance(0)) {
         return Ok(None);
     }
     // Windows over an allocation that read less than half of it: the reading does not follow
