@@ -686,6 +686,13 @@ fn scenario_counts_are_capped_and_duplicates_merged() {
     assert!(e.contains("at most 1024"), "{e}");
     let s = resolve("max_capture_size = 256", "sizes = [8, 8, 4, 8, 1]").unwrap();
     assert_eq!(s.sizes, vec![8, 4, 1]);
+    // A mixture-of-experts checkpoint's tensor count loads (tens of thousands), up to the cap.
+    let s = resolve("weight_tensors = 339", "weight_tensors = 20000").unwrap();
+    assert_eq!(s.weight_tensors, 20_000);
+    let e = resolve("weight_tensors = 339", "weight_tensors = 65537")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("model.weight_tensors"), "{e}");
 }
 
 mod prop {
