@@ -56,6 +56,12 @@ pub struct Profile {
     /// or framework that does not keeps every warm-up's segments through its captures and into
     /// serving, beside the activation peak a burst then needs); absent where not checked.
     pub capture_keeps_cache: Option<bool>,
+    /// Where the engine's capture keeps the cache: what the allocator still held cached after
+    /// warm-ups of the smallest and the largest size and a capture, with nothing released in
+    /// between (the warm-ups' segments in every pool they were served from: the smallest
+    /// warm-up's request may be one the largest warm-up's cached block cannot serve, a small
+    /// request served from small segments only); absent where not checked or not kept.
+    pub capture_cache_left_bytes: Option<u64>,
     /// Growth of memory outside the allocator during the engine's steps (context, library
     /// workspaces), signed. Absent when the driver free reading cannot measure it.
     pub non_allocator_growth: Option<i64>,
@@ -113,6 +119,7 @@ impl Profile {
             activation_peak_bytes: None,
             warmup_peak_bytes: None,
             capture_keeps_cache: None,
+            capture_cache_left_bytes: None,
             non_allocator_growth: None,
             graph: None,
             free_window_error: None,

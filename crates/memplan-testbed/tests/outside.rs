@@ -350,6 +350,16 @@ fn a_capture_that_keeps_the_cache_keeps_the_warm_ups_beside_the_burst() {
         .all(|c| c.out.strategy == memplan_planner::strategy::StrategyKind::Full));
 }
 
+/// The same engine with warm-ups of 1 MiB per token: the smallest sizes' warm-ups are requests
+/// of up to 1 MiB, which a caching allocator serves from small segments only, so a 2 MiB
+/// segment stays cached beside the largest warm-up's and the burst goes on top (these seeds,
+/// 0.9-1.7 MiB over the request in serving). The check warms the smallest size up too, and the
+/// plan keeps what that left cached.
+#[test]
+fn a_small_warm_ups_segment_stays_cached_beside_the_largest() {
+    passes("4090-keeps-cache-small-warm-ups.toml", &[36, 45, 149]);
+}
+
 /// A free reading that moves in 256 MiB steps: calibration's windows over its 64 MiB, 256 MiB
 /// and 1 GiB allocations read the steps exactly or 64 MiB off, and the reading's window error
 /// was taken to be that 64 MiB. Every reading was a multiple of the step, so a window may be

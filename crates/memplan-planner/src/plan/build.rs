@@ -293,16 +293,19 @@ impl PlanBuilder {
         // Where the engine's capture keeps the allocator's cache, the largest warm-up's segments
         // stay reserved through every capture and into serving, where a burst needs its own
         // peak beside them (a request larger than a cached block gets a segment of its own).
+        // What stays cached is what the engine's warm-up sequence left there (its largest
+        // warm-up's segments and a small warm-up's, measured), at least the largest warm-up.
         let kept_cache = p
             .warmup_peak_bytes
-            .filter(|_| to_capture && p.capture_keeps_cache == Some(true));
+            .filter(|_| to_capture && p.capture_keeps_cache == Some(true))
+            .map(|w| w.max(p.capture_cache_left_bytes.unwrap_or(0)));
         let larger_warmup = p.warmup_peak_bytes.filter(|w| *w > act && to_capture);
         let activation = match (kept_cache, larger_warmup) {
             (Some(w), _) => Consumer::measured(
                 ConsumerKind::Activation,
                 act.saturating_add(w),
                 "capture_graphs",
-                "the profile run's peak, and beside it what the allocator held for the graph phase's largest warm-up: the engine's capture keeps the allocator's cache, so the warm-up's segments stay reserved through serving",
+                "the profile run's peak, and beside it what the engine's warm-ups leave cached (the largest warm-up's segments, and a small warm-up's in segments of their own): the engine's capture keeps the allocator's cache, so they stay reserved through serving",
             ),
             (None, Some(w)) => Consumer::measured(
                 ConsumerKind::Activation,

@@ -256,7 +256,22 @@ impl<'s> GraphContext<'s> {
     /// warm-up's segments. The graph is then destroyed. `full` measures each capture after
     /// releasing the cache, so its windows cannot tell; this capture is the process's first (a
     /// library's memory taken on it is held from here on, as the priming capture's would be).
+    ///
+    /// The smallest size is warmed up first, with nothing released before the capture either:
+    /// the engine warms every size up, and a small warm-up's request may be served from
+    /// segments of its own pool (PyTorch serves requests of up to 1 MiB from small segments
+    /// only), which stay cached beside the largest warm-up's. What the release gives back is
+    /// then at least what the engine's whole warm-up sequence leaves cached
+    /// ([`Profile::capture_cache_left_bytes`]): its largest warm-up's segments, and the smallest
+    /// one's where the largest cannot serve it (warmed up first, the smallest may hold a
+    /// segment the largest then fits in, which leaves that segment, no less than the largest's
+    /// own). A capture that empties the cache on entering gives both back.
+    ///
+    /// [`Profile::capture_cache_left_bytes`]: crate::Profile::capture_cache_left_bytes
     fn check_capture_keeps_cache(&mut self, size: u32) -> Result<()> {
+        if let Some(smallest) = self.sizes().last().copied().filter(|s| *s != size) {
+            self.warm_up(smallest)?;
+        }
         self.warm_up(size)?;
         self.capture(size)?;
         let a = self.engine.allocator();
@@ -271,6 +286,7 @@ impl<'s> GraphContext<'s> {
             "does the engine's capture keep the allocator's cache"
         );
         self.session.p.capture_keeps_cache = Some(keeps);
+        self.session.p.capture_cache_left_bytes = keeps.then_some(left);
         Ok(())
     }
 
