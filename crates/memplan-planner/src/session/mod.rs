@@ -232,6 +232,14 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             baseline =
                 recorder::combined_snapshot(&device, Some(&*e.allocator()), free_reads, still)?;
         }
+        // Where nothing calibrated, a window seen off by more than an approximate reading's
+        // declared tolerance contradicts the declaration (a reading in coarser steps than
+        // declared): the measurement stands, as calibration's would.
+        let widened = if calibrated {
+            None
+        } else {
+            measured_beyond_declared(&mut capability, free_window_error)
+        };
         let mut profile = Profile::new(capability, baseline);
         profile.probe_baseline = probe_baseline;
         profile.free_window_error = free_window_error;
@@ -242,6 +250,9 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             rec.warn_unsynced(w);
         }
         if let Some(w) = moved {
+            rec.warn(w);
+        }
+        if let Some(w) = widened {
             rec.warn(w);
         }
         if let Some(pre) = checked {
@@ -749,6 +760,46 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         self.done = true;
         (self.rec.profile(), self.rec.kv_range.take())
     }
+}
+
+/// An approximate free reading's window error, measured by the session where nothing calibrated
+/// (`measured`), beyond its declared tolerance: the tolerance becomes the measured error and a
+/// downgrade names it. A reading that moves in 64 MiB steps declared good to 16 MiB went over
+/// the request (by up to 18 MiB) where the strategies' margins took the declaration's 16 MiB.
+fn measured_beyond_declared(
+    capability: &mut ProfilingCapability,
+    measured: Option<u64>,
+) -> Option<Warning> {
+    use memplan_core::bytes::fmt_bytes;
+    use memplan_core::{Reading, Reliability};
+    let e = measured?;
+    let Reliability::Approximate {
+        tolerance_bytes: declared,
+        ..
+    } = capability.reading(Reading::DriverFree)
+    else {
+        return None;
+    };
+    if e <= declared {
+        return None;
+    }
+    let why = format!(
+        "windows over allocations of a known size were off by up to {}",
+        fmt_bytes(e)
+    );
+    let observed = format!("approximate (±{}: {why})", fmt_bytes(e));
+    capability.set(
+        Reading::DriverFree,
+        Reliability::Approximate {
+            tolerance_bytes: e,
+            why,
+        },
+    );
+    Some(Warning::CalibrationDowngrade {
+        item: "driver_free".into(),
+        declared: format!("approximate (±{})", fmt_bytes(declared)),
+        observed,
+    })
 }
 
 /// Where `capability` trusts the free reading as exact, read it [`IDLE_READS`] times on the
