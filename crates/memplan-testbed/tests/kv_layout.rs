@@ -9,7 +9,7 @@ use std::sync::Arc;
 use memplan_core::kv::KvDtype;
 use memplan_testbed::oracle::engine_alone;
 use memplan_testbed::run::{run_judged, Choice};
-use memplan_testbed::sweep::acceptance::{failures, Check};
+use memplan_testbed::sweep::acceptance::{failures, Check, Failure};
 use memplan_testbed::sweep::Case;
 use memplan_testbed::{Scenario, Setup};
 
@@ -30,25 +30,34 @@ fn understated(mut s: Setup) -> Setup {
     s
 }
 
-fn checks(setup: &Setup) -> Vec<Check> {
-    // Judged against the engine alone on the true layout (the oracle never sees the plan).
+/// The automatic choice on `setup` as one case of the acceptance rules, judged against the
+/// engine alone on the true layout (the oracle never sees the plan).
+fn judged(setup: &Setup, what: String, adversarial: bool) -> Case {
     let alone = engine_alone(setup).ok();
     assert!(alone.is_some(), "the oracle runs");
     let out = run_judged(setup, Choice::Auto, None, alone).unwrap();
-    let case = Case {
+    Case {
         group: "kv layout".into(),
-        what: format!("kv_hook={}", setup.kv_hook),
+        what,
         out,
         harness_error: false,
         setup: Some(Arc::new(setup.clone())),
-        adversarial: false,
-    };
-    let cases = [case];
-    let f = failures(&cases);
+        adversarial,
+    }
+}
+
+/// The rules `case` fails, each printed.
+fn failed(case: &Case) -> Vec<Failure<'_>> {
+    let f = failures(std::slice::from_ref(case));
     for x in &f {
         eprintln!("{}: {}", x.check.name(), x.line);
     }
-    f.iter().map(|x| x.check).collect()
+    f
+}
+
+fn checks(setup: &Setup) -> Vec<Check> {
+    let case = judged(setup, format!("kv_hook={}", setup.kv_hook), false);
+    failed(&case).iter().map(|x| x.check).collect()
 }
 
 #[test]
@@ -152,21 +161,13 @@ fn a_coarse_allocator_granule_is_measured_or_bounded() {
         let mut setup = seeded(random_scenario(i).resolve().unwrap(), i);
         setup.kv_hook = false;
         setup.allocator_tensors = tensors;
-        let alone = engine_alone(&setup).ok();
-        let out = run_judged(&setup, Choice::Auto, None, alone).unwrap();
-        tokens.push(out.kv_tokens.unwrap_or(0));
-        let cases = [Case {
-            group: "kv layout".into(),
-            what: format!("random-{i}, allocator tensors={tensors}"),
-            out,
-            harness_error: false,
-            setup: Some(Arc::new(setup.clone())),
-            adversarial: true,
-        }];
-        let f = failures(&cases);
-        for x in &f {
-            eprintln!("{}: {}", x.check.name(), x.line);
-        }
+        let case = judged(
+            &setup,
+            format!("random-{i}, allocator tensors={tensors}"),
+            true,
+        );
+        tokens.push(case.out.kv_tokens.unwrap_or(0));
+        let f = failed(&case);
         assert!(
             gating(&f).is_empty(),
             "allocator tensors={tensors}: nothing gating fails"
@@ -194,21 +195,9 @@ fn odd_warm_ups_narrow_a_granule_that_round_sizes_leave_coarse() {
         let mut setup = seeded(random_scenario(i).resolve().unwrap(), i);
         setup.kv_hook = false;
         setup.allocator_tensors = false;
-        let alone = engine_alone(&setup).ok();
-        let out = run_judged(&setup, Choice::Auto, None, alone).unwrap();
-        let share = out.kv_vs_oracle.unwrap_or(0.0);
-        let cases = [Case {
-            group: "kv layout".into(),
-            what: format!("random-{i}, no hook, no tensors"),
-            out,
-            harness_error: false,
-            setup: Some(Arc::new(setup.clone())),
-            adversarial: false,
-        }];
-        let f = failures(&cases);
-        for x in &f {
-            eprintln!("{}: {}", x.check.name(), x.line);
-        }
+        let case = judged(&setup, format!("random-{i}, no hook, no tensors"), false);
+        let share = case.out.kv_vs_oracle.unwrap_or(0.0);
+        let f = failed(&case);
         assert!(gating(&f).is_empty(), "random-{i}: nothing gating fails");
         assert!(
             share >= 0.97,
