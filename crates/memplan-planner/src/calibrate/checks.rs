@@ -273,8 +273,13 @@ pub(super) fn driver_free(device: &Device, sizes: &[u64]) -> Result<Observed> {
 /// read a step of up to 64 MiB (or of 256 MiB) exactly, and a window over a size that is no
 /// multiple of the step is off by less than it (37 MiB read as 0 or 64 MiB; a 64 MiB window of
 /// a reading in 256 MiB steps reads 0 or 256 MiB). A reading that counts bytes (or carries
-/// noise) has no coarse common divisor and gives a small one.
+/// noise) has no coarse common divisor and gives a small one. Readings that never moved show
+/// no step (0): their common divisor is the free memory itself (a reading that did not see
+/// allocations smaller than its step read the whole free memory as a step, 24 GiB).
 pub(crate) fn reading_step(reads: &[u64]) -> u64 {
+    if reads.iter().all(|r| Some(r) == reads.first()) {
+        return 0;
+    }
     reads.iter().fold(0, |g, r| crate::plan::gcd(g, *r))
 }
 
@@ -495,5 +500,7 @@ mod tests {
         ];
         assert!(reading_step(&exact) < MIB);
         assert_eq!(reading_step(&[]), 0);
+        // Readings that never moved: no step.
+        assert_eq!(reading_step(&[free; 6]), 0);
     }
 }

@@ -212,9 +212,8 @@ pub(crate) fn window_error(
         }
     }
     // A window off while every reading was a multiple of a larger step: another window can be
-    // off by up to the step (calibration's rule, `reading_step`). Readings that never moved
-    // show no step (their common divisor is the free memory itself).
-    if worst > 0 && reads.iter().any(|r| Some(r) != reads.first()) {
+    // off by up to the step (calibration's rule, `reading_step`).
+    if worst > 0 {
         worst = worst.max(crate::calibrate::reading_step(&reads));
     }
     Ok(Some(worst))
