@@ -762,6 +762,23 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     }
 }
 
+/// Set the free reading approximate within `tolerance` for `why`; the downgrade's `observed`
+/// text.
+fn free_approximate(capability: &mut ProfilingCapability, tolerance: u64, why: String) -> String {
+    let observed = format!(
+        "approximate (±{}: {why})",
+        memplan_core::bytes::fmt_bytes(tolerance)
+    );
+    capability.set(
+        memplan_core::Reading::DriverFree,
+        memplan_core::Reliability::Approximate {
+            tolerance_bytes: tolerance,
+            why,
+        },
+    );
+    observed
+}
+
 /// An approximate free reading's window error, measured by the session where nothing calibrated
 /// (`measured`), beyond its declared tolerance: the tolerance becomes the measured error and a
 /// downgrade names it. A reading that moves in 64 MiB steps declared good to 16 MiB went over
@@ -787,14 +804,7 @@ fn measured_beyond_declared(
         "windows over allocations of a known size were off by up to {}",
         fmt_bytes(e)
     );
-    let observed = format!("approximate (±{}: {why})", fmt_bytes(e));
-    capability.set(
-        Reading::DriverFree,
-        Reliability::Approximate {
-            tolerance_bytes: e,
-            why,
-        },
-    );
+    let observed = free_approximate(capability, e, why);
     Some(Warning::CalibrationDowngrade {
         item: "driver_free".into(),
         declared: format!("approximate (±{})", fmt_bytes(declared)),
@@ -843,14 +853,15 @@ fn exact_free_that_moves(
     // allocations (one that reports the previous synchronize's memory reads none of it), and
     // no tolerance makes its windows usable (calibration's rule for a lost reading).
     let size = free.map_or(0, |f| probe::window_size(f, cap));
-    let (reliability, observed) = if spread == 0 && size > 0 && worst >= size / 2 {
+    let observed = if spread == 0 && size > 0 && worst >= size / 2 {
         let reason = format!(
             "free memory did not follow allocations of {} after a synchronize (stale?): off by up to {}",
             memplan_core::bytes::fmt_bytes(size),
             memplan_core::bytes::fmt_bytes(worst)
         );
         let observed = format!("unavailable ({reason})");
-        (Reliability::Unavailable { reason }, observed)
+        capability.set(Reading::DriverFree, Reliability::Unavailable { reason });
+        observed
     } else {
         let why = if spread > 0 {
             format!(
@@ -865,19 +876,8 @@ fn exact_free_that_moves(
                 memplan_core::bytes::fmt_bytes(worst)
             )
         };
-        let observed = format!(
-            "approximate (±{}: {why})",
-            memplan_core::bytes::fmt_bytes(worst)
-        );
-        (
-            Reliability::Approximate {
-                tolerance_bytes: worst,
-                why,
-            },
-            observed,
-        )
+        free_approximate(capability, worst, why)
     };
-    capability.set(Reading::DriverFree, reliability);
     Ok(Some(Warning::CalibrationDowngrade {
         item: "driver_free".into(),
         declared: "exact".into(),
