@@ -355,3 +355,34 @@ fn the_report_gives_what_calibration_read_behind_a_verdict() {
     assert!((read - truth).abs() <= slack, "{read} vs {truth}");
     assert_eq!(r.observed("no such item"), None);
 }
+
+#[test]
+fn a_release_deferred_past_a_synchronize_is_trimmed_after_it() {
+    // A runtime that gives a destroyed graph's memory back only some synchronizes later keeps
+    // it in use until then, and a trim of the graph pool frees only what no graph uses: a trim
+    // before those synchronizes left calibration's allocation node reserved in the pool, read
+    // as memory every capture keeps (32 MiB too much) and given back inside the engine's graph
+    // phase as if another process had freed it.
+    let mut checked = 0;
+    for seed in 0..40 {
+        let selector = format!("rx7900xtx-rocm6.2,regime=adversarial,seed={seed}");
+        let gpu = SimGpu::open(&selector).expect("profile exists");
+        if gpu.physics().release_after_syncs < 2 {
+            continue;
+        }
+        // `cal_gpu` also checks that the pool is back where it stood.
+        let (r, gpu) = cal_gpu(&selector);
+        let read = r.observed("hidden_per_capture").expect("a reading");
+        let truth = gpu.physics().hidden_bytes_per_capture as i64;
+        let slack = 2 * gpu.physics().read_noise_bytes as i64 + (512 << 10);
+        assert!(
+            (read - truth).abs() <= slack,
+            "{selector}: {read} vs {truth}"
+        );
+        checked += 1;
+    }
+    assert!(
+        checked >= 5,
+        "only {checked} seeds defer past one synchronize"
+    );
+}

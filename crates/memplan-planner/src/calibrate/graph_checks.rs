@@ -8,7 +8,7 @@ use memplan_core::{
 
 use super::checks::{diff, tolerance, verdict_reading, Observed};
 use super::report::{Evidence, Status, Verdict};
-use crate::strategy::settle;
+use crate::strategy::{settle, trim_pool};
 /// Kernel nodes and allocation-node bytes of the calibration graph.
 const NODES: u32 = 64;
 const ALLOC: u64 = 32 * MIB;
@@ -116,16 +116,17 @@ fn run_graph(device: &Device, with_node: Result<(), String>) -> Result<GraphRun>
         Ok((f1, device.graph_pool_memory()?))
     })();
     // Teardown on every path, a failed reading included: destroy, synchronize (a device whose
-    // destroyed graphs release memory only at the next synchronize gives it back there), then
-    // trim the pool and wait for releases a runtime defers past more synchronizes
-    // ([`settle`], as the graph phase does): what is still held then never comes back, and
+    // destroyed graphs release memory only at the next synchronize gives it back there), wait
+    // for releases a runtime defers past more synchronizes ([`settle`], as the graph phase
+    // does), then trim the pool (after the releases: a trim before them leaves the allocation
+    // node's memory reserved, [`trim_pool`]): what is still held then never comes back, and
     // memory that came back later would otherwise be counted as this process's and then seen
     // as another process releasing it.
     let destroyed = device.graph_capture().and_then(|gc| gc.destroy(g));
     let f_destroyed = free(device, false);
     let f_synced = free(device, true);
-    let released = device.graph_capture().and_then(|gc| gc.release_pool());
     let settled = settle(device);
+    let released = trim_pool(device);
     let f_released = match (free(device, true), f0) {
         (Ok(Some(f)), Some(f0)) => late_release(device, f, f0),
         (other, _) => other,
@@ -159,7 +160,9 @@ fn late_release(device: &Device, f: i64, f0: i64) -> Result<Option<i64>> {
         if back(last) {
             break;
         }
-        match free(device, true)? {
+        device.synchronize()?;
+        trim_pool(device)?;
+        match free(device, false)? {
             Some(f) => last = f,
             None => return Ok(None),
         }

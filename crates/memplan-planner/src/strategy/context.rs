@@ -317,6 +317,7 @@ impl<'s> GraphContext<'s> {
         let mut came_back_at = None;
         for n in 1..=LATE_RELEASE_SYNCHRONIZES {
             device.synchronize()?;
+            trim_pool(device)?;
             let Some(f) = device.driver_memory()?.free else {
                 break;
             };
@@ -515,42 +516,45 @@ pub const SETTLE_SYNCHRONIZES: usize = 8;
 /// after them is read as held.
 pub const LATE_RELEASE_SYNCHRONIZES: usize = 64;
 
-/// Destroy the engine's graphs, synchronize (deferred releases complete there; done even when
-/// the engine's release failed), trim the device's graph pool where the device has one, and
-/// synchronize `syncs` times ([`settle`]'s count, or more where releases were seen to come back
-/// later, [`GraphContext::prime`]).
+/// Destroy the engine's graphs, synchronize once and then `syncs` times more ([`settle`]'s
+/// count, or more where releases were seen to come back later, [`GraphContext::prime`]; done
+/// even when the engine's release failed), then trim the device's graph pool ([`trim_pool`]).
 fn release_all(engine: &mut dyn Engine, device: &Device, syncs: usize) -> Result<()> {
     let released = engine.release_graphs();
-    let synced = device.synchronize();
-    let trimmed = match device.graph_capture() {
+    let synced = (0..=syncs).try_for_each(|_| device.synchronize());
+    let trimmed = trim_pool(device);
+    released?;
+    synced?;
+    trimmed
+}
+
+/// Give the graph pool's unused memory back to the device, where the device has a pool
+/// ([`memplan_core::GraphCapture::release_pool`], a graph-memory trim). A trim frees only blocks
+/// no graph uses, and the vendors' graph-memory APIs document a destroyed graph's allocations
+/// as in use until its release completes: a runtime that defers the release to a later
+/// synchronize (the DESIGN's vendor table) keeps them from a trim made before it. So a trim
+/// follows the synchronizes that complete the releases, never precedes them: memory a trim
+/// missed stays reserved in the pool, is read as held (calibration's test graph would seem to
+/// keep it per capture), and comes back at the next trim, inside some later window, where it
+/// reads as another process releasing memory.
+pub(crate) fn trim_pool(device: &Device) -> Result<()> {
+    match device.graph_capture() {
         Ok(gc) => gc.release_pool(),
         Err(Error::Unsupported { .. }) => Ok(()),
         Err(e) => Err(e),
-    };
-    released?;
-    synced?;
-    trimmed?;
-    for _ in 0..syncs {
-        device.synchronize()?;
     }
-    Ok(())
 }
 
-/// Before a graph phase: trim the device's graph pool where it has one and [`settle`], so the
-/// phase starts as its teardown ends. Pool memory an earlier capture left reserved (calibration's
-/// test graphs) would otherwise be reused unseen by the phase's first captures and given back
-/// by its teardown: the graphs would measure less than a capture from a trimmed pool takes.
-/// `syncs` is the session's settle count (see [`release_all`]).
+/// Before a graph phase: synchronize `syncs` times (the session's settle count, see
+/// [`release_all`]) and trim the device's graph pool ([`trim_pool`]), so the phase starts as
+/// its teardown ends. Pool memory an earlier capture left reserved (calibration's test graphs)
+/// would otherwise be reused unseen by the phase's first captures and given back by its
+/// teardown: the graphs would measure less than a capture from a trimmed pool takes.
 pub(crate) fn trim_and_settle(device: &Device, syncs: usize) -> Result<()> {
-    match device.graph_capture() {
-        Ok(gc) => gc.release_pool()?,
-        Err(Error::Unsupported { .. }) => {}
-        Err(e) => return Err(e),
-    }
     for _ in 0..syncs {
         device.synchronize()?;
     }
-    Ok(())
+    trim_pool(device)
 }
 
 /// Some runtimes return a destroyed graph's memory only after one or more later synchronizes,
