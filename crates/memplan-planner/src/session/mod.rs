@@ -111,14 +111,23 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     ///
     /// Memory calibration leaves held outside the allocator (per-capture memory a runtime
     /// keeps after its test captures) is this process's from then on: the window from before
-    /// calibration to the baseline is accounted like an engine step named `calibration`.
+    /// calibration to the baseline is accounted like an engine step named `calibration`. The
+    /// reading before calibration combines [`MORE_FREE_READS`] reads: how far one read is off
+    /// is not known before calibration measures it, and a single noisy read there would put
+    /// its whole error into the step (a window the strategies' margins, sized for combined
+    /// reads, do not cover).
     ///
     /// Refused ([`Error::InvalidInput`] on `device`) when the engine's allocator works on
     /// another GPU than `device` (both name their GPU and the names differ); so is
     /// [`begin`](Self::begin).
     pub fn start(device: &SharedDevice, engine: &'e mut E) -> Result<Self> {
         check_same_gpu(device, engine.as_dyn())?;
-        let pre = memplan_core::protocol::snapshot(device, Some(&*engine.as_dyn().allocator()))?;
+        let pre = recorder::combined_snapshot(
+            device,
+            Some(&*engine.as_dyn().allocator()),
+            MORE_FREE_READS,
+            None,
+        )?;
         let report = calibrate(&device.clone())?;
         let mut s = Self::open(device, engine, report.calibrated.clone(), true)?;
         let baseline = s.rec.p.baseline;
