@@ -94,3 +94,50 @@ fn activation_counts_what_the_allocator_held_for_the_peak() {
     // No reserved peak: the allocated peak rounded up to 2 MiB, and a warning says so.
     assert_eq!(run(None), (102 * MIB, true));
 }
+
+#[test]
+fn an_abandoned_session_waits_for_deferred_releases_before_trimming() {
+    // Post-capture keeps the engine's graphs; a session dropped before its plan releases them,
+    // and on a runtime that gives a destroyed graph's memory back some synchronizes later
+    // (adversarial seeds that draw two or more), a trim right after the first synchronize would
+    // leave their allocation nodes reserved in the graph pool.
+    use memplan_planner::strategy::PostCapture;
+    use memplan_testbed::engine::SimEngine;
+    use memplan_testbed::run::open;
+    use memplan_testbed::sweep::seeded;
+    use memplan_testbed::Scenario;
+    let scenario = Scenario::load("deferred-release-24g").unwrap();
+    let mut checked = 0;
+    for seed in 0..30 {
+        let setup = seeded(scenario.clone().resolve().unwrap(), seed);
+        let gpu = open(&setup).unwrap();
+        if gpu.physics().release_after_syncs < 2 {
+            continue;
+        }
+        let before = gpu.truth();
+        let mut engine = SimEngine::new(gpu.clone(), setup.clone());
+        let device = engine.device().clone();
+        {
+            let mut s = Session::start(&device, &mut engine).unwrap();
+            s.load_weights(|e| e.load_weights()).unwrap();
+            s.profile_run(|e| e.profile_run()).unwrap();
+            s.graph_phase(&PostCapture, "test").unwrap();
+            assert!(s.kept_graphs());
+            assert!(
+                gpu.truth().graph_pool_reserved > 0,
+                "seed {seed}: no pool to trim"
+            );
+        }
+        let after = gpu.truth();
+        assert_eq!(after.live_graphs, 0, "seed {seed}");
+        assert_eq!(
+            after.graph_pool_reserved, before.graph_pool_reserved,
+            "seed {seed}"
+        );
+        checked += 1;
+    }
+    assert!(
+        checked >= 3,
+        "only {checked} seeds defer past one synchronize"
+    );
+}
