@@ -13,9 +13,17 @@
 //!   allocated on its own through the caching allocator (`vllm/v1/worker/gpu_model_runner.py`,
 //!   `GPUModelRunner._allocate_kv_cache_tensors`: `torch.zeros(kv_cache_tensor.size,
 //!   dtype=torch.int8)`), so each is rounded by the allocator;
-//! - one block is the null block: `(num_blocks - 1) * block_size` tokens are usable.
+//! - one block is the null block: `(num_blocks - 1) * block_size` tokens are usable;
+//! - for multi-head latent attention (`MLAAttentionSpec`), one latent per token and head, no
+//!   V: a page of `block_size * num_kv_heads * head_size * dtype_size` bytes, or
+//!   `block_size * 656` for the `fp8_ds_mla` layout (a 512-value fp8 latent, four f32 scales,
+//!   a 64-value bf16 rotary part: `MLAAttentionSpec.real_page_size_bytes`).
 
-use crate::scenario::KvToml;
+use crate::scenario::{KvAttention, KvToml};
+
+/// Bytes per token of one layer of DeepSeek's `fp8_ds_mla` layout (vLLM
+/// `MLAAttentionSpec.real_page_size_bytes`: `block_size * 656`).
+const FP8_DS_MLA_TOKEN_BYTES: u64 = 656;
 
 /// The engine's KV layout for a scenario's model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -33,7 +41,29 @@ impl EngineKv {
     /// overflows.
     pub fn of(kv: &KvToml) -> Option<Self> {
         // (bytes per element, f32 scale bytes per token and head for each of K and V)
-        let (elem, scale) = match kv.dtype.to_ascii_lowercase().as_str() {
+        let dtype = kv.dtype.to_ascii_lowercase();
+        if kv.attention == KvAttention::Mla {
+            let per_token = match dtype.as_str() {
+                "fp8_ds_mla" => FP8_DS_MLA_TOKEN_BYTES,
+                "fp32" | "float32" | "float" => u64::from(kv.kv_heads)
+                    .checked_mul(u64::from(kv.head_dim))?
+                    .checked_mul(4)?,
+                "fp16" | "float16" | "half" | "bf16" | "bfloat16" => u64::from(kv.kv_heads)
+                    .checked_mul(u64::from(kv.head_dim))?
+                    .checked_mul(2)?,
+                d if d.starts_with("fp8") || d.starts_with("float8") => {
+                    u64::from(kv.kv_heads).checked_mul(u64::from(kv.head_dim))?
+                }
+                _ => return None,
+            };
+            let page_bytes = per_token.checked_mul(u64::from(kv.block_size))?;
+            return (page_bytes > 0 && kv.layers > 0).then_some(EngineKv {
+                page_bytes,
+                tensors: u64::from(kv.layers),
+                block_size: u64::from(kv.block_size),
+            });
+        }
+        let (elem, scale) = match dtype.as_str() {
             "fp32" | "float32" | "float" => (4u64, 0u64),
             "fp16" | "float16" | "half" | "bf16" | "bfloat16" => (2, 0),
             "int8" | "int8_per_token_head" => (1, 4),
@@ -104,6 +134,7 @@ mod tests {
     fn llama8b(dtype: &str) -> KvToml {
         KvToml {
             dtype: dtype.into(),
+            attention: KvAttention::Full,
             block_size: 16,
             layers: 32,
             kv_heads: 8,
@@ -124,6 +155,26 @@ mod tests {
         let i8 = EngineKv::of(&llama8b("int8")).unwrap();
         assert_eq!(i8.page_bytes, (32 << 10) + 2 * 16 * 8 * 4);
         assert_eq!(EngineKv::of(&llama8b("fp4")), None);
+    }
+
+    #[test]
+    fn mla_pages_are_one_sided() {
+        // DeepSeek-V2-Lite: 27 layers, one latent of 512 + 64 per token.
+        let mla = |dtype: &str| KvToml {
+            attention: KvAttention::Mla,
+            layers: 27,
+            kv_heads: 1,
+            head_dim: 576,
+            block_size: 64,
+            ..llama8b(dtype)
+        };
+        assert_eq!(EngineKv::of(&mla("bf16")).unwrap().page_bytes, 64 * 576 * 2);
+        assert_eq!(EngineKv::of(&mla("fp8")).unwrap().page_bytes, 64 * 576);
+        assert_eq!(
+            EngineKv::of(&mla("fp8_ds_mla")).unwrap().page_bytes,
+            64 * 656
+        );
+        assert_eq!(EngineKv::of(&mla("int8")), None);
     }
 
     #[test]

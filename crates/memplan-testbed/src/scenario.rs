@@ -124,12 +124,28 @@ pub struct ModelSpec {
     pub workspace: ByteValue,
 }
 
-/// The KV cache (one full-attention layer group).
+/// The attention of the scenario's one layer group.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KvAttention {
+    /// Full attention: each layer keeps K and V for every token.
+    #[default]
+    Full,
+    /// Multi-head latent attention (DeepSeek-V2/V3): each layer keeps one latent vector of
+    /// `head_dim` values per token (`kv_lora_rank + qk_rope_head_dim`), no separate V, on one
+    /// KV head.
+    Mla,
+}
+
+/// The KV cache (one layer group: full attention or MLA).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KvToml {
     /// Cache dtype (`bf16`, `fp8`, ...).
     pub dtype: String,
+    /// The attention of every layer (`full`, the default, or `mla`).
+    #[serde(default)]
+    pub attention: KvAttention,
     /// Tokens per block.
     #[serde(default = "sixteen")]
     pub block_size: u32,
@@ -137,7 +153,7 @@ pub struct KvToml {
     pub layers: u32,
     /// KV heads per layer.
     pub kv_heads: u32,
-    /// Head dim (K and V).
+    /// Head dim (K and V; for MLA the latent's width).
     pub head_dim: u32,
     /// Longest request.
     pub max_model_len: u64,

@@ -5,7 +5,7 @@ use memplan_core::kv::{AttentionKind, KvDtype, KvLimits, KvSpec, LayerGroup};
 use memplan_core::{Error, Param, Result};
 use serde::Serialize;
 
-use crate::scenario::{Scenario, SHIPPED};
+use crate::scenario::{KvAttention, Scenario, SHIPPED};
 use memplan_planner::budget::Request;
 
 /// The scenario with every quantity resolved.
@@ -157,16 +157,48 @@ impl Scenario {
             .dtype
             .parse()
             .map_err(|e: Error| Error::invalid(f("kv.dtype"), e.to_string()))?;
-        let kv = KvSpec::new(
-            vec![LayerGroup::new(
-                AttentionKind::Full,
-                k.layers,
-                k.kv_heads,
-                k.head_dim,
-            )],
-            dtype,
-            k.block_size,
-        );
+        let group = match k.attention {
+            KvAttention::Full => {
+                if dtype == KvDtype::Fp8DsMla {
+                    return Err(Error::invalid(
+                        f("kv.dtype"),
+                        "fp8_ds_mla is a layout of MLA latents: give kv.attention = \"mla\"",
+                    ));
+                }
+                LayerGroup::new(AttentionKind::Full, k.layers, k.kv_heads, k.head_dim)
+            }
+            KvAttention::Mla => {
+                // vLLM keeps MLA's latent as one KV head (`MLAAttentionSpec`, num_kv_heads 1
+                // per rank) and lays `fp8_ds_mla` out for DeepSeek's 512 + 64 latent only.
+                if k.kv_heads != 1 {
+                    return Err(Error::invalid(
+                        f("kv.kv_heads"),
+                        format!(
+                            "{} with kv.attention = \"mla\": an MLA latent is one KV head",
+                            k.kv_heads
+                        ),
+                    ));
+                }
+                if dtype == KvDtype::Fp8DsMla && k.head_dim != 576 {
+                    return Err(Error::invalid(
+                        f("kv.head_dim"),
+                        format!(
+                            "{} with fp8_ds_mla: that layout holds a 512 + 64 latent (576)",
+                            k.head_dim
+                        ),
+                    ));
+                }
+                if dtype == KvDtype::Int8 {
+                    return Err(Error::invalid(
+                        f("kv.dtype"),
+                        "int8 with kv.attention = \"mla\": the test-bed's engine has no per-token scales for an MLA latent; use bf16, fp16, fp32, fp8 or fp8_ds_mla",
+                    ));
+                }
+                LayerGroup::new(AttentionKind::Mla, k.layers, k.kv_heads, k.head_dim)
+                    .with_head_dim_v(0)
+            }
+        };
+        let kv = KvSpec::new(vec![group], dtype, k.block_size);
         kv.validate()
             .map_err(|e| Error::invalid(f("kv"), e.to_string()))?;
         for (key, v, max) in [

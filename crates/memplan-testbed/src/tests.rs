@@ -289,6 +289,43 @@ fn scenario_errors_name_the_field() {
     assert!(e.starts_with("x: TOML parse error"), "{e}");
     let e = Scenario::load("no-such-scenario").unwrap_err().to_string();
     assert!(e.contains("fp8-24g"), "{e}");
+    // MLA: one latent head; fp8_ds_mla only as MLA and only for DeepSeek's 576-wide latent;
+    // no int8 latent (the engine has no per-token scales for it).
+    let mla = |kv: &str| SHIPPED[0].1.replace("dtype = \"fp8\"", kv);
+    for (kv, field) in [
+        ("dtype = \"fp8_ds_mla\"", "kv.dtype"),
+        ("dtype = \"fp8\"\nattention = \"mla\"", "kv.kv_heads"),
+        ("dtype = \"int8\"\nattention = \"mla\"", "kv.kv_heads"),
+    ] {
+        let e = Scenario::from_toml("x", &mla(kv))
+            .unwrap()
+            .resolve()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(field), "{kv}: {e}");
+    }
+    let one_head = |kv: &str| mla(kv).replace("kv_heads = 2", "kv_heads = 1");
+    for (kv, field) in [
+        ("dtype = \"fp8_ds_mla\"\nattention = \"mla\"", "kv.head_dim"),
+        ("dtype = \"int8\"\nattention = \"mla\"", "kv.dtype"),
+    ] {
+        let e = Scenario::from_toml("x", &one_head(kv))
+            .unwrap()
+            .resolve()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(field), "{kv}: {e}");
+    }
+    assert!(
+        Scenario::from_toml("x", &one_head("dtype = \"fp8\"\nattention = \"mla\""))
+            .unwrap()
+            .resolve()
+            .is_ok()
+    );
+    let e = Scenario::from_toml("x", &mla("dtype = \"fp8\"\nattention = \"sliding\""))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("attention"), "{e}");
     assert_eq!(setup::default_sizes(256).len(), 35);
     assert_eq!(setup::default_sizes(512).len(), 67);
 }

@@ -437,3 +437,19 @@ fn an_uncalibrated_session_sees_a_step_too() {
 fn what_the_free_reading_check_leaves_held_is_counted() {
     passes("a100-uncalibrated-leak.toml", &[0, 1, 2, 3]);
 }
+
+/// An MLA model written as MLA: the engine's latent page (one-sided, DeepSeek's 656-byte
+/// fp8_ds_mla layout) and the plan's agree, and the cache holds what a 656-byte page gives, not
+/// the 1,152 bytes of a full-attention head of 576 that the format could once only express.
+#[test]
+fn mla_latents_are_sized_as_one_sided_pages() {
+    for c in passes("mla-deepseek-v2-lite.toml", &[0, 1, 2, 3]) {
+        let plan = c.out.plan.as_ref().expect("a plan");
+        assert_eq!(
+            plan.kv.block_bytes / plan.kv.block_size,
+            656 * 27,
+            "{}",
+            c.what
+        );
+    }
+}

@@ -111,6 +111,7 @@ pub fn random_scenario(seed: u64) -> Scenario {
         },
         kv: KvToml {
             dtype: dtype.into(),
+            attention: Default::default(),
             block_size: [16, 32][r.range(0, 1) as usize],
             layers: r.range(12, 96) as u32,
             kv_heads: [1, 2, 4, 8, 16][r.range(0, 4) as usize],
