@@ -210,8 +210,19 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         let tolerance = capability
             .reading(memplan_core::Reading::DriverFree)
             .tolerance_bytes();
-        let mut free_window_error =
-            probe::window_error(&device, tolerance, baseline.driver.free, 1)?;
+        let single_read =
+            probe::window_error_and_step(&device, tolerance, baseline.driver.free, 1)?;
+        let mut free_window_error = single_read.map(|(e, _)| e);
+        // Combining reads narrows a window of a reading that varies from read to read; of a
+        // reading that moves in steps, it narrows one only where the reads' noise carries
+        // them across a step, which depends on where free memory stands between two steps
+        // and so changes from window to window: where the noise does not reach the next
+        // step, every read rounds the same way and a window of combined reads is off by up to
+        // the step as a single read's is. So a combined read's window error is never taken
+        // below the step single reads moved in (a reading in 256 MiB steps whose combined
+        // reads were off by 6 MiB on the windows measured here read the engine's captures,
+        // later, as 0 and 256 MiB).
+        let step = single_read.map_or(0, |(_, s)| s);
         // A reading that moves from one read to the next by more than the allocator's rounding:
         // every snapshot combines FREE_READS reads where that measurably narrows a window
         // (measured the same way, with combined reads), and the baseline is taken again so.
@@ -225,7 +236,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
                 break;
             };
             let combined = probe::window_error(&device, tolerance, baseline.driver.free, reads)?;
-            let (Some(c), Some(single)) = (combined, single) else {
+            let (Some(c), Some(single)) = (combined.map(|c| c.max(step)), single) else {
                 break;
             };
             if c >= narrowest {

@@ -174,6 +174,17 @@ pub(crate) fn window_error(
     free: Option<u64>,
     reads: usize,
 ) -> Result<Option<u64>> {
+    Ok(window_error_and_step(device, tolerance, free, reads)?.map(|(e, _)| e))
+}
+
+/// [`window_error`], and the step the readings its windows were made of moved in
+/// (`reading_step`: 0 where they never moved, a few bytes where they count bytes).
+pub(crate) fn window_error_and_step(
+    device: &Device,
+    tolerance: u64,
+    free: Option<u64>,
+    reads: usize,
+) -> Result<Option<(u64, u64)>> {
     let Some(free) = free.filter(|_| tolerance > 0) else {
         return Ok(None);
     };
@@ -213,10 +224,11 @@ pub(crate) fn window_error(
     }
     // A window off while every reading was a multiple of a larger step: another window can be
     // off by up to the step (calibration's rule, `reading_step`).
+    let step = crate::calibrate::reading_step(&reads);
     if worst > 0 {
-        worst = worst.max(crate::calibrate::reading_step(&reads));
+        worst = worst.max(step);
     }
-    Ok(Some(worst))
+    Ok(Some((worst, step)))
 }
 
 /// What a step took outside the allocator: `before` allocatable before it, `after` after it
