@@ -38,6 +38,12 @@
 //! then says nothing of a variation that, summed over every graph, passes the request.
 //! `post-capture` keeps the graphs it measured, so neither applies there.
 //!
+//! A reading that moves in steps rounds every window to a multiple of its step: repeats that
+//! differ by less than a step read the same or one step apart by where the readings fell, and
+//! no range of theirs tells a variation below the step from none. Where the step could hide
+//! such a variation, the margin counts the step as the repeats' range at least, the same bytes
+//! for every graph ([`hidden_by_step`]).
+//!
 //! What the runtime keeps of every capture after the graph is destroyed (per-capture memory
 //! a runtime holds for good, 4 MiB per capture on one platform: docs/measurement-protocol.md
 //! cites the report) is read from the repeats too ([`kept_per_capture`]): between the
@@ -201,6 +207,7 @@ impl Repeats {
         Noise {
             bound,
             seen: seen.min(bound),
+            hidden: 0,
         }
     }
 }
@@ -214,6 +221,45 @@ struct Noise {
     /// The range of the idle windows: how far the windows were off from one another by the
     /// reading alone, as seen.
     seen: u64,
+    /// The step every window came out a multiple of, where it is large enough beside a capture
+    /// to hide a variation that matters ([`hidden_by_step`]); 0 elsewhere.
+    hidden: u64,
+}
+
+impl Noise {
+    /// The same noise, for windows that all came out a multiple of `step` (see
+    /// [`hidden_by_step`]) with repeats `repeats`.
+    fn stepped(self, repeats: &[i64], step: u64) -> Noise {
+        Noise {
+            hidden: hidden_by_step(repeats, step),
+            ..self
+        }
+    }
+}
+
+/// The capture-to-capture variation that windows in steps of `step` hide from the repeats:
+/// the step itself, where it could hide a variation of [`HIDDEN_VARIATION_PER_MILLE`] of the
+/// repeats' median (0 elsewhere: a step of a few bytes, or one far below any variation that
+/// matters). A reading that moves in steps rounds every window to a multiple of the step, so
+/// captures that differ by less than a step read the same, or one step apart, depending on
+/// where the window's readings fell between steps, not on the capture: the repeats' range is
+/// then one step whatever the captures did, and nothing in it (nor in the idle windows, which
+/// read 0 or a step just the same) tells a variation below the step from none. Twelve repeats
+/// of a capture that varies uniformly over a whole step still show two values, one step apart,
+/// more often than not. So the margin takes the step as the repeats' range at least: taking
+/// the idle windows' step off that range read a capture that varied by a sixth of a 256 MiB
+/// step, over 35 graphs, as no variation at all, and the engine's captures then took up to
+/// 235 MiB more than the request. It is the same rule as allocation probes' resolution (see
+/// [`probed_variation_margin`]): what a measurement cannot resolve is counted as variation.
+fn hidden_by_step(repeats: &[i64], step: u64) -> u64 {
+    match median(repeats) {
+        // A median of no step at all (captures smaller than a step, read as 0 or a step):
+        // the step hides all of them.
+        Some(m) if step as f64 * 1000.0 > m.max(0) as f64 * HIDDEN_VARIATION_PER_MILLE as f64 => {
+            step
+        }
+        _ => 0,
+    }
 }
 
 /// Capture `size` again `times` times, each alone (released before the next), adding to `r`.
@@ -336,13 +382,15 @@ fn varied_beyond_noise(range: i64, noise: u64) -> f64 {
 /// that moves in steps (an RTX 3090 whose reading steps by 32 MiB), or captures that take whole
 /// segments of a coarse granule, show four equal repeats where the executable objects beneath
 /// vary by up to a step each (four repeats of exactly 224 MiB, no margin, and the engine's
-/// captures then took 59 MiB more than the request).
+/// captures then took 59 MiB more than the request). A step larger than the captures
+/// themselves (repeats that read 0, or 0 and a step) hides them whole ([`hidden_by_step`]).
 fn hides_variation(repeats: &[i64], noise: Noise, quantum: u64) -> bool {
     let Some(median) = median(repeats) else {
         return false;
     };
     let hides = noise.bound.max(quantum);
-    median > 0 && hides as f64 * 1000.0 > median as f64 * HIDDEN_VARIATION_PER_MILLE as f64
+    (median > 0 && hides as f64 * 1000.0 > median as f64 * HIDDEN_VARIATION_PER_MILLE as f64)
+        || hidden_by_step(repeats, quantum) > 0
 }
 
 /// The step the windows of `captures` come out a multiple of: their greatest common divisor
@@ -377,7 +425,7 @@ fn variation_margin(repeats: &[i64], each: &[i64], noise: Noise) -> u64 {
     };
     // The variation relative to one capture, at most the whole capture.
     let spread = spread_share(repeats, noise).min(1.0);
-    if spread <= 0.0 {
+    if spread <= 0.0 && noise.hidden == 0 {
         return 0;
     }
     // Scaled to every graph two ways, the larger kept: in proportion to each graph's bytes
@@ -385,7 +433,9 @@ fn variation_margin(repeats: &[i64], each: &[i64], noise: Noise) -> u64 {
     // of the executable object, whose size follows the kernel count, not the batch: a
     // proportional scaling from the largest size would understate the smaller ones).
     let squares: f64 = each.iter().map(|c| (*c.max(&0) as f64).powi(2)).sum();
-    let varied = varied_beyond_noise(range, noise.seen);
+    // What the windows' step hides is a variation of the same bytes for every graph (the
+    // step does not grow with a capture), counted at least (see `hidden_by_step`).
+    let varied = varied_beyond_noise(range, noise.seen).max(noise.hidden as f64);
     let same_bytes = varied * (each.len() as f64).sqrt();
     let k = margin_factor(repeats.len());
     (k * (spread * squares.sqrt()).max(same_bytes)).ceil() as u64
@@ -445,7 +495,8 @@ impl GraphStrategy for Full {
                 if spread_share(&r.bytes, noise) > 0.0 || hides_variation(&r.bytes, noise, step) {
                     repeat(ctx, size, MORE_REPEATS, &mut r)?;
                 }
-                let noise = r.noise(tol);
+                let step = quantum(&[pass.each.as_slice(), r.bytes.as_slice()].concat());
+                let noise = r.noise(tol).stepped(&r.bytes, step);
                 if r.bytes.len() >= REPEATS + MORE_REPEATS
                     && further_repeats_pay(
                         variation_margin(&r.bytes, &pass.each, noise),
@@ -454,7 +505,8 @@ impl GraphStrategy for Full {
                 {
                     repeat(ctx, size, FURTHER_REPEATS, &mut r)?;
                 }
-                let noise = r.noise(tol);
+                let step = quantum(&[pass.each.as_slice(), r.bytes.as_slice()].concat());
+                let noise = r.noise(tol).stepped(&r.bytes, step);
                 let repeats = &r.bytes;
                 recaptures.extend(repeats);
                 let margin = variation_margin(repeats, &pass.each, noise);
@@ -575,6 +627,7 @@ mod tests {
         Noise {
             bound: 2 * tolerance,
             seen: 2 * tolerance,
+            hidden: 0,
         }
     }
 
@@ -629,11 +682,47 @@ mod tests {
     }
 
     #[test]
+    fn a_variation_below_the_windows_step_is_counted() {
+        let mib = 1i64 << 20;
+        let step = 256u64 << 20;
+        // Twelve repeats of a capture of about 400 MiB read in 256 MiB steps: 256 or 512 MiB
+        // by where the readings fell, and the idle windows read 0 or a step.
+        let repeats: Vec<i64> = [2, 2, 2, 1, 1, 2, 2, 2, 2, 2, 1, 1]
+            .iter()
+            .map(|k| k * 256 * mib)
+            .collect();
+        let each = vec![256 * mib; 35];
+        let noise = Noise {
+            bound: 2 * step,
+            seen: step,
+            hidden: 0,
+        };
+        // The range less the idle windows' step: no variation at all.
+        assert_eq!(variation_margin(&repeats, &each, noise), 0);
+        // The step is the repeats' range at least, the same bytes for every graph.
+        let stepped = noise.stepped(&repeats, step);
+        assert_eq!(stepped.hidden, step);
+        assert_eq!(
+            variation_margin(&repeats, &each, stepped),
+            (margin_factor(12) * step as f64 * 35f64.sqrt()).ceil() as u64
+        );
+        // A step far below the captures hides no variation that matters.
+        assert_eq!(hidden_by_step(&repeats, 4 << 20), 0);
+        // Captures below a step read 0: the step hides them whole, and four repeats of them
+        // are not enough.
+        assert_eq!(hidden_by_step(&[0; 4], step), step);
+        assert!(hides_variation(&[0; 4], Noise::default(), step));
+        assert!(variation_margin(&[0; 12], &each, Noise::default().stepped(&[0; 12], step)) > 0);
+        // No step, nothing hidden.
+        assert_eq!(hidden_by_step(&[0; 4], 0), 0);
+    }
+
+    #[test]
     fn a_spread_under_half_a_per_mille_still_keeps_a_margin() {
         // An exact reading: 18 KB of spread over a 93 MB capture, 0.19 per mille, is
         // reported as 0 per mille but is a variation all the same.
         let repeats = [93_016_212, 93_013_228, 93_028_894, 93_010_990];
-        let quiet = Noise { bound: 0, seen: 0 };
+        let quiet = Noise::default();
         assert_eq!(spread_per_mille(&repeats, quiet), 0);
         assert!(spread_share(&repeats, quiet) > 0.0);
         let each = vec![7_000_000i64; 35];
