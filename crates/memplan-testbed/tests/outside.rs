@@ -495,11 +495,11 @@ fn a_variation_below_a_step_is_counted() {
     passes("strix-free-step-leak-adversarial.toml", &[64, 113, 156]);
 }
 
-/// The same 64 MiB steps, uncalibrated, on adversarial physics whose noise carries reads across
-/// a step where free memory stood when the session measured its window error: combined reads
-/// were off by a few MiB there and the session combined its reads, but where free memory stood
-/// later every read rounded the same way, and windows were off by up to the step; these seeds
-/// went 10 and 14 MiB over the request. A combined read of a stepped reading is off by up to
+/// The 64 MiB steps of `rocm62-uncal-step64`, uncalibrated, on adversarial physics whose noise
+/// carries reads across a step where free memory stood when the session measured its window
+/// error: combined reads were off by a few MiB there and the session combined its reads, but
+/// where free memory stood later every read rounded the same way, and windows were off by up to
+/// the step; these seeds went 10 and 14 MiB over the request. A combined read of a stepped reading is off by up to
 /// the step, as a single read is.
 #[test]
 fn combined_reads_of_a_stepped_reading_are_off_by_up_to_the_step() {
