@@ -247,9 +247,9 @@ impl Noise {
 /// read 0 or a step just the same) tells a variation below the step from none. Twelve repeats
 /// of a capture that varies uniformly over a whole step still show two values, one step apart,
 /// more often than not. So the margin takes the step as the repeats' range at least: taking
-/// the idle windows' step off that range read a capture that varied by a sixth of a 256 MiB
-/// step, over 35 graphs, as no variation at all, and the engine's captures then took up to
-/// 235 MiB more than the request. It is the same rule as allocation probes' resolution (see
+/// the idle windows' step off that range read the variation of twelve repeats in 256 MiB steps
+/// as none at all, and the engine's 35 captures then took up to 235 MiB more than the
+/// request. It is the same rule as allocation probes' resolution (see
 /// [`probed_variation_margin`]): what a measurement cannot resolve is counted as variation.
 fn hidden_by_step(repeats: &[i64], step: u64) -> u64 {
     match median(repeats) {
