@@ -185,9 +185,11 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         // measured as an approximate reading's is, and the plan says so. Checked before the
         // baseline; where the check allocates (nothing calibrated), what it left held is
         // accounted as calibration's is (an engine step up to the baseline).
-        let checked = (!calibrated
-            && capability.reading(memplan_core::Reading::DriverFree)
-                == memplan_core::Reliability::Exact)
+        // The window-error measurement below allocates too, and a runtime whose frees keep
+        // memory keeps some of it: where nothing calibrated, that is accounted the same way.
+        // (Calibration's own step, from before calibration to the baseline, covers it where
+        // the session calibrated.)
+        let checked = (!calibrated)
             .then(|| memplan_core::protocol::snapshot(&device, Some(&*e.allocator())))
             .transpose()?;
         let total = device.driver_memory()?.total;
@@ -248,10 +250,11 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             // reads spread further saw memory move (the window error's allowance).
             still = Some(crate::strategy::kept_window_error(single));
         }
-        if free_reads > 1 {
-            baseline =
-                recorder::combined_snapshot(&device, Some(&*e.allocator()), free_reads, still)?;
-        }
+        // The baseline is taken again after the measurements above, combined where reads are:
+        // what their allocations left held (a runtime whose frees keep memory) is then before
+        // it, in the step that accounts for the session's own checks, not in the first idle
+        // window after it, where it would read as another process taking memory.
+        baseline = recorder::combined_snapshot(&device, Some(&*e.allocator()), free_reads, still)?;
         // Where nothing calibrated, a window seen off by more than an approximate reading's
         // declared tolerance contradicts the declaration (a reading in coarser steps than
         // declared): the measurement stands, as calibration's would.
