@@ -919,22 +919,13 @@ impl<E: AsDynEngine + ?Sized> Drop for Session<'_, E> {
             // it past more synchronizes than the settle waits for, and nothing measured here
             // says how many: an abandoned session waits the most the priming capture would
             // (`LATE_RELEASE_SYNCHRONIZES` of an idle device cost next to nothing).
-            let e = self.engine.as_dyn();
-            if let Err(err) = e.release_graphs() {
-                tracing::error!(error = %err, "releasing kept graphs of an abandoned session failed");
-            }
             let syncs = self
                 .rec
                 .settle_synchronizes
                 .max(crate::strategy::LATE_RELEASE_SYNCHRONIZES);
-            for _ in 0..=syncs {
-                if let Err(err) = self.rec.device.synchronize() {
-                    tracing::error!(error = %err, "synchronize after releasing kept graphs failed");
-                    break;
-                }
-            }
-            if let Err(err) = crate::strategy::trim_pool(&self.rec.device) {
-                tracing::error!(error = %err, "trimming the graph pool failed");
+            let e = self.engine.as_dyn();
+            if let Err(err) = crate::strategy::release_all(e, &self.rec.device, syncs) {
+                tracing::error!(error = %err, "releasing kept graphs of an abandoned session failed");
             }
         }
         drop(self.rec.kv_range.take());

@@ -519,7 +519,7 @@ pub const LATE_RELEASE_SYNCHRONIZES: usize = 64;
 /// Destroy the engine's graphs, synchronize once and then `syncs` times more ([`settle`]'s
 /// count, or more where releases were seen to come back later, [`GraphContext::prime`]; done
 /// even when the engine's release failed), then trim the device's graph pool ([`trim_pool`]).
-fn release_all(engine: &mut dyn Engine, device: &Device, syncs: usize) -> Result<()> {
+pub(crate) fn release_all(engine: &mut dyn Engine, device: &Device, syncs: usize) -> Result<()> {
     let released = engine.release_graphs();
     let synced = (0..=syncs).try_for_each(|_| device.synchronize());
     let trimmed = trim_pool(device);

@@ -19,7 +19,7 @@ mod sampled;
 mod simple;
 
 pub(crate) use context::{
-    kept_window_error, settle, trim_and_settle, trim_pool, LATE_RELEASE_SYNCHRONIZES,
+    kept_window_error, release_all, settle, trim_and_settle, trim_pool, LATE_RELEASE_SYNCHRONIZES,
     SETTLE_SYNCHRONIZES,
 };
 pub use context::{GraphContext, Primed};
