@@ -292,29 +292,26 @@ fn scenario_errors_name_the_field() {
     // MLA: one latent head; fp8_ds_mla only as MLA and only for DeepSeek's 576-wide latent;
     // no int8 latent (the engine has no per-token scales for it).
     let mla = |kv: &str| SHIPPED[0].1.replace("dtype = \"fp8\"", kv);
-    for (kv, field) in [
-        ("dtype = \"fp8_ds_mla\"", "kv.dtype"),
-        ("dtype = \"fp8\"\nattention = \"mla\"", "kv.kv_heads"),
-        ("dtype = \"int8\"\nattention = \"mla\"", "kv.kv_heads"),
-    ] {
-        let e = Scenario::from_toml("x", &mla(kv))
-            .unwrap()
-            .resolve()
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains(field), "{kv}: {e}");
-    }
     let one_head = |kv: &str| mla(kv).replace("kv_heads = 2", "kv_heads = 1");
-    for (kv, field) in [
-        ("dtype = \"fp8_ds_mla\"\nattention = \"mla\"", "kv.head_dim"),
-        ("dtype = \"int8\"\nattention = \"mla\"", "kv.dtype"),
+    for (toml, field) in [
+        (mla("dtype = \"fp8_ds_mla\""), "kv.dtype"),
+        (mla("dtype = \"fp8\"\nattention = \"mla\""), "kv.kv_heads"),
+        (mla("dtype = \"int8\"\nattention = \"mla\""), "kv.kv_heads"),
+        (
+            one_head("dtype = \"fp8_ds_mla\"\nattention = \"mla\""),
+            "kv.head_dim",
+        ),
+        (
+            one_head("dtype = \"int8\"\nattention = \"mla\""),
+            "kv.dtype",
+        ),
     ] {
-        let e = Scenario::from_toml("x", &one_head(kv))
+        let e = Scenario::from_toml("x", &toml)
             .unwrap()
             .resolve()
             .unwrap_err()
             .to_string();
-        assert!(e.contains(field), "{kv}: {e}");
+        assert!(e.contains(field), "{field}: {e}");
     }
     assert!(
         Scenario::from_toml("x", &one_head("dtype = \"fp8\"\nattention = \"mla\""))
