@@ -14,15 +14,16 @@
 //!   `GPUModelRunner._allocate_kv_cache_tensors`: `torch.zeros(kv_cache_tensor.size,
 //!   dtype=torch.int8)`), so each is rounded by the allocator;
 //! - one block is the null block: `(num_blocks - 1) * block_size` tokens are usable;
-//! - for multi-head latent attention (`MLAAttentionSpec`), one latent per token and head, no
-//!   V: a page of `block_size * num_kv_heads * head_size * dtype_size` bytes, or
-//!   `block_size * 656` for the `fp8_ds_mla` layout (a 512-value fp8 latent, four f32 scales,
-//!   a 64-value bf16 rotary part: `MLAAttentionSpec.real_page_size_bytes`).
+//! - for multi-head latent attention (`vllm/v1/kv_cache_interface.py`, `MLAAttentionSpec`),
+//!   one latent per token and head, no V: a page of
+//!   `block_size * num_kv_heads * head_size * dtype_size` bytes, or `block_size * 656` for the
+//!   `fp8_ds_mla` layout (a 512-value fp8 latent, four f32 scales, a 64-value bf16 rotary
+//!   part: `MLAAttentionSpec.real_page_size_bytes`).
 
 use crate::scenario::{KvAttention, KvToml};
 
 /// Bytes per token of one layer of DeepSeek's `fp8_ds_mla` layout (vLLM
-/// `MLAAttentionSpec.real_page_size_bytes`: `block_size * 656`).
+/// `vllm/v1/kv_cache_interface.py`, `MLAAttentionSpec.real_page_size_bytes`: `block_size * 656`).
 const FP8_DS_MLA_TOKEN_BYTES: u64 = 656;
 
 /// The engine's KV layout for a scenario's model.
