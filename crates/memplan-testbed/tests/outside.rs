@@ -212,6 +212,28 @@ fn a_total_below_free_still_measures_non_allocator_memory() {
     }
 }
 
+/// A free reading declared exact on a device that gives none (Level Zero without Sysman,
+/// declared exact, not calibrated): the declaration said it measures this process, so the
+/// session took no allocation probes, nothing measured the 230 MiB of workspace outside the
+/// allocator, and the plan kept the 512 MiB bound (96.9% of the oracle on such a generated
+/// case). A reading that gives nothing at the baseline measures nothing: the probes measure.
+#[test]
+fn a_free_reading_declared_exact_that_gives_nothing_is_replaced_by_probes() {
+    for c in passes("b580-nosysman-declared-exact.toml", &[0, 1, 2]) {
+        let plan = c.out.plan.as_ref().expect("a plan");
+        assert!(
+            plan.warnings
+                .iter()
+                .all(|w| w.code() != "non_allocator_unmeasured"),
+            "{}: {:?}",
+            c.what,
+            plan.warnings
+        );
+        let share = c.out.kv_vs_oracle.expect("an oracle");
+        assert!(share >= 0.99, "{}: {share}", c.what);
+    }
+}
+
 /// A free reading that calibration found approximate (here within 30 MiB) and that reads the
 /// free memory at start a few MiB below the request does not show that the request cannot be
 /// met: start-up was refused (seed 5, 22.06 GiB free read against 22.07 GiB requested) where

@@ -198,9 +198,13 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         tracing::info!(free = ?baseline.driver.free, total = ?baseline.driver.total, "baseline");
         // No reading measures this process: what is allocatable now is the baseline of the
         // allocation probe that measures the engine's memory outside its allocator at the plan.
+        // A free reading declared to measure it that gives nothing at the baseline measures
+        // nothing either (a declaration for a reading the device does not grant, e.g. Level
+        // Zero's Sysman memory state where Sysman is not enabled): the probe measures instead.
         let probe_baseline = if capability
             .reading(memplan_core::Reading::DriverFree)
             .measures_own_usage()
+            && baseline.driver.free.is_some()
         {
             None
         } else {
