@@ -8,7 +8,7 @@ use memplan_core::{
 
 use super::checks::{diff, tolerance, verdict_reading, Observed};
 use super::report::{Evidence, Status, Verdict};
-use crate::strategy::{settle, trim_pool};
+use crate::strategy::{wait_for_release, Trim, SETTLE_SYNCHRONIZES};
 /// Kernel nodes and allocation-node bytes of the calibration graph.
 const NODES: u32 = 64;
 const ALLOC: u64 = 32 * MIB;
@@ -117,23 +117,21 @@ fn run_graph(device: &Device, with_node: Result<(), String>) -> Result<GraphRun>
     })();
     // Teardown on every path, a failed reading included: destroy, synchronize (a device whose
     // destroyed graphs release memory only at the next synchronize gives it back there), wait
-    // for releases a runtime defers past more synchronizes ([`settle`], as the graph phase
-    // does), then trim the pool (after the releases: a trim before them leaves the allocation
+    // for releases a runtime defers past more synchronizes (`SETTLE_SYNCHRONIZES`, as the graph
+    // phase does, [`wait_for_release`]), then trim the pool (after the releases: a trim before them leaves the allocation
     // node's memory reserved, [`trim_pool`]): what is still held then never comes back, and
     // memory that came back later would otherwise be counted as this process's and then seen
     // as another process releasing it.
     let destroyed = device.graph_capture().and_then(|gc| gc.destroy(g));
     let f_destroyed = free(device, false);
     let f_synced = free(device, true);
-    let settled = settle(device);
-    let released = trim_pool(device);
+    let settled = wait_for_release(device, SETTLE_SYNCHRONIZES, Trim::AtEnd, |_| Ok(false));
     let f_released = match (free(device, true), f0) {
         (Ok(Some(f)), Some(f0)) => late_release(device, f, f0),
         (other, _) => other,
     };
     let (f1, p1) = measured?;
     destroyed?;
-    released?;
     settled?;
     Ok(GraphRun {
         no_node,
@@ -155,19 +153,19 @@ fn run_graph(device: &Device, with_node: Result<(), String>) -> Result<GraphRun>
 /// keeps; counting a late release as such would make every capture seem to keep it.
 fn late_release(device: &Device, f: i64, f0: i64) -> Result<Option<i64>> {
     let back = |f: i64| f >= f0.saturating_sub(tolerance(ALLOC) as i64);
-    let mut last = f;
-    for _ in 0..crate::strategy::LATE_RELEASE_SYNCHRONIZES {
-        if back(last) {
-            break;
-        }
-        device.synchronize()?;
-        trim_pool(device)?;
-        match free(device, false)? {
-            Some(f) => last = f,
-            None => return Ok(None),
-        }
-    }
-    Ok(Some(last))
+    let mut last = Some(f);
+    wait_for_release(
+        device,
+        crate::strategy::LATE_RELEASE_SYNCHRONIZES,
+        Trim::EachSynchronize,
+        |n| {
+            if n > 0 {
+                last = free(device, false)?;
+            }
+            Ok(last.is_none_or(back))
+        },
+    )?;
+    Ok(last)
 }
 
 /// Graph capture, graph-pool attributes, graph release timing and per-capture memory.

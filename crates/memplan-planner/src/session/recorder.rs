@@ -35,7 +35,7 @@ pub(crate) struct Recorder {
     /// the error, for the automatic choice to plan the engine eagerly.
     pub capture_unsupported: Option<String>,
     /// How many synchronizes a release of graphs waits for their memory to come back
-    /// ([`crate::strategy::settle`]): [`SETTLE_SYNCHRONIZES`](crate::strategy::SETTLE_SYNCHRONIZES),
+    /// ([`crate::strategy::release_all`]): [`SETTLE_SYNCHRONIZES`](crate::strategy::SETTLE_SYNCHRONIZES),
     /// or more where a release was seen to give memory back later
     /// ([`GraphContext::prime`](crate::strategy::GraphContext::prime)).
     pub settle_synchronizes: usize,

@@ -222,7 +222,7 @@ impl<'s> GraphContext<'s> {
     /// ([`Warning::HeldAfterGraphTeardown`]).
     ///
     /// Returns what the release gave back and what it did not ([`Primed`]): a runtime may give
-    /// a destroyed graph's memory back after more synchronizes than the settle (`settle`) waits for, and
+    /// a destroyed graph's memory back after more synchronizes than the settle waits for, and
     /// memory that comes back inside a later window makes that window measure less than its
     /// captures took.
     pub fn prime(&mut self, size: u32) -> Result<Primed> {
@@ -311,21 +311,26 @@ impl<'s> GraphContext<'s> {
             return Ok(false);
         }
         let device = &self.session.device;
-        let Some(mut last) = device.driver_memory()?.free else {
-            return Ok(false);
-        };
+        // Free memory before the first synchronize, then after each: where it rose by more
+        // than the reading's window error, memory came back at that synchronize. `None`: the
+        // reading gave nothing (the wait ends).
+        let mut last: Option<u64> = None;
         let mut came_back_at = None;
-        for n in 1..=LATE_RELEASE_SYNCHRONIZES {
-            device.synchronize()?;
-            trim_pool(device)?;
-            let Some(f) = device.driver_memory()?.free else {
-                break;
-            };
-            if f > last.saturating_add(noise) {
-                came_back_at = Some(n);
-            }
-            last = f;
-        }
+        wait_for_release(
+            device,
+            LATE_RELEASE_SYNCHRONIZES,
+            Trim::EachSynchronize,
+            |n| {
+                let Some(f) = device.driver_memory()?.free else {
+                    return Ok(true);
+                };
+                if last.is_some_and(|l| f > l.saturating_add(noise)) {
+                    came_back_at = Some(n);
+                }
+                last = Some(f);
+                Ok(false)
+            },
+        )?;
         let Some(n) = came_back_at else {
             return Ok(false);
         };
@@ -508,7 +513,14 @@ pub(crate) fn kept_window_error(e: u64) -> u64 {
         .saturating_add(1 << 20)
 }
 
-/// Most synchronizes [`settle`] waits for released memory to come back.
+/// Some runtimes return a destroyed graph's memory only after one or more later synchronizes,
+/// how many being theirs to decide (one runtime documents the next one). A synchronize of an idle
+/// device costs next to nothing, so a release of graphs ([`release_all`]) synchronizes this many
+/// times more: whatever a runtime still holds after that is counted as held, which errs on the
+/// safe side where it is read as held; a window opened while it is still out may see it come
+/// back, which is why `full` widens its measurement by what its priming capture did not give
+/// back ([`Primed::may_come_back`]). On a device that cannot synchronize this waits for nothing
+/// (the engine's hook does, before readings).
 pub const SETTLE_SYNCHRONIZES: usize = 8;
 
 /// Synchronizes [`GraphContext::prime`] waits, after the settle, for a destroyed graph's memory
@@ -516,16 +528,70 @@ pub const SETTLE_SYNCHRONIZES: usize = 8;
 /// after them is read as held.
 pub const LATE_RELEASE_SYNCHRONIZES: usize = 64;
 
-/// Destroy the engine's graphs, synchronize once and then `syncs` times more ([`settle`]'s
-/// count, or more where releases were seen to come back later, [`GraphContext::prime`]; done
+/// Destroy the engine's graphs, synchronize once and then `syncs` times more
+/// ([`SETTLE_SYNCHRONIZES`], or more where releases were seen to come back later, [`GraphContext::prime`]; done
 /// even when the engine's release failed), then trim the device's graph pool ([`trim_pool`]).
 pub(crate) fn release_all(engine: &mut dyn Engine, device: &Device, syncs: usize) -> Result<()> {
     let released = engine.release_graphs();
-    let synced = (0..=syncs).try_for_each(|_| device.synchronize());
-    let trimmed = trim_pool(device);
+    let settled = wait_for_release(device, syncs.saturating_add(1), Trim::AtEnd, |_| Ok(false));
     released?;
-    synced?;
-    trimmed
+    settled.map(drop)
+}
+
+/// When a wait for released memory ([`wait_for_release`]) trims the device's graph pool
+/// ([`trim_pool`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Trim {
+    /// After every synchronize, so that a reading after it sees what the synchronize gave
+    /// back (a release completed, its pool memory returned to the device).
+    EachSynchronize,
+    /// Once, after the last synchronize (also after a synchronize that failed).
+    AtEnd,
+}
+
+/// The one wait for memory a runtime gives back some synchronizes after a release (of graphs,
+/// of their pool): synchronize up to `most` times, trimming the graph pool as `trim` says (a
+/// trim follows the synchronizes that complete a release, never precedes them, [`trim_pool`]),
+/// and end the wait once `stop` says so. `stop` is asked before the first synchronize (with 0)
+/// and after each (with how many have run, after the trim that follows it): it reads what it
+/// needs and says whether waiting longer is pointless (the memory is back, the reading gives
+/// nothing). Returns the synchronizes made. A synchronize that fails ends the wait with its
+/// error, after the trim (best effort where it follows each synchronize).
+///
+/// Every wait of the crate goes through here: the release of graphs ([`release_all`]), a
+/// graph phase's start ([`trim_and_settle`]), the priming capture's wait for a late release
+/// ([`GraphContext::prime`]), calibration's graph check, and an abandoned session's release
+/// of its kept graphs.
+pub(crate) fn wait_for_release(
+    device: &Device,
+    most: usize,
+    trim: Trim,
+    mut stop: impl FnMut(usize) -> Result<bool>,
+) -> Result<usize> {
+    let mut done = 0;
+    let mut waited = Ok(());
+    if !stop(0)? {
+        while done < most {
+            if let Err(e) = device.synchronize() {
+                waited = Err(e);
+                break;
+            }
+            done += 1;
+            if trim == Trim::EachSynchronize {
+                trim_pool(device)?;
+            }
+            if stop(done)? {
+                break;
+            }
+        }
+    }
+    let trimmed = match (trim, &waited) {
+        (Trim::AtEnd, _) => trim_pool(device),
+        (Trim::EachSynchronize, Err(_)) => trim_pool(device).or(Ok(())),
+        (Trim::EachSynchronize, Ok(())) => Ok(()),
+    };
+    waited?;
+    trimmed.map(|()| done)
 }
 
 /// Give the graph pool's unused memory back to the device, where the device has a pool
@@ -551,25 +617,7 @@ pub(crate) fn trim_pool(device: &Device) -> Result<()> {
 /// would otherwise be reused unseen by the phase's first captures and given back by its
 /// teardown: the graphs would measure less than a capture from a trimmed pool takes.
 pub(crate) fn trim_and_settle(device: &Device, syncs: usize) -> Result<()> {
-    for _ in 0..syncs {
-        device.synchronize()?;
-    }
-    trim_pool(device)
-}
-
-/// Some runtimes return a destroyed graph's memory only after one or more later synchronizes,
-/// how many being theirs to decide (one runtime documents the next one). A synchronize of an idle
-/// device costs next to nothing, so synchronize [`SETTLE_SYNCHRONIZES`] times: whatever a
-/// runtime still holds after that is counted as held, which errs on the safe side where it is
-/// read as held; a window opened while it is still out may see it come back, which is why
-/// `full` widens its measurement by what its priming capture did not give back
-/// ([`Primed::may_come_back`]). On a device that cannot synchronize this waits for nothing (the
-/// engine's hook does, before readings).
-pub fn settle(device: &Device) -> Result<()> {
-    for _ in 0..SETTLE_SYNCHRONIZES {
-        device.synchronize()?;
-    }
-    Ok(())
+    wait_for_release(device, syncs, Trim::AtEnd, |_| Ok(false)).map(drop)
 }
 
 impl Drop for GraphContext<'_> {

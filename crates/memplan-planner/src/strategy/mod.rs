@@ -19,8 +19,8 @@ mod sampled;
 mod simple;
 
 pub(crate) use context::{
-    kept_window_error, release_all, settle, trim_and_settle, trim_pool, LATE_RELEASE_SYNCHRONIZES,
-    SETTLE_SYNCHRONIZES,
+    kept_window_error, release_all, trim_and_settle, wait_for_release, Trim,
+    LATE_RELEASE_SYNCHRONIZES, SETTLE_SYNCHRONIZES,
 };
 pub use context::{GraphContext, Primed};
 pub use full::{Full, PostCapture};
