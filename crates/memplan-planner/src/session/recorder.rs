@@ -22,9 +22,6 @@ pub(crate) struct Recorder {
     own_growth: i64,
     growth_known: bool,
     free_ok: bool,
-    /// Of `own_growth`, what graph teardowns did not give back and has not come back since
-    /// ([`Recorder::graph_step`], [`Recorder::settle`]).
-    held_after_teardown: i64,
     /// `ReadingsNotSynchronized` was recorded (once per session is enough).
     unsynced_warned: bool,
     /// How far the free reads of one combined snapshot may spread while memory holds still
@@ -136,7 +133,6 @@ impl Recorder {
             p,
             kv_range: None,
             own_growth: 0,
-            held_after_teardown: 0,
             growth_known,
             free_ok: growth_known,
             unsynced_warned: false,
@@ -178,24 +174,14 @@ impl Recorder {
     pub fn settle(&mut self, engine: &mut dyn Engine) -> Result<MemoryInfo> {
         let s = self.snap(engine)?;
         let w = self.p.last.window_to(&s);
-        if let Some(mut d) = w.non_allocator.filter(|d| *d != 0 && self.free_ok) {
-            // Memory a graph teardown did not give back was counted as this engine's for good.
-            // Where it returns while the engine is idle, a release completed after more
-            // synchronizes than the teardown waited for (a runtime that frees a destroyed graph
-            // only at a later synchronize, and some take longer): it is no longer held, and it
-            // is not another process's release either. Counting it as both kept it out of the KV
-            // cache for good (a full capture after a sampled one saw 1.46 GiB of the sampled
-            // phase's 1.59 GiB come back this way: 85% of the oracle).
-            if d < 0 && self.held_after_teardown > 0 {
-                let back = d.saturating_neg().min(self.held_after_teardown);
-                self.held_after_teardown -= back;
-                self.own_growth = self.own_growth.saturating_sub(back);
-                d += back;
-                tracing::info!(
-                    bytes = %fmt_bytes(back.unsigned_abs()),
-                    "memory held after a graph teardown came back while the engine was idle: no longer counted as held"
-                );
-            }
+        if let Some(d) = w.non_allocator.filter(|d| *d != 0 && self.free_ok) {
+            // Memory a graph teardown did not give back is counted as this engine's for good
+            // once the teardown has waited out a late release (`GraphContext::release_graphs`):
+            // memory that comes back while the engine is idle is another process's, even where
+            // it matches what a teardown left held. Crediting it to the engine would credit a
+            // neighbour's release (the plan would count memory the engine holds as free); a
+            // runtime that gives a graph's memory back later still is counted twice, the safe
+            // side.
             self.p.foreign_bytes = self.p.foreign_bytes.saturating_add(d);
             match d.cmp(&0) {
                 std::cmp::Ordering::Less => self.warn(Warning::ForeignMemoryReleased {
@@ -268,7 +254,6 @@ impl Recorder {
                 tracing::info!(bytes = %fmt_bytes(leak as u64), "held after graph teardown");
                 self.warn(Warning::HeldAfterGraphTeardown { bytes: leak as u64 });
                 self.own_growth = self.own_growth.saturating_add(leak);
-                self.held_after_teardown = self.held_after_teardown.saturating_add(leak);
             }
         }
     }

@@ -232,10 +232,7 @@ impl<'s> GraphContext<'s> {
         self.capture(size)?;
         let captured = self.session.snap(self.engine)?;
         self.release_graphs()?;
-        let mut released = self.session.snap(self.engine)?;
-        if self.wait_for_late_release(&before, &released)? {
-            released = self.session.snap(self.engine)?;
-        }
+        let released = self.session.snap(self.engine)?;
         let gave_back = self.graph_bytes(&released.window_to(&captured));
         let held = self.graph_bytes(&before.window_to(&released));
         Ok(if gave_back.from_driver && held.from_driver {
@@ -290,30 +287,35 @@ impl<'s> GraphContext<'s> {
         Ok(())
     }
 
-    /// Where the priming capture's release left memory out after the settle (`before` the
-    /// capture, `released` after its release): synchronize up to [`LATE_RELEASE_SYNCHRONIZES`]
-    /// more times, reading the free memory after each, and where it came back by more than the
-    /// reading's window error, have every later release in this session wait that many
-    /// synchronizes more than the settle (a runtime that gives a destroyed graph's memory back
+    /// After a release of graphs and its settle ([`release_all`]), where free memory is not
+    /// back where it stood at `from` (the phase's baseline): synchronize up to
+    /// [`LATE_RELEASE_SYNCHRONIZES`] more times, trimming the pool after each and reading the
+    /// free memory, until it is back (within the reading's window error). Where it came back (by
+    /// more than that error) after `n` of them, every later release in this session waits `n`
+    /// synchronizes more than this one did (a runtime that gives a destroyed graph's memory back
     /// after more synchronizes than the settle waits for would give it back inside a later
-    /// window, which then reads less than its capture took, or after the phase's teardown,
-    /// which then counts it as held for good). Memory still out after them is held (per-capture
-    /// memory a runtime keeps, a library's workspace): read as held, the safe side. Returns
-    /// whether memory came back.
-    fn wait_for_late_release(
-        &mut self,
-        before: &MemoryInfo,
-        released: &MemoryInfo,
-    ) -> Result<bool> {
-        let noise = self.window_tolerance();
-        let out = self.graph_bytes(&before.window_to(released));
-        if !out.from_driver || out.bytes <= i64::try_from(noise).unwrap_or(i64::MAX) {
+    /// window, which then reads less than its capture took, or after the phase's teardown, which
+    /// then counts it as held, and in the quiet window after it, where it cannot be told from
+    /// another process releasing memory). Memory still out after them is held (per-capture
+    /// memory a runtime keeps, a library's workspace): read as held, the safe side. The reads
+    /// come before any snapshot, whose synchronizes would complete a late release after the
+    /// pool was trimmed: counted from the release's own synchronizes, the count is the one a
+    /// release needs. Returns whether memory came back.
+    fn wait_for_late_release(&mut self, from: &MemoryInfo) -> Result<bool> {
+        let free_ok = self
+            .capability()
+            .reading(Reading::DriverFree)
+            .measures_own_usage();
+        let Some(start) = from.driver.free.filter(|_| free_ok) else {
             return Ok(false);
-        }
+        };
+        // Single reads: where the session's snapshots combine reads, one read moves further
+        // than a combined window does (`still`, how far single reads of the idle device moved).
+        let noise = self.window_tolerance().max(self.session.still.unwrap_or(0));
         let device = &self.session.device;
         // Free memory before the first synchronize, then after each: where it rose by more
-        // than the reading's window error, memory came back at that synchronize. `None`: the
-        // reading gave nothing (the wait ends).
+        // than the reading's window error, memory came back at that synchronize. The wait ends
+        // once it is back where it stood at `from`, or where the reading gives nothing.
         let mut last: Option<u64> = None;
         let mut came_back_at = None;
         wait_for_release(
@@ -328,13 +330,20 @@ impl<'s> GraphContext<'s> {
                     came_back_at = Some(n);
                 }
                 last = Some(f);
-                Ok(false)
+                Ok(f.saturating_add(noise) >= start)
             },
         )?;
         let Some(n) = came_back_at else {
             return Ok(false);
         };
-        let syncs = SETTLE_SYNCHRONIZES.saturating_add(n);
+        // At most what the settle and one such wait make: a release that takes longer is
+        // waited out by the wait itself, and a reading whose noise passed for memory coming
+        // back does not lengthen every release after it.
+        let syncs = self
+            .session
+            .settle_synchronizes
+            .saturating_add(n)
+            .min(SETTLE_SYNCHRONIZES + LATE_RELEASE_SYNCHRONIZES);
         tracing::info!(
             synchronizes = syncs,
             "a destroyed graph's memory came back after more synchronizes than the settle waits for: releases wait for them"
@@ -344,13 +353,17 @@ impl<'s> GraphContext<'s> {
     }
 
     /// Destroy every graph captured so far, release their pool and synchronize, in the middle
-    /// of a phase (a sample that must not share its pool with the next one).
+    /// of a phase (a sample that must not share its pool with the next one), then wait out a
+    /// late release (`wait_for_late_release`): memory a destroyed graph gives back later
+    /// would come back inside the next window.
     pub fn release_graphs(&mut self) -> Result<()> {
         release_all(
             self.engine,
             &self.session.device,
             self.session.settle_synchronizes,
-        )
+        )?;
+        let from = self.before;
+        self.wait_for_late_release(&from).map(drop)
     }
 
     /// Graph memory in a window: from the driver when its free reading measures this process,
@@ -427,17 +440,13 @@ impl<'s> GraphContext<'s> {
         }
     }
 
-    /// Destroy every graph, release the pool, synchronize and check restoration. Returns the
-    /// snapshot after teardown.
+    /// Destroy every graph, release the pool, synchronize, wait out a late release and check
+    /// restoration ([`release_graphs`](Self::release_graphs)). Returns the snapshot after teardown.
     pub(crate) fn teardown(&mut self) -> Result<MemoryInfo> {
         let span = tracing::info_span!("teardown");
         let _e = span.enter();
         self.armed = false;
-        release_all(
-            self.engine,
-            &self.session.device,
-            self.session.settle_synchronizes,
-        )?;
+        self.release_graphs()?;
         let after = self.session.snap(self.engine)?;
         self.check_restored(&after);
         Ok(after)
