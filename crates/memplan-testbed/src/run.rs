@@ -147,6 +147,7 @@ fn profile(
     out.why = why.clone();
     let kept = s.kept_graphs();
     let kept_graph_truth = kept.then(|| graph_truth(&gpu.truth()).saturating_sub(before));
+    neighbour(setup, gpu, "plan");
     let plan = match tamper {
         None => s.plan(setup.request, &setup.kv, setup.limits)?,
         Some(t) => {

@@ -92,7 +92,8 @@ fn batched() -> u64 {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NeighbourChange {
-    /// The step it happens before: `load_weights`, `profile_run` or `graph_phase`.
+    /// The step it happens before: `load_weights`, `profile_run`, `graph_phase` or `plan`
+    /// (after the graph phase and its teardown, [`crate::setup::NEIGHBOUR_STEPS`]).
     pub before: String,
     /// What other processes hold from then on.
     pub bytes: ByteValue,

@@ -59,6 +59,13 @@ pub struct Setup {
     pub allocator_tensors: bool,
 }
 
+/// The steps a neighbour change may come before (`neighbour.before`): it lands in the quiet
+/// window that opens the step. `plan`: after the graph phase (its teardown included), before
+/// the plan, in the window where a session may warm the engine up once more
+/// (`Session::plan`'s warm-ups for the allocator's granule, where nothing measures the KV
+/// cache's allocation).
+pub const NEIGHBOUR_STEPS: [&str; 4] = ["load_weights", "profile_run", "graph_phase", "plan"];
+
 /// Largest `kv.max_model_len` of a scenario (2^30 tokens).
 pub const MAX_MODEL_LEN: u64 = 1 << 30;
 /// Largest `kv.max_num_batched_tokens` (2^30).
@@ -259,11 +266,11 @@ impl Scenario {
             .neighbour
             .iter()
             .map(|n| {
-                if !["load_weights", "profile_run", "graph_phase"].contains(&n.before.as_str()) {
+                if !NEIGHBOUR_STEPS.contains(&n.before.as_str()) {
                     return Err(Error::invalid(
                         f("neighbour.before"),
                         format!(
-                            "{:?}: expected load_weights, profile_run or graph_phase",
+                            "{:?}: expected load_weights, profile_run, graph_phase or plan",
                             n.before
                         ),
                     ));
