@@ -71,13 +71,21 @@ impl AllocatorSnapshot {
     /// each were made from it now (cached blocks reused, segments shared and rounded by its
     /// rules, exactly as [`SimAllocator::malloc`] would).
     pub fn growth(&self, count: u64, bytes: u64) -> u64 {
+        self.growth_of(&[(count, bytes)])
+    }
+
+    /// How much the allocator's reserved memory would grow if the allocations of `runs` were
+    /// made from it now, in order: `count` allocations of `bytes` each per run.
+    pub fn growth_of(&self, runs: &[(u64, u64)]) -> u64 {
         let mut h = self.heap.clone();
         let before = h.reserved(None);
-        let rounded = round_request(bytes);
-        for _ in 0..count {
-            if h.place_cached(Pool::Default, rounded).is_none() {
-                let seg = h.segment_size(rounded);
-                h.place_new(Pool::Default, rounded, seg);
+        for &(count, bytes) in runs {
+            let rounded = round_request(bytes);
+            for _ in 0..count {
+                if h.place_cached(Pool::Default, rounded).is_none() {
+                    let seg = h.segment_size(rounded);
+                    h.place_new(Pool::Default, rounded, seg);
+                }
             }
         }
         h.reserved(None).saturating_sub(before)

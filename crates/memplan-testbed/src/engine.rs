@@ -9,7 +9,7 @@
 //! (varying with the size by the device's drawn spread), `intermediate_per_token * size` of
 //! intermediates in the shared private pool (give or take the drawn jitter) and
 //! `alloc_node_bytes` of graph allocation nodes. The KV cache is sized by the engine's own
-//! arithmetic ([`crate::kv`]) from the plan's block count: one tensor per layer.
+//! arithmetic ([`crate::kv`]) from the plan's block count: vLLM's tensors for its layer groups.
 
 use memplan_backend_sim::EngineGraph;
 use memplan_backend_sim::{BlockId, GraphSpec, SimAllocator, SimGpu};
@@ -118,7 +118,8 @@ impl SimEngine {
     }
 
     /// Allocate a KV cache of `blocks` blocks by the engine's own arithmetic ([`EngineKv`]):
-    /// one tensor per layer from the caching allocator, each rounded by its rules. What is
+    /// the tensors vLLM allocates (one per layer, or one per layer of a group shared across
+    /// the groups of a hybrid model) from the caching allocator, each rounded by its rules. What is
     /// already allocated stays (tensors that fit before an out-of-memory are held until
     /// [`free_kv`](Self::free_kv)).
     pub fn allocate_kv(&mut self, blocks: u64) -> Result<()> {
@@ -126,12 +127,14 @@ impl SimEngine {
         if blocks == 0 {
             return Ok(());
         }
-        let each = kv.tensor_bytes(blocks).ok_or_else(|| {
+        let runs = kv.tensor_runs(blocks).ok_or_else(|| {
             Error::invalid("KV cache", format!("{blocks} blocks overflow 64 bits"))
         })?;
-        for _ in 0..kv.tensors {
-            let b = self.alloc.malloc(each)?;
-            self.kv_blocks.push(b);
+        for (count, each) in runs {
+            for _ in 0..count {
+                let b = self.alloc.malloc(each)?;
+                self.kv_blocks.push(b);
+            }
         }
         Ok(())
     }

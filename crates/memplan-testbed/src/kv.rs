@@ -3,102 +3,264 @@
 //! block count that this arithmetic turns into more memory than the plan reserved, and the run
 //! ends in an out-of-memory or over the request.
 //!
-//! The rules are vLLM v1's for one group of full-attention layers:
-//! - page (one block of one layer): `2 * block_size * num_kv_heads * head_size *
-//!   dtype_size`, plus `2 * block_size * num_kv_heads * 4` bytes of f32 scales for an int8
-//!   cache scaled per token and head (`vllm/v1/kv_cache_interface.py`,
-//!   `AttentionSpec.real_page_size_bytes` and `page_size_bytes`);
-//! - one tensor per layer of `page_size * num_blocks` bytes (`vllm/v1/core/kv_cache_utils.py`,
-//!   `get_kv_cache_config_from_groups`: `KVCacheTensor(size=page_size * num_blocks)`), each
-//!   allocated on its own through the caching allocator (`vllm/v1/worker/gpu_model_runner.py`,
-//!   `GPUModelRunner._allocate_kv_cache_tensors`: `torch.zeros(kv_cache_tensor.size,
-//!   dtype=torch.int8)`), so each is rounded by the allocator;
-//! - one block is the null block: `(num_blocks - 1) * block_size` tokens are usable;
-//! - for multi-head latent attention (`vllm/v1/kv_cache_interface.py`, `MLAAttentionSpec`),
-//!   one latent per token and head, no V: a page of
-//!   `block_size * num_kv_heads * head_size * dtype_size` bytes, or `block_size * 656` for the
-//!   `fp8_ds_mla` layout (a 512-value fp8 latent, four f32 scales, a 64-value bf16 rotary
-//!   part: `MLAAttentionSpec.real_page_size_bytes`).
+//! The rules are vLLM v1's as released in **vLLM 0.19.0** (the release the test-bed's planner
+//! runs are labelled with, `run.rs`: `vllm@0.19`), read from its wheel:
+//! - page (one block of one layer) of full and sliding-window attention: `2 * block_size *
+//!   num_kv_heads * head_size * dtype_size` (`vllm/v1/kv_cache_interface.py`,
+//!   `AttentionSpec.real_page_size_bytes`; `SlidingWindowSpec` inherits it: a window changes
+//!   how many pages a request holds, not their size), plus `2 * block_size * num_kv_heads * 4`
+//!   bytes of f32 scales for an int8 cache scaled per token and head (the test-bed's own
+//!   int8 layout, not in vLLM 0.19.0's spec);
+//! - for multi-head latent attention (`MLAAttentionSpec.real_page_size_bytes`), one latent per
+//!   token and head, no V: a page of `block_size * num_kv_heads * head_size * dtype_size`
+//!   bytes, or `block_size * 656` for the `fp8_ds_mla` layout (a 512-value fp8 latent, four
+//!   f32 scales, a 64-value bf16 rotary part; vLLM 0.19.0 `MLAAttentionSpec.real_page_size_bytes`
+//!   returns `self.block_size * 656`; vLLM 0.34.0 keeps the 656-byte row in
+//!   `vllm/v1/attention/backend.py`, `MLAAttentionImpl.get_fp8_ds_mla_row_bytes`);
+//! - the layers are grouped by `vllm/v1/core/kv_cache_utils.py`, `get_kv_cache_groups`:
+//!   1. every layer's spec the same: one group, one tensor per layer of `page * num_blocks`
+//!      (`_get_kv_cache_groups_uniform_spec`, then `get_kv_cache_config_from_groups`' general
+//!      case with `group_size` = the layers);
+//!   2. else every layer full-like (full or MLA: `MLAAttentionSpec` subclasses
+//!      `FullAttentionSpec`) or every layer sliding with one window
+//!      (`UniformTypeKVCacheSpecs.is_uniform_type`): one group, one tensor per layer of its
+//!      own `page * num_blocks`, `num_blocks = available // sum(pages)`
+//!      (`get_kv_cache_config_from_groups`' special case);
+//!   3. else (a hybrid model) the pages are unified to the largest by multiplying the block
+//!      size of the smaller ones, an error where the largest is not a multiple
+//!      (`unify_kv_cache_spec_page_size`); the layers of each spec are split into groups of
+//!      `group_size` layers, `group_size` the fewest layers of any spec, or the most where
+//!      the most is under 1.5 times the fewest, the last group of a spec padded
+//!      (`_get_kv_cache_groups_uniform_page_size`); the engine allocates `group_size` tensors
+//!      of `page * num_blocks`, each shared by one layer of every group, and
+//!      `num_blocks = available // page // group_size` (`get_kv_cache_config_from_groups`,
+//!      general case, `get_num_blocks`);
+//! - each tensor is allocated on its own through the caching allocator
+//!   (`vllm/v1/worker/gpu_model_runner.py`, `GPUModelRunner._allocate_kv_cache_tensors`:
+//!   `torch.zeros(kv_cache_tensor.size, dtype=torch.int8)`), so each is rounded by the
+//!   allocator;
+//! - every group takes its blocks from one pool of `num_blocks`, one of them the null block
+//!   (`vllm/v1/core/block_pool.py`, `BlockPool`); vLLM reports the cache as
+//!   `num_blocks // len(kv_cache_groups) * min_block_size` tokens (`kv_cache_utils.py`,
+//!   `_report_kv_cache_config`): the engine serves that of the blocks left after the null
+//!   block, `(num_blocks - 1) // groups * min_block_size` (for one group the
+//!   `(num_blocks - 1) * block_size` it always served).
+//!
+//! vLLM 0.34.0 lays the cache out differently (`vllm/v1/core/kv_cache_planning.py`,
+//! `get_kv_cache_config_from_groups`, and `vllm/v1/worker/utils.py`, `allocate_kv_cache`: one
+//! backing allocation of `bytes_per_block * num_blocks` that every layer views); the test-bed
+//! models 0.19.0, the release its planner runs are labelled with.
 
-use crate::scenario::{KvAttention, KvToml};
+use crate::scenario::{KvAttention, KvGroupToml, KvToml};
 
-/// Bytes per token of one layer of DeepSeek's `fp8_ds_mla` layout (vLLM
-/// `vllm/v1/kv_cache_interface.py`, `MLAAttentionSpec.real_page_size_bytes`: `block_size * 656`).
+/// Bytes per token of one layer of DeepSeek's `fp8_ds_mla` layout (vLLM 0.19.0
+/// `vllm/v1/kv_cache_interface.py`, `MLAAttentionSpec.real_page_size_bytes`: `block_size *
+/// 656`; vLLM 0.34.0 `vllm/v1/attention/backend.py`,
+/// `MLAAttentionImpl.get_fp8_ds_mla_row_bytes`: 656).
 const FP8_DS_MLA_TOKEN_BYTES: u64 = 656;
 
+/// One layer's KV spec as vLLM 0.19.0 compares them (`KVCacheSpec` dataclass equality): the
+/// kind (with its window), the heads and head dim, the block size; `page` follows from them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Spec {
+    attention: KvAttention,
+    window: Option<u64>,
+    kv_heads: u32,
+    head_dim: u32,
+    block_size: u64,
+    page: u64,
+}
+
+/// Bytes per token of one layer of `g` in `dtype` (see the module's page rules), `None` for a
+/// dtype the engine does not know for that attention or a shape that overflows.
+fn token_bytes(g: &KvGroupToml, dtype: &str) -> Option<u64> {
+    let elems = u64::from(g.kv_heads).checked_mul(u64::from(g.head_dim))?;
+    if g.attention == KvAttention::Mla {
+        return match dtype {
+            "fp8_ds_mla" => Some(FP8_DS_MLA_TOKEN_BYTES),
+            "fp32" | "float32" | "float" => elems.checked_mul(4),
+            "fp16" | "float16" | "half" | "bf16" | "bfloat16" => elems.checked_mul(2),
+            d if d.starts_with("fp8") || d.starts_with("float8") => Some(elems),
+            _ => None,
+        };
+    }
+    // (bytes per element, f32 scale bytes per token and head for each of K and V)
+    let (elem, scale) = match dtype {
+        "fp32" | "float32" | "float" => (4u64, 0u64),
+        "fp16" | "float16" | "half" | "bf16" | "bfloat16" => (2, 0),
+        "int8" | "int8_per_token_head" => (1, 4),
+        "fp8_ds_mla" => return None,
+        d if d.starts_with("fp8") || d.starts_with("float8") => (1, 0),
+        _ => return None,
+    };
+    u64::from(g.kv_heads)
+        .checked_mul(
+            u64::from(g.head_dim)
+                .checked_mul(elem)?
+                .checked_add(scale)?,
+        )?
+        .checked_mul(2)
+}
+
 /// The engine's KV layout for a scenario's model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct EngineKv {
-    /// Bytes of one block of one layer.
-    pub page_bytes: u64,
-    /// Tensors the engine allocates (one per layer).
-    pub tensors: u64,
-    /// Tokens per block.
+    /// The tensors the engine allocates, in order: `(bytes of one block, how many)`.
+    pub tensors: Vec<(u64, u64)>,
+    /// Tokens per block of the group with the smallest blocks (vLLM's `min_block_size`).
     pub block_size: u64,
+    /// KV cache groups drawing on the one pool of blocks.
+    pub groups: u64,
+    /// What the groups hold per request: `(window, tokens per block, groups)` per spec (the
+    /// window of sliding layers, `None` for full-like ones).
+    pub per_request: Vec<(Option<u64>, u64, u64)>,
 }
 
 impl EngineKv {
-    /// The layout of `kv`, `None` for a dtype the engine does not know or a shape that
-    /// overflows.
+    /// The layout of `kv` (vLLM 0.19.0's grouping, see the module), `None` for a dtype the
+    /// engine does not know, a shape that overflows, no layers, or pages vLLM cannot unify.
     pub fn of(kv: &KvToml) -> Option<Self> {
-        // (bytes per element, f32 scale bytes per token and head for each of K and V)
         let dtype = kv.dtype.to_ascii_lowercase();
-        if kv.attention == KvAttention::Mla {
-            let per_token = match dtype.as_str() {
-                "fp8_ds_mla" => FP8_DS_MLA_TOKEN_BYTES,
-                "fp32" | "float32" | "float" => u64::from(kv.kv_heads)
-                    .checked_mul(u64::from(kv.head_dim))?
-                    .checked_mul(4)?,
-                "fp16" | "float16" | "half" | "bf16" | "bfloat16" => u64::from(kv.kv_heads)
-                    .checked_mul(u64::from(kv.head_dim))?
-                    .checked_mul(2)?,
-                d if d.starts_with("fp8") || d.starts_with("float8") => {
-                    u64::from(kv.kv_heads).checked_mul(u64::from(kv.head_dim))?
-                }
-                _ => return None,
+        let block_size = u64::from(kv.block_size);
+        // Each layer's spec, identical specs merged (vLLM groups layers by spec equality).
+        let mut specs: Vec<(Spec, u64)> = Vec::new();
+        for g in kv.layer_groups().ok()? {
+            if g.layers == 0 {
+                continue;
+            }
+            let page = token_bytes(&g, &dtype)?.checked_mul(block_size)?;
+            if page == 0 {
+                return None;
+            }
+            let spec = Spec {
+                attention: g.attention,
+                window: match g.attention {
+                    KvAttention::Sliding => Some(g.window?),
+                    _ => None,
+                },
+                kv_heads: g.kv_heads,
+                head_dim: g.head_dim,
+                block_size,
+                page,
             };
-            let page_bytes = per_token.checked_mul(u64::from(kv.block_size))?;
-            return (page_bytes > 0 && kv.layers > 0).then_some(EngineKv {
-                page_bytes,
-                tensors: u64::from(kv.layers),
-                block_size: u64::from(kv.block_size),
+            match specs.iter_mut().find(|(s, _)| *s == spec) {
+                Some((_, n)) => *n = n.checked_add(u64::from(g.layers))?,
+                None => specs.push((spec, u64::from(g.layers))),
+            }
+        }
+        let first = specs.first()?.0;
+        if specs.len() == 1 {
+            // `_get_kv_cache_groups_uniform_spec`: one group, a tensor per layer.
+            return Some(EngineKv {
+                tensors: vec![(first.page, specs[0].1)],
+                block_size,
+                groups: 1,
+                per_request: vec![(first.window, block_size, 1)],
             });
         }
-        let (elem, scale) = match dtype.as_str() {
-            "fp32" | "float32" | "float" => (4u64, 0u64),
-            "fp16" | "float16" | "half" | "bf16" | "bfloat16" => (2, 0),
-            "int8" | "int8_per_token_head" => (1, 4),
-            d if d.starts_with("fp8") || d.starts_with("float8") => (1, 0),
-            _ => return None,
+        let full_like = |s: &Spec| matches!(s.attention, KvAttention::Full | KvAttention::Mla);
+        let uniform_type = specs.iter().all(|(s, _)| full_like(s))
+            || specs
+                .iter()
+                .all(|(s, _)| s.attention == KvAttention::Sliding && s.window == first.window);
+        if uniform_type {
+            // `UniformTypeKVCacheSpecs`: one group, a tensor per layer of its own page.
+            // Every layer holds as many pages per request (one kind, one block size).
+            return Some(EngineKv {
+                tensors: specs.iter().map(|(s, n)| (s.page, *n)).collect(),
+                block_size,
+                groups: 1,
+                per_request: vec![(first.window, block_size, 1)],
+            });
+        }
+        // `unify_kv_cache_spec_page_size`: the smaller pages take bigger blocks.
+        let page = specs.iter().map(|(s, _)| s.page).max()?;
+        let mut unified = Vec::with_capacity(specs.len());
+        for (s, n) in &specs {
+            if page % s.page != 0 {
+                return None;
+            }
+            unified.push((s.window, s.block_size.checked_mul(page / s.page)?, *n));
+        }
+        let min_block = unified.iter().map(|(_, b, _)| *b).min()?;
+        // `_get_kv_cache_groups_uniform_page_size`: `group_size` layers per group.
+        let fewest = specs.iter().map(|(_, n)| *n).min()?;
+        let most = specs.iter().map(|(_, n)| *n).max()?;
+        // `max_num_layers < min_num_layers * 1.5`, in integers.
+        let group_size = if most.checked_mul(2)? < fewest.checked_mul(3)? {
+            most
+        } else {
+            fewest
         };
-        let per_token = u64::from(kv.kv_heads)
-            .checked_mul(
-                u64::from(kv.head_dim)
-                    .checked_mul(elem)?
-                    .checked_add(scale)?,
-            )?
-            .checked_mul(2)?;
-        let page_bytes = per_token.checked_mul(u64::from(kv.block_size))?;
-        (page_bytes > 0 && kv.layers > 0).then_some(EngineKv {
-            page_bytes,
-            tensors: u64::from(kv.layers),
-            block_size: u64::from(kv.block_size),
+        let per_request: Vec<_> = unified
+            .iter()
+            .map(|(w, b, n)| (*w, *b, n.div_ceil(group_size)))
+            .collect();
+        Some(EngineKv {
+            tensors: vec![(page, group_size)],
+            block_size: min_block,
+            groups: per_request.iter().map(|(_, _, g)| g).sum(),
+            per_request,
         })
     }
 
-    /// Bytes of one tensor holding `blocks` blocks.
-    pub fn tensor_bytes(&self, blocks: u64) -> Option<u64> {
-        self.page_bytes.checked_mul(blocks)
+    /// Bytes of one block across every tensor.
+    pub fn block_bytes(&self) -> Option<u64> {
+        self.tensors
+            .iter()
+            .try_fold(0u64, |a, (p, n)| a.checked_add(p.checked_mul(*n)?))
+    }
+
+    /// Tensors the engine allocates.
+    pub fn tensor_count(&self) -> u64 {
+        self.tensors.iter().map(|(_, n)| n).sum()
+    }
+
+    /// The tensors of `blocks` blocks, in order: `(how many, bytes of each)`.
+    pub fn tensor_runs(&self, blocks: u64) -> Option<Vec<(u64, u64)>> {
+        self.tensors
+            .iter()
+            .map(|(p, n)| Some((*n, p.checked_mul(blocks)?)))
+            .collect()
     }
 
     /// Bytes of every tensor together.
     pub fn total_bytes(&self, blocks: u64) -> Option<u64> {
-        self.tensor_bytes(blocks)?.checked_mul(self.tensors)
+        self.block_bytes()?.checked_mul(blocks)
     }
 
-    /// Tokens the cache of `blocks` blocks holds (the null block excluded).
+    /// Tokens the cache of `blocks` blocks serves: the null block excluded, the rest shared
+    /// by the groups (vLLM 0.19.0 `_report_kv_cache_config`: `num_blocks //
+    /// len(kv_cache_groups) * min_block_size`).
     pub fn tokens(&self, blocks: u64) -> u64 {
-        blocks.saturating_sub(1).saturating_mul(self.block_size)
+        (blocks.saturating_sub(1) / self.groups.max(1)).saturating_mul(self.block_size)
+    }
+
+    /// Blocks one request of `max_model_len` tokens holds at most, scheduled
+    /// `max_num_batched_tokens` at a time: the sum over the groups of the pages each holds
+    /// (vLLM 0.19.0 `kv_cache_utils.py`, `_max_memory_usage_bytes_from_groups`, divided by
+    /// the page and `group_size`; `kv_cache_interface.py`:
+    /// `FullAttentionSpec.max_memory_usage_bytes`, `cdiv(max_model_len, block_size)` pages;
+    /// `SlidingWindowSpec.max_memory_usage_bytes`, `cdiv(min(sliding_window - 1 +
+    /// max_num_batched_tokens, max_model_len), block_size) + 1` pages). The engine refuses to
+    /// start where its cache holds fewer (`check_enough_kv_cache_memory`).
+    pub fn blocks_per_request(&self, max_model_len: u64, max_num_batched_tokens: u64) -> u64 {
+        self.per_request
+            .iter()
+            .map(|(window, block, groups)| {
+                let block = (*block).max(1);
+                let pages = match window {
+                    None => max_model_len.div_ceil(block),
+                    Some(w) => w
+                        .saturating_sub(1)
+                        .saturating_add(max_num_batched_tokens)
+                        .min(max_model_len)
+                        .div_ceil(block)
+                        .saturating_add(1),
+                };
+                pages.saturating_mul(*groups)
+            })
+            .fold(0u64, u64::saturating_add)
     }
 
     /// The most blocks whose tensors take at most `room` bytes, `taken(blocks)` being what
@@ -107,7 +269,8 @@ impl EngineKv {
     /// bisect.
     pub fn blocks_within(&self, room: u64, taken: impl Fn(u64) -> Option<u64>) -> u64 {
         let fits = |blocks: u64| taken(blocks).is_some_and(|t| t <= room);
-        let (mut lo, mut hi) = (0u64, room / self.page_bytes.max(1) / self.tensors.max(1));
+        let per_block = self.block_bytes().unwrap_or(u64::MAX).max(1);
+        let (mut lo, mut hi) = (0u64, room / per_block);
         while lo < hi {
             let mid = lo + (hi - lo).div_ceil(2);
             if fits(mid) {
@@ -122,9 +285,19 @@ impl EngineKv {
     /// What the tensors of `blocks` blocks take when each is its own allocation and
     /// `segment(bytes)` is what one allocation takes.
     pub fn each_rounded(&self, blocks: u64, segment: impl Fn(u64) -> u64) -> Option<u64> {
-        self.tensor_bytes(blocks)
-            .map(segment)
-            .and_then(|s| s.checked_mul(self.tensors))
+        self.tensor_runs(blocks)?
+            .into_iter()
+            .try_fold(0u64, |a, (n, t)| a.checked_add(segment(t).checked_mul(n)?))
+    }
+
+    /// What the tensors of `blocks` blocks would grow the caching allocator `alloc` by, each
+    /// its own allocation, in the engine's order.
+    pub fn growth(
+        &self,
+        blocks: u64,
+        alloc: &memplan_backend_sim::AllocatorSnapshot,
+    ) -> Option<u64> {
+        Some(alloc.growth_of(&self.tensor_runs(blocks)?))
     }
 }
 
@@ -133,15 +306,32 @@ mod tests {
     use super::*;
 
     fn llama8b(dtype: &str) -> KvToml {
-        KvToml {
-            dtype: dtype.into(),
-            attention: KvAttention::Full,
-            block_size: 16,
-            layers: 32,
-            kv_heads: 8,
+        KvToml::one_group(dtype, KvAttention::Full, 16, (32, 8, 128), 8192)
+    }
+
+    fn group(
+        attention: KvAttention,
+        layers: u32,
+        kv_heads: u32,
+        window: Option<u64>,
+    ) -> KvGroupToml {
+        KvGroupToml {
+            attention,
+            layers,
+            kv_heads,
             head_dim: 128,
-            max_model_len: 8192,
-            max_num_batched_tokens: 8192,
+            window,
+        }
+    }
+
+    fn hybrid(dtype: &str, groups: Vec<KvGroupToml>) -> KvToml {
+        KvToml {
+            attention: None,
+            layers: None,
+            kv_heads: None,
+            head_dim: None,
+            groups,
+            ..llama8b(dtype)
         }
     }
 
@@ -150,32 +340,187 @@ mod tests {
         // Llama-3.1-8B bf16: 2 * 16 * 8 * 128 * 2 = 64 KiB per layer, 2 MiB per block over 32
         // layers (shared/data/README: 58.11 GiB / 2 MiB per block -> 29,751 usable blocks).
         let k = EngineKv::of(&llama8b("bf16")).unwrap();
-        assert_eq!((k.page_bytes, k.tensors), (64 << 10, 32));
+        assert_eq!((k.tensors.clone(), k.groups), (vec![(64 << 10, 32)], 1));
         assert_eq!(k.total_bytes(29_752), Some(29_752 * (2 << 20)));
         assert_eq!(k.tokens(29_752), 476_016);
         let i8 = EngineKv::of(&llama8b("int8")).unwrap();
-        assert_eq!(i8.page_bytes, (32 << 10) + 2 * 16 * 8 * 4);
+        assert_eq!(i8.tensors, vec![((32 << 10) + 2 * 16 * 8 * 4, 32)]);
         assert_eq!(EngineKv::of(&llama8b("fp4")), None);
     }
 
     #[test]
     fn mla_pages_are_one_sided() {
         // DeepSeek-V2-Lite: 27 layers, one latent of 512 + 64 per token.
-        let mla = |dtype: &str| KvToml {
-            attention: KvAttention::Mla,
-            layers: 27,
-            kv_heads: 1,
-            head_dim: 576,
-            block_size: 64,
-            ..llama8b(dtype)
-        };
-        assert_eq!(EngineKv::of(&mla("bf16")).unwrap().page_bytes, 64 * 576 * 2);
-        assert_eq!(EngineKv::of(&mla("fp8")).unwrap().page_bytes, 64 * 576);
-        assert_eq!(
-            EngineKv::of(&mla("fp8_ds_mla")).unwrap().page_bytes,
-            64 * 656
-        );
+        let mla = |dtype: &str| KvToml::one_group(dtype, KvAttention::Mla, 64, (27, 1, 576), 8192);
+        let page = |dtype: &str| EngineKv::of(&mla(dtype)).unwrap().tensors[0].0;
+        assert_eq!(page("bf16"), 64 * 576 * 2);
+        assert_eq!(page("fp8"), 64 * 576);
+        assert_eq!(page("fp8_ds_mla"), 64 * 656);
         assert_eq!(EngineKv::of(&mla("int8")), None);
+        assert_eq!(
+            EngineKv::of(&llama8b("fp8_ds_mla")),
+            None,
+            "fp8_ds_mla is MLA's"
+        );
+    }
+
+    /// gemma-3-27b (`model-configs.jsonl`: 62 layers, 16 KV heads of 128, a 1024-token window
+    /// on 5 layers of 6: 52 sliding, 10 global), by vLLM 0.19.0's rules worked by hand: both
+    /// pages `2 * 16 * 16 * 128 * 2` = 128 KiB in bf16 (`AttentionSpec.real_page_size_bytes`),
+    /// so no unification; two specs, 10 and 52 layers, 52 >= 1.5 * 10 so `group_size` = 10;
+    /// groups: 1 full + ceil(52 / 10) = 6 sliding (8 padding layers) = 7; 10 tensors, each
+    /// shared by one layer of every group; a block is 10 pages = 1.25 MiB; 7,001 blocks serve
+    /// (7,001 - 1) / 7 * 16 = 16,000 tokens.
+    #[test]
+    fn gemma3_groups_by_the_engine_rules() {
+        let g = hybrid(
+            "bf16",
+            vec![
+                group(KvAttention::Sliding, 52, 16, Some(1024)),
+                group(KvAttention::Full, 10, 16, None),
+            ],
+        );
+        let k = EngineKv::of(&g).unwrap();
+        assert_eq!(k.tensors, vec![(128 << 10, 10)]);
+        assert_eq!((k.groups, k.block_size, k.tensor_count()), (7, 16, 10));
+        assert_eq!(k.block_bytes(), Some(1280 << 10));
+        assert_eq!(k.total_bytes(7_001), Some(7_001 * (1280 << 10)));
+        assert_eq!(k.tensor_runs(7_001), Some(vec![(10, 7_001 * (128 << 10))]));
+        assert_eq!(k.tokens(7_001), 16_000);
+        assert_eq!(
+            k.tokens(7_007),
+            16_000,
+            "a group's partial share serves nothing"
+        );
+        // One request of 32,768 tokens, 8,192 a step: the global group holds 32768 / 16 =
+        // 2,048 pages, each sliding group ceil(min(1023 + 8192, 32768) / 16) + 1 = 577, six
+        // of them: 5,510 blocks. Of 16,384 tokens 4,096 a step: 1,024 + 6 * 321 = 2,950.
+        assert_eq!(k.blocks_per_request(32_768, 8_192), 5_510);
+        assert_eq!(k.blocks_per_request(16_384, 4_096), 2_950);
+        // A request shorter than the window holds its length in every group, plus one.
+        assert_eq!(k.blocks_per_request(512, 8_192), 32 + 6 * 33);
+        // fp8: pages of 64 KiB, the same grouping.
+        let f = EngineKv::of(&hybrid("fp8", g.groups.clone())).unwrap();
+        assert_eq!((f.tensors.clone(), f.groups), (vec![(64 << 10, 10)], 7));
+        // Written global-first the engine groups the same layers the same way.
+        let mut rev = g.groups.clone();
+        rev.reverse();
+        let r = EngineKv::of(&hybrid("bf16", rev)).unwrap();
+        assert_eq!(
+            (r.tensors, r.groups, r.block_size),
+            (k.tensors.clone(), 7, 16)
+        );
+    }
+
+    /// gpt-oss-20b (24 layers alternating sliding 128 and full, 8 KV heads of 64): 12 and 12
+    /// layers, 12 < 1.5 * 12 so `group_size` = 12, 2 groups, 12 tensors of `2 * 16 * 8 * 64 *
+    /// 2` = 32 KiB pages in bf16.
+    #[test]
+    fn gpt_oss_pairs_its_layers() {
+        let g = hybrid(
+            "bf16",
+            vec![
+                KvGroupToml {
+                    head_dim: 64,
+                    ..group(KvAttention::Sliding, 12, 8, Some(128))
+                },
+                KvGroupToml {
+                    head_dim: 64,
+                    ..group(KvAttention::Full, 12, 8, None)
+                },
+            ],
+        );
+        let k = EngineKv::of(&g).unwrap();
+        assert_eq!(
+            (k.tensors.clone(), k.groups, k.block_size),
+            (vec![(32 << 10, 12)], 2, 16)
+        );
+        assert_eq!(k.tokens(1_001), 8_000);
+        // 12 sliding + 13 full (an EAGLE drafter's extra layer): 13 < 18, padded to 13 each.
+        let mut g13 = g.clone();
+        g13.groups[1].layers = 13;
+        let k = EngineKv::of(&g13).unwrap();
+        assert_eq!((k.tensors.clone(), k.groups), (vec![(32 << 10, 13)], 2));
+    }
+
+    #[test]
+    fn smaller_pages_take_bigger_blocks() {
+        // 4 full layers of 8 heads (64 KiB pages) and 20 sliding of 4 (32 KiB): the sliding
+        // layers' blocks double to 32 tokens (`unify_kv_cache_spec_page_size`); group_size 4,
+        // 1 + 5 groups, 4 tensors of 64 KiB pages; the smallest block is 16 tokens.
+        let g = hybrid(
+            "bf16",
+            vec![
+                group(KvAttention::Full, 4, 8, None),
+                group(KvAttention::Sliding, 20, 4, Some(4096)),
+            ],
+        );
+        let k = EngineKv::of(&g).unwrap();
+        assert_eq!(
+            (k.tensors.clone(), k.groups, k.block_size),
+            (vec![(64 << 10, 4)], 6, 16)
+        );
+        // Per request of 8,192 tokens: the full group 512 pages of 16 tokens, each of the 5
+        // sliding groups ceil(min(4095 + 8192, 8192) / 32) + 1 = 257 pages of 32.
+        assert_eq!(k.blocks_per_request(8_192, 8_192), 512 + 5 * 257);
+        // 8 heads beside 6: 64 KiB is not a multiple of 48 KiB, vLLM 0.19.0 raises.
+        let mut bad = g.clone();
+        bad.groups[1].kv_heads = 6;
+        assert_eq!(EngineKv::of(&bad), None);
+    }
+
+    #[test]
+    fn one_kind_of_layer_is_one_group() {
+        // All sliding with one window (Mistral-7B-v0.1): one spec, a tensor per layer.
+        let m = KvToml {
+            window: Some(4096),
+            ..KvToml::one_group("bf16", KvAttention::Sliding, 16, (32, 8, 128), 32768)
+        };
+        let k = EngineKv::of(&m).unwrap();
+        assert_eq!((k.tensors.clone(), k.groups), (vec![(64 << 10, 32)], 1));
+        // ceil(min(4095 + 8192, 16384) / 16) + 1 = 769 of the 1,024 a full layer would hold.
+        assert_eq!(k.blocks_per_request(16_384, 8_192), 769);
+        assert_eq!(
+            EngineKv::of(&llama8b("bf16"))
+                .unwrap()
+                .blocks_per_request(16_384, 8_192),
+            1_024
+        );
+        // Two full shapes: `UniformTypeKVCacheSpecs`, one group, a tensor per layer of its own
+        // page, in the order written.
+        let u = hybrid(
+            "bf16",
+            vec![
+                group(KvAttention::Full, 30, 8, None),
+                group(KvAttention::Full, 2, 2, None),
+            ],
+        );
+        let k = EngineKv::of(&u).unwrap();
+        assert_eq!(k.tensors, vec![(64 << 10, 30), (16 << 10, 2)]);
+        assert_eq!((k.groups, k.tokens(101)), (1, 1600));
+        assert_eq!(
+            k.total_bytes(10),
+            Some(10 * (30 * (64 << 10) + 2 * (16 << 10)))
+        );
+        // Two windows are two specs: the hybrid grouping, 10 + 10 layers in 2 groups.
+        let w = hybrid(
+            "bf16",
+            vec![
+                group(KvAttention::Sliding, 10, 8, Some(512)),
+                group(KvAttention::Sliding, 10, 8, Some(1024)),
+            ],
+        );
+        let k = EngineKv::of(&w).unwrap();
+        assert_eq!((k.tensors.clone(), k.groups), (vec![(64 << 10, 10)], 2));
+        // Two groups written with the same spec are one.
+        let same = hybrid(
+            "bf16",
+            vec![
+                group(KvAttention::Full, 16, 8, None),
+                group(KvAttention::Full, 16, 8, None),
+            ],
+        );
+        assert_eq!(EngineKv::of(&same), EngineKv::of(&llama8b("bf16")));
     }
 
     #[test]
@@ -187,7 +532,7 @@ mod tests {
         // Each tensor rounded up to 2 MiB: 32 MiB per layer does not fit.
         let round = |b: u64| b.div_ceil(2 << 20) * (2 << 20);
         let rounded = k.blocks_within(room, |b| k.each_rounded(b, round));
-        assert!(rounded < exact && k.tensor_bytes(rounded).map(round).unwrap() * 32 <= room);
-        assert!(k.tensor_bytes(rounded + 1).map(round).unwrap() * 32 > room);
+        assert!(rounded < exact && k.each_rounded(rounded, round).unwrap() <= room);
+        assert!(k.each_rounded(rounded + 1, round).unwrap() > room);
     }
 }

@@ -5,8 +5,8 @@
 //! arithmetic, no KV sizing, no plan figure). What the engine's parts really take is measured by
 //! running the engine *alone* on a fresh device with the same seed ([`engine_alone`]): no
 //! profiling, no calibration, only the engine's own steps, each read from the ground truth. The
-//! KV arithmetic is the engine's own ([`crate::kv`]): one tensor per layer, each rounded by the
-//! allocator as the device's physics draw it.
+//! KV arithmetic is the engine's own ([`crate::kv`]): the tensors vLLM allocates for the model's
+//! layer groups, each rounded by the allocator as the device's physics draw it.
 //!
 //! Two oracles judge a run:
 //! - [`oracle_tokens`], the run's: the smaller of the room within the requested memory
@@ -270,10 +270,15 @@ impl FloorTokens {
 
 impl Oracle {
     /// Whether the oracle holds at least one request of `max_model_len` tokens after keeping
-    /// `share` of its blocks (the share a plan is held to): a refusal then is needless.
+    /// `share` of its blocks (the share a plan is held to): a refusal then is needless. What
+    /// one request holds is the engine's own count ([`EngineKv::blocks_per_request`]: a
+    /// sliding-window group holds its window, not the whole request).
     pub fn has_room(&self, setup: &Setup, share: f64) -> bool {
-        let bs = u64::from(setup.scenario.kv.block_size.max(1));
-        let per_request = setup.scenario.kv.max_model_len.div_ceil(bs);
+        let kv = &setup.scenario.kv;
+        let bs = u64::from(kv.block_size.max(1));
+        let per_request = EngineKv::of(kv).map_or(kv.max_model_len.div_ceil(bs), |k| {
+            k.blocks_per_request(kv.max_model_len, kv.max_num_batched_tokens)
+        });
         let usable = self.blocks.saturating_sub(1) as f64 * share;
         !self.start_refused && usable >= per_request as f64
     }
@@ -422,11 +427,9 @@ fn verdict(
             let gran = memplan_backend_sim::GRANULARITY;
             kv.blocks_within(room / gran * gran, |b| kv.total_bytes(b))
         } else {
-            // One tensor per layer from the caching allocator as it stood: what they take, its
+            // The engine's tensors from the caching allocator as it stood: what they take, its
             // cached blocks reused and its segments shared and rounded by its rules.
-            kv.blocks_within(room, |b| {
-                kv.tensor_bytes(b).map(|t| alloc.growth(kv.tensors, t))
-            })
+            kv.blocks_within(room, |b| kv.growth(b, alloc))
         }
     };
     let blocks = blocks_in(room);

@@ -278,7 +278,7 @@ pub fn run_judged(
     // What the engine's own arithmetic makes of the plan's block count.
     let engine_kv = EngineKv::of(&setup.scenario.kv);
     out.planned_tokens = Some(pr.plan.kv.tokens);
-    out.kv_tokens = engine_kv.map(|k| k.tokens(pr.cache.num_blocks));
+    out.kv_tokens = engine_kv.as_ref().map(|k| k.tokens(pr.cache.num_blocks));
     // What the caching allocator's rounding of the engine's tensors costs at the plan's block
     // count, in tokens: the blocks the plan's own bytes do not hold once each tensor is
     // rounded by the allocator as it stood at the plan (its segments, its rounding). A cache
@@ -289,11 +289,8 @@ pub fn run_judged(
     out.kv_rounding_tokens = engine_kv.filter(|_| pr.cache.range.is_none()).map(|k| {
         let n = pr.plan.kv.num_blocks;
         let own = k.total_bytes(n).unwrap_or(u64::MAX);
-        let held = k.blocks_within(own, |b| {
-            k.tensor_bytes(b)
-                .map(|t| pr.at_plan_allocator.growth(k.tensors, t))
-        });
-        n.saturating_sub(held).saturating_mul(k.block_size)
+        let held = k.blocks_within(own, |b| k.growth(b, &pr.at_plan_allocator));
+        k.tokens(n).saturating_sub(k.tokens(held))
     });
     out.kv_warnings = pr
         .cache

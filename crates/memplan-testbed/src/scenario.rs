@@ -125,42 +125,139 @@ pub struct ModelSpec {
     pub workspace: ByteValue,
 }
 
-/// The attention of the scenario's one layer group.
+/// The attention of a layer group.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum KvAttention {
     /// Full attention: each layer keeps K and V for every token.
     #[default]
     Full,
+    /// Sliding-window attention: each layer attends to the last `window` tokens (vLLM
+    /// `SlidingWindowSpec`); its pages are those of full attention, what differs is how many a
+    /// request holds and how the engine groups the layers.
+    Sliding,
     /// Multi-head latent attention (DeepSeek-V2/V3): each layer keeps one latent vector of
     /// `head_dim` values per token (`kv_lora_rank + qk_rope_head_dim`), no separate V, on one
     /// KV head.
     Mla,
 }
 
-/// The KV cache (one layer group: full attention or MLA).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// One group of layers of a model with several (`[[kv.groups]]`): gemma-3's sliding and
+/// global layers, gpt-oss's alternating sliding and full layers. Every group shares the
+/// cache's dtype and block size (`[kv]`), as an engine's cache does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct KvToml {
-    /// Cache dtype (`bf16`, `fp8`, ...).
-    pub dtype: String,
-    /// The attention of every layer (`full`, the default, or `mla`).
+pub struct KvGroupToml {
+    /// `full` (the default), `sliding` or `mla`.
     #[serde(default)]
     pub attention: KvAttention,
-    /// Tokens per block.
-    #[serde(default = "sixteen")]
-    pub block_size: u32,
-    /// Layers.
+    /// Layers of this kind.
     pub layers: u32,
     /// KV heads per layer.
     pub kv_heads: u32,
     /// Head dim (K and V; for MLA the latent's width).
     pub head_dim: u32,
+    /// Window in tokens (`sliding` only: the config's `sliding_window`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<u64>,
+}
+
+/// The KV cache: one layer group written in `[kv]` itself (`attention`, `layers`, `kv_heads`,
+/// `head_dim`, `window`), or several in `[[kv.groups]]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KvToml {
+    /// Cache dtype (`bf16`, `fp8`, ...), of every layer.
+    pub dtype: String,
+    /// The attention of every layer (`full`, the default, `sliding` or `mla`) in the
+    /// one-group form.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention: Option<KvAttention>,
+    /// Tokens per block.
+    #[serde(default = "sixteen")]
+    pub block_size: u32,
+    /// Layers (one-group form).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layers: Option<u32>,
+    /// KV heads per layer (one-group form).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_heads: Option<u32>,
+    /// Head dim (K and V; for MLA the latent's width; one-group form).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head_dim: Option<u32>,
+    /// Window in tokens of a `sliding` one-group form.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<u64>,
+    /// Several layer groups, instead of the one-group fields.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<KvGroupToml>,
     /// Longest request.
     pub max_model_len: u64,
     /// Tokens per scheduler step.
     #[serde(default = "batched")]
     pub max_num_batched_tokens: u64,
+}
+
+impl KvToml {
+    /// The one-group form of `layers` layers of `attention` (what the generator writes).
+    pub fn one_group(
+        dtype: &str,
+        attention: KvAttention,
+        block_size: u32,
+        (layers, kv_heads, head_dim): (u32, u32, u32),
+        max_model_len: u64,
+    ) -> Self {
+        KvToml {
+            dtype: dtype.into(),
+            attention: Some(attention),
+            block_size,
+            layers: Some(layers),
+            kv_heads: Some(kv_heads),
+            head_dim: Some(head_dim),
+            window: None,
+            groups: Vec::new(),
+            max_model_len,
+            max_num_batched_tokens: 8192,
+        }
+    }
+
+    /// The layer groups as written: `[[kv.groups]]`, or the one group of the `[kv]` fields.
+    /// `Err((field, why))` where the two forms are mixed, a group is missing or a field of the
+    /// one-group form is absent. What is wrong within a group is the resolver's to say
+    /// ([`Scenario::resolve`](crate::Scenario::resolve)).
+    pub fn layer_groups(&self) -> std::result::Result<Vec<KvGroupToml>, (&'static str, String)> {
+        if !self.groups.is_empty() {
+            for (key, given) in [
+                ("kv.attention", self.attention.is_some()),
+                ("kv.layers", self.layers.is_some()),
+                ("kv.kv_heads", self.kv_heads.is_some()),
+                ("kv.head_dim", self.head_dim.is_some()),
+                ("kv.window", self.window.is_some()),
+            ] {
+                if given {
+                    return Err((
+                        key,
+                        "give each layer group's shape in [[kv.groups]], not in [kv] as well"
+                            .into(),
+                    ));
+                }
+            }
+            return Ok(self.groups.clone());
+        }
+        let need = |key: &'static str, v: Option<u32>| {
+            v.ok_or((
+                key,
+                "missing: give it, or the layer groups in [[kv.groups]]".into(),
+            ))
+        };
+        Ok(vec![KvGroupToml {
+            attention: self.attention.unwrap_or_default(),
+            layers: need("kv.layers", self.layers)?,
+            kv_heads: need("kv.kv_heads", self.kv_heads)?,
+            head_dim: need("kv.head_dim", self.head_dim)?,
+            window: self.window,
+        }])
+    }
 }
 
 /// The engine's graphs.

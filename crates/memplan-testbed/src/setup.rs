@@ -70,6 +70,11 @@ pub const NEIGHBOUR_STEPS: [&str; 4] = ["load_weights", "profile_run", "graph_ph
 pub const MAX_MODEL_LEN: u64 = 1 << 30;
 /// Largest `kv.max_num_batched_tokens` (2^30).
 pub const MAX_BATCHED_TOKENS: u64 = 1 << 30;
+/// Most layer groups (`[[kv.groups]]`): models have two or three kinds of layers.
+pub const MAX_KV_GROUPS: usize = 64;
+/// Most layers of a scenario's model in all: each is one simulated allocation of the engine's
+/// KV cache, as each weight tensor is (see [`MAX_WEIGHT_TENSORS`]).
+pub const MAX_KV_LAYERS: u32 = 1 << 16;
 /// Largest `kv.block_size`.
 pub const MAX_BLOCK_SIZE: u64 = 4096;
 /// Largest `graphs.max_capture_size` (the default list up to it has 515 sizes).
@@ -164,48 +169,119 @@ impl Scenario {
             .dtype
             .parse()
             .map_err(|e: Error| Error::invalid(f("kv.dtype"), e.to_string()))?;
-        let group = match k.attention {
-            KvAttention::Full => {
-                if dtype == KvDtype::Fp8DsMla {
-                    return Err(Error::invalid(
-                        f("kv.dtype"),
-                        "fp8_ds_mla is a layout of MLA latents: give kv.attention = \"mla\"",
-                    ));
-                }
-                LayerGroup::new(AttentionKind::Full, k.layers, k.kv_heads, k.head_dim)
-            }
-            KvAttention::Mla => {
-                // vLLM keeps MLA's latent as one KV head (`MLAAttentionSpec`, num_kv_heads 1
-                // per rank) and lays `fp8_ds_mla` out for DeepSeek's 512 + 64 latent only.
-                if k.kv_heads != 1 {
-                    return Err(Error::invalid(
-                        f("kv.kv_heads"),
-                        format!(
-                            "{} with kv.attention = \"mla\": an MLA latent is one KV head",
-                            k.kv_heads
-                        ),
-                    ));
-                }
-                if dtype == KvDtype::Fp8DsMla && k.head_dim != 576 {
-                    return Err(Error::invalid(
-                        f("kv.head_dim"),
-                        format!(
-                            "{} with fp8_ds_mla: that layout holds a 512 + 64 latent (576)",
-                            k.head_dim
-                        ),
-                    ));
-                }
-                if dtype == KvDtype::Int8 {
-                    return Err(Error::invalid(
-                        f("kv.dtype"),
-                        "int8 with kv.attention = \"mla\": the test-bed's engine has no per-token scales for an MLA latent; use bf16, fp16, fp32, fp8 or fp8_ds_mla",
-                    ));
-                }
-                LayerGroup::new(AttentionKind::Mla, k.layers, k.kv_heads, k.head_dim)
-                    .with_head_dim_v(0)
+        let written = k
+            .layer_groups()
+            .map_err(|(key, why)| Error::invalid(f(key), why))?;
+        if written.len() > MAX_KV_GROUPS {
+            return Err(Error::invalid(
+                f("kv.groups"),
+                format!(
+                    "{} layer groups; at most {MAX_KV_GROUPS} (write layers of one shape and attention as one group)",
+                    written.len()
+                ),
+            ));
+        }
+        let many = !k.groups.is_empty();
+        // The field of group `i`: `kv.groups[i].x` or, in the one-group form, `kv.x`.
+        let key = |i: usize, x: &str| {
+            if many {
+                f(&format!("kv.groups[{i}].{x}"))
+            } else {
+                f(&format!("kv.{x}"))
             }
         };
-        let kv = KvSpec::new(vec![group], dtype, k.block_size);
+        let mut groups = Vec::with_capacity(written.len());
+        let mut layers = 0u32;
+        for (i, g) in written.iter().enumerate() {
+            if g.layers == 0 {
+                return Err(Error::invalid(key(i, "layers"), "must be at least 1"));
+            }
+            layers = match layers.checked_add(g.layers) {
+                Some(n) if n <= MAX_KV_LAYERS => n,
+                _ => {
+                    return Err(Error::invalid(
+                        key(i, "layers"),
+                        format!("more than {MAX_KV_LAYERS} layers in all (each is a tensor the engine allocates)"),
+                    ))
+                }
+            };
+            for (x, v) in [("kv_heads", g.kv_heads), ("head_dim", g.head_dim)] {
+                if v == 0 {
+                    return Err(Error::invalid(key(i, x), "must be at least 1"));
+                }
+            }
+            if dtype == KvDtype::Fp8DsMla && g.attention != KvAttention::Mla {
+                return Err(Error::invalid(
+                    f("kv.dtype"),
+                    "fp8_ds_mla is a layout of MLA latents: give every layer group attention = \"mla\"",
+                ));
+            }
+            let attention = match (g.attention, g.window) {
+                (KvAttention::Sliding, None) => {
+                    return Err(Error::invalid(
+                        key(i, "window"),
+                        "missing: a sliding group needs its window in tokens (config.json's sliding_window)",
+                    ))
+                }
+                (KvAttention::Sliding, Some(0)) => {
+                    return Err(Error::invalid(key(i, "window"), "must be at least 1 token"))
+                }
+                (KvAttention::Sliding, Some(w)) if w > MAX_MODEL_LEN => {
+                    return Err(Error::invalid(
+                        key(i, "window"),
+                        format!("{w} is outside 1..={MAX_MODEL_LEN}"),
+                    ))
+                }
+                (KvAttention::Sliding, Some(w)) => AttentionKind::SlidingWindow { window: w },
+                (other, Some(_)) => {
+                    return Err(Error::invalid(
+                        key(i, "window"),
+                        format!(
+                            "a window with attention = \"{}\": only sliding layers have one",
+                            if other == KvAttention::Mla { "mla" } else { "full" }
+                        ),
+                    ))
+                }
+                (KvAttention::Full, None) => AttentionKind::Full,
+                (KvAttention::Mla, None) => {
+                    // vLLM keeps MLA's latent as one KV head (`MLAAttentionSpec`, num_kv_heads
+                    // 1 per rank) and lays `fp8_ds_mla` out for DeepSeek's 512 + 64 latent
+                    // only.
+                    if g.kv_heads != 1 {
+                        return Err(Error::invalid(
+                            key(i, "kv_heads"),
+                            format!(
+                                "{} with attention = \"mla\": an MLA latent is one KV head",
+                                g.kv_heads
+                            ),
+                        ));
+                    }
+                    if dtype == KvDtype::Fp8DsMla && g.head_dim != 576 {
+                        return Err(Error::invalid(
+                            key(i, "head_dim"),
+                            format!(
+                                "{} with fp8_ds_mla: that layout holds a 512 + 64 latent (576)",
+                                g.head_dim
+                            ),
+                        ));
+                    }
+                    if dtype == KvDtype::Int8 {
+                        return Err(Error::invalid(
+                            f("kv.dtype"),
+                            "int8 with attention = \"mla\": the test-bed's engine has no per-token scales for an MLA latent; use bf16, fp16, fp32, fp8 or fp8_ds_mla",
+                        ));
+                    }
+                    AttentionKind::Mla
+                }
+            };
+            let group = LayerGroup::new(attention, g.layers, g.kv_heads, g.head_dim);
+            groups.push(if attention == AttentionKind::Mla {
+                group.with_head_dim_v(0)
+            } else {
+                group
+            });
+        }
+        let kv = KvSpec::new(groups, dtype, k.block_size);
         kv.validate()
             .map_err(|e| Error::invalid(f("kv"), e.to_string()))?;
         for (key, v, max) in [
@@ -220,6 +296,15 @@ impl Scenario {
             if v == 0 || v > max {
                 return Err(Error::invalid(f(key), format!("{v} is outside 1..={max}")));
             }
+        }
+        // The engine's own layout must exist: pages that overflow, or pages of a hybrid model
+        // that vLLM 0.19.0 cannot bring to one size (`unify_kv_cache_spec_page_size` raises
+        // where the largest page is not a multiple of another), leave it none.
+        if crate::kv::EngineKv::of(k).is_none() {
+            return Err(Error::invalid(
+                f(if many { "kv.groups" } else { "kv" }),
+                "the engine has no KV layout for these layers: a page overflows, or (several groups) the largest page is not a multiple of every other, which vLLM 0.19.0 cannot unify (unify_kv_cache_spec_page_size)",
+            ));
         }
         let limits = KvLimits::new(k.max_model_len, k.max_num_batched_tokens)
             .with_max_len_limit(k.max_model_len.max(1).saturating_mul(4));

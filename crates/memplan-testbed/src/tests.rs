@@ -319,7 +319,14 @@ fn scenario_errors_name_the_field() {
             .resolve()
             .is_ok()
     );
+    // Sliding attention needs its window; an attention the engine does not know is refused.
     let e = Scenario::from_toml("x", &mla("dtype = \"fp8\"\nattention = \"sliding\""))
+        .unwrap()
+        .resolve()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("kv.window"), "{e}");
+    let e = Scenario::from_toml("x", &mla("dtype = \"fp8\"\nattention = \"local\""))
         .unwrap_err()
         .to_string();
     assert!(e.contains("attention"), "{e}");
@@ -860,4 +867,174 @@ fn the_high_water_mark_sees_memory_freed_between_phases() {
     // Watching again starts from what the process holds now.
     gpu.watch_peak();
     assert_eq!(gpu.peak(), Some(base));
+}
+
+/// The fp8-24g scenario with its `[kv]` shape replaced by `groups` (TOML of `[[kv.groups]]`
+/// tables, written after `[kv]`'s remaining keys) and `extra` added to `[kv]`.
+fn with_groups(extra: &str, groups: &str) -> String {
+    let base = SHIPPED
+        .iter()
+        .find(|(n, _)| *n == "fp8-24g")
+        .unwrap()
+        .1
+        .replace("layers = 28\n", "")
+        .replace("kv_heads = 2\n", "")
+        .replace("head_dim = 128\n", "");
+    let at = base.find("[graphs]").unwrap();
+    format!("{}{extra}\n{groups}\n{}", &base[..at], &base[at..])
+}
+
+const GEMMA3: &str = "[[kv.groups]]\nattention = \"sliding\"\nwindow = 1024\nlayers = 52\nkv_heads = 16\nhead_dim = 128\n[[kv.groups]]\nattention = \"full\"\nlayers = 10\nkv_heads = 16\nhead_dim = 128\n";
+
+#[test]
+fn layer_groups_reach_the_planner_as_written() {
+    use memplan_core::kv::AttentionKind;
+    let s = Scenario::from_toml("x", &with_groups("", GEMMA3))
+        .unwrap()
+        .resolve()
+        .unwrap();
+    let g = &s.kv.groups;
+    assert_eq!(g.len(), 2);
+    assert_eq!(
+        g[0].attention,
+        AttentionKind::SlidingWindow { window: 1024 }
+    );
+    assert_eq!(
+        (g[0].num_layers, g[0].kv_heads, g[0].head_dim_k),
+        (52, 16, 128)
+    );
+    assert_eq!((g[1].attention, g[1].num_layers), (AttentionKind::Full, 10));
+    // The one-group form with a window (Mistral-7B-v0.1: every layer sliding).
+    let m = SHIPPED[0].1.replace(
+        "dtype = \"fp8\"",
+        "dtype = \"fp8\"\nattention = \"sliding\"\nwindow = 4096",
+    );
+    let s = Scenario::from_toml("x", &m).unwrap().resolve().unwrap();
+    assert_eq!(
+        s.kv.groups[0].attention,
+        AttentionKind::SlidingWindow { window: 4096 }
+    );
+    // Every shipped scenario of one group reads as it always did: one full or MLA group.
+    for (name, text) in SHIPPED {
+        let sc = Scenario::from_toml(name, text).unwrap();
+        if sc.kv.groups.is_empty() {
+            let s = sc.resolve().unwrap();
+            assert_eq!(s.kv.groups.len(), 1, "{name}");
+        }
+    }
+}
+
+#[test]
+fn nonsense_layer_groups_are_refused_by_field() {
+    let sliding = |more: &str| {
+        format!("[[kv.groups]]\nattention = \"sliding\"\nlayers = 4\nkv_heads = 2\nhead_dim = 128\n{more}\n")
+    };
+    let full = |more: &str| {
+        format!(
+            "[[kv.groups]]\nattention = \"full\"\nlayers = 4\nkv_heads = 2\nhead_dim = 128\n{more}"
+        )
+    };
+    let big = "[[kv.groups]]\nlayers = 65000\nkv_heads = 2\nhead_dim = 128\n";
+    for (toml, field) in [
+        // A window of nothing, or none for a sliding group.
+        (
+            with_groups("", &sliding("window = 0")),
+            "kv.groups[0].window",
+        ),
+        (with_groups("", &sliding("")), "kv.groups[0].window"),
+        // A window where no layer slides.
+        (
+            with_groups(
+                "",
+                &format!("{}{}", sliding("window = 64"), full("window = 64")),
+            ),
+            "kv.groups[1].window",
+        ),
+        (
+            SHIPPED[0]
+                .1
+                .replace("dtype = \"fp8\"", "dtype = \"fp8\"\nwindow = 64"),
+            "kv.window",
+        ),
+        // No layers, heads or head dim.
+        (
+            with_groups("", &full("").replace("layers = 4", "layers = 0")),
+            "kv.groups[0].layers",
+        ),
+        (
+            with_groups("", &full("").replace("kv_heads = 2", "kv_heads = 0")),
+            "kv.groups[0].kv_heads",
+        ),
+        // Both forms at once, or neither.
+        (with_groups("layers = 28", &full("")), "kv.layers"),
+        (with_groups("", ""), "kv.layers"),
+        // fp8_ds_mla beside attention that is not MLA; an MLA latent of two heads.
+        (
+            with_groups("", &full("")).replace("dtype = \"fp8\"", "dtype = \"fp8_ds_mla\""),
+            "kv.dtype",
+        ),
+        (
+            with_groups("", &full("").replace("\"full\"", "\"mla\"")),
+            "kv.groups[0].kv_heads",
+        ),
+        // Overflowing layer counts (each layer is a tensor the engine allocates).
+        (
+            with_groups("", &format!("{big}{big}")),
+            "kv.groups[1].layers",
+        ),
+        // Pages vLLM 0.19.0 cannot unify: 2 heads beside 3.
+        (
+            with_groups(
+                "",
+                &format!(
+                    "{}{}",
+                    full(""),
+                    sliding("window = 64").replace("kv_heads = 2", "kv_heads = 3")
+                ),
+            ),
+            "kv.groups",
+        ),
+    ] {
+        let e = Scenario::from_toml("x", &toml)
+            .unwrap()
+            .resolve()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(field), "{field}: {e}\n{toml}");
+    }
+    // A dtype per group (mixed dtypes): the engine's cache has one; an unknown key.
+    let e = Scenario::from_toml("x", &with_groups("", &full("dtype = \"bf16\"")))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("unknown field `dtype`"), "{e}");
+    // An unknown attention.
+    let e = Scenario::from_toml(
+        "x",
+        &with_groups("", &full("").replace("\"full\"", "\"chunked\"")),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("unknown variant `chunked`"), "{e}");
+}
+
+#[test]
+fn the_engine_serves_hybrid_plans_by_its_own_count() {
+    // gemma-3-like on the 4090: the engine's tokens are vLLM's, (blocks - 1) // 7 * 16, and
+    // the plan promised no more.
+    let text = with_groups("", GEMMA3)
+        .replace("max_model_len = 32768", "max_model_len = 4096")
+        .replace("weights = \"2.88GiB\"", "weights = \"12GiB\"");
+    let s = Scenario::from_toml("x", &text).unwrap().resolve().unwrap();
+    let out = run(&s, Choice::Auto).unwrap();
+    assert!(out.failed.is_none(), "{:?}", out.failed);
+    let k = crate::kv::EngineKv::of(&s.scenario.kv).unwrap();
+    assert_eq!((k.groups, k.tensor_count()), (7, 10));
+    let served = out.kv_tokens.unwrap();
+    assert_eq!(served % 16, 0);
+    assert!(
+        served >= out.planned_tokens.unwrap(),
+        "{served} < {:?}",
+        out.planned_tokens
+    );
+    assert!(out.oom.is_none() && out.over_request_bytes.is_none());
 }

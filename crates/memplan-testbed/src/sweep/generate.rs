@@ -109,15 +109,20 @@ pub fn random_scenario(seed: u64) -> Scenario {
             activation_peak: ByteValue::Int(pct(&mut r, 10, 80)),
             workspace: ByteValue::Int(draw(&mut r, &GEN_WORKSPACE) / MIB * MIB),
         },
-        kv: KvToml {
-            dtype: dtype.into(),
-            attention: Default::default(),
-            block_size: [16, 32][r.range(0, 1) as usize],
-            layers: r.range(12, 96) as u32,
-            kv_heads: [1, 2, 4, 8, 16][r.range(0, 4) as usize],
-            head_dim: [64, 128, 256][r.range(0, 2) as usize],
-            max_model_len: [4096, 8192, 32768, 131072][r.range(0, 3) as usize],
-            max_num_batched_tokens: 8192,
+        kv: {
+            // Drawn in the order the fields were always drawn in (the generator's stream).
+            let block_size = [16, 32][r.range(0, 1) as usize];
+            let layers = r.range(12, 96) as u32;
+            let kv_heads = [1, 2, 4, 8, 16][r.range(0, 4) as usize];
+            let head_dim = [64, 128, 256][r.range(0, 2) as usize];
+            let max_model_len = [4096, 8192, 32768, 131072][r.range(0, 3) as usize];
+            KvToml::one_group(
+                dtype,
+                Default::default(),
+                block_size,
+                (layers, kv_heads, head_dim),
+                max_model_len,
+            )
         },
         graphs: GraphsToml {
             sizes: None,
