@@ -46,6 +46,7 @@
 //! [`AllocatorView::allocate_tensor`]: memplan_core::AllocatorView::allocate_tensor
 
 use memplan_core::bytes::fmt_bytes;
+use memplan_core::kv::{KvLimits, KvSpec, SizingRules};
 use memplan_core::{Error, MemoryInfo, Reading, Result, TensorId};
 
 use crate::engine::Engine;
@@ -79,6 +80,19 @@ pub(crate) fn layout(block_bytes: u64, page_bytes: u64) -> Option<(u64, u64)> {
     let tensors = block_bytes.checked_div(page_bytes)?;
     (tensors > 0 && tensors.checked_mul(page_bytes) == Some(block_bytes))
         .then_some((tensors, page_bytes))
+}
+
+/// Whether the session can measure the plan's layout of `kv` through tensors from the engine's
+/// allocator ([`Allocating::Tensors`]): only where a block is whole pages of one size
+/// ([`layout`]). vLLM 0.19.0 lays full-attention (or MLA) layers of several shapes out as one
+/// group of `UniformTypeKVCacheSpecs` whose tensors differ in size
+/// (`vllm/v1/core/kv_cache_utils.py`, `get_kv_cache_config_from_groups`: one `KVCacheTensor`
+/// per layer of `per_layer_specs[layer_name].page_size_bytes * num_blocks`); equal tensors of
+/// the largest page would not take what those take, so such a cache goes unmeasured and the
+/// plan keeps room for its rounding as where the allocator offers no tensors.
+pub(crate) fn measurable_layout(kv: &KvSpec, limits: &KvLimits, rules: &SizingRules) -> bool {
+    kv.size_with(0, limits, rules)
+        .is_ok_and(|s| layout(s.block_bytes.max(1), s.page_bytes).is_some())
 }
 
 /// What measured allocations say about the allocator's granule: `sizes` are `(own bytes,
@@ -705,6 +719,36 @@ pub(crate) fn map(range: &mut KvRange, bytes: u64) -> Result<u64> {
 mod tests {
     use super::*;
     use memplan_core::bytes::MIB;
+    use memplan_core::kv::{AttentionKind, KvDtype, LayerGroup};
+
+    #[test]
+    fn tensors_of_several_sizes_are_not_measured_as_equal_ones() {
+        let rules = SizingRules::default();
+        let limits = KvLimits::new(8192, 8192);
+        let full = |layers, heads, dim| LayerGroup::new(AttentionKind::Full, layers, heads, dim);
+        let spec = |groups| KvSpec::new(groups, KvDtype::Bf16, 16);
+        // One shape: a tensor per layer, all of one page.
+        assert!(measurable_layout(
+            &spec(vec![full(32, 8, 128)]),
+            &limits,
+            &rules
+        ));
+        // gemma-3: 7 groups of 10 layers, 10 tensors of one page (vLLM 0.19.0,
+        // `_get_kv_cache_groups_uniform_page_size`: `group_size` tensors shared by the groups).
+        let sliding = LayerGroup::new(AttentionKind::SlidingWindow { window: 1024 }, 52, 16, 128);
+        assert!(measurable_layout(
+            &spec(vec![sliding, full(10, 16, 128)]),
+            &limits,
+            &rules
+        ));
+        // Two full shapes: one `UniformTypeKVCacheSpecs` group, a tensor per layer of its own
+        // page (28 of 64 KiB, 4 of 8 KiB): no equal tensors reproduce them.
+        assert!(!measurable_layout(
+            &spec(vec![full(28, 8, 128), full(4, 2, 64)]),
+            &limits,
+            &rules
+        ));
+    }
 
     /// Rounded up to a multiple of `g`.
     fn up(x: u64, g: u64) -> u64 {

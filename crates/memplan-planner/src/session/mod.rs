@@ -626,7 +626,15 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
                 ));
             }
         }
-        if self.rec.kv_range.is_none() && !self.offers_tensors {
+        let rules = match &self.sizing {
+            Some((rules, _)) => *rules,
+            None => SizingRules::newest(self.rank.pipeline_parallel_size),
+        };
+        // Tensors from the engine's allocator measure the cache only where its layout is
+        // tensors of one size (`kv_cache::measurable_layout`); otherwise the plan keeps room
+        // for the rounding as where they are not offered.
+        let measurable = self.offers_tensors && kv_cache::measurable_layout(kv, &limits, &rules);
+        if self.rec.kv_range.is_none() && !measurable {
             self.narrow_granule_bound(limits.max_num_batched_tokens)?;
         }
         let mut profile = self.profile();
@@ -655,7 +663,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         };
         let b = match &self.rec.kv_range {
             Some(r) => b.mapping_granularity(r.granularity()),
-            None if self.offers_tensors => b,
+            None if measurable => b,
             None => self.unmeasured_rounding(b, &profile),
         };
         if b.is_blind() {
