@@ -39,6 +39,10 @@ pub const SHIPPED: &[(&str, &str)] = &[
         include_str!("../scenarios/neighbour-takes.toml"),
     ),
     ("shared-pool", include_str!("../scenarios/shared-pool.toml")),
+    (
+        "gemma3-27b-80g",
+        include_str!("../scenarios/gemma3-27b-80g.toml"),
+    ),
 ];
 
 /// The largest byte quantity a scenario may give (1 PiB).
