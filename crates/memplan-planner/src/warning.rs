@@ -372,7 +372,8 @@ impl fmt::Display for Warning {
             Warning::LimitingRank { rank, ranks, device } => write!(f, "rank {rank} ({device}) has the smallest KV cache of {ranks} ranks; the engine sizes every rank like it"),
             Warning::ReadingsNotSynchronized { device, engine } => write!(f, "readings were taken without a synchronize: the device cannot synchronize ({device}) and {engine}; memory the engine released may still read as held"),
             Warning::LogDisagrees { logged_tokens, planned_tokens, term, logged, planned } => write!(f, "the plan has {planned_tokens} KV tokens, the log {logged_tokens}: {term} differs most ({} in the plan, {} in the log, {})", fmt_bytes(*planned), fmt_bytes(*logged), fmt_signed((*planned as i64).saturating_sub(*logged as i64))),
-            Warning::SampledMarginTooCostly { margin, kv_room } => write!(f, "the sampled graph estimate's margin ({}) would take {:.1}% of the {} left for the KV cache: every size was captured and measured instead", fmt_bytes(*margin), *margin as f64 * 100.0 / (*kv_room).max(1) as f64, fmt_bytes(*kv_room)),
+            Warning::SampledMarginTooCostly { margin, kv_room: 0 } => write!(f, "the sampled graph estimate's margin ({}) would take memory the request does not leave: no room is left for the KV cache after the sampled reserve; every size was captured and measured instead", fmt_bytes(*margin)),
+            Warning::SampledMarginTooCostly { margin, kv_room } => write!(f, "the sampled graph estimate's margin ({}) would take {:.1}% of the {} left for the KV cache: every size was captured and measured instead", fmt_bytes(*margin), *margin as f64 * 100.0 / *kv_room as f64, fmt_bytes(*kv_room)),
             Warning::GraphCaptureVaries { spread_per_mille, margin } => write!(f, "the same graph captured again cost up to {:.1}% more or less: the graph reserve keeps {} for that variation, which a later capture can still exceed", *spread_per_mille as f64 / 10.0, fmt_bytes(*margin)),
             Warning::KvCacheShrunk { planned_blocks, blocks, taken, room } => write!(f, "the engine's KV cache of {planned_blocks} blocks takes {} once its allocator rounds each tensor (measured), more than the {} the plan kept for it: {blocks} blocks instead", fmt_bytes(*taken), fmt_bytes(*room)),
             Warning::KvAllocationUnmeasured { blocks, granule } => write!(f, "the engine allocates its KV cache of {blocks} blocks after the session, and neither the engine (no KV allocation hook) nor its allocator (no tensor allocation) lets memplan measure how its allocator rounds the cache's tensors: the plan kept room for rounding each up to {}, the coarsest granule the engine's own allocations during the start-up allow; an allocator that rounds the cache's tensors otherwise can take more than the plan kept", fmt_bytes(*granule)),
@@ -400,6 +401,24 @@ mod tests {
         assert_eq!(j["message"], w.to_string());
         assert!(w.to_string().contains("-22.00 MiB"), "{w}");
         assert_eq!(w.code(), "negative_sample");
+    }
+
+    /// A sampled margin weighed against no room at all says so, not a share of 0 B.
+    #[test]
+    fn a_margin_against_no_room_names_no_share() {
+        let none = Warning::SampledMarginTooCostly {
+            margin: 64 << 20,
+            kv_room: 0,
+        }
+        .to_string();
+        assert!(!none.contains('%'), "{none}");
+        assert!(none.contains("no room is left"), "{none}");
+        let some = Warning::SampledMarginTooCostly {
+            margin: 64 << 20,
+            kv_room: 1 << 30,
+        }
+        .to_string();
+        assert!(some.contains("6.2% of the 1.00 GiB"), "{some}");
     }
 
     /// One warning of every variant (a new variant must be added here: `code()` is matched
