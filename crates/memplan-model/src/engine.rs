@@ -11,7 +11,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use memplan_core::bytes::GIB;
-use memplan_core::kv::{Capacity, SizingRules};
+use memplan_core::kv::{Capacity, KvAllocation, SizingRules};
 use memplan_core::{Error, Param, Result};
 
 pub mod coefficients;
@@ -132,6 +132,13 @@ pub struct EngineRules {
     pub hybrid_block_align: u32,
     /// Which models run on the V2 model runner by default.
     pub runner: RunnerDefault,
+    /// How the KV cache is allocated: one tensor per layer of a KV-cache group up to 0.28
+    /// (`v1/worker/gpu_model_runner.py` `_allocate_kv_cache_tensors`), one backing allocation
+    /// of `num_blocks x bytes per block` from 0.29.0 (`v1/worker/utils.py` `allocate_kv_cache`,
+    /// both runners). SGLang 0.5.23 allocates per-layer buffers (`srt/mem_cache/memory_pool.py`,
+    /// `MHATokenToKVPool._create_buffers_normal`: K and V as halves of one tensor per layer
+    /// where their shapes match; two tensors per layer otherwise, not modelled).
+    pub kv_allocation: KvAllocation,
     /// The V2 runner profiles graph memory before sizing the KV cache
     /// (`v1/worker/gpu/model_runner.py` `profile_cudagraph_memory`, 0.29+; before, it
     /// returns 0 and nothing is subtracted for graphs on that runner).
@@ -160,6 +167,7 @@ const fn v(version: &'static str) -> EngineRules {
         computed_static_fraction: false,
         hybrid_block_align: 16,
         runner: RunnerDefault::V1,
+        kv_allocation: KvAllocation::PerTensor,
         v2_profiles_graphs: false,
         coefficients: coefficients::VLLM_020_026,
     }
@@ -293,6 +301,7 @@ pub const VLLM: &[EngineRules] = &[
         non_kv: NonKvAccounting::Consumed,
         runner: V2_ALL,
         v2_profiles_graphs: true,
+        kv_allocation: KvAllocation::OneBacking,
         coefficients: coefficients::VLLM_029_034,
         ..v("0.29")
     },
@@ -307,6 +316,7 @@ pub const VLLM: &[EngineRules] = &[
         non_kv: NonKvAccounting::Consumed,
         runner: V2_ALL,
         v2_profiles_graphs: true,
+        kv_allocation: KvAllocation::OneBacking,
         coefficients: coefficients::VLLM_029_034,
         ..v("0.31")
     },
@@ -320,6 +330,7 @@ pub const VLLM: &[EngineRules] = &[
         non_kv: NonKvAccounting::Consumed,
         runner: V2_ALL,
         v2_profiles_graphs: true,
+        kv_allocation: KvAllocation::OneBacking,
         coefficients: coefficients::VLLM_029_034,
         ..v("0.32")
     },
@@ -336,6 +347,7 @@ pub const VLLM: &[EngineRules] = &[
         hybrid_block_align: 64,
         runner: V2_ALL,
         v2_profiles_graphs: true,
+        kv_allocation: KvAllocation::OneBacking,
         coefficients: coefficients::VLLM_029_034,
         ..v("0.34")
     },
@@ -388,6 +400,7 @@ impl EngineRules {
             .with_capacity(self.capacity)
             .with_hybrid_manager(hybrid_manager)
             .with_pad_attention_pages(self.pad_attention_pages)
+            .with_kv_allocation(self.kv_allocation)
     }
 
     /// Default (`max_num_seqs`, `max_num_batched_tokens`) of the OpenAI API server for a
@@ -682,6 +695,38 @@ mod tests {
         assert_eq!(r("vllm@0.27").non_kv, NonKvAccounting::Consumed);
         assert_eq!(r("vllm@0.19").default_utilization(24 * GIB, 1, 1), 0.9);
         assert_eq!(r("vllm@0.20.1").default_utilization(24 * GIB, 1, 1), 0.92);
+    }
+
+    /// vLLM up to 0.28 allocates one tensor per layer of a KV-cache group
+    /// (`_allocate_kv_cache_tensors`), 0.29.0 on one backing allocation (`allocate_kv_cache`
+    /// in `vllm/v1/worker/utils.py`); SGLang per-layer buffers. The sizing rules carry it, and
+    /// 0.28's and 0.29's differ in nothing else.
+    #[test]
+    fn the_kv_cache_is_one_allocation_from_0_29() {
+        let r = |v: &str| v.parse::<EngineRules>().unwrap();
+        for v in [
+            "vllm@0.19",
+            "vllm@0.24",
+            "vllm@0.27",
+            "vllm@0.28.9",
+            "sglang",
+        ] {
+            assert_eq!(r(v).kv_allocation, KvAllocation::PerTensor, "{v}");
+            assert_eq!(r(v).sizing(1, true).kv_allocation, KvAllocation::PerTensor);
+        }
+        for v in ["vllm@0.29", "vllm@0.30", "vllm@0.32", "vllm@0.34"] {
+            assert_eq!(
+                r(v).sizing(2, true).kv_allocation,
+                KvAllocation::OneBacking,
+                "{v}"
+            );
+        }
+        assert_eq!(
+            r("vllm@0.28").sizing(1, true),
+            r("vllm@0.29")
+                .sizing(1, true)
+                .with_kv_allocation(KvAllocation::PerTensor)
+        );
     }
 
     /// Each row's fitted figures follow its accounting: kept buffers only where consumed

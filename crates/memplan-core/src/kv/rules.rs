@@ -16,6 +16,25 @@ pub enum Capacity {
     Concurrency,
 }
 
+/// How the engine allocates its KV cache, which decides how often its caching allocator rounds
+/// it up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KvAllocation {
+    /// One allocation per `KVCacheTensor` (one per layer of a KV-cache group), each rounded on
+    /// its own: vLLM up to 0.28 (`vllm/v1/worker/gpu_model_runner.py`,
+    /// `GPUModelRunner._allocate_kv_cache_tensors`: one `torch.zeros(kv_cache_tensor.size)` per
+    /// tensor unless it is packed, `block_stride > 0`, which 0.28.0 added as an option).
+    #[default]
+    PerTensor,
+    /// One allocation of `num_blocks x bytes per block` that every layer views: vLLM 0.29.0 on
+    /// (`vllm/v1/worker/utils.py`, `allocate_kv_cache`: every `KVCacheTensor` has the size
+    /// `bytes_per_block * num_blocks` of `get_kv_cache_config_from_groups`, asserted to
+    /// "share one backing allocation", one `torch.zeros` of it; `create_kv_cache_views`).
+    /// Rounded once.
+    OneBacking,
+}
+
 /// Rules of one engine release that KV sizing applies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
@@ -32,6 +51,10 @@ pub struct SizingRules {
     /// Attention pages that do not divide the largest page are padded to it (vLLM 0.24 on,
     /// `unify_kv_cache_spec_page_size`); before, such a model fails to start.
     pub pad_attention_pages: bool,
+    /// How the KV cache is allocated (one tensor per layer, or one backing allocation from
+    /// vLLM 0.29.0 on). Plans written before the rule existed read as per tensor.
+    #[serde(default)]
+    pub kv_allocation: KvAllocation,
 }
 
 impl SizingRules {
@@ -43,8 +66,9 @@ impl SizingRules {
     /// deployment of `pipeline_stages` stages: with async scheduling a window keeps the tokens
     /// of `pipeline_stages + 1` batches in flight (`VllmConfig.max_in_flight_tokens`, 0.26
     /// on), capacity as vLLM 0.20.1 on reports it, pages padded (0.24 on), the hybrid
-    /// KV-cache manager on. The release table in `memplan-model` (`EngineRules`, each rule
-    /// with its vLLM file) is the source; a test there keeps this equal to its newest row.
+    /// KV-cache manager on, the cache one backing allocation (0.29 on). The release table in
+    /// `memplan-model` (`EngineRules`, each rule with its vLLM file) is the source; a test there
+    /// keeps this equal to its newest row.
     pub const fn newest(pipeline_stages: u64) -> Self {
         SizingRules {
             in_flight_batches: if pipeline_stages == 0 {
@@ -55,6 +79,7 @@ impl SizingRules {
             capacity: Capacity::Concurrency,
             hybrid_manager: true,
             pad_attention_pages: true,
+            kv_allocation: KvAllocation::OneBacking,
         }
     }
 
@@ -81,16 +106,24 @@ impl SizingRules {
         self.pad_attention_pages = on;
         self
     }
+
+    /// The same rules with the KV cache allocated as `allocation`.
+    pub const fn with_kv_allocation(mut self, allocation: KvAllocation) -> Self {
+        self.kv_allocation = allocation;
+        self
+    }
 }
 
 impl Default for SizingRules {
-    /// vLLM 0.19's rules: one batch in flight, per-group token count, hybrid manager on.
+    /// vLLM 0.19's rules: one batch in flight, per-group token count, hybrid manager on, one
+    /// tensor per layer.
     fn default() -> Self {
         SizingRules {
             in_flight_batches: 1,
             capacity: Capacity::BlocksPerGroup,
             hybrid_manager: true,
             pad_attention_pages: false,
+            kv_allocation: KvAllocation::PerTensor,
         }
     }
 }

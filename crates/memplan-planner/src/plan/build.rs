@@ -1,7 +1,7 @@
 //! [`PlanBuilder`]: the one way a [`Plan`] is made (see the module docs of [`crate::plan`]).
 
 use memplan_core::bytes::MIB;
-use memplan_core::kv::{KvLimits, KvSpec, SizingRules};
+use memplan_core::kv::{KvAllocation, KvLimits, KvSizing, KvSpec, SizingRules};
 use memplan_core::{Error, MemoryInfo, Param, Reading, Refusal, Reliability, Result};
 use std::collections::BTreeMap;
 
@@ -153,6 +153,22 @@ fn pages_within(room: u64, count: u64, g: u64, page: u64) -> u64 {
         }
     }
     lo
+}
+
+/// The engine's KV tensors for a cache sized as `s` under `rules`: `(tensors, page bytes)`,
+/// a cache of `n` blocks being `tensors` tensors of `n x page` bytes. Per tensor
+/// ([`KvAllocation::PerTensor`], vLLM up to 0.28): one tensor per layer of a group, where a
+/// block is whole pages of one size (`None` otherwise). One backing allocation
+/// ([`KvAllocation::OneBacking`], vLLM 0.29.0 on, `vllm/v1/worker/utils.py`
+/// `allocate_kv_cache`: `torch.zeros(raw_size)` with `raw_size = bytes_per_block * num_blocks`
+/// from `get_kv_cache_config_from_groups`): one tensor of the block's bytes.
+fn kv_layout(s: &KvSizing, rules: &SizingRules) -> Option<(u64, u64)> {
+    match rules.kv_allocation {
+        KvAllocation::OneBacking => (s.block_bytes > 0).then_some((1, s.block_bytes)),
+        KvAllocation::PerTensor => (s.page_bytes > 0
+            && s.group_size.checked_mul(s.page_bytes) == Some(s.block_bytes))
+        .then_some((s.group_size.max(1), s.page_bytes)),
+    }
 }
 
 /// Reserved for memory held outside the allocator (library workspaces, context growth) when it
@@ -483,17 +499,19 @@ impl PlanBuilder {
     /// The engine's KV tensors where its allocator rounds each on its own: `(tensors, page
     /// bytes)`, the cache of `n` blocks being `tensors` tensors of `n x page` bytes. `None` in a
     /// dry run (no slack), where the cache is mapped in whole granules (post-capture: one
-    /// mapping), or where the layout is not tensors of whole pages. vLLM v1 allocates one
-    /// tensor per layer of a KV-cache group (`GPUModelRunner._allocate_kv_cache_tensors`, one
-    /// `torch.zeros` per tensor of `page_size * num_blocks`), each rounded by the caching
-    /// allocator.
+    /// mapping), or where the layout is not tensors of whole pages. vLLM v1 up to 0.28
+    /// allocates one tensor per layer of a KV-cache group
+    /// (`GPUModelRunner._allocate_kv_cache_tensors`, one `torch.zeros` per tensor of
+    /// `page_size * num_blocks`), each rounded by the caching allocator; from 0.29.0 one
+    /// backing allocation of `bytes_per_block * num_blocks` (`vllm/v1/worker/utils.py`
+    /// `allocate_kv_cache`), whatever the pages ([`KvAllocation::OneBacking`]: one tensor of
+    /// the block's bytes).
     fn kv_tensors(&self) -> Option<(u64, u64)> {
         if self.alloc_slack == 0 || self.granularity.is_some() {
             return None;
         }
         let s = self.kv_spec.size_with(0, &self.limits, &self.rules).ok()?;
-        (s.page_bytes > 0 && s.group_size.checked_mul(s.page_bytes) == Some(s.block_bytes))
-            .then_some((s.group_size.max(1), s.page_bytes))
+        kv_layout(&s, &self.rules)
     }
 
     /// What a KV cache of `kv_bytes` takes once the allocator rounded its tensors (each as
@@ -511,9 +529,10 @@ impl PlanBuilder {
         }
     }
 
-    /// The allocator's rounding bound kept once per layer (once where the cache is mapped).
+    /// The allocator's rounding bound kept once per layer (once where the cache is mapped or
+    /// is one backing allocation, [`KvAllocation::OneBacking`]).
     fn kv_rounding_bound(&self) -> u64 {
-        if self.granularity.is_some() {
+        if self.granularity.is_some() || self.rules.kv_allocation == KvAllocation::OneBacking {
             return self.alloc_slack;
         }
         let layers: u64 = self

@@ -371,3 +371,55 @@ fn a_granule_bound_needs_two_readings_that_agree_on_one_granule() {
     let mut dry = PlanBuilder::new(48 * GIB, Request::Utilization(0.9), spec(), limits());
     assert_eq!(dry.unmeasured_kv_allocation(Some(g)), 0);
 }
+
+#[test]
+fn one_backing_allocation_keeps_room_for_one_rounding_not_one_per_layer() {
+    use memplan_core::kv::KvAllocation;
+    // The same model, budget and allocator under the rules of vLLM 0.28 and 0.29 (the newest
+    // rules but for the allocation are 0.28's). Figures from vLLM's code:
+    // - 0.28 (`vllm/v1/worker/gpu_model_runner.py`, `_allocate_kv_cache_tensors`): one
+    //   `torch.zeros(kv_cache_tensor.size)` per layer, size `page_size_bytes * num_blocks`,
+    //   each rounded up to the allocator's granule on its own;
+    // - 0.29.0 (`vllm/v1/worker/utils.py`, `allocate_kv_cache`): one `torch.zeros(raw_size)`,
+    //   `raw_size = bytes_per_block * num_blocks` (`vllm/v1/core/kv_cache_utils.py`,
+    //   `get_kv_cache_config_from_groups`; `bytes_per_block` the group's pages summed), rounded
+    //   once.
+    let page = 16 * 2 * 128 * 2 * 2; // block_size x kv heads x head size x (K, V) x bf16
+    let layers = 28;
+    let bytes_per_block = layers * page;
+    let v028 = SizingRules::newest(1).with_kv_allocation(KvAllocation::PerTensor);
+    let v029 = SizingRules::newest(1);
+    let p = profile(48 * GIB, 47 * GIB, 46 * GIB, 20 * GIB, GIB, 0, None);
+    // PyTorch's 2 MiB (`kRoundLarge`) and a coarse granule of 26.5 MiB.
+    for g in [2 * MIB, 53 * 512 * 1024] {
+        let planned = |rules: SizingRules| {
+            let mut b =
+                PlanBuilder::from_profile(&p, "test", Request::Utilization(0.9), spec(), limits())
+                    .unwrap()
+                    .sizing_rules(rules);
+            assert_eq!(b.unmeasured_kv_allocation(Some(g)), g);
+            b.build().unwrap()
+        };
+        let (old, new) = (planned(v028), planned(v029));
+        let budget = old.kv_budget_bytes;
+        assert_eq!(new.kv_budget_bytes, budget);
+        // 0.28: 28 tensors of n pages, each rounded up to g, within the budget: each at most
+        // the largest multiple of g that 28 times fits.
+        let per_tensor = budget / layers / g * g;
+        assert_eq!(old.kv.num_blocks, per_tensor / page, "granule {g}");
+        // 0.29: one allocation of n blocks rounded up to g within the budget.
+        assert_eq!(
+            new.kv.num_blocks,
+            budget / g * g / bytes_per_block,
+            "granule {g}"
+        );
+        // What each engine takes stays in the budget, and one backing allocation loses less
+        // than a granule and a block to rounding where 28 tensors may lose 28 granules.
+        let up = |x: u64| x.div_ceil(g) * g;
+        assert!(layers * up(old.kv.num_blocks * page) <= budget);
+        assert!(up(new.kv.num_blocks * bytes_per_block) <= budget);
+        assert!(budget - new.kv.num_blocks * bytes_per_block < g + bytes_per_block);
+        assert!(new.kv.num_blocks > old.kv.num_blocks, "granule {g}");
+        assert_eq!(new.sizing_rules.kv_allocation, KvAllocation::OneBacking);
+    }
+}

@@ -34,19 +34,20 @@
 //!
 //! An engine that allocates its KV cache only after the session (no hook) gets the same
 //! measurement where its allocator offers tensors ([`AllocatorView::allocate_tensor`]): the
-//! session allocates the plan's layout (one tensor of `blocks x page` bytes per layer, vLLM's)
-//! through that allocator, reads what it reserved, and frees it at once; the count it hands
-//! over ([`KvCache::num_blocks`]) is what fitted. This measures the plan's layout, not the
-//! engine's: an engine whose layout differs offers the hook. Where neither is offered, the
-//! count is the plan's, and the allocator's rounding is bounded, not measured: the plan kept
-//! room for rounding each tensor up to the coarsest granule the engine's own allocations
-//! during the start-up allow ([`granule_bound`](crate::plan::granule_bound),
-//! [`Warning::KvAllocationUnmeasured`]).
+//! session allocates the plan's layout (one tensor of `blocks x page` bytes per layer, vLLM's up
+//! to 0.28; one tensor of `blocks x block bytes` where the rules say the engine allocates one
+//! backing allocation, vLLM's from 0.29.0) through that allocator, reads what it reserved, and
+//! frees it at once; the count it hands over ([`KvCache::num_blocks`]) is what fitted. This
+//! measures the plan's layout, not the engine's: an engine whose layout differs offers the
+//! hook. Where neither is offered, the count is the plan's, and the allocator's rounding is
+//! bounded, not measured: the plan kept room for rounding each tensor up to the coarsest
+//! granule the engine's own allocations during the start-up allow
+//! ([`granule_bound`](crate::plan::granule_bound), [`Warning::KvAllocationUnmeasured`]).
 //!
 //! [`AllocatorView::allocate_tensor`]: memplan_core::AllocatorView::allocate_tensor
 
 use memplan_core::bytes::fmt_bytes;
-use memplan_core::kv::{KvLimits, KvSpec, SizingRules};
+use memplan_core::kv::{KvAllocation, KvLimits, KvSizing, KvSpec, SizingRules};
 use memplan_core::{Error, MemoryInfo, Reading, Result, TensorId};
 
 use crate::engine::Engine;
@@ -74,8 +75,9 @@ pub const GRANULE_ATTEMPTS: usize = 8;
 const GRANULE_SIZES: usize = 3;
 
 /// The KV cache's layout as the planner knows it: `tensors` tensors of `n x page` bytes for a
-/// cache of `n` blocks (vLLM v1: one tensor per layer of a KV-cache group,
-/// `GPUModelRunner._allocate_kv_cache_tensors`). `None` where the block is not whole pages.
+/// cache of `n` blocks (vLLM v1 up to 0.28: one tensor per layer of a KV-cache group,
+/// `GPUModelRunner._allocate_kv_cache_tensors`; from 0.29.0 `page` is the whole block, one
+/// tensor, see [`tensor_page`]). `None` where the block is not whole pages.
 pub(crate) fn layout(block_bytes: u64, page_bytes: u64) -> Option<(u64, u64)> {
     let tensors = block_bytes.checked_div(page_bytes)?;
     (tensors > 0 && tensors.checked_mul(page_bytes) == Some(block_bytes))
@@ -90,9 +92,23 @@ pub(crate) fn layout(block_bytes: u64, page_bytes: u64) -> Option<(u64, u64)> {
 /// per layer of `per_layer_specs[layer_name].page_size_bytes * num_blocks`); equal tensors of
 /// the largest page would not take what those take, so such a cache goes unmeasured and the
 /// plan keeps room for its rounding as where the allocator offers no tensors.
+///
+/// An engine that allocates the cache as one backing allocation ([`KvAllocation::OneBacking`],
+/// vLLM 0.29.0 on, `vllm/v1/worker/utils.py` `allocate_kv_cache`) is measured with one tensor of
+/// `blocks x block bytes`, whatever its pages.
 pub(crate) fn measurable_layout(kv: &KvSpec, limits: &KvLimits, rules: &SizingRules) -> bool {
     kv.size_with(0, limits, rules)
-        .is_ok_and(|s| layout(s.block_bytes.max(1), s.page_bytes).is_some())
+        .is_ok_and(|s| layout(s.block_bytes.max(1), tensor_page(&s, rules)).is_some())
+}
+
+/// Bytes of one block in one tensor of the cache sized as `s`: a page where the engine
+/// allocates a tensor per layer, the whole block where it allocates one backing allocation
+/// (as the plan builder lays it out).
+pub(crate) fn tensor_page(s: &KvSizing, rules: &SizingRules) -> u64 {
+    match rules.kv_allocation {
+        KvAllocation::OneBacking => s.block_bytes,
+        KvAllocation::PerTensor => s.page_bytes,
+    }
 }
 
 /// What measured allocations say about the allocator's granule: `sizes` are `(own bytes,
@@ -243,7 +259,9 @@ pub(crate) struct Planned {
     pub rank: Rank,
     pub num_blocks: u64,
     pub block_bytes: u64,
-    /// Bytes of one block in one tensor of the cache (the plan's `kv.page_bytes`).
+    /// Bytes of one block in one tensor of the cache: the plan's `kv.page_bytes` where the
+    /// engine allocates a tensor per layer, its `kv.block_bytes` where it allocates one backing
+    /// allocation ([`tensor_page`]).
     pub page_bytes: u64,
     pub kv_cache_bytes: u64,
     /// What the plan kept for the KV cache: its cap where one bounded it, else its budget (the
@@ -266,7 +284,7 @@ impl Planned {
             rank,
             num_blocks: plan.kv.num_blocks,
             block_bytes: plan.kv.block_bytes,
-            page_bytes: plan.kv.page_bytes,
+            page_bytes: tensor_page(&plan.kv, &plan.sizing_rules),
             kv_cache_bytes: plan.kv_cache_bytes,
             room: match plan.capped_by_free_bytes {
                 Some(cap) => cap.max(plan.kv_cache_bytes),

@@ -50,7 +50,7 @@ use crate::warning::Warning;
 pub use kv_cache::KvCache;
 use kv_cache::Planned;
 use memplan_core::bytes::{fmt_signed, signed};
-use memplan_core::kv::{KvLimits, KvSpec, SizingRules};
+use memplan_core::kv::{KvAllocation, KvLimits, KvSpec, SizingRules};
 pub(crate) use recorder::Recorder;
 pub use steps::Step;
 use steps::Steps;
@@ -382,7 +382,9 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     /// Size the KV cache with an engine release's `rules` (`release` names it, `vllm@0.19`;
     /// the dry run's table is `memplan_model::engine::EngineRules::sizing`). Default: the
     /// newest release memplan knows ([`SizingRules::newest`] for this rank's pipeline
-    /// stages), the same default as the dry run's; the plan names the release either way.
+    /// stages), the same default as the dry run's, except that the KV cache is taken as one
+    /// tensor per layer (room for each one's rounding, as engines before vLLM 0.29.0 need);
+    /// the plan names the release either way.
     pub fn with_sizing_rules(mut self, rules: SizingRules, release: impl Into<String>) -> Self {
         self.sizing = Some((rules, release.into()));
         self
@@ -628,7 +630,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         }
         let rules = match &self.sizing {
             Some((rules, _)) => *rules,
-            None => SizingRules::newest(self.rank.pipeline_parallel_size),
+            None => unnamed_release_rules(self.rank.pipeline_parallel_size),
         };
         // Tensors from the engine's allocator measure the cache only where its layout is
         // tensors of one size (`kv_cache::measurable_layout`); otherwise the plan keeps room
@@ -654,10 +656,10 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
                 .engine(release.clone())
                 .notes(vec![format!("KV sizing: the rules of {release}, as the caller chose")]),
             None => b
-                .sizing_rules(SizingRules::newest(self.rank.pipeline_parallel_size))
+                .sizing_rules(rules)
                 .engine(SizingRules::NEWEST_RELEASE)
                 .notes(vec![format!(
-                    "KV sizing: the rules of {}, the newest engine release memplan knows (the dry run's default too; Session::with_sizing_rules picks another)",
+                    "KV sizing: the rules of {}, the newest engine release memplan knows (the dry run's default too; Session::with_sizing_rules picks another), but room for rounding one KV tensor per layer: with no release named, the cache may be allocated as older releases do",
                     SizingRules::NEWEST_RELEASE
                 )]),
         };
@@ -795,6 +797,15 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         self.done = true;
         (self.rec.profile(), self.rec.kv_range.take())
     }
+}
+
+/// The rules a session plans with where no release was named
+/// ([`Session::with_sizing_rules`]): the newest release's ([`SizingRules::newest`]), except
+/// that the KV cache is taken as one tensor per layer ([`KvAllocation::PerTensor`]), each
+/// rounded by the allocator: an engine older than vLLM 0.29.0 allocates it so, and room for one
+/// rounding where it rounds one per layer would not hold it.
+fn unnamed_release_rules(pipeline_stages: u64) -> SizingRules {
+    SizingRules::newest(pipeline_stages).with_kv_allocation(KvAllocation::PerTensor)
 }
 
 /// Set the free reading approximate within `tolerance` for `why`; the downgrade's `observed`

@@ -21,6 +21,7 @@ const V0_34: SizingRules = SizingRules {
     capacity: Capacity::Concurrency,
     hybrid_manager: true,
     pad_attention_pages: true,
+    kv_allocation: crate::kv::KvAllocation::OneBacking,
 };
 
 fn limits(len: u64, batched: u64) -> KvLimits {

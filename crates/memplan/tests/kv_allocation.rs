@@ -1,0 +1,185 @@
+//! The session measures the KV cache as the engine release allocates it: vLLM up to 0.28 one
+//! tensor per layer (`vllm/v1/worker/gpu_model_runner.py`, `_allocate_kv_cache_tensors`: one
+//! `torch.zeros(page_size_bytes * num_blocks)` per layer), vLLM 0.29.0 on one backing
+//! allocation (`vllm/v1/worker/utils.py`, `allocate_kv_cache`: one
+//! `torch.zeros(bytes_per_block * num_blocks)`), each rounded by a PyTorch-like allocator.
+
+#![cfg(feature = "sim")]
+
+use std::collections::HashMap;
+
+use memplan::kv::{
+    AttentionKind, KvAllocation, KvDtype, KvLimits, KvSpec, LayerGroup, SizingRules,
+};
+use memplan::{
+    AllocatorStats, AllocatorView, Engine, RawAllocation, Request, Result, Session, SharedDevice,
+    TensorId,
+};
+
+const MIB: u64 = 1 << 20;
+/// PyTorch's rounding of a large request (`kRoundLarge`).
+const GRANULE: u64 = 2 * MIB;
+const LAYERS: u64 = 24;
+/// 16 tokens x 8 KV heads x 128 x (K, V) x bf16.
+const PAGE: u64 = 16 * 8 * 128 * 2 * 2;
+
+/// An allocator that rounds every tensor up to [`GRANULE`] and records each request.
+struct Rounding {
+    dev: SharedDevice,
+    held: HashMap<u64, (RawAllocation, u64, u64)>,
+    next: u64,
+    allocated: u64,
+    reserved: u64,
+    peak: u64,
+    requests: Vec<u64>,
+}
+
+impl AllocatorView for Rounding {
+    fn stats(&self) -> AllocatorStats {
+        AllocatorStats::new(self.reserved, self.allocated, self.peak)
+            .with_peak_reserved(Some(self.peak))
+    }
+    fn release_cached(&mut self) -> Result<()> {
+        Ok(())
+    }
+    fn reset_peak(&mut self) {
+        self.peak = self.reserved;
+    }
+    fn allocate_tensor(&mut self, bytes: u64) -> Result<Option<TensorId>> {
+        self.requests.push(bytes);
+        let rounded = bytes.div_ceil(GRANULE) * GRANULE;
+        let raw = self.dev.allocate(rounded)?;
+        self.next += 1;
+        self.held.insert(self.next, (raw, bytes, rounded));
+        self.allocated += bytes;
+        self.reserved += rounded;
+        self.peak = self.peak.max(self.reserved);
+        Ok(Some(TensorId(self.next)))
+    }
+    fn free_tensor(&mut self, id: TensorId) -> Result<()> {
+        let (raw, bytes, rounded) = self.held.remove(&id.0).expect("a held tensor");
+        self.allocated -= bytes;
+        self.reserved -= rounded;
+        self.dev.free(raw).map_err(|f| f.error)?;
+        Ok(())
+    }
+}
+
+/// An engine without a KV hook whose allocator offers tensors: the session measures the cache
+/// through them.
+struct Engine0 {
+    alloc: Rounding,
+    weights: Vec<TensorId>,
+}
+
+impl Engine0 {
+    fn load(&mut self) -> Result<()> {
+        for _ in 0..8 {
+            let t = self.alloc.allocate_tensor(128 * MIB)?.expect("offered");
+            self.weights.push(t);
+        }
+        Ok(())
+    }
+    fn forward(&mut self) -> Result<()> {
+        let t = self.alloc.allocate_tensor(255 * MIB)?.expect("offered");
+        self.alloc.free_tensor(t)
+    }
+}
+
+impl Drop for Engine0 {
+    fn drop(&mut self) {
+        for t in std::mem::take(&mut self.weights) {
+            let _ = self.alloc.free_tensor(t);
+        }
+    }
+}
+
+impl Engine for Engine0 {
+    fn allocator(&mut self) -> &mut dyn AllocatorView {
+        &mut self.alloc
+    }
+    fn graph_sizes(&self) -> Vec<u32> {
+        Vec::new()
+    }
+    fn capture_graph(&mut self, _size: u32) -> Result<()> {
+        Ok(())
+    }
+    fn release_graphs(&mut self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// The plan's blocks, the blocks handed over, and the KV tensor requests of the measurement.
+fn measured(rules: SizingRules, release: &str) -> (u64, u64, Vec<u64>) {
+    let dev = memplan::open("sim:rtx4090,other=0").unwrap();
+    let mut e = Engine0 {
+        alloc: Rounding {
+            dev: dev.clone(),
+            held: HashMap::new(),
+            next: 0,
+            allocated: 0,
+            reserved: 0,
+            peak: 0,
+            requests: Vec::new(),
+        },
+        weights: Vec::new(),
+    };
+    let spec = KvSpec::new(
+        vec![LayerGroup::new(AttentionKind::Full, LAYERS as u32, 8, 128)],
+        KvDtype::Bf16,
+        16,
+    );
+    let limits = KvLimits::new(4096, 2048);
+    let (plan, kv) = {
+        let mut s = Session::start(&dev, &mut e)
+            .unwrap()
+            .with_sizing_rules(rules, release);
+        s.load_weights(Engine0::load).unwrap();
+        s.profile_run(Engine0::forward).unwrap();
+        let plan = s.plan(Request::Utilization(0.9), &spec, limits).unwrap();
+        let kv = s.into_kv_cache(&plan).unwrap();
+        (plan, kv)
+    };
+    assert!(
+        !kv.allocated,
+        "the engine allocates its cache after the session"
+    );
+    assert!(kv.warnings.is_empty(), "{:?}", kv.warnings);
+    assert_eq!(plan.kv.block_bytes, LAYERS * PAGE);
+    // The requests but the session's question (one byte), the weights and the activation:
+    // the session's KV measurement.
+    let kv_requests = e
+        .alloc
+        .requests
+        .iter()
+        .copied()
+        .filter(|b| ![1, 128 * MIB, 255 * MIB].contains(b))
+        .collect();
+    (plan.kv.num_blocks, kv.num_blocks, kv_requests)
+}
+
+#[test]
+fn the_session_measures_one_backing_allocation_where_the_release_makes_one() {
+    let (old_planned, old_blocks, old) = measured(
+        SizingRules::newest(1).with_kv_allocation(KvAllocation::PerTensor),
+        "vllm@0.28",
+    );
+    let (new_planned, new_blocks, new) = measured(SizingRules::newest(1), "vllm@0.29");
+    // 0.28: every measured cache is 24 equal tensors of n pages.
+    assert!(
+        !old.is_empty() && old.len() % LAYERS as usize == 0,
+        "{}",
+        old.len()
+    );
+    for c in old.chunks(LAYERS as usize) {
+        assert!(c.iter().all(|b| *b == c[0] && b % PAGE == 0), "{c:?}");
+    }
+    assert!(old.iter().any(|b| *b == old_blocks * PAGE));
+    // 0.29: one tensor of n blocks of 24 pages each.
+    assert!(!new.is_empty());
+    assert!(new.iter().all(|b| b % (LAYERS * PAGE) == 0), "{new:?}");
+    assert!(new.iter().any(|b| *b == new_blocks * LAYERS * PAGE));
+    // The plan kept one rounding where there is one allocation: more blocks.
+    assert_eq!((old_blocks, new_blocks), (old_planned, new_planned));
+    assert!(new_blocks > old_blocks, "{old_blocks} vs {new_blocks}");
+}
