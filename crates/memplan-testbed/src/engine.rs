@@ -106,7 +106,7 @@ impl SimEngine {
 
     /// The engine's KV layout for its model.
     fn kv_layout(&self) -> Result<EngineKv> {
-        EngineKv::of(&self.setup.scenario.kv).ok_or_else(|| {
+        EngineKv::of_setup(&self.setup).ok_or_else(|| {
             Error::invalid(
                 "kv.dtype",
                 format!(

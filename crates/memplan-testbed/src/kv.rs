@@ -46,10 +46,14 @@
 //!   block, `(num_blocks - 1) // groups * min_block_size` (for one group the
 //!   `(num_blocks - 1) * block_size` it always served).
 //!
-//! vLLM 0.34.0 lays the cache out differently (`vllm/v1/core/kv_cache_planning.py`,
-//! `get_kv_cache_config_from_groups`, and `vllm/v1/worker/utils.py`, `allocate_kv_cache`: one
-//! backing allocation of `bytes_per_block * num_blocks` that every layer views); the test-bed
-//! models 0.19.0, the release its planner runs are labelled with.
+//! vLLM 0.29.0 on lays the cache out differently (`vllm/v1/core/kv_cache_utils.py`, 0.34.0
+//! `kv_cache_planning.py`, `get_kv_cache_config_from_groups`: every `KVCacheTensor` of size
+//! `bytes_per_block * num_blocks`, `bytes_per_block` the largest group's pages summed,
+//! `_get_kv_cache_bytes_per_block`; `vllm/v1/worker/utils.py`, `allocate_kv_cache`: one
+//! backing `torch.zeros` of that size that every layer views, padded to 4 KiB on ROCm only).
+//! The test-bed models 0.19.0, the release its planner runs are labelled with; a setup may
+//! have its engine allocate as 0.29.0 does instead ([`EngineKv::of_setup`], the ROCm padding
+//! left out), the rest of its arithmetic unchanged.
 
 use crate::scenario::{KvAttention, KvGroupToml, KvToml};
 
@@ -202,6 +206,27 @@ impl EngineKv {
             groups: per_request.iter().map(|(_, _, g)| g).sum(),
             per_request,
         })
+    }
+
+    /// The layout of the engine of `setup`: [`EngineKv::of`] its scenario's cache, as one
+    /// backing allocation where the setup's engine allocates so
+    /// ([`crate::Setup::kv_allocation`]).
+    pub fn of_setup(setup: &crate::Setup) -> Option<Self> {
+        let kv = EngineKv::of(&setup.scenario.kv)?;
+        match setup.kv_allocation {
+            memplan_core::kv::KvAllocation::OneBacking => kv.one_backing(),
+            memplan_core::kv::KvAllocation::PerTensor => Some(kv),
+        }
+    }
+
+    /// The same cache allocated as vLLM 0.29.0 does: one tensor of `bytes_per_block *
+    /// num_blocks` (`vllm/v1/worker/utils.py`, `allocate_kv_cache`), `bytes_per_block` the
+    /// largest group's pages summed (`kv_cache_utils.py`, `_get_kv_cache_bytes_per_block`):
+    /// the pages of every tensor here, one layer of each group per tensor.
+    pub fn one_backing(mut self) -> Option<Self> {
+        let bytes_per_block = self.block_bytes()?;
+        self.tensors = vec![(bytes_per_block, 1)];
+        Some(self)
     }
 
     /// Bytes of one block across every tensor.
@@ -387,6 +412,16 @@ mod tests {
         assert_eq!(k.total_bytes(7_001), Some(7_001 * (1280 << 10)));
         assert_eq!(k.tensor_runs(7_001), Some(vec![(10, 7_001 * (128 << 10))]));
         assert_eq!(k.tokens(7_001), 16_000);
+        // As vLLM 0.29.0 allocates it: one `torch.zeros(bytes_per_block * num_blocks)`,
+        // `bytes_per_block` the largest group's ten 128 KiB pages (`allocate_kv_cache`,
+        // `_get_kv_cache_bytes_per_block`); the blocks and tokens are the same.
+        let one = k.clone().one_backing().unwrap();
+        assert_eq!(
+            one.tensor_runs(7_001),
+            Some(vec![(1, 7_001 * 10 * (128 << 10))])
+        );
+        assert_eq!(one.total_bytes(7_001), k.total_bytes(7_001));
+        assert_eq!(one.tokens(7_001), 16_000);
         assert_eq!(
             k.tokens(7_007),
             16_000,

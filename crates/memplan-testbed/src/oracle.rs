@@ -420,7 +420,7 @@ fn verdict(
     start_refused: bool,
     alloc: &AllocatorSnapshot,
 ) -> Option<Oracle> {
-    let kv = EngineKv::of(&setup.scenario.kv)?;
+    let kv = EngineKv::of_setup(setup)?;
     let blocks_in = |room: u64| {
         if mapped {
             // Mapped into a reserved range: whole granules, the tensors side by side.

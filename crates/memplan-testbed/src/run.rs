@@ -100,12 +100,15 @@ fn profile(
     // Calibrating, the session starts the way an engine starts it (`Session::start`: its
     // calibration's leftovers are accounted); else it trusts the declaration.
     // The oracle counts tokens as vLLM 0.19 did (usable blocks times the block size,
-    // [`crate::oracle::tokens_in`]), so the session sizes with those rules too.
-    fn rules(s: Session<'_, SimEngine>) -> Session<'_, SimEngine> {
-        s.with_sizing_rules(memplan_core::kv::SizingRules::default(), "vllm@0.19")
+    // [`crate::oracle::tokens_in`]), so the session sizes with those rules too (the KV
+    // cache's allocation as the setup names it, one tensor per layer unless a test says).
+    fn rules<'a>(s: Session<'a, SimEngine>, setup: &Setup) -> Session<'a, SimEngine> {
+        let r = memplan_core::kv::SizingRules::default()
+            .with_kv_allocation(setup.planned_kv_allocation);
+        s.with_sizing_rules(r, "vllm@0.19")
     }
     let (mut s, downgrades) = if setup.scenario.calibrate {
-        let s = rules(Session::start(&device, engine)?);
+        let s = rules(Session::start(&device, engine)?, setup);
         let d = s
             .calibration()
             .map(|r| r.downgrade_warnings())
@@ -113,7 +116,10 @@ fn profile(
         (s, d)
     } else {
         let cap = device.capabilities().clone();
-        (rules(Session::begin(&device, engine, cap)?), Vec::new())
+        (
+            rules(Session::begin(&device, engine, cap)?, setup),
+            Vec::new(),
+        )
     };
     let downgrades: Vec<String> = downgrades.iter().map(ToString::to_string).collect();
     s.check_request(setup.request)?;
@@ -276,7 +282,7 @@ pub fn run_judged(
     out.downgrades = pr.downgrades.clone();
     out.estimate = pr.plan.graph.estimate.as_ref().map(|g| g.reserve);
     // What the engine's own arithmetic makes of the plan's block count.
-    let engine_kv = EngineKv::of(&setup.scenario.kv);
+    let engine_kv = EngineKv::of_setup(setup);
     out.planned_tokens = Some(pr.plan.kv.tokens);
     out.kv_tokens = engine_kv.as_ref().map(|k| k.tokens(pr.cache.num_blocks));
     // What the caching allocator's rounding of the engine's tensors costs at the plan's block

@@ -1,7 +1,7 @@
 //! Resolving a [`Scenario`] into a [`Setup`]: every byte quantity parsed, the KV spec built, the
 //! graph sizes listed largest first. Errors name the scenario and the field.
 
-use memplan_core::kv::{AttentionKind, KvDtype, KvLimits, KvSpec, LayerGroup};
+use memplan_core::kv::{AttentionKind, KvAllocation, KvDtype, KvLimits, KvSpec, LayerGroup};
 use memplan_core::{Error, Param, Result};
 use serde::Serialize;
 
@@ -57,6 +57,14 @@ pub struct Setup {
     /// the session then measures the plan's own layout through it; with neither, the plan's
     /// rounding rules are all that stands between the engine and an out-of-memory.
     pub allocator_tensors: bool,
+    /// How the engine allocates its KV cache ([`crate::kv::EngineKv::of_setup`]): one tensor
+    /// per layer as vLLM 0.19.0 does (the default), or one backing allocation as vLLM 0.29.0
+    /// does (`vllm/v1/worker/utils.py`, `allocate_kv_cache`), the rest of its arithmetic
+    /// still 0.19.0's.
+    pub kv_allocation: KvAllocation,
+    /// The allocation the session's sizing rules name (`SizingRules::kv_allocation`): the
+    /// engine's, unless a test names another.
+    pub planned_kv_allocation: KvAllocation,
 }
 
 /// The steps a neighbour change may come before (`neighbour.before`): it lands in the quiet
@@ -410,6 +418,8 @@ impl Scenario {
             hints: g.engine_hints,
             kv_hook: true,
             allocator_tensors: true,
+            kv_allocation: KvAllocation::PerTensor,
+            planned_kv_allocation: KvAllocation::PerTensor,
             scenario: self,
         })
     }

@@ -206,3 +206,71 @@ fn odd_warm_ups_narrow_a_granule_that_round_sizes_leave_coarse() {
         );
     }
 }
+
+/// An engine that allocates its KV cache as one backing allocation (vLLM 0.29.0,
+/// `vllm/v1/worker/utils.py` `allocate_kv_cache`: one `torch.zeros(bytes_per_block *
+/// num_blocks)`) on generated scenarios, with the hook, without it (the session measuring
+/// through the allocator's tensors) and with neither: a plan that knows it keeps room for one
+/// rounding and gates nothing, and holds at least the tokens of a plan that keeps room for a
+/// rounding per layer. That plan (an older release named) stays within memory, but where the
+/// session measures its own layout through the allocator (a tensor per layer) it may shrink
+/// the cache by what that layout would take, below what it planned: served below the plan,
+/// the mismatch the check is there to show.
+#[test]
+fn one_backing_allocation_is_planned_as_one_and_stays_within_the_request() {
+    use memplan_core::kv::KvAllocation;
+    use memplan_testbed::sweep::acceptance::gating;
+    use memplan_testbed::sweep::{random_scenario, seeded};
+    let (mut more, mut runs) = (0, 0);
+    // 142: a Max 1550 whose allocator rounds large allocations to 26.5 MiB.
+    for i in [3, 17, 128, 136, 142, 281] {
+        for (hook, tensors) in [(true, true), (false, true), (false, false)] {
+            let mut tokens = Vec::new();
+            for planned in [KvAllocation::PerTensor, KvAllocation::OneBacking] {
+                let mut setup = seeded(random_scenario(i).resolve().unwrap(), i);
+                setup.kv_hook = hook;
+                setup.allocator_tensors = tensors;
+                setup.kv_allocation = KvAllocation::OneBacking;
+                setup.planned_kv_allocation = planned;
+                let what = format!("random-{i} hook={hook} tensors={tensors} planned {planned:?}");
+                let case = judged(&setup, what.clone(), false);
+                let f = failed(&case);
+                let mismatch = planned == KvAllocation::PerTensor && !hook && tensors;
+                assert!(
+                    gating(&f)
+                        .iter()
+                        .all(|x| mismatch && x.check == Check::ServedBelowPlan),
+                    "{what}: nothing gating fails"
+                );
+                tokens.push(case.out.kv_tokens.unwrap_or(0));
+            }
+            eprintln!("random-{i} hook={hook} tensors={tensors}: {tokens:?}");
+            assert!(tokens[0] <= tokens[1], "random-{i}: {tokens:?}");
+            runs += 1;
+            more += usize::from(tokens[0] < tokens[1]);
+        }
+    }
+    assert!(
+        more > 0,
+        "one backing allocation planned more in {more} of {runs}"
+    );
+}
+
+/// Naming a release that allocates one backing buffer for an engine that allocates a tensor per
+/// layer (an engine before vLLM 0.29.0) leaves room for one rounding where each layer's is
+/// taken: with nothing measuring the engine's allocation and a coarse granule, that fails a
+/// gating check, which is why a session told no release keeps room for one per layer.
+#[test]
+fn one_backing_planned_for_an_engine_that_allocates_per_layer_is_caught() {
+    use memplan_core::kv::KvAllocation;
+    use memplan_testbed::sweep::acceptance::gating;
+    use memplan_testbed::sweep::{random_scenario, seeded};
+    let i = 142;
+    let mut setup = seeded(random_scenario(i).resolve().unwrap(), i);
+    setup.kv_hook = false;
+    setup.allocator_tensors = false;
+    setup.kv_allocation = KvAllocation::PerTensor;
+    setup.planned_kv_allocation = KvAllocation::OneBacking;
+    let case = judged(&setup, format!("random-{i}, mislabelled"), true);
+    assert!(!gating(&failed(&case)).is_empty(), "a gating check fails");
+}
