@@ -227,19 +227,33 @@ class TensorEngine(PyEngine):
 
 def test_the_kv_allocation_is_measured_through_the_engines_tensors() -> None:
     # Without allocate_tensor nothing measures the engine's later KV allocation, and the
-    # start-up says so; with it, the plan's layout (one tensor per layer) is allocated, read
-    # and freed, and the blocks handed over fit.
+    # start-up says so; with it, the plan's layout is allocated, read and freed, and the blocks
+    # handed over fit. The layout is the release's: vLLM up to 0.28 allocates one tensor per
+    # layer (gpu_model_runner.py, _allocate_kv_cache_tensors), 0.29.0 on one backing buffer of
+    # num_blocks x the block's bytes (vllm/v1/worker/utils.py, allocate_kv_cache).
     dev = SimDevice("sim:rtx4090", private=True)
     s = start_up(dev, PyEngine(dev), model=MODEL, gpu_memory_utilization=0.9)
     codes = [w["code"] for w in s.kv_warnings]
     assert "kv_allocation_unmeasured" in codes
     assert s.kv_blocks == s.plan["kv"]["num_blocks"]
 
-    dev = SimDevice("sim:rtx4090", private=True)
-    eng = TensorEngine(dev)
-    s = start_up(dev, eng, model=MODEL, gpu_memory_utilization=0.9)
-    assert "kv_allocation_unmeasured" not in [w["code"] for w in s.kv_warnings]
-    assert 0 < s.kv_blocks <= s.plan["kv"]["num_blocks"]
-    layers = s.plan["kv"]["block_bytes"] // s.plan["kv"]["page_bytes"]
-    assert len(eng.measured) >= layers  # at least one cache of one tensor per layer
-    assert eng.alloc.memory_stats()["allocated"] == eng.weights  # every tensor freed
+    for release, allocation in (("vllm@0.34", "one_backing"), ("vllm@0.19", "per_tensor")):
+        dev = SimDevice("sim:rtx4090", private=True)
+        eng = TensorEngine(dev)
+        s = start_up(
+            dev, eng, model=MODEL, gpu_memory_utilization=0.9, engine_release=release
+        )
+        assert s.plan["sizing_rules"]["kv_allocation"] == allocation, release
+        assert "kv_allocation_unmeasured" not in [w["code"] for w in s.kv_warnings]
+        assert 0 < s.kv_blocks <= s.plan["kv"]["num_blocks"]
+        block, page = s.plan["kv"]["block_bytes"], s.plan["kv"]["page_bytes"]
+        caches = [n for n in eng.measured if n > block]
+        assert caches, (release, eng.measured)
+        if allocation == "one_backing":
+            # Each cache tried is one tensor of whole blocks.
+            assert all(n % block == 0 for n in caches), (release, eng.measured)
+        else:
+            # At least one cache of one tensor per layer, each of whole pages.
+            assert len(eng.measured) >= block // page, (release, eng.measured)
+            assert all(n % page == 0 for n in caches), (release, eng.measured)
+        assert eng.alloc.memory_stats()["allocated"] == eng.weights  # every tensor freed
