@@ -92,7 +92,8 @@ class Engine:
     # freed (PyTorch: ``t = torch.empty(nbytes, dtype=torch.uint8, device=dev)``, keep ``t`` in
     # a dict under ``id(t)`` and return that; ``free_tensor`` deletes it). Where the engine
     # allocates its KV cache after the start-up, memplan allocates the plan's layout this way
-    # (one tensor per layer), reads what the allocator reserved, frees it, and hands over the
+    # (the release's: one tensor per layer up to vLLM 0.28, one backing buffer of whole blocks
+    # from 0.29.0), reads what the allocator reserved, frees it, and hands over the
     # blocks that fit (:attr:`StartUp.kv_blocks`): the one way to know how the allocator rounds
     # tensors of that size. Raise ``memplan.OutOfMemoryError`` (or let
     # ``torch.OutOfMemoryError`` through) when the device cannot hold it.
