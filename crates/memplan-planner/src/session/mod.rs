@@ -130,16 +130,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         )?;
         let report = calibrate(&device.clone())?;
         let mut s = Self::open(device, engine, report.calibrated.clone(), true)?;
-        let baseline = s.rec.p.baseline;
-        let w = s.rec.engine_step("calibration", pre, baseline);
-        if s.rec
-            .p
-            .capability
-            .reading(memplan_core::Reading::DriverFree)
-            .measures_own_usage()
-        {
-            s.rec.p.held_by_calibration = w.non_allocator.map_or(0, |d| d.max(0) as u64);
-        }
+        s.rec.before_baseline("calibration", pre);
         for w in report.downgrade_warnings() {
             s.rec.warn(w);
         }
@@ -283,16 +274,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             rec.warn(w);
         }
         if let Some(pre) = checked {
-            let at = rec.p.baseline;
-            let w = rec.engine_step("free reading check", pre, at);
-            if rec
-                .p
-                .capability
-                .reading(memplan_core::Reading::DriverFree)
-                .measures_own_usage()
-            {
-                rec.p.held_by_calibration = w.non_allocator.map_or(0, |d| d.max(0) as u64);
-            }
+            rec.before_baseline("free reading check", pre);
         }
         Ok(Session {
             rec,

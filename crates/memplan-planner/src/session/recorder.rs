@@ -232,6 +232,24 @@ impl Recorder {
         w
     }
 
+    /// Account a step the session itself took before its baseline, from `pre` to the baseline
+    /// (calibration's test captures, or the session's own check of its free reading where
+    /// nothing calibrated): an engine step, and where the free reading measures this process,
+    /// what it left held outside the allocator is also what the session's check of the request
+    /// gives back ([`Profile::held_by_calibration`]): the engine's start-up compares its
+    /// request with the free memory it found before any of that existed.
+    pub fn before_baseline(&mut self, name: &str, pre: MemoryInfo) {
+        let w = self.engine_step(name, pre, self.p.baseline);
+        if self
+            .p
+            .capability
+            .reading(memplan_core::Reading::DriverFree)
+            .measures_own_usage()
+        {
+            self.p.held_by_calibration = w.non_allocator.map_or(0, |d| d.max(0).unsigned_abs());
+        }
+    }
+
     /// Account the graph phase: memory left held after a teardown is the engine's.
     pub fn graph_step(&mut self, before: MemoryInfo, after: MemoryInfo, kept: bool) {
         self.record(
