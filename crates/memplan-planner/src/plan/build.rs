@@ -162,7 +162,7 @@ fn pages_within(room: u64, count: u64, g: u64, page: u64) -> u64 {
 /// ([`KvAllocation::OneBacking`], vLLM 0.29.0 on, `vllm/v1/worker/utils.py`
 /// `allocate_kv_cache`: `torch.zeros(raw_size)` with `raw_size = bytes_per_block * num_blocks`
 /// from `get_kv_cache_config_from_groups`): one tensor of the block's bytes.
-fn kv_layout(s: &KvSizing, rules: &SizingRules) -> Option<(u64, u64)> {
+pub(crate) fn kv_layout(s: &KvSizing, rules: &SizingRules) -> Option<(u64, u64)> {
     match rules.kv_allocation {
         KvAllocation::OneBacking => (s.block_bytes > 0).then_some((1, s.block_bytes)),
         KvAllocation::PerTensor => (s.page_bytes > 0

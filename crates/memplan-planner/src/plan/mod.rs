@@ -37,7 +37,7 @@ pub(crate) mod physical;
 mod ranks;
 pub mod render;
 
-pub(crate) use build::gcd;
+pub(crate) use build::{gcd, kv_layout};
 pub use build::{
     granule_bound, is_large_request, PlanBuilder, ALLOCATOR_ROUNDING_BOUND,
     UNMEASURED_NON_ALLOCATOR_BYTES,

@@ -47,7 +47,7 @@
 //! [`AllocatorView::allocate_tensor`]: memplan_core::AllocatorView::allocate_tensor
 
 use memplan_core::bytes::fmt_bytes;
-use memplan_core::kv::{KvAllocation, KvLimits, KvSizing, KvSpec, SizingRules};
+use memplan_core::kv::{KvLimits, KvSpec, SizingRules};
 use memplan_core::{Error, MemoryInfo, Reading, Result, TensorId};
 
 use crate::engine::Engine;
@@ -77,7 +77,7 @@ const GRANULE_SIZES: usize = 3;
 /// The KV cache's layout as the planner knows it: `tensors` tensors of `n x page` bytes for a
 /// cache of `n` blocks (vLLM v1 up to 0.28: one tensor per layer of a KV-cache group,
 /// `GPUModelRunner._allocate_kv_cache_tensors`; from 0.29.0 `page` is the whole block, one
-/// tensor, see [`tensor_page`]). `None` where the block is not whole pages.
+/// tensor, see [`crate::plan::kv_layout`]). `None` where the block is not whole pages.
 pub(crate) fn layout(block_bytes: u64, page_bytes: u64) -> Option<(u64, u64)> {
     let tensors = block_bytes.checked_div(page_bytes)?;
     (tensors > 0 && tensors.checked_mul(page_bytes) == Some(block_bytes))
@@ -85,30 +85,20 @@ pub(crate) fn layout(block_bytes: u64, page_bytes: u64) -> Option<(u64, u64)> {
 }
 
 /// Whether the session can measure the plan's layout of `kv` through tensors from the engine's
-/// allocator ([`Allocating::Tensors`]): only where a block is whole pages of one size
-/// ([`layout`]). vLLM 0.19.0 lays full-attention (or MLA) layers of several shapes out as one
-/// group of `UniformTypeKVCacheSpecs` whose tensors differ in size
+/// allocator ([`Allocating::Tensors`]): only where the plan builder knows the engine's tensors
+/// ([`crate::plan::kv_layout`], the one rule both follow): a block of whole pages of one size,
+/// one tensor per layer, or one backing allocation (`KvAllocation::OneBacking`, vLLM 0.29.0
+/// on, `vllm/v1/worker/utils.py` `allocate_kv_cache`), measured with one tensor of `blocks x
+/// block bytes` whatever its pages. vLLM 0.19.0 lays full-attention (or MLA) layers of several
+/// shapes out as one group of `UniformTypeKVCacheSpecs` whose tensors differ in size
 /// (`vllm/v1/core/kv_cache_utils.py`, `get_kv_cache_config_from_groups`: one `KVCacheTensor`
 /// per layer of `per_layer_specs[layer_name].page_size_bytes * num_blocks`); equal tensors of
-/// the largest page would not take what those take, so such a cache goes unmeasured and the
-/// plan keeps room for its rounding as where the allocator offers no tensors.
-///
-/// An engine that allocates the cache as one backing allocation ([`KvAllocation::OneBacking`],
-/// vLLM 0.29.0 on, `vllm/v1/worker/utils.py` `allocate_kv_cache`) is measured with one tensor of
-/// `blocks x block bytes`, whatever its pages.
+/// the largest page would not take what those take (even where the block happens to be a whole
+/// number of them), so such a cache goes unmeasured and the plan keeps room for its rounding
+/// as where the allocator offers no tensors.
 pub(crate) fn measurable_layout(kv: &KvSpec, limits: &KvLimits, rules: &SizingRules) -> bool {
     kv.size_with(0, limits, rules)
-        .is_ok_and(|s| layout(s.block_bytes.max(1), tensor_page(&s, rules)).is_some())
-}
-
-/// Bytes of one block in one tensor of the cache sized as `s`: a page where the engine
-/// allocates a tensor per layer, the whole block where it allocates one backing allocation
-/// (as the plan builder lays it out).
-pub(crate) fn tensor_page(s: &KvSizing, rules: &SizingRules) -> u64 {
-    match rules.kv_allocation {
-        KvAllocation::OneBacking => s.block_bytes,
-        KvAllocation::PerTensor => s.page_bytes,
-    }
+        .is_ok_and(|s| crate::plan::kv_layout(&s, rules).is_some())
 }
 
 /// What measured allocations say about the allocator's granule: `sizes` are `(own bytes,
@@ -259,9 +249,12 @@ pub(crate) struct Planned {
     pub rank: Rank,
     pub num_blocks: u64,
     pub block_bytes: u64,
-    /// Bytes of one block in one tensor of the cache: the plan's `kv.page_bytes` where the
-    /// engine allocates a tensor per layer, its `kv.block_bytes` where it allocates one backing
-    /// allocation ([`tensor_page`]).
+    /// Bytes of one block in one tensor of the cache, as the plan builder lays the engine's
+    /// tensors out ([`crate::plan::kv_layout`]): the plan's `kv.page_bytes` where the engine
+    /// allocates a tensor per layer, its `kv.block_bytes` where it allocates one backing
+    /// allocation; 0 where the builder knows no layout of equal tensors (tensors of several
+    /// sizes), which [`layout`] then reads as none: the session measures no layout the plan
+    /// did not keep room for.
     pub page_bytes: u64,
     pub kv_cache_bytes: u64,
     /// What the plan kept for the KV cache: its cap where one bounded it, else its budget (the
@@ -284,7 +277,8 @@ impl Planned {
             rank,
             num_blocks: plan.kv.num_blocks,
             block_bytes: plan.kv.block_bytes,
-            page_bytes: tensor_page(&plan.kv, &plan.sizing_rules),
+            page_bytes: crate::plan::kv_layout(&plan.kv, &plan.sizing_rules)
+                .map_or(0, |(_, page)| page),
             kv_cache_bytes: plan.kv_cache_bytes,
             room: match plan.capped_by_free_bytes {
                 Some(cap) => cap.max(plan.kv_cache_bytes),
@@ -763,6 +757,13 @@ mod tests {
         // page (28 of 64 KiB, 4 of 8 KiB): no equal tensors reproduce them.
         assert!(!measurable_layout(
             &spec(vec![full(28, 8, 128), full(4, 2, 64)]),
+            &limits,
+            &rules
+        ));
+        // Two full shapes whose block happens to be a whole number of the larger page (28 of
+        // 64 KiB and 4 of 16 KiB: 29 x 64 KiB): still 32 tensors of two sizes, not 29 equal.
+        assert!(!measurable_layout(
+            &spec(vec![full(28, 8, 128), full(4, 4, 64)]),
             &limits,
             &rules
         ));
