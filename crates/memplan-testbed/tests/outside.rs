@@ -200,6 +200,20 @@ fn a_full_capture_is_costed_at_what_one_capture_keeps() {
     }
 }
 
+/// `c` planned with its memory outside the allocator measured, not the bound kept where it
+/// could not be (`non_allocator_unmeasured`).
+fn assert_non_allocator_measured(c: &Case) {
+    let plan = c.out.plan.as_ref().expect("a plan");
+    assert!(
+        plan.warnings
+            .iter()
+            .all(|w| w.code() != "non_allocator_unmeasured"),
+        "{}: {:?}",
+        c.what,
+        plan.warnings
+    );
+}
+
 /// A driver whose total reading is below the device's reads idle free memory above that total,
 /// so `total - free` is no figure; a window's change of it still is (the change of free, the
 /// constant cancels). Read through snapshots, every window came out unmeasured, the libraries'
@@ -208,15 +222,7 @@ fn a_full_capture_is_costed_at_what_one_capture_keeps() {
 #[test]
 fn a_total_below_free_still_measures_non_allocator_memory() {
     for c in passes("total-under-workspace.toml", &[1, 4]) {
-        let plan = c.out.plan.as_ref().expect("a plan");
-        assert!(
-            plan.warnings
-                .iter()
-                .all(|w| w.code() != "non_allocator_unmeasured"),
-            "{}: {:?}",
-            c.what,
-            plan.warnings
-        );
+        assert_non_allocator_measured(&c);
     }
 }
 
@@ -228,15 +234,7 @@ fn a_total_below_free_still_measures_non_allocator_memory() {
 #[test]
 fn a_free_reading_declared_exact_that_gives_nothing_is_replaced_by_probes() {
     for c in passes("b580-nosysman-declared-exact.toml", &[0, 1, 2]) {
-        let plan = c.out.plan.as_ref().expect("a plan");
-        assert!(
-            plan.warnings
-                .iter()
-                .all(|w| w.code() != "non_allocator_unmeasured"),
-            "{}: {:?}",
-            c.what,
-            plan.warnings
-        );
+        assert_non_allocator_measured(&c);
         let share = c.out.kv_vs_oracle.expect("an oracle");
         assert!(share >= 0.99, "{}: {share}", c.what);
     }
