@@ -490,13 +490,18 @@ impl GraphStrategy for Full {
                 // window error (measured at the start where it could be), not its declared
                 // tolerance, which often covers an offset a window cancels.
                 let tol = ctx.window_tolerance();
+                // The step the pass's and the repeats' windows all came out a multiple of, and
+                // the repeats' noise with what that step hides counted.
+                let step_of =
+                    |r: &Repeats| quantum(&[pass.each.as_slice(), r.bytes.as_slice()].concat());
+                let stepped_noise = |r: &Repeats| r.noise(tol).stepped(&r.bytes, step_of(r));
                 let noise = r.noise(tol);
-                let step = quantum(&[pass.each.as_slice(), r.bytes.as_slice()].concat());
-                if spread_share(&r.bytes, noise) > 0.0 || hides_variation(&r.bytes, noise, step) {
+                if spread_share(&r.bytes, noise) > 0.0
+                    || hides_variation(&r.bytes, noise, step_of(&r))
+                {
                     repeat(ctx, size, MORE_REPEATS, &mut r)?;
                 }
-                let step = quantum(&[pass.each.as_slice(), r.bytes.as_slice()].concat());
-                let noise = r.noise(tol).stepped(&r.bytes, step);
+                let noise = stepped_noise(&r);
                 if r.bytes.len() >= REPEATS + MORE_REPEATS
                     && further_repeats_pay(
                         variation_margin(&r.bytes, &pass.each, noise),
@@ -505,8 +510,7 @@ impl GraphStrategy for Full {
                 {
                     repeat(ctx, size, FURTHER_REPEATS, &mut r)?;
                 }
-                let step = quantum(&[pass.each.as_slice(), r.bytes.as_slice()].concat());
-                let noise = r.noise(tol).stepped(&r.bytes, step);
+                let noise = stepped_noise(&r);
                 let repeats = &r.bytes;
                 recaptures.extend(repeats);
                 let margin = variation_margin(repeats, &pass.each, noise);
