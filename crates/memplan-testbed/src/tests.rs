@@ -18,6 +18,15 @@ fn by(runs: &[Outcome], k: StrategyKind) -> &Outcome {
     runs.iter().find(|r| !r.auto && r.strategy == k).unwrap()
 }
 
+/// The error resolving the scenario `toml` gives (it parses; resolving it must fail).
+fn resolve_error(toml: &str) -> String {
+    Scenario::from_toml("x", toml)
+        .unwrap()
+        .resolve()
+        .unwrap_err()
+        .to_string()
+}
+
 #[test]
 fn every_shipped_scenario_parses_and_the_automatic_choice_never_runs_out_of_memory() {
     for (name, _) in SHIPPED {
@@ -270,18 +279,10 @@ fn scenario_errors_name_the_field() {
         "gpu_memory_utilization = 0.95",
         "gpu_memory_utilization = 0.95\nmemory_budget = \"1GiB\"",
     );
-    let e = Scenario::from_toml("x", &bad)
-        .unwrap()
-        .resolve()
-        .unwrap_err()
-        .to_string();
+    let e = resolve_error(&bad);
     assert!(e.contains("request"), "{e}");
     let bad = SHIPPED[0].1.replace("dtype = \"fp8\"", "dtype = \"fp4\"");
-    let e = Scenario::from_toml("x", &bad)
-        .unwrap()
-        .resolve()
-        .unwrap_err()
-        .to_string();
+    let e = resolve_error(&bad);
     assert!(e.contains("kv.dtype"), "{e}");
     let e = Scenario::from_toml("x", "name = 1")
         .unwrap_err()
@@ -306,11 +307,7 @@ fn scenario_errors_name_the_field() {
             "kv.dtype",
         ),
     ] {
-        let e = Scenario::from_toml("x", &toml)
-            .unwrap()
-            .resolve()
-            .unwrap_err()
-            .to_string();
+        let e = resolve_error(&toml);
         assert!(e.contains(field), "{field}: {e}");
     }
     assert!(
@@ -320,11 +317,7 @@ fn scenario_errors_name_the_field() {
             .is_ok()
     );
     // Sliding attention needs its window; an attention the engine does not know is refused.
-    let e = Scenario::from_toml("x", &mla("dtype = \"fp8\"\nattention = \"sliding\""))
-        .unwrap()
-        .resolve()
-        .unwrap_err()
-        .to_string();
+    let e = resolve_error(&mla("dtype = \"fp8\"\nattention = \"sliding\""));
     assert!(e.contains("kv.window"), "{e}");
     let e = Scenario::from_toml("x", &mla("dtype = \"fp8\"\nattention = \"local\""))
         .unwrap_err()
@@ -658,11 +651,7 @@ fn absurd_scenario_lengths_are_refused_and_the_largest_does_not_overflow() {
         "max_model_len = 32768",
         "max_model_len = 9223372036854775807",
     );
-    let e = Scenario::from_toml("x", &text)
-        .unwrap()
-        .resolve()
-        .unwrap_err()
-        .to_string();
+    let e = resolve_error(&text);
     assert!(e.contains("kv.max_model_len"), "{e}");
     // The largest accepted length: the search limit (4x the length) stays in range.
     let text = SHIPPED[0].1.replace(
@@ -995,11 +984,7 @@ fn nonsense_layer_groups_are_refused_by_field() {
             "kv.groups",
         ),
     ] {
-        let e = Scenario::from_toml("x", &toml)
-            .unwrap()
-            .resolve()
-            .unwrap_err()
-            .to_string();
+        let e = resolve_error(&toml);
         assert!(e.contains(field), "{field}: {e}\n{toml}");
     }
     // A dtype per group (mixed dtypes): the engine's cache has one; an unknown key.
