@@ -48,7 +48,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from . import _native
-from ._errors import ArgumentTypeError
+from ._errors import ArgumentTypeError, UsageError
+from ._release import installed_release
 
 __all__ = ["Engine", "start_up", "StartUp", "KvRange", "SimDevice", "SimAllocator", "AllocatorStats"]
 
@@ -249,11 +250,14 @@ def start_up(
     weights, profile run, graph phase, plan, KV cache) and return what it measured.
 
     Every setting left ``None`` takes the same default as :func:`memplan.plan` for this
-    model on this device (one function decides both): the newest engine release memplan
-    knows, its request (vLLM 0.34: free / total at the start, the plan's notes say so), block
-    size, requests and tokens per step, the rank's KV layout and sizing rules. So a start-up
-    and a dry run of the same model on the same GPU differ only by what one measured and the
-    other estimated (the plans' ``consumers``) and by the free memory each started from.
+    model on this device (one function decides both): the engine release's request (vLLM
+    0.34: free / total at the start, the plan's notes say so), block size, requests and
+    tokens per step, the rank's KV layout and sizing rules. The release itself is the one
+    installed in this interpreter (vLLM, else SGLang: :mod:`memplan._release`), and the newest
+    vLLM release memplan knows, as the dry run's, only where neither is installed. So with the
+    release named (or no engine installed) a start-up and a dry run of the same model on the
+    same GPU differ only by what one measured and the other estimated (the plans'
+    ``consumers``) and by the free memory each started from.
 
     Args:
         device: a :class:`SimDevice` (the one the engine allocates on), or a device id
@@ -266,7 +270,11 @@ def start_up(
         kv_cache_memory_bytes: a fixed KV cache size instead (default: the release's request).
         kv_cache_dtype: ``bf16``, ``fp16``, ``fp8``, ... (default: the model's dtype).
         engine_release: the engine release whose rules and defaults apply (``vllm@0.19``,
-            ``sglang``; default: the newest vLLM release memplan knows), as ``--engine``.
+            ``sglang``), as ``--engine``. Default: the release installed in this interpreter
+            (``vllm``'s package version, else ``sglang``'s: the engine this start-up runs in),
+            the plan's ``notes`` say so; where neither is installed, the newest vLLM release
+            memplan knows. An installed release memplan has no rules for (newer than its
+            table, or older) is refused, naming it: pass ``engine_release`` to choose.
         block_size, max_model_len, max_num_seqs, max_num_batched_tokens: as the engine flags
             of the same names (default: the release's, for this device and model).
         tensor_parallel_size, tensor_parallel_rank, pipeline_parallel_size,
@@ -298,27 +306,59 @@ def start_up(
             kind="type",
             exit_code=2,
         )
-    plan, profile, combined, kv, kv_blocks, kv_warnings = _native.start_up(
-        device,
-        engine,
-        model=os.fspath(model),
-        gpu_memory_utilization=gpu_memory_utilization,
-        kv_cache_memory_bytes=kv_cache_memory_bytes,
-        kv_cache_dtype=kv_cache_dtype,
-        engine_release=engine_release,
-        block_size=block_size,
-        tensor_parallel_size=tensor_parallel_size,
-        tensor_parallel_rank=tensor_parallel_rank,
-        pipeline_parallel_size=pipeline_parallel_size,
-        pipeline_parallel_rank=pipeline_parallel_rank,
-        max_model_len=max_model_len,
-        max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens,
-        graph_strategy=graph_strategy,
-        exchange=exchange,
-    )
+    installed = None
+    if engine_release is None:
+        installed = installed_release()
+        if installed is not None:
+            release, version = installed
+            if "@" not in release:
+                raise UsageError(
+                    f"the installed {release} reports version {version!r}, which names no "
+                    f"release; pass engine_release (e.g. 'vllm@0.19') to choose the rules",
+                    kind="usage",
+                    exit_code=2,
+                )
+            engine_release = release
+    try:
+        plan, profile, combined, kv, kv_blocks, kv_warnings = _native.start_up(
+            device,
+            engine,
+            model=os.fspath(model),
+            gpu_memory_utilization=gpu_memory_utilization,
+            kv_cache_memory_bytes=kv_cache_memory_bytes,
+            kv_cache_dtype=kv_cache_dtype,
+            engine_release=engine_release,
+            block_size=block_size,
+            tensor_parallel_size=tensor_parallel_size,
+            tensor_parallel_rank=tensor_parallel_rank,
+            pipeline_parallel_size=pipeline_parallel_size,
+            pipeline_parallel_rank=pipeline_parallel_rank,
+            max_model_len=max_model_len,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+            graph_strategy=graph_strategy,
+            exchange=exchange,
+        )
+    except UsageError as e:
+        if installed is None or installed[0] not in e.message:
+            raise
+        # The release came from this interpreter, not from the caller: say where.
+        message = (
+            f"{e.message} (the release installed here: {installed[0].split('@')[0]} "
+            f"{installed[1]}; pass engine_release to size for another)"
+        )
+        envelope = dict(e.envelope)
+        if isinstance(envelope.get("error"), dict):
+            envelope["error"] = {**envelope["error"], "message": message}
+        raise UsageError(message, kind=e.kind, exit_code=e.exit_code, envelope=envelope) from e
+    measured = json.loads(plan)
+    if installed is not None and isinstance(measured.get("notes"), list):
+        measured["notes"].append(
+            f"engine release: {installed[0]}, from the {installed[0].split('@')[0]} "
+            f"{installed[1]} installed in this interpreter (engine_release was not given)"
+        )
     return StartUp(
-        plan=json.loads(plan),
+        plan=measured,
         profile=json.loads(profile),
         kv_range=kv,
         combined=None if combined is None else json.loads(combined),

@@ -23,6 +23,14 @@ MODEL = "qwen2.5-1.5b-instruct"
 DEVICE = "sim:rtx4090"
 
 
+@pytest.fixture(autouse=True)
+def no_installed_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test runs as if neither vLLM nor SGLang were installed here, whatever this
+    interpreter holds: a start-up that names no release would otherwise size for the
+    installed one (memplan._release). Tests of that rule patch `_version_of` themselves."""
+    monkeypatch.setattr("memplan._release._version_of", lambda _dist: None)
+
+
 def _script() -> Optional[str]:
     here = Path(sys.executable).parent
     return shutil.which("memplan", path=str(here)) or shutil.which("memplan")
