@@ -135,9 +135,11 @@ pub struct EngineRules {
     /// How the KV cache is allocated: one tensor per layer of a KV-cache group up to 0.28
     /// (`v1/worker/gpu_model_runner.py` `_allocate_kv_cache_tensors`), one backing allocation
     /// of `num_blocks x bytes per block` from 0.29.0 (`v1/worker/utils.py` `allocate_kv_cache`,
-    /// both runners). SGLang 0.5.23 allocates per-layer buffers (`srt/mem_cache/memory_pool.py`,
-    /// `MHATokenToKVPool._create_buffers_normal`: K and V as halves of one tensor per layer
-    /// where their shapes match; two tensors per layer otherwise, not modelled).
+    /// both runners). SGLang allocates per-layer buffers (`srt/mem_cache/memory_pool.py`,
+    /// `MHATokenToKVPool`): a K and a V tensor per layer up to 0.5.22 (`SplitKv`,
+    /// `_create_buffers`; `_create_buffers_normal` in 0.5.16), K and V as halves of one
+    /// tensor per layer where their shapes match from 0.5.23 (`PairedKv`); one `kv_buffer` per
+    /// layer for MLA (`MLATokenToKVPool._create_buffers`) in both.
     pub kv_allocation: KvAllocation,
     /// The V2 runner profiles graph memory before sizing the KV cache
     /// (`v1/worker/gpu/model_runner.py` `profile_cudagraph_memory`, 0.29+; before, it
@@ -364,11 +366,17 @@ pub const SGLANG: &[EngineRules] = &[
         capacity: Capacity::BlocksPerGroup,
         non_kv: NonKvAccounting::StaticFraction,
         graph_profiled_on: &[],
+        // `srt/mem_cache/memory_pool.py` `MHATokenToKVPool._create_buffers` (0.5.1, 0.5.9;
+        // `_create_buffers_normal` 0.5.16, 0.5.19, 0.5.21, 0.5.22): `k_buffer` and `v_buffer`, one
+        // `torch.zeros((size + page_size, head_num, head_dim))` per layer each.
+        kv_allocation: KvAllocation::SplitKv,
         coefficients: coefficients::SGLANG,
         ..v("0.5")
     },
     // 0.5.23 (the newest on PyPI when read): the default fraction is computed per device
-    // (`srt/arg_groups/memory_hook.py` `_handle_gpu_memory_settings`), page size 1.
+    // (`srt/arg_groups/memory_hook.py` `_handle_gpu_memory_settings`), page size 1, K and V
+    // halves of one `torch.zeros((2, padded, head_num, head_dim))` per layer where their
+    // shapes match (`MHATokenToKVPool._create_buffers_normal`).
     EngineRules {
         kind: EngineKind::Sglang,
         block_size: 1,
@@ -377,6 +385,7 @@ pub const SGLANG: &[EngineRules] = &[
         non_kv: NonKvAccounting::StaticFraction,
         graph_profiled_on: &[],
         computed_static_fraction: true,
+        kv_allocation: KvAllocation::PairedKv,
         coefficients: coefficients::SGLANG,
         ..v("0.5.23")
     },
@@ -699,18 +708,13 @@ mod tests {
 
     /// vLLM up to 0.28 allocates one tensor per layer of a KV-cache group
     /// (`_allocate_kv_cache_tensors`), 0.29.0 on one backing allocation (`allocate_kv_cache`
-    /// in `vllm/v1/worker/utils.py`); SGLang per-layer buffers. The sizing rules carry it, and
-    /// 0.28's and 0.29's differ in nothing else.
+    /// in `vllm/v1/worker/utils.py`); SGLang per-layer K and V buffers (see
+    /// `sglang_allocates_k_and_v_per_layer`). The sizing rules carry it, and 0.28's and 0.29's
+    /// differ in nothing else.
     #[test]
     fn the_kv_cache_is_one_allocation_from_0_29() {
         let r = |v: &str| v.parse::<EngineRules>().unwrap();
-        for v in [
-            "vllm@0.19",
-            "vllm@0.24",
-            "vllm@0.27",
-            "vllm@0.28.9",
-            "sglang",
-        ] {
+        for v in ["vllm@0.19", "vllm@0.24", "vllm@0.27", "vllm@0.28.9"] {
             assert_eq!(r(v).kv_allocation, KvAllocation::PerTensor, "{v}");
             assert_eq!(r(v).sizing(1, true).kv_allocation, KvAllocation::PerTensor);
         }
@@ -805,6 +809,30 @@ mod tests {
             false,
             None
         ));
+    }
+
+    /// SGLang's `MHATokenToKVPool` (`python/sglang/srt/mem_cache/memory_pool.py`): a K and a V
+    /// tensor per layer from 0.5.1 to 0.5.22 (`_create_buffers`, in 0.5.16
+    /// `_create_buffers_normal`), K and V as halves of one per layer where their shapes match
+    /// from 0.5.23; MLA one `kv_buffer` per layer in both (`MLATokenToKVPool._create_buffers`).
+    #[test]
+    fn sglang_allocates_k_and_v_per_layer() {
+        use memplan_core::kv::{AttentionKind, LayerGroup};
+        let r = |v: &str| v.parse::<EngineRules>().unwrap();
+        let llama = [LayerGroup::new(AttentionKind::Full, 32, 8, 128)];
+        let mla = [LayerGroup::new(AttentionKind::Mla, 27, 1, 576).with_head_dim_v(0)];
+        for (v, allocation, tensors) in [
+            ("sglang@0.5", KvAllocation::SplitKv, 64),
+            ("sglang@0.5.9", KvAllocation::SplitKv, 64),
+            ("sglang@0.5.22", KvAllocation::SplitKv, 64),
+            ("sglang@0.5.23", KvAllocation::PairedKv, 32),
+            ("sglang", KvAllocation::PairedKv, 32),
+        ] {
+            let a = r(v).sizing(1, true).kv_allocation;
+            assert_eq!(a, allocation, "{v}");
+            assert_eq!(a.allocations(&llama), tensors, "{v}");
+            assert_eq!(a.allocations(&mla), 27, "{v}");
+        }
     }
 
     #[test]

@@ -54,6 +54,17 @@
 //! The test-bed models 0.19.0, the release its planner runs are labelled with; a setup may
 //! have its engine allocate as 0.29.0 does instead ([`EngineKv::of_setup`], the ROCm padding
 //! left out), the rest of its arithmetic unchanged.
+//!
+//! SGLang allocates its token pool per layer with K and V apart, read from its wheels
+//! (`python/sglang/srt/mem_cache/memory_pool.py`): 0.5.1 to 0.5.22, `MHATokenToKVPool.
+//! _create_buffers` (`_create_buffers_normal` in 0.5.16) makes `k_buffer = [torch.zeros((size
+//! + page_size, head_num, head_dim)) for _ in range(layer_num)]` and a `v_buffer` the same
+//! way, each tensor its own allocation; `MLATokenToKVPool._create_buffers` one `kv_buffer` of
+//! `(size + page_size, 1, kv_lora_rank + qk_rope_head_dim)` per layer. 0.5.23 keeps K and V as
+//! the halves of one `torch.zeros((2, padded, head_num, head_dim))` per layer where K's and V's
+//! shapes match (every layer here: a group has one head dim for both), as a tensor per layer.
+//! A setup may have its engine allocate K and V apart ([`EngineKv::k_and_v_apart`]), the rest
+//! of its arithmetic (pages, grouping, tokens) still vLLM 0.19.0's.
 
 use crate::scenario::{KvAttention, KvGroupToml, KvToml};
 
@@ -212,11 +223,41 @@ impl EngineKv {
     /// backing allocation where the setup's engine allocates so
     /// ([`crate::Setup::kv_allocation`]).
     pub fn of_setup(setup: &crate::Setup) -> Option<Self> {
+        use memplan_core::kv::KvAllocation;
         let kv = EngineKv::of(&setup.scenario.kv)?;
         match setup.kv_allocation {
-            memplan_core::kv::KvAllocation::OneBacking => kv.one_backing(),
-            memplan_core::kv::KvAllocation::PerTensor => Some(kv),
+            KvAllocation::OneBacking => kv.one_backing(),
+            // SGLang 0.5.23: K and V of one shape are halves of one tensor per layer.
+            KvAllocation::PerTensor | KvAllocation::PairedKv => Some(kv),
+            KvAllocation::SplitKv => kv.k_and_v_apart(&setup.scenario.kv),
         }
+    }
+
+    /// The same cache allocated as SGLang 0.5.1 to 0.5.22 do (see the module): every tensor of
+    /// a layer with K and V (not MLA's latent) as two, a K and a V of half its pages each.
+    /// `None` where MLA and other layers share the cache (SGLang pools them apart, not modelled
+    /// here).
+    pub fn k_and_v_apart(mut self, kv: &KvToml) -> Option<Self> {
+        let groups = kv.layer_groups().ok()?;
+        let mla = groups
+            .iter()
+            .filter(|g| g.layers > 0)
+            .all(|g| g.attention == KvAttention::Mla);
+        if mla {
+            return Some(self);
+        }
+        if groups
+            .iter()
+            .any(|g| g.layers > 0 && g.attention == KvAttention::Mla)
+        {
+            return None;
+        }
+        self.tensors = self
+            .tensors
+            .iter()
+            .map(|(page, n)| Some((page / 2, n.checked_mul(2)?)).filter(|_| page % 2 == 0))
+            .collect::<Option<_>>()?;
+        Some(self)
     }
 
     /// The same cache allocated as vLLM 0.29.0 does: one tensor of `bytes_per_block *
@@ -371,6 +412,26 @@ mod tests {
         let i8 = EngineKv::of(&llama8b("int8")).unwrap();
         assert_eq!(i8.tensors, vec![((32 << 10) + 2 * 16 * 8 * 4, 32)]);
         assert_eq!(EngineKv::of(&llama8b("fp4")), None);
+    }
+
+    #[test]
+    fn sglang_before_0_5_23_allocates_k_and_v_apart() {
+        // Llama-3.1-8B bf16 with one-token pages (SGLang's `--page-size 1`): a layer's token is
+        // 2 * 8 * 128 * 2 = 4 KiB, its K and its V 2 KiB each, 64 tensors of `rows x 2 KiB`.
+        let kv = KvToml::one_group("bf16", KvAttention::Full, 1, (32, 8, 128), 8192);
+        let k = EngineKv::of(&kv).unwrap();
+        let apart = k.clone().k_and_v_apart(&kv).unwrap();
+        assert_eq!(apart.tensors, vec![(2 << 10, 64)]);
+        assert_eq!(
+            apart.tensor_runs(1_000),
+            Some(vec![(64, 1_000 * (2 << 10))])
+        );
+        assert_eq!(apart.total_bytes(1_000), k.total_bytes(1_000));
+        assert_eq!(apart.tokens(1_000), k.tokens(1_000));
+        // MLA: one `kv_buffer` per layer.
+        let mla = KvToml::one_group("bf16", KvAttention::Mla, 1, (27, 1, 576), 8192);
+        let m = EngineKv::of(&mla).unwrap();
+        assert_eq!(m.clone().k_and_v_apart(&mla), Some(m));
     }
 
     #[test]

@@ -274,3 +274,95 @@ fn one_backing_planned_for_an_engine_that_allocates_per_layer_is_caught() {
     let case = judged(&setup, format!("random-{i}, mislabelled"), true);
     assert!(!gating(&failed(&case)).is_empty(), "a gating check fails");
 }
+
+/// An engine that allocates its KV cache as SGLang 0.5.1 to 0.5.22 do (`python/sglang/srt/
+/// mem_cache/memory_pool.py`, `MHATokenToKVPool._create_buffers`: a `k_buffer` and a `v_buffer`
+/// per layer, each its own `torch.zeros`) on generated scenarios, with the hook, without it
+/// (the session measuring through the allocator's tensors) and with neither: a plan that knows
+/// it (`KvAllocation::SplitKv`, the `sglang@0.5` row) keeps room for a rounding per K and per V
+/// and gates nothing (random-17, a Max 1550, refuses the start-up where the oracle too holds
+/// no request of the model's length). A plan that keeps one per layer (`PerTensor`) plans at
+/// least as many tokens; the hook measures the engine's own allocation and holds it, but
+/// without the hook the engine's halves, each rounded, go past what that plan kept: over the
+/// request or out of memory (random-3 on PyTorch's 2 MiB granule: 91.61 MiB past it).
+#[test]
+fn k_and_v_apart_are_planned_as_two_per_layer_and_stay_within_the_request() {
+    use memplan_core::kv::KvAllocation;
+    use memplan_testbed::sweep::acceptance::gating;
+    use memplan_testbed::sweep::{random_scenario, seeded};
+    let (mut more, mut caught, mut runs) = (0, 0, 0);
+    // 142: a Max 1550 whose allocator rounds large allocations to 26.5 MiB.
+    for i in [3, 17, 128, 136, 142, 281] {
+        for (hook, tensors) in [(true, true), (false, true), (false, false)] {
+            let mut tokens = Vec::new();
+            for planned in [KvAllocation::PerTensor, KvAllocation::SplitKv] {
+                let mut setup = seeded(random_scenario(i).resolve().unwrap(), i);
+                setup.kv_hook = hook;
+                setup.allocator_tensors = tensors;
+                setup.kv_allocation = KvAllocation::SplitKv;
+                setup.planned_kv_allocation = planned;
+                let what = format!("random-{i} hook={hook} tensors={tensors} planned {planned:?}");
+                let case = judged(&setup, what.clone(), false);
+                let f = failed(&case);
+                let g = gating(&f);
+                if planned == KvAllocation::SplitKv || hook {
+                    assert!(g.is_empty(), "{what}: nothing gating fails");
+                } else {
+                    assert!(
+                        g.iter().all(|x| matches!(
+                            x.check,
+                            Check::OverRequest
+                                | Check::OverRequestSampled
+                                | Check::OverOracle
+                                | Check::OutOfMemory
+                        )),
+                        "{what}: only the engine's rounded halves go past the plan"
+                    );
+                    caught += usize::from(!g.is_empty());
+                }
+                tokens.push(case.out.kv_tokens.unwrap_or(0));
+            }
+            eprintln!("random-{i} hook={hook} tensors={tensors}: {tokens:?}");
+            assert!(tokens[0] >= tokens[1], "random-{i}: {tokens:?}");
+            runs += 1;
+            more += usize::from(tokens[0] > tokens[1]);
+        }
+    }
+    assert!(
+        more > 0 && caught > 0,
+        "one per layer planned more in {more} of {runs}, went past the plan in {caught}"
+    );
+}
+
+/// The rules of a release whose engine allocates a tensor per layer (SGLang 0.5.23 where K
+/// and V match, vLLM up to 0.28) named for an engine that allocates K and V apart (SGLang
+/// before 0.5.23) leave room for one rounding where two are taken: with nothing measuring the
+/// engine's allocation and a coarse granule (26.5 MiB, a Max 1550), the engine goes 1.57 GiB
+/// past the request and a gating check fails.
+#[test]
+fn one_rounding_per_layer_planned_for_k_and_v_apart_is_caught() {
+    use memplan_core::kv::KvAllocation;
+    use memplan_testbed::sweep::acceptance::gating;
+    use memplan_testbed::sweep::{random_scenario, seeded};
+    let i = 142;
+    let mut setup = seeded(random_scenario(i).resolve().unwrap(), i);
+    setup.kv_hook = false;
+    setup.allocator_tensors = false;
+    setup.kv_allocation = KvAllocation::SplitKv;
+    for (planned, caught) in [
+        (KvAllocation::PairedKv, true),
+        (KvAllocation::SplitKv, false),
+    ] {
+        setup.planned_kv_allocation = planned;
+        let case = judged(&setup, format!("random-{i}, planned {planned:?}"), true);
+        let f = failed(&case);
+        assert_eq!(!gating(&f).is_empty(), caught, "planned {planned:?}");
+        if caught {
+            assert!(
+                case.out.over_request_bytes.unwrap_or(0) > 1 << 30,
+                "{:?}",
+                case.out.over_request_bytes
+            );
+        }
+    }
+}

@@ -4,6 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::LayerGroup;
+
 /// How the engine turns blocks into the "KV cache size: N tokens" it reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -33,6 +35,73 @@ pub enum KvAllocation {
     /// "share one backing allocation", one `torch.zeros` of it; `create_kv_cache_views`).
     /// Rounded once.
     OneBacking,
+    /// A K tensor and a V tensor per layer, each rounded on its own (one tensor where the layer
+    /// has no V: MLA's latent, an indexer's keys, a recurrent state): SGLang 0.5.1 to 0.5.22
+    /// (`python/sglang/srt/mem_cache/memory_pool.py`, `MHATokenToKVPool._create_buffers`, in
+    /// 0.5.16 `_create_buffers_normal`: `k_buffer` and `v_buffer`, one `torch.zeros((size +
+    /// page_size, head_num, head_dim))` per layer each; `MLATokenToKVPool._create_buffers`: one
+    /// `kv_buffer` per layer).
+    SplitKv,
+    /// One tensor per layer whose halves are K and V where their shapes match, a K and a V
+    /// tensor per layer where they differ (one tensor where the layer has no V): SGLang 0.5.23
+    /// (`memory_pool.py`, `MHATokenToKVPool._create_buffers_normal`: `torch.zeros((2, padded,
+    /// head_num, head_dim))` per layer when `k_shape == v_shape`, `padded` the `size +
+    /// page_size` rows page-aligned; else `k_buffer` and `v_buffer` apart;
+    /// `MLATokenToKVPool._create_buffers` unchanged).
+    PairedKv,
+}
+
+impl KvAllocation {
+    /// The tensors the engine allocates for one layer of `group`: two where it allocates K and
+    /// V apart ([`Self::SplitKv`]; [`Self::PairedKv`] where their head dims differ), else one.
+    /// [`Self::OneBacking`] allocates no tensor per layer (every layer views the one backing
+    /// allocation): one, as a layer's share of it.
+    pub fn tensors_per_layer(self, group: &LayerGroup) -> u64 {
+        let v_apart = match self {
+            KvAllocation::PerTensor | KvAllocation::OneBacking => false,
+            KvAllocation::SplitKv => has_v(group),
+            KvAllocation::PairedKv => has_v(group) && group.head_dim_v != group.head_dim_k,
+        };
+        1 + u64::from(v_apart)
+    }
+
+    /// How many allocations the engine makes for a cache of `groups`' layers, each rounded by
+    /// its allocator on its own: one ([`Self::OneBacking`]), or every layer's
+    /// [`tensors_per_layer`](Self::tensors_per_layer).
+    pub fn allocations(self, groups: &[LayerGroup]) -> u64 {
+        match self {
+            KvAllocation::OneBacking => 1,
+            _ => groups
+                .iter()
+                .map(|g| u64::from(g.num_layers).saturating_mul(self.tensors_per_layer(g)))
+                .fold(0, u64::saturating_add),
+        }
+    }
+
+    /// The tensors each layer of `groups` splits its page into, where that is one count for
+    /// every layer and the tensors are equal halves (K and V of one size): `Some(1)` for one
+    /// tensor per layer, `Some(2)` for a K and a V of one size; `None` where layers split
+    /// differently or K and V differ in size. [`Self::OneBacking`]: `Some(1)`.
+    pub fn equal_tensors_per_layer(self, groups: &[LayerGroup]) -> Option<u64> {
+        let mut counts =
+            groups
+                .iter()
+                .filter(|g| g.num_layers > 0)
+                .map(|g| match self.tensors_per_layer(g) {
+                    1 => Some(1),
+                    // K and V apart: equal where their head dims match (a scale, where the dtype
+                    // has one, exists for each).
+                    n => (g.head_dim_k == g.head_dim_v).then_some(n),
+                });
+        let first = counts.next().unwrap_or(Some(1))?;
+        counts.try_fold(first, |a, n| (n? == a).then_some(a))
+    }
+}
+
+/// Whether a layer of `g` holds a V beside its K (not MLA's latent, an indexer's keys or a
+/// recurrent state, whose V head dim is 0).
+fn has_v(g: &LayerGroup) -> bool {
+    g.head_dim_v > 0 && !matches!(g.attention, super::AttentionKind::State { .. })
 }
 
 /// Rules of one engine release that KV sizing applies.
@@ -51,8 +120,9 @@ pub struct SizingRules {
     /// Attention pages that do not divide the largest page are padded to it (vLLM 0.24 on,
     /// `unify_kv_cache_spec_page_size`); before, such a model fails to start.
     pub pad_attention_pages: bool,
-    /// How the KV cache is allocated (one tensor per layer, or one backing allocation from
-    /// vLLM 0.29.0 on). Plans written before the rule existed read as per tensor.
+    /// How the KV cache is allocated (one tensor per layer, one backing allocation from vLLM
+    /// 0.29.0 on, K and V apart in SGLang). Plans written before the rule existed read as per
+    /// tensor.
     #[serde(default)]
     pub kv_allocation: KvAllocation,
 }
@@ -124,6 +194,74 @@ impl Default for SizingRules {
             hybrid_manager: true,
             pad_attention_pages: false,
             kv_allocation: KvAllocation::PerTensor,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kv::AttentionKind;
+
+    #[test]
+    fn sglang_allocates_k_and_v_apart_and_mla_once_per_layer() {
+        // Llama-3.1-8B per rank: 32 layers of 8 heads of 128, K and V of one shape.
+        let llama = [LayerGroup::new(AttentionKind::Full, 32, 8, 128)];
+        // DeepSeek-V2-Lite: 27 layers of one 576-value latent, no V.
+        let mla = [LayerGroup::new(AttentionKind::Mla, 27, 1, 576).with_head_dim_v(0)];
+        // K of 192, V of 128 (K and V apart even in SGLang 0.5.23).
+        let uneven = [LayerGroup::new(AttentionKind::Full, 10, 4, 192).with_head_dim_v(128)];
+        let count = |a: KvAllocation| {
+            [&llama[..], &mla, &uneven].map(|g| (a.allocations(g), a.equal_tensors_per_layer(g)))
+        };
+        // vLLM up to 0.28: a tensor per layer; 0.29.0 on: one backing allocation.
+        assert_eq!(
+            count(KvAllocation::PerTensor),
+            [(32, Some(1)), (27, Some(1)), (10, Some(1))]
+        );
+        assert_eq!(
+            count(KvAllocation::OneBacking),
+            [(1, Some(1)), (1, Some(1)), (1, Some(1))]
+        );
+        // SGLang 0.5.1-0.5.22: `k_buffer` and `v_buffer` per layer, `kv_buffer` for MLA.
+        assert_eq!(
+            count(KvAllocation::SplitKv),
+            [(64, Some(2)), (27, Some(1)), (20, None)]
+        );
+        // SGLang 0.5.23: K and V halves of one tensor where their shapes match.
+        assert_eq!(
+            count(KvAllocation::PairedKv),
+            [(32, Some(1)), (27, Some(1)), (20, None)]
+        );
+        // Layers that split differently (a recurrent state beside attention) have no one count.
+        let hybrid = [
+            llama[0].clone(),
+            LayerGroup::new(
+                AttentionKind::State {
+                    bytes: 1 << 20,
+                    pages_per_request: 1,
+                },
+                4,
+                0,
+                0,
+            ),
+        ];
+        assert_eq!(KvAllocation::SplitKv.allocations(&hybrid), 64 + 4);
+        assert_eq!(KvAllocation::SplitKv.equal_tensors_per_layer(&hybrid), None);
+        assert_eq!(
+            KvAllocation::PerTensor.equal_tensors_per_layer(&hybrid),
+            Some(1)
+        );
+    }
+
+    #[test]
+    fn the_new_rules_read_and_write_by_name() {
+        for (a, name) in [
+            (KvAllocation::SplitKv, "\"split_kv\""),
+            (KvAllocation::PairedKv, "\"paired_kv\""),
+        ] {
+            assert_eq!(serde_json::to_string(&a).unwrap(), name);
+            assert_eq!(serde_json::from_str::<KvAllocation>(name).unwrap(), a);
         }
     }
 }

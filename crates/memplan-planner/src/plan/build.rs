@@ -155,19 +155,36 @@ fn pages_within(room: u64, count: u64, g: u64, page: u64) -> u64 {
     lo
 }
 
-/// The engine's KV tensors for a cache sized as `s` under `rules`: `(tensors, page bytes)`,
-/// a cache of `n` blocks being `tensors` tensors of `n x page` bytes. Per tensor
+/// The engine's KV tensors for the cache of `spec` sized as `s` under `rules`: `(tensors, page
+/// bytes)`, a cache of `n` blocks being `tensors` tensors of `n x page` bytes. Per tensor
 /// ([`KvAllocation::PerTensor`], vLLM up to 0.28): one tensor per layer of a group, where a
 /// block is whole pages of one size (`None` otherwise). One backing allocation
 /// ([`KvAllocation::OneBacking`], vLLM 0.29.0 on, `vllm/v1/worker/utils.py`
 /// `allocate_kv_cache`: `torch.zeros(raw_size)` with `raw_size = bytes_per_block * num_blocks`
-/// from `get_kv_cache_config_from_groups`): one tensor of the block's bytes.
-pub(crate) fn kv_layout(s: &KvSizing, rules: &SizingRules) -> Option<(u64, u64)> {
+/// from `get_kv_cache_config_from_groups`): one tensor of the block's bytes. K and V apart
+/// ([`KvAllocation::SplitKv`], SGLang 0.5.1 to 0.5.22; [`KvAllocation::PairedKv`], SGLang
+/// 0.5.23, where K's and V's shapes differ; `MHATokenToKVPool` in
+/// `python/sglang/srt/mem_cache/memory_pool.py`): each layer's page is that many tensors of
+/// equal halves, one layer per tensor (SGLang's pools share no tensor between layers, so one
+/// KV-cache group only); `None` where K and V differ in size or layers split differently.
+pub(crate) fn kv_layout(spec: &KvSpec, s: &KvSizing, rules: &SizingRules) -> Option<(u64, u64)> {
+    let whole_pages = |tensors: u64| {
+        (s.page_bytes > 0 && s.group_size.checked_mul(s.page_bytes) == Some(s.block_bytes))
+            .then_some((
+                s.group_size.max(1).checked_mul(tensors)?,
+                s.page_bytes / tensors,
+            ))
+    };
     match rules.kv_allocation {
         KvAllocation::OneBacking => (s.block_bytes > 0).then_some((1, s.block_bytes)),
-        KvAllocation::PerTensor => (s.page_bytes > 0
-            && s.group_size.checked_mul(s.page_bytes) == Some(s.block_bytes))
-        .then_some((s.group_size.max(1), s.page_bytes)),
+        KvAllocation::PerTensor => whole_pages(1),
+        a @ (KvAllocation::SplitKv | KvAllocation::PairedKv) => {
+            let per_layer = a.equal_tensors_per_layer(&spec.groups)?;
+            if s.num_groups > 1 || s.page_bytes % per_layer != 0 {
+                return None;
+            }
+            whole_pages(per_layer)
+        }
     }
 }
 
@@ -511,7 +528,7 @@ impl PlanBuilder {
             return None;
         }
         let s = self.kv_spec.size_with(0, &self.limits, &self.rules).ok()?;
-        kv_layout(&s, &self.rules)
+        kv_layout(&self.kv_spec, &s, &self.rules)
     }
 
     /// What a KV cache of `kv_bytes` takes once the allocator rounded its tensors (each as
@@ -529,19 +546,15 @@ impl PlanBuilder {
         }
     }
 
-    /// The allocator's rounding bound kept once per layer (once where the cache is mapped or
-    /// is one backing allocation, [`KvAllocation::OneBacking`]).
+    /// The allocator's rounding bound kept once per allocation the engine makes: per layer, per
+    /// K and per V where it allocates them apart ([`KvAllocation::allocations`]), once where
+    /// the cache is mapped or is one backing allocation ([`KvAllocation::OneBacking`]).
     fn kv_rounding_bound(&self) -> u64 {
-        if self.granularity.is_some() || self.rules.kv_allocation == KvAllocation::OneBacking {
+        if self.granularity.is_some() {
             return self.alloc_slack;
         }
-        let layers: u64 = self
-            .kv_spec
-            .groups
-            .iter()
-            .map(|g| u64::from(g.num_layers))
-            .sum();
-        self.alloc_slack.saturating_mul(layers.max(1))
+        let allocations = self.rules.kv_allocation.allocations(&self.kv_spec.groups);
+        self.alloc_slack.saturating_mul(allocations.max(1))
     }
 
     /// What the engine still needs once its KV cache is allocated: the activation peak and the

@@ -423,3 +423,88 @@ fn one_backing_allocation_keeps_room_for_one_rounding_not_one_per_layer() {
         assert_eq!(new.sizing_rules.kv_allocation, KvAllocation::OneBacking);
     }
 }
+
+#[test]
+fn k_and_v_apart_keep_room_for_two_roundings_per_layer() {
+    use memplan_core::kv::KvAllocation;
+    // SGLang 0.5.1 to 0.5.22 (`python/sglang/srt/mem_cache/memory_pool.py`,
+    // `MHATokenToKVPool._create_buffers`): a `k_buffer` and a `v_buffer` per layer, each one
+    // `torch.zeros((size + page_size, head_num, head_dim))` the allocator rounds on its own: 56
+    // tensors of half a page per block for 28 layers, where one per layer makes 28 of a page.
+    // SGLang 0.5.23 (`_create_buffers_normal`) allocates K and V as halves of one
+    // `torch.zeros((2, rows, head_num, head_dim))` per layer: 28, as vLLM up to 0.28 does.
+    let page = 16 * 2 * 128 * 2 * 2; // block_size x kv heads x head size x (K, V) x bf16
+    let layers = 28;
+    let per_layer = SizingRules::default().with_kv_allocation(KvAllocation::PerTensor);
+    let split = SizingRules::default().with_kv_allocation(KvAllocation::SplitKv);
+    let paired = SizingRules::default().with_kv_allocation(KvAllocation::PairedKv);
+    let p = profile(48 * GIB, 47 * GIB, 46 * GIB, 20 * GIB, GIB, 0, None);
+    let up = |x: u64, g: u64| x.div_ceil(g) * g;
+    // PyTorch's 2 MiB (`kRoundLarge`) and a coarse granule of 34.5 MiB: the 28 tensors of one
+    // per layer take an odd number of granules each (405 and 23 of them), so their halves
+    // rounded on their own take half a granule more each.
+    for g in [2 * MIB, 36_175_872] {
+        let planned = |rules: SizingRules, spec: KvSpec| {
+            let mut b =
+                PlanBuilder::from_profile(&p, "test", Request::Utilization(0.9), spec, limits())
+                    .unwrap()
+                    .sizing_rules(rules);
+            assert_eq!(b.unmeasured_kv_allocation(Some(g)), g);
+            b.build().unwrap()
+        };
+        let (one, two, halves) = (
+            planned(per_layer, spec()),
+            planned(split, spec()),
+            planned(paired, spec()),
+        );
+        let budget = one.kv_budget_bytes;
+        assert_eq!(two.kv_budget_bytes, budget);
+        // One per layer: 28 tensors of n pages, each at most the largest multiple of g that
+        // 28 times fits; 0.5.23's halves in one tensor plan the same.
+        assert_eq!(
+            one.kv.num_blocks,
+            budget / layers / g * g / page,
+            "granule {g}"
+        );
+        assert_eq!(halves.kv.num_blocks, one.kv.num_blocks, "granule {g}");
+        // K and V apart: 56 tensors of n half pages, each at most the largest multiple of g
+        // that 56 times fits.
+        assert_eq!(
+            two.kv.num_blocks,
+            budget / (2 * layers) / g * g / (page / 2),
+            "granule {g}"
+        );
+        assert!(2 * layers * up(two.kv.num_blocks * page / 2, g) <= budget);
+        // The per-layer plan's blocks, allocated K and V apart, go past the budget: the room
+        // kept for 28 roundings does not hold 56.
+        assert!(layers * up(one.kv.num_blocks * page, g) <= budget);
+        assert!(
+            2 * layers * up(one.kv.num_blocks * page / 2, g) > budget,
+            "granule {g}"
+        );
+        assert!(two.kv.num_blocks < one.kv.num_blocks);
+        // K of 192 and V of 128 (SGLang allocates them apart in 0.5.23 too): tensors of two
+        // sizes, no layout of equal tensors; the plan keeps the bound, one granule per
+        // allocation, 56 of them.
+        let uneven = || {
+            KvSpec::new(
+                vec![LayerGroup::new(AttentionKind::Full, 28, 2, 192).with_head_dim_v(128)],
+                KvDtype::Bf16,
+                16,
+            )
+        };
+        let block = 28 * 16 * 2 * (192 + 128) * 2;
+        for rules in [split, paired] {
+            let u = planned(rules, uneven());
+            assert_eq!(u.kv.block_bytes, block);
+            assert_eq!(
+                u.kv.num_blocks,
+                (budget - 2 * layers * g) / block,
+                "granule {g}"
+            );
+        }
+        // One tensor per layer holds K and V of any dims: 28 tensors of whole pages.
+        let u = planned(per_layer, uneven());
+        assert_eq!(u.kv.num_blocks, budget / layers / g * g / (block / layers));
+    }
+}

@@ -36,7 +36,8 @@
 //! measurement where its allocator offers tensors ([`AllocatorView::allocate_tensor`]): the
 //! session allocates the plan's layout (one tensor of `blocks x page` bytes per layer, vLLM's up
 //! to 0.28; one tensor of `blocks x block bytes` where the rules say the engine allocates one
-//! backing allocation, vLLM's from 0.29.0) through that allocator, reads what it reserved, and
+//! backing allocation, vLLM's from 0.29.0; a K and a V tensor of half a page each per layer
+//! where they say it allocates them apart, SGLang's up to 0.5.22) through that allocator, reads what it reserved, and
 //! frees it at once; the count it hands over ([`KvCache::num_blocks`]) is what fitted. This
 //! measures the plan's layout, not the engine's: an engine whose layout differs offers the
 //! hook. Where neither is offered, the count is the plan's, and the allocator's rounding is
@@ -77,7 +78,8 @@ const GRANULE_SIZES: usize = 3;
 /// The KV cache's layout as the planner knows it: `tensors` tensors of `n x page` bytes for a
 /// cache of `n` blocks (vLLM v1 up to 0.28: one tensor per layer of a KV-cache group,
 /// `GPUModelRunner._allocate_kv_cache_tensors`; from 0.29.0 `page` is the whole block, one
-/// tensor, see [`crate::plan::kv_layout`]). `None` where the block is not whole pages.
+/// tensor; SGLang up to 0.5.22: a K and a V tensor per layer, `page` half a layer's page; see
+/// [`crate::plan::kv_layout`]). `None` where the block is not whole pages.
 pub(crate) fn layout(block_bytes: u64, page_bytes: u64) -> Option<(u64, u64)> {
     let tensors = block_bytes.checked_div(page_bytes)?;
     (tensors > 0 && tensors.checked_mul(page_bytes) == Some(block_bytes))
@@ -89,7 +91,9 @@ pub(crate) fn layout(block_bytes: u64, page_bytes: u64) -> Option<(u64, u64)> {
 /// ([`crate::plan::kv_layout`], the one rule both follow): a block of whole pages of one size,
 /// one tensor per layer, or one backing allocation (`KvAllocation::OneBacking`, vLLM 0.29.0
 /// on, `vllm/v1/worker/utils.py` `allocate_kv_cache`), measured with one tensor of `blocks x
-/// block bytes` whatever its pages. vLLM 0.19.0 lays full-attention (or MLA) layers of several
+/// block bytes` whatever its pages, or a K and a V tensor of one size per layer
+/// (`KvAllocation::SplitKv`, SGLang 0.5.1 to 0.5.22, `MHATokenToKVPool`), measured with two
+/// tensors of half a page per layer. vLLM 0.19.0 lays full-attention (or MLA) layers of several
 /// shapes out as one group of `UniformTypeKVCacheSpecs` whose tensors differ in size
 /// (`vllm/v1/core/kv_cache_utils.py`, `get_kv_cache_config_from_groups`: one `KVCacheTensor`
 /// per layer of `per_layer_specs[layer_name].page_size_bytes * num_blocks`); equal tensors of
@@ -98,7 +102,7 @@ pub(crate) fn layout(block_bytes: u64, page_bytes: u64) -> Option<(u64, u64)> {
 /// as where the allocator offers no tensors.
 pub(crate) fn measurable_layout(kv: &KvSpec, limits: &KvLimits, rules: &SizingRules) -> bool {
     kv.size_with(0, limits, rules)
-        .is_ok_and(|s| crate::plan::kv_layout(&s, rules).is_some())
+        .is_ok_and(|s| crate::plan::kv_layout(kv, &s, rules).is_some())
 }
 
 /// What measured allocations say about the allocator's granule: `sizes` are `(own bytes,
@@ -277,7 +281,7 @@ impl Planned {
             rank,
             num_blocks: plan.kv.num_blocks,
             block_bytes: plan.kv.block_bytes,
-            page_bytes: crate::plan::kv_layout(&plan.kv, &plan.sizing_rules)
+            page_bytes: crate::plan::kv_layout(&plan.kv_spec, &plan.kv, &plan.sizing_rules)
                 .map_or(0, |(_, page)| page),
             kv_cache_bytes: plan.kv_cache_bytes,
             room: match plan.capped_by_free_bytes {
@@ -767,6 +771,54 @@ mod tests {
             &limits,
             &rules
         ));
+    }
+
+    #[test]
+    fn k_and_v_apart_are_measured_as_two_tensors_of_half_a_page_per_layer() {
+        use memplan_core::kv::KvAllocation;
+        // SGLang 0.5.1 to 0.5.22 (`MHATokenToKVPool._create_buffers`): a K and a V tensor per
+        // layer of `rows x heads x head_dim`; 32 layers of 8 heads of 128 in bf16, one-token
+        // pages: 4 KiB a layer, 2 KiB each of K and V.
+        let limits = KvLimits::new(8192, 8192);
+        let llama = KvSpec::new(
+            vec![LayerGroup::new(AttentionKind::Full, 32, 8, 128)],
+            KvDtype::Bf16,
+            1,
+        );
+        let split = SizingRules::default().with_kv_allocation(KvAllocation::SplitKv);
+        let paired = SizingRules::default().with_kv_allocation(KvAllocation::PairedKv);
+        let s = llama.size_with(0, &limits, &split).unwrap();
+        assert_eq!((s.page_bytes, s.block_bytes), (4096, 32 * 4096));
+        let l = crate::plan::kv_layout(&llama, &s, &split);
+        assert_eq!(l, Some((64, 2048)));
+        // What the session hands the measurement (`Planned::page_bytes`) gives the same.
+        assert_eq!(layout(s.block_bytes, 2048), l);
+        assert!(measurable_layout(&llama, &limits, &split));
+        // SGLang 0.5.23: K and V halves of one tensor per layer, as one per layer.
+        assert_eq!(
+            crate::plan::kv_layout(&llama, &s, &paired),
+            Some((32, 4096))
+        );
+        // MLA: one `kv_buffer` per layer in both.
+        let mla = KvSpec::new(
+            vec![LayerGroup::new(AttentionKind::Mla, 27, 1, 576).with_head_dim_v(0)],
+            KvDtype::Bf16,
+            1,
+        );
+        let m = mla.size_with(0, &limits, &split).unwrap();
+        assert_eq!(
+            crate::plan::kv_layout(&mla, &m, &split),
+            Some((27, m.page_bytes))
+        );
+        // K and V of different dims: tensors of two sizes, not measured as equal ones.
+        let uneven = KvSpec::new(
+            vec![LayerGroup::new(AttentionKind::Full, 32, 8, 192).with_head_dim_v(128)],
+            KvDtype::Bf16,
+            1,
+        );
+        assert!(!measurable_layout(&uneven, &limits, &split));
+        assert!(!measurable_layout(&uneven, &limits, &paired));
+        assert!(measurable_layout(&uneven, &limits, &SizingRules::default()));
     }
 
     /// Rounded up to a multiple of `g`.
