@@ -822,7 +822,7 @@ mod tests {
         let llama = [LayerGroup::new(AttentionKind::Full, 32, 8, 128)];
         let mla = [LayerGroup::new(AttentionKind::Mla, 27, 1, 576).with_head_dim_v(0)];
         for (v, allocation, tensors) in [
-            ("sglang@0.5", KvAllocation::SplitKv, 64),
+            ("sglang@0.5.1", KvAllocation::SplitKv, 64),
             ("sglang@0.5.9", KvAllocation::SplitKv, 64),
             ("sglang@0.5.22", KvAllocation::SplitKv, 64),
             ("sglang@0.5.23", KvAllocation::PairedKv, 32),

@@ -56,10 +56,10 @@
 //! left out), the rest of its arithmetic unchanged.
 //!
 //! SGLang allocates its token pool per layer with K and V apart, read from its wheels
-//! (`python/sglang/srt/mem_cache/memory_pool.py`): 0.5.1 to 0.5.22, `MHATokenToKVPool.
-//! _create_buffers` (`_create_buffers_normal` in 0.5.16) makes `k_buffer = [torch.zeros((size
-//! + page_size, head_num, head_dim)) for _ in range(layer_num)]` and a `v_buffer` the same
-//! way, each tensor its own allocation; `MLATokenToKVPool._create_buffers` one `kv_buffer` of
+//! (`python/sglang/srt/mem_cache/memory_pool.py`): in 0.5.1 to 0.5.22
+//! `MHATokenToKVPool._create_buffers` (`_create_buffers_normal` in 0.5.16) makes a `k_buffer`
+//! of one `torch.zeros((size + page_size, head_num, head_dim))` per layer and a `v_buffer` the
+//! same way, each tensor its own allocation; `MLATokenToKVPool._create_buffers` one `kv_buffer` of
 //! `(size + page_size, 1, kv_lora_rank + qk_rope_head_dim)` per layer. 0.5.23 keeps K and V as
 //! the halves of one `torch.zeros((2, padded, head_num, head_dim))` per layer where K's and V's
 //! shapes match (every layer here: a group has one head dim for both), as a tensor per layer.
@@ -255,7 +255,7 @@ impl EngineKv {
         self.tensors = self
             .tensors
             .iter()
-            .map(|(page, n)| Some((page / 2, n.checked_mul(2)?)).filter(|_| page % 2 == 0))
+            .map(|(page, n)| Some((page / 2, n.checked_mul(2)?)).filter(|_| page.is_multiple_of(2)))
             .collect::<Option<_>>()?;
         Some(self)
     }

@@ -180,7 +180,7 @@ pub(crate) fn kv_layout(spec: &KvSpec, s: &KvSizing, rules: &SizingRules) -> Opt
         KvAllocation::PerTensor => whole_pages(1),
         a @ (KvAllocation::SplitKv | KvAllocation::PairedKv) => {
             let per_layer = a.equal_tensors_per_layer(&spec.groups)?;
-            if s.num_groups > 1 || s.page_bytes % per_layer != 0 {
+            if s.num_groups > 1 || !s.page_bytes.is_multiple_of(per_layer) {
                 return None;
             }
             whole_pages(per_layer)
