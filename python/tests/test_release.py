@@ -59,6 +59,25 @@ def test_a_start_up_sizes_for_the_installed_vllm(monkeypatch: pytest.MonkeyPatch
     assert any("installed in this interpreter" in n and "0.28.1+cu126" in n for n in plan["notes"])
 
 
+@pytest.mark.parametrize(
+    ("version", "allocation"), [("0.5.9", "split_kv"), ("0.5.23", "paired_kv")]
+)
+def test_a_start_up_sizes_for_the_installed_sglang(
+    monkeypatch: pytest.MonkeyPatch, version: str, allocation: str
+) -> None:
+    # SGLang up to 0.5.22 allocates a K and a V tensor per layer, 0.5.23 K and V as the halves of
+    # one where their shapes match (`python/sglang/srt/mem_cache/memory_pool.py`,
+    # `MHATokenToKVPool._create_buffers` / `_create_buffers_normal`).
+    _installed(monkeypatch, {"sglang": version})
+    dev = SimDevice("sim:l4", private=True)
+    # SGLang's default of 16,384 batched tokens is more than this simulated engine's
+    # activation fits on an L4 beside its weights: vLLM's default for the card.
+    eng = PyEngine(dev)
+    plan = start_up(dev, eng, model=MODEL, max_num_seqs=256, max_num_batched_tokens=2048).plan
+    assert plan["engine"].startswith("sglang@"), plan["engine"]
+    assert plan["sizing_rules"]["kv_allocation"] == allocation
+
+
 def test_a_named_release_wins_over_the_installed_one(monkeypatch: pytest.MonkeyPatch) -> None:
     _installed(monkeypatch, {"vllm": "0.28.1"})
     dev = SimDevice("sim:l4", private=True)
