@@ -2,7 +2,8 @@
 //! tensor per layer (`vllm/v1/worker/gpu_model_runner.py`, `_allocate_kv_cache_tensors`: one
 //! `torch.zeros(page_size_bytes * num_blocks)` per layer), vLLM 0.29.0 on one backing
 //! allocation (`vllm/v1/worker/utils.py`, `allocate_kv_cache`: one
-//! `torch.zeros(bytes_per_block * num_blocks)`), each rounded by a PyTorch-like allocator.
+//! `torch.zeros(bytes_per_block * num_blocks)`), SGLang up to 0.5.22 a K and a V tensor per
+//! layer (`MHATokenToKVPool._create_buffers`), each rounded by a PyTorch-like allocator.
 
 #![cfg(feature = "sim")]
 
@@ -182,4 +183,36 @@ fn the_session_measures_one_backing_allocation_where_the_release_makes_one() {
     // The plan kept one rounding where there is one allocation: more blocks.
     assert_eq!((old_blocks, new_blocks), (old_planned, new_planned));
     assert!(new_blocks > old_blocks, "{old_blocks} vs {new_blocks}");
+}
+
+#[test]
+fn the_session_measures_k_and_v_apart_where_sglang_allocates_them_so() {
+    // SGLang 0.5.1 to 0.5.22 (`python/sglang/srt/mem_cache/memory_pool.py`,
+    // `MHATokenToKVPool._create_buffers`): a `k_buffer` and a `v_buffer` per layer, each one
+    // `torch.zeros((size + page_size, head_num, head_dim))`; 0.5.23 K and V as the halves of one
+    // `torch.zeros((2, rows, head_num, head_dim))` per layer where their shapes match.
+    let rules = |a: KvAllocation| SizingRules::default().with_kv_allocation(a);
+    let (one_planned, one_blocks, one) = measured(rules(KvAllocation::PairedKv), "sglang@0.5.23");
+    let (two_planned, two_blocks, two) = measured(rules(KvAllocation::SplitKv), "sglang@0.5.9");
+    // 0.5.23: 24 equal tensors of n pages, as one per layer.
+    assert!(!one.is_empty() && one.len() % LAYERS as usize == 0);
+    assert!(one.iter().any(|b| *b == one_blocks * PAGE));
+    // Before: every measured cache is 48 equal tensors of n half pages, a K and a V per layer.
+    let half = PAGE / 2;
+    assert!(
+        !two.is_empty() && two.len() % (2 * LAYERS) as usize == 0,
+        "{}",
+        two.len()
+    );
+    for c in two.chunks(2 * LAYERS as usize) {
+        assert!(c.iter().all(|b| *b == c[0] && b % half == 0), "{c:?}");
+    }
+    assert!(two.iter().any(|b| *b == two_blocks * half));
+    // Room for 48 roundings, not 24: on this device 13,856 blocks are 24 tensors of 866 MiB
+    // (433 granules each), whose 48 halves of 433 MiB would each round up a megabyte; the plan
+    // of K and V apart holds 13,824, halves of 432 MiB.
+    assert_eq!((one_blocks, two_blocks), (one_planned, two_planned));
+    assert!(two_blocks < one_blocks, "{one_blocks} vs {two_blocks}");
+    let up = |x: u64| x.div_ceil(GRANULE) * GRANULE;
+    assert!(2 * up(one_blocks * half) > up(one_blocks * PAGE));
 }
