@@ -32,18 +32,18 @@
 //! fixed granule (or a cache whose tensors are not all of one size) leaves the count as
 //! planned, and the shrinking above is what protects it.
 //!
-//! An engine that allocates its KV cache only after the session (no hook) gets the same
-//! measurement where its allocator offers tensors ([`AllocatorView::allocate_tensor`]): the
-//! session allocates the plan's layout (one tensor of `blocks x page` bytes per layer, vLLM's up
-//! to 0.28; one tensor of `blocks x block bytes` where the rules say the engine allocates one
-//! backing allocation, vLLM's from 0.29.0; a K and a V tensor of half a page each per layer
-//! where they say it allocates them apart, SGLang's up to 0.5.22) through that allocator, reads what it reserved, and
-//! frees it at once; the count it hands over ([`KvCache::num_blocks`]) is what fitted. This
-//! measures the plan's layout, not the engine's: an engine whose layout differs offers the
-//! hook. Where neither is offered, the count is the plan's, and the allocator's rounding is
-//! bounded, not measured: the plan kept room for rounding each tensor up to the coarsest
-//! granule the engine's own allocations during the start-up allow
-//! ([`granule_bound`](crate::plan::granule_bound), [`Warning::KvAllocationUnmeasured`]).
+//! An engine that allocates its KV cache only after the session (no hook) gets the same measurement
+//! where its allocator offers tensors ([`AllocatorView::allocate_tensor`]): the session allocates
+//! the plan's layout (one tensor of `blocks x page` bytes per layer, vLLM's up to 0.28; one tensor
+//! of `blocks x block bytes` where the rules say the engine allocates one backing allocation,
+//! vLLM's from 0.29.0; a K and a V tensor of half a page each per layer where they say it allocates
+//! them apart, SGLang's up to 0.5.22) through that allocator, reads what it reserved, and frees it
+//! at once; the count it hands over ([`KvCache::num_blocks`]) is what fitted. This measures the
+//! plan's layout, not the engine's: an engine whose layout differs offers the hook. Where neither
+//! is offered, the count is the plan's, and the allocator's rounding is bounded, not measured: the
+//! plan kept room for rounding each tensor up to the coarsest granule the engine's own allocations
+//! during the start-up allow ([`granule_bound`](crate::plan::granule_bound),
+//! [`Warning::KvAllocationUnmeasured`]).
 //!
 //! [`AllocatorView::allocate_tensor`]: memplan_core::AllocatorView::allocate_tensor
 

@@ -318,7 +318,7 @@ impl<'s> GraphContext<'s> {
     /// memory a runtime keeps, a library's workspace): read as held, the safe side. The reads
     /// come before any snapshot, whose synchronizes would complete a late release after the
     /// pool was trimmed: counted from the release's own synchronizes, the count is the one a
-    /// release needs. Returns whether memory came back.
+    /// release needs.
     ///
     /// Returns whether free memory was back at `from` when the wait ended (true where the
     /// reading gives nothing to wait on): false only where every synchronize of the wait ran
@@ -457,8 +457,8 @@ impl<'s> GraphContext<'s> {
 
     /// How far a window of the free reading may be off: the largest error calibration (or the
     /// session's start) saw on one, over [`IDLE_READS`](crate::calibrate::IDLE_READS) reads of
-    /// the idle device and windows over known allocations, times 1.25 (`WINDOW_ERROR_FACTOR_INVERSE_EXCESS`)
-    /// (plus a granule's worth of slack), within the declared tolerance; the declared
+    /// the idle device and windows over known allocations, times 1.25
+    /// (`WINDOW_ERROR_FACTOR_INVERSE_EXCESS`, plus a granule's worth of slack), within the declared tolerance; the declared
     /// tolerance where nothing measured it. A declared tolerance often covers a constant offset
     /// (memory the reading cannot see), which a window cancels; the measured window error
     /// does not.
@@ -569,8 +569,8 @@ pub const SETTLE_SYNCHRONIZES: usize = 8;
 pub const LATE_RELEASE_SYNCHRONIZES: usize = 64;
 
 /// Destroy the engine's graphs, synchronize once and then `syncs` times more
-/// ([`SETTLE_SYNCHRONIZES`], or more where releases were seen to come back later, [`GraphContext::prime`]; done
-/// even when the engine's release failed), then trim the device's graph pool ([`trim_pool`]).
+/// ([`SETTLE_SYNCHRONIZES`], or more where releases were seen to come back later,
+/// [`GraphContext::prime`]; done even when the engine's release failed), then trim the device's graph pool ([`trim_pool`]).
 pub(crate) fn release_all(engine: &mut dyn Engine, device: &Device, syncs: usize) -> Result<()> {
     let released = engine.release_graphs();
     let settled = wait_for_release(device, syncs.saturating_add(1), Trim::AtEnd, |_| Ok(false));
