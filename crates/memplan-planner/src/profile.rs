@@ -65,6 +65,12 @@ pub struct Profile {
     /// Growth of memory outside the allocator during the engine's steps (context, library
     /// workspaces), signed. Absent when the driver free reading cannot measure it.
     pub non_allocator_growth: Option<i64>,
+    /// Windows of the free reading whose non-allocator change `non_allocator_growth` sums (one
+    /// per engine step that grew it, and the graph phase's teardown where it left memory
+    /// held): each is a difference of two snapshots, off by up to the reading's window error,
+    /// and quiet windows between them (another process's, [`Self::foreign_bytes`]) keep their
+    /// errors from cancelling.
+    pub non_allocator_windows: u64,
     /// The graph-memory phase's result.
     pub graph: Option<GraphEstimate>,
     /// The largest error calibration saw on a window of the free reading (see
@@ -121,6 +127,7 @@ impl Profile {
             capture_keeps_cache: None,
             capture_cache_left_bytes: None,
             non_allocator_growth: None,
+            non_allocator_windows: 0,
             graph: None,
             free_window_error: None,
             probe_baseline: None,

@@ -256,6 +256,35 @@ fn one_backing_allocation_is_planned_as_one_and_stays_within_the_request() {
     );
 }
 
+/// One backing allocation is rounded once, so the plan's KV cache ends within a granule and a
+/// block of its budget, where a tensor per layer leaves rounding to spare: there an
+/// approximate free reading that read the engine's memory outside the allocator low (by 207
+/// KiB of a reading good to 511 KiB, on this APU whose declared exact reading calibration
+/// found to move) took the eager plan past the request in serving, unless the plan keeps the
+/// reading's window error on the non-allocator memory it measured through it.
+#[test]
+fn one_backing_keeps_the_free_readings_error_on_memory_outside_the_allocator() {
+    use memplan_core::kv::KvAllocation;
+    use memplan_testbed::sweep::acceptance::gating;
+    use memplan_testbed::sweep::{random_scenario, seeded};
+    let i = 225;
+    for (hook, tensors) in [(true, true), (false, true), (false, false)] {
+        let mut setup = seeded(random_scenario(i).resolve().unwrap(), i);
+        assert!(setup.scenario.device.starts_with("strix-halo"));
+        setup.kv_hook = hook;
+        setup.allocator_tensors = tensors;
+        setup.kv_allocation = KvAllocation::OneBacking;
+        setup.planned_kv_allocation = KvAllocation::OneBacking;
+        let what = format!("random-{i} hook={hook} tensors={tensors}");
+        let case = judged(&setup, what.clone(), false);
+        assert_eq!(case.out.over_request_bytes, None, "{what}");
+        assert!(
+            gating(&failed(&case)).is_empty(),
+            "{what}: nothing gating fails"
+        );
+    }
+}
+
 /// Naming a release that allocates one backing buffer for an engine that allocates a tensor per
 /// layer (an engine before vLLM 0.29.0) leaves room for one rounding where each layer's is
 /// taken: with nothing measuring the engine's allocation and a coarse granule, that fails a

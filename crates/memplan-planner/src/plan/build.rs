@@ -1,6 +1,6 @@
 //! [`PlanBuilder`]: the one way a [`Plan`] is made (see the module docs of [`crate::plan`]).
 
-use memplan_core::bytes::MIB;
+use memplan_core::bytes::{fmt_bytes, MIB};
 use memplan_core::kv::{KvAllocation, KvLimits, KvSizing, KvSpec, SizingRules};
 use memplan_core::{Error, MemoryInfo, Param, Reading, Refusal, Reliability, Result};
 use std::collections::BTreeMap;
@@ -38,6 +38,27 @@ const MID_REQUEST_BELOW: u64 = 10 * MIB;
 const MID_SEGMENT: u64 = 20 * MIB;
 /// Every request is rounded up to this (`kMinBlockSize`).
 const MIN_BLOCK: u64 = 512;
+
+/// How the non-allocator growth measured through the free reading is described.
+const NON_ALLOCATOR_BASIS: &str =
+    "driver used minus allocator reserved, growth during the engine's steps";
+
+/// How far the non-allocator growth measured through the free reading may read low: the
+/// reading's window error (the largest error seen on a window, kept as the graph strategies
+/// keep it, [`kept_window_error`](crate::strategy::kept_window_error): about 3.6 standard
+/// deviations of one window, within the declared tolerance; the declared tolerance where
+/// nothing measured it; 0 for an exact reading) times the square root of the windows the
+/// growth sums ([`Profile::non_allocator_windows`]): the windows' errors are independent
+/// (quiet windows between them), so their sum's standard deviation is that of one window
+/// times the square root of their number, and the margin stays at 3.6 of them.
+fn non_allocator_windows_error(p: &Profile) -> u64 {
+    let declared = p.capability.reading(Reading::DriverFree).tolerance_bytes();
+    let window = match p.free_window_error {
+        Some(e) => declared.min(crate::strategy::kept_window_error(e)),
+        None => declared,
+    };
+    (window as f64 * (p.non_allocator_windows as f64).sqrt()).ceil() as u64
+}
 
 /// What `count` equal tensors of `bytes` take from the driver in a PyTorch-like caching
 /// allocator whose large requests are rounded to `g`: small and mid-sized tensors share
@@ -228,6 +249,9 @@ pub struct PlanBuilder {
     alloc_slack: u64,
     /// The KV cache is mapped in whole granules of this many bytes (post-capture).
     granularity: Option<u64>,
+    /// How far the measured non-allocator growth may read low ([`non_allocator_windows_error`]):
+    /// added to it where the KV cache is one backing allocation (see [`build`](Self::build)).
+    non_allocator_error: u64,
 }
 
 impl PlanBuilder {
@@ -259,6 +283,7 @@ impl PlanBuilder {
             notes: Vec::new(),
             alloc_slack: 0,
             granularity: None,
+            non_allocator_error: 0,
         }
     }
 
@@ -361,6 +386,7 @@ impl PlanBuilder {
                 "allocator reserved growth while loading (the weights as held)",
             ))
             .consumer(activation);
+        let mut read_low = 0;
         let non_alloc = match p.non_allocator_growth {
             Some(g) if p.non_allocator_by_probe => Consumer::measured(
                 ConsumerKind::NonAllocator,
@@ -368,12 +394,17 @@ impl PlanBuilder {
                 "allocation probes",
                 "the largest allocation at the baseline less the largest now, less the allocator's growth (no reading measures this process; within the probes' resolution, on the safe side)",
             ),
-            Some(g) => Consumer::measured(
-                ConsumerKind::NonAllocator,
-                g.max(0) as u64,
-                "engine steps",
-                "driver used minus allocator reserved, growth during the engine's steps",
-            ),
+            Some(g) => {
+                // What the windows the growth sums may be off by, kept where nothing else in
+                // the plan absorbs it (see `build`).
+                read_low = non_allocator_windows_error(p);
+                Consumer::measured(
+                    ConsumerKind::NonAllocator,
+                    g.max(0) as u64,
+                    "engine steps",
+                    NON_ALLOCATOR_BASIS,
+                )
+            }
             None => {
                 b.warnings.push(Warning::NonAllocatorUnmeasured {
                     reserved: UNMEASURED_NON_ALLOCATOR_BYTES,
@@ -386,6 +417,7 @@ impl PlanBuilder {
             }
         };
         b = b.consumer(non_alloc);
+        b.non_allocator_error = read_low;
         b = match &p.graph {
             Some(g) => b
                 .consumer(Consumer::new(
@@ -572,6 +604,9 @@ impl PlanBuilder {
 
     /// Add a consumer, replacing the one of its kind (a figure the caller knows better).
     pub fn consumer(mut self, c: Consumer) -> Self {
+        if c.kind == ConsumerKind::NonAllocator {
+            self.non_allocator_error = 0;
+        }
         self.consumers.set(c);
         self
     }
@@ -740,11 +775,35 @@ impl PlanBuilder {
             self.kv_tensors(),
             self.kv_rounding_bound(),
         );
+        // A KV cache that is one backing allocation (vLLM 0.29.0 on, `allocate_kv_cache`) is
+        // rounded once: what is left of the budget after it is under a granule and a block, and
+        // a free reading that read the engine's memory outside the allocator low would hand
+        // that memory to the cache and take the engine past the request. The plan keeps what
+        // the reading's windows may be off by there. A tensor per layer leaves the rounding of
+        // its tensors (in steps of a granule per tensor) to absorb it, and is left as it was.
+        let mut consumers = self.consumers;
+        if self.non_allocator_error > 0
+            && self.rules.kv_allocation == KvAllocation::OneBacking
+            && self.granularity.is_none()
+            && !fixed_kv
+        {
+            let measured = consumers.bytes(ConsumerKind::NonAllocator);
+            consumers.set(Consumer::measured(
+                ConsumerKind::NonAllocator,
+                measured.saturating_add(self.non_allocator_error),
+                "engine steps",
+                format!(
+                    "{NON_ALLOCATOR_BASIS}, plus what the free reading's windows may be off by ({}; the KV cache is one backing allocation)",
+                    fmt_bytes(self.non_allocator_error)
+                ),
+            ));
+        }
+        let consumers = consumers;
         if let (Some(s), false) = (&self.start, fixed_kv) {
             let requested = budget::requested_bytes(self.total, self.request)?;
             budget::check_free(s, requested, &self.request, self.start_tolerance)?;
         }
-        let b = budget::compute(self.total, self.request, &self.consumers).map_err(|e| {
+        let b = budget::compute(self.total, self.request, &consumers).map_err(|e| {
             budget::with_free_at_start(e, self.start.as_ref().and_then(|s| s.driver.free))
         })?;
         if let (Some(s), true) = (&self.start, fixed_kv) {
@@ -759,7 +818,7 @@ impl PlanBuilder {
         let mut capped_by_free = None;
         let mut physical_check = None;
         let to_capture = if self.graph.kept { 0 } else { b.graph_reserve };
-        let activation = self.consumers.bytes(ConsumerKind::Activation);
+        let activation = consumers.bytes(ConsumerKind::Activation);
         let cap_of = |avail: u64, tol: u64| {
             let cap = avail
                 .saturating_sub(activation)
@@ -832,7 +891,7 @@ impl PlanBuilder {
             request: self.request,
             total_bytes: b.total,
             requested_bytes: b.requested,
-            consumers: self.consumers,
+            consumers,
             graph: self.graph,
             kv_budget_bytes: b.kv_budget,
             kv_cache_bytes: kv_bytes,

@@ -508,3 +508,68 @@ fn k_and_v_apart_keep_room_for_two_roundings_per_layer() {
         assert_eq!(u.kv.num_blocks, budget / layers / g * g / (block / layers));
     }
 }
+
+/// Non-allocator memory measured through an approximate free reading is a sum of windows, each
+/// off by up to the reading's window error. Where the KV cache is one backing allocation
+/// (vLLM 0.29.0 on), rounded once, nothing else in the budget absorbs a reading that read the
+/// engine's memory low: the plan keeps that error, times the square root of the windows (their
+/// errors independent). A plan that kept nothing went over the request by what the reading
+/// under-read. Where the free reading is exact, or the cache is a tensor per layer, nothing is
+/// added.
+#[test]
+fn one_backing_keeps_the_free_readings_window_error_on_non_allocator_memory() {
+    use memplan_core::kv::KvAllocation;
+    let na_with = |p: &Profile, allocation: KvAllocation| {
+        PlanBuilder::from_profile(p, "test", Request::Utilization(0.9), spec(), limits())
+            .unwrap()
+            .sizing_rules(SizingRules::default().with_kv_allocation(allocation))
+            .build()
+            .unwrap()
+            .consumers
+            .bytes(ConsumerKind::NonAllocator)
+    };
+    let na = |p: &Profile| na_with(p, KvAllocation::OneBacking);
+    let mut p = profile(
+        48 * GIB,
+        47 * GIB,
+        46 * GIB,
+        20 * GIB,
+        GIB,
+        300 * MIB as i64,
+        None,
+    );
+    p.non_allocator_windows = 4;
+    assert_eq!(na(&p), 300 * MIB, "an exact reading: as measured");
+    let tolerance = 511 * 1024;
+    p.capability.set(
+        Reading::DriverFree,
+        Reliability::Approximate {
+            tolerance_bytes: tolerance,
+            why: "moved over reads of the idle device".into(),
+        },
+    );
+    // Nothing measured the window error: the declared tolerance, twice for four windows.
+    assert_eq!(na(&p), 300 * MIB + 2 * tolerance);
+    assert_eq!(
+        na_with(&p, KvAllocation::PerTensor),
+        300 * MIB,
+        "a tensor per layer: as measured"
+    );
+    // A measured window error, kept as the graph strategies keep it (1.25 times, plus 1 MiB),
+    // within the declared tolerance.
+    p.free_window_error = Some(64 * 1024);
+    assert_eq!(na(&p), 300 * MIB + 2 * tolerance);
+    p.capability.set(
+        Reading::DriverFree,
+        Reliability::Approximate {
+            tolerance_bytes: 64 * MIB,
+            why: "moved over reads of the idle device".into(),
+        },
+    );
+    assert_eq!(na(&p), 300 * MIB + 2 * (80 * 1024 + MIB));
+    p.non_allocator_windows = 1;
+    assert_eq!(na(&p), 300 * MIB + 80 * 1024 + MIB);
+    // No window counted: nothing added.
+    p.non_allocator_windows = 0;
+    assert_eq!(na(&p), 300 * MIB);
+}

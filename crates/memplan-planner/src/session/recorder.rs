@@ -20,6 +20,9 @@ pub(crate) struct Recorder {
     pub p: Profile,
     pub kv_range: Option<KvRange>,
     own_growth: i64,
+    /// Windows of the free reading `own_growth` sums (each off by up to the reading's window
+    /// error, [`Profile::non_allocator_windows`]).
+    own_windows: u64,
     growth_known: bool,
     free_ok: bool,
     /// `ReadingsNotSynchronized` was recorded (once per session is enough).
@@ -133,6 +136,7 @@ impl Recorder {
             p,
             kv_range: None,
             own_growth: 0,
+            own_windows: 0,
             growth_known,
             free_ok: growth_known,
             unsynced_warned: false,
@@ -225,7 +229,10 @@ impl Recorder {
                 step: name.into(),
                 bytes: d.unsigned_abs(),
             }),
-            Some(d) => self.own_growth = self.own_growth.saturating_add(d),
+            Some(d) => {
+                self.own_growth = self.own_growth.saturating_add(d);
+                self.own_windows += 1;
+            }
             None => self.growth_known = false,
         }
         self.p.last = after;
@@ -272,6 +279,7 @@ impl Recorder {
                 tracing::info!(bytes = %fmt_bytes(leak as u64), "held after graph teardown");
                 self.warn(Warning::HeldAfterGraphTeardown { bytes: leak as u64 });
                 self.own_growth = self.own_growth.saturating_add(leak);
+                self.own_windows += 1;
             }
         }
     }
@@ -280,6 +288,7 @@ impl Recorder {
     pub fn profile(&self) -> Profile {
         let mut p = self.p.clone();
         p.non_allocator_growth = self.non_allocator_growth();
+        p.non_allocator_windows = self.own_windows;
         p
     }
 
