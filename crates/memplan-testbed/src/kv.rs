@@ -52,8 +52,34 @@
 //! `_get_kv_cache_bytes_per_block`; `vllm/v1/worker/utils.py`, `allocate_kv_cache`: one
 //! backing `torch.zeros` of that size that every layer views, padded to 4 KiB on ROCm only).
 //! The test-bed models 0.19.0, the release its planner runs are labelled with; a setup may
-//! have its engine allocate as 0.29.0 does instead ([`EngineKv::of_setup`], the ROCm padding
-//! left out), the rest of its arithmetic unchanged.
+//! have its engine allocate as 0.29.0 does instead ([`EngineKv::of_setup`]: one backing
+//! allocation, padded to [`ROCM_BACKING_PAGE`] on a ROCm profile), the rest of its arithmetic
+//! 0.19.0's, which 0.34.0 keeps for every layout modelled here (read from the 0.34.0 wheel,
+//! in the layer-outer `LBNHC` layout that FlashAttention and every backend that declares no
+//! layout resolve to, `vllm/v1/attention/backends/utils.py`, `_DEFAULT_LAYOUT_PREFERENCE`):
+//! - blocks: `available // bytes_per_block`, the largest group's pages summed
+//!   (`vllm/v1/core/kv_cache_planning.py`, `get_kv_cache_configs`,
+//!   `_get_kv_cache_bytes_per_block`; each page rounded up to its block-stride alignment,
+//!   `KVCacheSpec.get_block_stride_alignment`: 1, or a kernel block's page, which divides it),
+//!   the `available // page // group_size` and `available // sum(pages)` above;
+//! - grouping: `get_kv_cache_groups` as above, the same 1.5 rule for `group_size`
+//!   (`_get_kv_cache_groups_uniform_page_size`); a smaller attention page that does not divide
+//!   the largest is padded to it instead of refused (`unify_kv_cache_spec_page_size`, 0.24
+//!   on: the engine here still refuses it, and no generated scenario has one), and mixed
+//!   pages are packed side by side only in a block-outermost layout
+//!   (`_get_packed_kv_cache_groups`), which no default backend resolves to;
+//! - the null block: still taken from the pool (`vllm/v1/core/block_pool.py`,
+//!   `BlockPool.__init__`, `self.null_block = self.free_block_queue.popleft()`); the start-up
+//!   check now leaves it out (`check_enough_kv_cache_memory`: `available_memory -
+//!   _pool_bytes_per_block`), as the oracle's room for one request does
+//!   ([`crate::oracle::Oracle::has_room`]);
+//! - tokens: what the blocks serve is unchanged; what 0.34.0 logs is `int(num_blocks /
+//!   blocks_per_request * max_model_len)` (`kv_cache_utils.py`, `get_kv_cache_capacity`, from
+//!   0.20.1, the planner's `Capacity::Concurrency`), a report nothing here is judged by;
+//! - a sliding window holds the tokens of every batch in flight
+//!   (`SlidingWindowSpec.max_memory_usage_bytes`, `max_in_flight_tokens`, 0.26 on), where
+//!   [`EngineKv::blocks_per_request`] counts 0.19.0's one batch, as the session's sizing
+//!   rules (vLLM 0.19's but for the allocation) count it.
 //!
 //! SGLang allocates its token pool per layer with K and V apart, read from its wheels
 //! (`python/sglang/srt/mem_cache/memory_pool.py`): in 0.5.1 to 0.5.22
@@ -73,6 +99,20 @@ use crate::scenario::{KvAttention, KvGroupToml, KvToml};
 /// 656`; vLLM 0.34.0 `vllm/v1/attention/backend.py`,
 /// `MLAAttentionImpl.get_fp8_ds_mla_row_bytes`: 656).
 const FP8_DS_MLA_TOKEN_BYTES: u64 = 656;
+
+/// What vLLM pads its one backing KV allocation to on ROCm: `page_size = 4096`, the buffer
+/// `((raw_size + page_size - 1) // page_size) * page_size` (vLLM 0.29.0 and 0.34.0
+/// `vllm/v1/worker/utils.py`, `_allocate_kv_cache_buffer` under `allocate_kv_cache`, "Pad to
+/// the page granularity MoRIIO needs"; other platforms keep the exact size).
+pub const ROCM_BACKING_PAGE: u64 = 4096;
+
+/// Whether the setup's simulated device is a ROCm one (its profile's platform facts are the
+/// ROCm backend's).
+fn on_rocm(setup: &crate::Setup) -> bool {
+    let name = setup.scenario.device.split(',').next().unwrap_or_default();
+    memplan_backend_sim::profile(name)
+        .is_some_and(|p| matches!(p.facts(), memplan_backend_sim::PlatformFacts::Rocm(_)))
+}
 
 /// One layer's KV spec as vLLM 0.19.0 compares them (`KVCacheSpec` dataclass equality): the
 /// kind (with its window), the heads and head dim, the block size; `page` follows from them.
@@ -129,6 +169,9 @@ pub struct EngineKv {
     /// What the groups hold per request: `(window, tokens per block, groups)` per spec (the
     /// window of sliding layers, `None` for full-like ones).
     pub per_request: Vec<(Option<u64>, u64, u64)>,
+    /// Each tensor's bytes are rounded up to a multiple of this (1: allocated as sized; 4 KiB
+    /// for one backing allocation on ROCm, [`EngineKv::padded`]).
+    pub pad: u64,
 }
 
 impl EngineKv {
@@ -171,6 +214,7 @@ impl EngineKv {
                 block_size,
                 groups: 1,
                 per_request: vec![(first.window, block_size, 1)],
+                pad: 1,
             });
         }
         let full_like = |s: &Spec| matches!(s.attention, KvAttention::Full | KvAttention::Mla);
@@ -186,6 +230,7 @@ impl EngineKv {
                 block_size,
                 groups: 1,
                 per_request: vec![(first.window, block_size, 1)],
+                pad: 1,
             });
         }
         // `unify_kv_cache_spec_page_size`: the smaller pages take bigger blocks.
@@ -216,6 +261,7 @@ impl EngineKv {
             block_size: min_block,
             groups: per_request.iter().map(|(_, _, g)| g).sum(),
             per_request,
+            pad: 1,
         })
     }
 
@@ -226,6 +272,9 @@ impl EngineKv {
         use memplan_core::kv::KvAllocation;
         let kv = EngineKv::of(&setup.scenario.kv)?;
         match setup.kv_allocation {
+            KvAllocation::OneBacking if on_rocm(setup) => {
+                kv.one_backing().map(|k| k.padded(ROCM_BACKING_PAGE))
+            }
             KvAllocation::OneBacking => kv.one_backing(),
             // SGLang 0.5.23: K and V of one shape are halves of one tensor per layer.
             KvAllocation::PerTensor | KvAllocation::PairedKv => Some(kv),
@@ -260,6 +309,13 @@ impl EngineKv {
         Some(self)
     }
 
+    /// The same cache with each tensor's bytes rounded up to a multiple of `pad`: vLLM 0.29.0
+    /// on pads its one backing allocation to [`ROCM_BACKING_PAGE`] on ROCm.
+    pub fn padded(mut self, pad: u64) -> Self {
+        self.pad = pad.max(1);
+        self
+    }
+
     /// The same cache allocated as vLLM 0.29.0 does: one tensor of `bytes_per_block *
     /// num_blocks` (`vllm/v1/worker/utils.py`, `allocate_kv_cache`), `bytes_per_block` the
     /// largest group's pages summed (`kv_cache_utils.py`, `_get_kv_cache_bytes_per_block`):
@@ -282,17 +338,24 @@ impl EngineKv {
         self.tensors.iter().map(|(_, n)| n).sum()
     }
 
+    /// `bytes` rounded up to the tensors' padding ([`EngineKv::pad`]).
+    fn pad_up(&self, bytes: u64) -> Option<u64> {
+        bytes.div_ceil(self.pad.max(1)).checked_mul(self.pad.max(1))
+    }
+
     /// The tensors of `blocks` blocks, in order: `(how many, bytes of each)`.
     pub fn tensor_runs(&self, blocks: u64) -> Option<Vec<(u64, u64)>> {
         self.tensors
             .iter()
-            .map(|(p, n)| Some((*n, p.checked_mul(blocks)?)))
+            .map(|(p, n)| Some((*n, self.pad_up(p.checked_mul(blocks)?)?)))
             .collect()
     }
 
     /// Bytes of every tensor together.
     pub fn total_bytes(&self, blocks: u64) -> Option<u64> {
-        self.block_bytes()?.checked_mul(blocks)
+        self.tensor_runs(blocks)?
+            .into_iter()
+            .try_fold(0u64, |a, (n, t)| a.checked_add(t.checked_mul(n)?))
     }
 
     /// Tokens the cache of `blocks` blocks serves: the null block excluded, the rest shared
@@ -370,6 +433,7 @@ impl EngineKv {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use memplan_core::kv::KvAllocation;
 
     fn llama8b(dtype: &str) -> KvToml {
         KvToml::one_group(dtype, KvAttention::Full, 16, (32, 8, 128), 8192)
@@ -617,6 +681,43 @@ mod tests {
             ],
         );
         assert_eq!(EngineKv::of(&same), EngineKv::of(&llama8b("bf16")));
+    }
+
+    /// vLLM 0.29.0 on pads its one backing allocation to 4 KiB on ROCm only
+    /// (`vllm/v1/worker/utils.py`, `_allocate_kv_cache_buffer`): DeepSeek-V2-Lite's
+    /// `fp8_ds_mla` blocks of 27 x 64 x 656 bytes are no multiple of it.
+    #[test]
+    fn one_backing_on_rocm_is_padded_to_a_page() {
+        let mla = KvToml::one_group("fp8_ds_mla", KvAttention::Mla, 64, (27, 1, 576), 8192);
+        let one = EngineKv::of(&mla).unwrap().one_backing().unwrap();
+        let raw = 3 * 27 * 64 * 656;
+        assert_eq!(one.tensor_runs(3), Some(vec![(1, raw)]));
+        let rocm = one.clone().padded(ROCM_BACKING_PAGE);
+        let padded = raw.div_ceil(4096) * 4096;
+        assert!(padded > raw);
+        assert_eq!(rocm.tensor_runs(3), Some(vec![(1, padded)]));
+        assert_eq!(rocm.total_bytes(3), Some(padded));
+        assert_eq!(rocm.tokens(3), one.tokens(3), "the padding serves nothing");
+        // Which setups pad: one backing on a ROCm profile, nothing else.
+        let mut setup = crate::Scenario::load("bf16-24g")
+            .unwrap()
+            .resolve()
+            .unwrap();
+        let pad = |setup: &crate::Setup| EngineKv::of_setup(setup).unwrap().pad;
+        for (device, allocation, expected) in [
+            (
+                "rx7900xtx-rocm6.2,declare-exact",
+                KvAllocation::OneBacking,
+                4096,
+            ),
+            ("strix-halo", KvAllocation::OneBacking, 4096),
+            ("rx7900xtx-rocm6.2", KvAllocation::PerTensor, 1),
+            ("rtx4090", KvAllocation::OneBacking, 1),
+        ] {
+            setup.scenario.device = device.into();
+            setup.kv_allocation = allocation;
+            assert_eq!(pad(&setup), expected, "{device} {allocation:?}");
+        }
     }
 
     #[test]

@@ -19,6 +19,7 @@ pub use generate::{random_scenario, ADDED_AFTER_THE_DRAW};
 use std::sync::Arc;
 
 use memplan_backend_sim::profiles;
+use memplan_core::kv::KvAllocation;
 use memplan_planner::strategy::StrategyKind;
 
 use crate::oracle::engine_alone;
@@ -152,6 +153,22 @@ pub const HOOKLESS_GROUP: &str = "no KV hook";
 /// out-of-memory. It gates like every other group.
 pub const UNMEASURED_GROUP: &str = "no KV measurement";
 
+/// The group of generated scenarios whose engine allocates its KV cache as one backing buffer
+/// that every layer views, as vLLM 0.29.0 on does (`vllm/v1/worker/utils.py`,
+/// `allocate_kv_cache`: one `torch.zeros(bytes_per_block * num_blocks)`; 0.34.0
+/// `vllm/v1/core/kv_cache_planning.py`, `get_kv_cache_config_from_groups`: every
+/// `KVCacheTensor` of that one size), the session told so (`SizingRules::kv_allocation`), with
+/// each of the three engines: the KV hook, no hook but tensors from its allocator
+/// ([`HOOKLESS_GROUP`]), neither ([`UNMEASURED_GROUP`]). It gates like every other group.
+pub const ONE_BACKING_GROUP: &str = "one backing (vLLM 0.29+)";
+
+/// The engines of [`ONE_BACKING_GROUP`]: `(KV hook, allocator tensors, label)`.
+pub const ONE_BACKING_ENGINES: [(bool, bool, &str); 3] = [
+    (true, true, "KV hook"),
+    (false, true, "no hook, allocator tensors"),
+    (false, false, "no hook, no tensors"),
+];
+
 /// Seeds per profile of the runs with other processes ([`with_others`]).
 pub const OTHERS_SEEDS: u64 = 40;
 
@@ -194,6 +211,10 @@ pub struct Sweep {
     /// Of the random scenarios, those run again with an engine that offers neither the hook
     /// nor tensors from its allocator ([`UNMEASURED_GROUP`]).
     pub unmeasured: u64,
+    /// Of the random scenarios, those run again with an engine that allocates its KV cache as
+    /// one backing buffer, the session told so ([`ONE_BACKING_GROUP`]), once with each engine
+    /// of [`ONE_BACKING_ENGINES`]: three runs each.
+    pub one_backing: u64,
     /// Every strategy on the shipped scenarios (for the comparison table), not only auto.
     pub all_strategies: bool,
     /// Pin every physical quantity to one end of its range (`low`, `high`) instead of drawing.
@@ -333,6 +354,32 @@ impl Sweep {
                         format!("the generated scenario does not resolve: {e}"),
                     )),
                 }
+            }
+        }
+        for i in 0..self.one_backing.min(self.random) {
+            let sc = random_scenario(i);
+            let what = format!("{} ({})", sc.name, sc.device);
+            match sc.resolve() {
+                Ok(setup) => {
+                    for (hook, tensors, label) in ONE_BACKING_ENGINES {
+                        let mut setup = seeded(setup.clone(), i);
+                        setup.kv_hook = hook;
+                        setup.allocator_tensors = tensors;
+                        setup.kv_allocation = KvAllocation::OneBacking;
+                        setup.planned_kv_allocation = KvAllocation::OneBacking;
+                        jobs.push((
+                            ONE_BACKING_GROUP.into(),
+                            format!("{what} {label}"),
+                            setup,
+                            vec![Choice::Auto],
+                        ));
+                    }
+                }
+                Err(e) => dropped.push((
+                    ONE_BACKING_GROUP.into(),
+                    what,
+                    format!("the generated scenario does not resolve: {e}"),
+                )),
             }
         }
         for i in 0..self.random {
