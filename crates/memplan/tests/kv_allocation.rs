@@ -110,9 +110,15 @@ impl Engine for Engine0 {
     }
 }
 
-/// The plan's blocks, the blocks handed over, and the KV tensor requests of the measurement.
-fn measured(rules: SizingRules, release: &str) -> (u64, u64, Vec<u64>) {
-    let dev = memplan::open("sim:rtx4090,other=0").unwrap();
+/// The devices of the two tests (no other process on either; distinct ids, distinct GPUs).
+const ONE_BACKING_DEVICE: &str = "sim:rtx4090,other=0";
+const K_AND_V_DEVICE: &str = "sim:rtx4090,other=0B";
+
+/// The plan's blocks, the blocks handed over, and the KV tensor requests of the measurement,
+/// on the simulated GPU `device` (tests run in parallel: each test opens a device of its own
+/// id, or one test's calibration capture would forbid another's synchronize).
+fn measured(device: &str, rules: SizingRules, release: &str) -> (u64, u64, Vec<u64>) {
+    let dev = memplan::open(device).unwrap();
     let mut e = Engine0 {
         alloc: Rounding {
             dev: dev.clone(),
@@ -162,10 +168,12 @@ fn measured(rules: SizingRules, release: &str) -> (u64, u64, Vec<u64>) {
 #[test]
 fn the_session_measures_one_backing_allocation_where_the_release_makes_one() {
     let (old_planned, old_blocks, old) = measured(
+        ONE_BACKING_DEVICE,
         SizingRules::newest(1).with_kv_allocation(KvAllocation::PerTensor),
         "vllm@0.28",
     );
-    let (new_planned, new_blocks, new) = measured(SizingRules::newest(1), "vllm@0.29");
+    let (new_planned, new_blocks, new) =
+        measured(ONE_BACKING_DEVICE, SizingRules::newest(1), "vllm@0.29");
     // 0.28: every measured cache is 24 equal tensors of n pages.
     assert!(
         !old.is_empty() && old.len() % LAYERS as usize == 0,
@@ -192,8 +200,13 @@ fn the_session_measures_k_and_v_apart_where_sglang_allocates_them_so() {
     // `torch.zeros((size + page_size, head_num, head_dim))`; 0.5.23 K and V as the halves of one
     // `torch.zeros((2, rows, head_num, head_dim))` per layer where their shapes match.
     let rules = |a: KvAllocation| SizingRules::default().with_kv_allocation(a);
-    let (one_planned, one_blocks, one) = measured(rules(KvAllocation::PairedKv), "sglang@0.5.23");
-    let (two_planned, two_blocks, two) = measured(rules(KvAllocation::SplitKv), "sglang@0.5.9");
+    let (one_planned, one_blocks, one) = measured(
+        K_AND_V_DEVICE,
+        rules(KvAllocation::PairedKv),
+        "sglang@0.5.23",
+    );
+    let (two_planned, two_blocks, two) =
+        measured(K_AND_V_DEVICE, rules(KvAllocation::SplitKv), "sglang@0.5.9");
     // 0.5.23: 24 equal tensors of n pages, as one per layer.
     assert!(!one.is_empty() && one.len() % LAYERS as usize == 0);
     assert!(one.iter().any(|b| *b == one_blocks * PAGE));
