@@ -92,6 +92,36 @@ fn batched() -> u64 {
     8192
 }
 
+/// The simulated engine's KV cache (`[engine]`, optional): which of the session's ways to measure
+/// its allocation it offers, and how it allocates it. The session is told the allocation (the
+/// engine names its release); the default is every hook and a tensor per layer (vLLM 0.19.0).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineToml {
+    /// The engine lets the session allocate its KV cache (`Engine::allocate_kv_cache`).
+    #[serde(default = "yes")]
+    pub kv_hook: bool,
+    /// Its allocator offers the session tensors (`AllocatorView::allocate_tensor`), so the
+    /// session can measure the plan's layout where the engine offers no hook.
+    #[serde(default = "yes")]
+    pub allocator_tensors: bool,
+    /// How it allocates the cache: `per_tensor` (a tensor per layer, vLLM up to 0.28),
+    /// `one_backing` (one buffer, vLLM 0.29.0 on), `split_kv` (a K and a V tensor per layer,
+    /// SGLang 0.5.1 to 0.5.22) or `paired_kv` (SGLang 0.5.23).
+    #[serde(default)]
+    pub kv_allocation: memplan_core::kv::KvAllocation,
+}
+
+impl Default for EngineToml {
+    fn default() -> Self {
+        EngineToml {
+            kv_hook: true,
+            allocator_tensors: true,
+            kv_allocation: memplan_core::kv::KvAllocation::PerTensor,
+        }
+    }
+}
+
 /// A change of the memory other processes hold, applied at the synchronize that opens a step.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -321,4 +351,7 @@ pub struct Scenario {
     pub kv: KvToml,
     /// The graphs.
     pub graphs: GraphsToml,
+    /// The engine's KV cache: its hooks and how it allocates it.
+    #[serde(default)]
+    pub engine: EngineToml,
 }

@@ -393,7 +393,7 @@ impl Scenario {
                 "the device selector has other= too; give the memory of other processes once",
             ));
         }
-        Ok(Setup {
+        let setup = Setup {
             request,
             kv,
             limits,
@@ -416,11 +416,25 @@ impl Scenario {
             seed: memplan_backend_sim::DEFAULT_SEED,
             physics: None,
             hints: g.engine_hints,
-            kv_hook: true,
-            allocator_tensors: true,
-            kv_allocation: KvAllocation::PerTensor,
-            planned_kv_allocation: KvAllocation::PerTensor,
+            kv_hook: self.engine.kv_hook,
+            allocator_tensors: self.engine.allocator_tensors,
+            kv_allocation: self.engine.kv_allocation,
+            planned_kv_allocation: self.engine.kv_allocation,
             scenario: self,
-        })
+        };
+        // A layout the engine could lay out one way but not the way `[engine]` allocates it
+        // (K and V apart beside MLA layers, pooled apart by SGLang and not modelled here).
+        if crate::kv::EngineKv::of(&setup.scenario.kv).is_some()
+            && crate::kv::EngineKv::of_setup(&setup).is_none()
+        {
+            return Err(Error::invalid(
+                format!("scenario {}: engine.kv_allocation", setup.scenario.name),
+                format!(
+                    "the engine cannot allocate this cache {}: K and V apart beside MLA layers is not modelled",
+                    serde_json::to_string(&setup.kv_allocation).unwrap_or_default()
+                ),
+            ));
+        }
+        Ok(setup)
     }
 }

@@ -1023,3 +1023,62 @@ fn the_engine_serves_hybrid_plans_by_its_own_count() {
     );
     assert!(out.oom.is_none() && out.over_request_bytes.is_none());
 }
+
+/// `[engine]` chooses the engine's KV hooks and allocation, and the session is told the same
+/// allocation: an engine with neither the hook nor tensors has its allocation bounded
+/// (`kv_allocation_unmeasured`); nonsense and a K/V split beside MLA layers are refused,
+/// naming the key; a file without the table is as before (every hook, a tensor per layer).
+#[test]
+fn the_engine_table_chooses_the_hooks_and_the_allocation() {
+    use memplan_core::kv::KvAllocation;
+    let base = SHIPPED[0].1;
+    // The engine allocates its cache itself (no post-capture range to map).
+    let with = |engine: &str| format!("{base}\npost_capture = false\n\n[engine]\n{engine}\n");
+    let plain = Scenario::from_toml("x", base).unwrap().resolve().unwrap();
+    assert!(plain.kv_hook && plain.allocator_tensors);
+    assert_eq!(plain.kv_allocation, KvAllocation::PerTensor);
+    let blind = Scenario::from_toml(
+        "x",
+        &with("kv_hook = false\nallocator_tensors = false\nkv_allocation = \"one_backing\""),
+    )
+    .unwrap()
+    .resolve()
+    .unwrap();
+    assert!(!blind.kv_hook && !blind.allocator_tensors);
+    assert_eq!(blind.kv_allocation, KvAllocation::OneBacking);
+    assert_eq!(blind.planned_kv_allocation, KvAllocation::OneBacking);
+    let out = run(&blind, Choice::Auto).unwrap();
+    assert!(
+        out.kv_warnings
+            .iter()
+            .any(|w| w == "kv_allocation_unmeasured"),
+        "{:?}",
+        out.kv_warnings
+    );
+    // Each names the key it could not take.
+    for (bad, key) in [
+        ("kv_hook = 1", "kv_hook"),
+        ("kv_allocation = \"per_layer\"", "per_layer"),
+        ("hooks = true", "hooks"),
+    ] {
+        let e = Scenario::from_toml("x", &with(bad))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(key), "{bad}: {e}");
+    }
+    let mla_and_full = base.replace("layers = 28\nkv_heads = 2\nhead_dim = 128\n", "").replace(
+        "[graphs]",
+        "[[kv.groups]]\nattention = \"mla\"\nlayers = 4\nkv_heads = 1\nhead_dim = 576\n[[kv.groups]]\nlayers = 24\nkv_heads = 2\nhead_dim = 128\n\n[graphs]",
+    );
+    assert_ne!(
+        mla_and_full, base,
+        "the shipped scenario's KV shape changed"
+    );
+    let split = format!("{mla_and_full}\n[engine]\nkv_allocation = \"split_kv\"\n");
+    assert!(Scenario::from_toml("x", &mla_and_full)
+        .unwrap()
+        .resolve()
+        .is_ok());
+    let e = resolve_error(&split);
+    assert!(e.contains("engine.kv_allocation"), "{e}");
+}

@@ -134,5 +134,7 @@ pub fn random_scenario(seed: u64) -> Scenario {
             post_capture: r.range(0, 1) == 0,
             engine_hints: false,
         },
+        // Every hook and a tensor per layer; the sweep's groups choose others.
+        engine: crate::scenario::EngineToml::default(),
     }
 }
