@@ -712,3 +712,12 @@ fn tensors_of_two_sizes_without_the_hook_are_planned_as_unmeasured() {
         );
     }
 }
+
+/// A KV cache that is one backing allocation nothing measures keeps the whole granule bound
+/// beside it: rounded up to the bound instead (20 MiB where nothing bounded it, 10 MiB read
+/// off the allocator's sizes), the buffer took more from allocators whose granules (19.5 MiB,
+/// 6 MiB) do not divide it, and the engine went past the request while serving (seeds 5, 6).
+#[test]
+fn one_backing_allocation_nothing_measures_keeps_the_whole_granule_bound() {
+    passes("arc140v-one-backing-unmeasured.toml", &[4, 5, 6, 7]);
+}

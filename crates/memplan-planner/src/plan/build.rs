@@ -60,11 +60,42 @@ fn non_allocator_windows_error(p: &Profile) -> u64 {
     (window as f64 * (p.non_allocator_windows as f64).sqrt()).ceil() as u64
 }
 
+/// How the plan takes the caching allocator to round a large request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Granule {
+    /// Up to a multiple of this many bytes: a granule measured or read off the allocator's own
+    /// sizes (their common divisor, which every fixed granule that gave them divides), or the
+    /// plan's assumption where the session measures the KV cache's allocation itself.
+    Multiple(u64),
+    /// By less than this many bytes, to a granule that need not divide it: the bound kept where
+    /// nothing measures the KV cache's allocation and nothing read the granule off the
+    /// allocator's sizes. Rounding up to this would not bound a smaller granule: 3.46 GiB rounds
+    /// to 177 granules of 20 MiB but to 182 of 19.5 MiB, 9.6 MB more.
+    AtMost(u64),
+}
+
+impl Granule {
+    /// The granule's bytes (at least 1).
+    fn bytes(self) -> u64 {
+        match self {
+            Granule::Multiple(g) | Granule::AtMost(g) => g.max(1),
+        }
+    }
+
+    /// What a large request of `b` bytes takes at most.
+    fn large(self, b: u64) -> u64 {
+        match self {
+            Granule::Multiple(g) => b.div_ceil(g.max(1)).saturating_mul(g.max(1)),
+            Granule::AtMost(g) => b.saturating_add(g),
+        }
+    }
+}
+
 /// What `count` equal tensors of `bytes` take from the driver in a PyTorch-like caching
-/// allocator whose large requests are rounded to `g`: small and mid-sized tensors share
+/// allocator whose large requests are rounded as `g` says: small and mid-sized tensors share
 /// segments (as many as fit in one; the last segment may be part empty), larger ones are
 /// rounded on their own. Non-decreasing in `bytes`.
-fn tensors_footprint(bytes: u64, count: u64, g: u64) -> u64 {
+fn tensors_footprint(bytes: u64, count: u64, g: Granule) -> u64 {
     let b = bytes.div_ceil(MIN_BLOCK).saturating_mul(MIN_BLOCK);
     let shared = |segment: u64| {
         count
@@ -76,11 +107,8 @@ fn tensors_footprint(bytes: u64, count: u64, g: u64) -> u64 {
         b if b <= SMALL_REQUEST => shared(SMALL_SEGMENT),
         // An allocator whose large granule is coarser than a mid-sized segment may give mid-sized
         // requests a segment of that granule (the bound is kept on the safe side).
-        b if b < MID_REQUEST_BELOW => shared(MID_SEGMENT.max(g)),
-        b => b
-            .div_ceil(g.max(1))
-            .saturating_mul(g.max(1))
-            .saturating_mul(count),
+        b if b < MID_REQUEST_BELOW => shared(MID_SEGMENT.max(g.bytes())),
+        b => g.large(b).saturating_mul(count),
     }
 }
 
@@ -162,7 +190,7 @@ fn common_granule(grown: &[(u64, u64)]) -> Option<u64> {
 
 /// The most pages of `page` bytes each of `count` tensors may have and all still take at most
 /// `room` once the allocator rounded them ([`tensors_footprint`]).
-fn pages_within(room: u64, count: u64, g: u64, page: u64) -> u64 {
+fn pages_within(room: u64, count: u64, g: Granule, page: u64) -> u64 {
     let page = page.max(1);
     let (mut lo, mut hi) = (0u64, room / count.max(1) / page);
     while lo < hi {
@@ -252,6 +280,9 @@ pub struct PlanBuilder {
     /// How far the measured non-allocator growth may read low ([`non_allocator_windows_error`]):
     /// added to it where the KV cache is one backing allocation (see [`build`](Self::build)).
     non_allocator_error: u64,
+    /// The granule kept for the KV cache's rounding is one the allocator's own sizes gave
+    /// (every fixed granule divides it), not a default: see [`Granule`].
+    rounding_divides: bool,
 }
 
 impl PlanBuilder {
@@ -284,6 +315,7 @@ impl PlanBuilder {
             alloc_slack: 0,
             granularity: None,
             non_allocator_error: 0,
+            rounding_divides: true,
         }
     }
 
@@ -568,7 +600,7 @@ impl PlanBuilder {
     /// and mid-sized ones their share of the segments they share; the bound once per layer
     /// where the layout is not known).
     fn rounded_kv(&self, kv_bytes: u64) -> u64 {
-        let g = self.alloc_slack.max(1);
+        let g = self.granule();
         match self.kv_tensors() {
             Some((tensors, page)) => {
                 let blocks = kv_bytes / page.saturating_mul(tensors).max(1);
@@ -711,8 +743,26 @@ impl PlanBuilder {
     pub fn unmeasured_kv_allocation(&mut self, granule: Option<u64>) -> u64 {
         if self.alloc_slack > 0 {
             self.alloc_slack = self.alloc_slack.max(granule.unwrap_or(MID_SEGMENT));
+            // A default granule bounds the rounding, not its steps (see [`Granule`]); nor does
+            // the bound read off the allocator's sizes where they mix size classes (weights in
+            // shared 20 MiB segments beside a 1.2 GiB activation rounded to the granule gave
+            // 10 MiB of 3,400 and 1,230 MiB where the granule is 6 MiB). One backing allocation
+            // keeps the whole bound beside it (one granule, at most); a tensor per layer keeps
+            // each rounded up to the bound, the model the sweeps hold it to (keeping the whole
+            // bound per tensor cost the unmeasured group 19 runs below the floor of 500).
+            self.rounding_divides = granule == Some(self.alloc_slack)
+                && self.rules.kv_allocation != KvAllocation::OneBacking;
         }
         self.alloc_slack
+    }
+
+    /// The KV cache's rounding as the plan keeps room for it ([`Granule`]).
+    fn granule(&self) -> Granule {
+        if self.rounding_divides {
+            Granule::Multiple(self.alloc_slack)
+        } else {
+            Granule::AtMost(self.alloc_slack)
+        }
     }
 
     /// The consumers so far.
@@ -770,11 +820,7 @@ impl PlanBuilder {
         // A measured plan fits the KV cache's tensors, each rounded by the allocator, in what it
         // keeps for the cache (see `fit_rounded`); a mapped cache keeps one granule of slack.
         let per_tensor = !fixed_kv && self.alloc_slack > 0 && self.granularity.is_none();
-        let fit = (
-            self.alloc_slack,
-            self.kv_tensors(),
-            self.kv_rounding_bound(),
-        );
+        let fit = (self.granule(), self.kv_tensors(), self.kv_rounding_bound());
         // A KV cache that is one backing allocation (vLLM 0.29.0 on, `allocate_kv_cache`) is
         // rounded once: what is left of the budget after it is under a granule and a block, and
         // a free reading that read the engine's memory outside the allocator low would hand
@@ -925,7 +971,7 @@ impl PlanBuilder {
 /// at most `room`: whole blocks, so the blocks the plan promises are the blocks the engine
 /// holds there. `tensors`: the layout (`PlanBuilder::kv_tensors`); where it is not known,
 /// `bound` (the granule once per layer) is kept instead.
-fn fit_rounded(room: u64, g: u64, tensors: Option<(u64, u64)>, bound: u64) -> u64 {
+fn fit_rounded(room: u64, g: Granule, tensors: Option<(u64, u64)>, bound: u64) -> u64 {
     match tensors {
         Some((tensors, page)) => pages_within(room, tensors, g, page)
             .saturating_mul(page)
@@ -942,18 +988,30 @@ mod footprint_tests {
     #[test]
     fn mid_sized_tensors_share_twenty_mib_segments() {
         // 64 tensors of 8 MiB: two per 20 MiB segment.
-        assert_eq!(tensors_footprint(8 * MIB, 64, 2 * MIB), 32 * 20 * MIB);
+        assert_eq!(
+            tensors_footprint(8 * MIB, 64, Granule::Multiple(2 * MIB)),
+            32 * 20 * MIB
+        );
         // An odd count leaves the last segment part empty.
-        assert_eq!(tensors_footprint(8 * MIB, 3, 2 * MIB), 2 * 20 * MIB);
+        assert_eq!(
+            tensors_footprint(8 * MIB, 3, Granule::Multiple(2 * MIB)),
+            2 * 20 * MIB
+        );
         // Large tensors are rounded on their own.
-        assert_eq!(tensors_footprint(11 * MIB, 4, 2 * MIB), 4 * 12 * MIB);
+        assert_eq!(
+            tensors_footprint(11 * MIB, 4, Granule::Multiple(2 * MIB)),
+            4 * 12 * MIB
+        );
         // Small ones share 2 MiB segments.
-        assert_eq!(tensors_footprint(MIB / 2, 8, 2 * MIB), 2 * 2 * MIB);
-        assert_eq!(tensors_footprint(0, 8, 2 * MIB), 0);
+        assert_eq!(
+            tensors_footprint(MIB / 2, 8, Granule::Multiple(2 * MIB)),
+            2 * 2 * MIB
+        );
+        assert_eq!(tensors_footprint(0, 8, Granule::Multiple(2 * MIB)), 0);
         // Non-decreasing in the tensor's bytes.
         let mut last = 0;
         for kib in (1..=40 * 1024).step_by(97) {
-            let f = tensors_footprint(kib * 1024, 64, 2 * MIB);
+            let f = tensors_footprint(kib * 1024, 64, Granule::Multiple(2 * MIB));
             assert!(f >= last, "{kib} KiB");
             last = f;
         }
@@ -964,13 +1022,47 @@ mod footprint_tests {
         // 64 layers of 8 KiB pages in 512 MiB: 8 MiB tensors would take 640 MiB; tensors of
         // 6.67 MiB go three to a segment (22 segments, 440 MiB).
         let page = 8 * 1024;
-        let kv = fit_rounded(512 * MIB, 2 * MIB, Some((64, page)), 0);
+        let kv = fit_rounded(512 * MIB, Granule::Multiple(2 * MIB), Some((64, page)), 0);
         let pages = kv / 64 / page;
-        assert!(tensors_footprint(pages * page, 64, 2 * MIB) <= 512 * MIB);
-        assert!(tensors_footprint((pages + 1) * page, 64, 2 * MIB) > 512 * MIB);
+        assert!(tensors_footprint(pages * page, 64, Granule::Multiple(2 * MIB)) <= 512 * MIB);
+        assert!(tensors_footprint((pages + 1) * page, 64, Granule::Multiple(2 * MIB)) > 512 * MIB);
         assert_eq!(pages, 853);
         // Large tensors: whole granules per tensor, as before.
-        let kv = fit_rounded(64 * 101 * MIB, 2 * MIB, Some((64, page)), 0);
+        let kv = fit_rounded(
+            64 * 101 * MIB,
+            Granule::Multiple(2 * MIB),
+            Some((64, page)),
+            0,
+        );
         assert_eq!(kv, 64 * 100 * MIB);
+    }
+
+    #[test]
+    fn a_default_granule_bounds_what_any_smaller_granule_takes() {
+        // One backing buffer of 3.46 GiB (vLLM 0.29+), nothing measuring its allocation and
+        // nothing reading the granule off the allocator's sizes: 20 MiB kept. An allocator
+        // that rounds large requests to 19.5 MiB takes 182 of them (9.19 MiB past the bytes),
+        // more than 177 granules of 20 MiB: rounding up to the default bounds nothing. At most
+        // 20 MiB more does, for every granule up to it.
+        let b = 3_711_762_432u64;
+        let real = |g: u64| b.div_ceil(g) * g;
+        assert!(real(19 * MIB + MIB / 2) > tensors_footprint(b, 1, Granule::Multiple(20 * MIB)));
+        for g in (1..=40).map(|k| k * 512 * 1024) {
+            assert!(
+                real(g) <= tensors_footprint(b, 1, Granule::AtMost(20 * MIB)),
+                "{g}"
+            );
+        }
+        // A granule read off the allocator's sizes is a multiple of the real one: rounding up
+        // to it bounds it, and costs no more than the bytes rounded to it.
+        assert_eq!(
+            tensors_footprint(b, 1, Granule::Multiple(2 * MIB)),
+            real(2 * MIB)
+        );
+        assert!(real(MIB) <= tensors_footprint(b, 1, Granule::Multiple(2 * MIB)));
+        // Fitted with the bound, the cache leaves room for any granule up to it.
+        let room = 3_715_516_288u64;
+        let kv = fit_rounded(room, Granule::AtMost(20 * MIB), Some((1, 458_752)), 0);
+        assert!(kv.div_ceil(19 * MIB + MIB / 2) * (19 * MIB + MIB / 2) <= room);
     }
 }
