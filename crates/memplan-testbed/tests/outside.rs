@@ -721,3 +721,11 @@ fn tensors_of_two_sizes_without_the_hook_are_planned_as_unmeasured() {
 fn one_backing_allocation_nothing_measures_keeps_the_whole_granule_bound() {
     passes("arc140v-one-backing-unmeasured.toml", &[4, 5, 6, 7]);
 }
+
+/// Tensors too small for the allocator to round on their own share its segments: a size they
+/// were measured at bounds no granule, and a cache cut to it is served below its plan (a K and
+/// a V tensor per layer of 0.83 MiB at half size, two to a 2 MiB segment, read as 1 MiB each).
+#[test]
+fn small_kv_tensors_sharing_segments_bound_no_granule() {
+    passes("h200-tiny-split-kv-tensors.toml", &[0, 1, 2]);
+}

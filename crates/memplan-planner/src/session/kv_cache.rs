@@ -593,7 +593,6 @@ fn measured_with(
         let limit = capped.map_or(room, |(budget, _)| budget.max(room));
         match granule(rec, engine, way, planned, l)? {
             Granule::NotOffered => return Ok(None),
-            Granule::Unknown(None) => {}
             // One rounded size (or several equal ones) and no second to divide it by: a fixed
             // granule divides it, so it bounds the granule from above. Rounding the planned
             // tensors that coarsely is the most they can take, and the count is cut to what
@@ -601,7 +600,12 @@ fn measured_with(
             // whose allocator rounds coarser than the plan kept room for goes past the room
             // until the attempts below shrink it (half-size caches served from the
             // allocator's cached segments leave exactly this: one reading, the rest skipped).
-            Granule::Unknown(Some(bound)) => {
+            // Only for tensors the allocator rounds on their own: small and mid-sized ones share
+            // segments, whose sizes bound no granule (two 0.83 MiB tensors to a 2 MiB segment
+            // read as 1 MiB each, and a cache cut to that was served 10% below its plan).
+            Granule::Unknown(Some(bound))
+                if crate::plan::is_large_request(planned.saturating_mul(l.1)) =>
+            {
                 let (fit, planned_takes) = certified_blocks(planned, l, bound, limit);
                 if fit < planned {
                     tracing::info!(planned, fit, bound, "the planned KV cache might not fit once its tensors are rounded up to the one rounded size measured: cut to what fits so");
@@ -609,6 +613,7 @@ fn measured_with(
                     first_taken = Some(planned_takes);
                 }
             }
+            Granule::Unknown(_) => {}
             Granule::Measured(g) => {
                 let (fit, planned_takes) = certified_blocks(planned, l, g, limit);
                 if fit < planned {
