@@ -395,29 +395,3 @@ fn one_rounding_per_layer_planned_for_k_and_v_apart_is_caught() {
         }
     }
 }
-
-/// The session measures the allocator's granule on half-size caches before it allocates the
-/// planned one. Where that gives one rounded size and no second (random-506, adversarial
-/// physics: an engine that allocates K and V apart, 88 tensors of 27 MiB rounded to 51 MiB,
-/// the later half-size caches served from segments the allocator had cached and skipped), a
-/// fixed granule still divides the size it gave: the planned count is cut to what fits with
-/// every tensor rounded that coarsely before the full cache is allocated. Allocated as planned
-/// instead, the full cache took 7.06 GB of a 5.10 GB room (597.68 MiB past the request)
-/// before the attempts shrank it.
-#[test]
-fn one_rounded_size_bounds_the_granule_before_the_full_cache_is_allocated() {
-    use memplan_core::kv::KvAllocation;
-    use memplan_testbed::sweep::acceptance::gating;
-    use memplan_testbed::sweep::{random_scenario, seeded};
-    let mut setup = seeded(random_scenario(506).resolve().unwrap(), 506);
-    setup.kv_hook = true;
-    setup.kv_allocation = KvAllocation::SplitKv;
-    setup.planned_kv_allocation = KvAllocation::SplitKv;
-    let case = judged(&setup, "random-506 K and V apart, hook".into(), true);
-    let f = failed(&case);
-    assert!(gating(&f).is_empty(), "nothing gating fails");
-    assert!(
-        case.out.kv_tokens.is_some_and(|t| t > 0),
-        "the engine is served"
-    );
-}

@@ -724,7 +724,8 @@ fn one_backing_allocation_nothing_measures_keeps_the_whole_granule_bound() {
 
 /// Tensors too small for the allocator to round on their own share its segments: a size they
 /// were measured at bounds no granule, and a cache cut to it is served below its plan (a K and
-/// a V tensor per layer of 0.83 MiB at half size, two to a 2 MiB segment, read as 1 MiB each).
+/// a V tensor per layer of 0.83 MiB at half size, two to a 2 MiB segment, read as 1 MiB each,
+/// cut a session that took one measured size for a bound on the granule 10% below its plan).
 #[test]
 fn small_kv_tensors_sharing_segments_bound_no_granule() {
     passes("h200-tiny-split-kv-tensors.toml", &[0, 1, 2]);

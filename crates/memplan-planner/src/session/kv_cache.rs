@@ -28,12 +28,9 @@
 //! on its own ([`is_large_request`](crate::plan::is_large_request)), caches whose tensors are
 //! not are left out: packed into shared segments, their sizes can read as a granule the
 //! planned tensors are not rounded to. The planned count is then cut to what fits with that
-//! granule ([`certified_blocks`]) before it is allocated. Where the half-size caches give one
-//! rounded size and no second to divide it by (the others served from segments the allocator
-//! had cached), a fixed granule divides that size, so it bounds the granule from above and the
-//! count is cut to what fits with it. Only an allocator whose rounding is not a fixed granule
-//! (or a cache whose tensors are not all of one size) leaves the count as planned, and the
-//! shrinking above is what protects it.
+//! granule ([`certified_blocks`]) before it is allocated. Only an allocator whose rounding is not a
+//! fixed granule (or a cache whose tensors are not all of one size) leaves the count as
+//! planned, and the shrinking above is what protects it.
 //!
 //! An engine that allocates its KV cache only after the session (no hook) gets the same measurement
 //! where its allocator offers tensors ([`AllocatorView::allocate_tensor`]): the session allocates
@@ -183,9 +180,8 @@ pub(crate) fn granule_counts(planned: u64, page: u64) -> Vec<u64> {
 enum Granule {
     /// The engine does not offer the hook.
     NotOffered,
-    /// No fixed granule measured (see [`granule_of`]), or an attempt ran out of memory; with
-    /// the smallest rounded size of a tensor that was measured, if any.
-    Unknown(Option<u64>),
+    /// No fixed granule measured (see [`granule_of`]), or an attempt ran out of memory.
+    Unknown,
     /// The allocator rounds each tensor to (a divisor of) this many bytes.
     Measured(u64),
 }
@@ -216,7 +212,7 @@ fn granule(
         }
         let t = match attempt(rec, engine, way, n, tensors.saturating_mul(page))? {
             Attempt::NotOffered => return Ok(Granule::NotOffered),
-            Attempt::OutOfMemory => return Ok(Granule::Unknown(sizes.iter().map(|s| s.1).min())),
+            Attempt::OutOfMemory => return Ok(Granule::Unknown),
             Attempt::Took(t) => t,
         };
         way.release(engine)?;
@@ -235,10 +231,7 @@ fn granule(
     }
     let g = granule_of(&sizes);
     tracing::info!(?sizes, granule = ?g, "the allocator's granule, measured on half-size KV caches");
-    Ok(g.map_or_else(
-        || Granule::Unknown(sizes.iter().map(|s| s.1).min()),
-        Granule::Measured,
-    ))
+    Ok(g.map_or(Granule::Unknown, Granule::Measured))
 }
 
 /// Whether the engine's allocator offers tensors ([`AllocatorView::allocate_tensor`]), asked
@@ -590,31 +583,11 @@ fn measured_with(
     // what fits with it before it is allocated (within the budget the request allows; a
     // physical cap below it is checked by the attempts themselves).
     if let Some(l) = layout(block_bytes, page_bytes).filter(|_| planned >= 2) {
-        let limit = capped.map_or(room, |(budget, _)| budget.max(room));
         match granule(rec, engine, way, planned, l)? {
             Granule::NotOffered => return Ok(None),
-            // One rounded size (or several equal ones) and no second to divide it by: a fixed
-            // granule divides it, so it bounds the granule from above. Rounding the planned
-            // tensors that coarsely is the most they can take, and the count is cut to what
-            // fits so before the full cache is allocated at all: allocated as planned, a cache
-            // whose allocator rounds coarser than the plan kept room for goes past the room
-            // until the attempts below shrink it (half-size caches served from the
-            // allocator's cached segments leave exactly this: one reading, the rest skipped).
-            // Only for tensors the allocator rounds on their own: small and mid-sized ones share
-            // segments, whose sizes bound no granule (two 0.83 MiB tensors to a 2 MiB segment
-            // read as 1 MiB each, and a cache cut to that was served 10% below its plan).
-            Granule::Unknown(Some(bound))
-                if crate::plan::is_large_request(planned.saturating_mul(l.1)) =>
-            {
-                let (fit, planned_takes) = certified_blocks(planned, l, bound, limit);
-                if fit < planned {
-                    tracing::info!(planned, fit, bound, "the planned KV cache might not fit once its tensors are rounded up to the one rounded size measured: cut to what fits so");
-                    blocks = fit.max(1);
-                    first_taken = Some(planned_takes);
-                }
-            }
-            Granule::Unknown(_) => {}
+            Granule::Unknown => {}
             Granule::Measured(g) => {
+                let limit = capped.map_or(room, |(budget, _)| budget.max(room));
                 let (fit, planned_takes) = certified_blocks(planned, l, g, limit);
                 if fit < planned {
                     tracing::info!(planned, fit, granule = g, "the planned KV cache would not fit once its tensors are rounded to the measured granule");
