@@ -62,30 +62,6 @@ fn calibration_leaves_nothing_a_later_trim_gives_back() {
 }
 
 #[test]
-fn memory_held_after_the_priming_release_waited_out_does_not_widen_the_pass() {
-    // A unified-memory APU read within 256 MiB whose runtime keeps memory of every capture
-    // (adversarial seeds): the priming capture's release waits out every late release, and
-    // what is still out after the wait is held for good. `full` still widened its pass by a
-    // capture's measured cost less the (low) kept estimate less what the release gave back,
-    // 7-25 MB of noise and variation, and the plans ended a few MiB short of a coarse
-    // granule's step: 87.5-95.7% of the oracle. Each reaches the floor without a failure.
-    for seed in [24, 167, 364, 507] {
-        let c = judged_in("unified-memory-apu", None, seed);
-        assert!(
-            c.out.kv_vs_oracle.is_some_and(|x| x >= MEASURED_FLOOR),
-            "seed {seed}: {:?}",
-            c.out
-        );
-        let cases = [c];
-        assert!(
-            failures(&cases).is_empty(),
-            "seed {seed}: {:?}",
-            failures(&cases)
-        );
-    }
-}
-
-#[test]
 fn the_reading_before_calibration_is_as_narrow_as_the_sessions() {
     // A free reading whose single reads are off by up to 11 MB (adversarial seeds of a
     // declared-exact ROCm 6.2 card): the calibration step's window, from a single read before

@@ -44,12 +44,6 @@ pub struct Primed {
     /// took on the first capture, per-capture memory a runtime keeps, and memory of the
     /// destroyed graph that the runtime has not given back yet.
     pub outstanding: i64,
-    /// The release's wait for a late release ([`GraphContext::release_graphs`]) ran all its
-    /// synchronizes without free memory coming back to the phase's baseline: every release
-    /// the session waits for had completed, and what is outstanding is held for good
-    /// (per-capture memory a runtime keeps, a library's memory of the first capture), as the
-    /// session counts it after every other release of graphs. None of it is still to come.
-    pub waited_out: bool,
 }
 
 impl Primed {
@@ -58,18 +52,7 @@ impl Primed {
     /// measured to take: what such a capture takes, less what the release gave back, at most
     /// what is outstanding (the rest is memory held for good). Memory that comes back inside
     /// a later window makes the window measure that much less than its captures took.
-    ///
-    /// None where the release's wait ran out with the memory still out ([`Primed::waited_out`]):
-    /// what a capture of the size takes less what the release gave back is then what it keeps
-    /// for good, read through two windows' noise and a capture-to-capture variation, and the
-    /// estimate of what the runtime keeps of a capture that `recapture` has it less is a lower
-    /// bound (off by its window error): counted as still to come, that difference widened the
-    /// pass by memory that never comes back (7-25 MB on a unified-memory APU's every run, on
-    /// top of the window error the margin already keeps).
     pub fn may_come_back(&self, recapture: i64) -> u64 {
-        if self.waited_out {
-            return 0;
-        }
         let not_back = recapture.saturating_sub(self.returned);
         u64::try_from(not_back.min(self.outstanding)).unwrap_or(0)
     }
@@ -248,7 +231,7 @@ impl<'s> GraphContext<'s> {
         let before = self.flushed_snapshot()?;
         self.capture(size)?;
         let captured = self.session.snap(self.engine)?;
-        let back = self.release_graphs_until_back()?;
+        self.release_graphs()?;
         let released = self.session.snap(self.engine)?;
         let gave_back = self.graph_bytes(&released.window_to(&captured));
         let held = self.graph_bytes(&before.window_to(&released));
@@ -256,7 +239,6 @@ impl<'s> GraphContext<'s> {
             Primed {
                 returned: gave_back.bytes,
                 outstanding: held.bytes,
-                waited_out: !back,
             }
         } else {
             Primed::default()
@@ -318,18 +300,14 @@ impl<'s> GraphContext<'s> {
     /// memory a runtime keeps, a library's workspace): read as held, the safe side. The reads
     /// come before any snapshot, whose synchronizes would complete a late release after the
     /// pool was trimmed: counted from the release's own synchronizes, the count is the one a
-    /// release needs.
-    ///
-    /// Returns whether free memory was back at `from` when the wait ended (true where the
-    /// reading gives nothing to wait on): false only where every synchronize of the wait ran
-    /// with memory still out.
+    /// release needs. Returns whether memory came back.
     fn wait_for_late_release(&mut self, from: &MemoryInfo) -> Result<bool> {
         let free_ok = self
             .capability()
             .reading(Reading::DriverFree)
             .measures_own_usage();
         let Some(start) = from.driver.free.filter(|_| free_ok) else {
-            return Ok(true);
+            return Ok(false);
         };
         // Single reads: where the session's snapshots combine reads, one read moves further
         // than a combined window does (`still`, how far single reads of the idle device moved).
@@ -340,7 +318,6 @@ impl<'s> GraphContext<'s> {
         // once it is back where it stood at `from`, or where the reading gives nothing.
         let mut last: Option<u64> = None;
         let mut came_back_at = None;
-        let mut back = true;
         wait_for_release(
             device,
             LATE_RELEASE_SYNCHRONIZES,
@@ -353,12 +330,11 @@ impl<'s> GraphContext<'s> {
                     came_back_at = Some(n);
                 }
                 last = Some(f);
-                back = f.saturating_add(noise) >= start;
-                Ok(back)
+                Ok(f.saturating_add(noise) >= start)
             },
         )?;
         let Some(n) = came_back_at else {
-            return Ok(back);
+            return Ok(false);
         };
         // At most what the settle and one such wait make: a release that takes longer is
         // waited out by the wait itself, and a reading whose noise passed for memory coming
@@ -373,7 +349,7 @@ impl<'s> GraphContext<'s> {
             "a destroyed graph's memory came back after more synchronizes than the settle waits for: releases wait for them"
         );
         self.session.settle_synchronizes = self.session.settle_synchronizes.max(syncs);
-        Ok(back)
+        Ok(true)
     }
 
     /// Destroy every graph captured so far, release their pool and synchronize, in the middle
@@ -381,19 +357,13 @@ impl<'s> GraphContext<'s> {
     /// late release (`wait_for_late_release`): memory a destroyed graph gives back later
     /// would come back inside the next window.
     pub fn release_graphs(&mut self) -> Result<()> {
-        self.release_graphs_until_back().map(drop)
-    }
-
-    /// [`GraphContext::release_graphs`], saying whether free memory was back at the phase's
-    /// baseline when the wait for a late release ended (see `wait_for_late_release`).
-    fn release_graphs_until_back(&mut self) -> Result<bool> {
         release_all(
             self.engine,
             &self.session.device,
             self.session.settle_synchronizes,
         )?;
         let from = self.before;
-        self.wait_for_late_release(&from)
+        self.wait_for_late_release(&from).map(drop)
     }
 
     /// Graph memory in a window: from the driver when its free reading measures this process,
@@ -558,8 +528,7 @@ pub(crate) fn kept_window_error(e: u64) -> u64 {
 /// times more: whatever a runtime still holds after that is counted as held, which errs on the
 /// safe side where it is read as held; a window opened while it is still out may see it come
 /// back, which is why `full` widens its measurement by what its priming capture did not give
-/// back ([`Primed::may_come_back`]) where the wait after it stopped short of its
-/// [`LATE_RELEASE_SYNCHRONIZES`]. On a device that cannot synchronize this waits for nothing
+/// back ([`Primed::may_come_back`]). On a device that cannot synchronize this waits for nothing
 /// (the engine's hook does, before readings).
 pub const SETTLE_SYNCHRONIZES: usize = 8;
 

@@ -51,9 +51,7 @@
 //! kept that much for good as well, so it is not part of the memory of the priming graph that
 //! may still come back inside the pass ([`Primed::may_come_back`]); counting it there widened
 //! the pass's margin by memory that never comes back (and the teardown counts it as held
-//! besides). Nor is anything still to come where the priming release's wait for a late
-//! release ran all its synchronizes with memory still out ([`Primed::waited_out`]): every
-//! release the session waits for had completed by then, and what is out is held for good.
+//! besides).
 //!
 //! What the factor bounds. The engine captures its graphs again after the plan, and its
 //! captures and the measured pass are two independent draws of every graph: their difference
@@ -538,7 +536,6 @@ impl GraphStrategy for Full {
         // capture-to-capture variation or a window that something came back inside moves one
         // of them, not the median), less what the runtime keeps of every capture for good
         // (measured over the repeats): that part of the priming capture never comes back.
-        // None where the release's wait ran out with memory still out (`Primed::waited_out`).
         let not_back = median(&recaptures).map_or(0, |r| {
             primed.may_come_back(r.saturating_sub(i64::try_from(kept).unwrap_or(i64::MAX)))
         });
@@ -848,32 +845,21 @@ mod tests {
         let back = Primed {
             returned: 40 * mib,
             outstanding: 300 * mib,
-            waited_out: false,
         };
         assert_eq!(back.may_come_back(40 * mib), 0);
         // The runtime still holds the destroyed graph: what a capture of its size takes.
         let late = Primed {
             returned: 0,
             outstanding: 340 * mib,
-            waited_out: false,
         };
         assert_eq!(late.may_come_back(40 * mib), 40 << 20);
         // At most what stayed out, never negative.
         let small = Primed {
             returned: 0,
             outstanding: 10 * mib,
-            waited_out: false,
         };
         assert_eq!(small.may_come_back(40 * mib), 10 << 20);
         assert_eq!(small.may_come_back(-mib), 0);
-        // The release's wait ran out with the memory still out: every late release it waits
-        // for had come back, what is out is held for good, and none of it is still to come
-        // (a recapture read above what the release gave back is noise and variation).
-        let held = Primed {
-            waited_out: true,
-            ..late
-        };
-        assert_eq!(held.may_come_back(40 * mib), 0);
     }
 
     #[test]
