@@ -428,8 +428,8 @@ impl<'s> GraphContext<'s> {
     /// How far a window of the free reading may be off: the largest error calibration (or the
     /// session's start) saw on one, over [`IDLE_READS`](crate::calibrate::IDLE_READS) reads of
     /// the idle device and windows over known allocations, times 1.25
-    /// (`WINDOW_ERROR_FACTOR_INVERSE_EXCESS`, plus a granule's worth of slack), within the declared tolerance; the declared
-    /// tolerance where nothing measured it. A declared tolerance often covers a constant offset
+    /// (`WINDOW_ERROR_FACTOR_INVERSE_EXCESS`, plus a granule's worth of slack), within the
+    /// declared tolerance; the declared tolerance where nothing measured it. A declared tolerance often covers a constant offset
     /// (memory the reading cannot see), which a window cancels; the measured window error
     /// does not.
     pub fn window_tolerance(&self) -> u64 {
@@ -539,7 +539,8 @@ pub const LATE_RELEASE_SYNCHRONIZES: usize = 64;
 
 /// Destroy the engine's graphs, synchronize once and then `syncs` times more
 /// ([`SETTLE_SYNCHRONIZES`], or more where releases were seen to come back later,
-/// [`GraphContext::prime`]; done even when the engine's release failed), then trim the device's graph pool ([`trim_pool`]).
+/// [`GraphContext::prime`]; done even when the engine's release failed), then trim the
+/// device's graph pool ([`trim_pool`]).
 pub(crate) fn release_all(engine: &mut dyn Engine, device: &Device, syncs: usize) -> Result<()> {
     let released = engine.release_graphs();
     let settled = wait_for_release(device, syncs.saturating_add(1), Trim::AtEnd, |_| Ok(false));
