@@ -429,9 +429,9 @@ impl<'s> GraphContext<'s> {
     /// session's start) saw on one, over [`IDLE_READS`](crate::calibrate::IDLE_READS) reads of
     /// the idle device and windows over known allocations, times 1.25
     /// (`WINDOW_ERROR_FACTOR_INVERSE_EXCESS`, plus a granule's worth of slack), within the
-    /// declared tolerance; the declared tolerance where nothing measured it. A declared tolerance often covers a constant offset
-    /// (memory the reading cannot see), which a window cancels; the measured window error
-    /// does not.
+    /// declared tolerance; the declared tolerance where nothing measured it. A declared
+    /// tolerance often covers a constant offset (memory the reading cannot see), which a window
+    /// cancels; the measured window error does not.
     pub fn window_tolerance(&self) -> u64 {
         let declared = self.free_tolerance();
         match self.session.p.free_window_error {
