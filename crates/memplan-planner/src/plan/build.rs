@@ -52,11 +52,10 @@ const NON_ALLOCATOR_BASIS: &str =
 /// (quiet windows between them), so their sum's standard deviation is that of one window
 /// times the square root of their number, and the margin stays at 3.6 of them.
 fn non_allocator_windows_error(p: &Profile) -> u64 {
-    let declared = p.capability.reading(Reading::DriverFree).tolerance_bytes();
-    let window = match p.free_window_error {
-        Some(e) => declared.min(crate::strategy::kept_window_error(e)),
-        None => declared,
-    };
+    let window = crate::strategy::window_error(
+        p.capability.reading(Reading::DriverFree).tolerance_bytes(),
+        p.free_window_error,
+    );
     (window as f64 * (p.non_allocator_windows as f64).sqrt()).ceil() as u64
 }
 

@@ -433,11 +433,7 @@ impl<'s> GraphContext<'s> {
     /// tolerance often covers a constant offset (memory the reading cannot see), which a window
     /// cancels; the measured window error does not.
     pub fn window_tolerance(&self) -> u64 {
-        let declared = self.free_tolerance();
-        match self.session.p.free_window_error {
-            Some(e) => declared.min(kept_window_error(e)),
-            None => declared,
-        }
+        window_error(self.free_tolerance(), self.session.p.free_window_error)
     }
 
     /// Destroy every graph, release the pool, synchronize, wait out a late release and check
@@ -520,6 +516,17 @@ pub const WINDOW_ERROR_FACTOR_INVERSE_EXCESS: u64 = 4;
 pub(crate) fn kept_window_error(e: u64) -> u64 {
     e.saturating_add(e / WINDOW_ERROR_FACTOR_INVERSE_EXCESS)
         .saturating_add(1 << 20)
+}
+
+/// How far a window of the free reading may be off, from the reading's `declared` tolerance
+/// and the largest error `seen` on one (calibration's or the session start's measurement): the
+/// error kept for what was seen ([`kept_window_error`]), within the declared tolerance; the
+/// declared tolerance where nothing measured it ([`GraphContext::window_tolerance`]).
+pub(crate) fn window_error(declared: u64, seen: Option<u64>) -> u64 {
+    match seen {
+        Some(e) => declared.min(kept_window_error(e)),
+        None => declared,
+    }
 }
 
 /// Some runtimes return a destroyed graph's memory only after one or more later synchronizes,

@@ -19,7 +19,7 @@ mod sampled;
 mod simple;
 
 pub(crate) use context::{
-    kept_window_error, release_all, trim_and_settle, wait_for_release, Trim,
+    kept_window_error, release_all, trim_and_settle, wait_for_release, window_error, Trim,
     LATE_RELEASE_SYNCHRONIZES, SETTLE_SYNCHRONIZES,
 };
 pub use context::{GraphContext, Primed};
