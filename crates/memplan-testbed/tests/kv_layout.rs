@@ -6,11 +6,11 @@
 
 use std::sync::Arc;
 
-use memplan_core::kv::KvDtype;
+use memplan_core::kv::{KvAllocation, KvDtype};
 use memplan_testbed::oracle::engine_alone;
 use memplan_testbed::run::{run_judged, Choice};
-use memplan_testbed::sweep::acceptance::{failures, Check, Failure};
-use memplan_testbed::sweep::Case;
+use memplan_testbed::sweep::acceptance::{failures, gating, Check, Failure};
+use memplan_testbed::sweep::{random_scenario, seeded, Case};
 use memplan_testbed::{Scenario, Setup};
 
 /// The bf16 scenario with an engine that cannot size after capture (so the engine, not a
@@ -60,6 +60,30 @@ fn checks(setup: &Setup) -> Vec<Check> {
     failed(&case).iter().map(|x| x.check).collect()
 }
 
+/// Generated scenarios the allocation tests run each engine on (142: a Max 1550 whose
+/// allocator rounds large allocations to 26.5 MiB).
+const GENERATED: [u64; 6] = [3, 17, 128, 136, 142, 281];
+
+/// The engines they run: `(KV hook, allocator tensors)`: the hook, tensors only, neither.
+const ENGINES: [(bool, bool); 3] = [(true, true), (false, true), (false, false)];
+
+/// Generated scenario `i` (seeded with `i`) whose engine offers the KV hook and tensors from
+/// its allocator as `(hook, tensors)` says and allocates its cache as `engine` does, the
+/// session told `planned`.
+fn allocating(
+    i: u64,
+    (hook, tensors): (bool, bool),
+    engine: KvAllocation,
+    planned: KvAllocation,
+) -> Setup {
+    let mut setup = seeded(random_scenario(i).resolve().unwrap(), i);
+    setup.kv_hook = hook;
+    setup.allocator_tensors = tensors;
+    setup.kv_allocation = engine;
+    setup.planned_kv_allocation = planned;
+    setup
+}
+
 #[test]
 fn an_honest_layout_is_served_what_the_plan_promised() {
     for hook in [true, false] {
@@ -106,7 +130,6 @@ fn an_understated_block_size_fails_the_run_with_no_measurement_at_all() {
 
 #[test]
 fn a_failure_gates_in_every_group_on_every_physics() {
-    use memplan_testbed::sweep::acceptance::gating;
     use memplan_testbed::sweep::{HOOKLESS_GROUP, UNMEASURED_GROUP};
     for (group, tensors) in [(HOOKLESS_GROUP, true), (UNMEASURED_GROUP, false)] {
         let setup = understated(without_hook(tensors));
@@ -153,8 +176,6 @@ fn a_coarse_allocator_granule_is_measured_or_bounded() {
     // allocator's tensors, the count handed over fits; unmeasured, the plan keeps room for a
     // granule its weights and activation were rounded to (where it kept PyTorch's 2 MiB per
     // tensor, the engine's own cache and serving burst went 1.57 GiB past the request).
-    use memplan_testbed::sweep::acceptance::gating;
-    use memplan_testbed::sweep::{random_scenario, seeded};
     let i = 142;
     let mut tokens = Vec::new();
     for tensors in [false, true] {
@@ -189,8 +210,6 @@ fn odd_warm_ups_narrow_a_granule_that_round_sizes_leave_coarse() {
     // plan kept room for rounding each of dozens of KV tensors to it (random-423 on an Arc
     // B580: 432 MiB, 7% of the oracle; random-128 on an RTX 3090: 8 MiB, 91%). Warm-ups at odd
     // token counts before the plan bring the bound down to the granule.
-    use memplan_testbed::sweep::acceptance::gating;
-    use memplan_testbed::sweep::{random_scenario, seeded};
     for i in [3, 128, 281, 355, 423] {
         let mut setup = seeded(random_scenario(i).resolve().unwrap(), i);
         setup.kv_hook = false;
@@ -218,20 +237,12 @@ fn odd_warm_ups_narrow_a_granule_that_round_sizes_leave_coarse() {
 /// the mismatch the check is there to show.
 #[test]
 fn one_backing_allocation_is_planned_as_one_and_stays_within_the_request() {
-    use memplan_core::kv::KvAllocation;
-    use memplan_testbed::sweep::acceptance::gating;
-    use memplan_testbed::sweep::{random_scenario, seeded};
     let (mut more, mut runs) = (0, 0);
-    // 142: a Max 1550 whose allocator rounds large allocations to 26.5 MiB.
-    for i in [3, 17, 128, 136, 142, 281] {
-        for (hook, tensors) in [(true, true), (false, true), (false, false)] {
+    for i in GENERATED {
+        for (hook, tensors) in ENGINES {
             let mut tokens = Vec::new();
             for planned in [KvAllocation::PerTensor, KvAllocation::OneBacking] {
-                let mut setup = seeded(random_scenario(i).resolve().unwrap(), i);
-                setup.kv_hook = hook;
-                setup.allocator_tensors = tensors;
-                setup.kv_allocation = KvAllocation::OneBacking;
-                setup.planned_kv_allocation = planned;
+                let setup = allocating(i, (hook, tensors), KvAllocation::OneBacking, planned);
                 let what = format!("random-{i} hook={hook} tensors={tensors} planned {planned:?}");
                 let case = judged(&setup, what.clone(), false);
                 let f = failed(&case);
@@ -264,17 +275,11 @@ fn one_backing_allocation_is_planned_as_one_and_stays_within_the_request() {
 /// reading's window error on the non-allocator memory it measured through it.
 #[test]
 fn one_backing_keeps_the_free_readings_error_on_memory_outside_the_allocator() {
-    use memplan_core::kv::KvAllocation;
-    use memplan_testbed::sweep::acceptance::gating;
-    use memplan_testbed::sweep::{random_scenario, seeded};
     let i = 225;
-    for (hook, tensors) in [(true, true), (false, true), (false, false)] {
-        let mut setup = seeded(random_scenario(i).resolve().unwrap(), i);
+    for (hook, tensors) in ENGINES {
+        let one = KvAllocation::OneBacking;
+        let setup = allocating(i, (hook, tensors), one, one);
         assert!(setup.scenario.device.starts_with("strix-halo"));
-        setup.kv_hook = hook;
-        setup.allocator_tensors = tensors;
-        setup.kv_allocation = KvAllocation::OneBacking;
-        setup.planned_kv_allocation = KvAllocation::OneBacking;
         let what = format!("random-{i} hook={hook} tensors={tensors}");
         let case = judged(&setup, what.clone(), false);
         assert_eq!(case.out.over_request_bytes, None, "{what}");
@@ -291,15 +296,13 @@ fn one_backing_keeps_the_free_readings_error_on_memory_outside_the_allocator() {
 /// gating check, which is why a session told no release keeps room for one per layer.
 #[test]
 fn one_backing_planned_for_an_engine_that_allocates_per_layer_is_caught() {
-    use memplan_core::kv::KvAllocation;
-    use memplan_testbed::sweep::acceptance::gating;
-    use memplan_testbed::sweep::{random_scenario, seeded};
     let i = 142;
-    let mut setup = seeded(random_scenario(i).resolve().unwrap(), i);
-    setup.kv_hook = false;
-    setup.allocator_tensors = false;
-    setup.kv_allocation = KvAllocation::PerTensor;
-    setup.planned_kv_allocation = KvAllocation::OneBacking;
+    let setup = allocating(
+        i,
+        (false, false),
+        KvAllocation::PerTensor,
+        KvAllocation::OneBacking,
+    );
     let case = judged(&setup, format!("random-{i}, mislabelled"), true);
     assert!(!gating(&failed(&case)).is_empty(), "a gating check fails");
 }
@@ -316,20 +319,12 @@ fn one_backing_planned_for_an_engine_that_allocates_per_layer_is_caught() {
 /// request or out of memory (random-3 on PyTorch's 2 MiB granule: 91.61 MiB past it).
 #[test]
 fn k_and_v_apart_are_planned_as_two_per_layer_and_stay_within_the_request() {
-    use memplan_core::kv::KvAllocation;
-    use memplan_testbed::sweep::acceptance::gating;
-    use memplan_testbed::sweep::{random_scenario, seeded};
     let (mut more, mut caught, mut runs) = (0, 0, 0);
-    // 142: a Max 1550 whose allocator rounds large allocations to 26.5 MiB.
-    for i in [3, 17, 128, 136, 142, 281] {
-        for (hook, tensors) in [(true, true), (false, true), (false, false)] {
+    for i in GENERATED {
+        for (hook, tensors) in ENGINES {
             let mut tokens = Vec::new();
             for planned in [KvAllocation::PerTensor, KvAllocation::SplitKv] {
-                let mut setup = seeded(random_scenario(i).resolve().unwrap(), i);
-                setup.kv_hook = hook;
-                setup.allocator_tensors = tensors;
-                setup.kv_allocation = KvAllocation::SplitKv;
-                setup.planned_kv_allocation = planned;
+                let setup = allocating(i, (hook, tensors), KvAllocation::SplitKv, planned);
                 let what = format!("random-{i} hook={hook} tensors={tensors} planned {planned:?}");
                 let case = judged(&setup, what.clone(), false);
                 let f = failed(&case);
@@ -370,19 +365,12 @@ fn k_and_v_apart_are_planned_as_two_per_layer_and_stay_within_the_request() {
 /// past the request and a gating check fails.
 #[test]
 fn one_rounding_per_layer_planned_for_k_and_v_apart_is_caught() {
-    use memplan_core::kv::KvAllocation;
-    use memplan_testbed::sweep::acceptance::gating;
-    use memplan_testbed::sweep::{random_scenario, seeded};
     let i = 142;
-    let mut setup = seeded(random_scenario(i).resolve().unwrap(), i);
-    setup.kv_hook = false;
-    setup.allocator_tensors = false;
-    setup.kv_allocation = KvAllocation::SplitKv;
     for (planned, caught) in [
         (KvAllocation::PairedKv, true),
         (KvAllocation::SplitKv, false),
     ] {
-        setup.planned_kv_allocation = planned;
+        let setup = allocating(i, (false, false), KvAllocation::SplitKv, planned);
         let case = judged(&setup, format!("random-{i}, planned {planned:?}"), true);
         let f = failed(&case);
         assert_eq!(!gating(&f).is_empty(), caught, "planned {planned:?}");
