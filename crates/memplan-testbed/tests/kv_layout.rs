@@ -383,3 +383,34 @@ fn one_rounding_per_layer_planned_for_k_and_v_apart_is_caught() {
         }
     }
 }
+
+/// An engine that allocates K and V apart, with the hook and tensors from its allocator, on
+/// two adversarial allocators whose rounding the half-size caches could not tell: random-506
+/// (an A100 rounding to 25.5 MiB, the weights' segments each left with 25.3 MiB free) served
+/// every half-size cache but the first from that free space, one rounded size said nothing,
+/// and the planned cache of 54 MiB tensors went 598 MiB past the request (76.5 MiB each);
+/// random-925 (a ROCm 7900 XTX rounding to 24 MiB) packed the 10 MiB tensors of its smallest
+/// half-size cache two to a segment, read a 12 MiB granule, and its 36 MiB tensors went 482
+/// MiB past (48 MiB each). One tensor of the planned size says what each takes.
+#[test]
+fn k_and_v_apart_on_a_coarse_allocator_stay_within_the_request() {
+    for i in [506, 925] {
+        for (hook, tensors) in [(true, true), (false, true)] {
+            let setup = allocating(
+                i,
+                (hook, tensors),
+                KvAllocation::SplitKv,
+                KvAllocation::SplitKv,
+            );
+            let what = format!("random-{i} hook={hook} tensors={tensors}");
+            let case = judged(&setup, what.clone(), true);
+            let f = failed(&case);
+            assert!(gating(&f).is_empty(), "{what}: nothing gating fails");
+            assert_eq!(
+                case.out.kv_tokens,
+                case.out.oracle.as_ref().map(|o| o.tokens),
+                "{what}: the oracle's cache"
+            );
+        }
+    }
+}

@@ -19,8 +19,13 @@
 //! released and retried with a sixteenth fewer. The measurement replaces the plan's
 //! assumption about rounding.
 //!
-//! Before the planned count is allocated, the allocator's granule is measured on caches of at
-//! most half the planned blocks ([`granule`]), so that the full-size allocation does not go
+//! Before the planned count is allocated, where the engine's allocator offers tensors
+//! ([`AllocatorView::allocate_tensor`]), one tensor of the planned size is allocated on its own
+//! and what it took read: a cache of equal tensors each rounded alone takes at most that many
+//! times it, so the count is cut to what fits by that measure first, one tensor a step
+//! ([`count_by_one_tensor`]). Else (or where its tensors are not rounded alone), the
+//! allocator's granule is measured on caches of at most half the planned blocks ([`granule`]),
+//! so that the full-size allocation does not go
 //! past what the plan kept even for an instant where the allocator rounds more coarsely than
 //! the plan assumed: an allocator that rounds every allocation up to a multiple of a granule
 //! gives rounded sizes that are all multiples of it, so their greatest common divisor bounds
@@ -232,6 +237,155 @@ fn granule(
     let g = granule_of(&sizes);
     tracing::info!(?sizes, granule = ?g, "the allocator's granule, measured on half-size KV caches");
     Ok(g.map_or(Granule::Unknown, Granule::Measured))
+}
+
+/// What one tensor of `bytes` takes from the engine's allocator (its reserved growth), on
+/// fresh segments: a tensor it served from segments it had cached (it grew by less than the
+/// tensor's bytes: free space beside the weights, say) is held, so that the next one is not,
+/// at most `most` times. Every tensor is freed and the cache released after. The engine is
+/// synchronized first (a snapshot): where the driver lets go of released segments only then,
+/// the last tensor's would otherwise still be held beside this one. `None` where the
+/// allocator offers no tensors, runs out of memory, or served every one from its cache.
+fn one_tensor(
+    rec: &mut Recorder,
+    engine: &mut dyn Engine,
+    bytes: u64,
+    most: u64,
+) -> Result<Option<u64>> {
+    rec.snap(engine)?;
+    let mut held = Vec::new();
+    let mut took = None;
+    let mut failed = None;
+    for _ in 0..most.max(1) {
+        let a = engine.allocator();
+        let before = a.stats().reserved;
+        match a.allocate_tensor(bytes) {
+            Ok(Some(id)) => held.push(id),
+            Ok(None) => break,
+            Err(e) if e.is_out_of_memory() => break,
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        }
+        let grew = a.stats().reserved.saturating_sub(before);
+        if grew >= bytes {
+            took = Some(grew);
+            break;
+        }
+    }
+    free_all(engine, &mut held)?;
+    failed.map_or(Ok(took), Err)
+}
+
+/// Where the engine's allocator offers tensors, the most blocks, at most `planned`, whose
+/// `tensors` tensors of `n x page` bytes fit in `limit` by what one of them takes, with what
+/// the planned count takes by that measure; `None` where the measure does not hold (the
+/// granule is then measured on whole caches, [`granule`]). See [`count_by_one_tensor`].
+fn by_one_tensor(
+    rec: &mut Recorder,
+    engine: &mut dyn Engine,
+    planned: u64,
+    (tensors, page): (u64, u64),
+    limit: u64,
+) -> Result<Option<((u64, u64), u64)>> {
+    let got = count_by_one_tensor(planned, (tensors, page), limit, |bytes| {
+        one_tensor(rec, engine, bytes, tensors)
+    })?;
+    if let Some(((fit, _), planned_takes)) = got {
+        tracing::debug!(
+            planned,
+            planned_takes,
+            fit,
+            tensors,
+            "the KV cache's count by what one tensor takes"
+        );
+    }
+    Ok(got)
+}
+
+/// The most blocks, at most `planned`, whose `tensors` tensors of `n x page` bytes fit in
+/// `limit` by what one of them takes (`one(bytes)`: what a tensor of `bytes` took on fresh
+/// segments, `None` where that could not be read), with what the planned count takes by that
+/// measure: `((count, what it takes), what the planned count takes)`; `None` where the
+/// measure does not hold.
+///
+/// A caching allocator gives a request it cannot serve from its cache a segment whose size
+/// depends on the request's alone (a multiple of its granule, PyTorch's `get_allocation_size`
+/// in `c10/<device>/<Device>CachingAllocator.cpp`), and a tensor shares its segment with the next only
+/// where the segment's remainder holds it (`should_split`, then best-fit from the cached
+/// blocks, `get_free_block`): a tensor large enough to be rounded on its own
+/// ([`is_large_request`](crate::plan::is_large_request)) whose segment is under twice its
+/// bytes shares none, so a cache of `tensors` such tensors takes at most `tensors` times what
+/// one took (less where some are served from the cache). One tensor is a small share of the
+/// cache whatever the allocator rounds it to, so reading it never goes past what the plan
+/// kept, where a whole cache on a granule coarser than the plan assumed can; and it reads the
+/// rounding of the very size it is about, where caches of other sizes can mislead (one served
+/// from free space the allocator had cached reads as nothing, tensors under half the granule
+/// packed two to a segment read as half of it). The count is bisected, one tensor a step;
+/// tensors too small to be rounded alone, or whose segment could hold a second, leave it to
+/// the whole caches.
+pub(crate) fn count_by_one_tensor(
+    planned: u64,
+    (tensors, page): (u64, u64),
+    limit: u64,
+    mut one: impl FnMut(u64) -> Result<Option<u64>>,
+) -> Result<Option<((u64, u64), u64)>> {
+    // What a cache of `blocks` takes by one of its tensors, where the measure holds.
+    let mut takes = |blocks: u64| -> Result<Option<u64>> {
+        let own = blocks.saturating_mul(page);
+        if !crate::plan::is_large_request(own) {
+            return Ok(None);
+        }
+        Ok(one(own)?
+            .filter(|t| *t < own.saturating_mul(2))
+            .map(|t| t.saturating_mul(tensors)))
+    };
+    let Some(planned_takes) = takes(planned)? else {
+        return Ok(None);
+    };
+    if planned_takes <= limit {
+        return Ok(Some(((planned, planned_takes), planned_takes)));
+    }
+    // The largest count that fits, between none and one less than planned.
+    let (mut lo, mut hi) = (0u64, planned.saturating_sub(1));
+    let mut lo_takes = 0;
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        match takes(mid)? {
+            Some(t) if t <= limit => (lo, lo_takes) = (mid, t),
+            Some(_) => hi = mid - 1,
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(((lo, lo_takes), planned_takes)))
+}
+
+/// The planned count cut to what fits in `limit` with the allocator's granule, measured on
+/// caches of half the size ([`granule`]): `Some(None)` where it fits as planned or no granule
+/// was measured, `Some(Some((count, what the planned count takes, what the count takes)))` by
+/// that granule where it does not, `None` where the engine does not offer the hook.
+fn cut_by_granule(
+    rec: &mut Recorder,
+    engine: &mut dyn Engine,
+    way: &mut Allocating,
+    planned: u64,
+    l: (u64, u64),
+    limit: u64,
+) -> Result<Option<Option<(u64, u64, u64)>>> {
+    match granule(rec, engine, way, planned, l)? {
+        Granule::NotOffered => Ok(None),
+        Granule::Unknown => Ok(Some(None)),
+        Granule::Measured(g) => {
+            let (fit, planned_takes) = certified_blocks(planned, l, g, limit);
+            if fit >= planned {
+                return Ok(Some(None));
+            }
+            tracing::info!(planned, fit, granule = g, "the planned KV cache would not fit once its tensors are rounded to the measured granule");
+            let fit = fit.max(1);
+            Ok(Some(Some((fit, planned_takes, rounded_takes(fit, l, g)))))
+        }
+    }
 }
 
 /// Whether the engine's allocator offers tensors ([`AllocatorView::allocate_tensor`]), asked
@@ -579,23 +733,71 @@ fn measured_with(
     let mut predicted: Option<(u64, u64)> = None;
     // The attempt whose take the warning reports (the first of the planned count, or the cut).
     let mut first_attempt = 0;
-    // The allocator's granule first, on caches of half the size: the planned count is cut to
-    // what fits with it before it is allocated (within the budget the request allows; a
-    // physical cap below it is checked by the attempts themselves).
-    if let Some(l) = layout(block_bytes, page_bytes).filter(|_| planned >= 2) {
-        match granule(rec, engine, way, planned, l)? {
-            Granule::NotOffered => return Ok(None),
-            Granule::Unknown => {}
-            Granule::Measured(g) => {
-                let limit = capped.map_or(room, |(budget, _)| budget.max(room));
-                let (fit, planned_takes) = certified_blocks(planned, l, g, limit);
-                if fit < planned {
-                    tracing::info!(planned, fit, granule = g, "the planned KV cache would not fit once its tensors are rounded to the measured granule");
-                    blocks = fit.max(1);
-                    first_taken = Some(planned_takes);
-                    predicted = Some((blocks, rounded_takes(blocks, l, g)));
-                }
+    // The most the tensors may take: within the budget the request allows (a physical cap
+    // below it is checked by the attempts themselves).
+    let limit = capped.map_or(room, |(budget, _)| budget.max(room));
+    let l = layout(block_bytes, page_bytes).filter(|_| planned >= 2);
+    // Where the engine's allocator offers tensors, the count is chosen by what one tensor of
+    // it takes (see [`by_one_tensor`]); else the allocator's granule is measured first, on
+    // caches of half the size, and the planned count is cut to what fits with it before it is
+    // allocated.
+    let mut alone = match l {
+        Some(l) => by_one_tensor(rec, engine, planned, l, limit)?,
+        None => None,
+    };
+    // One tensor measures the plan's layout. The session's own tensors are laid out so; an
+    // engine's hook may lay its cache out otherwise (one backing allocation where the plan has
+    // a tensor per layer, say), so the measure stands for it only where a cache the engine
+    // allocated, of half the planned blocks, took what one tensor of its size says some of
+    // its tensors take: a whole number of such tensors, at most all of them (the allocator
+    // may serve the others from free space it had cached); else the engine's own
+    // allocations are measured, as where no tensors are offered.
+    if let (Some(_), Some((tensors, page)), Allocating::Engine) = (alone, l, &*way) {
+        let half = (planned / 2).max(1);
+        let own = half.saturating_mul(page);
+        let one = if crate::plan::is_large_request(own) {
+            one_tensor(rec, engine, own, tensors)?.filter(|t| *t < own.saturating_mul(2))
+        } else {
+            None
+        };
+        let took = match attempt(rec, engine, way, half, block_bytes)? {
+            Attempt::NotOffered => return Ok(None),
+            Attempt::OutOfMemory => None,
+            Attempt::Took(t) => {
+                way.release(engine)?;
+                Some(t)
             }
+        };
+        let whole = one.zip(took).is_some_and(|(one, t)| {
+            t > 0 && t.is_multiple_of(one.max(1)) && t / one.max(1) <= tensors
+        });
+        if !whole {
+            tracing::info!(half, ?took, ?one, tensors, "the engine's KV cache of half the planned blocks took other than whole tensors of the plan's layout: its own allocations are measured");
+            alone = None;
+        }
+    }
+    // The count cut by one tensor's measure and what that measure says it takes.
+    let mut alone_predicted: Option<(u64, u64)> = None;
+    if let Some(((fit, fit_takes), planned_takes)) = alone {
+        if fit < planned {
+            tracing::info!(
+                planned,
+                fit,
+                planned_takes,
+                "the planned KV cache would not fit by what one of its tensors takes"
+            );
+            blocks = fit.max(1);
+            first_taken = Some(planned_takes);
+            alone_predicted = Some((blocks, fit_takes));
+        }
+    } else if let Some(l) = l {
+        let Some(cut) = cut_by_granule(rec, engine, way, planned, l, limit)? else {
+            return Ok(None);
+        };
+        if let Some((fit, planned_takes, p)) = cut {
+            blocks = fit;
+            first_taken = Some(planned_takes);
+            predicted = Some((fit, p));
         }
     }
     // The most the engine's layout and allocator took beyond the blocks' own bytes: it does
@@ -615,6 +817,29 @@ fn measured_with(
         };
         if n == first_attempt && first_taken.is_none() {
             first_taken = taken;
+        }
+        // One tensor measures the plan's layout: an engine's own cache that took less than
+        // that measure said is laid out or rounded otherwise (one backing allocation where the
+        // plan has a tensor per layer, say), and the cut stands on nothing. It is released and
+        // the engine's own allocation measured instead, on caches of half the size as where
+        // the allocator offers no tensors, from the planned count.
+        if let (Some((cut, p)), Some(t), Some(l)) = (alone_predicted.take(), taken, l) {
+            if cut == blocks && t < p {
+                tracing::info!(blocks, taken = t, predicted = p, "the engine's KV cache took less than one tensor of the plan's layout said: measuring its own allocation instead");
+                way.release(engine)?;
+                blocks = planned;
+                first_taken = None;
+                first_attempt = n + 1;
+                let Some(cut) = cut_by_granule(rec, engine, way, planned, l, limit)? else {
+                    return Ok(None);
+                };
+                if let Some((fit, planned_takes, p)) = cut {
+                    blocks = fit;
+                    first_taken = Some(planned_takes);
+                    predicted = Some((fit, p));
+                }
+                continue;
+            }
         }
         // The cut count is near the full size: where it takes other than the granule
         // predicted, the allocator does not round these tensors to that granule (the half-size
@@ -852,6 +1077,45 @@ mod tests {
         );
         assert_eq!(
             granule_of(&[(10 * MIB, 9 * MIB), (12 * MIB, 16 * MIB)]),
+            None
+        );
+    }
+
+    #[test]
+    fn one_tensor_of_the_planned_size_says_what_the_cache_takes() {
+        // 88 tensors of 4 KiB pages on an allocator that rounds to 25.5 MiB (a K and a V per
+        // layer, as SGLang before 0.5.23 allocates them): 54 MiB tensors take 76.5 MiB each.
+        let g = 51 * MIB / 2;
+        let one = |b: u64| Ok(Some(up(b, g)));
+        let (tensors, page, room) = (88u64, 4096u64, 5_095_361_127u64);
+        let ((fit, fit_takes), takes) = count_by_one_tensor(13_824, (tensors, page), room, one)
+            .unwrap()
+            .unwrap();
+        assert_eq!(takes, tensors * 3 * g);
+        assert_eq!(fit_takes, tensors * 2 * g);
+        assert_eq!(fit, 13_056, "51 MiB tensors, two granules each");
+        assert!(tensors * up(fit * page, g) <= room);
+        assert!(tensors * up((fit + 1) * page, g) > room);
+        // Where one tensor's measure fits, the count stays as planned.
+        let wide = tensors * 77 * MIB;
+        assert_eq!(
+            count_by_one_tensor(13_824, (tensors, page), wide, one).unwrap(),
+            Some(((13_824, tensors * 3 * g), tensors * 3 * g))
+        );
+        // Left to whole caches: a segment that could hold a second tensor, tensors too small
+        // to be rounded alone (4 MiB: shared segments), a tensor that could not be read.
+        let double = |b: u64| Ok(Some(2 * b));
+        assert_eq!(
+            count_by_one_tensor(13_824, (tensors, page), room, double).unwrap(),
+            None
+        );
+        assert_eq!(
+            count_by_one_tensor(1_000, (tensors, page), room, one).unwrap(),
+            None
+        );
+        let unread = |_: u64| Ok(None);
+        assert_eq!(
+            count_by_one_tensor(13_824, (tensors, page), room, unread).unwrap(),
             None
         );
     }
