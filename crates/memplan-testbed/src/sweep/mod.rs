@@ -162,7 +162,16 @@ pub const UNMEASURED_GROUP: &str = "no KV measurement";
 /// ([`HOOKLESS_GROUP`]), neither ([`UNMEASURED_GROUP`]). It gates like every other group.
 pub const ONE_BACKING_GROUP: &str = "one backing (vLLM 0.29+)";
 
-/// The engines of [`ONE_BACKING_GROUP`]: `(KV hook, allocator tensors, label)`.
+/// The group of generated scenarios whose engine allocates its KV cache as SGLang 0.5.1 to
+/// 0.5.22 do, a K and a V tensor per layer (`python/sglang/srt/mem_cache/memory_pool.py`,
+/// `MHATokenToKVPool._create_buffers`: a `k_buffer` and a `v_buffer` of one `torch.zeros` per
+/// layer each), the session told so (`SizingRules::kv_allocation`), with each engine of
+/// [`ONE_BACKING_ENGINES`]: twice the tensors of vLLM's layout, each half the size, so each
+/// is rounded by the allocator at half the size. It gates like every other group.
+pub const SPLIT_KV_GROUP: &str = "K and V apart (SGLang to 0.5.22)";
+
+/// The engines of [`ONE_BACKING_GROUP`] and [`SPLIT_KV_GROUP`]: `(KV hook, allocator tensors,
+/// label)`.
 pub const ONE_BACKING_ENGINES: [(bool, bool, &str); 3] = [
     (true, true, "KV hook"),
     (false, true, "no hook, allocator tensors"),
@@ -215,6 +224,10 @@ pub struct Sweep {
     /// one backing buffer, the session told so ([`ONE_BACKING_GROUP`]), once with each engine
     /// of [`ONE_BACKING_ENGINES`]: three runs each.
     pub one_backing: u64,
+    /// Of the random scenarios, those run again with an engine that allocates a K and a V
+    /// tensor per layer, the session told so ([`SPLIT_KV_GROUP`]), once with each engine of
+    /// [`ONE_BACKING_ENGINES`]: three runs each.
+    pub split_kv: u64,
     /// Every strategy on the shipped scenarios (for the comparison table), not only auto.
     pub all_strategies: bool,
     /// Pin every physical quantity to one end of its range (`low`, `high`) instead of drawing.
@@ -356,30 +369,40 @@ impl Sweep {
                 }
             }
         }
-        for i in 0..self.one_backing.min(self.random) {
-            let sc = random_scenario(i);
-            let what = format!("{} ({})", sc.name, sc.device);
-            match sc.resolve() {
-                Ok(setup) => {
-                    for (hook, tensors, label) in ONE_BACKING_ENGINES {
-                        let mut setup = seeded(setup.clone(), i);
-                        setup.kv_hook = hook;
-                        setup.allocator_tensors = tensors;
-                        setup.kv_allocation = KvAllocation::OneBacking;
-                        setup.planned_kv_allocation = KvAllocation::OneBacking;
-                        jobs.push((
-                            ONE_BACKING_GROUP.into(),
-                            format!("{what} {label}"),
-                            setup,
-                            vec![Choice::Auto],
-                        ));
+        let allocations = [
+            (
+                ONE_BACKING_GROUP,
+                self.one_backing,
+                KvAllocation::OneBacking,
+            ),
+            (SPLIT_KV_GROUP, self.split_kv, KvAllocation::SplitKv),
+        ];
+        for (group, count, allocation) in allocations {
+            for i in 0..count.min(self.random) {
+                let sc = random_scenario(i);
+                let what = format!("{} ({})", sc.name, sc.device);
+                match sc.resolve() {
+                    Ok(setup) => {
+                        for (hook, tensors, label) in ONE_BACKING_ENGINES {
+                            let mut setup = seeded(setup.clone(), i);
+                            setup.kv_hook = hook;
+                            setup.allocator_tensors = tensors;
+                            setup.kv_allocation = allocation;
+                            setup.planned_kv_allocation = allocation;
+                            jobs.push((
+                                group.into(),
+                                format!("{what} {label}"),
+                                setup,
+                                vec![Choice::Auto],
+                            ));
+                        }
                     }
+                    Err(e) => dropped.push((
+                        group.into(),
+                        what,
+                        format!("the generated scenario does not resolve: {e}"),
+                    )),
                 }
-                Err(e) => dropped.push((
-                    ONE_BACKING_GROUP.into(),
-                    what,
-                    format!("the generated scenario does not resolve: {e}"),
-                )),
             }
         }
         for i in 0..self.random {
