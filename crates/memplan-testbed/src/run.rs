@@ -60,7 +60,14 @@ pub fn calibration(setup: &Setup) -> Result<CalibrationReport> {
 
 fn neighbour(setup: &Setup, gpu: &SimGpu, step: &str) {
     for (s, bytes) in &setup.neighbour {
-        if s == step {
+        if s == step && step == "plan" {
+            // Lands now, in the quiet window after the graph phase's teardown: the plan step
+            // opens with no settle snapshot of its own, and a session that plans without a
+            // synchronize would otherwise see the change land after its plan (the oracle,
+            // taken at the plan, would not see it either, and the run would be judged on
+            // memory the world took after the plan was made).
+            gpu.set_other_processes(*bytes);
+        } else if s == step {
             // Lands at the next synchronize: the settle snapshot that opens the step.
             gpu.schedule_other_processes(gpu.tick() + 1, *bytes);
         }

@@ -69,9 +69,9 @@ pub struct Setup {
 
 /// The steps a neighbour change may come before (`neighbour.before`): it lands in the quiet
 /// window that opens the step. `plan`: after the graph phase (its teardown included), before
-/// the plan, in the window where a session may warm the engine up once more
-/// (`Session::plan`'s warm-ups for the allocator's granule, where nothing measures the KV
-/// cache's allocation).
+/// the plan: at once, before anything the plan step does (its warm-ups for the allocator's
+/// granule, where nothing measures the KV cache's allocation, or its allocation probe), since
+/// that step opens with no synchronize of its own.
 pub const NEIGHBOUR_STEPS: [&str; 4] = ["load_weights", "profile_run", "graph_phase", "plan"];
 
 /// Largest `kv.max_model_len` of a scenario (2^30 tokens).

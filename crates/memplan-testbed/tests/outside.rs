@@ -730,3 +730,13 @@ fn one_backing_allocation_nothing_measures_keeps_the_whole_granule_bound() {
 fn small_kv_tensors_sharing_segments_bound_no_granule() {
     passes("h200-tiny-split-kv-tensors.toml", &[0, 1, 2]);
 }
+
+/// A neighbour that takes memory between the graph phase's teardown and the plan: the plan step
+/// opens with no synchronize of its own, and the change used to land after the plan (at the KV
+/// cache's allocation), out of the oracle's sight, and the engine ran out of memory serving its
+/// burst. Landing before the plan, as the scenario format says, the plan's allocation probe
+/// finds the memory gone.
+#[test]
+fn a_neighbour_taking_memory_before_the_plan_is_seen_by_it() {
+    passes("3090-mla-neighbour-takes-before-plan.toml", &[0, 1, 2, 3]);
+}
