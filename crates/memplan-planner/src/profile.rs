@@ -108,6 +108,10 @@ pub struct Profile {
     /// whole segments, so these say how coarsely it rounds (see
     /// [`granule_bound`](crate::plan::granule_bound)).
     pub segment_readings: Vec<(u64, u64)>,
+    /// Which of [`segment_readings`](Self::segment_readings) is the weights' (their index):
+    /// a model's weights are hundreds of tensors of many sizes, never one request (see
+    /// [`granule_bound_beside`](crate::plan::granule_bound_beside)).
+    pub weights_reading: Option<usize>,
 }
 
 impl Profile {
@@ -136,6 +140,7 @@ impl Profile {
             held_by_calibration: 0,
             free_reads: 1,
             segment_readings: Vec::new(),
+            weights_reading: None,
         }
     }
 }

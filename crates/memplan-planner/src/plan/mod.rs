@@ -39,7 +39,7 @@ pub mod render;
 
 pub(crate) use build::{gcd, kv_layout};
 pub use build::{
-    granule_bound, is_large_request, PlanBuilder, ALLOCATOR_ROUNDING_BOUND,
+    granule_bound, granule_bound_beside, is_large_request, PlanBuilder, ALLOCATOR_ROUNDING_BOUND,
     UNMEASURED_NON_ALLOCATOR_BYTES,
 };
 pub use consumer::{Consumer, ConsumerKind, Consumers, Provenance};

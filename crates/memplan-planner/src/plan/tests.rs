@@ -305,6 +305,27 @@ fn an_unmeasured_kv_allocation_keeps_the_granule_the_engines_own_allocations_all
 }
 
 #[test]
+fn the_weights_reading_never_narrows_the_granule_bound_as_one_request_would() {
+    // Qwen2.5-0.5B's 290 tensors in 49 segments of 20 MiB (13.5 MiB wasted) beside an
+    // activation peak and warm-ups reserved in multiples of a 19.5 MiB granule (39 x 512 KiB).
+    let g = 39 * 512 * 1024;
+    let readings = [
+        (966 * MIB + MIB / 2, 980 * MIB),
+        (512 * MIB, 27 * g),
+        (73_014_784, 4 * g),
+        (48_486_400, 3 * g),
+        (2 * g, 2 * g),
+    ];
+    // Taken for one request, the weights wasted less than a granule: the bound stays at
+    // their common divisor with the others.
+    assert_eq!(granule_bound(&readings), Some(MIB / 2));
+    // Known as the weights, they are left out where that keeps a coarser divisor.
+    assert_eq!(granule_bound_beside(&readings, Some(0)), Some(g));
+    // Never finer than without the tag.
+    assert_eq!(granule_bound_beside(&readings, Some(1)), Some(MIB / 2));
+}
+
+#[test]
 fn a_granule_bound_needs_two_readings_that_agree_on_one_granule() {
     let g = 8 * MIB;
     // One reading: no bound.

@@ -461,6 +461,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         let p = &mut self.rec.p;
         if let Some(r) = w.allocator_reserved.and_then(|r| u64::try_from(r).ok()) {
             if r > 0 {
+                p.weights_reading = Some(p.segment_readings.len());
                 p.segment_readings.push((weights, r));
             }
         }
@@ -664,7 +665,8 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     /// only when it is called): the plan keeps, per KV tensor, room for the coarsest rounding
     /// the engine's own allocations allow ([`crate::plan::granule_bound`]).
     fn unmeasured_rounding(&mut self, mut b: PlanBuilder, profile: &Profile) -> PlanBuilder {
-        let bound = crate::plan::granule_bound(&profile.segment_readings);
+        let bound =
+            crate::plan::granule_bound_beside(&profile.segment_readings, profile.weights_reading);
         let kept = b.unmeasured_kv_allocation(bound);
         tracing::info!(readings = ?profile.segment_readings, bound = ?bound, kept, "the allocator's rounding, bounded from its own allocations (the KV cache's allocation may go unmeasured)");
         self.unmeasured_granule = kept;
