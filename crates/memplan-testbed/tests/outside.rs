@@ -753,3 +753,12 @@ fn weights_in_mid_sized_segments_do_not_narrow_the_granule_bound() {
         &[4, 5, 6],
     );
 }
+
+/// A neighbour that frees memory between the graph phase's teardown and the plan: the plan was
+/// capped by the free memory read at the teardown, with the neighbour's 4 GiB still held, and
+/// refused where 65k tokens fitted. The plan opens with a synchronized reading, as every engine
+/// step does.
+#[test]
+fn a_neighbour_freeing_memory_before_the_plan_leaves_it_free() {
+    passes("4090-gpt-oss-neighbour-frees-before-plan.toml", &[1, 5]);
+}

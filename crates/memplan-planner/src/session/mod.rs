@@ -611,6 +611,14 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
                 ));
             }
         }
+        // The plan opens the way every engine step does: a synchronized reading closes the
+        // quiet window since the last step (the graph phase's teardown), and what another
+        // process took or released in it is attributed to it. The cap by free memory is then
+        // what is free now, not what was free before that window: a neighbour that released
+        // 4 GiB after the teardown left a plan capped by the older reading with no room for one
+        // request (an RTX 4090 refused where 65k tokens fitted), and one that took memory was
+        // seen only by the allocation probe.
+        self.rec.settle(self.engine.as_dyn())?;
         let rules = match &self.sizing {
             Some((rules, _)) => *rules,
             None => unnamed_release_rules(self.rank.pipeline_parallel_size),
