@@ -762,3 +762,16 @@ fn weights_in_mid_sized_segments_do_not_narrow_the_granule_bound() {
 fn a_neighbour_freeing_memory_before_the_plan_leaves_it_free() {
     passes("4090-gpt-oss-neighbour-frees-before-plan.toml", &[1, 5]);
 }
+
+/// The weights beside one activation peak bound the allocator's granule at their common
+/// divisor (1 MiB, where the granule is 19 MiB and the weights sit in 20 MiB segments), which
+/// ended the session's warm-ups for the granule at once, and a one-backing KV cache nothing
+/// measures went past the request. The warm-ups go on until the readings other than the
+/// weights bound it.
+#[test]
+fn weights_beside_one_peak_do_not_end_the_warm_ups_for_the_granule() {
+    passes(
+        "arc140v-small-model-one-backing-weights-beside-one-peak.toml",
+        &[31, 32, 33],
+    );
+}

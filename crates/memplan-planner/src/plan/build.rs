@@ -156,22 +156,42 @@ pub(crate) fn gcd(mut a: u64, mut b: u64) -> u64 {
 ///
 /// [`Profile::segment_readings`]: crate::Profile::segment_readings
 pub fn granule_bound(readings: &[(u64, u64)]) -> Option<u64> {
-    granule_bound_beside(readings, None)
+    let grown: Vec<(u64, u64)> = readings.iter().copied().filter(|r| r.1 > 0).collect();
+    let all = common_granule(&grown);
+    if grown.len() < 3 {
+        return all;
+    }
+    (0..grown.len())
+        .filter_map(|i| {
+            let rest: Vec<(u64, u64)> = grown
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .map(|(_, r)| *r)
+                .collect();
+            let (allocated, reserved) = grown[i];
+            common_granule(&rest).filter(|g| reserved.saturating_sub(allocated) >= *g)
+        })
+        .chain(all)
+        .max()
 }
 
-/// [`granule_bound`], where `readings[weights]` is the weights' reading. A model's weights
-/// are hundreds of tensors (norms and biases of a few KiB beside matrices of a few MiB to a
-/// few hundred), never one request: the reading may be made of segments the granule does not
+/// [`granule_bound`], where `readings[weights]` is the weights' reading. A model's weights are
+/// hundreds of tensors (norms and biases of a few KiB beside matrices of a few MiB to a few
+/// hundred), never one request: the reading may be made of segments the granule does not
 /// divide whatever it wasted (PyTorch serves requests of 1 - 10 MiB from 20 MiB segments,
 /// `kLargeBuffer`, so the weights of a small model can be mostly such segments), and a few
 /// hundred tensors packed into them can waste less than one granule between them. So from
 /// three readings on it is left out where that keeps a coarser divisor, whatever it wasted:
-/// Qwen2.5-0.5B's 290 tensors reserved 980 MiB (49 segments of 20 MiB) for 966.5 MiB,
-/// beside an activation peak and warm-ups all in multiples of a 19.5 MiB granule; with the
-/// weights the common divisor fell to 512 KiB, the plan kept PyTorch's 2 MiB per KV tensor,
-/// and the cache's 48 tensors took 280 MiB more than it kept (the engine ran out of memory
-/// capturing its graphs). Leaving the reading out can only coarsen the bound: a plan keeps
-/// more room, never less.
+/// Qwen2.5-0.5B's 290 tensors reserved 980 MiB (49 segments of 20 MiB) for 966.5 MiB, beside an
+/// activation peak and warm-ups all in multiples of a 19.5 MiB granule; with the weights the
+/// common divisor fell to 512 KiB, the plan kept PyTorch's 2 MiB per KV tensor, and the cache's
+/// 48 tensors took 280 MiB more than it kept (the engine ran out of memory capturing its
+/// graphs). It stays in otherwise: the weights of a model of a few large tensors are each
+/// rounded to the granule like one request (7 tensors of 2 GiB that wasted 206 MiB bound a
+/// coarse granule that an activation peak alone does not). Leaving it out can only coarsen the
+/// bound: a plan keeps more room, never less. See [`weights_left_out`] for when the session
+/// stops narrowing it.
 pub fn granule_bound_beside(readings: &[(u64, u64)], weights: Option<usize>) -> Option<u64> {
     let grown: Vec<((u64, u64), bool)> = readings
         .iter()
@@ -197,6 +217,23 @@ pub fn granule_bound_beside(readings: &[(u64, u64)], weights: Option<usize>) -> 
         })
         .chain(all)
         .max()
+}
+
+/// The bound on the granule from `readings` without the weights' (`readings[weights]`), as
+/// [`granule_bound`] reads the rest: what the session's warm-ups for the granule narrow until
+/// it reaches PyTorch's rounding. The weights beside one activation peak bound a granule at
+/// their common divisor, which can be far below it (980 MiB of 20 MiB segments beside a peak
+/// of 513 MiB rounded to a 19 MiB granule gave 1 MiB): stopping there left the plan keeping
+/// 2 MiB per KV tensor and a one-backing cache 13.8 MiB past the request, where the warm-ups
+/// would have given readings that leave the weights out ([`granule_bound_beside`]).
+pub fn weights_left_out(readings: &[(u64, u64)], weights: Option<usize>) -> Option<u64> {
+    let rest: Vec<(u64, u64)> = readings
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| Some(*i) != weights)
+        .map(|(_, r)| *r)
+        .collect();
+    granule_bound(&rest)
 }
 
 /// The greatest common divisor of the readings' reserved growth where it exceeds what the

@@ -39,8 +39,8 @@ pub mod render;
 
 pub(crate) use build::{gcd, kv_layout};
 pub use build::{
-    granule_bound, granule_bound_beside, is_large_request, PlanBuilder, ALLOCATOR_ROUNDING_BOUND,
-    UNMEASURED_NON_ALLOCATOR_BYTES,
+    granule_bound, granule_bound_beside, is_large_request, weights_left_out, PlanBuilder,
+    ALLOCATOR_ROUNDING_BOUND, UNMEASURED_NON_ALLOCATOR_BYTES,
 };
 pub use consumer::{Consumer, ConsumerKind, Consumers, Provenance};
 pub use json::{combine_json, MAX_PLAN_JSON_BYTES};

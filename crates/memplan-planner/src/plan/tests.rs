@@ -323,6 +323,12 @@ fn the_weights_reading_never_narrows_the_granule_bound_as_one_request_would() {
     assert_eq!(granule_bound_beside(&readings, Some(0)), Some(g));
     // Never finer than without the tag.
     assert_eq!(granule_bound_beside(&readings, Some(1)), Some(MIB / 2));
+    // Beside one activation peak of one request (513 MiB) the weights bound the granule at
+    // 1 MiB; the session's warm-ups do not stop there: without them nothing bounds it yet.
+    let two = [(966 * MIB + MIB / 2, 980 * MIB), (513 * MIB, 513 * MIB)];
+    assert_eq!(granule_bound_beside(&two, Some(0)), Some(MIB));
+    assert_eq!(weights_left_out(&two, Some(0)), None);
+    assert_eq!(weights_left_out(&readings, Some(0)), Some(g));
 }
 
 #[test]

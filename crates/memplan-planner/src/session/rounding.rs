@@ -26,7 +26,9 @@
 use memplan_core::Result;
 
 use super::{AsDynEngine, Session};
-use crate::plan::{granule_bound_beside, is_large_request, ALLOCATOR_ROUNDING_BOUND};
+use crate::plan::{
+    granule_bound_beside, is_large_request, weights_left_out, ALLOCATOR_ROUNDING_BOUND,
+};
 
 /// Most warm-ups [`Session::narrow_granule_bound`] runs. Each is a forward pass of at most
 /// `max_num_batched_tokens` tokens (what the profile run already ran once); two or three
@@ -71,7 +73,7 @@ impl<E: AsDynEngine + ?Sized> Session<'_, E> {
         }
         self.granule_narrowed = true;
         for size in warm_up_sizes(max_tokens) {
-            if granule_bound_beside(&self.rec.p.segment_readings, self.rec.p.weights_reading)
+            if weights_left_out(&self.rec.p.segment_readings, self.rec.p.weights_reading)
                 .is_some_and(|g| g <= ALLOCATOR_ROUNDING_BOUND)
             {
                 break;
