@@ -18,11 +18,11 @@ use memplan_testbed::sweep::{
 };
 
 /// Generated scenarios run again with each engine allocating one backing buffer (`--one-backing`):
-/// three runs each.
+/// four runs each.
 const ONE_BACKING_DEFAULT: u64 = 500;
 
 /// Generated scenarios run again with each engine allocating a K and a V tensor per layer
-/// (`--split-kv`): three runs each.
+/// (`--split-kv`): four runs each.
 const SPLIT_KV_DEFAULT: u64 = 500;
 
 fn kind(k: StrategyKind) -> &'static str {
@@ -125,7 +125,7 @@ fn main() -> ExitCode {
          measures the plan's layout through the engine's allocator), and the first {} with an engine whose \
          allocator offers no tensors either (the plan's layout, and the rounding it keeps room for, bounded from \
          the engine's own allocations, are all that stands between it and an out-of-memory); the first {} again \
-         with each of those three engines (the hook, the allocator's tensors, neither) allocating its KV cache as one \
+         with each of four engines (the hook with the allocator's tensors, the tensors alone, neither, the hook alone) allocating its KV cache as one \
          backing buffer that every layer views, as vLLM 0.29.0 on does (`vllm/v1/worker/utils.py`, `allocate_kv_cache`), \
          the session told so (one rounding of the allocator, not one per layer), and the first {} with each of them \
          allocating a K and a V tensor per layer, as SGLang 0.5.1 to 0.5.22 do \

@@ -158,8 +158,7 @@ pub const UNMEASURED_GROUP: &str = "no KV measurement";
 /// `allocate_kv_cache`: one `torch.zeros(bytes_per_block * num_blocks)`; 0.34.0
 /// `vllm/v1/core/kv_cache_planning.py`, `get_kv_cache_config_from_groups`: every
 /// `KVCacheTensor` of that one size), the session told so (`SizingRules::kv_allocation`), with
-/// each of the three engines: the KV hook, no hook but tensors from its allocator
-/// ([`HOOKLESS_GROUP`]), neither ([`UNMEASURED_GROUP`]). It gates like every other group.
+/// each engine of [`ONE_BACKING_ENGINES`]. It gates like every other group.
 pub const ONE_BACKING_GROUP: &str = "one backing (vLLM 0.29+)";
 
 /// The group of generated scenarios whose engine allocates its KV cache as SGLang 0.5.1 to
@@ -171,11 +170,15 @@ pub const ONE_BACKING_GROUP: &str = "one backing (vLLM 0.29+)";
 pub const SPLIT_KV_GROUP: &str = "K and V apart (SGLang to 0.5.22)";
 
 /// The engines of [`ONE_BACKING_GROUP`] and [`SPLIT_KV_GROUP`]: `(KV hook, allocator tensors,
-/// label)`.
-pub const ONE_BACKING_ENGINES: [(bool, bool, &str); 3] = [
+/// label)`: the KV hook with tensors from the engine's allocator, no hook but the tensors
+/// ([`HOOKLESS_GROUP`]), neither ([`UNMEASURED_GROUP`]), and the hook alone. The hook alone is
+/// the one engine whose allocation the session measures only on whole caches of its own layout
+/// (no tensor of the plan's layout can be allocated to read what one tensor takes).
+pub const ONE_BACKING_ENGINES: [(bool, bool, &str); 4] = [
     (true, true, "KV hook"),
     (false, true, "no hook, allocator tensors"),
     (false, false, "no hook, no tensors"),
+    (true, false, "KV hook, no tensors"),
 ];
 
 /// Seeds per profile of the runs with other processes ([`with_others`]).
@@ -222,11 +225,11 @@ pub struct Sweep {
     pub unmeasured: u64,
     /// Of the random scenarios, those run again with an engine that allocates its KV cache as
     /// one backing buffer, the session told so ([`ONE_BACKING_GROUP`]), once with each engine
-    /// of [`ONE_BACKING_ENGINES`]: three runs each.
+    /// of [`ONE_BACKING_ENGINES`]: four runs each.
     pub one_backing: u64,
     /// Of the random scenarios, those run again with an engine that allocates a K and a V
     /// tensor per layer, the session told so ([`SPLIT_KV_GROUP`]), once with each engine of
-    /// [`ONE_BACKING_ENGINES`]: three runs each.
+    /// [`ONE_BACKING_ENGINES`]: four runs each.
     pub split_kv: u64,
     /// Every strategy on the shipped scenarios (for the comparison table), not only auto.
     pub all_strategies: bool,
