@@ -71,9 +71,9 @@ use crate::warning::Warning;
 pub const KV_ATTEMPTS: usize = 42;
 
 /// Most allocations of at most half the planned cache [`granule`] makes. Their sizes step down
-/// from half the planned blocks by one, two, four, ... times the plan's rounding bound, never
-/// below a quarter of the planned blocks (the last is a quarter where the steps reach it): sizes
-/// that far apart cross any granule up to the tensors' own size at least once, and three
+/// from half the planned blocks by one, two, four, ... times one and a quarter of the plan's
+/// rounding bound ([`granule_counts`]), never below a quarter of the planned blocks (the last
+/// is a quarter where the steps reach it): sizes that far apart cross any granule up to the tensors' own size at least once, and three
 /// distinct rounded sizes are enough to narrow the common divisor to the granule in practice.
 pub const GRANULE_ATTEMPTS: usize = 8;
 
@@ -161,9 +161,13 @@ pub(crate) fn rounded_takes(blocks: u64, (tensors, page): (u64, u64), granule: u
 pub(crate) fn granule_counts(planned: u64, page: u64) -> Vec<u64> {
     let half = planned / 2;
     let quarter = (planned / 4).max(1);
-    let step = crate::plan::ALLOCATOR_ROUNDING_BOUND
-        .div_ceil(page.max(1))
-        .max(1);
+    // A step of one and a quarter rounding bounds: sizes steps apart then differ by odd
+    // multiples of a quarter of it, and their rounded sizes resolve a granule finer than the
+    // bound (steps of exactly 2 MiB leave sizes 2 MiB apart, whose common divisor stops at
+    // 1 MiB where the allocator rounds to 512 KiB: the cache was cut by a granule twice the
+    // real one, and the engine served fewer blocks than its allocation would have held).
+    let bound = crate::plan::ALLOCATOR_ROUNDING_BOUND;
+    let step = bound.saturating_add(bound / 4).div_ceil(page.max(1)).max(1);
     let mut counts: Vec<u64> = Vec::with_capacity(GRANULE_ATTEMPTS);
     let mut cut = 0u64;
     for _ in 0..GRANULE_ATTEMPTS {
@@ -1054,7 +1058,7 @@ mod tests {
     #[test]
     fn the_granule_is_the_common_divisor_of_rounded_sizes_and_bounds_every_granule() {
         // PyTorch's 2 MiB and a coarse 34.5 MiB granule, pages of 32 KiB: sizes as `granule`
-        // draws them (half the cache, then one, two, four, ... bounds less, down to a quarter).
+        // draws them (half the cache, then one, two, four, ... steps less, down to a quarter).
         for g in [2 * MIB, 36_175_872, 3 * MIB / 2, 40 * MIB] {
             let page = 32 * 1024;
             let mut sizes = Vec::new();
@@ -1066,6 +1070,15 @@ mod tests {
             assert_eq!(found % g, 0, "{found} is not a multiple of {g}");
             assert!(found <= 2 * g, "{found} for {g}");
         }
+        // A granule finer than the rounding bound is resolved, not read as the bound's half:
+        // 88 tensors of 4 KiB pages rounded to 512 KiB (steps of exactly 2 MiB gave sizes 2 MiB
+        // apart and a 1 MiB divisor, and the cache was cut by it).
+        let (g, page) = (MIB / 2, 4096);
+        let sizes: Vec<(u64, u64)> = granule_counts(35_200, page)
+            .into_iter()
+            .map(|n| (n * page, up(n * page, g)))
+            .collect();
+        assert_eq!(granule_of(&sizes[..3]), Some(g));
         // One rounded size says nothing; a waste of a granule or more contradicts it.
         assert_eq!(
             granule_of(&[(10 * MIB, 12 * MIB), (11 * MIB, 12 * MIB)]),
