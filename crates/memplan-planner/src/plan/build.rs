@@ -156,24 +156,7 @@ pub(crate) fn gcd(mut a: u64, mut b: u64) -> u64 {
 ///
 /// [`Profile::segment_readings`]: crate::Profile::segment_readings
 pub fn granule_bound(readings: &[(u64, u64)]) -> Option<u64> {
-    let grown: Vec<(u64, u64)> = readings.iter().copied().filter(|r| r.1 > 0).collect();
-    let all = common_granule(&grown);
-    if grown.len() < 3 {
-        return all;
-    }
-    (0..grown.len())
-        .filter_map(|i| {
-            let rest: Vec<(u64, u64)> = grown
-                .iter()
-                .enumerate()
-                .filter(|(j, _)| *j != i)
-                .map(|(_, r)| *r)
-                .collect();
-            let (allocated, reserved) = grown[i];
-            common_granule(&rest).filter(|g| reserved.saturating_sub(allocated) >= *g)
-        })
-        .chain(all)
-        .max()
+    granule_bound_beside(readings, None)
 }
 
 /// [`granule_bound`], where `readings[weights]` is the weights' reading. A model's weights are
