@@ -20,8 +20,9 @@ pub fn step(name: &str, argv: &[&str]) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "[{name}] `{}` failed with {status}",
-            argv.join(" ")
+            "[{name}] `{}` failed with {status}{}",
+            argv.join(" "),
+            crate::disk::full_note()
         ))
     }
 }
