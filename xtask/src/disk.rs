@@ -6,18 +6,17 @@
 //! info in test binaries (up to 170 MB each) and 3.5 GB of incremental caches that a one-shot
 //! CI build never reuses; a CI machine with less free disk stopped in the debug test build
 //! with rustc's "No space left on device". CI therefore builds without incremental caches and
-//! with line tables only (panics and backtraces still name file and line), unless the caller
-//! set either variable itself.
+//! without debug info (cargo then strips the standard library's debug info from every binary
+//! too; a panic still names its file and line), unless the caller set either variable itself.
+//! With line tables only instead, a clean run took 5.3 GB.
 
 use std::process::Command;
 
 use crate::backends::target_dir;
 
 /// Cargo settings for the CI build: (variable, value), each applied only where unset.
-const CI_BUILD_ENV: &[(&str, &str)] = &[
-    ("CARGO_INCREMENTAL", "0"),
-    ("CARGO_PROFILE_DEV_DEBUG", "line-tables-only"),
-];
+const CI_BUILD_ENV: &[(&str, &str)] =
+    &[("CARGO_INCREMENTAL", "0"), ("CARGO_PROFILE_DEV_DEBUG", "0")];
 
 /// Free space below which a failed step is reported as a full disk.
 const FULL_BELOW_MIB: u64 = 1024;

@@ -6,7 +6,7 @@
 //!   (`cargo package --workspace --no-verify`), the
 //!   no-hard-link rule for runtime-loaded vendor libraries, the conformance suite on every
 //!   backend's CI device, and the checks that generated files are current.
-//!   It builds without incremental caches and with line tables only (`disk.rs`: a clean run
+//!   It builds without incremental caches and without debug info (`disk.rs`: a clean run
 //!   otherwise needs about 13.7 GB of disk).
 //! - `matrix`: print the feature matrix.
 //! - `deps`: only the dependency rules.
