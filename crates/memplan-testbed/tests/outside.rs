@@ -775,3 +775,65 @@ fn weights_beside_one_peak_do_not_end_the_warm_ups_for_the_granule() {
         &[31, 32, 33],
     );
 }
+
+/// The files of `tests/outside/real-shapes/`, sorted by name.
+fn real_shapes() -> Vec<String> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/outside/real-shapes");
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|f| f.ends_with(".toml"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// Every `shards`-th file of `tests/outside/real-shapes/` from `shard` on, each on one seed (its
+/// place in the list, modulo 40: the seeds differ from file to file).
+fn real_shapes_pass(shard: usize, shards: usize) {
+    for (i, file) in real_shapes().iter().enumerate().skip(shard).step_by(shards) {
+        passes(&format!("real-shapes/{file}"), &[(i % 40) as u64]);
+    }
+}
+
+// Scenario files written from docs/scenarios.md alone, outside the test-bed's generator: real
+// model shapes from their config.json (Llama-3.1-8B/70B, Llama-3.2-1B, Qwen2.5 0.5B to 72B,
+// Mistral-7B's sliding window, gemma-3 1B to 27B's sliding and global layers, gpt-oss-20b and
+// 120b, DeepSeek-V2-Lite's MLA latent, Phi-3-mini), with bf16, fp8 or 4-bit weights as the
+// request allows, on every simulated profile, with physics pinned high or low or forced
+// adversarial, utilisations from 0.05 to 1 and byte budgets, every cache dtype, block sizes 1
+// to 256, neighbours taking and freeing memory before each step, other processes, unsorted
+// and duplicated size lists, workspaces up to 8 GiB, engines with and without the KV hook and
+// allocator tensors in each allocation layout, the selector's quirks, uncalibrated sessions,
+// no post-capture sizing, engine hints, contexts from 256 tokens to 262,144, and the liar
+// profiles. Each passed on seeds 0 to 39 when written (`real_shapes_over_40_seeds`); in four
+// shards so that they run side by side.
+#[test]
+fn real_shapes_pass_the_gating_rules_0() {
+    real_shapes_pass(0, 4);
+}
+
+#[test]
+fn real_shapes_pass_the_gating_rules_1() {
+    real_shapes_pass(1, 4);
+}
+
+#[test]
+fn real_shapes_pass_the_gating_rules_2() {
+    real_shapes_pass(2, 4);
+}
+
+#[test]
+fn real_shapes_pass_the_gating_rules_3() {
+    real_shapes_pass(3, 4);
+}
+
+/// Every file of `tests/outside/real-shapes/` on seeds 0 to 39.
+#[test]
+#[ignore = "40 seeds per file: run by hand (a release build takes about two minutes)"]
+fn real_shapes_over_40_seeds() {
+    let seeds: Vec<u64> = (0..40).collect();
+    for file in real_shapes() {
+        passes(&format!("real-shapes/{file}"), &seeds);
+    }
+}
