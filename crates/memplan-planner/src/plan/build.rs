@@ -51,12 +51,28 @@ const NON_ALLOCATOR_BASIS: &str =
 /// growth sums ([`Profile::non_allocator_windows`]): the windows' errors are independent
 /// (quiet windows between them), so their sum's standard deviation is that of one window
 /// times the square root of their number, and the margin stays at 3.6 of them.
+///
+/// Where the graph estimate is `full`'s or `post-capture`'s, its margin already keeps one
+/// window's error for the engine's other memory measured through the free reading
+/// ([`crate::strategy::keeps_a_window_for_other_memory`]): counting every window here as well
+/// counted that one twice, so only what the windows' error exceeds it by is kept here,
+/// `window * (sqrt(n) - 1)`.
 fn non_allocator_windows_error(p: &Profile) -> u64 {
     let window = crate::strategy::window_error(
         p.capability.reading(Reading::DriverFree).tolerance_bytes(),
         p.free_window_error,
-    );
-    (window as f64 * (p.non_allocator_windows as f64).sqrt()).ceil() as u64
+    ) as f64;
+    let windows = p.non_allocator_windows as f64;
+    let in_graph = p
+        .graph
+        .as_ref()
+        .is_some_and(|g| crate::strategy::keeps_a_window_for_other_memory(g.strategy));
+    let error = if in_graph {
+        window * (windows.sqrt() - 1.0)
+    } else {
+        window * windows.sqrt()
+    };
+    error.max(0.0).ceil() as u64
 }
 
 /// How the plan takes the caching allocator to round a large request.
@@ -867,8 +883,10 @@ impl PlanBuilder {
         // rounded once: what is left of the budget after it is under a granule and a block, and
         // a free reading that read the engine's memory outside the allocator low would hand
         // that memory to the cache and take the engine past the request. The plan keeps what
-        // the reading's windows may be off by there. A tensor per layer leaves the rounding of
-        // its tensors (in steps of a granule per tensor) to absorb it, and is left as it was.
+        // the reading's windows may be off by there (beyond the window a measured graph
+        // reserve's margin keeps for them, `non_allocator_windows_error`). A tensor per layer
+        // leaves the rounding of its tensors (in steps of a granule per tensor) to absorb it,
+        // and is left as it was.
         let mut consumers = self.consumers;
         if self.non_allocator_error > 0
             && self.rules.kv_allocation == KvAllocation::OneBacking
@@ -881,7 +899,7 @@ impl PlanBuilder {
                 measured.saturating_add(self.non_allocator_error),
                 "engine steps",
                 format!(
-                    "{NON_ALLOCATOR_BASIS}, plus what the free reading's windows may be off by ({}; the KV cache is one backing allocation)",
+                    "{NON_ALLOCATOR_BASIS}, plus what the free reading's windows may be off by beyond what the graph reserve's margin keeps for them ({}; the KV cache is one backing allocation)",
                     fmt_bytes(self.non_allocator_error)
                 ),
             ));

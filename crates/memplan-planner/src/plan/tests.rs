@@ -601,3 +601,55 @@ fn one_backing_keeps_the_free_readings_window_error_on_non_allocator_memory() {
     p.non_allocator_windows = 0;
     assert_eq!(na(&p), 300 * MIB);
 }
+
+/// `full`'s and `post-capture`'s margins keep one window's error for the engine's memory
+/// measured through the free reading: where the KV cache is one backing allocation the
+/// non-allocator growth keeps only what its windows' error exceeds that window by
+/// (`window * (sqrt(n) - 1)`), not that window again. With one window the margin covers it
+/// whole; a graph estimate that keeps no window (sampled, conservative) leaves the growth
+/// keeping all of them.
+#[test]
+fn one_backing_counts_no_window_the_graph_margin_keeps_already() {
+    use memplan_core::kv::KvAllocation;
+    let na = |p: &Profile| {
+        PlanBuilder::from_profile(p, "test", Request::Utilization(0.9), spec(), limits())
+            .unwrap()
+            .sizing_rules(SizingRules::default().with_kv_allocation(KvAllocation::OneBacking))
+            .build()
+            .unwrap()
+            .consumers
+            .bytes(ConsumerKind::NonAllocator)
+    };
+    let mut p = profile(
+        48 * GIB,
+        47 * GIB,
+        46 * GIB,
+        20 * GIB,
+        GIB,
+        300 * MIB as i64,
+        Some((2 * GIB as i64, 100 * MIB, false)),
+    );
+    p.capability.set(
+        Reading::DriverFree,
+        Reliability::Approximate {
+            tolerance_bytes: 64 * MIB,
+            why: "moved over reads of the idle device".into(),
+        },
+    );
+    // A window error of 20 MiB seen: 25 MiB + 1 MiB kept.
+    p.free_window_error = Some(20 * MIB);
+    let w = (25 * MIB + MIB) as f64;
+    p.non_allocator_windows = 4;
+    let beyond = (w * (4f64.sqrt() - 1.0)).ceil() as u64;
+    assert_eq!(na(&p), 300 * MIB + beyond);
+    assert!(
+        beyond < 2 * (26 * MIB),
+        "less than every window counted again"
+    );
+    p.non_allocator_windows = 1;
+    assert_eq!(na(&p), 300 * MIB, "one window: the graph margin keeps it");
+    // A graph estimate whose margin keeps no window: every window counted here.
+    p.non_allocator_windows = 4;
+    p.graph.as_mut().unwrap().strategy = StrategyKind::Sampled;
+    assert_eq!(na(&p), 300 * MIB + 2 * 26 * MIB);
+}

@@ -441,6 +441,36 @@ fn variation_margin(repeats: &[i64], each: &[i64], noise: Noise) -> u64 {
     (k * (spread * squares.sqrt()).max(same_bytes)).ceil() as u64
 }
 
+/// The margin for the pass's capture-to-capture variation (`variation`, [`variation_margin`])
+/// beside the reading's error on two windows (`window` each: the pass's own and the engine's
+/// other memory measured through the free reading). The captures' variation and the windows'
+/// reads are independent, and each margin is a bound of about the same confidence (the
+/// variation's one-sided 99.95%, the window error about 3.6 standard deviations,
+/// [`kept_window_error`](super::context::kept_window_error)), so the two add as independent
+/// errors do, in quadrature: `sqrt(variation^2 + (2 window)^2)`, as the repeats' range and
+/// their noise are told apart ([`varied_beyond_noise`]). Added whole, both were counted at their
+/// extreme at once: on a reading good to 20 MiB a window, a pass whose captures varied by 180
+/// MiB kept 220 MiB where 184 MiB bound both at the same confidence. The two windows stay
+/// added whole (`2 window`): where the repeats' noise hides the captures' variation (a range
+/// within the idle windows' reads as none, [`varied_beyond_noise`]), they are all the margin
+/// there is for it, and a quiet pass on a noisy APU kept 1.41 windows in quadrature and went
+/// 18 MiB past the request in serving.
+fn independent_margin(variation: u64, window: u64) -> u64 {
+    let v = variation as f64;
+    let w = window.saturating_mul(2) as f64;
+    ((v * v + w * w).sqrt().ceil() as u64)
+        .max(variation)
+        .max(window.saturating_mul(2))
+}
+
+/// Whether the margin of a graph estimate of `kind` keeps the error of one window of the free
+/// reading for the engine's other memory measured through it ([`independent_margin`]): `full`
+/// and `post-capture`. The plan keeps the rest of that memory's windows' error beside it
+/// (`plan::build`).
+pub(crate) fn keeps_a_window_for_other_memory(kind: StrategyKind) -> bool {
+    matches!(kind, StrategyKind::Full | StrategyKind::PostCapture)
+}
+
 /// Captures of one size measured by allocation probes, where no reading measures this process
 /// (`conservative`'s measurement, see its module docs): as many as `full` takes once its first
 /// four vary.
@@ -546,10 +576,10 @@ impl GraphStrategy for Full {
             );
         }
         // The windows this estimate and the engine's other measured memory come from may be
-        // off by the reading's window error each.
-        let margin = margin
-            .saturating_add(ctx.window_tolerance().saturating_mul(2))
-            .saturating_add(not_back);
+        // off by the reading's window error each; those errors and the captures' variation are
+        // independent, so they add to it in quadrature ([`independent_margin`]). What the priming
+        // graph did not give back is one-sided, not an error of either: it adds whole.
+        let margin = independent_margin(margin, ctx.window_tolerance()).saturating_add(not_back);
         let mut e = GraphEstimate::new(
             StrategyKind::Full,
             n,
@@ -633,6 +663,26 @@ mod tests {
             seen: 2 * tolerance,
             hidden: 0,
         }
+    }
+
+    #[test]
+    fn the_variation_and_the_windows_errors_add_in_quadrature() {
+        let mib = 1u64 << 20;
+        // Captures that varied by 180 MiB on a reading good to 20 MiB a window: 184 MiB bound
+        // both, where adding them kept 220 MiB.
+        let m = independent_margin(180 * mib, 20 * mib);
+        let want = ((180.0f64 * 180.0 + 40.0 * 40.0).sqrt() * mib as f64).ceil() as u64;
+        assert_eq!(m, want);
+        assert!(m < 180 * mib + 2 * 20 * mib);
+        // A quiet pass keeps both windows whole: they are all the margin there is for a
+        // variation the repeats' noise hid.
+        assert_eq!(independent_margin(0, 20 * mib), 40 * mib);
+        // An exact reading leaves the variation as it is.
+        assert_eq!(independent_margin(180 * mib, 0), 180 * mib);
+        assert_eq!(independent_margin(0, 0), 0);
+        assert!(keeps_a_window_for_other_memory(StrategyKind::Full));
+        assert!(keeps_a_window_for_other_memory(StrategyKind::PostCapture));
+        assert!(!keeps_a_window_for_other_memory(StrategyKind::Sampled));
     }
 
     #[test]

@@ -23,6 +23,7 @@ pub(crate) use context::{
     LATE_RELEASE_SYNCHRONIZES, SETTLE_SYNCHRONIZES,
 };
 pub use context::{GraphContext, Primed};
+pub(crate) use full::keeps_a_window_for_other_memory;
 pub use full::{Full, PostCapture};
 pub use legacy::{legacy_extrapolate, VllmLegacy};
 pub use sampled::{sample_sizes, sampled_model, Layers, Sampled};
