@@ -837,3 +837,46 @@ fn real_shapes_over_40_seeds() {
         passes(&format!("real-shapes/{file}"), &seeds);
     }
 }
+
+// Files of an outside battery that still break a rule, kept so that the rule can be worked on
+// and checked where the battery itself is gone. Each test asserts what passing means, and is
+// ignored until it passes.
+
+/// An engine with neither the KV hook nor allocator tensors, whose warm-ups reserve nothing:
+/// the allocator's granule is bounded from two readings only, the weights (980 MiB of 20 MiB
+/// segments) and the activation peak (70 MiB in 72). Their common divisor, 4 MiB, is finer
+/// than the granule that adversarial physics drew, and the cache's 24 tensors took about 250
+/// MB more than the plan kept: 100.72% of the oracle on seed 31.
+#[test]
+#[ignore = "open: two readings do not bound the allocator's granule (over the oracle on seed 31)"]
+fn two_readings_that_bound_the_granule_too_fine() {
+    passes("open/two-readings-granule-too-fine-rocm55.toml", &[31]);
+}
+
+/// The same two readings the other way, on world physics: weights that reserved 2,280 MiB
+/// beside an activation peak of 1,440 MiB bound the granule at their common divisor, 120 MiB,
+/// where it is 2 MiB. An eager engine with neither the KV hook nor allocator tensors keeps 120
+/// MiB for each of its 52 K and V tensors, more than its budget: refused ("0 fit in 0 B") on
+/// 26 of 40 seeds while the oracle holds 142,768 tokens.
+#[test]
+#[ignore = "open: two readings do not bound the allocator's granule (needless refusals)"]
+fn two_readings_that_bound_the_granule_too_coarse() {
+    passes(
+        "open/two-readings-granule-too-coarse-b580.toml",
+        &[
+            0, 1, 2, 3, 5, 7, 8, 11, 14, 15, 18, 19, 20, 21, 22, 23, 25, 26, 28, 29, 30, 32, 35,
+            36, 37, 39,
+        ],
+    );
+}
+
+/// A device that reports its total 512 MiB too high (`total-over`, a backend bug): the plan
+/// takes 0.9 of the reported total, as the engine does, and the test-bed judges the request
+/// against the real total, so every seed is about 460 MiB over the request and 100.8-101.4% of
+/// the oracle (docs/scenarios.md, "Devices that misreport their total"). Nothing the planner
+/// reads at start-up tells a total too high from another process's memory.
+#[test]
+#[ignore = "open: a backend that misreports its total (judged against the real total)"]
+fn a_total_reported_too_high() {
+    passes("open/total-over-h200.toml", &[0, 1, 2]);
+}
