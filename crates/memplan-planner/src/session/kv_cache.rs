@@ -337,13 +337,7 @@ pub(crate) fn count_by_one_tensor(
 ) -> Result<Option<((u64, u64), u64)>> {
     // What a cache of `blocks` takes by one of its tensors, where the measure holds.
     let mut takes = |blocks: u64| -> Result<Option<u64>> {
-        let own = blocks.saturating_mul(page);
-        if !crate::plan::is_large_request(own) {
-            return Ok(None);
-        }
-        Ok(one(own)?
-            .filter(|t| *t < own.saturating_mul(2))
-            .map(|t| t.saturating_mul(tensors)))
+        Ok(alone_takes(blocks.saturating_mul(page), &mut one)?.map(|t| t.saturating_mul(tensors)))
     };
     let Some(planned_takes) = takes(planned)? else {
         return Ok(None);
@@ -363,6 +357,34 @@ pub(crate) fn count_by_one_tensor(
         }
     }
     Ok(Some(((lo, lo_takes), planned_takes)))
+}
+
+/// What one tensor of `own` bytes takes (`one(own)`, see [`count_by_one_tensor`]) where that
+/// stands for the tensor alone: a tensor large enough to be rounded on its own
+/// ([`is_large_request`](crate::plan::is_large_request), else nothing is read) whose segment
+/// is under twice its bytes, so that it shares none with the next; `None` otherwise.
+fn alone_takes(own: u64, one: impl FnOnce(u64) -> Result<Option<u64>>) -> Result<Option<u64>> {
+    if !crate::plan::is_large_request(own) {
+        return Ok(None);
+    }
+    Ok(one(own)?.filter(|t| *t < own.saturating_mul(2)))
+}
+
+/// Where [`cut_by_granule`] cut the planned count (`cut`: the count, what the planned count
+/// takes by the granule, what the count takes), the attempts start from it: `blocks` is the
+/// count, the take the warning reports is the planned count's, and what the count takes is
+/// the prediction its attempt is checked against.
+fn start_from_cut(
+    cut: Option<(u64, u64, u64)>,
+    blocks: &mut u64,
+    first_taken: &mut Option<u64>,
+    predicted: &mut Option<(u64, u64)>,
+) {
+    if let Some((fit, planned_takes, p)) = cut {
+        *blocks = fit;
+        *first_taken = Some(planned_takes);
+        *predicted = Some((fit, p));
+    }
 }
 
 /// The planned count cut to what fits in `limit` with the allocator's granule, measured on
@@ -759,11 +781,7 @@ fn measured_with(
     if let (Some(_), Some((tensors, page)), Allocating::Engine) = (alone, l, &*way) {
         let half = (planned / 2).max(1);
         let own = half.saturating_mul(page);
-        let one = if crate::plan::is_large_request(own) {
-            one_tensor(rec, engine, own, tensors)?.filter(|t| *t < own.saturating_mul(2))
-        } else {
-            None
-        };
+        let one = alone_takes(own, |b| one_tensor(rec, engine, b, tensors))?;
         let took = match attempt(rec, engine, way, half, block_bytes)? {
             Attempt::NotOffered => return Ok(None),
             Attempt::OutOfMemory => None,
@@ -798,11 +816,7 @@ fn measured_with(
         let Some(cut) = cut_by_granule(rec, engine, way, planned, l, limit)? else {
             return Ok(None);
         };
-        if let Some((fit, planned_takes, p)) = cut {
-            blocks = fit;
-            first_taken = Some(planned_takes);
-            predicted = Some((fit, p));
-        }
+        start_from_cut(cut, &mut blocks, &mut first_taken, &mut predicted);
     }
     // The most the engine's layout and allocator took beyond the blocks' own bytes: it does
     // not shrink with a few blocks less (each tensor is rounded to a granule), so the next
@@ -837,11 +851,7 @@ fn measured_with(
                 let Some(cut) = cut_by_granule(rec, engine, way, planned, l, limit)? else {
                     return Ok(None);
                 };
-                if let Some((fit, planned_takes, p)) = cut {
-                    blocks = fit;
-                    first_taken = Some(planned_takes);
-                    predicted = Some((fit, p));
-                }
+                start_from_cut(cut, &mut blocks, &mut first_taken, &mut predicted);
                 continue;
             }
         }
