@@ -110,6 +110,11 @@ impl Engine for Engine0 {
     }
 }
 
+/// How many of the KV tensor `requests` were of `bytes`.
+fn requests_of(requests: &[u64], bytes: u64) -> usize {
+    requests.iter().filter(|b| **b == bytes).count()
+}
+
 /// The devices of the two tests (no other process on either; distinct ids, distinct GPUs).
 const ONE_BACKING_DEVICE: &str = "sim:rtx4090,other=0";
 const K_AND_V_DEVICE: &str = "sim:rtx4090,other=0B";
@@ -180,8 +185,10 @@ fn the_session_measures_one_backing_allocation_where_the_release_makes_one() {
         !old.is_empty() && old.iter().all(|b| b % PAGE == 0),
         "{old:?}"
     );
-    let whole = |requests: &[u64], bytes: u64| requests.iter().filter(|b| **b == bytes).count();
-    assert!(whole(&old, old_blocks * PAGE) >= LAYERS as usize, "{old:?}");
+    assert!(
+        requests_of(&old, old_blocks * PAGE) >= LAYERS as usize,
+        "{old:?}"
+    );
     // 0.29: one tensor of n blocks of 24 pages each.
     assert!(!new.is_empty());
     assert!(new.iter().all(|b| b % (LAYERS * PAGE) == 0), "{new:?}");
@@ -207,12 +214,14 @@ fn the_session_measures_k_and_v_apart_where_sglang_allocates_them_so() {
         measured(K_AND_V_DEVICE, rules(KvAllocation::SplitKv), "sglang@0.5.9");
     // The session's measurement: one tensor of the planned size read alone, then whole caches;
     // the cache handed over among them. 0.5.23: 24 tensors of n pages, as one per layer.
-    let whole = |requests: &[u64], bytes: u64| requests.iter().filter(|b| **b == bytes).count();
     assert!(
         !one.is_empty() && one.iter().all(|b| b % PAGE == 0),
         "{one:?}"
     );
-    assert!(whole(&one, one_blocks * PAGE) >= LAYERS as usize, "{one:?}");
+    assert!(
+        requests_of(&one, one_blocks * PAGE) >= LAYERS as usize,
+        "{one:?}"
+    );
     // Before: 48 tensors of n half pages, a K and a V per layer.
     let half = PAGE / 2;
     assert!(
@@ -220,7 +229,7 @@ fn the_session_measures_k_and_v_apart_where_sglang_allocates_them_so() {
         "{two:?}"
     );
     assert!(
-        whole(&two, two_blocks * half) >= 2 * LAYERS as usize,
+        requests_of(&two, two_blocks * half) >= 2 * LAYERS as usize,
         "{two:?}"
     );
     // Room for 48 roundings, not 24: on this device 13,856 blocks are 24 tensors of 866 MiB

@@ -205,14 +205,9 @@ pub fn granule_bound_beside(readings: &[(u64, u64)], weights: Option<usize>) -> 
     }
     (0..readings.len())
         .filter_map(|i| {
-            let rest: Vec<(u64, u64)> = readings
-                .iter()
-                .enumerate()
-                .filter(|(j, _)| *j != i)
-                .map(|(_, r)| *r)
-                .collect();
             let ((allocated, reserved), many) = grown[i];
-            common_granule(&rest).filter(|g| many || reserved.saturating_sub(allocated) >= *g)
+            common_granule(&without(&readings, Some(i)))
+                .filter(|g| many || reserved.saturating_sub(allocated) >= *g)
         })
         .chain(all)
         .max()
@@ -226,13 +221,17 @@ pub fn granule_bound_beside(readings: &[(u64, u64)], weights: Option<usize>) -> 
 /// 2 MiB per KV tensor and a one-backing cache 13.8 MiB past the request, where the warm-ups
 /// would have given readings that leave the weights out ([`granule_bound_beside`]).
 pub fn weights_left_out(readings: &[(u64, u64)], weights: Option<usize>) -> Option<u64> {
-    let rest: Vec<(u64, u64)> = readings
+    granule_bound(&without(readings, weights))
+}
+
+/// `readings` without `readings[left_out]` (all of them where it is `None`).
+fn without(readings: &[(u64, u64)], left_out: Option<usize>) -> Vec<(u64, u64)> {
+    readings
         .iter()
         .enumerate()
-        .filter(|(i, _)| Some(*i) != weights)
+        .filter(|(i, _)| Some(*i) != left_out)
         .map(|(_, r)| *r)
-        .collect();
-    granule_bound(&rest)
+        .collect()
 }
 
 /// The greatest common divisor of the readings' reserved growth where it exceeds what the

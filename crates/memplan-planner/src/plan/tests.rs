@@ -537,6 +537,18 @@ fn k_and_v_apart_keep_room_for_two_roundings_per_layer() {
     }
 }
 
+/// The non-allocator consumer of the plan of `p` at 90% utilisation, its KV cache allocated
+/// as `allocation` says.
+fn non_allocator_bytes(p: &Profile, allocation: memplan_core::kv::KvAllocation) -> u64 {
+    PlanBuilder::from_profile(p, "test", Request::Utilization(0.9), spec(), limits())
+        .unwrap()
+        .sizing_rules(SizingRules::default().with_kv_allocation(allocation))
+        .build()
+        .unwrap()
+        .consumers
+        .bytes(ConsumerKind::NonAllocator)
+}
+
 /// Non-allocator memory measured through an approximate free reading is a sum of windows, each
 /// off by up to the reading's window error. Where the KV cache is one backing allocation
 /// (vLLM 0.29.0 on), rounded once, nothing else in the budget absorbs a reading that read the
@@ -547,15 +559,7 @@ fn k_and_v_apart_keep_room_for_two_roundings_per_layer() {
 #[test]
 fn one_backing_keeps_the_free_readings_window_error_on_non_allocator_memory() {
     use memplan_core::kv::KvAllocation;
-    let na_with = |p: &Profile, allocation: KvAllocation| {
-        PlanBuilder::from_profile(p, "test", Request::Utilization(0.9), spec(), limits())
-            .unwrap()
-            .sizing_rules(SizingRules::default().with_kv_allocation(allocation))
-            .build()
-            .unwrap()
-            .consumers
-            .bytes(ConsumerKind::NonAllocator)
-    };
+    let na_with = non_allocator_bytes;
     let na = |p: &Profile| na_with(p, KvAllocation::OneBacking);
     let mut p = profile(
         48 * GIB,
@@ -611,15 +615,7 @@ fn one_backing_keeps_the_free_readings_window_error_on_non_allocator_memory() {
 #[test]
 fn one_backing_counts_no_window_the_graph_margin_keeps_already() {
     use memplan_core::kv::KvAllocation;
-    let na = |p: &Profile| {
-        PlanBuilder::from_profile(p, "test", Request::Utilization(0.9), spec(), limits())
-            .unwrap()
-            .sizing_rules(SizingRules::default().with_kv_allocation(KvAllocation::OneBacking))
-            .build()
-            .unwrap()
-            .consumers
-            .bytes(ConsumerKind::NonAllocator)
-    };
+    let na = |p: &Profile| non_allocator_bytes(p, KvAllocation::OneBacking);
     let mut p = profile(
         48 * GIB,
         47 * GIB,
