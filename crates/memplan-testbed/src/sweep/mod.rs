@@ -158,14 +158,14 @@ pub const UNMEASURED_GROUP: &str = "no KV measurement";
 /// `allocate_kv_cache`: one `torch.zeros(bytes_per_block * num_blocks)`; 0.34.0
 /// `vllm/v1/core/kv_cache_planning.py`, `get_kv_cache_config_from_groups`: every
 /// `KVCacheTensor` of that one size), the session told so (`SizingRules::kv_allocation`), with
-/// each engine of [`ONE_BACKING_ENGINES`]. It gates like every other group.
+/// each engine of [`KV_ALLOCATION_ENGINES`]. It gates like every other group.
 pub const ONE_BACKING_GROUP: &str = "one backing (vLLM 0.29+)";
 
 /// The group of generated scenarios whose engine allocates its KV cache as SGLang 0.5.1 to
 /// 0.5.22 do, a K and a V tensor per layer (`python/sglang/srt/mem_cache/memory_pool.py`,
 /// `MHATokenToKVPool._create_buffers`: a `k_buffer` and a `v_buffer` of one `torch.zeros` per
 /// layer each), the session told so (`SizingRules::kv_allocation`), with each engine of
-/// [`ONE_BACKING_ENGINES`]: twice the tensors of vLLM's layout, each half the size, so each
+/// [`KV_ALLOCATION_ENGINES`]: twice the tensors of vLLM's layout, each half the size, so each
 /// is rounded by the allocator at half the size. It gates like every other group.
 pub const SPLIT_KV_GROUP: &str = "K and V apart (SGLang to 0.5.22)";
 
@@ -174,7 +174,7 @@ pub const SPLIT_KV_GROUP: &str = "K and V apart (SGLang to 0.5.22)";
 /// ([`HOOKLESS_GROUP`]), neither ([`UNMEASURED_GROUP`]), and the hook alone. The hook alone is
 /// the one engine whose allocation the session measures only on whole caches of its own layout
 /// (no tensor of the plan's layout can be allocated to read what one tensor takes).
-pub const ONE_BACKING_ENGINES: [(bool, bool, &str); 4] = [
+pub const KV_ALLOCATION_ENGINES: [(bool, bool, &str); 4] = [
     (true, true, "KV hook"),
     (false, true, "no hook, allocator tensors"),
     (false, false, "no hook, no tensors"),
@@ -225,11 +225,11 @@ pub struct Sweep {
     pub unmeasured: u64,
     /// Of the random scenarios, those run again with an engine that allocates its KV cache as
     /// one backing buffer, the session told so ([`ONE_BACKING_GROUP`]), once with each engine
-    /// of [`ONE_BACKING_ENGINES`]: four runs each.
+    /// of [`KV_ALLOCATION_ENGINES`]: four runs each.
     pub one_backing: u64,
     /// Of the random scenarios, those run again with an engine that allocates a K and a V
     /// tensor per layer, the session told so ([`SPLIT_KV_GROUP`]), once with each engine of
-    /// [`ONE_BACKING_ENGINES`]: four runs each.
+    /// [`KV_ALLOCATION_ENGINES`]: four runs each.
     pub split_kv: u64,
     /// Every strategy on the shipped scenarios (for the comparison table), not only auto.
     pub all_strategies: bool,
@@ -386,7 +386,7 @@ impl Sweep {
                 let what = format!("{} ({})", sc.name, sc.device);
                 match sc.resolve() {
                     Ok(setup) => {
-                        for (hook, tensors, label) in ONE_BACKING_ENGINES {
+                        for (hook, tensors, label) in KV_ALLOCATION_ENGINES {
                             let mut setup = seeded(setup.clone(), i);
                             setup.kv_hook = hook;
                             setup.allocator_tensors = tensors;
