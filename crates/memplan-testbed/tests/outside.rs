@@ -778,7 +778,14 @@ fn weights_beside_one_peak_do_not_end_the_warm_ups_for_the_granule() {
 
 /// The files of `tests/outside/real-shapes/`, sorted by name.
 fn real_shapes() -> Vec<String> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/outside/real-shapes");
+    folder("real-shapes")
+}
+
+/// The files of `tests/outside/<name>/`, sorted by name.
+fn folder(name: &str) -> Vec<String> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/outside")
+        .join(name);
     let mut files: Vec<String> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -835,6 +842,66 @@ fn real_shapes_over_40_seeds() {
     let seeds: Vec<u64> = (0..40).collect();
     for file in real_shapes() {
         passes(&format!("real-shapes/{file}"), &seeds);
+    }
+}
+
+/// Where the files of the second battery written from the docs alone live.
+const RELEASES_BUDGETS_QUIRKS: &str = "releases-budgets-quirks";
+
+/// Every `shards`-th file of `tests/outside/releases-budgets-quirks/` from `shard` on, each on
+/// one seed (its place in the list, modulo 20).
+fn releases_budgets_quirks_pass(shard: usize, shards: usize) {
+    let files = folder(RELEASES_BUDGETS_QUIRKS);
+    for (i, file) in files.iter().enumerate().skip(shard).step_by(shards) {
+        passes(
+            &format!("{RELEASES_BUDGETS_QUIRKS}/{file}"),
+            &[(i % 20) as u64],
+        );
+    }
+}
+
+// Scenario files written from docs/scenarios.md, docs/simulator-physics.md, the README and
+// shared/data alone, on what `real-shapes/` does not cover: every engine release's KV
+// allocation (vLLM 0.19's tensor per layer, 0.29's one backing buffer with ROCm's padding,
+// SGLang's K and V apart and paired) with and without the KV hook and allocator tensors, byte
+// budgets beside the same utilisation, models from a 48 MiB one on a 192 GiB device to ones
+// near the edge of fitting and ones that cannot fit (weights over the device, over the request,
+// one request over the room: a refusal that names why), contexts to a million tokens, many
+// short sequences with capture sizes to 2,048, MoE (Qwen3-30B-A3B's 18,867 weight tensors,
+// gpt-oss-120b) and MLA (DeepSeek-V3 pipeline ranks) shapes, hybrids of two windows, a window
+// past the context and pages of two head counts, every selector quirk alone and combined
+// (declared exact, uncalibrated, stepped, stale or leaky readings, free equal to total,
+// Sysman off, APU pools) but the misreported totals, neighbours that hold, grow and shrink
+// at each step, engine hints, eager engines, every cache dtype and block sizes 1 to 512, and
+// shared/data's logs as scenarios. Each passed on seeds 0 to 19 when written
+// (`releases_budgets_quirks_over_20_seeds`); in four shards so that they run side by side.
+#[test]
+fn releases_budgets_quirks_pass_the_gating_rules_0() {
+    releases_budgets_quirks_pass(0, 4);
+}
+
+#[test]
+fn releases_budgets_quirks_pass_the_gating_rules_1() {
+    releases_budgets_quirks_pass(1, 4);
+}
+
+#[test]
+fn releases_budgets_quirks_pass_the_gating_rules_2() {
+    releases_budgets_quirks_pass(2, 4);
+}
+
+#[test]
+fn releases_budgets_quirks_pass_the_gating_rules_3() {
+    releases_budgets_quirks_pass(3, 4);
+}
+
+/// Every file of `tests/outside/releases-budgets-quirks/` on seeds 0 to 19.
+#[test]
+#[ignore = "20 seeds per file: run by hand in a release build"]
+fn releases_budgets_quirks_over_20_seeds() {
+    let seeds: Vec<u64> = (0..20).collect();
+    for file in folder(RELEASES_BUDGETS_QUIRKS) {
+        passes(&format!("{RELEASES_BUDGETS_QUIRKS}/{file}"), &seeds);
     }
 }
 
