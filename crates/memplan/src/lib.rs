@@ -46,7 +46,8 @@
 //! with [`Session::into_kv_cache`], which takes a plan, never a byte count. Where the engine
 //! allocates the KV cache itself, it allocates [`KvCache::num_blocks`]: the plan's count, or
 //! fewer where the session measured that the engine's allocator rounds the cache's tensors past
-//! what the plan kept. That measurement needs the engine's hook
+//! what the plan kept (or more, given the session's own plan, where it measured a granule finer
+//! than the rounding the plan kept room for). That measurement needs the engine's hook
 //! ([`Engine::allocate_kv_cache`]) or tensors from its allocator
 //! ([`AllocatorView::allocate_tensor`]); without either, the plan keeps room for the coarsest
 //! rounding the engine's own allocations during the start-up allow, and [`KvCache::warnings`]

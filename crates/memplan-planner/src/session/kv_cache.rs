@@ -32,10 +32,23 @@
 //! it from above. Where the planned tensors are large enough for the allocator to round each
 //! on its own ([`is_large_request`](crate::plan::is_large_request)), caches whose tensors are
 //! not are left out: packed into shared segments, their sizes can read as a granule the
-//! planned tensors are not rounded to. The planned count is then cut to what fits with that
-//! granule ([`certified_blocks`]) before it is allocated. Only an allocator whose rounding is not a
+//! planned tensors are not rounded to. Sizes between a quarter and half the planned tensors
+//! can all round to one multiple of the granule (10 to 15 MiB tensors all read 15 MiB on a
+//! 7.5 MiB granule), so one more cache follows, its tensors just past a multiple of what they
+//! read ([`probe_count`]): a finer granule rounds it to other than the next multiple. It can
+//! be larger than half the planned cache, and is allocated only where its tensors, rounded up
+//! to the common divisor read so far (which every fixed granule divides), fit in what the
+//! plan kept. The planned count is then cut to what fits with that granule
+//! ([`count_by_granule`]) before it is allocated. Where the plan is this rank's own
+//! ([`Planned::grows`]) and its tensors are rounded alone, the count also grows to what fits in
+//! what the plan kept with that granule, where it is finer than the rounding the plan kept
+//! room for: an engine that offers only the hook gets a plan that keeps, per tensor, the
+//! coarsest granule its start-up allowed (nothing measured the allocation before the plan),
+//! and the measurement replaces that bound. A plan combined from every rank's never grows (a
+//! rank would hold more than the others planned). Only an allocator whose rounding is not a
 //! fixed granule (or a cache whose tensors are not all of one size) leaves the count as
-//! planned, and the shrinking above is what protects it.
+//! planned, and the shrinking above is what protects it; a cut or grown count whose cache
+//! takes other than the granule predicted is released, and the planned count allocated.
 //!
 //! An engine that allocates its KV cache only after the session (no hook) gets the same measurement
 //! where its allocator offers tensors ([`AllocatorView::allocate_tensor`]): the session allocates
@@ -70,12 +83,16 @@ use crate::warning::Warning;
 /// attempt takes no less, is what needs them).
 pub const KV_ATTEMPTS: usize = 42;
 
-/// Most allocations of at most half the planned cache [`granule`] makes. Their sizes step down
-/// from half the planned blocks by one, two, four, ... times one and a quarter of the plan's
-/// rounding bound ([`granule_counts`]), never below a quarter of the planned blocks (the last
-/// is a quarter where the steps reach it): sizes that far apart cross any granule up to the tensors' own size at least once, and three
-/// distinct rounded sizes are enough to narrow the common divisor to the granule in practice.
-pub const GRANULE_ATTEMPTS: usize = 8;
+/// Most allocations [`granule`] makes: up to one less of at most half the planned cache, then
+/// one just past a multiple of the common divisor those read ([`probe_count`]). The smaller
+/// ones step down from half the planned blocks by one, two, four, ... times one and a quarter
+/// of the plan's rounding bound ([`granule_counts`]), never below a quarter of the planned
+/// blocks (the last is a quarter where the steps reach it): sizes that far apart cross any
+/// granule up to the tensors' own size at least once, and three distinct rounded sizes are
+/// enough to narrow the common divisor to the granule in practice. Where they all read one
+/// size (a granule that divides it and that every size between a quarter and half rounds to
+/// the same multiple of), the last one tells the granule apart from that size.
+pub const GRANULE_ATTEMPTS: usize = 9;
 
 /// Distinct rounded sizes [`granule`] stops at.
 const GRANULE_SIZES: usize = 3;
@@ -136,10 +153,16 @@ pub(crate) fn certified_blocks(
     granule: u64,
     room: u64,
 ) -> (u64, u64) {
+    let fit = blocks_within((tensors, page), granule, room).min(planned);
+    (fit, rounded_takes(planned, (tensors, page), granule))
+}
+
+/// The most blocks whose `tensors` tensors of `n x page` bytes, each rounded up to `granule`,
+/// fit in `room`.
+pub(crate) fn blocks_within((tensors, page): (u64, u64), granule: u64, room: u64) -> u64 {
     let granule = granule.max(1);
     let per_tensor = room / tensors.max(1) / granule * granule;
-    let fit = (per_tensor / page.max(1)).min(planned);
-    (fit, rounded_takes(planned, (tensors, page), granule))
+    per_tensor / page.max(1)
 }
 
 /// What `blocks` blocks take when each of the `tensors` tensors of `blocks x page` bytes is
@@ -153,8 +176,8 @@ pub(crate) fn rounded_takes(blocks: u64, (tensors, page): (u64, u64), granule: u
         .saturating_mul(tensors)
 }
 
-/// The block counts [`granule`] allocates, in order, for a planned cache of `planned` blocks
-/// of `page` bytes per tensor (see [`GRANULE_ATTEMPTS`]). They stay between a quarter and half
+/// The block counts [`granule`] allocates first, in order, for a planned cache of `planned`
+/// blocks of `page` bytes per tensor (see [`GRANULE_ATTEMPTS`]). They stay between a quarter and half
 /// the planned cache: within a factor of two of the full tensors, where an allocator rounds
 /// large allocations one way (smaller ones may go to other segment sizes, which say nothing
 /// of the full cache's granule).
@@ -168,9 +191,10 @@ pub(crate) fn granule_counts(planned: u64, page: u64) -> Vec<u64> {
     // real one, and the engine served fewer blocks than its allocation would have held).
     let bound = crate::plan::ALLOCATOR_ROUNDING_BOUND;
     let step = bound.saturating_add(bound / 4).div_ceil(page.max(1)).max(1);
-    let mut counts: Vec<u64> = Vec::with_capacity(GRANULE_ATTEMPTS);
+    let mut counts: Vec<u64> = Vec::with_capacity(GRANULE_ATTEMPTS - 1);
     let mut cut = 0u64;
-    for _ in 0..GRANULE_ATTEMPTS {
+    // The last attempt is the cache past a multiple of what these read ([`probe_count`]).
+    for _ in 0..GRANULE_ATTEMPTS - 1 {
         let n = half.saturating_sub(cut).max(quarter);
         if n == 0 || counts.last() == Some(&n) {
             break;
@@ -186,7 +210,8 @@ pub(crate) fn granule_counts(planned: u64, page: u64) -> Vec<u64> {
 }
 
 /// What [`granule`] found.
-enum Granule {
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Granule {
     /// The engine does not offer the hook.
     NotOffered,
     /// No fixed granule measured (see [`granule_of`]), or an attempt ran out of memory.
@@ -195,18 +220,58 @@ enum Granule {
     Measured(u64),
 }
 
-/// Measure the allocator's granule on caches of at most half the planned blocks (see the
-/// module docs): each is allocated by the engine, measured and released. Half the cache plus
-/// one granule per tensor fits in what the plan kept unless the granule is larger than half
-/// the cache's tensors: these allocations stay inside the room where the full one may not.
+/// Measure the allocator's granule on caches of at most half the planned blocks, then on one
+/// just past a multiple of what they read (see the module docs): each is allocated by the
+/// engine, measured and released. Half the cache plus one granule per tensor fits in what the
+/// plan kept unless the granule is larger than half the cache's tensors: these allocations
+/// stay inside the room where the full one may not. See [`measure_granule`].
 fn granule(
     rec: &mut Recorder,
     engine: &mut dyn Engine,
     way: &mut Allocating,
     planned: u64,
     (tensors, page): (u64, u64),
+    room: u64,
 ) -> Result<Granule> {
+    measure_granule(planned, (tensors, page), room, |n| {
+        let a = attempt(rec, engine, way, n, tensors.saturating_mul(page))?;
+        if let Attempt::Took(t) = a {
+            way.release(engine)?;
+            tracing::debug!(n, t, tensors, "the KV cache's granule: one allocation");
+        }
+        Ok(a)
+    })
+}
+
+/// [`granule`] with the allocations made by `take(n)`: a cache of `n` blocks (`tensors`
+/// tensors of `n x page` bytes), allocated, measured and released.
+///
+/// First the caches of [`granule_counts`], between a quarter and half the planned blocks,
+/// until [`GRANULE_SIZES`] distinct rounded sizes. Their sizes can all round to one size where
+/// the granule is finer than the common divisor they share: tensors of 10, 12.5 and 15 MiB all
+/// read 15 MiB on a 7.5 MiB granule as on a 15 MiB one, and the granule stayed unknown (the
+/// cache kept the plan's coarser bound, 20% short of the room). So one more cache follows
+/// ([`probe_count`]): its tensors just past a multiple of the common divisor `d` read so far,
+/// which every fixed granule divides; a granule `g` of `d` rounds them to that multiple plus
+/// `g`, so the common divisor falls to `g` where it is finer, and stays where it is `d`. Its
+/// tensors are rounded to at most that multiple plus `d`, and it is allocated only where
+/// that fits in `room`: even where the cache is larger than half the planned one, it does not
+/// pass what the plan kept, by the granule the smaller caches measured.
+pub(crate) fn measure_granule(
+    planned: u64,
+    (tensors, page): (u64, u64),
+    room: u64,
+    mut take: impl FnMut(u64) -> Result<Attempt>,
+) -> Result<Granule> {
+    let tensors = tensors.max(1);
     let mut sizes: Vec<(u64, u64)> = Vec::new();
+    // Tensors served in part from segments the allocator had cached (it took less than
+    // their own bytes), or of unequal sizes, say nothing of the granule: skipped.
+    let record = |sizes: &mut Vec<(u64, u64)>, own: u64, t: u64| {
+        if t.is_multiple_of(tensors) && t / tensors >= own {
+            sizes.push((own, t / tensors));
+        }
+    };
     // Tensors too small for the allocator to round on their own (they share segments) say
     // nothing of the granule of planned tensors it does round on their own: their packing can
     // look like a coarse granule (7 MiB tensors two to a 20 MiB segment and 5 MiB ones four to
@@ -219,17 +284,10 @@ fn granule(
         if planned_large && !crate::plan::is_large_request(own) {
             continue;
         }
-        let t = match attempt(rec, engine, way, n, tensors.saturating_mul(page))? {
+        match take(n)? {
             Attempt::NotOffered => return Ok(Granule::NotOffered),
             Attempt::OutOfMemory => return Ok(Granule::Unknown),
-            Attempt::Took(t) => t,
-        };
-        way.release(engine)?;
-        tracing::debug!(n, t, tensors, "the KV cache's granule: one allocation");
-        // Tensors served in part from segments the allocator had cached (it took less than
-        // their own bytes), or of unequal sizes, say nothing of the granule: skipped.
-        if t % tensors == 0 && t / tensors >= own {
-            sizes.push((own, t / tensors));
+            Attempt::Took(t) => record(&mut sizes, own, t),
         }
         let mut distinct: Vec<u64> = sizes.iter().map(|s| s.1).collect();
         distinct.sort_unstable();
@@ -238,9 +296,69 @@ fn granule(
             break;
         }
     }
+    // The cache just past a multiple of what the caches above read: only where the planned
+    // tensors are rounded on their own (smaller ones share segments, whose sizes the common
+    // divisor does not bound).
+    let probe = if planned_large {
+        divisor_bound(&sizes).and_then(|d| probe_count(planned, (tensors, page), d, room))
+    } else {
+        None
+    };
+    if let Some(n) = probe {
+        match take(n)? {
+            Attempt::NotOffered => return Ok(Granule::NotOffered),
+            // A cache the measured granule says fits ran out of memory: the allocator does
+            // not round to that granule, and nothing measured stands.
+            Attempt::OutOfMemory => return Ok(Granule::Unknown),
+            Attempt::Took(t) => record(&mut sizes, n.saturating_mul(page), t),
+        }
+    }
     let g = granule_of(&sizes);
-    tracing::info!(?sizes, granule = ?g, "the allocator's granule, measured on half-size KV caches");
+    tracing::info!(?sizes, granule = ?g, ?probe, "the allocator's granule, measured on KV caches of at most half the planned blocks and one just past a multiple of what they read");
     Ok(g.map_or(Granule::Unknown, Granule::Measured))
+}
+
+/// The common divisor of the rounded sizes read so far where it exceeds every waste (one size
+/// is enough: a fixed granule divides it): every fixed granule that gave them divides it.
+/// `None` with no sizes, or where they contradict rounding to a granule.
+fn divisor_bound(sizes: &[(u64, u64)]) -> Option<u64> {
+    let g = sizes.iter().fold(0, |g, s| crate::plan::gcd(g, s.1));
+    let waste = sizes
+        .iter()
+        .map(|s| s.1.checked_sub(s.0))
+        .try_fold(0u64, |w, x| x.map(|x| w.max(x)))?;
+    (!sizes.is_empty() && g > waste).then_some(g)
+}
+
+/// The blocks of the cache [`measure_granule`] allocates after the half-size ones, where `d`
+/// is the common divisor of their rounded sizes: the fewest whose tensors pass the first
+/// multiple of `d` at or above half the planned tensor (`m x d`), so that a granule finer than
+/// `d` rounds them to other than a multiple of it. Where `(m + 1) x d` per tensor would not fit
+/// in `room`, or the tensors would pass the planned ones, `m` is lowered; `None` where no such
+/// cache fits, would be smaller than a quarter of the planned one or too small for the
+/// allocator to round its tensors on their own.
+pub(crate) fn probe_count(
+    planned: u64,
+    (tensors, page): (u64, u64),
+    d: u64,
+    room: u64,
+) -> Option<u64> {
+    let (page, d) = (page.max(1), d.max(1));
+    let half = (planned / 2).saturating_mul(page);
+    let per_tensor = room / tensors.max(1);
+    let m = half
+        .div_ceil(d)
+        .max(1)
+        .min((per_tensor / d).saturating_sub(1))
+        .min(planned.saturating_mul(page).saturating_sub(1) / d);
+    if m == 0 {
+        return None;
+    }
+    // The fewest blocks whose tensors pass `m x d`.
+    let n = m.saturating_mul(d) / page + 1;
+    let own = n.saturating_mul(page);
+    let fits = rounded_takes(n, (tensors, page), d) <= room;
+    (n <= planned && n >= planned / 4 && crate::plan::is_large_request(own) && fits).then_some(n)
 }
 
 /// What one tensor of `bytes` takes from the engine's allocator (its reserved growth), on
@@ -370,10 +488,10 @@ fn alone_takes(own: u64, one: impl FnOnce(u64) -> Result<Option<u64>>) -> Result
     Ok(one(own)?.filter(|t| *t < own.saturating_mul(2)))
 }
 
-/// Where [`cut_by_granule`] cut the planned count (`cut`: the count, what the planned count
-/// takes by the granule, what the count takes), the attempts start from it: `blocks` is the
-/// count, the take the warning reports is the planned count's, and what the count takes is
-/// the prediction its attempt is checked against.
+/// Where [`by_granule`] cut or grew the planned count (`cut`: the count, what the planned
+/// count takes by the granule, what the count takes), the attempts start from it: `blocks` is
+/// the count, the take the warning reports is the planned count's, and what the count takes
+/// is the prediction its attempt is checked against.
 fn start_from_cut(
     cut: Option<(u64, u64, u64)>,
     blocks: &mut u64,
@@ -387,31 +505,61 @@ fn start_from_cut(
     }
 }
 
-/// The planned count cut to what fits in `limit` with the allocator's granule, measured on
-/// caches of half the size ([`granule`]): `Some(None)` where it fits as planned or no granule
-/// was measured, `Some(Some((count, what the planned count takes, what the count takes)))` by
-/// that granule where it does not, `None` where the engine does not offer the hook.
-fn cut_by_granule(
+/// The planned count cut to what fits in `limit`, or grown to what fits in `room` where
+/// `grow`, with the allocator's granule measured on smaller caches ([`granule`], never past
+/// `room`; see [`count_by_granule`]): `Some(None)` where the count stays as planned or no
+/// granule was measured, `Some(Some((count, what the planned count takes, what the count
+/// takes)))` by that granule where it changes, `None` where the engine does not offer the hook.
+fn by_granule(
     rec: &mut Recorder,
     engine: &mut dyn Engine,
     way: &mut Allocating,
     planned: u64,
     l: (u64, u64),
-    limit: u64,
+    (limit, room): (u64, u64),
+    grow: bool,
 ) -> Result<Option<Option<(u64, u64, u64)>>> {
-    match granule(rec, engine, way, planned, l)? {
+    match granule(rec, engine, way, planned, l, room)? {
         Granule::NotOffered => Ok(None),
         Granule::Unknown => Ok(Some(None)),
         Granule::Measured(g) => {
-            let (fit, planned_takes) = certified_blocks(planned, l, g, limit);
-            if fit >= planned {
-                return Ok(Some(None));
+            let got = count_by_granule(planned, l, g, limit, grow.then_some(room));
+            if let Some((count, planned_takes, _)) = got {
+                tracing::info!(planned, count, planned_takes, granule = g, "the KV cache's count by the measured granule: what fits once its tensors are rounded to it");
             }
-            tracing::info!(planned, fit, granule = g, "the planned KV cache would not fit once its tensors are rounded to the measured granule");
-            let fit = fit.max(1);
-            Ok(Some(Some((fit, planned_takes, rounded_takes(fit, l, g)))))
+            Ok(Some(got))
         }
     }
+}
+
+/// The count of blocks of `planned` tensors `l` by a measured granule `g` (a bound of any fixed
+/// granule, [`granule_of`]), where it differs from `planned`: `(count, what the planned count
+/// takes, what the count takes)` by `g`.
+///
+/// Where the planned count would take more than `limit`, it is cut to what fits. Where `grow`
+/// gives a room (the plan is this rank's own, see [`Planned::grows`]) and the planned tensors
+/// are large enough for the allocator to round each on its own
+/// ([`is_large_request`](crate::plan::is_large_request)), it grows to the most blocks that fit
+/// in that room by `g`: the plan kept room for rounding each tensor to a coarser bound than
+/// the allocator rounds it to (where nothing it offers measures its rounding before the plan,
+/// the coarsest granule the engine's start-up allowed), and the measurement replaces that
+/// bound. `g` bounds every fixed granule that gave the measured sizes, so what the count
+/// takes by it is at most the room; the attempt checks it.
+pub(crate) fn count_by_granule(
+    planned: u64,
+    l: (u64, u64),
+    g: u64,
+    limit: u64,
+    grow: Option<u64>,
+) -> Option<(u64, u64, u64)> {
+    let (fit, planned_takes) = certified_blocks(planned, l, g, limit);
+    if fit < planned {
+        let fit = fit.max(1);
+        return Some((fit, planned_takes, rounded_takes(fit, l, g)));
+    }
+    let room = grow.filter(|_| crate::plan::is_large_request(planned.saturating_mul(l.1)))?;
+    let more = blocks_within(l, g, room);
+    (more > planned).then(|| (more, planned_takes, rounded_takes(more, l, g)))
 }
 
 /// Whether the engine's allocator offers tensors ([`AllocatorView::allocate_tensor`]), asked
@@ -525,13 +673,28 @@ impl Planned {
         }
         Ok(blocks)
     }
+
+    /// Whether the count handed over for `plan` (`blocks`, [`blocks_of`](Self::blocks_of)) may
+    /// grow past it where the measured granule leaves room for more blocks in what this plan
+    /// kept: only for this session's own plan with the blocks it planned. A plan combined from
+    /// every rank's gives each the fewest blocks any rank planned; a rank that grew past them
+    /// would hold more than the others, whose plans never kept room for them (and an engine
+    /// that shards its cache across ranks needs one count on all of them), so it maps that
+    /// count or fewer. Any other plan with fewer blocks is someone's choice, not a bound the
+    /// measurement replaces.
+    pub fn grows(&self, plan: &Plan, blocks: u64) -> bool {
+        plan.ranks.is_none() && blocks == self.num_blocks
+    }
 }
 
 /// A rank's KV cache at the end of a session. See the module docs.
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct KvCache {
-    /// Blocks the engine allocates (the plan's `kv.num_blocks`, the null block included).
+    /// Blocks the engine allocates, the null block included: the plan's `kv.num_blocks`, fewer
+    /// where the measured allocation took more than the plan kept, or more where the allocator's
+    /// granule, measured, is finer than the rounding the plan kept room for and the plan is this
+    /// rank's own (see the module docs; never more than a combined plan gives every rank).
     pub num_blocks: u64,
     /// Bytes those blocks take on this rank: `num_blocks` times this rank's own block bytes.
     pub bytes: u64,
@@ -669,7 +832,7 @@ fn attempt(
 }
 
 /// What one allocation gave.
-enum Attempt {
+pub(crate) enum Attempt {
     /// The engine does not offer the hook.
     NotOffered,
     /// Allocated, taking this many bytes.
@@ -686,22 +849,33 @@ pub(crate) struct Measured {
     pub held: bool,
 }
 
-/// Allocate `planned` blocks of `block_bytes`, fewer where they take more than `room` (see the
-/// module docs): by the engine's hook where it offers one (the engine keeps the cache), else in
-/// the plan's layout through the engine's allocator where it offers tensors (freed at once: the
+/// What the plan kept for the KV cache, which the measured allocation is held to.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Kept {
+    /// The plan's room ([`Planned::room`]).
+    pub room: u64,
+    /// Where a physical cap bounded it ([`Planned::capped`]).
+    pub capped: Option<(u64, u64)>,
+    /// Whether the count may grow past the planned one where the measured granule is finer
+    /// than the rounding the plan kept ([`Planned::grows`]).
+    pub grow: bool,
+}
+
+/// Allocate `planned` blocks of `block_bytes`, fewer where they take more than the room kept
+/// (more where the measured granule leaves room for more and `kept.grow`; see the module
+/// docs): by the engine's hook where it offers one (the engine keeps the cache), else in the
+/// plan's layout through the engine's allocator where it offers tensors (freed at once: the
 /// engine allocates its own). `Ok(None)`: neither is offered.
 pub(crate) fn allocate_measured(
     rec: &mut Recorder,
     engine: &mut dyn Engine,
     planned: u64,
     (block_bytes, page_bytes): (u64, u64),
-    room: u64,
-    capped: Option<(u64, u64)>,
+    kept: Kept,
 ) -> Result<Option<Measured>> {
     let sizes = (block_bytes, page_bytes);
     let engine_way = &mut Allocating::Engine;
-    if let Some((blocks, warnings)) =
-        measured_with(rec, engine, engine_way, planned, sizes, room, capped)?
+    if let Some((blocks, warnings)) = measured_with(rec, engine, engine_way, planned, sizes, kept)?
     {
         return Ok(Some(Measured {
             blocks,
@@ -718,7 +892,7 @@ pub(crate) fn allocate_measured(
         page,
         held: Vec::new(),
     };
-    let got = measured_with(rec, engine, &mut way, planned, sizes, room, capped);
+    let got = measured_with(rec, engine, &mut way, planned, sizes, kept);
     // Freed whatever happened, and the device synchronized (a snapshot), as the engine's own
     // release is followed by the next reading's: a driver that lets go of freed memory only at
     // a synchronize would otherwise still hold the last cache when the engine allocates its own.
@@ -749,8 +923,7 @@ fn measured_with(
     way: &mut Allocating,
     planned: u64,
     (block_bytes, page_bytes): (u64, u64),
-    room: u64,
-    capped: Option<(u64, u64)>,
+    Kept { room, capped, grow }: Kept,
 ) -> Result<Option<(u64, Vec<Warning>)>> {
     let block_bytes = block_bytes.max(1);
     let mut blocks = planned;
@@ -813,7 +986,7 @@ fn measured_with(
             alone_predicted = Some((blocks, fit_takes));
         }
     } else if let Some(l) = l {
-        let Some(cut) = cut_by_granule(rec, engine, way, planned, l, limit)? else {
+        let Some(cut) = by_granule(rec, engine, way, planned, l, (limit, room), grow)? else {
             return Ok(None);
         };
         start_from_cut(cut, &mut blocks, &mut first_taken, &mut predicted);
@@ -848,20 +1021,21 @@ fn measured_with(
                 blocks = planned;
                 first_taken = None;
                 first_attempt = n + 1;
-                let Some(cut) = cut_by_granule(rec, engine, way, planned, l, limit)? else {
+                let Some(cut) = by_granule(rec, engine, way, planned, l, (limit, room), grow)?
+                else {
                     return Ok(None);
                 };
                 start_from_cut(cut, &mut blocks, &mut first_taken, &mut predicted);
                 continue;
             }
         }
-        // The cut count is near the full size: where it takes other than the granule
-        // predicted, the allocator does not round these tensors to that granule (the half-size
-        // caches were rounded another way, e.g. packed into shared segments), and the cut
-        // stands on nothing: released, and the planned count allocated as planned.
+        // The cut (or grown) count is near the full size: where it takes other than the
+        // granule predicted, the allocator does not round these tensors to that granule (the
+        // smaller caches were rounded another way, e.g. packed into shared segments), and the
+        // count stands on nothing: released, and the planned count allocated as planned.
         if let (Some((cut, p)), Some(t)) = (predicted.take(), taken) {
             if cut == blocks && t != p {
-                tracing::info!(blocks, taken = t, predicted = p, "the measured granule did not predict the cut KV cache: allocating the planned count");
+                tracing::info!(blocks, taken = t, predicted = p, "the measured granule did not predict the KV cache of the count it gave: allocating the planned count");
                 way.release(engine)?;
                 blocks = planned;
                 first_taken = None;
@@ -1141,6 +1315,167 @@ mod tests {
             count_by_one_tensor(13_824, (tensors, page), room, unread).unwrap(),
             None
         );
+    }
+
+    /// An allocator that rounds each of `tensors` tensors of `n x page` bytes up to `g`, as
+    /// [`measure_granule`] sees it: what each cache of `n` blocks took, every request kept in
+    /// `asked`.
+    fn rounding(
+        tensors: u64,
+        page: u64,
+        g: u64,
+        asked: &mut Vec<u64>,
+    ) -> impl FnMut(u64) -> Result<Attempt> + '_ {
+        move |n| {
+            asked.push(n);
+            Ok(Attempt::Took(tensors * up(n * page, g)))
+        }
+    }
+
+    #[test]
+    fn a_granule_finer_than_the_plans_bound_is_told_apart_and_the_cache_grows_to_it() {
+        // A K and a V tensor per layer of 96 layers, 8 KiB a block each, on an allocator that
+        // rounds to 7.5 MiB; the plan kept a 15 MiB bound per tensor (all nothing measured
+        // before it allowed): 30 MiB tensors, 3,840 blocks, in a room of 40 MiB a tensor.
+        let (tensors, page, g, bound) = (192u64, 8192u64, 15 * MIB / 2, 15 * MIB);
+        let room = tensors * 40 * MIB;
+        let planned = blocks_within((tensors, page), bound, room);
+        assert_eq!(planned, 3840);
+        // Caches of a quarter to half the planned one have tensors of 7.5 to 15 MiB: those
+        // that are rounded alone (10 MiB and up) all read 15 MiB, a granule of 7.5 as of 15.
+        for n in granule_counts(planned, page) {
+            if crate::plan::is_large_request(n * page) {
+                assert_eq!(up(n * page, g), bound, "{n} blocks");
+            }
+        }
+        let mut asked = Vec::new();
+        let found = measure_granule(
+            planned,
+            (tensors, page),
+            room,
+            rounding(tensors, page, g, &mut asked),
+        )
+        .unwrap();
+        assert_eq!(found, Granule::Measured(g));
+        assert!(asked.len() <= GRANULE_ATTEMPTS);
+        // Every cache measured took at most the room, even the one past half the planned cache
+        // (its tensors just past 15 MiB: 22.5 MiB on this allocator, at most 30 MiB on any
+        // fixed granule that divides 15 MiB), and none was larger than the planned one.
+        for n in &asked {
+            assert!(*n <= planned);
+            assert!(tensors * up(n * page, bound) <= room, "{n} blocks");
+        }
+        assert!(asked.iter().any(|n| *n > planned / 2));
+        // The count grows to what fits in the room by the measured granule: 37.5 MiB tensors.
+        let (count, planned_takes, takes) =
+            count_by_granule(planned, (tensors, page), g, room, Some(room)).unwrap();
+        assert_eq!(count, 4800);
+        assert_eq!(takes, tensors * up(count * page, g));
+        assert!(takes <= room);
+        assert!(tensors * up((count + 1) * page, g) > room);
+        assert_eq!(planned_takes, tensors * 30 * MIB);
+        // Not for a plan whose count must not grow (combined from every rank's).
+        assert_eq!(
+            count_by_granule(planned, (tensors, page), g, room, None),
+            None
+        );
+        // On an allocator that does round to the bound, the cache stays as planned.
+        let mut asked = Vec::new();
+        let found = measure_granule(
+            planned,
+            (tensors, page),
+            room,
+            rounding(tensors, page, bound, &mut asked),
+        )
+        .unwrap();
+        assert_eq!(found, Granule::Measured(bound));
+        assert_eq!(
+            count_by_granule(planned, (tensors, page), bound, room, Some(room)),
+            None
+        );
+    }
+
+    #[test]
+    fn the_cache_past_half_is_measured_only_where_the_granule_read_says_it_fits() {
+        let (tensors, page) = (192u64, 8192u64);
+        // Half the planned tensors read 15 MiB: the next is just past it.
+        let n = probe_count(3840, (tensors, page), 15 * MIB, tensors * 30 * MIB).unwrap();
+        assert_eq!(n * page, 15 * MIB + page);
+        // Where two 20 MiB granules would not fit in the room, none is allocated.
+        assert_eq!(
+            probe_count(3840, (tensors, page), 20 * MIB, tensors * 30 * MIB),
+            None
+        );
+        // A finer common divisor: the first multiple of it at or past half, then a page.
+        let n = probe_count(3840, (tensors, page), 2 * MIB, tensors * 30 * MIB).unwrap();
+        assert_eq!(n * page, 16 * MIB + page);
+        // Never past the planned tensors, nor below a quarter of them or the size the
+        // allocator rounds alone.
+        assert_eq!(
+            probe_count(3840, (tensors, page), 30 * MIB, tensors * 90 * MIB),
+            None
+        );
+        assert_eq!(
+            probe_count(1200, (tensors, page), 2 * MIB, tensors * 90 * MIB),
+            None,
+            "tensors of 6 MiB share segments"
+        );
+        // An allocator that gives a cache the granule says fits no memory: nothing stands.
+        let mut calls = 0;
+        let found = measure_granule(3840, (tensors, page), tensors * 30 * MIB, |n| {
+            calls += 1;
+            Ok(if n > 1920 {
+                Attempt::OutOfMemory
+            } else {
+                Attempt::Took(tensors * up(n * page, 15 * MIB))
+            })
+        })
+        .unwrap();
+        assert_eq!(found, Granule::Unknown);
+        assert!(calls <= GRANULE_ATTEMPTS);
+    }
+
+    #[test]
+    fn only_this_ranks_own_plan_grows() {
+        use crate::budget::Request;
+        use crate::plan::{Consumer, ConsumerKind, PlanBuilder};
+        use memplan_core::bytes::GIB;
+        let plan = |rank: Rank| {
+            PlanBuilder::new(
+                24 * GIB,
+                Request::Utilization(0.9),
+                KvSpec::new(
+                    vec![LayerGroup::new(AttentionKind::Full, 32, 8, 128)],
+                    KvDtype::Bf16,
+                    16,
+                ),
+                KvLimits::new(4096, 2048),
+            )
+            .consumer(Consumer::measured(
+                ConsumerKind::Weights,
+                4 * GIB,
+                "load_weights",
+                "test",
+            ))
+            .rank(rank)
+            .device(format!("sim:rtx4090 #{}", rank.global()))
+            .build()
+            .unwrap()
+        };
+        let (r0, r1) = (Rank::new(0, 2).unwrap(), Rank::new(1, 2).unwrap());
+        let own = plan(r0);
+        let planned = Planned::of(&own, r0, 0);
+        let blocks = planned.blocks_of(&own).unwrap();
+        assert!(planned.grows(&own, blocks));
+        // Combined from every rank's: every rank maps the same count, none grows past it.
+        let combined = crate::plan::combine_ranks(vec![own.clone(), plan(r1)]).unwrap();
+        let blocks = planned.blocks_of(&combined).unwrap();
+        assert!(!planned.grows(&combined, blocks));
+        // A plan of fewer blocks than this session planned is not a bound to replace.
+        let mut fewer = own.clone();
+        fewer.kv.num_blocks -= 1;
+        let blocks = planned.blocks_of(&fewer).unwrap();
+        assert!(!planned.grows(&fewer, blocks));
     }
 
     #[test]

@@ -713,7 +713,10 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     /// engine. Otherwise an engine that offers [`Engine::allocate_kv_cache`] allocates the
     /// blocks here, measured, and fewer where its layout and allocator take more than the plan
     /// kept ([`KvCache::allocated`], [`Warning::KvCacheShrunk`]); any other engine allocates
-    /// [`KvCache::bytes`] itself.
+    /// [`KvCache::bytes`] itself. Where the allocator's granule, measured, is finer than the
+    /// rounding the plan kept room for, a session given its own plan hands over the blocks that
+    /// fit in what that plan kept with the measured granule, more than planned; a combined
+    /// plan's count is never exceeded.
     pub fn into_kv_cache(mut self, plan: &Plan) -> Result<KvCache> {
         self.steps.check(Step::IntoKvCache)?;
         let own = self
@@ -738,8 +741,11 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
                     self.engine.as_dyn(),
                     num_blocks,
                     (own.block_bytes, own.page_bytes),
-                    own.room,
-                    own.capped,
+                    kv_cache::Kept {
+                        room: own.room,
+                        capped: own.capped,
+                        grow: own.grows(plan, num_blocks),
+                    },
                 ) {
                     Ok(got) => got,
                     Err(e) => {
