@@ -211,7 +211,9 @@ class StartUp:
     #: The KV blocks this rank allocates (mapped, with :attr:`kv_range`): the plan's (or the
     #: combined plan's) count, or fewer where the session measured that the engine's allocator
     #: rounds its tensors past what the plan kept (:meth:`Engine.allocate_tensor`,
-    #: ``kv_cache_shrunk`` in :attr:`kv_warnings`). ``0`` only where this object was built by hand.
+    #: ``kv_cache_shrunk`` in :attr:`kv_warnings`), or, without an exchange, more where it
+    #: measured a granule finer than the rounding the plan kept room for (a combined plan's
+    #: count is never exceeded). ``0`` only where this object was built by hand.
     kv_blocks: int = 0
     #: What the session said of the KV cache (``{"code", "message", ...}``):
     #: ``kv_cache_shrunk``, or ``kv_allocation_unmeasured`` where the engine offers no
