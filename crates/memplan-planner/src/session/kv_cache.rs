@@ -24,31 +24,11 @@
 //! and what it took read: a cache of equal tensors each rounded alone takes at most that many
 //! times it, so the count is cut to what fits by that measure first, one tensor a step
 //! ([`count_by_one_tensor`]). Else (or where its tensors are not rounded alone), the
-//! allocator's granule is measured on caches of at most half the planned blocks ([`granule`]),
-//! so that the full-size allocation does not go
-//! past what the plan kept even for an instant where the allocator rounds more coarsely than
-//! the plan assumed: an allocator that rounds every allocation up to a multiple of a granule
-//! gives rounded sizes that are all multiples of it, so their greatest common divisor bounds
-//! it from above. Where the planned tensors are large enough for the allocator to round each
-//! on its own ([`is_large_request`](crate::plan::is_large_request)), caches whose tensors are
-//! not are left out: packed into shared segments, their sizes can read as a granule the
-//! planned tensors are not rounded to. Sizes between a quarter and half the planned tensors
-//! can all round to one multiple of the granule (10 to 15 MiB tensors all read 15 MiB on a
-//! 7.5 MiB granule), so one more cache follows, its tensors just past a multiple of what they
-//! read ([`probe_count`]): a finer granule rounds it to other than the next multiple. It can
-//! be larger than half the planned cache, and is allocated only where its tensors, rounded up
-//! to the common divisor read so far (which every fixed granule divides), fit in what the
-//! plan kept. The planned count is then cut to what fits with that granule
-//! ([`count_by_granule`]) before it is allocated. Where the plan is this rank's own
-//! ([`Planned::grows`]) and its tensors are rounded alone, the count also grows to what fits in
-//! what the plan kept with that granule, where it is finer than the rounding the plan kept
-//! room for: an engine that offers only the hook gets a plan that keeps, per tensor, the
-//! coarsest granule its start-up allowed (nothing measured the allocation before the plan),
-//! and the measurement replaces that bound. A plan combined from every rank's never grows (a
-//! rank would hold more than the others planned). Only an allocator whose rounding is not a
-//! fixed granule (or a cache whose tensors are not all of one size) leaves the count as
-//! planned, and the shrinking above is what protects it; a cut or grown count whose cache
-//! takes other than the granule predicted is released, and the planned count allocated.
+//! allocator's granule is measured on caches of at most half the planned blocks and one more
+//! just past a multiple of what they read, and the planned count is cut to what fits with that
+//! granule, or grown to it where the plan is this rank's own ([`kv_granule`](super::kv_granule)
+//! holds that measurement and its contract). A cut or grown count whose cache takes other than
+//! the granule predicted is released, and the planned count allocated.
 //!
 //! An engine that allocates its KV cache only after the session (no hook) gets the same measurement
 //! where its allocator offers tensors ([`AllocatorView::allocate_tensor`]): the session allocates
@@ -74,6 +54,8 @@ use crate::kv_range::KvRange;
 use crate::plan::Plan;
 use crate::rank::Rank;
 use crate::session::Recorder;
+
+use super::kv_granule::by_granule;
 use crate::warning::Warning;
 
 /// Most allocations of the KV cache the session asks of an engine (see the module docs):
@@ -82,20 +64,6 @@ use crate::warning::Warning;
 /// no more (each attempt is one allocation and its release; a coarse granule, where a smaller
 /// attempt takes no less, is what needs them).
 pub const KV_ATTEMPTS: usize = 42;
-
-/// Most allocations [`granule`] makes: up to one less of at most half the planned cache, then
-/// one just past a multiple of the common divisor those read ([`probe_count`]). The smaller
-/// ones step down from half the planned blocks by one, two, four, ... times one and a quarter
-/// of the plan's rounding bound ([`granule_counts`]), never below a quarter of the planned
-/// blocks (the last is a quarter where the steps reach it): sizes that far apart cross any
-/// granule up to the tensors' own size at least once, and three distinct rounded sizes are
-/// enough to narrow the common divisor to the granule in practice. Where they all read one
-/// size (a granule that divides it and that every size between a quarter and half rounds to
-/// the same multiple of), the last one tells the granule apart from that size.
-pub const GRANULE_ATTEMPTS: usize = 9;
-
-/// Distinct rounded sizes [`granule`] stops at.
-const GRANULE_SIZES: usize = 3;
 
 /// The KV cache's layout as the planner knows it: `tensors` tensors of `n x page` bytes for a
 /// cache of `n` blocks (vLLM v1 up to 0.28: one tensor per layer of a KV-cache group,
@@ -125,240 +93,6 @@ pub(crate) fn layout(block_bytes: u64, page_bytes: u64) -> Option<(u64, u64)> {
 pub(crate) fn measurable_layout(kv: &KvSpec, limits: &KvLimits, rules: &SizingRules) -> bool {
     kv.size_with(0, limits, rules)
         .is_ok_and(|s| crate::plan::kv_layout(kv, &s, rules).is_some())
-}
-
-/// What measured allocations say about the allocator's granule: `sizes` are `(own bytes,
-/// rounded bytes)` of one tensor each. A granule every rounded size is a multiple of, and
-/// larger than every waste (a rounding up wastes less than one granule): the greatest common
-/// divisor of the rounded sizes, an upper bound of any fixed granule that gave them. `None`
-/// until two rounded sizes differ, or where the sizes contradict rounding to a granule.
-pub(crate) fn granule_of(sizes: &[(u64, u64)]) -> Option<u64> {
-    let (first, rest) = sizes.split_first()?;
-    if rest.iter().all(|s| s.1 == first.1) {
-        return None;
-    }
-    let g = sizes.iter().fold(0, |g, s| crate::plan::gcd(g, s.1));
-    let waste = sizes
-        .iter()
-        .map(|s| s.1.checked_sub(s.0))
-        .try_fold(0u64, |w, x| x.map(|x| w.max(x)))?;
-    (g > waste).then_some(g)
-}
-
-/// The most blocks, at most `planned`, whose `tensors` tensors of `n x page` bytes, each
-/// rounded up to `granule`, fit in `room`; with what the planned blocks would take so rounded.
-pub(crate) fn certified_blocks(
-    planned: u64,
-    (tensors, page): (u64, u64),
-    granule: u64,
-    room: u64,
-) -> (u64, u64) {
-    let fit = blocks_within((tensors, page), granule, room).min(planned);
-    (fit, rounded_takes(planned, (tensors, page), granule))
-}
-
-/// The most blocks whose `tensors` tensors of `n x page` bytes, each rounded up to `granule`,
-/// fit in `room`.
-pub(crate) fn blocks_within((tensors, page): (u64, u64), granule: u64, room: u64) -> u64 {
-    let granule = granule.max(1);
-    let per_tensor = room / tensors.max(1) / granule * granule;
-    per_tensor / page.max(1)
-}
-
-/// What `blocks` blocks take when each of the `tensors` tensors of `blocks x page` bytes is
-/// rounded up to `granule`.
-pub(crate) fn rounded_takes(blocks: u64, (tensors, page): (u64, u64), granule: u64) -> u64 {
-    let granule = granule.max(1);
-    blocks
-        .saturating_mul(page)
-        .div_ceil(granule)
-        .saturating_mul(granule)
-        .saturating_mul(tensors)
-}
-
-/// The block counts [`granule`] allocates first, in order, for a planned cache of `planned`
-/// blocks of `page` bytes per tensor (see [`GRANULE_ATTEMPTS`]). They stay between a quarter and half
-/// the planned cache: within a factor of two of the full tensors, where an allocator rounds
-/// large allocations one way (smaller ones may go to other segment sizes, which say nothing
-/// of the full cache's granule).
-pub(crate) fn granule_counts(planned: u64, page: u64) -> Vec<u64> {
-    let half = planned / 2;
-    let quarter = (planned / 4).max(1);
-    // A step of one and a quarter rounding bounds: sizes steps apart then differ by odd
-    // multiples of a quarter of it, and their rounded sizes resolve a granule finer than the
-    // bound (steps of exactly 2 MiB leave sizes 2 MiB apart, whose common divisor stops at
-    // 1 MiB where the allocator rounds to 512 KiB: the cache was cut by a granule twice the
-    // real one, and the engine served fewer blocks than its allocation would have held).
-    let bound = crate::plan::ALLOCATOR_ROUNDING_BOUND;
-    let step = bound.saturating_add(bound / 4).div_ceil(page.max(1)).max(1);
-    let mut counts: Vec<u64> = Vec::with_capacity(GRANULE_ATTEMPTS - 1);
-    let mut cut = 0u64;
-    // The last attempt is the cache past a multiple of what these read ([`probe_count`]).
-    for _ in 0..GRANULE_ATTEMPTS - 1 {
-        let n = half.saturating_sub(cut).max(quarter);
-        if n == 0 || counts.last() == Some(&n) {
-            break;
-        }
-        counts.push(n);
-        cut = if cut == 0 {
-            step
-        } else {
-            cut.saturating_mul(2)
-        };
-    }
-    counts
-}
-
-/// What [`granule`] found.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Granule {
-    /// The engine does not offer the hook.
-    NotOffered,
-    /// No fixed granule measured (see [`granule_of`]), or an attempt ran out of memory.
-    Unknown,
-    /// The allocator rounds each tensor to (a divisor of) this many bytes.
-    Measured(u64),
-}
-
-/// Measure the allocator's granule on caches of at most half the planned blocks, then on one
-/// just past a multiple of what they read (see the module docs): each is allocated by the
-/// engine, measured and released. Half the cache plus one granule per tensor fits in what the
-/// plan kept unless the granule is larger than half the cache's tensors: these allocations
-/// stay inside the room where the full one may not. See [`measure_granule`].
-fn granule(
-    rec: &mut Recorder,
-    engine: &mut dyn Engine,
-    way: &mut Allocating,
-    planned: u64,
-    (tensors, page): (u64, u64),
-    room: u64,
-) -> Result<Granule> {
-    measure_granule(planned, (tensors, page), room, |n| {
-        let a = attempt(rec, engine, way, n, tensors.saturating_mul(page))?;
-        if let Attempt::Took(t) = a {
-            way.release(engine)?;
-            tracing::debug!(n, t, tensors, "the KV cache's granule: one allocation");
-        }
-        Ok(a)
-    })
-}
-
-/// [`granule`] with the allocations made by `take(n)`: a cache of `n` blocks (`tensors`
-/// tensors of `n x page` bytes), allocated, measured and released.
-///
-/// First the caches of [`granule_counts`], between a quarter and half the planned blocks,
-/// until [`GRANULE_SIZES`] distinct rounded sizes. Their sizes can all round to one size where
-/// the granule is finer than the common divisor they share: tensors of 10, 12.5 and 15 MiB all
-/// read 15 MiB on a 7.5 MiB granule as on a 15 MiB one, and the granule stayed unknown (the
-/// cache kept the plan's coarser bound, 20% short of the room). So one more cache follows
-/// ([`probe_count`]): its tensors just past a multiple of the common divisor `d` read so far,
-/// which every fixed granule divides; a granule `g` of `d` rounds them to that multiple plus
-/// `g`, so the common divisor falls to `g` where it is finer, and stays where it is `d`. Its
-/// tensors are rounded to at most that multiple plus `d`, and it is allocated only where
-/// that fits in `room`: even where the cache is larger than half the planned one, it does not
-/// pass what the plan kept, by the granule the smaller caches measured.
-pub(crate) fn measure_granule(
-    planned: u64,
-    (tensors, page): (u64, u64),
-    room: u64,
-    mut take: impl FnMut(u64) -> Result<Attempt>,
-) -> Result<Granule> {
-    let tensors = tensors.max(1);
-    let mut sizes: Vec<(u64, u64)> = Vec::new();
-    // Tensors served in part from segments the allocator had cached (it took less than
-    // their own bytes), or of unequal sizes, say nothing of the granule: skipped.
-    let record = |sizes: &mut Vec<(u64, u64)>, own: u64, t: u64| {
-        if t.is_multiple_of(tensors) && t / tensors >= own {
-            sizes.push((own, t / tensors));
-        }
-    };
-    // Tensors too small for the allocator to round on their own (they share segments) say
-    // nothing of the granule of planned tensors it does round on their own: their packing can
-    // look like a coarse granule (7 MiB tensors two to a 20 MiB segment and 5 MiB ones four to
-    // one read as a 5 MiB granule, where 14 MiB tensors are rounded to 2 MiB), and the cache
-    // was cut by it. Such counts are not measured; with none left the planned count is
-    // allocated as planned, and the attempts below cut it where it takes more.
-    let planned_large = crate::plan::is_large_request(planned.saturating_mul(page));
-    for n in granule_counts(planned, page) {
-        let own = n.saturating_mul(page);
-        if planned_large && !crate::plan::is_large_request(own) {
-            continue;
-        }
-        match take(n)? {
-            Attempt::NotOffered => return Ok(Granule::NotOffered),
-            Attempt::OutOfMemory => return Ok(Granule::Unknown),
-            Attempt::Took(t) => record(&mut sizes, own, t),
-        }
-        let mut distinct: Vec<u64> = sizes.iter().map(|s| s.1).collect();
-        distinct.sort_unstable();
-        distinct.dedup();
-        if distinct.len() >= GRANULE_SIZES {
-            break;
-        }
-    }
-    // The cache just past a multiple of what the caches above read: only where the planned
-    // tensors are rounded on their own (smaller ones share segments, whose sizes the common
-    // divisor does not bound).
-    let probe = if planned_large {
-        divisor_bound(&sizes).and_then(|d| probe_count(planned, (tensors, page), d, room))
-    } else {
-        None
-    };
-    if let Some(n) = probe {
-        match take(n)? {
-            Attempt::NotOffered => return Ok(Granule::NotOffered),
-            // A cache the measured granule says fits ran out of memory: the allocator does
-            // not round to that granule, and nothing measured stands.
-            Attempt::OutOfMemory => return Ok(Granule::Unknown),
-            Attempt::Took(t) => record(&mut sizes, n.saturating_mul(page), t),
-        }
-    }
-    let g = granule_of(&sizes);
-    tracing::info!(?sizes, granule = ?g, ?probe, "the allocator's granule, measured on KV caches of at most half the planned blocks and one just past a multiple of what they read");
-    Ok(g.map_or(Granule::Unknown, Granule::Measured))
-}
-
-/// The common divisor of the rounded sizes read so far where it exceeds every waste (one size
-/// is enough: a fixed granule divides it): every fixed granule that gave them divides it.
-/// `None` with no sizes, or where they contradict rounding to a granule.
-fn divisor_bound(sizes: &[(u64, u64)]) -> Option<u64> {
-    let g = sizes.iter().fold(0, |g, s| crate::plan::gcd(g, s.1));
-    let waste = sizes
-        .iter()
-        .map(|s| s.1.checked_sub(s.0))
-        .try_fold(0u64, |w, x| x.map(|x| w.max(x)))?;
-    (!sizes.is_empty() && g > waste).then_some(g)
-}
-
-/// The blocks of the cache [`measure_granule`] allocates after the half-size ones, where `d`
-/// is the common divisor of their rounded sizes: the fewest whose tensors pass the first
-/// multiple of `d` at or above half the planned tensor (`m x d`), so that a granule finer than
-/// `d` rounds them to other than a multiple of it. Where `(m + 1) x d` per tensor would not fit
-/// in `room`, or the tensors would pass the planned ones, `m` is lowered; `None` where no such
-/// cache fits, would be smaller than a quarter of the planned one or too small for the
-/// allocator to round its tensors on their own.
-pub(crate) fn probe_count(
-    planned: u64,
-    (tensors, page): (u64, u64),
-    d: u64,
-    room: u64,
-) -> Option<u64> {
-    let (page, d) = (page.max(1), d.max(1));
-    let half = (planned / 2).saturating_mul(page);
-    let per_tensor = room / tensors.max(1);
-    let m = half
-        .div_ceil(d)
-        .max(1)
-        .min((per_tensor / d).saturating_sub(1))
-        .min(planned.saturating_mul(page).saturating_sub(1) / d);
-    if m == 0 {
-        return None;
-    }
-    // The fewest blocks whose tensors pass `m x d`.
-    let n = m.saturating_mul(d) / page + 1;
-    let own = n.saturating_mul(page);
-    let fits = rounded_takes(n, (tensors, page), d) <= room;
-    (n <= planned && n >= planned / 4 && crate::plan::is_large_request(own) && fits).then_some(n)
 }
 
 /// What one tensor of `bytes` takes from the engine's allocator (its reserved growth), on
@@ -403,7 +137,8 @@ fn one_tensor(
 /// Where the engine's allocator offers tensors, the most blocks, at most `planned`, whose
 /// `tensors` tensors of `n x page` bytes fit in `limit` by what one of them takes, with what
 /// the planned count takes by that measure; `None` where the measure does not hold (the
-/// granule is then measured on whole caches, [`granule`]). See [`count_by_one_tensor`].
+/// granule is then measured on whole caches, [`kv_granule`](super::kv_granule)). See
+/// [`count_by_one_tensor`].
 fn by_one_tensor(
     rec: &mut Recorder,
     engine: &mut dyn Engine,
@@ -503,63 +238,6 @@ fn start_from_cut(
         *first_taken = Some(planned_takes);
         *predicted = Some((fit, p));
     }
-}
-
-/// The planned count cut to what fits in `limit`, or grown to what fits in `room` where
-/// `grow`, with the allocator's granule measured on smaller caches ([`granule`], never past
-/// `room`; see [`count_by_granule`]): `Some(None)` where the count stays as planned or no
-/// granule was measured, `Some(Some((count, what the planned count takes, what the count
-/// takes)))` by that granule where it changes, `None` where the engine does not offer the hook.
-fn by_granule(
-    rec: &mut Recorder,
-    engine: &mut dyn Engine,
-    way: &mut Allocating,
-    planned: u64,
-    l: (u64, u64),
-    (limit, room): (u64, u64),
-    grow: bool,
-) -> Result<Option<Option<(u64, u64, u64)>>> {
-    match granule(rec, engine, way, planned, l, room)? {
-        Granule::NotOffered => Ok(None),
-        Granule::Unknown => Ok(Some(None)),
-        Granule::Measured(g) => {
-            let got = count_by_granule(planned, l, g, limit, grow.then_some(room));
-            if let Some((count, planned_takes, _)) = got {
-                tracing::info!(planned, count, planned_takes, granule = g, "the KV cache's count by the measured granule: what fits once its tensors are rounded to it");
-            }
-            Ok(Some(got))
-        }
-    }
-}
-
-/// The count of blocks of `planned` tensors `l` by a measured granule `g` (a bound of any fixed
-/// granule, [`granule_of`]), where it differs from `planned`: `(count, what the planned count
-/// takes, what the count takes)` by `g`.
-///
-/// Where the planned count would take more than `limit`, it is cut to what fits. Where `grow`
-/// gives a room (the plan is this rank's own, see [`Planned::grows`]) and the planned tensors
-/// are large enough for the allocator to round each on its own
-/// ([`is_large_request`](crate::plan::is_large_request)), it grows to the most blocks that fit
-/// in that room by `g`: the plan kept room for rounding each tensor to a coarser bound than
-/// the allocator rounds it to (where nothing it offers measures its rounding before the plan,
-/// the coarsest granule the engine's start-up allowed), and the measurement replaces that
-/// bound. `g` bounds every fixed granule that gave the measured sizes, so what the count
-/// takes by it is at most the room; the attempt checks it.
-pub(crate) fn count_by_granule(
-    planned: u64,
-    l: (u64, u64),
-    g: u64,
-    limit: u64,
-    grow: Option<u64>,
-) -> Option<(u64, u64, u64)> {
-    let (fit, planned_takes) = certified_blocks(planned, l, g, limit);
-    if fit < planned {
-        let fit = fit.max(1);
-        return Some((fit, planned_takes, rounded_takes(fit, l, g)));
-    }
-    let room = grow.filter(|_| crate::plan::is_large_request(planned.saturating_mul(l.1)))?;
-    let more = blocks_within(l, g, room);
-    (more > planned).then(|| (more, planned_takes, rounded_takes(more, l, g)))
 }
 
 /// Whether the engine's allocator offers tensors ([`AllocatorView::allocate_tensor`]), asked
@@ -781,7 +459,7 @@ impl Allocating {
     }
 
     /// Free the cache allocated last, its allocator's cached segments included.
-    fn release(&mut self, engine: &mut dyn Engine) -> Result<()> {
+    pub(super) fn release(&mut self, engine: &mut dyn Engine) -> Result<()> {
         match self {
             Allocating::Engine => engine.release_kv_cache(),
             Allocating::Tensors { held, .. } => free_all(engine, held),
@@ -808,7 +486,7 @@ fn free_all(engine: &mut dyn Engine, held: &mut Vec<TensorId>) -> Result<()> {
 }
 
 /// One allocation of `blocks`, measured (see [`Attempt`]).
-fn attempt(
+pub(super) fn attempt(
     rec: &mut Recorder,
     engine: &mut dyn Engine,
     way: &mut Allocating,
@@ -1240,45 +918,6 @@ mod tests {
     }
 
     #[test]
-    fn the_granule_is_the_common_divisor_of_rounded_sizes_and_bounds_every_granule() {
-        // PyTorch's 2 MiB and a coarse 34.5 MiB granule, pages of 32 KiB: sizes as `granule`
-        // draws them (half the cache, then one, two, four, ... steps less, down to a quarter).
-        for g in [2 * MIB, 36_175_872, 3 * MIB / 2, 40 * MIB] {
-            let page = 32 * 1024;
-            let mut sizes = Vec::new();
-            for n in granule_counts(15_554, page) {
-                let own = n * page;
-                sizes.push((own, up(own, g)));
-            }
-            let found = granule_of(&sizes).expect("a granule");
-            assert_eq!(found % g, 0, "{found} is not a multiple of {g}");
-            assert!(found <= 2 * g, "{found} for {g}");
-        }
-        // A granule finer than the rounding bound is resolved, not read as the bound's half:
-        // 88 tensors of 4 KiB pages rounded to 512 KiB (steps of exactly 2 MiB gave sizes 2 MiB
-        // apart and a 1 MiB divisor, and the cache was cut by it).
-        let (g, page) = (MIB / 2, 4096);
-        let sizes: Vec<(u64, u64)> = granule_counts(35_200, page)
-            .into_iter()
-            .map(|n| (n * page, up(n * page, g)))
-            .collect();
-        assert_eq!(granule_of(&sizes[..3]), Some(g));
-        // One rounded size says nothing; a waste of a granule or more contradicts it.
-        assert_eq!(
-            granule_of(&[(10 * MIB, 12 * MIB), (11 * MIB, 12 * MIB)]),
-            None
-        );
-        assert_eq!(
-            granule_of(&[(10 * MIB, 14 * MIB), (12 * MIB, 16 * MIB)]),
-            None
-        );
-        assert_eq!(
-            granule_of(&[(10 * MIB, 9 * MIB), (12 * MIB, 16 * MIB)]),
-            None
-        );
-    }
-
-    #[test]
     fn one_tensor_of_the_planned_size_says_what_the_cache_takes() {
         // 88 tensors of 4 KiB pages on an allocator that rounds to 25.5 MiB (a K and a V per
         // layer, as SGLang before 0.5.23 allocates them): 54 MiB tensors take 76.5 MiB each.
@@ -1315,124 +954,6 @@ mod tests {
             count_by_one_tensor(13_824, (tensors, page), room, unread).unwrap(),
             None
         );
-    }
-
-    /// An allocator that rounds each of `tensors` tensors of `n x page` bytes up to `g`, as
-    /// [`measure_granule`] sees it: what each cache of `n` blocks took, every request kept in
-    /// `asked`.
-    fn rounding(
-        tensors: u64,
-        page: u64,
-        g: u64,
-        asked: &mut Vec<u64>,
-    ) -> impl FnMut(u64) -> Result<Attempt> + '_ {
-        move |n| {
-            asked.push(n);
-            Ok(Attempt::Took(tensors * up(n * page, g)))
-        }
-    }
-
-    #[test]
-    fn a_granule_finer_than_the_plans_bound_is_told_apart_and_the_cache_grows_to_it() {
-        // A K and a V tensor per layer of 96 layers, 8 KiB a block each, on an allocator that
-        // rounds to 7.5 MiB; the plan kept a 15 MiB bound per tensor (all nothing measured
-        // before it allowed): 30 MiB tensors, 3,840 blocks, in a room of 40 MiB a tensor.
-        let (tensors, page, g, bound) = (192u64, 8192u64, 15 * MIB / 2, 15 * MIB);
-        let room = tensors * 40 * MIB;
-        let planned = blocks_within((tensors, page), bound, room);
-        assert_eq!(planned, 3840);
-        // Caches of a quarter to half the planned one have tensors of 7.5 to 15 MiB: those
-        // that are rounded alone (10 MiB and up) all read 15 MiB, a granule of 7.5 as of 15.
-        for n in granule_counts(planned, page) {
-            if crate::plan::is_large_request(n * page) {
-                assert_eq!(up(n * page, g), bound, "{n} blocks");
-            }
-        }
-        let mut asked = Vec::new();
-        let found = measure_granule(
-            planned,
-            (tensors, page),
-            room,
-            rounding(tensors, page, g, &mut asked),
-        )
-        .unwrap();
-        assert_eq!(found, Granule::Measured(g));
-        assert!(asked.len() <= GRANULE_ATTEMPTS);
-        // Every cache measured took at most the room, even the one past half the planned cache
-        // (its tensors just past 15 MiB: 22.5 MiB on this allocator, at most 30 MiB on any
-        // fixed granule that divides 15 MiB), and none was larger than the planned one.
-        for n in &asked {
-            assert!(*n <= planned);
-            assert!(tensors * up(n * page, bound) <= room, "{n} blocks");
-        }
-        assert!(asked.iter().any(|n| *n > planned / 2));
-        // The count grows to what fits in the room by the measured granule: 37.5 MiB tensors.
-        let (count, planned_takes, takes) =
-            count_by_granule(planned, (tensors, page), g, room, Some(room)).unwrap();
-        assert_eq!(count, 4800);
-        assert_eq!(takes, tensors * up(count * page, g));
-        assert!(takes <= room);
-        assert!(tensors * up((count + 1) * page, g) > room);
-        assert_eq!(planned_takes, tensors * 30 * MIB);
-        // Not for a plan whose count must not grow (combined from every rank's).
-        assert_eq!(
-            count_by_granule(planned, (tensors, page), g, room, None),
-            None
-        );
-        // On an allocator that does round to the bound, the cache stays as planned.
-        let mut asked = Vec::new();
-        let found = measure_granule(
-            planned,
-            (tensors, page),
-            room,
-            rounding(tensors, page, bound, &mut asked),
-        )
-        .unwrap();
-        assert_eq!(found, Granule::Measured(bound));
-        assert_eq!(
-            count_by_granule(planned, (tensors, page), bound, room, Some(room)),
-            None
-        );
-    }
-
-    #[test]
-    fn the_cache_past_half_is_measured_only_where_the_granule_read_says_it_fits() {
-        let (tensors, page) = (192u64, 8192u64);
-        // Half the planned tensors read 15 MiB: the next is just past it.
-        let n = probe_count(3840, (tensors, page), 15 * MIB, tensors * 30 * MIB).unwrap();
-        assert_eq!(n * page, 15 * MIB + page);
-        // Where two 20 MiB granules would not fit in the room, none is allocated.
-        assert_eq!(
-            probe_count(3840, (tensors, page), 20 * MIB, tensors * 30 * MIB),
-            None
-        );
-        // A finer common divisor: the first multiple of it at or past half, then a page.
-        let n = probe_count(3840, (tensors, page), 2 * MIB, tensors * 30 * MIB).unwrap();
-        assert_eq!(n * page, 16 * MIB + page);
-        // Never past the planned tensors, nor below a quarter of them or the size the
-        // allocator rounds alone.
-        assert_eq!(
-            probe_count(3840, (tensors, page), 30 * MIB, tensors * 90 * MIB),
-            None
-        );
-        assert_eq!(
-            probe_count(1200, (tensors, page), 2 * MIB, tensors * 90 * MIB),
-            None,
-            "tensors of 6 MiB share segments"
-        );
-        // An allocator that gives a cache the granule says fits no memory: nothing stands.
-        let mut calls = 0;
-        let found = measure_granule(3840, (tensors, page), tensors * 30 * MIB, |n| {
-            calls += 1;
-            Ok(if n > 1920 {
-                Attempt::OutOfMemory
-            } else {
-                Attempt::Took(tensors * up(n * page, 15 * MIB))
-            })
-        })
-        .unwrap();
-        assert_eq!(found, Granule::Unknown);
-        assert!(calls <= GRANULE_ATTEMPTS);
     }
 
     #[test]
@@ -1476,20 +997,5 @@ mod tests {
         fewer.kv.num_blocks -= 1;
         let blocks = planned.blocks_of(&fewer).unwrap();
         assert!(!planned.grows(&fewer, blocks));
-    }
-
-    #[test]
-    fn the_certified_count_fits_once_rounded_and_is_the_largest_that_does() {
-        let (tensors, page, g) = (82u64, 48 * 1024u64, 36_175_872u64);
-        let room = 82 * 700 * MIB;
-        let (fit, planned_takes) = certified_blocks(20_000, (tensors, page), g, room);
-        assert!(tensors * up(fit * page, g) <= room);
-        assert!(tensors * up((fit + 1) * page, g) > room || fit == 20_000);
-        assert_eq!(planned_takes, tensors * up(20_000 * page, g));
-        // Never more than planned.
-        assert_eq!(certified_blocks(10, (tensors, page), g, room).0, 10);
-        assert_eq!(layout(28 * 32 * 1024, 32 * 1024), Some((28, 32 * 1024)));
-        assert_eq!(layout(1000, 300), None);
-        assert_eq!(layout(1000, 0), None);
     }
 }

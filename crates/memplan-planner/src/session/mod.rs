@@ -32,6 +32,7 @@
 
 mod graphs;
 mod kv_cache;
+mod kv_granule;
 pub(crate) mod probe;
 mod recorder;
 mod rounding;

@@ -1,0 +1,182 @@
+//! Tests of the granule measurement: simulated allocators that round to a granule.
+
+use super::*;
+use crate::session::kv_cache::layout;
+use memplan_core::bytes::MIB;
+
+/// Rounded up to a multiple of `g`.
+fn up(x: u64, g: u64) -> u64 {
+    x.div_ceil(g) * g
+}
+
+#[test]
+fn the_granule_is_the_common_divisor_of_rounded_sizes_and_bounds_every_granule() {
+    // PyTorch's 2 MiB and a coarse 34.5 MiB granule, pages of 32 KiB: sizes as `granule`
+    // draws them (half the cache, then one, two, four, ... steps less, down to a quarter).
+    for g in [2 * MIB, 36_175_872, 3 * MIB / 2, 40 * MIB] {
+        let page = 32 * 1024;
+        let mut sizes = Vec::new();
+        for n in granule_counts(15_554, page) {
+            let own = n * page;
+            sizes.push((own, up(own, g)));
+        }
+        let found = granule_of(&sizes).expect("a granule");
+        assert_eq!(found % g, 0, "{found} is not a multiple of {g}");
+        assert!(found <= 2 * g, "{found} for {g}");
+    }
+    // A granule finer than the rounding bound is resolved, not read as the bound's half:
+    // 88 tensors of 4 KiB pages rounded to 512 KiB (steps of exactly 2 MiB gave sizes 2 MiB
+    // apart and a 1 MiB divisor, and the cache was cut by it).
+    let (g, page) = (MIB / 2, 4096);
+    let sizes: Vec<(u64, u64)> = granule_counts(35_200, page)
+        .into_iter()
+        .map(|n| (n * page, up(n * page, g)))
+        .collect();
+    assert_eq!(granule_of(&sizes[..3]), Some(g));
+    // One rounded size says nothing; a waste of a granule or more contradicts it.
+    assert_eq!(
+        granule_of(&[(10 * MIB, 12 * MIB), (11 * MIB, 12 * MIB)]),
+        None
+    );
+    assert_eq!(
+        granule_of(&[(10 * MIB, 14 * MIB), (12 * MIB, 16 * MIB)]),
+        None
+    );
+    assert_eq!(
+        granule_of(&[(10 * MIB, 9 * MIB), (12 * MIB, 16 * MIB)]),
+        None
+    );
+}
+
+/// An allocator that rounds each of `tensors` tensors of `n x page` bytes up to `g`, as
+/// [`measure_granule`] sees it: what each cache of `n` blocks took, every request kept in
+/// `asked`.
+fn rounding(
+    tensors: u64,
+    page: u64,
+    g: u64,
+    asked: &mut Vec<u64>,
+) -> impl FnMut(u64) -> Result<Attempt> + '_ {
+    move |n| {
+        asked.push(n);
+        Ok(Attempt::Took(tensors * up(n * page, g)))
+    }
+}
+
+#[test]
+fn a_granule_finer_than_the_plans_bound_is_told_apart_and_the_cache_grows_to_it() {
+    // A K and a V tensor per layer of 96 layers, 8 KiB a block each, on an allocator that
+    // rounds to 7.5 MiB; the plan kept a 15 MiB bound per tensor (all nothing measured
+    // before it allowed): 30 MiB tensors, 3,840 blocks, in a room of 40 MiB a tensor.
+    let (tensors, page, g, bound) = (192u64, 8192u64, 15 * MIB / 2, 15 * MIB);
+    let room = tensors * 40 * MIB;
+    let planned = blocks_within((tensors, page), bound, room);
+    assert_eq!(planned, 3840);
+    // Caches of a quarter to half the planned one have tensors of 7.5 to 15 MiB: those
+    // that are rounded alone (10 MiB and up) all read 15 MiB, a granule of 7.5 as of 15.
+    for n in granule_counts(planned, page) {
+        if crate::plan::is_large_request(n * page) {
+            assert_eq!(up(n * page, g), bound, "{n} blocks");
+        }
+    }
+    let mut asked = Vec::new();
+    let found = measure_granule(
+        planned,
+        (tensors, page),
+        room,
+        rounding(tensors, page, g, &mut asked),
+    )
+    .unwrap();
+    assert_eq!(found, Granule::Measured(g));
+    assert!(asked.len() <= GRANULE_ATTEMPTS);
+    // Every cache measured took at most the room, even the one past half the planned cache
+    // (its tensors just past 15 MiB: 22.5 MiB on this allocator, at most 30 MiB on any
+    // fixed granule that divides 15 MiB), and none was larger than the planned one.
+    for n in &asked {
+        assert!(*n <= planned);
+        assert!(tensors * up(n * page, bound) <= room, "{n} blocks");
+    }
+    assert!(asked.iter().any(|n| *n > planned / 2));
+    // The count grows to what fits in the room by the measured granule: 37.5 MiB tensors.
+    let (count, planned_takes, takes) =
+        count_by_granule(planned, (tensors, page), g, room, Some(room)).unwrap();
+    assert_eq!(count, 4800);
+    assert_eq!(takes, tensors * up(count * page, g));
+    assert!(takes <= room);
+    assert!(tensors * up((count + 1) * page, g) > room);
+    assert_eq!(planned_takes, tensors * 30 * MIB);
+    // Not for a plan whose count must not grow (combined from every rank's).
+    assert_eq!(
+        count_by_granule(planned, (tensors, page), g, room, None),
+        None
+    );
+    // On an allocator that does round to the bound, the cache stays as planned.
+    let mut asked = Vec::new();
+    let found = measure_granule(
+        planned,
+        (tensors, page),
+        room,
+        rounding(tensors, page, bound, &mut asked),
+    )
+    .unwrap();
+    assert_eq!(found, Granule::Measured(bound));
+    assert_eq!(
+        count_by_granule(planned, (tensors, page), bound, room, Some(room)),
+        None
+    );
+}
+
+#[test]
+fn the_cache_past_half_is_measured_only_where_the_granule_read_says_it_fits() {
+    let (tensors, page) = (192u64, 8192u64);
+    // Half the planned tensors read 15 MiB: the next is just past it.
+    let n = probe_count(3840, (tensors, page), 15 * MIB, tensors * 30 * MIB).unwrap();
+    assert_eq!(n * page, 15 * MIB + page);
+    // Where two 20 MiB granules would not fit in the room, none is allocated.
+    assert_eq!(
+        probe_count(3840, (tensors, page), 20 * MIB, tensors * 30 * MIB),
+        None
+    );
+    // A finer common divisor: the first multiple of it at or past half, then a page.
+    let n = probe_count(3840, (tensors, page), 2 * MIB, tensors * 30 * MIB).unwrap();
+    assert_eq!(n * page, 16 * MIB + page);
+    // Never past the planned tensors, nor below a quarter of them or the size the
+    // allocator rounds alone.
+    assert_eq!(
+        probe_count(3840, (tensors, page), 30 * MIB, tensors * 90 * MIB),
+        None
+    );
+    assert_eq!(
+        probe_count(1200, (tensors, page), 2 * MIB, tensors * 90 * MIB),
+        None,
+        "tensors of 6 MiB share segments"
+    );
+    // An allocator that gives a cache the granule says fits no memory: nothing stands.
+    let mut calls = 0;
+    let found = measure_granule(3840, (tensors, page), tensors * 30 * MIB, |n| {
+        calls += 1;
+        Ok(if n > 1920 {
+            Attempt::OutOfMemory
+        } else {
+            Attempt::Took(tensors * up(n * page, 15 * MIB))
+        })
+    })
+    .unwrap();
+    assert_eq!(found, Granule::Unknown);
+    assert!(calls <= GRANULE_ATTEMPTS);
+}
+
+#[test]
+fn the_certified_count_fits_once_rounded_and_is_the_largest_that_does() {
+    let (tensors, page, g) = (82u64, 48 * 1024u64, 36_175_872u64);
+    let room = 82 * 700 * MIB;
+    let (fit, planned_takes) = certified_blocks(20_000, (tensors, page), g, room);
+    assert!(tensors * up(fit * page, g) <= room);
+    assert!(tensors * up((fit + 1) * page, g) > room || fit == 20_000);
+    assert_eq!(planned_takes, tensors * up(20_000 * page, g));
+    // Never more than planned.
+    assert_eq!(certified_blocks(10, (tensors, page), g, room).0, 10);
+    assert_eq!(layout(28 * 32 * 1024, 32 * 1024), Some((28, 32 * 1024)));
+    assert_eq!(layout(1000, 300), None);
+    assert_eq!(layout(1000, 0), None);
+}
