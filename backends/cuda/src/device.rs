@@ -142,9 +142,13 @@ impl HalDevice for CudaDevice {
     }
 
     /// cuMemGetInfo is device-wide (every process and API): the device-wide reading is its
-    /// free memory, read again so the two layers are each a whole reading.
+    /// free memory, read again so the two layers are each a whole reading. Where NVML was
+    /// read, its framebuffer total is the second reading of the device's memory: it counts
+    /// what the driver and firmware reserve as well, so cuMemGetInfo's total is below it on a
+    /// sound driver and one above it is a misreport.
     fn device_wide_memory(&mut self) -> Result<DeviceWideMemory> {
-        Ok(DeviceWideMemory::new(self.driver_memory()?.free))
+        let total = self.nvml.as_ref().map(|n| n.total);
+        Ok(DeviceWideMemory::new(self.driver_memory()?.free).with_total(total))
     }
 
     fn graph_pool_memory(&mut self) -> Result<GraphPoolMemory> {

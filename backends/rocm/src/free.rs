@@ -50,7 +50,9 @@ pub fn compose(
 /// API, from the DRM counters (`mem_info_vram_total - mem_info_vram_used`) on a discrete card,
 /// and on an APU from the VRAM carve-out plus the GTT free memory bounded by the host's
 /// `MemAvailable` (or `MemAvailable` alone without DRM counters). `None` when the files are
-/// absent or unreadable: never 0 for what could not be read.
+/// absent or unreadable: never 0 for what could not be read. On a discrete card the DRM
+/// counters' `mem_info_vram_total` is also the device's memory as a second source reads it
+/// ([`DeviceWideMemory::total`]), which a hipMemGetInfo total above it contradicts.
 pub fn device_wide(
     integrated: bool,
     drm: Option<DrmMemory>,
@@ -71,7 +73,8 @@ pub fn device_wide(
     } else {
         drm.and_then(|d| d.vram_free())
     };
-    DeviceWideMemory::new(available)
+    let total = drm.filter(|_| !integrated).map(|d| d.vram_total);
+    DeviceWideMemory::new(available).with_total(total)
 }
 
 /// APU: with DRM counters, VRAM carve-out plus GTT, the GTT part bounded by MemAvailable;
@@ -122,6 +125,9 @@ mod tests {
         // Discrete: sysfs sees the 6 GiB another process holds.
         let d = device_wide(false, Some(drm(24 * GIB, 6 * GIB, None)), None);
         assert_eq!(d.available, Some(18 * GIB));
+        // ... and reads the card's memory a second time, beside hipMemGetInfo's total.
+        assert_eq!(d.total, Some(24 * GIB));
+        assert_eq!(device_wide(false, None, None).total, None);
         // No counters (files absent): not offered, not 0.
         assert_eq!(device_wide(false, None, None).available, None);
         // Inconsistent counters (used above total) are not a reading either.
@@ -144,6 +150,8 @@ mod tests {
             Some(30 * GIB)
         );
         assert_eq!(device_wide(true, None, None).available, None);
+        // An APU's carve-out is not the memory the GPU can use: no second total there.
+        assert_eq!(device_wide(true, apu, Some(host)).total, None);
     }
 
     #[test]

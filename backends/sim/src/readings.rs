@@ -102,7 +102,10 @@ pub(crate) fn raw_device_wide(
             Some(free.clamp(0, i128::from(p.total_bytes)) as u64)
         }
     };
-    DeviceWideMemory::new(available)
+    // DRM's `mem_info_vram_total` is the card's real memory whatever the runtime reports
+    // (a runtime's total misreported, `total-over`/`total-under`, leaves it as it is).
+    let total = (p.device_wide == DeviceWideSource::DrmSysfs).then_some(p.total_bytes);
+    DeviceWideMemory::new(available).with_total(total)
 }
 
 /// The raw graph-pool reading: absent without a query, 0 with the stub.

@@ -64,12 +64,29 @@ pub struct DeviceWideMemory {
     /// Memory physically available to new allocations on this device, everyone's use
     /// counted. `None` where the device offers no such source (never 0 for unread).
     pub available: Option<u64>,
+    /// The device's memory as a source other than the driver's total reports it (DRM sysfs
+    /// `mem_info_vram_total`; NVML's framebuffer less what the driver and firmware reserve):
+    /// a second reading of [`DriverMemory::total`], which a driver total above it contradicts.
+    /// `None` where no such source is read (absent in documents written before it existed).
+    #[serde(default)]
+    pub total: Option<u64>,
 }
 
 impl DeviceWideMemory {
-    /// A device-wide reading of `available` bytes (`None` = not offered or not read).
+    /// A device-wide reading of `available` bytes (`None` = not offered or not read), with no
+    /// second total.
     pub const fn new(available: Option<u64>) -> Self {
-        Self { available }
+        Self {
+            available,
+            total: None,
+        }
+    }
+
+    /// The same reading with the device's memory as the second source reports it (see
+    /// [`DeviceWideMemory::total`]).
+    pub const fn with_total(mut self, total: Option<u64>) -> Self {
+        self.total = total;
+        self
     }
 }
 
@@ -271,7 +288,7 @@ fn fmt_delta(d: Option<i64>) -> String {
 
 impl fmt::Display for MemoryInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let rows: [(&str, String); 12] = [
+        let rows: [(&str, String); 13] = [
             ("driver total", fmt_opt(self.driver.total)),
             ("driver free", fmt_opt(self.driver.free)),
             ("driver used", fmt_opt(self.driver_used())),
@@ -292,6 +309,7 @@ impl fmt::Display for MemoryInfo {
             ("graph pool reserved", fmt_opt(self.graph_pool.reserved)),
             ("graph pool used (high)", fmt_opt(self.graph_pool.used_high)),
             ("device-wide available", fmt_opt(self.device.available)),
+            ("device-wide total", fmt_opt(self.device.total)),
         ];
         for (k, v) in rows {
             writeln!(f, "  {k:<24} {v:>14}")?;

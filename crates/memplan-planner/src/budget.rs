@@ -139,6 +139,19 @@ pub fn requested_bytes(total: u64, request: Request) -> Result<u64> {
     }
 }
 
+/// The total a share of the device (`gpu_memory_utilization`) is taken of in `snapshot`: the
+/// driver's, as the engine takes it (vLLM's V1 worker: the total of `torch.cuda.mem_get_info()`),
+/// or where a second source reads the device's memory lower ([`DeviceWideMemory::total`]: DRM
+/// sysfs `mem_info_vram_total`), that figure: a driver total above what the device has is a
+/// misreport, and a share of it can ask for memory the device does not have. Never raised above
+/// the driver's; `None` where the driver reports no total.
+///
+/// [`DeviceWideMemory::total`]: memplan_core::DeviceWideMemory::total
+pub fn share_total(snapshot: &MemoryInfo) -> Option<u64> {
+    let driver = snapshot.driver.total?;
+    Some(snapshot.device.total.map_or(driver, |d| driver.min(d)))
+}
+
 /// The start-up check: refuse when free memory is below `requested`, saying who holds the
 /// rest. Readings that are absent are skipped (the check cannot be made), never taken as 0.
 /// `tolerance` is how far the free reading may under-state free memory: a reading below the
@@ -250,6 +263,25 @@ fn does_not_fit(total: u64, requested: u64, c: &Consumers, used: u64) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_share_is_taken_of_the_smaller_of_two_totals() {
+        use memplan_core::DeviceWideMemory;
+        let snap = |driver: Option<u64>, device: Option<u64>| {
+            MemoryInfo::default()
+                .with_driver(DriverMemory::new(driver, Some(GIB)))
+                .with_device(DeviceWideMemory::new(Some(GIB)).with_total(device))
+        };
+        // A runtime reporting the card 512 MiB larger than DRM's counters read it.
+        let (card, over) = (192 * GIB, 192 * GIB + 512 * MIB);
+        assert_eq!(share_total(&snap(Some(over), Some(card))), Some(card));
+        // A second total above the driver's (NVML counts the reserved framebuffer) changes
+        // nothing; nor does its absence.
+        assert_eq!(share_total(&snap(Some(card), Some(over))), Some(card));
+        assert_eq!(share_total(&snap(Some(card), None)), Some(card));
+        // It never stands in for a total the driver did not report.
+        assert_eq!(share_total(&snap(None, Some(card))), None);
+    }
     use crate::plan::Consumer;
     use memplan_core::bytes::{GIB, MIB};
     use memplan_core::{AllocatorMemory, DriverMemory};

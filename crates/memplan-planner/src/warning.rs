@@ -135,6 +135,16 @@ pub enum Warning {
         /// Why the reading is approximate.
         why: String,
     },
+    /// The driver reports more memory than the device has as a second source reads it
+    /// ([`DeviceWideMemory::total`](memplan_core::DeviceWideMemory::total): DRM sysfs
+    /// `mem_info_vram_total`): a misreported total, whose share could ask for memory the
+    /// device does not have. The plan takes the second source's figure as the device's total.
+    DriverTotalAboveDevice {
+        /// The driver's total.
+        driver: u64,
+        /// The device's memory as the second source reads it (the total the share was taken of).
+        device: u64,
+    },
     /// The max model length exceeds what the model was trained for.
     MaxModelLenBeyondModel {
         /// Asked for.
@@ -280,6 +290,7 @@ impl Warning {
             Warning::GraphMemoryNotReserved { .. } => "graph_memory_not_reserved",
             Warning::MaxModelLenBeyondModel { .. } => "max_model_len_beyond_model",
             Warning::UtilizationOfInexactTotal { .. } => "utilization_of_inexact_total",
+            Warning::DriverTotalAboveDevice { .. } => "driver_total_above_device",
             Warning::FiguresPerRank { .. } => "figures_per_rank",
             Warning::LimitingRank { .. } => "limiting_rank",
             Warning::ReadingsNotSynchronized { .. } => "readings_not_synchronized",
@@ -366,6 +377,7 @@ impl fmt::Display for Warning {
             Warning::OtherProcessesUnseen { free_reading, device_wide } => write!(f, "memory other processes hold is invisible to this device's readings: driver free is {free_reading}; device-wide reading: {device_wide}"),
             Warning::ForeignMemoryChanged { bytes } => write!(f, "other processes changed their memory by {} while profiling: attributed to them, not to this engine", fmt_signed(*bytes)),
             Warning::GraphMemoryNotReserved { estimate } => write!(f, "graph memory is not reserved; capture will take about {} outside the budget", fmt_bytes(*estimate)),
+            Warning::DriverTotalAboveDevice { driver, device } => write!(f, "the driver reports a total of {} where the device's own counters read {} ({} more than the device has): the plan takes the device's total as {}, and a share of the device (GPU memory utilisation) is a share of that", fmt_bytes(*driver), fmt_bytes(*device), fmt_bytes(driver.saturating_sub(*device)), fmt_bytes(*device)),
             Warning::UtilizationOfInexactTotal { reported_total, tolerance, why } => write!(f, "the request is a share of the device's total memory, but its total reading ({}) is approximate ({}{why}): the share is taken of the reported total, as the engine takes it; give a byte budget to size the plan by what is meant", fmt_bytes(*reported_total), if *tolerance > 0 { format!("good to {}: ", fmt_bytes(*tolerance)) } else { String::new() }),
             Warning::MaxModelLenBeyondModel { max_model_len, max_position_embeddings } => write!(f, "the max model length {max_model_len} exceeds the model's max_position_embeddings ({max_position_embeddings})"),
             Warning::FiguresPerRank { ranks } => write!(f, "figures are per rank; the engine sizes all {ranks} ranks like the smallest"),
@@ -470,6 +482,10 @@ mod tests {
             Warning::MaxModelLenBeyondModel {
                 max_model_len: 2,
                 max_position_embeddings: 1,
+            },
+            Warning::DriverTotalAboveDevice {
+                driver: 2,
+                device: 1,
             },
             Warning::UtilizationOfInexactTotal {
                 reported_total: 2,

@@ -387,7 +387,7 @@ impl PlanBuilder {
         kv_spec: KvSpec,
         limits: KvLimits,
     ) -> Result<Self> {
-        let total = match (p.baseline.driver.total, request) {
+        let total = match (crate::budget::share_total(&p.baseline), request) {
             (Some(t), _) => t,
             (None, Request::Bytes(b)) => b,
             (None, r) => {
@@ -402,6 +402,12 @@ impl PlanBuilder {
         };
         let mut b = PlanBuilder::new(total, request, kv_spec, limits);
         b.warnings = p.warnings.clone();
+        if let Some(driver) = p.baseline.driver.total.filter(|d| *d > total) {
+            b.warnings.push(Warning::DriverTotalAboveDevice {
+                driver,
+                device: total,
+            });
+        }
         // A share of an approximate total is a share of the reported figure, as the engine
         // takes it (vLLM's V1 worker, `vllm/v1/worker/gpu_worker.py`, `Worker.init_device`:
         // `requested_memory = init_snapshot.total_memory * gpu_memory_utilization`, in the

@@ -345,7 +345,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             .driver
             .free
             .map(|f| f.saturating_add(p.held_by_calibration));
-        match (start.driver.total, request) {
+        match (crate::budget::share_total(&start), request) {
             (Some(total), Request::Utilization(_) | Request::Bytes(_)) if measures => {
                 let requested = crate::budget::requested_bytes(total, request)?;
                 crate::budget::check_free(&start, requested, &request, tolerance)
