@@ -208,8 +208,29 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         let tolerance = capability
             .reading(memplan_core::Reading::DriverFree)
             .tolerance_bytes();
-        let single_read =
+        let mut single_read =
             probe::window_error_and_step(&device, tolerance, baseline.driver.free, 1)?;
+        // Windows whose reads never moved while allocations came and went: the reading does not
+        // follow allocations at all (free reported as total, a stale or wrong pool), and no
+        // tolerance makes its windows usable: unavailable, calibration's rule for a reading that
+        // never moved. Memory outside the allocator is then measured by the allocation probe.
+        let lost = if calibrated {
+            None
+        } else {
+            lost_free_reading(
+                &mut capability,
+                single_read,
+                baseline.driver.free,
+                tolerance,
+            )
+        };
+        let probe_baseline = match (&lost, probe_baseline) {
+            (Some(_), None) => probe::baseline(&device, baseline.driver.total)?,
+            (_, b) => b,
+        };
+        if lost.is_some() {
+            single_read = None;
+        }
         let mut free_window_error = single_read.map(|(e, _)| e);
         // Combining reads narrows a window of a reading that varies from read to read; of a
         // reading that moves in steps, it narrows one only where the reads' noise carries
@@ -272,6 +293,9 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             rec.warn(w);
         }
         if let Some(w) = widened {
+            rec.warn(w);
+        }
+        if let Some(w) = lost {
             rec.warn(w);
         }
         if let Some(pre) = checked {
@@ -822,6 +846,40 @@ fn free_approximate(capability: &mut ProfilingCapability, tolerance: u64, why: S
         },
     );
     observed
+}
+
+/// Where nothing calibrated, windows of the free reading over allocations of a known size
+/// (`measured`: the largest error and the step the reads moved in, [`probe::window_error_and_step`])
+/// whose reads never moved, off by half the allocation or more and by more than the declared
+/// `tolerance`: the reading does not follow allocations (free reported as total, a stale or
+/// wrong pool). It becomes unavailable, as calibration makes a reading that never moved, and the
+/// downgrade names it; `None` otherwise. A free reading declared good to 16 MiB that reported the
+/// total whatever was allocated sized a post-capture cache from windows that read nothing of the
+/// engine's graphs: 1.4 GiB past the request.
+fn lost_free_reading(
+    capability: &mut ProfilingCapability,
+    measured: Option<(u64, u64)>,
+    free: Option<u64>,
+    tolerance: u64,
+) -> Option<Warning> {
+    use memplan_core::{Reading, Reliability};
+    let (error, step) = measured?;
+    let size = probe::window_size(free?, tolerance);
+    if step != 0 || size == 0 || error < size / 2 || error <= tolerance {
+        return None;
+    }
+    let declared = capability.reading(Reading::DriverFree).to_string();
+    let reason = format!(
+        "free memory does not move when memory is allocated (stale, wrong pool, or free reported as total): windows over allocations of {} read none of them",
+        memplan_core::bytes::fmt_bytes(size)
+    );
+    let observed = format!("unavailable ({reason})");
+    capability.set(Reading::DriverFree, Reliability::Unavailable { reason });
+    Some(Warning::CalibrationDowngrade {
+        item: "driver_free".into(),
+        declared,
+        observed,
+    })
 }
 
 /// An approximate free reading's window error, measured by the session where nothing calibrated
