@@ -22,7 +22,7 @@
 use serde::{Deserialize, Serialize};
 
 use memplan_core::bytes::{fmt_bytes, fmt_fraction};
-use memplan_core::{Error, MemoryInfo, Param, Refusal, Result};
+use memplan_core::{Error, MemoryInfo, Param, Refusal, Reliability, Result};
 
 use crate::plan::{ConsumerKind, Consumers};
 
@@ -144,10 +144,16 @@ pub fn requested_bytes(total: u64, request: Request) -> Result<u64> {
 /// or where a second source reads the device's memory lower ([`DeviceWideMemory::total`]: DRM
 /// sysfs `mem_info_vram_total`), that figure: a driver total above what the device has is a
 /// misreport, and a share of it can ask for memory the device does not have. Never raised above
-/// the driver's; `None` where the driver reports no total.
+/// the driver's; `None` where the driver reports no total, or where `reading` (the capability's
+/// `driver_total`, as calibration left it) says its total is unavailable: an APU's runtime that
+/// reports the VRAM aperture while the GPU allocates from system memory reads a total that
+/// describes another pool, and a plan held to it refuses even a byte budget the device can hold.
 ///
 /// [`DeviceWideMemory::total`]: memplan_core::DeviceWideMemory::total
-pub fn share_total(snapshot: &MemoryInfo) -> Option<u64> {
+pub fn share_total(snapshot: &MemoryInfo, reading: &Reliability) -> Option<u64> {
+    if matches!(reading, Reliability::Unavailable { .. }) {
+        return None;
+    }
     let driver = snapshot.driver.total?;
     Some(snapshot.device.total.map_or(driver, |d| driver.min(d)))
 }
@@ -274,13 +280,25 @@ mod tests {
         };
         // A runtime reporting the card 512 MiB larger than DRM's counters read it.
         let (card, over) = (192 * GIB, 192 * GIB + 512 * MIB);
-        assert_eq!(share_total(&snap(Some(over), Some(card))), Some(card));
+        let exact = Reliability::Exact;
+        assert_eq!(
+            share_total(&snap(Some(over), Some(card)), &exact),
+            Some(card)
+        );
         // A second total above the driver's (NVML counts the reserved framebuffer) changes
         // nothing; nor does its absence.
-        assert_eq!(share_total(&snap(Some(card), Some(over))), Some(card));
-        assert_eq!(share_total(&snap(Some(card), None)), Some(card));
+        assert_eq!(
+            share_total(&snap(Some(card), Some(over)), &exact),
+            Some(card)
+        );
+        assert_eq!(share_total(&snap(Some(card), None), &exact), Some(card));
         // It never stands in for a total the driver did not report.
-        assert_eq!(share_total(&snap(None, Some(card))), None);
+        assert_eq!(share_total(&snap(None, Some(card)), &exact), None);
+        // A total calibration found unusable is no total, whatever the snapshot holds.
+        let lost = Reliability::Unavailable {
+            reason: "another pool".into(),
+        };
+        assert_eq!(share_total(&snap(Some(card), None), &lost), None);
     }
     use crate::plan::Consumer;
     use memplan_core::bytes::{GIB, MIB};

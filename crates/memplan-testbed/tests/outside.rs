@@ -926,6 +926,39 @@ fn a_total_reported_too_high_beside_drm_counters() {
     }
 }
 
+/// An uncalibrated ROCm 6.2 card (free declared good to 16 MiB) whose free reading reports the
+/// total whatever is allocated: the session's own windows over known allocations never move, so
+/// the reading is unavailable (as calibration would make it) and the plan measures the memory
+/// outside the allocator by the allocation probe. Taken as approximate, the windows read nothing
+/// of the engine's graphs and a post-capture plan went 1.4-1.9 GiB past the request.
+#[test]
+fn an_uncalibrated_free_reading_that_never_moves() {
+    let cases = passes("rocm62-free-equals-total-uncalibrated.toml", &[0, 1]);
+    for c in &cases {
+        let plan = c.out.plan.as_ref().expect("a plan");
+        assert!(
+            plan.warnings
+                .iter()
+                .any(|w| w.code() == "calibration_downgrade"
+                    && w.to_string().contains("driver_free")
+                    && w.to_string().contains("unavailable")),
+            "{}: {:?}",
+            c.what,
+            plan.warnings
+        );
+    }
+}
+
+/// An APU whose runtime reports the VRAM aperture (512 MiB) as its total while the GPU
+/// allocates from system memory: calibration finds the total describes another pool and makes
+/// it unavailable, so a byte budget is held to itself and the device-wide reading, not to the
+/// aperture. Held to the aperture, a 40 GiB budget was refused as "more than the device total
+/// 512.00 MiB" where the device holds ~250k tokens.
+#[test]
+fn a_byte_budget_beside_a_total_that_describes_another_pool() {
+    passes("strix-halo-aperture-total-byte-budget.toml", &[0, 1]);
+}
+
 // Files of an outside battery that still break a rule, kept so that the rule can be worked on
 // and checked where the battery itself is gone. Each test asserts what passing means, and is
 // ignored until it passes.

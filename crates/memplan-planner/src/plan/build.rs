@@ -387,7 +387,8 @@ impl PlanBuilder {
         kv_spec: KvSpec,
         limits: KvLimits,
     ) -> Result<Self> {
-        let total = match (crate::budget::share_total(&p.baseline), request) {
+        let total_reading = p.capability.reading(Reading::DriverTotal);
+        let total = match (crate::budget::share_total(&p.baseline, &total_reading), request) {
             (Some(t), _) => t,
             (None, Request::Bytes(b)) => b,
             (None, r) => {
@@ -402,11 +403,11 @@ impl PlanBuilder {
         };
         let mut b = PlanBuilder::new(total, request, kv_spec, limits);
         b.warnings = p.warnings.clone();
-        if let Some(driver) = p.baseline.driver.total.filter(|d| *d > total) {
-            b.warnings.push(Warning::DriverTotalAboveDevice {
-                driver,
-                device: total,
-            });
+        if let (Some(driver), Some(device)) = (p.baseline.driver.total, p.baseline.device.total) {
+            if driver > device && total == device {
+                b.warnings
+                    .push(Warning::DriverTotalAboveDevice { driver, device });
+            }
         }
         // A share of an approximate total is a share of the reported figure, as the engine
         // takes it (vLLM's V1 worker, `vllm/v1/worker/gpu_worker.py`, `Worker.init_device`:

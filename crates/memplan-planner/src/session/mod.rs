@@ -369,7 +369,8 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             .driver
             .free
             .map(|f| f.saturating_add(p.held_by_calibration));
-        match (crate::budget::share_total(&start), request) {
+        let total_reading = p.capability.reading(memplan_core::Reading::DriverTotal);
+        match (crate::budget::share_total(&start, &total_reading), request) {
             (Some(total), Request::Utilization(_) | Request::Bytes(_)) if measures => {
                 let requested = crate::budget::requested_bytes(total, request)?;
                 crate::budget::check_free(&start, requested, &request, tolerance)
