@@ -137,7 +137,7 @@ pub enum Warning {
     },
     /// The driver reports more memory than the device has as a second source reads it
     /// ([`DeviceWideMemory::total`](memplan_core::DeviceWideMemory::total): DRM sysfs
-    /// `mem_info_vram_total`): a misreported total, whose share could ask for memory the
+    /// `mem_info_vram_total`, NVML's framebuffer total): a misreported total, whose share could ask for memory the
     /// device does not have. The plan takes the second source's figure as the device's total.
     DriverTotalAboveDevice {
         /// The driver's total.
