@@ -959,6 +959,17 @@ fn a_byte_budget_beside_a_total_that_describes_another_pool() {
     passes("strix-halo-aperture-total-byte-budget.toml", &[0, 1]);
 }
 
+/// An eager engine whose hybrid cache (two full-attention shapes beside a sliding window, K and
+/// V apart) is not one layout of equal tensors the session could allocate to measure, and whose
+/// start-up reserves only its weights and one activation peak: those two readings bounded the
+/// allocator's 2 MiB granule at 64 MiB, and every seed was refused while the oracle held a
+/// request. Its allocator offers tensors, and single tensors of odd sizes now measure the
+/// granule.
+#[test]
+fn a_granule_measured_by_single_tensors() {
+    passes("a770-eager-hybrid-split-kv-tensors.toml", &[0, 4]);
+}
+
 // Files of an outside battery that still break a rule, kept so that the rule can be worked on
 // and checked where the battery itself is gone. Each test asserts what passing means, and is
 // ignored until it passes.

@@ -10,6 +10,18 @@
 //! at 8 MiB, and the cache is then planned in steps four times too coarse (with a few dozen
 //! per-layer tensors, a tenth of the cache).
 //!
+//! Where the engine's allocator offers tensors ([`AllocatorView::allocate_tensor`]) but the
+//! plan's layout of the cache is not one the session can allocate to measure (a hybrid cache
+//! whose K and V tensors are not all of one size, or pages of several sizes), the granule is
+//! measured rather than bounded: the session allocates single tensors of odd sizes past
+//! PyTorch's `kMinLargeAlloc` (10 MiB, the smallest request rounded on its own), one at a time
+//! from an emptied cache, and reads what each made the allocator reserve ([`tensor_sizes`]).
+//! One request is rounded up to a multiple of the granule and wastes less than one, so such
+//! readings bound it as the engine's own steps do, and unlike the weights (hundreds of tensors,
+//! many in shared 20 MiB segments) or an activation peak of round size, they are single requests
+//! of sizes no round granule divides: an eager engine whose weights reserved 7.81 GiB beside an
+//! activation peak of 1.5 GiB bounded a 2 MiB granule at 64 MiB, and the cache was refused.
+//!
 //! More sizes narrow it. Before such a plan the session warms the engine up at a few odd
 //! token counts between 3/8 of its `max_num_batched_tokens` and all of it, away from simple
 //! fractions of it ([`warm_up_sizes`]; a forward pass of that many tokens,
@@ -22,7 +34,10 @@
 //! (the plan keeps no less), after [`GRANULE_WARM_UPS`] warm-ups, or at the first one that
 //! makes the allocator reserve nothing (an engine without a warm-up, whose default does
 //! nothing) or fails (the bound stays as the earlier steps left it).
+//!
+//! [`AllocatorView::allocate_tensor`]: memplan_core::AllocatorView::allocate_tensor
 
+use memplan_core::bytes::MIB;
 use memplan_core::Result;
 
 use super::{AsDynEngine, Session};
@@ -64,6 +79,28 @@ pub(crate) fn warm_up_sizes(max_tokens: u64) -> Vec<u32> {
     out
 }
 
+/// Most tensors [`Session::narrow_granule_bound`] allocates where the allocator offers them.
+pub const GRANULE_TENSORS: usize = 6;
+
+/// Sizes of the single tensors that measure the allocator's granule (see the module docs): from
+/// just past 10 MiB (PyTorch's `kMinLargeAlloc`: smaller requests share segments) to 80 MiB, at
+/// the golden ratio's fractions of that span (as [`warm_up_sizes`]), each an odd number of KiB,
+/// so that no granule of whole MiB divides one; distinct, [`GRANULE_TENSORS`] of them.
+pub(crate) fn tensor_sizes() -> Vec<u64> {
+    const GOLDEN: f64 = 0.618_033_988_749_895;
+    const KIB: u64 = 1024;
+    let (low, span) = (10 * MIB + KIB, 70 * MIB);
+    let mut out: Vec<u64> = Vec::new();
+    for k in 1..=GRANULE_TENSORS {
+        let at = low + ((span as f64) * (k as f64 * GOLDEN).fract()) as u64;
+        let kib = (at / KIB) | 1;
+        if !out.contains(&(kib * KIB)) {
+            out.push(kib * KIB);
+        }
+    }
+    out
+}
+
 impl<E: AsDynEngine + ?Sized> Session<'_, E> {
     /// See the module docs. Runs once per session; `max_tokens` is the scheduler's
     /// `max_num_batched_tokens`.
@@ -72,10 +109,23 @@ impl<E: AsDynEngine + ?Sized> Session<'_, E> {
             return Ok(());
         }
         self.granule_narrowed = true;
+        if self.offers_tensors {
+            for size in tensor_sizes() {
+                if self.granule_reached() {
+                    break;
+                }
+                match self.granule_tensor(size) {
+                    Ok(true) => {}
+                    Ok(false) => break,
+                    Err(e) => {
+                        tracing::info!(size, error = %e, "a tensor for the allocator's granule failed: the bound stays as the earlier steps left it");
+                        break;
+                    }
+                }
+            }
+        }
         for size in warm_up_sizes(max_tokens) {
-            if weights_left_out(&self.rec.p.segment_readings, self.rec.p.weights_reading)
-                .is_some_and(|g| g <= ALLOCATOR_ROUNDING_BOUND)
-            {
+            if self.granule_reached() {
                 break;
             }
             match self.granule_warm_up(size) {
@@ -89,6 +139,64 @@ impl<E: AsDynEngine + ?Sized> Session<'_, E> {
         }
         tracing::info!(readings = ?self.rec.p.segment_readings, bound = ?granule_bound_beside(&self.rec.p.segment_readings, self.rec.p.weights_reading), "the allocator's granule, bounded after warm-ups at odd sizes");
         Ok(())
+    }
+
+    /// Whether the readings so far bound the granule at PyTorch's rounding, which the plan keeps
+    /// in any case ([`ALLOCATOR_ROUNDING_BOUND`]).
+    fn granule_reached(&self) -> bool {
+        weights_left_out(&self.rec.p.segment_readings, self.rec.p.weights_reading)
+            .is_some_and(|g| g <= ALLOCATOR_ROUNDING_BOUND)
+    }
+
+    /// One tensor of `bytes` from the engine's allocator, from an emptied cache, as an engine
+    /// step: what the allocator reserved for it is a reading of one request. A tensor served
+    /// from a free block of a segment already held reserves nothing: another is allocated
+    /// beside it (at most four in all), and every one is freed after. `Ok(false)`: none made
+    /// the allocator reserve at least its size (or it offered none, or ran out of memory).
+    fn granule_tensor(&mut self, bytes: u64) -> Result<bool> {
+        self.engine.as_dyn().allocator().release_cached()?;
+        let before = self.rec.settle(self.engine.as_dyn())?;
+        let probed = self.probe_allocatable()?;
+        let a = self.engine.as_dyn().allocator();
+        let mut held = Vec::new();
+        let mut grown = None;
+        let mut failed = None;
+        for _ in 0..4 {
+            let reserved = a.stats().reserved;
+            match a.allocate_tensor(bytes) {
+                Ok(Some(id)) => held.push(id),
+                Ok(None) => break,
+                Err(e) if e.is_out_of_memory() => break,
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+            let grew = a.stats().reserved.saturating_sub(reserved);
+            if grew >= bytes {
+                grown = Some(grew);
+                break;
+            }
+        }
+        let mut freed = Ok(());
+        for id in held {
+            if let Err(e) = a.free_tensor(id) {
+                freed = freed.and(Err(e));
+            }
+        }
+        a.release_cached()?;
+        let after = self.rec.snap(self.engine.as_dyn())?;
+        self.probe_step(probed, &before, &after)?;
+        self.rec.engine_step("granule_tensor", before, after);
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        freed?;
+        tracing::debug!(bytes, ?grown, "a tensor for the allocator's granule");
+        if let Some(g) = grown {
+            self.rec.p.segment_readings.push((bytes, g));
+        }
+        Ok(grown.is_some())
     }
 
     /// One warm-up of `size` tokens from an emptied cache, as an engine step. `Ok(false)`: the
@@ -123,6 +231,23 @@ impl<E: AsDynEngine + ?Sized> Session<'_, E> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tensor_sizes_are_large_requests_no_whole_mib_divides() {
+        let s = tensor_sizes();
+        assert_eq!(s.len(), GRANULE_TENSORS);
+        for (i, b) in s.iter().enumerate() {
+            assert!(is_large_request(*b) && *b <= 80 * MIB + 1024, "{b}");
+            assert_eq!((b / 1024) % 2, 1, "{b}");
+            assert!(!s[..i].contains(b));
+        }
+        // Rounded to a 2 MiB granule they share no coarser divisor.
+        let g = s
+            .iter()
+            .map(|b| b.div_ceil(2 * MIB) * 2 * MIB)
+            .fold(0, crate::plan::gcd);
+        assert_eq!(g, 2 * MIB);
+    }
 
     #[test]
     fn warm_up_sizes_are_odd_distinct_and_within_the_batch() {
