@@ -200,6 +200,28 @@ pub fn granule_bound_beside(readings: &[(u64, u64)], weights: Option<usize>) -> 
         .collect();
     let readings: Vec<(u64, u64)> = grown.iter().map(|(r, _)| *r).collect();
     let all = common_granule(&readings);
+    if readings.len() == 2 {
+        // The weights beside one other reading: where the weights' reservation is whole
+        // mid-sized segments (PyTorch's 20 MiB `kLargeBuffer`, which serves every request of 1
+        // to 10 MiB), it may say nothing of the granule. Where their common divisor is no more
+        // than the other reading wasted, it contradicts that reading as one request rounded
+        // to the granule (which wastes less than one granule): the weights are then left out,
+        // and the other reading alone is the bound, since the granule divides what a request
+        // rounded to it reserved, and a cache rounded to that is rounded to any granule that
+        // divides it. Qwen2.5-0.5B's weights reserved 980 MiB (49 such segments) beside an
+        // activation peak of 70 MiB that reserved 78 (a granule of 13, 26 or 39 MiB): their
+        // divisor, 2 MiB, left the cache's 24 tensors hundreds of MiB short.
+        if let Some(i) = grown.iter().position(|(_, many)| *many) {
+            let (weights, other) = (grown[i].0, grown[1 - i].0);
+            let waste = other.1.saturating_sub(other.0);
+            if weights.1.is_multiple_of(MID_SEGMENT)
+                && is_large_request(other.0)
+                && gcd(weights.1, other.1) <= waste
+            {
+                return Some(other.1);
+            }
+        }
+    }
     if readings.len() < 3 {
         return all;
     }

@@ -328,6 +328,19 @@ fn the_weights_reading_never_narrows_the_granule_bound_as_one_request_would() {
     let two = [(966 * MIB + MIB / 2, 980 * MIB), (513 * MIB, 513 * MIB)];
     assert_eq!(granule_bound_beside(&two, Some(0)), Some(MIB));
     assert_eq!(weights_left_out(&two, Some(0)), None);
+    // The same weights (whole 20 MiB segments) beside a peak of 70 MiB that reserved 78: a
+    // granule above the 8 MiB it wasted, which their common divisor (2 MiB) is not: together
+    // they bound nothing (the plan would keep PyTorch's 20 MiB segment). The peak alone bounds
+    // it, at 78 MiB, which every candidate (13, 26, 39 MiB) divides.
+    let wasted = [(966 * MIB + MIB / 2, 980 * MIB), (70 * MIB, 78 * MIB)];
+    assert_eq!(granule_bound(&wasted), None);
+    assert_eq!(granule_bound_beside(&wasted, Some(0)), Some(78 * MIB));
+    // A divisor above what the peak wasted stays (it may be the granule).
+    let agree = [(966 * MIB + MIB / 2, 980 * MIB), (70 * MIB, 72 * MIB)];
+    assert_eq!(granule_bound_beside(&agree, Some(0)), Some(4 * MIB));
+    // Weights that are not whole 20 MiB segments keep their common divisor.
+    let large = [(1990 * MIB, 2000 * MIB + 26 * MIB), (70 * MIB, 78 * MIB)];
+    assert_eq!(granule_bound_beside(&large, Some(0)), granule_bound(&large));
     assert_eq!(weights_left_out(&readings, Some(0)), Some(g));
 }
 
