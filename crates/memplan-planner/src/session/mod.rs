@@ -188,6 +188,13 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         let moved = exact_free_that_moves(&device, &mut capability, total, !calibrated)?;
         let mut baseline = memplan_core::protocol::snapshot(&device, Some(&*e.allocator()))?;
         tracing::info!(free = ?baseline.driver.free, total = ?baseline.driver.total, "baseline");
+        // A free reading declared usable that the driver does not give measures nothing:
+        // unavailable, as calibration makes it, before anything chooses by the declaration.
+        let absent = if calibrated {
+            None
+        } else {
+            absent_free_reading(&mut capability, baseline.driver.free)
+        };
         // No reading measures this process: what is allocatable now is the baseline of the
         // allocation probe that measures the engine's memory outside its allocator at the plan.
         // A free reading declared to measure it that gives nothing at the baseline measures
@@ -295,7 +302,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         if let Some(w) = widened {
             rec.warn(w);
         }
-        if let Some(w) = lost {
+        if let Some(w) = absent.or(lost) {
             rec.warn(w);
         }
         if let Some(pre) = checked {
@@ -849,14 +856,37 @@ fn free_approximate(capability: &mut ProfilingCapability, tolerance: u64, why: S
     observed
 }
 
+/// Where nothing calibrated, a free reading the capability declares usable (exact, approximate,
+/// deferred or process-local) that the driver returned no value for at the baseline: it becomes
+/// unavailable, calibration's rule for an absent reading, and the downgrade names it; `None`
+/// otherwise. An RTX 4090 whose free reading was absent while declared exact had the
+/// post-capture strategy measure its graphs through a reading that gave nothing: 112-117% of
+/// the oracle.
+fn absent_free_reading(capability: &mut ProfilingCapability, free: Option<u64>) -> Option<Warning> {
+    use memplan_core::{Reading, Reliability};
+    let declared = capability.reading(Reading::DriverFree);
+    if free.is_some() || matches!(declared, Reliability::Unavailable { .. }) {
+        return None;
+    }
+    let reason = "the driver returned no free-memory value".to_string();
+    let observed = format!("unavailable ({reason})");
+    capability.set(Reading::DriverFree, Reliability::Unavailable { reason });
+    Some(Warning::CalibrationDowngrade {
+        item: "driver_free".into(),
+        declared: declared.to_string(),
+        observed,
+    })
+}
+
 /// Where nothing calibrated, windows of the free reading over allocations of a known size
 /// (`measured`: the largest error and the step the reads moved in, [`probe::window_error_and_step`])
-/// whose reads never moved, off by half the allocation or more and by more than the declared
-/// `tolerance`: the reading does not follow allocations (free reported as total, a stale or
-/// wrong pool). It becomes unavailable, as calibration makes a reading that never moved, and the
-/// downgrade names it; `None` otherwise. A free reading declared good to 16 MiB that reported the
-/// total whatever was allocated sized a post-capture cache from windows that read nothing of the
-/// engine's graphs: 1.4 GiB past the request.
+/// whose reads never moved, off by half the allocation or more: the reading does not follow
+/// allocations (free reported as total, a stale or wrong pool), whatever tolerance was declared
+/// (a tolerance bounds how far a reading is off, not a reading that stands still). It becomes
+/// unavailable, as calibration makes a reading that never moved, and the downgrade names it;
+/// `None` otherwise. A free reading declared good to 16 MiB that reported the total whatever was
+/// allocated sized a post-capture cache from windows that read nothing of the engine's graphs:
+/// 1.4 GiB past the request; one declared good to 256 MiB on an APU, 1.2 GiB past it.
 fn lost_free_reading(
     capability: &mut ProfilingCapability,
     measured: Option<(u64, u64)>,
@@ -866,7 +896,7 @@ fn lost_free_reading(
     use memplan_core::{Reading, Reliability};
     let (error, step) = measured?;
     let size = probe::window_size(free?, tolerance);
-    if step != 0 || size == 0 || error < size / 2 || error <= tolerance {
+    if step != 0 || size == 0 || error < size / 2 {
         return None;
     }
     let declared = capability.reading(Reading::DriverFree).to_string();
@@ -924,7 +954,10 @@ fn measured_beyond_declared(
 /// calibrated), the windows over allocations are read even where the idle reads did not move:
 /// a reading that lags a synchronize reads the idle device steadily and none of an allocation;
 /// it is unavailable where a window read less than half the allocation (calibration's rule),
-/// else approximate within what the windows showed. Calibration runs the same checks.
+/// else approximate within what the windows showed. Calibration runs the same checks. A
+/// reading declared process-local is read over the same windows where nothing calibrated, and
+/// only that rule applies to it: one that read none of the allocations (a runtime reporting
+/// another pool) measures nothing of this process.
 ///
 /// [`IDLE_READS`]: crate::calibrate::IDLE_READS
 fn exact_free_that_moves(
@@ -934,7 +967,11 @@ fn exact_free_that_moves(
     windows: bool,
 ) -> Result<Option<Warning>> {
     use memplan_core::{Reading, Reliability};
-    if capability.reading(Reading::DriverFree) != Reliability::Exact {
+    let declared = capability.reading(Reading::DriverFree);
+    // A process-local reading is checked only for following allocations at all (it cannot be
+    // told from a device-wide one by moving while idle: other processes do not move it).
+    let process_local = matches!(declared, Reliability::ProcessLocal { .. });
+    if declared != Reliability::Exact && !(process_local && windows) {
         return Ok(None);
     }
     let Some(spread) = crate::calibrate::idle_range_of(device, 1)? else {
@@ -966,6 +1003,8 @@ fn exact_free_that_moves(
         let observed = format!("unavailable ({reason})");
         capability.set(Reading::DriverFree, Reliability::Unavailable { reason });
         observed
+    } else if process_local {
+        return Ok(None);
     } else {
         let why = if spread > 0 {
             format!(
@@ -984,7 +1023,7 @@ fn exact_free_that_moves(
     };
     Ok(Some(Warning::CalibrationDowngrade {
         item: "driver_free".into(),
-        declared: "exact".into(),
+        declared: declared.to_string(),
         observed,
     }))
 }
