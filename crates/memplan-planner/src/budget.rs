@@ -140,9 +140,9 @@ pub fn requested_bytes(total: u64, request: Request) -> Result<u64> {
 }
 
 /// The total a share of the device (`gpu_memory_utilization`) is taken of in `snapshot`: the
-/// driver's, as the engine takes it (vLLM's V1 worker: the total of `torch.cuda.mem_get_info()`),
-/// or where a second source reads the device's memory lower ([`DeviceWideMemory::total`]: DRM
-/// sysfs `mem_info_vram_total`), that figure: a driver total above what the device has is a
+/// driver's, as the engine takes it (vLLM's V1 worker: the total its framework's
+/// `mem_get_info()` reports), or where a second source reads the device's memory lower
+/// ([`DeviceWideMemory::total`]: DRM sysfs `mem_info_vram_total`), that figure: a driver total above what the device has is a
 /// misreport, and a share of it can ask for memory the device does not have. Never raised above
 /// the driver's; `None` where the driver reports no total, or where `reading` (the capability's
 /// `driver_total`, as calibration left it) says its total is unavailable: an APU's runtime that
