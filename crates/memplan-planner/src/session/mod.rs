@@ -207,7 +207,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         {
             None
         } else {
-            probe::baseline(&device, baseline.driver.total)?
+            probe::baseline(&device, probe_ceiling(&capability, &baseline))?
         };
         // An approximate free reading nothing calibrated: its window error measured by a few
         // allocations of a known size (the strategies' margins are twice it, not the declared
@@ -232,7 +232,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             )
         };
         let probe_baseline = match (&lost, probe_baseline) {
-            (Some(_), None) => probe::baseline(&device, baseline.driver.total)?,
+            (Some(_), None) => probe::baseline(&device, probe_ceiling(&capability, &baseline))?,
             (_, b) => b,
         };
         if lost.is_some() {
@@ -510,7 +510,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             Some(limit) => Ok(Some(probe::allocatable_now(
                 &self.rec.device,
                 limit,
-                self.rec.p.last.driver.total,
+                probe_ceiling(&self.rec.p.capability, &self.rec.p.last),
             )?)),
             None => Ok(None),
         }
@@ -527,7 +527,8 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         let (Some(a), Some(limit)) = (before_probe, self.rec.p.probe_baseline) else {
             return Ok(());
         };
-        let b = probe::allocatable_now(&self.rec.device, limit, after.driver.total)?;
+        let ceiling = probe_ceiling(&self.rec.p.capability, after);
+        let b = probe::allocatable_now(&self.rec.device, limit, ceiling)?;
         let grown = match (before.allocator.reserved, after.allocator.reserved) {
             (Some(x), Some(y)) => signed(y).saturating_sub(signed(x)),
             _ => 0,
@@ -854,6 +855,20 @@ fn free_approximate(capability: &mut ProfilingCapability, tolerance: u64, why: S
         },
     );
     observed
+}
+
+/// The most an allocation probe searches up to in `snap`: the driver's total, or where the
+/// capability says that total is unavailable (calibration found it describes another pool: an
+/// APU's runtime reporting the VRAM aperture while the GPU allocates from system memory), the
+/// device-wide reading of what is available. A probe capped at the aperture read 512 MiB before
+/// and after every step, so it measured nothing the engine held outside its allocator, and a
+/// plan went 0.8% past the oracle.
+fn probe_ceiling(capability: &ProfilingCapability, snap: &MemoryInfo) -> Option<u64> {
+    use memplan_core::{Reading, Reliability};
+    match capability.reading(Reading::DriverTotal) {
+        Reliability::Unavailable { .. } => snap.device.available,
+        _ => snap.driver.total,
+    }
 }
 
 /// Where nothing calibrated, a free reading the capability declares usable (exact, approximate,
