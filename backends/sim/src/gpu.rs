@@ -192,14 +192,7 @@ impl SimGpu {
     /// figure); with it they are drawn. The test-bed always gives a seed.
     pub fn open(selector: &str) -> Result<Self> {
         let selector = crate::registry::selector_of(selector);
-        let (name, quirks, mods) = parse_selector(selector, |name| {
-            profile(name)
-                .map(|p| p.quirks)
-                .ok_or_else(|| Error::UnknownDevice {
-                    id: format!("sim:{name}"),
-                    available: format!("sim:{{{}}} with optional ,modifiers", profile_names()),
-                })
-        })?;
+        let (name, quirks, mods) = parse_with_profile(selector)?;
         let p = profile(&name).ok_or_else(|| Error::UnknownDevice {
             id: name.clone(),
             available: profile_names(),
@@ -227,6 +220,13 @@ impl SimGpu {
             drop(gpu.lock());
         }
         Ok(gpu)
+    }
+
+    /// Check that `selector` names a profile and that every modifier parses, as
+    /// [`SimGpu::open`] would, without building a device (nor joining a `world=DIR`): the
+    /// error a scenario file should get when it is loaded, not when it runs.
+    pub fn check_selector(selector: &str) -> Result<()> {
+        parse_with_profile(crate::registry::selector_of(selector)).map(|_| ())
     }
 
     pub(crate) fn lock(&self) -> StateGuard<'_> {
@@ -511,4 +511,16 @@ impl HalDevice for SimGpu {
             }
         }
     }
+}
+
+/// [`parse_selector`] with the catalogue's profiles as the base quirks.
+fn parse_with_profile(selector: &str) -> Result<(String, Quirks, crate::Modifiers)> {
+    parse_selector(selector, |name| {
+        profile(name)
+            .map(|p| p.quirks)
+            .ok_or_else(|| Error::UnknownDevice {
+                id: format!("sim:{name}"),
+                available: format!("sim:{{{}}} with optional ,modifiers", profile_names()),
+            })
+    })
 }

@@ -378,6 +378,10 @@ impl Scenario {
                 format!("{weight_tensors} is outside 1..={MAX_WEIGHT_TENSORS}"),
             ));
         }
+        // A selector that does not open is the file's error, said when it is loaded (an unknown
+        // profile or modifier, a quirk value that does not parse), not a harness error later.
+        memplan_backend_sim::SimGpu::check_selector(&self.device)
+            .map_err(|e| Error::invalid(f("device"), e.to_string()))?;
         // The device's own `other=` and the scenario's `other_processes` say the same thing:
         // one silently overriding the other would simulate a world nobody wrote.
         let other = self.other_processes.bytes(&f("other_processes"))?;

@@ -670,6 +670,28 @@ fn absurd_scenario_lengths_are_refused_and_the_largest_does_not_overflow() {
 }
 
 #[test]
+fn a_device_selector_that_does_not_open_is_refused_when_the_file_is_loaded() {
+    let device = SHIPPED[0]
+        .1
+        .lines()
+        .find(|l| l.starts_with("device = "))
+        .expect("a device line")
+        .to_string();
+    for (bad, says) in [
+        ("device = \"rtx4090,stale-fre=on\"", "stale-fre"),
+        ("device = \"rtx9090\"", "rtx9090"),
+        ("device = \"rtx4090,free-step=lots\"", "free-step"),
+    ] {
+        let e = Scenario::from_toml("x", &SHIPPED[0].1.replace(&device, bad))
+            .unwrap()
+            .resolve()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(": device: ") && e.contains(says), "{e}");
+    }
+}
+
+#[test]
 fn scenario_counts_are_capped_and_duplicates_merged() {
     let resolve = |from: &str, to: &str| {
         Scenario::from_toml("x", &SHIPPED[0].1.replace(from, to))
