@@ -102,7 +102,7 @@ pub(crate) fn measurable_layout(kv: &KvSpec, limits: &KvLimits, rules: &SizingRu
 /// synchronized first (a snapshot): where the driver lets go of released segments only then,
 /// the last tensor's would otherwise still be held beside this one. `None` where the
 /// allocator offers no tensors, runs out of memory, or served every one from its cache.
-fn one_tensor(
+pub(super) fn one_tensor(
     rec: &mut Recorder,
     engine: &mut dyn Engine,
     bytes: u64,

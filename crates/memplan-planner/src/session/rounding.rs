@@ -40,6 +40,7 @@
 use memplan_core::bytes::MIB;
 use memplan_core::Result;
 
+use super::kv_cache::one_tensor;
 use super::{AsDynEngine, Session};
 use crate::plan::{
     granule_bound_beside, is_large_request, weights_left_out, ALLOCATOR_ROUNDING_BOUND,
@@ -149,49 +150,20 @@ impl<E: AsDynEngine + ?Sized> Session<'_, E> {
     }
 
     /// One tensor of `bytes` from the engine's allocator, from an emptied cache, as an engine
-    /// step: what the allocator reserved for it is a reading of one request. A tensor served
-    /// from a free block of a segment already held reserves nothing: another is allocated
-    /// beside it (at most four in all), and every one is freed after. `Ok(false)`: none made
-    /// the allocator reserve at least its size (or it offered none, or ran out of memory).
+    /// step: what the allocator reserved for it is a reading of one request (measured as the
+    /// KV cache's one tensor is, [`one_tensor`]: a tensor served from a segment already held
+    /// reserves nothing, and another is allocated beside it, at most four in all, every one
+    /// freed after). `Ok(false)`: none made the allocator reserve at least its size (or it
+    /// offered none, or ran out of memory).
     fn granule_tensor(&mut self, bytes: u64) -> Result<bool> {
         self.engine.as_dyn().allocator().release_cached()?;
         let before = self.rec.settle(self.engine.as_dyn())?;
         let probed = self.probe_allocatable()?;
-        let a = self.engine.as_dyn().allocator();
-        let mut held = Vec::new();
-        let mut grown = None;
-        let mut failed = None;
-        for _ in 0..4 {
-            let reserved = a.stats().reserved;
-            match a.allocate_tensor(bytes) {
-                Ok(Some(id)) => held.push(id),
-                Ok(None) => break,
-                Err(e) if e.is_out_of_memory() => break,
-                Err(e) => {
-                    failed = Some(e);
-                    break;
-                }
-            }
-            let grew = a.stats().reserved.saturating_sub(reserved);
-            if grew >= bytes {
-                grown = Some(grew);
-                break;
-            }
-        }
-        let mut freed = Ok(());
-        for id in held {
-            if let Err(e) = a.free_tensor(id) {
-                freed = freed.and(Err(e));
-            }
-        }
-        a.release_cached()?;
+        let grown = one_tensor(&mut self.rec, self.engine.as_dyn(), bytes, 4);
         let after = self.rec.snap(self.engine.as_dyn())?;
         self.probe_step(probed, &before, &after)?;
         self.rec.engine_step("granule_tensor", before, after);
-        if let Some(e) = failed {
-            return Err(e);
-        }
-        freed?;
+        let grown = grown?;
         tracing::debug!(bytes, ?grown, "a tensor for the allocator's granule");
         if let Some(g) = grown {
             self.rec.p.segment_readings.push((bytes, g));
