@@ -62,6 +62,18 @@ fn passes_with(file: &str, seeds: &[u64], edit: impl Fn(&mut Setup)) -> Vec<Case
     cases
 }
 
+/// Assert that `c` has a plan with a warning `warned` picks out (its code, its figures),
+/// naming the run and the plan's warnings where it has none.
+fn assert_warns(c: &Case, warned: impl Fn(&memplan_planner::Warning) -> bool) {
+    let plan = c.out.plan.as_ref().expect("a plan");
+    assert!(
+        plan.warnings.iter().any(warned),
+        "{}: {:?}",
+        c.what,
+        plan.warnings
+    );
+}
+
 /// A free reading calibration finds unusable on a device that captures graphs: the graph memory
 /// is bounded, not measured. On adversarial physics an executable object may take far more per
 /// kernel node than any analytic bound assumes (these seeds once ran out of memory or went
@@ -96,14 +108,7 @@ fn capture_unsupported_at_run_time_plans_eagerly() {
             c.out.strategy,
             memplan_planner::strategy::StrategyKind::None
         );
-        let plan = c.out.plan.as_ref().expect("a plan");
-        assert!(
-            plan.warnings
-                .iter()
-                .any(|w| w.code() == "graph_capture_unsupported"),
-            "{:?}",
-            plan.warnings
-        );
+        assert_warns(&c, |w| w.code() == "graph_capture_unsupported");
     }
 }
 
@@ -450,14 +455,7 @@ fn a_step_that_divides_the_calibration_sizes_is_seen() {
 #[test]
 fn an_uncalibrated_exact_reading_that_lags_is_unavailable() {
     for c in passes("h100-stale-uncalibrated.toml", &[0, 1, 2, 3]) {
-        let plan = c.out.plan.as_ref().expect("a plan");
-        assert!(
-            plan.warnings
-                .iter()
-                .any(|w| w.code() == "calibration_downgrade"),
-            "{:?}",
-            plan.warnings
-        );
+        assert_warns(&c, |w| w.code() == "calibration_downgrade");
     }
 }
 
@@ -914,15 +912,7 @@ fn releases_budgets_quirks_over_20_seeds() {
 fn a_total_reported_too_high_beside_drm_counters() {
     let cases = passes("mi300x-total-reported-too-high.toml", &[0, 1, 2]);
     for c in &cases {
-        let plan = c.out.plan.as_ref().expect("a plan");
-        assert!(
-            plan.warnings
-                .iter()
-                .any(|w| w.code() == "driver_total_above_device"),
-            "{}: {:?}",
-            c.what,
-            plan.warnings
-        );
+        assert_warns(c, |w| w.code() == "driver_total_above_device");
     }
 }
 
@@ -935,17 +925,11 @@ fn a_total_reported_too_high_beside_drm_counters() {
 fn an_uncalibrated_free_reading_that_never_moves() {
     let cases = passes("rocm62-free-equals-total-uncalibrated.toml", &[0, 1]);
     for c in &cases {
-        let plan = c.out.plan.as_ref().expect("a plan");
-        assert!(
-            plan.warnings
-                .iter()
-                .any(|w| w.code() == "calibration_downgrade"
-                    && w.to_string().contains("driver_free")
-                    && w.to_string().contains("unavailable")),
-            "{}: {:?}",
-            c.what,
-            plan.warnings
-        );
+        assert_warns(c, |w| {
+            w.code() == "calibration_downgrade"
+                && w.to_string().contains("driver_free")
+                && w.to_string().contains("unavailable")
+        });
     }
 }
 
