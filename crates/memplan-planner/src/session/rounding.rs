@@ -111,35 +111,39 @@ impl<E: AsDynEngine + ?Sized> Session<'_, E> {
         }
         self.granule_narrowed = true;
         if self.offers_tensors {
-            for size in tensor_sizes() {
-                if self.granule_reached() {
-                    break;
-                }
-                match self.granule_tensor(size) {
-                    Ok(true) => {}
-                    Ok(false) => break,
-                    Err(e) => {
-                        tracing::info!(size, error = %e, "a tensor for the allocator's granule failed: the bound stays as the earlier steps left it");
-                        break;
-                    }
-                }
-            }
+            self.narrow_by(tensor_sizes(), "a tensor", Self::granule_tensor);
         }
-        for size in warm_up_sizes(max_tokens) {
+        self.narrow_by(
+            warm_up_sizes(max_tokens),
+            "a warm-up",
+            Self::granule_warm_up,
+        );
+        tracing::info!(readings = ?self.rec.p.segment_readings, bound = ?granule_bound_beside(&self.rec.p.segment_readings, self.rec.p.weights_reading), "the allocator's granule, bounded after warm-ups at odd sizes");
+        Ok(())
+    }
+
+    /// Take one reading of `what` (a tensor, a warm-up) per size by `step`, in order, until the
+    /// readings bound the granule at PyTorch's rounding, a step reserves nothing (`Ok(false)`)
+    /// or fails (the bound stays as the earlier steps left it).
+    fn narrow_by<T: Copy + tracing::Value>(
+        &mut self,
+        sizes: Vec<T>,
+        what: &str,
+        mut step: impl FnMut(&mut Self, T) -> Result<bool>,
+    ) {
+        for size in sizes {
             if self.granule_reached() {
                 break;
             }
-            match self.granule_warm_up(size) {
+            match step(self, size) {
                 Ok(true) => {}
                 Ok(false) => break,
                 Err(e) => {
-                    tracing::info!(size, error = %e, "a warm-up for the allocator's granule failed: the bound stays as the earlier steps left it");
+                    tracing::info!(size, error = %e, "{what} for the allocator's granule failed: the bound stays as the earlier steps left it");
                     break;
                 }
             }
         }
-        tracing::info!(readings = ?self.rec.p.segment_readings, bound = ?granule_bound_beside(&self.rec.p.segment_readings, self.rec.p.weights_reading), "the allocator's granule, bounded after warm-ups at odd sizes");
-        Ok(())
     }
 
     /// Whether the readings so far bound the granule at PyTorch's rounding, which the plan keeps
