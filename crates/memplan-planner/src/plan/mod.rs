@@ -35,6 +35,8 @@ mod consumer;
 mod json;
 pub(crate) mod physical;
 mod ranks;
+#[cfg(test)]
+pub(crate) use ranks::tests::rank_plan;
 pub mod render;
 
 pub(crate) use build::{gcd, kv_layout};

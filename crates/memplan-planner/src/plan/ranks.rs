@@ -354,4 +354,4 @@ pub fn combine_ranks(plans: Vec<Plan>) -> Result<Plan> {
 
 #[cfg(test)]
 #[path = "ranks_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -17,7 +17,7 @@ fn spec(layers: u32) -> KvSpec {
 }
 
 /// One rank's plan: `weights` on a 24 GiB device, `layers` attention layers in its stage.
-fn rank_plan(rank: Rank, weights: u64, layers: u32) -> Plan {
+pub(crate) fn rank_plan(rank: Rank, weights: u64, layers: u32) -> Plan {
     PlanBuilder::new(
         24 * GIB,
         Request::Utilization(0.9),

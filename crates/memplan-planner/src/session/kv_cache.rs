@@ -958,31 +958,8 @@ mod tests {
 
     #[test]
     fn only_this_ranks_own_plan_grows() {
-        use crate::budget::Request;
-        use crate::plan::{Consumer, ConsumerKind, PlanBuilder};
         use memplan_core::bytes::GIB;
-        let plan = |rank: Rank| {
-            PlanBuilder::new(
-                24 * GIB,
-                Request::Utilization(0.9),
-                KvSpec::new(
-                    vec![LayerGroup::new(AttentionKind::Full, 32, 8, 128)],
-                    KvDtype::Bf16,
-                    16,
-                ),
-                KvLimits::new(4096, 2048),
-            )
-            .consumer(Consumer::measured(
-                ConsumerKind::Weights,
-                4 * GIB,
-                "load_weights",
-                "test",
-            ))
-            .rank(rank)
-            .device(format!("sim:rtx4090 #{}", rank.global()))
-            .build()
-            .unwrap()
-        };
+        let plan = |rank: Rank| crate::plan::rank_plan(rank, 4 * GIB, 32);
         let (r0, r1) = (Rank::new(0, 2).unwrap(), Rank::new(1, 2).unwrap());
         let own = plan(r0);
         let planned = Planned::of(&own, r0, 0);
