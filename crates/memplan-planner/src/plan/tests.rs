@@ -562,6 +562,20 @@ fn non_allocator_bytes(p: &Profile, allocation: memplan_core::kv::KvAllocation) 
         .bytes(ConsumerKind::NonAllocator)
 }
 
+/// A 48 GiB device whose engine holds 20 GiB of weights, a 1 GiB activation peak and 300 MiB
+/// outside its allocator, with the graph phase `graph` ([`profile`]).
+fn with_300_mib_outside(graph: Option<(i64, u64, bool)>) -> Profile {
+    profile(
+        48 * GIB,
+        47 * GIB,
+        46 * GIB,
+        20 * GIB,
+        GIB,
+        300 * MIB as i64,
+        graph,
+    )
+}
+
 /// Non-allocator memory measured through an approximate free reading is a sum of windows, each
 /// off by up to the reading's window error. Where the KV cache is one backing allocation
 /// (vLLM 0.29.0 on), rounded once, nothing else in the budget absorbs a reading that read the
@@ -574,15 +588,7 @@ fn one_backing_keeps_the_free_readings_window_error_on_non_allocator_memory() {
     use memplan_core::kv::KvAllocation;
     let na_with = non_allocator_bytes;
     let na = |p: &Profile| na_with(p, KvAllocation::OneBacking);
-    let mut p = profile(
-        48 * GIB,
-        47 * GIB,
-        46 * GIB,
-        20 * GIB,
-        GIB,
-        300 * MIB as i64,
-        None,
-    );
+    let mut p = with_300_mib_outside(None);
     p.non_allocator_windows = 4;
     assert_eq!(na(&p), 300 * MIB, "an exact reading: as measured");
     let tolerance = 511 * 1024;
@@ -629,15 +635,7 @@ fn one_backing_keeps_the_free_readings_window_error_on_non_allocator_memory() {
 fn one_backing_counts_no_window_the_graph_margin_keeps_already() {
     use memplan_core::kv::KvAllocation;
     let na = |p: &Profile| non_allocator_bytes(p, KvAllocation::OneBacking);
-    let mut p = profile(
-        48 * GIB,
-        47 * GIB,
-        46 * GIB,
-        20 * GIB,
-        GIB,
-        300 * MIB as i64,
-        Some((2 * GIB as i64, 100 * MIB, false)),
-    );
+    let mut p = with_300_mib_outside(Some((2 * GIB as i64, 100 * MIB, false)));
     p.capability.set(
         Reading::DriverFree,
         Reliability::Approximate {
