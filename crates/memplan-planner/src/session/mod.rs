@@ -840,6 +840,16 @@ fn unnamed_release_rules(pipeline_stages: u64) -> SizingRules {
     SizingRules::newest(pipeline_stages).with_kv_allocation(KvAllocation::PerTensor)
 }
 
+/// Set the free reading unavailable for `reason`; the downgrade's `observed` text.
+fn free_unavailable(capability: &mut ProfilingCapability, reason: String) -> String {
+    let observed = format!("unavailable ({reason})");
+    capability.set(
+        memplan_core::Reading::DriverFree,
+        memplan_core::Reliability::Unavailable { reason },
+    );
+    observed
+}
+
 /// Set the free reading approximate within `tolerance` for `why`; the downgrade's `observed`
 /// text.
 fn free_approximate(capability: &mut ProfilingCapability, tolerance: u64, why: String) -> String {
@@ -883,9 +893,10 @@ fn absent_free_reading(capability: &mut ProfilingCapability, free: Option<u64>) 
     if free.is_some() || matches!(declared, Reliability::Unavailable { .. }) {
         return None;
     }
-    let reason = "the driver returned no free-memory value".to_string();
-    let observed = format!("unavailable ({reason})");
-    capability.set(Reading::DriverFree, Reliability::Unavailable { reason });
+    let observed = free_unavailable(
+        capability,
+        "the driver returned no free-memory value".to_string(),
+    );
     Some(Warning::CalibrationDowngrade {
         item: "driver_free".into(),
         declared: declared.to_string(),
@@ -908,7 +919,7 @@ fn lost_free_reading(
     free: Option<u64>,
     tolerance: u64,
 ) -> Option<Warning> {
-    use memplan_core::{Reading, Reliability};
+    use memplan_core::Reading;
     let (error, step) = measured?;
     let size = probe::window_size(free?, tolerance);
     if step != 0 || size == 0 || error < size / 2 {
@@ -919,8 +930,7 @@ fn lost_free_reading(
         "free memory does not move when memory is allocated (stale, wrong pool, or free reported as total): windows over allocations of {} read none of them",
         memplan_core::bytes::fmt_bytes(size)
     );
-    let observed = format!("unavailable ({reason})");
-    capability.set(Reading::DriverFree, Reliability::Unavailable { reason });
+    let observed = free_unavailable(capability, reason);
     Some(Warning::CalibrationDowngrade {
         item: "driver_free".into(),
         declared,
@@ -1015,9 +1025,7 @@ fn exact_free_that_moves(
             memplan_core::bytes::fmt_bytes(size),
             memplan_core::bytes::fmt_bytes(worst)
         );
-        let observed = format!("unavailable ({reason})");
-        capability.set(Reading::DriverFree, Reliability::Unavailable { reason });
-        observed
+        free_unavailable(capability, reason)
     } else if process_local {
         return Ok(None);
     } else {
