@@ -50,9 +50,13 @@ pub fn compose(
 /// API, from the DRM counters (`mem_info_vram_total - mem_info_vram_used`) on a discrete card,
 /// and on an APU from the VRAM carve-out plus the GTT free memory bounded by the host's
 /// `MemAvailable` (or `MemAvailable` alone without DRM counters). `None` when the files are
-/// absent or unreadable: never 0 for what could not be read. On a discrete card the DRM
-/// counters' `mem_info_vram_total` is also the device's memory as a second source reads it
-/// ([`DeviceWideMemory::total`]), which a hipMemGetInfo total above it contradicts.
+/// absent or unreadable: never 0 for what could not be read. The DRM counters also read the
+/// device's memory a second time ([`DeviceWideMemory::total`]): on a discrete card
+/// `mem_info_vram_total`, which a hipMemGetInfo total above it contradicts; on an APU
+/// `mem_info_gtt_total + mem_info_vram_total` (the GTT limit the GPU may map of system memory
+/// plus the carve-out), which stands for the device's memory where the runtime's total
+/// describes the aperture alone. Without the GTT counters an APU has no second total (the
+/// host's MemTotal is not what the GPU may map).
 pub fn device_wide(
     integrated: bool,
     drm: Option<DrmMemory>,
@@ -73,7 +77,13 @@ pub fn device_wide(
     } else {
         drm.and_then(|d| d.vram_free())
     };
-    let total = drm.filter(|_| !integrated).map(|d| d.vram_total);
+    let total = drm.and_then(|d| {
+        if integrated {
+            d.gtt_total?.checked_add(d.vram_total)
+        } else {
+            Some(d.vram_total)
+        }
+    });
     DeviceWideMemory::new(available).with_total(total)
 }
 
@@ -150,8 +160,16 @@ mod tests {
             Some(30 * GIB)
         );
         assert_eq!(device_wide(true, None, None).available, None);
-        // An APU's carve-out is not the memory the GPU can use: no second total there.
-        assert_eq!(device_wide(true, apu, Some(host)).total, None);
+        // An APU's carve-out alone is not the memory the GPU can use: its second total is the
+        // GTT limit plus the carve-out, and without the GTT counters there is none (the host's
+        // MemTotal is not what the GPU may map).
+        assert_eq!(
+            device_wide(true, apu, Some(host)).total,
+            Some(64 * GIB + 512 * MIB)
+        );
+        let no_gtt = Some(drm(512 * MIB, 256 * MIB, None));
+        assert_eq!(device_wide(true, no_gtt, Some(host)).total, None);
+        assert_eq!(device_wide(true, None, Some(host)).total, None);
     }
 
     #[test]

@@ -103,9 +103,24 @@ pub(crate) fn raw_device_wide(
         }
     };
     // DRM's `mem_info_vram_total` is the card's real memory whatever the runtime reports
-    // (a runtime's total misreported, `total-over`/`total-under`, leaves it as it is).
-    let total = (p.device_wide == DeviceWideSource::DrmSysfs).then_some(p.total_bytes);
+    // (a runtime's total misreported, `total-over`/`total-under`, leaves it as it is); on an
+    // APU whose DRM counters the backend reads, `mem_info_gtt_total + mem_info_vram_total` is
+    // the memory the GPU may use (the profile's total), whatever aperture the runtime reports.
+    let total = second_total(p).then_some(p.total_bytes);
     DeviceWideMemory::new(available).with_total(total)
+}
+
+/// Whether the platform's device-wide source also reads the device's memory (see
+/// [`raw_device_wide`]): DRM's counters, on a discrete card or an APU (where the real backend
+/// reads them: its facts say so).
+fn second_total(p: &SimProfile) -> bool {
+    match p.device_wide {
+        DeviceWideSource::DrmSysfs => true,
+        DeviceWideSource::HostAvailable => {
+            matches!(p.facts(), crate::declared::PlatformFacts::Rocm(f) if f.drm_vram)
+        }
+        DeviceWideSource::DriverFree | DeviceWideSource::None => false,
+    }
 }
 
 /// The raw graph-pool reading: absent without a query, 0 with the stub.

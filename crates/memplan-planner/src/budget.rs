@@ -142,17 +142,21 @@ pub fn requested_bytes(total: u64, request: Request) -> Result<u64> {
 /// The total a share of the device (`gpu_memory_utilization`) is taken of in `snapshot`: the
 /// driver's, as the engine takes it (vLLM's V1 worker: the total its framework's
 /// `mem_get_info()` reports), or where a second source reads the device's memory lower
-/// ([`DeviceWideMemory::total`]: DRM sysfs `mem_info_vram_total`), that figure: a driver total above what the device has is a
-/// misreport, and a share of it can ask for memory the device does not have. Never raised above
-/// the driver's; `None` where the driver reports no total, or where `reading` (the capability's
-/// `driver_total`, as calibration left it) says its total is unavailable: an APU's runtime that
-/// reports the VRAM aperture while the GPU allocates from system memory reads a total that
-/// describes another pool, and a plan held to it refuses even a byte budget the device can hold.
+/// ([`DeviceWideMemory::total`]: DRM sysfs `mem_info_vram_total`, NVML's framebuffer total),
+/// that figure: a driver total above what the device has is a misreport, and a share of it can
+/// ask for memory the device does not have. Never raised above the driver's.
+///
+/// Where `reading` (the capability's `driver_total`, as calibration left it) says the driver's
+/// total is unavailable, that total describes another pool (an APU's runtime that reports its
+/// VRAM aperture while the GPU allocates from system memory): the second source's figure is the
+/// device's memory where there is one (on an APU, DRM's GTT limit plus the carve-out), and
+/// `None` otherwise, so a share refuses rather than guess. A driver total that is merely absent
+/// is never stood in for: the engine would have none to take a share of either.
 ///
 /// [`DeviceWideMemory::total`]: memplan_core::DeviceWideMemory::total
 pub fn share_total(snapshot: &MemoryInfo, reading: &Reliability) -> Option<u64> {
     if matches!(reading, Reliability::Unavailable { .. }) {
-        return None;
+        return snapshot.device.total;
     }
     let driver = snapshot.driver.total?;
     Some(snapshot.device.total.map_or(driver, |d| driver.min(d)))
@@ -294,11 +298,21 @@ mod tests {
         assert_eq!(share_total(&snap(Some(card), None), &exact), Some(card));
         // It never stands in for a total the driver did not report.
         assert_eq!(share_total(&snap(None, Some(card)), &exact), None);
-        // A total calibration found unusable is no total, whatever the snapshot holds.
+        // A total calibration found unusable is no total, whatever the snapshot holds ...
         let lost = Reliability::Unavailable {
             reason: "another pool".into(),
         };
         assert_eq!(share_total(&snap(Some(card), None), &lost), None);
+        // ... but the device's memory as a second source reads it is (an APU's GTT limit plus
+        // its carve-out, beside a runtime that reports the 512 MiB aperture).
+        assert_eq!(
+            share_total(&snap(Some(512 * MIB), Some(64 * GIB)), &lost),
+            Some(64 * GIB)
+        );
+        assert_eq!(
+            share_total(&snap(None, Some(64 * GIB)), &lost),
+            Some(64 * GIB)
+        );
     }
     use crate::plan::Consumer;
     use memplan_core::bytes::{GIB, MIB};

@@ -145,6 +145,17 @@ pub enum Warning {
         /// The device's memory as the second source reads it (the total the share was taken of).
         device: u64,
     },
+    /// The driver's total is unusable (calibration made it unavailable: an APU's runtime that
+    /// reports its VRAM aperture while the GPU allocates from system memory), and the share of
+    /// the device (`gpu_memory_utilization`) was taken of the device's memory as a second
+    /// source reads it ([`DeviceWideMemory::total`](memplan_core::DeviceWideMemory::total):
+    /// DRM sysfs `mem_info_gtt_total + mem_info_vram_total` on an APU) instead of refusing.
+    UtilizationOfDeviceTotal {
+        /// The device's memory as the second source reads it (the total the share was taken of).
+        device: u64,
+        /// Why the driver's total could not be used.
+        why: String,
+    },
     /// The max model length exceeds what the model was trained for.
     MaxModelLenBeyondModel {
         /// Asked for.
@@ -291,6 +302,7 @@ impl Warning {
             Warning::MaxModelLenBeyondModel { .. } => "max_model_len_beyond_model",
             Warning::UtilizationOfInexactTotal { .. } => "utilization_of_inexact_total",
             Warning::DriverTotalAboveDevice { .. } => "driver_total_above_device",
+            Warning::UtilizationOfDeviceTotal { .. } => "utilization_of_device_total",
             Warning::FiguresPerRank { .. } => "figures_per_rank",
             Warning::LimitingRank { .. } => "limiting_rank",
             Warning::ReadingsNotSynchronized { .. } => "readings_not_synchronized",
@@ -378,6 +390,7 @@ impl fmt::Display for Warning {
             Warning::ForeignMemoryChanged { bytes } => write!(f, "other processes changed their memory by {} while profiling: attributed to them, not to this engine", fmt_signed(*bytes)),
             Warning::GraphMemoryNotReserved { estimate } => write!(f, "graph memory is not reserved; capture will take about {} outside the budget", fmt_bytes(*estimate)),
             Warning::DriverTotalAboveDevice { driver, device } => write!(f, "the driver reports a total of {} where the device's own counters read {} ({} more than the device has): the plan takes the device's total as {}, and a share of the device (GPU memory utilisation) is a share of that", fmt_bytes(*driver), fmt_bytes(*device), fmt_bytes(driver.saturating_sub(*device)), fmt_bytes(*device)),
+            Warning::UtilizationOfDeviceTotal { device, why } => write!(f, "the driver's total memory is unusable ({why}): the share of the device (GPU memory utilisation) is taken of the device's memory as its own counters read it, {}; give a byte budget if the engine takes its share of another figure", fmt_bytes(*device)),
             Warning::UtilizationOfInexactTotal { reported_total, tolerance, why } => write!(f, "the request is a share of the device's total memory, but its total reading ({}) is approximate ({}{why}): the share is taken of the reported total, as the engine takes it; give a byte budget to size the plan by what is meant", fmt_bytes(*reported_total), if *tolerance > 0 { format!("good to {}: ", fmt_bytes(*tolerance)) } else { String::new() }),
             Warning::MaxModelLenBeyondModel { max_model_len, max_position_embeddings } => write!(f, "the max model length {max_model_len} exceeds the model's max_position_embeddings ({max_position_embeddings})"),
             Warning::FiguresPerRank { ranks } => write!(f, "figures are per rank; the engine sizes all {ranks} ranks like the smallest"),
@@ -486,6 +499,10 @@ mod tests {
             Warning::DriverTotalAboveDevice {
                 driver: 2,
                 device: 1,
+            },
+            Warning::UtilizationOfDeviceTotal {
+                device: 1,
+                why: s(),
             },
             Warning::UtilizationOfInexactTotal {
                 reported_total: 2,

@@ -944,6 +944,39 @@ fn a_byte_budget_beside_a_total_that_describes_another_pool() {
     passes("strix-halo-aperture-total-byte-budget.toml", &[0, 1, 10]);
 }
 
+/// The same APU with a share of the device (`gpu_memory_utilization`): the runtime's total is
+/// the aperture, which calibration makes unavailable, and the share is taken of the device's
+/// memory as DRM's counters read it (the GTT limit plus the carve-out), said by name. With no
+/// total to take a share of, every seed was refused ("give an absolute memory budget") where
+/// the device holds ~400k tokens.
+#[test]
+fn a_share_of_the_device_beside_a_total_that_describes_another_pool() {
+    let cases = passes("strix-halo-aperture-total-utilization.toml", &[0, 1, 4]);
+    for c in &cases {
+        assert_warns(c, |w| w.code() == "utilization_of_device_total");
+    }
+}
+
+/// The same APU declared exact and never calibrated: the session runs calibration's check of the
+/// pool itself (one allocation larger than the free reading says is left fits), so the
+/// aperture's free and total become unavailable as calibration would make them. Trusted, the
+/// aperture's total refused an 8 GiB model as "more than the device total 512.00 MiB".
+#[test]
+fn an_uncalibrated_total_that_describes_another_pool() {
+    let cases = passes(
+        "strix-halo-aperture-declared-exact-uncalibrated.toml",
+        &[0, 1, 4],
+    );
+    for c in &cases {
+        assert_warns(c, |w| {
+            w.code() == "calibration_downgrade"
+                && w.to_string().contains("driver_total")
+                && w.to_string().contains("another pool")
+        });
+        assert_warns(c, |w| w.code() == "utilization_of_device_total");
+    }
+}
+
 /// An eager engine whose hybrid cache (two full-attention shapes beside a sliding window, K and
 /// V apart) is not one layout of equal tensors the session could allocate to measure, and whose
 /// start-up reserves only its weights and one activation peak: those two readings bounded the

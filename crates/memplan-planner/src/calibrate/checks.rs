@@ -285,8 +285,8 @@ pub(crate) fn reading_step(reads: &[u64]) -> u64 {
 
 /// Unified memory: the driver's readings may come from the wrong pool (an aperture). Allocate
 /// more than free memory says is left: if that succeeds, free and total describe a pool the
-/// device does not allocate from.
-pub(super) fn unified_pool(device: &Device, cal: &mut ProfilingCapability) -> Result<Vec<Verdict>> {
+/// device does not allocate from. A session nothing calibrated runs it too.
+pub(crate) fn unified_pool(device: &Device, cal: &mut ProfilingCapability) -> Result<Vec<Verdict>> {
     if !cal.facts.unified_memory {
         return Ok(Vec::new());
     }

@@ -23,7 +23,7 @@ mod graph_checks;
 mod report;
 mod vmm_check;
 
-pub(crate) use checks::{combined_free, idle_range_of, reading_step, tolerance};
+pub(crate) use checks::{combined_free, idle_range_of, reading_step, tolerance, unified_pool};
 pub use checks::{interquartile_mean, IDLE_READS};
 pub(crate) use graph_checks::HIDDEN_PER_CAPTURE;
 pub use report::{CalibrationReport, Evidence, Status, Verdict};

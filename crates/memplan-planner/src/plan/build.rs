@@ -425,7 +425,17 @@ impl PlanBuilder {
         };
         let mut b = PlanBuilder::new(total, request, kv_spec, limits);
         b.warnings = p.warnings.clone();
-        if let (Some(driver), Some(device)) = (p.baseline.driver.total, p.baseline.device.total) {
+        if let (Reliability::Unavailable { reason }, Request::Utilization(_)) =
+            (&total_reading, request)
+        {
+            // Only reached with a second total: without one, a share refused above.
+            b.warnings.push(Warning::UtilizationOfDeviceTotal {
+                device: total,
+                why: reason.clone(),
+            });
+        } else if let (Some(driver), Some(device)) =
+            (p.baseline.driver.total, p.baseline.device.total)
+        {
             if driver > device && total == device {
                 b.warnings
                     .push(Warning::DriverTotalAboveDevice { driver, device });

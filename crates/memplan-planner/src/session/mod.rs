@@ -184,6 +184,25 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         let checked = (!calibrated)
             .then(|| memplan_core::protocol::snapshot(&device, Some(&*e.allocator())))
             .transpose()?;
+        // Unified memory nothing calibrated: calibration's check of the pool (one allocation
+        // larger than the free reading says is left). Where it fits, the runtime's free and
+        // total describe another pool (an APU's aperture): both become unavailable, so the
+        // probes measure instead and a share of the device is taken of the device's memory as
+        // its own counters read it. An APU declared exact whose runtime reported its 512 MiB
+        // aperture refused a 30 GiB model as "more than the device total".
+        let pool: Vec<Warning> = if calibrated {
+            Vec::new()
+        } else {
+            crate::calibrate::unified_pool(&device, &mut capability)?
+                .into_iter()
+                .filter(|v| v.status == crate::calibrate::Status::Downgraded)
+                .map(|v| Warning::CalibrationDowngrade {
+                    item: v.item,
+                    declared: v.declared,
+                    observed: v.calibrated,
+                })
+                .collect()
+        };
         let total = device.driver_memory()?.total;
         let moved = exact_free_that_moves(&device, &mut capability, total, !calibrated)?;
         let mut baseline = memplan_core::protocol::snapshot(&device, Some(&*e.allocator()))?;
@@ -295,6 +314,9 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         rec.still = still;
         if let Some(w) = unsynced {
             rec.warn_unsynced(w);
+        }
+        for w in pool {
+            rec.warn(w);
         }
         if let Some(w) = moved {
             rec.warn(w);
