@@ -205,15 +205,24 @@ fn token_from<'a>(s: &'a str, key: &str, mut from: usize) -> Option<(&'a str, &'
             continue;
         }
         let rest = s[from..].trim_start_matches([' ', '\t', '=', ':', '\'', '"', '(']);
-        // Words that parse as floating-point numbers are figures too (and refused as such).
+        // Words that parse as floating-point numbers are figures too (and refused as such),
+        // also where a unit follows without a space (`total_memory=NaNGiB`): skipping such a
+        // figure would let another line's, or an estimate, stand in for it.
         let word: String = rest
             .trim_start_matches(['-', '+'])
             .chars()
             .take_while(char::is_ascii_alphabetic)
             .collect::<String>()
             .to_ascii_lowercase();
-        if matches!(word.as_str(), "nan" | "inf" | "infinity") {
-            let len = rest.len() - rest.trim_start_matches(['-', '+']).len() + word.len();
+        if let Some(number) = ["infinity", "nan", "inf"].into_iter().find(|n| {
+            word.strip_prefix(n).is_some_and(|unit| {
+                matches!(
+                    unit,
+                    "" | "b" | "bytes" | "kib" | "kb" | "mib" | "mb" | "gib" | "gb" | "x"
+                )
+            })
+        }) {
+            let len = rest.len() - rest.trim_start_matches(['-', '+']).len() + number.len();
             return Some((&rest[..len], &rest[len..]));
         }
         let end = rest

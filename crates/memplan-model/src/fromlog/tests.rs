@@ -125,6 +125,16 @@ fn hostile_figures_are_refused_naming_the_line_and_value() {
             "1e308",
         ),
         ("INFO Model loading took NaN GiB", "NaN"),
+        // A unit glued to the word: still the figure, not a line without one.
+        (
+            "INFO worker init memory snapshot: free_memory=78.68GiB, total_memory=NaNGiB",
+            "NaN",
+        ),
+        (
+            "INFO worker init memory snapshot: free_memory=78.68GiB, total_memory=infGiB",
+            "inf",
+        ),
+        ("INFO Model loading took -InfinityGiB memory", "-Infinity"),
         ("INFO non-default args: {'gpu_memory_utilization': 5}", "5"),
         ("INFO non-default args: {'gpu_memory_utilization': 0}", "0"),
         ("INFO gpu_memory_utilization=1.5.", "1.5"),
