@@ -219,10 +219,18 @@ impl FromStr for DeviceId {
     fn from_str(s: &str) -> Result<Self> {
         let (b, sel) = s.split_once(':').unwrap_or((s, "0"));
         let backend: BackendKind = b.parse()?;
-        if sel.is_empty() {
+        // The simulator names its devices (`sim:rtx4090,other=1GiB`); every other backend
+        // selects one by its ordinal, in decimal digits (`cuda:0`).
+        let ordinal = |sel: &str| {
+            !sel.is_empty()
+                && sel.bytes().all(|b| b.is_ascii_digit())
+                && sel.parse::<usize>().is_ok()
+        };
+        let named = backend.info().layout == Layout::Simulator;
+        if sel.is_empty() || !(named || ordinal(sel)) {
             return Err(Error::UnknownDevice {
                 id: s.into(),
-                available: format!("{backend}:N"),
+                available: format!("{backend}:N with N a device ordinal"),
             });
         }
         Ok(DeviceId::new(backend, sel))
@@ -317,7 +325,38 @@ mod tests {
             "{e}"
         );
         assert!("cuda:".parse::<DeviceId>().is_err());
-        assert!("cuda:x".parse::<DeviceId>().unwrap().ordinal().is_err());
+    }
+
+    /// Every backend but the simulator selects a device by its ordinal: anything else is no
+    /// device id (refused where it is parsed, also where the device is never opened, as
+    /// beside `--total-memory`), not an id that fails later or not at all.
+    #[test]
+    fn a_hardware_id_needs_an_ordinal() {
+        for bad in [
+            "cuda:x",
+            "cuda:-1",
+            "cuda:+1",
+            "cuda: 1",
+            "cuda:1.0",
+            "cuda:99999999999999999999999",
+            "hip:0x1",
+            "xpu:first",
+            "template:\u{0661}",
+        ] {
+            let e = bad.parse::<DeviceId>().expect_err(bad);
+            assert!(matches!(e, Error::UnknownDevice { .. }), "{bad}: {e:?}");
+            assert!(e.to_string().contains(bad), "{bad}: {e}");
+        }
+        for good in [
+            "cuda:0",
+            "rocm:7",
+            "xpu:1",
+            "template:0",
+            "sim:rtx4090,other=1GiB",
+        ] {
+            good.parse::<DeviceId>().expect(good);
+        }
+        assert_eq!("cuda:3".parse::<DeviceId>().unwrap().ordinal().unwrap(), 3);
     }
 
     /// The text xtask reads (`backends.rs`, parsed by `backend_list_format.rs`) says what the
