@@ -235,7 +235,11 @@ impl LayerGroup {
         let over = || {
             Error::invalid(
                 "kv spec",
-                format!("page size of {self:?} overflows 64 bits"),
+                format!(
+                    "a page of {block_size} tokens of {} KV heads of head dim {} overflows 64 bits",
+                    self.kv_heads,
+                    self.head_dim_k.max(self.head_dim_v)
+                ),
             )
         };
         if let AttentionKind::State { bytes, .. } = self.attention {

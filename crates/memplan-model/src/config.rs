@@ -295,7 +295,42 @@ impl ModelConfig {
             map: &merged,
             outer: text.map(|_| top),
         };
-        crate::arch::parse(&arch, &f, top, key)
+        let config = crate::arch::parse(&arch, &f, top, key)?;
+        config.check_dimensions()?;
+        Ok(config)
+    }
+
+    /// The dimensions read must compute: a KV layout whose head sizes fit the KV spec's 32
+    /// bits, whose pages (per layer and summed over the layers) fit 64 bits at the largest
+    /// block size and widest dtype, and a parameter count the weight estimate can hold. Keys
+    /// plausible one by one (each at most 2^40) can still multiply past that; found here,
+    /// the error is the file's and names a key, not a failure of a later plan.
+    fn check_dimensions(&self) -> Result<()> {
+        let spec = self.kv_spec(memplan_core::kv::KvDtype::F32, 16, 1)?;
+        let mut total: u64 = 0;
+        for g in &spec.groups {
+            let page = g
+                .page_bytes(memplan_core::kv::KvDtype::F32, crate::limits::MAX_BLOCK)
+                .ok()
+                .and_then(|p| p.checked_mul(u64::from(g.num_layers)));
+            total = match page.and_then(|p| total.checked_add(p)) {
+                Some(t) => t,
+                None => {
+                    return Err(Error::invalid(
+                        "num_key_value_heads",
+                        format!(
+                            "{} KV heads of head dim {} in {} layers make a KV block of {} tokens larger than 64 bits",
+                            g.kv_heads,
+                            g.head_dim_k.max(g.head_dim_v),
+                            g.num_layers,
+                            crate::limits::MAX_BLOCK
+                        ),
+                    ))
+                }
+            };
+        }
+        crate::weights::params_per_rank(self, 1)?;
+        Ok(())
     }
 
     /// Parse the common dense-decoder keys (with Phi-2's alternative spellings).
@@ -353,6 +388,14 @@ impl ModelConfig {
             _ if hidden % heads == 0 => hidden / heads,
             _ => return Err(Error::invalid("head_dim", format!("missing, and hidden_size {hidden} is not a multiple of num_attention_heads {heads}"))),
         };
+        // The KV spec holds head sizes in 32 bits.
+        if head_dim > u64::from(u32::MAX) {
+            return Err(match f.first(&["head_dim", "hidden_size_per_head"])? {
+                Some(d) if d > 0 => Error::invalid("head_dim", format!("{d} is not a plausible head size (at most 2^32 - 1)")),
+                _ if f.get("kv_lora_rank").is_some() => Error::invalid("kv_lora_rank", format!("kv_lora_rank + qk_rope_head_dim = {head_dim} is not a plausible head size (at most 2^32 - 1)")),
+                _ => Error::invalid("hidden_size", format!("hidden_size {hidden} / num_attention_heads {heads} = {head_dim} is not a plausible head size (at most 2^32 - 1)")),
+            });
+        }
         let intermediate = f
             .first(&["intermediate_size", "n_inner"])?
             .unwrap_or(4 * hidden);

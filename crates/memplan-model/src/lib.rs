@@ -293,4 +293,47 @@ mod tests {
             .to_string()
             .starts_with("dtype"));
     }
+
+    /// Dimensions each plausible on its own whose KV page, head size or parameter count
+    /// cannot be computed are the config file's fault: an error naming the file and a key,
+    /// when it is loaded, not a usage error without a file when a plan is made.
+    #[test]
+    fn dimensions_that_do_not_compute_are_the_files_error() {
+        let dir = std::env::temp_dir().join(format!("memplan-model-dims-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let base = r#""architectures":["LlamaForCausalLM"],"intermediate_size":14336,
+            "vocab_size":128256,"max_position_embeddings":8192,"torch_dtype":"bfloat16""#;
+        let p2 = 1u64 << 31;
+        for (name, dims, key) in [
+            // hidden_size / heads = 31,250,000,000: no head size (at most 2^32 - 1).
+            ("derived-head", r#""num_hidden_layers":32,"hidden_size":1000000000000,"num_attention_heads":32,"num_key_value_heads":8"#.to_string(), "hidden_size"),
+            ("head-dim", r#""num_hidden_layers":32,"hidden_size":4096,"num_attention_heads":32,"num_key_value_heads":8,"head_dim":1000000000000"#.to_string(), "head_dim"),
+            // 2^31 KV heads of 2^31: a page past 64 bits.
+            ("page", format!(r#""num_hidden_layers":32,"hidden_size":4096,"num_attention_heads":{p2},"num_key_value_heads":{p2},"head_dim":{p2}"#), "KV heads"),
+            // Each page fits, but not 4,096 layers of them in one block of the largest size.
+            ("block", format!(r#""num_hidden_layers":4096,"hidden_size":4096,"num_attention_heads":{p2},"num_key_value_heads":{p2},"head_dim":128"#), "num_key_value_heads"),
+        ] {
+            let f = dir.join(format!("{name}.json"));
+            std::fs::write(&f, format!("{{{base},{dims}}}")).unwrap();
+            let e = Model::load(f.to_str().unwrap()).unwrap_err();
+            let text = e.to_string();
+            assert!(matches!(e, Error::InvalidFile { .. }), "{name}: {e:?}");
+            assert!(text.contains(&format!("{name}.json")) && text.contains(key), "{name}: {text}");
+            assert!(!text.contains('{'), "{name}: a Rust value in the message: {text}");
+        }
+        // 10^12 experts of a Mixtral: a parameter count past 2^62.
+        let f = dir.join("experts.json");
+        std::fs::write(
+            &f,
+            r#"{"architectures":["MixtralForCausalLM"],"model_type":"mixtral","hidden_size":4096,
+            "num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":8,
+            "intermediate_size":14336,"vocab_size":32000,"num_local_experts":1000000000000,
+            "num_experts_per_tok":2}"#,
+        )
+        .unwrap();
+        let e = Model::load(f.to_str().unwrap()).unwrap_err();
+        assert!(matches!(e, Error::InvalidFile { .. }), "{e:?}");
+        assert!(e.to_string().contains("experts.json"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
