@@ -120,6 +120,13 @@ fn target(a: &Flags) -> Result<Target, Error> {
     let dev = memplan::open(id)?;
     dev.synchronize()?;
     let driver: DriverMemory = dev.driver_memory()?;
+    // A total of 0 is a misreport, the device's failure: not a total to plan for (the
+    // planner would refuse it as if --total-memory had said 0), nor one to replace.
+    if driver.total == Some(0) {
+        return Err(Error::Measurement(format!(
+            "{id} reports a total of 0 bytes of memory; pass --total-memory to plan for a total"
+        )));
+    }
     let usable = usable_memory(dev.descriptor()).filter(|_| driver.total.is_none());
     let total = driver
         .total

@@ -1,0 +1,114 @@
+//! Hostile inputs an outside battery found getting through (each case failed before its fix):
+//! the built binary must refuse them with the documented exit code and a message that names
+//! the file, line, key or device at fault, never a flag the user did not pass.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// Exit code and stderr of `memplan ARGS`.
+fn run(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_memplan"))
+        .args(args)
+        .env_remove("MEMPLAN_LOG")
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("the binary runs");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!err.contains("panicked"), "{args:?}: {err}");
+    (out.status.code().expect("exited, not killed"), err)
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("memplan-hostile-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d.join(name)
+}
+
+/// A figure the log prints as `NaN` or `inf` with its unit written on is refused naming the
+/// line, not skipped (which let a total derived from other lines stand in for it).
+#[test]
+fn a_log_figure_of_nan_with_its_unit_is_refused() {
+    for (name, value) in [("nan.log", "NaNGiB"), ("inf.log", "infGiB")] {
+        let log = tmp(name);
+        std::fs::write(
+            &log,
+            format!(
+                "[v1/worker/gpu_worker.py:284] worker init memory snapshot: torch_peak=0.0GiB, \
+                 free_memory=78.68GiB, total_memory={value}, cuda_memory=0.51GiB\n\
+                 [v1/worker/gpu_model_runner.py:4820] Model loading took 14.99 GiB memory\n\
+                 [v1/worker/gpu_worker.py:436] Available KV cache memory: 58.11 GiB\n\
+                 [v1/core/kv_cache_utils.py:1319] GPU KV cache size: 476,016 tokens\n"
+            ),
+        )
+        .unwrap();
+        let (code, err) = run(&[
+            "plan",
+            "--model",
+            "llama-3.1-8b-instruct",
+            "--from-log",
+            log.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 1, "{err}");
+        assert!(err.contains(name) && err.contains("line 1"), "{err}");
+        assert!(!err.contains("--"), "blames a flag: {err}");
+    }
+}
+
+/// A hardware device id selects by ordinal: `cuda:-1` is no id, even where the device is
+/// never opened (beside --total-memory).
+#[test]
+fn a_hardware_device_id_without_an_ordinal_is_refused() {
+    for id in ["cuda:-1", "cuda:x", "rocm:99999999999999999999"] {
+        let (code, err) = run(&[
+            "plan",
+            "--model",
+            "qwen2.5-1.5b-instruct",
+            "--device",
+            id,
+            "--total-memory",
+            "24GiB",
+        ]);
+        assert_eq!(code, 2, "{id}: {err}");
+        assert!(err.contains(id) && err.contains("--device"), "{id}: {err}");
+    }
+}
+
+/// Config dimensions each within range whose product is not are the file's fault (exit 1,
+/// the file and the key named), not a usage error naming no file.
+#[test]
+fn config_dimensions_that_do_not_compute_name_the_file() {
+    let cfg = tmp("big-hidden.json");
+    std::fs::write(
+        &cfg,
+        r#"{"architectures":["LlamaForCausalLM"],"hidden_size":1000000000000,
+        "num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":8,
+        "intermediate_size":14336,"vocab_size":128256,"torch_dtype":"bfloat16"}"#,
+    )
+    .unwrap();
+    let (code, err) = run(&[
+        "plan",
+        "--model",
+        cfg.to_str().unwrap(),
+        "--device",
+        "sim:h100-80gb",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("big-hidden.json") && err.contains("hidden_size"),
+        "{err}"
+    );
+}
+
+/// A device that reports a total of 0 bytes (a simulated misreport larger than the card) is
+/// the device's failure, not a `--total-memory` the user never passed.
+#[test]
+fn a_device_reporting_no_memory_is_not_blamed_on_a_flag() {
+    let id = "sim:rtx4090,total-under=24GiB";
+    let (code, err) = run(&["plan", "--model", "qwen2.5-1.5b-instruct", "--device", id]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("total-under=24GiB") || err.contains("total-under=24gib"),
+        "{err}"
+    );
+    assert!(!err.contains("--total-memory:"), "blames a flag: {err}");
+}
