@@ -10,8 +10,9 @@
 //!    keys this version does not know are ignored (a newer memplan of the same version may add
 //!    keys), a warning code it does not know is kept as
 //!    [`Warning::Unrecognized`](crate::Warning::Unrecognized);
-//! 4. the figures agree with each other ([`Plan::validate`]): tokens, blocks and bytes, the
-//!    rank and the deployment, a combined plan's ranks.
+//! 4. the figures agree with each other ([`Plan::validate`]): the request (a utilisation in
+//!    (0, 1], bytes above 0), tokens, blocks and bytes, the rank and the deployment, a
+//!    combined plan's ranks.
 //!
 //! `docs/schemas/plan.schema.json` describes the same document for other languages; a test
 //! checks every plan this crate writes against it.
@@ -23,6 +24,7 @@ use memplan_core::{Error, Result};
 use serde::{Deserialize, Deserializer};
 
 use super::{combine_ranks, Plan, SCHEMA};
+use crate::budget::Request;
 
 /// The largest plan text [`Plan::from_json`] reads: 64 MiB (a combined plan carries a few
 /// hundred bytes per rank, so even a deployment of 100,000 ranks stays far below).
@@ -114,10 +116,23 @@ impl Plan {
     }
 
     /// Check that the plan's figures agree with each other (a plan read from elsewhere): the
+    /// request is one the planner takes (a utilisation in (0, 1], bytes above 0), the
     /// token count is the sizing's, blocks times block bytes are the bytes used, which fit in
     /// the KV cache granted, which fits in the budget; the rank belongs to the plan's
     /// deployment; a combined plan's ranks (see [`super::Ranks`]).
     pub fn validate(&self) -> Result<()> {
+        // The request as it was checked when the plan was made.
+        match self.request {
+            Request::Utilization(u) if !(u.is_finite() && u > 0.0 && u <= 1.0) => {
+                return Err(bad(format!(
+                    "request: a utilisation of {u} is outside (0, 1]"
+                )))
+            }
+            Request::Bytes(0) | Request::KvCacheBytes(0) => {
+                return Err(bad("request: 0 bytes requested"))
+            }
+            _ => {}
+        }
         if self.kv_cache_tokens != self.kv.tokens {
             return Err(bad(format!(
                 "kv_cache_tokens {} is not kv.tokens {}",

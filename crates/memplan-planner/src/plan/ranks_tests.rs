@@ -215,6 +215,21 @@ fn another_version_or_a_tampered_plan_is_refused() {
     let mut t = v.clone();
     t["total_bytes"] = "24 GiB".into();
     assert!(read(&t).is_err());
+    // The request passes the same checks as when it was made: a utilisation in (0, 1], a
+    // byte budget or KV size above 0.
+    for (kind, value) in [
+        ("utilization", serde_json::json!(2.0)),
+        ("utilization", serde_json::json!(-1.0)),
+        ("utilization", serde_json::json!(0.0)),
+        ("utilization", serde_json::json!(1.0000001)),
+        ("bytes", serde_json::json!(0)),
+        ("kv_cache_bytes", serde_json::json!(0)),
+    ] {
+        let mut t = v.clone();
+        t["request"] = serde_json::json!({"kind": kind, "value": value});
+        let e = read(&t).expect_err(&format!("{kind} {value}")).to_string();
+        assert!(e.contains("request"), "{kind} {value}: {e}");
+    }
     // A key a newer memplan of the same version added is ignored.
     let mut t = v.clone();
     t["from_the_future"] = 1.into();
