@@ -14,8 +14,8 @@ pub const MIB: u64 = 1 << 20;
 pub const GIB: u64 = 1 << 30;
 
 /// Parse a byte quantity: a plain integer number of bytes, or a number with a unit
-/// (`B`, `KB`/`MB`/`GB`/`TB` = powers of 1000, `KiB`/`MiB`/`GiB`/`TiB` = powers of 1024,
-/// `K`/`M`/`G`/`T` alone = powers of 1024 as engines print them). Case-insensitive for the
+/// (`B`, `KB`/`MB`/`GB`/`TB`/`PB` = powers of 1000, `KiB`/`MiB`/`GiB`/`TiB`/`PiB` = powers of
+/// 1024, `K`/`M`/`G`/`T`/`P` alone = powers of 1024 as engines print them). Case-insensitive for the
 /// SI part; fractional values are rounded to the nearest byte.
 pub fn parse_bytes(field: &str, input: &str) -> Result<u64, Error> {
     let bad = |why: &str| {
@@ -42,10 +42,12 @@ pub fn parse_bytes(field: &str, input: &str) -> Result<u64, Error> {
         "m" | "mib" => MIB,
         "g" | "gib" => GIB,
         "t" | "tib" => GIB * KIB,
+        "p" | "pib" => GIB * MIB,
         "kb" => 1_000,
         "mb" => 1_000_000,
         "gb" => 1_000_000_000,
         "tb" => 1_000_000_000_000,
+        "pb" => 1_000_000_000_000_000,
         _ => return Err(bad(&format!("unknown unit {unit:?}"))),
     };
     if !num.contains('.') {
@@ -148,6 +150,11 @@ mod tests {
         );
         assert_eq!(parse_bytes("x", " 2 g ").unwrap(), 2 * GIB);
         assert_eq!(parse_bytes("x", "1_000").unwrap(), 1000);
+        // The unit the documented limits are written in (1 PiB) is one a user can write.
+        assert_eq!(parse_bytes("x", "1PiB").unwrap(), 1 << 50);
+        assert_eq!(parse_bytes("x", "0.5P").unwrap(), 1 << 49);
+        assert_eq!(parse_bytes("x", "2PB").unwrap(), 2_000_000_000_000_000);
+        assert!(parse_bytes("x", "20000PiB").is_err());
     }
 
     #[test]
