@@ -99,16 +99,23 @@ fn config_dimensions_that_do_not_compute_name_the_file() {
     );
 }
 
-/// A device that reports a total of 0 bytes (a simulated misreport larger than the card) is
-/// the device's failure, not a `--total-memory` the user never passed.
+/// A device that reports a total of 0 bytes (a simulated misreport larger than the card), or
+/// more than the 1 PiB --total-memory takes, is the device's failure: not planned for, and
+/// not a `--total-memory` the user never passed.
 #[test]
-fn a_device_reporting_no_memory_is_not_blamed_on_a_flag() {
-    let id = "sim:rtx4090,total-under=24GiB";
-    let (code, err) = run(&["plan", "--model", "qwen2.5-1.5b-instruct", "--device", id]);
-    assert_eq!(code, 1, "{err}");
-    assert!(
-        err.contains("total-under=24GiB") || err.contains("total-under=24gib"),
-        "{err}"
-    );
-    assert!(!err.contains("--total-memory:"), "blames a flag: {err}");
+fn a_device_reporting_an_absurd_total_is_refused_naming_it() {
+    for modifier in [
+        "total-under=24GiB",
+        "total-over=1PiB",
+        "total-over=16000000TiB",
+    ] {
+        let id = format!("sim:rtx4090,{modifier}");
+        let (code, err) = run(&["plan", "--model", "qwen2.5-1.5b-instruct", "--device", &id]);
+        assert_eq!(code, 1, "{id}: {err}");
+        assert!(
+            err.to_lowercase().contains(&id.to_lowercase()) && err.contains("reports a total"),
+            "{id}: {err}"
+        );
+        assert!(!err.contains("--total-memory:"), "blames a flag: {err}");
+    }
 }

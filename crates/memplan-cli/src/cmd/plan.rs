@@ -120,11 +120,18 @@ fn target(a: &Flags) -> Result<Target, Error> {
     let dev = memplan::open(id)?;
     dev.synchronize()?;
     let driver: DriverMemory = dev.driver_memory()?;
-    // A total of 0 is a misreport, the device's failure: not a total to plan for (the
-    // planner would refuse it as if --total-memory had said 0), nor one to replace.
-    if driver.total == Some(0) {
+    // A total of 0, or past the range --total-memory takes (1 byte to 1 PiB), is a
+    // misreport, the device's failure: not a total to plan for (the planner would refuse a 0
+    // as if --total-memory had said it), nor one to replace.
+    if let Some(t) = driver
+        .total
+        .filter(|t| *t == 0 || *t > memplan_model::limits::MAX_BYTES)
+    {
         return Err(Error::Measurement(format!(
-            "{id} reports a total of 0 bytes of memory; pass --total-memory to plan for a total"
+            "{id} reports a total of {} ({t} bytes) of memory, outside 1 byte to {}; pass \
+             --total-memory to plan for a total",
+            memplan::bytes::fmt_bytes(t),
+            memplan::bytes::fmt_bytes(memplan_model::limits::MAX_BYTES)
         )));
     }
     let usable = usable_memory(dev.descriptor()).filter(|_| driver.total.is_none());
