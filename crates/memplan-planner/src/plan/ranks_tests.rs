@@ -215,6 +215,26 @@ fn another_version_or_a_tampered_plan_is_refused() {
     let mut t = v.clone();
     t["total_bytes"] = "24 GiB".into();
     assert!(read(&t).is_err());
+    // A value of the wrong type is named by its key path.
+    for (path, value) in [
+        (&["total_bytes"][..], serde_json::json!(-1)),
+        (&["kv", "num_blocks"][..], serde_json::json!(1.5)),
+        (&["rank", "tensor_parallel_rank"][..], serde_json::json!(-1)),
+        (&["kv_spec", "block_size"][..], serde_json::json!("16")),
+    ] {
+        let mut t = v.clone();
+        let mut at = &mut t;
+        for k in path {
+            at = &mut at[*k];
+        }
+        *at = value;
+        let e = read(&t).expect_err(&path.join(".")).to_string();
+        assert!(e.contains(&format!("{}: ", path.join("."))), "{e}");
+    }
+    let mut t = v.clone();
+    t["consumers"][0]["bytes"] = (-5).into();
+    let e = read(&t).unwrap_err().to_string();
+    assert!(e.contains("consumers[0].bytes: "), "{e}");
     // The request passes the same checks as when it was made: a utilisation in (0, 1], a
     // byte budget or KV size above 0.
     for (kind, value) in [
