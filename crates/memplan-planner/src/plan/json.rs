@@ -110,17 +110,17 @@ impl Plan {
                 )))
             }
         }
-        let plan = match Plan::deserialize(v.clone()) {
-            Ok(plan) => plan,
-            Err(e) => {
-                // serde's message says what was wrong but not where: name the key.
-                let e = e.to_string();
-                return Err(bad(match failing_key(&v, &e) {
-                    Some(key) => format!("{key}: {e}"),
-                    None => e,
-                }));
-            }
-        };
+        // serde's message says what was wrong but not where: the path to the value names it
+        // (`kv.num_blocks`, `consumers[0].bytes`).
+        let plan: Plan = serde_path_to_error::deserialize(v).map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner().to_string();
+            bad(if path == "." || path.is_empty() {
+                inner
+            } else {
+                format!("{path}: {inner}")
+            })
+        })?;
         plan.validate()?;
         Ok(plan)
     }
@@ -177,118 +177,6 @@ impl Plan {
         }
         Ok(())
     }
-}
-
-/// The largest document [`failing_key`] searches (each probe reads a copy of it).
-const MAX_LOCATE_BYTES: u64 = MIB;
-/// The most probes [`failing_key`] makes.
-const MAX_LOCATE_PROBES: usize = 256;
-
-/// Where in `v` the value is that made reading it as a plan fail with `error`, as a key path
-/// (`kv.num_blocks`, `consumers[0].bytes`): serde stops at the first bad value it visits and
-/// reports missing keys only after visiting every other one, so the bad value is the one
-/// whose removal changes the error (the first key of an object that does, by bisection in an
-/// array). Bounded: documents up to [`MAX_LOCATE_BYTES`], [`MAX_LOCATE_PROBES`] reads; `None`
-/// where it cannot say.
-fn failing_key(v: &serde_json::Value, error: &str) -> Option<String> {
-    use serde_json::Value;
-    use std::cell::Cell;
-    struct Count(u64);
-    impl std::io::Write for Count {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0 += b.len() as u64;
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    // A missing key is named by serde itself, after every other key was visited.
-    if error.starts_with("missing field") {
-        return None;
-    }
-    let mut size = Count(0);
-    serde_json::to_writer(&mut size, v).ok()?;
-    if size.0 > MAX_LOCATE_BYTES {
-        return None;
-    }
-    enum Seg {
-        Key(String),
-        Index(usize),
-    }
-    fn at<'a>(v: &'a mut Value, path: &[Seg]) -> Option<&'a mut Value> {
-        path.iter().try_fold(v, |v, s| match (s, v) {
-            (Seg::Key(k), Value::Object(m)) => m.get_mut(k),
-            (Seg::Index(i), Value::Array(a)) => a.get_mut(*i),
-            _ => None,
-        })
-    }
-    let probes = Cell::new(0);
-    let left = || probes.get() < MAX_LOCATE_PROBES;
-    // Whether the document, cut at `path`, reads differently (or reads).
-    let changes = |path: &[Seg], cut: &dyn Fn(&mut Value)| -> bool {
-        probes.set(probes.get() + 1);
-        let mut copy = v.clone();
-        match at(&mut copy, path) {
-            Some(node) => cut(node),
-            None => return false,
-        }
-        Plan::deserialize(copy).map_or_else(|e| e.to_string() != error, |_| true)
-    };
-    let mut path: Vec<Seg> = Vec::new();
-    loop {
-        let mut node = v.clone();
-        let next = match at(&mut node, &path)? {
-            Value::Object(m) => m
-                .keys()
-                .find(|k| {
-                    left()
-                        && changes(&path, &|n: &mut Value| {
-                            if let Value::Object(m) = n {
-                                m.remove(k.as_str());
-                            }
-                        })
-                })
-                .cloned()
-                .map(Seg::Key),
-            Value::Array(a) if !a.is_empty() => {
-                // The first element whose removal, with every one before it, changes it.
-                let (mut lo, mut hi) = (0, a.len());
-                while hi - lo > 1 && left() {
-                    let mid = (lo + hi) / 2;
-                    let cut = |n: &mut Value| {
-                        if let Value::Array(a) = n {
-                            a.drain(..mid);
-                        }
-                    };
-                    if changes(&path, &cut) {
-                        hi = mid;
-                    } else {
-                        lo = mid;
-                    }
-                }
-                (hi - lo == 1).then_some(Seg::Index(lo))
-            }
-            _ => None,
-        };
-        match next {
-            Some(s) => path.push(s),
-            None => break,
-        }
-    }
-    let mut out = String::new();
-    for s in &path {
-        match s {
-            Seg::Key(k) => {
-                if !out.is_empty() {
-                    out.push('.');
-                }
-                out.push_str(k);
-            }
-            Seg::Index(i) => out.push_str(&format!("[{i}]")),
-        }
-    }
-    (!out.is_empty()).then_some(out)
 }
 
 /// Combine the plans of every rank, each a `memplan.plan/1` JSON text (what an all-gather of
