@@ -105,6 +105,16 @@ pub struct LogFigures {
     /// Whether the torch.compile cache was cold or warm when the KV cache was sized, where the
     /// log says so before its available KV memory (see [`CompileCache`]).
     pub compile_cache: Option<CompileCache>,
+    /// The first line in a format only vLLM releases before 0.19 print (V0's "Memory profiling
+    /// results" and "the rest of the memory reserved for KV Cache is", "# GPU blocks:" /
+    /// "# CUDA blocks:", "Loading model weights took", V0's refusal "maximum number of tokens
+    /// that can be stored in KV cache"): it dates a log that has no version line.
+    pub legacy_line: Option<usize>,
+    /// The line where the engine refused to start because one request of `max_model_len`
+    /// does not fit its KV cache (V0: "... is larger than the maximum number of tokens that
+    /// can be stored in KV cache (N)"; V1: "... which is larger than the available KV cache
+    /// memory (X GiB)"): that start-up allocated no KV cache.
+    pub refused: Option<usize>,
     /// The line (1-based) each figure was read from, by figure name.
     pub lines: Vec<(&'static str, usize)>,
     /// What was read but left out, and why.
@@ -387,6 +397,40 @@ impl<'a> Line<'a> {
     }
 }
 
+/// A byte figure printed before its name, in GiB (`8.8 GiB for weight`: `key` is
+/// `" GiB for weight"`), as signed bytes; `None` when the line has no such figure.
+fn gib_before(l: &Line, key: &str, what: &str) -> Result<Option<i128>> {
+    let Some(at) = l.find(key) else {
+        return Ok(None);
+    };
+    let head = l.text[..at].trim_end();
+    let start = head
+        .char_indices()
+        .rev()
+        .take_while(|&(_, c)| c.is_ascii_digit() || matches!(c, '.' | ',' | '-' | '+'))
+        .last()
+        .map_or(head.len(), |(i, _)| i);
+    let tok = &head[start..];
+    if !tok.contains(|c: char| c.is_ascii_digit()) {
+        return Ok(None);
+    }
+    let x: f64 = tok
+        .replace(',', "")
+        .parse()
+        .map_err(|_| bad(l.n, format!("{what} {tok:?} is not a number")))?;
+    let b = x * GIB as f64;
+    if !b.is_finite() || b.abs() > limits::MAX_BYTES as f64 {
+        return Err(bad(
+            l.n,
+            format!(
+                "{what} {tok} GiB is more than any device holds (at most {})",
+                fmt_bytes(limits::MAX_BYTES)
+            ),
+        ));
+    }
+    Ok(Some(b.round() as i128))
+}
+
 fn fmt_signed(b: i128) -> String {
     let s = fmt_bytes(b.unsigned_abs().min(u64::MAX as u128) as u64);
     if b < 0 {
@@ -471,12 +515,19 @@ pub fn parse(text: &str) -> Result<LogFigures> {
                     (vllm, vllm_kv) = (true, true)
                 }
                 "Model loading took"
+                | "maximum number of tokens that can be stored in KV cache"
+                | " GiB for weight"
                 | "Memory profiling results"
                 | "Loading model weights took"
                 | "GPU KV cache size"
                 | "Memory profiling takes"
                 | "# GPU blocks"
                 | "# CUDA blocks"
+                | "# cuda blocks:"
+                | "# rocm blocks:"
+                | "# xpu blocks:"
+                | "# HPU blocks:"
+                | "# TPU blocks:"
                 | "Free memory on device"
                 | "CUDA graph pool memory"
                 | "Estimated CUDA graph memory"
@@ -506,6 +557,8 @@ pub fn parse(text: &str) -> Result<LogFigures> {
     };
     let mut peak_torch: Option<u64> = None;
     let mut says_subtracted = false;
+    // A "W GiB for weight" report part was read (its other parts may follow on other lines).
+    let mut weight_report = false;
     // Each process's own available KV memory, the first it prints (see below); `None` names
     // the unprefixed process.
     let mut rank_kv: Vec<(Option<&str>, u64)> = Vec::new();
@@ -668,6 +721,66 @@ pub fn parse(text: &str) -> Result<LogFigures> {
                 "consumed",
                 n,
             );
+        }
+        // The same report before the consumed accounting, as vLLM V1 printed it up to the
+        // 0.26 releases (`v1/worker/gpu_worker.py` `compile_or_warm_up_model`: "Actual usage
+        // is {W} GiB for weight, {A} GiB for peak activation, {N} GiB for non-torch memory,
+        // and {G} GiB for CUDAGraph memory", W = `model_memory_usage`, A =
+        // `peak_activation_memory` = the profile's `torch_peak_increase`, N =
+        // `non_torch_increase`, G = what `capture_model` took), and as vllm-ascend's
+        // `NPUWorker` prints it ("Actual usage: W GiB for weights, ..., G GiB for NPU graph
+        // memory"). The figure comes before its name; a paste may wrap the parts onto lines
+        // of their own. The consumed report's "peak activation" (0.27+, above) is another
+        // figure (the transient peak plus the graph estimate), so it is read only after a
+        // "for weight" part.
+        if let Some(w) = gib_before(&l, " GiB for weight", "weights")? {
+            if w < 0 {
+                return Err(bad(n, format!("weights {} is negative", fmt_signed(w))));
+            }
+            weight_report = true;
+            set(&mut f.weights, Some(w as u64), lines, "weights", n);
+        }
+        if weight_report && !l.has("for consumed memory") {
+            match gib_before(&l, " GiB for peak activation", "activation peak")? {
+                Some(a) if a < 0 => {
+                    return Err(bad(
+                        n,
+                        format!("activation peak {} is negative", fmt_signed(a)),
+                    ))
+                }
+                Some(a) => set(&mut f.activation, Some(a as u64), lines, "activation", n),
+                None => {}
+            }
+            match gib_before(&l, " GiB for non-torch memory", "non-torch memory")? {
+                Some(b) if b < 0 => f.notes.push(format!(
+                    "line {n}: non-torch memory {} (the profile run freed memory it had not allocated): not used",
+                    fmt_signed(b)
+                )),
+                Some(b) => set(&mut f.non_torch, Some(b as u64), lines, "non_torch", n),
+                None => {}
+            }
+            if l.has(" GiB for NPU graph memory") && !lines.iter().any(|(k, _)| *k == "npu") {
+                lines.push(("npu", n));
+                f.notes.push(format!(
+                    "line {n}: an Ascend NPU start-up (vllm-ascend's worker): memplan's rules are vLLM's on CUDA, ROCm and XPU, so its defaults and graph reserve are not that worker's; the figures the log prints are used as printed"
+                ));
+            }
+            for key in [" GiB for CUDAGraph memory", " GiB for NPU graph memory"] {
+                match gib_before(&l, key, "graph memory")? {
+                    Some(b) if b < 0 => f.notes.push(format!(
+                        "line {n}: the graph pool measured {} (capture freed memory): not used",
+                        fmt_signed(b)
+                    )),
+                    Some(b) => set(
+                        &mut f.graph_actual,
+                        Some(b as u64),
+                        lines,
+                        "graph_actual",
+                        n,
+                    ),
+                    None => {}
+                }
+            }
         }
         // Weights.
         if let Some(i) = l.find("Load weight end") {
@@ -859,6 +972,72 @@ pub fn parse(text: &str) -> Result<LogFigures> {
                 folded = folded.saturating_add(k);
             }
         }
+        // The refusals when one request of `max_model_len` does not fit. V0
+        // (`worker/worker.py` `raise_if_cache_size_invalid`): "The model's max seq len
+        // ({max_model_len}) is larger than the maximum number of tokens that can be stored in
+        // KV cache ({block_size * num_gpu_blocks})": the KV tokens of every block. V1
+        // (`v1/core/kv_cache_utils.py` `_check_enough_kv_cache_memory`): "To serve at least
+        // one request with the model's max seq len ({max_model_len}), ({needed} GiB KV cache
+        // is needed, which is larger than the available KV cache memory ({available} GiB).
+        // Based on the available memory, the estimated maximum model length is {len}." (the
+        // available memory is read above).
+        if l.has("maximum number of tokens that can be stored in KV cache") {
+            set(
+                &mut f.kv_tokens,
+                l.count(
+                    "maximum number of tokens that can be stored in KV cache",
+                    "KV cache tokens",
+                    limits::MAX_KV_TOKENS,
+                )?,
+                lines,
+                "kv_tokens",
+                n,
+            );
+        }
+        // (Only the refusals print "max seq len (": a terminal may wrap the rest of the
+        // sentence onto the next line.)
+        if l.has("max seq len (") {
+            set(
+                &mut f.max_model_len,
+                l.count("max seq len (", "max_model_len", limits::MAX_MODEL_LEN)?,
+                lines,
+                "max_model_len",
+                n,
+            );
+            if f.refused.is_none() {
+                f.refused = Some(n);
+                let fits = l
+                    .count(
+                        "estimated maximum model length is",
+                        "estimated maximum model length",
+                        limits::MAX_MODEL_LEN,
+                    )?
+                    .map(|m| format!("; the engine estimated that {m} tokens fit"))
+                    .unwrap_or_default();
+                f.notes.push(format!(
+                    "line {n}: the engine refused to start: one request of max_model_len does not fit its KV cache{fits}"
+                ));
+            }
+        }
+        if f.legacy_line.is_none()
+            && [
+                "Memory profiling results",
+                "the rest of the memory reserved for KV Cache is",
+                "# GPU blocks:",
+                "# CUDA blocks:",
+                "# cuda blocks:",
+                "# rocm blocks:",
+                "# xpu blocks:",
+                "# HPU blocks:",
+                "# TPU blocks:",
+                "Loading model weights took",
+                "maximum number of tokens that can be stored in KV cache",
+            ]
+            .iter()
+            .any(|k| l.has(k))
+        {
+            f.legacy_line = Some(n);
+        }
         // KV tokens, blocks, concurrency.
         // "GPU KV cache size: N tokens" ("XPU ...", "GPU + host ..." on other pools).
         if l.has(" tokens") {
@@ -913,13 +1092,38 @@ pub fn parse(text: &str) -> Result<LogFigures> {
                     n,
                 );
             }
+            // Its MLA pool (DeepSeek, Kimi: one latent per token) and the pools built like it
+            // print one figure (`mem_cache/memory_pool.py` `MLATokenToKVPool.__init__`: "KV
+            // Cache is allocated. #tokens: {size}, KV size: {kv_size / GB:.2f} GB").
+            set(
+                &mut f.kv_available,
+                l.bytes("KV size:", "KV cache size")?,
+                lines,
+                "kv_available",
+                n,
+            );
         }
+        // V0's executor names the platform's device (`executor/executor_base.py`
+        // `initialize_cache`: "# %s blocks: %d, # CPU blocks: %d" with
+        // `current_platform.device_name`: "GPU", "cuda", "rocm", "xpu"; the HPU and TPU
+        // executors print their own). A count of 0 is a start-up with no room for a KV cache.
         for key in [
             "# GPU blocks:",
             "# CUDA blocks:",
+            "# cuda blocks:",
+            "# rocm blocks:",
+            "# xpu blocks:",
+            "# HPU blocks:",
+            "# TPU blocks:",
             "Extended KV cache to",
             "num_gpu_blocks is:",
         ] {
+            if l.has(key) && l.token(key).is_some_and(|(t, _)| t == "0") {
+                f.notes.push(format!(
+                    "line {n}: 0 KV cache blocks: that start-up had no room for a KV cache"
+                ));
+                continue;
+            }
             set(
                 &mut f.kv_blocks,
                 l.count(key, "KV cache blocks", limits::MAX_KV_TOKENS)?,

@@ -13,7 +13,9 @@
 //! Which figures: the components (total, utilisation, weights, activation, non-torch) when all
 //! are printed, with the graph estimate included only when the engine's own "Total non KV cache
 //! memory" line shows it was subtracted; otherwise the printed available KV memory.
-//! Engines without a "GPU KV cache size" line (V0) report all blocks and no null block.
+//! Engines without a "GPU KV cache size" line (V0) report all blocks and no null block; V1's
+//! line counts every block, the null block included, so the range's upper end is the count the
+//! engine prints at `kv_hi` (memplan's own count is the usable one, a block fewer).
 
 use memplan_core::bytes::GIB;
 use memplan_core::kv::{KvDtype, KvLimits};
@@ -155,18 +157,23 @@ pub fn reproduce_with(e: &Value, extra_configs: Option<&str>) -> Result<Option<R
     if basis == "available_kv" {
         graph_subtracted = false;
     }
+    // (memplan's count, the engine's printed count): V1's "GPU KV cache size" line divides
+    // every block, the null block included (`num_blocks // groups * block_size`), where
+    // memplan counts the usable ones; the range runs from memplan's count at the low end to
+    // the engine's at the high end.
     let size = |b: f64| -> Result<(u64, u64)> {
         let z = spec.size(b.max(0.0) as u64, &limits)?;
         Ok(if compared == "tokens" {
-            (z.tokens, z.tokens)
+            let printed = z.num_blocks / z.num_groups.max(1) * z.block_size;
+            (z.tokens, printed.max(z.tokens))
         } else if v0 {
             (z.num_blocks, z.num_blocks)
         } else {
-            (z.usable_blocks, z.usable_blocks)
+            (z.usable_blocks, z.num_blocks)
         })
     };
     let (lo_n, _) = size(lo)?;
-    let (hi_n, _) = size(hi)?;
+    let (_, hi_n) = size(hi)?;
     let (planned, _) = size(mid)?;
     let src = s("source").unwrap_or("").to_string();
     Ok(Some(Reproduction {

@@ -408,8 +408,16 @@ fn reconcile(
                 *a = trial;
             }
             if b != kv {
+                let what = if plan.kv.tokens == logged {
+                    "gives the logged KV tokens".to_string()
+                } else {
+                    format!(
+                        "comes closest to the logged KV tokens ({} planned, {logged} logged)",
+                        plan.kv.tokens
+                    )
+                };
                 plan.notes.push(format!(
-                    "the log prints the available KV memory to 0.01 GiB: within that rounding, {} gives the logged KV tokens",
+                    "the log prints the available KV memory to 0.01 GiB: within that rounding, {} {what}",
                     memplan::bytes::fmt_bytes(b)
                 ));
             }
@@ -1194,5 +1202,86 @@ mod tests {
         }
         let e = plan("--model nope").unwrap_err();
         assert!(e.help["presets"].as_array().unwrap().len() > 10, "{e:?}");
+    }
+
+    fn log_file(tag: &str, text: &str) -> std::path::PathBuf {
+        let path =
+            std::env::temp_dir().join(format!("memplan-log-{tag}-{}.txt", std::process::id()));
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    #[test]
+    fn a_total_the_log_lacks_keeps_its_kv_cache() {
+        // vllm-project/vllm#33263 (a 24 GB GPU): the log states its KV cache and no device
+        // total; the total the error asks for completes the plan without replacing the KV.
+        let path = log_file(
+            "no-total",
+            "INFO 01-28 16:08:46 [gpu_worker.py:358] Available KV cache memory: 18.78 GiB\n\
+             INFO 01-28 16:08:46 [kv_cache_utils.py:1305] GPU KV cache size: 175,856 tokens\n",
+        );
+        let f = run_json(&format!(
+            "--model Qwen/Qwen3-0.6B --from-log {}",
+            path.display()
+        ))
+        .unwrap_err();
+        assert!(f.message.contains("--total-memory"), "{}", f.message);
+        let j = run_json(&format!(
+            "--model Qwen/Qwen3-0.6B --total-memory 23.55GiB --from-log {}",
+            path.display()
+        ))
+        .unwrap();
+        let kv = j["kv_budget_bytes"].as_u64().unwrap() as f64 / (1u64 << 30) as f64;
+        assert!((kv - 18.78).abs() <= 0.0051, "{kv}");
+        assert!(
+            j["notes"]
+                .to_string()
+                .contains("taken as the logged device's"),
+            "{}",
+            j["notes"]
+        );
+        // A total the log prints and the flag changes is another device: the KV is re-planned.
+        let path = log_file(
+            "total",
+            "Free memory on device (23.08/23.53 GiB) on startup. Desired GPU memory utilization is (0.8, 18.82 GiB).\n\
+             Available KV cache memory: 8.60 GiB\n",
+        );
+        let j = run_json(&format!(
+            "--model Qwen/Qwen3-0.6B --total-memory 47.06GiB --from-log {}",
+            path.display()
+        ))
+        .unwrap();
+        let kv = j["kv_budget_bytes"].as_u64().unwrap() as f64 / (1u64 << 30) as f64;
+        assert!(kv > 20.0, "{kv}");
+    }
+
+    #[test]
+    fn a_log_in_a_v0_format_is_planned_with_the_oldest_rules() {
+        // vllm-project/vllm#13882 (no version line; V0's profile report): the engine subtracted
+        // no graph memory, so the start-up is 1.05 GiB short, as it printed.
+        let path = log_file(
+            "v0",
+            "INFO 02-26 09:54:02 model_runner.py:1115] Loading model weights took 5.2032 GB\n\
+             INFO 02-26 09:54:05 worker.py:267] the current vLLM instance can use total_gpu_memory (8.00GiB) x gpu_memory_utilization (0.70) = 5.60GiB\n\
+             INFO 02-26 09:54:05 worker.py:267] model weights take 5.20GiB; non_torch_memory takes 0.03GiB; PyTorch activation peak memory takes 1.42GiB; the rest of the memory reserved for KV Cache is -1.05GiB.\n\
+             INFO 02-26 09:54:05 executor_base.py:111] # cuda blocks: 0, # CPU blocks: 4681\n",
+        );
+        let mut a = flags(&format!(
+            "--model qwen2.5-7b-instruct --from-log {}",
+            path.display()
+        ));
+        let log = extras::apply_log(&mut a).unwrap();
+        assert_eq!(a.engine.as_deref(), Some("vllm@0.19"));
+        assert!(
+            log.notes.iter().any(|n| n.contains("before 0.19")),
+            "{:?}",
+            log.notes
+        );
+        let f = run_json(&format!(
+            "--model qwen2.5-7b-instruct --from-log {}",
+            path.display()
+        ))
+        .unwrap_err();
+        assert!(f.message.contains("by 1.05 GiB"), "{}", f.message);
     }
 }

@@ -33,6 +33,7 @@ pub(super) const KEYS: &[&str] = &[
     "vLLM API server version ",
     "LLM engine (v",
     "\u{2588}  version ",
+    "\u{2588} version ",
     "vLLM ",
     "vLLM version ",
     "vllm version ",
@@ -55,6 +56,12 @@ pub(super) const KEYS: &[&str] = &[
     "equivalent to --gpu-memory-utilization=",
     "for consumed memory",
     "Actual usage is",
+    // The report before the consumed accounting (figure first, then its name).
+    " GiB for weight",
+    " GiB for peak activation",
+    " GiB for non-torch memory",
+    " GiB for CUDAGraph memory",
+    " GiB for NPU graph memory",
     // Weights, activation, non-torch, non-KV.
     "model weights take",
     "weights memory:",
@@ -88,10 +95,20 @@ pub(super) const KEYS: &[&str] = &[
     "Memory after warmup:",
     "# GPU blocks:",
     "# CUDA blocks:",
+    "# cuda blocks:",
+    "# rocm blocks:",
+    "# xpu blocks:",
+    "# HPU blocks:",
+    "# TPU blocks:",
     "num_gpu_blocks is:",
     "#tokens:",
     "K size:",
     "V size:",
+    "KV size:",
+    // Refusals: one request of `max_model_len` does not fit.
+    "maximum number of tokens that can be stored in KV cache",
+    "max seq len (",
+    "estimated maximum model length is",
     // Settings.
     "'max_model_len': -1",
     "max_model_len=-1",
@@ -144,8 +161,10 @@ const PARTNERS: &[&str] = &[
 pub(super) const RELEASE: &[&str] = &[
     "vLLM API server version ",
     "LLM engine (v",
-    // The start-up banner (0.2x+): `█ ▀▄▀ █  version 0.22.1`.
+    // The start-up banner (0.2x+): `█ ▀▄▀ █  version 0.22.1`; a blog or a rendered page
+    // collapses the run of spaces to one (`█ ▀▄▀ █ version 0.19.0`).
     "\u{2588}  version ",
+    "\u{2588} version ",
     "vLLM ",
     "vLLM version ",
     "vllm version ",

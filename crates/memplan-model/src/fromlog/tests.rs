@@ -541,3 +541,156 @@ fn a_multibyte_character_across_the_prefix_window_is_no_panic() {
         );
     }
 }
+
+#[test]
+fn a_banner_whose_spaces_a_page_collapsed_names_the_release() {
+    // A blog's copy of a vLLM 0.19.0 start-up (myoceane.fr, "vLLM 部署地端模型系統訊息記錄
+    // A100", gpt-oss-20b): the page collapsed the banner's run of spaces to one.
+    let log = "(APIServer pid=6539) INFO 04-18 20:22:57 [utils.py:299] ▄▄ ▄█ █ █ █ ▀▄▀ █ version 0.19.0\n\
+               (APIServer pid=6539) INFO 04-18 20:22:57 [utils.py:233] non-default args: {'model_tag': 'openai/gpt-oss-20b', 'port': 10000, 'model': 'openai/gpt-oss-20b', 'trust_remote_code': True, 'max_model_len': 131072, 'gpu_memory_utilization': 0.65}\n\
+               Model loading took 13.72 GiB memory and 62.336108 seconds\n\
+               Available KV cache memory: 36.56 GiB";
+    let f = parse(log).unwrap();
+    assert_eq!(f.version.as_deref(), Some("0.19.0"));
+    assert_eq!(f.utilization, Some(0.65));
+    assert_eq!(f.kv_available, Some(gib(36.56)));
+}
+
+#[test]
+fn the_report_before_the_consumed_accounting_gives_its_parts() {
+    // vLLM 0.26.0 (a grading harness's copy of a container log, code index id 60449471537):
+    // "W GiB for weight, A GiB for peak activation, N GiB for non-torch memory, and G GiB for
+    // CUDAGraph memory"; 15.2 - 0.88 - 0.26 - 0.16 - 0.58 (the estimate) = 13.32.
+    let log = "(EngineCore pid=79) INFO 07-30 07:11:00 [gpu_worker.py:560] Available KV cache memory: 13.33 GiB\n\
+               (EngineCore pid=79) INFO 07-30 07:11:20 [gpu_worker.py:857] Free memory on device (15.89/16.0 GiB) on startup. Desired GPU memory utilization is (0.95, 15.2 GiB). Actual usage is 0.88 GiB for weight, 0.26 GiB for peak activation, 0.16 GiB for non-torch memory, and 0.24 GiB for CUDAGraph memory. Replace gpu_memory_utilization config with `--kv-cache-memory=14514713805` (13.52 GiB) to fit into requested memory, or `--kv-cache-memory=15258363904` (14.21 GiB) to fully utilize gpu memory. Current kv cache memory in use is 13.33 GiB.";
+    let f = parse(log).unwrap();
+    assert_eq!(f.weights, Some(gib(0.88)));
+    assert_eq!(f.activation, Some(gib(0.26)));
+    assert_eq!(f.non_torch, Some(gib(0.16)));
+    assert_eq!(f.graph_actual, Some(gib(0.24)));
+    assert_eq!(f.total, Some(gib(16.0)));
+    assert_eq!(f.line("activation"), Some(2));
+
+    // The same report wrapped by its author (study notes serving Qwen3-8B-FP8, code index id
+    // 34681159919), the KV memory in bytes.
+    let log = "(EngineCore_DP0 pid=2552931) INFO 09-28 21:12:51 [v1/worker/gpu_worker.py:391] Free memory on device (23.08/23.53 GiB) on startup. Desired GPU memory utilization is (0.8, 18.82 GiB). \n\
+               \n\
+               Actual usage is \n\
+               8.8 GiB for weight, \n\
+               1.4 GiB for peak activation,\n\
+               0.02 GiB for non-torch memory, and \n\
+               0.68 GiB for CUDAGraph memory. \n\
+               \n\
+               Current kv cache memory in use is 9232221491 bytes.";
+    let f = parse(log).unwrap();
+    assert_eq!(
+        (f.weights, f.activation, f.non_torch, f.graph_actual),
+        (
+            Some(gib(8.8)),
+            Some(gib(1.4)),
+            Some(gib(0.02)),
+            Some(gib(0.68))
+        )
+    );
+    assert_eq!(f.kv_available, Some(9_232_221_491));
+
+    // A non-torch growth below zero (a boot with the cumem sleep-mode allocator, code index id
+    // 62145020194) is the engine's figure but no memory anything holds: said, not used.
+    let log = "Available KV cache memory: 11.06 GiB\n\
+               Free memory on device (21.83/22.06 GiB) on startup.\n  Desired GPU memory utilization is (0.8, 17.65 GiB).\n  Actual usage is 8.28 GiB for weight, 1.02 GiB for peak activation,\n  -3.58 GiB for non-torch memory, and 0.68 GiB for CUDAGraph memory.";
+    let f = parse(log).unwrap();
+    assert_eq!(f.weights, Some(gib(8.28)));
+    assert_eq!(f.activation, Some(gib(1.02)));
+    assert_eq!(f.non_torch, None);
+    assert!(f.notes.iter().any(|n| n.contains("-3.58")), "{:?}", f.notes);
+
+    // vllm-ascend's NPU worker (vllm-project/vllm-ascend#8289) prints "weights" and "NPU
+    // graph memory", and is named as a platform memplan's rules do not describe.
+    let log = "(EngineCore pid=2884597) INFO 04-15 06:30:01 [worker.py:575] Free memory on device (60.86/61.27 GiB) on startup. Desired GPU memory utilization is (0.9, 55.14 GiB). Actual usage: 1.14 GiB for weights, 0.22 GiB for peak activation, 0.13 GiB for non-torch memory, 0.04 GiB for NPU graph memory. Replace gpu_memory_utilization with `--kv-cache-memory=57403864576` (53.46 GiB) to fit in";
+    let f = parse(log).unwrap();
+    assert_eq!(
+        (f.weights, f.activation, f.non_torch, f.graph_actual),
+        (
+            Some(gib(1.14)),
+            Some(gib(0.22)),
+            Some(gib(0.13)),
+            Some(gib(0.04))
+        )
+    );
+    assert!(
+        f.notes.iter().any(|n| n.contains("Ascend NPU")),
+        "{:?}",
+        f.notes
+    );
+
+    // The consumed report's "peak activation" (0.27+) is not the torch peak: not read.
+    let log = "Actual usage is 19.47 GiB for consumed memory (weights + non-torch), 0.6 GiB for peak activation, and 0.1 GiB for CUDAGraph memory.";
+    let f = parse(&format!("Available KV cache memory: 1.95 GiB\n{log}")).unwrap();
+    assert_eq!((f.activation, f.weights), (None, None));
+    assert_eq!(f.consumed, Some(gib(19.47)));
+}
+
+#[test]
+fn sglangs_mla_pool_prints_one_size() {
+    // sgl-project/sglang#13466 (Kimi-K2-Instruct-0905, TP 8): `MLATokenToKVPool`.
+    let f =
+        parse("[2025-11-21 04:11:02 TP5] KV Cache is allocated. #tokens: 8050, KV size: 0.53 GB")
+            .unwrap();
+    assert_eq!(f.engine, Some(EngineKind::Sglang));
+    assert_eq!(f.kv_tokens, Some(8050));
+    assert_eq!(f.kv_available, Some(gib(0.53)));
+}
+
+#[test]
+fn refusals_give_the_length_and_what_fit() {
+    // V0 (QwenLM/Qwen3#295, Qwen1.5-7B-Chat): the KV tokens of every block.
+    let log = " raise ValueError(\nValueError: The model's max seq len (32768) is larger than the maximum number of tokens that can be stored in KV cache (7344). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.";
+    let f = parse(log).unwrap();
+    assert_eq!(f.engine, Some(EngineKind::Vllm));
+    assert_eq!((f.kv_tokens, f.max_model_len), (Some(7344), Some(32_768)));
+    assert_eq!((f.refused, f.legacy_line), (Some(2), Some(2)));
+
+    // V1 (vllm-project/vllm#44376, DeepSeek-V4-Flash on two GH200), and a terminal's wrap.
+    let log = "(EngineCore pid=2739502) ERROR 06-03 14:24:40 [core.py:1165] ValueError: To serve at least one request with the model's max seq len (30000), (6.66 GiB KV cache is needed, which is larger than the available KV cache memory (5.44 GiB). Based on the available memory, the estimated maximum model length is 13528. Try increasing `gpu_memory_utilization` (which also controls CPU memory on the CPU backend) or decreasing `max_model_len` when initializing the engine.";
+    let f = parse(log).unwrap();
+    assert_eq!(
+        (f.kv_available, f.max_model_len),
+        (Some(gib(5.44)), Some(30_000))
+    );
+    assert!(
+        f.notes
+            .iter()
+            .any(|n| n.contains("refused") && n.contains("13528")),
+        "{:?}",
+        f.notes
+    );
+    assert_eq!(f.legacy_line, None);
+    let wrapped = "(EngineCore pid=316) ValueError: To serve at least one request with the model's max seq len (100000), (4.26 GiB KV cach\ne is needed, which is larger than the available KV cache memory (4.25 GiB). Based on the avai";
+    let f = parse(wrapped).unwrap();
+    assert_eq!(
+        (f.kv_available, f.max_model_len),
+        (Some(gib(4.25)), Some(100_000))
+    );
+}
+
+#[test]
+fn v0_executors_name_the_device_and_zero_blocks_is_no_room() {
+    // vllm-project/vllm#13882 (a quantized Qwen2.5-7B on an 8 GB RTX 4060): V0's executor
+    // prints `current_platform.device_name`, and a start-up with no room prints 0 blocks.
+    let log = "INFO 02-26 09:54:02 model_runner.py:1115] Loading model weights took 5.2032 GB\n\
+               INFO 02-26 09:54:05 worker.py:267] the current vLLM instance can use total_gpu_memory (8.00GiB) x gpu_memory_utilization (0.70) = 5.60GiB\n\
+               INFO 02-26 09:54:05 worker.py:267] model weights take 5.20GiB; non_torch_memory takes 0.03GiB; PyTorch activation peak memory takes 1.42GiB; the rest of the memory reserved for KV Cache is -1.05GiB.\n\
+               INFO 02-26 09:54:05 executor_base.py:111] # cuda blocks: 0, # CPU blocks: 4681";
+    let f = parse(log).unwrap();
+    assert_eq!(f.kv_blocks, None);
+    assert!(
+        f.notes.iter().any(|n| n.contains("0 KV cache blocks")),
+        "{:?}",
+        f.notes
+    );
+    assert_eq!(f.legacy_line, Some(1));
+    let f =
+        parse("INFO 01-01 00:00:00 executor_base.py:111] # cuda blocks: 1952, # CPU blocks: 2048")
+            .unwrap();
+    assert_eq!(f.kv_blocks, Some(1952));
+}

@@ -132,7 +132,15 @@ pub fn apply_log(a: &mut Flags) -> Result<LogContext, Failure> {
     if a.kv_cache_memory_bytes.is_some() {
         overridden = true;
     }
-    if a.total_memory.is_some() {
+    // A total the log does not print completes it (the error for a log without one asks for
+    // it): the log's KV cache stays the engine's. One that differs from the log's is another
+    // device.
+    if a.total_memory.is_some() && f.total.is_none() {
+        notes.push(format!(
+            "the log prints no device total: --total-memory {} (given) is taken as the logged device's",
+            gib(a.total_memory.unwrap_or(0))
+        ));
+    } else if a.total_memory.is_some() {
         overridden = true;
         if let (Some(given), Some(l)) = (a.total_memory, f.total) {
             if given != l {
@@ -208,6 +216,15 @@ pub fn apply_log(a: &mut Flags) -> Result<LogContext, Failure> {
             }
             // The estimate printed but not subtracted: vLLM 0.19.
             _ if f.graph_estimate.is_some() && !f.graph_subtracted => "vllm@0.19".into(),
+            // Lines only releases before 0.19 print (V0's): none of them subtracted graph
+            // memory or used another block size than 16, as vLLM 0.19's row says.
+            _ if f.legacy_line.is_some() => {
+                notes.push(format!(
+                    "the log has no version line; its line {} is in a format of vLLM releases before 0.19 (V0): planned with vllm@0.19's rules, the oldest memplan knows (no graph memory subtracted, 16-token blocks)",
+                    f.legacy_line.unwrap_or(0)
+                ));
+                "vllm@0.19".into()
+            }
             _ => {
                 notes
                     .push("the log has no version line: planned with the newest vLLM rules".into());
