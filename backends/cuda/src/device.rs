@@ -143,11 +143,12 @@ impl HalDevice for CudaDevice {
 
     /// cuMemGetInfo is device-wide (every process and API): the device-wide reading is its
     /// free memory, read again so the two layers are each a whole reading. Where NVML was
-    /// read, its framebuffer total is the second reading of the device's memory: it counts
-    /// what the driver and firmware reserve as well, so cuMemGetInfo's total is below it on a
-    /// sound driver and one above it is a misreport.
+    /// read, its framebuffer total less the framebuffer it reports reserved for the driver and
+    /// firmware is the second reading of the device's memory
+    /// ([`NvmlMemory::device_total`](nvml::NvmlMemory::device_total)): a cuMemGetInfo total
+    /// above it is a misreport. Without NVML (the library absent or failing) there is none.
     fn device_wide_memory(&mut self) -> Result<DeviceWideMemory> {
-        let total = self.nvml.as_ref().map(|n| n.total);
+        let total = self.nvml.as_ref().and_then(nvml::NvmlMemory::device_total);
         Ok(DeviceWideMemory::new(self.driver_memory()?.free).with_total(total))
     }
 

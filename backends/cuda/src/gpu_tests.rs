@@ -78,6 +78,11 @@ fn readings_are_consistent() {
         d.descriptor().total_bytes,
         "cuMemGetInfo and cuDeviceTotalMem agree"
     );
+    // NVML's framebuffer less its reserve is a second reading of the total: a sound driver's
+    // total is not above it (else every plan here would warn driver_total_above_device).
+    if let Some(device) = m.device.total {
+        assert!(total <= device, "cuMemGetInfo total above NVML's: {m}");
+    }
     if d.capabilities().facts.graph_pool_attributes.is_supported() {
         assert!(
             m.graph_pool.used.is_some() && m.graph_pool.reserved_high.is_some(),

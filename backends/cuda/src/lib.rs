@@ -25,7 +25,9 @@
 //!   `cuDeviceGraphMemTrim`), virtual memory ([`vmm`]: reserve / create / map / set access).
 //!   Everything memplan creates is destroyed when the device is dropped.
 //! - **NVML** ([`nvml`]), optional: driver-reserved framebuffer and other processes' memory, as
-//!   descriptor properties. Absent NVML is not an error.
+//!   descriptor properties, and the framebuffer less its reserve as the device-wide reading's
+//!   second total (what a `cuMemGetInfo` total above it misreports). Absent NVML is not an
+//!   error: there is no second total then.
 //!
 //! ## Known limits
 //!

@@ -56,6 +56,18 @@ pub struct NvmlMemory {
 }
 
 impl NvmlMemory {
+    /// The device's memory as NVML reads it, a second reading of the driver's total
+    /// (`cuMemGetInfo`): the framebuffer total less what NVML reports reserved for the driver
+    /// and firmware, which `cuMemGetInfo`'s total does not count either (`nvmlMemory_v2_t`:
+    /// total = reserved + used + free). Where NVML reports no reserved figure (drivers before
+    /// the v2 query), the total itself, which is above a sound driver total by that reserve
+    /// (several hundred MiB on data-centre parts) and so contradicts only a larger misreport.
+    /// `None` for a total of 0 or one reserve at least as large (nothing to compare).
+    pub fn device_total(&self) -> Option<u64> {
+        let usable = self.total.checked_sub(self.reserved.unwrap_or(0))?;
+        (self.total != VALUE_NOT_AVAILABLE && usable > 0).then_some(usable)
+    }
+
     /// Descriptor properties (`nvml_*`).
     pub fn properties(&self) -> Vec<(String, String)> {
         let mut v = vec![
@@ -211,6 +223,36 @@ mod tests {
         if unsafe { libloading::Library::new(library_name()) }.is_err() {
             assert_eq!(memory("GPU-00000000-0000-0000-0000-000000000000"), None);
         }
+    }
+
+    fn reading(total: u64, reserved: Option<u64>) -> NvmlMemory {
+        NvmlMemory {
+            total,
+            reserved,
+            used: 0,
+            other_processes_bytes: None,
+            other_processes: None,
+        }
+    }
+
+    #[test]
+    fn the_device_total_leaves_out_the_reserved_framebuffer() {
+        const MIB: u64 = 1 << 20;
+        // H100 80GB HBM3 as nvidia-smi -q shows it: Total 81,559 MiB, Reserved 454 MiB.
+        assert_eq!(
+            reading(81_559 * MIB, Some(454 * MIB)).device_total(),
+            Some(81_105 * MIB)
+        );
+        // No reserved figure (the v1 query): the framebuffer total as it is.
+        assert_eq!(
+            reading(81_559 * MIB, None).device_total(),
+            Some(81_559 * MIB)
+        );
+        // Nothing usable to compare with: no second total, never 0.
+        assert_eq!(reading(0, None).device_total(), None);
+        assert_eq!(reading(MIB, Some(MIB)).device_total(), None);
+        assert_eq!(reading(MIB, Some(2 * MIB)).device_total(), None);
+        assert_eq!(reading(VALUE_NOT_AVAILABLE, None).device_total(), None);
     }
 
     #[test]

@@ -90,6 +90,10 @@ fn readings_and_raw_allocations() {
     assert_eq!(m.driver.total, Some(24 << 30));
     assert_eq!(m.driver.free, Some(fake::state(lib, "free") as u64));
     assert_eq!(
+        m.device.total, None,
+        "no NVML for this device: no second reading of the total"
+    );
+    assert_eq!(
         (m.graph_pool.used, m.graph_pool.reserved),
         (Some(0), Some(0))
     );

@@ -65,9 +65,9 @@ pub struct DeviceWideMemory {
     /// counted. `None` where the device offers no such source (never 0 for unread).
     pub available: Option<u64>,
     /// The device's memory as a source other than the driver's total reports it (DRM sysfs
-    /// `mem_info_vram_total` on a discrete card; NVML's framebuffer total, which also counts
-    /// what the driver and firmware reserve): a second reading of [`DriverMemory::total`], which
-    /// a driver total above it contradicts.
+    /// `mem_info_vram_total` on a discrete card; NVML's framebuffer total less what it reports
+    /// reserved for the driver and firmware): a second reading of [`DriverMemory::total`],
+    /// which a driver total above it contradicts.
     /// `None` where no such source is read (absent in documents written before it existed).
     #[serde(default)]
     pub total: Option<u64>,

@@ -34,7 +34,8 @@ int nvmlDeviceGetHandleByUUID(const char *uuid, void **dev) {
 }
 int nvmlDeviceGetMemoryInfo_v2(void *dev, mem_v2_t *m) {
     if (dev != &device_token || m->version != (sizeof(mem_v2_t) | (2u << 24))) return E_INVALID_ARGUMENT;
-    m->total = 24ull << 30; m->reserved = 300ull << 20; m->used = 1ull << 30; m->free = m->total - m->used - m->reserved;
+    /* NVML counts the reserve on top of what cuMemGetInfo reports (fake_cuda.c: 24 GiB). */
+    m->total = (24ull << 30) + (300ull << 20); m->reserved = 300ull << 20; m->used = 1ull << 30; m->free = m->total - m->used - m->reserved;
     return OK;
 }
 int nvmlDeviceGetComputeRunningProcesses_v3(void *dev, unsigned *count, proc_t *infos) {
