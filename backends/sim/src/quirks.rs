@@ -44,6 +44,11 @@ pub struct Quirks {
     pub sysman_processes: bool,
     /// Driver free always equals total (i915 Sysman for non-root users).
     pub free_equals_total: bool,
+    /// NVIDIA's management library (`libnvidia-ml.so.1`) is absent or fails to initialise (a
+    /// container without the driver's user-space libraries mounted): the CUDA backend then
+    /// reads no second total of the device's memory. Without it, a CUDA profile's device-wide
+    /// reading carries NVML's total, whatever the runtime's total reports.
+    pub no_nvml: bool,
     /// Broken on purpose: driver free lags one synchronize behind (for the conformance suite).
     pub stale_free: bool,
     /// Driver free counted in steps of this many bytes (rounded down), 0 = to the byte: a
@@ -81,6 +86,7 @@ impl Quirks {
         sysman_missing: false,
         sysman_processes: false,
         free_equals_total: false,
+        no_nvml: false,
         stale_free: false,
         free_step: 0,
         total_over: 0,
@@ -108,7 +114,7 @@ pub const BYTE_QUIRK_NAMES: [&str; 6] = [
 ];
 
 /// The boolean quirk names accepted in selectors, in kebab-case.
-pub const QUIRK_NAMES: [&str; 12] = [
+pub const QUIRK_NAMES: [&str; 13] = [
     "free-process-local",
     "free-blind-to-graphics",
     "apu-wrong-pool",
@@ -119,6 +125,7 @@ pub const QUIRK_NAMES: [&str; 12] = [
     "sysman-missing",
     "sysman-processes",
     "free-equals-total",
+    "no-nvml",
     "stale-free",
     "capture-empties-cache",
 ];
@@ -136,6 +143,7 @@ impl Quirks {
             "sysman-missing" => &mut self.sysman_missing,
             "sysman-processes" => &mut self.sysman_processes,
             "free-equals-total" => &mut self.free_equals_total,
+            "no-nvml" => &mut self.no_nvml,
             "stale-free" => &mut self.stale_free,
             "capture-empties-cache" => &mut self.capture_empties_cache,
             _ => return None,

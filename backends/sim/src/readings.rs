@@ -102,25 +102,31 @@ pub(crate) fn raw_device_wide(
             Some(free.clamp(0, i128::from(p.total_bytes)) as u64)
         }
     };
-    // DRM's `mem_info_vram_total` is the card's real memory whatever the runtime reports
-    // (a runtime's total misreported, `total-over`/`total-under`, leaves it as it is); on an
-    // APU whose DRM counters the backend reads, `mem_info_gtt_total + mem_info_vram_total` is
-    // the memory the GPU may use (the profile's total), whatever aperture the runtime reports.
-    let total = second_total(p).then_some(p.total_bytes);
-    DeviceWideMemory::new(available).with_total(total)
+    DeviceWideMemory::new(available).with_total(second_total(p, q))
 }
 
-/// Whether the platform's device-wide source also reads the device's memory (see
-/// [`raw_device_wide`]): DRM's counters, on a discrete card or an APU (where the real backend
-/// reads them: its facts say so).
-fn second_total(p: &SimProfile) -> bool {
-    match p.device_wide {
+/// The second reading of the device's memory the real backend takes beside the runtime's
+/// total, which a runtime's total misreported (`total-over`/`total-under`) leaves as it is:
+/// DRM's `mem_info_vram_total` on a card with the DRM counters; on an APU whose DRM counters
+/// the backend reads (its facts say so), `mem_info_gtt_total + mem_info_vram_total`, the
+/// memory the GPU may use (the profile's total), whatever aperture the runtime reports; on a
+/// CUDA platform where NVML loads (not `no-nvml`), NVML's framebuffer total less the
+/// framebuffer it reports reserved for the driver and firmware
+/// (`memplan_backend_cuda::nvml::NvmlMemory::device_total`), the memory `cuMemGetInfo`
+/// counts. The simulated device has no reserve of its own, so each is its real memory. No
+/// other platform has one.
+fn second_total(p: &SimProfile, q: &Quirks) -> Option<u64> {
+    let read = match p.device_wide {
         DeviceWideSource::DrmSysfs => true,
         DeviceWideSource::HostAvailable => {
             matches!(p.facts(), crate::declared::PlatformFacts::Rocm(f) if f.drm_vram)
         }
-        DeviceWideSource::DriverFree | DeviceWideSource::None => false,
-    }
+        DeviceWideSource::DriverFree => {
+            !q.no_nvml && matches!(p.facts(), crate::declared::PlatformFacts::Cuda(_))
+        }
+        DeviceWideSource::None => false,
+    };
+    read.then_some(p.total_bytes)
 }
 
 /// The raw graph-pool reading: absent without a query, 0 with the stub.

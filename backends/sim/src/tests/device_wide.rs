@@ -4,7 +4,7 @@
 
 use memplan_core::Reading;
 
-use super::{gpu, Gpu, G};
+use super::{gpu, Gpu, G, M};
 
 fn drawn(selector: &str) -> Gpu {
     Gpu::of(crate::SimGpu::open(selector).unwrap())
@@ -66,4 +66,44 @@ fn a_platform_without_a_source_reads_nothing_and_the_apu_reads_the_host() {
         c.device_wide_memory().unwrap().available,
         c.driver_memory().unwrap().free
     );
+}
+
+#[test]
+fn nvml_reads_the_cards_memory_where_the_runtime_misreports_it() {
+    // CUDA with NVML: the second total is the card's memory, whatever the runtime's total says.
+    let h200 = super::total("h200");
+    let over = gpu("h200,total-over=512MiB");
+    assert_eq!(over.driver_memory().unwrap().total, Some(h200 + 512 * M));
+    assert_eq!(over.device_wide_memory().unwrap().total, Some(h200));
+    let under = gpu("h200,total-under=128MiB");
+    assert_eq!(under.driver_memory().unwrap().total, Some(h200 - 128 * M));
+    assert_eq!(under.device_wide_memory().unwrap().total, Some(h200));
+    // A sound runtime: both readings agree, so nothing contradicts the driver's total.
+    let sound = gpu("rtx4090");
+    assert_eq!(
+        sound.device_wide_memory().unwrap().total,
+        sound.driver_memory().unwrap().total
+    );
+    // NVML absent: no second total, only the runtime's.
+    let bare = gpu("h200,total-over=512MiB,no-nvml");
+    assert_eq!(bare.device_wide_memory().unwrap().total, None);
+    assert_eq!(
+        bare.device_wide_memory().unwrap().available,
+        bare.driver_memory().unwrap().free
+    );
+    // DRM's counters read it on ROCm 6.2; Level Zero and ROCm without DRM counters have none.
+    let drm = gpu("rx7900xtx-rocm6.2,total-over=512MiB");
+    assert_eq!(
+        drm.device_wide_memory().unwrap().total,
+        Some(super::total("rx7900xtx-rocm6.2"))
+    );
+    for name in [
+        "rx7900xtx-rocm5.4",
+        "max1550",
+        "arc-a770",
+        "arc-b580-nosysman",
+    ] {
+        let g = gpu(&format!("{name},total-over=512MiB"));
+        assert_eq!(g.device_wide_memory().unwrap().total, None, "{name}");
+    }
 }
