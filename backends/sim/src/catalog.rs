@@ -129,6 +129,9 @@ pub(crate) static PROFILES: &[SimProfile] = &[
         declared: declared::rocm62_instinct,
         device_wide: DeviceWideSource::DrmSysfs,
     },
+    // The DRM counters are the amdgpu kernel driver's, present whatever the ROCm release: the
+    // two "no DRM sysfs" profiles model a machine where the backend cannot read them (a
+    // container without /sys/class/drm), where only hipMemGetInfo is read.
     SimProfile {
         name: "rx7900xtx-rocm5.4",
         vendor_label: "AMD ROCm 5.4, no DRM sysfs",
