@@ -45,6 +45,10 @@ pub struct LogFigures {
     pub version: Option<String>,
     /// `model` of the non-default args or the engine config (or SGLang's `model_path`).
     pub model: Option<String>,
+    /// Every distinct model the log's start-up lines name (the non-default args, the engine
+    /// config, SGLang's server args), in order: a log of two start-ups of different models
+    /// names two.
+    pub models: Vec<String>,
     /// Device total (bytes).
     pub total: Option<u64>,
     /// Free device memory at start-up (bytes).
@@ -165,6 +169,67 @@ impl LogFigures {
             .filter(|t| *t > 0 && *t <= limits::MAX_BYTES)
     }
 
+    /// The releases a V1 log's own lines allow, for a log that prints no version line. Each
+    /// bound is a line vLLM printed only from or up to a release (docs/engine-rules.md, where
+    /// each row cites the function):
+    /// - from 0.34: "Extended KV cache to N blocks" / "Memory after warmup: ... committed to
+    ///   the KV cache" (`v1/worker/extensible_kv_cache.py` `finalize_extensible_kv_cache`);
+    /// - from 0.27: the consumed accounting, "total consumed (from mem_get_info)"
+    ///   (`utils/mem_utils.py` `memory_profiling`) and "Actual usage is C GiB for consumed
+    ///   memory" (`v1/worker/gpu_worker.py` `compile_or_warm_up_model`);
+    /// - from 0.20: graph memory subtracted ("CUDA graph memory profiling is enabled", or a
+    ///   "Total non KV cache memory" that includes the estimate: `gpu_worker.py`
+    ///   `determine_available_memory`);
+    /// - up to 0.26: the profile result before the consumed accounting, "non-torch forward
+    ///   increase memory" (`memory_profiling`), and the report "Actual usage is W GiB for
+    ///   weight, ..." (`compile_or_warm_up_model`; both replaced in 0.27).
+    ///
+    /// The oldest bound is the latest of the "from" lines, the newest the earliest of the "up
+    /// to" lines.
+    pub fn release_bounds(&self) -> ReleaseBounds {
+        let mut from = Vec::new();
+        let mut until = Vec::new();
+        let bound = |release, line: Option<usize>, why| {
+            line.map(|line| ReleaseBound { release, line, why })
+        };
+        from.extend(bound(
+            "0.34",
+            self.line("kv_final"),
+            "printed by the extensible KV cache (`v1/worker/extensible_kv_cache.py` `finalize_extensible_kv_cache`), vLLM 0.34 and later",
+        ));
+        from.extend(bound(
+            "0.27",
+            self.line("consumed"),
+            "the consumed accounting (`utils/mem_utils.py` `memory_profiling`, `v1/worker/gpu_worker.py` `compile_or_warm_up_model`), vLLM 0.27 and later",
+        ));
+        if self.graph_subtracted {
+            from.extend(bound(
+                "0.20",
+                self.line("utilization_without_graphs")
+                    .or(self.line("non_kv"))
+                    .or(self.line("graph_estimate")),
+                "graph memory subtracted from the KV budget (`v1/worker/gpu_worker.py` `determine_available_memory`), vLLM 0.20 and later",
+            ));
+        }
+        until.extend(bound(
+            "0.26",
+            self.line("non_torch_increase"),
+            "the profile result before the consumed accounting (`utils/mem_utils.py` `memory_profiling`: \"non-torch forward increase memory\"), vLLM 0.26 and earlier",
+        ));
+        // (vllm-ascend's worker prints its own report: its releases are not vLLM's.)
+        until.extend(bound(
+            "0.26",
+            self.line("weight_report").filter(|_| self.line("npu").is_none()),
+            "the report before the consumed accounting (`v1/worker/gpu_worker.py` `compile_or_warm_up_model`: \"W GiB for weight, ...\"), vLLM 0.26 and earlier",
+        ));
+        ReleaseBounds {
+            oldest: from
+                .into_iter()
+                .max_by_key(|b| (minor(b.release), usize::MAX - b.line)),
+            newest: until.into_iter().min_by_key(|b| (minor(b.release), b.line)),
+        }
+    }
+
     /// The release the log's version line names, as `MAJOR.MINOR[.PATCH]` (pre-release and
     /// local suffixes dropped: `0.20.2rc1.dev9+g01d` is 0.20.2).
     pub fn release(&self) -> Option<String> {
@@ -179,6 +244,47 @@ impl LogFigures {
             .collect();
         (parts.len() >= 2).then(|| parts.join("."))
     }
+}
+
+/// One bound a line puts on the vLLM release that wrote a log without a version line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReleaseBound {
+    /// The release row (`0.27`).
+    pub release: &'static str,
+    /// The line (1-based).
+    pub line: usize,
+    /// Which vLLM code prints the line, and since or until which release.
+    pub why: &'static str,
+}
+
+/// What a V1 log's own lines say about its release ([`LogFigures::release_bounds`]): the
+/// oldest and newest release rows they allow, each with the line that bounds it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReleaseBounds {
+    /// The oldest release that prints every line (`None`: no line bounds it).
+    pub oldest: Option<ReleaseBound>,
+    /// The newest release that prints every line.
+    pub newest: Option<ReleaseBound>,
+}
+
+impl ReleaseBounds {
+    /// Whether the bounds contradict each other (a fork that backported one line, or two
+    /// start-ups of different releases in one paste): then they date nothing.
+    pub fn contradict(&self) -> bool {
+        match (self.oldest, self.newest) {
+            (Some(lo), Some(hi)) => minor(lo.release) > minor(hi.release),
+            _ => false,
+        }
+    }
+}
+
+/// The minor version of a `0.N` release row.
+fn minor(release: &str) -> u32 {
+    release
+        .split('.')
+        .nth(1)
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(0)
 }
 
 /// One line being read.
@@ -577,7 +683,14 @@ pub fn parse(text: &str) -> Result<LogFigures> {
         {
             next_start_up = Some(i + 1);
         }
-        if !scan::worth_reading(&found, f.version.is_some(), f.model.is_some()) {
+        // Once a model is known, only start-up lines can name another (a server's request
+        // lines name the served model on every request).
+        let model_spent = f.model.is_some()
+            && !(scan::has_model_key(&found)
+                && (text.contains("non-default args")
+                    || text.contains(" with config:")
+                    || text.contains("ServerArgs(")));
+        if !scan::worth_reading(&found, f.version.is_some(), model_spent) {
             continue;
         }
         let l = Line {
@@ -737,6 +850,9 @@ pub fn parse(text: &str) -> Result<LogFigures> {
             if w < 0 {
                 return Err(bad(n, format!("weights {} is negative", fmt_signed(w))));
             }
+            if !weight_report {
+                lines.push(("weight_report", n));
+            }
             weight_report = true;
             set(&mut f.weights, Some(w as u64), lines, "weights", n);
         }
@@ -817,6 +933,12 @@ pub fn parse(text: &str) -> Result<LogFigures> {
         }
         if let Some(p) = l.bytes("peak_torch_memory=", "torch peak memory")? {
             peak_torch.get_or_insert(p);
+        }
+        // The profile result as vLLM printed it before the consumed accounting (0.27).
+        if l.has("non-torch forward increase memory:")
+            && !lines.iter().any(|(k, _)| *k == "non_torch_increase")
+        {
+            lines.push(("non_torch_increase", n));
         }
         // (A memory snapshot's `non_torch_memory=` is the context's, not growth.)
         for key in [
@@ -1210,13 +1332,19 @@ pub fn parse(text: &str) -> Result<LogFigures> {
                 n,
             );
         }
-        for (key, name) in [
-            ("'model':", "model"),
-            ("model=", "model"),
-            ("model_path=", "model"),
-        ] {
-            if f.model.is_none() && l.has(key) && token_boundary(l.text, key) {
-                set(&mut f.model, l.word(key), lines, name, n);
+        let mut named = None;
+        for key in ["'model':", "model=", "model_path="] {
+            if named.is_none() && l.has(key) && token_boundary(l.text, key) {
+                named = l.word(key);
+            }
+        }
+        if let Some(m) = named {
+            if f.model.is_none() || !model_spent {
+                set(&mut f.model, Some(m.clone()), lines, "model", n);
+                if !f.models.contains(&m) {
+                    f.models.push(m);
+                    lines.push(("models", n));
+                }
             }
         }
         for key in ["'kv_cache_dtype':", "kv_cache_dtype="] {
@@ -1298,6 +1426,26 @@ pub fn parse(text: &str) -> Result<LogFigures> {
                     ),
                 ));
             }
+        }
+    }
+    // No block size printed: where the log prints both its KV tokens and its blocks, their
+    // quotient is the block size when it is a whole power of two (V0's refusal prints
+    // `block_size * num_gpu_blocks` beside "# GPU blocks: N"; V1 prints
+    // `num_blocks * block_size` tokens for one group of layers of a length that is a
+    // multiple of the block, beside "num_gpu_blocks is: N" or 0.34's "Extended KV cache to
+    // N blocks").
+    if let (None, Some(t), Some(b)) = (f.block_size, f.kv_tokens, f.kv_blocks) {
+        let q = t / b;
+        if t % b == 0 && q.is_power_of_two() && q <= u64::from(limits::MAX_BLOCK) {
+            let (lt, lb) = (
+                f.line("kv_tokens").unwrap_or(0),
+                f.line("kv_blocks").unwrap_or(0),
+            );
+            f.block_size = Some(q as u32);
+            f.lines.push(("block_size", lb));
+            f.notes.push(format!(
+                "block size {q}: the log's {t} KV tokens (line {lt}) over its {b} blocks (line {lb})"
+            ));
         }
     }
     // Was the graph estimate subtracted? The engine says so, or "Total non KV cache memory" =

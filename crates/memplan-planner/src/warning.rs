@@ -216,6 +216,14 @@ pub enum Warning {
         /// The term's figure in the plan (bytes).
         planned: u64,
     },
+    /// A plan from an engine's start-up log is for another model than the one the log names:
+    /// the log's figures (weights, activation, the KV cache) are that model's.
+    LogModelDiffers {
+        /// The model planned (`--model`).
+        given: String,
+        /// The model the log names.
+        logged: String,
+    },
     /// The same graph captured again did not cost the same: the reserve keeps a margin for the
     /// variation measured, which a later capture can still exceed (the variation is the
     /// runtime's, not a figure memplan can bound).
@@ -309,6 +317,7 @@ impl Warning {
             Warning::StrategyOverridden { .. } => "strategy_overridden",
             Warning::SampledMarginTooCostly { .. } => "sampled_margin_too_costly",
             Warning::LogDisagrees { .. } => "log_disagrees",
+            Warning::LogModelDiffers { .. } => "log_model_differs",
             Warning::GraphCaptureVaries { .. } => "graph_capture_varies",
             Warning::KvCacheShrunk { .. } => "kv_cache_shrunk",
             Warning::KvAllocationUnmeasured { .. } => "kv_allocation_unmeasured",
@@ -397,6 +406,7 @@ impl fmt::Display for Warning {
             Warning::LimitingRank { rank, ranks, device } => write!(f, "rank {rank} ({device}) has the smallest KV cache of {ranks} ranks; the engine sizes every rank like it"),
             Warning::ReadingsNotSynchronized { device, engine } => write!(f, "readings were taken without a synchronize: the device cannot synchronize ({device}) and {engine}; memory the engine released may still read as held"),
             Warning::LogDisagrees { logged_tokens, planned_tokens, term, logged, planned } => write!(f, "the plan has {planned_tokens} KV tokens, the log {logged_tokens}: {term} differs most ({} in the plan, {} in the log, {})", fmt_bytes(*planned), fmt_bytes(*logged), fmt_signed((*planned as i64).saturating_sub(*logged as i64))),
+            Warning::LogModelDiffers { given, logged } => write!(f, "the log was written for {logged}, the plan is for {given} (--model): the log's figures are {logged}'s"),
             Warning::SampledMarginTooCostly { margin, kv_room: 0 } => write!(f, "the sampled graph estimate's margin ({}) would take memory the request does not leave: no room is left for the KV cache after the sampled reserve; every size was captured and measured instead", fmt_bytes(*margin)),
             Warning::SampledMarginTooCostly { margin, kv_room } => write!(f, "the sampled graph estimate's margin ({}) would take {:.1}% of the {} left for the KV cache: every size was captured and measured instead", fmt_bytes(*margin), *margin as f64 * 100.0 / *kv_room as f64, fmt_bytes(*kv_room)),
             Warning::GraphCaptureVaries { spread_per_mille, margin } => write!(f, "the same graph captured again cost up to {:.1}% more or less: the graph reserve keeps {} for that variation, which a later capture can still exceed", *spread_per_mille as f64 / 10.0, fmt_bytes(*margin)),
@@ -537,6 +547,10 @@ mod tests {
                 term: s(),
                 logged: 1,
                 planned: 2,
+            },
+            Warning::LogModelDiffers {
+                given: s(),
+                logged: s(),
             },
         ]
     }

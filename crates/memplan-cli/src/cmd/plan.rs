@@ -175,7 +175,13 @@ fn usable_memory(d: &memplan::DeviceDescriptor) -> Option<u64> {
 
 /// The model, loaded before any device is opened.
 fn model(a: &Flags) -> Result<Model, Failure> {
-    let m = Model::load(&a.model).map_err(|e| match e {
+    // Required by clap unless --from-log is given, and then filled from the log
+    // (`extras::apply_log`), which refuses a log that names no model or several.
+    let name = a
+        .model
+        .as_deref()
+        .ok_or_else(|| Failure::usage("pass --model NAME|PATH"))?;
+    let m = Model::load(name).map_err(|e| match e {
         // A name that is no model (not a preset, not cached, not a path): list the presets.
         Error::InvalidParam {
             param: Param::Model,
@@ -500,6 +506,13 @@ pub fn run(a: Args) -> Result<Report, Failure> {
     let (model, mut plan) = plan_ranks(&a).map_err(|e| log.blame(e))?;
     if let Some(f) = &log.figures {
         plan = reconcile(&mut a, f, log.anchored, plan)?;
+    }
+    if let (Some(logged), Some(given)) = (&log.model_differs, &a.model) {
+        plan.warnings
+            .push(memplan_planner::Warning::LogModelDiffers {
+                given: given.clone(),
+                logged: logged.clone(),
+            });
     }
     plan.notes.extend(log.notes);
     plan.notes.extend(engine_note(&a));

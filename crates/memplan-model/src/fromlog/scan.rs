@@ -178,6 +178,11 @@ pub(super) const RELEASE: &[&str] = &[
 /// name the model on every request).
 const MODEL: &[&str] = &["'model':", "model=", "model_path="];
 
+/// Whether a line's keys include one that names the model.
+pub(super) fn has_model_key(found: &[(&'static str, usize)]) -> bool {
+    found.iter().any(|(k, _)| MODEL.contains(k))
+}
+
 /// Whether a line whose keys are `found` can yield a figure, once the release (`version`)
 /// and the model (`model`) are known or not.
 pub(super) fn worth_reading(found: &[(&'static str, usize)], version: bool, model: bool) -> bool {

@@ -694,3 +694,91 @@ fn v0_executors_name_the_device_and_zero_blocks_is_no_room() {
             .unwrap();
     assert_eq!(f.kv_blocks, Some(1952));
 }
+
+#[test]
+fn the_models_a_log_names_are_collected() {
+    // llm-d-incubation/llm-d-planner#205 (vLLM 0.19 logs committed in the PR): the
+    // non-default args name the model; a Turing fork's campaign notes (validation corpus,
+    // code index id 67109588529) name it in the args and the engine config alike.
+    let log = "[entrypoints/utils.py:233] non-default args: {'model_tag': 'meta-llama/Llama-3.1-8B-Instruct', 'model': 'meta-llama/Llama-3.1-8B-Instruct', 'max_model_len': 8192, 'gpu_memory_utilization': 0.95, 'enable_prefix_caching': False}\n\
+               [v1/worker/gpu_worker.py:436] Available KV cache memory: 58.11 GiB\n";
+    let f = parse(log).unwrap();
+    assert_eq!(f.model.as_deref(), Some("meta-llama/Llama-3.1-8B-Instruct"));
+    assert_eq!(f.models, ["meta-llama/Llama-3.1-8B-Instruct"]);
+    assert_eq!(f.line("model"), Some(1));
+    let path = "/home/dconnolly/.cache/huggingface/hub/models--Qwen--Qwen2.5-1.5B-Instruct/snapshots/989aa7980e4cf806f80c7fef2b1adb7bc71aa306";
+    let log = format!(
+        "INFO 09-07 00:14:16 [api_utils.py:286] non-default args: {{'dtype': 'float16', 'max_model_len': 4096, 'model': '{path}'}}\n\
+         (EngineCore pid=120706) INFO 09-07 00:14:19 [core.py:123] Initializing a V1 LLM engine (v0.28.1rc1.dev50+gcac8a75a7.d20260828) with config: model='{path}', speculative_config=None\n\
+         (EngineCore pid=120706) INFO 09-07 00:14:25 [gpu_worker.py:586] Available KV cache memory: 17.36 GiB\n"
+    );
+    assert_eq!(parse(&log).unwrap().models, [path]);
+    // Two start-ups of different models in one paste name two; a request line naming the
+    // served model is not a start-up line.
+    let two = format!(
+        "{log}INFO non-default args: {{'model': 'Qwen/Qwen3-8B'}}\nINFO Received request chatcmpl-1: model='other'\n"
+    );
+    let f = parse(&two).unwrap();
+    assert_eq!(f.models, [path, "Qwen/Qwen3-8B"]);
+    assert_eq!(f.model.as_deref(), Some(path));
+    // No model line: none.
+    assert!(parse("Available KV cache memory: 10.55 GiB\n")
+        .unwrap()
+        .models
+        .is_empty());
+}
+
+#[test]
+fn a_log_without_a_version_line_is_dated_by_its_own_lines() {
+    // vLLM 0.26.0's report before the consumed accounting (validation corpus, code index id
+    // 69421856836), its version line left out: 0.26 at the newest.
+    let log = "(EngineCore pid=6113) INFO 08-02 07:03:47 [gpu_worker.py:560] Available KV cache memory: 11.94 GiB\n\
+               (EngineCore pid=6113) INFO 08-02 07:03:49 [gpu_worker.py:857] Free memory on device (15.32/15.55 GiB) on startup. Desired GPU memory utilization is (0.9, 13.99 GiB). Actual usage is 0.93 GiB for weight, 1.06 GiB for peak activation, 0.07 GiB for non-torch memory, and 0.4 GiB for CUDAGraph memory.\n";
+    let b = parse(log).unwrap().release_bounds();
+    assert_eq!(b.newest.map(|b| (b.release, b.line)), Some(("0.26", 2)));
+    assert_eq!(b.oldest, None);
+    // The consumed accounting (noonghunna/club-3090#1087): 0.27 at the oldest.
+    let log = "(Worker_TP0 pid=223) INFO 08-22 04:42:13 [gpu_worker.py:789] Free memory on device (30.27/31.4 GiB) on startup. Desired GPU memory utilization is (0.92, 28.88 GiB). Actual usage is 15.03 GiB for consumed memory (weights + non-torch), 1.59 GiB for peak activation, and 0.09 GiB for CUDAGraph memory.\n";
+    let b = parse(log).unwrap().release_bounds();
+    assert_eq!(b.oldest.map(|b| (b.release, b.line)), Some(("0.27", 1)));
+    assert_eq!(b.newest, None);
+    // 0.34's extensible KV cache: 0.34 at the oldest, and its blocks give the block size.
+    let log = "INFO [gpu_worker.py:795] Available KV cache memory: 20.00 GiB\n\
+               INFO [extensible_kv_cache.py:537] Extended KV cache to 9720 blocks (18.98 GiB).\n\
+               INFO [kv_cache_utils.py:1169] GPU KV cache size: 622,080 tokens, Maximum concurrency for 8,192 tokens per request: 75.94x\n";
+    let f = parse(log).unwrap();
+    assert_eq!(f.release_bounds().oldest.map(|b| b.release), Some("0.34"));
+    assert_eq!(f.block_size, Some(64));
+    // llm-d-incubation/llm-d-planner#205 (vLLM 0.19 at DEBUG level): the profile result
+    // before the consumed accounting, and "num_gpu_blocks is" beside the KV tokens.
+    let log = "[v1/worker/gpu_worker.py:435] Memory profiling takes 17.96 seconds. Total non KV cache memory: 17.12GiB; torch peak memory increase: 1.89GiB; non-torch forward increase memory: 0.25GiB; weights memory: 14.99GiB.\n\
+               [v1/worker/gpu_worker.py:436] Available KV cache memory: 58.11 GiB\n\
+               [v1/core/kv_cache_utils.py:1319] GPU KV cache size: 476,016 tokens\n\
+               [v1/metrics/loggers.py:273] Engine 000: vllm cache_config_info with initialization after num_gpu_blocks is: 29751\n";
+    let f = parse(log).unwrap();
+    assert_eq!(
+        f.release_bounds().newest.map(|b| (b.release, b.line)),
+        Some(("0.26", 1))
+    );
+    assert_eq!(f.block_size, Some(16));
+    assert_eq!(f.line("block_size"), Some(4));
+    assert!(
+        f.notes.iter().any(|n| n.starts_with("block size 16:")),
+        "{:?}",
+        f.notes
+    );
+    // Tokens that are no whole multiple of the blocks give no block size.
+    let f = parse("GPU KV cache size: 476,017 tokens\nnum_gpu_blocks is: 29751\n").unwrap();
+    assert_eq!(f.block_size, None);
+    // A line of 0.27+ beside one of 0.26 and earlier (a fork's backport): the bounds
+    // contradict each other and date nothing.
+    let log = "Memory profiling takes 1 seconds. non-torch forward increase memory: 0.25GiB\n\
+               Available KV cache memory: 5 GiB\n\
+               Actual usage is 15.03 GiB for consumed memory (weights + non-torch)\n";
+    assert!(parse(log).unwrap().release_bounds().contradict());
+    // A log whose lines every V1 release prints: no bound.
+    let b = parse("Available KV cache memory: 10.55 GiB\nGPU KV cache size: 230,528 tokens\n")
+        .unwrap()
+        .release_bounds();
+    assert_eq!(b, ReleaseBounds::default());
+}

@@ -25,6 +25,8 @@ pub struct LogContext {
     pub notes: Vec<String>,
     /// The KV cache is the log's "Available KV cache memory" (no budget term overridden).
     pub anchored: bool,
+    /// The model(s) the log names where `--model` names another (a warning of the plan).
+    pub model_differs: Option<String>,
 }
 
 fn gib(b: u64) -> String {
@@ -225,10 +227,13 @@ pub fn apply_log(a: &mut Flags) -> Result<LogContext, Failure> {
                 ));
                 "vllm@0.19".into()
             }
+            // A V1 log without a version line: the lines it prints bound its release
+            // (`LogFigures::release_bounds`, each bound a line vLLM printed only from or up
+            // to a release).
             _ => {
-                notes
-                    .push("the log has no version line: planned with the newest vLLM rules".into());
-                EngineRules::newest_vllm().to_string()
+                let (rules, note) = unversioned_v1(&f);
+                notes.push(note);
+                rules
             }
         });
     }
@@ -285,8 +290,47 @@ pub fn apply_log(a: &mut Flags) -> Result<LogContext, Failure> {
             gib(anchor.unwrap_or(0))
         ));
     }
-    if let Some(m) = f.model.as_ref().filter(|m| **m != a.model) {
-        notes.push(format!("the log was written for model {m}"));
+    // The model: --model wins (a warning where the log names another); without it, the one
+    // model the log names.
+    let mut model_differs = None;
+    match (&a.model, f.models.as_slice()) {
+        (Some(given), named)
+            if !named.is_empty() && !named.iter().any(|m| same_model(given, m)) =>
+        {
+            model_differs = Some(named.join(", "));
+        }
+        (Some(_), _) => {}
+        (None, [one]) => {
+            // A Hugging Face cache snapshot of another machine (`.../models--Org--Name/
+            // snapshots/HASH`, as vLLM prints a resolved path) is that model's id here.
+            match hub_id(one).filter(|_| !std::path::Path::new(one).exists()) {
+                Some(id) => {
+                    notes.push(format!(
+                        "model from the log: {one}{} (not on this machine: its Hugging Face id {id})",
+                        at("model")
+                    ));
+                    a.model = Some(id);
+                }
+                None => {
+                    notes.push(format!("model from the log: {one}{}", at("model")));
+                    a.model = Some(one.clone());
+                }
+            }
+        }
+        (None, []) => {
+            return Err(Failure::usage(format!(
+                "--from-log {}: the log names no model (no vLLM \"non-default args\" or \"with config: model=\" line, no SGLang model_path); pass --model NAME|PATH",
+                path.display()
+            )))
+        }
+        (None, several) => {
+            return Err(Failure::usage(format!(
+                "--from-log {}: the log names {} models ({}); pass --model NAME|PATH for the one to plan",
+                path.display(),
+                several.len(),
+                several.join(", ")
+            )))
+        }
     }
     if let Some(t) = f.kv_tokens {
         notes.push(format!(
@@ -332,6 +376,7 @@ pub fn apply_log(a: &mut Flags) -> Result<LogContext, Failure> {
             a.kv_cache_dtype != before.kv_cache_dtype,
         ),
         ("--engine", a.engine != before.engine),
+        ("--model", a.model != before.model),
     ] {
         if changed {
             filled.push(flag);
@@ -343,7 +388,83 @@ pub fn apply_log(a: &mut Flags) -> Result<LogContext, Failure> {
         figures: Some(f),
         notes,
         anchored,
+        model_differs,
     })
+}
+
+/// The Hugging Face id of a path into a Hugging Face cache (`.../models--Org--Name/...` is
+/// `Org/Name`), or `None`.
+fn hub_id(path: &str) -> Option<String> {
+    let i = path.find("models--")?;
+    let dir = path[i + "models--".len()..].split('/').next()?;
+    let (org, name) = dir.split_once("--")?;
+    (!org.is_empty() && !name.is_empty()).then(|| format!("{org}/{name}"))
+}
+
+/// Whether `--model` names the model a log names: the same name, or the same model name
+/// without its organisation or directory (`llama-3.1-8b-instruct` and
+/// `meta-llama/Llama-3.1-8B-Instruct`), any case; a Hugging Face cache snapshot path
+/// (`.../models--Org--Name/snapshots/HASH`) is `Org/Name`.
+fn same_model(given: &str, logged: &str) -> bool {
+    fn key(m: &str) -> String {
+        let m = m.trim_end_matches('/');
+        let m = m.strip_suffix("/config.json").unwrap_or(m);
+        let m = hub_id(m).unwrap_or_else(|| m.to_string());
+        m.rsplit('/').next().unwrap_or(&m).to_ascii_lowercase()
+    }
+    given == logged || key(given) == key(logged)
+}
+
+/// The rules for a V1 log without a version line, and the note that says why: the newest
+/// release its own lines allow (the newest memplan knows where no line bounds it from above),
+/// and how to name another.
+fn unversioned_v1(f: &LogFigures) -> (String, String) {
+    let newest = EngineRules::newest_vllm();
+    let b = f.release_bounds();
+    let block = |rules: &str| match (f.block_size, rules.parse::<EngineRules>()) {
+        (Some(own), _) => format!("the log's {own}-token blocks"),
+        (None, Ok(r)) => format!("{}-token blocks", r.block_size),
+        (None, Err(_)) => String::new(),
+    };
+    if b.contradict() {
+        let (lo, hi) = (b.oldest.expect("a bound"), b.newest.expect("a bound"));
+        return (
+            newest.to_string(),
+            format!(
+                "the log has no version line and its lines disagree on the release (line {}: {}; line {}: {}), as a fork or two start-ups of different releases print them: planned with the newest vLLM rules, {newest} ({}); pass --engine vllm@X for the release that wrote it",
+                lo.line, lo.why, hi.line, hi.why, block(&newest.to_string())
+            ),
+        );
+    }
+    match (b.oldest, b.newest) {
+        (lo, Some(hi)) => {
+            let rules = format!("vllm@{}", hi.release);
+            let from = lo.map_or_else(String::new, |lo| {
+                format!(" and after {} (line {}: {})", lo.release, lo.line, lo.why)
+            });
+            (
+                rules.clone(),
+                format!(
+                    "the log has no version line; its line {} is {}{from}: planned with {rules}'s rules, the newest release that prints it ({}); pass --engine vllm@X for another release",
+                    hi.line, hi.why, block(&rules)
+                ),
+            )
+        }
+        (Some(lo), None) => (
+            newest.to_string(),
+            format!(
+                "the log has no version line; its line {} is {}, and no line dates it further: planned with the newest vLLM rules, {newest} ({}); pass --engine vllm@X if an earlier release wrote it",
+                lo.line, lo.why, block(&newest.to_string())
+            ),
+        ),
+        (None, None) => (
+            newest.to_string(),
+            format!(
+                "the log has no version line and none of its lines dates the release: planned with the newest vLLM rules, {newest} ({}); pass --engine vllm@X for the release that wrote it",
+                block(&newest.to_string())
+            ),
+        ),
+    }
 }
 
 /// The other memory users from the flags.

@@ -225,9 +225,11 @@ pub struct Flags {
     /// Model: a shipped preset (`qwen2.5-1.5b-instruct`; `--model list` lists them), a Hugging
     /// Face id in the local cache (`Qwen/Qwen2.5-7B-Instruct`, no network), a directory with
     /// config.json (and *.safetensors, whose headers give the exact weights), a config.json
-    /// path or a .gguf file (with a llama.cpp `-c`/`-ngl` answer).
-    #[arg(long, value_name = "NAME|PATH")]
-    pub model: String,
+    /// path or a .gguf file (with a llama.cpp `-c`/`-ngl` answer). Optional with --from-log
+    /// when the log names its model (vLLM's non-default args or engine config, SGLang's
+    /// model_path).
+    #[arg(long, value_name = "NAME|PATH", required_unless_present = "from_log")]
+    pub model: Option<String>,
     /// Device to plan for (`sim:rtx4090`, `cuda:0`); optional with --total-memory.
     #[arg(long, value_name = "ID", value_parser = device)]
     pub device: Option<String>,
@@ -290,9 +292,10 @@ pub struct Flags {
     /// Measured graph memory per rank.
     #[arg(long, value_name = "BYTES", value_parser = bytes("--graph-bytes"))]
     pub graph_bytes: Option<u64>,
-    /// Fill the figures an earlier start-up measured (weights, activation, non-torch, graphs,
-    /// total, utilisation, settings, the engine release) from its log (vLLM 0.19 to current,
-    /// SGLang); flags given on the command line win.
+    /// Fill the figures an earlier start-up measured (the model, weights, activation,
+    /// non-torch, graphs, total, utilisation, settings, the engine release) from its log (vLLM
+    /// V0 to current, SGLang); flags given on the command line win. A log without a version
+    /// line is planned with the newest release its lines allow (--engine overrides).
     #[arg(long, value_name = "FILE")]
     pub from_log: Option<PathBuf>,
     /// Pipeline-parallel stages: each stage is planned on its own layers (vLLM's split) and
