@@ -171,6 +171,7 @@ impl Device {
         match unsafe { g.hal.free(address, bytes) } {
             Ok(()) => {
                 g.t.allocations.remove(&allocation.id);
+                g.t.raw_frees += 1;
                 Ok(())
             }
             Err(e) => Err(Failed::new(allocation, e)),
@@ -196,6 +197,13 @@ impl Device {
     /// Whether two handles share one device (and its tables).
     pub fn same_device(&self, other: &Device) -> bool {
         Arc::ptr_eq(&self.shared, &other.shared)
+    }
+
+    /// How many raw allocations ([`Device::allocate`]) were freed through this device so far:
+    /// a caller that knows how much the device keeps per free (a driver that does not give
+    /// all of a freed allocation back) counts what its own frees kept.
+    pub fn raw_frees(&self) -> u64 {
+        self.lock().t.raw_frees
     }
 
     /// What this device holds for its callers right now (for leak checks).

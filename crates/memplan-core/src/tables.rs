@@ -77,6 +77,8 @@ pub(crate) struct Tables {
     /// Graph capture was used, so teardown trims the pool.
     pub graphs_used: bool,
     pub granularity: Option<u64>,
+    /// Raw allocations freed so far ([`Device::raw_frees`](crate::Device::raw_frees)).
+    pub raw_frees: u64,
 }
 
 /// The error of an operation the protocol forbids while a capture is in progress.
