@@ -94,6 +94,13 @@ pub struct Profile {
     /// the request gives it back ([`Session::start`](crate::Session::start)); the plan still
     /// counts it as this engine's memory.
     pub held_by_calibration: u64,
+    /// What the device keeps of every raw allocation it frees, as calibration saw it
+    /// ([`CalibrationReport::kept_per_free`](crate::calibrate::CalibrationReport)), or where
+    /// nothing calibrated as the session's own windows over allocations saw it; absent where
+    /// nothing was seen kept. The plan keeps room for the frees the
+    /// session makes after its last reading, and warns
+    /// ([`Warning::DeviceKeepsMemoryOnFree`](crate::Warning::DeviceKeepsMemoryOnFree)).
+    pub kept_per_free: Option<u64>,
     /// Reads of the free and device-wide readings each snapshot of the session combines (their
     /// interquartile mean, each read after a synchronize): 1 where one read is good to its
     /// window error; more where the reading moves from one read to the next by more than the
@@ -138,6 +145,7 @@ impl Profile {
             probe_growth: None,
             non_allocator_by_probe: false,
             held_by_calibration: 0,
+            kept_per_free: None,
             free_reads: 1,
             segment_readings: Vec::new(),
             weights_reading: None,

@@ -275,6 +275,18 @@ pub enum Warning {
         /// The device's error.
         reason: String,
     },
+    /// The device kept part of every raw allocation this process freed (a driver that does not
+    /// give all of a freed allocation back; calibration's allocate/free pairs, or the session's
+    /// own windows over allocations where nothing calibrated, each lost about this much,
+    /// [`CalibrationReport::kept_per_free`](crate::calibrate::CalibrationReport)).
+    /// Every free the engine makes from now on takes that much more, and how many it makes
+    /// while serving (an allocator releasing its cache, a library freeing a workspace) is the
+    /// engine's to decide: no plan made before serving can bound it. The plan keeps room for
+    /// the frees the session itself makes after its last reading.
+    DeviceKeepsMemoryOnFree {
+        /// Bytes kept per free.
+        bytes_per_free: u64,
+    },
     /// A warning of a code this build does not know, read from a plan of a newer memplan of
     /// the same schema version: its code and message as read (written back unchanged).
     #[serde(skip)]
@@ -311,6 +323,7 @@ impl Warning {
             Warning::UtilizationOfInexactTotal { .. } => "utilization_of_inexact_total",
             Warning::DriverTotalAboveDevice { .. } => "driver_total_above_device",
             Warning::UtilizationOfDeviceTotal { .. } => "utilization_of_device_total",
+            Warning::DeviceKeepsMemoryOnFree { .. } => "device_keeps_memory_on_free",
             Warning::FiguresPerRank { .. } => "figures_per_rank",
             Warning::LimitingRank { .. } => "limiting_rank",
             Warning::ReadingsNotSynchronized { .. } => "readings_not_synchronized",
@@ -398,6 +411,7 @@ impl fmt::Display for Warning {
             Warning::OtherProcessesUnseen { free_reading, device_wide } => write!(f, "memory other processes hold is invisible to this device's readings: driver free is {free_reading}; device-wide reading: {device_wide}"),
             Warning::ForeignMemoryChanged { bytes } => write!(f, "other processes changed their memory by {} while profiling: attributed to them, not to this engine", fmt_signed(*bytes)),
             Warning::GraphMemoryNotReserved { estimate } => write!(f, "graph memory is not reserved; capture will take about {} outside the budget", fmt_bytes(*estimate)),
+            Warning::DeviceKeepsMemoryOnFree { bytes_per_free } => write!(f, "the device keeps {} of every raw allocation it frees (each allocate/free pair its checks made left about that much held): the plan keeps room for the frees this start-up makes after its last reading, but every free the engine makes while serving takes {} more, and how many it makes is the engine's: no plan made before serving can bound it", fmt_bytes(*bytes_per_free), fmt_bytes(*bytes_per_free)),
             Warning::DriverTotalAboveDevice { driver, device } => write!(f, "the driver reports a total of {} where the device's own counters read {} ({} more than the device has): the plan takes the device's total as {}, and a share of the device (GPU memory utilisation) is a share of that", fmt_bytes(*driver), fmt_bytes(*device), fmt_bytes(driver.saturating_sub(*device)), fmt_bytes(*device)),
             Warning::UtilizationOfDeviceTotal { device, why } => write!(f, "the driver's total memory is unusable ({why}): the share of the device (GPU memory utilisation) is taken of the device's memory as its own counters read it, {}; give a byte budget if the engine takes its share of another figure", fmt_bytes(*device)),
             Warning::UtilizationOfInexactTotal { reported_total, tolerance, why } => write!(f, "the request is a share of the device's total memory, but its total reading ({}) is approximate ({}{why}): the share is taken of the reported total, as the engine takes it; give a byte budget to size the plan by what is meant", fmt_bytes(*reported_total), if *tolerance > 0 { format!("good to {}: ", fmt_bytes(*tolerance)) } else { String::new() }),
@@ -514,6 +528,7 @@ mod tests {
                 device: 1,
                 why: s(),
             },
+            Warning::DeviceKeepsMemoryOnFree { bytes_per_free: 1 },
             Warning::UtilizationOfInexactTotal {
                 reported_total: 2,
                 tolerance: 1,

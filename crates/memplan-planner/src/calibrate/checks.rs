@@ -17,6 +17,8 @@ pub(super) struct Observed {
     pub note: String,
     /// The largest error of a synchronized window over a known allocation (free readings).
     pub window_error: Option<u64>,
+    /// What the device kept of each raw allocation it freed ([`kept_per_free`]; free readings).
+    pub kept_per_free: Option<u64>,
 }
 
 /// Allocation rounding and bookkeeping slack allowed in a delta.
@@ -138,6 +140,10 @@ pub(super) fn driver_free(device: &Device, sizes: &[u64]) -> Result<Observed> {
         }
         worst_err = worst_err.max(r);
     }
+    // Each allocation's five reads (before, right after allocating, synchronized, right after
+    // freeing, synchronized): judged once every pair is in, since what the device keeps per
+    // free (see `kept_per_free`) is what a window of a free is expected to be short by.
+    let mut pairs: Vec<(u64, [Option<i64>; 5])> = Vec::new();
     for &size in &order {
         device.synchronize()?;
         let a = free_of(&device.driver_memory()?);
@@ -173,43 +179,69 @@ pub(super) fn driver_free(device: &Device, sizes: &[u64]) -> Result<Observed> {
                 .flatten()
                 .filter_map(|r| u64::try_from(r).ok()),
         );
+        pairs.push((size, [a, b, c, d, e]));
+    }
+    let kept = kept_of_pairs(&pairs, idle);
+    if pairs.len() >= KEPT_PAIRS {
+        let least = pairs
+            .iter()
+            .filter_map(|(_, r)| diff(r[0], r[4]))
+            .min()
+            .unwrap_or(0);
+        ev.push(Evidence {
+            check: format!(
+                "free back where it stood before each of {} allocate/free pairs, synchronized (memory the device keeps per free)",
+                pairs.len()
+            ),
+            expected: Some(0),
+            observed: Some(kept.map_or(least, signed)),
+            ok: kept.is_none(),
+        });
+    }
+    for &(size, [a, b, c, d, e]) in &pairs {
         let tol = tolerance(size);
         let s = signed(size);
+        // A free gives back what it allocated less what the device keeps of it.
+        let back = s.saturating_sub(kept.map_or(0, signed));
         let label = fmt_bytes(size);
         let checks = [
             (
                 format!("free drop right after allocating {label}"),
+                s,
                 diff(a, b),
                 false,
             ),
             (
                 format!("free drop after allocating {label}, synchronized"),
+                s,
                 diff(a, c),
                 true,
             ),
             (
                 format!("free regained right after freeing {label}"),
+                back,
                 diff(d, c),
                 false,
             ),
             (
                 format!("free regained after freeing {label}, synchronized"),
+                back,
                 diff(e, c),
                 true,
             ),
         ];
-        for (check, obs, synced) in checks {
-            let evd = Evidence::bytes(check, s, obs, tol);
+        for (check, expected, obs, synced) in checks {
+            let evd = Evidence::bytes(check, expected, obs, tol);
             any_absent |= obs.is_none();
             if let Some(o) = obs {
                 never_moved &= o.unsigned_abs() <= tol;
                 if synced {
-                    worst_err = worst_err.max(o.abs_diff(s));
+                    worst_err = worst_err.max(o.abs_diff(expected));
                     // Off by half the allocation or more after a synchronize, and by more
                     // than the declaration allows: not following this size. A noisy reading
                     // still follows the larger sizes; only the largest decides.
                     if size == largest {
-                        lost |= o.abs_diff(s) >= size / 2 && o.abs_diff(s) > allowed;
+                        lost |= o.abs_diff(expected) >= size / 2 && o.abs_diff(expected) > allowed;
                     }
                 }
             }
@@ -263,7 +295,68 @@ pub(super) fn driver_free(device: &Device, sizes: &[u64]) -> Result<Observed> {
         evidence: ev,
         note,
         window_error: observed_any.then_some(worst_err),
+        kept_per_free: kept,
     })
+}
+
+/// Allocate/free pairs [`kept_per_free`] needs at least: one pair cannot tell memory kept by
+/// every free from memory a first allocation made the runtime take once (a context growing its
+/// page tables), which is the engine's, counted where calibration's window to the baseline is.
+pub(crate) const KEPT_PAIRS: usize = 2;
+
+/// [`kept_per_free`] of `driver_free`'s pairs (their synchronized reads before allocating and
+/// after freeing, the first and last of each five), with the idle device's spread `idle`.
+fn kept_of_pairs(pairs: &[(u64, [Option<i64>; 5])], idle: Option<u64>) -> Option<u64> {
+    let idle = idle?;
+    let mut v = Vec::with_capacity(pairs.len());
+    for (size, r) in pairs {
+        // The reading must have followed the allocation (a window that did not see it, a stale
+        // or lost reading, says nothing about what its free gave back).
+        let drop = diff(r[0], r[2])?;
+        if drop.abs_diff(signed(*size)) > tolerance(*size).saturating_add(idle) {
+            return None;
+        }
+        v.push((u64::try_from(r[0]?).ok()?, u64::try_from(r[4]?).ok()?));
+    }
+    kept_per_free(&v, idle)
+}
+
+/// What a device keeps of every raw allocation it frees (a driver that does not give all of a
+/// freed allocation back), from `pairs` of synchronized free readings, one pair per
+/// allocate/free: the reading before allocating and the one after freeing. `noise`: how far the
+/// reading moves on the idle device ([`idle_range`]). `None` where nothing was kept, or where
+/// what the pairs lost does not show a device that keeps memory per free:
+///
+/// - at least [`KEPT_PAIRS`] pairs;
+/// - every pair lost more than `noise`: two reads of the same memory differ by up to it, so a
+///   device that keeps nothing gives every pair a loss of at most that; a reading that moves in
+///   steps reads unchanged memory the same each time;
+/// - every pair lost about the same, within twice the noise and a calibration window's rounding
+///   allowance ([`tolerance`] of nothing): what another process allocated during one pair, a
+///   runtime that gives a freed allocation back some synchronizes later (a loss of the whole
+///   allocation, which grows with its size) or a first allocation that made the runtime take
+///   memory once (one pair only) each move one pair, not all of them alike, and are no memory
+///   kept per free (a neighbour releasing memory in one pair lowers its loss, so a real figure
+///   may go unseen, never a spurious one).
+///
+/// The figure is the mean loss, rounded up.
+pub(crate) fn kept_per_free(pairs: &[(u64, u64)], noise: u64) -> Option<u64> {
+    if pairs.len() < KEPT_PAIRS {
+        return None;
+    }
+    let losses: Vec<i128> = pairs
+        .iter()
+        .map(|(before, after)| i128::from(*before) - i128::from(*after))
+        .collect();
+    let least = *losses.iter().min()?;
+    let most = *losses.iter().max()?;
+    let noise = i128::from(noise);
+    if least <= noise || most - least > 2 * noise + i128::from(tolerance(0)) {
+        return None;
+    }
+    let sum: i128 = losses.iter().sum();
+    let n = losses.len() as i128;
+    u64::try_from((sum + n - 1) / n).ok()
 }
 
 /// The step a free reading moves in, as the readings `reads` show it: their greatest common
@@ -325,6 +418,7 @@ pub(crate) fn unified_pool(device: &Device, cal: &mut ProfilingCapability) -> Re
         evidence: ev.clone(),
         note: String::new(),
         window_error: None,
+        kept_per_free: None,
     };
     let why = "unified memory: an allocation larger than free memory succeeded, so the readings describe another pool";
     let mut v = vec![
@@ -380,6 +474,7 @@ pub(super) fn driver_total(
             evidence: ev,
             note: String::new(),
             window_error: None,
+            kept_per_free: None,
         },
     ))
 }
@@ -483,6 +578,68 @@ mod tests {
         let mut w = [10u64; 16];
         w[3] = u64::MAX;
         assert_eq!(interquartile_mean(&mut w), Some(10));
+    }
+
+    /// Pairs of (free before allocating, free after freeing) from `free`, each losing one of
+    /// `losses`.
+    fn pairs(free: u64, losses: &[i64]) -> Vec<(u64, u64)> {
+        let mut f = free;
+        losses
+            .iter()
+            .map(|l| {
+                let before = f;
+                f = f.saturating_add_signed(-l);
+                (before, f)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn memory_every_free_keeps_is_its_figure() {
+        let free = 70 * 1024 * MIB;
+        // Every pair lost 2 MiB on an exact reading.
+        let m = 2 * MIB as i64;
+        assert_eq!(kept_per_free(&pairs(free, &[m, m, m, m]), 0), Some(2 * MIB));
+        // 64 KiB each, still seen where the reading does not move while idle.
+        let k = 64 * 1024;
+        assert_eq!(kept_per_free(&pairs(free, &[k, k, k]), 0), Some(64 * 1024));
+        // A noisy reading (idle spread 300 KiB): 1 MiB each, give or take the noise; the mean.
+        let n = 300 * 1024;
+        let v = [m / 2 + n, m / 2 - n / 2, m / 2, m / 2 + n / 2];
+        assert_eq!(
+            kept_per_free(&pairs(free, &v), n as u64),
+            Some(MIB + 75 * 1024)
+        );
+    }
+
+    #[test]
+    fn noise_a_neighbour_or_a_late_release_is_no_memory_kept_per_free() {
+        let free = 70 * 1024 * MIB;
+        let m = MIB as i64;
+        // A device that keeps nothing: every pair within the idle spread, whatever the sign.
+        let n = 2 * MIB;
+        assert_eq!(kept_per_free(&pairs(free, &[m, -m, 2 * m, m]), n), None);
+        assert_eq!(kept_per_free(&pairs(free, &[0, 0, 0, 0]), 0), None);
+        // Losses that are the noise: within it, even all of one sign.
+        assert_eq!(kept_per_free(&pairs(free, &[m, m, 2 * m, m]), n), None);
+        // One pair only: a first allocation that made the runtime take memory once reads the
+        // same.
+        assert_eq!(kept_per_free(&pairs(free, &[2 * m]), 0), None);
+        // A first allocation that made the runtime take memory once: one pair lost, the others
+        // nothing.
+        assert_eq!(kept_per_free(&pairs(free, &[2 * m, 0, 0, 0]), 0), None);
+        // Another process allocating 100 MiB during one pair of a device that keeps 1 MiB per
+        // free: the pairs are unlike one another.
+        assert_eq!(kept_per_free(&pairs(free, &[m, 101 * m, m, m]), 0), None);
+        // A runtime that gives a freed allocation back some synchronizes later: each pair
+        // lost its whole allocation (1 GiB, 256, 64 and 37 MiB).
+        assert_eq!(
+            kept_per_free(&pairs(free, &[1024 * m, 256 * m, 64 * m, 37 * m]), 0),
+            None
+        );
+        // Another process releasing memory during one pair: that pair lost less, and nothing
+        // spurious comes of it (here nothing at all).
+        assert_eq!(kept_per_free(&pairs(free, &[m, -50 * m, m, m]), 0), None);
     }
 
     #[test]

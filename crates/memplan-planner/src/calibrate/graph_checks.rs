@@ -181,6 +181,7 @@ pub(super) fn graphs(device: &Device, cal: &mut ProfilingCapability) -> Result<V
                 evidence: vec![],
                 note: "no graph capture".into(),
                 window_error: None,
+                kept_per_free: None,
             },
         );
         return Ok(vec![
@@ -262,6 +263,7 @@ pub(super) fn graphs(device: &Device, cal: &mut ProfilingCapability) -> Result<V
                 evidence: vec![],
                 note: format!("not checked: {why}"),
                 window_error: None,
+                kept_per_free: None,
             },
         ));
     } else {
@@ -305,6 +307,7 @@ fn pool_verdict(cal: &mut ProfilingCapability, pool_growth: Option<i64>) -> Verd
             evidence: ev,
             note: String::new(),
             window_error: None,
+            kept_per_free: None,
         },
     );
     if pool_verdict.status == Status::Downgraded {

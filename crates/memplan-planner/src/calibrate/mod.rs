@@ -14,6 +14,14 @@
 //! free reading's window error needs to see the mapping). The calibrated capability is never
 //! stronger than the declared one.
 //!
+//! The free check also compares the synchronized free reading before each allocation with the
+//! one after its free: a device whose every free keeps memory (a driver bug) loses about the
+//! same in every pair, beyond what the reading moves by on the idle device
+//! ([`CalibrationReport::kept_per_free`], see `checks::kept_per_free` for why noise, a
+//! neighbour or a late release does not read as such a device). That is no error of the
+//! reading: its windows over a free are judged against what the free gave back, and the
+//! reading's reliability stays as the other checks leave it.
+//!
 //! Not checkable from one process: whether free memory includes *other* processes (a
 //! process-local reading looks exact to its own allocations) and graphics allocations; the
 //! report says so. Every allocation is freed on every path, errors included.
@@ -23,7 +31,9 @@ mod graph_checks;
 mod report;
 mod vmm_check;
 
-pub(crate) use checks::{combined_free, idle_range_of, reading_step, tolerance, unified_pool};
+pub(crate) use checks::{
+    combined_free, idle_range_of, kept_per_free, reading_step, tolerance, unified_pool,
+};
 pub use checks::{interquartile_mean, IDLE_READS};
 pub(crate) use graph_checks::HIDDEN_PER_CAPTURE;
 pub use report::{CalibrationReport, Evidence, Status, Verdict};
@@ -69,6 +79,7 @@ pub fn calibrate_with(device: &Device, sizes: &[u64]) -> Result<CalibrationRepor
 
     let free_observed = checks::driver_free(device, &sizes)?;
     let free_window_error = free_observed.window_error;
+    let kept_per_free = free_observed.kept_per_free;
     verdicts.push(checks::verdict_reading(
         &mut calibrated,
         Reading::DriverFree,
@@ -92,6 +103,7 @@ pub fn calibrate_with(device: &Device, sizes: &[u64]) -> Result<CalibrationRepor
         calibrated,
         verdicts,
         free_window_error,
+        kept_per_free,
     };
     for line in report.downgrade_lines() {
         tracing::warn!("{line}");

@@ -87,6 +87,14 @@ pub struct CalibrationReport {
     /// window; noise does not). Absent where nothing could be checked.
     #[serde(default)]
     pub free_window_error: Option<u64>,
+    /// What the device kept of every raw allocation calibration freed: each allocate/free pair
+    /// left the synchronized free reading lower by about this much, beyond the reading's idle
+    /// noise (a driver that does not give all of a freed allocation back; the free check's
+    /// evidence `free back where it stood before...` fails). Absent where the pairs showed
+    /// nothing kept, or could not tell (fewer than two pairs, no free reading, a reading that
+    /// did not follow the allocations, losses unlike one another).
+    #[serde(default)]
+    pub kept_per_free: Option<u64>,
 }
 
 impl CalibrationReport {
@@ -181,6 +189,13 @@ impl fmt::Display for CalibrationReport {
             if !v.note.is_empty() {
                 writeln!(f, "      note: {}", v.note)?;
             }
+        }
+        if let Some(k) = self.kept_per_free {
+            writeln!(
+                f,
+                "  every raw free kept {} held (the device does not give all of a freed allocation back)",
+                fmt_bytes(k)
+            )?;
         }
         writeln!(f, "calibrated capability:")?;
         write!(f, "{}", self.calibrated)?;

@@ -730,6 +730,39 @@ impl PlanBuilder {
             .saturating_add(to_capture)
     }
 
+    /// Keep room for what the device kept of `frees` raw frees this start-up made after its
+    /// last reading (its allocation probe), `bytes` in all: a device that keeps memory per free
+    /// ([`Warning::DeviceKeepsMemoryOnFree`]) holds that much more than any reading measured,
+    /// outside the engine's allocator, so it is added to that consumer (its measured figure
+    /// and what the readings' windows may be off by stay as they were).
+    pub fn kept_by_own_frees(mut self, bytes: u64, frees: u64) -> Self {
+        if bytes == 0 {
+            return self;
+        }
+        let mut c = self
+            .consumers
+            .get(ConsumerKind::NonAllocator)
+            .cloned()
+            .unwrap_or_else(|| {
+                Consumer::measured(ConsumerKind::NonAllocator, 0, "engine steps", "")
+            });
+        c.bytes = c.bytes.saturating_add(bytes);
+        let more = format!(
+            "; plus {} the device keeps of the {frees} raw free(s) this start-up made after its last reading",
+            fmt_bytes(bytes)
+        );
+        match &mut c.provenance {
+            super::Provenance::Measured { basis, .. }
+            | super::Provenance::Checkpoint { basis }
+            | super::Provenance::Given { basis }
+            | super::Provenance::Estimated { basis }
+            | super::Provenance::GraphStrategy { basis, .. }
+            | super::Provenance::NotReserved { reason: basis } => basis.push_str(&more),
+        }
+        self.consumers.set(c);
+        self
+    }
+
     /// Add a consumer, replacing the one of its kind (a figure the caller knows better).
     pub fn consumer(mut self, c: Consumer) -> Self {
         if c.kind == ConsumerKind::NonAllocator {

@@ -118,6 +118,11 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     /// its whole error into the step (a window the strategies' margins, sized for combined
     /// reads, do not cover).
     ///
+    /// Where calibration (or the session's own windows over allocations) saw the device keep
+    /// memory of every raw free ([`CalibrationReport::kept_per_free`]), the session warns
+    /// ([`Warning::DeviceKeepsMemoryOnFree`]) and the plan keeps room for what its own frees
+    /// after the last reading keep (its allocation probe).
+    ///
     /// Refused ([`Error::InvalidInput`] on `device`) when the engine's allocator works on
     /// another GPU than `device` (both name their GPU and the names differ); so is
     /// [`begin`](Self::begin).
@@ -139,6 +144,13 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         // reads per snapshot, its own measurement of such windows (`begin`) stands.
         if report.free_window_error.is_some() && s.rec.p.free_reads == 1 {
             s.rec.p.free_window_error = report.free_window_error;
+        }
+        // A device whose frees keep memory: said by name (the engine's own frees while serving
+        // are beyond any plan), and the plan keeps room for the session's own later frees.
+        if let Some(k) = report.kept_per_free.max(s.rec.p.kept_per_free) {
+            s.rec.p.kept_per_free = Some(k);
+            s.rec
+                .warn(Warning::DeviceKeepsMemoryOnFree { bytes_per_free: k });
         }
         s.calibration = Some(report);
         Ok(s)
@@ -204,7 +216,8 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
                 .collect()
         };
         let total = device.driver_memory()?.total;
-        let moved = exact_free_that_moves(&device, &mut capability, total, !calibrated)?;
+        let (moved, moved_kept) =
+            exact_free_that_moves(&device, &mut capability, total, !calibrated)?;
         let mut baseline = memplan_core::protocol::snapshot(&device, Some(&*e.allocator()))?;
         tracing::info!(free = ?baseline.driver.free, total = ?baseline.driver.total, "baseline");
         // A free reading declared usable that the driver does not give measures nothing:
@@ -245,7 +258,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         } else {
             lost_free_reading(
                 &mut capability,
-                single_read,
+                single_read.map(|(e, s, _)| (e, s)),
                 baseline.driver.free,
                 tolerance,
             )
@@ -257,7 +270,13 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         if lost.is_some() {
             single_read = None;
         }
-        let mut free_window_error = single_read.map(|(e, _)| e);
+        // What the device kept of each allocation the windows above (and the combined ones
+        // below) freed, the largest figure any of them showed: their windows are judged against
+        // what a free gave back, so what a free keeps must be counted here (beside
+        // calibration's figure where it ran, `start`: calibration's single reads may not see
+        // what the session's combined ones do).
+        let mut kept_per_free = single_read.and_then(|(_, _, k)| k).max(moved_kept);
+        let mut free_window_error = single_read.map(|(e, _, _)| e);
         // Combining reads narrows a window of a reading that varies from read to read; of a
         // reading that moves in steps, it narrows one only where the reads' noise carries
         // them across a step, which depends on where free memory stands between two steps
@@ -267,7 +286,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         // below the step single reads moved in (a reading in 256 MiB steps whose combined
         // reads were off by 6 MiB on the windows measured here read the engine's captures,
         // later, as 0 and 256 MiB).
-        let step = single_read.map_or(0, |(_, s)| s);
+        let step = single_read.map_or(0, |(_, s, _)| s);
         // A reading that moves from one read to the next by more than the allocator's rounding:
         // every snapshot combines FREE_READS reads where that measurably narrows a window
         // (measured the same way, with combined reads), and the baseline is taken again so.
@@ -280,8 +299,10 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             else {
                 break;
             };
-            let combined = probe::window_error(&device, tolerance, baseline.driver.free, reads)?;
-            let (Some(c), Some(single)) = (combined.map(|c| c.max(step)), single) else {
+            let combined =
+                probe::window_error_and_step(&device, tolerance, baseline.driver.free, reads)?;
+            kept_per_free = kept_per_free.max(combined.and_then(|(_, _, k)| k));
+            let (Some(c), Some(single)) = (combined.map(|(c, _, _)| c.max(step)), single) else {
                 break;
             };
             if c >= narrowest {
@@ -310,6 +331,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         profile.probe_baseline = probe_baseline;
         profile.free_window_error = free_window_error;
         profile.free_reads = free_reads;
+        profile.kept_per_free = kept_per_free;
         let mut rec = Recorder::new(device, profile);
         rec.still = still;
         if let Some(w) = unsynced {
@@ -326,6 +348,10 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         }
         if let Some(w) = absent.or(lost) {
             rec.warn(w);
+        }
+        // Said once: here where nothing calibrates, in `start` (with calibration's figure) else.
+        if let Some(k) = kept_per_free.filter(|_| !calibrated) {
+            rec.warn(Warning::DeviceKeepsMemoryOnFree { bytes_per_free: k });
         }
         if let Some(pre) = checked {
             rec.before_baseline("free reading check", pre);
@@ -715,13 +741,28 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             None if measurable => b,
             None => self.unmeasured_rounding(b, &profile),
         };
-        if b.is_blind() {
+        let frees = self.rec.device.raw_frees();
+        let b = if b.is_blind() {
             // Nothing reads memory other processes hold: allocate what the plan still needs
             // once, at this quiet point, and cap the KV cache by what was there.
-            return probe::check(&self.rec.device, b);
-        }
-        let b = probe::resolve_tolerance(&self.rec.device, b)?;
-        probe::verify(&self.rec.device, b)
+            probe::check(&self.rec.device, b)?
+        } else {
+            let b = probe::resolve_tolerance(&self.rec.device, b)?;
+            probe::verify(&self.rec.device, b)?
+        };
+        Ok(self.kept_by_own_frees(b, frees))
+    }
+
+    /// Where the device keeps memory per free ([`Profile::kept_per_free`]): room for what the
+    /// raw frees this session made since `frees_before` (its allocation probes, after the last
+    /// reading) kept. The plan it checked was larger, so the smaller one fits what the probes
+    /// found. The engine's own frees after the plan are its own; the warning says so.
+    fn kept_by_own_frees(&self, b: PlanBuilder, frees_before: u64) -> PlanBuilder {
+        let Some(k) = self.rec.p.kept_per_free else {
+            return b;
+        };
+        let n = self.rec.device.raw_frees().saturating_sub(frees_before);
+        b.kept_by_own_frees(k.saturating_mul(n), n)
     }
 
     /// Where nothing may measure the engine's allocation of its KV cache (no range to map, no
@@ -996,7 +1037,7 @@ fn measured_beyond_declared(
 /// Where `capability` trusts the free reading as exact, read it [`IDLE_READS`] times on the
 /// idle device (each after a synchronize): a reading that moves is not exact, whatever was
 /// declared. It becomes approximate, within the largest error a window then shows (the idle
-/// spread and windows over allocations of a known size, [`probe::window_error`] searched up to
+/// spread and windows over allocations of a known size, [`probe::window_error_and_step`] searched up to
 /// the device's `total`), and the warning names it. With `windows` (a session nothing
 /// calibrated), the windows over allocations are read even where the idle reads did not move:
 /// a reading that lags a synchronize reads the idle device steadily and none of an allocation;
@@ -1012,30 +1053,32 @@ fn exact_free_that_moves(
     capability: &mut ProfilingCapability,
     total: Option<u64>,
     windows: bool,
-) -> Result<Option<Warning>> {
+) -> Result<(Option<Warning>, Option<u64>)> {
     use memplan_core::{Reading, Reliability};
     let declared = capability.reading(Reading::DriverFree);
     // A process-local reading is checked only for following allocations at all (it cannot be
     // told from a device-wide one by moving while idle: other processes do not move it).
     let process_local = matches!(declared, Reliability::ProcessLocal { .. });
     if declared != Reliability::Exact && !(process_local && windows) {
-        return Ok(None);
+        return Ok((None, None));
     }
     let Some(spread) = crate::calibrate::idle_range_of(device, 1)? else {
-        return Ok(None);
+        return Ok((None, None));
     };
     if spread == 0 && !windows {
-        return Ok(None);
+        return Ok((None, None));
     }
     let free = device.driver_memory()?.free;
     let cap = total.unwrap_or(u64::MAX);
-    let worst = probe::window_error(device, cap, free, 1)?
-        .unwrap_or(spread)
-        .max(spread);
+    let checked = probe::window_error_and_step(device, cap, free, 1)?;
+    // What the device kept of each allocation the windows freed (judged apart from the
+    // reading's error, see `probe::window_error_and_step`).
+    let kept = checked.and_then(|(_, _, k)| k);
+    let worst = checked.map_or(spread, |(e, _, _)| e).max(spread);
     // Read only on windows over allocations (the idle reads did not move): an error within what
     // calibration allows a window for a raw allocation's rounding keeps the declaration.
     if worst == 0 || (spread == 0 && worst <= crate::calibrate::tolerance(0)) {
-        return Ok(None);
+        return Ok((None, kept));
     }
     // Windows over an allocation that read less than half of it: the reading does not follow
     // allocations (one that reports the previous synchronize's memory reads none of it), and
@@ -1049,7 +1092,7 @@ fn exact_free_that_moves(
         );
         free_unavailable(capability, reason)
     } else if process_local {
-        return Ok(None);
+        return Ok((None, kept));
     } else {
         let why = if spread > 0 {
             format!(
@@ -1066,11 +1109,14 @@ fn exact_free_that_moves(
         };
         free_approximate(capability, worst, why)
     };
-    Ok(Some(Warning::CalibrationDowngrade {
-        item: "driver_free".into(),
-        declared: declared.to_string(),
-        observed,
-    }))
+    Ok((
+        Some(Warning::CalibrationDowngrade {
+            item: "driver_free".into(),
+            declared: declared.to_string(),
+            observed,
+        }),
+        kept,
+    ))
 }
 
 impl<E: AsDynEngine + ?Sized> Drop for Session<'_, E> {

@@ -145,10 +145,10 @@ pub(crate) fn baseline(device: &Device, total: Option<u64>) -> Result<Option<u64
 }
 
 /// Allocations whose windows measure the free reading's window error where nothing
-/// calibrated it ([`window_error`]).
+/// calibrated it ([`window_error_and_step`]).
 const WINDOW_ALLOCATIONS: usize = 4;
 
-/// The size of the allocations [`window_error`] measures windows over, with `free` free and a
+/// The size of the allocations [`window_error_and_step`] measures windows over, with `free` free and a
 /// reading's `tolerance`: well above the reading's step, small beside what is free, an odd
 /// number of 2 MiB pages: no multiple of a step of 4 MiB or more, so that a reading that moves
 /// in such steps reads a window over it off (a multiple of the step would read exactly).
@@ -172,23 +172,19 @@ pub(crate) fn window_size(free: u64, tolerance: u64) -> u64 {
 /// `None` where the reading is exact, absent, or the device cannot allocate.
 ///
 /// `reads`: how many reads each reading combines ([`Profile::free_reads`](crate::Profile)).
-pub(crate) fn window_error(
-    device: &Device,
-    tolerance: u64,
-    free: Option<u64>,
-    reads: usize,
-) -> Result<Option<u64>> {
-    Ok(window_error_and_step(device, tolerance, free, reads)?.map(|(e, _)| e))
-}
-
-/// [`window_error`], and the step the readings its windows were made of moved in
-/// (`reading_step`: 0 where they never moved, a few bytes where they count bytes).
+///
+/// Returns the window error, the step the readings its windows were made of moved in
+/// (`reading_step`: 0 where they never moved, a few bytes where they count bytes), and what
+/// the device kept of each allocation freed ([`kept_per_free`](crate::calibrate::kept_per_free)
+/// of the reads before each allocation and after its free, calibration's rule; a window over a
+/// free is then judged against what the free gave back: memory a driver keeps is no error of
+/// the reading).
 pub(crate) fn window_error_and_step(
     device: &Device,
     tolerance: u64,
     free: Option<u64>,
     reads: usize,
-) -> Result<Option<(u64, u64)>> {
+) -> Result<Option<(u64, u64, Option<u64>)>> {
     let Some(free) = free.filter(|_| tolerance > 0) else {
         return Ok(None);
     };
@@ -199,11 +195,13 @@ pub(crate) fn window_error_and_step(
     let read = || crate::calibrate::combined_free(device, reads);
     // The reading's spread on the idle device (see `calibrate`'s idle reads), then windows over
     // known allocations.
-    let Some(mut worst) = crate::calibrate::idle_range_of(device, reads)? else {
+    let Some(idle) = crate::calibrate::idle_range_of(device, reads)? else {
         return Ok(None);
     };
+    let mut worst = idle;
     // Every reading the windows are made of (see the step rule below).
     let mut reads: Vec<u64> = Vec::with_capacity(3 * WINDOW_ALLOCATIONS);
+    let mut windows = Vec::with_capacity(WINDOW_ALLOCATIONS);
     for _ in 0..WINDOW_ALLOCATIONS {
         let Some(before) = read()? else {
             return Ok(None);
@@ -219,10 +217,34 @@ pub(crate) fn window_error_and_step(
             return Ok(None);
         };
         reads.extend([before, held, after]);
+        windows.push((before, held, after));
+    }
+    // Only where every window saw its allocation (a reading that lags or misses allocations
+    // says nothing about what a free gave back).
+    let followed = windows.iter().all(|(b, h, _)| {
+        (i128::from(*b) - i128::from(*h) - i128::from(size)).unsigned_abs()
+            <= u128::from(crate::calibrate::tolerance(size).saturating_add(idle))
+    });
+    let pairs: Vec<(u64, u64)> = windows.iter().map(|(b, _, a)| (*b, *a)).collect();
+    let kept = if followed {
+        crate::calibrate::kept_per_free(&pairs, idle)
+    } else {
+        None
+    };
+    tracing::debug!(
+        ?windows,
+        idle,
+        followed,
+        ?kept,
+        size,
+        "windows over allocations of a known size"
+    );
+    for (before, held, after) in windows {
         let dropped = i128::from(before) - i128::from(held);
         let regained = i128::from(after) - i128::from(held);
-        for seen in [dropped, regained] {
-            let err = (seen - i128::from(size)).unsigned_abs();
+        let back = i128::from(size) - i128::from(kept.unwrap_or(0));
+        for (seen, expected) in [(dropped, i128::from(size)), (regained, back)] {
+            let err = (seen - expected).unsigned_abs();
             worst = worst.max(u64::try_from(err).unwrap_or(u64::MAX));
         }
     }
@@ -232,7 +254,7 @@ pub(crate) fn window_error_and_step(
     if worst > 0 {
         worst = worst.max(step);
     }
-    Ok(Some((worst, step)))
+    Ok(Some((worst, step, kept)))
 }
 
 /// What a step took outside the allocator: `before` allocatable before it, `after` after it
