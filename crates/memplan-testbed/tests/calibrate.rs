@@ -386,3 +386,59 @@ fn a_release_deferred_past_a_synchronize_is_trimmed_after_it() {
         "only {checked} seeds defer past one synchronize"
     );
 }
+
+#[test]
+fn memory_every_free_keeps_is_reported_and_is_no_error_of_the_reading() {
+    // A driver whose every free keeps 2 MiB: each allocate/free pair left that much held. The
+    // figure is reported (its evidence fails), and the free reading keeps its declaration:
+    // the windows over a free are judged against what the free gave back.
+    for name in [
+        "h100-80gb",
+        "a100-40gb",
+        "rtx4090",
+        "mi300x",
+        "broken-leaky-free",
+    ] {
+        let leak = if name.starts_with("broken") {
+            ""
+        } else {
+            ",leak-per-free=2MiB"
+        };
+        let selector = format!("{name}{leak},physics=nominal");
+        let r = cal(&selector);
+        assert_eq!(r.kept_per_free, Some(2 << 20), "{selector}");
+        assert_eq!(
+            r.calibrated.reading(Reading::DriverFree),
+            r.declared.reading(Reading::DriverFree),
+            "{selector}"
+        );
+        let v = r.verdicts.iter().find(|v| v.item == "driver_free").unwrap();
+        assert!(
+            v.evidence
+                .iter()
+                .any(|e| !e.ok && e.check.contains("memory the device keeps per free")),
+            "{selector}: {:#?}",
+            v.evidence
+        );
+        assert!(r.to_string().contains("every raw free kept 2.00 MiB held"));
+    }
+    // 8 MiB each, beyond what a window allows for rounding: still no error of the reading.
+    let r = cal("h100-80gb,leak-per-free=8MiB,physics=nominal");
+    assert_eq!(r.kept_per_free, Some(8 << 20));
+    assert!(r.honest(), "{:?}", r.downgrade_lines());
+}
+
+#[test]
+fn a_device_that_keeps_nothing_never_reports_memory_kept_per_free() {
+    // Every profile but the leaky ones, on drawn and adversarial physics (reading noise, steps,
+    // late releases, neighbours as the seed draws them): no figure.
+    for p in profiles().iter().filter(|p| p.quirks.leak_per_free == 0) {
+        for seed in 0..8 {
+            for regime in ["world", "adversarial"] {
+                let selector = format!("{},seed={seed},regime={regime}", p.name);
+                let r = cal(&selector);
+                assert_eq!(r.kept_per_free, None, "{selector}");
+            }
+        }
+    }
+}

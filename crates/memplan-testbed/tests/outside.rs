@@ -585,6 +585,25 @@ fn what_the_window_error_measurement_leaves_held_is_before_the_baseline() {
     passes("mi300x-composed-free-leaky-keeps-cache.toml", &[20, 23, 35]);
 }
 
+/// A device whose raw frees keep 2 MiB each, calibrated: calibration's allocate/free pairs each
+/// left 2 MiB held, within what its windows allow for rounding, and nothing said so; the plan's
+/// check by one allocation of what the engine still needs, after the last reading, kept 2 MiB
+/// more, and these seeds went 1 MiB past the request while serving. Calibration reports what
+/// every free kept, the plan keeps room for the session's own frees after its last reading
+/// (so these runs stay within the request, warning or not), and says by name that the
+/// engine's frees while serving are beyond it.
+#[test]
+fn memory_each_free_keeps_is_seen_and_the_sessions_own_frees_are_kept_room_for() {
+    let seeds = [0, 1, 2, 3, 5, 6, 7, 8, 9, 10, 11, 14, 15, 16, 18];
+    for c in passes("h100-leaky-free-calibrated.toml", &seeds) {
+        assert_warns(
+            &c,
+            |w| matches!(w, memplan_planner::Warning::DeviceKeepsMemoryOnFree { bytes_per_free } if *bytes_per_free == 2 << 20),
+        );
+        assert_eq!(c.out.over_request_bytes, None, "{}", c.what);
+    }
+}
+
 /// The models with sliding-window layers (`[[kv.groups]]`, and Mistral's one sliding group):
 /// the planner's layout of their groups against the engine's own, vLLM 0.19.0's
 /// (`memplan_testbed::kv`).
