@@ -359,14 +359,20 @@ fn a_rank_cannot_map_a_plan_without_its_own() {
         &p1,
         "the plan is of rank 1 of 2, this session is rank 0 of 2",
     );
-    // A combination without rank 0 (rank 1 alone).
-    let alone = memplan::combine_ranks(vec![p1.clone()]).unwrap();
-    refused(&alone, "no plan of this rank");
+    // Rank 1 alone does not combine: rank 0 has no plan in it.
+    let e = memplan::combine_ranks(vec![p1.clone()]).unwrap_err();
+    assert!(e.to_string().contains("no plan of rank 0 of 2"), "{e}");
     // A combination holding an earlier plan of rank 0 (0.8), not its last (0.9).
     let mut e0 = Toy::new(&d0, vec![]);
     let (_s0, earlier) = rank_session(&d0, &mut e0, 0, Request::Utilization(0.8));
     let stale = memplan::combine_json(&[earlier, j1]).unwrap();
     refused(&stale, "combine this session's last plan");
+    // A combination whose figures of rank 0 were taken out (built here: combining refuses it).
+    let mut without = stale.clone();
+    if let Some(r) = without.ranks.as_mut() {
+        r.per_rank.retain(|r| r.rank.global() != 0);
+    }
+    refused(&without, "no plan of this rank");
 }
 
 /// A measured plan sizes with the newest release's rules by default (the dry run's default),

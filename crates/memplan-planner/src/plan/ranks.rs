@@ -20,6 +20,7 @@ use memplan_core::{Error, Param, Result};
 use serde::{Deserialize, Serialize};
 
 use super::{ConsumerKind, GraphMethod, PhysicalCheck, Plan};
+use crate::budget::Request;
 use crate::rank::Rank;
 use crate::warning::Warning;
 
@@ -119,8 +120,8 @@ impl Ranks {
         self.per_rank.iter().find(|r| r.rank == *rank)
     }
 
-    /// Check a combined plan read from elsewhere: its ranks belong to its deployment, once
-    /// each; the blocks are the fewest; each rank maps them in its own layout; the limiting
+    /// Check a combined plan read from elsewhere: its ranks are those of its deployment, each
+    /// once; the blocks are the fewest; each rank maps them in its own layout; the limiting
     /// rank is named exactly when the ranks differ.
     pub(super) fn validate(&self, p: &Plan) -> Result<()> {
         let bad = |m: String| Error::invalid("plan", format!("ranks: {m}"));
@@ -138,10 +139,10 @@ impl Ranks {
         }
         let deployment =
             Rank::new(0, self.tensor_parallel_size)?.with_stage(0, self.pipeline_parallel_size)?;
-        let mut seen = std::collections::BTreeSet::new();
+        let mut seen = BTreeMap::new();
         for r in &self.per_rank {
             r.rank.validate()?;
-            if !r.rank.same_deployment(&deployment) || !seen.insert(r.rank.global()) {
+            if !r.rank.same_deployment(&deployment) || seen.insert(r.rank.global(), ()).is_some() {
                 return Err(bad(format!(
                     "{} is not a rank of this deployment, or is listed twice",
                     r.rank
@@ -153,6 +154,12 @@ impl Ranks {
                     r.rank, r.mapped_bytes
                 )));
             }
+        }
+        if let Some(missing) = missing_ranks(&deployment, &seen)? {
+            return Err(bad(format!(
+                "no figures of {missing}: a combined plan holds every rank of its deployment ({})",
+                deployment.world_size()
+            )));
         }
         let fewest = self.per_rank.iter().map(|r| r.num_blocks).min();
         let differ = self.per_rank.iter().any(|r| Some(r.num_blocks) != fewest);
@@ -173,11 +180,21 @@ impl Ranks {
 }
 
 /// The ranks of `plans`: their own, or, for plans without one (dry runs of several devices),
-/// tensor-parallel ranks in order, of the plans' own tensor-parallel size (or of as many
-/// ranks as plans, when there are more). Mixing both is an error.
+/// tensor-parallel ranks in order, of the plans' own tensor-parallel size (or, for plans of
+/// one GPU each, of as many ranks as plans). Mixing both is an error.
 fn ranks_of(plans: &[Plan]) -> Result<Vec<Rank>> {
     let n = (plans.len() as u64).max(plans[0].tensor_parallel_size);
     match plans.iter().filter(|p| p.rank.is_some()).count() {
+        0 if plans[0].tensor_parallel_size > 1 && n > plans[0].tensor_parallel_size => {
+            Err(Error::param(
+                Param::Ranks,
+                format!(
+                    "{} plans without ranks, each of a deployment of {} tensor-parallel ranks: each rank's plan once",
+                    plans.len(),
+                    plans[0].tensor_parallel_size
+                ),
+            ))
+        }
         0 => plans
             .iter()
             .enumerate()
@@ -205,13 +222,49 @@ fn ranks_of(plans: &[Plan]) -> Result<Vec<Rank>> {
     }
 }
 
-/// Check that `ranks` form one deployment: the same sizes, each rank at most once, every
-/// pipeline stage present (its layers need a KV cache). Tensor-parallel ranks left out of a
-/// stage are allowed: they cannot map the combined plan ([`crate::Session::into_kv_cache`]
-/// looks for the session's own rank in it).
+/// The first ranks a listing names before it says how many more there are.
+const NAMED: usize = 8;
+
+/// `items` joined by `, `: the first [`NAMED`], then how many in all.
+fn some_of(items: impl Iterator<Item = String>, total: u64) -> String {
+    let named: Vec<String> = items.take(NAMED).collect();
+    let mut s = named.join(", ");
+    if total > named.len() as u64 {
+        s.push_str(&format!(", ... ({total} in all)"));
+    }
+    s
+}
+
+/// The rank of global number `g` in `deployment`'s layout (tensor-parallel ranks fastest).
+fn rank_at(deployment: &Rank, g: u64) -> Result<Rank> {
+    let tp = deployment.tensor_parallel_size;
+    Rank::new(g % tp, tp)?.with_stage(g / tp, deployment.pipeline_parallel_size)
+}
+
+/// The global ranks of `deployment` that `seen` lacks, named (at most [`NAMED`]), or `None`
+/// when every rank is there. `seen` holds distinct ranks of the deployment.
+fn missing_ranks<T>(deployment: &Rank, seen: &BTreeMap<u64, T>) -> Result<Option<String>> {
+    let world = deployment.world_size();
+    let lacking = world - seen.len() as u64;
+    if lacking == 0 {
+        return Ok(None);
+    }
+    // Among the first `seen.len() + NAMED` numbers at least `NAMED` are missing (or all are).
+    let named = (0..world)
+        .filter(|g| !seen.contains_key(g))
+        .take(NAMED)
+        .map(|g| rank_at(deployment, g).map(|r| r.to_string()))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Some(some_of(named.into_iter(), lacking)))
+}
+
+/// Check that `ranks` form one whole deployment: the same sizes, every rank of it
+/// (`tensor_parallel_size x pipeline_parallel_size`) exactly once. A plan combined from some of
+/// the ranks would size the deployment by the ranks it saw: a rank left out may have fewer
+/// blocks, and cannot map the plan ([`crate::Session::into_kv_cache`] looks for its own rank).
 fn check_deployment(ranks: &[Rank]) -> Result<Rank> {
     let first = ranks[0];
-    let mut seen = std::collections::BTreeMap::new();
+    let mut seen = BTreeMap::new();
     for (i, r) in ranks.iter().enumerate() {
         if !r.same_deployment(&first) {
             return Err(Error::param(
@@ -228,26 +281,112 @@ fn check_deployment(ranks: &[Rank]) -> Result<Rank> {
             ));
         }
     }
-    for stage in 0..first.pipeline_parallel_size {
-        if !ranks.iter().any(|r| r.pipeline_parallel_rank == stage) {
+    if let Some(missing) = missing_ranks(&first, &seen)? {
+        return Err(Error::param(
+            Param::Ranks,
+            format!(
+                "no plan of {missing}: {} plans for a deployment of {} ranks (tensor_parallel_size {} x pipeline_parallel_size {}); combine every rank's plan, each once",
+                ranks.len(),
+                first.world_size(),
+                first.tensor_parallel_size,
+                first.pipeline_parallel_size
+            ),
+        ));
+    }
+    Ok(first)
+}
+
+/// What every plan of one deployment has alike, by JSON key: one model (where both plans
+/// name it), served by one engine release (where both name it: a measured start-up may not)
+/// with the same sizing rules, KV dtype, `max_model_len` and kind of request. Devices, totals,
+/// budgets and the blocks differ by rank, and so may a utilisation (vllm@0.34's default is
+/// each device's own free share) and the batch limits (`max_num_seqs`,
+/// `max_num_batched_tokens`: a dry run takes the engine's defaults for its own device, where
+/// the engine takes the driver's for every rank). The KV layers differ by pipeline stage and
+/// are compared within a stage.
+fn deployment_fields(p: &Plan) -> Vec<(&'static str, serde_json::Value)> {
+    use serde_json::{json, to_value, Value};
+    let request_kind = to_value(p.request)
+        .ok()
+        .and_then(|v| v.get("kind").cloned())
+        .unwrap_or(Value::Null);
+    let mut f = vec![
+        ("model", json!(p.model)),
+        ("engine", json!(p.engine)),
+        (
+            "sizing_rules",
+            to_value(p.sizing_rules).unwrap_or(Value::Null),
+        ),
+        (
+            "kv_spec.dtype",
+            to_value(p.kv_spec.dtype).unwrap_or(Value::Null),
+        ),
+        ("limits.max_model_len", json!(p.limits.max_model_len)),
+        ("request.kind", request_kind),
+    ];
+    // vLLM's `--kv-cache-memory-bytes` is one value for every worker.
+    if let Request::KvCacheBytes(b) = p.request {
+        f.push(("request.value", json!(b)));
+    }
+    f
+}
+
+/// Keys of [`deployment_fields`] a plan may leave `null` beside another's value.
+const UNNAMED_MATCHES: [&str; 2] = ["model", "engine"];
+
+/// Check that `plans` (of `ranks`) can be one deployment: one block size, the fields of
+/// [`deployment_fields`] alike, one KV layout per pipeline stage.
+fn check_alike(plans: &[Plan], ranks: &[Rank]) -> Result<()> {
+    let block_size = plans[0].kv_spec.block_size;
+    let first = deployment_fields(&plans[0]);
+    for (i, p) in plans.iter().enumerate() {
+        if p.kv_spec.block_size != block_size {
+            return Err(Error::param(
+                Param::BlockSize,
+                format!(
+                    "{} plans blocks of {} tokens, {} of {block_size}: every rank must use one block size",
+                    ranks[i], p.kv_spec.block_size, ranks[0]
+                ),
+            ));
+        }
+        for ((key, mine), (_, theirs)) in deployment_fields(p).iter().zip(&first) {
+            let unnamed = UNNAMED_MATCHES.contains(key) && (mine.is_null() || theirs.is_null());
+            if mine != theirs && !unnamed {
+                return Err(Error::param(
+                    Param::Ranks,
+                    format!(
+                        "`{key}` differs: {} (plan {i}) has {mine}, {} (plan 0) has {theirs}; the ranks of one deployment run one model on one engine release with the same flags",
+                        ranks[i], ranks[0]
+                    ),
+                ));
+            }
+        }
+        let same_stage = (0..i).find(|&j| {
+            ranks[j].pipeline_parallel_rank == ranks[i].pipeline_parallel_rank
+                && plans[j].kv_spec != p.kv_spec
+        });
+        if let Some(j) = same_stage {
             return Err(Error::param(
                 Param::Ranks,
                 format!(
-                    "no plan of pipeline stage {stage} (of {}): every stage's KV cache bounds the blocks",
-                    first.pipeline_parallel_size
+                    "{} plans another KV layout than {} of its stage (different layers, heads or dtype): they cannot share block tables",
+                    ranks[i], ranks[j]
                 ),
             ));
         }
     }
-    Ok(first)
+    Ok(())
 }
 
 /// Combine the plans of a deployment's ranks (see the module docs): every rank gets the fewest
 /// blocks of any. One plan that names no rank (a dry run standing for every rank of its
 /// deployment) is returned as it is. Errors ([`Error::InvalidParam`] on [`Param::Ranks`] or
-/// [`Param::BlockSize`]): no plans, a plan that is itself combined, ranks of different
-/// deployments or listed twice, a pipeline stage without a plan, ranks with different block
-/// sizes, ranks of one stage with different KV layouts.
+/// [`Param::BlockSize`]), each naming the ranks or the field: no plans, a plan that is itself
+/// combined, ranks of different deployments, a rank listed twice or without a plan (every
+/// rank of `tensor_parallel_size x pipeline_parallel_size` exactly once), plans that cannot
+/// be one deployment (another model or engine release where both name one, other sizing
+/// rules, KV dtype, block size, `max_model_len` or kind of request, other bytes of a fixed KV
+/// cache), ranks of one stage with different KV layouts.
 pub fn combine_ranks(plans: Vec<Plan>) -> Result<Plan> {
     if plans.is_empty() {
         return Err(Error::param(Param::Ranks, "no rank plans to combine"));
@@ -264,31 +403,7 @@ pub fn combine_ranks(plans: Vec<Plan>) -> Result<Plan> {
     }
     let ranks = ranks_of(&plans)?;
     let deployment = check_deployment(&ranks)?;
-    let block_size = plans[0].kv_spec.block_size;
-    for (i, p) in plans.iter().enumerate() {
-        if p.kv_spec.block_size != block_size {
-            return Err(Error::param(
-                Param::BlockSize,
-                format!(
-                    "{} plans blocks of {} tokens, {} of {block_size}: every rank must use one block size",
-                    ranks[i], p.kv_spec.block_size, ranks[0]
-                ),
-            ));
-        }
-        let same_stage = (0..i).find(|&j| {
-            ranks[j].pipeline_parallel_rank == ranks[i].pipeline_parallel_rank
-                && plans[j].kv_spec != p.kv_spec
-        });
-        if let Some(j) = same_stage {
-            return Err(Error::param(
-                Param::Ranks,
-                format!(
-                    "{} plans another KV layout than {} of its stage (different layers, heads or dtype): they cannot share block tables",
-                    ranks[i], ranks[j]
-                ),
-            ));
-        }
-    }
+    check_alike(&plans, &ranks)?;
     let (limit, _) = plans
         .iter()
         .zip(&ranks)

@@ -153,6 +153,115 @@ fn plans_that_are_not_one_deployment_are_refused() {
 }
 
 #[test]
+fn a_combination_covers_every_rank_once() {
+    // Rank 0 of two alone: rank 1 might have fewer blocks and could not map the plan.
+    let e = combine_ranks(vec![rank_plan(tp(0, 2), 4 * GIB, 32)]).unwrap_err();
+    assert_eq!(param(&e), Some(Param::Ranks), "{e}");
+    assert!(e.to_string().contains("no plan of rank 1 of 2"), "{e}");
+    // Ranks 0 and 2 of four: 1 and 3 are named.
+    let e = combine_ranks(vec![
+        rank_plan(tp(0, 4), 4 * GIB, 32),
+        rank_plan(tp(2, 4), 4 * GIB, 32),
+    ])
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("rank 1 of 4, rank 3 of 4") && e.contains("2 plans for a deployment of 4"),
+        "{e}"
+    );
+    // A stage's tensor-parallel rank left out.
+    let r = |t, s| Rank::new(t, 2).unwrap().with_stage(s, 2).unwrap();
+    let e = combine_ranks(vec![
+        rank_plan(r(0, 0), GIB, 16),
+        rank_plan(r(1, 0), GIB, 16),
+        rank_plan(r(0, 1), GIB, 16),
+    ])
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("rank 3 of 4 (tensor 1 of 2, stage 1 of 2)"),
+        "{e}"
+    );
+    // Plans without ranks of a larger deployment than there are plans.
+    let anon = |n| {
+        let mut p = rank_plan(tp(0, n), 4 * GIB, 32);
+        p.rank = None;
+        p
+    };
+    let e = combine_ranks(vec![anon(4), anon(4)])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("rank 2 of 4, rank 3 of 4"), "{e}");
+    // ... or more plans than it has ranks.
+    let e = combine_ranks(vec![anon(2), anon(2), anon(2)])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("3 plans without ranks"), "{e}");
+    // One rank of a million: a short message that says how many are missing.
+    let e = combine_ranks(vec![rank_plan(tp(0, 1 << 20), GIB, 32)])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("(1048575 in all)") && e.len() < 600, "{e}");
+}
+
+#[test]
+fn plans_that_cannot_be_one_deployment_name_the_field() {
+    let named = |r| {
+        let mut p = rank_plan(r, 4 * GIB, 32);
+        p.model = Some("org/model".into());
+        p.engine = Some("vllm@0.34".into());
+        p
+    };
+    let a = || named(tp(0, 2));
+    let b = || named(tp(1, 2));
+    let refused = |other: Plan, key: &str| {
+        let e = combine_ranks(vec![a(), other]).unwrap_err();
+        assert_eq!(param(&e), Some(Param::Ranks), "{key}: {e}");
+        assert!(
+            e.to_string().contains(&format!("`{key}` differs")),
+            "{key}: {e}"
+        );
+    };
+    let mut other = b();
+    other.model = Some("another/model".into());
+    refused(other, "model");
+    let mut other = b();
+    other.engine = Some("vllm@0.19".into());
+    refused(other, "engine");
+    let mut other = b();
+    other.sizing_rules.in_flight_batches += 1;
+    refused(other, "sizing_rules");
+    let mut other = b();
+    other.kv_spec.dtype = KvDtype::Fp8E4m3;
+    refused(other, "kv_spec.dtype");
+    let mut other = b();
+    other.limits.max_model_len /= 2;
+    refused(other, "limits.max_model_len");
+    let mut other = b();
+    other.request = Request::Bytes(20 * GIB);
+    refused(other, "request.kind");
+    // A fixed KV cache is one engine flag for every rank.
+    let fixed = |r, bytes| {
+        let mut p = rank_plan(r, 4 * GIB, 32);
+        p.request = Request::KvCacheBytes(bytes);
+        p
+    };
+    let e = combine_ranks(vec![fixed(tp(0, 2), 8 * GIB), fixed(tp(1, 2), 9 * GIB)])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("`request.value` differs"), "{e}");
+    assert!(combine_ranks(vec![fixed(tp(0, 2), 8 * GIB), fixed(tp(1, 2), 8 * GIB)]).is_ok());
+    // A utilisation may differ (vllm@0.34's default is each device's own free share), and the
+    // batch limits (a dry run's defaults are its own device's); a model or engine release a
+    // plan does not name is no contradiction.
+    let mut other = rank_plan(tp(1, 2), 4 * GIB, 32);
+    other.request = Request::Utilization(0.8);
+    other.max_num_seqs = Some(1024);
+    other.limits.max_num_batched_tokens *= 2;
+    assert!(combine_ranks(vec![a(), other]).is_ok());
+}
+
+#[test]
 fn plans_without_ranks_combine_as_tensor_parallel_ranks() {
     let anon = |w| {
         let mut p = rank_plan(tp(0, 1), w, 32);
@@ -299,6 +408,23 @@ fn a_tampered_combination_is_refused() {
     let mut t = v;
     t["ranks"]["count"] = 3.into();
     assert!(read(&t).is_err());
+}
+
+#[test]
+fn a_combination_read_back_holds_every_rank() {
+    let c = combine_ranks(vec![
+        rank_plan(tp(0, 2), 4 * GIB, 32),
+        rank_plan(tp(1, 2), 6 * GIB, 32),
+    ])
+    .unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&c.to_json()).unwrap();
+    // Rank 1 limits; drop rank 0's figures.
+    let per_rank = v["ranks"]["per_rank"].as_array_mut().unwrap();
+    per_rank.remove(0);
+    v["ranks"]["count"] = 1.into();
+    v["ranks"]["limiting"] = serde_json::Value::Null;
+    let e = Plan::from_json(&v.to_string()).unwrap_err().to_string();
+    assert!(e.contains("no figures of rank 0 of 2"), "{e}");
 }
 
 /// Every plan this crate writes is valid under `docs/schemas/plan.schema.json`, the schema
