@@ -11,8 +11,9 @@
 //!    keys), a warning code it does not know is kept as
 //!    [`Warning::Unrecognized`](crate::Warning::Unrecognized);
 //! 4. the figures agree with each other ([`Plan::validate`]): the request (a utilisation in
-//!    (0, 1], bytes above 0), tokens, blocks and bytes, the rank and the deployment, a
-//!    combined plan's ranks.
+//!    (0, 1], bytes above 0), tokens, blocks and bytes, every whole figure of `kv` against the
+//!    sizing of `kv_spec` in the KV cache granted, the rank and the deployment, a combined
+//!    plan's ranks (every rank of its deployment, once).
 //!
 //! `docs/schemas/plan.schema.json` describes the same document for other languages; a test
 //! checks every plan this crate writes against it.
@@ -128,7 +129,9 @@ impl Plan {
     /// Check that the plan's figures agree with each other (a plan read from elsewhere): the
     /// request is one the planner takes (a utilisation in (0, 1], bytes above 0), the
     /// token count is the sizing's, blocks times block bytes are the bytes used, which fit in
-    /// the KV cache granted, which fits in the budget; the rank belongs to the plan's
+    /// the KV cache granted, which fits in the budget; every whole figure of `kv` (page and
+    /// block bytes, blocks, usable blocks, tokens, ...) is what `kv_spec` gives in the KV cache
+    /// granted with `limits` and `sizing_rules`; the rank belongs to the plan's
     /// deployment; a combined plan's ranks (see [`super::Ranks`]).
     pub fn validate(&self) -> Result<()> {
         // The request as it was checked when the plan was made.
@@ -161,6 +164,7 @@ impl Plan {
                 self.kv.used_bytes, self.kv_cache_bytes, self.kv_budget_bytes
             )));
         }
+        self.validate_sizing()?;
         let deployment = crate::Rank::new(0, self.tensor_parallel_size)
             .and_then(|r| r.with_stage(0, self.pipeline_parallel_size))?;
         if let Some(r) = &self.rank {
@@ -174,6 +178,48 @@ impl Plan {
         }
         if let Some(ranks) = &self.ranks {
             ranks.validate(self)?;
+        }
+        Ok(())
+    }
+}
+
+impl Plan {
+    /// Check `kv` against the sizing that made it: the planner sizes `kv_spec` into
+    /// `kv_cache_bytes` with `limits` and `sizing_rules` (`KvSpec::size_with`), so every whole
+    /// figure of `kv` is that sizing's: the page and block bytes and the grouping (from the
+    /// spec and rules), the blocks (`kv_cache_bytes / block_bytes`), the usable blocks (all
+    /// but the null block), the tokens, the blocks a request needs, the longest length that
+    /// fits. (The concurrencies are floating point and left out.)
+    fn validate_sizing(&self) -> Result<()> {
+        let want = self
+            .kv_spec
+            .size_with(self.kv_cache_bytes, &self.limits, &self.sizing_rules)
+            .map_err(|e| bad(format!("kv_spec, limits and sizing_rules do not size: {e}")))?;
+        let figures = |k: &memplan_core::kv::KvSizing| {
+            [
+                ("page_bytes", Some(k.page_bytes)),
+                ("group_size", Some(k.group_size)),
+                ("num_groups", Some(k.num_groups)),
+                ("block_bytes", Some(k.block_bytes)),
+                ("block_size", Some(k.block_size)),
+                ("num_blocks", Some(k.num_blocks)),
+                ("usable_blocks", Some(k.usable_blocks)),
+                ("used_bytes", Some(k.used_bytes)),
+                ("tokens", Some(k.tokens)),
+                ("blocks_per_request", Some(k.blocks_per_request)),
+                ("max_model_len_fit", k.max_model_len_fit),
+            ]
+        };
+        let show = |v: Option<u64>| v.map_or_else(|| "null".to_string(), |v| v.to_string());
+        for ((key, got), (_, want)) in figures(&self.kv).into_iter().zip(figures(&want)) {
+            if got != want {
+                return Err(bad(format!(
+                    "kv.{key} {} is not {}, what kv_spec gives in kv_cache_bytes {} with limits and sizing_rules",
+                    show(got),
+                    show(want),
+                    self.kv_cache_bytes
+                )));
+            }
         }
         Ok(())
     }

@@ -427,6 +427,43 @@ fn a_combination_read_back_holds_every_rank() {
     assert!(e.contains("no figures of rank 0 of 2"), "{e}");
 }
 
+#[test]
+fn the_kv_figures_are_the_sizing_of_the_kv_cache_granted() {
+    let p = rank_plan(tp(0, 1), 4 * GIB, 32);
+    let v: serde_json::Value = serde_json::from_str(&p.to_json()).unwrap();
+    let read = |v: &serde_json::Value| Plan::from_json(&v.to_string());
+    assert_eq!(read(&v).unwrap(), p);
+    let k = &p.kv;
+    for (key, value) in [
+        ("page_bytes", serde_json::json!(1u64 << 63)),
+        ("page_bytes", serde_json::json!(k.page_bytes * 2)),
+        ("usable_blocks", serde_json::json!(1u64 << 63)),
+        ("usable_blocks", serde_json::json!(k.num_blocks)),
+        ("group_size", serde_json::json!(k.group_size + 1)),
+        ("num_groups", serde_json::json!(2)),
+        ("block_size", serde_json::json!(k.block_size * 2)),
+        ("blocks_per_request", serde_json::json!(1)),
+        ("max_model_len_fit", serde_json::Value::Null),
+    ] {
+        let mut t = v.clone();
+        t["kv"][key] = value.clone();
+        let e = read(&t).expect_err(&format!("{key} {value}")).to_string();
+        assert!(e.contains(&format!("kv.{key} ")), "{key} {value}: {e}");
+    }
+    // Blocks, bytes and tokens changed together still are not what the KV cache granted holds.
+    let mut t = v.clone();
+    t["kv"]["num_blocks"] = (k.num_blocks - 1).into();
+    t["kv"]["usable_blocks"] = (k.usable_blocks - 1).into();
+    t["kv"]["used_bytes"] = ((k.num_blocks - 1) * k.block_bytes).into();
+    let e = read(&t).unwrap_err().to_string();
+    assert!(e.contains("kv.num_blocks "), "{e}");
+    // A spec the sizing refuses is named.
+    let mut t = v.clone();
+    t["kv_spec"]["groups"] = serde_json::json!([]);
+    let e = read(&t).unwrap_err().to_string();
+    assert!(e.contains("kv_spec"), "{e}");
+}
+
 /// Every plan this crate writes is valid under `docs/schemas/plan.schema.json`, the schema
 /// other languages read it with.
 #[test]
