@@ -38,7 +38,7 @@ import json
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from . import _native
-from ._errors import UsageError, from_envelope
+from ._errors import ArgumentTypeError, UsageError, from_envelope
 
 __all__ = ["combine", "exchange", "exchanger", "AllGather", "PlanLike"]
 
@@ -58,9 +58,9 @@ def _text(plan: PlanLike, where: str) -> str:
         return plan
     if isinstance(plan, Mapping):
         return json.dumps(plan)
-    raise UsageError(
+    raise ArgumentTypeError(
         f"{where}: expected a plan (a dict or its memplan.plan/1 JSON text), got {type(plan).__name__}",
-        kind="usage",
+        kind="type",
         exit_code=2,
     )
 
@@ -74,17 +74,38 @@ def combine(plans: Sequence[PlanLike]) -> Dict[str, Any]:
     order) and ``limiting`` (an index in ``per_rank``; ``None`` when every rank fits the same
     blocks, and only then is no ``limiting_rank`` warning given). Each plan is read back
     through the ``memplan.plan/1`` schema first: a plan of another schema version, or one that
-    is not a plan, is refused rather than half-read. Plans that say which rank they are
-    (measured start-ups, ``memplan plan --pipeline-stage S --tensor-parallel-rank R``) may
-    come in any order; plans that do not are the tensor-parallel ranks of one stage, in order.
+    is not a plan, or whose figures disagree with each other, is refused rather than half-read.
+    Plans that say which rank they are (measured start-ups, ``memplan plan --pipeline-stage S
+    --tensor-parallel-rank R``) may come in any order; plans that do not are the
+    tensor-parallel ranks of one stage, in order.
+
+    What is checked, each refusal naming the ranks or the JSON key:
+
+    - every rank of the deployment (``tensor_parallel_size`` x ``pipeline_parallel_size``,
+      as the plans' ``rank`` fields state) has exactly one plan: a rank left out or given
+      twice is refused (there is no partial combine: a rank left out may have fewer blocks);
+    - the plans can be one deployment: the same ``model`` and ``engine`` (where both plans
+      name one), ``sizing_rules``, ``kv_spec.dtype``, ``kv_spec.block_size``,
+      ``limits.max_model_len`` and kind of ``request`` (and the same bytes of a fixed KV
+      cache, ``kv_cache_bytes``); ranks of one pipeline stage the same ``kv_spec``. Devices,
+      totals and budgets differ by rank, and so may a utilisation (vllm@0.34's default is each
+      device's own free share) and the batch limits (a dry run's defaults are its device's);
+    - none is itself a combined plan.
 
     Raises:
-        UsageError: no plans, a plan that is not a ``memplan.plan/1`` document, or plans
-            that cannot be combined (different models or KV layouts).
+        UsageError: no plans, a plan that is not a valid ``memplan.plan/1`` document, or plans
+            that cannot be combined (above).
+        ArgumentTypeError: ``plans`` is not a sequence of dicts or JSON texts.
     """
     if isinstance(plans, (str, bytes)) or not isinstance(plans, Sequence):
-        raise UsageError(
+        raise ArgumentTypeError(
             f"combine: expected a sequence of rank plans, got {type(plans).__name__}",
+            kind="type",
+            exit_code=2,
+        )
+    if len(plans) == 0:
+        raise UsageError(
+            "combine: no plans given: pass every rank's plan (one per rank of the deployment)",
             kind="usage",
             exit_code=2,
         )
@@ -152,20 +173,25 @@ def exchanger(
                      tensor_parallel_rank=rank, exchange=exchanger(comm.allgather, rank=rank))
         s.combined["ranks"]["num_blocks"]     # what every rank mapped
 
-    Raises (when called):
-        UsageError: as :func:`exchange`.
+    Raises:
+        ArgumentTypeError: ``all_gather`` is not callable, ``world_size`` is not an int.
+        UsageError: ``world_size`` below 1; when called, as :func:`exchange`.
     """
-    if world_size is not None and (
-        isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1
-    ):
+    if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int)):
+        raise ArgumentTypeError(
+            f"exchange: world_size={world_size!r} is a {type(world_size).__name__}; it takes a positive int",
+            kind="type",
+            exit_code=2,
+        )
+    if world_size is not None and world_size < 1:
         raise UsageError(
             f"exchange: world_size={world_size!r} must be a positive int",
             kind="usage",
             exit_code=2,
         )
     if not callable(all_gather):
-        raise UsageError(
-            f"exchange: all_gather={all_gather!r} is not callable", kind="usage", exit_code=2
+        raise ArgumentTypeError(
+            f"exchange: all_gather={all_gather!r} is not callable", kind="type", exit_code=2
         )
 
     def gather(text: str) -> List[str]:
@@ -219,7 +245,10 @@ def exchange(
 
     Raises:
         UsageError: a malformed answer from the all-gather (not a list, the wrong number of
-            ranks, this rank's plan not at ``rank``), or plans that cannot be combined.
+            ranks, this rank's plan not at ``rank``), or plans that cannot be combined (as
+            :func:`combine`).
+        ArgumentTypeError: ``plan``, ``all_gather`` or ``world_size`` of the wrong type, or an
+            all-gather that returned something other than plans (dicts or JSON text).
     """
     gather = exchanger(all_gather, world_size=world_size, rank=rank)
     return combine(gather(_text(plan, "exchange: plan")))

@@ -14,7 +14,12 @@ pub fn combine_plans(py: Python<'_>, plans: Vec<String>) -> (u8, String) {
     crate::guarded(py, move || match memplan::combine_json(&plans) {
         Ok(p) => (0, p.to_json()),
         Err(e) => {
-            let (code, json) = crate::errors::envelope(&e);
+            let (code, mut json) = crate::errors::envelope(&e);
+            // The command line words a combining error with the flag it would change
+            // (`--tensor-parallel-size`, `--block-size`); no flag was passed here.
+            if let memplan::Error::InvalidParam { message, .. } = e.root() {
+                json["error"]["message"] = format!("combine: {message}").into();
+            }
             (code, json.to_string())
         }
     })

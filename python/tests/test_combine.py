@@ -78,6 +78,34 @@ def test_bad_plans_are_usage_errors() -> None:
         combine([])
 
 
+def test_combine_refuses_what_cannot_be_one_deployment() -> None:
+    from memplan.distributed import combine as combine_plans
+
+    p0 = _rank_plan("sim:l4", 0)
+    p1 = _rank_plan("sim:l4", 1)
+    # No plans: said so, not in command-line flags.
+    with pytest.raises(memplan.UsageError, match="no plans given") as info:
+        combine_plans([])
+    assert "--" not in str(info.value)
+    # Rank 0 of two alone: rank 1 is named.
+    with pytest.raises(memplan.UsageError, match="no plan of rank 1 of 2") as info:
+        combine_plans([p0])
+    assert "--tensor-parallel-size" not in str(info.value)
+    # Another model on rank 1.
+    with pytest.raises(memplan.UsageError, match="`model` differs"):
+        combine_plans([p0, dict(p1, model="other/model")])
+    # A KV figure that is not the sizing of the KV cache granted.
+    tampered = dict(p1, kv=dict(p1["kv"], page_bytes=2**63))
+    with pytest.raises(memplan.UsageError, match="kv.page_bytes"):
+        combine_plans([p0, tampered])
+    # Not a plan at all: a TypeError too.
+    with pytest.raises(memplan.ArgumentTypeError):
+        combine_plans([p0, 1])  # type: ignore[list-item]
+    with pytest.raises(TypeError):
+        combine_plans("plans")  # a str is a Sequence of str: refused at run time
+    assert combine_plans([p1, p0])["ranks"]["count"] == 2
+
+
 def test_a_rank_maps_the_combined_plan_through_its_exchange() -> None:
     # Rank 1 planned elsewhere (its own process); rank 0's exchange returns both plans.
     p1 = json.dumps(_rank_plan("sim:l4", 1))
