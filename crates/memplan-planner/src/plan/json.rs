@@ -11,7 +11,8 @@
 //!    keys), a warning code it does not know is kept as
 //!    [`Warning::Unrecognized`](crate::Warning::Unrecognized);
 //! 4. the figures agree with each other ([`Plan::validate`]): the request (a utilisation in
-//!    (0, 1], bytes above 0), tokens, blocks and bytes, every whole figure of `kv` against the
+//!    (0, 1], bytes above 0), the budget (requested within the total, the consumers plus the
+//!    KV budget), tokens, blocks and bytes, every whole figure of `kv` against the
 //!    sizing of `kv_spec` in the KV cache granted, the rank and the deployment, a combined
 //!    plan's ranks (every rank of its deployment, once).
 //!
@@ -128,6 +129,7 @@ impl Plan {
 
     /// Check that the plan's figures agree with each other (a plan read from elsewhere): the
     /// request is one the planner takes (a utilisation in (0, 1], bytes above 0), the
+    /// requested bytes fit in the total and are the consumers plus the KV budget, the
     /// token count is the sizing's, blocks times block bytes are the bytes used, which fit in
     /// the KV cache granted, which fits in the budget; every whole figure of `kv` (page and
     /// block bytes, blocks, usable blocks, tokens, ...) is what `kv_spec` gives in the KV cache
@@ -164,6 +166,7 @@ impl Plan {
                 self.kv.used_bytes, self.kv_cache_bytes, self.kv_budget_bytes
             )));
         }
+        self.validate_budget()?;
         self.validate_sizing()?;
         let deployment = crate::Rank::new(0, self.tensor_parallel_size)
             .and_then(|r| r.with_stage(0, self.pipeline_parallel_size))?;
@@ -184,6 +187,40 @@ impl Plan {
 }
 
 impl Plan {
+    /// Check the budget's figures as `budget::compute` makes them: the memory requested is
+    /// within the device total, and the KV budget is what it leaves after the consumers (a
+    /// byte budget is the bytes requested, a fixed KV cache the KV budget). A utilisation's
+    /// bytes are not recomputed: the fraction goes through floating point.
+    fn validate_budget(&self) -> Result<()> {
+        if self.requested_bytes > self.total_bytes {
+            return Err(bad(format!(
+                "requested_bytes {} is more than total_bytes {}",
+                self.requested_bytes, self.total_bytes
+            )));
+        }
+        let used = self
+            .consumers
+            .total()
+            .ok_or_else(|| bad("consumers: their bytes overflow 64 bits together"))?;
+        if used.checked_add(self.kv_budget_bytes) != Some(self.requested_bytes) {
+            return Err(bad(format!(
+                "kv_budget_bytes {} is not requested_bytes {} less the consumers' {used} bytes",
+                self.kv_budget_bytes, self.requested_bytes
+            )));
+        }
+        match self.request {
+            Request::Bytes(b) if b != self.requested_bytes => Err(bad(format!(
+                "requested_bytes {} is not the {b} bytes the request asks for",
+                self.requested_bytes
+            ))),
+            Request::KvCacheBytes(b) if b != self.kv_budget_bytes => Err(bad(format!(
+                "kv_budget_bytes {} is not the fixed KV cache's {b} bytes the request asks for",
+                self.kv_budget_bytes
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// Check `kv` against the sizing that made it: the planner sizes `kv_spec` into
     /// `kv_cache_bytes` with `limits` and `sizing_rules` (`KvSpec::size_with`), so every whole
     /// figure of `kv` is that sizing's: the page and block bytes and the grouping (from the

@@ -285,7 +285,7 @@ fn check_deployment(ranks: &[Rank]) -> Result<Rank> {
         return Err(Error::param(
             Param::Ranks,
             format!(
-                "no plan of {missing}: {} plans for a deployment of {} ranks (tensor_parallel_size {} x pipeline_parallel_size {}); combine every rank's plan, each once",
+                "no plan of {missing}: plans of {} of the deployment's {} ranks (tensor_parallel_size {} x pipeline_parallel_size {}); combine every rank's plan, each once",
                 ranks.len(),
                 first.world_size(),
                 first.tensor_parallel_size,

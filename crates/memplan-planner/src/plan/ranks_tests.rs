@@ -166,7 +166,8 @@ fn a_combination_covers_every_rank_once() {
     .unwrap_err()
     .to_string();
     assert!(
-        e.contains("rank 1 of 4, rank 3 of 4") && e.contains("2 plans for a deployment of 4"),
+        e.contains("rank 1 of 4, rank 3 of 4")
+            && e.contains("plans of 2 of the deployment's 4 ranks"),
         "{e}"
     );
     // A stage's tensor-parallel rank left out.
@@ -457,6 +458,22 @@ fn the_kv_figures_are_the_sizing_of_the_kv_cache_granted() {
     t["kv"]["used_bytes"] = ((k.num_blocks - 1) * k.block_bytes).into();
     let e = read(&t).unwrap_err().to_string();
     assert!(e.contains("kv.num_blocks "), "{e}");
+    // The budget: requested within the total, the consumers plus the KV budget.
+    let mut t = v.clone();
+    t["total_bytes"] = 5.into();
+    let e = read(&t).unwrap_err().to_string();
+    assert!(
+        e.contains("requested_bytes") && e.contains("total_bytes 5"),
+        "{e}"
+    );
+    let mut t = v.clone();
+    t["consumers"][0]["bytes"] = (p.consumers.bytes(ConsumerKind::Weights) / 2).into();
+    let e = read(&t).unwrap_err().to_string();
+    assert!(e.contains("kv_budget_bytes"), "{e}");
+    let mut t = v.clone();
+    t["request"] = serde_json::json!({"kind": "bytes", "value": p.requested_bytes + 1});
+    let e = read(&t).unwrap_err().to_string();
+    assert!(e.contains("the request asks for"), "{e}");
     // A spec the sizing refuses is named.
     let mut t = v.clone();
     t["kv_spec"]["groups"] = serde_json::json!([]);
