@@ -229,6 +229,18 @@ impl SimGpu {
         parse_with_profile(crate::registry::selector_of(selector)).map(|_| ())
     }
 
+    /// The profile `selector` opens and its modifiers, checked as [`SimGpu::check_selector`]
+    /// checks them (a scenario file compares what it asks of the device with the device's
+    /// memory when it is loaded).
+    pub fn selector_profile(selector: &str) -> Result<(&'static SimProfile, crate::Modifiers)> {
+        let (name, _, mods) = parse_with_profile(crate::registry::selector_of(selector))?;
+        let p = profile(&name).ok_or_else(|| Error::UnknownDevice {
+            id: format!("sim:{name}"),
+            available: format!("sim:{{{}}} with optional ,modifiers", profile_names()),
+        })?;
+        Ok((p, mods))
+    }
+
     pub(crate) fn lock(&self) -> StateGuard<'_> {
         // A panic in another holder cannot leave the plain-data state half-updated in a way
         // that matters more than losing the device; keep going with what is there.

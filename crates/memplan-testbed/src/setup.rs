@@ -397,6 +397,28 @@ impl Scenario {
                 "the device selector has other= too; give the memory of other processes once",
             ));
         }
+        // Other processes that hold the whole device leave no room for any process to start:
+        // a world no engine meets, said where it was written, not as an out-of-memory of
+        // whatever ran first.
+        let (profile, mods) = memplan_backend_sim::SimGpu::selector_profile(&self.device)
+            .map_err(|e| Error::invalid(f("device"), e.to_string()))?;
+        let held = [
+            (f("other_processes"), Some(other)),
+            (f("device"), mods.other_processes),
+        ];
+        for (field, bytes) in held {
+            if let Some(b) = bytes.filter(|b| *b >= profile.total_bytes) {
+                return Err(Error::invalid(
+                    field,
+                    format!(
+                        "other processes holding {} leave nothing of the device's {} ({}) for this one",
+                        memplan_core::bytes::fmt_bytes(b),
+                        memplan_core::bytes::fmt_bytes(profile.total_bytes),
+                        profile.name
+                    ),
+                ));
+            }
+        }
         let setup = Setup {
             request,
             kv,

@@ -692,6 +692,53 @@ fn a_device_selector_that_does_not_open_is_refused_when_the_file_is_loaded() {
 }
 
 #[test]
+fn other_processes_that_hold_the_whole_device_are_the_files_error() {
+    let toml = |device: &str, other: &str| {
+        format!(
+            r#"name = "full"
+device = "{device}"
+other_processes = "{other}"
+[request]
+gpu_memory_utilization = 0.9
+[model]
+weights = "1GiB"
+activation_peak = "256MiB"
+[kv]
+dtype = "bf16"
+max_model_len = 4096
+layers = 2
+kv_heads = 1
+head_dim = 64
+[graphs]
+kernel_nodes = 0
+intermediate_per_token = 0
+"#
+        )
+    };
+    let resolve = |device: &str, other: &str| {
+        Scenario::from_toml("x", &toml(device, other))
+            .unwrap()
+            .resolve()
+    };
+    // An RTX 4090 has 24 GiB: others holding all of it (or more) leave no process room to start,
+    // named by the key that says so, not an out-of-memory of calibration's first capture.
+    for (device, other, key) in [
+        ("rtx4090", "24GiB", ": other_processes: "),
+        ("rtx4090", "30GiB", ": other_processes: "),
+        ("rtx4090,other=24GiB", "0", ": device: "),
+    ] {
+        let e = resolve(device, other).unwrap_err().to_string();
+        assert!(
+            e.contains(key) && e.contains("rtx4090"),
+            "{device} {other}: {e}"
+        );
+    }
+    // Less than all of it is a world the plan must judge (it may well not fit).
+    assert!(resolve("rtx4090", "23GiB").is_ok());
+    assert!(resolve("rtx4090,other=23GiB", "0").is_ok());
+}
+
+#[test]
 fn scenario_counts_are_capped_and_duplicates_merged() {
     let resolve = |from: &str, to: &str| {
         Scenario::from_toml("x", &SHIPPED[0].1.replace(from, to))
