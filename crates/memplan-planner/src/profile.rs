@@ -99,7 +99,7 @@ pub struct Profile {
     /// nothing calibrated as the session's own windows over allocations saw it; absent where
     /// nothing was seen kept. The plan keeps room for the frees the
     /// session makes after its last reading, and warns
-    /// ([`Warning::DeviceKeepsMemoryOnFree`](crate::Warning::DeviceKeepsMemoryOnFree)).
+    /// ([`Warning::DeviceKeepsMemoryOnFree`]).
     pub kept_per_free: Option<u64>,
     /// Reads of the free and device-wide readings each snapshot of the session combines (their
     /// interquartile mean, each read after a synchronize): 1 where one read is good to its
