@@ -606,6 +606,21 @@ fn is_version(v: &str) -> bool {
         .is_some_and(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
 }
 
+/// The block-count line of vLLM V0's executor on each platform (`executor/executor_base.py`
+/// `initialize_cache`: "# %s blocks: %d, # CPU blocks: %d" with
+/// `current_platform.device_name`: "GPU", "cuda", "rocm", "xpu"; the HPU and TPU executors
+/// print their own): it names the engine, marks the legacy format and gives the block count.
+/// Each is one of the scanner's keys (`scan::KEYS`).
+const V0_BLOCK_LINES: [&str; 7] = [
+    "# GPU blocks:",
+    "# CUDA blocks:",
+    "# cuda blocks:",
+    "# rocm blocks:",
+    "# xpu blocks:",
+    "# HPU blocks:",
+    "# TPU blocks:",
+];
+
 /// Read the figures of an engine start-up log.
 pub fn parse(text: &str) -> Result<LogFigures> {
     // Which engine wrote it: one scan of each line until it is clear (a vLLM log names its
@@ -629,15 +644,11 @@ pub fn parse(text: &str) -> Result<LogFigures> {
                 | "Memory profiling takes"
                 | "# GPU blocks"
                 | "# CUDA blocks"
-                | "# cuda blocks:"
-                | "# rocm blocks:"
-                | "# xpu blocks:"
-                | "# HPU blocks:"
-                | "# TPU blocks:"
                 | "Free memory on device"
                 | "CUDA graph pool memory"
                 | "Estimated CUDA graph memory"
                 | "Maximum concurrency for" => vllm = true,
+                k if V0_BLOCK_LINES.contains(&k) => vllm = true,
                 _ => {}
             }
         }
@@ -1145,17 +1156,11 @@ pub fn parse(text: &str) -> Result<LogFigures> {
             && [
                 "Memory profiling results",
                 "the rest of the memory reserved for KV Cache is",
-                "# GPU blocks:",
-                "# CUDA blocks:",
-                "# cuda blocks:",
-                "# rocm blocks:",
-                "# xpu blocks:",
-                "# HPU blocks:",
-                "# TPU blocks:",
                 "Loading model weights took",
                 "maximum number of tokens that can be stored in KV cache",
             ]
             .iter()
+            .chain(&V0_BLOCK_LINES)
             .any(|k| l.has(k))
         {
             f.legacy_line = Some(n);
@@ -1225,21 +1230,11 @@ pub fn parse(text: &str) -> Result<LogFigures> {
                 n,
             );
         }
-        // V0's executor names the platform's device (`executor/executor_base.py`
-        // `initialize_cache`: "# %s blocks: %d, # CPU blocks: %d" with
-        // `current_platform.device_name`: "GPU", "cuda", "rocm", "xpu"; the HPU and TPU
-        // executors print their own). A count of 0 is a start-up with no room for a KV cache.
-        for key in [
-            "# GPU blocks:",
-            "# CUDA blocks:",
-            "# cuda blocks:",
-            "# rocm blocks:",
-            "# xpu blocks:",
-            "# HPU blocks:",
-            "# TPU blocks:",
-            "Extended KV cache to",
-            "num_gpu_blocks is:",
-        ] {
+        // A count of 0 is a start-up with no room for a KV cache.
+        for key in V0_BLOCK_LINES
+            .into_iter()
+            .chain(["Extended KV cache to", "num_gpu_blocks is:"])
+        {
             if l.has(key) && l.token(key).is_some_and(|(t, _)| t == "0") {
                 f.notes.push(format!(
                     "line {n}: 0 KV cache blocks: that start-up had no room for a KV cache"

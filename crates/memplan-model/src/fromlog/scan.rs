@@ -306,7 +306,12 @@ mod tests {
         keys_in("tp_size", &mut found);
         assert_eq!(found, vec![("tp_size", 0)]);
         assert!(is_key("KV cache size:") && !is_key("KV cache"));
-        for k in PARTNERS.iter().chain(RELEASE).chain(MODEL) {
+        for k in PARTNERS
+            .iter()
+            .chain(RELEASE)
+            .chain(MODEL)
+            .chain(&super::super::V0_BLOCK_LINES)
+        {
             assert!(is_key(k), "{k:?}");
         }
         assert!(!worth_reading(&[(" tokens", 0)], false, false));
