@@ -97,6 +97,17 @@ pub struct CalibrationReport {
     pub kept_per_free: Option<u64>,
 }
 
+impl Verdict {
+    /// The warning that names this verdict, where it downgraded a declaration.
+    pub fn downgrade_warning(&self) -> Option<crate::Warning> {
+        (self.status == Status::Downgraded).then(|| crate::Warning::CalibrationDowngrade {
+            item: self.item.clone(),
+            declared: self.declared.clone(),
+            observed: self.calibrated.clone(),
+        })
+    }
+}
+
 impl CalibrationReport {
     /// What calibration read behind its verdict on `item` (its first evidence), where it read
     /// something: `None` where the item was not checked or its reading was absent (the
@@ -125,13 +136,9 @@ impl CalibrationReport {
 
     /// One warning per downgrade, for sessions and plans.
     pub fn downgrade_warnings(&self) -> Vec<crate::Warning> {
-        self.downgrades()
+        self.verdicts
             .iter()
-            .map(|v| crate::Warning::CalibrationDowngrade {
-                item: v.item.clone(),
-                declared: v.declared.clone(),
-                observed: v.calibrated.clone(),
-            })
+            .filter_map(Verdict::downgrade_warning)
             .collect()
     }
 

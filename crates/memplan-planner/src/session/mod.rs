@@ -206,13 +206,8 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             Vec::new()
         } else {
             crate::calibrate::unified_pool(&device, &mut capability)?
-                .into_iter()
-                .filter(|v| v.status == crate::calibrate::Status::Downgraded)
-                .map(|v| Warning::CalibrationDowngrade {
-                    item: v.item,
-                    declared: v.declared,
-                    observed: v.calibrated,
-                })
+                .iter()
+                .filter_map(crate::calibrate::Verdict::downgrade_warning)
                 .collect()
         };
         let total = device.driver_memory()?.total;
