@@ -426,8 +426,7 @@ fn unversioned_v1(f: &LogFigures) -> (String, String) {
         (None, Ok(r)) => format!("{}-token blocks", r.block_size),
         (None, Err(_)) => String::new(),
     };
-    if b.contradict() {
-        let (lo, hi) = (b.oldest.expect("a bound"), b.newest.expect("a bound"));
+    if let (true, Some(lo), Some(hi)) = (b.contradict(), b.oldest, b.newest) {
         return (
             newest.to_string(),
             format!(
