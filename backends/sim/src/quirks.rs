@@ -225,6 +225,7 @@ pub struct Modifiers {
 }
 
 /// Split `name,mod,...` into the profile name, the quirks changed from `base` and the rest.
+/// Each modifier may be given once: a repeated one (`seed=1,seed=2`) is an error naming it.
 pub fn parse_selector(
     selector: &str,
     base: impl FnOnce(&str) -> Result<Quirks>,
@@ -233,12 +234,21 @@ pub fn parse_selector(
     let name = parts.next().unwrap_or_default().to_ascii_lowercase();
     let mut quirks = base(&name)?;
     let mut mods = Modifiers::default();
+    // Each modifier as first written, by name: a second one is refused rather than the last
+    // silently winning (`seed=1,seed=2` would plan with seed 2 and say nothing).
+    let mut given: Vec<(String, &str)> = Vec::new();
     for m in parts {
         let bad = |msg: String| Error::invalid(format!("sim selector modifier `{m}`"), msg);
         let (key, value) = match m.split_once('=') {
             Some((k, v)) => (k.trim().to_ascii_lowercase(), Some(v.trim())),
             None => (m.to_ascii_lowercase(), None),
         };
+        if let Some((_, first)) = given.iter().find(|(k, _)| *k == key) {
+            return Err(bad(format!(
+                "`{key}` is given twice (`{first}` and `{m}`): give each modifier once"
+            )));
+        }
+        given.push((key.clone(), m));
         match (key.as_str(), value) {
             ("declare-exact", None) => mods.declare_exact = true,
             ("other", Some(v)) => mods.other_processes = Some(parse_bytes("other", v)?),
@@ -373,5 +383,38 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("other"), "{e}");
+    }
+
+    #[test]
+    fn a_modifier_given_twice_is_refused_naming_it() {
+        for (selector, key) in [
+            ("x,seed=1,seed=2", "seed"),
+            ("x,seed=1,physics=low,SEED = 1", "seed"),
+            ("x,stale-free,stale-free=off", "stale-free"),
+            ("x,declare-exact,declare-exact", "declare-exact"),
+            ("x,other=1GiB,other=2GiB", "other"),
+            ("x,free-step=2MiB,free-step=4MiB", "free-step"),
+            (
+                "x,hidden-bytes-per-capture=1MiB,hidden-bytes-per-capture=2MiB",
+                "hidden-bytes-per-capture",
+            ),
+            ("x,physics=low,physics=high", "physics"),
+            ("x,regime=world,regime=adversarial", "regime"),
+            ("x,world=/a,world=/b", "world"),
+        ] {
+            let e = parse_selector(selector, |_| Ok(Quirks::default()))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(&format!("`{key}` is given twice")) && e.contains("once"),
+                "{selector}: {e}"
+            );
+        }
+        // Different modifiers, each once, still parse.
+        let (_, q, m) = parse_selector("x,seed=1,physics=low,stale-free,free-step=2MiB", |_| {
+            Ok(Quirks::default())
+        })
+        .unwrap();
+        assert!(q.stale_free && m.seed == Some(1));
     }
 }
