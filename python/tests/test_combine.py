@@ -72,7 +72,7 @@ def test_bad_plans_are_usage_errors() -> None:
         combine([newer])
     with pytest.raises(memplan.UsageError, match="both"):
         combine([p0, p0])
-    with pytest.raises(memplan.UsageError, match="not JSON"):
+    with pytest.raises(memplan.UsageError, match="not valid JSON"):
         combine(["{"])
     with pytest.raises(memplan.UsageError):
         combine([])

@@ -119,3 +119,47 @@ fn a_device_reporting_an_absurd_total_is_refused_naming_it() {
         assert!(!err.contains("--total-memory:"), "blames a flag: {err}");
     }
 }
+
+/// A config.json with a `NaN` or `Infinity` literal (not JSON; Python's `json.dumps` writes
+/// it) names the file, the key path of the value and what the literal is.
+#[test]
+fn a_non_finite_literal_in_a_config_names_the_file_and_key() {
+    let cfg = tmp("nan-layers.json");
+    std::fs::write(
+        &cfg,
+        "{\"architectures\":[\"LlavaForConditionalGeneration\"],\"model_type\":\"llava\",\n\
+         \"text_config\":{\"hidden_size\":4096,\n\"num_hidden_layers\":NaN}}",
+    )
+    .unwrap();
+    let (code, err) = run(&[
+        "plan",
+        "--model",
+        cfg.to_str().unwrap(),
+        "--device",
+        "sim:h100-80gb",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("nan-layers.json")
+            && err.contains("text_config.num_hidden_layers")
+            && err.contains("NaN and infinity are not valid JSON numbers"),
+        "{err}"
+    );
+}
+
+/// A simulated device's modifier given twice is refused naming it, not the last one winning.
+#[test]
+fn a_sim_modifier_given_twice_is_refused_naming_it() {
+    for (id, key) in [
+        ("sim:h100-80gb,seed=1,seed=2", "seed"),
+        ("sim:h100-80gb,stale-free,stale-free=off", "stale-free"),
+        ("sim:h100-80gb,other=1GiB,physics=low,other=2GiB", "other"),
+    ] {
+        let (code, err) = run(&["plan", "--model", "qwen2.5-1.5b-instruct", "--device", id]);
+        assert_eq!(code, 2, "{id}: {err}");
+        assert!(
+            err.contains(&format!("`{key}` is given twice")),
+            "{id}: {err}"
+        );
+    }
+}

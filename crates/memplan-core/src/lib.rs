@@ -60,6 +60,7 @@ pub mod graph;
 pub mod hal;
 pub mod handle;
 pub mod input;
+pub mod json;
 pub mod kv;
 pub mod memory;
 pub mod protocol;

@@ -270,8 +270,9 @@ impl<'a> Fields<'a> {
 impl ModelConfig {
     /// Parse the text of a `config.json`.
     pub fn from_json_str(text: &str) -> Result<Self> {
-        let v: Value = serde_json::from_str(text)
-            .map_err(|e| Error::invalid("config.json", format!("not valid JSON: {e}")))?;
+        // A syntax error inside a value (a `NaN` literal) names the key it is at.
+        let v: Value = memplan_core::json::from_str(text)
+            .map_err(|e| Error::invalid(e.path.as_deref().unwrap_or("config.json"), e.message()))?;
         Self::from_value(&v)
     }
 

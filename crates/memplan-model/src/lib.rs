@@ -336,4 +336,60 @@ mod tests {
         assert!(e.to_string().contains("experts.json"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
+
+    /// A config whose text holds a `NaN` or `Infinity` literal (not JSON, though Python's
+    /// `json.dumps` writes it) names the file, the key path and what the literal is; so does
+    /// a ModelOpt `hf_quant_config.json` beside it.
+    #[test]
+    fn a_non_finite_literal_in_a_config_names_the_file_and_key() {
+        let dir = std::env::temp_dir().join(format!("memplan-model-nan-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let base = r#""architectures":["LlavaForConditionalGeneration"],"model_type":"llava""#;
+        for (name, text, key, literal) in [
+            ("nan.json", r#"{"num_hidden_layers": NaN}"#.to_string(), "num_hidden_layers", "NaN"),
+            (
+                "nested.json",
+                format!("{{{base},\n\"text_config\": {{\"hidden_size\": 4096,\n \"num_hidden_layers\": Infinity}}}}"),
+                "text_config.num_hidden_layers",
+                "Infinity",
+            ),
+            ("list.json", r#"{"architectures":["LlamaForCausalLM"],"rope_scaling":{"factors":[1.0,-Infinity]}}"#.to_string(), "rope_scaling.factors[1]", "-Infinity"),
+        ] {
+            let f = dir.join(name);
+            std::fs::write(&f, text).unwrap();
+            let e = Model::load(f.to_str().unwrap()).unwrap_err();
+            let Error::InvalidFile { path, key: Some(k), message } = &e else {
+                panic!("{name}: {e:?}");
+            };
+            assert!(path.ends_with(name) && k == key, "{name}: {e}");
+            assert!(
+                message.contains("NaN and infinity are not valid JSON numbers")
+                    && message.contains(&format!("`{literal}`")),
+                "{name}: {e}"
+            );
+        }
+        // The quantization file beside a model directory's config.
+        let m = dir.join("modelopt");
+        std::fs::create_dir_all(&m).unwrap();
+        std::fs::write(
+            m.join("config.json"),
+            r#"{"architectures":["LlamaForCausalLM"],"hidden_size":4096,"num_hidden_layers":32,
+            "num_attention_heads":32,"num_key_value_heads":8,"vocab_size":128256,
+            "max_position_embeddings":8192,"intermediate_size":14336}"#,
+        )
+        .unwrap();
+        std::fs::write(
+            m.join("hf_quant_config.json"),
+            r#"{"quantization":{"kv_cache_quant_algo":"FP8","group_size":NaN}}"#,
+        )
+        .unwrap();
+        let e = Model::load(m.to_str().unwrap()).unwrap_err().to_string();
+        assert!(
+            e.contains("hf_quant_config.json")
+                && e.contains("quantization.group_size")
+                && e.contains("NaN and infinity"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

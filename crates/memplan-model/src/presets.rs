@@ -66,9 +66,8 @@ pub fn find_in(text: &str, name: &str) -> Result<Option<Preset>> {
         if l.trim().is_empty() {
             continue;
         }
-        serde_json::from_str::<Value>(l).map_err(|e| {
-            Error::invalid("model configs", format!("line {}: not JSON: {e}", i + 1))
-        })?;
+        memplan_core::json::from_str::<Value>(l)
+            .map_err(|e| Error::invalid("model configs", format!("line {}: {e}", i + 1)))?;
     }
     for (line, v) in entries_of(text) {
         let Some(id) = id_of(&v) else { continue };

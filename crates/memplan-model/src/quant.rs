@@ -160,8 +160,7 @@ impl Quantization {
 pub fn modelopt_kv_algo(path: &std::path::Path) -> Result<Option<String>> {
     let name = path.display().to_string();
     let text = memplan_core::input::read_text(path, memplan_core::input::CONFIG_JSON)?;
-    let v: Value = serde_json::from_str(&text)
-        .map_err(|e| Error::file(&name, format!("not valid JSON: {e}")))?;
+    let v: Value = memplan_core::json::from_str(&text).map_err(|e| e.in_file(&name))?;
     let key = "quantization.kv_cache_quant_algo";
     match v.pointer("/quantization/kv_cache_quant_algo") {
         None | Some(Value::Null) => Ok(None),

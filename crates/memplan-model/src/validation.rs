@@ -202,7 +202,7 @@ pub fn reproduce_all_with(jsonl: &str, extra_configs: Option<&str>) -> Result<Ve
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
     {
-        let v: Value = serde_json::from_str(line)
+        let v: Value = memplan_core::json::from_str(line)
             .map_err(|err| Error::invalid(format!("line {}", i + 1), err.to_string()))?;
         if let Some(r) = reproduce_with(&v, extra_configs)
             .map_err(|err| Error::invalid(format!("line {}", i + 1), err.to_string()))?

@@ -376,10 +376,7 @@ fn indexed_files(
     }
     confine(&path)?;
     let text = input::read_text(&path, SAFETENSORS_INDEX)?;
-    let mut de = serde_json::Deserializer::from_str(&text);
-    let index = Index::deserialize(&mut de)
-        .and_then(|i| de.end().map(|()| i))
-        .map_err(|e| Error::file(&name, format!("not valid JSON: {e}")))?;
+    let index: Index = memplan_core::json::from_str(&text).map_err(|e| e.in_file(&name))?;
     let map = index
         .weight_map
         .ok_or_else(|| Error::file_key(&name, "weight_map", "missing or not an object"))?;

@@ -60,15 +60,15 @@ pub(crate) fn parse<'a>(name: &str, json: &'a [u8], unique_names: bool) -> Resul
     let entries = match super::fast::entries(text) {
         Some(e) => e,
         None => {
-            let mut de = serde_json::Deserializer::from_str(text);
-            Entries::deserialize(&mut de)
-                .and_then(|e| de.end().map(|()| e.0))
-                .map_err(|e| match e.classify() {
-                    serde_json::error::Category::Data => {
+            memplan_core::json::from_str::<Entries>(text)
+                .map_err(|e| {
+                    if e.syntax {
+                        bad(format!("safetensors header: {e}"))
+                    } else {
                         bad("safetensors header is not a JSON object".into())
                     }
-                    _ => bad(format!("safetensors header is not JSON: {e}")),
                 })?
+                .0
         }
     };
     let mut seen: HashSet<&str> =

@@ -353,7 +353,11 @@ fn the_streaming_readers_keep_their_messages() {
         (br#"[1,2]"#, "not a JSON object"),
         (
             br#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}} x"#,
-            "not JSON",
+            "not valid JSON",
+        ),
+        (
+            br#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,NaN]}}"#,
+            "a.data_offsets[1]: not valid JSON: NaN and infinity are not valid JSON numbers",
         ),
     ] {
         let e = parse_header("w.safetensors", h).unwrap_err().to_string();
@@ -403,6 +407,10 @@ fn index_problems_name_the_tensor() {
             "missing or not an object",
         ),
         (r#"{"weight_map":{"w":"a.safetensors"}"#, "not valid JSON"),
+        (
+            r#"{"weight_map":{"w":"a.safetensors","x":-Infinity}}"#,
+            "weight_map.x: not valid JSON: NaN and infinity are not valid JSON numbers",
+        ),
     ] {
         std::fs::write(dir.join(INDEX), index).unwrap();
         let e = read_dir(&dir).unwrap_err().to_string();

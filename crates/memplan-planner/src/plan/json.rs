@@ -92,8 +92,9 @@ impl Plan {
                 fmt_bytes(MAX_PLAN_JSON_BYTES as u64)
             )));
         }
+        // A syntax error (a `NaN` literal, text cut short) names the key path it is at.
         let v: serde_json::Value =
-            serde_json::from_str(text).map_err(|e| bad(format!("not JSON: {e}")))?;
+            memplan_core::json::from_str(text).map_err(|e| bad(e.to_string()))?;
         Self::from_value(v)
     }
 

@@ -290,6 +290,32 @@ fn plans_round_trip_through_their_json() {
     assert_eq!(back, c);
 }
 
+/// A plan whose text holds a `NaN` or `Infinity` literal (Python's `json.dumps` writes them) is
+/// refused naming the key it is at and saying what the literal is, through a combine too.
+#[test]
+fn a_non_finite_literal_in_a_plan_names_its_key() {
+    let p = rank_plan(tp(0, 2), 4 * GIB, 32);
+    let mut v: serde_json::Value = serde_json::from_str(&p.to_json()).unwrap();
+    const MARK: u64 = 987_654_321_987;
+    v["kv"]["num_blocks"] = MARK.into();
+    for literal in ["NaN", "Infinity", "-Infinity"] {
+        let text = v.to_string().replace(&MARK.to_string(), literal);
+        let e = Plan::from_json(&text).unwrap_err().to_string();
+        assert!(
+            e.contains("kv.num_blocks")
+                && e.contains("NaN and infinity are not valid JSON numbers")
+                && e.contains(&format!("`{literal}`")),
+            "{literal}: {e}"
+        );
+        let other = rank_plan(tp(1, 2), 4 * GIB, 32).to_json();
+        let e = combine_json(&[other, text]).unwrap_err().to_string();
+        assert!(
+            e.contains("plan 1") && e.contains("kv.num_blocks") && e.contains("NaN"),
+            "{literal}: {e}"
+        );
+    }
+}
+
 #[test]
 fn another_version_or_a_tampered_plan_is_refused() {
     let p = rank_plan(tp(0, 1), 4 * GIB, 32);
@@ -368,7 +394,7 @@ fn another_version_or_a_tampered_plan_is_refused() {
     assert!(Plan::from_json("{")
         .unwrap_err()
         .to_string()
-        .contains("not JSON"));
+        .contains("not valid JSON"));
     assert!(Plan::from_json("{}")
         .unwrap_err()
         .to_string()
