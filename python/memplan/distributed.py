@@ -35,7 +35,8 @@ from __future__ import annotations
 
 import inspect
 import json
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
+import math
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
 
 from . import _native
 from ._errors import ArgumentTypeError, UsageError, from_envelope
@@ -53,11 +54,65 @@ PlanLike = Union[Mapping[str, Any], str]
 AllGather = Callable[..., Any]
 
 
+#: Deeper than any plan is nested (a plan is a few levels deep; memplan's JSON reader stops at
+#: 128 levels): a structure this deep, or one that contains itself, is refused by name.
+_MAX_DEPTH = 128
+
+
+def _json_problem(
+    value: Any, path: str, depth: int = 0
+) -> Optional[Tuple[str, Any, Type[UsageError]]]:
+    """The first value under ``value`` that JSON cannot carry as memplan reads it: a float
+    that is NaN or infinite (``json.dumps`` would write ``NaN``, which is not JSON), or an
+    object of a type JSON has no form for; as ``(key path, value, exception class)``."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (path, value, UsageError)
+    if value is None or isinstance(value, (str, int)):
+        return None
+    if depth >= _MAX_DEPTH:
+        return (path, value, UsageError)
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            key = json.dumps(k) if isinstance(k, str) else repr(k)
+            if not (k is None or isinstance(k, (str, int, float))):
+                return (f"{path}[{key}]", k, ArgumentTypeError)
+            found = _json_problem(v, f"{path}[{key}]", depth + 1)
+            if found is not None:
+                return found
+        return None
+    if isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            found = _json_problem(v, f"{path}[{i}]", depth + 1)
+            if found is not None:
+                return found
+        return None
+    return (path, value, ArgumentTypeError)
+
+
+def _as_dict(o: Any) -> Dict[Any, Any]:
+    """``json.dumps``'s ``default=``: a mapping that is not a dict, as a dict (nothing else
+    reaches here once :func:`_json_problem` found nothing)."""
+    if isinstance(o, Mapping):
+        return dict(o)
+    raise TypeError(f"{type(o).__name__} is not JSON")
+
+
 def _text(plan: PlanLike, where: str) -> str:
     if isinstance(plan, str):
         return plan
     if isinstance(plan, Mapping):
-        return json.dumps(plan)
+        problem = _json_problem(plan, "plan")
+        if problem is not None:
+            path, value, error = problem
+            if isinstance(value, float):
+                why = f"{path} is {value!r}: NaN and infinity are not numbers memplan can use"
+            elif error is UsageError:
+                why = f"{path} is nested more than {_MAX_DEPTH} levels deep (or contains itself)"
+            else:
+                why = f"{path} is a {type(value).__name__}, which JSON has no form for"
+            kind = "type" if error is ArgumentTypeError else "usage"
+            raise error(f"{where}: {why}", kind=kind, exit_code=2)
+        return json.dumps(plan, allow_nan=False, default=_as_dict)
     raise ArgumentTypeError(
         f"{where}: expected a plan (a dict or its memplan.plan/1 JSON text), got {type(plan).__name__}",
         kind="type",
@@ -93,9 +148,11 @@ def combine(plans: Sequence[PlanLike]) -> Dict[str, Any]:
     - none is itself a combined plan.
 
     Raises:
-        UsageError: no plans, a plan that is not a valid ``memplan.plan/1`` document, or plans
-            that cannot be combined (above).
-        ArgumentTypeError: ``plans`` is not a sequence of dicts or JSON texts.
+        UsageError: no plans, a plan that is not a valid ``memplan.plan/1`` document (a dict
+            holding a float NaN or infinity is refused naming its key path,
+            ``plan["kv"]["num_blocks"] is nan``), or plans that cannot be combined (above).
+        ArgumentTypeError: ``plans`` is not a sequence of dicts or JSON texts, or a dict holds
+            a value JSON has no form for (named by its key path).
     """
     if isinstance(plans, (str, bytes)) or not isinstance(plans, Sequence):
         raise ArgumentTypeError(

@@ -7,7 +7,9 @@ reaches Python as a panic (:class:`memplan.InternalError`)."""
 
 from __future__ import annotations
 
+import json
 import random
+import re
 from typing import Any, Callable, Dict, List, Optional
 
 import pytest
@@ -425,3 +427,52 @@ def test_a_tensor_hook_that_runs_out_of_memory_is_measured_not_raised() -> None:
     s = start_up(dev, eng, model=MODEL)
     assert eng.refused == 1
     assert 0 < s.kv_blocks <= s.plan["kv"]["num_blocks"]
+
+
+def test_a_plan_dict_holding_nan_or_infinity_names_its_key_path() -> None:
+    from memplan.distributed import combine, exchange
+
+    p = memplan.plan(MODEL, DEVICE)
+    assert combine([p])["kv"]["num_blocks"] == p["kv"]["num_blocks"]
+    nan_blocks = dict(p, kv=dict(p["kv"], num_blocks=float("nan")))
+    consumers = [dict(c) for c in p["consumers"]]
+    consumers[0]["bytes"] = float("inf")
+    inf_bytes = dict(p, consumers=consumers)
+    for bad, path, shown in [
+        (nan_blocks, 'plan["kv"]["num_blocks"]', "nan"),
+        (inf_bytes, 'plan["consumers"][0]["bytes"]', "inf"),
+        (dict(p, limits={"x": [1, {"y": float("-inf")}]}), 'plan["limits"]["x"][1]["y"]', "-inf"),
+    ]:
+        want = f"{path} is {shown}: NaN and infinity are not numbers memplan can use"
+        with pytest.raises(memplan.UsageError) as info:
+            combine([bad])
+        assert isinstance(info.value, ValueError)
+        assert not isinstance(info.value, TypeError)
+        assert info.value.exit_code == 2 and info.value.kind == "usage"
+        assert str(info.value) == f"combine: rank 0: {want}"
+        with pytest.raises(memplan.UsageError, match="exchange: plan: " + re.escape(want)):
+            exchange(bad, lambda own: [own])
+    # The same plan as JSON text (what json.dumps writes by default): the key path too.
+    with pytest.raises(memplan.UsageError) as info:
+        combine([json.dumps(nan_blocks)])
+    message = str(info.value)
+    assert "kv.num_blocks" in message and "NaN and infinity are not valid JSON numbers" in message
+    # A value JSON has no form for is a type error naming where it is; a plan that contains
+    # itself is refused, not a RecursionError.
+    with pytest.raises(memplan.ArgumentTypeError, match=re.escape('plan["kv"]["x"] is a set')):
+        combine([dict(p, kv=dict(p["kv"], x={1}))])
+    loop: Dict[str, Any] = dict(p)
+    loop["graph"] = loop
+    with pytest.raises(memplan.UsageError, match="levels deep"):
+        combine([loop])
+
+
+def test_a_sim_modifier_given_twice_is_refused_naming_it() -> None:
+    for device, key in [
+        ("sim:rtx4090,seed=1,seed=2", "seed"),
+        ("sim:rtx4090,stale-free,stale-free", "stale-free"),
+    ]:
+        with pytest.raises(memplan.UsageError, match=f"`{key}` is given twice"):
+            memplan.plan(MODEL, device)
+        with pytest.raises(memplan.MemplanError, match=f"`{key}` is given twice"):
+            SimDevice(device, private=True)
