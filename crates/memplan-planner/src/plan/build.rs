@@ -109,7 +109,8 @@ impl Granule {
 /// What `count` equal tensors of `bytes` take from the driver in a PyTorch-like caching
 /// allocator whose large requests are rounded as `g` says: small and mid-sized tensors share
 /// segments (as many as fit in one; the last segment may be part empty), larger ones are
-/// rounded on their own. Non-decreasing in `bytes`.
+/// rounded on their own, or share a segment that a granule coarser than them leaves room in
+/// ([`packed_footprint`]). Non-decreasing in `bytes`.
 fn tensors_footprint(bytes: u64, count: u64, g: Granule) -> u64 {
     let b = bytes.div_ceil(MIN_BLOCK).saturating_mul(MIN_BLOCK);
     let shared = |segment: u64| {
@@ -123,8 +124,86 @@ fn tensors_footprint(bytes: u64, count: u64, g: Granule) -> u64 {
         // An allocator whose large granule is coarser than a mid-sized segment may give mid-sized
         // requests a segment of that granule (the bound is kept on the safe side).
         b if b < MID_REQUEST_BELOW => shared(MID_SEGMENT.max(g.bytes())),
-        b => g.large(b).saturating_mul(count),
+        b => match g {
+            Granule::Multiple(g) => packed_footprint(b, count, g),
+            Granule::AtMost(_) => g.large(b).saturating_mul(count),
+        },
     }
+}
+
+/// What `count` equal large requests of `b` bytes take where the allocator rounds each new
+/// segment up to a granule that divides `g` (a granule read off its sizes is a multiple of the
+/// real one): the most any such granule takes. A segment rounded up past the request keeps
+/// the rest as a free block, and the caching allocator splits it off and serves the next
+/// request of the same size from it where it fits (PyTorch: `should_split` splits a large
+/// block whose remainder is over `kSmallSize`, 1 MiB, and `get_free_block` takes the best
+/// fitting cached block before a new segment is allocated), so a segment of `S` bytes holds
+/// `S / b` of them. Where the granule is finer than the request (PyTorch's 2 MiB against
+/// requests of 10 MiB and more), that is one per segment, each rounded on its own; where it
+/// is coarser (a 30 MiB granule against KV tensors of 15 MiB), two or more share it. Not
+/// monotone in the granule (a 30 MiB segment holds two tensors of 14.8 MiB at 15 MiB each, a
+/// 10 MiB granule gives each its own 20 MiB), hence the most over every divisor of `g`. Where
+/// `g` does not factor within [`FACTOR_LIMIT`] trial divisions, no tensor shares: each is
+/// rounded up to `g` (never less than any divisor rounds it to).
+fn packed_footprint(b: u64, count: u64, g: u64) -> u64 {
+    let alone = Granule::Multiple(g).large(b).saturating_mul(count);
+    let Some(granules) = divisors(g) else {
+        return alone;
+    };
+    granules
+        .into_iter()
+        .map(|granule| {
+            let segment = Granule::Multiple(granule).large(b);
+            let per_segment = (segment / b.max(1)).max(1);
+            count.div_ceil(per_segment).saturating_mul(segment)
+        })
+        .max()
+        .map_or(alone, |packed| packed.min(alone))
+}
+
+/// Trial divisions [`divisors`] makes at most before it gives up on a number.
+const FACTOR_LIMIT: u64 = 1 << 20;
+
+/// Every divisor of `n` (`n` itself and 1 included), or `None` where its factors are not all
+/// found within [`FACTOR_LIMIT`] trial divisions (a cofactor left over with no factor below the
+/// limit and its square above it could be composite).
+fn divisors(n: u64) -> Option<Vec<u64>> {
+    if n == 0 {
+        return None;
+    }
+    let mut factors: Vec<(u64, u32)> = Vec::new();
+    let mut m = n;
+    let mut p = 2u64;
+    while p.saturating_mul(p) <= m {
+        if p > FACTOR_LIMIT {
+            return None;
+        }
+        let mut e = 0;
+        while m.is_multiple_of(p) {
+            m /= p;
+            e += 1;
+        }
+        if e > 0 {
+            factors.push((p, e));
+        }
+        p += if p == 2 { 1 } else { 2 };
+    }
+    if m > 1 {
+        factors.push((m, 1));
+    }
+    let mut all = vec![1u64];
+    for (p, e) in factors {
+        let mut more = Vec::with_capacity(all.len() * (e as usize + 1));
+        for d in &all {
+            let mut x = *d;
+            for _ in 0..=e {
+                more.push(x);
+                x = x.saturating_mul(p);
+            }
+        }
+        all = more;
+    }
+    Some(all)
 }
 
 /// Whether a step whose allocations peaked at `bytes` made at least one request the caching
@@ -1166,6 +1245,99 @@ mod footprint_tests {
             0,
         );
         assert_eq!(kv, 64 * 100 * MIB);
+    }
+
+    /// What a caching allocator that rounds each new segment up to `granule`, serves a request
+    /// from the best fitting free block first, and splits a block whose remainder is over 1 MiB
+    /// reserves for `count` requests of `b` bytes, one after another.
+    fn allocator_reserves(b: u64, count: u64, granule: u64) -> u64 {
+        let mut free: Vec<u64> = Vec::new();
+        let mut reserved = 0;
+        for _ in 0..count {
+            let best = (0..free.len())
+                .filter(|i| free[*i] >= b)
+                .min_by_key(|i| free[*i]);
+            let block = match best {
+                Some(i) => free.swap_remove(i),
+                None => {
+                    let segment = b.div_ceil(granule) * granule;
+                    reserved += segment;
+                    segment
+                }
+            };
+            if block - b > MIB {
+                free.push(block - b);
+            }
+        }
+        reserved
+    }
+
+    #[test]
+    fn large_tensors_share_a_segment_coarser_than_them() {
+        // 182 KV tensors of 14.76 MiB (K and V apart, 91 layers) where the allocator's sizes
+        // read a 30 MiB granule: two share each 30 MiB segment, but a real granule of 10 MiB
+        // (which the readings cannot tell from 30) gives each 20 MiB on its own.
+        let b = 1889 * 8 * 1024;
+        assert_eq!(allocator_reserves(b, 182, 30 * MIB), 91 * 30 * MIB);
+        assert_eq!(allocator_reserves(b, 182, 10 * MIB), 182 * 20 * MIB);
+        let f = tensors_footprint(b, 182, Granule::Multiple(30 * MIB));
+        assert_eq!(f, 182 * 20 * MIB);
+        assert!(f < 182 * 30 * MIB, "no longer a whole granule per tensor");
+        // A granule finer than the request: one per segment, as before.
+        assert_eq!(
+            tensors_footprint(b, 182, Granule::Multiple(2 * MIB)),
+            182 * 16 * MIB
+        );
+        // Nothing read the granule: nothing is taken to share.
+        assert_eq!(
+            tensors_footprint(b, 182, Granule::AtMost(30 * MIB)),
+            182 * (b + 30 * MIB)
+        );
+    }
+
+    #[test]
+    fn divisors_are_every_divisor() {
+        assert_eq!(divisors(0), None);
+        let mut d = divisors(30 * MIB).expect("factors");
+        d.sort_unstable();
+        let by_trial: Vec<u64> = (1..=30 * MIB)
+            .filter(|k| (30 * MIB).is_multiple_of(*k))
+            .collect();
+        assert_eq!(d, by_trial);
+        assert_eq!(divisors(1), Some(vec![1]));
+        // A large prime factors within the limit; a product of two primes past it does not.
+        let p = 1_000_003u64;
+        assert_eq!(divisors(p).map(|d| d.len()), Some(2));
+        let q = 4_294_967_291u64; // the largest prime below 2^32
+        assert_eq!(divisors(q * 4_294_967_279), None);
+        // Where it does not factor, every tensor is rounded on its own.
+        let g = q * 4_294_967_279;
+        assert_eq!(
+            packed_footprint(16 * MIB, 10, g),
+            Granule::Multiple(g).large(16 * MIB).saturating_mul(10)
+        );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn packed_footprint_bounds_every_granule_the_readings_allow(
+            blocks in 1_000u64..20_000,
+            page_kib in 1u64..16,
+            count in 1u64..300,
+            (k, base) in (1u64..40, proptest::sample::select(vec![512u64, 64 * 1024, 512 * 1024, MIB, 2 * MIB])),
+        ) {
+            let b = blocks * page_kib * 1024;
+            proptest::prop_assume!(b >= MID_REQUEST_BELOW);
+            let g = k * base;
+            let f = tensors_footprint(b, count, Granule::Multiple(g));
+            for granule in divisors(g).expect("small") {
+                proptest::prop_assert!(
+                    allocator_reserves(b, count, granule) <= f,
+                    "granule {} of {}: {} > {}", granule, g, allocator_reserves(b, count, granule), f
+                );
+            }
+            proptest::prop_assert!(f <= Granule::Multiple(g).large(b) * count);
+        }
     }
 
     #[test]
