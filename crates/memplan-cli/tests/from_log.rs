@@ -21,7 +21,9 @@ fn run(args: &[&str]) -> (i32, String, String) {
 }
 
 fn tmp(name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("memplan-from-log-{}", std::process::id()));
+    // Scratch space cargo gives integration tests (inside the target directory), per process.
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("memplan-from-log-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let p = dir.join(name);
     std::fs::write(&p, text).unwrap();

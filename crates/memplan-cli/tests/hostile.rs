@@ -19,7 +19,9 @@ fn run(args: &[&str]) -> (i32, String) {
 }
 
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("memplan-hostile-{}", std::process::id()));
+    // Scratch space cargo gives integration tests (inside the target directory), per process.
+    let d = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("memplan-hostile-{}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
     d.join(name)
 }

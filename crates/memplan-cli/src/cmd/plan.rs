@@ -582,8 +582,7 @@ mod tests {
             .find(|l| l.contains("476,016"))
             .unwrap();
         let e: serde_json::Value = serde_json::from_str(line).unwrap();
-        let path = std::env::temp_dir().join(format!("memplan-log-{}.txt", std::process::id()));
-        std::fs::write(&path, e["quote"].as_str().unwrap()).unwrap();
+        let path = log_file("h100", e["quote"].as_str().unwrap());
         let mut a = flags(&format!(
             "--model llama-3.1-8b-instruct --from-log {}",
             path.display()
@@ -1217,11 +1216,34 @@ mod tests {
         assert!(e.help["presets"].as_array().unwrap().len() > 10, "{e:?}");
     }
 
-    fn log_file(tag: &str, text: &str) -> std::path::PathBuf {
+    /// A log written for one test, removed when the test ends (the temporary directory is
+    /// shared, and test runs should leave nothing in it).
+    struct TempLog(std::path::PathBuf);
+
+    impl std::ops::Deref for TempLog {
+        type Target = std::path::Path;
+        fn deref(&self) -> &std::path::Path {
+            &self.0
+        }
+    }
+
+    impl AsRef<std::path::Path> for TempLog {
+        fn as_ref(&self) -> &std::path::Path {
+            &self.0
+        }
+    }
+
+    impl Drop for TempLog {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    fn log_file(tag: &str, text: &str) -> TempLog {
         let path =
             std::env::temp_dir().join(format!("memplan-log-{tag}-{}.txt", std::process::id()));
         std::fs::write(&path, text).unwrap();
-        path
+        TempLog(path)
     }
 
     #[test]
