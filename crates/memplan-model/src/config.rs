@@ -63,15 +63,34 @@ pub struct LayerShape {
     pub kv_heads: u64,
     /// Dense MLP intermediate size (0: the layer has no MLP).
     pub intermediate: u64,
+    /// The layer's own head size (0: the model's, [`ModelConfig::head_dim`]).
+    pub head_dim: u64,
 }
 
 impl LayerShape {
-    /// A layer of `heads` query and `kv_heads` KV heads and an MLP of `intermediate`.
+    /// A layer of `heads` query and `kv_heads` KV heads and an MLP of `intermediate`, with the
+    /// model's head size.
     pub const fn new(heads: u64, kv_heads: u64, intermediate: u64) -> Self {
         Self {
             heads,
             kv_heads,
             intermediate,
+            head_dim: 0,
+        }
+    }
+
+    /// The same layer with heads of `head_dim`.
+    pub const fn with_head_dim(mut self, head_dim: u64) -> Self {
+        self.head_dim = head_dim;
+        self
+    }
+
+    /// The layer's head size: its own, else the model's `model`.
+    pub const fn head_dim_or(&self, model: u64) -> u64 {
+        if self.head_dim > 0 {
+            self.head_dim
+        } else {
+            model
         }
     }
 
@@ -342,9 +361,26 @@ impl ModelConfig {
         let layers = f
             .first(&["num_hidden_layers", "n_layer", "num_layers"])?
             .ok_or_else(|| Error::invalid("num_hidden_layers", "missing from config.json"))?;
-        let heads = f
-            .first(&["num_attention_heads", "n_head"])?
-            .ok_or_else(|| Error::invalid("num_attention_heads", "missing from config.json"))?;
+        let heads = match f.first(&["num_attention_heads", "n_head"])? {
+            Some(h) => h,
+            // A pure state-space model (`MambaForCausalLM`, `Mamba2ForCausalLM`,
+            // `FalconMambaForCausalLM`) has no attention to count heads of.
+            None if ["state_size", "ssm_state_size", "d_state", "mamba_d_state"]
+                .iter()
+                .any(|k| f.get(k).is_some()) =>
+            {
+                return Err(Error::invalid(
+                    "num_attention_heads",
+                    format!("missing: {architecture} is a state-space (Mamba) model with no attention layers; memplan sizes attention layers' KV caches and, in hybrid models, the state beside them, not a model without attention"),
+                ))
+            }
+            None => {
+                return Err(Error::invalid(
+                    "num_attention_heads",
+                    "missing from config.json",
+                ))
+            }
+        };
         for (k, n) in [
             ("hidden_size", hidden),
             ("num_hidden_layers", layers),
@@ -397,10 +433,15 @@ impl ModelConfig {
                 _ => Error::invalid("hidden_size", format!("hidden_size {hidden} / num_attention_heads {heads} = {head_dim} is not a plausible head size (at most 2^32 - 1)")),
             });
         }
+        // ChatGLM / GLM-4-9B write `ffn_hidden_size` and `padded_vocab_size` (vLLM
+        // `chatglm.py`: `GLMMLP` and `ChatGLMModel` read those).
         let intermediate = f
-            .first(&["intermediate_size", "n_inner"])?
+            .first(&["intermediate_size", "n_inner", "ffn_hidden_size"])?
             .unwrap_or(4 * hidden);
-        let vocab = f.positive("vocab_size")?;
+        let vocab = match f.get("vocab_size") {
+            None if f.get("padded_vocab_size").is_some() => f.positive("padded_vocab_size")?,
+            _ => f.positive("vocab_size")?,
+        };
         let dtype = match ["torch_dtype", "dtype"]
             .into_iter()
             .find_map(|k| Some((k, f.get(k)?)))

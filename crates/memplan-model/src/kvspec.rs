@@ -134,6 +134,12 @@ impl ModelConfig {
         for (i, k) in self.layers.iter().enumerate() {
             if let Some(a) = attention_of(k) {
                 let heads = if self.mla.is_some() { 1 } else { layer_kv(i)? };
+                // A layer with its own head size (Gemma 4's full-attention layers) keeps
+                // pages of that size.
+                let (dk, dv) = match self.layer_shapes.get(i) {
+                    Some(s) if self.mla.is_none() && s.head_dim > 0 => (s.head_dim, s.head_dim),
+                    _ => (dk, dv),
+                };
                 push(a, heads, dk, dv)?;
                 if a == AttentionKind::Mla {
                     if let Some(ix) = self.indexer_head_dim {

@@ -181,8 +181,15 @@ impl Model {
             Some(d) => safetensors::read_dir_within(d, within)?,
             None => None,
         };
-        let name = dir
-            .unwrap_or(p)
+        // A `config.json` named by its path is the model of the folder it is in.
+        let named = match dir {
+            Some(d) => d,
+            None if p.file_name().is_some_and(|n| n == "config.json") => {
+                p.parent().filter(|d| d.file_name().is_some()).unwrap_or(p)
+            }
+            None => p,
+        };
+        let name = named
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| name_or_path.to_string());
@@ -280,6 +287,8 @@ mod tests {
         // The config file alone works too, without checkpoint figures.
         let f = Model::load(dir.join("config.json").to_str().unwrap()).unwrap();
         assert!(f.checkpoint.is_none());
+        // Named after its folder, as the folder would be, not "config.json".
+        assert_eq!(f.name, m.name);
         std::fs::write(
             dir.join("config.json"),
             r#"{"architectures":["LlamaForCausalLM"]}"#,

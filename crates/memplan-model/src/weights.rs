@@ -82,6 +82,7 @@ pub fn params_per_rank(c: &ModelConfig, tp: u64) -> Result<ParamCount> {
         for s in c.layer_shapes.iter().filter(|s| s.has_attention()) {
             let kv = f(crate::kvspec::heads_per_rank(s.heads, s.kv_heads, tp)?);
             let q = f(s.heads / tp);
+            let hd = f(s.head_dim_or(c.head_dim));
             if c.qkv_bias {
                 other += (q + 2.0 * kv) * hd;
             }

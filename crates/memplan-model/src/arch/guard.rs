@@ -54,6 +54,20 @@ pub const PER_LAYER: &[&str] = &[
     "full_attention_interval",
     "attn_layer_period",
     "expert_layer_period",
+    "compress_ratios",
+];
+
+/// Keys that give some layers a KV cache of another shape than the model-wide one (Gemma 4's
+/// full-attention layers: `global_head_dim`, `num_global_key_value_heads`), whatever their
+/// value: a reader that assumes every layer's page alike would plan another cache.
+pub const LAYER_SHAPE: &[&str] = &["global_head_dim", "num_global_key_value_heads"];
+
+/// Keys counting the layers a checkpoint adds after the decoder's for multi-token prediction
+/// (DeepSeek's `num_nextn_predict_layers`): a per-layer list may carry their entries too.
+const EXTRA_LAYERS: &[&str] = &[
+    "num_nextn_predict_layers",
+    "num_mtp_layers",
+    "mtp_num_layers",
 ];
 
 /// Keys that only restate which attention (or state) each layer has.
@@ -119,8 +133,16 @@ fn index_list(k: &str, a: &[Value], layers: u64) -> bool {
 
 /// Why `v` under `k` is per-layer structure, or `None`. `generic`: also judge keys by their
 /// shape (in the language model's own section; a wrapper's other keys describe other towers).
-fn per_layer(k: &str, v: &Value, layers: u64, generic: bool) -> Option<String> {
+/// `extra`: layers the checkpoint adds after the decoder's (multi-token prediction), whose
+/// entries a per-layer list may carry as well (DeepSeek-V4's `compress_ratios`: 44 entries for
+/// 43 layers and one prediction layer).
+fn per_layer(k: &str, v: &Value, layers: u64, extra: u64, generic: bool) -> Option<String> {
     let known = PER_LAYER.contains(&k);
+    if LAYER_SHAPE.contains(&k) && !v.is_null() {
+        return Some(format!(
+            "gives some layers a KV cache of their own shape ({v})"
+        ));
+    }
     if !known && !generic {
         return None;
     }
@@ -130,6 +152,14 @@ fn per_layer(k: &str, v: &Value, layers: u64, generic: bool) -> Option<String> {
 
         Value::Array(a) if a.len() as u64 == layers && layers > 1 => {
             Some(format!("has one entry per layer ({} entries)", a.len()))
+        }
+        Value::Array(a)
+            if layers > 1 && a.len() as u64 > layers && a.len() as u64 <= layers + extra =>
+        {
+            Some(format!(
+                "has one entry per layer and per prediction layer ({} entries for {layers} + {extra})",
+                a.len()
+            ))
         }
         Value::Array(a) if index_list(k, a, layers) => Some(format!(
             "names a subset of the {layers} layers ({} of them)",
@@ -162,6 +192,13 @@ pub(crate) fn check(
     explicit: bool,
     rule: &str,
 ) -> Result<()> {
+    let extra = EXTRA_LAYERS
+        .iter()
+        .filter_map(|k| map.get(*k).or_else(|| outer.and_then(|o| o.get(*k))))
+        .filter_map(Value::as_u64)
+        .max()
+        .unwrap_or(0)
+        .min(layers);
     let sections = std::iter::once((map, true)).chain(outer.map(|o| (o, false)));
     for (section, generic) in sections {
         // serde_json keeps keys sorted, so the key named is the same on every run.
@@ -173,7 +210,7 @@ pub(crate) fn check(
             {
                 continue;
             }
-            if let Some(why) = per_layer(k, v, layers, generic) {
+            if let Some(why) = per_layer(k, v, layers, extra, generic) {
                 return Err(Error::invalid(
                     k.clone(),
                     format!(

@@ -7,6 +7,7 @@
 //! config with per-layer structure none of them read. The plan's notes name the rule used.
 
 pub mod defaults;
+pub(crate) mod global;
 pub mod guard;
 pub mod layers;
 pub(crate) mod per_layer;
@@ -178,6 +179,19 @@ pub(crate) fn parse(
             map.insert((*k).to_string(), Value::from(*v));
         }
     }
+    uniform_lists(&mut map)?;
+    if map.get("use_cla").and_then(Value::as_bool) == Some(true)
+        && map
+            .get("cla_share_factor")
+            .and_then(Value::as_u64)
+            .unwrap_or(1)
+            > 1
+    {
+        return Err(Error::invalid(
+            "use_cla",
+            "layers share the K and V of the layer before them (cross-layer attention: hunyuan_v1.py, `HunYuanCrossAttention` takes the previous layer's `kv_states`), which memplan does not size",
+        ));
+    }
     // Layers described one by one: their model-wide figures go in place of the lists, for the
     // generic reader; the shapes are kept per layer.
     let per_layer = per_layer::read(arch, &model_type, &map, f.outer)?;
@@ -240,6 +254,21 @@ pub(crate) fn parse(
             }
             c.layer_shapes = p.shapes;
         }
+    }
+    if let Some(shapes) = global::shapes(
+        &f,
+        &c.layers,
+        (c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size),
+    )? {
+        if !c.layer_shapes.is_empty() {
+            return Err(Error::invalid(
+                "global_head_dim",
+                format!("full-attention layers of their own shape beside layers described one by one ({rule_name}): memplan reads one or the other"),
+            ));
+        }
+        read.extend(global::KEYS);
+        rule_name = format!("{rule_name}, {}", global::RULE);
+        c.layer_shapes = shapes;
     }
     guard::check(
         &section,
@@ -348,6 +377,38 @@ fn mla(f: &Fields<'_>) -> Result<Option<Mla>> {
     }))
 }
 
+/// Routed-expert figures some families write as a list with one entry per layer (Hunyuan's
+/// `moe_topk`, `moe_intermediate_size` and `num_shared_expert`: hunyuan_v1.py,
+/// `HunYuanSparseMoeBlock.__init__`, indexes each by the layer's id).
+const PER_LAYER_MOE: &[&str] = &["moe_topk", "moe_intermediate_size", "num_shared_expert"];
+
+/// Put the one value of a [`PER_LAYER_MOE`] list whose entries are all alike in its place:
+/// every layer then has the same figure, as a scalar says. A list whose entries differ is
+/// refused by name (the weights would differ layer by layer, which memplan does not add up).
+fn uniform_lists(map: &mut Map<String, Value>) -> Result<()> {
+    for k in PER_LAYER_MOE {
+        let Some(Value::Array(a)) = map.get(*k) else {
+            continue;
+        };
+        let first = a.first().cloned();
+        match first {
+            Some(v) if v.is_u64() && a.iter().all(|x| *x == v) => {
+                map.insert((*k).to_string(), v);
+            }
+            Some(_) => {
+                return Err(Error::invalid(
+                    *k,
+                    format!("varies by layer ({} entries, not all alike): memplan reads a per-layer list of this figure only where every layer has the same value", a.len()),
+                ))
+            }
+            None => {
+                map.remove(*k);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Routed experts with vLLM's key aliases (`CONFIG_FIELD_ALIASES`).
 fn moe(f: &Fields<'_>, c: &ModelConfig) -> Result<Option<Moe>> {
     let experts = f.first(&[
@@ -381,8 +442,22 @@ fn moe(f: &Fields<'_>, c: &ModelConfig) -> Result<Option<Moe>> {
     let ei = f
         .first(&["moe_intermediate_size"])?
         .unwrap_or(c.intermediate_size);
+    // Hunyuan: a shared MLP of `intermediate_size x num_shared_expert` where
+    // `use_mixed_mlp_moe` (hunyuan_v1.py, `HunYuanSparseMoeBlock.__init__`).
+    let mixed = f
+        .get("use_mixed_mlp_moe")
+        .is_some_and(|v| v.as_bool() == Some(true) || v.as_u64().is_some_and(|n| n > 0));
     let shared = match f.first(&["shared_expert_intermediate_size"])? {
         Some(s) => s,
+        None if f.get("num_shared_expert").is_some() => {
+            if mixed {
+                f.u64("num_shared_expert")?
+                    .checked_mul(c.intermediate_size)
+                    .ok_or_else(|| Error::invalid("num_shared_expert", "too large"))?
+            } else {
+                0
+            }
+        }
         None => {
             f.first(&[
                 "n_shared_experts",

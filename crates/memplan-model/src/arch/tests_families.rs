@@ -1,4 +1,4 @@
-//! Every family issue 12 names, from a faithfully reconstructed `config.json` (the keys vLLM
+//! The families engines serve today, from a faithfully reconstructed `config.json` (the keys vLLM
 //! reads, values of the public checkpoint), sized with vLLM 0.34's rules: block 64
 //! (`CacheConfig.DEFAULT_BLOCK_SIZE`), 8192 batched tokens (`get_batch_defaults`, H100 API
 //! server), two batches in flight (`VllmConfig.max_in_flight_tokens`), `align` state pages
@@ -468,4 +468,186 @@ fn modelopt_fp8_kv_and_unknown_names_still_plan() {
         c.rule
     );
     check(&z, dense(24, 4, 128, 16_384));
+}
+
+/// Gemma 4 31B (`google/gemma-4-31B-it`'s text config): 60 layers, every sixth full attention.
+/// vLLM's gemma4.py (`Gemma4DecoderLayer.__init__`) gives the full layers `global_head_dim`
+/// 512 and, with `attention_k_eq_v`, `num_global_key_value_heads` 4; the sliding layers keep
+/// 16 KV heads of 256.
+fn gemma4_31b(k_eq_v: bool) -> String {
+    let types = (0..60)
+        .map(|i| {
+            if (i + 1) % 6 == 0 {
+                "\"full_attention\""
+            } else {
+                "\"sliding_attention\""
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",");
+    format!(
+        r#"{{"architectures":["Gemma4ForConditionalGeneration"],"model_type":"gemma4","text_config":{{"model_type":"gemma4_text","hidden_size":5376,"num_hidden_layers":60,"num_attention_heads":32,"num_key_value_heads":16,"head_dim":256,"global_head_dim":512,"num_global_key_value_heads":4,"attention_k_eq_v":{k_eq_v},"intermediate_size":21504,"vocab_size":262144,"max_position_embeddings":262144,"sliding_window":1024,"num_kv_shared_layers":0,"use_double_wide_mlp":false,"tie_word_embeddings":true,"layer_types":[{types}]}}}}"#
+    )
+}
+
+#[test]
+fn gemma4_full_layers_keep_their_own_heads() {
+    use memplan_core::kv::AttentionKind;
+    let c = ModelConfig::from_json_str(&gemma4_31b(true)).unwrap_or_else(|e| panic!("{e}"));
+    let spec = c.kv_spec(KvDtype::Bf16, 16, 1).unwrap();
+    let shape = |a: AttentionKind| {
+        spec.groups
+            .iter()
+            .filter(|g| g.attention == a)
+            .map(|g| (g.num_layers, g.kv_heads, g.head_dim_k, g.head_dim_v))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(shape(AttentionKind::Full), vec![(10, 4, 512, 512)]);
+    assert_eq!(
+        shape(AttentionKind::SlidingWindow { window: 1024 }),
+        vec![(50, 16, 256, 256)]
+    );
+    // Full-context KV per token: 10 x 2 x 4 x 512 x 2 B = 81,920 (not the sliding layers'
+    // shape, 163,840).
+    let full: u64 = spec
+        .groups
+        .iter()
+        .filter(|g| g.attention == AttentionKind::Full)
+        .map(|g| u64::from(g.num_layers) * 2 * u64::from(g.kv_heads) * u64::from(g.head_dim_k) * 2)
+        .sum();
+    assert_eq!(full, 81_920);
+    assert!(c.rule.contains("global_head_dim"), "{}", c.rule);
+    // Without k_eq_v the full layers keep `num_key_value_heads` at the global head size.
+    let c = ModelConfig::from_json_str(&gemma4_31b(false)).unwrap();
+    let spec = c.kv_spec(KvDtype::Bf16, 16, 1).unwrap();
+    assert!(spec
+        .groups
+        .iter()
+        .any(|g| g.attention == AttentionKind::Full && (g.kv_heads, g.head_dim_k) == (16, 512)));
+    // The weights count each layer's projections at its own size: the global layers' Q and
+    // O (32 x 512) are wider than the sliding layers' (32 x 256).
+    let plain = ModelConfig::from_json_str(&gemma4_31b(true).replace(
+        r#""global_head_dim":512,"num_global_key_value_heads":4,"attention_k_eq_v":true,"#,
+        "",
+    ))
+    .unwrap();
+    let w = |c: &ModelConfig| crate::weights::params_per_rank(c, 1).unwrap().attention;
+    assert!(w(&ModelConfig::from_json_str(&gemma4_31b(true)).unwrap()) > w(&plain));
+}
+
+#[test]
+fn a_shape_key_nothing_reads_is_refused() {
+    // `global_head_dim` without the `layer_types` that say which layers are global.
+    let e = ModelConfig::from_json_str(
+        r#"{"architectures":["Gemma4ForCausalLM"],"model_type":"gemma4_text","hidden_size":5376,"num_hidden_layers":60,"num_attention_heads":32,"num_key_value_heads":16,"head_dim":256,"global_head_dim":512,"intermediate_size":21504,"vocab_size":262144,"max_position_embeddings":262144}"#,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("global_head_dim") && e.contains("layer_types"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_per_layer_list_with_prediction_layers_is_refused() {
+    // DeepSeek-V4-Flash: `compress_ratios` has 44 entries for 43 layers and one multi-token
+    // prediction layer; its compressed attention is nothing memplan sizes, so no plan.
+    let ratios = std::iter::once("0,0".to_string())
+        .chain((0..20).map(|_| "4,128".to_string()))
+        .chain(std::iter::once("4,0".to_string()))
+        .collect::<Vec<_>>()
+        .join(",");
+    let json = format!(
+        r#"{{"architectures":["DeepseekV4ForCausalLM"],"model_type":"deepseek_v4","hidden_size":4096,"num_hidden_layers":43,"num_attention_heads":64,"num_key_value_heads":1,"head_dim":512,"sliding_window":128,"num_nextn_predict_layers":1,"moe_intermediate_size":2048,"n_routed_experts":256,"n_shared_experts":1,"num_experts_per_tok":6,"vocab_size":129280,"max_position_embeddings":1048576,"compress_ratios":[{ratios}]}}"#
+    );
+    let e = ModelConfig::from_json_str(&json).unwrap_err().to_string();
+    assert!(
+        e.contains("compress_ratios") && e.contains("44 entries"),
+        "{e}"
+    );
+    // The generic rule, on a key no family table names: one entry per layer and per
+    // prediction layer.
+    let json = json.replace("compress_ratios", "window_ratio_list");
+    let e = ModelConfig::from_json_str(&json).unwrap_err().to_string();
+    assert!(
+        e.contains("window_ratio_list") && e.contains("43 + 1"),
+        "{e}"
+    );
+}
+
+#[test]
+fn chatglm_names_its_vocabulary_and_mlp_its_own_way() {
+    // THUDM/chatglm3-6b: `padded_vocab_size`, `ffn_hidden_size`, 2 KV groups
+    // (`multi_query_group_num`); vLLM's chatglm.py reads those. 28 x 2 x 2 x 128 x 2 B =
+    // 28,672 B of KV per token.
+    use memplan_core::kv::AttentionKind;
+    let c = ModelConfig::from_json_str(
+        r#"{"architectures":["ChatGLMModel"],"model_type":"chatglm","num_layers":28,"padded_vocab_size":65024,"hidden_size":4096,"ffn_hidden_size":13696,"kv_channels":128,"num_attention_heads":32,"seq_length":8192,"multi_query_attention":true,"multi_query_group_num":2,"add_qkv_bias":true,"torch_dtype":"float16"}"#,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((c.vocab_size, c.intermediate_size), (65_024, 13_696));
+    let spec = c.kv_spec(KvDtype::Bf16, 16, 1).unwrap();
+    let g = &spec.groups[0];
+    assert_eq!(
+        (g.attention, g.num_layers, g.kv_heads, g.head_dim_k),
+        (AttentionKind::Full, 28, 2, 128)
+    );
+}
+
+#[test]
+fn a_model_without_attention_is_refused_as_such() {
+    // tiiuae/falcon-mamba-7b: Mamba layers only, no attention heads to size.
+    let e = ModelConfig::from_json_str(
+        r#"{"architectures":["FalconMambaForCausalLM"],"model_type":"falcon_mamba","hidden_size":4096,"num_hidden_layers":64,"state_size":16,"conv_kernel":4,"expand":16,"intermediate_size":8192,"vocab_size":65024,"torch_dtype":"bfloat16"}"#,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("FalconMambaForCausalLM") && e.contains("no attention"),
+        "{e}"
+    );
+}
+
+#[test]
+fn per_layer_expert_figures_alike_in_every_layer_are_read() {
+    // tencent/Hunyuan-A13B-Instruct writes `moe_topk`, `moe_intermediate_size` and
+    // `num_shared_expert` once per layer (hunyuan_v1.py indexes them by layer id).
+    let list = |v: u64| vec![v.to_string(); 32].join(",");
+    let json = format!(
+        r#"{{"architectures":["HunYuanMoEV1ForCausalLM"],"model_type":"hunyuan_v1_moe","hidden_size":4096,"num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":8,"head_dim":128,"intermediate_size":3072,"vocab_size":128167,"torch_dtype":"bfloat16","num_experts":64,"use_mixed_mlp_moe":1,"moe_intermediate_size":[{}],"moe_topk":[{}],"num_shared_expert":[{}]}}"#,
+        list(3072),
+        list(8),
+        list(1)
+    );
+    let c = ModelConfig::from_json_str(&json).unwrap_or_else(|e| panic!("{e}"));
+    let m = c.moe.expect("routed experts");
+    assert_eq!(
+        (
+            m.num_experts,
+            m.top_k,
+            m.expert_intermediate,
+            m.shared_intermediate
+        ),
+        (64, 8, 3072, 3072)
+    );
+    let spec = c.kv_spec(KvDtype::Bf16, 16, 1).unwrap();
+    assert_eq!(
+        (spec.groups[0].num_layers, spec.groups[0].kv_heads),
+        (32, 8)
+    );
+    // A list whose entries differ is refused by name.
+    let mixed = json.replacen("8,8,", "8,4,", 1);
+    let e = ModelConfig::from_json_str(&mixed).unwrap_err().to_string();
+    assert!(
+        e.contains("moe_topk") && e.contains("varies by layer"),
+        "{e}"
+    );
+    // Cross-layer attention shares KV between layers: refused.
+    let cla = json.replace(
+        r#""num_experts":64"#,
+        r#""num_experts":64,"use_cla":true,"cla_share_factor":2"#,
+    );
+    let e = ModelConfig::from_json_str(&cla).unwrap_err().to_string();
+    assert!(e.contains("use_cla"), "{e}");
 }
