@@ -143,7 +143,7 @@ fn a_non_finite_literal_in_a_config_names_the_file_and_key() {
     assert_eq!(code, 1, "{err}");
     assert!(
         err.contains("nan-layers.json")
-            && err.contains("text_config.num_hidden_layers")
+            && err.contains("num_hidden_layers")
             && err.contains("NaN and infinity are not valid JSON numbers"),
         "{err}"
     );

@@ -140,10 +140,109 @@ fn non_finite_at(text: &str, line: usize, column: usize) -> Option<&str> {
         .then_some(literal)
 }
 
+/// The literals Python's `json.dumps` writes for non-finite floats (`allow_nan`, its default).
+pub const NON_FINITE: [&str; 3] = ["NaN", "Infinity", "-Infinity"];
+
+/// `text` with every `NaN`, `Infinity` and `-Infinity` literal outside a string quoted (the
+/// JSON string of itself), or `None` where there is none. Python's `json.dumps` writes them and
+/// `transformers` and the engines read them back, so a model's `config.json` may hold them in
+/// keys nobody reads as a number (Mamba2's `time_step_limit: [0.0, Infinity]`): quoted, the
+/// document parses, and a key that is read as a number fails as a string would, by name.
+pub fn quote_non_finite(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = String::with_capacity(text.len() + 16);
+    let (mut in_string, mut escaped, mut found) = (false, false, false);
+    let mut last = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            i += 1;
+            continue;
+        }
+        if b == b'"' {
+            in_string = true;
+            i += 1;
+            continue;
+        }
+        if let Some(lit) = NON_FINITE
+            .iter()
+            .find(|l| bytes[i..].starts_with(l.as_bytes()))
+        {
+            out.push_str(&text[last..i]);
+            out.push('"');
+            out.push_str(lit);
+            out.push('"');
+            i += lit.len();
+            last = i;
+            found = true;
+            continue;
+        }
+        i += 1;
+    }
+    if !found {
+        return None;
+    }
+    out.push_str(&text[last..]);
+    Some(out)
+}
+
+/// The key paths of `v`'s strings that are a [`NON_FINITE`] literal (`time_step_limit[1]`),
+/// as [`quote_non_finite`] leaves them.
+pub fn non_finite_paths(v: &serde_json::Value) -> Vec<String> {
+    fn walk(v: &serde_json::Value, at: &str, out: &mut Vec<String>) {
+        match v {
+            serde_json::Value::String(s) if NON_FINITE.contains(&s.as_str()) => {
+                out.push(at.to_string())
+            }
+            serde_json::Value::Array(a) => {
+                for (i, x) in a.iter().enumerate() {
+                    walk(x, &format!("{at}[{i}]"), out);
+                }
+            }
+            serde_json::Value::Object(m) => {
+                for (k, x) in m {
+                    let p = if at.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{at}.{k}")
+                    };
+                    walk(x, &p, out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(v, "", &mut out);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::Value;
+
+    #[test]
+    fn non_finite_literals_are_quoted_outside_strings_only() {
+        let text = r#"{"time_step_limit": [0.0, Infinity], "a": -Infinity, "b": NaN, "s": "NaN \" Infinity"}"#;
+        let q = quote_non_finite(text).expect("literals");
+        let v: Value = from_str(&q).unwrap();
+        assert_eq!(v["time_step_limit"][1], "Infinity");
+        assert_eq!(v["a"], "-Infinity");
+        assert_eq!(v["b"], "NaN");
+        assert_eq!(v["s"], "NaN \" Infinity");
+        let mut paths = non_finite_paths(&v);
+        paths.sort();
+        assert_eq!(paths, ["a", "b", "time_step_limit[1]"]);
+        assert_eq!(quote_non_finite(r#"{"a": "NaN", "b": 1}"#), None);
+    }
 
     #[test]
     fn a_non_finite_literal_names_its_key_path() {

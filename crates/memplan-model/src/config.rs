@@ -230,6 +230,15 @@ impl<'a> Fields<'a> {
         let Some(v) = self.get(key) else {
             return Ok(None);
         };
+        if let Some(lit) = v
+            .as_str()
+            .filter(|s| memplan_core::json::NON_FINITE.contains(s))
+        {
+            return Err(Error::invalid(
+                key,
+                format!("is {lit}: NaN and infinity are not valid JSON numbers (`{lit}`), and memplan needs a number here"),
+            ));
+        }
         let n = v
             .as_u64()
             .or_else(|| {
@@ -289,10 +298,32 @@ impl<'a> Fields<'a> {
 impl ModelConfig {
     /// Parse the text of a `config.json`.
     pub fn from_json_str(text: &str) -> Result<Self> {
-        // A syntax error inside a value (a `NaN` literal) names the key it is at.
-        let v: Value = memplan_core::json::from_str(text)
-            .map_err(|e| Error::invalid(e.path.as_deref().unwrap_or("config.json"), e.message()))?;
-        Self::from_value(&v)
+        let strict = |e: memplan_core::json::JsonError| {
+            // A syntax error inside a value (a `NaN` literal) names the key it is at.
+            Error::invalid(e.path.as_deref().unwrap_or("config.json"), e.message())
+        };
+        let e = match memplan_core::json::from_str::<Value>(text) {
+            Ok(v) => return Self::from_value(&v),
+            Err(e) => e,
+        };
+        // Python's json writes `NaN` / `Infinity` for non-finite floats and transformers and
+        // the engines read them back: Mamba2's config holds `time_step_limit: [0.0,
+        // Infinity]`. Quoted, they stay out of the way of the keys memplan reads, and a key
+        // it reads as a figure that holds one is refused by name ([`Fields::opt_u64`]); the
+        // plan's notes list where they were.
+        let Some(quoted) = memplan_core::json::quote_non_finite(text) else {
+            return Err(strict(e));
+        };
+        let v: Value = memplan_core::json::from_str(&quoted).map_err(|_| strict(e))?;
+        let mut c = Self::from_value(&v)?;
+        let at = memplan_core::json::non_finite_paths(&v);
+        if !at.is_empty() {
+            c.notes.push(format!(
+                "config.json holds NaN or infinity (Python's json writes them; they are not JSON) at {}: keys memplan does not read as figures",
+                at.join(", ")
+            ));
+        }
+        Ok(c)
     }
 
     /// Parse a parsed `config.json`.

@@ -353,16 +353,17 @@ mod tests {
     fn a_non_finite_literal_in_a_config_names_the_file_and_key() {
         let dir = std::env::temp_dir().join(format!("memplan-model-nan-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
+        let llama = r#""architectures":["LlamaForCausalLM"],"hidden_size":4096,"num_attention_heads":32,"num_key_value_heads":8,"vocab_size":128256,"max_position_embeddings":8192,"intermediate_size":14336"#;
         let base = r#""architectures":["LlavaForConditionalGeneration"],"model_type":"llava""#;
+        // A key memplan reads as a figure: refused naming it and the literal.
         for (name, text, key, literal) in [
-            ("nan.json", r#"{"num_hidden_layers": NaN}"#.to_string(), "num_hidden_layers", "NaN"),
+            ("nan.json", format!("{{{llama},\"num_hidden_layers\": NaN}}"), "num_hidden_layers", "NaN"),
             (
                 "nested.json",
                 format!("{{{base},\n\"text_config\": {{\"hidden_size\": 4096,\n \"num_hidden_layers\": Infinity}}}}"),
-                "text_config.num_hidden_layers",
+                "num_hidden_layers",
                 "Infinity",
             ),
-            ("list.json", r#"{"architectures":["LlamaForCausalLM"],"rope_scaling":{"factors":[1.0,-Infinity]}}"#.to_string(), "rope_scaling.factors[1]", "-Infinity"),
         ] {
             let f = dir.join(name);
             std::fs::write(&f, text).unwrap();
@@ -377,6 +378,23 @@ mod tests {
                 "{name}: {e}"
             );
         }
+        // A key nobody reads as a figure, as Python's json writes Mamba2's
+        // `time_step_limit`: the config loads, and its notes say where the literals were.
+        let f = dir.join("unread.json");
+        std::fs::write(
+            &f,
+            format!("{{{llama},\"num_hidden_layers\":32,\"time_step_limit\":[0.0, Infinity],\"rope_scaling\":{{\"factors\":[1.0,-Infinity]}}}}"),
+        )
+        .unwrap();
+        let m = Model::load(f.to_str().unwrap()).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            m.config
+                .notes
+                .iter()
+                .any(|n| n.contains("time_step_limit[1]") && n.contains("rope_scaling.factors[1]")),
+            "{:?}",
+            m.config.notes
+        );
         // The quantization file beside a model directory's config.
         let m = dir.join("modelopt");
         std::fs::create_dir_all(&m).unwrap();
