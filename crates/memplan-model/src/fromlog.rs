@@ -119,6 +119,11 @@ pub struct LogFigures {
     /// can be stored in KV cache (N)"; V1: "... which is larger than the available KV cache
     /// memory (X GiB)"): that start-up allocated no KV cache.
     pub refused: Option<usize>,
+    /// The line where the engine refused to start because less memory was free at start-up
+    /// than its utilisation of the total asks for (vLLM V1, `v1/worker/gpu_worker.py`
+    /// `init_device` / `request_memory`: "Free memory on device (F/T GiB) on startup is less
+    /// than desired GPU memory utilization (U, X GiB)"): that start-up ran nothing.
+    pub refused_free: Option<usize>,
     /// The line (1-based) each figure was read from, by figure name.
     pub lines: Vec<(&'static str, usize)>,
     /// What was read but left out, and why.
@@ -755,6 +760,17 @@ pub fn parse(text: &str) -> Result<LogFigures> {
                 }
                 set(&mut f.free, free, lines, "free", n);
                 set(&mut f.total, total, lines, "total", n);
+            }
+            // The refusal's wording ("... on startup is less than desired GPU memory
+            // utilization (U, X GiB)"), not the start-up's report of the same figures.
+            if l.has("desired GPU memory utilization")
+                && l.text.contains("less than desired GPU memory utilization")
+                && f.refused_free.is_none()
+            {
+                f.refused_free = Some(n);
+                f.notes.push(format!(
+                    "line {n}: the engine refused to start: less memory was free at start-up than its utilisation of the total asks for"
+                ));
             }
             set(
                 &mut f.utilization,

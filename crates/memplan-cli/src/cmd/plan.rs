@@ -1247,6 +1247,66 @@ mod tests {
     }
 
     #[test]
+    fn a_logged_start_up_refused_for_free_memory_is_that_refusal() {
+        // A public vLLM 0.19.0 log (Qwen3-0.6B, a 12 GB card holding 2.6 GiB of another
+        // process's): the engine refused to start (`gpu_worker.py` `init_device`).
+        let path = log_file(
+            "free-refused",
+            "(EngineCore pid=229) INFO 04-03 15:05:56 [core.py:105] Initializing a V1 LLM engine (v0.19.0) with config: model='Qwen/Qwen3-0.6B', tokenizer='Qwen/Qwen3-0.6B'\n\
+             (EngineCore pid=229) ERROR 04-03 15:05:56 [core.py:1108] EngineCore failed to start.\n\
+             (EngineCore pid=229) ERROR 04-03 15:05:56 [core.py:1108] ValueError: Free memory on device cuda:0 (9.02/11.63 GiB) on startup is less than desired GPU memory utilization (0.9, 10.47 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.\n",
+        );
+        let f = run_json(&format!("--from-log {}", path.display())).unwrap_err();
+        assert_eq!(f.kind, "does_not_fit", "{f:?}");
+        assert!(
+            f.message.contains("line 3") && f.message.contains("at most 0.7755"),
+            "{}",
+            f.message
+        );
+        assert!(f.help["free_at_start_bytes"].as_u64().is_some(), "{f:?}");
+        // The start-up's own report of the same figures (no refusal) plans.
+        let ok = log_file(
+            "free-ok",
+            "Initializing a V1 LLM engine (v0.19.0) with config: model='Qwen/Qwen3-0.6B'\n\
+             Free memory on device (11.20/11.63 GiB) on startup. Desired GPU memory utilization is (0.9, 10.47 GiB).\n",
+        );
+        assert!(run_json(&format!("--from-log {}", ok.display())).is_ok());
+        // A utilisation given on the command line is another request: it plans.
+        assert!(run_json(&format!(
+            "--from-log {} --gpu-memory-utilization 0.75",
+            path.display()
+        ))
+        .is_ok());
+    }
+
+    #[test]
+    fn an_undated_log_whose_tokens_no_newest_block_divides_is_dated_by_them() {
+        // Two public V1 logs with no version line (Qwen3-14B): 75,824 and 72,496 KV tokens
+        // are no multiple of vLLM 0.34's 64-token blocks; 0.32's 16-token blocks give them.
+        for tokens in ["75,824", "72,496"] {
+            let path = log_file(
+                "undated",
+                &format!(
+                    "INFO [gpu_worker.py:373] Available KV cache memory: 11.57 GiB\n\
+                     INFO [kv_cache_utils.py:1307] GPU KV cache size: {tokens} tokens\n"
+                ),
+            );
+            let j = run_json(&format!(
+                "--model qwen3-14b --total-memory 44.99GiB --from-log {}",
+                path.display()
+            ))
+            .unwrap();
+            assert_eq!(j["engine"], "vllm@0.32", "{}", j["notes"]);
+            assert_eq!(j["kv"]["block_size"], 16);
+            assert!(
+                j["notes"].to_string().contains("no multiple of vllm@0.34"),
+                "{}",
+                j["notes"]
+            );
+        }
+    }
+
+    #[test]
     fn a_total_the_log_lacks_keeps_its_kv_cache() {
         // vllm-project/vllm#33263 (a 24 GB GPU): the log states its KV cache and no device
         // total; the total the error asks for completes the plan without replacing the KV.

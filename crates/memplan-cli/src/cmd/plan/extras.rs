@@ -274,6 +274,37 @@ pub fn apply_log(a: &mut Flags) -> Result<LogContext, Failure> {
             notes.push(format!("the log prints no device total: {} derived from its figures ({} used at utilisation {u})", gib(total), gib(used)));
         }
     }
+    // The logged start-up never ran: vLLM refuses to start where less memory is free than its
+    // utilisation of the total asks for (`v1/worker/gpu_worker.py` `init_device`: "Free memory
+    // on device ... on startup is less than desired GPU memory utilization"). The plan for that
+    // request is that refusal, unless the command line changed the request or the device.
+    if let (Some(n), Some(free), Some(total), Some(u)) =
+        (f.refused_free, f.free, f.total, f.utilization)
+    {
+        if before.gpu_memory_utilization.is_none()
+            && before.total_memory.is_none()
+            && before.device.is_none()
+            && before.kv_cache_memory_bytes.is_none()
+        {
+            let wanted = (total as f64 * u).ceil() as u64;
+            let mut fail = Failure::of(
+                "does_not_fit",
+                format!(
+                    "the logged start-up failed (line {n} of {}): only {} of the device's {} was free at start-up, less than the {} that gpu_memory_utilization {u} of it asks for, and vLLM refuses to start there; free that memory, or lower --gpu-memory-utilization to at most {:.4}",
+                    path.display(),
+                    gib(free),
+                    gib(total),
+                    gib(wanted),
+                    (free as f64 / total as f64 * 10_000.0).floor() / 10_000.0
+                ),
+            );
+            fail.help
+                .insert("free_at_start_bytes".into(), serde_json::Value::from(free));
+            fail.help
+                .insert("requested_bytes".into(), serde_json::Value::from(wanted));
+            return Err(fail);
+        }
+    }
     // The start-up's KV cache is the log's available KV memory, unless a flag changed a term.
     // The extensible cache (0.34) re-sizes after warmup: its final size wins.
     let anchor = f.kv_final.or(f.kv_available);
@@ -319,7 +350,7 @@ pub fn apply_log(a: &mut Flags) -> Result<LogContext, Failure> {
         }
         (None, []) => {
             return Err(Failure::usage(format!(
-                "--from-log {}: the log names no model (no vLLM \"non-default args\" or \"with config: model=\" line, no SGLang model_path); pass --model NAME|PATH",
+                "--from-log {}: memplan reads the model from vLLM's \"non-default args\" or \"with config: model=\" line or SGLang's model_path, and the log has none of them (a banner or \"Starting to load model\" line is not read); pass --model NAME|PATH",
                 path.display()
             )))
         }
@@ -419,6 +450,51 @@ fn same_model(given: &str, logged: &str) -> bool {
 /// release its own lines allow (the newest memplan knows where no line bounds it from above),
 /// and how to name another.
 fn unversioned_v1(f: &LogFigures) -> (String, String) {
+    let (rules, note) = unversioned_v1_by_lines(f);
+    match tokens_date(f, &rules) {
+        Some((older, why)) => (older, format!("{note}; {why}")),
+        None => (rules, note),
+    }
+}
+
+/// Where the release [`unversioned_v1_by_lines`] picked (`rules`) cannot have allocated the
+/// log's KV cache: its logged tokens ("GPU KV cache size: N tokens", whole blocks of one
+/// attention group) are no multiple of that release's block size and the log prints none of its
+/// own. The newest release the log's lines allow whose block size divides them is picked
+/// instead, with why (vLLM 0.34 raised the default block from 16 to 64 tokens,
+/// `CacheConfig.DEFAULT_BLOCK_SIZE`: a log of 75,824 tokens was not written by it).
+fn tokens_date(f: &LogFigures, rules: &str) -> Option<(String, String)> {
+    let tokens = f.kv_tokens.filter(|_| f.block_size.is_none())?;
+    let picked: EngineRules = rules.parse().ok()?;
+    if picked.block_size == 0 || tokens.is_multiple_of(u64::from(picked.block_size)) {
+        return None;
+    }
+    let at = VLLM.iter().position(|r| r.version == picked.version)?;
+    let b = f.release_bounds();
+    let from = b
+        .oldest
+        .filter(|_| !b.contradict())
+        .and_then(|lo| VLLM.iter().position(|r| r.version == lo.release))
+        .unwrap_or(0);
+    let older = VLLM[from..at]
+        .iter()
+        .rev()
+        .find(|r| r.block_size > 0 && tokens.is_multiple_of(u64::from(r.block_size)))?;
+    Some((
+        format!("vllm@{}", older.version),
+        format!(
+            "but its {tokens} KV tokens{} are no multiple of {}'s {}-token blocks: planned with vllm@{}'s rules instead, the newest release whose {}-token blocks give them",
+            f.line("kv_tokens").map(|n| format!(" (line {n})")).unwrap_or_default(),
+            rules,
+            picked.block_size,
+            older.version,
+            older.block_size
+        ),
+    ))
+}
+
+/// [`unversioned_v1`] by the lines the log prints alone.
+fn unversioned_v1_by_lines(f: &LogFigures) -> (String, String) {
     let newest = EngineRules::newest_vllm();
     let b = f.release_bounds();
     let block = |rules: &str| match (f.block_size, rules.parse::<EngineRules>()) {
