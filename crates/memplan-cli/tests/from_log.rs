@@ -114,7 +114,7 @@ fn a_log_that_names_no_model_or_several_asks_for_the_flag() {
     ]);
     assert_eq!(code, 2, "{err}");
     assert!(
-        err.contains("names no model") && err.contains("pass --model"),
+        err.contains("has none of them") && err.contains("pass --model"),
         "{err}"
     );
     // Two start-ups of different models pasted together.

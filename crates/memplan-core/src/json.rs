@@ -171,9 +171,13 @@ pub fn quote_non_finite(text: &str) -> Option<String> {
             i += 1;
             continue;
         }
+        // A value, not a key: after `:`, `[` or `,` (a bare word where a key belongs stays the
+        // syntax error it is).
+        let value_position = || text[..i].trim_end().ends_with([':', '[', ',']);
         if let Some(lit) = NON_FINITE
             .iter()
             .find(|l| bytes[i..].starts_with(l.as_bytes()))
+            .filter(|_| value_position())
         {
             out.push_str(&text[last..i]);
             out.push('"');
@@ -194,12 +198,12 @@ pub fn quote_non_finite(text: &str) -> Option<String> {
 }
 
 /// The key paths of `v`'s strings that are a [`NON_FINITE`] literal (`time_step_limit[1]`),
-/// as [`quote_non_finite`] leaves them.
-pub fn non_finite_paths(v: &serde_json::Value) -> Vec<String> {
-    fn walk(v: &serde_json::Value, at: &str, out: &mut Vec<String>) {
+/// as [`quote_non_finite`] leaves them, each with its literal.
+pub fn non_finite_paths(v: &serde_json::Value) -> Vec<(String, String)> {
+    fn walk(v: &serde_json::Value, at: &str, out: &mut Vec<(String, String)>) {
         match v {
             serde_json::Value::String(s) if NON_FINITE.contains(&s.as_str()) => {
-                out.push(at.to_string())
+                out.push((at.to_string(), s.clone()))
             }
             serde_json::Value::Array(a) => {
                 for (i, x) in a.iter().enumerate() {
@@ -238,10 +242,12 @@ mod tests {
         assert_eq!(v["a"], "-Infinity");
         assert_eq!(v["b"], "NaN");
         assert_eq!(v["s"], "NaN \" Infinity");
-        let mut paths = non_finite_paths(&v);
+        let mut paths: Vec<String> = non_finite_paths(&v).into_iter().map(|(p, _)| p).collect();
         paths.sort();
         assert_eq!(paths, ["a", "b", "time_step_limit[1]"]);
         assert_eq!(quote_non_finite(r#"{"a": "NaN", "b": 1}"#), None);
+        // In a key's place it stays a syntax error.
+        assert_eq!(quote_non_finite(r#"{NaN: 1}"#), None);
     }
 
     #[test]

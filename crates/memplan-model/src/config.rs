@@ -179,6 +179,9 @@ pub struct ModelConfig {
     pub max_position_embeddings: Option<u64>,
     /// Biases on the QKV projections (Qwen2, gpt-oss).
     pub qkv_bias: bool,
+    /// Whether the MLP is gated (gate, up and down projections, as Llama's), or two matrices
+    /// (Falcon, GPT-NeoX, GPT-2, GPT-J, BLOOM, OPT, MPT, StarCoder / StarCoder2, Phi-2).
+    pub gated_mlp: bool,
     /// Per decoder layer: what it keeps in the KV cache.
     pub layers: Vec<LayerKind>,
     /// Per decoder layer: its own head counts and MLP size, where the config describes layers
@@ -189,6 +192,10 @@ pub struct ModelConfig {
     pub state: Option<crate::arch::state::StateShape>,
     /// DeepSeek-V3.2's indexer head dim (an indexer cache beside every MLA layer).
     pub indexer_head_dim: Option<u64>,
+    /// Per-layer input embeddings (Gemma 3n, Gemma 4 E2B/E4B: `vocab_size_per_layer_input`,
+    /// `hidden_size_per_layer_input`): `(vocabulary, width per layer)`, a table of
+    /// `vocabulary x layers x width` beside the token embedding.
+    pub per_layer_input: Option<(u64, u64)>,
     /// KV-cache dtype the checkpoint asks for when `--kv-cache-dtype auto` (ModelOpt
     /// `kv_cache_quant_algo: FP8`, compressed-tensors `kv_cache_scheme`).
     pub kv_cache_quant: Option<String>,
@@ -295,6 +302,60 @@ impl<'a> Fields<'a> {
     }
 }
 
+/// Architectures whose MLP is two matrices, up and down with an activation between (vLLM
+/// `falcon.py` `FalconMLP`, `gpt_neox.py` `GPTNeoXMLP`, `gpt2.py` `GPT2MLP`, `gpt_j.py`
+/// `GPTJMLP`, `bloom.py` `BloomMLP`, `opt.py` `OPTDecoderLayer` fc1/fc2, `mpt.py` `MPTMLP`,
+/// `gpt_bigcode.py` `GPTBigMLP`, `starcoder2.py` `Starcoder2MLP`, `phi.py` `PhiMLP`).
+const TWO_MATRIX_MLP: &[&str] = &[
+    "FalconForCausalLM",
+    "RWForCausalLM",
+    "GPTNeoXForCausalLM",
+    "GPT2LMHeadModel",
+    "GPTJForCausalLM",
+    "BloomForCausalLM",
+    "OPTForCausalLM",
+    "MPTForCausalLM",
+    "GPTBigCodeForCausalLM",
+    "Starcoder2ForCausalLM",
+    "PhiForCausalLM",
+];
+
+/// Whether a key path names something memplan may read as a figure: a segment (the key names,
+/// indices left out) says size, dimension, count, factor, length or another shape word.
+fn names_a_figure(path: &str) -> bool {
+    const WORDS: &[&str] = &[
+        "size",
+        "dim",
+        "factor",
+        "len",
+        "layer",
+        "head",
+        "expert",
+        "window",
+        "position",
+        "vocab",
+        "multiplier",
+        "rank",
+        "num",
+        "ratio",
+        "scaling",
+        "rope",
+        "block",
+        "group",
+        "interval",
+        "period",
+        "offset",
+        "stride",
+        "kernel",
+        "patch",
+        "embed",
+        "width",
+    ];
+    path.split(['.', '['])
+        .map(|s| s.trim_end_matches(']').to_ascii_lowercase())
+        .any(|s| WORDS.iter().any(|w| s.contains(w)))
+}
+
 impl ModelConfig {
     /// Parse the text of a `config.json`.
     pub fn from_json_str(text: &str) -> Result<Self> {
@@ -315,12 +376,24 @@ impl ModelConfig {
             return Err(strict(e));
         };
         let v: Value = memplan_core::json::from_str(&quoted).map_err(|_| strict(e))?;
-        let mut c = Self::from_value(&v)?;
         let at = memplan_core::json::non_finite_paths(&v);
+        // Some figures are read off the document directly (a RoPE scaling factor, a vision
+        // tower's widths), where a string would read as absent: a literal under a key whose
+        // name says it is a size, count, factor or length is refused as JSON's error.
+        if let Some((p, lit)) = at.iter().find(|(p, _)| names_a_figure(p)) {
+            return Err(Error::invalid(
+                p.clone(),
+                format!("is {lit}: NaN and infinity are not valid JSON numbers (`{lit}`), and this key names a figure memplan may read"),
+            ));
+        }
+        let mut c = Self::from_value(&v)?;
         if !at.is_empty() {
+            let shown: Vec<&str> = at.iter().take(8).map(|(p, _)| p.as_str()).collect();
+            let more = at.len().saturating_sub(shown.len());
             c.notes.push(format!(
-                "config.json holds NaN or infinity (Python's json writes them; they are not JSON) at {}: keys memplan does not read as figures",
-                at.join(", ")
+                "config.json holds NaN or infinity (Python's json writes them; they are not JSON) at {}{}: keys memplan does not read as figures",
+                shown.join(", "),
+                if more > 0 { format!(" and {more} more") } else { String::new() }
             ));
         }
         Ok(c)
@@ -492,6 +565,7 @@ impl ModelConfig {
             Some(q) => Some(Quantization::from_config(q)?),
             None => None,
         };
+        let gated_mlp = !TWO_MATRIX_MLP.iter().any(|a| architecture.starts_with(a));
         Ok(ModelConfig {
             architecture,
             family,
@@ -510,10 +584,12 @@ impl ModelConfig {
                 "max_seq_len",
             ])?,
             qkv_bias: f.bool("attention_bias", false)?,
+            gated_mlp,
             layers: vec![LayerKind::Full; layers as usize],
             layer_shapes: Vec::new(),
             state: None,
             indexer_head_dim: None,
+            per_layer_input: None,
             kv_cache_quant: None,
             rule: String::new(),
             language_key: None,

@@ -361,7 +361,14 @@ mod tests {
             (
                 "nested.json",
                 format!("{{{base},\n\"text_config\": {{\"hidden_size\": 4096,\n \"num_hidden_layers\": Infinity}}}}"),
-                "num_hidden_layers",
+                "text_config.num_hidden_layers",
+                "Infinity",
+            ),
+            // A figure read off the document directly (a RoPE factor) is refused too.
+            (
+                "rope.json",
+                format!("{{{llama},\"num_hidden_layers\":32,\"rope_scaling\":{{\"rope_type\":\"yarn\",\"factor\":Infinity}}}}"),
+                "rope_scaling.factor",
                 "Infinity",
             ),
         ] {
@@ -383,7 +390,7 @@ mod tests {
         let f = dir.join("unread.json");
         std::fs::write(
             &f,
-            format!("{{{llama},\"num_hidden_layers\":32,\"time_step_limit\":[0.0, Infinity],\"rope_scaling\":{{\"factors\":[1.0,-Infinity]}}}}"),
+            format!("{{{llama},\"num_hidden_layers\":32,\"time_step_limit\":[0.0, Infinity],\"clip_qkv\":-Infinity}}"),
         )
         .unwrap();
         let m = Model::load(f.to_str().unwrap()).unwrap_or_else(|e| panic!("{e}"));
@@ -391,7 +398,7 @@ mod tests {
             m.config
                 .notes
                 .iter()
-                .any(|n| n.contains("time_step_limit[1]") && n.contains("rope_scaling.factors[1]")),
+                .any(|n| n.contains("time_step_limit[1]") && n.contains("clip_qkv")),
             "{:?}",
             m.config.notes
         );

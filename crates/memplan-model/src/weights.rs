@@ -91,7 +91,11 @@ pub fn params_per_rank(c: &ModelConfig, tp: u64) -> Result<ParamCount> {
     }
     // MLP: gated (gate, up, down) except Phi-2's plain fc1/fc2 with biases.
     let inter = f(c.intermediate_size);
-    let mats = if c.family == Family::Phi2 { 2.0 } else { 3.0 };
+    let mats = if c.family == Family::Phi2 || !c.gated_mlp {
+        2.0
+    } else {
+        3.0
+    };
     let dense_mlp = mats * h * inter / tpf;
     if c.family == Family::Phi2 && c.layer_shapes.is_empty() {
         other += l * (inter / tpf + h);
@@ -121,6 +125,13 @@ pub fn params_per_rank(c: &ModelConfig, tp: u64) -> Result<ParamCount> {
     // Norms: two per layer (four in Gemma), final norm; Qwen3/Gemma3 q/k norms are tiny.
     let norms = if c.family == Family::Gemma { 4.0 } else { 2.0 };
     other += l * norms * h + h;
+    if let Some((vocab, width)) = c.per_layer_input {
+        let (v, w) = (f(vocab.div_ceil(tp)), f(width));
+        // The table (vocab-parallel, as the token embedding), the hidden state's projection
+        // to it (column-parallel) and each layer's gate and projection back (replicated:
+        // gemma4.py `ReplicatedLinear`).
+        other += v * l * w + h * l * w / tpf + l * 2.0 * h * w;
+    }
     if let Some(v) = c.vision {
         let (vh, vi, patch) = (f(v.hidden), f(v.intermediate), f(v.patch));
         let vm = if v.gated { 3.0 } else { 2.0 };

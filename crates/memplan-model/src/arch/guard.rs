@@ -103,6 +103,10 @@ pub const INERT: &[(&str, &str)] = &[
     ),
     ("architectures", "the model class names, not layers"),
     (
+        "image_grid_pinpoints",
+        "the image tile sizes a LLaVA-NeXT processor picks from, not layers",
+    ),
+    (
         "vision_feature_layer",
         "layers of the vision tower a wrapper reads features from, not language-model layers",
     ),
@@ -150,6 +154,9 @@ fn per_layer(k: &str, v: &Value, layers: u64, extra: u64, generic: bool) -> Opti
         Value::Null => None,
         Value::Array(a) if a.is_empty() => None,
 
+        // A list of lists under a name no family uses for layers is no per-layer figure
+        // (LLaVA-NeXT's `image_grid_pinpoints`: image tile sizes, 36 pairs beside 36 layers).
+        Value::Array(a) if !known && a.iter().all(Value::is_array) => None,
         Value::Array(a) if a.len() as u64 == layers && layers > 1 => {
             Some(format!("has one entry per layer ({} entries)", a.len()))
         }

@@ -183,9 +183,8 @@ pub(crate) fn parse(
     if map.get("use_cla").and_then(Value::as_bool) == Some(true)
         && map
             .get("cla_share_factor")
-            .and_then(Value::as_u64)
-            .unwrap_or(1)
-            > 1
+            .map_or(1.0, |v| v.as_f64().unwrap_or(f64::INFINITY))
+            > 1.0
     {
         return Err(Error::invalid(
             "use_cla",
@@ -232,6 +231,17 @@ pub(crate) fn parse(
             .opt_u64("index_head_dim")?
             .filter(|_| f.get("index_topk").is_some());
     }
+    // Gemma 3n / Gemma 4 (gemma3n.py, gemma4.py): a per-layer input embedding of
+    // `vocab_size_per_layer_input x layers x hidden_size_per_layer_input`, with a projection
+    // of the hidden state to it and, in every layer, a gate and a projection back.
+    c.per_layer_input = match f.opt_u64("hidden_size_per_layer_input")?.filter(|w| *w > 0) {
+        Some(w) => Some((
+            f.opt_u64("vocab_size_per_layer_input")?
+                .unwrap_or(c.vocab_size),
+            w,
+        )),
+        None => None,
+    };
     c.moe = moe(&f, &c)?;
     if c.moe.is_some() && c.family == Family::Dense {
         c.family = Family::Moe;
@@ -428,6 +438,7 @@ fn moe(f: &Fields<'_>, c: &ModelConfig) -> Result<Option<Moe>> {
             "moe_topk",
             "moe_top_k",
             "top_k",
+            "top_k_experts",
         ])?
         .unwrap_or(1)
         .max(1);
@@ -440,7 +451,7 @@ fn moe(f: &Fields<'_>, c: &ModelConfig) -> Result<Option<Moe>> {
         ));
     }
     let ei = f
-        .first(&["moe_intermediate_size"])?
+        .first(&["moe_intermediate_size", "expert_intermediate_size"])?
         .unwrap_or(c.intermediate_size);
     // Hunyuan: a shared MLP of `intermediate_size x num_shared_expert` where
     // `use_mixed_mlp_moe` (hunyuan_v1.py, `HunYuanSparseMoeBlock.__init__`).
@@ -449,6 +460,12 @@ fn moe(f: &Fields<'_>, c: &ModelConfig) -> Result<Option<Moe>> {
         .is_some_and(|v| v.as_bool() == Some(true) || v.as_u64().is_some_and(|n| n > 0));
     let shared = match f.first(&["shared_expert_intermediate_size"])? {
         Some(s) => s,
+        // Gemma 4's MoE block runs beside the layer's dense MLP, not instead of it (gemma4.py,
+        // `Gemma4DecoderLayer`: `self.mlp` always, `self.moe` with `enable_moe_block`): a
+        // dense MLP of `intermediate_size` in every layer, as a shared expert's weights are.
+        None if f.bool("enable_moe_block", false)? || f.bool("use_second_mlp_block", false)? => {
+            c.intermediate_size
+        }
         None if f.get("num_shared_expert").is_some() => {
             if mixed {
                 f.u64("num_shared_expert")?
@@ -597,13 +614,23 @@ fn vision(top: &Map<String, Value>, gated: bool) -> Option<Vision> {
         return None;
     };
     let n = |keys: &[&str]| keys.iter().find_map(|k| v.get(*k).and_then(Value::as_u64));
-    let hidden = n(&["hidden_size", "embed_dim", "width"])?;
+    // Qwen2-VL's tower is `embed_dim` wide; its `hidden_size` is the merger's output, the
+    // language model's width (transformers `Qwen2VLVisionConfig`).
+    let hidden = n(&["embed_dim", "hidden_size", "width"])?;
+    let ratio = n(&["mlp_ratio"]).unwrap_or(4);
+    // A SiLU tower has a gated MLP (Pixtral's `FeedForward` w1/w2/w3, Qwen2.5-VL's
+    // gate/up/down: vLLM `pixtral.py`, `qwen2_5_vl.py`); GELU towers (CLIP, SigLIP, Qwen2-VL)
+    // have two matrices.
+    let silu = v
+        .get("hidden_act")
+        .and_then(Value::as_str)
+        .is_some_and(|a| a == "silu" || a == "swiglu");
     Some(Vision {
         hidden,
         layers: n(&["num_hidden_layers", "depth", "layers"])?,
-        intermediate: n(&["intermediate_size"]).unwrap_or(4 * hidden),
+        intermediate: n(&["intermediate_size"]).unwrap_or(ratio.saturating_mul(hidden)),
         patch: n(&["patch_size"]).unwrap_or(14),
-        gated,
+        gated: gated || silu,
     })
 }
 

@@ -651,3 +651,81 @@ fn per_layer_expert_figures_alike_in_every_layer_are_read() {
     let e = ModelConfig::from_json_str(&cla).unwrap_err().to_string();
     assert!(e.contains("use_cla"), "{e}");
 }
+
+#[test]
+fn gemma4_moe_keeps_its_dense_mlp_and_per_layer_embeddings_are_weights() {
+    // Gemma 4 26B-A4B-shaped: every layer has its dense MLP and, with `enable_moe_block`,
+    // 128 experts of 704 beside it (gemma4.py `Gemma4DecoderLayer`), top 8 by
+    // `top_k_experts`.
+    let moe = gemma4_31b(true).replace(
+        r#""intermediate_size":21504"#,
+        r#""intermediate_size":2112,"enable_moe_block":true,"num_experts":128,"top_k_experts":8,"moe_intermediate_size":704"#,
+    );
+    let c = ModelConfig::from_json_str(&moe).unwrap_or_else(|e| panic!("{e}"));
+    let m = c.moe.expect("experts");
+    assert_eq!(
+        (
+            m.num_experts,
+            m.top_k,
+            m.expert_intermediate,
+            m.shared_intermediate
+        ),
+        (128, 8, 704, 2112)
+    );
+    // Gemma 4 E2B-shaped: a per-layer input table of 262,144 x 35 x 256 (2.35B parameters)
+    // beside the token embedding.
+    let e2b = gemma4_31b(true).replace(
+        r#""vocab_size":262144"#,
+        r#""vocab_size":262144,"hidden_size_per_layer_input":256,"vocab_size_per_layer_input":262144"#,
+    );
+    let w = |j: &str| {
+        crate::weights::params_per_rank(&ModelConfig::from_json_str(j).unwrap(), 1)
+            .unwrap()
+            .total()
+    };
+    let table = 262_144u64 * 60 * 256;
+    assert!(
+        w(&e2b) - w(&gemma4_31b(true)) >= table,
+        "{}",
+        w(&e2b) - w(&gemma4_31b(true))
+    );
+}
+
+#[test]
+fn vision_towers_are_sized_by_their_own_width_and_mlp() {
+    // Qwen2-VL (allenai/olmOCR-7B): the tower is `embed_dim` 1280 wide with a GELU MLP of
+    // 4 x 1280; `hidden_size` 3584 is the merger's output. Pixtral (LightOnOCR-2-1B): a SiLU
+    // tower with a gated MLP.
+    let lm = r#""hidden_size":3584,"num_hidden_layers":28,"num_attention_heads":28,"num_key_value_heads":4,"intermediate_size":18944,"vocab_size":152064,"max_position_embeddings":32768"#;
+    let c = ModelConfig::from_json_str(&format!(
+        r#"{{"architectures":["Qwen2VLForConditionalGeneration"],"model_type":"qwen2_vl",{lm},"vision_config":{{"depth":32,"embed_dim":1280,"mlp_ratio":4,"num_heads":16,"hidden_size":3584,"patch_size":14}}}}"#
+    ))
+    .unwrap_or_else(|e| panic!("{e}"));
+    let v = c.vision.expect("vision");
+    assert_eq!((v.hidden, v.intermediate, v.gated), (1280, 5120, false));
+    let c = ModelConfig::from_json_str(&format!(
+        r#"{{"architectures":["LightOnOCRForConditionalGeneration"],"model_type":"mistral3","text_config":{{"model_type":"qwen3",{lm}}},"vision_config":{{"model_type":"pixtral","hidden_act":"silu","hidden_size":1024,"intermediate_size":4096,"num_hidden_layers":24,"patch_size":14}}}}"#
+    ))
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(c.vision.expect("vision").gated);
+    // LLaVA-NeXT's image tile sizes are not a per-layer list, whatever their count.
+    let pins = vec!["[336,672]"; 28].join(",");
+    assert!(ModelConfig::from_json_str(&format!(
+        r#"{{"architectures":["LlavaNextForConditionalGeneration"],"model_type":"llava_next","image_grid_pinpoints":[{pins}],"text_config":{{"model_type":"qwen2",{lm}}}}}"#
+    ))
+    .is_ok());
+}
+
+#[test]
+fn two_matrix_mlps_are_counted_as_two() {
+    // Falcon's MLP is dense_h_to_4h and dense_4h_to_h (falcon.py `FalconMLP`): two matrices
+    // of hidden x 4 hidden, not Llama's three.
+    let body = r#""hidden_size":4544,"n_layer":32,"n_head":71,"multi_query":true,"vocab_size":65024,"max_position_embeddings":2048}"#;
+    let w = |arch: &str| {
+        let c = ModelConfig::from_json_str(&format!(r#"{{"architectures":["{arch}"],{body}"#))
+            .unwrap_or_else(|e| panic!("{e}"));
+        crate::weights::params_per_rank(&c, 1).unwrap().mlp
+    };
+    assert_eq!(w("FalconForCausalLM"), 32 * 2 * 4544 * 4 * 4544);
+    assert_eq!(w("LlamaForCausalLM"), 32 * 3 * 4544 * 4 * 4544);
+}
