@@ -144,7 +144,11 @@ fn tensors_footprint(bytes: u64, count: u64, g: Granule) -> u64 {
 /// monotone in the granule (a 30 MiB segment holds two tensors of 14.8 MiB at 15 MiB each, a
 /// 10 MiB granule gives each its own 20 MiB), hence the most over every divisor of `g`. Where
 /// `g` does not factor within [`FACTOR_LIMIT`] trial divisions, no tensor shares: each is
-/// rounded up to `g` (never less than any divisor rounds it to).
+/// rounded up to `g` (never less than any divisor rounds it to). The sharing is PyTorch's
+/// default configuration: `PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:N` below the tensors'
+/// size stops the split, and `expandable_segments` maps segments otherwise; the plan then
+/// relies on the session's own measure of the cache (this bound is kept only where nothing
+/// measures it, with the warning `kv_allocation_unmeasured`).
 fn packed_footprint(b: u64, count: u64, g: u64) -> u64 {
     let alone = Granule::Multiple(g).large(b).saturating_mul(count);
     let Some(granules) = divisors(g) else {
