@@ -169,12 +169,24 @@ impl Model {
             }
             other => other,
         })?;
-        // ModelOpt checkpoints name their KV cache in `hf_quant_config.json` beside the config.
+        // ModelOpt checkpoints name their KV cache (and, where the config has no
+        // `quantization_config`, their weights) in `hf_quant_config.json` beside the config;
+        // AutoGPTQ ones their weights in `quantize_config.json`.
         if let Some(d) = dir {
             let q = d.join("hf_quant_config.json");
-            if config.kv_cache_quant.is_none() && std::fs::symlink_metadata(&q).is_ok() {
+            if std::fs::symlink_metadata(&q).is_ok() {
                 confine(&q)?;
-                config.kv_cache_quant = quant::modelopt_kv_algo(&q)?;
+                if config.kv_cache_quant.is_none() {
+                    config.kv_cache_quant = quant::modelopt_kv_algo(&q)?;
+                }
+                if config.quantization.is_none() {
+                    config.quantization = quant::modelopt_weights(&q)?;
+                }
+            }
+            let g = d.join("quantize_config.json");
+            if config.quantization.is_none() && std::fs::symlink_metadata(&g).is_ok() {
+                confine(&g)?;
+                config.quantization = quant::gptq_file(&g)?;
             }
         }
         let checkpoint = match dir {
@@ -301,6 +313,55 @@ mod tests {
             .unwrap_err()
             .to_string()
             .starts_with("dtype"));
+    }
+
+    /// Weights quantized as a file beside the config says: ModelOpt's `hf_quant_config.json`
+    /// (NVFP4: 4.5 bits a weight, the FP8 group scales counted) and AutoGPTQ's
+    /// `quantize_config.json` (4 bits in groups of 128).
+    #[test]
+    fn quantization_files_beside_the_config_size_the_weights() {
+        let dir = std::env::temp_dir().join(format!("memplan-model-qfiles-{}", std::process::id()));
+        let cfg = r#"{"architectures":["LlamaForCausalLM"],"hidden_size":4096,"num_hidden_layers":32,
+            "num_attention_heads":32,"num_key_value_heads":8,"vocab_size":128256,
+            "max_position_embeddings":8192,"intermediate_size":14336,"torch_dtype":"bfloat16"}"#;
+        for (sub, file, text, bits) in [
+            (
+                "nvfp4",
+                "hf_quant_config.json",
+                r#"{"producer":{"name":"modelopt"},"quantization":{"quant_algo":"NVFP4","kv_cache_quant_algo":"FP8","group_size":16,"exclude_modules":["lm_head"]}}"#,
+                4.5,
+            ),
+            (
+                "fp8",
+                "hf_quant_config.json",
+                r#"{"quantization":{"quant_algo":"FP8","kv_cache_quant_algo":null}}"#,
+                8.0,
+            ),
+            (
+                "gptq",
+                "quantize_config.json",
+                r#"{"bits":4,"group_size":128,"desc_act":false,"sym":true}"#,
+                4.0 + 20.0 / 128.0,
+            ),
+        ] {
+            let d = dir.join(sub);
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("config.json"), cfg).unwrap();
+            std::fs::write(d.join(file), text).unwrap();
+            let m = Model::load(d.to_str().unwrap()).unwrap_or_else(|e| panic!("{sub}: {e}"));
+            let q = m
+                .config
+                .quantization
+                .unwrap_or_else(|| panic!("{sub}: no quantization"));
+            assert!((q.bits_per_weight - bits).abs() < 1e-9, "{sub}: {q:?}");
+        }
+        // NVFP4 named in config.json's own quantization_config is 4.5 bits, not ModelOpt's 8.
+        let q = quant::Quantization::from_config(
+            &serde_json::json!({"quant_method": "modelopt", "quant_algo": "NVFP4"}),
+        )
+        .unwrap();
+        assert_eq!(q.bits_per_weight, 4.5);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// Dimensions each plausible on its own whose KV page, head size or parameter count

@@ -61,7 +61,14 @@ impl Quantization {
                 .filter_map(Value::as_str)
                 .any(|s| s.contains("self_attn") || s.contains("attn"))
         });
+        // ModelOpt names its weight format in `quant_algo` (`FP8`, `NVFP4`; vLLM
+        // `modelopt.py`: `ModelOptFp8Config`, `ModelOptNvFp4Config`).
+        let algo = o
+            .get("quant_algo")
+            .and_then(Value::as_str)
+            .map(str::to_ascii_uppercase);
         let bits_per_weight = match method.as_str() {
+            "modelopt" if algo.as_deref() == Some("NVFP4") => 4.5,
             "fp8" | "fbgemm_fp8" | "modelopt" => 8.0,
             "mxfp4" => 4.25, // 4-bit values + one 8-bit scale per 32
             "nvfp4" | "modelopt_fp4" => 4.5,
@@ -181,6 +188,51 @@ pub fn modelopt_kv_algo(path: &std::path::Path) -> Result<Option<String>> {
             ))
         }
     }
+}
+
+/// The weight quantization a ModelOpt checkpoint's `hf_quant_config.json` names at
+/// `quantization.quant_algo` (`FP8`, `NVFP4`) where its `config.json` has no
+/// `quantization_config` (vLLM reads the file in that case: `modelopt.py`
+/// `ModelOptQuantConfigBase.from_config` takes its `quantization` section); `None` when it
+/// names none. The file's modules left unquantized (`exclude_modules`) keep attention in full
+/// precision where they name it.
+pub fn modelopt_weights(path: &std::path::Path) -> Result<Option<Quantization>> {
+    let name = path.display().to_string();
+    let text = memplan_core::input::read_text(path, memplan_core::input::CONFIG_JSON)?;
+    let v: Value = memplan_core::json::from_str(&text).map_err(|e| e.in_file(&name))?;
+    let Some(q) = v.get("quantization").and_then(Value::as_object) else {
+        return Ok(None);
+    };
+    if q.get("quant_algo").is_none_or(Value::is_null) {
+        return Ok(None);
+    }
+    let mut section = q.clone();
+    section.insert("quant_method".into(), Value::from("modelopt"));
+    if let Some(x) = q.get("exclude_modules") {
+        section.insert("ignore".into(), x.clone());
+    }
+    Quantization::from_config(&Value::Object(section))
+        .map(Some)
+        .map_err(|e| Error::file_key(&name, "quantization.quant_algo", e.to_string()))
+}
+
+/// The weight quantization an AutoGPTQ checkpoint's `quantize_config.json` (beside a
+/// `config.json` without `quantization_config`) gives: `bits` and `group_size`, as vLLM's
+/// `GPTQConfig.get_config_filenames` reads it; `None` when it names no bits.
+pub fn gptq_file(path: &std::path::Path) -> Result<Option<Quantization>> {
+    let name = path.display().to_string();
+    let text = memplan_core::input::read_text(path, memplan_core::input::CONFIG_JSON)?;
+    let v: Value = memplan_core::json::from_str(&text).map_err(|e| e.in_file(&name))?;
+    let Some(o) = v.as_object().filter(|o| o.contains_key("bits")) else {
+        return Ok(None);
+    };
+    let mut section = o.clone();
+    section
+        .entry("quant_method")
+        .or_insert_with(|| Value::from("gptq"));
+    Quantization::from_config(&Value::Object(section))
+        .map(Some)
+        .map_err(|e| Error::file_key(&name, "bits", e.to_string()))
 }
 
 fn grouped(bits: f64, group: Option<i64>, zero: bool) -> f64 {
