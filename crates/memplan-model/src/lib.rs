@@ -355,12 +355,18 @@ mod tests {
                 .unwrap_or_else(|| panic!("{sub}: no quantization"));
             assert!((q.bits_per_weight - bits).abs() < 1e-9, "{sub}: {q:?}");
         }
-        // NVFP4 named in config.json's own quantization_config is 4.5 bits, not ModelOpt's 8.
+        // NVFP4 named in config.json's own quantization_config is 4.5 bits, not ModelOpt's 8;
+        // with MLP parts left unquantized it is counted at 8 (never short of the checkpoint).
         let q = quant::Quantization::from_config(
-            &serde_json::json!({"quant_method": "modelopt", "quant_algo": "NVFP4"}),
+            &serde_json::json!({"quant_method": "modelopt", "quant_algo": "NVFP4", "ignore": ["lm_head", "model.layers.0.mlp.gate"]}),
         )
         .unwrap();
         assert_eq!(q.bits_per_weight, 4.5);
+        let q = quant::Quantization::from_config(
+            &serde_json::json!({"quant_method": "modelopt", "quant_algo": "NVFP4", "ignore": ["lm_head", "model.layers.0.mlp.shared_expert*"]}),
+        )
+        .unwrap();
+        assert_eq!(q.bits_per_weight, 8.0);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -67,8 +67,23 @@ impl Quantization {
             .get("quant_algo")
             .and_then(Value::as_str)
             .map(str::to_ascii_uppercase);
+        // Modules left unquantized beyond attention, the head and the routers (Qwen3.5's shared
+        // experts, Nemotron-H's mixers) are weights memplan counts as quantized: 4.5 bits a
+        // weight would then count them short (Qwen3.5-122B-A10B-NVFP4: 69.6 GiB counted, 77.7
+        // GiB on disk), so such a checkpoint is counted at 8 bits, above what it holds.
+        let mlp_kept = skip.and_then(Value::as_array).is_some_and(|a| {
+            a.iter().filter_map(Value::as_str).any(|m| {
+                let m = m.to_ascii_lowercase();
+                ["mlp", "expert", "mixer", "ffn", "feed_forward"]
+                    .iter()
+                    .any(|w| m.contains(w))
+                    && !m.contains("gate.")
+                    && !m.ends_with(".gate")
+                    && !m.ends_with("mlp.gate")
+            })
+        });
         let bits_per_weight = match method.as_str() {
-            "modelopt" if algo.as_deref() == Some("NVFP4") => 4.5,
+            "modelopt" if algo.as_deref() == Some("NVFP4") && !mlp_kept => 4.5,
             "fp8" | "fbgemm_fp8" | "modelopt" => 8.0,
             "mxfp4" => 4.25, // 4-bit values + one 8-bit scale per 32
             "nvfp4" | "modelopt_fp4" => 4.5,
