@@ -71,6 +71,11 @@ pub struct LogFigures {
     /// graph memory profiling": V). With the graph estimate it gives the device total
     /// (`estimate / (U - V)`), to the rounding of the printed figures.
     pub utilization_without_graphs: Option<f64>,
+    /// The utilisation that keeps the same KV cache with the graph reserve subtracted, as vLLM
+    /// 0.19 advises ("increase --gpu-memory-utilization from U to V to maintain the same
+    /// effective KV cache size": V). With the graph estimate it gives the device total
+    /// (`estimate / (V - U)`).
+    pub utilization_with_graphs: Option<f64>,
     /// The engine's graph-memory estimate.
     pub graph_estimate: Option<u64>,
     /// Graph memory measured after capture.
@@ -163,12 +168,15 @@ impl LogFigures {
     /// (`estimate / (U - V)`), when the log prints no total; `None` when the difference is
     /// too small to divide by (under 0.001).
     pub fn derived_total(&self) -> Option<u64> {
-        let (u, v, g) = (
-            self.utilization?,
-            self.utilization_without_graphs?,
-            self.graph_estimate?,
-        );
-        let d = u - v;
+        let (u, g) = (self.utilization?, self.graph_estimate?);
+        let d = match (
+            self.utilization_without_graphs,
+            self.utilization_with_graphs,
+        ) {
+            (Some(v), _) => u - v,
+            (None, Some(w)) => w - u,
+            (None, None) => return None,
+        };
         (d >= 0.001)
             .then(|| (g as f64 / d) as u64)
             .filter(|t| *t > 0 && *t <= limits::MAX_BYTES)
@@ -849,6 +857,29 @@ pub fn parse(text: &str) -> Result<LogFigures> {
                 )?,
                 lines,
                 "utilization_without_graphs",
+                n,
+            );
+        }
+        // vLLM 0.19 (`v1/worker/gpu_worker.py` `determine_available_memory`): "In v0.19, CUDA
+        // graph memory profiling will be enabled by default ... increase
+        // --gpu-memory-utilization from U to V to maintain the same effective KV cache size".
+        if l.has("increase --gpu-memory-utilization from") {
+            let key = "increase --gpu-memory-utilization from";
+            let u = l.fraction(key, "gpu_memory_utilization")?;
+            let v = match l.find(key) {
+                Some(i) => match l.text[i + key.len()..].find(" to ") {
+                    Some(t) => Line::part(n, &l.text[i + key.len() + t..])
+                        .fraction(" to ", "gpu_memory_utilization with graph profiling")?,
+                    None => None,
+                },
+                None => None,
+            };
+            set(&mut f.utilization, u, lines, "utilization", n);
+            set(
+                &mut f.utilization_with_graphs,
+                v,
+                lines,
+                "utilization_with_graphs",
                 n,
             );
         }

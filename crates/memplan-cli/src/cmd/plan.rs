@@ -1307,6 +1307,24 @@ mod tests {
     }
 
     #[test]
+    fn vllm_019s_utilisation_advice_gives_the_device_total() {
+        // A public vLLM 0.19.1 log (A100-SXM4-40GB, Qwen3-8B) prints no total; its advice to
+        // raise the utilisation from 0.9000 to 0.9596 for a 2.35 GiB graph estimate gives
+        // 2.35 / 0.0596 = 39.4 GiB (the card's 39.39 GiB), where the figures alone gave 38.48.
+        let path = log_file(
+            "advice",
+            "INFO [core.py:105] Initializing a V1 LLM engine (v0.19.1) with config: model='Qwen/Qwen3-8B'\n\
+             INFO [gpu_model_runner.py:5955] Estimated CUDA graph memory: 2.35 GiB total\n\
+             INFO [gpu_worker.py:436] Available KV cache memory: 19.36 GiB\n\
+             WARNING [gpu_worker.py:470] In v0.19, CUDA graph memory profiling will be enabled by default (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1), which more accurately accounts for CUDA graph memory during KV cache allocation. To try it now, set VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1 and increase --gpu-memory-utilization from 0.9000 to 0.9596 to maintain the same effective KV cache size.\n\
+             INFO [kv_cache_utils.py:1319] GPU KV cache size: 140,960 tokens\n",
+        );
+        let j = run_json(&format!("--from-log {}", path.display())).unwrap();
+        let t = j["total_bytes"].as_u64().unwrap() as f64 / (1u64 << 30) as f64;
+        assert!((39.3..39.6).contains(&t), "{t}");
+    }
+
+    #[test]
     fn a_total_the_log_lacks_keeps_its_kv_cache() {
         // vllm-project/vllm#33263 (a 24 GB GPU): the log states its KV cache and no device
         // total; the total the error asks for completes the plan without replacing the KV.

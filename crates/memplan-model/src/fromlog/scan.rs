@@ -53,6 +53,7 @@ pub(super) const KEYS: &[&str] = &[
     "gpu_memory_utilization",
     "mem_fraction_static",
     "CUDA graph memory profiling is enabled",
+    "increase --gpu-memory-utilization from",
     "equivalent to --gpu-memory-utilization=",
     "for consumed memory",
     "Actual usage is",

@@ -241,13 +241,17 @@ pub fn apply_log(a: &mut Flags) -> Result<LogContext, Failure> {
         // The engine printed its estimate but did not subtract it (vLLM 0.19).
         a.graph_strategy = Strategy::None;
     }
-    // No total printed: the utilisation pair and the graph estimate give it (0.21+).
+    // No total printed: the utilisation pair and the graph estimate give it (0.19's advice to
+    // raise the utilisation, 0.21+'s equivalent utilisation without the reserve).
     if let (None, None, Some(t)) = (a.total_memory, &a.device, f.derived_total()) {
         a.total_memory = Some(t);
+        let line = match f.line("utilization_without_graphs") {
+            Some(_) => at("utilization_without_graphs"),
+            None => at("utilization_with_graphs"),
+        };
         notes.push(format!(
-            "the log prints no device total: {} from its graph estimate over the utilisation it says the estimate is worth{}",
+            "the log prints no device total: {} from its graph estimate over the utilisation it says the estimate is worth{line}",
             gib(t),
-            at("utilization_without_graphs")
         ));
     }
     // No total in the log, no device, no flag: the start-up's own figures give it
