@@ -163,6 +163,17 @@ pub enum Refusal {
         /// The longest max model length that fits, when at least one block does.
         max_model_len_fit: Option<u64>,
     },
+    /// The engine admits requests shorter than its pool where one of `max_model_len` does not
+    /// fit ([`LongRequests::CapByPool`](crate::kv::LongRequests::CapByPool)), but the pool
+    /// holds fewer tokens than the engine needs to start at all.
+    PoolTooSmall {
+        /// Tokens the pool holds.
+        pool_tokens: u64,
+        /// The fewest the engine starts with.
+        least_tokens: u64,
+        /// The KV cache's bytes.
+        kv_bytes: u64,
+    },
     /// Capturing the engine's graphs ran out of device memory during profiling, before any KV
     /// cache existed: they cannot fit next to one either.
     GraphsDoNotFit {
@@ -301,6 +312,17 @@ impl Refusal {
                     ),
                 }
             }
+            Refusal::PoolTooSmall {
+                pool_tokens,
+                least_tokens,
+                kv_bytes,
+            } => write!(
+                f,
+                "the KV cache's {} hold a pool of {pool_tokens} tokens, fewer than the {least_tokens} the engine needs to start (it admits requests shorter than its pool, but not from a pool this small): give the KV cache more memory ({} or {}, or a larger device)",
+                fmt_bytes(*kv_bytes),
+                name(Param::Utilization),
+                name(Param::KvCacheBytes)
+            ),
             Refusal::GraphsDoNotFit {
                 size,
                 captured,

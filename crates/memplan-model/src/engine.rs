@@ -11,7 +11,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use memplan_core::bytes::GIB;
-use memplan_core::kv::{Capacity, KvAllocation, SizingRules};
+use memplan_core::kv::{Capacity, KvAllocation, LongRequests, SizingRules};
 use memplan_core::{Error, Param, Result};
 
 pub mod coefficients;
@@ -145,6 +145,14 @@ pub struct EngineRules {
     /// (`v1/worker/gpu/model_runner.py` `profile_cudagraph_memory`, 0.29+; before, it
     /// returns 0 and nothing is subtracted for graphs on that runner).
     pub v2_profiles_graphs: bool,
+    /// What the engine does at start-up when one request of `max_model_len` does not fit in
+    /// its KV cache: vLLM refuses (`v1/core/kv_cache_utils.py`, `get_kv_cache_configs` →
+    /// `_check_enough_kv_cache_memory`, 0.19.0; the same in `v1/core/kv_cache_planning.py`
+    /// and after warm-up in `shrink_kv_cache_configs`, 0.34.0); SGLang starts and admits
+    /// requests of at most the pool's tokens less one where the pool holds 7 tokens (0.5.1 to
+    /// 0.5.13) or 2 (0.5.14 on) (`srt/managers/tp_worker.py`, `TpModelWorker`: `max_req_len =
+    /// min(context_len - 1, max_total_num_tokens - 1)`, see [`LongRequests::CapByPool`]).
+    pub long_requests: LongRequests,
     /// The figures the dry run fits on start-up logs for this release group (the activation,
     /// non-torch and graph terms the code does not determine), with the logs they come from.
     pub coefficients: Coefficients,
@@ -171,6 +179,7 @@ const fn v(version: &'static str) -> EngineRules {
         runner: RunnerDefault::V1,
         kv_allocation: KvAllocation::PerTensor,
         v2_profiles_graphs: false,
+        long_requests: LongRequests::Refuse,
         coefficients: coefficients::VLLM_020_026,
     }
 }
@@ -370,8 +379,26 @@ pub const SGLANG: &[EngineRules] = &[
         // `_create_buffers_normal` 0.5.16, 0.5.19, 0.5.21, 0.5.22): `k_buffer` and `v_buffer`, one
         // `torch.zeros((size + page_size, head_num, head_dim))` per layer each.
         kv_allocation: KvAllocation::SplitKv,
+        // `srt/managers/tp_worker.py` `TpModelWorker.__init__` (0.5.1, 0.5.9, 0.5.13): `assert
+        // self.max_req_len > 0 and self.max_req_input_len > 0`, `max_req_input_len =
+        // max_req_len - 5`: a pool of 7 tokens at least.
+        long_requests: LongRequests::CapByPool { least_tokens: 7 },
         coefficients: coefficients::SGLANG,
         ..v("0.5")
+    },
+    // 0.5.14: only `max_req_len > 0` is asserted (`TpModelWorker.alloc_memory_pool`): a pool of
+    // 2 tokens starts. The rest as 0.5.1.
+    EngineRules {
+        kind: EngineKind::Sglang,
+        block_size: 1,
+        gpu_memory_utilization: 0.88,
+        capacity: Capacity::BlocksPerGroup,
+        non_kv: NonKvAccounting::StaticFraction,
+        graph_profiled_on: &[],
+        kv_allocation: KvAllocation::SplitKv,
+        long_requests: LongRequests::CapByPool { least_tokens: 2 },
+        coefficients: coefficients::SGLANG,
+        ..v("0.5.14")
     },
     // 0.5.23 (the newest on PyPI when read): the default fraction is computed per device
     // (`srt/arg_groups/memory_hook.py` `_handle_gpu_memory_settings`), page size 1, K and V
@@ -386,6 +413,7 @@ pub const SGLANG: &[EngineRules] = &[
         graph_profiled_on: &[],
         computed_static_fraction: true,
         kv_allocation: KvAllocation::PairedKv,
+        long_requests: LongRequests::CapByPool { least_tokens: 2 },
         coefficients: coefficients::SGLANG,
         ..v("0.5.23")
     },
@@ -410,6 +438,7 @@ impl EngineRules {
             .with_hybrid_manager(hybrid_manager)
             .with_pad_attention_pages(self.pad_attention_pages)
             .with_kv_allocation(self.kv_allocation)
+            .with_long_requests(self.long_requests)
     }
 
     /// Default (`max_num_seqs`, `max_num_batched_tokens`) of the OpenAI API server for a
@@ -635,6 +664,10 @@ mod tests {
             "sglang@0.5.9".parse::<EngineRules>().unwrap().version,
             "0.5"
         );
+        assert_eq!(
+            "sglang@0.5.22".parse::<EngineRules>().unwrap().version,
+            "0.5.14"
+        );
         assert!("sglang@0.5.24".parse::<EngineRules>().is_err());
         assert_eq!(
             "vllm@0.33.0".parse::<EngineRules>().unwrap().version,
@@ -833,6 +866,43 @@ mod tests {
             assert_eq!(a.allocations(&llama), tensors, "{v}");
             assert_eq!(a.allocations(&mla), 27, "{v}");
         }
+    }
+
+    /// vLLM refuses to start where one request of `max_model_len` does not fit
+    /// (`_check_enough_kv_cache_memory`, 0.19.0 and 0.34.0); SGLang starts and caps the requests
+    /// it admits by its pool (`srt/managers/tp_worker.py` `TpModelWorker`: `max_req_len =
+    /// min(context_len - 1, max_total_num_tokens - 1)`), asserting a pool of 7 tokens up to
+    /// 0.5.13 (`max_req_input_len = max_req_len - 5 > 0`) and 2 from 0.5.14 (`max_req_len > 0`).
+    #[test]
+    fn sglang_admits_requests_shorter_than_its_pool() {
+        let r = |v: &str| v.parse::<EngineRules>().unwrap();
+        for v in VLLM {
+            assert_eq!(v.long_requests, LongRequests::Refuse, "{v}");
+            assert_eq!(v.sizing(1, true).long_requests, LongRequests::Refuse);
+        }
+        for (v, least) in [
+            ("sglang@0.5.1", 7),
+            ("sglang@0.5.9", 7),
+            ("sglang@0.5.13", 7),
+            ("sglang@0.5.14", 2),
+            ("sglang@0.5.22", 2),
+            ("sglang@0.5.23", 2),
+        ] {
+            assert_eq!(
+                r(v).sizing(1, true).long_requests,
+                LongRequests::CapByPool {
+                    least_tokens: least
+                },
+                "{v}"
+            );
+        }
+        // 0.5.14 changed nothing else.
+        assert_eq!(
+            r("sglang@0.5.14").sizing(1, true),
+            r("sglang@0.5.13")
+                .sizing(1, true)
+                .with_long_requests(LongRequests::CapByPool { least_tokens: 2 })
+        );
     }
 
     #[test]

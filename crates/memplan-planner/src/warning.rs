@@ -275,6 +275,20 @@ pub enum Warning {
         /// The device's error.
         reason: String,
     },
+    /// The KV cache cannot hold one request of `max_model_len` tokens, and the engine's release
+    /// starts anyway and admits only shorter requests
+    /// ([`LongRequests::CapByPool`](memplan_core::kv::LongRequests::CapByPool), SGLang): the
+    /// plan stands, and longer requests are refused or truncated when they arrive.
+    RequestsCappedByPool {
+        /// The longest request (prompt and output, tokens) the pool admits.
+        longest: u64,
+        /// Tokens the pool holds.
+        pool_tokens: u64,
+        /// The max model length asked for.
+        max_model_len: u64,
+        /// The longest `max_model_len` for which one request fits, by the release's sizing.
+        max_model_len_fit: Option<u64>,
+    },
     /// The device kept part of every raw allocation this process freed (a driver that does not
     /// give all of a freed allocation back; calibration's allocate/free pairs, or the session's
     /// own windows over allocations where nothing calibrated, each lost about this much,
@@ -336,6 +350,7 @@ impl Warning {
             Warning::KvAllocationUnmeasured { .. } => "kv_allocation_unmeasured",
             Warning::GraphBoundContradicted { .. } => "graph_bound_contradicted",
             Warning::GraphCaptureUnsupported { .. } => "graph_capture_unsupported",
+            Warning::RequestsCappedByPool { .. } => "requests_capped_by_pool",
             Warning::Unrecognized { .. } => "unrecognized",
         }
     }
@@ -429,6 +444,7 @@ impl fmt::Display for Warning {
             Warning::GraphBoundContradicted { bound, measured, reading } => write!(f, "the {reading} showed the graphs taking {}, more than the analytic bound of {}: the measurement replaces the bound", fmt_bytes(*measured), fmt_bytes(*bound)),
             Warning::GraphCaptureUnsupported { reason } => write!(f, "the device could not record the engine's graphs ({reason}): no graph memory is reserved and the engine must run eagerly (enforce eager)"),
             Warning::StrategyOverridden { chosen, automatic } => write!(f, "graph strategy {chosen} was chosen by hand; the capabilities call for {automatic}"),
+            Warning::RequestsCappedByPool { longest, pool_tokens, max_model_len, max_model_len_fit } => write!(f, "the KV cache holds {pool_tokens} tokens, less than one request of the max model length {max_model_len} needs: this engine release starts anyway and admits requests of at most {longest} tokens (longer ones are refused or truncated when they arrive){}; give the KV cache more memory to serve the max model length", max_model_len_fit.map_or_else(String::new, |n| format!("; a max model length of {n} would fit one request"))),
             Warning::Unrecognized { message, .. } => f.write_str(message),
         }
     }
@@ -537,6 +553,12 @@ mod tests {
             Warning::KvAllocationUnmeasured {
                 blocks: 1,
                 granule: 1,
+            },
+            Warning::RequestsCappedByPool {
+                longest: 1,
+                pool_tokens: 2,
+                max_model_len: 3,
+                max_model_len_fit: Some(2),
             },
             Warning::FiguresPerRank { ranks: 2 },
             Warning::LimitingRank {

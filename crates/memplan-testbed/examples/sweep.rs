@@ -130,7 +130,10 @@ fn main() -> ExitCode {
          the session told so (one rounding of the allocator, not one per layer), and the first {} with each of them \
          allocating a K and a V tensor per layer, as SGLang 0.5.1 to 0.5.22 do \
          (`python/sglang/srt/mem_cache/memory_pool.py`, `MHATokenToKVPool._create_buffers`), the session told so \
-         (twice the tensors, each rounded at half the size); {} runs, {} of them of the automatic choice, {} of those on adversarial physics (a quarter of the \
+         (twice the tensors, each rounded at half the size), each starting where its pool cannot hold one request \
+         of `max_model_len` and admitting shorter ones as SGLang does (`python/sglang/srt/managers/tp_worker.py`, \
+         `TpModelWorker`: from a pool of 7 tokens as 0.5.1 to 0.5.13 on even scenarios, of 2 as 0.5.14 on on odd \
+         ones), the session told so; {} runs, {} of them of the automatic choice, {} of those on adversarial physics (a quarter of the \
          seeds draw every hidden quantity from ranges wider than the public evidence). `cargo xtask ci` fails when \
          this file drifts or a gating check fails. Both oracles are computed from ground truth by the test-bed's own \
          code (the engine alone on a fresh device, the engine's own KV arithmetic); the clean oracle is the \
@@ -208,7 +211,7 @@ fn main() -> ExitCode {
          no plan made before it is both at the floor and safe: those runs are below the floor by the physics \
          drawn, the column counts the rest); \
          a refusal where the oracle holds a request of \
-         `max_model_len` after keeping 97% of its blocks; a harness error (including an oracle that could not be \
+         `max_model_len` after keeping 97% of its blocks (for an SGLang engine, a pool it starts with); a harness error (including an oracle that could not be \
          computed, a shipped scenario that does not load, a profile or generated setup that does not resolve); \
          an unmeasured graph reserve below the real graph memory; a KV cache the engine was served with fewer \
          tokens than the plan promised, by over one block beyond what the caching allocator's rounding of the \

@@ -273,14 +273,28 @@ impl Oracle {
     /// `share` of its blocks (the share a plan is held to): a refusal then is needless. What
     /// one request holds is the engine's own count ([`EngineKv::blocks_per_request`]: a
     /// sliding-window group holds its window, not the whole request).
+    ///
+    /// An engine that starts with a pool shorter than one such request (SGLang,
+    /// [`StartRule`](crate::scenario::StartRule)) has room wherever that share of the oracle's
+    /// pool is one it starts with, by its own rule.
     pub fn has_room(&self, setup: &Setup, share: f64) -> bool {
         let kv = &setup.scenario.kv;
         let bs = u64::from(kv.block_size.max(1));
-        let per_request = EngineKv::of(kv).map_or(kv.max_model_len.div_ceil(bs), |k| {
+        let engine = EngineKv::of(kv);
+        let per_request = engine.as_ref().map_or(kv.max_model_len.div_ceil(bs), |k| {
             k.blocks_per_request(kv.max_model_len, kv.max_num_batched_tokens)
         });
         let usable = self.blocks.saturating_sub(1) as f64 * share;
-        !self.start_refused && usable >= per_request as f64
+        // The pool of that share: its usable blocks in tokens, as the engine counts them.
+        let pool = {
+            let blocks = usable.floor() as u64 + 1;
+            engine.map_or(blocks.saturating_sub(1).saturating_mul(bs), |k| {
+                k.tokens(blocks)
+            })
+        };
+        !self.start_refused
+            && (usable >= per_request as f64
+                || setup.start_rule.starts_short(pool, kv.max_model_len))
     }
 }
 

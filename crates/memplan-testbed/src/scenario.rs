@@ -110,6 +110,11 @@ pub struct EngineToml {
     /// SGLang 0.5.1 to 0.5.22) or `paired_kv` (SGLang 0.5.23).
     #[serde(default)]
     pub kv_allocation: memplan_core::kv::KvAllocation,
+    /// What it does at start-up where its KV cache cannot hold one request of `max_model_len`
+    /// tokens: `vllm` (it refuses, the default), `sglang_0_5_1` or `sglang_0_5_14` (it starts
+    /// and admits shorter requests, from a pool of a least size) ([`StartRule`]).
+    #[serde(default)]
+    pub start_rule: StartRule,
 }
 
 impl Default for EngineToml {
@@ -118,6 +123,50 @@ impl Default for EngineToml {
             kv_hook: true,
             allocator_tensors: true,
             kv_allocation: memplan_core::kv::KvAllocation::PerTensor,
+            start_rule: StartRule::Vllm,
+        }
+    }
+}
+
+/// What the simulated engine does at start-up where its KV cache cannot hold one request of
+/// `max_model_len` tokens, each as its engine's own source does it (read from the released
+/// wheels; the oracle judges a refusal by it, [`crate::oracle::Oracle::has_room`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum StartRule {
+    /// vLLM v1 refuses to start: 0.19.0 `vllm/v1/core/kv_cache_utils.py`,
+    /// `get_kv_cache_configs` calls `_check_enough_kv_cache_memory`, which raises "To serve at
+    /// least one request with the models's max seq len ..." where one request's pages
+    /// (`max_memory_usage_bytes`) exceed the available memory; 0.34.0 the same in
+    /// `vllm/v1/core/kv_cache_planning.py` (the null block left out).
+    #[default]
+    #[serde(rename = "vllm")]
+    Vllm,
+    /// SGLang 0.5.1 to 0.5.13: `python/sglang/srt/managers/tp_worker.py`,
+    /// `TpModelWorker.__init__`: `max_req_len = min(context_len - 1, max_total_num_tokens - 1)`,
+    /// `max_req_input_len = max_req_len - 5`, `assert max_req_len > 0 and max_req_input_len >
+    /// 0, "Memory pool size is too small"`; a pool shorter than the context is otherwise
+    /// served, requests capped at `max_req_len`.
+    #[serde(rename = "sglang_0_5_1")]
+    Sglang051,
+    /// SGLang 0.5.14 on (read in 0.5.14, 0.5.16, 0.5.22, 0.5.23):
+    /// `TpModelWorker.alloc_memory_pool` asserts `max_req_len > 0` only (`max_req_len` as
+    /// above); 0.5.23's `get_worker_info` logs "KV pool holds N tokens, fewer than
+    /// --context-length" and serves.
+    #[serde(rename = "sglang_0_5_14")]
+    Sglang0514,
+}
+
+impl StartRule {
+    /// Whether the engine starts with a pool of `pool_tokens` tokens (`max_total_num_tokens`)
+    /// that cannot hold one request of `context_len` tokens. vLLM never does; SGLang does
+    /// where its own assertions on the longest request hold (see the variants; an empty pool
+    /// raises "Not enough memory" before them).
+    pub fn starts_short(self, pool_tokens: u64, context_len: u64) -> bool {
+        let max_req_len = context_len.min(pool_tokens) as i128 - 1;
+        match self {
+            StartRule::Vllm => false,
+            StartRule::Sglang051 => pool_tokens > 0 && max_req_len > 0 && max_req_len - 5 > 0,
+            StartRule::Sglang0514 => pool_tokens > 0 && max_req_len > 0,
         }
     }
 }

@@ -65,6 +65,10 @@ pub struct Setup {
     /// The allocation the session's sizing rules name (`SizingRules::kv_allocation`): the
     /// engine's, unless a test names another.
     pub planned_kv_allocation: KvAllocation,
+    /// What the engine does at start-up where its KV cache cannot hold one request of
+    /// `max_model_len` ([`crate::scenario::StartRule`]); the session is told the same
+    /// (`SizingRules::long_requests`).
+    pub start_rule: crate::scenario::StartRule,
 }
 
 /// The steps a neighbour change may come before (`neighbour.before`): it lands in the quiet
@@ -446,6 +450,7 @@ impl Scenario {
             allocator_tensors: self.engine.allocator_tensors,
             kv_allocation: self.engine.kv_allocation,
             planned_kv_allocation: self.engine.kv_allocation,
+            start_rule: self.engine.start_rule,
             scenario: self,
         };
         // A layout the engine could lay out one way but not the way `[engine]` allocates it

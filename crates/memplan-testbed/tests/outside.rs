@@ -1063,3 +1063,59 @@ fn two_readings_that_bound_the_granule_too_coarse() {
 fn a_total_reported_too_high_without_nvml() {
     passes("open/total-over-h200-no-nvml.toml", &[0, 1, 2]);
 }
+
+/// An SGLang engine whose pool is shorter than one request of `max_model_len` starts and admits
+/// shorter requests (`python/sglang/srt/managers/tp_worker.py`, `TpModelWorker`: `max_req_len =
+/// min(context_len - 1, max_total_num_tokens - 1)`, asserted `> 0` from 0.5.14; up to 0.5.13
+/// `max_req_len - 5 > 0` too), where vLLM refuses (`_check_enough_kv_cache_memory`). The
+/// session told SGLang's rule plans within the oracle and names the cap
+/// (`requests_capped_by_pool`); told vLLM's, it refuses, which the oracle finds needless for
+/// SGLang's engine and right for vLLM's.
+#[test]
+fn an_sglang_pool_shorter_than_the_context_is_planned_and_capped() {
+    use memplan_testbed::scenario::StartRule;
+    let file = "h200-sglang-pool-shorter-than-context.toml";
+    for rule in [StartRule::Sglang0514, StartRule::Sglang051] {
+        for c in passes_with(file, &[0, 1, 2], |s| s.start_rule = rule) {
+            assert!(c.out.failed.is_none(), "{rule:?} {}: refused", c.what);
+            let x = c.out.kv_vs_oracle.expect("judged against the oracle");
+            assert!(x >= acceptance::floor(&c), "{rule:?} {}: {x}", c.what);
+            let plan = c.out.plan.as_ref().expect("a plan");
+            assert!(
+                plan.kv.tokens < 32768,
+                "{rule:?}: the pool holds the context"
+            );
+            assert_warns(&c, |w| {
+                matches!(w, memplan_planner::Warning::RequestsCappedByPool { longest, pool_tokens, max_model_len: 32768, .. }
+                    if *longest + 1 == *pool_tokens && *pool_tokens == plan.kv.tokens)
+            });
+        }
+    }
+    // The session told vLLM's rule refuses, rightly for vLLM's engine; the same refusal of
+    // SGLang's engine, whose own rule starts with this pool, is needless (what memplan did
+    // before it knew the rule).
+    let refused = cases_with(file, &[0], |s| s.start_rule = StartRule::Vllm);
+    let c = &refused[0];
+    let why = c.out.failed.as_deref().expect("refused under vLLM's rule");
+    assert!(why.contains("one request of 32768 tokens"), "{why}");
+    assert!(acceptance::failures(&refused).is_empty());
+    let mut sglang = c.setup.as_deref().expect("a setup").clone();
+    sglang.start_rule = StartRule::Sglang0514;
+    let as_sglang = [Case {
+        setup: Some(Arc::new(sglang)),
+        ..c.clone()
+    }];
+    let f = acceptance::failures(&as_sglang);
+    assert!(
+        f.iter().any(|f| f.check == Check::NeedlessRefusal),
+        "{:?}",
+        f.iter().map(|f| &f.line).collect::<Vec<_>>()
+    );
+    // ...and SGLang's own rule still refuses a pool of no room: 1 token for 0.5.14 on, 6 up to
+    // 0.5.13.
+    assert!(!StartRule::Sglang0514.starts_short(1, 32768));
+    assert!(StartRule::Sglang0514.starts_short(2, 32768));
+    assert!(!StartRule::Sglang051.starts_short(6, 32768));
+    assert!(StartRule::Sglang051.starts_short(7, 32768));
+    assert!(!StartRule::Vllm.starts_short(30000, 32768));
+}

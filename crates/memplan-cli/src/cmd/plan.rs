@@ -959,6 +959,37 @@ mod tests {
         );
     }
 
+    /// vLLM refuses to start where one request of `--max-model-len` does not fit
+    /// (`_check_enough_kv_cache_memory`); SGLang starts and admits requests of at most its pool
+    /// less one token (`srt/managers/tp_worker.py` `TpModelWorker`), so its plan stands, warned
+    /// by name in the JSON and the text.
+    #[test]
+    fn sglang_plans_a_pool_shorter_than_the_context_and_names_the_cap() {
+        let base = "--model qwen3-8b --total-memory 24GiB --max-model-len 200000";
+        assert_eq!(plan(base).unwrap_err().kind, "does_not_fit");
+        for engine in ["sglang@0.5.9", "sglang@0.5.14", "sglang"] {
+            let j = plan(&format!("{base} --engine {engine}")).unwrap();
+            let tokens = j["kv"]["tokens"].as_u64().unwrap();
+            assert!(tokens > 0 && tokens < 200_000, "{engine}: {tokens}");
+            let w = j["warnings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|w| w["code"] == "requests_capped_by_pool")
+                .unwrap_or_else(|| panic!("{engine}: {}", j["warnings"]));
+            assert_eq!(w["longest"].as_u64(), Some(tokens - 1), "{engine}");
+            assert_eq!(w["max_model_len"], 200_000);
+            assert!(w["message"]
+                .as_str()
+                .unwrap()
+                .contains("admits requests of at most"));
+            assert!(j["sizing_rules"]["long_requests"]["cap_by_pool"]["least_tokens"].is_u64());
+        }
+        let (_, p) = plan_ranks(&flags(&format!("{base} --engine sglang"))).unwrap();
+        let text = render::text(&p, &crate::flags::flag_name);
+        assert!(text.contains("warning: the KV cache holds"), "{text}");
+    }
+
     #[test]
     fn errors_say_what_would_fit() {
         let f = plan("--model qwen3-8b --total-memory 24GiB --max-model-len 200000").unwrap_err();

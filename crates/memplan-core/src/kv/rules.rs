@@ -98,6 +98,51 @@ impl KvAllocation {
     }
 }
 
+/// What the engine does at start-up when its KV cache cannot hold one request of
+/// `max_model_len` tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LongRequests {
+    /// It refuses to start: vLLM (0.19.0 `vllm/v1/core/kv_cache_utils.py`,
+    /// `get_kv_cache_configs` → `_check_enough_kv_cache_memory`: "To serve at least one request
+    /// with the models's max seq len (N), (X GiB KV cache is needed, which is larger than the
+    /// available KV cache memory"; 0.34.0 the same function in `kv_cache_planning.py`, checked
+    /// again after the extensible cache's warm-up in `shrink_kv_cache_configs`).
+    #[default]
+    Refuse,
+    /// It starts with a pool shorter than `max_model_len` and admits only requests of at most
+    /// the pool's tokens less one (longer ones are refused or truncated when they arrive),
+    /// provided the pool holds at least `least_tokens` tokens; below that it refuses. SGLang:
+    /// `max_req_len = min(context_len - 1, pool tokens - 1)`
+    /// (`python/sglang/srt/managers/tp_worker.py`, `TpModelWorker`; 0.5.23 `get_worker_info`
+    /// also logs "KV pool holds N tokens, fewer than --context-length"), and "Not enough
+    /// memory. Please try to increase --mem-fraction-static" is raised only for an empty pool
+    /// (`max_total_num_tokens <= 0`: `model_executor/model_runner.py` `init_memory_pool` in
+    /// 0.5.1, `model_runner_kv_cache_mixin.py` `init_memory_pool` in 0.5.9,
+    /// `pool_configurator.py` `MemoryPoolConfig.__post_init__` in 0.5.22 and 0.5.23). The
+    /// least pool: 7 tokens up to 0.5.13 (`TpModelWorker.__init__` asserts `max_req_len > 0
+    /// and max_req_input_len > 0`, `max_req_input_len = max_req_len - 5`: "Memory pool size is
+    /// too small"), 2 from 0.5.14 (`TpModelWorker.alloc_memory_pool` asserts `max_req_len > 0`
+    /// only; read in 0.5.14, 0.5.16, 0.5.22 and 0.5.23).
+    CapByPool {
+        /// Fewest tokens the pool must hold for the engine to start.
+        least_tokens: u64,
+    },
+}
+
+impl LongRequests {
+    /// The longest request (tokens) an engine of this rule admits from a pool of `pool_tokens`
+    /// when one request of `max_model_len` does not fit; `None` where it refuses to start
+    /// instead ([`Self::Refuse`], or a pool below [`Self::CapByPool`]'s least).
+    pub fn longest_admitted(self, pool_tokens: u64, max_model_len: u64) -> Option<u64> {
+        match self {
+            LongRequests::Refuse => None,
+            LongRequests::CapByPool { least_tokens } => (pool_tokens >= least_tokens.max(1))
+                .then(|| pool_tokens.min(max_model_len).saturating_sub(1)),
+        }
+    }
+}
+
 /// Whether a layer of `g` holds a V beside its K (not MLA's latent, an indexer's keys or a
 /// recurrent state, whose V head dim is 0).
 fn has_v(g: &LayerGroup) -> bool {
@@ -125,6 +170,11 @@ pub struct SizingRules {
     /// tensor.
     #[serde(default)]
     pub kv_allocation: KvAllocation,
+    /// What the engine does when one request of `max_model_len` does not fit (vLLM refuses to
+    /// start, SGLang admits shorter requests). Plans written before the rule existed read as
+    /// refusing.
+    #[serde(default)]
+    pub long_requests: LongRequests,
 }
 
 impl SizingRules {
@@ -150,6 +200,7 @@ impl SizingRules {
             hybrid_manager: true,
             pad_attention_pages: true,
             kv_allocation: KvAllocation::OneBacking,
+            long_requests: LongRequests::Refuse,
         }
     }
 
@@ -182,11 +233,18 @@ impl SizingRules {
         self.kv_allocation = allocation;
         self
     }
+
+    /// The same rules with the engine doing `rule` where one request of `max_model_len` does
+    /// not fit.
+    pub const fn with_long_requests(mut self, rule: LongRequests) -> Self {
+        self.long_requests = rule;
+        self
+    }
 }
 
 impl Default for SizingRules {
     /// vLLM 0.19's rules: one batch in flight, per-group token count, hybrid manager on, one
-    /// tensor per layer.
+    /// tensor per layer, refusing to start where one request of `max_model_len` does not fit.
     fn default() -> Self {
         SizingRules {
             in_flight_batches: 1,
@@ -194,6 +252,7 @@ impl Default for SizingRules {
             hybrid_manager: true,
             pad_attention_pages: false,
             kv_allocation: KvAllocation::PerTensor,
+            long_requests: LongRequests::Refuse,
         }
     }
 }
@@ -251,6 +310,31 @@ mod tests {
         assert_eq!(
             KvAllocation::PerTensor.equal_tensors_per_layer(&hybrid),
             Some(1)
+        );
+    }
+
+    #[test]
+    fn an_engine_that_caps_requests_admits_one_token_less_than_its_pool() {
+        // vLLM refuses; SGLang admits `min(context_len - 1, pool - 1)` tokens from a pool of at
+        // least 7 tokens (0.5.1 to 0.5.13) or 2 (0.5.14 on).
+        assert_eq!(LongRequests::Refuse.longest_admitted(1000, 4096), None);
+        let old = LongRequests::CapByPool { least_tokens: 7 };
+        let new = LongRequests::CapByPool { least_tokens: 2 };
+        assert_eq!(old.longest_admitted(1000, 4096), Some(999));
+        assert_eq!(old.longest_admitted(6, 4096), None);
+        assert_eq!(new.longest_admitted(6, 4096), Some(5));
+        assert_eq!(new.longest_admitted(1, 4096), None);
+        assert_eq!(new.longest_admitted(0, 4096), None);
+        // Plans written before the rule read as refusing; the rule reads and writes by name.
+        let mut v = serde_json::to_value(SizingRules::default()).unwrap();
+        assert_eq!(v["long_requests"], "refuse");
+        v.as_object_mut().unwrap().remove("long_requests");
+        let r: SizingRules = serde_json::from_value(v).unwrap();
+        assert_eq!(r.long_requests, LongRequests::Refuse);
+        let j = serde_json::to_value(SizingRules::default().with_long_requests(new)).unwrap();
+        assert_eq!(
+            j["long_requests"],
+            serde_json::json!({"cap_by_pool": {"least_tokens": 2}})
         );
     }
 

@@ -1,7 +1,7 @@
 //! [`PlanBuilder`]: the one way a [`Plan`] is made (see the module docs of [`crate::plan`]).
 
 use memplan_core::bytes::{fmt_bytes, MIB};
-use memplan_core::kv::{KvAllocation, KvLimits, KvSizing, KvSpec, SizingRules};
+use memplan_core::kv::{KvAllocation, KvLimits, KvSizing, KvSpec, LongRequests, SizingRules};
 use memplan_core::{Error, MemoryInfo, Param, Reading, Refusal, Reliability, Result};
 use std::collections::BTreeMap;
 
@@ -1135,14 +1135,38 @@ impl PlanBuilder {
         let kv = self
             .kv_spec
             .size_with(kv_bytes, &self.limits, &self.rules)?;
+        // One request of `max_model_len` does not fit: vLLM refuses to start; an engine that
+        // admits shorter requests (SGLang) starts where its pool holds its least, warned.
         if kv.max_concurrency < 1.0 {
-            return Err(Error::does_not_fit(Refusal::RequestDoesNotFit {
+            let refuse = Refusal::RequestDoesNotFit {
                 max_model_len: self.limits.max_model_len,
                 blocks_per_request: kv.blocks_per_request,
                 usable_blocks: kv.usable_blocks,
                 kv_bytes,
                 max_model_len_fit: kv.max_model_len_fit,
-            }));
+            };
+            let rule = self.rules.long_requests;
+            match (
+                rule,
+                rule.longest_admitted(kv.tokens, self.limits.max_model_len),
+            ) {
+                (LongRequests::Refuse, _) => return Err(Error::does_not_fit(refuse)),
+                (_, Some(longest)) => warnings.push(Warning::RequestsCappedByPool {
+                    longest,
+                    pool_tokens: kv.tokens,
+                    max_model_len: self.limits.max_model_len,
+                    max_model_len_fit: kv.max_model_len_fit,
+                }),
+                // Not one block: nothing to admit a request into.
+                _ if kv.usable_blocks == 0 => return Err(Error::does_not_fit(refuse)),
+                (LongRequests::CapByPool { least_tokens }, None) => {
+                    return Err(Error::does_not_fit(Refusal::PoolTooSmall {
+                        pool_tokens: kv.tokens,
+                        least_tokens,
+                        kv_bytes,
+                    }))
+                }
+            }
         }
         let plan = Plan {
             schema: SCHEMA,

@@ -660,3 +660,113 @@ fn one_backing_counts_no_window_the_graph_margin_keeps_already() {
     p.graph.as_mut().unwrap().strategy = StrategyKind::Sampled;
     assert_eq!(na(&p), 300 * MIB + 2 * 26 * MIB);
 }
+
+/// Where one request of `max_model_len` does not fit, vLLM refuses to start
+/// (`_check_enough_kv_cache_memory`) and the plan is refused; SGLang starts and admits requests
+/// of at most its pool less one token (`srt/managers/tp_worker.py` `TpModelWorker`:
+/// `max_req_len = min(context_len - 1, max_total_num_tokens - 1)`), so the plan stands, warned
+/// by name. A pool below the engine's least (7 tokens up to SGLang 0.5.13, 2 from 0.5.14) and a
+/// cache of no usable block are refused all the same.
+#[test]
+fn an_engine_that_caps_requests_by_its_pool_is_planned_with_a_warning() {
+    use memplan_core::kv::LongRequests;
+    // SGLang's one-token pages: 28 layers of 2 heads of 128, bf16, K and V: 28 KiB per token.
+    let spec = KvSpec::new(
+        vec![LayerGroup::new(AttentionKind::Full, 28, 2, 128)],
+        KvDtype::Bf16,
+        1,
+    );
+    let token = 28 * 2 * 128 * 2 * 2;
+    let build = |rows: u64, rule: LongRequests| {
+        PlanBuilder::new(
+            80 * GIB,
+            Request::KvCacheBytes(rows * token),
+            spec.clone(),
+            limits(),
+        )
+        .sizing_rules(SizingRules::default().with_long_requests(rule))
+        .build()
+    };
+    let old = LongRequests::CapByPool { least_tokens: 7 };
+    let new = LongRequests::CapByPool { least_tokens: 2 };
+    // 1000 tokens (and the padded one) of a 4096-token context: vLLM refuses with the longest
+    // length that fits...
+    let e = build(1001, LongRequests::Refuse).unwrap_err();
+    assert!(
+        matches!(
+            e.refusal(),
+            Some(Refusal::RequestDoesNotFit {
+                max_model_len: 4096,
+                max_model_len_fit: Some(1000),
+                ..
+            })
+        ),
+        "{e}"
+    );
+    // ...SGLang plans the pool and names the longest request it admits.
+    for rule in [old, new] {
+        let p = build(1001, rule).unwrap();
+        assert_eq!(p.kv.tokens, 1000);
+        assert!(p.kv.max_concurrency < 1.0);
+        let w = p
+            .warnings
+            .iter()
+            .find(|w| w.code() == "requests_capped_by_pool")
+            .expect("the cap is named");
+        assert_eq!(
+            *w,
+            Warning::RequestsCappedByPool {
+                longest: 999,
+                pool_tokens: 1000,
+                max_model_len: 4096,
+                max_model_len_fit: Some(1000),
+            }
+        );
+        assert_eq!(w.to_json()["longest"], 999);
+        assert!(p
+            .to_string()
+            .contains("admits requests of at most 999 tokens"));
+        // The plan reads back with its rule.
+        let back = Plan::from_json(&p.to_json()).unwrap();
+        assert_eq!(back.sizing_rules.long_requests, rule);
+    }
+    // A pool of 6 tokens: SGLang 0.5.14 on starts (requests of 5 tokens), 0.5.1 to 0.5.13 does
+    // not ("Memory pool size is too small").
+    assert!(build(7, new).is_ok());
+    let e = build(7, old).unwrap_err();
+    assert!(
+        matches!(
+            e.refusal(),
+            Some(Refusal::PoolTooSmall {
+                pool_tokens: 6,
+                least_tokens: 7,
+                ..
+            })
+        ),
+        "{e}"
+    );
+    assert!(e
+        .to_string()
+        .contains("fewer than the 7 the engine needs to start"));
+    // Nothing usable (the padded token only): refused as vLLM refuses it, not one block.
+    for rule in [LongRequests::Refuse, old, new] {
+        let e = build(1, rule).unwrap_err();
+        assert!(
+            matches!(
+                e.refusal(),
+                Some(Refusal::RequestDoesNotFit {
+                    usable_blocks: 0,
+                    max_model_len_fit: None,
+                    ..
+                })
+            ),
+            "{rule:?}: {e}"
+        );
+    }
+    // One request of the context fits: no warning, whatever the rule.
+    let p = build(4097, new).unwrap();
+    assert!(p
+        .warnings
+        .iter()
+        .all(|w| w.code() != "requests_capped_by_pool"));
+}

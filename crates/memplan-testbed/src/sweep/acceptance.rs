@@ -31,8 +31,9 @@
 //!   run is below the floor by the physics drawn, not by what the plan failed to measure. The
 //!   column counts the rest;
 //! - **needless refusal**: start-up refused while the oracle holds at least one request of
-//!   `max_model_len` tokens after keeping 97% of its blocks (and the engine's own start-up
-//!   rule would not refuse);
+//!   `max_model_len` tokens after keeping 97% of its blocks, or, for an engine that starts with
+//!   a shorter pool and admits shorter requests (SGLang), a pool it starts with
+//!   ([`crate::scenario::StartRule`]) (and the engine's own start-up rule would not refuse);
 //! - **harness error**: the scenario could not be run, or an oracle could not be computed;
 //! - **reserve below the real graph memory** where it was not measured;
 //! - **served below the plan**: the engine's KV cache holds fewer tokens than the plan

@@ -25,7 +25,7 @@ use memplan_planner::strategy::StrategyKind;
 use crate::oracle::engine_alone;
 use crate::report::Outcome;
 use crate::run::{run_judged, Choice};
-use crate::scenario::{ByteValue, NeighbourChange, RequestSpec, Scenario, SHIPPED};
+use crate::scenario::{ByteValue, NeighbourChange, RequestSpec, Scenario, StartRule, SHIPPED};
 use crate::setup::Setup;
 
 /// One run of the sweep.
@@ -168,6 +168,20 @@ pub const ONE_BACKING_GROUP: &str = "one backing (vLLM 0.29+)";
 /// [`KV_ALLOCATION_ENGINES`]: twice the tensors of vLLM's layout, each half the size, so each
 /// is rounded by the allocator at half the size. It gates like every other group.
 pub const SPLIT_KV_GROUP: &str = "K and V apart (SGLang to 0.5.22)";
+
+/// What the engine of a generated scenario's `i`-th run allocating its KV cache as `allocation`
+/// does where its pool cannot hold one request of `max_model_len`: SGLang's engines (K and V
+/// apart, [`SPLIT_KV_GROUP`]) start and admit shorter requests, by the rule of 0.5.1 to 0.5.13
+/// on even runs and of 0.5.14 to 0.5.22 on odd ones; vLLM's refuse.
+pub fn start_rule(allocation: KvAllocation, i: u64) -> StartRule {
+    match allocation {
+        KvAllocation::SplitKv | KvAllocation::PairedKv if i.is_multiple_of(2) => {
+            StartRule::Sglang051
+        }
+        KvAllocation::SplitKv | KvAllocation::PairedKv => StartRule::Sglang0514,
+        _ => StartRule::Vllm,
+    }
+}
 
 /// The engines of [`ONE_BACKING_GROUP`] and [`SPLIT_KV_GROUP`]: `(KV hook, allocator tensors,
 /// label)`: the KV hook with tensors from the engine's allocator, no hook but the tensors
@@ -392,6 +406,7 @@ impl Sweep {
                             setup.allocator_tensors = tensors;
                             setup.kv_allocation = allocation;
                             setup.planned_kv_allocation = allocation;
+                            setup.start_rule = start_rule(allocation, i);
                             jobs.push((
                                 group.into(),
                                 format!("{what} {label}"),

@@ -22,6 +22,7 @@ const V0_34: SizingRules = SizingRules {
     hybrid_manager: true,
     pad_attention_pages: true,
     kv_allocation: crate::kv::KvAllocation::OneBacking,
+    long_requests: crate::kv::LongRequests::Refuse,
 };
 
 fn limits(len: u64, batched: u64) -> KvLimits {
