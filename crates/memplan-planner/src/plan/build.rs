@@ -145,7 +145,7 @@ fn tensors_footprint(bytes: u64, count: u64, g: Granule) -> u64 {
 /// 10 MiB granule gives each its own 20 MiB), hence the most over every divisor of `g`. Where
 /// `g` does not factor within [`FACTOR_LIMIT`] trial divisions, no tensor shares: each is
 /// rounded up to `g` (never less than any divisor rounds it to). The sharing is PyTorch's
-/// default configuration: `PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:N` below the tensors'
+/// default configuration: its `max_split_size_mb` option set below the tensors'
 /// size stops the split, and `expandable_segments` maps segments otherwise; the plan then
 /// relies on the session's own measure of the cache (this bound is kept only where nothing
 /// measures it, with the warning `kv_allocation_unmeasured`).
