@@ -53,6 +53,9 @@ pub struct LogFigures {
     pub total: Option<u64>,
     /// Free device memory at start-up (bytes).
     pub free: Option<u64>,
+    /// Free device memory once the weights were loaded (SGLang: "Load weight end. ... avail
+    /// mem=X GB, mem usage=W GB"): the device holds at least this and the weights.
+    pub free_after_weights: Option<u64>,
     /// `gpu_memory_utilization` (or SGLang's `mem_fraction_static`).
     pub utilization: Option<f64>,
     /// Weights per rank.
@@ -697,6 +700,10 @@ pub fn parse(text: &str) -> Result<LogFigures> {
     // The line where a second start-up began, once workers have printed their figures: the
     // figures of every later process belong to that start-up, not to this one.
     let mut next_start_up: Option<usize> = None;
+    // The model as the start-up banner (`█  model   Qwen/Qwen3-14B`) or V0's "Starting to
+    // load model X..." names it: taken only where no argument or config line names one (those
+    // name it as the engine resolved it), with the line.
+    let mut banner_model: Option<(String, usize)> = None;
     for (i, text) in text.lines().enumerate() {
         scan::keys_in(text, &mut found);
         if next_start_up.is_none()
@@ -958,8 +965,17 @@ pub fn parse(text: &str) -> Result<LogFigures> {
         }
         // Weights.
         if let Some(i) = l.find("Load weight end") {
-            let w = Line::part(n, &l.text[i..]).bytes("mem usage", "weights")?;
+            let part = Line::part(n, &l.text[i..]);
+            let w = part.bytes("mem usage", "weights")?;
             set(&mut f.weights, w, lines, "weights", n);
+            let free = part.bytes("avail mem", "free device memory")?;
+            set(
+                &mut f.free_after_weights,
+                free,
+                lines,
+                "free_after_weights",
+                n,
+            );
         }
         for key in [
             "Model loading took",
@@ -1389,6 +1405,21 @@ pub fn parse(text: &str) -> Result<LogFigures> {
                 }
             }
         }
+        if banner_model.is_none() {
+            for key in [
+                "\u{2588}  model ",
+                "\u{2588} model ",
+                "Starting to load model ",
+            ] {
+                if banner_model.is_none() && l.has(key) {
+                    banner_model = l
+                        .word(key)
+                        .map(|w| w.trim_end_matches('.').to_string())
+                        .filter(|w| !w.is_empty())
+                        .map(|w| (w, n));
+                }
+            }
+        }
         for key in ["'kv_cache_dtype':", "kv_cache_dtype="] {
             set(
                 &mut f.kv_cache_dtype,
@@ -1405,6 +1436,12 @@ pub fn parse(text: &str) -> Result<LogFigures> {
             let e = l.word(key).map(|w| w.eq_ignore_ascii_case("true"));
             set(&mut f.enforce_eager, e, lines, "enforce_eager", n);
         }
+    }
+    if let (true, Some((m, n))) = (f.models.is_empty(), banner_model) {
+        f.model = Some(m.clone());
+        f.models.push(m);
+        f.lines.push(("model", n));
+        f.lines.push(("models", n));
     }
     if rank_kv.len() > 1 {
         let (process, min) = rank_kv

@@ -1356,6 +1356,55 @@ mod tests {
     }
 
     #[test]
+    fn an_sglang_log_without_a_total_is_no_smaller_than_its_free_memory() {
+        // sgl-project/sglang#18263 (ROCm, Qwen3-30B-A3B): 230.20 GiB free after 56.98 GiB of
+        // weights, so at least 287.18 GiB; weights + KV over mem_fraction_static 0.911 gave
+        // 230.36 (that start-up took more than its fraction).
+        let path = log_file(
+            "sglang-free",
+            "[2026-07-15 13:14:53] Load weight end. elapsed=19.09 s, type=Qwen3MoeForCausalLM, avail mem=230.20 GB, mem usage=56.98 GB.\n\
+             self.server_args.mem_fraction_static 0.911\n\
+             [2026-07-15 13:14:54] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 1669816, K size: 76.44 GB, V size: 76.44 GB\n\
+             [2026-07-15 13:14:54] Memory pool end. avail mem=74.01 GB\n",
+        );
+        let j = run_json(&format!(
+            "--model qwen3-30b-a3b --from-log {}",
+            path.display()
+        ))
+        .unwrap();
+        let t = j["total_bytes"].as_u64().unwrap() as f64 / (1u64 << 30) as f64;
+        assert!((287.1..287.3).contains(&t), "{t}");
+        assert_eq!(j["kv"]["tokens"], 1_669_816);
+    }
+
+    #[test]
+    fn a_log_whose_banner_alone_names_the_model_is_planned_for_it() {
+        // A public vLLM log (ROCm, Qwen3-14B) names its model only in the start-up banner;
+        // V0 logs only in "Starting to load model X...".
+        let path = log_file(
+            "banner",
+            "INFO [utils.py:287]  \u{2584}\u{2584} \u{2584}\u{2588} \u{2588}     \u{2588}     \u{2588} \u{2580}\u{2584}\u{2580} \u{2588}  version 0.16.1.dev0+g89a77b108.d20260318\n\
+             INFO [utils.py:287]   \u{2588}\u{2584}\u{2588}\u{2580} \u{2588}     \u{2588}     \u{2588}     \u{2588}  model   Qwen/Qwen3-14B\n\
+             INFO [gpu_model_runner.py:4221] Model loading took 27.58 GiB memory and 285.457232 seconds\n\
+             INFO [gpu_worker.py:373] Available KV cache memory: 13.49 GiB\n\
+             INFO [kv_cache_utils.py:1307] GPU KV cache size: 88,384 tokens\n",
+        );
+        let j = run_json(&format!(
+            "--total-memory 47.98GiB --from-log {}",
+            path.display()
+        ))
+        .unwrap();
+        assert_eq!(j["kv"]["tokens"], 88_384, "{}", j["notes"]);
+        let v0 = log_file(
+            "starting",
+            "INFO 12-06 11:39:31 model_runner.py:1072] Starting to load model microsoft/phi-1_5...\n\
+             INFO 12-06 11:39:36 gpu_executor.py:113] # GPU blocks: 1207, # CPU blocks: 1365\n",
+        );
+        let f = memplan_model::fromlog::read(&v0).unwrap();
+        assert_eq!(f.model.as_deref(), Some("microsoft/phi-1_5"));
+    }
+
+    #[test]
     fn a_total_the_log_lacks_keeps_its_kv_cache() {
         // vllm-project/vllm#33263 (a 24 GB GPU): the log states its KV cache and no device
         // total; the total the error asks for completes the plan without replacing the KV.

@@ -131,6 +131,9 @@ pub(super) const KEYS: &[&str] = &[
     "'model':",
     "model=",
     "model_path=",
+    "\u{2588}  model ",
+    "\u{2588} model ",
+    "Starting to load model ",
     "'kv_cache_dtype':",
     "kv_cache_dtype=",
     "'quantization':",
@@ -177,7 +180,14 @@ pub(super) const RELEASE: &[&str] = &[
 
 /// Keys of the model's name, read once and never checked again (a server's request lines
 /// name the model on every request).
-const MODEL: &[&str] = &["'model':", "model=", "model_path="];
+const MODEL: &[&str] = &[
+    "'model':",
+    "model=",
+    "model_path=",
+    "\u{2588}  model ",
+    "\u{2588} model ",
+    "Starting to load model ",
+];
 
 /// Whether a line's keys include one that names the model.
 pub(super) fn has_model_key(found: &[(&'static str, usize)]) -> bool {

@@ -273,7 +273,20 @@ pub fn apply_log(a: &mut Flags) -> Result<LogContext, Failure> {
         .flatten()
         .fold(0u64, |s, b| s.saturating_add(*b));
         let total = (used as f64 / u).ceil() as u64;
-        if total > 0 && total <= memplan_model::limits::MAX_BYTES {
+        // The device held at least what was free after the weights and the weights (SGLang's
+        // "Load weight end ... avail mem=X GB, mem usage=W GB"): a start-up that took more
+        // than its fraction (or left memory unused) is no smaller device than that.
+        let floor = f.free_after_weights.map(|fr| fr.saturating_add(w));
+        if let Some(fl) = floor.filter(|fl| *fl > total && *fl <= memplan_model::limits::MAX_BYTES)
+        {
+            a.total_memory = Some(fl);
+            notes.push(format!(
+                "the log prints no device total: at least {}, what was free after the weights and the weights{} (its figures at utilisation {u} would give {}, less than that)",
+                gib(fl),
+                at("free_after_weights"),
+                gib(total)
+            ));
+        } else if total > 0 && total <= memplan_model::limits::MAX_BYTES {
             a.total_memory = Some(total);
             notes.push(format!("the log prints no device total: {} derived from its figures ({} used at utilisation {u})", gib(total), gib(used)));
         }
