@@ -364,41 +364,37 @@ pub const VLLM: &[EngineRules] = &[
     },
 ];
 
+/// SGLang 0.5.1 to 0.5.13 (the first row of [`SGLANG`]).
+const SGLANG_0_5: EngineRules = EngineRules {
+    kind: EngineKind::Sglang,
+    block_size: 1,
+    gpu_memory_utilization: 0.88,
+    capacity: Capacity::BlocksPerGroup,
+    non_kv: NonKvAccounting::StaticFraction,
+    graph_profiled_on: &[],
+    // `srt/mem_cache/memory_pool.py` `MHATokenToKVPool._create_buffers` (0.5.1, 0.5.9;
+    // `_create_buffers_normal` 0.5.16, 0.5.19, 0.5.21, 0.5.22): `k_buffer` and `v_buffer`, one
+    // `torch.zeros((size + page_size, head_num, head_dim))` per layer each.
+    kv_allocation: KvAllocation::SplitKv,
+    // `srt/managers/tp_worker.py` `TpModelWorker.__init__` (0.5.1, 0.5.9, 0.5.13): `assert
+    // self.max_req_len > 0 and self.max_req_input_len > 0`, `max_req_input_len =
+    // max_req_len - 5`: a pool of 7 tokens at least.
+    long_requests: LongRequests::CapByPool { least_tokens: 7 },
+    coefficients: coefficients::SGLANG,
+    ..v("0.5")
+};
+
 /// SGLang: one token per page (`--page-size 1`), a token pool rather than blocks, the
 /// static fraction taking graphs and activations (`mem_fraction_static`). Sized as one
 /// group of one-token pages; windows and states as vLLM's 0.19 rules.
 pub const SGLANG: &[EngineRules] = &[
-    EngineRules {
-        kind: EngineKind::Sglang,
-        block_size: 1,
-        gpu_memory_utilization: 0.88,
-        capacity: Capacity::BlocksPerGroup,
-        non_kv: NonKvAccounting::StaticFraction,
-        graph_profiled_on: &[],
-        // `srt/mem_cache/memory_pool.py` `MHATokenToKVPool._create_buffers` (0.5.1, 0.5.9;
-        // `_create_buffers_normal` 0.5.16, 0.5.19, 0.5.21, 0.5.22): `k_buffer` and `v_buffer`, one
-        // `torch.zeros((size + page_size, head_num, head_dim))` per layer each.
-        kv_allocation: KvAllocation::SplitKv,
-        // `srt/managers/tp_worker.py` `TpModelWorker.__init__` (0.5.1, 0.5.9, 0.5.13): `assert
-        // self.max_req_len > 0 and self.max_req_input_len > 0`, `max_req_input_len =
-        // max_req_len - 5`: a pool of 7 tokens at least.
-        long_requests: LongRequests::CapByPool { least_tokens: 7 },
-        coefficients: coefficients::SGLANG,
-        ..v("0.5")
-    },
+    SGLANG_0_5,
     // 0.5.14: only `max_req_len > 0` is asserted (`TpModelWorker.alloc_memory_pool`): a pool of
     // 2 tokens starts. The rest as 0.5.1.
     EngineRules {
-        kind: EngineKind::Sglang,
-        block_size: 1,
-        gpu_memory_utilization: 0.88,
-        capacity: Capacity::BlocksPerGroup,
-        non_kv: NonKvAccounting::StaticFraction,
-        graph_profiled_on: &[],
-        kv_allocation: KvAllocation::SplitKv,
+        version: "0.5.14",
         long_requests: LongRequests::CapByPool { least_tokens: 2 },
-        coefficients: coefficients::SGLANG,
-        ..v("0.5.14")
+        ..SGLANG_0_5
     },
     // 0.5.23 (the newest on PyPI when read): the default fraction is computed per device
     // (`srt/arg_groups/memory_hook.py` `_handle_gpu_memory_settings`), page size 1, K and V
