@@ -174,13 +174,16 @@ impl Model {
         // AutoGPTQ ones their weights in `quantize_config.json`.
         if let Some(d) = dir {
             let q = d.join("hf_quant_config.json");
-            if std::fs::symlink_metadata(&q).is_ok() {
+            let wanted = config.kv_cache_quant.is_none() || config.quantization.is_none();
+            if wanted && std::fs::symlink_metadata(&q).is_ok() {
                 confine(&q)?;
+                // Read once for both figures.
+                let (name, v) = quant::read_json(&q)?;
                 if config.kv_cache_quant.is_none() {
-                    config.kv_cache_quant = quant::modelopt_kv_algo(&q)?;
+                    config.kv_cache_quant = quant::modelopt_kv_algo(&v, &name)?;
                 }
                 if config.quantization.is_none() {
-                    config.quantization = quant::modelopt_weights(&q)?;
+                    config.quantization = quant::modelopt_weights(&v, &name)?;
                 }
             }
             let g = d.join("quantize_config.json");

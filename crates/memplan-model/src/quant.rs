@@ -175,14 +175,21 @@ impl Quantization {
 /// Bits per weight with group scales: a 16-bit scale per group (and a zero point of `bits`
 /// bits for asymmetric schemes); `group` -1 (per channel) makes them negligible, `None` is
 /// the common 128.
-/// The KV-cache algorithm a ModelOpt checkpoint's `hf_quant_config.json` (beside its
-/// `config.json`) names at `quantization.kv_cache_quant_algo` (`FP8`), lower-cased; `None`
-/// when it names none. Read under the same rules as a config (regular file, 16 MiB cap); a
-/// value that is not a short name is an error naming the file, the key and the value.
-pub fn modelopt_kv_algo(path: &std::path::Path) -> Result<Option<String>> {
+/// A quantization file beside a config (`hf_quant_config.json`, `quantize_config.json`),
+/// read under the same rules as a config (regular file, 16 MiB cap): its name for errors and
+/// its JSON.
+pub fn read_json(path: &std::path::Path) -> Result<(String, Value)> {
     let name = path.display().to_string();
     let text = memplan_core::input::read_text(path, memplan_core::input::CONFIG_JSON)?;
     let v: Value = memplan_core::json::from_str(&text).map_err(|e| e.in_file(&name))?;
+    Ok((name, v))
+}
+
+/// The KV-cache algorithm a ModelOpt checkpoint's `hf_quant_config.json` (beside its
+/// `config.json`) names at `quantization.kv_cache_quant_algo` (`FP8`), lower-cased; `None`
+/// when it names none; `v` is that file read as JSON ([`read_json`]), `name` its path. A value
+/// that is not a short name is an error naming the file, the key and the value.
+pub fn modelopt_kv_algo(v: &Value, name: &str) -> Result<Option<String>> {
     let key = "quantization.kv_cache_quant_algo";
     match v.pointer("/quantization/kv_cache_quant_algo") {
         None | Some(Value::Null) => Ok(None),
@@ -197,7 +204,7 @@ pub fn modelopt_kv_algo(path: &std::path::Path) -> Result<Option<String>> {
         Some(other) => {
             let shown: String = other.to_string().chars().take(80).collect();
             Err(Error::file_key(
-                &name,
+                name,
                 key,
                 format!("{shown} is not a KV-cache algorithm name (such as \"FP8\")"),
             ))
@@ -209,12 +216,10 @@ pub fn modelopt_kv_algo(path: &std::path::Path) -> Result<Option<String>> {
 /// `quantization.quant_algo` (`FP8`, `NVFP4`) where its `config.json` has no
 /// `quantization_config` (vLLM reads the file in that case: `modelopt.py`
 /// `ModelOptQuantConfigBase.from_config` takes its `quantization` section); `None` when it
-/// names none. The file's modules left unquantized (`exclude_modules`) keep attention in full
-/// precision where they name it.
-pub fn modelopt_weights(path: &std::path::Path) -> Result<Option<Quantization>> {
-    let name = path.display().to_string();
-    let text = memplan_core::input::read_text(path, memplan_core::input::CONFIG_JSON)?;
-    let v: Value = memplan_core::json::from_str(&text).map_err(|e| e.in_file(&name))?;
+/// names none; `v` is that file read as JSON ([`read_json`]), `name` its path. The file's
+/// modules left unquantized (`exclude_modules`) keep attention in full precision where they
+/// name it.
+pub fn modelopt_weights(v: &Value, name: &str) -> Result<Option<Quantization>> {
     let Some(q) = v.get("quantization").and_then(Value::as_object) else {
         return Ok(None);
     };
@@ -228,16 +233,14 @@ pub fn modelopt_weights(path: &std::path::Path) -> Result<Option<Quantization>> 
     }
     Quantization::from_config(&Value::Object(section))
         .map(Some)
-        .map_err(|e| Error::file_key(&name, "quantization.quant_algo", e.to_string()))
+        .map_err(|e| Error::file_key(name, "quantization.quant_algo", e.to_string()))
 }
 
 /// The weight quantization an AutoGPTQ checkpoint's `quantize_config.json` (beside a
 /// `config.json` without `quantization_config`) gives: `bits` and `group_size`, as vLLM's
 /// `GPTQConfig.get_config_filenames` reads it; `None` when it names no bits.
 pub fn gptq_file(path: &std::path::Path) -> Result<Option<Quantization>> {
-    let name = path.display().to_string();
-    let text = memplan_core::input::read_text(path, memplan_core::input::CONFIG_JSON)?;
-    let v: Value = memplan_core::json::from_str(&text).map_err(|e| e.in_file(&name))?;
+    let (name, v) = read_json(path)?;
     let Some(o) = v.as_object().filter(|o| o.contains_key("bits")) else {
         return Ok(None);
     };
