@@ -1406,11 +1406,7 @@ pub fn parse(text: &str) -> Result<LogFigures> {
             }
         }
         if banner_model.is_none() {
-            for key in [
-                "\u{2588}  model ",
-                "\u{2588} model ",
-                "Starting to load model ",
-            ] {
+            for key in scan::BANNER_MODEL {
                 if banner_model.is_none() && l.has(key) {
                     banner_model = l
                         .word(key)

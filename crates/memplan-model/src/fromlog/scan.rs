@@ -189,6 +189,15 @@ const MODEL: &[&str] = &[
     "Starting to load model ",
 ];
 
+/// The model keys of the start-up banner (`█  model   Qwen/Qwen3-14B`, collapsed to one space
+/// on a rendered page) and of V0's "Starting to load model X...": read only where no argument
+/// or config line names the model.
+pub(super) const BANNER_MODEL: [&str; 3] = [
+    "\u{2588}  model ",
+    "\u{2588} model ",
+    "Starting to load model ",
+];
+
 /// Whether a line's keys include one that names the model.
 pub(super) fn has_model_key(found: &[(&'static str, usize)]) -> bool {
     found.iter().any(|(k, _)| MODEL.contains(k))
