@@ -506,6 +506,7 @@ pub fn run(a: Args) -> Result<Report, Failure> {
     let (model, mut plan) = plan_ranks(&a).map_err(|e| log.blame(e))?;
     if let Some(f) = &log.figures {
         plan = reconcile(&mut a, f, log.anchored, plan)?;
+        extras::logged_graph_memory(&mut plan, f, log.graphs_as_logged);
     }
     if let (Some(logged), Some(given)) = (&log.model_differs, &a.model) {
         plan.warnings
@@ -1353,6 +1354,65 @@ mod tests {
         let j = run_json(&format!("--from-log {}", path.display())).unwrap();
         let t = j["total_bytes"].as_u64().unwrap() as f64 / (1u64 << 30) as f64;
         assert!((39.3..39.6).contains(&t), "{t}");
+    }
+
+    /// The graph memory the plan's "not reserved" warning states, and the plan's notes.
+    fn graph_warning(j: &serde_json::Value) -> (Option<u64>, String) {
+        let w = j["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|w| w["code"] == "graph_memory_not_reserved")
+            .map(|w| w["estimate"].as_u64().unwrap());
+        (w, j["notes"].to_string())
+    }
+
+    #[test]
+    fn the_graph_memory_outside_the_budget_is_the_logs_own() {
+        // A public vLLM 0.19.1 log (A100-SXM4-40GB, Qwen3-8B; a repository file found through
+        // a code index, its URL not known), lines as printed. vLLM 0.19.0 prints what capture
+        // took (`v1/worker/gpu_model_runner.py` `GPUModelRunner.capture_model`: "Graph
+        // capturing finished in %.0f secs, took %.2f GiB"; `v1/worker/gpu_worker.py`
+        // `Worker.compile_or_warm_up_model`: "CUDA graph pool memory: %s GiB (actual), %s GiB
+        // (estimated), ...") and, before the KV cache is sized, its own estimate
+        // (`GPUModelRunner.profile_cudagraph_memory`: "Estimated CUDA graph memory: %.2f GiB
+        // total"), which 0.19 does not subtract (`Worker.determine_available_memory`).
+        let head = "(APIServer pid=3380144) INFO 06-25 17:21:29 [utils.py:233] non-default args: {'model_tag': 'Qwen/Qwen3-8B', 'host': '172.17.0.1', 'port': 8001, 'model': 'Qwen/Qwen3-8B', 'served_model_name': ['Qwen/Qwen3-8B']}\n\
+             (EngineCore pid=3380462) INFO 06-25 17:21:40 [core.py:105] Initializing a V1 LLM engine (v0.19.1) with config: model='Qwen/Qwen3-8B', speculative_config=None, tokenizer='Qwen/Qwen3-8B', tensor_parallel_size=1, pipeline_parallel_size=1, quantization=None, enforce_eager=False, kv_cache_dtype=auto, device_config=cuda\n\
+             (EngineCore pid=3380462) INFO 06-25 17:21:58 [gpu_model_runner.py:5955] Estimated CUDA graph memory: 2.35 GiB total\n\
+             (EngineCore pid=3380462) INFO 06-25 17:21:58 [gpu_worker.py:436] Available KV cache memory: 19.36 GiB\n\
+             (EngineCore pid=3380462) INFO 06-25 17:21:58 [gpu_worker.py:470] In v0.19, CUDA graph memory profiling will be enabled by default (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1), which more accurately accounts for CUDA graph memory during KV cache allocation. To try it now, set VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1 and increase --gpu-memory-utilization from 0.9000 to 0.9596 to maintain the same effective KV cache size.\n\
+             (EngineCore pid=3380462) INFO 06-25 17:21:58 [kv_cache_utils.py:1319] GPU KV cache size: 140,960 tokens\n";
+        let tail = "(EngineCore pid=3380462) INFO 06-25 17:22:03 [gpu_model_runner.py:6046] Graph capturing finished in 4 secs, took 2.44 GiB\n\
+             (EngineCore pid=3380462) INFO 06-25 17:22:03 [gpu_worker.py:597] CUDA graph pool memory: 2.44 GiB (actual), 2.35 GiB (estimated), difference: 0.09 GiB (3.6%).\n";
+        // 2.44 GiB = 2.44 x 2^30 = 2,619,930,050.56 bytes; 2.35 GiB = 2,523,293,286.4.
+        let path = log_file("graph-actual", &format!("{head}{tail}"));
+        let j = run_json(&format!("--from-log {}", path.display())).unwrap();
+        let (w, notes) = graph_warning(&j);
+        assert_eq!(w, Some(2_619_930_051), "{notes}");
+        assert!(
+            notes.contains("the log's 2.44 GiB, what graph capture took (line 7)"),
+            "{notes}"
+        );
+        // A log cut off before capture: the engine's estimate, said so.
+        let path = log_file("graph-estimate", head);
+        let j = run_json(&format!("--from-log {}", path.display())).unwrap();
+        let (w, notes) = graph_warning(&j);
+        assert_eq!(w, Some(2_523_293_286), "{notes}");
+        assert!(
+            notes.contains("the log's 2.35 GiB, the engine's own estimate (line 3)"),
+            "{notes}"
+        );
+        // Fewer sequences than the logged start-up captured for: other graphs, memplan's
+        // estimate.
+        let path = log_file("graph-other", &format!("{head}{tail}"));
+        let j = run_json(&format!("--from-log {} --max-num-seqs 8", path.display())).unwrap();
+        let (w, notes) = graph_warning(&j);
+        assert!(w.is_some_and(|w| w != 2_619_930_051), "{notes}");
+        assert!(
+            !notes.contains("graph memory outside the budget"),
+            "{notes}"
+        );
     }
 
     #[test]

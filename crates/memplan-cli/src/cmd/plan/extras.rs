@@ -27,6 +27,10 @@ pub struct LogContext {
     pub anchored: bool,
     /// The model(s) the log names where `--model` names another (a warning of the plan).
     pub model_differs: Option<String>,
+    /// Nothing that sizes the CUDA graphs differs from the logged start-up (the model, the
+    /// ranks, the capture sizes and what bounds them, the KV and weight formats, a draft model
+    /// or adapters): the graph memory the log prints is this plan's.
+    pub graphs_as_logged: bool,
 }
 
 fn gib(b: u64) -> String {
@@ -430,6 +434,17 @@ pub fn apply_log(a: &mut Flags) -> Result<LogContext, Failure> {
             filled.push(flag);
         }
     }
+    let graphs_as_logged = model_differs.is_none()
+        && before.cudagraph_capture_sizes.is_none()
+        && before.max_num_seqs.is_none()
+        && before.max_num_batched_tokens.is_none()
+        && before.kv_cache_dtype.0.is_none()
+        && before.quantization.0.is_none()
+        && before.speculative_model.is_none()
+        && before.max_loras.is_none()
+        && before.pipeline_parallel_size <= 1
+        && f.tensor_parallel
+            .is_none_or(|tp| tp == a.tensor_parallel_size);
     Ok(LogContext {
         path: Some(path),
         filled,
@@ -437,7 +452,45 @@ pub fn apply_log(a: &mut Flags) -> Result<LogContext, Failure> {
         notes,
         anchored,
         model_differs,
+        graphs_as_logged,
     })
+}
+
+/// Where the plan warns that graph memory is not reserved (vLLM up to 0.19 subtracts none,
+/// nor does SGLang's static fraction), the graph memory the logged start-up printed replaces
+/// memplan's own estimate in that warning: what capture took, where the log prints it (vLLM
+/// 0.19.0 `v1/worker/gpu_model_runner.py` `GPUModelRunner.capture_model`: "Graph capturing
+/// finished in N secs, took X GiB"; `v1/worker/gpu_worker.py`
+/// `Worker.compile_or_warm_up_model`: "CUDA graph pool memory: X GiB (actual), Y GiB
+/// (estimated)"; SGLang's "Capture cuda graph end ... mem usage=X GB"), else the engine's own
+/// estimate (`GPUModelRunner.profile_cudagraph_memory`: "Estimated CUDA graph memory: X GiB
+/// total"). A note says which figure, and from which line. Not where a flag changed what
+/// sizes the graphs (`as_logged`): the log's figure is another start-up's.
+pub fn logged_graph_memory(plan: &mut Plan, f: &LogFigures, as_logged: bool) {
+    let (bytes, name, what) = match (f.graph_actual, f.graph_estimate) {
+        _ if !as_logged => return,
+        (Some(b), _) => (b, "graph_actual", "what graph capture took"),
+        (None, Some(b)) => (b, "graph_estimate", "the engine's own estimate"),
+        (None, None) => return,
+    };
+    let mut replaced = None;
+    for w in &mut plan.warnings {
+        if let memplan_planner::Warning::GraphMemoryNotReserved { estimate } = w {
+            replaced = Some(*estimate);
+            *estimate = bytes;
+        }
+    }
+    if let Some(ours) = replaced {
+        let at = f
+            .line(name)
+            .map(|n| format!(" (line {n})"))
+            .unwrap_or_default();
+        plan.notes.push(format!(
+            "graph memory outside the budget: the log's {}, {what}{at}, not memplan's estimate of {}",
+            memplan::bytes::fmt_bytes(bytes),
+            memplan::bytes::fmt_bytes(ours)
+        ));
+    }
 }
 
 /// The Hugging Face id of a path into a Hugging Face cache (`.../models--Org--Name/...` is
