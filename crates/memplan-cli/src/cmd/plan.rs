@@ -373,32 +373,57 @@ fn check_device_total(
     Ok(())
 }
 
-/// A plan from a log against the log's own KV tokens. The printed available KV memory has 2
-/// decimals (±5 MiB): within that rounding the KV cache that gives the logged count is taken
-/// (said in a note). Where the plan still differs by more than one block, a
+/// A plan from a log against the log's own KV count: its KV tokens ("GPU KV cache size: N
+/// tokens", SGLang's "#tokens"), else its KV blocks (vLLM V0's "# GPU blocks: N", which every
+/// executor prints, `executor/executor_base.py` `initialize_cache`; 0.10's "num_gpu_blocks
+/// is: N"). The printed available KV memory has 2 decimals (±5 MiB): within that rounding the
+/// KV cache that gives the logged count is taken (said in a note). Where the plan still
+/// differs by more than one block, a
 /// [`Warning::LogDisagrees`](memplan_planner::Warning::LogDisagrees) names the term that
 /// differs most.
+///
+/// The logged blocks are `floor(available / block bytes)` (vLLM 0.6.6 `worker/worker.py`
+/// `Worker.determine_num_available_blocks`: `int(available_kv_cache_memory //
+/// cache_block_size)`, the available memory unrounded), the plan's `num_blocks`. V0 keeps no
+/// null block: all N serve requests, `N x block_size` tokens (the executor's "Maximum
+/// concurrency" is `num_gpu_blocks * block_size / max_model_len`), which a note states beside
+/// the plan's usable count, which follows V1 (one null block).
 fn reconcile(
     a: &mut Flags,
     f: &memplan_model::fromlog::LogFigures,
     anchored: bool,
     mut plan: Plan,
 ) -> Result<Plan, Failure> {
-    let Some(logged) = f.kv_tokens else {
-        return Ok(plan);
+    // The logged count, and the plan's figure it is compared with.
+    let (logged, blocks) = match (f.kv_tokens, f.kv_blocks) {
+        (Some(t), _) => (t, false),
+        (None, Some(b)) if anchored => (b, true),
+        _ => return Ok(plan),
     };
+    let count = |p: &Plan| {
+        if blocks {
+            p.kv.num_blocks
+        } else {
+            p.kv.tokens
+        }
+    };
+    let unit = if blocks { "blocks" } else { "tokens" };
     let block = u64::from(plan.kv_spec.block_size).max(1);
-    if anchored && plan.kv.tokens.abs_diff(logged) > 0 {
+    if anchored && count(&plan).abs_diff(logged) > 0 {
         if let Some(kv) = f.kv_final.or(f.kv_available) {
             let h = (1u64 << 30) / 200;
             let (lo, hi) = (kv.saturating_sub(h), kv + h);
             let mut b = kv;
             for _ in 0..4 {
-                if plan.kv.tokens == logged || plan.kv.tokens == 0 {
+                if count(&plan) == logged || count(&plan) == 0 {
                     break;
                 }
-                let per_token = plan.kv_budget_bytes as f64 / plan.kv.tokens as f64;
-                let step = (logged as f64 - plan.kv.tokens as f64) * per_token;
+                let per_unit = if blocks {
+                    plan.kv.block_bytes as f64
+                } else {
+                    plan.kv_budget_bytes as f64 / plan.kv.tokens as f64
+                };
+                let step = (logged as f64 - count(&plan) as f64) * per_unit;
                 let next = ((b as f64 + step).round() as u64).clamp(lo, hi);
                 if next == b {
                     break;
@@ -406,7 +431,7 @@ fn reconcile(
                 let mut trial = a.clone();
                 trial.kv_cache_memory_bytes = Some(next);
                 let (_, p) = plan_ranks(&trial)?;
-                if p.kv.tokens.abs_diff(logged) > plan.kv.tokens.abs_diff(logged) {
+                if count(&p).abs_diff(logged) > count(&plan).abs_diff(logged) {
                     break;
                 }
                 b = next;
@@ -414,12 +439,12 @@ fn reconcile(
                 *a = trial;
             }
             if b != kv {
-                let what = if plan.kv.tokens == logged {
-                    "gives the logged KV tokens".to_string()
+                let what = if count(&plan) == logged {
+                    format!("gives the logged KV {unit}")
                 } else {
                     format!(
-                        "comes closest to the logged KV tokens ({} planned, {logged} logged)",
-                        plan.kv.tokens
+                        "comes closest to the logged KV {unit} ({} planned, {logged} logged)",
+                        count(&plan)
                     )
                 };
                 plan.notes.push(format!(
@@ -429,7 +454,25 @@ fn reconcile(
             }
         }
     }
-    if plan.kv.tokens.abs_diff(logged) <= block {
+    if blocks && f.legacy_line.is_some() {
+        plan.notes.push(format!(
+            "vLLM V0 keeps no null block: the logged {logged} blocks{} all serve requests, {} tokens of {block}-token blocks (the usable count here keeps vLLM V1's null block)",
+            f.line("kv_blocks")
+                .map(|n| format!(" (line {n})"))
+                .unwrap_or_default(),
+            logged.saturating_mul(block)
+        ));
+    }
+    // From here on both counts in tokens.
+    let (logged, planned) = if blocks {
+        (
+            logged.saturating_mul(block),
+            plan.kv.num_blocks.saturating_mul(block),
+        )
+    } else {
+        (logged, plan.kv.tokens)
+    };
+    if planned.abs_diff(logged) <= block {
         return Ok(plan);
     }
     let c = &plan.consumers;
@@ -478,12 +521,12 @@ fn reconcile(
                 .or(f.kv_available)
                 .and_then(|kv| per_token(kv, logged))
                 .unwrap_or(0),
-            per_token(plan.kv_budget_bytes, plan.kv.tokens).unwrap_or(0),
+            per_token(plan.kv_budget_bytes, planned).unwrap_or(0),
         ),
     };
     plan.warnings.push(memplan_planner::Warning::LogDisagrees {
         logged_tokens: logged,
-        planned_tokens: plan.kv.tokens,
+        planned_tokens: planned,
         term: term.to_string(),
         logged: lg,
         planned: pl,
@@ -1506,6 +1549,43 @@ mod tests {
         .unwrap();
         let kv = j["kv_budget_bytes"].as_u64().unwrap() as f64 / (1u64 << 30) as f64;
         assert!(kv > 20.0, "{kv}");
+    }
+
+    #[test]
+    fn a_v0_log_is_planned_to_the_blocks_it_logged() {
+        // A public vLLM 0.8.5.post1 V0 log (RTX 4090 D, unsloth's bnb 4-bit
+        // Qwen2.5-0.5B-Instruct; a repository file found through a code index, its URL not
+        // known; the paste lost its line breaks, restored here at each record). V0 prints
+        // the available KV memory to 0.01 GiB but its block count exactly: `num_gpu_blocks
+        // = int(available_kv_cache_memory // cache_block_size)` (vLLM 0.6.6
+        // `worker/worker.py` `Worker.determine_num_available_blocks`, the same through 0.8).
+        // Qwen2.5-0.5B: 24 layers x K and V x 2 KV heads x 64 x 2 bytes x 16 tokens =
+        // 196,608 bytes a block; 16.09 GiB +- 0.005 holds 87,845 to 87,900 blocks, and the
+        // log says 87,853, all of them usable (V0 keeps no null block): 87,853 x 16 =
+        // 1,405,648 tokens, 42.90x at 32,768 as the log prints.
+        let path = log_file(
+            "v0-blocks",
+            "INFO 08-29 13:08:21 [llm_engine.py:240] Initializing a V0 LLM engine (v0.8.5.post1) with config: model='unsloth/qwen2.5-0.5b-instruct-unsloth-bnb-4bit', speculative_config=None, tokenizer='unsloth/qwen2.5-0.5b-instruct-unsloth-bnb-4bit', skip_tokenizer_init=False, tokenizer_mode=auto, revision=None, override_neuron_config=None, tokenizer_revision=None, trust_remote_code=False, dtype=torch.bfloat16, max_seq_len=32768, download_dir=None, load_format=bitsandbytes, tensor_parallel_size=1, pipeline_parallel_size=1, disable_custom_all_reduce=False, quantization=bitsandbytes, enforce_eager=False, kv_cache_dtype=auto, device_config=cuda:0\n\
+             INFO 08-29 13:08:35 [worker.py:287] Memory profiling takes 2.72 seconds\n\
+             INFO 08-29 13:08:35 [worker.py:287] the current vLLM instance can use total_gpu_memory (23.55GiB) x gpu_memory_utilization (0.78) = 18.28GiB\n\
+             INFO 08-29 13:08:35 [worker.py:287] model weights take 0.52GiB; non_torch_memory takes 0.07GiB; PyTorch activation peak memory takes 1.61GiB; the rest of the memory reserved for KV Cache is 16.09GiB.\n\
+             INFO 08-29 13:08:35 [executor_base.py:112] # cuda blocks: 87853, # CPU blocks: 32768\n\
+             INFO 08-29 13:08:35 [executor_base.py:117] Maximum concurrency for 32768 tokens per request: 42.90x\n",
+        );
+        let j = run_json(&format!(
+            "--model qwen2.5-0.5b-instruct --from-log {}",
+            path.display()
+        ))
+        .unwrap();
+        let notes = j["notes"].to_string();
+        assert_eq!(j["kv"]["block_bytes"], 196_608, "{notes}");
+        assert_eq!(j["kv"]["num_blocks"], 87_853, "{notes}");
+        assert!(notes.contains("gives the logged KV blocks"), "{notes}");
+        assert!(
+            notes.contains("the logged 87853 blocks (line 5) all serve requests, 1405648 tokens"),
+            "{notes}"
+        );
+        assert!(!j["warnings"].to_string().contains("log_disagrees"));
     }
 
     #[test]
