@@ -26,6 +26,10 @@
 //!   below zero in a start-up that failed) are not figures of a plan: they are left out and
 //!   said so in [`LogFigures::notes`].
 //! - A log with none of the engines' memory lines is an error that says what was looked for.
+//! - A log of vLLM's CPU backend ("# cpu blocks", `device_config=cpu`) is an error that says
+//!   why: its KV cache is a fixed host-memory space, not a share of a GPU's memory.
+//! - vllm-ascend's "Block size is set to N" is the block size, whatever the arguments asked
+//!   for (`vllm_ascend/utils.py` `refresh_block_size`).
 
 use std::path::Path;
 
@@ -624,10 +628,11 @@ fn is_version(v: &str) -> bool {
 
 /// The block-count line of vLLM V0's executor on each platform (`executor/executor_base.py`
 /// `initialize_cache`: "# %s blocks: %d, # CPU blocks: %d" with
-/// `current_platform.device_name`: "GPU", "cuda", "rocm", "xpu"; the HPU and TPU executors
-/// print their own): it names the engine, marks the legacy format and gives the block count.
-/// Each is one of the scanner's keys (`scan::KEYS`).
-const V0_BLOCK_LINES: [&str; 7] = [
+/// `current_platform.device_name`: "GPU", "cuda", "rocm", "xpu", "cpu" (the CPU backend,
+/// refused below: [`CPU_BACKEND`]); the HPU and TPU executors print their own): it names the
+/// engine, marks the legacy format and gives the block count. Each is one of the scanner's
+/// keys (`scan::KEYS`).
+const V0_BLOCK_LINES: [&str; 8] = [
     "# GPU blocks:",
     "# CUDA blocks:",
     "# cuda blocks:",
@@ -635,7 +640,33 @@ const V0_BLOCK_LINES: [&str; 7] = [
     "# xpu blocks:",
     "# HPU blocks:",
     "# TPU blocks:",
+    "# cpu blocks:",
 ];
+
+/// Lines only vLLM's CPU backend prints: V0's block count on the CPU executor ("# cpu blocks:
+/// N, # CPU blocks: 0"; the capital "# CPU blocks" every V0 line ends with is the swap
+/// space), the engine config's `device_config=cpu`, the platform's detection ("Automatically
+/// detected platform cpu.", `platforms/__init__.py`) and the KV cache space it sizes by
+/// (`platforms/cpu.py`: V0 "Environment variable VLLM_CPU_KVCACHE_SPACE (GiB) for CPU backend
+/// is not set, using 4 by default."; 0.19 "VLLM_CPU_KVCACHE_SPACE not set. Using X GiB for KV
+/// cache."). Such a start-up's KV cache is that space, in host memory: vLLM V0 makes it
+/// `space // cache_block_size` blocks (`worker/cpu_worker.py`
+/// `CPUWorker.determine_num_available_blocks`, 0.6 to 0.9), V1 takes the space as its
+/// available KV memory (`v1/worker/cpu_worker.py` `CPUWorker.determine_available_memory`,
+/// 0.19.0). Nothing of a GPU's memory budget applies, so memplan refuses such a log.
+const CPU_BACKEND: [&str; 4] = [
+    "# cpu blocks:",
+    "device_config=cpu",
+    "Automatically detected platform cpu",
+    "VLLM_CPU_KVCACHE_SPACE",
+];
+
+/// vllm-ascend's line when it sets the block size (`vllm_ascend/utils.py`
+/// `refresh_block_size`: "Block size is set to 128 if prefix cache or chunked prefill is
+/// enabled.", logged only where it sets `cache_config.block_size = 128` because prefix
+/// caching or chunked prefill is on): the block size the KV cache was sized with, whatever the
+/// arguments asked for.
+const ASCEND_BLOCK: &str = "Block size is set to";
 
 /// Read the figures of an engine start-up log.
 pub fn parse(text: &str) -> Result<LogFigures> {
@@ -664,7 +695,7 @@ pub fn parse(text: &str) -> Result<LogFigures> {
                 | "CUDA graph pool memory"
                 | "Estimated CUDA graph memory"
                 | "Maximum concurrency for" => vllm = true,
-                k if V0_BLOCK_LINES.contains(&k) => vllm = true,
+                k if V0_BLOCK_LINES.contains(&k) || CPU_BACKEND.contains(&k) => vllm = true,
                 _ => {}
             }
         }
@@ -704,6 +735,11 @@ pub fn parse(text: &str) -> Result<LogFigures> {
     // load model X..." names it: taken only where no argument or config line names one (those
     // name it as the engine resolved it), with the line.
     let mut banner_model: Option<(String, usize)> = None;
+    // The first line only the CPU backend prints, and the KV cache space it names.
+    let mut cpu_backend: Option<usize> = None;
+    let mut cpu_space: Option<(String, usize)> = None;
+    // The block size vllm-ascend set, with its line.
+    let mut ascend_block: Option<(u32, usize)> = None;
     for (i, text) in text.lines().enumerate() {
         scan::keys_in(text, &mut found);
         if next_start_up.is_none()
@@ -731,6 +767,26 @@ pub fn parse(text: &str) -> Result<LogFigures> {
         };
         let n = l.n;
         let lines = &mut f.lines;
+        if cpu_backend.is_none() && CPU_BACKEND.iter().any(|k| l.has(k)) {
+            cpu_backend = Some(n);
+        }
+        if let Some(i) = l
+            .find("VLLM_CPU_KVCACHE_SPACE")
+            .filter(|_| cpu_space.is_none())
+        {
+            let rest = Line::part(n, &l.text[i..]);
+            let space = match (rest.token("using "), rest.token("Using ")) {
+                (Some((v, _)), _) => Some(format!("{v} GiB, the default")),
+                (None, Some((v, _))) => Some(format!("{v} GiB")),
+                _ => None,
+            };
+            cpu_space = space.map(|s| (s, n));
+        }
+        if ascend_block.is_none() && l.has(ASCEND_BLOCK) {
+            if let Some(b) = l.count(ASCEND_BLOCK, "block_size", u64::from(limits::MAX_BLOCK))? {
+                ascend_block = Some((b as u32, n));
+            }
+        }
         // The release.
         if f.version.is_none() {
             for key in scan::RELEASE {
@@ -1431,6 +1487,47 @@ pub fn parse(text: &str) -> Result<LogFigures> {
         for key in ["'enforce_eager':", "enforce_eager="] {
             let e = l.word(key).map(|w| w.eq_ignore_ascii_case("true"));
             set(&mut f.enforce_eager, e, lines, "enforce_eager", n);
+        }
+    }
+    if let Some(n) = cpu_backend.filter(|_| f.engine == Some(EngineKind::Vllm)) {
+        let space = match &cpu_space {
+            Some((s, at)) => format!("{s} (line {at})"),
+            None => "the size VLLM_CPU_KVCACHE_SPACE sets (not printed in this log)".into(),
+        };
+        let blocks = match (f.kv_blocks, f.kv_tokens) {
+            (Some(b), _) => format!(
+                ": this start-up's {b} blocks (line {})",
+                f.line("kv_blocks").unwrap_or(0)
+            ),
+            (None, Some(t)) => format!(
+                ": this start-up's {t} KV tokens (line {})",
+                f.line("kv_tokens").unwrap_or(0)
+            ),
+            (None, None) => String::new(),
+        };
+        return Err(bad(
+            n,
+            format!(
+                "a vLLM CPU-backend start-up: its KV cache is the fixed host-memory space VLLM_CPU_KVCACHE_SPACE, {space}, not a share of a GPU's memory, and memplan plans GPU memory; vLLM makes that space `space // bytes per block` KV blocks (V0 `worker/cpu_worker.py` `CPUWorker.determine_num_available_blocks`; V1 `v1/worker/cpu_worker.py` `CPUWorker.determine_available_memory`){blocks}"
+            ),
+        ));
+    }
+    if let Some((b, n)) = ascend_block {
+        if f.block_size.is_some_and(|own| own != b) {
+            f.notes.push(format!(
+                "line {}: block size {} in the arguments; vllm-ascend set it to {b} (line {n})",
+                f.line("block_size").unwrap_or(0),
+                f.block_size.unwrap_or(0)
+            ));
+        }
+        f.block_size = Some(b);
+        f.lines.retain(|(k, _)| *k != "block_size");
+        f.lines.push(("block_size", n));
+        if f.line("npu").is_none() {
+            f.lines.push(("npu", n));
+            f.notes.push(format!(
+                "line {n}: an Ascend NPU start-up (vllm-ascend set the block size to {b}, `vllm_ascend/utils.py` `refresh_block_size`): memplan's rules are vLLM's on CUDA, ROCm and XPU, so its defaults and graph reserve are not that worker's; the figures the log prints are used as printed, with its {b}-token blocks"
+            ));
         }
     }
     if let (true, Some((m, n))) = (f.models.is_empty(), banner_model) {

@@ -1589,6 +1589,30 @@ mod tests {
     }
 
     #[test]
+    fn a_vllm_ascend_log_is_planned_with_the_block_size_it_printed() {
+        // The vllm-ascend installation docs' single-NPU check (vLLM 0.18.0), lines as printed;
+        // its config line says Qwen3-0.6B, its 36 layers and 15.29 GB of weights are
+        // Qwen3-8B's. vllm-ascend set 128-token blocks (`vllm_ascend/utils.py`
+        // `refresh_block_size`). Qwen3-8B: 36 layers x K and V x 8 KV heads x 128 x 2 bytes
+        // x 128 tokens = 18,874,368 bytes a block; 39.06 GiB holds 2,222 of them, which the
+        // engine prints as 2,222 x 128 = 284,416 tokens.
+        let path = log_file(
+            "ascend",
+            "INFO 05-12 11:29:29 [utils.py:1186] Block size is set to 128 if prefix cache or chunked prefill is enabled.\n\
+             (EngineCore pid=970) INFO 05-12 11:29:29 [core.py:103] Initializing a V1 LLM engine (v0.18.0) with config: model='Qwen/Qwen3-0.6B', speculative_config=None, tokenizer='Qwen/Qwen3-0.6B', dtype=torch.bfloat16, max_seq_len=40960, tensor_parallel_size=1\n\
+             (EngineCore pid=970) INFO 05-12 11:34:57 [model_runner_v1.py:2599] Loading model weights took 15.2859 GB\n\
+             (EngineCore pid=970) INFO 05-12 11:35:44 [worker.py:357] Available KV cache memory: 39.06 GiB\n\
+             (EngineCore pid=970) INFO 05-12 11:35:44 [kv_cache_utils.py:1316] GPU KV cache size: 284,416 tokens\n\
+             (EngineCore pid=970) INFO 05-12 11:35:44 [kv_cache_utils.py:1321] Maximum concurrency for 40,960 tokens per request: 6.94x\n",
+        );
+        let j = run_json(&format!("--model qwen3-8b --from-log {}", path.display())).unwrap();
+        assert_eq!(j["kv"]["block_size"], 128, "{}", j["notes"]);
+        assert_eq!(j["kv"]["block_bytes"], 18_874_368);
+        assert_eq!(j["kv"]["num_blocks"], 2_222, "{}", j["notes"]);
+        assert!(!j["warnings"].to_string().contains("log_disagrees"));
+    }
+
+    #[test]
     fn a_log_in_a_v0_format_is_planned_with_the_oldest_rules() {
         // vllm-project/vllm#13882 (no version line; V0's profile report): the engine subtracted
         // no graph memory, so the start-up is 1.05 GiB short, as it printed.

@@ -101,6 +101,7 @@ pub(super) const KEYS: &[&str] = &[
     "# xpu blocks:",
     "# HPU blocks:",
     "# TPU blocks:",
+    "# cpu blocks:",
     "num_gpu_blocks is:",
     "#tokens:",
     "K size:",
@@ -110,6 +111,11 @@ pub(super) const KEYS: &[&str] = &[
     "maximum number of tokens that can be stored in KV cache",
     "max seq len (",
     "estimated maximum model length is",
+    // The CPU backend (refused) and vllm-ascend's block size.
+    "device_config=cpu",
+    "Automatically detected platform cpu",
+    "VLLM_CPU_KVCACHE_SPACE",
+    "Block size is set to",
     // Settings.
     "'max_model_len': -1",
     "max_model_len=-1",
@@ -331,6 +337,8 @@ mod tests {
             .chain(RELEASE)
             .chain(MODEL)
             .chain(&super::super::V0_BLOCK_LINES)
+            .chain(&super::super::CPU_BACKEND)
+            .chain([&super::super::ASCEND_BLOCK])
         {
             assert!(is_key(k), "{k:?}");
         }

@@ -782,3 +782,79 @@ fn a_log_without_a_version_line_is_dated_by_its_own_lines() {
         .release_bounds();
     assert_eq!(b, ReleaseBounds::default());
 }
+
+#[test]
+fn a_cpu_backend_log_is_refused_naming_why() {
+    // A public vLLM 0.9.2 CPU-backend log (Qwen3-0.6B, a demo script's output; a repository
+    // file found through a code index, its URL not known), lines as printed. V0 on the CPU
+    // backend makes VLLM_CPU_KVCACHE_SPACE (4 GiB by default, `platforms/cpu.py`) into
+    // `space // cache_block_size` blocks (`worker/cpu_worker.py`
+    // `CPUWorker.determine_num_available_blocks`): no GPU budget applies.
+    let v0 = "WARNING 07-15 21:27:10 [cpu.py:131] Environment variable VLLM_CPU_KVCACHE_SPACE (GiB) for CPU backend is not set, using 4 by default.\n\
+              INFO 07-15 21:27:10 [llm_engine.py:230] Initializing a V0 LLM engine (v0.9.2) with config: model='Qwen/Qwen3-0.6B', speculative_config=None, tokenizer='Qwen/Qwen3-0.6B', dtype=torch.float16, max_seq_len=2048, tensor_parallel_size=1, pipeline_parallel_size=1, quantization=None, enforce_eager=False, kv_cache_dtype=auto,  device_config=cpu, seed=0\n\
+              INFO 07-15 21:27:12 [default_loader.py:272] Loading weights took 0.68 seconds\n\
+              INFO 07-15 21:27:12 [executor_base.py:113] # cpu blocks: 2340, # CPU blocks: 0\n\
+              INFO 07-15 21:27:12 [executor_base.py:118] Maximum concurrency for 2048 tokens per request: 18.28x\n";
+    let e = parse(v0).unwrap_err().to_string();
+    assert!(
+        e.starts_with("line 1: a vLLM CPU-backend start-up")
+            && e.contains("VLLM_CPU_KVCACHE_SPACE, 4 GiB, the default (line 1)")
+            && e.contains("memplan plans GPU memory")
+            && e.contains("CPUWorker.determine_num_available_blocks")
+            && e.contains("this start-up's 2340 blocks (line 4)"),
+        "{e}"
+    );
+    // A public V1 log of the CPU backend (a vLLM development build on a Mac, facebook/opt-125m;
+    // a repository file found through a code index, its URL not known): 0.19.0 takes the space
+    // as its available KV memory (`v1/worker/cpu_worker.py`
+    // `CPUWorker.determine_available_memory`), half the host's memory when unset.
+    let v1 = "WARNING 03-30 22:28:09 [cpu.py:136] VLLM_CPU_KVCACHE_SPACE not set. Using 16.0 GiB for KV cache.\n\
+              (EngineCore pid=11747) INFO 03-30 22:28:15 [core.py:105] Initializing a V1 LLM engine (v0.1.dev14592+gb7332b058) with config: model='facebook/opt-125m', speculative_config=None, tokenizer='facebook/opt-125m', dtype=torch.float32, max_seq_len=2048, tensor_parallel_size=1, quantization=None, enforce_eager=True, kv_cache_dtype=auto, device_config=cpu, seed=0\n\
+              (EngineCore pid=11747) INFO 03-30 22:28:17 [kv_cache_utils.py:1319] GPU KV cache size: 232,960 tokens\n\
+              (EngineCore pid=11747) INFO 03-30 22:28:17 [kv_cache_utils.py:1324] Maximum concurrency for 2,048 tokens per request: 113.75x\n";
+    let e = parse(v1).unwrap_err().to_string();
+    assert!(
+        e.starts_with("line 1: a vLLM CPU-backend start-up")
+            && e.contains("VLLM_CPU_KVCACHE_SPACE, 16.0 GiB (line 1)")
+            && e.contains("this start-up's 232960 KV tokens (line 3)"),
+        "{e}"
+    );
+    // A GPU log's swap-space count ("# CPU blocks") is not the CPU backend.
+    let gpu = "INFO 12-06 11:39:36 gpu_executor.py:113] # GPU blocks: 1207, # CPU blocks: 1365\n";
+    assert_eq!(parse(gpu).unwrap().kv_blocks, Some(1207));
+}
+
+#[test]
+fn vllm_ascends_block_size_is_the_logs() {
+    // The vllm-ascend installation docs' single-NPU check (vLLM 0.18.0), lines as printed:
+    // vllm-ascend prints "Block size is set to 128 ..." where it sets the block size
+    // (`vllm_ascend/utils.py` `refresh_block_size`, prefix caching or chunked prefill on),
+    // whatever the arguments asked for; 284,416 tokens are 2,222 blocks of 128.
+    let log = "INFO 05-12 11:29:29 [utils.py:1186] Block size is set to 128 if prefix cache or chunked prefill is enabled.\n\
+               (EngineCore pid=970) INFO 05-12 11:29:29 [core.py:103] Initializing a V1 LLM engine (v0.18.0) with config: model='Qwen/Qwen3-0.6B', speculative_config=None, tokenizer='Qwen/Qwen3-0.6B', dtype=torch.bfloat16, max_seq_len=40960, tensor_parallel_size=1\n\
+               (EngineCore pid=970) INFO 05-12 11:34:57 [model_runner_v1.py:2599] Loading model weights took 15.2859 GB\n\
+               (EngineCore pid=970) INFO 05-12 11:35:44 [worker.py:357] Available KV cache memory: 39.06 GiB\n\
+               (EngineCore pid=970) INFO 05-12 11:35:44 [kv_cache_utils.py:1316] GPU KV cache size: 284,416 tokens\n";
+    let f = parse(log).unwrap();
+    assert_eq!(f.block_size, Some(128));
+    assert_eq!(f.line("block_size"), Some(1));
+    assert!(
+        f.notes.iter().any(|n| n.contains("an Ascend NPU start-up")),
+        "{:?}",
+        f.notes
+    );
+    // Arguments that asked for 16 are overridden, and the note says so.
+    let asked = log.replace(
+        "tensor_parallel_size=1",
+        "tensor_parallel_size=1, 'block_size': 16",
+    );
+    let f = parse(&asked).unwrap();
+    assert_eq!(f.block_size, Some(128));
+    assert!(
+        f.notes
+            .iter()
+            .any(|n| n.contains("block size 16 in the arguments; vllm-ascend set it to 128")),
+        "{:?}",
+        f.notes
+    );
+}
