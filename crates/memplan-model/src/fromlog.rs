@@ -26,7 +26,7 @@
 //!   below zero in a start-up that failed) are not figures of a plan: they are left out and
 //!   said so in [`LogFigures::notes`].
 //! - A log with none of the engines' memory lines is an error that says what was looked for.
-//! - A log of vLLM's CPU backend ("# cpu blocks", `device_config=cpu`) is an error that says
+//! - A log of vLLM's CPU backend ("# cpu blocks", `VLLM_CPU_KVCACHE_SPACE`) is an error that says
 //!   why: its KV cache is a fixed host-memory space, not a share of a GPU's memory.
 //! - vllm-ascend's "Block size is set to N" is the block size, whatever the arguments asked
 //!   for (`vllm_ascend/utils.py` `refresh_block_size`).
@@ -645,18 +645,20 @@ const V0_BLOCK_LINES: [&str; 8] = [
 
 /// Lines only vLLM's CPU backend prints: V0's block count on the CPU executor ("# cpu blocks:
 /// N, # CPU blocks: 0"; the capital "# CPU blocks" every V0 line ends with is the swap
-/// space), the engine config's `device_config=cpu`, the platform's detection ("Automatically
-/// detected platform cpu.", `platforms/__init__.py`) and the KV cache space it sizes by
+/// space), the platform's detection ("Automatically detected platform cpu.",
+/// `platforms/__init__.py`) and the KV cache space it sizes by
 /// (`platforms/cpu.py`: V0 "Environment variable VLLM_CPU_KVCACHE_SPACE (GiB) for CPU backend
 /// is not set, using 4 by default."; 0.19 "VLLM_CPU_KVCACHE_SPACE not set. Using X GiB for KV
 /// cache."). Such a start-up's KV cache is that space, in host memory: vLLM V0 makes it
 /// `space // cache_block_size` blocks (`worker/cpu_worker.py`
 /// `CPUWorker.determine_num_available_blocks`, 0.6 to 0.9), V1 takes the space as its
 /// available KV memory (`v1/worker/cpu_worker.py` `CPUWorker.determine_available_memory`,
-/// 0.19.0). Nothing of a GPU's memory budget applies, so memplan refuses such a log.
-const CPU_BACKEND: [&str; 4] = [
+/// 0.19.0). Nothing of a GPU's memory budget applies, so memplan refuses such a log. The
+/// engine config's `device_config=cpu` is no such line: out-of-tree platforms (vllm-metal,
+/// "Platform plugin metal is activated") print it too, and a log that names such a plugin is
+/// not refused as the CPU backend's.
+const CPU_BACKEND: [&str; 3] = [
     "# cpu blocks:",
-    "device_config=cpu",
     "Automatically detected platform cpu",
     "VLLM_CPU_KVCACHE_SPACE",
 ];
@@ -738,6 +740,9 @@ pub fn parse(text: &str) -> Result<LogFigures> {
     // The first line only the CPU backend prints, and the KV cache space it names.
     let mut cpu_backend: Option<usize> = None;
     let mut cpu_space: Option<(String, usize)> = None;
+    // An out-of-tree platform plugin other than the CPU's ("Platform plugin metal is
+    // activated"): its lines are not the CPU backend's.
+    let mut plugin = false;
     // The block size vllm-ascend set, with its line.
     let mut ascend_block: Option<(u32, usize)> = None;
     for (i, text) in text.lines().enumerate() {
@@ -769,6 +774,9 @@ pub fn parse(text: &str) -> Result<LogFigures> {
         let lines = &mut f.lines;
         if cpu_backend.is_none() && CPU_BACKEND.iter().any(|k| l.has(k)) {
             cpu_backend = Some(n);
+        }
+        if l.has("Platform plugin ") && !l.text.contains("Platform plugin cpu ") {
+            plugin = true;
         }
         if let Some(i) = l
             .find("VLLM_CPU_KVCACHE_SPACE")
@@ -1489,7 +1497,7 @@ pub fn parse(text: &str) -> Result<LogFigures> {
             set(&mut f.enforce_eager, e, lines, "enforce_eager", n);
         }
     }
-    if let Some(n) = cpu_backend.filter(|_| f.engine == Some(EngineKind::Vllm)) {
+    if let Some(n) = cpu_backend.filter(|_| f.engine == Some(EngineKind::Vllm) && !plugin) {
         let space = match &cpu_space {
             Some((s, at)) => format!("{s} (line {at})"),
             None => "the size VLLM_CPU_KVCACHE_SPACE sets (not printed in this log)".into(),

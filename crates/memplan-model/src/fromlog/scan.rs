@@ -111,9 +111,9 @@ pub(super) const KEYS: &[&str] = &[
     "maximum number of tokens that can be stored in KV cache",
     "max seq len (",
     "estimated maximum model length is",
-    // The CPU backend (refused) and vllm-ascend's block size.
-    "device_config=cpu",
+    // The CPU backend (refused), other platforms, and vllm-ascend's block size.
     "Automatically detected platform cpu",
+    "Platform plugin ",
     "VLLM_CPU_KVCACHE_SPACE",
     "Block size is set to",
     // Settings.

@@ -819,6 +819,18 @@ fn a_cpu_backend_log_is_refused_naming_why() {
             && e.contains("this start-up's 232960 KV tokens (line 3)"),
         "{e}"
     );
+    // A vllm-metal log (v0.23.0 on an Apple GPU; a repository file found through a code
+    // index, its URL not known) prints `device_config=cpu` and is no CPU-backend log, nor is
+    // one that names its platform plugin beside a CPU line.
+    let metal = "INFO 06-15 16:52:26 [__init__.py:238] Platform plugin metal is activated\n\
+                 (EngineCore pid=69652) INFO 06-15 16:52:27 [core.py:113] Initializing a V1 LLM engine (v0.23.0) with config: model='Qwen/Qwen3-0.6B', speculative_config=None, tokenizer='Qwen/Qwen3-0.6B', kv_cache_dtype=auto, device_config=cpu, seed=0\n\
+                 (EngineCore pid=69652) INFO 06-15 16:52:29 [kv_cache_utils.py:1744] GPU KV cache size: 7,664 tokens\n";
+    assert_eq!(parse(metal).unwrap().kv_tokens, Some(7_664));
+    // (The same with the CPU platform's space line added, as a plugin built on it may print.)
+    let with_space = format!(
+        "{metal}WARNING 06-15 16:52:26 [cpu.py:136] VLLM_CPU_KVCACHE_SPACE not set. Using 2.0 GiB for KV cache.\n"
+    );
+    assert!(parse(&with_space).is_ok());
     // A GPU log's swap-space count ("# CPU blocks") is not the CPU backend.
     let gpu = "INFO 12-06 11:39:36 gpu_executor.py:113] # GPU blocks: 1207, # CPU blocks: 1365\n";
     assert_eq!(parse(gpu).unwrap().kv_blocks, Some(1207));
