@@ -100,6 +100,22 @@ impl LayerShape {
     }
 }
 
+/// One block of a model built of single-purpose blocks (Nemotron-H's
+/// `hybrid_override_pattern`, one character per block: vLLM `nemotron_h.py`,
+/// `ALL_DECODER_LAYER_TYPES`): each block holds one norm and one of these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Block {
+    /// `M`: a Mamba2 mixer (`NemotronHMambaDecoderLayer`).
+    Mamba,
+    /// `*`: attention (`NemotronHAttentionDecoderLayer`).
+    Attention,
+    /// `-`: a dense MLP (`NemotronHMLPDecoderLayer`).
+    Mlp,
+    /// `E`: routed experts (`NemotronHMoEDecoderLayer`).
+    Moe,
+}
+
 /// Routed-expert facts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
@@ -115,6 +131,10 @@ pub struct Moe {
     /// Layers without routed experts (DeepSeek's `first_k_dense_replace`, Jamba's and Llama 4's
     /// interleaves, Qwen's `mlp_only_layers`).
     pub dense_layers: u64,
+    /// The width the experts run at when it is not the hidden size (Nemotron-H's latent MoE,
+    /// `moe_latent_size`: `fc1_latent_proj` / `fc2_latent_proj` around the experts); 0: the
+    /// hidden size.
+    pub latent_size: u64,
 }
 
 /// Multi-head latent attention facts (DeepSeek-V2/V3).
@@ -147,6 +167,10 @@ pub struct Vision {
     pub patch: u64,
     /// Gated MLP (Pixtral) or plain (SigLIP).
     pub gated: bool,
+    /// Parameters between the tower and the language model, where the family's own (Molmo's
+    /// attention pooling and gated projector); 0: a linear projector of the tower's width to
+    /// the model's and one of the model's width.
+    pub projector: u64,
 }
 
 /// The normalised facts of a model config.
@@ -188,8 +212,15 @@ pub struct ModelConfig {
     /// individually; empty when every layer has the model-wide shape (`num_heads`,
     /// `num_kv_heads`, `intermediate_size`).
     pub layer_shapes: Vec<LayerShape>,
-    /// The recurrent state of [`LayerKind::State`] layers (Mamba, gated DeltaNet).
+    /// The recurrent state of [`LayerKind::State`] layers (Mamba, gated DeltaNet). Its mixer's
+    /// projections take the place of attention's in those layers' weights.
     pub state: Option<crate::arch::state::StateShape>,
+    /// Per decoder block, what it holds, where the model is built of single-purpose blocks
+    /// (Nemotron-H); empty when every layer has a mixer (attention or state) and an MLP.
+    pub blocks: Vec<Block>,
+    /// Attention's query projection also produces an output gate as wide as the queries
+    /// (Qwen3-Next / Qwen3.5 `attn_output_gate`: qwen3_next.py, `Qwen3NextAttention`).
+    pub attn_output_gate: bool,
     /// DeepSeek-V3.2's indexer head dim (an indexer cache beside every MLA layer).
     pub indexer_head_dim: Option<u64>,
     /// Per-layer input embeddings (Gemma 3n, Gemma 4 E2B/E4B: `vocab_size_per_layer_input`,
@@ -305,7 +336,9 @@ impl<'a> Fields<'a> {
 /// Architectures whose MLP is two matrices, up and down with an activation between (vLLM
 /// `falcon.py` `FalconMLP`, `gpt_neox.py` `GPTNeoXMLP`, `gpt2.py` `GPT2MLP`, `gpt_j.py`
 /// `GPTJMLP`, `bloom.py` `BloomMLP`, `opt.py` `OPTDecoderLayer` fc1/fc2, `mpt.py` `MPTMLP`,
-/// `gpt_bigcode.py` `GPTBigMLP`, `starcoder2.py` `Starcoder2MLP`, `phi.py` `PhiMLP`).
+/// `gpt_bigcode.py` `GPTBigMLP`, `starcoder2.py` `Starcoder2MLP`, `phi.py` `PhiMLP`;
+/// `nemotron_h.py` `NemotronHMLP`, whose routed experts are two matrices too:
+/// `SharedFusedMoE(..., is_act_and_mul=False)`).
 const TWO_MATRIX_MLP: &[&str] = &[
     "FalconForCausalLM",
     "RWForCausalLM",
@@ -318,6 +351,8 @@ const TWO_MATRIX_MLP: &[&str] = &[
     "GPTBigCodeForCausalLM",
     "Starcoder2ForCausalLM",
     "PhiForCausalLM",
+    "NemotronHForCausalLM",
+    "NemotronH_Nano_VL_V2",
 ];
 
 /// Whether a key path names something memplan may read as a figure: a segment (the key names,
@@ -588,6 +623,8 @@ impl ModelConfig {
             layers: vec![LayerKind::Full; layers as usize],
             layer_shapes: Vec::new(),
             state: None,
+            blocks: Vec::new(),
+            attn_output_gate: false,
             indexer_head_dim: None,
             per_layer_input: None,
             kv_cache_quant: None,

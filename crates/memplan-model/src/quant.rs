@@ -115,7 +115,16 @@ impl Quantization {
                 if q.bool("load_in_8bit")? == Some(true) {
                     8.0
                 } else {
-                    4.0 + 32.0 / 64.0 / 8.0 // nf4 with one fp32 absmax per 64 (double-quant ignored)
+                    // 4-bit values and one fp32 absmax per block of 64 (bitsandbytes
+                    // `functional.quantize_4bit`, blocksize 64); with
+                    // `bnb_4bit_use_double_quant` the absmax is itself 8-bit, with one fp32
+                    // scale per 256 of them (`compress_statistics`: `quantize_blockwise(absmax,
+                    // blocksize=256)`).
+                    if q.bool("bnb_4bit_use_double_quant")? == Some(true) {
+                        4.0 + 8.0 / 64.0 + 32.0 / (64.0 * 256.0)
+                    } else {
+                        4.0 + 32.0 / 64.0
+                    }
                 }
             }
             "compressed-tensors" => {

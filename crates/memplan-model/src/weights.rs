@@ -1,12 +1,14 @@
 //! Weight bytes from the architecture, per tensor-parallel rank.
 //!
-//! Counted: embeddings and LM head (vocab-parallel: divided by TP; the head only when not
-//! tied), attention projections (divided by TP; KV projections replicated when there are
-//! fewer KV heads than ranks; MLA's down-projections replicated), dense and expert MLPs
-//! (divided by TP; layer by layer where the config gives each layer its own heads and MLP
-//! width, as Nemotron-NAS `block_configs` do), routers and norms (replicated), the rotary cos/sin cache the engine
-//! builds at load time (`max_position_embeddings * head_dim` elements), and a vision tower
-//! (replicated). Quantized checkpoints use [`Quantization::bytes`] for the linear layers it
+//! Counted layer by layer ([`params_by_stage`]): embeddings and LM head (vocab-parallel:
+//! divided by TP; the head only when not tied), attention projections (divided by TP; KV
+//! projections replicated when there are fewer KV heads than ranks; MLA's down-projections
+//! replicated; a layer's own heads where the config gives them, as Nemotron-NAS
+//! `block_configs` do), recurrent-state mixers in the state layers of hybrid models in place
+//! of attention (Mamba, Mamba2, gated DeltaNet, short convolution), Nemotron-H's
+//! single-purpose blocks, dense and expert MLPs (divided by TP), routers and norms
+//! (replicated), the rotary cos/sin cache the engine builds at load time
+//! (`max_position_embeddings * head_dim` elements), and a vision tower (replicated). Quantized checkpoints use [`Quantization::bytes`] for the linear layers it
 //! covers; everything else uses the model dtype.
 //!
 //! This is an estimate: engines add small buffers (a few MiB) that no config describes.
@@ -14,7 +16,7 @@
 
 use memplan_core::{Error, Result};
 
-use crate::config::{Family, ModelConfig};
+use crate::config::{Block, Family, LayerKind, ModelConfig};
 use crate::quant::Quantization;
 
 /// Weight parameters of one rank, split by how they are stored.
@@ -36,23 +38,99 @@ impl ParamCount {
     }
 }
 
+/// One rank's parameters by where a pipeline stage holds them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct StageParams {
+    /// The token embedding, with Gemma 3n / 4's per-layer input table and its projection.
+    pub embed: ParamCount,
+    /// The vision tower of a multimodal wrapper, with its projector.
+    pub vision: ParamCount,
+    /// Each decoder layer's own parameters, in layer order.
+    pub layers: Vec<ParamCount>,
+    /// What the last stage holds: the LM head (when not tied) and the final norm.
+    pub head: ParamCount,
+}
+
+impl StageParams {
+    /// All parameters of the rank.
+    pub fn total(&self) -> ParamCount {
+        let mut t = self.embed;
+        for p in self.layers.iter().chain([&self.vision, &self.head]) {
+            t.attention += p.attention;
+            t.mlp += p.mlp;
+            t.other += p.other;
+        }
+        t
+    }
+}
+
+/// Parameters in `f64` while they are added up.
+#[derive(Clone, Copy, Default)]
+struct Acc {
+    attention: f64,
+    mlp: f64,
+    other: f64,
+}
+
+impl Acc {
+    fn count(self) -> Result<ParamCount> {
+        let int = |x: f64| {
+            if x.is_finite() && (0.0..2f64.powi(62)).contains(&x) {
+                Ok(x.round() as u64)
+            } else {
+                Err(Error::invalid(
+                    "config.json",
+                    "the dimensions give an implausible parameter count",
+                ))
+            }
+        };
+        Ok(ParamCount {
+            attention: int(self.attention)?,
+            mlp: int(self.mlp)?,
+            other: int(self.other)?,
+        })
+    }
+}
+
 /// Parameters held by one of `tp` ranks. Counted in `f64` (exact below 2^53, far above any
 /// real model) so that absurd configs give an error instead of an overflow.
 pub fn params_per_rank(c: &ModelConfig, tp: u64) -> Result<ParamCount> {
+    Ok(params_by_stage(c, tp)?.total())
+}
+
+/// Parameters held by one of `tp` ranks, layer by layer (a pipeline stage holds its layers').
+///
+/// Each layer has a token mixer and a feed-forward block. The mixer is attention (MLA where
+/// the config has it; the layer's own heads where [`ModelConfig::layer_shapes`] gives them),
+/// or, in a [`LayerKind::State`] layer of a hybrid model, the recurrent mixer's projections
+/// ([`crate::arch::state::StateShape::mixer_params_per_rank`]); Falcon-H1 layers have both
+/// side by side. A model of single-purpose blocks ([`ModelConfig::blocks`], Nemotron-H) has one
+/// mixer or one MLP per block and one norm.
+pub fn params_by_stage(c: &ModelConfig, tp: u64) -> Result<StageParams> {
     let kv_rank = c.kv_heads_per_rank(tp)? as f64;
     let f = |n: u64| n as f64;
     let (h, l, hd, tpf) = (f(c.hidden_size), f(c.num_layers), f(c.head_dim), f(tp));
     let heads = f(c.num_heads / tp);
-    let (mut attention, mut mlp, mut other) = (0.0f64, 0.0f64, 0.0f64);
+    let n = c.num_layers as usize;
+    let mut layers = vec![Acc::default(); n];
+    let (mut embed, mut vision, mut head) = (Acc::default(), Acc::default(), Acc::default());
     // Vocab-parallel embedding and head.
     let emb = f(c.vocab_size.div_ceil(tp)) * h;
-    other += if c.tie_word_embeddings {
-        emb
-    } else {
-        2.0 * emb
+    embed.other += emb;
+    if !c.tie_word_embeddings {
+        head.other += emb;
+    }
+    // Attention of the model-wide shape (`q_width` with Qwen3-Next's output gate).
+    let q_width = if c.attn_output_gate { 2.0 } else { 1.0 };
+    let attention = |a: &mut Acc, heads: f64, kv: f64, hd: f64| {
+        if c.qkv_bias {
+            a.other += (heads + 2.0 * kv) * hd;
+        }
+        a.attention += h * (q_width * heads + 2.0 * kv) * hd + heads * hd * h;
     };
-    // Attention.
-    let attn_layer = if let Some(m) = c.mla {
+    let mla = |a: &mut Acc| {
+        let Some(m) = c.mla else { return };
         let (rank_q, rank_kv, rope, nope, v) = (
             f(m.q_lora_rank),
             f(m.kv_lora_rank),
@@ -66,92 +144,133 @@ pub fn params_per_rank(c: &ModelConfig, tp: u64) -> Result<ParamCount> {
             heads * h * (nope + rope)
         };
         // Replicated down-projections and their norms.
-        other += l * (rank_q * h + rank_q + h * (rank_kv + rope) + rank_kv);
-        q + heads * rank_kv * (nope + v) + heads * v * h
-    } else if !c.layer_shapes.is_empty() {
-        // Layers with their own heads (Nemotron-NAS, OpenELM): summed layer by layer below.
-        0.0
-    } else {
-        if c.qkv_bias {
-            other += l * (heads + 2.0 * kv_rank) * hd;
-        }
-        h * (heads + 2.0 * kv_rank) * hd + heads * hd * h
+        a.other += rank_q * h + rank_q + h * (rank_kv + rope) + rank_kv;
+        a.attention += q + heads * rank_kv * (nope + v) + heads * v * h;
     };
-    attention += l * attn_layer;
-    if c.mla.is_none() {
-        for s in c.layer_shapes.iter().filter(|s| s.has_attention()) {
-            let kv = f(crate::kvspec::heads_per_rank(s.heads, s.kv_heads, tp)?);
-            let q = f(s.heads / tp);
-            let hd = f(s.head_dim_or(c.head_dim));
-            if c.qkv_bias {
-                other += (q + 2.0 * kv) * hd;
-            }
-            attention += h * (q + 2.0 * kv) * hd + q * hd * h;
+    let state = |a: &mut Acc| {
+        if let Some(s) = c.state {
+            let (linear, rest) = s.mixer_params_per_rank(c.hidden_size, tp);
+            a.attention += linear;
+            a.other += rest;
         }
-    }
-    // MLP: gated (gate, up, down) except Phi-2's plain fc1/fc2 with biases.
+    };
+    // MLP: gated (gate, up, down) except the two-matrix families (Phi-2 with biases).
     let inter = f(c.intermediate_size);
     let mats = if c.family == Family::Phi2 || !c.gated_mlp {
         2.0
     } else {
         3.0
     };
-    let dense_mlp = mats * h * inter / tpf;
-    if c.family == Family::Phi2 && c.layer_shapes.is_empty() {
-        other += l * (inter / tpf + h);
-    }
-    match c.moe {
-        // Layers with their own MLP widths (0: no MLP).
-        None if !c.layer_shapes.is_empty() => {
-            for s in &c.layer_shapes {
-                mlp += mats * h * f(s.intermediate) / tpf;
-                if c.family == Family::Phi2 {
-                    other += f(s.intermediate) / tpf + h;
-                }
+    let dense_mlp = |a: &mut Acc, inter: f64| {
+        a.mlp += mats * h * inter / tpf;
+        if c.family == Family::Phi2 {
+            a.other += inter / tpf + h;
+        }
+    };
+    let moe = |a: &mut Acc| {
+        let Some(m) = c.moe else { return };
+        let width = if m.latent_size > 0 {
+            f(m.latent_size)
+        } else {
+            h
+        };
+        a.mlp += (f(m.num_experts) * mats * width * f(m.expert_intermediate)
+            + mats * h * f(m.shared_intermediate))
+            / tpf;
+        // Router; Nemotron-H's latent projections (`ReplicatedLinear`) around the experts.
+        a.other += h * f(m.num_experts);
+        if m.latent_size > 0 {
+            a.mlp += 2.0 * h * width;
+        }
+    };
+    // Norms: two per layer (four in Gemma), one per Nemotron-H block, the final norm.
+    let norms = if c.family == Family::Gemma { 4.0 } else { 2.0 };
+    head.other += h;
+    if !c.blocks.is_empty() {
+        for (a, b) in layers.iter_mut().zip(&c.blocks) {
+            a.other += h;
+            match b {
+                Block::Mamba => state(a),
+                Block::Attention => attention(a, heads, kv_rank, hd),
+                Block::Mlp => dense_mlp(a, inter),
+                Block::Moe => moe(a),
             }
         }
-        None => mlp += l * dense_mlp,
-        Some(m) => {
-            let dense = f(m.dense_layers.min(c.num_layers));
-            let moe_layers = l - dense;
-            mlp += dense * dense_mlp;
-            mlp += moe_layers
-                * (f(m.num_experts) * 3.0 * h * f(m.expert_intermediate)
-                    + 3.0 * h * f(m.shared_intermediate))
-                / tpf;
-            other += moe_layers * h * f(m.num_experts); // router
+    } else {
+        // Falcon-H1 lists each layer twice: attention, then the Mamba2 mixer beside it.
+        let parallel = c.layers.len() == 2 * n;
+        let dense_layers = c.moe.map_or(0, |m| m.dense_layers.min(c.num_layers)) as usize;
+        for (i, a) in layers.iter_mut().enumerate() {
+            a.other += norms * h;
+            let kind = c.layers.get(i).copied().unwrap_or(LayerKind::Full);
+            let shape = c.layer_shapes.get(i);
+            // The mixer.
+            if c.mla.is_some() {
+                mla(a);
+            } else if kind == LayerKind::State && c.state.is_some() {
+                state(a);
+            } else if let Some(s) = shape {
+                if s.has_attention() {
+                    let kv = f(crate::kvspec::heads_per_rank(s.heads, s.kv_heads, tp)?);
+                    attention(a, f(s.heads / tp), kv, f(s.head_dim_or(c.head_dim)));
+                }
+            } else {
+                attention(a, heads, kv_rank, hd);
+            }
+            if parallel && c.layers.get(n + i) == Some(&LayerKind::State) {
+                state(a);
+            }
+            // The feed-forward block (0 wide: none).
+            match (c.moe, shape) {
+                (Some(_), _) if i >= dense_layers => moe(a),
+                (_, Some(s)) => {
+                    if s.intermediate > 0 {
+                        dense_mlp(a, f(s.intermediate));
+                    }
+                }
+                _ => dense_mlp(a, inter),
+            }
         }
     }
-    // Norms: two per layer (four in Gemma), final norm; Qwen3/Gemma3 q/k norms are tiny.
-    let norms = if c.family == Family::Gemma { 4.0 } else { 2.0 };
-    other += l * norms * h + h;
     if let Some((vocab, width)) = c.per_layer_input {
         let (v, w) = (f(vocab.div_ceil(tp)), f(width));
         // The table (vocab-parallel, as the token embedding), the hidden state's projection
         // to it (column-parallel) and each layer's gate and projection back (replicated:
         // gemma4.py `ReplicatedLinear`).
-        other += v * l * w + h * l * w / tpf + l * 2.0 * h * w;
+        embed.other += v * l * w + h * l * w / tpf;
+        for a in &mut layers {
+            a.other += 2.0 * h * w;
+        }
     }
     if let Some(v) = c.vision {
         let (vh, vi, patch) = (f(v.hidden), f(v.intermediate), f(v.patch));
         let vm = if v.gated { 3.0 } else { 2.0 };
-        other += f(v.layers) * (4.0 * vh * vh + vm * vh * vi + 9.0 * vh);
-        other += 3.0 * patch * patch * vh + vh * h + h * h; // patch embed, projector
-    }
-    let int = |x: f64| {
-        if x.is_finite() && x < 2f64.powi(62) {
-            Ok(x.round() as u64)
+        vision.other += f(v.layers) * (4.0 * vh * vh + vm * vh * vi + 9.0 * vh);
+        vision.other += 3.0 * patch * patch * vh; // patch embedding
+        vision.other += if v.projector > 0 {
+            f(v.projector)
         } else {
-            Err(Error::invalid(
-                "config.json",
-                "the dimensions give an implausible parameter count",
-            ))
-        }
-    };
-    Ok(ParamCount {
-        attention: int(attention)?,
-        mlp: int(mlp)?,
-        other: int(other)?,
+            vh * h + h * h
+        };
+    }
+    // The whole must be plausible too (so that adding the parts up cannot overflow).
+    let mut all = Acc::default();
+    for a in layers.iter().chain([&embed, &vision, &head]) {
+        all.attention += a.attention;
+        all.mlp += a.mlp;
+        all.other += a.other;
+    }
+    all.count()?;
+    Acc {
+        attention: all.attention + all.mlp + all.other,
+        ..Acc::default()
+    }
+    .count()?;
+    Ok(StageParams {
+        embed: embed.count()?,
+        vision: vision.count()?,
+        layers: layers.into_iter().map(Acc::count).collect::<Result<_>>()?,
+        head: head.count()?,
     })
 }
 
@@ -163,8 +282,19 @@ pub fn weight_bytes(
     quant: Option<&Quantization>,
 ) -> Result<u64> {
     let p = params_per_rank(c, tp)?;
-    let over = || Error::invalid("model", "weight bytes overflow 64 bits");
-    let full = |n: u64| n.checked_mul(dtype_bytes).ok_or_else(over);
+    param_bytes(&p, dtype_bytes, quant)?
+        .checked_add(rotary_bytes(c, dtype_bytes)?)
+        .ok_or_else(overflow)
+}
+
+fn overflow() -> Error {
+    Error::invalid("model", "weight bytes overflow 64 bits")
+}
+
+/// Bytes of `p` parameters: the linear layers at the quantization's size where it covers
+/// them, everything else at the dtype's.
+pub fn param_bytes(p: &ParamCount, dtype_bytes: u64, quant: Option<&Quantization>) -> Result<u64> {
+    let full = |n: u64| n.checked_mul(dtype_bytes).ok_or_else(overflow);
     let linear = match quant {
         Some(q) => q.bytes(p.mlp).saturating_add(if q.attention {
             q.bytes(p.attention)
@@ -173,18 +303,19 @@ pub fn weight_bytes(
         }),
         None => full(p.attention)?
             .checked_add(full(p.mlp)?)
-            .ok_or_else(over)?,
+            .ok_or_else(overflow)?,
     };
-    let rotary = c
-        .max_position_embeddings
+    full(p.other)?.checked_add(linear).ok_or_else(overflow)
+}
+
+/// The rotary cos/sin cache the engine builds at load time (`max_position_embeddings *
+/// head_dim` elements), in every process that runs attention layers.
+pub fn rotary_bytes(c: &ModelConfig, dtype_bytes: u64) -> Result<u64> {
+    c.max_position_embeddings
         .unwrap_or(0)
         .checked_mul(c.head_dim)
         .and_then(|v| v.checked_mul(dtype_bytes))
-        .ok_or_else(over)?;
-    full(p.other)?
-        .checked_add(linear)
-        .and_then(|v| v.checked_add(rotary))
-        .ok_or_else(over)
+        .ok_or_else(overflow)
 }
 
 #[cfg(test)]

@@ -218,8 +218,18 @@ pub(crate) fn parse(
         Family::Dense
     };
     let mut c = ModelConfig::dense(arch.to_string(), family, &f)?;
-    if gemma && f.get("tie_word_embeddings").is_none() {
+    // A config that omits `tie_word_embeddings` takes its class's default, which vLLM reads
+    // (`config.tie_word_embeddings`): tied for Gemma and SmolLM3 (transformers `GemmaConfig`,
+    // `SmolLM3Config`: `tie_word_embeddings = True`).
+    if (gemma || model_type == "smollm3") && f.get("tie_word_embeddings").is_none() {
         c.tie_word_embeddings = true;
+    }
+    // Molmo (vLLM `molmo.py`, `LanguageModelMLP`): `intermediate_size` is the fused
+    // gate + up width (`ff_proj`), each projection `intermediate_size // 2`; the vision
+    // backbone's shape is not in config.json but vLLM's `VisionBackboneConfig` defaults (a
+    // CLIP ViT-L/14 of 23 layers, 1024 wide, MLP 4096).
+    if arch == "MolmoForCausalLM" {
+        c.intermediate_size /= 2;
     }
     if q.is_some_and(|q| q.qkv_bias) || arch == "PhiForCausalLM" {
         c.qkv_bias = true;
@@ -248,6 +258,20 @@ pub(crate) fn parse(
     }
     let (layers, rule) = layers::read(&f, c.num_layers, &model_type)?;
     c.layers = layers;
+    c.blocks = blocks(&f)?;
+    if !c.blocks.is_empty() {
+        let routed = c
+            .blocks
+            .iter()
+            .filter(|b| **b == crate::config::Block::Moe)
+            .count() as u64;
+        if let Some(m) = c.moe.as_mut() {
+            m.dense_layers = c.num_layers - routed.min(c.num_layers);
+        }
+    }
+    // qwen3_next.py `Qwen3NextAttention`: `getattr(config, "attn_output_gate", True)`.
+    c.attn_output_gate = q.is_some_and(|q| q.state == Some(StateKind::GatedDeltaNet))
+        && f.bool("attn_output_gate", true)?;
     let mut read: Vec<&str> = rule.keys.to_vec();
     read.extend(MOE_KEYS);
     let mut rule_name = rule.name.to_string();
@@ -323,6 +347,21 @@ pub(crate) fn parse(
         top,
         arch.starts_with("Pixtral") || arch.starts_with("Mistral3"),
     );
+    if arch == "MolmoForCausalLM" && c.vision.is_none() {
+        // `MolmoVisionBackbone`: `image_pooling_2d` (wq, wk, wv over the two ViT layers it
+        // reads, 2 x 1024 wide, and wo, all with biases), `image_projector` (a gated MLP from
+        // 1024 to the model's width with the language model's MLP width) and `pad_embed`.
+        let (vh, inter, h) = (1024, c.intermediate_size, c.hidden_size);
+        let pooling = 3 * (2 * vh * vh + vh) + vh * vh + vh;
+        c.vision = Some(Vision {
+            hidden: vh,
+            layers: 23,
+            intermediate: 4096,
+            patch: 14,
+            gated: false,
+            projector: pooling + vh * 2 * inter + inter * h + 2 * 2 * vh,
+        });
+    }
     c.language_key = key.clone();
     c.rule = match q {
         Some(_) => format!("{arch}: generic decoder keys + family facts, layers by {rule_name}"),
@@ -344,6 +383,28 @@ pub(crate) fn parse(
     c.kv_cache_quant = kv_cache_quant(top);
     c.derived_max_len = Some(derived_max_len(&f, &model_type)?);
     Ok(c)
+}
+
+/// Nemotron-H's blocks, one per character of `hybrid_override_pattern` (vLLM `nemotron_h.py`,
+/// `ALL_DECODER_LAYER_TYPES`: `M` Mamba2, `*` attention, `-` MLP, `E` routed experts); no
+/// pattern, no blocks.
+fn blocks(f: &Fields<'_>) -> Result<Vec<crate::config::Block>> {
+    use crate::config::Block;
+    let Some(p) = f.str("hybrid_override_pattern") else {
+        return Ok(Vec::new());
+    };
+    p.chars()
+        .map(|ch| match ch {
+            'M' => Ok(Block::Mamba),
+            '*' => Ok(Block::Attention),
+            '-' => Ok(Block::Mlp),
+            'E' => Ok(Block::Moe),
+            _ => Err(Error::invalid(
+                "hybrid_override_pattern",
+                format!("has the block `{ch}`; nemotron_h.py builds only `M` (Mamba2), `*` (attention), `-` (MLP) and `E` (routed experts)"),
+            )),
+        })
+        .collect()
 }
 
 /// LFM2's MLP width (vLLM `lfm2.py`, `Lfm2MLP.__init__`): transformers' `Lfm2Config` takes
@@ -460,6 +521,12 @@ fn moe(f: &Fields<'_>, c: &ModelConfig) -> Result<Option<Moe>> {
         .is_some_and(|v| v.as_bool() == Some(true) || v.as_u64().is_some_and(|n| n > 0));
     let shared = match f.first(&["shared_expert_intermediate_size"])? {
         Some(s) => s,
+        // Nemotron-H (nemotron_h.py, `NemotronHMoE.__init__`): the shared MLP is
+        // `moe_shared_expert_intermediate_size * n_shared_experts` wide.
+        None if f.get("moe_shared_expert_intermediate_size").is_some() => f
+            .u64("moe_shared_expert_intermediate_size")?
+            .checked_mul(f.opt_u64("n_shared_experts")?.unwrap_or(1))
+            .ok_or_else(|| Error::invalid("n_shared_experts", "too large"))?,
         // Gemma 4's MoE block runs beside the layer's dense MLP, not instead of it (gemma4.py,
         // `Gemma4DecoderLayer`: `self.mlp` always, `self.moe` with `enable_moe_block`): a
         // dense MLP of `intermediate_size` in every layer, as a shared expert's weights are.
@@ -492,6 +559,7 @@ fn moe(f: &Fields<'_>, c: &ModelConfig) -> Result<Option<Moe>> {
         expert_intermediate: ei,
         shared_intermediate: shared,
         dense_layers: dense_layers.min(c.num_layers),
+        latent_size: f.opt_u64("moe_latent_size")?.unwrap_or(0),
     }))
 }
 
@@ -631,6 +699,7 @@ fn vision(top: &Map<String, Value>, gated: bool) -> Option<Vision> {
         intermediate: n(&["intermediate_size"]).unwrap_or(ratio.saturating_mul(hidden)),
         patch: n(&["patch_size"]).unwrap_or(14),
         gated: gated || silu,
+        projector: 0,
     })
 }
 
@@ -722,3 +791,5 @@ mod tests;
 mod tests_families;
 #[cfg(test)]
 mod tests_per_layer;
+#[cfg(test)]
+pub(crate) mod tests_weights;

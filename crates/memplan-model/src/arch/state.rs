@@ -42,6 +42,9 @@ pub struct StateShape {
     pub head_dim: u64,
     /// Convolution kernel.
     pub conv_kernel: u64,
+    /// Mamba: the time-step projection's rank (`mamba_dt_rank`, `time_step_rank`; "auto" or
+    /// absent: `ceil(hidden / 16)`, transformers `JambaConfig` / `MambaConfig`); 0 otherwise.
+    pub dt_rank: u64,
     /// The SSM/recurrent state is kept in float32 whatever the model dtype (Nemotron-H's
     /// `mamba_ssm_cache_dtype` default, `NemotronHForCausalLMConfig`).
     pub ssm_f32: bool,
@@ -94,6 +97,72 @@ impl StateShape {
     }
 }
 
+impl StateShape {
+    /// Parameters of one state layer's mixer on one of `tp` ranks in a model of width
+    /// `hidden`: `(projections, the rest)`. The projections (quantizable, as attention's) take
+    /// the hidden state in and out; the rest are the convolution, the SSM's `A`, `D` and
+    /// time-step bias, and norms. Shapes from vLLM 0.19.0:
+    /// - Mamba (`layers/mamba/mamba_mixer.py`, `MambaMixer.__init__`): `in_proj` hidden x
+    ///   2 inner, `x_proj` inner x (dt_rank + 2 d_state), `dt_proj` dt_rank x inner (+ bias),
+    ///   `out_proj` inner x hidden; conv inner x kernel (+ bias), `A` inner x d_state, `D`
+    ///   inner, the dt/B/C norms.
+    /// - Mamba2 (`layers/mamba/mamba_mixer2.py`, `MambaMixer2.__init__`): `in_proj` hidden x
+    ///   (2 inner + 2 groups d_state + heads), `out_proj` inner x hidden; conv (inner + 2
+    ///   groups d_state) x kernel (+ bias), `A`, `D`, `dt_bias` per head, the gated norm
+    ///   (inner). Groups that do not divide `tp` are repeated to `tp`
+    ///   (`extra_groups_for_head_shards`).
+    /// - Gated DeltaNet (`layers/mamba/gdn_linear_attn.py`, `GatedDeltaNetAttention`):
+    ///   `in_proj_qkvz` hidden x (2 key + 2 value dims), `in_proj_ba` hidden x 2 value heads,
+    ///   `out_proj` value dim x hidden; conv (2 key + value dims) x kernel, `A_log` and
+    ///   `dt_bias` per value head, the gated norm (one value head).
+    /// - Short convolution (`layers/mamba/short_conv.py`, `ShortConv`): `in_proj` hidden x 3
+    ///   conv dims, `out_proj` conv dim x hidden; conv conv dim x `L_cache`.
+    pub fn mixer_params_per_rank(&self, hidden: u64, tp: u64) -> (f64, f64) {
+        let f = |n: u64| n as f64;
+        let (h, t, k) = (f(hidden), f(tp.max(1)), f(self.conv_kernel));
+        match self.kind {
+            StateKind::Mamba1 => {
+                let (d, n, r) = (f(self.inner) / t, f(self.state), f(self.dt_rank));
+                (
+                    h * 2.0 * d + d * (r + 2.0 * n) + r * d + d * h,
+                    d * k + d + d + d * n + d + r + 2.0 * n,
+                )
+            }
+            StateKind::Mamba2 => {
+                let groups = if self.groups.is_multiple_of(tp.max(1)) {
+                    self.groups
+                } else {
+                    tp
+                };
+                let (d, gn, heads) = (
+                    f(self.inner) / t,
+                    f(groups * self.state) / t,
+                    f(self.heads) / t,
+                );
+                (
+                    h * (2.0 * d + 2.0 * gn + heads) + d * h,
+                    (d + 2.0 * gn) * (k + 1.0) + 3.0 * heads + d,
+                )
+            }
+            StateKind::GatedDeltaNet => {
+                let (kd, vd, heads) = (
+                    f(self.groups * self.state) / t,
+                    f(self.heads * self.head_dim) / t,
+                    f(self.heads) / t,
+                );
+                (
+                    h * (2.0 * kd + 2.0 * vd) + h * 2.0 * heads + vd * h,
+                    (2.0 * kd + vd) * k + 2.0 * heads + f(self.head_dim),
+                )
+            }
+            StateKind::ShortConv => {
+                let d = f(self.inner) / t;
+                (h * 3.0 * d + d * h, d * k)
+            }
+        }
+    }
+}
+
 /// Read a state shape with the family's key names. `hidden` is the model's hidden size.
 pub(crate) fn read(
     kind: StateKind,
@@ -119,6 +188,13 @@ pub(crate) fn read(
             heads: 0,
             head_dim: 0,
             conv_kernel: f.first(&["mamba_d_conv", "conv_kernel"])?.unwrap_or(4),
+            dt_rank: match ["mamba_dt_rank", "time_step_rank"]
+                .into_iter()
+                .find_map(|k| f.get(k).map(|v| (k, v)))
+            {
+                Some((k, v)) if !v.is_string() => f.positive(k)?,
+                _ => hidden.div_ceil(16),
+            },
             ssm_f32,
         },
         StateKind::Mamba2 => {
@@ -141,6 +217,7 @@ pub(crate) fn read(
                 heads,
                 head_dim,
                 conv_kernel: f.first(&["mamba_d_conv", "conv_kernel"])?.unwrap_or(4),
+                dt_rank: 0,
                 ssm_f32,
             }
         }
@@ -152,6 +229,7 @@ pub(crate) fn read(
             heads: 0,
             head_dim: 0,
             conv_kernel: first(&["conv_L_cache"])?,
+            dt_rank: 0,
             ssm_f32,
         },
         StateKind::GatedDeltaNet => StateShape {
@@ -162,6 +240,7 @@ pub(crate) fn read(
             heads: first(&["linear_num_value_heads"])?,
             head_dim: first(&["linear_value_head_dim"])?,
             conv_kernel: first(&["linear_conv_kernel_dim"])?,
+            dt_rank: 0,
             ssm_f32,
         },
     })

@@ -1,0 +1,181 @@
+//! Config-only weight estimates of real checkpoints. Configs are in
+//! `tests/data/weight-configs.jsonl` (each with its source and the checkpoint's size); every
+//! expected figure is counted by hand in the comments from the tensor shapes vLLM 0.19.0
+//! builds (the file and class named), or taken from the checkpoint's safetensors index.
+
+use serde_json::Value;
+
+use crate::config::Block;
+use crate::weights::{params_per_rank, weight_bytes};
+use crate::ModelConfig;
+
+const REAL: &str = include_str!("../../tests/data/weight-configs.jsonl");
+
+/// The real config of `model`.
+pub(crate) fn real(model: &str) -> ModelConfig {
+    let v = REAL
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|r| r["model"] == model)
+        .unwrap_or_else(|| panic!("{model} is not in weight-configs.jsonl"))["config"]
+        .clone();
+    ModelConfig::from_value(&v).unwrap_or_else(|e| panic!("{model}: {e}"))
+}
+
+/// Nemotron-3-Nano-30B-A3B's blocks, counted by hand (TP 1), hidden 2688:
+/// - Mamba2 (`mamba_mixer2.py`, `MambaMixer2`; 64 heads of 64 = 4096 inner, 8 groups of
+///   state 128, kernel 4, conv bias): in_proj 2688 x (2 x 4096 + 2 x 1024 + 64) =
+///   27,697,152; conv1d (4096 + 2048) x 4 + 6144 bias = 30,720; A, D, dt_bias 3 x 64; gated
+///   norm 4096; out_proj 4096 x 2688 = 11,010,048; block norm 2688: 38,744,896.
+/// - Attention (`NemotronHAttention`; 32 heads, 2 KV heads of 128): 2688 x (4096 + 512) +
+///   4096 x 2688 + norm 2688 = 23,399,040.
+/// - MoE (`NemotronHMoE`): 128 experts of up and down (`is_act_and_mul=False`) 2688 x 1856
+///   = 1,277,165,568; the shared expert up and down 2688 x 3712 = 19,955,712; the router
+///   2688 x 128 = 344,064; block norm 2688: 1,297,468,032 (the router's 128 fp32
+///   `e_score_correction_bias` entries are left out).
+pub(crate) const NANO_MAMBA: u64 = 38_744_896;
+pub(crate) const NANO_ATTN: u64 = 23_399_040;
+pub(crate) const NANO_MOE: u64 = 1_297_468_032;
+pub(crate) const NANO_EMB: u64 = 131_072 * 2688;
+
+#[test]
+fn nemotron_h_counts_each_block_by_its_kind() {
+    // "MEMEM*EMEMEM*...": 23 Mamba2, 6 attention and 23 MoE blocks, no MLP block; the
+    // embedding and an untied head of 131,072 x 2688 and the final norm. NVIDIA gives 31.6B
+    // parameters; counted as attention + experts in every one of the 52 layers it was 102B.
+    let c = real("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16");
+    let n = |b| c.blocks.iter().filter(|x| **x == b).count() as u64;
+    assert_eq!(
+        (
+            n(Block::Mamba),
+            n(Block::Attention),
+            n(Block::Mlp),
+            n(Block::Moe)
+        ),
+        (23, 6, 0, 23)
+    );
+    let want = 23 * NANO_MAMBA + 6 * NANO_ATTN + 23 * NANO_MOE + 2 * NANO_EMB + 2688;
+    assert_eq!(want, 31_577_937_344);
+    assert_eq!(params_per_rank(&c, 1).unwrap().total(), want);
+    // Weights: bf16, plus the rotary cache of 262,144 positions x 128.
+    assert_eq!(
+        weight_bytes(&c, 1, 2, None).unwrap(),
+        2 * want + 262_144 * 128 * 2
+    );
+
+    // Nemotron-H-56B: 54 Mamba2 (256 heads of 64 = 16,384 inner, 8 groups of state 256),
+    // 10 attention (64 heads, 8 KV heads of 128) and 54 relu^2 MLP blocks (up and down,
+    // `NemotronHMLP`, 8192 x 32768), hidden 8192:
+    // Mamba2: 8192 x (32768 + 4096 + 256) + (16384 + 4096) x 5 + 3 x 256 + 16384 + 16384 x
+    // 8192 + 8192 = 438,432,512; attention 8192 x (8192 + 2048) + 8192 x 8192 + 8192 =
+    // 151,003,136; MLP 2 x 8192 x 32768 + 8192 = 536,879,104. With the embedding, head and
+    // final norm, 56,324,350,464 (the "56B" of its name).
+    let c = real("nvidia/Nemotron-H-56B-Base-8K");
+    let emb = 131_072 * 8192;
+    let want = 54 * 438_432_512 + 10 * 151_003_136 + 54 * 536_879_104 + 2 * emb + 8192;
+    assert_eq!(want, 56_324_350_464);
+    assert_eq!(params_per_rank(&c, 1).unwrap().total(), want);
+    // TP 2: the mixers, MLPs, vocabulary and attention heads split; norms, the SSM's per-head
+    // figures split with the heads, the block norms replicated. Mamba2 per rank: 8192 x
+    // (16384 + 2048 + 128) + (8192 + 2048) x 5 + 3 x 128 + 8192 + 8192 x 8192 + 8192 =
+    // 219,220,352; attention 8192 x (4096 + 1024) + 4096 x 8192 + 8192 = 75,505,664; MLP
+    // 2 x 8192 x 16384 + 8192 = 268,443,648.
+    let half = 54 * 219_220_352 + 10 * 75_505_664 + 54 * 268_443_648 + emb + 8192;
+    assert_eq!(params_per_rank(&c, 2).unwrap().total(), half);
+}
+
+#[test]
+fn gated_deltanet_layers_count_their_own_projections() {
+    // Qwen3-Next-80B-A3B, hidden 2048, 48 layers, every 4th full attention (12), the rest
+    // gated DeltaNet (36), routed experts in every layer:
+    // - attention (qwen3_next.py `Qwen3NextAttention`, `attn_output_gate` true by default):
+    //   2048 x (2 x 16 + 2 x 2) x 256 + 16 x 256 x 2048 = 27,262,976 (+ q/k norms 512, left
+    //   out);
+    // - gated DeltaNet (gdn_linear_attn.py `GatedDeltaNetAttention`; 16 key heads and 32
+    //   value heads of 128): in_proj_qkvz 2048 x (2 x 2048 + 2 x 4096) = 25,165,824,
+    //   in_proj_ba 2048 x 64 = 131,072, conv1d (2 x 2048 + 4096) x 4 = 32,768, A_log and
+    //   dt_bias 64, norm 128, out_proj 4096 x 2048 = 8,388,608: 33,718,464;
+    // - MoE: 512 experts x 3 x 2048 x 512 + the shared expert 3 x 2048 x 512 + the router
+    //   2048 x 512 = 1,614,807,040 (+ the shared expert's gate 2048, left out);
+    // - two norms per layer, the embedding and untied head 151,936 x 2048, the final norm.
+    // The hand count with the two left-out terms is 79,674,391,296, and with the MTP layer's
+    // 1,650,471,424 exactly the checkpoint's 81,324,862,720 parameters.
+    let c = real("Qwen/Qwen3-Next-80B-A3B-Instruct");
+    assert!(c.attn_output_gate);
+    let want = 12 * 27_262_976
+        + 36 * 33_718_464
+        + 48 * (1_614_807_040 + 2 * 2048)
+        + 2 * 151_936 * 2048
+        + 2048;
+    assert_eq!(want + 12 * 512 + 48 * 2048, 79_674_391_296);
+    assert_eq!(params_per_rank(&c, 1).unwrap().total(), want);
+
+    // Qwen3.5-18B-REAP-A3B (Qwen3.5-35B-A3B with 128 experts left, no MTP or vision tensors
+    // saved): the same layer shapes, 40 layers (10 full), 248,320 tokens. Its checkpoint is
+    // 37,087,995,136 bytes of fp16: 18,543,997,568 parameters, the hand count with the
+    // left-out terms; the estimate adds the rotary cache (262,144 x 256 x 2 bytes).
+    let c = real("bryce-hoehn/Qwen3.5-18B-REAP-A3B-Coding");
+    let moe = 128 * 3 * 2048 * 512 + 3 * 2048 * 512 + 2048 * 128;
+    let want =
+        10 * 27_262_976 + 30 * 33_718_464 + 40 * (moe + 2 * 2048) + 2 * 248_320 * 2048 + 2048;
+    assert_eq!(want + 10 * 512 + 40 * 2048, 18_543_997_568);
+    assert_eq!(params_per_rank(&c, 1).unwrap().total(), want);
+    assert_eq!(
+        weight_bytes(&c, 1, 2, None).unwrap(),
+        2 * want + 262_144 * 256 * 2
+    );
+}
+
+#[test]
+fn a_config_without_tie_word_embeddings_takes_its_class_default() {
+    // SmolLM3-3B's config.json omits `tie_word_embeddings`; transformers' `SmolLM3Config`
+    // defaults it to true and the checkpoint has no lm_head: 6,150,197,248 bytes of bf16 =
+    // 3,075,098,624 parameters = 36 layers x (2048 x 3072 + 2048 x 2048 + 3 x 2048 x 11008 +
+    // 2 x 2048) + 128,256 x 2048 + 2048, one embedding matrix.
+    let c = real("HuggingFaceTB/SmolLM3-3B");
+    assert!(c.tie_word_embeddings);
+    let layer: u64 = 2048 * 3072 + 2048 * 2048 + 3 * 2048 * 11008 + 2 * 2048;
+    assert_eq!(36 * layer + 128_256 * 2048 + 2048, 6_150_197_248 / 2);
+    assert_eq!(params_per_rank(&c, 1).unwrap().total(), 6_150_197_248 / 2);
+}
+
+#[test]
+fn molmo_reads_its_fused_mlp_width_and_fixed_vision_backbone() {
+    // Molmo-7B-D (molmo.py): `LanguageModelMLP` is gate and up of `intermediate_size // 2`
+    // = 18,944 each (Qwen2-7B's width) and down; `MolmoVisionBackbone` is a fixed CLIP
+    // ViT-L/14 (`VisionBackboneConfig`: 23 layers, 1024 wide, MLP 4096) with an attention
+    // pooling and a gated projector from 1024 to 3584 through 18,944.
+    let c = real("reubzdubz/Molmo7B_D_NF4Quant");
+    let p = params_per_rank(&c, 1).unwrap();
+    assert_eq!(p.mlp, 28 * 3 * 3584 * 18_944);
+    // The checkpoint (index total_size 6,661,964,712): the 28 layers' linear weights,
+    // 28 x (3584 x 4608 + 3584 x 3584 + 3584 x 37888 + 18944 x 3584) = 6,525,288,448, in NF4
+    // without double quantization (4 bits + one fp32 absmax per 64: 4.5 bits a weight),
+    // everything else in fp16: QKV biases 28 x 4608, norms 57 x 3584, the embedding
+    // (152,064 + 128) x 3584 and the head 152,064 x 3584, and the vision backbone's
+    // 404,950,016 parameters (ViT 290,909,184 with its embeddings, pooling 7,342,080,
+    // projector 1024 x 37,888 + 18,944 x 3584 = 106,692,608, pad_embed 4096). That gives
+    // 6,661,948,416 bytes, 16 KB short of the file (bitsandbytes' quant-state tensors).
+    let lin = 28 * (3584 * 4608 + 3584 * 3584 + 3584 * 37_888 + 18_944 * 3584);
+    assert_eq!(p.attention + p.mlp, lin);
+    let rest = 28 * 4608 + 57 * 3584 + (152_064 + 128 + 152_064) * 3584 + 404_950_016;
+    assert_eq!(lin * 9 / 16 + 2 * rest, 6_661_948_416);
+    let w = weight_bytes(&c, 1, 2, c.quantization.as_ref()).unwrap() as f64;
+    assert!((w / 6_661_964_712.0 - 1.0).abs() < 0.001, "{w}");
+}
+
+#[test]
+fn bitsandbytes_double_quantization_keeps_8_bit_absmax() {
+    // Llama-2-13B in NF4 with `bnb_4bit_use_double_quant` (IrfanUruchi/Llama-2-13B-Computer-
+    // Engineering, index total_size 7,201,770,923): the 40 layers' 12,687,769,600 linear
+    // weights at 4 bits + one 8-bit absmax per 64 + one fp32 scale per 256 absmax =
+    // 4.126953125 bits, i.e. 6,545,228,800 bytes; the embedding and head 2 x 32,000 x 5120
+    // and 81 norms of 5120 in fp16, and the rotary cache 2048 x 128 x 2 bytes.
+    let c = real("IrfanUruchi/Llama-2-13B-Computer-Engineering");
+    let want = 6_545_228_800 + (2 * 32_000 * 5120 + 81 * 5120) * 2 + 2048 * 128 * 2;
+    assert_eq!(
+        weight_bytes(&c, 1, 2, c.quantization.as_ref()).unwrap(),
+        want
+    );
+    assert!((want as f64 / 7_201_770_923.0 - 1.0).abs() < 0.0001);
+}
