@@ -133,8 +133,8 @@ pub fn resolve_stage(d: &DryRun, pp: u64, i: u64) -> Result<PlanBuilder> {
         (None, Some(s)) => s.per_rank_as(tp, db, c.quantization.is_some()),
         (None, None) => crate::weights::weight_bytes(c, tp, db, c.quantization.as_ref())?,
     };
-    let emb = c.vocab_size.div_ceil(tp) * c.hidden_size * db;
-    let body = full.saturating_sub(if c.tie_word_embeddings { emb } else { 2 * emb });
+    let stage_est = stage_weight_bytes(c, tp, db, pp, i, (start, end))?;
+    let whole_est = crate::weights::weight_bytes(c, tp, db, c.quantization.as_ref())?;
     let l = c.num_layers.max(1);
     let mut stage = d.clone();
     let mut sc = c.clone();
@@ -152,22 +152,34 @@ pub fn resolve_stage(d: &DryRun, pp: u64, i: u64) -> Result<PlanBuilder> {
         .filter(|(j, _)| (start..end).contains(&(*j as u64)))
         .map(|(_, s)| *s)
         .collect();
+    sc.blocks = c
+        .blocks
+        .iter()
+        .enumerate()
+        .filter(|(j, _)| (start..end).contains(&(*j as u64)))
+        .map(|(_, b)| *b)
+        .collect();
     sc.num_layers = end - start;
     stage.model.config = sc;
-    let mut w = body / l * (end - start);
-    if i == 0 {
-        w += emb;
-    }
-    if i + 1 == pp {
-        w += emb;
-    }
+    // The estimate of the stage's share, applied to the whole model's figure (the same
+    // figure when the weights are estimated; a measured or checkpoint figure is split in the
+    // estimate's proportions).
+    let w = if full == whole_est || whole_est == 0 {
+        stage_est
+    } else {
+        (u128::from(full) * u128::from(stage_est) / u128::from(whole_est)) as u64
+    };
     stage.given.retain(|(k, _)| *k != ConsumerKind::Weights);
     // The stage's own activation peak: only the last stage samples.
     stage.runs_sampler = i + 1 == pp;
     let mut b = stage.resolve()?.builder;
     let basis = format!(
         "pipeline stage {i} of {pp}: layers {start}..{end} of the model's weights{}{}",
-        if i == 0 { " + embeddings" } else { "" },
+        if i == 0 || c.family == crate::config::Family::Gemma {
+            " + embeddings"
+        } else {
+            ""
+        },
         if i + 1 == pp { " + LM head" } else { "" }
     );
     b = b
@@ -177,6 +189,51 @@ pub fn resolve_stage(d: &DryRun, pp: u64, i: u64) -> Result<PlanBuilder> {
         b = b.rank(rank);
     }
     Ok(b)
+}
+
+/// The weight bytes one rank of stage `i` of `pp` holds, layers `start..end` (vLLM
+/// `make_layers` over `get_pp_indices`): its layers' own parameters
+/// ([`crate::weights::params_by_stage`]), the rotary cache (every stage builds its own), the
+/// vision tower (multimodal wrappers build it on every rank: `llava.py`, `gemma3_mm.py`),
+/// and the token embedding on the first stage and the LM head and final norm on the last
+/// (`llama.py` `LlamaModel`: `embed_tokens` on the first rank, and on the last when the head
+/// is tied to it). Gemma builds `embed_tokens` (and Gemma 3n / 4's per-layer input table) on
+/// every rank (`gemma2.py`, `gemma3.py`, `gemma3n.py`, `gemma4.py`), its tied head reading it.
+pub fn stage_weight_bytes(
+    c: &ModelConfig,
+    tp: u64,
+    db: u64,
+    pp: u64,
+    i: u64,
+    (start, end): (u64, u64),
+) -> Result<u64> {
+    use crate::weights::{param_bytes, params_by_stage, rotary_bytes, ParamCount};
+    let p = params_by_stage(c, tp)?;
+    let q = c.quantization.as_ref();
+    let (first, last) = (i == 0, i + 1 == pp);
+    let mut held = ParamCount::default();
+    let mut add = |x: &ParamCount| {
+        held.attention += x.attention;
+        held.mlp += x.mlp;
+        held.other += x.other;
+    };
+    for x in p.layers.iter().take(end as usize).skip(start as usize) {
+        add(x);
+    }
+    add(&p.vision);
+    let gemma = c.family == crate::config::Family::Gemma;
+    if first || gemma {
+        add(&p.embed);
+    }
+    if last {
+        add(&p.head);
+        if c.tie_word_embeddings && !first && !gemma {
+            add(&p.embed);
+        }
+    }
+    param_bytes(&held, db, q)?
+        .checked_add(rotary_bytes(c, db)?)
+        .ok_or_else(|| Error::invalid("model", "weight bytes overflow 64 bits"))
 }
 
 /// Other memory users of a deployment (all off by default).
@@ -404,6 +461,68 @@ mod tests {
             .enforce_eager(true)
             .device_name("H100")
             .extras(extras)
+    }
+
+    /// The weights one pipeline stage of `model` (from `tests/data/weight-configs.jsonl`)
+    /// holds at `pp` stages, TP 1.
+    fn stage_weights(model: &str, pp: u64) -> Vec<u64> {
+        let c = crate::arch::tests_weights::real(model);
+        let m = crate::Model {
+            name: model.into(),
+            source: crate::Source::Preset(model.into()),
+            config: c,
+            checkpoint: None,
+        };
+        let d = DryRun::new(m, 640 << 30)
+            .max_model_len(Some(4096))
+            .enforce_eager(true)
+            .device_name("H100");
+        (0..pp)
+            .map(|i| {
+                plan_stage(&d, pp, i)
+                    .unwrap()
+                    .consumers
+                    .bytes(ConsumerKind::Weights)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn pipeline_stages_hold_their_own_layers_weights() {
+        // Nemotron-3-Nano at PP 2: 52 blocks as [26, 26] (`get_pp_indices`). The first 26
+        // are 12 Mamba2, 3 attention and 11 MoE blocks, the last 26 are 11, 3 and 12: the
+        // last stage holds one MoE block (1.3B parameters) more. Per block (counted in
+        // `arch::tests_weights`): Mamba2 38,744,896, attention 23,399,040, MoE 1,297,468,032
+        // parameters; the first stage adds the embedding 131,072 x 2688, the last the head
+        // and final norm; each builds the rotary cache (262,144 x 128), all bf16.
+        use crate::arch::tests_weights::{NANO_ATTN, NANO_EMB, NANO_MAMBA, NANO_MOE};
+        let rope = 262_144 * 128 * 2;
+        let first = 12 * NANO_MAMBA + 3 * NANO_ATTN + 11 * NANO_MOE + NANO_EMB;
+        let last = 11 * NANO_MAMBA + 3 * NANO_ATTN + 12 * NANO_MOE + NANO_EMB + 2688;
+        assert_eq!(
+            stage_weights("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", 2),
+            vec![2 * first + rope, 2 * last + rope]
+        );
+        // Gemma 4 31B at PP 2 (60 layers as [30, 30], each half with 25 sliding and 5 full
+        // layers): Gemma builds `embed_tokens` on every rank (gemma4.py `Gemma4Model`, its
+        // tied head reading it) and the multimodal wrapper its vision tower on every rank
+        // (gemma4_mm.py), so both stages hold the embedding and the tower, not half of the
+        // tower each.
+        let c = crate::arch::tests_weights::real("google/gemma-4-31B (fine-tune)");
+        let p = crate::weights::params_by_stage(&c, 1).unwrap();
+        let layers = |r: std::ops::Range<usize>| p.layers[r].iter().map(|x| x.total()).sum::<u64>();
+        assert_eq!(layers(0..30), layers(30..60));
+        let (emb, tower) = (p.embed.total(), p.vision.total());
+        assert_eq!(emb, 262_144 * 5376);
+        assert!(tower > 400_000_000, "{tower}");
+        let rope = 262_144 * 256 * 2;
+        assert_eq!(
+            stage_weights("google/gemma-4-31B (fine-tune)", 2),
+            vec![
+                2 * (layers(0..30) + emb + tower) + rope,
+                2 * (layers(30..60) + emb + tower + 5376) + rope
+            ]
+        );
     }
 
     #[test]
