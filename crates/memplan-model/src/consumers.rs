@@ -215,6 +215,7 @@ pub fn stage_weight_bytes(
     let mut add = |x: &ParamCount| {
         held.attention += x.attention;
         held.mlp += x.mlp;
+        held.shared_mlp += x.shared_mlp;
         held.other += x.other;
     };
     for x in p.layers.iter().take(end as usize).skip(start as usize) {

@@ -359,7 +359,9 @@ mod tests {
             assert!((q.bits_per_weight - bits).abs() < 1e-9, "{sub}: {q:?}");
         }
         // NVFP4 named in config.json's own quantization_config is 4.5 bits, not ModelOpt's 8;
-        // with MLP parts left unquantized it is counted at 8 (never short of the checkpoint).
+        // shared experts left unquantized are counted in full precision beside 4.5-bit routed
+        // experts; other MLP parts left unquantized count everything at 8 (never short of
+        // the checkpoint).
         let q = quant::Quantization::from_config(
             &serde_json::json!({"quant_method": "modelopt", "quant_algo": "NVFP4", "ignore": ["lm_head", "model.layers.0.mlp.gate"]}),
         )
@@ -367,6 +369,11 @@ mod tests {
         assert_eq!(q.bits_per_weight, 4.5);
         let q = quant::Quantization::from_config(
             &serde_json::json!({"quant_method": "modelopt", "quant_algo": "NVFP4", "ignore": ["lm_head", "model.layers.0.mlp.shared_expert*"]}),
+        )
+        .unwrap();
+        assert_eq!((q.bits_per_weight, q.shared_experts), (4.5, false));
+        let q = quant::Quantization::from_config(
+            &serde_json::json!({"quant_method": "modelopt", "quant_algo": "NVFP4", "ignore": ["lm_head", "model.layers.0.mlp.down_proj"]}),
         )
         .unwrap();
         assert_eq!(q.bits_per_weight, 8.0);

@@ -16,8 +16,11 @@ pub struct Quantization {
     pub method: String,
     /// Effective bits per quantized weight, scales and zero points included.
     pub bits_per_weight: f64,
-    /// Whether attention projections are quantized (gpt-oss keeps them in bf16).
+    /// Whether attention projections (and hybrid models' Mamba / gated-DeltaNet projections)
+    /// are quantized (gpt-oss keeps them in bf16).
     pub attention: bool,
+    /// Whether shared experts are quantized (Qwen3.5's NVFP4 checkpoints keep them in bf16).
+    pub shared_experts: bool,
 }
 
 impl Quantization {
@@ -27,6 +30,7 @@ impl Quantization {
             method: "fp8".into(),
             bits_per_weight: 8.0,
             attention: true,
+            shared_experts: true,
         }
     }
 
@@ -56,31 +60,43 @@ impl Quantization {
             None => return Err(Error::invalid(field, "missing")),
         };
         let skip = o.get("modules_to_not_convert").or_else(|| o.get("ignore"));
-        let attention = !skip.and_then(Value::as_array).is_some_and(|a| {
-            a.iter()
+        let skipped = || {
+            skip.and_then(Value::as_array)
+                .into_iter()
+                .flatten()
                 .filter_map(Value::as_str)
-                .any(|s| s.contains("self_attn") || s.contains("attn"))
-        });
+                .map(str::to_ascii_lowercase)
+        };
+        // A token mixer's projections: attention's, and the Mamba mixer's in Nemotron-H, whose
+        // blocks are all named `mixer` (ModelOpt's `exclude_modules` of
+        // NVIDIA-Nemotron-3-Nano-30B-A3B-NVFP4 name `mixer.in_proj`, `mixer.q_proj`, ...).
+        const MIXER: &[&str] = &[
+            "attn", "q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj", "in_proj", "out_proj",
+            "conv1d",
+        ];
+        let mixer = |m: &str| MIXER.iter().any(|w| m.contains(w));
+        let attention = !skipped().any(|s| mixer(&s));
+        let shared_experts = !skipped().any(|s| s.contains("shared_expert"));
         // ModelOpt names its weight format in `quant_algo` (`FP8`, `NVFP4`; vLLM
         // `modelopt.py`: `ModelOptFp8Config`, `ModelOptNvFp4Config`).
         let algo = o
             .get("quant_algo")
             .and_then(Value::as_str)
             .map(str::to_ascii_uppercase);
-        // Modules left unquantized beyond attention, the head and the routers (Qwen3.5's shared
-        // experts, Nemotron-H's mixers) are weights memplan counts as quantized: 4.5 bits a
-        // weight would then count them short (Qwen3.5-122B-A10B-NVFP4: 69.6 GiB counted, 77.7
-        // GiB on disk), so such a checkpoint is counted at 8 bits, above what it holds.
-        let mlp_kept = skip.and_then(Value::as_array).is_some_and(|a| {
-            a.iter().filter_map(Value::as_str).any(|m| {
-                let m = m.to_ascii_lowercase();
-                ["mlp", "expert", "mixer", "ffn", "feed_forward"]
-                    .iter()
-                    .any(|w| m.contains(w))
-                    && !m.contains("gate.")
-                    && !m.ends_with(".gate")
-                    && !m.ends_with("mlp.gate")
-            })
+        // Modules left unquantized beyond attention and other mixers, shared experts, the head
+        // and the routers are weights memplan would count as quantized: 4.5 bits a weight
+        // would then count them short, so such a checkpoint is counted at 8 bits, above what
+        // it holds.
+        // Shared experts and mixers left unquantized are counted in full precision (above).
+        let mlp_kept = skipped().any(|m| {
+            ["mlp", "expert", "mixer", "ffn", "feed_forward"]
+                .iter()
+                .any(|w| m.contains(w))
+                && !m.contains("gate.")
+                && !m.ends_with(".gate")
+                && !m.ends_with("mlp.gate")
+                && !m.contains("shared_expert")
+                && !mixer(&m)
         });
         let bits_per_weight = match method.as_str() {
             "modelopt" if algo.as_deref() == Some("NVFP4") && !mlp_kept => 4.5,
@@ -177,6 +193,7 @@ impl Quantization {
             method,
             bits_per_weight,
             attention,
+            shared_experts,
         })
     }
 }

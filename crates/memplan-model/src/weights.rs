@@ -25,8 +25,11 @@ use crate::quant::Quantization;
 pub struct ParamCount {
     /// Attention projections (quantizable unless the scheme keeps attention in full precision).
     pub attention: u64,
-    /// MLP and expert projections (quantizable).
+    /// MLP and routed-expert projections (quantizable).
     pub mlp: u64,
+    /// Shared-expert projections (quantizable, unless the scheme keeps them in full
+    /// precision).
+    pub shared_mlp: u64,
     /// Embeddings, LM head, norms, routers, biases, vision tower (never quantized).
     pub other: u64,
 }
@@ -34,7 +37,7 @@ pub struct ParamCount {
 impl ParamCount {
     /// All parameters.
     pub fn total(&self) -> u64 {
-        self.attention + self.mlp + self.other
+        self.attention + self.mlp + self.shared_mlp + self.other
     }
 }
 
@@ -59,6 +62,7 @@ impl StageParams {
         for p in self.layers.iter().chain([&self.vision, &self.head]) {
             t.attention += p.attention;
             t.mlp += p.mlp;
+            t.shared_mlp += p.shared_mlp;
             t.other += p.other;
         }
         t
@@ -70,6 +74,7 @@ impl StageParams {
 struct Acc {
     attention: f64,
     mlp: f64,
+    shared_mlp: f64,
     other: f64,
 }
 
@@ -88,6 +93,7 @@ impl Acc {
         Ok(ParamCount {
             attention: int(self.attention)?,
             mlp: int(self.mlp)?,
+            shared_mlp: int(self.shared_mlp)?,
             other: int(self.other)?,
         })
     }
@@ -174,9 +180,8 @@ pub fn params_by_stage(c: &ModelConfig, tp: u64) -> Result<StageParams> {
         } else {
             h
         };
-        a.mlp += (f(m.num_experts) * mats * width * f(m.expert_intermediate)
-            + mats * h * f(m.shared_intermediate))
-            / tpf;
+        a.mlp += f(m.num_experts) * mats * width * f(m.expert_intermediate) / tpf;
+        a.shared_mlp += mats * h * f(m.shared_intermediate) / tpf;
         // Router; Nemotron-H's latent projections (`ReplicatedLinear`) around the experts.
         a.other += h * f(m.num_experts);
         if m.latent_size > 0 {
@@ -258,11 +263,12 @@ pub fn params_by_stage(c: &ModelConfig, tp: u64) -> Result<StageParams> {
     for a in layers.iter().chain([&embed, &vision, &head]) {
         all.attention += a.attention;
         all.mlp += a.mlp;
+        all.shared_mlp += a.shared_mlp;
         all.other += a.other;
     }
     all.count()?;
     Acc {
-        attention: all.attention + all.mlp + all.other,
+        attention: all.attention + all.mlp + all.shared_mlp + all.other,
         ..Acc::default()
     }
     .count()?;
@@ -296,13 +302,15 @@ fn overflow() -> Error {
 pub fn param_bytes(p: &ParamCount, dtype_bytes: u64, quant: Option<&Quantization>) -> Result<u64> {
     let full = |n: u64| n.checked_mul(dtype_bytes).ok_or_else(overflow);
     let linear = match quant {
-        Some(q) => q.bytes(p.mlp).saturating_add(if q.attention {
-            q.bytes(p.attention)
-        } else {
-            full(p.attention)?
-        }),
+        Some(q) => {
+            let part = |n: u64, quantized: bool| if quantized { Ok(q.bytes(n)) } else { full(n) };
+            q.bytes(p.mlp)
+                .saturating_add(part(p.attention, q.attention)?)
+                .saturating_add(part(p.shared_mlp, q.shared_experts)?)
+        }
         None => full(p.attention)?
             .checked_add(full(p.mlp)?)
+            .and_then(|v| v.checked_add(full(p.shared_mlp).ok()?))
             .ok_or_else(overflow)?,
     };
     full(p.other)?.checked_add(linear).ok_or_else(overflow)

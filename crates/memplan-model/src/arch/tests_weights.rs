@@ -179,3 +179,35 @@ fn bitsandbytes_double_quantization_keeps_8_bit_absmax() {
     );
     assert!((want as f64 / 7_201_770_923.0 - 1.0).abs() < 0.0001);
 }
+
+#[test]
+fn nvfp4_keeps_what_its_ignore_list_names_in_full_precision() {
+    // Qwen3.5-122B-A10B-NVFP4: routed experts in NVFP4 (4 bits + an fp8 scale per 16 = 4.5
+    // bits); `ignore` names every layer's `linear_attn*` / `self_attn*` and
+    // `mlp.shared_expert*`, the head, `model.visual*` and `mtp*`, which stay bf16. It was
+    // counted at 8 bits throughout (128.8 GB, +54% of the checkpoint).
+    let c = real("nvidia/Qwen3.5-122B-A10B-NVFP4");
+    let q = c.quantization.clone().unwrap();
+    assert_eq!(
+        (q.bits_per_weight, q.attention, q.shared_experts),
+        (4.5, false, false)
+    );
+    let p = params_per_rank(&c, 1).unwrap();
+    // 48 layers x 256 experts x 3 x 3072 x 1024; the shared experts 48 x 3 x 3072 x 1024.
+    assert_eq!(p.mlp, 48 * 256 * 3 * 3072 * 1024);
+    assert_eq!(p.shared_mlp, 48 * 3 * 3072 * 1024);
+    // The checkpoint's 83,474,870,752 bytes hold the MTP layer in bf16, which vLLM loads only
+    // for speculative decoding: fc 2 x 3072 x 3072, two input norms, one full-attention layer
+    // (3072 x (2 x 32 + 2 x 2) x 256 + 32 x 256 x 3072, q/k norms) with its MoE (256 x 3 x
+    // 3072 x 1024 + 3 x 3072 x 1024 + 3072 x 256 + 3072), two layer norms and a final norm:
+    // 2,523,679,232 parameters, 5,047,358,464 bytes. The rest is what vLLM holds.
+    let mtp = 2 * 3072 * 3072
+        + 2 * 3072
+        + (3072 * 68 * 256 + 32 * 256 * 3072 + 512)
+        + (256 * 3 * 3072 * 1024 + 3 * 3072 * 1024 + 3072 * 256 + 3072)
+        + 3 * 3072;
+    assert_eq!(mtp, 2_523_679_232u64);
+    let served = 83_474_870_752 - 2 * mtp;
+    let w = weight_bytes(&c, 1, 2, c.quantization.as_ref()).unwrap() as f64;
+    assert!((w / served as f64 - 1.0).abs() < 0.005, "{w} vs {served}");
+}
