@@ -224,6 +224,11 @@ pub(crate) fn parse(
     if (gemma || model_type == "smollm3") && f.get("tie_word_embeddings").is_none() {
         c.tie_word_embeddings = true;
     }
+    // LFM2 ties its head whatever the config says (vLLM `lfm2.py` / `lfm2_moe.py`:
+    // `self.lm_head.tie_weights(self.model.embed_tokens)` unconditionally).
+    if model_type.starts_with("lfm2") {
+        c.tie_word_embeddings = true;
+    }
     // Molmo (vLLM `molmo.py`, `LanguageModelMLP`): `intermediate_size` is the fused
     // gate + up width (`ff_proj`), each projection `intermediate_size // 2`; the vision
     // backbone's shape is not in config.json but vLLM's `VisionBackboneConfig` defaults (a

@@ -288,6 +288,16 @@ fn lfm2_short_convolutions_and_attention() {
     assert_eq!(z.blocks_per_request, 32_768 / 64 + 2 * pages);
     // `Lfm2MLP`: block_ff_dim 12288 -> 2/3 -> 8192 (rounded to block_multiple_of 256).
     assert_eq!(c.intermediate_size, 8192);
+    // Weights (vLLM 0.19.0): a conv layer's `ShortConv` is in_proj 2048 x 3 x 2048, out_proj
+    // 2048 x 2048 and a 2048 x 3 convolution (16,783,360); an attention layer's projections
+    // 2048 x (2048 + 2 x 512) + 2048 x 2048 (10,485,760, + q/k norms of 64, left out); every
+    // layer's MLP 3 x 2048 x 8192 and two norms; the embedding 65,536 x 2048, which the head
+    // shares whatever the config says (`lfm2.py`: `lm_head.tie_weights(embed_tokens)`), and
+    // the final norm. With the q/k norms that is LFM2-1.2B's 1,170,340,608 parameters.
+    let want =
+        10 * 16_783_360 + 6 * 10_485_760 + 16 * (3 * 2048 * 8192 + 2 * 2048) + 65_536 * 2048 + 2048;
+    assert_eq!(want + 6 * 128, 1_170_340_608);
+    assert_eq!(params_per_rank(&c, 1).unwrap().total(), want);
     // The same model written with `layer_types` reads the same.
     let mut lt = v.clone();
     let types: Vec<_> = (0..16)
