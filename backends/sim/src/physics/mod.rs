@@ -87,12 +87,12 @@ pub struct Physics {
     #[serde(default)]
     pub intermediate_jitter_permille: u64,
     /// The caching allocator's rules.
-    #[serde(default = "plain")]
+    #[serde(default = "pytorch")]
     pub allocator: AllocatorRules,
 }
 
-fn plain() -> AllocatorRules {
-    AllocatorRules::PLAIN
+fn pytorch() -> AllocatorRules {
+    AllocatorRules::PYTORCH
 }
 
 /// SplitMix64.
@@ -299,7 +299,7 @@ impl Physics {
             }
         };
         let allocator = match pin {
-            Pin::Nominal => AllocatorRules::PLAIN,
+            Pin::Nominal => AllocatorRules::PYTORCH,
             _ => AllocatorRules {
                 round_large: round,
                 large_buffer: AllocatorRules::PYTORCH.large_buffer.max(round),

@@ -16,16 +16,34 @@ fn rounds_requests_and_segments() {
         (512, 2 * M),
         "512 B block in a 2 MiB small segment"
     );
-    let c = a.malloc(3 * M + 1).unwrap();
+    let c = a.malloc(11 * M + 1).unwrap();
     let s = a.stats();
-    // The 4 MiB segment's remainder (< 1 MiB) is not split off: the block counts whole, as in PyTorch.
-    assert_eq!(s.allocated, 512 + 4 * M);
+    // The 12 MiB segment's remainder (< 1 MiB) is not split off: the block counts whole, as in PyTorch.
+    assert_eq!(s.allocated, 512 + 12 * M);
     assert_eq!(
         s.reserved,
-        2 * M + 4 * M,
+        2 * M + 12 * M,
         "large request: its own segment rounded up to 2 MiB"
     );
+    let m = a.malloc(3 * M + 1).unwrap();
+    let s = a.stats();
+    // A mid-sized request (1 - 10 MiB) in a 20 MiB segment (`kLargeBuffer`), the rest split
+    // off for the next request.
+    assert_eq!(s.allocated, 512 + 12 * M + 3 * M + 512);
+    assert_eq!(
+        s.reserved,
+        2 * M + 12 * M + 20 * M,
+        "mid-sized request: a 20 MiB segment"
+    );
+    let n = a.malloc(3 * M + 1).unwrap();
+    assert_eq!(
+        a.stats().reserved,
+        2 * M + 12 * M + 20 * M,
+        "it shares the segment"
+    );
+    a.free(n).unwrap();
     a.free(b).unwrap();
+    a.free(m).unwrap();
     a.free(c).unwrap();
     assert!(
         matches!(a.free(c), Err(Error::InvalidInput { .. })),

@@ -107,7 +107,8 @@ fn allocations_inside_capture_go_to_the_private_pool() {
     let b = a.malloc(8 * M).unwrap();
     a.free(b).unwrap();
     let id = a.end_graph_capture(&GraphSpec::default()).unwrap();
-    assert_eq!(g.truth().private_pool_reserved, 8 * M);
+    // A mid-sized request: a 20 MiB segment of the private pool.
+    assert_eq!(g.truth().private_pool_reserved, 20 * M);
     assert_eq!(g.truth().allocator_reserved, 0);
     a.destroy_graph(id).unwrap();
     a.release_private_pools().unwrap();
