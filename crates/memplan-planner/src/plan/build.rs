@@ -114,20 +114,61 @@ fn tensors_footprint(bytes: u64, count: u64, g: Granule) -> u64 {
     match b {
         0 => 0,
         b if b <= SMALL_REQUEST => shared(SMALL_SEGMENT),
-        // PyTorch serves them from shared 20 MiB segments; an allocator that rounds them as
-        // large requests instead gives them segments of its granule, shared as large ones are
-        // ([`packed_footprint`]: the most any divisor of a granule read off the allocator's
-        // sizes takes, since the real one may be any of them). The most of the two: 64 tensors
-        // of 7 MiB take 640 MiB in 20 MiB segments, where a 30 MiB granule's segments would
-        // hold four each (480 MiB).
-        b if b < MID_REQUEST_BELOW => shared(MID_SEGMENT).max(match g {
-            Granule::Multiple(g) => packed_footprint(b, count, g),
-            Granule::AtMost(g) => shared(MID_SEGMENT.max(g)),
-        }),
+        b if b < MID_REQUEST_BELOW => mid_footprint(b, count, g),
         b => match g {
             Granule::Multiple(g) => packed_footprint(b, count, g),
             Granule::AtMost(_) => g.large(b).saturating_mul(count),
         },
+    }
+}
+
+/// What `count` equal mid-sized requests of `b` bytes (over `kSmallSize`, below
+/// `kMinLargeAlloc`) take. PyTorch serves every such request from a shared 20 MiB segment
+/// (`get_allocation_size` gives `kLargeBuffer` whatever the request's size, and `should_split`
+/// splits the rest off for the next request), not rounded on its own to its granule. An
+/// allocator whose granule is coarser than that cannot map a smaller segment: its mid-sized
+/// segments are the request rounded up to its granule where that is larger. So a segment is
+/// `max(20 MiB, b rounded up to the granule)`, shared by as many requests as fit in it; with a
+/// granule known only as a multiple of the real one (read off the allocator's sizes) or a
+/// bound of it, the most that any granule the readings allow takes, since sharing is not
+/// monotone in the segment (64 tensors of 7 MiB take 640 MiB in 20 MiB segments, two to each,
+/// but 480 MiB in 30 MiB ones, four to each). The granule of large requests does not round
+/// these: taking it as their segment (two 2.01 MiB tensors in 4 MiB each on a 2 MiB granule)
+/// planned a cache of 2 MiB tensors that PyTorch serves at 2.84 MiB each (70% of the room).
+fn mid_footprint(b: u64, count: u64, g: Granule) -> u64 {
+    let shared = |segment: u64| {
+        count
+            .div_ceil((segment / b.max(1)).max(1))
+            .saturating_mul(segment)
+    };
+    let segment = |granule: u64| MID_SEGMENT.max(Granule::Multiple(granule).large(b));
+    match g {
+        Granule::Multiple(g) => divisors(g)
+            .unwrap_or_else(|| vec![g])
+            .into_iter()
+            .map(|d| shared(segment(d)))
+            .max()
+            .unwrap_or_else(|| shared(segment(g))),
+        // A granule below `g` that need not divide it: a segment of any size from 20 MiB to
+        // `g`. The most such segments take is where each holds one request fewer than the
+        // next size would: for each count per segment, the largest segment that holds no more.
+        Granule::AtMost(g) => {
+            let (lo, hi) = (MID_SEGMENT, MID_SEGMENT.max(g));
+            let b = b.max(1);
+            // A segment holding all `count` costs at most `hi`: counts past it add nothing.
+            (lo / b..=(hi / b).min(count.max(1)))
+                .map(|per| {
+                    let largest = per
+                        .saturating_add(1)
+                        .saturating_mul(b)
+                        .saturating_sub(MIN_BLOCK)
+                        .clamp(lo, hi);
+                    count.div_ceil((largest / b).max(1)).saturating_mul(largest)
+                })
+                .chain([shared(hi)])
+                .max()
+                .unwrap_or(hi)
+        }
     }
 }
 
@@ -1275,9 +1316,11 @@ mod footprint_tests {
         assert_eq!(kv, 64 * 100 * MIB);
     }
 
-    /// What a caching allocator that rounds each new segment up to `granule`, serves a request
-    /// from the best fitting free block first, and splits a block whose remainder is over 1 MiB
-    /// reserves for `count` requests of `b` bytes, one after another.
+    /// What a caching allocator with PyTorch's size classes reserves for `count` requests of
+    /// `b` bytes (over 1 MiB), one after another: a new segment for a request below 10 MiB is
+    /// 20 MiB or the request rounded up to `granule` where that is more, for a larger one the
+    /// request rounded up to `granule`; a request is served from the best fitting free block
+    /// first, and a block whose remainder is over 1 MiB is split.
     fn allocator_reserves(b: u64, count: u64, granule: u64) -> u64 {
         let mut free: Vec<u64> = Vec::new();
         let mut reserved = 0;
@@ -1288,7 +1331,12 @@ mod footprint_tests {
             let block = match best {
                 Some(i) => free.swap_remove(i),
                 None => {
-                    let segment = b.div_ceil(granule) * granule;
+                    let rounded = b.div_ceil(granule) * granule;
+                    let segment = if b < 10 * MIB {
+                        rounded.max(20 * MIB)
+                    } else {
+                        rounded
+                    };
                     reserved += segment;
                     segment
                 }
@@ -1335,6 +1383,19 @@ mod footprint_tests {
     }
 
     #[test]
+    fn mid_sized_tensors_are_not_rounded_to_the_large_granule() {
+        // 178 KV tensors (K and V apart, 89 layers) of 8 KiB per block in 528.3 MiB, PyTorch's
+        // 2 MiB granule: tensors of 2.85 MiB (365 blocks) go seven to a 20 MiB segment, 26 of
+        // them (520 MiB); one block more and six go to one, 30 segments. Rounding each to the
+        // granule (4 MiB apiece past 2 MiB) held the cache at 256 blocks, 70% of it.
+        let (page, room) = (8 * 1024, 554_001_767);
+        let kv = fit_rounded(room, Granule::Multiple(2 * MIB), Some((178, page)), 0);
+        assert_eq!(kv / 178 / page, 365);
+        assert_eq!(allocator_reserves(365 * page, 178, 2 * MIB), 26 * 20 * MIB);
+        assert!(allocator_reserves(366 * page, 178, 2 * MIB) > room);
+    }
+
+    #[test]
     fn divisors_are_every_divisor() {
         assert_eq!(divisors(0), None);
         let mut d = divisors(30 * MIB).expect("factors");
@@ -1378,6 +1439,21 @@ mod footprint_tests {
             if b >= MID_REQUEST_BELOW {
                 proptest::prop_assert!(f <= Granule::Multiple(g).large(b) * count);
             }
+        }
+
+        #[test]
+        fn a_bound_on_the_granule_bounds_every_granule_below_it(
+            blocks in 1_000u64..20_000,
+            page_kib in 1u64..16,
+            count in 1u64..300,
+            bound_kib in 1u64..(64 * 1024),
+            real_kib in 1u64..(64 * 1024),
+        ) {
+            let b = blocks * page_kib * 1024;
+            proptest::prop_assume!(b > SMALL_REQUEST && real_kib < bound_kib);
+            let f = tensors_footprint(b, count, Granule::AtMost(bound_kib * 1024));
+            let real = allocator_reserves(b, count, real_kib * 1024);
+            proptest::prop_assert!(real <= f, "granule {} KiB of at most {} KiB: {} > {}", real_kib, bound_kib, real, f);
         }
     }
 
