@@ -11,7 +11,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use memplan_core::bytes::GIB;
-use memplan_core::kv::{Capacity, KvAllocation, LongRequests, SizingRules};
+use memplan_core::kv::{Capacity, KvAllocation, KvSizing, LongRequests, SizingRules};
 use memplan_core::{Error, Param, Result};
 
 pub mod coefficients;
@@ -36,6 +36,30 @@ pub enum StateMode {
     /// Prefix caching on: `align` mode keeps 2 pages; Mamba2 layers (0.32+) and gated
     /// DeltaNet with checkpoints (0.33+) one more.
     Align,
+}
+
+/// Which blocks the start-up log's KV token count ("GPU KV cache size: N tokens", SGLang's
+/// "#tokens") counts, against the plan's [`KvSizing::tokens`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoggedKvTokens {
+    /// The plan's own count. vLLM 0.20.1 on: `int(max_concurrency * max_model_len)` with
+    /// `max_concurrency = num_blocks / blocks_per_request`, every block counted
+    /// (`v1/core/kv_cache_utils.py` `_report_kv_cache_config`,
+    /// `get_max_concurrency_for_kv_cache_config`), which [`Capacity::Concurrency`] sizes
+    /// alike. SGLang: "KV Cache is allocated. #tokens" is the pool less its padded page, the
+    /// plan's usable count.
+    Planned,
+    /// Every block, the null block included: `num_blocks // num_groups * block_size`, where
+    /// the plan counts `(num_blocks - 1) // num_groups * block_size`. vLLM 0.9.2 to 0.20.0
+    /// (`v1/core/kv_cache_utils.py` `_report_kv_cache_config` in 0.16.0, 0.19.0 and 0.20.0;
+    /// `_get_kv_cache_config_uniform_type`'s `num_blocks * block_size` and
+    /// `_get_kv_cache_config_uniform_page_size` in 0.9.2 and 0.10.0) divides
+    /// `KVCacheConfig.num_blocks`, the count `BlockPool` is built with
+    /// (`v1/core/kv_cache_coordinator.py`) and takes the null block from afterwards
+    /// (`v1/core/block_pool.py` `BlockPool.__init__`: `self.null_block =
+    /// self.free_block_queue.popleft()`).
+    AllBlocks,
 }
 
 /// How the engine counts what is not KV cache after its profile run.
@@ -108,6 +132,8 @@ pub struct EngineRules {
     pub async_in_flight: bool,
     /// Reported capacity formula.
     pub capacity: Capacity,
+    /// Which blocks the logged KV token count counts ([`EngineRules::logged_kv_tokens`]).
+    pub logged_kv_tokens: LoggedKvTokens,
     /// Non-divisor attention pages are padded (0.24).
     pub pad_attention_pages: bool,
     /// Devices of 160 GiB or more get 16384 batched tokens (0.28, `get_batch_defaults`).
@@ -168,6 +194,7 @@ const fn v(version: &'static str) -> EngineRules {
         extensible_kv_cache: false,
         async_in_flight: false,
         capacity: Capacity::Concurrency,
+        logged_kv_tokens: LoggedKvTokens::Planned,
         pad_attention_pages: false,
         large_device_defaults: false,
         state_mode: StateMode::One,
@@ -225,11 +252,13 @@ pub const VLLM: &[EngineRules] = &[
         gpu_memory_utilization: 0.9,
         graph_subtracted: false,
         capacity: Capacity::BlocksPerGroup,
+        logged_kv_tokens: LoggedKvTokens::AllBlocks,
         coefficients: coefficients::VLLM_019,
         ..v("0.19")
     },
     EngineRules {
         capacity: Capacity::BlocksPerGroup,
+        logged_kv_tokens: LoggedKvTokens::AllBlocks,
         ..v("0.20.0")
     },
     v("0.20.1"),
@@ -451,6 +480,18 @@ impl EngineRules {
             (1024, 8192)
         } else {
             (256, 2048)
+        }
+    }
+
+    /// The KV token count this release's start-up log prints for a cache sized `kv`
+    /// ([`LoggedKvTokens`]): `kv.tokens`, or every block's tokens, the null block included
+    /// (vLLM up to 0.20.0; the smallest group block size is the spec's, `kv.block_size`).
+    pub fn logged_kv_tokens(&self, kv: &KvSizing) -> u64 {
+        match self.logged_kv_tokens {
+            LoggedKvTokens::Planned => kv.tokens,
+            LoggedKvTokens::AllBlocks => {
+                (kv.num_blocks / kv.num_groups.max(1)).saturating_mul(kv.block_size)
+            }
         }
     }
 
@@ -929,6 +970,61 @@ mod tests {
                 "{pp} stages"
             );
         }
+    }
+
+    /// The KV tokens each release's log prints for the same cache. vLLM 0.19.0 and 0.20.0
+    /// (`v1/core/kv_cache_utils.py` `_report_kv_cache_config`: `num_blocks //
+    /// len(kv_cache_groups) * min_block_size`) count the null block that `BlockPool.__init__`
+    /// (`v1/core/block_pool.py`) takes from those blocks; 0.20.1 prints
+    /// `int(num_blocks / blocks_per_request * max_model_len)`; SGLang the pool's usable tokens.
+    #[test]
+    fn the_logged_kv_tokens_follow_the_release() {
+        use memplan_core::kv::{AttentionKind, KvDtype, KvLimits, KvSpec, LayerGroup};
+        let r = |v: &str| v.parse::<EngineRules>().unwrap();
+        // Qwen3-8B: 36 layers x 8 KV heads x 128 x (K + V) x 2 bytes x 16 tokens = 2,359,296
+        // bytes a block. 19.36 GiB (a vLLM 0.19.1 log's "Available KV cache memory") =
+        // 20,787,641,712 bytes = 8,810.95 blocks: 8,810, one the null block. The log printed
+        // "GPU KV cache size: 140,960 tokens" = 8,810 x 16; memplan's usable count is
+        // 8,809 x 16 = 140,944.
+        let qwen = KvSpec::new(
+            vec![LayerGroup::new(AttentionKind::Full, 36, 8, 128)],
+            KvDtype::Bf16,
+            16,
+        );
+        let limits = KvLimits::new(40_960, 2048);
+        let budget = (19.36 * GIB as f64) as u64;
+        for (v, planned, logged) in [
+            ("vllm@0.19", 140_944, 140_960),
+            ("vllm@0.20.0", 140_944, 140_960),
+            // 40,960 / 16 = 2,560 blocks a request: int(8,810 / 2,560 x 40,960) = 140,960.
+            ("vllm@0.20.1", 140_960, 140_960),
+            ("vllm@0.34", 140_960, 140_960),
+        ] {
+            let e = r(v);
+            let kv = qwen.size_with(budget, &limits, &e.sizing(1, true)).unwrap();
+            assert_eq!((kv.num_blocks, kv.tokens), (8_810, planned), "{v}");
+            assert_eq!(e.logged_kv_tokens(&kv), logged, "{v}");
+        }
+        let sglang = r("sglang");
+        let kv = qwen.size(budget, &limits).unwrap();
+        assert_eq!(sglang.logged_kv_tokens(&kv), kv.tokens);
+        // Two groups (12 full + 12 sliding-window layers, pages alike: 12 layers a group,
+        // 65,536 x 12 = 786,432 bytes a block), 1,000 blocks: 0.19 prints 1,000 // 2 x 16 =
+        // 8,000 tokens, the usable 999 // 2 x 16 = 7,984.
+        let two = KvSpec::new(
+            vec![
+                LayerGroup::new(AttentionKind::Full, 12, 8, 128),
+                LayerGroup::new(AttentionKind::SlidingWindow { window: 4096 }, 12, 8, 128),
+            ],
+            KvDtype::Bf16,
+            16,
+        );
+        let e = r("vllm@0.19");
+        let kv = two
+            .size_with(1_000 * 786_432, &limits, &e.sizing(1, true))
+            .unwrap();
+        assert_eq!((kv.num_groups, kv.num_blocks, kv.tokens), (2, 1_000, 7_984));
+        assert_eq!(e.logged_kv_tokens(&kv), 8_000);
     }
 
     #[test]

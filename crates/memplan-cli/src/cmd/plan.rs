@@ -18,7 +18,7 @@ mod render_args;
 use memplan::kv::KvDtype;
 use memplan::{DriverMemory, Error, MemoryInfo, Param, ProfilingCapability};
 use memplan_model::dryrun::{DryRun, GraphReserve};
-use memplan_model::engine::EngineRules;
+use memplan_model::engine::{EngineRules, LoggedKvTokens};
 use memplan_model::{dtype_bytes, Model, Quantization};
 use memplan_planner::plan::render;
 use memplan_planner::{combine_ranks, ConsumerKind, Plan};
@@ -377,8 +377,11 @@ fn check_device_total(
 /// tokens", SGLang's "#tokens"), else its KV blocks (vLLM V0's "# GPU blocks: N", which every
 /// executor prints, `executor/executor_base.py` `initialize_cache`; 0.10's "num_gpu_blocks
 /// is: N"). The printed available KV memory has 2 decimals (±5 MiB): within that rounding the
-/// KV cache that gives the logged count is taken (said in a note). Where the plan still
-/// differs by more than one block, a
+/// KV cache that gives the logged count is taken (said in a note). The plan's tokens are
+/// compared as the release prints them (`EngineRules::logged_kv_tokens`): vLLM up to 0.20.0
+/// counts every block, the null block included, so the plan's `num_blocks` is the engine's
+/// and its usable tokens one block (per group) fewer than the logged count (said in a note).
+/// Where the plan still differs by more than one block, a
 /// [`Warning::LogDisagrees`](memplan_planner::Warning::LogDisagrees) names the term that
 /// differs most.
 ///
@@ -400,11 +403,14 @@ fn reconcile(
         (None, Some(b)) if anchored => (b, true),
         _ => return Ok(plan),
     };
+    // The plan's tokens as the release the log is planned with prints them: vLLM up to 0.20.0
+    // counts the null block too (`EngineRules::logged_kv_tokens`).
+    let rules = engine_rules(a)?;
     let count = |p: &Plan| {
         if blocks {
             p.kv.num_blocks
         } else {
-            p.kv.tokens
+            rules.logged_kv_tokens(&p.kv)
         }
     };
     let unit = if blocks { "blocks" } else { "tokens" };
@@ -421,7 +427,7 @@ fn reconcile(
                 let per_unit = if blocks {
                     plan.kv.block_bytes as f64
                 } else {
-                    plan.kv_budget_bytes as f64 / plan.kv.tokens as f64
+                    plan.kv_budget_bytes as f64 / count(&plan) as f64
                 };
                 let step = (logged as f64 - count(&plan) as f64) * per_unit;
                 let next = ((b as f64 + step).round() as u64).clamp(lo, hi);
@@ -463,6 +469,16 @@ fn reconcile(
             logged.saturating_mul(block)
         ));
     }
+    if !blocks && rules.logged_kv_tokens == LoggedKvTokens::AllBlocks && count(&plan) == logged {
+        plan.notes.push(format!(
+            "vLLM up to 0.20.0 prints the KV tokens of every block, the null block included (num_blocks // groups x block_size): the logged {logged} tokens{} are {} blocks, {} tokens usable",
+            f.line("kv_tokens")
+                .map(|n| format!(" (line {n})"))
+                .unwrap_or_default(),
+            plan.kv.num_blocks,
+            plan.kv.tokens
+        ));
+    }
     // From here on both counts in tokens.
     let (logged, planned) = if blocks {
         (
@@ -470,7 +486,7 @@ fn reconcile(
             plan.kv.num_blocks.saturating_mul(block),
         )
     } else {
-        (logged, plan.kv.tokens)
+        (logged, count(&plan))
     };
     if planned.abs_diff(logged) <= block {
         return Ok(plan);
@@ -1433,6 +1449,19 @@ mod tests {
         let j = run_json(&format!("--from-log {}", path.display())).unwrap();
         let (w, notes) = graph_warning(&j);
         assert_eq!(w, Some(2_619_930_051), "{notes}");
+        // The engine's blocks: 19.36 GiB = 20,787,641,712 bytes over Qwen3-8B's 36 layers x 8
+        // KV heads x 128 x (K + V) x 2 bytes x 16 tokens = 2,359,296 bytes a block = 8,810.95,
+        // 8,810 blocks, which vLLM 0.19.0 prints with the null block (`kv_cache_utils.py`
+        // `_report_kv_cache_config`, line 1319: `num_blocks // groups * block_size` = 140,960
+        // tokens, as logged); 8,809 usable blocks serve 140,944 tokens.
+        assert_eq!(j["kv"]["num_blocks"], 8_810, "{notes}");
+        assert_eq!(j["kv"]["tokens"], 140_944, "{notes}");
+        assert!(
+            notes.contains(
+                "the logged 140960 tokens (line 6) are 8810 blocks, 140944 tokens usable"
+            ),
+            "{notes}"
+        );
         assert!(
             notes.contains("the log's 2.44 GiB, what graph capture took (line 7)"),
             "{notes}"
@@ -1497,7 +1526,16 @@ mod tests {
             path.display()
         ))
         .unwrap();
-        assert_eq!(j["kv"]["tokens"], 88_384, "{}", j["notes"]);
+        // The logged 88,384 tokens count every block, the null block included: vLLM 0.16.0
+        // `v1/core/kv_cache_utils.py` `_report_kv_cache_config` (line 1307, as logged) prints
+        // `num_blocks // len(kv_cache_groups) * min_block_size`, and `BlockPool.__init__`
+        // (`v1/core/block_pool.py`) takes the null block from those `num_blocks`; 0.19's rules
+        // (the oldest memplan has) print alike. 88,384 / 16 = 5,524 blocks, of Qwen3-14B's
+        // 40 layers x 8 KV heads x 128 x (K + V) x 2 bytes x 16 tokens = 2,621,440 bytes
+        // (5,524 fit from 14,480,834,560 bytes = 13.486 GiB, inside 13.49 +- 0.005 GiB), 5,523
+        // of them usable: 88,368 tokens.
+        assert_eq!(j["kv"]["num_blocks"], 5_524, "{}", j["notes"]);
+        assert_eq!(j["kv"]["tokens"], 88_368, "{}", j["notes"]);
         let v0 = log_file(
             "starting",
             "INFO 12-06 11:39:31 model_runner.py:1072] Starting to load model microsoft/phi-1_5...\n\
