@@ -1462,6 +1462,26 @@ mod tests {
             ),
             "{notes}"
         );
+        // The utilisation suggested for an engine that reserves no graph memory (this plan's
+        // requested memory over the total) leaves capture outside it; the suggestion says so
+        // with the warning's own figure. With the log's weights line too: requested = 15.27
+        // GiB weights (16,396,037,652 bytes, as logged) + memplan's vLLM 0.19 activation and
+        // non-torch estimates (586,481,664 + 75,161,927, the plan's consumers) + 19.36 GiB KV
+        // (20,787,641,713) = 37,845,322,956 bytes over the total the log's utilisation pair
+        // gives (2.35 GiB / (0.9596 - 0.9) = 39.43 GiB, 42,337,135,671 bytes) = 0.89390,
+        // 0.8939; capture's 2.44 GiB = 2,619,930,051 bytes adds 0.06188: 0.95578, 0.9558
+        // rounded up.
+        let weights = "(EngineCore pid=3380462) INFO 06-25 17:21:52 [gpu_model_runner.py:4820] Model loading took 15.27 GiB memory and 4.543456 seconds\n";
+        let path = log_file("graph-suggestion", &format!("{head}{tail}{weights}"));
+        let text = run(Args {
+            flags: Box::new(flags(&format!("--from-log {}", path.display()))),
+        })
+        .unwrap()
+        .text;
+        assert!(
+            text.contains("--gpu-memory-utilization 0.8939   same KV budget in an engine that does not reserve graph memory; graph capture takes about 2.44 GiB beyond it (the warning's figure): 0.9558 of the device in all\n"),
+            "{text}"
+        );
         assert!(
             notes.contains("the log's 2.44 GiB, what graph capture took (line 7)"),
             "{notes}"

@@ -7,6 +7,7 @@ use memplan_core::bytes::{fmt_bytes, GIB};
 use memplan_core::Param;
 
 use super::{ConsumerKind, Plan};
+use crate::Warning;
 
 /// How a front end names parameters (`Param::Utilization` as `--gpu-memory-utilization`).
 pub type Names = dyn Fn(Param) -> String;
@@ -83,6 +84,27 @@ pub fn bar(p: &Plan, cells: u64) -> String {
 
 fn gib(b: u64) -> f64 {
     b as f64 / GIB as f64
+}
+
+/// Where the plan warns that graph memory is not reserved, what capture adds to the
+/// utilisation suggested without a graph reserve, with the figure that warning states (the
+/// caller may have put a measured one there): `u + graphs / total`, rounded up to 4 decimals.
+fn capture_beyond(p: &Plan, u: f64) -> String {
+    let graphs = p.warnings.iter().find_map(|w| match w {
+        Warning::GraphMemoryNotReserved { estimate } => Some(*estimate),
+        _ => None,
+    });
+    match graphs {
+        Some(g) if g > 0 && p.total_bytes > 0 => {
+            let all = ((u + g as f64 / p.total_bytes as f64) * 1e4).ceil() / 1e4;
+            format!(
+                "; graph capture takes about {} beyond it (the warning's figure): {all:.4} of the device in all{}",
+                fmt_bytes(g),
+                if all > 1.0 { ", more than it has" } else { "" }
+            )
+        }
+        _ => String::new(),
+    }
 }
 
 /// The text table: the arithmetic from the device total down to KV blocks, tokens and
@@ -185,8 +207,9 @@ pub fn text(p: &Plan, names: &Names) -> String {
     o.push_str("\nsuggestions:\n");
     if let Some(u) = s.utilization_without_graph_reserve {
         o.push_str(&format!(
-            "  {} {u:.4}   same KV budget in an engine that does not reserve graph memory\n",
-            names(Param::Utilization)
+            "  {} {u:.4}   same KV budget in an engine that does not reserve graph memory{}\n",
+            names(Param::Utilization),
+            capture_beyond(p, u)
         ));
     }
     let kv = names(Param::KvCacheBytes);

@@ -770,3 +770,47 @@ fn an_engine_that_caps_requests_by_its_pool_is_planned_with_a_warning() {
         .iter()
         .all(|w| w.code() != "requests_capped_by_pool"));
 }
+
+/// The utilisation suggested without a graph reserve says what capture adds to it where the
+/// plan warns that graph memory is not reserved, with the figure that warning states.
+#[test]
+fn the_suggestion_without_a_graph_reserve_adds_the_warnings_capture_figure() {
+    let p = profile(
+        24 * GIB,
+        23 * GIB,
+        19 * GIB,
+        3 * GIB,
+        GIB,
+        128 * MIB as i64,
+        Some((200 * MIB as i64, 0, false)),
+    );
+    let mut plan = plan(&p, "test", Request::Utilization(0.9)).unwrap();
+    let u = plan.suggestions.utilization_without_graph_reserve.unwrap();
+    let line = |plan: &Plan| {
+        let s = plan.to_string();
+        s.lines()
+            .find(|l| l.contains("does not reserve graph memory"))
+            .unwrap()
+            .to_string()
+    };
+    assert!(!line(&plan).contains("graph capture"), "{}", line(&plan));
+    // 1 GiB of a 24 GiB device: u + 1 / 24.
+    plan.warnings
+        .push(Warning::GraphMemoryNotReserved { estimate: GIB });
+    let all = ((u + 1.0 / 24.0) * 1e4).ceil() / 1e4;
+    assert!(all <= 1.0, "{all}");
+    assert!(
+        line(&plan).ends_with(&format!(
+            "; graph capture takes about 1.00 GiB beyond it (the warning's figure): {all:.4} of the device in all"
+        )),
+        "{}",
+        line(&plan)
+    );
+    // More than the device has left (u + 3 / 24 > 1): said.
+    plan.warnings = vec![Warning::GraphMemoryNotReserved { estimate: 3 * GIB }];
+    assert!(
+        line(&plan).ends_with("of the device in all, more than it has"),
+        "{}",
+        line(&plan)
+    );
+}
