@@ -263,7 +263,8 @@ pub(crate) fn parse(
     }
     let (layers, rule) = layers::read(&f, c.num_layers, &model_type)?;
     c.layers = layers;
-    c.blocks = blocks(&f)?;
+    c.blocks = blocks(&f, c.num_layers)?;
+    agree(&c.blocks, &c.layers)?;
     if !c.blocks.is_empty() {
         let routed = c
             .blocks
@@ -392,12 +393,25 @@ pub(crate) fn parse(
 
 /// Nemotron-H's blocks, one per character of `hybrid_override_pattern` (vLLM `nemotron_h.py`,
 /// `ALL_DECODER_LAYER_TYPES`: `M` Mamba2, `*` attention, `-` MLP, `E` routed experts); no
-/// pattern, no blocks.
-fn blocks(f: &Fields<'_>) -> Result<Vec<crate::config::Block>> {
+/// pattern, no blocks. The checkpoint's `NemotronHConfig` asserts
+/// `len(hybrid_override_pattern) == num_hidden_layers` and vLLM builds one block per character
+/// (`make_layers(len(config.hybrid_override_pattern), ...)`), so a pattern of another length
+/// is refused: the weights are counted block by block, and a short pattern would leave layers
+/// out.
+fn blocks(f: &Fields<'_>, layers: u64) -> Result<Vec<crate::config::Block>> {
     use crate::config::Block;
     let Some(p) = f.str("hybrid_override_pattern") else {
         return Ok(Vec::new());
     };
+    let len = p.chars().count() as u64;
+    if len != layers {
+        return Err(Error::invalid(
+            "hybrid_override_pattern",
+            format!(
+                "{len} blocks for {layers} layers (`num_hidden_layers`): one character per layer"
+            ),
+        ));
+    }
     p.chars()
         .map(|ch| match ch {
             'M' => Ok(Block::Mamba),
@@ -410,6 +424,31 @@ fn blocks(f: &Fields<'_>) -> Result<Vec<crate::config::Block>> {
             )),
         })
         .collect()
+}
+
+/// Refuse a `hybrid_override_pattern` that disagrees with the layer kinds read from another key
+/// (`layer_types`, which the layer reader takes first): the KV cache would follow one and the
+/// weights the other. A Mamba2 block is a recurrent-state layer, an attention block an
+/// attention layer, an MLP or MoE block a layer without a cache.
+fn agree(blocks: &[crate::config::Block], layers: &[LayerKind]) -> Result<()> {
+    use crate::config::Block;
+    for (i, (b, k)) in blocks.iter().zip(layers).enumerate() {
+        let same = match b {
+            Block::Mamba => *k == LayerKind::State,
+            Block::Attention => matches!(
+                k,
+                LayerKind::Full | LayerKind::Sliding(_) | LayerKind::Chunked(_)
+            ),
+            Block::Mlp | Block::Moe => *k == LayerKind::None,
+        };
+        if !same {
+            return Err(Error::invalid(
+                "hybrid_override_pattern",
+                format!("block {i} is {b:?} but `layer_types` makes layer {i} {k:?}: the two keys disagree, and memplan would size the KV cache by one and the weights by the other"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// LFM2's MLP width (vLLM `lfm2.py`, `Lfm2MLP.__init__`): transformers' `Lfm2Config` takes

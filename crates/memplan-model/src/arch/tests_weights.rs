@@ -11,15 +11,18 @@ use crate::ModelConfig;
 
 const REAL: &str = include_str!("../../tests/data/weight-configs.jsonl");
 
-/// The real config of `model`.
-pub(crate) fn real(model: &str) -> ModelConfig {
-    let v = REAL
-        .lines()
+/// The real config.json of `model`, as written.
+pub(crate) fn real_json(model: &str) -> Value {
+    REAL.lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
         .find(|r| r["model"] == model)
         .unwrap_or_else(|| panic!("{model} is not in weight-configs.jsonl"))["config"]
-        .clone();
-    ModelConfig::from_value(&v).unwrap_or_else(|e| panic!("{model}: {e}"))
+        .clone()
+}
+
+/// The real config of `model`.
+pub(crate) fn real(model: &str) -> ModelConfig {
+    ModelConfig::from_value(&real_json(model)).unwrap_or_else(|e| panic!("{model}: {e}"))
 }
 
 /// Nemotron-3-Nano-30B-A3B's blocks, counted by hand (TP 1), hidden 2688:
@@ -82,6 +85,47 @@ fn nemotron_h_counts_each_block_by_its_kind() {
     // 2 x 8192 x 16384 + 8192 = 268,443,648.
     let half = 54 * 219_220_352 + 10 * 75_505_664 + 54 * 268_443_648 + emb + 8192;
     assert_eq!(params_per_rank(&c, 2).unwrap().total(), half);
+}
+
+#[test]
+fn nemotron_h_pattern_must_cover_every_layer() {
+    // Nemotron-3-Nano's real config with its 52-character pattern cut to 26. With a
+    // `layer_types` beside it (read first for the KV cache) the short pattern used to give the
+    // weights of 26 blocks only, 31,090,968,832 bytes instead of 63,222,983,552, silently.
+    let mut v = real_json("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16");
+    let full = v["hybrid_override_pattern"].as_str().unwrap().to_string();
+    assert_eq!(
+        (full.len(), &v["num_hidden_layers"]),
+        (52, &Value::from(52))
+    );
+    let types: Vec<&str> = full
+        .chars()
+        .map(|ch| if ch == 'M' { "mamba" } else { "attention" })
+        .collect();
+    v["layer_types"] = Value::from(types);
+    v["hybrid_override_pattern"] = Value::from(&full[..26]);
+    let e = ModelConfig::from_value(&v).unwrap_err().to_string();
+    assert!(
+        e.contains("hybrid_override_pattern") && e.contains("26 blocks for 52 layers"),
+        "{e}"
+    );
+    // Without `layer_types` too.
+    v.as_object_mut().unwrap().remove("layer_types");
+    let e = ModelConfig::from_value(&v).unwrap_err().to_string();
+    assert!(e.contains("26 blocks for 52 layers"), "{e}");
+    // The whole pattern beside a `layer_types` that makes its MoE blocks attention layers:
+    // the KV cache would follow one key and the weights the other.
+    v["hybrid_override_pattern"] = Value::from(full.as_str());
+    v["layer_types"] = Value::from(
+        full.chars()
+            .map(|ch| if ch == 'M' { "mamba" } else { "attention" })
+            .collect::<Vec<_>>(),
+    );
+    let e = ModelConfig::from_value(&v).unwrap_err().to_string();
+    assert!(
+        e.contains("hybrid_override_pattern") && e.contains("disagree") && e.contains("block 1"),
+        "{e}"
+    );
 }
 
 #[test]
