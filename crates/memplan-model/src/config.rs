@@ -218,6 +218,11 @@ pub struct ModelConfig {
     /// Per decoder block, what it holds, where the model is built of single-purpose blocks
     /// (Nemotron-H); empty when every layer has a mixer (attention or state) and an MLP.
     pub blocks: Vec<Block>,
+    /// Per decoder layer: whether its feed-forward block is the routed experts, by the
+    /// config's own rule (`decoder_sparse_step`, `mlp_only_layers`, `moe_layer_freq`, ...);
+    /// empty without routed experts. A pipeline stage holds its own layers' experts.
+    #[serde(skip)]
+    pub moe_layers: Vec<bool>,
     /// Attention's query projection also produces an output gate as wide as the queries
     /// (Qwen3-Next / Qwen3.5 `attn_output_gate`: qwen3_next.py, `Qwen3NextAttention`).
     pub attn_output_gate: bool,
@@ -392,6 +397,17 @@ fn names_a_figure(path: &str) -> bool {
 }
 
 impl ModelConfig {
+    /// Whether decoder layer `i` has routed experts: as [`ModelConfig::moe_layers`] says, or,
+    /// where that is empty (a config not read from a file), every layer after the
+    /// [`Moe::dense_layers`] leading dense ones.
+    pub fn is_moe_layer(&self, i: usize) -> bool {
+        let Some(m) = self.moe else { return false };
+        match self.moe_layers.get(i) {
+            Some(at) => *at,
+            None => self.moe_layers.is_empty() && i as u64 >= m.dense_layers,
+        }
+    }
+
     /// Parse the text of a `config.json`.
     pub fn from_json_str(text: &str) -> Result<Self> {
         let strict = |e: memplan_core::json::JsonError| {
@@ -624,6 +640,7 @@ impl ModelConfig {
             layer_shapes: Vec::new(),
             state: None,
             blocks: Vec::new(),
+            moe_layers: Vec::new(),
             attn_output_gate: false,
             indexer_head_dim: None,
             per_layer_input: None,

@@ -467,7 +467,11 @@ mod tests {
     /// The weights one pipeline stage of `model` (from `tests/data/weight-configs.jsonl`)
     /// holds at `pp` stages, TP 1.
     fn stage_weights(model: &str, pp: u64) -> Vec<u64> {
-        let c = crate::arch::tests_weights::real(model);
+        stage_weights_of(model, crate::arch::tests_weights::real(model), pp)
+    }
+
+    /// The weights one pipeline stage of the model `c` holds at `pp` stages, TP 1.
+    fn stage_weights_of(model: &str, c: ModelConfig, pp: u64) -> Vec<u64> {
         let m = crate::Model {
             name: model.into(),
             source: crate::Source::Preset(model.into()),
@@ -523,6 +527,54 @@ mod tests {
                 2 * (layers(0..30) + emb + tower) + rope,
                 2 * (layers(30..60) + emb + tower + 5376) + rope
             ]
+        );
+    }
+
+    #[test]
+    fn pipeline_stages_hold_moe_layers_where_the_config_puts_them() {
+        // Qwen1.5-MoE-A2.7B's shapes on 8 layers with `decoder_sparse_step` 2: vLLM builds
+        // routed experts where `(layer_idx not in mlp_only_layers) and (num_experts > 0 and
+        // (layer_idx + 1) % decoder_sparse_step == 0)` (qwen2_moe.py `Qwen2MoeDecoderLayer`),
+        // layers 1, 3, 5 and 7, so each stage of PP 2 ([4, 4]) holds two dense and two MoE
+        // layers. Counted from the tensor shapes, hidden 2048, bf16:
+        // - attention: q, k, v and o 4 x 2048 x 2048 = 16,777,216, q/k/v biases 3 x 2048 =
+        //   6,144; two norms 2 x 2048 = 4,096;
+        // - dense MLP (`Qwen2MoeMLP`): 3 x 2048 x 5632 = 34,603,008; a dense layer 51,390,464;
+        // - MoE (`Qwen2MoeSparseMoeBlock`): 60 experts 60 x 3 x 2048 x 1408 = 519,045,120, the
+        //   shared expert 3 x 2048 x 5632 = 34,603,008, the router 2048 x 60 = 122,880 (the
+        //   shared expert's gate, 2048, left out); an MoE layer 570,558,464;
+        // - the embedding 151,936 x 2048 = 311,164,928 on stage 0, the untied head of the same
+        //   size and the final norm 2048 on stage 1; the rotary cache 8192 x 128 on each.
+        // Stage 0: 2 x (311,164,928 + 2 x 51,390,464 + 2 x 570,558,464) + 2,097,152 =
+        // 3,112,222,720 bytes. Counted as four dense layers then four MoE ones it was
+        // 1,035,550,720 (stage 1 over by as much).
+        let config = |only: &[u64]| {
+            ModelConfig::from_value(&serde_json::json!({
+                "architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe",
+                "hidden_size": 2048, "num_hidden_layers": 8, "num_attention_heads": 16,
+                "num_key_value_heads": 16, "intermediate_size": 5632,
+                "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632,
+                "num_experts": 60, "num_experts_per_tok": 4, "decoder_sparse_step": 2,
+                "mlp_only_layers": only, "vocab_size": 151936,
+                "max_position_embeddings": 8192, "tie_word_embeddings": false,
+                "torch_dtype": "bfloat16"}))
+            .unwrap()
+        };
+        let c = config(&[]);
+        assert_eq!(
+            c.moe_layers,
+            [false, true, false, true, false, true, false, true]
+        );
+        let (dense, moe, emb, rope) = (51_390_464, 570_558_464, 311_164_928, 8192 * 128 * 2);
+        let first = 2 * (emb + 2 * dense + 2 * moe) + rope;
+        assert_eq!(first, 3_112_222_720);
+        let last = 2 * (2 * dense + 2 * moe + emb + 2048) + rope;
+        assert_eq!(stage_weights_of("qwen2-moe-8", c, 2), vec![first, last]);
+        // `mlp_only_layers` [1]: layer 1 dense too, MoE at 3, 5 and 7 only.
+        let c = config(&[1]);
+        assert_eq!(
+            stage_weights_of("qwen2-moe-8", c, 2),
+            vec![2 * (emb + 3 * dense + moe) + rope, last]
         );
     }
 

@@ -204,7 +204,6 @@ pub fn params_by_stage(c: &ModelConfig, tp: u64) -> Result<StageParams> {
     } else {
         // Falcon-H1 lists each layer twice: attention, then the Mamba2 mixer beside it.
         let parallel = c.layers.len() == 2 * n;
-        let dense_layers = c.moe.map_or(0, |m| m.dense_layers.min(c.num_layers)) as usize;
         for (i, a) in layers.iter_mut().enumerate() {
             a.other += norms * h;
             let kind = c.layers.get(i).copied().unwrap_or(LayerKind::Full);
@@ -227,7 +226,7 @@ pub fn params_by_stage(c: &ModelConfig, tp: u64) -> Result<StageParams> {
             }
             // The feed-forward block (0 wide: none).
             match (c.moe, shape) {
-                (Some(_), _) if i >= dense_layers => moe(a),
+                (Some(_), _) if c.is_moe_layer(i) => moe(a),
                 (_, Some(s)) => {
                     if s.intermediate > 0 {
                         dense_mlp(a, f(s.intermediate));

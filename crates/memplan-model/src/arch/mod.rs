@@ -257,7 +257,10 @@ pub(crate) fn parse(
         )),
         None => None,
     };
-    c.moe = moe(&f, &c)?;
+    if let Some((m, at)) = moe(&f, &c)? {
+        c.moe = Some(m);
+        c.moe_layers = at;
+    }
     if c.moe.is_some() && c.family == Family::Dense {
         c.family = Family::Moe;
     }
@@ -273,6 +276,11 @@ pub(crate) fn parse(
             .count() as u64;
         if let Some(m) = c.moe.as_mut() {
             m.dense_layers = c.num_layers - routed.min(c.num_layers);
+            c.moe_layers = c
+                .blocks
+                .iter()
+                .map(|b| *b == crate::config::Block::Moe)
+                .collect();
         }
     }
     // qwen3_next.py `Qwen3NextAttention`: `getattr(config, "attn_output_gate", True)`.
@@ -524,8 +532,9 @@ fn uniform_lists(map: &mut Map<String, Value>) -> Result<()> {
     Ok(())
 }
 
-/// Routed experts with vLLM's key aliases (`CONFIG_FIELD_ALIASES`).
-fn moe(f: &Fields<'_>, c: &ModelConfig) -> Result<Option<Moe>> {
+/// Routed experts with vLLM's key aliases (`CONFIG_FIELD_ALIASES`), and which layers have
+/// them ([`moe_layers`]).
+fn moe(f: &Fields<'_>, c: &ModelConfig) -> Result<Option<(Moe, Vec<bool>)>> {
     let experts = f.first(&[
         "num_experts",
         "moe_num_experts",
@@ -596,18 +605,22 @@ fn moe(f: &Fields<'_>, c: &ModelConfig) -> Result<Option<Moe>> {
                 * ei
         }
     };
-    let dense_layers = c.num_layers - moe_layer_count(f, c.num_layers)?;
-    Ok(Some(Moe {
-        num_experts: experts,
-        top_k,
-        expert_intermediate: ei,
-        shared_intermediate: shared,
-        dense_layers: dense_layers.min(c.num_layers),
-        latent_size: f.opt_u64("moe_latent_size")?.unwrap_or(0),
-    }))
+    let at = moe_layers(f, c.num_layers)?;
+    let dense_layers = at.iter().filter(|m| !**m).count() as u64;
+    Ok(Some((
+        Moe {
+            num_experts: experts,
+            top_k,
+            expert_intermediate: ei,
+            shared_intermediate: shared,
+            dense_layers: dense_layers.min(c.num_layers),
+            latent_size: f.opt_u64("moe_latent_size")?.unwrap_or(0),
+        },
+        at,
+    )))
 }
 
-/// Keys that say which layers have routed experts (read by [`moe_layer_count`]).
+/// Keys that say which layers have routed experts (read by [`moe_layers`]).
 const MOE_KEYS: &[&str] = &[
     "moe_layers",
     "moe_layers_enum",
@@ -625,15 +638,24 @@ const MOE_KEYS: &[&str] = &[
     "moe_layer_freq",
 ];
 
-/// How many of `layers` layers have routed experts, by each family's own predicate: an explicit
-/// list (`moe_layers`; Step-3's `moe_layers_enum`, step3_text.py; `mlp_layer_types` "sparse"/"dense", exaone_moe.py, cohere2_moe.py), else
-/// leading dense layers (`first_k_dense_replace`, deepseek_v2.py; `moe_layer_start_index` /
-/// `moe_layer_end_index`, ernie45_moe.py; `num_dense_layers`, lfm2_moe.py), dense layers by
-/// index (`mlp_only_layers`, qwen2_moe.py / qwen3_moe.py) and an interleave (`expert_layer_period`
-/// / `expert_layer_offset`, transformers' JambaConfig `layers_num_experts`;
-/// `decoder_sparse_step`, qwen3_moe.py; `interleave_moe_layer_step`, llama4.py;
-/// `moe_layer_interval`, ernie45_moe.py; `moe_layer_freq`, deepseek_v2.py).
-fn moe_layer_count(f: &Fields<'_>, layers: u64) -> Result<u64> {
+/// Which of `layers` layers have routed experts, layer by layer, by each family's own
+/// predicate in vLLM's decoder-layer constructor:
+/// - an explicit list: `moe_layers`; Step-3's comma-separated `moe_layers_enum`
+///   (step3_text.py); `mlp_layer_types` "sparse"/"dense" (exaone_moe.py, cohere2_moe.py);
+/// - else every layer where all of these hold (a key that is absent holds everywhere):
+///   - `layer_idx not in mlp_only_layers and (layer_idx + 1) % decoder_sparse_step == 0`
+///     (qwen2_moe.py `Qwen2MoeDecoderLayer`, qwen3_moe.py `Qwen3MoeDecoderLayer`,
+///     qwen3_next.py `Qwen3NextDecoderLayer`);
+///   - `(layer_idx + 1) % interleave_moe_layer_step == 0` (llama4.py `Llama4DecoderLayer`);
+///   - `moe_layer_start_index <= layer_idx <= moe_layer_end_index` and
+///     `(layer_idx + 1) % moe_layer_interval == 0` (ernie45_moe.py
+///     `Ernie4_5_MoeDecoderLayer`);
+///   - `layer_idx >= first_k_dense_replace and layer_idx % moe_layer_freq == 0`
+///     (deepseek_v2.py `DeepseekV2DecoderLayer`); `num_dense_layers` leading dense layers
+///     (lfm2_moe.py `Lfm2MoeDecoderLayer`);
+///   - `layer_idx % expert_layer_period == expert_layer_offset` (jamba.py `JambaModel`,
+///     through transformers' `JambaConfig.layers_num_experts`).
+fn moe_layers(f: &Fields<'_>, layers: u64) -> Result<Vec<bool>> {
     // Step-3 writes the MoE layers as a comma-separated string (step3_text.py).
     if let Some(e) = f.get("moe_layers_enum") {
         let bad = || {
@@ -642,7 +664,7 @@ fn moe_layer_count(f: &Fields<'_>, layers: u64) -> Result<u64> {
                 format!("{e} is not a comma-separated list of layer indices below {layers}"),
             )
         };
-        let mut ix = e
+        let ix = e
             .as_str()
             .ok_or_else(bad)?
             .split(',')
@@ -654,15 +676,10 @@ fn moe_layer_count(f: &Fields<'_>, layers: u64) -> Result<u64> {
                     .ok_or_else(bad)
             })
             .collect::<Result<Vec<_>>>()?;
-        ix.sort_unstable();
-        ix.dedup();
-        return Ok(ix.len() as u64);
+        return Ok(at_indices(&ix, layers));
     }
     if let Some(ix) = layers::indices(f, "moe_layers", layers)? {
-        let mut ix = ix;
-        ix.sort_unstable();
-        ix.dedup();
-        return Ok(ix.len() as u64);
+        return Ok(at_indices(&ix, layers));
     }
     if let Some(v) = f.get("mlp_layer_types") {
         let types = v
@@ -674,11 +691,11 @@ fn moe_layer_count(f: &Fields<'_>, layers: u64) -> Result<u64> {
                     format!("expected one entry per layer ({layers}), found {v}"),
                 )
             })?;
-        let mut n = 0;
+        let mut at = Vec::with_capacity(types.len());
         for t in types {
             match t.as_str() {
-                Some("sparse") => n += 1,
-                Some("dense") => {}
+                Some("sparse") => at.push(true),
+                Some("dense") => at.push(false),
                 _ => {
                     return Err(Error::invalid(
                         "mlp_layer_types",
@@ -687,7 +704,7 @@ fn moe_layer_count(f: &Fields<'_>, layers: u64) -> Result<u64> {
                 }
             }
         }
-        return Ok(n);
+        return Ok(at);
     }
     let only = layers::indices(f, "mlp_only_layers", layers)?.unwrap_or_default();
     let first = f
@@ -710,15 +727,24 @@ fn moe_layer_count(f: &Fields<'_>, layers: u64) -> Result<u64> {
     };
     let freq = step("moe_layer_freq")?;
     Ok((0..layers)
-        .filter(|i| {
-            !only.contains(i)
-                && *i >= first
-                && *i <= last
+        .map(|i| {
+            !only.contains(&i)
+                && i >= first
+                && i <= last
                 && period.is_none_or(|p| i % p == offset)
                 && every.is_none_or(|s| (i + 1) % s == 0)
                 && freq.is_none_or(|q| i % q == 0)
         })
-        .count() as u64)
+        .collect())
+}
+
+/// `true` at each of `ix` (indices below `layers`).
+fn at_indices(ix: &[u64], layers: u64) -> Vec<bool> {
+    let mut at = vec![false; layers as usize];
+    for &i in ix {
+        at[i as usize] = true;
+    }
+    at
 }
 
 fn vision(top: &Map<String, Value>, gated: bool) -> Option<Vision> {

@@ -436,6 +436,8 @@ fn interleaved_experts_are_counted_layer_by_layer() {
     };
     let c = ModelConfig::from_value(&jamba(2)).unwrap();
     assert_eq!(c.moe.unwrap().dense_layers, 16);
+    // `layer_idx % expert_layer_period == expert_layer_offset`: the odd layers.
+    assert!((0..32).all(|i| c.is_moe_layer(i) == (i % 2 == 1)));
     assert_eq!(
         ModelConfig::from_value(&jamba(1))
             .unwrap()
@@ -448,19 +450,27 @@ fn interleaved_experts_are_counted_layer_by_layer() {
         "num_local_experts":128,"num_experts_per_tok":1,"interleave_moe_layer_step":2})))
     .unwrap();
     assert_eq!(c.moe.unwrap().dense_layers, 6);
+    // `(layer_idx + 1) % interleave_moe_layer_step == 0`: layers 1, 3, ..., 11.
+    assert!((0..12).all(|i| c.is_moe_layer(i) == (i % 2 == 1)));
     let c = ModelConfig::from_value(&llama(serde_json::json!({
         "n_routed_experts":64,"num_experts_per_tok":6,"first_k_dense_replace":1,"moe_layer_freq":2}))).unwrap();
     // MoE at 2, 4, 6, 8, 10: 7 dense layers.
     assert_eq!(c.moe.unwrap().dense_layers, 7);
+    assert_eq!(
+        c.moe_layers,
+        [false, false, true, false, true, false, true, false, true, false, true, false]
+    );
     let c = ModelConfig::from_value(&llama(serde_json::json!({
         "num_experts":8,"num_experts_per_tok":2,"mlp_layer_types":
         ["dense","sparse","sparse","sparse","sparse","sparse","sparse","sparse","sparse","sparse","sparse","dense"]}))).unwrap();
     assert_eq!(c.moe.unwrap().dense_layers, 2);
+    assert!(!c.is_moe_layer(0) && c.is_moe_layer(1) && !c.is_moe_layer(11));
     // Step-3: `moe_layers_enum` "4,5,...,10" (step3_text.py): 7 MoE layers, 5 dense.
     let c = ModelConfig::from_value(&llama(serde_json::json!({
         "moe_num_experts":48,"moe_top_k":3,"moe_layers_enum":"4,5,6,7,8,9,10"})))
     .unwrap();
     assert_eq!(c.moe.unwrap().dense_layers, 5);
+    assert!((0..12).all(|i| c.is_moe_layer(i) == (4..=10).contains(&i)));
     assert!(matches!(
         c.kv_spec(KvDtype::Bf16, 16, 1).unwrap().groups[0].attention,
         AttentionKind::Full
