@@ -512,20 +512,34 @@ mod tests {
         // layers): Gemma builds `embed_tokens` on every rank (gemma4.py `Gemma4Model`, its
         // tied head reading it) and the multimodal wrapper its vision tower on every rank
         // (gemma4_mm.py), so both stages hold the embedding and the tower, not half of the
-        // tower each.
+        // tower each. Counted from the shapes (gemma4.py `Gemma4DecoderLayer`), hidden 5376:
+        // - a sliding layer (32 heads, 16 KV heads of 256): q 5376 x 8192 = 44,040,192, k
+        //   and v 2 x 5376 x 4096 = 44,040,192, o 8192 x 5376 = 44,040,192; the MLP (gate, up,
+        //   down) 3 x 5376 x 21504 = 346,816,512; four norms 4 x 5376 = 21,504: 478,958,592;
+        // - a full layer (`global_head_dim` 512, `attention_k_eq_v` with 4 KV heads, K's
+        //   weights loaded into both the K and V slots of the QKV projection): q 5376 x 16384
+        //   = 88,080,384, k and v 2 x 5376 x 2048 = 22,020,096, o 16384 x 5376 = 88,080,384;
+        //   the same MLP and norms: 545,018,880 (q/k norms left out);
+        // - the vision tower as memplan models one (27 layers of width 1152, MLP 4304, not
+        //   gated): 27 x (4 x 1152^2 + 2 x 1152 x 4304 + 9 x 1152) = 411,350,400, the patch
+        //   embedding 3 x 16^2 x 1152 = 884,736, the projector 1152 x 5376 + 5376^2 =
+        //   35,094,528: 447,329,664;
+        // - the embedding 262,144 x 5376 on both, the final norm on the last; the rotary cache
+        //   262,144 x 256 on each; bf16.
+        let (sliding, full) = (478_958_592, 545_018_880);
+        let half = 25 * sliding + 5 * full;
+        assert_eq!(half, 14_699_059_200);
+        let (emb, tower) = (262_144 * 5376, 447_329_664);
         let c = crate::arch::tests_weights::real("google/gemma-4-31B (fine-tune)");
         let p = crate::weights::params_by_stage(&c, 1).unwrap();
-        let layers = |r: std::ops::Range<usize>| p.layers[r].iter().map(|x| x.total()).sum::<u64>();
-        assert_eq!(layers(0..30), layers(30..60));
-        let (emb, tower) = (p.embed.total(), p.vision.total());
-        assert_eq!(emb, 262_144 * 5376);
-        assert!(tower > 400_000_000, "{tower}");
+        assert_eq!((p.layers[0].total(), p.layers[5].total()), (sliding, full));
+        assert_eq!((p.embed.total(), p.vision.total()), (emb, tower));
         let rope = 262_144 * 256 * 2;
         assert_eq!(
             stage_weights("google/gemma-4-31B (fine-tune)", 2),
             vec![
-                2 * (layers(0..30) + emb + tower) + rope,
-                2 * (layers(30..60) + emb + tower + 5376) + rope
+                2 * (half + emb + tower) + rope,
+                2 * (half + emb + tower + 5376) + rope
             ]
         );
     }
