@@ -499,14 +499,14 @@ mod tests {
         // last stage holds one MoE block (1.3B parameters) more. Per block (counted in
         // `arch::tests_weights`): Mamba2 38,744,896, attention 23,399,040, MoE 1,297,468,032
         // parameters; the first stage adds the embedding 131,072 x 2688, the last the head
-        // and final norm; each builds the rotary cache (262,144 x 128), all bf16.
+        // and final norm, all bf16; no rotary cache (`NemotronHAttention` has no rotary
+        // embedding).
         use crate::arch::tests_weights::{NANO_ATTN, NANO_EMB, NANO_MAMBA, NANO_MOE};
-        let rope = 262_144 * 128 * 2;
         let first = 12 * NANO_MAMBA + 3 * NANO_ATTN + 11 * NANO_MOE + NANO_EMB;
         let last = 11 * NANO_MAMBA + 3 * NANO_ATTN + 12 * NANO_MOE + NANO_EMB + 2688;
         assert_eq!(
             stage_weights("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", 2),
-            vec![2 * first + rope, 2 * last + rope]
+            vec![2 * first, 2 * last]
         );
         // Gemma 4 31B at PP 2 (60 layers as [30, 30], each half with 25 sliding and 5 full
         // layers): Gemma builds `embed_tokens` on every rank (gemma4.py `Gemma4Model`, its

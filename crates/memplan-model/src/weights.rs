@@ -8,7 +8,7 @@
 //! of attention (Mamba, Mamba2, gated DeltaNet, short convolution), Nemotron-H's
 //! single-purpose blocks, dense and expert MLPs (divided by TP), routers and norms
 //! (replicated), the rotary cos/sin cache the engine builds at load time
-//! (`max_position_embeddings * head_dim` elements), and a vision tower (replicated). Quantized checkpoints use [`Quantization::bytes`] for the linear layers it
+//! (`max_position_embeddings * head_dim` elements; none for Nemotron-H), and a vision tower (replicated). Quantized checkpoints use [`Quantization::bytes`] for the linear layers it
 //! covers; everything else uses the model dtype.
 //!
 //! This is an estimate: engines add small buffers (a few MiB) that no config describes.
@@ -316,8 +316,14 @@ pub fn param_bytes(p: &ParamCount, dtype_bytes: u64, quant: Option<&Quantization
 }
 
 /// The rotary cos/sin cache the engine builds at load time (`max_position_embeddings *
-/// head_dim` elements), in every process that runs attention layers.
+/// head_dim` elements), in every process that runs attention layers. None for Nemotron-H (a
+/// model of [`ModelConfig::blocks`]): its attention applies no rotary embedding (vLLM
+/// `nemotron_h.py`, `NemotronHAttention` builds no `get_rope` and its `forward` takes no
+/// positions).
 pub fn rotary_bytes(c: &ModelConfig, dtype_bytes: u64) -> Result<u64> {
+    if !c.blocks.is_empty() {
+        return Ok(0);
+    }
     c.max_position_embeddings
         .unwrap_or(0)
         .checked_mul(c.head_dim)

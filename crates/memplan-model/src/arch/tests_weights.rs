@@ -60,11 +60,9 @@ fn nemotron_h_counts_each_block_by_its_kind() {
     let want = 23 * NANO_MAMBA + 6 * NANO_ATTN + 23 * NANO_MOE + 2 * NANO_EMB + 2688;
     assert_eq!(want, 31_577_937_344);
     assert_eq!(params_per_rank(&c, 1).unwrap().total(), want);
-    // Weights: bf16, plus the rotary cache of 262,144 positions x 128.
-    assert_eq!(
-        weight_bytes(&c, 1, 2, None).unwrap(),
-        2 * want + 262_144 * 128 * 2
-    );
+    // Weights: bf16, and no rotary cache (`NemotronHAttention` applies no rotary embedding;
+    // it was counted as 262,144 positions x 128 x 2 bytes = 67,108,864).
+    assert_eq!(weight_bytes(&c, 1, 2, None).unwrap(), 2 * want);
 
     // Nemotron-H-56B: 54 Mamba2 (256 heads of 64 = 16,384 inner, 8 groups of state 256),
     // 10 attention (64 heads, 8 KV heads of 128) and 54 relu^2 MLP blocks (up and down,
