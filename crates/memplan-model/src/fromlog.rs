@@ -663,6 +663,28 @@ const CPU_BACKEND: [&str; 3] = [
     "VLLM_CPU_KVCACHE_SPACE",
 ];
 
+/// Lines that show a start-up ran on an accelerator, whatever else the log holds: the
+/// platform's detection (`platforms/__init__.py`, "Automatically detected platform cuda.") and
+/// V0's block count on an accelerator's executor ([`V0_BLOCK_LINES`]). A log with one of them
+/// is not refused for a [`CPU_BACKEND`] line: pasted logs mix processes (a client or a Ray head
+/// with no accelerator detects the CPU platform, an environment dump names
+/// `VLLM_CPU_KVCACHE_SPACE`), and the accelerator's start-up is the one to plan. vLLM V1's "GPU
+/// KV cache size" is not among them: its CPU backend prints it too.
+const GPU_PLATFORM: [&str; 12] = [
+    "Automatically detected platform cuda",
+    "Automatically detected platform rocm",
+    "Automatically detected platform xpu",
+    "Automatically detected platform tpu",
+    "Automatically detected platform hpu",
+    "# GPU blocks:",
+    "# CUDA blocks:",
+    "# cuda blocks:",
+    "# rocm blocks:",
+    "# xpu blocks:",
+    "# HPU blocks:",
+    "# TPU blocks:",
+];
+
 /// vllm-ascend's line when it sets the block size (`vllm_ascend/utils.py`
 /// `refresh_block_size`: "Block size is set to 128 if prefix cache or chunked prefill is
 /// enabled.", logged only where it sets `cache_config.block_size = 128` because prefix
@@ -739,6 +761,7 @@ pub fn parse(text: &str) -> Result<LogFigures> {
     let mut banner_model: Option<(String, usize)> = None;
     // The first line only the CPU backend prints, and the KV cache space it names.
     let mut cpu_backend: Option<usize> = None;
+    let mut gpu_platform: Option<usize> = None;
     let mut cpu_space: Option<(String, usize)> = None;
     // An out-of-tree platform plugin other than the CPU's ("Platform plugin metal is
     // activated"): its lines are not the CPU backend's.
@@ -774,6 +797,9 @@ pub fn parse(text: &str) -> Result<LogFigures> {
         let lines = &mut f.lines;
         if cpu_backend.is_none() && CPU_BACKEND.iter().any(|k| l.has(k)) {
             cpu_backend = Some(n);
+        }
+        if gpu_platform.is_none() && GPU_PLATFORM.iter().any(|k| l.has(k)) {
+            gpu_platform = Some(n);
         }
         if l.has("Platform plugin ") && !l.text.contains("Platform plugin cpu ") {
             plugin = true;
@@ -1497,6 +1523,12 @@ pub fn parse(text: &str) -> Result<LogFigures> {
             set(&mut f.enforce_eager, e, lines, "enforce_eager", n);
         }
     }
+    if let (Some(cpu), Some(gpu)) = (cpu_backend, gpu_platform) {
+        f.notes.push(format!(
+            "line {cpu}: a line of vLLM's CPU backend, beside an accelerator's start-up (line {gpu}): the accelerator's is planned"
+        ));
+    }
+    let cpu_backend = cpu_backend.filter(|_| gpu_platform.is_none());
     if let Some(n) = cpu_backend.filter(|_| f.engine == Some(EngineKind::Vllm) && !plugin) {
         let space = match &cpu_space {
             Some((s, at)) => format!("{s} (line {at})"),

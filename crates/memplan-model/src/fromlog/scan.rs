@@ -113,6 +113,11 @@ pub(super) const KEYS: &[&str] = &[
     "estimated maximum model length is",
     // The CPU backend (refused), other platforms, and vllm-ascend's block size.
     "Automatically detected platform cpu",
+    "Automatically detected platform cuda",
+    "Automatically detected platform rocm",
+    "Automatically detected platform xpu",
+    "Automatically detected platform tpu",
+    "Automatically detected platform hpu",
     "Platform plugin ",
     "VLLM_CPU_KVCACHE_SPACE",
     "Block size is set to",
@@ -338,6 +343,7 @@ mod tests {
             .chain(MODEL)
             .chain(&super::super::V0_BLOCK_LINES)
             .chain(&super::super::CPU_BACKEND)
+            .chain(&super::super::GPU_PLATFORM)
             .chain([&super::super::ASCEND_BLOCK])
         {
             assert!(is_key(k), "{k:?}");

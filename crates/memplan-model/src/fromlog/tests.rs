@@ -834,6 +834,31 @@ fn a_cpu_backend_log_is_refused_naming_why() {
     // A GPU log's swap-space count ("# CPU blocks") is not the CPU backend.
     let gpu = "INFO 12-06 11:39:36 gpu_executor.py:113] # GPU blocks: 1207, # CPU blocks: 1365\n";
     assert_eq!(parse(gpu).unwrap().kv_blocks, Some(1207));
+    // Pasted logs mix processes: a client or a Ray head without an accelerator detects the
+    // CPU platform beside the engine's accelerator start-up. The accelerator's is planned,
+    // and a note names the CPU line, whichever comes first.
+    let cuda = "INFO 03-30 22:28:09 [__init__.py:235] Automatically detected platform cuda.\n\
+                (EngineCore pid=11747) INFO 03-30 22:28:17 [kv_cache_utils.py:1319] GPU KV cache size: 232,960 tokens\n";
+    let cpu = "INFO 03-30 22:27:01 [__init__.py:235] Automatically detected platform cpu.\n";
+    for mixed in [format!("{cpu}{cuda}"), format!("{cuda}{cpu}")] {
+        let f = parse(&mixed).unwrap();
+        assert_eq!(f.kv_tokens, Some(232_960));
+        assert!(
+            f.notes
+                .iter()
+                .any(|n| n
+                    .contains("a line of vLLM's CPU backend, beside an accelerator's start-up")),
+            "{:?}",
+            f.notes
+        );
+    }
+    // V0's block count on an accelerator is such a line too; the CPU line alone is refused.
+    assert!(parse(&format!("{cpu}{gpu}")).is_ok());
+    let alone = format!("{cpu}(EngineCore pid=11747) INFO 03-30 22:28:17 [kv_cache_utils.py:1319] GPU KV cache size: 232,960 tokens\n");
+    assert!(parse(&alone)
+        .unwrap_err()
+        .to_string()
+        .contains("a vLLM CPU-backend start-up"));
 }
 
 #[test]
