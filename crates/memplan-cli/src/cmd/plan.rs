@@ -1505,6 +1505,25 @@ mod tests {
             !notes.contains("graph memory outside the budget"),
             "{notes}"
         );
+        // A log that names no tensor-parallel size ran on one rank: a plan over two ranks
+        // captures other graphs, and memplan's estimate stays.
+        let one_rank = format!("{head}{tail}").replace("tensor_parallel_size=1, ", "");
+        let path = log_file("graph-ranks", &one_rank);
+        let j = run_json(&format!(
+            "--from-log {} --tensor-parallel-size 2",
+            path.display()
+        ))
+        .unwrap();
+        let (w, notes) = graph_warning(&j);
+        assert!(w.is_some_and(|w| w != 2_619_930_051), "{notes}");
+        // Nor does the log's figure replace the graph memory the caller gave.
+        let path = log_file("graph-given", &format!("{head}{tail}"));
+        let j = run_json(&format!("--from-log {} --graph-bytes 1GiB", path.display())).unwrap();
+        let (_, notes) = graph_warning(&j);
+        assert!(
+            !notes.contains("graph memory outside the budget"),
+            "{notes}"
+        );
     }
 
     #[test]

@@ -443,8 +443,10 @@ pub fn apply_log(a: &mut Flags) -> Result<LogContext, Failure> {
         && before.speculative_model.is_none()
         && before.max_loras.is_none()
         && before.pipeline_parallel_size <= 1
-        && f.tensor_parallel
-            .is_none_or(|tp| tp == a.tensor_parallel_size);
+        && before.graph_bytes.is_none()
+        // A log that names no tensor-parallel size ran on one rank (vLLM's default): its
+        // graphs are one rank's of that start-up, not of a plan over more ranks.
+        && f.tensor_parallel.unwrap_or(1) == a.tensor_parallel_size;
     Ok(LogContext {
         path: Some(path),
         filled,
@@ -465,7 +467,9 @@ pub fn apply_log(a: &mut Flags) -> Result<LogContext, Failure> {
 /// (estimated)"; SGLang's "Capture cuda graph end ... mem usage=X GB"), else the engine's own
 /// estimate (`GPUModelRunner.profile_cudagraph_memory`: "Estimated CUDA graph memory: X GiB
 /// total"). A note says which figure, and from which line. Not where a flag changed what
-/// sizes the graphs (`as_logged`): the log's figure is another start-up's.
+/// sizes the graphs, the ranks among them (a log that names no tensor-parallel size ran on
+/// one), nor where `--graph-bytes` gave the figure (`as_logged`): the log's figure is another
+/// start-up's.
 pub fn logged_graph_memory(plan: &mut Plan, f: &LogFigures, as_logged: bool) {
     let (bytes, name, what) = match (f.graph_actual, f.graph_estimate) {
         _ if !as_logged => return,
