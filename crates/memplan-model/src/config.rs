@@ -167,10 +167,9 @@ pub struct Vision {
     pub patch: u64,
     /// Gated MLP (Pixtral) or plain (SigLIP).
     pub gated: bool,
-    /// Parameters between the tower and the language model, where the family's own (Molmo's
-    /// attention pooling and gated projector); 0: a linear projector of the tower's width to
-    /// the model's and one of the model's width.
-    pub projector: u64,
+    /// Parameters of the tower and its projector to the language model, counted from the
+    /// modules vLLM builds for the family (`arch::vision`).
+    pub params: u64,
 }
 
 /// The normalised facts of a model config.

@@ -520,20 +520,31 @@ mod tests {
         //   weights loaded into both the K and V slots of the QKV projection): q 5376 x 16384
         //   = 88,080,384, k and v 2 x 5376 x 2048 = 22,020,096, o 16384 x 5376 = 88,080,384;
         //   the same MLP and norms: 545,018,880 (q/k norms left out);
-        // - the vision tower as memplan models one (27 layers of width 1152, MLP 4304, not
-        //   gated): 27 x (4 x 1152^2 + 2 x 1152 x 4304 + 9 x 1152) = 411,350,400, the patch
-        //   embedding 3 x 16^2 x 1152 = 884,736, the projector 1152 x 5376 + 5376^2 =
-        //   35,094,528: 447,329,664;
+        // - the vision tower (transformers `Gemma4VisionModel`, which gemma4_mm.py builds with
+        //   `AutoModel.from_config`; width 1152, 16 heads of 72, MLP 4304, patch 16): the
+        //   patch embedder's `input_proj` 3 x 16^2 x 1152 = 884,736 and
+        //   `position_embedding_table` 2 x 10240 x 1152 = 23,592,960; per layer q, k, v, o
+        //   4 x 1152^2 = 5,308,416, q/k norms 2 x 72, four norms 4 x 1152, the gated MLP
+        //   (`Gemma4VisionMLP` gate/up/down) 3 x 1152 x 4304 = 14,874,624: 20,187,792, x 27 =
+        //   545,070,384; `std_bias`/`std_scale` (`standardize`) 2 x 1152; the embedder's
+        //   projection 1152 x 5376 = 6,193,152: 575,743,536 (the generic ViT count gave
+        //   447,329,664: a 2-matrix MLP, no position table, a 5376^2 projector);
         // - the embedding 262,144 x 5376 on both, the final norm on the last; the rotary cache
         //   262,144 x 256 on each; bf16.
         let (sliding, full) = (478_958_592, 545_018_880);
         let half = 25 * sliding + 5 * full;
         assert_eq!(half, 14_699_059_200);
-        let (emb, tower) = (262_144 * 5376, 447_329_664);
+        let (emb, tower) = (262_144 * 5376, 575_743_536);
         let c = crate::arch::tests_weights::real("google/gemma-4-31B (fine-tune)");
         let p = crate::weights::params_by_stage(&c, 1).unwrap();
         assert_eq!((p.layers[0].total(), p.layers[5].total()), (sliding, full));
         assert_eq!((p.embed.total(), p.vision.total()), (emb, tower));
+        // With the language model it is the checkpoint (index total_size 62,546,177,752,
+        // bf16) to the parameter, less the V slots vLLM adds to the 10 full layers (10 x 5376
+        // x 2048) and plus what memplan leaves out: q/k norms (50 x 2 x 256 + 10 x 2 x 512)
+        // and the 60 layer scalars.
+        let all = crate::weights::params_per_rank(&c, 1).unwrap().total();
+        assert_eq!(all - 10 * 5376 * 2048 + 35_840 + 60, 62_546_177_752 / 2);
         let rope = 262_144 * 256 * 2;
         assert_eq!(
             stage_weights("google/gemma-4-31B (fine-tune)", 2),

@@ -247,15 +247,8 @@ pub fn params_by_stage(c: &ModelConfig, tp: u64) -> Result<StageParams> {
         }
     }
     if let Some(v) = c.vision {
-        let (vh, vi, patch) = (f(v.hidden), f(v.intermediate), f(v.patch));
-        let vm = if v.gated { 3.0 } else { 2.0 };
-        vision.other += f(v.layers) * (4.0 * vh * vh + vm * vh * vi + 9.0 * vh);
-        vision.other += 3.0 * patch * patch * vh; // patch embedding
-        vision.other += if v.projector > 0 {
-            f(v.projector)
-        } else {
-            vh * h + h * h
-        };
+        // Counted with its projector when the config was read (`arch::vision`); replicated.
+        vision.other += f(v.params);
     }
     // The whole must be plausible too (so that adding the parts up cannot overflow).
     let mut all = Acc::default();

@@ -12,6 +12,7 @@ pub mod guard;
 pub mod layers;
 pub(crate) mod per_layer;
 pub mod state;
+pub(crate) mod vision;
 
 use memplan_core::{Error, Result};
 use serde_json::{Map, Value};
@@ -357,23 +358,21 @@ pub(crate) fn parse(
                 .is_none_or(|d| d == "float32");
         c.state = Some(state::read(kind, &f, c.hidden_size, f32)?);
     }
-    c.vision = vision(
-        top,
-        arch.starts_with("Pixtral") || arch.starts_with("Mistral3"),
-    );
+    c.vision = vision::read(top, arch, c.hidden_size);
     if arch == "MolmoForCausalLM" && c.vision.is_none() {
         // `MolmoVisionBackbone`: `image_pooling_2d` (wq, wk, wv over the two ViT layers it
         // reads, 2 x 1024 wide, and wo, all with biases), `image_projector` (a gated MLP from
         // 1024 to the model's width with the language model's MLP width) and `pad_embed`.
         let (vh, inter, h) = (1024, c.intermediate_size, c.hidden_size);
         let pooling = 3 * (2 * vh * vh + vh) + vh * vh + vh;
+        let projector = pooling + vh * 2 * inter + inter * h + 2 * 2 * vh;
         c.vision = Some(Vision {
             hidden: vh,
             layers: 23,
             intermediate: 4096,
             patch: 14,
             gated: false,
-            projector: pooling + vh * 2 * inter + inter * h + 2 * 2 * vh,
+            params: vision::generic(vh, 23, 4096, 14, false) as u64 + projector,
         });
     }
     c.language_key = key.clone();
@@ -745,32 +744,6 @@ fn at_indices(ix: &[u64], layers: u64) -> Vec<bool> {
         at[i as usize] = true;
     }
     at
-}
-
-fn vision(top: &Map<String, Value>, gated: bool) -> Option<Vision> {
-    let Some(Value::Object(v)) = top.get("vision_config") else {
-        return None;
-    };
-    let n = |keys: &[&str]| keys.iter().find_map(|k| v.get(*k).and_then(Value::as_u64));
-    // Qwen2-VL's tower is `embed_dim` wide; its `hidden_size` is the merger's output, the
-    // language model's width (transformers `Qwen2VLVisionConfig`).
-    let hidden = n(&["embed_dim", "hidden_size", "width"])?;
-    let ratio = n(&["mlp_ratio"]).unwrap_or(4);
-    // A SiLU tower has a gated MLP (Pixtral's `FeedForward` w1/w2/w3, Qwen2.5-VL's
-    // gate/up/down: vLLM `pixtral.py`, `qwen2_5_vl.py`); GELU towers (CLIP, SigLIP, Qwen2-VL)
-    // have two matrices.
-    let silu = v
-        .get("hidden_act")
-        .and_then(Value::as_str)
-        .is_some_and(|a| a == "silu" || a == "swiglu");
-    Some(Vision {
-        hidden,
-        layers: n(&["num_hidden_layers", "depth", "layers"])?,
-        intermediate: n(&["intermediate_size"]).unwrap_or(ratio.saturating_mul(hidden)),
-        patch: n(&["patch_size"]).unwrap_or(14),
-        gated: gated || silu,
-        projector: 0,
-    })
 }
 
 /// ModelOpt / compressed-tensors checkpoints that ask for an fp8 KV cache (vLLM

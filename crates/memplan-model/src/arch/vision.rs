@@ -1,0 +1,93 @@
+//! Vision towers of multimodal wrappers: their shape (for the encoder's profiling memory)
+//! and their parameters with the projector to the language model, counted from the modules
+//! vLLM builds where config.json names a tower memplan knows (vLLM 0.19.0 model files, cited
+//! per family); any other tower by a generic ViT count.
+
+use serde_json::{Map, Value};
+
+use crate::config::Vision;
+
+/// The tower `vision_config` describes, for a wrapper `arch` whose language model is `lm`
+/// wide; `None` without a `vision_config` or its width and depth.
+pub(super) fn read(top: &Map<String, Value>, arch: &str, lm: u64) -> Option<Vision> {
+    let Some(Value::Object(v)) = top.get("vision_config") else {
+        return None;
+    };
+    let n = |keys: &[&str]| keys.iter().find_map(|k| v.get(*k).and_then(Value::as_u64));
+    let flag = |k: &str, default: bool| v.get(k).and_then(Value::as_bool).unwrap_or(default);
+    let vision_type = v.get("model_type").and_then(Value::as_str).unwrap_or("");
+    // Qwen2-VL's tower is `embed_dim` wide; its `hidden_size` is the merger's output, the
+    // language model's width (transformers `Qwen2VLVisionConfig`).
+    let hidden = n(&["embed_dim", "hidden_size", "width"])?;
+    let layers = n(&["num_hidden_layers", "depth", "layers"])?;
+    let ratio = n(&["mlp_ratio"]).unwrap_or(4);
+    let intermediate = n(&["intermediate_size"]).unwrap_or(ratio.saturating_mul(hidden));
+    let patch = n(&["patch_size"]).unwrap_or(14);
+    // A SiLU tower has a gated MLP (Pixtral's `FeedForward` w1/w2/w3, Qwen2.5-VL's
+    // gate/up/down: vLLM `pixtral.py`, `qwen2_5_vl.py`); GELU towers (CLIP, SigLIP, Qwen2-VL)
+    // have two matrices, Gemma 4's has three (`Gemma4VisionMLP`).
+    let silu = v
+        .get("hidden_act")
+        .and_then(Value::as_str)
+        .is_some_and(|a| a == "silu" || a == "swiglu");
+    let gemma4 = vision_type == "gemma4_vision" || arch.starts_with("Gemma4");
+    let pixtral = vision_type == "pixtral";
+    let gated =
+        gemma4 || pixtral || arch.starts_with("Pixtral") || arch.starts_with("Mistral3") || silu;
+    // Counted in f64 (exact below 2^53; an absurd config saturates and is refused by the
+    // weights' plausibility check).
+    let (vh, vi, p, l, h) = (
+        hidden as f64,
+        intermediate as f64,
+        patch as f64,
+        layers as f64,
+        lm as f64,
+    );
+    let params = if gemma4 {
+        // transformers `Gemma4VisionModel` (vLLM `gemma4_mm.py` builds it with
+        // `AutoModel.from_config`): `Gemma4VisionPatchEmbedder` (`input_proj` 3 p^2 -> vh, no
+        // bias; `position_embedding_table` 2 x `position_embedding_size` x vh), each
+        // `Gemma4VisionEncoderLayer` (q, k, v, o without biases, q/k RMSNorms of `head_dim`,
+        // v norm without weight, four RMSNorms, `Gemma4VisionMLP` gate/up/down; with
+        // `use_clipped_linears` four scalar bounds per linear), `std_bias`/`std_scale` when
+        // `standardize`; then `Gemma4MultimodalEmbedder` (one vh -> lm projection, a norm
+        // without weight).
+        let heads = n(&["num_attention_heads"]).unwrap_or(12) as f64;
+        let kv = n(&["num_key_value_heads"]).unwrap_or(heads as u64) as f64;
+        let hd = n(&["head_dim"]).unwrap_or(64) as f64;
+        let positions = n(&["position_embedding_size"]).unwrap_or(10 * 1024) as f64;
+        let clip = if flag("use_clipped_linears", false) {
+            7.0 * 4.0
+        } else {
+            0.0
+        };
+        let layer =
+            2.0 * vh * heads * hd + 2.0 * vh * kv * hd + 2.0 * hd + 4.0 * vh + 3.0 * vh * vi + clip;
+        let standardize = if flag("standardize", false) {
+            2.0 * vh
+        } else {
+            0.0
+        };
+        3.0 * p * p * vh + 2.0 * positions * vh + l * layer + standardize + vh * h
+    } else {
+        generic(hidden, layers, intermediate, patch, gated) + vh * h + h * h
+    };
+    Some(Vision {
+        hidden,
+        layers,
+        intermediate,
+        patch,
+        gated,
+        params: params as u64,
+    })
+}
+
+/// A ViT tower by the generic count: per layer four square attention matrices, the MLP (two
+/// matrices, three gated) and 9 x `hidden` of biases and norms; a p x p x 3 patch embedding.
+/// The towers memplan has no model of use it, with a linear projector of the tower's width
+/// to the model's and one of the model's width.
+pub(super) fn generic(hidden: u64, layers: u64, intermediate: u64, patch: u64, gated: bool) -> f64 {
+    let (vh, vi, p) = (hidden as f64, intermediate as f64, patch as f64);
+    let vm = if gated { 3.0 } else { 2.0 };
+    layers as f64 * (4.0 * vh * vh + vm * vh * vi + 9.0 * vh) + 3.0 * p * p * vh
+}
