@@ -253,3 +253,34 @@ fn nvfp4_keeps_what_its_ignore_list_names_in_full_precision() {
     let w = weight_bytes(&c, 1, 2, c.quantization.as_ref()).unwrap() as f64;
     assert!((w / served as f64 - 1.0).abs() < 0.005, "{w} vs {served}");
 }
+
+/// The vision tower (with its projector) of `model` counted by memplan, TP 1.
+fn tower(model: &str) -> u64 {
+    crate::weights::params_by_stage(&real(model), 1)
+        .unwrap()
+        .vision
+        .total()
+}
+
+#[test]
+fn gemma3_tower_is_siglip_with_its_position_embeddings() {
+    // MedGemma 27B (gemma3_mm.py builds `SiglipVisionModel`, siglip.py, all 27 layers, and
+    // `Gemma3MultiModalProjector`), width 1152, MLP 4304, patch 14, image 896:
+    // - `SiglipVisionEmbeddings`: the convolution 3 x 14^2 x 1152 + 1152 bias = 678,528; the
+    //   position embedding (896 / 14)^2 = 4096 x 1152 = 4,718,592;
+    // - a `SiglipEncoderLayer`: qkv 3 x 1152^2 + 3 x 1152 and out 1152^2 + 1152 = 5,313,024;
+    //   fc1 1152 x 4304 + 4304 and fc2 4304 x 1152 + 1152 = 9,921,872; two LayerNorms
+    //   4 x 1152 = 4,608: 15,239,504, x 27 = 411,466,608; the post-LayerNorm 2,304;
+    // - the projector: `mm_input_projection_weight` 1152 x 5376 = 6,193,152, the soft-token
+    //   RMSNorm 1152;
+    // 423,060,336 in all (the generic ViT count gave 447,122,304: a square 5376^2 projector
+    // the model has not, no position embeddings).
+    assert_eq!(tower("google/medgemma-27b-it"), 423_060_336);
+    // The whole checkpoint (index total_size 54,864,813,280, bf16) is memplan's count and the
+    // language model's q/k norms (62 layers x 2 x 128 = 15,872), which memplan leaves out.
+    let c = real("google/medgemma-27b-it");
+    assert_eq!(
+        params_per_rank(&c, 1).unwrap().total() + 15_872,
+        54_864_813_280 / 2
+    );
+}

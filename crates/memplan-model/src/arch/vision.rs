@@ -43,6 +43,9 @@ pub(super) fn read(top: &Map<String, Value>, arch: &str, lm: u64) -> Option<Visi
         layers as f64,
         lm as f64,
     );
+    // A bias-carrying ViT layer with LayerNorms (CLIP/SigLIP/Qwen2-VL/Qwen3-VL): q, k, v, o
+    // with biases, fc1 and fc2 with biases, two LayerNorms (weight and bias).
+    let vit_layer = 4.0 * vh * vh + 4.0 * vh + 2.0 * vh * vi + vi + vh + 4.0 * vh;
     let params = if gemma4 {
         // transformers `Gemma4VisionModel` (vLLM `gemma4_mm.py` builds it with
         // `AutoModel.from_config`): `Gemma4VisionPatchEmbedder` (`input_proj` 3 p^2 -> vh, no
@@ -69,6 +72,14 @@ pub(super) fn read(top: &Map<String, Value>, arch: &str, lm: u64) -> Option<Visi
             0.0
         };
         3.0 * p * p * vh + 2.0 * positions * vh + l * layer + standardize + vh * h
+    } else if vision_type == "siglip_vision_model" && arch.starts_with("Gemma3") {
+        // vLLM `siglip.py` `SiglipVisionModel` as `gemma3_mm.py` builds it (all layers, so the
+        // post-LayerNorm; no head): `SiglipVisionEmbeddings` (a biased p x p convolution and
+        // (image_size / p)^2 position embeddings), `SiglipEncoderLayer`s; then
+        // `Gemma3MultiModalProjector` (`mm_input_projection_weight` vh x lm, an RMSNorm of vh).
+        let image = n(&["image_size"]).unwrap_or(224) as f64;
+        let positions = (image / p).floor().powi(2);
+        3.0 * p * p * vh + vh + positions * vh + l * vit_layer + 2.0 * vh + vh * h + vh
     } else {
         generic(hidden, layers, intermediate, patch, gated) + vh * h + h * h
     };
