@@ -284,3 +284,58 @@ fn gemma3_tower_is_siglip_with_its_position_embeddings() {
         54_864_813_280 / 2
     );
 }
+
+#[test]
+fn qwen2_vl_towers_count_their_merger_and_biases() {
+    // Qwen2.5-VL-7B (qwen2_5_vl.py `Qwen2_5_VisionTransformer`), width 1280, gated MLP 3420,
+    // 32 blocks, patch 14, temporal patch 2, 2 x 2 merge to 3584:
+    // - `Qwen2_5_VisionPatchEmbed`: Conv3d 3 x 2 x 14^2 x 1280 = 1,505,280, no bias;
+    // - a `Qwen2_5_VisionBlock`: two RMSNorms 2,560; qkv 3 x 1280^2 + 3,840 and proj 1280^2
+    //   + 1280 = 6,558,720; gate/up 2 x 1280 x 3420 + 6,840 and down 3420 x 1280 + 1280 =
+    //   13,140,920: 19,702,200, x 32 = 630,470,400;
+    // - `Qwen2_5_VisionPatchMerger`: RMSNorm 1280; 5120^2 + 5120 and 5120 x 3584 + 3584:
+    //   44,574,464;
+    // 676,550,144 (generic: 648,518,656). With the language model it is the checkpoint to
+    // the parameter (index total_size 16,584,333,312, bf16).
+    assert_eq!(
+        tower("Qwen/Qwen2.5-VL-7B-Instruct (fine-tune)"),
+        676_550_144
+    );
+    let c = real("Qwen/Qwen2.5-VL-7B-Instruct (fine-tune)");
+    assert_eq!(params_per_rank(&c, 1).unwrap().total(), 16_584_333_312 / 2);
+    // olmOCR-7B, Qwen2-VL (qwen2_vl.py `Qwen2VisionTransformer`): `embed_dim` 1280, MLP
+    // 4 x 1280 = 5120 (fc1/fc2, not gated), LayerNorms:
+    // - the same Conv3d, 1,505,280;
+    // - a `Qwen2VisionBlock`: two LayerNorms 5,120; qkv and proj 4 x 1280^2 + 4 x 1280 =
+    //   6,558,720; fc1 1280 x 5120 + 5120, fc2 5120 x 1280 + 1280 = 13,113,600: 19,677,440,
+    //   x 32 = 629,678,080;
+    // - `Qwen2VisionPatchMerger`: LayerNorm 2,560 and the same MLP, 44,575,744;
+    // 675,759,104 (generic: 647,699,456); again the checkpoint to the parameter (index
+    // total_size 16,582,751,232).
+    assert_eq!(tower("allenai/olmOCR-7B"), 675_759_104);
+    let c = real("allenai/olmOCR-7B");
+    assert_eq!(params_per_rank(&c, 1).unwrap().total(), 16_582_751_232 / 2);
+}
+
+#[test]
+fn qwen3_vl_tower_counts_position_and_deepstack_mergers() {
+    // Cosmos-Reason2 (Qwen3-VL 8B shapes; qwen3_vl.py `Qwen3_VisionTransformer`): width
+    // 1152, MLP 4304 (fc1/fc2), 27 blocks, patch 16, temporal 2, merge 2 x 2 to 4096:
+    // - `Qwen3_VisionPatchEmbed`: Conv3d 3 x 2 x 16^2 x 1152 + 1152 bias = 1,770,624;
+    //   `pos_embed` 2304 x 1152 = 2,654,208;
+    // - a `Qwen3_VisionBlock` (as SigLIP's: biased qkv/proj, fc1/fc2, two LayerNorms):
+    //   15,239,504, x 27 = 411,466,608;
+    // - `merger`: LayerNorm 2,304, 4608^2 + 4608, 4608 x 4096 + 4096: 40,119,040;
+    // - three `deepstack_merger_list` entries (`deepstack_visual_indexes` [8, 16, 24]), each
+    //   with its LayerNorm over 4608 (9,216) and the same MLP: 3 x 40,125,952 = 120,377,856;
+    // 576,388,336 (generic: 433,730,944; the model was 1.25 % short of its checkpoint).
+    assert_eq!(
+        tower("nvidia/Cosmos-Reason2 (sarcascoder/nvidia-reason2)"),
+        576_388_336
+    );
+    // The 4 files (17,534,339,368 bytes with their safetensors headers) hold memplan's count
+    // in bf16, the language model's q/k norms (36 x 2 x 128) and the headers (~90 KB).
+    let c = real("nvidia/Cosmos-Reason2 (sarcascoder/nvidia-reason2)");
+    let counted = 2 * (params_per_rank(&c, 1).unwrap().total() + 36 * 2 * 128);
+    assert!((17_534_339_368 - counted) < 128 << 10, "{counted}");
+}

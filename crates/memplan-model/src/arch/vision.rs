@@ -43,9 +43,16 @@ pub(super) fn read(top: &Map<String, Value>, arch: &str, lm: u64) -> Option<Visi
         layers as f64,
         lm as f64,
     );
+    let temporal = n(&["temporal_patch_size"]).unwrap_or(2) as f64;
+    let merge = n(&["spatial_merge_size"]).unwrap_or(2) as f64;
+    let out = n(&["out_hidden_size"]).unwrap_or(lm) as f64;
     // A bias-carrying ViT layer with LayerNorms (CLIP/SigLIP/Qwen2-VL/Qwen3-VL): q, k, v, o
     // with biases, fc1 and fc2 with biases, two LayerNorms (weight and bias).
     let vit_layer = 4.0 * vh * vh + 4.0 * vh + 2.0 * vh * vi + vi + vh + 4.0 * vh;
+    // The Qwen mergers: 2x2 patches concatenated (`context_dim * spatial_merge_size**2`), a
+    // biased MLP of that width to `out_hidden_size`.
+    let wide = vh * merge * merge;
+    let qwen_merger = wide * wide + wide + wide * out + out;
     let params = if gemma4 {
         // transformers `Gemma4VisionModel` (vLLM `gemma4_mm.py` builds it with
         // `AutoModel.from_config`): `Gemma4VisionPatchEmbedder` (`input_proj` 3 p^2 -> vh, no
@@ -80,6 +87,35 @@ pub(super) fn read(top: &Map<String, Value>, arch: &str, lm: u64) -> Option<Visi
         let image = n(&["image_size"]).unwrap_or(224) as f64;
         let positions = (image / p).floor().powi(2);
         3.0 * p * p * vh + vh + positions * vh + l * vit_layer + 2.0 * vh + vh * h + vh
+    } else if arch.starts_with("Qwen2VL") {
+        // vLLM `qwen2_vl.py` `Qwen2VisionTransformer`: `Qwen2VisionPatchEmbed` (a Conv3d of
+        // `temporal_patch_size` x p x p, no bias), `Qwen2VisionBlock`s (LayerNorms, biased
+        // qkv/proj and fc1/fc2), `Qwen2VisionPatchMerger` (a LayerNorm and the merger MLP).
+        3.0 * temporal * p * p * vh + l * vit_layer + 2.0 * vh + qwen_merger
+    } else if arch.starts_with("Qwen2_5_VL") {
+        // vLLM `qwen2_5_vl.py` `Qwen2_5_VisionTransformer`: the Conv3d patch embedding (no
+        // bias), `Qwen2_5_VisionBlock`s (two RMSNorms, biased qkv/proj, a biased gated MLP),
+        // `Qwen2_5_VisionPatchMerger` (an RMSNorm `ln_q` and the merger MLP).
+        let layer = 2.0 * vh + 4.0 * vh * vh + 4.0 * vh + 3.0 * vh * vi + 2.0 * vi + vh;
+        3.0 * temporal * p * p * vh + l * layer + vh + qwen_merger
+    } else if arch.starts_with("Qwen3VL") {
+        // vLLM `qwen3_vl.py` `Qwen3_VisionTransformer`: `Qwen3_VisionPatchEmbed` (a biased
+        // Conv3d), `pos_embed` (`num_position_embeddings` x vh), `Qwen3_VisionBlock`s
+        // (LayerNorms, biased attention and fc1/fc2), the `merger` (a LayerNorm of vh) and one
+        // `deepstack_merger_list` entry per `deepstack_visual_indexes` (post-shuffle: its
+        // LayerNorm is of the merged width).
+        let positions = n(&["num_position_embeddings"]).unwrap_or(2304) as f64;
+        let deepstack = v
+            .get("deepstack_visual_indexes")
+            .and_then(Value::as_array)
+            .map_or(0, Vec::len) as f64;
+        3.0 * temporal * p * p * vh
+            + vh
+            + positions * vh
+            + l * vit_layer
+            + 2.0 * vh
+            + qwen_merger
+            + deepstack * (2.0 * wide + qwen_merger)
     } else {
         generic(hidden, layers, intermediate, patch, gated) + vh * h + h * h
     };
