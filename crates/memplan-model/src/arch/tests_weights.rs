@@ -339,3 +339,53 @@ fn qwen3_vl_tower_counts_position_and_deepstack_mergers() {
     let counted = 2 * (params_per_rank(&c, 1).unwrap().total() + 36 * 2 * 128);
     assert!((17_534_339_368 - counted) < 128 << 10, "{counted}");
 }
+
+#[test]
+fn mistral3_tower_counts_the_patch_merger() {
+    // LightOnOCR-2-1B (lightonocr.py: pixtral.py `PixtralHFVisionModel` up to
+    // `vision_feature_layer` -1, i.e. all 24 layers, and mistral3.py
+    // `Mistral3MultiModalProjector`), width 1024, gated MLP 4096, patch 14, no biases:
+    // - `patch_conv` 3 x 14^2 x 1024 = 602,112; `ln_pre` 1024;
+    // - a block: two RMSNorms 2,048; q, k, v, o 4 x 1024^2 = 4,194,304; gate/up/down
+    //   3 x 1024 x 4096 = 12,582,912: 16,779,264, x 24 = 402,702,336;
+    // - the projector: RMSNorm 1024, `Mistral3PatchMerger` (2 x 2 x 1024) x 1024 =
+    //   4,194,304, `linear_1` 1024 x 1024 and `linear_2` 1024 x 1024 (the language model is
+    //   1024 wide; `multimodal_projector_bias` false): 6,292,480;
+    // 409,597,952 (generic: 405,573,632, no patch merger).
+    assert_eq!(tower("lightonai/LightOnOCR-2-1B"), 409_597_952);
+    // The file (2,011,367,489 bytes with its header) holds memplan's count in bf16, the
+    // language model's q/k norms (28 x 2 x 128) and the header (~70 KB).
+    let c = real("lightonai/LightOnOCR-2-1B");
+    let counted = 2 * (params_per_rank(&c, 1).unwrap().total() + 28 * 2 * 128);
+    assert!((2_011_367_489 - counted) < 128 << 10, "{counted}");
+}
+
+#[test]
+fn llava_clip_tower_stops_at_the_feature_layer() {
+    // LLaVA-1.5-7B in the HF layout (llava.py `init_vision_tower_for_llava`: clip.py
+    // `CLIPVisionModel` built up to `vision_feature_layer` -2, so 23 of the 24 layers and no
+    // post-LayerNorm), CLIP ViT-L/14-336: width 1024, MLP 4096, patch 14, image 336:
+    // - `CLIPVisionEmbeddings`: `class_embedding` 1024, the convolution 3 x 14^2 x 1024 =
+    //   602,112 (no bias), (336 / 14)^2 + 1 = 577 positions x 1024 = 590,848;
+    //   `pre_layrnorm` 2,048;
+    // - a `CLIPEncoderLayer`: qkv and out 4 x 1024^2 + 4 x 1024 = 4,198,400; fc1 1024 x 4096
+    //   + 4096 and fc2 4096 x 1024 + 1024 = 8,393,728; two LayerNorms 4,096: 12,596,224,
+    //   x 23 = 289,713,152;
+    // - `LlavaMultiModalProjector`: 1024 x 4096 + 4096 and 4096^2 + 4096 = 20,979,712;
+    // 311,888,896 (the generic count: all 24 layers, no positions, 323,784,704).
+    let c = ModelConfig::from_value(&serde_json::json!({
+        "architectures": ["LlavaForConditionalGeneration"], "model_type": "llava",
+        "text_config": {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+            "max_position_embeddings": 4096, "vocab_size": 32064},
+        "vision_config": {"model_type": "clip_vision_model", "hidden_size": 1024,
+            "intermediate_size": 4096, "num_hidden_layers": 24, "patch_size": 14,
+            "image_size": 336, "projection_dim": 768},
+        "vision_feature_layer": -2
+    }))
+    .unwrap();
+    let tower = crate::weights::params_by_stage(&c, 1)
+        .unwrap()
+        .vision
+        .total();
+    assert_eq!(tower, 311_888_896);
+}

@@ -116,6 +116,47 @@ pub(super) fn read(top: &Map<String, Value>, arch: &str, lm: u64) -> Option<Visi
             + 2.0 * vh
             + qwen_merger
             + deepstack * (2.0 * wide + qwen_merger)
+    } else if pixtral && (arch.starts_with("Mistral3") || arch.starts_with("LightOnOCR")) {
+        // vLLM `pixtral.py` `PixtralHFVisionModel` as `mistral3.py`
+        // `init_vision_tower_for_mistral3` builds it, up to `vision_feature_layer` (-1: all;
+        // `utils.py` `get_layer_index`): `patch_conv` (no bias), `ln_pre`, blocks of two
+        // RMSNorms, q/k/v/o and a gated MLP, none biased; then `Mistral3MultiModalProjector`
+        // (an RMSNorm, `Mistral3PatchMerger` vh m^2 -> vh, `linear_1` vh -> lm, `linear_2`
+        // lm -> lm, biased when `multimodal_projector_bias`).
+        let built = built_layers(top, layers, -1);
+        let bias = if flag_top(top, "multimodal_projector_bias", false) {
+            2.0 * h
+        } else {
+            0.0
+        };
+        let layer = 2.0 * vh + 4.0 * vh * vh + 3.0 * vh * vi;
+        3.0 * p * p * vh + vh + built * layer + vh + vh * merge * merge * vh + vh * h + h * h + bias
+    } else if arch == "LlavaForConditionalGeneration"
+        && (vision_type.is_empty() || vision_type == "clip_vision_model")
+    {
+        // vLLM `clip.py` `CLIPVisionModel` as `llava.py` `init_vision_tower_for_llava` builds
+        // it, up to `vision_feature_layer` (default -2: all but the last layer, then no
+        // post-LayerNorm): `CLIPVisionEmbeddings` (`class_embedding`, a p x p convolution
+        // without bias, (image_size / p)^2 + 1 positions), `pre_layrnorm`, `CLIPEncoderLayer`s;
+        // then `LlavaMultiModalProjector` (`linear_1` vh -> lm, `linear_2` lm -> lm, biased
+        // unless `multimodal_projector_bias` is false). transformers' `CLIPVisionConfig`
+        // defaults image_size to 224.
+        let image = n(&["image_size"]).unwrap_or(224) as f64;
+        let built = built_layers(top, layers, -2);
+        let post = if built == l { 2.0 * vh } else { 0.0 };
+        let bias = if flag_top(top, "multimodal_projector_bias", true) {
+            2.0 * h
+        } else {
+            0.0
+        };
+        vh + 3.0 * p * p * vh
+            + ((image / p).floor().powi(2) + 1.0) * vh
+            + 2.0 * vh
+            + built * vit_layer
+            + post
+            + vh * h
+            + h * h
+            + bias
     } else {
         generic(hidden, layers, intermediate, patch, gated) + vh * h + h * h
     };
@@ -127,6 +168,31 @@ pub(super) fn read(top: &Map<String, Value>, arch: &str, lm: u64) -> Option<Visi
         gated,
         params: params as u64,
     })
+}
+
+/// The tower layers vLLM builds: up to the deepest `vision_feature_layer` the wrapper reads
+/// (`utils.py` `get_layer_index`: a negative index counts from the end, -1 is the last).
+fn built_layers(top: &Map<String, Value>, layers: u64, default: i64) -> f64 {
+    let n = i64::try_from(layers).unwrap_or(i64::MAX);
+    let built = |i: i64| {
+        if i < 0 {
+            n.saturating_add(i).saturating_add(1)
+        } else {
+            i
+        }
+        .clamp(0, n)
+    };
+    let feature = match top.get("vision_feature_layer") {
+        Some(Value::Array(a)) => a.iter().filter_map(Value::as_i64).map(built).max(),
+        Some(x) => x.as_i64().map(built),
+        None => None,
+    };
+    feature.unwrap_or_else(|| built(default)) as f64
+}
+
+/// A boolean of the wrapper's own config, `default` when absent.
+fn flag_top(top: &Map<String, Value>, key: &str, default: bool) -> bool {
+    top.get(key).and_then(Value::as_bool).unwrap_or(default)
 }
 
 /// A ViT tower by the generic count: per layer four square attention matrices, the MLP (two
