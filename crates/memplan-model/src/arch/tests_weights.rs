@@ -335,6 +335,11 @@ fn qwen3_vl_tower_counts_position_and_deepstack_mergers() {
     );
     // The 4 files (17,534,339,368 bytes with their safetensors headers) hold memplan's count
     // in bf16, the language model's q/k norms (36 x 2 x 128) and the headers (~90 KB).
+    // Qwen3.5-122B-A10B builds the same transformer (qwen3_5.py `visual`), out to 3072 and
+    // with no deepstack mergers (`deepstack_visual_indexes` []): 1,770,624 + 2,654,208 +
+    // 411,466,608 + the merger (2,304 + 4608^2 + 4608 + 4608 x 3072 + 3072 = 35,399,424)
+    // = 451,290,864 (generic: 425,211,264).
+    assert_eq!(tower("nvidia/Qwen3.5-122B-A10B-NVFP4"), 451_290_864);
     let c = real("nvidia/Cosmos-Reason2 (sarcascoder/nvidia-reason2)");
     let counted = 2 * (params_per_rank(&c, 1).unwrap().total() + 36 * 2 * 128);
     assert!((17_534_339_368 - counted) < 128 << 10, "{counted}");

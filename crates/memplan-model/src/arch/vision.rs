@@ -98,8 +98,9 @@ pub(super) fn read(top: &Map<String, Value>, arch: &str, lm: u64) -> Option<Visi
         // `Qwen2_5_VisionPatchMerger` (an RMSNorm `ln_q` and the merger MLP).
         let layer = 2.0 * vh + 4.0 * vh * vh + 4.0 * vh + 3.0 * vh * vi + 2.0 * vi + vh;
         3.0 * temporal * p * p * vh + l * layer + vh + qwen_merger
-    } else if arch.starts_with("Qwen3VL") {
-        // vLLM `qwen3_vl.py` `Qwen3_VisionTransformer`: `Qwen3_VisionPatchEmbed` (a biased
+    } else if arch.starts_with("Qwen3VL") || arch.starts_with("Qwen3_5") {
+        // vLLM `qwen3_vl.py` `Qwen3_VisionTransformer` (Qwen3.5's too: `qwen3_5.py`
+        // `visual`): `Qwen3_VisionPatchEmbed` (a biased
         // Conv3d), `pos_embed` (`num_position_embeddings` x vh), `Qwen3_VisionBlock`s
         // (LayerNorms, biased attention and fc1/fc2), the `merger` (a LayerNorm of vh) and one
         // `deepstack_merger_list` entry per `deepstack_visual_indexes` (post-shuffle: its
