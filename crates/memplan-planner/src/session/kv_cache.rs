@@ -537,6 +537,10 @@ pub(crate) struct Kept {
     /// Whether the count may grow past the planned one where the measured granule is finer
     /// than the rounding the plan kept ([`Planned::grows`]).
     pub grow: bool,
+    /// The coarsest granule the plan kept room for per KV tensor, where nothing measured the
+    /// allocation before it (0 where none): tensors at most half of it may share segments,
+    /// and measure no granule ([`measure_granule`](super::kv_granule::measure_granule)).
+    pub granule: u64,
 }
 
 /// Allocate `planned` blocks of `block_bytes`, fewer where they take more than the room kept
@@ -601,7 +605,12 @@ fn measured_with(
     way: &mut Allocating,
     planned: u64,
     (block_bytes, page_bytes): (u64, u64),
-    Kept { room, capped, grow }: Kept,
+    Kept {
+        room,
+        capped,
+        grow,
+        granule,
+    }: Kept,
 ) -> Result<Option<(u64, Vec<Warning>)>> {
     let block_bytes = block_bytes.max(1);
     let mut blocks = planned;
@@ -664,7 +673,8 @@ fn measured_with(
             alone_predicted = Some((blocks, fit_takes));
         }
     } else if let Some(l) = l {
-        let Some(cut) = by_granule(rec, engine, way, planned, l, (limit, room), grow)? else {
+        let Some(cut) = by_granule(rec, engine, way, planned, l, (limit, room, granule), grow)?
+        else {
             return Ok(None);
         };
         start_from_cut(cut, &mut blocks, &mut first_taken, &mut predicted);
@@ -699,7 +709,8 @@ fn measured_with(
                 blocks = planned;
                 first_taken = None;
                 first_attempt = n + 1;
-                let Some(cut) = by_granule(rec, engine, way, planned, l, (limit, room), grow)?
+                let Some(cut) =
+                    by_granule(rec, engine, way, planned, l, (limit, room, granule), grow)?
                 else {
                     return Ok(None);
                 };

@@ -157,9 +157,9 @@ fn granule(
     way: &mut Allocating,
     planned: u64,
     (tensors, page): (u64, u64),
-    room: u64,
+    (room, bound): (u64, u64),
 ) -> Result<Granule> {
-    measure_granule(planned, (tensors, page), room, |n| {
+    measure_granule(planned, (tensors, page), (room, bound), |n| {
         let a = attempt(rec, engine, way, n, tensors.saturating_mul(page))?;
         if let Attempt::Took(t) = a {
             way.release(engine)?;
@@ -183,18 +183,28 @@ fn granule(
 /// tensors are rounded to at most that multiple plus `d`, and it is allocated only where
 /// that fits in `room`: even where the cache is larger than half the planned one, it does not
 /// pass what the plan kept, by the granule the smaller caches measured.
+///
+/// `bound` is the coarsest granule the plan kept room for (0: none known). A granule at least
+/// twice a tensor's size leaves room in each segment for another tensor of that size, which
+/// the caching allocator serves from it (PyTorch: `should_split`, `get_free_block`): such
+/// tensors share segments, and what each takes on average is no rounding of it (12 MiB
+/// tensors two to a 24 MiB segment read 12 MiB each, as on a 12 MiB granule; the cache grown by
+/// that granule took a third more than it predicted, past the request). So a cache whose
+/// tensors are at most half the bound says nothing of the granule: not recorded.
 pub(crate) fn measure_granule(
     planned: u64,
     (tensors, page): (u64, u64),
-    room: u64,
+    (room, bound): (u64, u64),
     mut take: impl FnMut(u64) -> Result<Attempt>,
 ) -> Result<Granule> {
     let tensors = tensors.max(1);
     let mut sizes: Vec<(u64, u64)> = Vec::new();
     // Tensors served in part from segments the allocator had cached (it took less than
-    // their own bytes), or of unequal sizes, say nothing of the granule: skipped.
+    // their own bytes), of unequal sizes, or small enough to share segments of the bound,
+    // say nothing of the granule: skipped.
     let record = |sizes: &mut Vec<(u64, u64)>, own: u64, t: u64| {
-        if t.is_multiple_of(tensors) && t / tensors >= own {
+        let may_share = own.saturating_mul(2) <= bound;
+        if t.is_multiple_of(tensors) && t / tensors >= own && !may_share {
             sizes.push((own, t / tensors));
         }
     };
@@ -298,10 +308,10 @@ pub(super) fn by_granule(
     way: &mut Allocating,
     planned: u64,
     l: (u64, u64),
-    (limit, room): (u64, u64),
+    (limit, room, bound): (u64, u64, u64),
     grow: bool,
 ) -> Result<Option<Option<(u64, u64, u64)>>> {
-    match granule(rec, engine, way, planned, l, room)? {
+    match granule(rec, engine, way, planned, l, (room, bound))? {
         Granule::NotOffered => Ok(None),
         Granule::Unknown => Ok(Some(None)),
         Granule::Measured(g) => {

@@ -83,7 +83,7 @@ fn a_granule_finer_than_the_plans_bound_is_told_apart_and_the_cache_grows_to_it(
     let found = measure_granule(
         planned,
         (tensors, page),
-        room,
+        (room, bound),
         rounding(tensors, page, g, &mut asked),
     )
     .unwrap();
@@ -115,7 +115,7 @@ fn a_granule_finer_than_the_plans_bound_is_told_apart_and_the_cache_grows_to_it(
     let found = measure_granule(
         planned,
         (tensors, page),
-        room,
+        (room, bound),
         rounding(tensors, page, bound, &mut asked),
     )
     .unwrap();
@@ -153,7 +153,7 @@ fn the_cache_past_half_is_measured_only_where_the_granule_read_says_it_fits() {
     );
     // An allocator that gives a cache the granule says fits no memory: nothing stands.
     let mut calls = 0;
-    let found = measure_granule(3840, (tensors, page), tensors * 30 * MIB, |n| {
+    let found = measure_granule(3840, (tensors, page), (tensors * 30 * MIB, 15 * MIB), |n| {
         calls += 1;
         Ok(if n > 1920 {
             Attempt::OutOfMemory
@@ -179,4 +179,49 @@ fn the_certified_count_fits_once_rounded_and_is_the_largest_that_does() {
     assert_eq!(layout(28 * 32 * 1024, 32 * 1024), Some((28, 32 * 1024)));
     assert_eq!(layout(1000, 300), None);
     assert_eq!(layout(1000, 0), None);
+}
+
+/// What a caching allocator that rounds each new segment up to `g` and serves the next
+/// request of the same size from a segment's rest where it fits (PyTorch: `should_split`
+/// splits a large block whose rest is over 1 MiB, `get_free_block` takes the best fitting
+/// cached block first) takes for `tensors` tensors of `own` bytes.
+fn shared_takes(tensors: u64, own: u64, g: u64) -> u64 {
+    let segment = up(own, g);
+    let per_segment = if segment - own > MIB {
+        segment / own
+    } else {
+        1
+    };
+    tensors.div_ceil(per_segment) * segment
+}
+
+#[test]
+fn tensors_that_share_segments_measure_no_granule() {
+    // A K and a V tensor per layer of 89 layers (SGLang), 8 KiB a block each, on an allocator
+    // whose granule is 24 MiB, which the plan kept per tensor: 3,072 blocks of 24 MiB tensors.
+    // Half that cache has 12 MiB tensors, two to a 24 MiB segment: 12 MiB each, as on a 12
+    // MiB granule, and 12 MiB and a page reads 24 MiB, as on a 12 MiB granule too.
+    let (tensors, page, g) = (178u64, 8192u64, 24 * MIB);
+    let (planned, room) = (3072u64, 7_017_973_136u64);
+    assert_eq!(shared_takes(tensors, 1536 * page, g), tensors * 12 * MIB);
+    assert_eq!(shared_takes(tensors, 1537 * page, g), tensors * g);
+    let takes = |n: u64| Ok(Attempt::Took(shared_takes(tensors, n * page, g)));
+    // Without the bound, those read as a 12 MiB granule, and the cache grown by it (36 MiB
+    // tensors, predicted at 36 MiB each) takes 48 MiB a tensor, past the room.
+    let misread = measure_granule(planned, (tensors, page), (room, 0), takes).unwrap();
+    assert_eq!(misread, Granule::Measured(12 * MIB));
+    let (count, _, predicted) =
+        count_by_granule(planned, (tensors, page), 12 * MIB, room, Some(room)).unwrap();
+    assert!(predicted <= room);
+    assert!(shared_takes(tensors, count * page, g) > room);
+    // With it, caches whose tensors are at most half the bound are not read: nothing grows
+    // the cache past what the plan kept.
+    let found = measure_granule(planned, (tensors, page), (room, g), takes).unwrap();
+    let grown = match found {
+        Granule::Measured(m) => count_by_granule(planned, (tensors, page), m, room, Some(room)),
+        _ => None,
+    };
+    if let Some((count, _, _)) = grown {
+        assert!(shared_takes(tensors, count * page, g) <= room, "{found:?}");
+    }
 }

@@ -837,6 +837,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
                         room: own.room,
                         capped: own.capped,
                         grow: own.grows(plan, num_blocks),
+                        granule: self.unmeasured_granule,
                     },
                 ) {
                     Ok(got) => got,
