@@ -11,7 +11,11 @@
 //!   `config.mlp_layer_types[layer_idx]`, ...), whatever its shape; or
 //! - it is a list with one entry per layer; or
 //! - it names a subset of layers (`*_layers`, `*_layer_ids`, `*_idx`, `*_idxs`, ...: a list of
-//!   layer indices).
+//!   layer indices); or
+//! - it sits in a section of its own inside the language model's config and is a list of
+//!   numbers or flags with one entry per layer (MiniMax-M3's
+//!   `sparse_attention_config.sparse_attention_freq`); quantization and RoPE sections are not
+//!   searched.
 //!
 //! Keys that look per-layer but change neither the weights nor the cache are let through,
 //! each with its reason ([`INERT`]). A key that only restates which attention each layer
@@ -111,6 +115,25 @@ pub const INERT: &[(&str, &str)] = &[
         "layers of the vision tower a wrapper reads features from, not language-model layers",
     ),
 ];
+
+/// Sections inside the language model's config that describe no layers (quantization:
+/// module names and group sizes; RoPE scaling: frequencies), not searched for per-layer lists.
+const NOT_LAYERS: &[&str] = &[
+    "quantization_config",
+    "compression_config",
+    "rope_scaling",
+    "rope_parameters",
+];
+
+/// Why `v`, inside a section of the language model's config, is per-layer structure: a list
+/// of numbers or flags with one entry per layer (or per layer and prediction layer).
+fn per_layer_figures(v: &Value, layers: u64, extra: u64) -> Option<String> {
+    let a = v.as_array()?;
+    let n = a.len() as u64;
+    let figures = a.iter().all(|x| x.is_number() || x.is_boolean());
+    (figures && layers > 1 && n >= layers && n <= layers + extra)
+        .then(|| format!("has one entry per layer ({n} entries)"))
+}
 
 /// Whether `k` names a token id list (`eos_token_id`, `bad_words_ids`, ...), never layers.
 fn token_ids(k: &str) -> bool {
@@ -217,13 +240,30 @@ pub(crate) fn check(
             {
                 continue;
             }
-            if let Some(why) = per_layer(k, v, layers, extra, generic) {
-                return Err(Error::invalid(
-                    k.clone(),
+            let refuse = |key: String, why: String| {
+                Error::invalid(
+                    key,
                     format!(
                         "{why}, but memplan's reader for this config ({rule}) does not read it: a plan from a misread architecture would be wrong, so memplan refuses it"
                     ),
-                ));
+                )
+            };
+            if let Some(why) = per_layer(k, v, layers, extra, generic) {
+                return Err(refuse(k.clone(), why));
+            }
+            // A section of its own inside the language model's (MiniMax-M3's
+            // `sparse_attention_config`, whose `sparse_attention_freq` gives each of its 60
+            // layers an index cache or none): a list of one number per layer in it is
+            // per-layer structure too. Quantization sections list modules, not layers.
+            if let (true, Value::Object(inner)) = (generic, v) {
+                if NOT_LAYERS.contains(&k.as_str()) {
+                    continue;
+                }
+                for (k2, v2) in inner {
+                    if let Some(why) = per_layer_figures(v2, layers, extra) {
+                        return Err(refuse(format!("{k}.{k2}"), why));
+                    }
+                }
             }
         }
     }

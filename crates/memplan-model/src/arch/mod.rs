@@ -353,9 +353,20 @@ pub(crate) fn parse(
                 ))
             }
         };
-        let f32 = q.is_some_and(|q| q.ssm_f32)
+        // Qwen3.5's SSM cache takes the config's `mamba_ssm_dtype` where the caller left
+        // `--mamba-ssm-cache-dtype` at `auto` (vLLM 0.19.0 `model_executor/models/config.py`
+        // `Qwen3_5ForConditionalGenerationConfig.verify_and_update_config`, for both Qwen3.5
+        // architectures; every released Qwen3.5 and 3.6 config says "float32"). The
+        // temporal state is then twice its bf16 size (`mamba_utils.py`
+        // `gated_delta_net_state_dtype`).
+        let qwen35_f32 = matches!(
+            arch,
+            "Qwen3_5ForConditionalGeneration" | "Qwen3_5MoeForConditionalGeneration"
+        ) && f.str("mamba_ssm_dtype") == Some("float32");
+        let f32 = (q.is_some_and(|q| q.ssm_f32)
             && f.str("mamba_ssm_cache_dtype")
-                .is_none_or(|d| d == "float32");
+                .is_none_or(|d| d == "float32"))
+            || qwen35_f32;
         c.state = Some(state::read(kind, &f, c.hidden_size, f32)?);
     }
     c.vision = vision::read(top, arch, c.hidden_size);
@@ -650,7 +661,8 @@ const MOE_KEYS: &[&str] = &[
 ///     `(layer_idx + 1) % moe_layer_interval == 0` (ernie45_moe.py
 ///     `Ernie4_5_MoeDecoderLayer`);
 ///   - `layer_idx >= first_k_dense_replace and layer_idx % moe_layer_freq == 0`
-///     (deepseek_v2.py `DeepseekV2DecoderLayer`); `num_dense_layers` leading dense layers
+///     (deepseek_v2.py `DeepseekV2DecoderLayer`; a list of one 0/1 per layer is read as
+///     such, mimo_v2_flash.py); `num_dense_layers` leading dense layers
 ///     (lfm2_moe.py `Lfm2MoeDecoderLayer`);
 ///   - `layer_idx % expert_layer_period == expert_layer_offset` (jamba.py `JambaModel`,
 ///     through transformers' `JambaConfig.layers_num_experts`).
@@ -679,6 +691,29 @@ fn moe_layers(f: &Fields<'_>, layers: u64) -> Result<Vec<bool>> {
     }
     if let Some(ix) = layers::indices(f, "moe_layers", layers)? {
         return Ok(at_indices(&ix, layers));
+    }
+    // MiMo-V2-Flash writes `moe_layer_freq` as one 0/1 entry per layer
+    // (mimo_v2_flash.py `MiMoV2FlashDecoderLayer.is_moe_layer`: `not
+    // isinstance(config.moe_layer_freq, int) and config.moe_layer_freq[layer_idx]`).
+    if let Some(v) = f.get("moe_layer_freq").filter(|v| v.is_array()) {
+        let bad = || {
+            Error::invalid(
+                "moe_layer_freq",
+                format!("a list must give one 0 or 1 per layer ({layers}), found {v}"),
+            )
+        };
+        let a = v
+            .as_array()
+            .filter(|a| a.len() as u64 == layers)
+            .ok_or_else(bad)?;
+        return a
+            .iter()
+            .map(|x| match (x.as_u64(), x.as_bool()) {
+                (Some(0), _) | (_, Some(false)) => Ok(false),
+                (Some(1), _) | (_, Some(true)) => Ok(true),
+                _ => Err(bad()),
+            })
+            .collect();
     }
     if let Some(v) = f.get("mlp_layer_types") {
         let types = v

@@ -450,6 +450,18 @@ fn gated_deltanet_hybrids_qwen3_next_and_qwen35() {
     assert_eq!(c.state.unwrap().bytes_per_rank(1, 2).unwrap(), 1_634_304);
     assert_eq!((z.group_size, z.num_groups), (16, 4));
     assert_eq!(z.blocks_per_request, 262_144u64.div_ceil(448) + 3 * 2);
+    // Every released Qwen3.5 config states `"mamba_ssm_dtype": "float32"`, which vLLM makes
+    // the SSM cache's dtype (`Qwen3_5ForConditionalGenerationConfig.verify_and_update_config`,
+    // 0.19.0): conv 61440 + 48 * 128 * 128 * 4 = 3145728 -> 3207168 B a layer; block 64 *
+    // cdiv(3207168, 262144) = 64 * 13 = 832 tokens.
+    let (c, _, z) = plan(
+        &format!(
+            r#"{{"architectures":["Qwen3_5ForConditionalGeneration"],"model_type":"qwen3_5","text_config":{{"model_type":"qwen3_5_text","hidden_size":5120,"num_hidden_layers":64,"num_attention_heads":24,"num_key_value_heads":4,"head_dim":256,"intermediate_size":17408,"layer_types":[{types}],"linear_num_key_heads":16,"linear_num_value_heads":48,"linear_key_head_dim":128,"linear_value_head_dim":128,"linear_conv_kernel_dim":4,"mamba_ssm_dtype":"float32","vocab_size":248320,"max_position_embeddings":262144}}}}"#
+        ),
+        None,
+    );
+    assert_eq!(c.state.unwrap().bytes_per_rank(1, 2).unwrap(), 3_207_168);
+    assert_eq!(z.blocks_per_request, 262_144u64.div_ceil(832) + 3 * 2);
 }
 
 #[test]

@@ -460,6 +460,19 @@ fn interleaved_experts_are_counted_layer_by_layer() {
         c.moe_layers,
         [false, false, true, false, true, false, true, false, true, false, true, false]
     );
+    // MiMo-V2-Flash's form: one 0/1 per layer (mimo_v2_flash.py
+    // `MiMoV2FlashDecoderLayer.is_moe_layer`), where it was read as a malformed integer.
+    let c = ModelConfig::from_value(&llama(serde_json::json!({
+        "n_routed_experts":64,"num_experts_per_tok":6,"moe_layer_freq":[0,1,1,1,1,1,1,1,1,1,1,0]})))
+    .unwrap();
+    assert_eq!(c.moe.unwrap().dense_layers, 2);
+    assert!(!c.is_moe_layer(0) && c.is_moe_layer(1) && !c.is_moe_layer(11));
+    let short = ModelConfig::from_value(&llama(serde_json::json!({
+        "n_routed_experts":64,"num_experts_per_tok":6,"moe_layer_freq":[0,1,1]})));
+    assert!(short
+        .unwrap_err()
+        .to_string()
+        .contains("one 0 or 1 per layer (12)"));
     let c = ModelConfig::from_value(&llama(serde_json::json!({
         "num_experts":8,"num_experts_per_tok":2,"mlp_layer_types":
         ["dense","sparse","sparse","sparse","sparse","sparse","sparse","sparse","sparse","sparse","sparse","dense"]}))).unwrap();
@@ -475,4 +488,32 @@ fn interleaved_experts_are_counted_layer_by_layer() {
         c.kv_spec(KvDtype::Bf16, 16, 1).unwrap().groups[0].attention,
         AttentionKind::Full
     ));
+}
+
+#[test]
+fn per_layer_lists_inside_a_section_of_the_language_model_are_refused() {
+    // MiniMax-M3 (MiniMaxAI/MiniMax-M3's config.json as copied in ai-dynamo/aiconfigurator,
+    // `aic-core/src/aiconfigurator_core/model_configs/MiniMaxAI--MiniMax-M3_config.json` at
+    // 095f58a5): `sparse_attention_config.sparse_attention_freq` gives each of its 60 layers
+    // an index cache or none, which no reader reads; planned as 60 plain attention layers, its
+    // KV cache would be another model's.
+    let freq: Vec<u64> = (0..60).map(|i| u64::from(i >= 3)).collect();
+    let m3 = serde_json::json!({"architectures":["MiniMaxM3ForCausalLM"],"model_type":"minimax_m3",
+        "hidden_size":6144,"num_hidden_layers":60,"num_attention_heads":64,"num_key_value_heads":4,
+        "head_dim":128,"intermediate_size":3072,"vocab_size":200064,"max_position_embeddings":1048576,
+        "sparse_attention_config":{"sparse_attention_freq":freq,"sparse_index_dim":128,
+        "sparse_num_index_heads":4,"use_sparse_attention":true},
+        "quantization_config":{"quant_method":"fp8","ignore":(0..60).map(|i| format!("model.layers.{i}.gate")).collect::<Vec<_>>()}});
+    let e = ModelConfig::from_value(&m3).unwrap_err().to_string();
+    assert!(
+        e.starts_with(
+            "sparse_attention_config.sparse_attention_freq: has one entry per layer (60 entries)"
+        ),
+        "{e}"
+    );
+    // Module lists of a quantization section are no layers, nor are sections without a
+    // per-layer list.
+    let mut plain = m3.clone();
+    plain["sparse_attention_config"] = serde_json::json!({"sparse_index_dim":128});
+    assert!(ModelConfig::from_value(&plain).is_ok());
 }
