@@ -512,9 +512,24 @@ impl ModelConfig {
         let hidden = f
             .first(&["hidden_size", "n_embd", "d_model"])?
             .ok_or_else(|| Error::invalid("hidden_size", "missing from config.json"))?;
-        let layers = f
-            .first(&["num_hidden_layers", "n_layer", "num_layers"])?
-            .ok_or_else(|| Error::invalid("num_hidden_layers", "missing from config.json"))?;
+        let layers = match f.first(&["num_hidden_layers", "n_layer", "num_layers"])? {
+            Some(n) => n,
+            // A config that gives its layers only as a per-layer list (Nemotron-H's
+            // `layers_block_type` in transformers 5's form, which derives the count from it)
+            // is missing no count but a reader: name the key that describes them.
+            None => {
+                return Err(match crate::arch::guard::PER_LAYER
+                    .iter()
+                    .find_map(|k| f.get(k).and_then(|v| v.as_array()).map(|a| (k, a.len())))
+                {
+                    Some((k, n)) => Error::invalid(
+                        *k,
+                        format!("describes the layers one by one ({n} entries) and the config gives no `num_hidden_layers`: memplan reads no layer count from this list, so it refuses the config"),
+                    ),
+                    None => Error::invalid("num_hidden_layers", "missing from config.json"),
+                })
+            }
+        };
         let heads = match f.first(&["num_attention_heads", "n_head"])? {
             Some(h) => h,
             // A pure state-space model (`MambaForCausalLM`, `Mamba2ForCausalLM`,
