@@ -106,20 +106,23 @@ impl Granule {
 /// ([`packed_footprint`]). Non-decreasing in `bytes`.
 fn tensors_footprint(bytes: u64, count: u64, g: Granule) -> u64 {
     let b = bytes.div_ceil(MIN_BLOCK).saturating_mul(MIN_BLOCK);
-    let shared = |segment: u64| {
-        count
-            .div_ceil((segment / b.max(1)).max(1))
-            .saturating_mul(segment)
-    };
     match b {
         0 => 0,
-        b if b <= SMALL_REQUEST => shared(SMALL_SEGMENT),
+        b if b <= SMALL_REQUEST => shared_segments(b, count, SMALL_SEGMENT),
         b if b < MID_REQUEST_BELOW => mid_footprint(b, count, g),
         b => match g {
             Granule::Multiple(g) => packed_footprint(b, count, g),
             Granule::AtMost(_) => g.large(b).saturating_mul(count),
         },
     }
+}
+
+/// What `count` equal requests of `b` bytes take in segments of `segment` bytes that each
+/// hold as many of them as fit (at least one; the last segment may be part empty).
+fn shared_segments(b: u64, count: u64, segment: u64) -> u64 {
+    count
+        .div_ceil((segment / b.max(1)).max(1))
+        .saturating_mul(segment)
 }
 
 /// What `count` equal mid-sized requests of `b` bytes (over `kSmallSize`, below
@@ -144,11 +147,7 @@ fn tensors_footprint(bytes: u64, count: u64, g: Granule) -> u64 {
 /// itself keeps 20 MiB whatever its `kRoundLarge`), bounded here because the readings cannot
 /// tell the two apart.
 fn mid_footprint(b: u64, count: u64, g: Granule) -> u64 {
-    let shared = |segment: u64| {
-        count
-            .div_ceil((segment / b.max(1)).max(1))
-            .saturating_mul(segment)
-    };
+    let shared = |segment: u64| shared_segments(b, count, segment);
     let segment = |granule: u64| MID_SEGMENT.max(Granule::Multiple(granule).large(b));
     match g {
         // Where `g` does not factor within [`FACTOR_LIMIT`] trial divisions, no tensor shares:
@@ -175,7 +174,7 @@ fn mid_footprint(b: u64, count: u64, g: Granule) -> u64 {
                         .saturating_mul(b)
                         .saturating_sub(MIN_BLOCK)
                         .clamp(lo, hi);
-                    count.div_ceil((largest / b).max(1)).saturating_mul(largest)
+                    shared(largest)
                 })
                 .chain([shared(hi)])
                 .max()
@@ -209,11 +208,7 @@ fn packed_footprint(b: u64, count: u64, g: u64) -> u64 {
     };
     granules
         .into_iter()
-        .map(|granule| {
-            let segment = Granule::Multiple(granule).large(b);
-            let per_segment = (segment / b.max(1)).max(1);
-            count.div_ceil(per_segment).saturating_mul(segment)
-        })
+        .map(|granule| shared_segments(b, count, Granule::Multiple(granule).large(b)))
         .max()
         .map_or(alone, |packed| packed.min(alone))
 }
