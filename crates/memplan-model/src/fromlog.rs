@@ -663,27 +663,30 @@ const CPU_BACKEND: [&str; 3] = [
     "VLLM_CPU_KVCACHE_SPACE",
 ];
 
-/// Lines that show a start-up ran on an accelerator, whatever else the log holds: the
-/// platform's detection (`platforms/__init__.py`, "Automatically detected platform cuda.") and
-/// V0's block count on an accelerator's executor ([`V0_BLOCK_LINES`]). A log with one of them
-/// is not refused for a [`CPU_BACKEND`] line: pasted logs mix processes (a client or a Ray head
-/// with no accelerator detects the CPU platform, an environment dump names
-/// `VLLM_CPU_KVCACHE_SPACE`), and the accelerator's start-up is the one to plan. vLLM V1's "GPU
-/// KV cache size" is not among them: its CPU backend prints it too.
-const GPU_PLATFORM: [&str; 12] = [
+/// The platform's detection of an accelerator (`platforms/__init__.py`, "Automatically
+/// detected platform cuda."). With V0's block count on an accelerator's executor (the
+/// [`V0_BLOCK_LINES`] that are not [`CPU_BACKEND`]'s), it shows a start-up ran on an
+/// accelerator, whatever else the log holds ([`accelerator_line`]).
+const PLATFORM_DETECTED: [&str; 5] = [
     "Automatically detected platform cuda",
     "Automatically detected platform rocm",
     "Automatically detected platform xpu",
     "Automatically detected platform tpu",
     "Automatically detected platform hpu",
-    "# GPU blocks:",
-    "# CUDA blocks:",
-    "# cuda blocks:",
-    "# rocm blocks:",
-    "# xpu blocks:",
-    "# HPU blocks:",
-    "# TPU blocks:",
 ];
+
+/// Whether `l` shows an accelerator's start-up: the platform's detection
+/// ([`PLATFORM_DETECTED`]) or V0's block count on an accelerator's executor. A log with such a
+/// line is not refused for a [`CPU_BACKEND`] line: pasted logs mix processes (a client or a
+/// Ray head with no accelerator detects the CPU platform, an environment dump names
+/// `VLLM_CPU_KVCACHE_SPACE`), and the accelerator's start-up is the one to plan. vLLM V1's
+/// "GPU KV cache size" is not such a line: its CPU backend prints it too.
+fn accelerator_line(l: &Line<'_>) -> bool {
+    PLATFORM_DETECTED
+        .iter()
+        .chain(V0_BLOCK_LINES.iter().filter(|k| !CPU_BACKEND.contains(k)))
+        .any(|k| l.has(k))
+}
 
 /// vllm-ascend's line when it sets the block size (`vllm_ascend/utils.py`
 /// `refresh_block_size`: "Block size is set to 128 if prefix cache or chunked prefill is
@@ -798,7 +801,7 @@ pub fn parse(text: &str) -> Result<LogFigures> {
         if cpu_backend.is_none() && CPU_BACKEND.iter().any(|k| l.has(k)) {
             cpu_backend = Some(n);
         }
-        if gpu_platform.is_none() && GPU_PLATFORM.iter().any(|k| l.has(k)) {
+        if gpu_platform.is_none() && accelerator_line(&l) {
             gpu_platform = Some(n);
         }
         if l.has("Platform plugin ") && !l.text.contains("Platform plugin cpu ") {

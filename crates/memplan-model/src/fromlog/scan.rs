@@ -343,7 +343,7 @@ mod tests {
             .chain(MODEL)
             .chain(&super::super::V0_BLOCK_LINES)
             .chain(&super::super::CPU_BACKEND)
-            .chain(&super::super::GPU_PLATFORM)
+            .chain(&super::super::PLATFORM_DETECTED)
             .chain([&super::super::ASCEND_BLOCK])
         {
             assert!(is_key(k), "{k:?}");
