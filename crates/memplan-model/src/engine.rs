@@ -430,17 +430,11 @@ pub const SGLANG: &[EngineRules] = &[
     // halves of one `torch.zeros((2, padded, head_num, head_dim))` per layer where their
     // shapes match (`MHATokenToKVPool._create_buffers_normal`).
     EngineRules {
-        kind: EngineKind::Sglang,
-        block_size: 1,
-        gpu_memory_utilization: 0.88,
-        capacity: Capacity::BlocksPerGroup,
-        non_kv: NonKvAccounting::StaticFraction,
-        graph_profiled_on: &[],
+        version: "0.5.23",
         computed_static_fraction: true,
         kv_allocation: KvAllocation::PairedKv,
         long_requests: LongRequests::CapByPool { least_tokens: 2 },
-        coefficients: coefficients::SGLANG,
-        ..v("0.5.23")
+        ..SGLANG_0_5
     },
 ];
 
