@@ -142,6 +142,7 @@ _TYPES: Dict[str, str] = {
             "engine",
             "speculative_model",
             "strategy",
+            "alloc_conf",
         )
     },
     "enforce_eager": _BOOL,
@@ -248,6 +249,7 @@ def plan(
     activation_bytes: Union[int, str, None] = None,
     non_torch_bytes: Union[int, str, None] = None,
     graph_bytes: Union[int, str, None] = None,
+    alloc_conf: Optional[str] = None,
     **engine_flags: FlagValue,
 ) -> Dict[str, Any]:
     """Plan the KV cache of ``model`` on ``device``: ``memplan plan --json``.
@@ -262,6 +264,11 @@ def plan(
         gpu_memory_utilization: fraction of the device the engine may use, in (0, 1].
         kv_cache_memory_bytes .. graph_bytes: as the CLI flags of the same name (vLLM's flag
             names with underscores); byte values take ints or strings with units.
+        alloc_conf: the engine's caching-allocator configuration, PyTorch's option string
+            (``"expandable_segments:True"``), as ``--alloc-conf``; ``None`` reads
+            ``PYTORCH_ALLOC_CONF``, else ``PYTORCH_CUDA_ALLOC_CONF``, else
+            ``PYTORCH_HIP_ALLOC_CONF`` as PyTorch does. The plan notes it and where it came
+            from (a dry run keeps no room for the allocator's rounding).
         **engine_flags: any other ``memplan plan`` flag, spelled with underscores. A keyword
             the CLI does not know raises :class:`UsageError`.
 
@@ -297,6 +304,7 @@ def plan(
         "activation_bytes": activation_bytes,
         "non_torch_bytes": non_torch_bytes,
         "graph_bytes": graph_bytes,
+        "alloc_conf": alloc_conf,
     }
     flags.update(engine_flags)
     _check_types({"device": device})

@@ -19,6 +19,7 @@ CASES: List[Dict[str, Any]] = [
     {"cudagraph_capture_sizes": [1, 2, 4, 8], "max_num_seqs": 64},
     {"kv_cache_memory_bytes": "8GiB"},
     {"engine": "sglang"},  # a flag the API has no named keyword for: passed through
+    {"alloc_conf": "expandable_segments:True,max_split_size_mb:512"},
 ]
 
 

@@ -47,6 +47,7 @@
 //! let forged = memplan_core::RawAllocation { address: 0x7000_0000, bytes: 4096 };
 //! ```
 
+pub mod alloc_conf;
 pub mod allocator;
 pub mod backend;
 #[cfg(test)]
@@ -75,6 +76,7 @@ mod device_tests;
 #[cfg(test)]
 mod testing;
 
+pub use alloc_conf::AllocatorConfig;
 pub use allocator::{AllocatorStats, AllocatorView, OwnAccounting, TensorId};
 pub use backend::{
     Backend, BackendInfo, BackendKind, BackendStatus, DeviceDescriptor, DeviceId, Layout,

@@ -95,6 +95,10 @@ pub struct DryRun {
     pub extras: crate::consumers::Extras,
     /// Notes for the plan from whoever set the run up (how a default was derived).
     pub notes: Vec<String>,
+    /// The engine's caching-allocator configuration and where it came from: noted in the plan
+    /// (a dry run keeps no room for the allocator's rounding, whatever its configuration;
+    /// [`PlanBuilder::allocator_config`]).
+    pub allocator: Option<(memplan_core::AllocatorConfig, String)>,
 }
 
 /// A dry run resolved: the plan builder (override figures on it, then build) and the graph
@@ -138,7 +142,19 @@ impl DryRun {
             given: Vec::new(),
             extras: Default::default(),
             notes: Vec::new(),
+            allocator: None,
         }
+    }
+
+    /// The engine's caching allocator runs with `conf`, which came from `source` (a flag, an
+    /// environment variable): the plan notes it ([`PlanBuilder::allocator_config`]).
+    pub fn allocator_config(
+        mut self,
+        conf: memplan_core::AllocatorConfig,
+        source: impl Into<String>,
+    ) -> Self {
+        self.allocator = Some((conf, source.into()));
+        self
     }
 
     /// Notes for the plan (how a default request was derived: [`crate::defaults::request`]).
@@ -658,6 +674,9 @@ impl DryRun {
         }
         if tp > 1 {
             b = b.warning(Warning::FiguresPerRank { ranks: tp });
+        }
+        if let Some((conf, source)) = &self.allocator {
+            b = b.allocator_config(conf.clone(), source.clone());
         }
         Ok(Resolved {
             builder: b,

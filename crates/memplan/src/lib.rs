@@ -51,7 +51,11 @@
 //! ([`Engine::allocate_kv_cache`]) or tensors from its allocator
 //! ([`AllocatorView::allocate_tensor`]); without either, the plan keeps room for the coarsest
 //! rounding the engine's own allocations during the start-up allow, and [`KvCache::warnings`]
-//! says the allocation was not measured (`kv_allocation_unmeasured`).
+//! says the allocation was not measured (`kv_allocation_unmeasured`). An engine whose caching
+//! allocator runs with options (`PYTORCH_ALLOC_CONF`: expandable segments, power-of-two
+//! divisions, `max_split_size_mb`) states them with [`Session::with_allocator_config`]
+//! ([`AllocatorConfig::parse`], or [`AllocatorConfig::from_env`] as PyTorch reads them): the
+//! plan then takes the cache's tensors to round and share segments as they say.
 //!
 //! ## Several GPUs
 //!

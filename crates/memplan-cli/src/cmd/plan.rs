@@ -251,7 +251,7 @@ fn input(a: &Flags, model: &Model, t: &Target) -> Result<DryRun, Failure> {
         Strategy::Estimate => GraphReserve::Reserve,
         Strategy::Auto => GraphReserve::Engine,
     };
-    Ok(DryRun::new(model.clone(), t.total)
+    let mut dry = DryRun::new(model.clone(), t.total)
         .device(t.label.clone(), t.snapshot)
         .request(request)
         .dtype(a.dtype.clone())
@@ -285,7 +285,25 @@ fn input(a: &Flags, model: &Model, t: &Target) -> Result<DryRun, Failure> {
         .given(ConsumerKind::NonAllocator, a.non_torch_bytes)
         .given(ConsumerKind::Graphs, a.graph_bytes)
         .notes(request_note.into_iter().collect())
-        .extras(extras::extras(a)?))
+        .extras(extras::extras(a)?);
+    dry.allocator = allocator(a, |v| std::env::var(v).ok())?;
+    Ok(dry)
+}
+
+/// The engine's caching-allocator configuration: `--alloc-conf`, else the environment as
+/// PyTorch reads it (`PYTORCH_ALLOC_CONF`, else `PYTORCH_CUDA_ALLOC_CONF`, else
+/// `PYTORCH_HIP_ALLOC_CONF`: the first one set wins, `AllocatorConfig::from_vars`), with where
+/// it came from. A malformed variable is a usage error naming it.
+fn allocator(
+    a: &Flags,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Option<(memplan::AllocatorConfig, String)>, Failure> {
+    if let Some(c) = &a.alloc_conf {
+        return Ok(Some((c.clone(), "--alloc-conf".into())));
+    }
+    let found =
+        memplan::AllocatorConfig::from_vars(env).map_err(|e| Failure::usage(e.to_string()))?;
+    Ok(found.map(|(c, var)| (c, format!("the environment variable {var}"))))
 }
 
 /// What `--emit-args` needs beyond the plan.
@@ -1717,5 +1735,71 @@ mod tests {
         ))
         .unwrap_err();
         assert!(f.message.contains("by 1.05 GiB"), "{}", f.message);
+    }
+
+    #[test]
+    fn the_allocator_configuration_comes_from_the_flag_else_the_first_variable_set() {
+        let vars = |set: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                set.iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let base = "--model qwen2.5-1.5b-instruct --total-memory 24GiB";
+        // The flag wins over the environment.
+        let a = flags(&format!("{base} --alloc-conf expandable_segments:True"));
+        let (c, from) = allocator(&a, vars(&[("PYTORCH_ALLOC_CONF", "max_split_size_mb:64")]))
+            .unwrap()
+            .unwrap();
+        assert!(c.expandable_segments && c.max_split_size.is_none());
+        assert_eq!(from, "--alloc-conf");
+        // Else the first variable set, as PyTorch reads them.
+        let a = flags(base);
+        let (c, from) = allocator(
+            &a,
+            vars(&[
+                ("PYTORCH_HIP_ALLOC_CONF", "expandable_segments:True"),
+                ("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:64"),
+            ]),
+        )
+        .unwrap()
+        .unwrap();
+        assert!(!c.expandable_segments && c.max_split_size == Some(64 << 20));
+        assert!(from.contains("PYTORCH_CUDA_ALLOC_CONF"), "{from}");
+        assert!(allocator(&a, vars(&[])).unwrap().is_none());
+        let e = allocator(
+            &a,
+            vars(&[("PYTORCH_ALLOC_CONF", "expandable_segments:yes")]),
+        )
+        .unwrap_err();
+        assert_eq!(e.class, crate::ExitClass::Usage);
+        assert!(
+            e.message.contains("PYTORCH_ALLOC_CONF") && e.message.contains("expandable_segments"),
+            "{}",
+            e.message
+        );
+        // A malformed flag is a usage error naming the flag and the key.
+        let e = try_flags(&format!("{base} --alloc-conf max_split_size_mb:4")).unwrap_err();
+        assert_eq!(e.class, crate::ExitClass::Usage);
+        assert!(
+            e.message.contains("--alloc-conf") && e.message.contains("max_split_size_mb"),
+            "{}",
+            e.message
+        );
+        // The plan notes it; a dry run's figures do not move.
+        let with = plan(&format!("{base} --alloc-conf expandable_segments:True")).unwrap();
+        let notes = with["notes"].as_array().unwrap();
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.as_str().unwrap().contains("expandable_segments:True")
+                    && n.as_str().unwrap().contains("--alloc-conf")),
+            "{notes:?}"
+        );
+        assert_eq!(
+            with["kv_cache_bytes"],
+            plan(base).unwrap()["kv_cache_bytes"]
+        );
     }
 }

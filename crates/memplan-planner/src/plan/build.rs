@@ -2,7 +2,9 @@
 
 use memplan_core::bytes::{fmt_bytes, MIB};
 use memplan_core::kv::{KvAllocation, KvLimits, KvSizing, KvSpec, LongRequests, SizingRules};
-use memplan_core::{Error, MemoryInfo, Param, Reading, Refusal, Reliability, Result};
+use memplan_core::{
+    AllocatorConfig, Error, MemoryInfo, Param, Reading, Refusal, Reliability, Result,
+};
 use std::collections::BTreeMap;
 
 use super::physical::{self, Physical, PhysicalCheck};
@@ -99,22 +101,90 @@ impl Granule {
     }
 }
 
-/// What `count` equal tensors of `bytes` take from the driver in a PyTorch-like caching
-/// allocator whose large requests are rounded as `g` says: small and mid-sized tensors share
-/// segments (as many as fit in one; the last segment may be part empty), larger ones are
-/// rounded on their own, or share a segment that a granule coarser than them leaves room in
-/// ([`packed_footprint`]). Non-decreasing in `bytes`.
+/// [`footprint`] in PyTorch's default configuration.
+#[cfg(test)]
 fn tensors_footprint(bytes: u64, count: u64, g: Granule) -> u64 {
-    let b = bytes.div_ceil(MIN_BLOCK).saturating_mul(MIN_BLOCK);
+    footprint(bytes, count, g, &AllocatorConfig::default())
+}
+
+/// What `count` equal tensors of `bytes` take from the driver in a PyTorch-like caching
+/// allocator whose large requests are rounded as `g` says, configured as `a` says. Each
+/// request is first rounded as `a` rounds it ([`rounded_request`]). With expandable segments,
+/// they are packed one after another into a segment mapped in pages ([`expandable_footprint`]).
+/// Otherwise small and mid-sized tensors share segments (as many as fit in one; the last
+/// segment may be part empty), larger ones are rounded on their own, or share a segment that a
+/// granule coarser than them leaves room in ([`packed_footprint`]); `max_split_size_mb` stops
+/// the sharing of blocks it does not split.
+fn footprint(bytes: u64, count: u64, g: Granule, a: &AllocatorConfig) -> u64 {
+    let b = rounded_request(bytes, a);
+    if b > 0 && a.expandable_segments {
+        return expandable_footprint(b, count, a);
+    }
     match b {
         0 => 0,
         b if b <= SMALL_REQUEST => shared_segments(b, count, SMALL_SEGMENT),
-        b if b < MID_REQUEST_BELOW => mid_footprint(b, count, g),
+        b if b < MID_REQUEST_BELOW => mid_footprint(b, count, g, a),
         b => match g {
-            Granule::Multiple(g) => packed_footprint(b, count, g),
+            Granule::Multiple(g) => packed_footprint(b, count, g, a),
             Granule::AtMost(_) => g.large(b).saturating_mul(count),
         },
     }
+}
+
+/// A request of `bytes` as the caching allocator rounds it before it looks for a block
+/// (PyTorch: `round_size` in `c10/<device>/<Device>CachingAllocator.cpp`): up to `kMinBlockSize`
+/// (512 bytes), or where `roundup_power2_divisions` sets `d > 1` divisions for the request's
+/// interval and the request is over `512 * d` bytes, up to the next of `d` equal steps between
+/// the powers of two around it (`roundup_power2_next_division`: 1200 with 4 divisions is 1280;
+/// a power of two stays). 0 stays 0 (no allocation).
+fn rounded_request(bytes: u64, a: &AllocatorConfig) -> u64 {
+    if bytes == 0 {
+        return 0;
+    }
+    let d = u64::from(a.divisions_for(bytes));
+    if d > 1 && bytes > MIN_BLOCK.saturating_mul(d) && !bytes.is_power_of_two() {
+        let floor = 1u64 << (63 - bytes.leading_zeros());
+        let step = floor / d;
+        if step == 0 {
+            return floor.saturating_mul(2);
+        }
+        return bytes.div_ceil(step).saturating_mul(step);
+    }
+    bytes.div_ceil(MIN_BLOCK).saturating_mul(MIN_BLOCK)
+}
+
+/// What `count` requests of `b` bytes (rounded) take with expandable segments (PyTorch:
+/// `expandable_segments:True`): one segment per stream and pool grows by mapping whole pages,
+/// 2 MiB (`kSmallBuffer`) in the pool of requests up to 1 MiB, 20 MiB (`kLargeBuffer`) in the
+/// other (`find_expandable_block`; `ExpandableSegment::map` rounds the range mapped up to
+/// pages), and every request is split off the segment's free tail (`should_split` splits
+/// whatever is left from 512 bytes up, `max_split_size_mb` aside), so the tensors lie one
+/// after another and the segment grows by at most their sum rounded up to a page. A
+/// `large_segment_size_mb` may make the large pool's page (releases that read it take it for
+/// the mid-sized segment; whether for the page too depends on the release): the larger of what
+/// either page takes.
+fn expandable_footprint(b: u64, count: u64, a: &AllocatorConfig) -> u64 {
+    let total = b.saturating_mul(count);
+    let up = |page: u64| total.div_ceil(page).saturating_mul(page);
+    if b <= SMALL_REQUEST {
+        up(SMALL_SEGMENT)
+    } else {
+        up(MID_SEGMENT).max(up(a.mid_segment()))
+    }
+}
+
+/// The largest page an expandable segment of `a` maps for the KV cache's large tensors.
+fn expandable_page(a: &AllocatorConfig) -> u64 {
+    MID_SEGMENT.max(a.mid_segment())
+}
+
+/// Whether `max_split_size_mb` may stop a block of `segment` bytes holding a request of `b`
+/// bytes from being shared: PyTorch does not split a block for a request of `max_split_size`
+/// or more (`should_split`), and does not hand a cached block of `max_split_size` or more to a
+/// smaller request (`get_free_block`), so a remainder that large serves nothing.
+fn split_stops_sharing(b: u64, segment: u64, a: &AllocatorConfig) -> bool {
+    a.max_split_size
+        .is_some_and(|m| b >= m || segment.saturating_sub(b) >= m)
 }
 
 /// What `count` equal requests of `b` bytes take in segments of `segment` bytes that each
@@ -138,17 +208,34 @@ fn shared_segments(b: u64, count: u64, segment: u64) -> u64 {
 /// but 480 MiB in 30 MiB ones, four to each). The granule of large requests does not round
 /// these: taking it as their segment (two 2.01 MiB tensors in 4 MiB each on a 2 MiB granule)
 /// planned a cache of 2 MiB tensors that PyTorch serves at 2.84 MiB each (70% of the room).
-/// This is PyTorch's default configuration: `PYTORCH_ALLOC_CONF`'s `large_segment_size_mb`
-/// (recent releases) changes the 20 MiB segment, and `roundup_power2_divisions` rounds each
-/// request before it is packed (178 tensors of 2.85 MiB then take 4 MiB each, 720 MiB). The
-/// plan relies on the session's own measure of the cache there; where nothing measures it,
-/// the warning `kv_allocation_unmeasured` says so. A granule coarser than 20 MiB making the
+/// A declared `large_segment_size_mb` (newer releases) takes the 20 MiB segment's place, and
+/// `roundup_power2_divisions` has rounded each request before it is packed (178 tensors of
+/// 2.85 MiB are 3 MiB each with 2 or 4 divisions, six to a segment, 600 MiB where seven go to
+/// a segment by default, 520 MiB; [`rounded_request`]); `max_split_size_mb` below a segment's
+/// remainder stops its sharing ([`split_stops_sharing`]). An engine that does not declare its
+/// configuration is taken to run PyTorch's default one; the plan then relies on the session's
+/// own measure of the cache, and where nothing measures it, the warning
+/// `kv_allocation_unmeasured` says so. A granule coarser than 20 MiB making the
 /// segment the granule is the simulator's adversarial extension of PyTorch's rule (PyTorch
 /// itself keeps 20 MiB whatever its `kRoundLarge`), bounded here because the readings cannot
 /// tell the two apart.
-fn mid_footprint(b: u64, count: u64, g: Granule) -> u64 {
+fn mid_footprint(b: u64, count: u64, g: Granule, a: &AllocatorConfig) -> u64 {
+    let mid = a.mid_segment();
+    let segment = |granule: u64| mid.max(Granule::Multiple(granule).large(b));
+    // The largest segment any granule the readings allow gives these requests. Below `g`, a
+    // granule `d` rounds `b` up to `d` where `d >= b`, else to less than `b + d`: under 20 MiB
+    // (PyTorch's segment) for a request under 10 MiB, not under a smaller declared segment.
+    let largest = match g {
+        Granule::Multiple(g) => segment(g),
+        Granule::AtMost(g) => mid.max(g).max(b.saturating_add(g.min(b)).saturating_sub(1)),
+    };
+    // A segment whose remainder `max_split_size_mb` keeps from smaller requests holds one
+    // request each (taken for every mid-sized request where the largest segment's could be,
+    // which keeps the footprint non-decreasing in `b`).
+    if split_stops_sharing(SMALL_REQUEST, largest, a) {
+        return count.saturating_mul(largest);
+    }
     let shared = |segment: u64| shared_segments(b, count, segment);
-    let segment = |granule: u64| MID_SEGMENT.max(Granule::Multiple(granule).large(b));
     match g {
         // Where `g` does not factor within [`FACTOR_LIMIT`] trial divisions, no tensor shares:
         // each takes its own segment, the most any granule makes of them.
@@ -163,8 +250,8 @@ fn mid_footprint(b: u64, count: u64, g: Granule) -> u64 {
         // A granule below `g` that need not divide it: a segment of any size from 20 MiB to
         // `g`. The most such segments take is where each holds one request fewer than the
         // next size would: for each count per segment, the largest segment that holds no more.
-        Granule::AtMost(g) => {
-            let (lo, hi) = (MID_SEGMENT, MID_SEGMENT.max(g));
+        Granule::AtMost(_) => {
+            let (lo, hi) = (mid, largest);
             let b = b.max(1);
             // A segment holding all `count` costs at most `hi`: counts past it add nothing.
             (lo / b..=(hi / b).min(count.max(1)))
@@ -197,12 +284,19 @@ fn mid_footprint(b: u64, count: u64, g: Granule) -> u64 {
 /// 10 MiB granule gives each its own 20 MiB), hence the most over every divisor of `g`. Where
 /// `g` does not factor within [`FACTOR_LIMIT`] trial divisions, no tensor shares: each is
 /// rounded up to `g` (never less than any divisor rounds it to). The sharing is PyTorch's
-/// default configuration: its `max_split_size_mb` option set below the tensors'
-/// size stops the split, and `expandable_segments` maps segments otherwise; the plan then
-/// relies on the session's own measure of the cache (this bound is kept only where nothing
-/// measures it, with the warning `kv_allocation_unmeasured`).
-fn packed_footprint(b: u64, count: u64, g: u64) -> u64 {
+/// default configuration: a declared `max_split_size_mb` at or below the tensors' size (or a
+/// granule's remainder) stops the split, each tensor then rounded alone, and declared
+/// `expandable_segments` map pages instead ([`expandable_footprint`]); an undeclared one the
+/// plan leaves to the session's own measure of the cache (this bound is kept only where
+/// nothing measures it, with the warning `kv_allocation_unmeasured`).
+fn packed_footprint(b: u64, count: u64, g: u64, a: &AllocatorConfig) -> u64 {
     let alone = Granule::Multiple(g).large(b).saturating_mul(count);
+    // A remainder of less than one granule: `max_split_size_mb` stops its sharing where the
+    // request or a granule's remainder reaches it (each then takes its own rounding, the
+    // most of which is `g`'s).
+    if split_stops_sharing(b, b.saturating_add(g.saturating_sub(1)), a) {
+        return alone;
+    }
     let Some(granules) = divisors(g) else {
         return alone;
     };
@@ -399,13 +493,13 @@ fn common_granule(grown: &[(u64, u64)]) -> Option<u64> {
 }
 
 /// The most pages of `page` bytes each of `count` tensors may have and all still take at most
-/// `room` once the allocator rounded them ([`tensors_footprint`]).
-fn pages_within(room: u64, count: u64, g: Granule, page: u64) -> u64 {
+/// `room` once the allocator rounded them ([`footprint`]).
+fn pages_within(room: u64, count: u64, g: Granule, page: u64, a: &AllocatorConfig) -> u64 {
     let page = page.max(1);
     let (mut lo, mut hi) = (0u64, room / count.max(1) / page);
     while lo < hi {
         let mid = lo + (hi - lo).div_ceil(2);
-        if tensors_footprint(mid.saturating_mul(page), count, g) <= room {
+        if footprint(mid.saturating_mul(page), count, g, a) <= room {
             lo = mid;
         } else {
             hi = mid - 1;
@@ -493,6 +587,9 @@ pub struct PlanBuilder {
     /// The granule kept for the KV cache's rounding is one the allocator's own sizes gave
     /// (every fixed granule divides it), not a default: see [`Granule`].
     rounding_divides: bool,
+    /// The caching allocator's configuration the engine declared, and where it came from
+    /// ([`Self::allocator_config`]); `None`: not declared (PyTorch's default rules).
+    alloc_conf: Option<(AllocatorConfig, String)>,
 }
 
 impl PlanBuilder {
@@ -526,6 +623,7 @@ impl PlanBuilder {
             granularity: None,
             non_allocator_error: 0,
             rounding_divides: true,
+            alloc_conf: None,
         }
     }
 
@@ -828,12 +926,25 @@ impl PlanBuilder {
     /// where the layout is not known).
     fn rounded_kv(&self, kv_bytes: u64) -> u64 {
         let g = self.granule();
+        let a = self.alloc();
         match self.kv_tensors() {
             Some((tensors, page)) => {
                 let blocks = kv_bytes / page.saturating_mul(tensors).max(1);
-                tensors_footprint(blocks.saturating_mul(page), tensors, g).max(kv_bytes)
+                footprint(blocks.saturating_mul(page), tensors, g, a).max(kv_bytes)
             }
-            None => kv_bytes.saturating_add(self.kv_rounding_bound()),
+            None => kv_bytes
+                .saturating_add(self.kv_rounding_bound())
+                .saturating_add(power2_waste(kv_bytes, a)),
+        }
+    }
+
+    /// The caching allocator's configuration the plan takes ([`Self::allocator_config`];
+    /// PyTorch's default where none was declared).
+    fn alloc(&self) -> &AllocatorConfig {
+        static DEFAULT: std::sync::OnceLock<AllocatorConfig> = std::sync::OnceLock::new();
+        match &self.alloc_conf {
+            Some((a, _)) => a,
+            None => DEFAULT.get_or_init(AllocatorConfig::default),
         }
     }
 
@@ -845,7 +956,15 @@ impl PlanBuilder {
             return self.alloc_slack;
         }
         let allocations = self.rules.kv_allocation.allocations(&self.kv_spec.groups);
-        self.alloc_slack.saturating_mul(allocations.max(1))
+        let per_allocation = self.alloc_slack.saturating_mul(allocations.max(1));
+        // Expandable segments pack every tensor into one segment: one page past their sum
+        // (and each rounded to 512 bytes), whatever the rounding of one request.
+        if self.alloc_slack > 0 && self.alloc().expandable_segments {
+            let page = expandable_page(self.alloc())
+                .saturating_add(MIN_BLOCK.saturating_mul(allocations.max(1)));
+            return per_allocation.max(page);
+        }
+        per_allocation
     }
 
     /// What the engine still needs once its KV cache is allocated: the activation peak and the
@@ -994,6 +1113,24 @@ impl PlanBuilder {
         self
     }
 
+    /// The engine's caching allocator runs with `conf` (PyTorch's option string, parsed by
+    /// [`AllocatorConfig::parse`]); `source` says where the plan got it (a flag, an
+    /// environment variable, the engine). Where the plan keeps room for the allocator's
+    /// rounding of the KV cache's tensors (a measured start-up), it takes them to round and
+    /// share segments as `conf` says (`footprint` in `plan/build.rs`): expandable segments,
+    /// power-of-two divisions, `max_split_size_mb`, `large_segment_size_mb`. A note says which
+    /// configuration the plan took, and from where. Not declared: PyTorch's default rules,
+    /// the same figures as declaring the default configuration.
+    pub fn allocator_config(mut self, conf: AllocatorConfig, source: impl Into<String>) -> Self {
+        self.alloc_conf = Some((conf, source.into()));
+        self
+    }
+
+    /// The caching allocator's configuration declared ([`Self::allocator_config`]).
+    pub fn declared_allocator_config(&self) -> Option<&AllocatorConfig> {
+        self.alloc_conf.as_ref().map(|(a, _)| a)
+    }
+
     /// Nothing will measure the engine's allocation of its KV cache: a measured plan keeps, per
     /// KV tensor, room for rounding it up to `granule` (a bound from the engine's own
     /// allocations, [`granule_bound`]; at least [`ALLOCATOR_ROUNDING_BOUND`]), or where nothing
@@ -1002,7 +1139,11 @@ impl PlanBuilder {
     /// dry run, which keeps none).
     pub fn unmeasured_kv_allocation(&mut self, granule: Option<u64>) -> u64 {
         if self.alloc_slack > 0 {
-            self.alloc_slack = self.alloc_slack.max(granule.unwrap_or(MID_SEGMENT));
+            // The coarsest PyTorch's rules give one request: the mid-sized segment
+            // (`large_segment_size_mb` where declared larger), which is also an expandable
+            // segment's page.
+            let coarsest = MID_SEGMENT.max(self.alloc().mid_segment());
+            self.alloc_slack = self.alloc_slack.max(granule.unwrap_or(coarsest));
             // A default granule bounds the rounding, not its steps (see [`Granule`]); nor does
             // the bound read off the allocator's sizes where they mix size classes (weights in
             // shared 20 MiB segments beside a 1.2 GiB activation rounded to the granule gave
@@ -1081,6 +1222,16 @@ impl PlanBuilder {
         // keeps for the cache (see `fit_rounded`); a mapped cache keeps one granule of slack.
         let per_tensor = !fixed_kv && self.alloc_slack > 0 && self.granularity.is_none();
         let fit = (self.granule(), self.kv_tensors(), self.kv_rounding_bound());
+        let alloc = self.alloc().clone();
+        let mut notes = self.notes;
+        if let Some((a, source)) = &self.alloc_conf {
+            notes.push(alloc_conf_note(
+                a,
+                source,
+                self.alloc_slack > 0,
+                self.granularity.is_some(),
+            ));
+        }
         // A KV cache that is one backing allocation (vLLM 0.29.0 on, `allocate_kv_cache`) is
         // rounded once: what is left of the budget after it is under a granule and a block, and
         // a free reading that read the engine's memory outside the allocator low would hand
@@ -1175,7 +1326,7 @@ impl PlanBuilder {
             kv_bytes = kv_bytes / g * g;
         }
         if per_tensor {
-            kv_bytes = fit_rounded(kv_bytes, fit.0, fit.1, fit.2);
+            kv_bytes = fit_rounded(kv_bytes, fit.0, fit.1, fit.2, &alloc);
         }
         if let Some(f) = self.foreign.filter(|f| *f != 0) {
             warnings.push(Warning::ForeignMemoryChanged { bytes: f });
@@ -1243,7 +1394,7 @@ impl PlanBuilder {
             ranks: None,
             engine: self.engine,
             engine_args: BTreeMap::new(),
-            notes: self.notes,
+            notes,
             warnings,
         };
         tracing::info!(kv_bytes = plan.kv_cache_bytes, tokens = plan.kv.tokens, strategy = %plan.graph.strategy, "plan ready");
@@ -1257,20 +1408,132 @@ impl PlanBuilder {
 /// at most `room`: whole blocks, so the blocks the plan promises are the blocks the engine
 /// holds there. `tensors`: the layout (`PlanBuilder::kv_tensors`); where it is not known,
 /// `bound` (the granule once per layer) is kept instead.
-fn fit_rounded(room: u64, g: Granule, tensors: Option<(u64, u64)>, bound: u64) -> u64 {
+fn fit_rounded(
+    room: u64,
+    g: Granule,
+    tensors: Option<(u64, u64)>,
+    bound: u64,
+    a: &AllocatorConfig,
+) -> u64 {
     match tensors {
-        Some((tensors, page)) => pages_within(room, tensors, g, page)
+        Some((tensors, page)) => pages_within(room, tensors, g, page, a)
             .saturating_mul(page)
             .saturating_mul(tensors)
             .min(room),
-        None => room.saturating_sub(bound),
+        None => {
+            // Past the bound, what power-of-two divisions may add: the most bytes whose
+            // waste still fits.
+            let left = room.saturating_sub(bound);
+            let mut kv = match fewest_divisions(a) {
+                Some(d) => (u128::from(left) * u128::from(d) / u128::from(d + 1)) as u64,
+                None => left,
+            };
+            while kv > 0 && kv.saturating_add(power2_waste(kv, a)) > left {
+                kv -= 1;
+            }
+            kv
+        }
     }
+}
+
+/// The fewest divisions (more than one) `roundup_power2_divisions` sets for any interval: the
+/// coarsest of its roundings (`None`: it rounds nothing).
+fn fewest_divisions(a: &AllocatorConfig) -> Option<u64> {
+    a.roundup_power2_divisions
+        .iter()
+        .filter(|d| **d > 1)
+        .min()
+        .map(|d| u64::from(*d))
+}
+
+/// At most what power-of-two divisions add to tensors of `bytes` in all, where their sizes
+/// are not known: a request in `[2^k, 2^(k+1))` rounded to one of `d` steps of `2^k / d`
+/// gains less than a step, under `1/d` of itself ([`rounded_request`]).
+fn power2_waste(bytes: u64, a: &AllocatorConfig) -> u64 {
+    fewest_divisions(a).map_or(0, |d| bytes.div_ceil(d))
+}
+
+/// The plan's note on the caching allocator's configuration `a` the engine declared (from
+/// `source`): what it changes of the KV cache's footprint, and whether this plan keeps room
+/// for that rounding at all (`rounds`: a measured start-up; `mapped`: a cache mapped in
+/// granules, which no allocator rounds).
+fn alloc_conf_note(a: &AllocatorConfig, source: &str, rounds: bool, mapped: bool) -> String {
+    let shown = a.to_string();
+    let shown = if shown.is_empty() {
+        "the default configuration".to_string()
+    } else {
+        format!("`{shown}`")
+    };
+    let mut effects: Vec<String> = Vec::new();
+    if a.expandable_segments {
+        effects.push(format!(
+            "expandable segments: the KV cache's tensors packed one after another into a segment mapped in pages of {} (2 MiB for tensors up to 1 MiB)",
+            fmt_bytes(expandable_page(a))
+        ));
+    }
+    if let Some(d) = fewest_divisions(a) {
+        effects.push(format!(
+            "each tensor first rounded up to its power-of-two division ({d} divisions at the coarsest)"
+        ));
+    }
+    if let Some(m) = a.max_split_size {
+        effects.push(format!(
+            "blocks of {} or more neither split nor shared",
+            fmt_bytes(m)
+        ));
+    }
+    if let Some(l) = a.large_segment_size {
+        effects.push(format!(
+            "tensors over 1 MiB and under 10 MiB in shared segments of {}",
+            fmt_bytes(l)
+        ));
+    }
+    if let Some(b) = &a.backend {
+        effects.push(format!(
+            "backend {b}: the driver's own pool, whose rounding the plan does not model (it keeps the caching allocator's)"
+        ));
+    }
+    let mut note = format!("caching allocator: {shown}, from {source}");
+    if effects.is_empty() {
+        note.push_str(": PyTorch's default rules for the KV cache's footprint");
+    } else {
+        note.push_str(&format!(": {}", effects.join("; ")));
+    }
+    let kept: Vec<&str> = a
+        .other
+        .iter()
+        .map(|(k, _)| k.as_str())
+        .chain(
+            a.garbage_collection_threshold
+                .map(|_| "garbage_collection_threshold"),
+        )
+        .chain(
+            a.max_non_split_rounding
+                .map(|_| "max_non_split_rounding_mb"),
+        )
+        .collect();
+    if !kept.is_empty() {
+        note.push_str(&format!(
+            " ({} do not change the KV cache's footprint)",
+            kept.join(", ")
+        ));
+    }
+    if mapped {
+        note.push_str("; the KV cache is mapped in whole granules, which no allocator rounds");
+    } else if !rounds {
+        note.push_str("; a dry run keeps no room for the allocator's rounding of the KV cache, whatever its configuration (a measured start-up does)");
+    }
+    note
 }
 
 #[cfg(test)]
 mod footprint_tests {
     use super::*;
     use proptest::strategy::Strategy as _;
+
+    /// PyTorch's default configuration.
+    static D: std::sync::LazyLock<AllocatorConfig> =
+        std::sync::LazyLock::new(AllocatorConfig::default);
 
     #[test]
     fn mid_sized_tensors_share_twenty_mib_segments() {
@@ -1309,7 +1572,13 @@ mod footprint_tests {
         // 64 layers of 8 KiB pages in 512 MiB: 8 MiB tensors would take 640 MiB; tensors of
         // 6.67 MiB go three to a segment (22 segments, 440 MiB).
         let page = 8 * 1024;
-        let kv = fit_rounded(512 * MIB, Granule::Multiple(2 * MIB), Some((64, page)), 0);
+        let kv = fit_rounded(
+            512 * MIB,
+            Granule::Multiple(2 * MIB),
+            Some((64, page)),
+            0,
+            &D,
+        );
         let pages = kv / 64 / page;
         assert!(tensors_footprint(pages * page, 64, Granule::Multiple(2 * MIB)) <= 512 * MIB);
         assert!(tensors_footprint((pages + 1) * page, 64, Granule::Multiple(2 * MIB)) > 512 * MIB);
@@ -1320,6 +1589,7 @@ mod footprint_tests {
             Granule::Multiple(2 * MIB),
             Some((64, page)),
             0,
+            &D,
         );
         assert_eq!(kv, 64 * 100 * MIB);
     }
@@ -1397,7 +1667,7 @@ mod footprint_tests {
         // them (520 MiB); one block more and six go to one, 30 segments. Rounding each to the
         // granule (4 MiB apiece past 2 MiB) held the cache at 256 blocks, 70% of it.
         let (page, room) = (8 * 1024, 554_001_767);
-        let kv = fit_rounded(room, Granule::Multiple(2 * MIB), Some((178, page)), 0);
+        let kv = fit_rounded(room, Granule::Multiple(2 * MIB), Some((178, page)), 0, &D);
         assert_eq!(kv / 178 / page, 365);
         assert_eq!(allocator_reserves(365 * page, 178, 2 * MIB), 26 * 20 * MIB);
         assert!(allocator_reserves(366 * page, 178, 2 * MIB) > room);
@@ -1421,7 +1691,7 @@ mod footprint_tests {
         // Where it does not factor, every tensor is rounded on its own.
         let g = q * 4_294_967_279;
         assert_eq!(
-            packed_footprint(16 * MIB, 10, g),
+            packed_footprint(16 * MIB, 10, g, &D),
             Granule::Multiple(g).large(16 * MIB).saturating_mul(10)
         );
     }
@@ -1508,7 +1778,11 @@ mod footprint_tests {
         assert!(real(MIB) <= tensors_footprint(b, 1, Granule::Multiple(2 * MIB)));
         // Fitted with the bound, the cache leaves room for any granule up to it.
         let room = 3_715_516_288u64;
-        let kv = fit_rounded(room, Granule::AtMost(20 * MIB), Some((1, 458_752)), 0);
+        let kv = fit_rounded(room, Granule::AtMost(20 * MIB), Some((1, 458_752)), 0, &D);
         assert!(kv.div_ceil(19 * MIB + MIB / 2) * (19 * MIB + MIB / 2) <= room);
     }
 }
+
+#[cfg(test)]
+#[path = "alloc_conf_tests.rs"]
+mod alloc_conf_tests;

@@ -38,7 +38,7 @@ mod recorder;
 mod rounding;
 mod steps;
 
-use memplan_core::{Error, MemoryInfo, ProfilingCapability, Result, SharedDevice};
+use memplan_core::{AllocatorConfig, Error, MemoryInfo, ProfilingCapability, Result, SharedDevice};
 
 use crate::budget::Request;
 use crate::calibrate::{calibrate, CalibrationReport};
@@ -81,6 +81,9 @@ pub struct Session<'e, E: AsDynEngine + ?Sized> {
     unmeasured_granule: u64,
     /// Whether the warm-ups that narrow the granule's bound ran ([`rounding`]).
     granule_narrowed: bool,
+    /// The engine's caching-allocator configuration and where it came from
+    /// ([`with_allocator_config`](Self::with_allocator_config)).
+    alloc_conf: Option<(AllocatorConfig, String)>,
 }
 
 /// Reads each snapshot combines where a window of single reads of the free memory is off by
@@ -365,6 +368,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             offers_tensors,
             unmeasured_granule: crate::plan::ALLOCATOR_ROUNDING_BOUND,
             granule_narrowed: false,
+            alloc_conf: None,
         })
     }
 
@@ -445,6 +449,22 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     /// the plan names the release either way.
     pub fn with_sizing_rules(mut self, rules: SizingRules, release: impl Into<String>) -> Self {
         self.sizing = Some((rules, release.into()));
+        self
+    }
+
+    /// The engine's caching allocator runs with `conf` (PyTorch's `PYTORCH_ALLOC_CONF` option
+    /// string, parsed by [`AllocatorConfig::parse`]; [`AllocatorConfig::from_env`] reads it the
+    /// way PyTorch does); `source` says where it came from (`"the environment variable
+    /// PYTORCH_ALLOC_CONF"`, `"the engine"`). The plan takes the KV cache's tensors to round
+    /// and share the allocator's segments as it says ([`PlanBuilder::allocator_config`]) and
+    /// notes it. Not declared: PyTorch's default configuration, with the same figures as
+    /// declaring the default.
+    pub fn with_allocator_config(
+        mut self,
+        conf: AllocatorConfig,
+        source: impl Into<String>,
+    ) -> Self {
+        self.alloc_conf = Some((conf, source.into()));
         self
     }
 
@@ -718,6 +738,10 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         let b = PlanBuilder::from_profile(&profile, self.why.clone(), request, kv.clone(), limits)?
             .device(format!("{} ({})", d.id, d.name))
             .rank(self.rank);
+        let b = match &self.alloc_conf {
+            Some((conf, source)) => b.allocator_config(conf.clone(), source.clone()),
+            None => b,
+        };
         let b = match &self.sizing {
             Some((rules, release)) => b
                 .sizing_rules(*rules)

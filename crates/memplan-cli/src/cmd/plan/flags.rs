@@ -173,6 +173,11 @@ fn device(s: &str) -> Result<String, String> {
         .map(|_| s.to_string())
 }
 
+/// `--alloc-conf STRING`: PyTorch's allocator option string, strictly parsed.
+fn alloc_conf(s: &str) -> Result<memplan::AllocatorConfig, String> {
+    memplan::AllocatorConfig::parse(s).map_err(|e| e.to_string())
+}
+
 /// `--engine vllm[@VERSION]`: a release memplan has rules for.
 fn engine(s: &str) -> Result<String, String> {
     s.parse::<EngineRules>()
@@ -328,6 +333,13 @@ pub struct Flags {
     /// Weights kept in host memory, in GiB (vLLM `--cpu-offload-gb`).
     #[arg(long, value_name = "GIB", default_value = "0", value_parser = offload_gib)]
     pub cpu_offload_gb: f64,
+    /// The engine's caching-allocator configuration, PyTorch's option string
+    /// (`expandable_segments:True,max_split_size_mb:512`); default: PYTORCH_ALLOC_CONF, else
+    /// PYTORCH_CUDA_ALLOC_CONF, else PYTORCH_HIP_ALLOC_CONF, the first one set, as PyTorch reads
+    /// them. The plan notes it and where it came from; a dry run keeps no room for the
+    /// allocator's rounding (a measured start-up plans by it: docs/measurement-protocol.md).
+    #[arg(long, value_name = "STRING", value_parser = alloc_conf)]
+    pub alloc_conf: Option<memplan::AllocatorConfig>,
     /// Print JSON (`memplan.plan/1`) instead of the table.
     #[arg(long)]
     pub json: bool,
