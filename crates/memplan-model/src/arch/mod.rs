@@ -181,6 +181,11 @@ pub(crate) fn parse(
         }
     }
     uniform_lists(&mut map)?;
+    let block_list = if model_type == "nemotron_h" || arch == "NemotronHForCausalLM" {
+        nemotron_block_list(&mut map, f.outer)?
+    } else {
+        None
+    };
     if map.get("use_cla").and_then(Value::as_bool) == Some(true)
         && map
             .get("cla_share_factor")
@@ -269,6 +274,7 @@ pub(crate) fn parse(
     c.layers = layers;
     c.blocks = blocks(&f, c.num_layers)?;
     agree(&c.blocks, &c.layers)?;
+    c.notes.extend(block_list);
     if !c.blocks.is_empty() {
         let routed = c
             .blocks
@@ -442,6 +448,99 @@ fn blocks(f: &Fields<'_>, layers: u64) -> Result<Vec<crate::config::Block>> {
             )),
         })
         .collect()
+}
+
+/// Nemotron-H's blocks as transformers 5 writes them: `layers_block_type`, one name per layer
+/// and no `hybrid_override_pattern` (Nemotron-3-Ultra; transformers' `NemotronHConfig` works
+/// `num_hidden_layers` out from the list's length). vLLM 0.19.0's `nemotron_h.py` reads only
+/// the pattern (`NemotronHModel.__init__`: `ALL_DECODER_LAYER_TYPES[config.hybrid_override_pattern[layer_idx]]`),
+/// which the config class gives back from the list one character per name
+/// (`NemotronHConfig._list_to_pattern`: `mamba` M, `attention` *, `mlp` -, `moe` E; the names
+/// vLLM's own `NemotronHConfig.layers_block_type` writes, in `transformers_utils/configs/nemotron_h.py`;
+/// newer transformers spell the first two `linear_attention` and `full_attention`,
+/// `remap_legacy_layer_types`). The pattern is put in the config's place, and the layer count
+/// where the config gives none, so the layers, the caches and the weights are read from it
+/// as from a written pattern. A list beside a pattern that says otherwise, or beside a
+/// `num_hidden_layers` of another length, is refused: which one the engine follows is not
+/// the config's to say. Returns the note naming the list, when one was read.
+fn nemotron_block_list(
+    map: &mut Map<String, Value>,
+    outer: Option<&Map<String, Value>>,
+) -> Result<Option<String>> {
+    const KEY: &str = "layers_block_type";
+    let Some(v) = map.get(KEY).filter(|v| !v.is_null()) else {
+        return Ok(None);
+    };
+    let Value::Array(names) = v else {
+        return Err(Error::invalid(
+            KEY,
+            format!("expected a list of block names, found {v}"),
+        ));
+    };
+    if names.is_empty() {
+        return Err(Error::invalid(KEY, "is empty: it names no layers"));
+    }
+    let mut pattern = String::with_capacity(names.len());
+    for (i, t) in names.iter().enumerate() {
+        pattern.push(match t.as_str() {
+            Some("mamba" | "linear_attention") => 'M',
+            Some("attention" | "full_attention") => '*',
+            Some("mlp") => '-',
+            Some("moe") => 'E',
+            _ => {
+                return Err(Error::invalid(
+                    KEY,
+                    format!("entry {i} is {t}; Nemotron-H's blocks are \"mamba\" (or \"linear_attention\"), \"attention\" (or \"full_attention\"), \"mlp\" and \"moe\""),
+                ))
+            }
+        });
+    }
+    let n = names.len() as u64;
+    let f = Fields { map: &*map, outer };
+    if let Some(written) = f.get("hybrid_override_pattern") {
+        let Some(written) = written.as_str() else {
+            return Err(Error::invalid(
+                "hybrid_override_pattern",
+                format!("expected a string of block characters, found {written}"),
+            ));
+        };
+        if written != pattern {
+            let at = written
+                .chars()
+                .zip(pattern.chars())
+                .position(|(a, b)| a != b);
+            let why = match at {
+                Some(i) => format!(
+                    "block {i} is `{}` but `{KEY}` makes it `{}` ({})",
+                    written.chars().nth(i).unwrap_or(' '),
+                    pattern.chars().nth(i).unwrap_or(' '),
+                    names[i]
+                ),
+                None => format!("{} blocks but `{KEY}` names {n}", written.chars().count()),
+            };
+            return Err(Error::invalid(
+                "hybrid_override_pattern",
+                format!("{why}: the config gives its blocks twice and the two forms disagree, so memplan cannot tell which model the engine builds"),
+            ));
+        }
+    }
+    let count = f.get("num_hidden_layers").cloned();
+    match count {
+        Some(l) if l.as_u64() != Some(n) => {
+            return Err(Error::invalid(
+                KEY,
+                format!("names {n} blocks but `num_hidden_layers` is {l}: one name per layer"),
+            ))
+        }
+        Some(_) => {}
+        None => {
+            map.insert("num_hidden_layers".into(), Value::from(n));
+        }
+    }
+    map.insert("hybrid_override_pattern".into(), Value::from(pattern));
+    Ok(Some(format!(
+        "Nemotron-H blocks read from `{KEY}` ({n} layers), as the pattern transformers' `NemotronHConfig` gives back for it"
+    )))
 }
 
 /// Refuse a `hybrid_override_pattern` that disagrees with the layer kinds read from another key

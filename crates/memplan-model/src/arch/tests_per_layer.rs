@@ -520,26 +520,22 @@ fn per_layer_lists_inside_a_section_of_the_language_model_are_refused() {
 
 #[test]
 fn layers_given_only_as_a_list_name_the_list() {
-    // Nemotron-3-Ultra-550B-A55B's config (transformers 5's form, as copied in
-    // ai-dynamo/aiconfigurator at 095f58a5) gives its 108 layers only as `layers_block_type`,
-    // with no `num_hidden_layers`: the refusal names the list, not a missing count.
-    let types: Vec<&str> = (0..108)
-        .map(|i| match i % 9 {
-            0 => "attention",
-            i if i % 2 == 1 => "mamba",
-            _ => "moe",
-        })
+    // A config that gives its layers only as a per-layer list memplan reads no count from
+    // (Zamba2's `layers_block_type`, without `num_hidden_layers`): the refusal names the list,
+    // not a missing count. (Nemotron-H's list is read: tests_weights.rs.)
+    let types: Vec<&str> = (0..54)
+        .map(|i| if i % 6 == 5 { "hybrid" } else { "mamba" })
         .collect();
-    let ultra = serde_json::json!({"architectures":["NemotronHForCausalLM"],"model_type":"nemotron_h",
-        "hidden_size":8192,"num_attention_heads":64,"num_key_value_heads":2,"head_dim":128,
-        "vocab_size":131072,"max_position_embeddings":262144,"layers_block_type":types});
-    let e = ModelConfig::from_value(&ultra).unwrap_err().to_string();
+    let zamba = serde_json::json!({"architectures":["Zamba2ForCausalLM"],"model_type":"zamba2",
+        "hidden_size":2560,"num_attention_heads":32,"num_key_value_heads":32,
+        "vocab_size":32000,"max_position_embeddings":4096,"layers_block_type":types});
+    let e = ModelConfig::from_value(&zamba).unwrap_err().to_string();
     assert!(
-        e.starts_with("layers_block_type: describes the layers one by one (108 entries) and the config gives no `num_hidden_layers`"),
+        e.starts_with("layers_block_type: describes the layers one by one (54 entries) and the config gives no `num_hidden_layers`"),
         "{e}"
     );
     // With neither, the count is what is missing.
-    let mut none = ultra.clone();
+    let mut none = zamba.clone();
     none.as_object_mut().unwrap().remove("layers_block_type");
     let e = ModelConfig::from_value(&none).unwrap_err().to_string();
     assert!(e.starts_with("num_hidden_layers: missing"), "{e}");

@@ -5,7 +5,9 @@
 
 use serde_json::Value;
 
-use crate::config::Block;
+use memplan_core::kv::{AttentionKind, KvDtype};
+
+use crate::config::{Block, LayerKind};
 use crate::weights::{params_per_rank, weight_bytes};
 use crate::ModelConfig;
 
@@ -122,6 +124,165 @@ fn nemotron_h_pattern_must_cover_every_layer() {
     let e = ModelConfig::from_value(&v).unwrap_err().to_string();
     assert!(
         e.contains("hybrid_override_pattern") && e.contains("disagree") && e.contains("block 1"),
+        "{e}"
+    );
+}
+
+#[test]
+fn nemotron_h_blocks_given_only_as_layers_block_type() {
+    // transformers 5 writes Nemotron-H's blocks as `layers_block_type` (one name per layer)
+    // and no `hybrid_override_pattern`; its `NemotronHConfig._list_to_pattern` gives the
+    // pattern vLLM 0.19.0's `nemotron_h.py` builds from back (mamba M, attention *, mlp -,
+    // moe E; newer transformers say linear_attention / full_attention).
+    //
+    // Nemotron-3-Nano's real config in that form, with `num_hidden_layers` left out too: the
+    // same 52 blocks, so the same 31,577,937,344 parameters as the pattern (counted block by
+    // block above: 23 Mamba2, 6 attention, 23 MoE).
+    let mut v = real_json("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16");
+    let pattern = v["hybrid_override_pattern"].as_str().unwrap().to_string();
+    let names: Vec<&str> = pattern
+        .chars()
+        .map(|ch| match ch {
+            'M' => "mamba",
+            '*' => "attention",
+            '-' => "mlp",
+            _ => "moe",
+        })
+        .collect();
+    let o = v.as_object_mut().unwrap();
+    o.remove("hybrid_override_pattern");
+    o.remove("num_hidden_layers");
+    o.insert("layers_block_type".into(), Value::from(names.clone()));
+    let c = ModelConfig::from_value(&v).unwrap();
+    let n = |b| c.blocks.iter().filter(|x| **x == b).count() as u64;
+    assert_eq!(c.num_layers, 52);
+    assert_eq!(
+        (
+            n(Block::Mamba),
+            n(Block::Attention),
+            n(Block::Mlp),
+            n(Block::Moe)
+        ),
+        (23, 6, 0, 23)
+    );
+    let want = 23 * NANO_MAMBA + 6 * NANO_ATTN + 23 * NANO_MOE + 2 * NANO_EMB + 2688;
+    assert_eq!(params_per_rank(&c, 1).unwrap().total(), want);
+    assert!(
+        c.notes.iter().any(|n| n.contains("layers_block_type")),
+        "{:?}",
+        c.notes
+    );
+    // Newer transformers' names read the same.
+    let renamed: Vec<&str> = names
+        .iter()
+        .map(|t| match *t {
+            "mamba" => "linear_attention",
+            "attention" => "full_attention",
+            t => t,
+        })
+        .collect();
+    v["layers_block_type"] = Value::from(renamed);
+    let c2 = ModelConfig::from_value(&v).unwrap();
+    assert_eq!(c2.blocks, c.blocks);
+
+    // Nemotron-3-Ultra-550B-A55B (the real config: 108 names, no count, no pattern): 48
+    // Mamba2, 12 attention and 48 MoE blocks. KV per token at bf16 on one rank: 12 layers x
+    // (K + V) x 2 KV heads x 128 x 2 B = 12,288. Each Mamba2 layer's state
+    // (`mamba_ssm_cache_dtype` float32; 256 heads of 64, 8 groups of state 128, kernel 4):
+    // conv (256 x 64 + 2 x 8 x 128) x 3 x 2 B = 18,432 x 6 = 110,592, SSM 256 x 64 x 128 x
+    // 4 B = 8,388,608: 8,499,200.
+    let c = real("nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16");
+    let n = |b| c.blocks.iter().filter(|x| **x == b).count() as u64;
+    assert_eq!(c.num_layers, 108);
+    assert_eq!(
+        (
+            n(Block::Mamba),
+            n(Block::Attention),
+            n(Block::Mlp),
+            n(Block::Moe)
+        ),
+        (48, 12, 0, 48)
+    );
+    let kinds = |k| c.layers.iter().filter(|x| **x == k).count();
+    assert_eq!((kinds(LayerKind::Full), kinds(LayerKind::State)), (12, 48));
+    let spec = c.kv_spec(KvDtype::Bf16, 16, 1).unwrap();
+    let attention: u64 = spec
+        .groups
+        .iter()
+        .filter(|g| !matches!(g.attention, AttentionKind::State { .. }))
+        .map(|g| g.page_bytes(KvDtype::Bf16, 1).unwrap() * u64::from(g.num_layers))
+        .sum();
+    assert_eq!(attention, 12_288);
+    assert_eq!(
+        c.state.unwrap().bytes_per_rank(1, 2).unwrap(),
+        110_592 + 8_388_608
+    );
+    // The same blocks written as a pattern give the same model, weights included.
+    let mut p = real_json("nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16");
+    let written: String = p["layers_block_type"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| match t.as_str().unwrap() {
+            "mamba" => 'M',
+            "attention" => '*',
+            "mlp" => '-',
+            _ => 'E',
+        })
+        .collect();
+    let o = p.as_object_mut().unwrap();
+    o.remove("layers_block_type");
+    o.insert(
+        "hybrid_override_pattern".into(),
+        Value::from(written.as_str()),
+    );
+    o.insert("num_hidden_layers".into(), Value::from(108));
+    let q = ModelConfig::from_value(&p).unwrap();
+    assert_eq!((&q.blocks, &q.layers), (&c.blocks, &c.layers));
+    assert_eq!(
+        params_per_rank(&q, 1).unwrap().total(),
+        params_per_rank(&c, 1).unwrap().total()
+    );
+
+    // Both forms, agreeing: read. Disagreeing (block 7 made MoE instead of attention in the
+    // pattern): refused, naming both keys.
+    let mut both = real_json("nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16");
+    both["hybrid_override_pattern"] = Value::from(written.as_str());
+    assert_eq!(ModelConfig::from_value(&both).unwrap().blocks, c.blocks);
+    assert_eq!(&written[7..8], "*");
+    let mut wrong = written.clone();
+    wrong.replace_range(7..8, "E");
+    both["hybrid_override_pattern"] = Value::from(wrong);
+    let e = ModelConfig::from_value(&both).unwrap_err().to_string();
+    assert!(
+        e.starts_with(
+            "hybrid_override_pattern: block 7 is `E` but `layers_block_type` makes it `*`"
+        ) && e.contains("disagree"),
+        "{e}"
+    );
+    // A pattern of another length beside the list.
+    both["hybrid_override_pattern"] = Value::from(&written[..107]);
+    let e = ModelConfig::from_value(&both).unwrap_err().to_string();
+    assert!(
+        e.contains("107 blocks but `layers_block_type` names 108"),
+        "{e}"
+    );
+    // A `num_hidden_layers` of another length than the list.
+    let mut count = real_json("nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16");
+    count["num_hidden_layers"] = Value::from(104);
+    let e = ModelConfig::from_value(&count).unwrap_err().to_string();
+    assert!(
+        e.starts_with("layers_block_type: names 108 blocks but `num_hidden_layers` is 104"),
+        "{e}"
+    );
+    count["num_hidden_layers"] = Value::from(108);
+    assert!(ModelConfig::from_value(&count).is_ok());
+    // A name no Nemotron-H block has.
+    let mut odd = real_json("nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16");
+    odd["layers_block_type"][3] = Value::from("hybrid");
+    let e = ModelConfig::from_value(&odd).unwrap_err().to_string();
+    assert!(
+        e.starts_with("layers_block_type: entry 3 is \"hybrid\""),
         "{e}"
     );
 }
