@@ -137,6 +137,8 @@ _TYPES: Dict[str, str] = {
             "device",
             "dtype",
             "kv_cache_dtype",
+            "mamba_cache_dtype",
+            "mamba_ssm_cache_dtype",
             "quantization",
             "graph_strategy",
             "engine",

@@ -18,6 +18,7 @@ CASES: List[Dict[str, Any]] = [
     {"enforce_eager": True, "block_size": 32},
     {"cudagraph_capture_sizes": [1, 2, 4, 8], "max_num_seqs": 64},
     {"kv_cache_memory_bytes": "8GiB"},
+    {"mamba_ssm_cache_dtype": "float16", "mamba_cache_dtype": "float32"},
     {"engine": "sglang"},  # a flag the API has no named keyword for: passed through
     {"alloc_conf": "expandable_segments:True,max_split_size_mb:512"},
 ]

@@ -144,6 +144,8 @@ const FLAGS: &[&str] = &[
     "--graph-bytes",
     "--dtype",
     "--kv-cache-dtype",
+    "--mamba-cache-dtype",
+    "--mamba-ssm-cache-dtype",
     "--quantization",
     "--graph-strategy",
     "--emit-args",
@@ -201,7 +203,9 @@ fn value_for(flag: &str, r: &mut Rng, dir: &Path) -> String {
             .map(|_| r.pick(NUMBERS).to_string())
             .collect::<Vec<_>>()
             .join(","),
-        "--dtype" | "--kv-cache-dtype" => r.pick(DTYPES).to_string(),
+        "--dtype" | "--kv-cache-dtype" | "--mamba-cache-dtype" | "--mamba-ssm-cache-dtype" => {
+            r.pick(DTYPES).to_string()
+        }
         "--quantization" => r.pick(&["fp8", "none", "awq", "FP8", ""]).to_string(),
         "--graph-strategy" => r
             .pick(&["auto", "none", "full", "vllm-legacy", "bogus"])

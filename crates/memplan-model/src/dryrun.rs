@@ -15,6 +15,7 @@ use memplan_planner::{
     Warning,
 };
 
+use crate::arch::state::MambaDtype;
 use crate::device::DeviceClass;
 use crate::engine::EngineRules;
 use crate::estimate::{self, EngineShape, Estimate};
@@ -60,6 +61,12 @@ pub struct DryRun {
     pub dtype: Option<String>,
     /// KV dtype (`None` = the model dtype).
     pub kv_cache_dtype: Option<KvDtype>,
+    /// vLLM's `--mamba-cache-dtype` (`None` = `auto`): the conv and SSM states of
+    /// recurrent-state layers.
+    pub mamba_cache_dtype: Option<MambaDtype>,
+    /// vLLM's `--mamba-ssm-cache-dtype` (`None` = `auto`: the family's rule from the
+    /// config, else the Mamba cache dtype): the SSM state only.
+    pub mamba_ssm_cache_dtype: Option<MambaDtype>,
     /// Online quantization; the checkpoint's own config is used otherwise.
     pub quantization: Option<Quantization>,
     /// Longest request (`None` = the model's `max_position_embeddings`).
@@ -126,6 +133,8 @@ impl DryRun {
             request: Request::Utilization(0.9),
             dtype: None,
             kv_cache_dtype: None,
+            mamba_cache_dtype: None,
+            mamba_ssm_cache_dtype: None,
             quantization: None,
             max_model_len: None,
             max_num_seqs: None,
@@ -189,6 +198,16 @@ impl DryRun {
     /// The KV cache dtype (`None`: the model's).
     pub fn kv_cache_dtype(mut self, d: Option<KvDtype>) -> Self {
         self.kv_cache_dtype = d;
+        self
+    }
+    /// vLLM's `--mamba-cache-dtype` (`None`: `auto`).
+    pub fn mamba_cache_dtype(mut self, d: Option<MambaDtype>) -> Self {
+        self.mamba_cache_dtype = d;
+        self
+    }
+    /// vLLM's `--mamba-ssm-cache-dtype` (`None`: `auto`).
+    pub fn mamba_ssm_cache_dtype(mut self, d: Option<MambaDtype>) -> Self {
+        self.mamba_ssm_cache_dtype = d;
         self
     }
     /// Online weight quantization.
@@ -456,6 +475,8 @@ impl DryRun {
                 (false, _) => engine.hybrid_block_align,
             },
             dtype_bytes: db,
+            mamba_cache_dtype: self.mamba_cache_dtype,
+            mamba_ssm_cache_dtype: self.mamba_ssm_cache_dtype,
         };
         let block_size = self.block_size.unwrap_or(engine.block_size);
         let mut kv_spec = c.kv_spec_with(kv_dtype, block_size, tp, &opts)?;
@@ -493,6 +514,25 @@ impl DryRun {
                 "KV cache dtype auto: the checkpoint asks for an {} KV cache",
                 c.kv_cache_quant.as_deref().unwrap_or("fp8")
             ));
+        }
+        for (flag, given) in [
+            ("--mamba-cache-dtype", self.mamba_cache_dtype),
+            ("--mamba-ssm-cache-dtype", self.mamba_ssm_cache_dtype),
+        ] {
+            let Some(d) = given else { continue };
+            notes.push(if has_state {
+                format!(
+                    "{flag} {d}: the recurrent-state layers' {} in {d} ({} bytes an element)",
+                    if flag == "--mamba-cache-dtype" {
+                        "conv state, and their SSM state where neither --mamba-ssm-cache-dtype nor the model's config sets it,"
+                    } else {
+                        "SSM state"
+                    },
+                    d.bytes()
+                )
+            } else {
+                format!("{flag} {d}: the model has no recurrent-state layers, so it changes nothing")
+            });
         }
         if kv_spec.block_size != block_size {
             notes.push(format!(

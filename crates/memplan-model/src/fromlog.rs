@@ -110,6 +110,10 @@ pub struct LogFigures {
     pub tensor_parallel: Option<u64>,
     /// `kv_cache_dtype`.
     pub kv_cache_dtype: Option<String>,
+    /// `mamba_cache_dtype` (vLLM's non-default args).
+    pub mamba_cache_dtype: Option<String>,
+    /// `mamba_ssm_cache_dtype` (vLLM's non-default args).
+    pub mamba_ssm_cache_dtype: Option<String>,
     /// `quantization`.
     pub quantization: Option<String>,
     /// `enforce_eager`.
@@ -1515,6 +1519,24 @@ pub fn parse(text: &str) -> Result<LogFigures> {
                 l.word(key),
                 lines,
                 "kv_cache_dtype",
+                n,
+            );
+        }
+        for key in ["'mamba_cache_dtype':", "mamba_cache_dtype="] {
+            set(
+                &mut f.mamba_cache_dtype,
+                l.word(key),
+                lines,
+                "mamba_cache_dtype",
+                n,
+            );
+        }
+        for key in ["'mamba_ssm_cache_dtype':", "mamba_ssm_cache_dtype="] {
+            set(
+                &mut f.mamba_ssm_cache_dtype,
+                l.word(key),
+                lines,
+                "mamba_ssm_cache_dtype",
                 n,
             );
         }

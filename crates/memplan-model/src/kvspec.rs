@@ -9,6 +9,7 @@
 use memplan_core::kv::{AttentionKind, KvDtype, KvSpec, LayerGroup};
 use memplan_core::{Error, Param, Result};
 
+use crate::arch::state::MambaDtype;
 use crate::config::{LayerKind, ModelConfig};
 
 /// Engine facts that shape the spec (besides dtype, block size and TP).
@@ -20,8 +21,15 @@ pub struct SpecOptions {
     /// The attention block of a hybrid (attention + state) model is a multiple of this, and
     /// large enough that one attention page holds a state (`_align_hybrid_block_size`).
     pub hybrid_block_align: u32,
-    /// Bytes of the model's activation dtype (states are kept in it).
+    /// Bytes of the model's activation dtype (states are kept in it unless a Mamba cache
+    /// dtype below or the family's rule says otherwise).
     pub dtype_bytes: u64,
+    /// vLLM's `--mamba-cache-dtype` (`None`: `auto`, the model dtype): the conv and SSM
+    /// states of recurrent-state layers.
+    pub mamba_cache_dtype: Option<MambaDtype>,
+    /// vLLM's `--mamba-ssm-cache-dtype` (`None`: `auto`, the family's rule from the config,
+    /// else the Mamba cache dtype): the SSM/temporal state only.
+    pub mamba_ssm_cache_dtype: Option<MambaDtype>,
 }
 
 impl Default for SpecOptions {
@@ -31,6 +39,8 @@ impl Default for SpecOptions {
             state_pages: (1, 1),
             hybrid_block_align: 16,
             dtype_bytes: 2,
+            mamba_cache_dtype: None,
+            mamba_ssm_cache_dtype: None,
         }
     }
 }
@@ -158,7 +168,12 @@ impl ModelConfig {
             let shape = self.state.ok_or_else(|| {
                 Error::invalid("layer_types", "state layers without state dimensions")
             })?;
-            let bytes = shape.bytes_per_rank(tp, opts.dtype_bytes)?;
+            let bytes = shape.bytes_per_rank_with(
+                tp,
+                opts.dtype_bytes,
+                opts.mamba_cache_dtype,
+                opts.mamba_ssm_cache_dtype,
+            )?;
             let mamba2 = shape.kind == crate::arch::state::StateKind::Mamba2;
             let pages = if mamba2 {
                 opts.state_pages.1

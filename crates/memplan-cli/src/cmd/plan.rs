@@ -256,6 +256,8 @@ fn input(a: &Flags, model: &Model, t: &Target) -> Result<DryRun, Failure> {
         .request(request)
         .dtype(a.dtype.clone())
         .kv_cache_dtype(a.kv_cache_dtype.0)
+        .mamba_cache_dtype(a.mamba_cache_dtype.0)
+        .mamba_ssm_cache_dtype(a.mamba_ssm_cache_dtype.0)
         .quantization(
             a.quantization
                 .0
@@ -313,6 +315,8 @@ fn context(a: &Flags, m: &Model) -> Result<render_args::Context, Error> {
         dtype: a.dtype.clone(),
         model_dtype: model_dtype(a, m),
         quantization: a.quantization.0.clone(),
+        mamba_cache_dtype: a.mamba_cache_dtype.0,
+        mamba_ssm_cache_dtype: a.mamba_ssm_cache_dtype.0,
         version: engine_rules(a)?.version.to_string(),
     })
 }
@@ -1161,6 +1165,121 @@ mod tests {
         assert!(s.ends_with("--kv-cache-dtype fp8_e5m2"), "{s}");
         let v = emitted(&format!("{f} auto"), Engine::Vllm).unwrap();
         assert!(v.ends_with("--kv-cache-dtype auto"), "{v}");
+    }
+
+    #[test]
+    fn mamba_dtype_flags_size_the_state_and_are_emitted() {
+        use memplan::kv::AttentionKind;
+        use memplan_model::arch::state::MambaDtype;
+        // Nemotron-3-Nano-30B-A3B's real config (bf16, `mamba_ssm_cache_dtype` "float32"):
+        // 23 Mamba2 layers of 64 heads of 64, 8 groups of state 128, kernel 4. Conv (4,096 +
+        // 2 x 8 x 128) x 3 = 18,432 elements in bf16 = 36,864 B; SSM 64 x 64 x 128 =
+        // 524,288 elements, in float32 (auto: the config's, vLLM 0.19.0
+        // `NemotronHForCausalLMConfig.verify_and_update_config`) 2,097,152 B: 2,134,016; with
+        // --mamba-ssm-cache-dtype float16 1,048,576 B: 1,085,440.
+        let line = include_str!("../../../memplan-model/tests/data/weight-configs.jsonl")
+            .lines()
+            .find(|l| l.contains("\"nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16\""))
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let dir = std::env::temp_dir().join(format!("memplan-nano-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg = dir.join("config.json");
+        std::fs::write(&cfg, v["config"].to_string()).unwrap();
+        let base = format!(
+            "--model {} --total-memory 80GiB --max-model-len 4096 --engine vllm@0.19",
+            cfg.display()
+        );
+        let state = |f: &str| {
+            let (_, p) = plan_ranks(&flags(&format!("{base} {f}"))).unwrap();
+            let bytes = p
+                .kv_spec
+                .groups
+                .iter()
+                .find_map(|g| match g.attention {
+                    AttentionKind::State { bytes, .. } => Some(bytes),
+                    _ => None,
+                })
+                .unwrap();
+            (bytes, p.notes.clone())
+        };
+        assert_eq!(state("").0, 2_134_016);
+        assert_eq!(state("--mamba-ssm-cache-dtype auto").0, 2_134_016);
+        let (b, notes) = state("--mamba-ssm-cache-dtype float16");
+        assert_eq!(b, 1_085_440);
+        assert!(
+            notes.iter().any(|n| n.starts_with(
+                "--mamba-ssm-cache-dtype float16: the recurrent-state layers' SSM state"
+            )),
+            "{notes:?}"
+        );
+        // --mamba-cache-dtype float32: the conv state 18,432 x 4 = 73,728 B, the SSM state
+        // still the config's float32: 2,170,880.
+        assert_eq!(state("--mamba-cache-dtype FLOAT32").0, 2_170_880);
+        // vLLM 0.19.0's `MambaDType` has no bfloat16: a usage error naming the flag.
+        let e = try_flags(&format!("{base} --mamba-ssm-cache-dtype bfloat16")).unwrap_err();
+        assert!(
+            e.message.contains("--mamba-ssm-cache-dtype")
+                && e.message.contains("auto, float32 or float16"),
+            "{}",
+            e.message
+        );
+        // Emitted for vLLM as given; SGLang's state flags were not checked: refused.
+        let f = format!("{base} --mamba-ssm-cache-dtype float16 --mamba-cache-dtype float32");
+        let v = emitted(&f, Engine::Vllm).unwrap();
+        assert!(
+            v.contains(" --mamba-cache-dtype float32")
+                && v.contains(" --mamba-ssm-cache-dtype float16"),
+            "{v}"
+        );
+        let e = emitted(&f, Engine::Sglang).unwrap_err().to_string();
+        assert!(e.contains("--mamba-cache-dtype is vLLM's flag"), "{e}");
+        // A model without recurrent-state layers: the flag changes nothing, and says so.
+        let (_, p) = plan_ranks(&flags(
+            "--model qwen3-8b --total-memory 80GiB --mamba-ssm-cache-dtype float16",
+        ))
+        .unwrap();
+        assert!(
+            p.notes
+                .iter()
+                .any(|n| n.contains("no recurrent-state layers")),
+            "{:?}",
+            p.notes
+        );
+        // --from-log: the start-up's non-default args fill both flags.
+        let log_line = include_str!("../../../memplan-model/tests/data/engine-startup-logs.jsonl")
+            .lines()
+            .find(|l| l.contains("476,016"))
+            .unwrap();
+        let e: serde_json::Value = serde_json::from_str(log_line).unwrap();
+        let text = format!(
+            "(APIServer pid=1) INFO 04-20 17:00:40 [utils.py:233] non-default args: {{'mamba_cache_dtype': 'float32', 'mamba_ssm_cache_dtype': 'float16'}}\n{}",
+            e["quote"].as_str().unwrap()
+        );
+        let path = log_file("mamba", &text);
+        let mut a = flags(&format!(
+            "--model llama-3.1-8b-instruct --from-log {}",
+            path.display()
+        ));
+        let log = extras::apply_log(&mut a).unwrap();
+        assert_eq!(
+            (a.mamba_cache_dtype.0, a.mamba_ssm_cache_dtype.0),
+            (Some(MambaDtype::Float32), Some(MambaDtype::Float16))
+        );
+        assert!(
+            log.filled.contains(&"--mamba-ssm-cache-dtype")
+                && log.filled.contains(&"--mamba-cache-dtype"),
+            "{:?}",
+            log.filled
+        );
+        // A flag on the command line wins over the log.
+        let mut a = flags(&format!(
+            "--model llama-3.1-8b-instruct --mamba-ssm-cache-dtype float32 --from-log {}",
+            path.display()
+        ));
+        extras::apply_log(&mut a).unwrap();
+        assert_eq!(a.mamba_ssm_cache_dtype.0, Some(MambaDtype::Float32));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -359,21 +359,31 @@ pub(crate) fn parse(
                 ))
             }
         };
-        // Qwen3.5's SSM cache takes the config's `mamba_ssm_dtype` where the caller left
-        // `--mamba-ssm-cache-dtype` at `auto` (vLLM 0.19.0 `model_executor/models/config.py`
-        // `Qwen3_5ForConditionalGenerationConfig.verify_and_update_config`, for both Qwen3.5
-        // architectures; every released Qwen3.5 and 3.6 config says "float32"). The
-        // temporal state is then twice its bf16 size (`mamba_utils.py`
+        // The SSM state's dtype where the family's rule reads it from the config while
+        // `--mamba-ssm-cache-dtype` is `auto` (vLLM 0.19.0 `model_executor/models/config.py`
+        // `verify_and_update_config`): Nemotron-H's `mamba_ssm_cache_dtype`
+        // (`NemotronHForCausalLMConfig`; float32 when absent, as memplan has always read it),
+        // Qwen3.5's `mamba_ssm_dtype` (`Qwen3_5ForConditionalGenerationConfig`, both Qwen3.5
+        // architectures; every released Qwen3.5 and 3.6 config says "float32", which makes
+        // the temporal state twice its bf16 size: `mamba_utils.py`
         // `gated_delta_net_state_dtype`).
-        let qwen35_f32 = matches!(
+        let qwen35 = matches!(
             arch,
             "Qwen3_5ForConditionalGeneration" | "Qwen3_5MoeForConditionalGeneration"
-        ) && f.str("mamba_ssm_dtype") == Some("float32");
-        let f32 = (q.is_some_and(|q| q.ssm_f32)
-            && f.str("mamba_ssm_cache_dtype")
-                .is_none_or(|d| d == "float32"))
-            || qwen35_f32;
-        c.state = Some(state::read(kind, &f, c.hidden_size, f32)?);
+        );
+        let ssm_key = if q.is_some_and(|q| q.ssm_f32) {
+            Some("mamba_ssm_cache_dtype")
+        } else if qwen35 {
+            Some("mamba_ssm_dtype")
+        } else {
+            None
+        };
+        let ssm_bytes = match ssm_key.map(|k| (k, f.str(k))) {
+            Some((k, Some(name))) => Some(state::config_dtype_bytes(k, name)?),
+            Some(("mamba_ssm_cache_dtype", None)) => Some(4),
+            _ => None,
+        };
+        c.state = Some(state::read(kind, &f, c.hidden_size, ssm_bytes)?);
     }
     c.vision = vision::read(top, arch, c.hidden_size);
     if arch == "MolmoForCausalLM" && c.vision.is_none() {

@@ -45,9 +45,79 @@ pub struct StateShape {
     /// Mamba: the time-step projection's rank (`mamba_dt_rank`, `time_step_rank`; "auto" or
     /// absent: `ceil(hidden / 16)`, transformers `JambaConfig` / `MambaConfig`); 0 otherwise.
     pub dt_rank: u64,
-    /// The SSM/recurrent state is kept in float32 whatever the model dtype (Nemotron-H's
-    /// `mamba_ssm_cache_dtype` default, `NemotronHForCausalLMConfig`).
-    pub ssm_f32: bool,
+    /// Bytes of an SSM/recurrent-state element where the family's vLLM rule takes the dtype
+    /// from the config while `--mamba-ssm-cache-dtype` is `auto` (vLLM 0.19.0
+    /// `model_executor/models/config.py`: `NemotronHForCausalLMConfig`, the config's
+    /// `mamba_ssm_cache_dtype`, float32 when absent as memplan has always read it;
+    /// `Qwen3_5ForConditionalGenerationConfig`, the config's `mamba_ssm_dtype`); `None`: the
+    /// Mamba cache dtype (the model's unless `--mamba-cache-dtype`).
+    pub ssm_dtype_bytes: Option<u64>,
+}
+
+/// A Mamba cache dtype other than `auto` (vLLM 0.19.0 `MambaDType`, `vllm/config/cache.py`:
+/// `Literal["auto", "float32", "float16"]`), as `--mamba-cache-dtype` (the conv and SSM
+/// states) and `--mamba-ssm-cache-dtype` (the SSM/temporal state only) take it
+/// (`mamba_utils.py`, `MambaStateDtypeCalculator._mamba_state_dtype`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MambaDtype {
+    /// `float32`: 4 bytes.
+    Float32,
+    /// `float16`: 2 bytes.
+    Float16,
+}
+
+impl MambaDtype {
+    /// Bytes of one element.
+    pub fn bytes(self) -> u64 {
+        match self {
+            MambaDtype::Float32 => 4,
+            MambaDtype::Float16 => 2,
+        }
+    }
+
+    /// vLLM's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            MambaDtype::Float32 => "float32",
+            MambaDtype::Float16 => "float16",
+        }
+    }
+}
+
+impl std::fmt::Display for MambaDtype {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for MambaDtype {
+    type Err = String;
+
+    /// `float32` or `float16`, any case (`auto` is no dtype: the caller's `None`). vLLM 0.19.0
+    /// takes no `bfloat16` here (its argument parser offers auto, float32, float16).
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "float32" => Ok(MambaDtype::Float32),
+            "float16" => Ok(MambaDtype::Float16),
+            _ => Err(format!(
+                "{s:?} is not a Mamba cache dtype; vLLM 0.19.0 takes auto, float32 or float16 (`MambaDType`, vllm/config/cache.py)"
+            )),
+        }
+    }
+}
+
+/// Bytes of the state dtype a config names under `key` (vLLM's `STR_DTYPE_TO_TORCH_DTYPE`,
+/// `vllm/utils/torch_utils.py`, for the float names).
+pub(crate) fn config_dtype_bytes(key: &str, name: &str) -> Result<u64> {
+    match name {
+        "float32" | "float" => Ok(4),
+        "float16" | "half" | "bfloat16" => Ok(2),
+        _ => Err(Error::invalid(
+            key,
+            format!("{name:?} is not a state dtype memplan sizes (float32, float16 or bfloat16)"),
+        )),
+    }
 }
 
 fn div(n: u64, tp: u64, what: &str) -> Result<u64> {
@@ -61,10 +131,32 @@ fn div(n: u64, tp: u64, what: &str) -> Result<u64> {
 }
 
 impl StateShape {
-    /// Bytes of one layer's state on one of `tp` ranks with activations of `dtype_bytes`
-    /// (`MambaSpec.page_size_bytes` before padding; conv state in the model dtype).
+    /// Bytes of one layer's state on one of `tp` ranks with activations of `dtype_bytes` and
+    /// both Mamba cache dtypes `auto` (`MambaSpec.page_size_bytes` before padding; conv state
+    /// in the model dtype, the SSM state in [`ssm_dtype_bytes`](Self::ssm_dtype_bytes) or the
+    /// model dtype).
     pub fn bytes_per_rank(&self, tp: u64, dtype_bytes: u64) -> Result<u64> {
-        let ssm_b = if self.ssm_f32 { 4 } else { dtype_bytes };
+        self.bytes_per_rank_with(tp, dtype_bytes, None, None)
+    }
+
+    /// [`bytes_per_rank`](Self::bytes_per_rank) with vLLM's `--mamba-cache-dtype`
+    /// (`cache`: conv and SSM state) and `--mamba-ssm-cache-dtype` (`ssm`: the SSM state
+    /// only), `None` for `auto` (`mamba_utils.py`, `MambaStateDtypeCalculator._mamba_state_dtype`:
+    /// conv in `get_kv_cache_torch_dtype(mamba_cache_dtype, model_dtype)`, the temporal state
+    /// in `mamba_ssm_cache_dtype`, or the conv state's dtype when `auto`; the family's rule
+    /// sets an `auto` SSM dtype from the config first, `verify_and_update_config`).
+    pub fn bytes_per_rank_with(
+        &self,
+        tp: u64,
+        dtype_bytes: u64,
+        cache: Option<MambaDtype>,
+        ssm: Option<MambaDtype>,
+    ) -> Result<u64> {
+        let dtype_bytes = cache.map_or(dtype_bytes, MambaDtype::bytes);
+        let ssm_b = ssm
+            .map(MambaDtype::bytes)
+            .or(self.ssm_dtype_bytes)
+            .unwrap_or(dtype_bytes);
         let k = self.conv_kernel.saturating_sub(1);
         let (conv, ssm) = match self.kind {
             StateKind::Mamba1 => {
@@ -168,7 +260,7 @@ pub(crate) fn read(
     kind: StateKind,
     f: &Fields<'_>,
     hidden: u64,
-    ssm_f32: bool,
+    ssm_dtype_bytes: Option<u64>,
 ) -> Result<StateShape> {
     let first = |keys: &[&str]| -> Result<u64> {
         f.first(keys)?
@@ -195,7 +287,7 @@ pub(crate) fn read(
                 Some((k, v)) if !v.is_string() => f.positive(k)?,
                 _ => hidden.div_ceil(16),
             },
-            ssm_f32,
+            ssm_dtype_bytes,
         },
         StateKind::Mamba2 => {
             let heads = first(&["mamba_n_heads", "mamba_num_heads", "n_mamba_heads"])?;
@@ -218,7 +310,7 @@ pub(crate) fn read(
                 head_dim,
                 conv_kernel: f.first(&["mamba_d_conv", "conv_kernel"])?.unwrap_or(4),
                 dt_rank: 0,
-                ssm_f32,
+                ssm_dtype_bytes,
             }
         }
         StateKind::ShortConv => StateShape {
@@ -230,7 +322,7 @@ pub(crate) fn read(
             head_dim: 0,
             conv_kernel: first(&["conv_L_cache"])?,
             dt_rank: 0,
-            ssm_f32,
+            ssm_dtype_bytes,
         },
         StateKind::GatedDeltaNet => StateShape {
             kind,
@@ -241,7 +333,7 @@ pub(crate) fn read(
             head_dim: first(&["linear_value_head_dim"])?,
             conv_kernel: first(&["linear_conv_kernel_dim"])?,
             dt_rank: 0,
-            ssm_f32,
+            ssm_dtype_bytes,
         },
     })
 }

@@ -30,6 +30,8 @@ pub(super) fn plan(json: &str, len: Option<u64>) -> (ModelConfig, KvSpec, KvSizi
             e.hybrid_block_align
         },
         dtype_bytes: 2,
+        mamba_cache_dtype: None,
+        mamba_ssm_cache_dtype: None,
     };
     let spec = c
         .kv_spec_with(KvDtype::Bf16, e.block_size, 1, &opts)
@@ -740,4 +742,75 @@ fn two_matrix_mlps_are_counted_as_two() {
     };
     assert_eq!(w("FalconForCausalLM"), 32 * 2 * 4544 * 4 * 4544);
     assert_eq!(w("LlamaForCausalLM"), 32 * 3 * 4544 * 4 * 4544);
+}
+
+#[test]
+fn mamba_cache_dtype_flags_override_the_state_dtype() {
+    // vLLM 0.19.0 `mamba_utils.py`, `MambaStateDtypeCalculator._mamba_state_dtype`: the conv
+    // state takes `--mamba-cache-dtype` (`auto`: the model dtype), the SSM state
+    // `--mamba-ssm-cache-dtype`, or the conv state's dtype when `auto`; before that,
+    // `NemotronHForCausalLMConfig.verify_and_update_config` (`models/config.py`) sets an
+    // `auto` SSM dtype to the config's `mamba_ssm_cache_dtype`.
+    use crate::arch::state::MambaDtype::{Float16, Float32};
+    use memplan_core::kv::AttentionKind;
+    let state_of = |c: &ModelConfig, cache, ssm| {
+        let opts = SpecOptions {
+            state_pages: (1, 1),
+            hybrid_block_align: 16,
+            dtype_bytes: 2,
+            mamba_cache_dtype: cache,
+            mamba_ssm_cache_dtype: ssm,
+        };
+        let spec = c.kv_spec_with(KvDtype::Bf16, 16, 1, &opts).unwrap();
+        let bytes = spec
+            .groups
+            .iter()
+            .find_map(|g| match g.attention {
+                AttentionKind::State { bytes, .. } => Some(bytes),
+                _ => None,
+            })
+            .unwrap();
+        (bytes, spec.block_size)
+    };
+    // Nemotron-3-Nano-30B-A3B (bf16, `mamba_ssm_cache_dtype` "float32"): 64 Mamba2 heads of
+    // 64, 8 groups of state 128, kernel 4. Conv (64 x 64 + 2 x 8 x 128) x 3 = 18,432
+    // elements, SSM 64 x 64 x 128 = 524,288. An attention layer's token: 2 KV heads x 128 x
+    // (K + V) x 2 B = 1,024 B, so the block is 16 x cdiv(state, 16 x 1,024).
+    let c = super::tests_weights::real("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16");
+    // auto, auto: conv 18,432 x 2 = 36,864 + SSM (the config's float32) 524,288 x 4 =
+    // 2,097,152: 2,134,016; block 16 x cdiv(2,134,016, 16,384) = 16 x 131 = 2,096.
+    assert_eq!(state_of(&c, None, None), (2_134_016, 2_096));
+    // --mamba-ssm-cache-dtype float16: SSM 524,288 x 2 = 1,048,576, conv 36,864:
+    // 1,085,440; block 16 x cdiv(1,085,440, 16,384) = 16 x 67 = 1,072.
+    assert_eq!(state_of(&c, None, Some(Float16)), (1_085_440, 1_072));
+    // --mamba-cache-dtype float32 alone: conv 18,432 x 4 = 73,728, the SSM still the
+    // config's float32 (2,097,152): 2,170,880; block 16 x cdiv(2,170,880, 16,384) = 16 x 133
+    // = 2,128.
+    assert_eq!(state_of(&c, Some(Float32), None), (2_170_880, 2_128));
+    // Both: conv 73,728 + SSM 1,048,576 = 1,122,304; block 16 x 69 = 1,104.
+    assert_eq!(
+        state_of(&c, Some(Float32), Some(Float16)),
+        (1_122_304, 1_104)
+    );
+    // Qwen3-Next-80B-A3B (no family rule for the SSM dtype): gated DeltaNet conv (2 x 128 x
+    // 16 + 128 x 32) x 3 = 24,576 elements, recurrent 32 x 128 x 128 = 524,288. auto: both
+    // in bf16, 49,152 + 1,048,576 = 1,097,728. --mamba-cache-dtype float32: both in float32,
+    // 98,304 + 2,097,152 = 2,195,456. With --mamba-ssm-cache-dtype float16 beside it: 98,304
+    // + 1,048,576 = 1,146,880.
+    let (q, _, _) = plan(
+        r#"{"architectures":["Qwen3NextForCausalLM"],"model_type":"qwen3_next","hidden_size":2048,"num_hidden_layers":48,"num_attention_heads":16,"num_key_value_heads":2,"head_dim":256,"intermediate_size":5120,"moe_intermediate_size":512,"shared_expert_intermediate_size":512,"num_experts":512,"num_experts_per_tok":10,"full_attention_interval":4,"linear_num_key_heads":16,"linear_num_value_heads":32,"linear_key_head_dim":128,"linear_value_head_dim":128,"linear_conv_kernel_dim":4,"vocab_size":151936,"max_position_embeddings":262144,"torch_dtype":"bfloat16"}"#,
+        None,
+    );
+    assert_eq!(state_of(&q, None, None).0, 1_097_728);
+    assert_eq!(state_of(&q, Some(Float32), None).0, 2_195_456);
+    assert_eq!(state_of(&q, Some(Float32), Some(Float16)).0, 1_146_880);
+    // A config's SSM dtype other than the float names vLLM sizes is refused by its key.
+    let mut v = super::tests_weights::real_json("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16");
+    v["mamba_ssm_cache_dtype"] = serde_json::Value::from("fp4");
+    let e = ModelConfig::from_value(&v).unwrap_err().to_string();
+    assert!(e.starts_with("mamba_ssm_cache_dtype: \"fp4\""), "{e}");
+    // float16 in the config: the SSM state in 2 bytes whatever the Mamba cache dtype.
+    v["mamba_ssm_cache_dtype"] = serde_json::Value::from("float16");
+    let c = ModelConfig::from_value(&v).unwrap();
+    assert_eq!(state_of(&c, Some(Float32), None).0, 73_728 + 1_048_576);
 }

@@ -9,7 +9,7 @@ use memplan_model::fromlog::LogFigures;
 use memplan_model::Model;
 use memplan_planner::{ConsumerKind, Plan};
 
-use super::flags::{Flags, KvChoice, QuantChoice, Strategy};
+use super::flags::{Flags, KvChoice, MambaChoice, QuantChoice, Strategy};
 use crate::contract::Failure;
 
 /// What `--from-log` read, kept for the checks after planning.
@@ -194,6 +194,29 @@ pub fn apply_log(a: &mut Flags) -> Result<LogContext, Failure> {
                 )
             })?;
             a.kv_cache_dtype = KvChoice(Some(k));
+        }
+    }
+    // vLLM's Mamba state dtypes, where the start-up was given them (its non-default args).
+    for (key, choice) in [
+        ("mamba_cache_dtype", &mut a.mamba_cache_dtype),
+        ("mamba_ssm_cache_dtype", &mut a.mamba_ssm_cache_dtype),
+    ] {
+        let logged = match key {
+            "mamba_cache_dtype" => f.mamba_cache_dtype.as_deref(),
+            _ => f.mamba_ssm_cache_dtype.as_deref(),
+        };
+        if choice.0.is_some() {
+            continue;
+        }
+        if let Some(d) = logged.filter(|d| *d != "auto") {
+            let d = d.parse().map_err(|e: String| {
+                Error::file_key(
+                    path.display().to_string(),
+                    format!("line {}", f.line(key).unwrap_or(0)),
+                    e,
+                )
+            })?;
+            *choice = MambaChoice(Some(d));
         }
     }
     if a.quantization.0.is_none() && f.quantization.as_deref() == Some("fp8") {
@@ -426,6 +449,14 @@ pub fn apply_log(a: &mut Flags) -> Result<LogContext, Failure> {
         (
             "--kv-cache-dtype",
             a.kv_cache_dtype != before.kv_cache_dtype,
+        ),
+        (
+            "--mamba-cache-dtype",
+            a.mamba_cache_dtype != before.mamba_cache_dtype,
+        ),
+        (
+            "--mamba-ssm-cache-dtype",
+            a.mamba_ssm_cache_dtype != before.mamba_ssm_cache_dtype,
         ),
         ("--engine", a.engine != before.engine),
         ("--model", a.model != before.model),

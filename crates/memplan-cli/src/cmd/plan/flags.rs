@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use memplan::bytes::{fmt_bytes, parse_bytes};
 use memplan::kv::KvDtype;
+use memplan_model::arch::state::MambaDtype;
 use memplan_model::engine::{EngineKind, EngineRules};
 
 // The ranges of every planning figure are one table, shared with the figures read from an
@@ -121,6 +122,19 @@ pub struct KvChoice(pub Option<KvDtype>);
 /// `--quantization`: `none` or an online method (`fp8`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QuantChoice(pub Option<String>);
+
+/// `--mamba-cache-dtype`, `--mamba-ssm-cache-dtype`: `auto` (`None`) or a dtype.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MambaChoice(pub Option<MambaDtype>);
+
+/// `--mamba-cache-dtype`, `--mamba-ssm-cache-dtype`: vLLM 0.19.0's `MambaDType` (auto,
+/// float32, float16), any case.
+fn mamba_dtype(s: &str) -> Result<MambaChoice, String> {
+    if s.trim().eq_ignore_ascii_case("auto") {
+        return Ok(MambaChoice(None));
+    }
+    s.parse::<MambaDtype>().map(|d| MambaChoice(Some(d)))
+}
 
 /// `--kv-cache-dtype`, any case.
 fn kv_dtype(s: &str) -> Result<KvChoice, String> {
@@ -257,6 +271,17 @@ pub struct Flags {
     /// KV-cache dtype: auto, bf16, fp16, fp32, fp8, fp8_e4m3, fp8_e5m2, int8.
     #[arg(long, value_name = "DTYPE", default_value = "auto", value_parser = kv_dtype)]
     pub kv_cache_dtype: KvChoice,
+    /// Recurrent-state (Mamba, gated DeltaNet, short-conv) cache dtype, vLLM's flag: auto (the
+    /// model dtype), float32, float16. The conv state, and the SSM state where
+    /// --mamba-ssm-cache-dtype and the model's config leave it.
+    #[arg(long, value_name = "DTYPE", default_value = "auto", value_parser = mamba_dtype)]
+    pub mamba_cache_dtype: MambaChoice,
+    /// SSM (temporal) state dtype of recurrent-state layers, vLLM's flag: auto, float32,
+    /// float16. auto: the config's where the family's rule reads it (Nemotron-H's
+    /// mamba_ssm_cache_dtype, float32 when absent; Qwen3.5's mamba_ssm_dtype), else
+    /// --mamba-cache-dtype's.
+    #[arg(long, value_name = "DTYPE", default_value = "auto", value_parser = mamba_dtype)]
+    pub mamba_ssm_cache_dtype: MambaChoice,
     /// Online weight quantization (fp8), as the engine's --quantization.
     #[arg(long, value_name = "METHOD", value_parser = quantization, default_value = "none")]
     pub quantization: QuantChoice,
@@ -389,6 +414,18 @@ mod tests {
         let e = kv_dtype("fp4").unwrap_err();
         assert!(e.contains("\"fp4\""), "{e}");
         assert_eq!(dtype("BF16").unwrap(), "bfloat16");
+        assert_eq!(mamba_dtype("Auto").unwrap(), MambaChoice(None));
+        assert_eq!(
+            mamba_dtype("FLOAT32").unwrap(),
+            MambaChoice(Some(MambaDtype::Float32))
+        );
+        assert_eq!(
+            mamba_dtype("float16").unwrap(),
+            MambaChoice(Some(MambaDtype::Float16))
+        );
+        // vLLM 0.19.0's `MambaDType` has no bfloat16.
+        let e = mamba_dtype("bfloat16").unwrap_err();
+        assert!(e.contains("auto, float32 or float16"), "{e}");
         assert!(device("sim:rtx4090\u{1}").is_err());
         assert!(device("nonsense:0").is_err());
         assert!(bytes("--x")("2PiB").is_err() && bytes("--x")("2000TiB").is_err());

@@ -24,10 +24,13 @@
 //!   `--dtype float32`, no int8. `--page-size` is the block size.
 //!
 //! Flags that change the plan are emitted too: `--dtype` and `--quantization` when given,
-//! `--enforce-eager` / `--disable-cuda-graph` for an eager plan.
+//! `--enforce-eager` / `--disable-cuda-graph` for an eager plan, vLLM's
+//! `--mamba-cache-dtype` and `--mamba-ssm-cache-dtype` when given (SGLang's state-dtype
+//! flags were not checked: refused rather than guessed).
 
 use memplan::kv::KvDtype;
 use memplan::Error;
+use memplan_model::arch::state::MambaDtype;
 use memplan_planner::Plan;
 
 use super::Engine;
@@ -60,6 +63,10 @@ pub struct Context {
     pub model_dtype: KvDtype,
     /// Online quantization (`--quantization fp8`).
     pub quantization: Option<String>,
+    /// vLLM's `--mamba-cache-dtype` (`None`: auto).
+    pub mamba_cache_dtype: Option<MambaDtype>,
+    /// vLLM's `--mamba-ssm-cache-dtype` (`None`: auto).
+    pub mamba_ssm_cache_dtype: Option<MambaDtype>,
     /// The engine release (`0.34`) the rules apply to.
     pub version: String,
 }
@@ -127,8 +134,17 @@ pub fn engine_args(p: &Plan, c: &Context, e: Engine) -> Result<String, Error> {
     if let Some(q) = &c.quantization {
         extra.push_str(&format!(" --quantization {q}"));
     }
+    let mamba = [
+        ("--mamba-cache-dtype", c.mamba_cache_dtype),
+        ("--mamba-ssm-cache-dtype", c.mamba_ssm_cache_dtype),
+    ];
     match e {
         Engine::Vllm => {
+            for (flag, d) in mamba {
+                if let Some(d) = d {
+                    extra.push_str(&format!(" {flag} {d}"));
+                }
+            }
             if !block.is_multiple_of(16) {
                 return Err(refuse(format!(
                     "vLLM's attention backends take block sizes that are multiples of 16 (FlashAttention: any multiple of 16; FlashInfer: 16, 32, 64); --block-size {block} would be refused"
@@ -149,6 +165,11 @@ pub fn engine_args(p: &Plan, c: &Context, e: Engine) -> Result<String, Error> {
             ))
         }
         Engine::Sglang => {
+            if let Some((flag, _)) = mamba.iter().find(|(_, d)| d.is_some()) {
+                return Err(refuse(format!(
+                    "{flag} is vLLM's flag; memplan has not checked how SGLang sets the recurrent-state dtype, so it prints no SGLang flags for it (plan without it, or for vLLM)"
+                )));
+            }
             if c.enforce_eager {
                 extra.push_str(" --disable-cuda-graph");
             }
