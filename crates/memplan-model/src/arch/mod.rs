@@ -186,6 +186,30 @@ pub(crate) fn parse(
     } else {
         None
     };
+    // MiMo-V2-Flash (vLLM `mimo_v2_flash.py`, `MiMoV2FlashDecoderLayer.__init__`): a layer whose
+    // `hybrid_layer_pattern` entry is 1 is sliding-window attention with the `swa_*` heads, a 0
+    // full attention with the model-wide ones, K heads of `head_dim` and V heads of
+    // `v_head_dim`. vLLM 0.19.0 pads V to K's size in the cache (`MiMoV2Attention.forward`,
+    // `Attention(..., head_dim)`); later releases cache V at its own size
+    // (`FlashAttentionDiffKVBackend`, `head_size_v`), from a release memplan's rules do not
+    // name. The page of every layer depends on which, so the config is refused by its key
+    // (before the list-valued `moe_layer_freq`, which would be refused as a malformed figure).
+    if let Some(p) = map
+        .get("hybrid_layer_pattern")
+        .or_else(|| f.outer.and_then(|o| o.get("hybrid_layer_pattern")))
+        .filter(|v| !v.is_null())
+    {
+        let swa = p
+            .as_array()
+            .map_or(0, |a| a.iter().filter(|x| x.as_u64() == Some(1)).count());
+        let n = p.as_array().map_or(0, Vec::len);
+        return Err(Error::invalid(
+            "hybrid_layer_pattern",
+            format!(
+                "makes {swa} of {n} layers sliding-window attention with heads of their own (`swa_num_key_value_heads`, `swa_head_dim`) and the rest full attention (mimo_v2_flash.py, `MiMoV2FlashDecoderLayer`); with V heads of another size than K (`v_head_dim`), vLLM 0.19.0 caches V padded to K's size and later releases at its own (`FlashAttentionDiffKVBackend`), from a release memplan's rules do not name, so memplan refuses the config rather than plan either cache"
+            ),
+        ));
+    }
     if map.get("use_cla").and_then(Value::as_bool) == Some(true)
         && map
             .get("cla_share_factor")

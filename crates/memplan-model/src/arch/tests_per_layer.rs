@@ -540,3 +540,22 @@ fn layers_given_only_as_a_list_name_the_list() {
     let e = ModelConfig::from_value(&none).unwrap_err().to_string();
     assert!(e.starts_with("num_hidden_layers: missing"), "{e}");
 }
+
+#[test]
+fn mimo_v2_flash_is_refused_by_its_layer_pattern() {
+    // MiMo-V2-Flash (vLLM `mimo_v2_flash.py`, `MiMoV2FlashDecoderLayer.__init__`): 9 full
+    // layers of 4 KV heads and 39 sliding-window layers (window 128) of 8, K heads of 192, V
+    // of 128. vLLM 0.19.0 pads V to 192 in the cache (`MiMoV2Attention.forward`): per token
+    // at bf16, 9 x 2 x 4 x 192 x 2 B = 27,648 for the full layers and 39 x 2 x 8 x 192 x 2 B
+    // = 239,616 for the sliding ones (267,264 in all); with V at its own size (the later
+    // `FlashAttentionDiffKVBackend`), 9 x 4 x (192 + 128) x 2 = 23,040 and 39 x 8 x 320 x 2 =
+    // 199,680 (222,720). Which release changed it is not in memplan's rules: refused by the
+    // key, not as a malformed `moe_layer_freq` (its per-layer list: layer 0 dense).
+    let v = real("XiaomiMiMo/MiMo-V2-Flash");
+    let e = err(&v);
+    assert!(
+        e.starts_with("hybrid_layer_pattern: makes 39 of 48 layers sliding-window attention")
+            && e.contains("FlashAttentionDiffKVBackend"),
+        "{e}"
+    );
+}
