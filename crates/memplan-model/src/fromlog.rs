@@ -92,6 +92,11 @@ pub struct LogFigures {
     pub graph_subtracted: bool,
     /// "Available KV cache memory".
     pub kv_available: Option<u64>,
+    /// How far `kv_available` may be from the engine's own figure, as the log rounded it:
+    /// `Some(0)` where the log prints it in bytes (vllm-ascend's "Available memory: N", vLLM
+    /// 0.10's "Current kv cache memory in use is N bytes"); `None` for a figure printed to
+    /// 0.01 GiB (half a hundredth of a GiB).
+    pub kv_available_rounding: Option<u64>,
     /// The KV cache the extensible cache committed after warmup and graph capture (vLLM
     /// 0.34: "Extended KV cache to N blocks (X GiB)", "Memory after warmup: ... X GiB
     /// committed to the KV cache"): the start-up's final KV memory, where printed.
@@ -479,6 +484,33 @@ impl<'a> Line<'a> {
         }
     }
 
+    /// A byte figure printed as a bare whole number (`Available memory: 26954181529`), or
+    /// `None` where the figure after `key` is not one (a decimal, a unit after it).
+    fn plain_bytes(&self, key: &str, what: &str) -> Result<Option<u64>> {
+        let Some((tok, rest)) = self.token(key) else {
+            return Ok(None);
+        };
+        let unit = rest.trim_start();
+        if !tok.chars().all(|c| c.is_ascii_digit())
+            || unit.starts_with(|c: char| c.is_ascii_alphabetic())
+        {
+            return Ok(None);
+        }
+        let b: u64 = tok
+            .parse()
+            .map_err(|_| bad(self.n, format!("{what} {tok} does not fit in 64 bits")))?;
+        if b > limits::MAX_BYTES {
+            return Err(bad(
+                self.n,
+                format!(
+                    "{what} {tok} bytes is more than any device holds (at most {})",
+                    fmt_bytes(limits::MAX_BYTES)
+                ),
+            ));
+        }
+        Ok(Some(b))
+    }
+
     /// A whole number in `1..=max` (thousands separators allowed).
     fn count(&self, key: &str, what: &str, max: u64) -> Result<Option<u64>> {
         let Some((tok, _)) = self.token(key) else {
@@ -699,6 +731,18 @@ fn accelerator_line(l: &Line<'_>) -> bool {
 /// arguments asked for.
 const ASCEND_BLOCK: &str = "Block size is set to";
 
+/// vllm-ascend's profile result (`vllm_ascend/worker/worker_v1.py`
+/// `NPUWorker.determine_available_memory`: `available_kv_cache_memory = int(total_npu_memory *
+/// gpu_memory_utilization - peak_memory)`, the peak with the non-torch growth, then
+/// `logger.info(f"Available memory: {available_kv_cache_memory}, total memory:
+/// {total_npu_memory}")`): the worker's available KV memory and the device total, both in
+/// bytes as the worker computed them (not rounded). The line marks an Ascend start-up, whose
+/// block size is 128 unless the arguments set one (`vllm_ascend/platform.py`
+/// `NPUPlatform.check_and_update_config`, `vllm_ascend/utils.py` `refresh_block_size`: a
+/// `block_size` of `None` becomes 128).
+const ASCEND_AVAILABLE: &str = "Available memory:";
+const ASCEND_TOTAL: &str = ", total memory:";
+
 /// Read the figures of an engine start-up log.
 pub fn parse(text: &str) -> Result<LogFigures> {
     // Which engine wrote it: one scan of each line until it is clear (a vLLM log names its
@@ -756,7 +800,7 @@ pub fn parse(text: &str) -> Result<LogFigures> {
     let mut weight_report = false;
     // Each process's own available KV memory, the first it prints (see below); `None` names
     // the unprefixed process.
-    let mut rank_kv: Vec<(Option<&str>, u64)> = Vec::new();
+    let mut rank_kv: Vec<(Option<&str>, u64, bool)> = Vec::new();
     // Workers' KV lines Ray's de-duplication left out of the log.
     let mut folded: u64 = 0;
     // The line where a second start-up began, once workers have printed their figures: the
@@ -910,6 +954,48 @@ pub fn parse(text: &str) -> Result<LogFigures> {
             "utilization",
             n,
         );
+        // vllm-ascend's "Available memory: N, total memory: T" (bytes; see ASCEND_AVAILABLE).
+        let mut ascend_kv = None;
+        if let Some(i) = l.find(ASCEND_AVAILABLE) {
+            let rest = Line::part(n, &l.text[i..]);
+            if rest.text.contains(ASCEND_TOTAL) {
+                let avail = rest.plain_bytes(ASCEND_AVAILABLE, "available KV cache memory")?;
+                let total = rest.plain_bytes(ASCEND_TOTAL, "device total")?;
+                if let (Some(av), Some(t)) = (avail, total) {
+                    if t == 0 {
+                        return Err(bad(n, "device total 0 bytes".into()));
+                    }
+                    if av > t {
+                        return Err(bad(
+                            n,
+                            format!(
+                                "available KV cache memory {} is more than the device total {}",
+                                fmt_bytes(av),
+                                fmt_bytes(t)
+                            ),
+                        ));
+                    }
+                    set(&mut f.total, Some(t), lines, "total", n);
+                    if av == 0 {
+                        f.notes.push(format!(
+                            "line {n}: available KV cache memory 0 bytes: that start-up had no room for a KV cache"
+                        ));
+                    } else {
+                        if f.kv_available.is_none() {
+                            f.kv_available_rounding = Some(0);
+                        }
+                        set(&mut f.kv_available, Some(av), lines, "kv_available", n);
+                        ascend_kv = Some(av);
+                    }
+                    if !lines.iter().any(|(k, _)| *k == "npu") {
+                        lines.push(("npu", n));
+                        f.notes.push(format!(
+                            "line {n}: an Ascend NPU start-up (vllm-ascend's worker prints its available KV memory and the device total in bytes): memplan's rules are vLLM's on CUDA, ROCm and XPU, so its defaults and graph reserve are not that worker's; the figures the log prints are used as printed"
+                        ));
+                    }
+                }
+            }
+        }
         set(
             &mut f.kv_available,
             l.bytes("Current kv cache memory in use is", "KV cache memory")?,
@@ -1243,23 +1329,36 @@ pub fn parse(text: &str) -> Result<LogFigures> {
         if next_start_up.is_none()
             && (l.has("Available KV cache memory:")
                 || l.has("Current kv cache memory in use is")
-                || l.has("the rest of the memory reserved for KV Cache is"))
+                || l.has("the rest of the memory reserved for KV Cache is")
+                || ascend_kv.is_some())
         {
             let process = process_of(text);
-            if !rank_kv.iter().any(|(r, _)| *r == process) {
-                let mut b = None;
-                for key in [
-                    "Available KV cache memory:",
-                    "the rest of the memory reserved for KV Cache is",
-                    "Current kv cache memory in use is",
-                ] {
-                    if b.is_none() {
-                        b = l.bytes_signed(key, "KV cache memory")?.map(|(b, _)| b);
-                    }
+            // The figure in bytes where the line prints it so (vllm-ascend's; vLLM 0.10's
+            // "Current kv cache memory in use is N bytes", `v1/worker/gpu_worker.py`
+            // `compile_or_warm_up_model`: `int(self.available_kv_cache_memory_bytes)`), else the
+            // figure as rounded.
+            let mut b = ascend_kv.map(|b| (i128::from(b), true));
+            for key in [
+                "Available KV cache memory:",
+                "the rest of the memory reserved for KV Cache is",
+                "Current kv cache memory in use is",
+            ] {
+                if b.is_none() {
+                    b = l
+                        .bytes_signed(key, "KV cache memory")?
+                        .map(|(b, unit)| (b, unit.trim_start().starts_with("bytes")));
                 }
-                if let Some(b) = b.filter(|b| *b > 0) {
-                    rank_kv.push((process, b as u64));
+            }
+            match (rank_kv.iter_mut().find(|(r, _, _)| *r == process), b) {
+                (None, Some((b, exact))) if b > 0 => rank_kv.push((process, b as u64, exact)),
+                // A process's own figure in bytes after its rounded one: the same figure,
+                // unrounded, where it lies within the rounding.
+                (Some(kv), Some((b, true)))
+                    if !kv.2 && b > 0 && (b as u64).abs_diff(kv.1) <= GIB / 200 =>
+                {
+                    *kv = (process, b as u64, true);
                 }
+                _ => {}
             }
             if let Some(k) = ray_folded(text) {
                 folded = folded.saturating_add(k);
@@ -1595,26 +1694,50 @@ pub fn parse(text: &str) -> Result<LogFigures> {
             ));
         }
     }
+    // An Ascend start-up whose log sets no block size: vllm-ascend's 128
+    // (`vllm_ascend/platform.py` `NPUPlatform.check_and_update_config` and
+    // `vllm_ascend/utils.py` `refresh_block_size`: a `block_size` of `None` becomes 128).
+    if f.block_size.is_none() {
+        if let Some(n) = f.line("npu") {
+            f.block_size = Some(128);
+            f.lines.push(("block_size", n));
+            f.notes.push(format!(
+                "block size 128: vllm-ascend's default where the arguments set none (`vllm_ascend/platform.py` `check_and_update_config`, `vllm_ascend/utils.py` `refresh_block_size`; the start-up at line {n} is Ascend's)"
+            ));
+        }
+    }
     if let (true, Some((m, n))) = (f.models.is_empty(), banner_model) {
         f.model = Some(m.clone());
         f.models.push(m);
         f.lines.push(("model", n));
         f.lines.push(("models", n));
     }
-    if rank_kv.len() > 1 {
-        let (process, min) = rank_kv
-            .iter()
-            .copied()
-            .min_by_key(|(_, b)| *b)
-            .expect("two processes");
-        if f.kv_available.is_some_and(|k| min < k) {
+    if let Some(&(process, min, exact)) = rank_kv.iter().min_by_key(|(_, b, _)| *b) {
+        let several = rank_kv.len() > 1;
+        // The smallest worker's figure; where it is printed in bytes, that figure unrounded
+        // (also for one worker) rather than its rounded twin.
+        if f.kv_available
+            .is_some_and(|k| (several && min < k) || (exact && min != k))
+        {
             f.kv_available = Some(min);
-            f.notes.push(format!(
-                "available KV cache memory: {}'s {}, the smallest of {} workers' figures (vLLM sizes every worker by the fewest blocks)",
-                process.unwrap_or("the unprefixed process"),
-                fmt_signed(i128::from(min)),
-                rank_kv.len()
-            ));
+            f.kv_available_rounding = exact.then_some(0);
+            let whose = if several {
+                format!(
+                    "{}'s {}, the smallest of {} workers' figures (vLLM sizes every worker by the fewest blocks)",
+                    process.unwrap_or("the unprefixed process"),
+                    fmt_signed(i128::from(min)),
+                    rank_kv.len()
+                )
+            } else {
+                format!(
+                    "{}'s {}",
+                    process.unwrap_or("the unprefixed process"),
+                    fmt_signed(i128::from(min))
+                )
+            };
+            let how = if exact { ", as printed in bytes" } else { "" };
+            f.notes
+                .push(format!("available KV cache memory: {whose}{how}"));
         }
     }
     if let Some(n) = next_start_up {

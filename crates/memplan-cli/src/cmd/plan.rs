@@ -437,9 +437,16 @@ fn reconcile(
     };
     let unit = if blocks { "blocks" } else { "tokens" };
     let block = u64::from(plan.kv_spec.block_size).max(1);
-    if anchored && count(&plan).abs_diff(logged) > 0 {
+    // How far the printed KV memory may be from the engine's: half a hundredth of a GiB for
+    // one figure of 2 decimals, nothing where the log prints bytes
+    // (`LogFigures::kv_available_rounding`).
+    let kv_rounding = match f.kv_final {
+        Some(_) => (1u64 << 30) / 200,
+        None => f.kv_available_rounding.unwrap_or((1u64 << 30) / 200),
+    };
+    if anchored && kv_rounding > 0 && count(&plan).abs_diff(logged) > 0 {
         if let Some(kv) = f.kv_final.or(f.kv_available) {
-            let h = (1u64 << 30) / 200;
+            let h = kv_rounding;
             let (lo, hi) = (kv.saturating_sub(h), kv + h);
             let mut b = kv;
             for _ in 0..4 {
@@ -1919,6 +1926,40 @@ mod tests {
         assert_eq!(
             with["kv_cache_bytes"],
             plan(base).unwrap()["kv_cache_bytes"]
+        );
+    }
+
+    #[test]
+    fn a_vllm_ascend_log_in_bytes_is_planned_to_its_blocks() {
+        // A public vllm-ascend v0.10.2rc1 start-up (Qwen2.5-0.5B-Instruct, fp16, 48 GB NPU; an
+        // issue copy in a public repository, code index id 55763524705), lines as printed.
+        // `vllm_ascend/worker/worker_v1.py` `NPUWorker.determine_available_memory` prints the
+        // available KV memory and the total in bytes: 40,178,937,036 // (24 layers x 2 KV
+        // heads x 64 x (K + V) x 2 bytes x 128 tokens = 1,572,864) = 25,545 blocks, printed
+        // as 3,269,760 tokens (the null block included, `kv_cache_utils.py:864` in 0.10.2).
+        let path = log_file(
+            "ascend-bytes",
+            "(EngineCore_DP0 pid=6903) INFO 10-09 01:30:33 [core.py:76] Initializing a V1 LLM engine (v0.10.2) with config: model='/home/h00643489/data/Qwen2.5-0.5B-Instruct', dtype=torch.float16, max_seq_len=32768, tensor_parallel_size=1, quantization=None, enforce_eager=True, kv_cache_dtype=auto, device_config=npu\n\
+             (EngineCore_DP0 pid=6903) INFO 10-09 01:31:09 [model_runner_v1.py:2373] Loading model weights took 0.9299 GB\n\
+             (EngineCore_DP0 pid=6903) INFO 10-09 01:31:14 [worker_v1.py:198] Available memory: 40178937036, total memory: 49602220032\n\
+             (EngineCore_DP0 pid=6903) INFO 10-09 01:31:14 [kv_cache_utils.py:864] GPU KV cache size: 3,269,760 tokens\n\
+             (EngineCore_DP0 pid=6903) INFO 10-09 01:31:14 [kv_cache_utils.py:868] Maximum concurrency for 32,768 tokens per request: 99.79x\n",
+        );
+        let j = run_json(&format!(
+            "--model qwen2.5-0.5b-instruct --from-log {}",
+            path.display()
+        ))
+        .unwrap();
+        let notes = j["notes"].to_string();
+        assert_eq!(j["kv"]["num_blocks"], 25_545, "{notes}");
+        assert_eq!(j["kv"]["block_size"], 128, "{notes}");
+        assert_eq!(j["total_bytes"], 49_602_220_032u64, "{notes}");
+        assert_eq!(j["kv_budget_bytes"], 40_178_937_036u64, "{notes}");
+        assert!(!notes.contains("within that rounding"), "{notes}");
+        assert!(
+            !j["warnings"].to_string().contains("log_disagrees"),
+            "{}",
+            j["warnings"]
         );
     }
 }

@@ -121,6 +121,7 @@ pub(super) const KEYS: &[&str] = &[
     "Platform plugin ",
     "VLLM_CPU_KVCACHE_SPACE",
     "Block size is set to",
+    "Available memory:",
     // Settings.
     "'max_model_len': -1",
     "max_model_len=-1",
@@ -348,7 +349,7 @@ mod tests {
             .chain(&super::super::V0_BLOCK_LINES)
             .chain(&super::super::CPU_BACKEND)
             .chain(&super::super::PLATFORM_DETECTED)
-            .chain([&super::super::ASCEND_BLOCK])
+            .chain([&super::super::ASCEND_BLOCK, &super::super::ASCEND_AVAILABLE])
         {
             assert!(is_key(k), "{k:?}");
         }

@@ -895,3 +895,67 @@ fn vllm_ascends_block_size_is_the_logs() {
         f.notes
     );
 }
+
+/// vllm-ascend's worker prints its available KV memory and the device total in bytes
+/// (`vllm_ascend/worker/worker_v1.py` `NPUWorker.determine_available_memory`: "Available
+/// memory: {available}, total memory: {total}"). A public vllm-ascend v0.10.2rc1 start-up of
+/// Qwen2.5-0.5B-Instruct on a 48 GB NPU (an issue copy in a public repository, code index id
+/// 55763524705), lines as printed: 40,178,937,036 bytes over 24 layers x 2 KV heads x 64 x
+/// (K + V) x 2 bytes x 128 tokens = 1,572,864 bytes a block = 25,545 blocks, the 3,269,760
+/// tokens logged. No block size is printed: vllm-ascend's default, 128.
+#[test]
+fn vllm_ascends_available_memory_line_is_exact_bytes_and_the_total() {
+    let log = "(EngineCore_DP0 pid=6903) INFO 10-09 01:30:33 [core.py:76] Initializing a V1 LLM engine (v0.10.2) with config: model='/home/h00643489/data/Qwen2.5-0.5B-Instruct', dtype=torch.float16, max_seq_len=32768, tensor_parallel_size=1, quantization=None, enforce_eager=True, kv_cache_dtype=auto, device_config=npu\n\
+               (EngineCore_DP0 pid=6903) INFO 10-09 01:31:09 [model_runner_v1.py:2373] Loading model weights took 0.9299 GB\n\
+               (EngineCore_DP0 pid=6903) INFO 10-09 01:31:14 [worker_v1.py:198] Available memory: 40178937036, total memory: 49602220032\n\
+               (EngineCore_DP0 pid=6903) INFO 10-09 01:31:14 [kv_cache_utils.py:864] GPU KV cache size: 3,269,760 tokens\n\
+               (EngineCore_DP0 pid=6903) INFO 10-09 01:31:14 [kv_cache_utils.py:868] Maximum concurrency for 32,768 tokens per request: 99.79x\n";
+    let f = parse(log).unwrap();
+    assert_eq!(f.total, Some(49_602_220_032));
+    assert_eq!(f.kv_available, Some(40_178_937_036));
+    assert_eq!(f.kv_available_rounding, Some(0));
+    assert_eq!(
+        (f.line("total"), f.line("kv_available")),
+        (Some(3), Some(3))
+    );
+    assert_eq!(f.kv_tokens, Some(3_269_760));
+    assert_eq!(f.block_size, Some(128));
+    assert!(
+        f.notes.iter().any(|n| n.contains("an Ascend NPU start-up"))
+            && f.notes.iter().any(|n| n.contains("vllm-ascend's default")),
+        "{:?}",
+        f.notes
+    );
+    // A block size the log sets stays; a decimal or a unit is not this line's figure; the
+    // available memory may not exceed the total.
+    let f = parse(&log.replace(
+        "tensor_parallel_size=1",
+        "tensor_parallel_size=1, 'block_size': 64",
+    ))
+    .unwrap();
+    assert_eq!(f.block_size, Some(64));
+    let f = parse(&log.replace(
+        "Available memory: 40178937036",
+        "Available memory: 37.42 GiB",
+    ))
+    .unwrap();
+    assert_eq!((f.total, f.kv_available), (None, None));
+    let e = parse(&log.replace(
+        "Available memory: 40178937036",
+        "Available memory: 49602220033",
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("line 3") && e.contains("more than the device total"),
+        "{e}"
+    );
+    // A start-up with no room: 0 bytes is said, not a figure.
+    let f = parse(&log.replace("Available memory: 40178937036", "Available memory: 0")).unwrap();
+    assert_eq!(f.kv_available, None);
+    assert!(
+        f.notes.iter().any(|n| n.contains("0 bytes")),
+        "{:?}",
+        f.notes
+    );
+}
