@@ -819,6 +819,8 @@ pub fn parse(text: &str) -> Result<LogFigures> {
     let mut plugin = false;
     // The block size vllm-ascend set, with its line.
     let mut ascend_block: Option<(u32, usize)> = None;
+    // Every "KV cache size: N tokens" of the first start-up, with its line.
+    let mut kv_size_lines: Vec<(u64, usize, Option<&str>)> = Vec::new();
     for (i, text) in text.lines().enumerate() {
         scan::keys_in(text, &mut found);
         if next_start_up.is_none()
@@ -1427,13 +1429,11 @@ pub fn parse(text: &str) -> Result<LogFigures> {
         // KV tokens, blocks, concurrency.
         // "GPU KV cache size: N tokens" ("XPU ...", "GPU + host ..." on other pools).
         if l.has(" tokens") {
-            set(
-                &mut f.kv_tokens,
-                l.count("KV cache size:", "KV cache tokens", limits::MAX_KV_TOKENS)?,
-                lines,
-                "kv_tokens",
-                n,
-            );
+            let t = l.count("KV cache size:", "KV cache tokens", limits::MAX_KV_TOKENS)?;
+            if let Some(t) = t.filter(|_| next_start_up.is_none()) {
+                kv_size_lines.push((t, n, process_of(text)));
+            }
+            set(&mut f.kv_tokens, t, lines, "kv_tokens", n);
         }
         if let Some(i) = l.find("Extended KV cache to") {
             let rest = Line::part(n, &l.text[i..]);
@@ -1738,6 +1738,30 @@ pub fn parse(text: &str) -> Result<LogFigures> {
             let how = if exact { ", as printed in bytes" } else { "" };
             f.notes
                 .push(format!("available KV cache memory: {whose}{how}"));
+        }
+    }
+    // Several "GPU KV cache size" lines of one start-up: vLLM up to 0.10 reports each
+    // worker's own KV configuration (`v1/engine/core.py` `_initialize_kv_caches` calls
+    // `v1/core/kv_cache_utils.py` `get_kv_cache_config`, which logs it, once per worker) and
+    // then sizes every worker by the fewest blocks (`unify_kv_cache_configs`: "changes the
+    // num_blocks of each worker to the smallest among all workers"), so the smallest count is
+    // the engine's. (From 0.11 the report follows the unification: one line, or equal ones.)
+    // (Only one process's lines: data-parallel engines each size their own KV cache.)
+    let first = kv_size_lines.first().copied();
+    let same: Vec<(u64, usize)> = kv_size_lines
+        .iter()
+        .filter(|(_, _, p)| first.is_some_and(|f| f.2 == *p))
+        .map(|&(t, n, _)| (t, n))
+        .collect();
+    if let (Some(&(min, at)), Some(first)) = (same.iter().min_by_key(|(t, _)| *t), first) {
+        if min < first.0 && f.line("kv_tokens") == Some(first.1) {
+            f.kv_tokens = Some(min);
+            f.lines.retain(|(k, _)| *k != "kv_tokens");
+            f.lines.push(("kv_tokens", at));
+            f.notes.push(format!(
+                "KV tokens: {min} (line {at}), the smallest of {} \"GPU KV cache size\" lines: vLLM up to 0.10 reports each worker's KV cache before it sizes every worker by the fewest blocks (`v1/core/kv_cache_utils.py` `unify_kv_cache_configs`)",
+                same.len()
+            ));
         }
     }
     if let Some(n) = next_start_up {

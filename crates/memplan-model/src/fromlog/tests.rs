@@ -959,3 +959,58 @@ fn vllm_ascends_available_memory_line_is_exact_bytes_and_the_total() {
         f.notes
     );
 }
+
+/// vLLM up to 0.10 logs each worker's KV cache ("GPU KV cache size", one line per worker, from
+/// the engine core) before it sizes every worker by the fewest blocks
+/// (`v1/core/kv_cache_utils.py` `unify_kv_cache_configs`), and each worker's report ends with
+/// its available KV memory in bytes ("Current kv cache memory in use is N bytes",
+/// `v1/worker/gpu_worker.py` `compile_or_warm_up_model`). A public vLLM 0.10.2 start-up of
+/// Qwen3-235B-A22B-Instruct-2507-FP8 at TP 8 on L40S (public repository file, code index id
+/// 38962983769), three workers' lines as printed: the smallest worker's 11,423,138,508 bytes
+/// over 94 layers x 1 KV head x 128 x (K + V) x 2 bytes x 16 tokens = 770,048 bytes a block
+/// are 14,834 blocks, the engine's "num_gpu_blocks is: 14834" and 237,344 tokens.
+#[test]
+fn per_worker_reports_take_the_smallest_and_bytes_over_rounded_figures() {
+    let log = "(APIServer pid=1624) INFO 09-24 20:45:41 [api_server.py:1896] vLLM API server version 0.10.2\n\
+               (Worker_TP6_EP6 pid=2084) INFO 09-24 20:53:40 [gpu_worker.py:298] Available KV cache memory: 10.64 GiB\n\
+               (Worker_TP0_EP0 pid=2078) INFO 09-24 20:53:40 [gpu_worker.py:298] Available KV cache memory: 10.68 GiB\n\
+               (Worker_TP2_EP2 pid=2080) INFO 09-24 20:53:40 [gpu_worker.py:298] Available KV cache memory: 10.64 GiB\n\
+               (EngineCore_DP0 pid=1944) INFO 09-24 20:53:41 [kv_cache_utils.py:864] GPU KV cache size: 238,208 tokens\n\
+               (EngineCore_DP0 pid=1944) INFO 09-24 20:53:41 [kv_cache_utils.py:868] Maximum concurrency for 32,768 tokens per request: 7.27x\n\
+               (EngineCore_DP0 pid=1944) INFO 09-24 20:53:41 [kv_cache_utils.py:864] GPU KV cache size: 237,344 tokens\n\
+               (EngineCore_DP0 pid=1944) INFO 09-24 20:53:41 [kv_cache_utils.py:868] Maximum concurrency for 32,768 tokens per request: 7.24x\n\
+               (EngineCore_DP0 pid=1944) INFO 09-24 20:53:41 [kv_cache_utils.py:864] GPU KV cache size: 238,256 tokens\n\
+               (Worker_TP2_EP2 pid=2080) INFO 09-24 20:54:35 [gpu_worker.py:391] Free memory on device (43.93/44.42 GiB) on startup. Desired GPU memory utilization is (0.9, 39.98 GiB). Actual usage is 27.72 GiB for weight, 1.4 GiB for peak activation, 0.21 GiB for non-torch memory, and 3.45 GiB for CUDAGraph memory. Replace gpu_memory_utilization config with `--kv-cache-memory=7564378828` to fit into requested memory, or `--kv-cache-memory=11809093120` to fully utilize gpu memory. Current kv cache memory in use is 11423138508 bytes.\n\
+               (Worker_TP0_EP0 pid=2078) INFO 09-24 20:54:36 [gpu_worker.py:391] Free memory on device (43.93/44.42 GiB) on startup. Desired GPU memory utilization is (0.9, 39.98 GiB). Actual usage is 27.72 GiB for weight, 1.4 GiB for peak activation, 0.18 GiB for non-torch memory, and 3.45 GiB for CUDAGraph memory. Replace gpu_memory_utilization config with `--kv-cache-memory=7606321868` to fit into requested memory, or `--kv-cache-memory=11851036160` to fully utilize gpu memory. Current kv cache memory in use is 11465081548 bytes.\n\
+               (APIServer pid=1624) INFO 09-24 20:54:37 [loggers.py:142] Engine 000: vllm cache_config_info with initialization after num_gpu_blocks is: 14834\n";
+    let f = parse(log).unwrap();
+    assert_eq!(f.kv_tokens, Some(237_344));
+    assert_eq!(f.line("kv_tokens"), Some(7));
+    assert_eq!(f.kv_blocks, Some(14_834));
+    // TP6's figure stays rounded (no bytes line of its own); TP2's bytes replace its 10.64 GiB
+    // and are the smallest.
+    assert_eq!(f.kv_available, Some(11_423_138_508));
+    assert_eq!(f.kv_available_rounding, Some(0));
+    assert!(
+        f.notes
+            .iter()
+            .any(|n| n.contains("the smallest of 3 \"GPU KV cache size\" lines"))
+            && f.notes
+                .iter()
+                .any(|n| n.contains("Worker_TP2_EP2") && n.contains("in bytes")),
+        "{:?}",
+        f.notes
+    );
+    // Data-parallel engines each size their own cache: another process's smaller line is not
+    // this engine's.
+    let dp = log.replace(
+        "(EngineCore_DP0 pid=1944) INFO 09-24 20:53:41 [kv_cache_utils.py:864] GPU KV cache size: 237,344",
+        "(EngineCore_DP1 pid=1945) INFO 09-24 20:53:41 [kv_cache_utils.py:864] GPU KV cache size: 237,344",
+    );
+    assert_eq!(parse(&dp).unwrap().kv_tokens, Some(238_208));
+    // A bytes figure outside the rounding of the worker's printed one is not its twin.
+    let far = log.replace("in use is 11423138508 bytes", "in use is 11323138508 bytes");
+    let f = parse(&far).unwrap();
+    assert_eq!(f.kv_available_rounding, None);
+    assert_eq!(f.kv_available, Some(gib(10.64)));
+}
