@@ -94,8 +94,9 @@ pub struct LogFigures {
     pub kv_available: Option<u64>,
     /// How far `kv_available` may be from the engine's own figure, as the log rounded it:
     /// `Some(0)` where the log prints it in bytes (vllm-ascend's "Available memory: N", vLLM
-    /// 0.10's "Current kv cache memory in use is N bytes"); `None` for a figure printed to
-    /// 0.01 GiB (half a hundredth of a GiB).
+    /// 0.10's "Current kv cache memory in use is N bytes"), `Some(GIB / 100)` where it is the
+    /// sum of two figures printed to 0.01 GB each (SGLang's "K size: X GB, V size: Y GB");
+    /// `None` for one figure printed to 0.01 GiB (half a hundredth of a GiB).
     pub kv_available_rounding: Option<u64>,
     /// The KV cache the extensible cache committed after warmup and graph capture (vLLM
     /// 0.34: "Extended KV cache to N blocks (X GiB)", "Memory after warmup: ... X GiB
@@ -1470,6 +1471,10 @@ pub fn parse(text: &str) -> Result<LogFigures> {
                 l.bytes("K size:", "K cache size")?,
                 l.bytes("V size:", "V cache size")?,
             ) {
+                if f.kv_available.is_none() {
+                    // Two figures of 0.01 GB each: their sum is known to 0.01 GB.
+                    f.kv_available_rounding = Some(GIB / 100);
+                }
                 set(
                     &mut f.kv_available,
                     Some(k.saturating_add(v)),

@@ -438,8 +438,8 @@ fn reconcile(
     let unit = if blocks { "blocks" } else { "tokens" };
     let block = u64::from(plan.kv_spec.block_size).max(1);
     // How far the printed KV memory may be from the engine's: half a hundredth of a GiB for
-    // one figure of 2 decimals, nothing where the log prints bytes
-    // (`LogFigures::kv_available_rounding`).
+    // one figure of 2 decimals, a hundredth for SGLang's K and V sizes summed, nothing where
+    // the log prints bytes (`LogFigures::kv_available_rounding`).
     let kv_rounding = match f.kv_final {
         Some(_) => (1u64 << 30) / 200,
         None => f.kv_available_rounding.unwrap_or((1u64 << 30) / 200),
@@ -482,8 +482,13 @@ fn reconcile(
                         count(&plan)
                     )
                 };
+                let printed = if h > (1u64 << 30) / 200 {
+                    "its K and V sizes to 0.01 GB each"
+                } else {
+                    "the available KV memory to 0.01 GiB"
+                };
                 plan.notes.push(format!(
-                    "the log prints the available KV memory to 0.01 GiB: within that rounding, {} {what}",
+                    "the log prints {printed}: within that rounding, {} {what}",
                     memplan::bytes::fmt_bytes(b)
                 ));
             }
@@ -1956,6 +1961,39 @@ mod tests {
         assert_eq!(j["total_bytes"], 49_602_220_032u64, "{notes}");
         assert_eq!(j["kv_budget_bytes"], 40_178_937_036u64, "{notes}");
         assert!(!notes.contains("within that rounding"), "{notes}");
+        assert!(
+            !j["warnings"].to_string().contains("log_disagrees"),
+            "{}",
+            j["warnings"]
+        );
+    }
+
+    #[test]
+    fn an_sglang_pool_is_planned_within_its_k_and_v_rounding() {
+        // A public SGLang start-up of Qwen2.5-0.5B-Instruct (docs notebook build, 2026-02-04;
+        // public repository file, code index id 53259568910), lines as printed. K and V are
+        // printed to 0.01 GB each (`mem_cache/memory_pool.py`: "K size: {k_size / GB:.2f} GB"),
+        // so their 0.24 GB sum is known to 0.01 GB: 20,480 tokens of 24 layers x 2 KV heads x
+        // 64 x (K + V) x 2 bytes = 12,288 bytes are 0.234 GiB, outside half a hundredth of
+        // 0.24 but within a hundredth.
+        let path = log_file(
+            "sglang-kv-sum",
+            "[2026-02-04 11:30:29] Load weight begin. avail mem=78.43 GB\n\
+             [2026-02-04 11:30:29] Load weight end. elapsed=0.38 s, type=Qwen2ForCausalLM, dtype=torch.bfloat16, avail mem=77.45 GB, mem usage=0.98 GB.\n\
+             [2026-02-04 11:30:29] KV Cache is allocated. #tokens: 20480, K size: 0.12 GB, V size: 0.12 GB\n\
+             [2026-02-04 11:30:29] Memory pool end. avail mem=77.12 GB\n",
+        );
+        let j = run_json(&format!(
+            "--model qwen2.5-0.5b-instruct --from-log {}",
+            path.display()
+        ))
+        .unwrap();
+        let notes = j["notes"].to_string();
+        assert_eq!(j["kv"]["tokens"], 20_480, "{notes}");
+        assert!(
+            notes.contains("its K and V sizes to 0.01 GB each: within that rounding"),
+            "{notes}"
+        );
         assert!(
             !j["warnings"].to_string().contains("log_disagrees"),
             "{}",

@@ -1014,3 +1014,20 @@ fn per_worker_reports_take_the_smallest_and_bytes_over_rounded_figures() {
     assert_eq!(f.kv_available_rounding, None);
     assert_eq!(f.kv_available, Some(gib(10.64)));
 }
+
+/// SGLang prints its pool as "K size: X GB, V size: Y GB", each to 0.01 GB: their sum is known
+/// to 0.01 GB, twice one figure's rounding.
+#[test]
+fn sglangs_k_and_v_sizes_are_known_to_a_hundredth() {
+    let log = "[2026-02-04 11:30:29] Load weight end. elapsed=0.38 s, type=Qwen2ForCausalLM, dtype=torch.bfloat16, avail mem=77.45 GB, mem usage=0.98 GB.\n\
+               [2026-02-04 11:30:29] KV Cache is allocated. #tokens: 20480, K size: 0.12 GB, V size: 0.12 GB\n";
+    let f = parse(log).unwrap();
+    assert_eq!(f.kv_available, Some(gib(0.12) * 2));
+    assert_eq!(f.kv_available_rounding, Some(GIB / 100));
+    // One figure ("KV size", the MLA pool) keeps the usual half-hundredth.
+    let f = parse(
+        "[2026-02-26 16:41:18 TP0] KV Cache is allocated. #tokens: 2454421, KV size: 160.63 GB\n",
+    )
+    .unwrap();
+    assert_eq!(f.kv_available_rounding, None);
+}
