@@ -4,8 +4,10 @@
 //! took", "Memory profiling takes ... Total non KV cache memory", "Estimated CUDA graph
 //! memory", "CUDA graph pool memory", "Available KV cache memory", "GPU KV cache size",
 //! "Maximum concurrency", "Free memory on device (F/T GiB)", "Extended KV cache to N
-//! blocks"), and SGLang ("Load weight end ... mem usage", "KV Cache is allocated. #tokens",
-//! "Capture cuda graph end ... mem usage", its `ServerArgs`).
+//! blocks"), its XPU worker of the 0.9/0.10 releases ("Before/After memory profiling run"),
+//! vllm-ascend's worker ("Available memory: N, total memory: T", bytes), and SGLang ("Load
+//! weight end ... mem usage", "KV Cache is allocated. #tokens", "Capture cuda graph end ...
+//! mem usage", its `ServerArgs`).
 //!
 //! ## The contract
 //!
@@ -742,6 +744,17 @@ const ASCEND_BLOCK: &str = "Block size is set to";
 /// `NPUPlatform.check_and_update_config`, `vllm_ascend/utils.py` `refresh_block_size`: a
 /// `block_size` of `None` becomes 128).
 const ASCEND_AVAILABLE: &str = "Available memory:";
+
+/// vLLM's XPU worker up to the 0.1x releases profiles on its own (`v1/worker/xpu_worker.py`
+/// `XPUWorker.determine_available_memory`, 0.9.2 to 0.10.2): "Before memory profiling run,
+/// total GPU memory: X MB, model load takes Y MB, free gpu memory is Z MB." (the total and the
+/// torch memory after loading, the weights) and "After memory profiling run, peak memory usage
+/// is P MB,torch mem is T MB, non-torch mem is N MB, free gpu memory is F MB." (P the torch
+/// peak plus the non-torch growth N where positive), MB being 2^20 bytes. The worker's KV
+/// memory is `total * gpu_memory_utilization - P`: with the weights and N, the torch peak
+/// increase is `P - N - weights`.
+const XPU_BEFORE: &str = "Before memory profiling run, total GPU memory:";
+const XPU_AFTER: &str = "After memory profiling run, peak memory usage is";
 const ASCEND_TOTAL: &str = ", total memory:";
 
 /// Read the figures of an engine start-up log.
@@ -770,7 +783,9 @@ pub fn parse(text: &str) -> Result<LogFigures> {
                 | "Free memory on device"
                 | "CUDA graph pool memory"
                 | "Estimated CUDA graph memory"
-                | "Maximum concurrency for" => vllm = true,
+                | "Maximum concurrency for"
+                | XPU_BEFORE
+                | XPU_AFTER => vllm = true,
                 k if V0_BLOCK_LINES.contains(&k) || CPU_BACKEND.contains(&k) => vllm = true,
                 _ => {}
             }
@@ -820,6 +835,8 @@ pub fn parse(text: &str) -> Result<LogFigures> {
     let mut plugin = false;
     // The block size vllm-ascend set, with its line.
     let mut ascend_block: Option<(u32, usize)> = None;
+    // The XPU worker's profile peak (see XPU_AFTER), with its line.
+    let mut xpu_peak: Option<(u64, usize)> = None;
     // Every "KV cache size: N tokens" of the first start-up, with its line.
     let mut kv_size_lines: Vec<(u64, usize, Option<&str>)> = Vec::new();
     for (i, text) in text.lines().enumerate() {
@@ -957,6 +974,34 @@ pub fn parse(text: &str) -> Result<LogFigures> {
             "utilization",
             n,
         );
+        // vLLM's XPU worker's profile lines (see XPU_BEFORE).
+        if let Some(i) = l.find(XPU_BEFORE) {
+            let rest = Line::part(n, &l.text[i..]);
+            let total = rest.bytes("total GPU memory:", "device total")?;
+            if total == Some(0) {
+                return Err(bad(n, "device total 0 MB".into()));
+            }
+            set(&mut f.total, total, lines, "total", n);
+            set(
+                &mut f.weights,
+                rest.bytes("model load takes", "weights")?,
+                lines,
+                "weights",
+                n,
+            );
+        }
+        if let Some(i) = l.find(XPU_AFTER) {
+            let rest = Line::part(n, &l.text[i..]);
+            if let Some(p) = rest.bytes("peak memory usage is", "peak memory")? {
+                xpu_peak.get_or_insert((p, n));
+            }
+            match rest.bytes_signed("non-torch mem is", "non-torch memory")? {
+                Some((b, _)) if b > 0 => {
+                    set(&mut f.non_torch, Some(b as u64), lines, "non_torch", n)
+                }
+                _ => {}
+            }
+        }
         // vllm-ascend's "Available memory: N, total memory: T" (bytes; see ASCEND_AVAILABLE).
         let mut ascend_kv = None;
         if let Some(i) = l.find(ASCEND_AVAILABLE) {
@@ -1784,6 +1829,14 @@ pub fn parse(text: &str) -> Result<LogFigures> {
         f.notes.push(format!(
             "Ray's log de-duplication folded {folded} workers' KV memory lines (\"[repeated Nx across cluster]\"): their figures are not in the log, and the engine sized every worker by the smallest of all, so the available KV memory read here may be above the engine's (RAY_DEDUP_LOGS=0 logs every worker)"
         ));
+    }
+    // The XPU worker's peak: the torch peak (weights included) plus the non-torch growth.
+    if let (None, Some((peak, n)), Some(w)) = (f.activation, xpu_peak, f.weights) {
+        let rest = w.saturating_add(f.non_torch.unwrap_or(0));
+        if peak >= rest {
+            f.activation = Some(peak - rest);
+            f.lines.push(("activation", n));
+        }
     }
     // V0: peak_torch_memory includes the weights.
     if let (None, Some(peak), Some(w)) = (f.activation, peak_torch, f.weights) {

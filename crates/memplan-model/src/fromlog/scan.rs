@@ -122,6 +122,8 @@ pub(super) const KEYS: &[&str] = &[
     "VLLM_CPU_KVCACHE_SPACE",
     "Block size is set to",
     "Available memory:",
+    "Before memory profiling run, total GPU memory:",
+    "After memory profiling run, peak memory usage is",
     // Settings.
     "'max_model_len': -1",
     "max_model_len=-1",
@@ -349,7 +351,12 @@ mod tests {
             .chain(&super::super::V0_BLOCK_LINES)
             .chain(&super::super::CPU_BACKEND)
             .chain(&super::super::PLATFORM_DETECTED)
-            .chain([&super::super::ASCEND_BLOCK, &super::super::ASCEND_AVAILABLE])
+            .chain([
+                &super::super::ASCEND_BLOCK,
+                &super::super::ASCEND_AVAILABLE,
+                &super::super::XPU_BEFORE,
+                &super::super::XPU_AFTER,
+            ])
         {
             assert!(is_key(k), "{k:?}");
         }

@@ -1031,3 +1031,36 @@ fn sglangs_k_and_v_sizes_are_known_to_a_hundredth() {
     .unwrap();
     assert_eq!(f.kv_available_rounding, None);
 }
+
+/// vLLM's XPU worker (0.9 to 0.10) prints its own profile: the total and the weights before
+/// the profile run, the peak (torch peak plus the non-torch growth) after it, in MB of 2^20
+/// bytes (`v1/worker/xpu_worker.py` `XPUWorker.determine_available_memory`, KV memory
+/// `total * utilization - peak`). A public vLLM 0.10.1rc2 XPU start-up of Llama-2-7b-chat-hf
+/// on an Intel Data Center GPU Max tile (public repository file, code index id 7031462013),
+/// lines as printed: 0.9 x 65,520 MB - 13,552.69 MB = 45,415.31 MB over 32 MiB blocks of 64
+/// tokens = 1,419 blocks, the logged num_gpu_blocks.
+#[test]
+fn the_xpu_workers_profile_gives_total_weights_and_peak() {
+    let log = "(EngineCore_0 pid=207574) INFO 11-06 18:41:02 [core.py:74] Initializing a V1 LLM engine (v0.10.1rc2.dev189+ge2db1164a) with config: model='meta-llama/Llama-2-7b-chat-hf', dtype=torch.float16, max_seq_len=4096, tensor_parallel_size=1, quantization=None, enforce_eager=False, kv_cache_dtype=auto, device_config=xpu\n\
+               (EngineCore_0 pid=207574) INFO 11-06 18:41:09 [xpu_worker.py:104] Before memory profiling run, total GPU memory: 65520.00 MB, model load takes 12870.74 MB, free gpu memory is 52435.44 MB.\n\
+               (EngineCore_0 pid=207574) INFO 11-06 18:41:10 [xpu_worker.py:139] After memory profiling run, peak memory usage is 13552.69 MB,torch mem is 12870.74 MB, non-torch mem is 426.94 MB, free gpu memory is 51896.32 MB.\n\
+               (EngineCore_0 pid=207574) INFO 11-06 18:41:10 [kv_cache_utils.py:849] GPU KV cache size: 90,816 tokens\n\
+               (APIServer pid=206609) INFO 11-06 18:41:10 [loggers.py:142] Engine 000: vllm cache_config_info with initialization after num_gpu_blocks is: 1419\n";
+    let mib = |x: f64| (x * MIB as f64).round() as u64;
+    let f = parse(log).unwrap();
+    assert_eq!(f.engine, Some(EngineKind::Vllm));
+    assert_eq!(f.total, Some(mib(65_520.0)));
+    assert_eq!(f.weights, Some(mib(12_870.74)));
+    assert_eq!(f.non_torch, Some(mib(426.94)));
+    // 13,552.69 - 426.94 - 12,870.74 = 255.01 MB of torch peak increase.
+    assert_eq!(
+        f.activation,
+        Some(mib(13_552.69) - mib(426.94) - mib(12_870.74))
+    );
+    assert_eq!((f.line("total"), f.line("activation")), (Some(2), Some(3)));
+    assert_eq!(f.block_size, Some(64));
+    // The lines alone name the engine.
+    let f = parse(&log.lines().skip(1).take(2).collect::<Vec<_>>().join("\n")).unwrap();
+    assert_eq!(f.engine, Some(EngineKind::Vllm));
+    assert!(f.activation.is_some());
+}
