@@ -1652,12 +1652,16 @@ pub fn parse(text: &str) -> Result<LogFigures> {
             }
         }
         if banner_model.is_none() {
+            let launch = scan::LAUNCHERS.iter().any(|k| l.text.contains(k));
             for key in scan::BANNER_MODEL {
-                if banner_model.is_none() && l.has(key) {
+                if banner_model.is_none()
+                    && l.has(key)
+                    && (launch || !scan::COMMAND_MODEL.contains(&key))
+                {
                     banner_model = l
                         .word(key)
                         .map(|w| w.trim_end_matches('.').to_string())
-                        .filter(|w| !w.is_empty())
+                        .filter(|w| !w.is_empty() && !w.starts_with('-'))
                         .map(|w| (w, n));
                 }
             }

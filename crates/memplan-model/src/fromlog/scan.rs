@@ -148,6 +148,12 @@ pub(super) const KEYS: &[&str] = &[
     "\u{2588}  model ",
     "\u{2588} model ",
     "Starting to load model ",
+    "vllm serve ",
+    "--model ",
+    "--model=",
+    "--model-path ",
+    "--model-path=",
+    "Found local HF snapshot for ",
     "'kv_cache_dtype':",
     "kv_cache_dtype=",
     "'mamba_cache_dtype':",
@@ -205,15 +211,44 @@ const MODEL: &[&str] = &[
     "\u{2588}  model ",
     "\u{2588} model ",
     "Starting to load model ",
+    "vllm serve ",
+    "--model ",
+    "--model=",
+    "--model-path ",
+    "--model-path=",
+    "Found local HF snapshot for ",
 ];
 
 /// The model keys of the start-up banner (`█  model   Qwen/Qwen3-14B`, collapsed to one space
-/// on a rendered page) and of V0's "Starting to load model X...": read only where no argument
-/// or config line names the model.
-pub(super) const BANNER_MODEL: [&str; 3] = [
+/// on a rendered page), of V0's "Starting to load model X...", of a command line pasted with
+/// the log (`vllm serve X`, `--model X`, `--model-path X`: see [`COMMAND_MODEL`]) and of
+/// SGLang's "Found local HF snapshot for X at P" (`srt/model_loader/weight_utils.py`): read
+/// only where no argument or config line names the model.
+pub(super) const BANNER_MODEL: [&str; 9] = [
     "\u{2588}  model ",
     "\u{2588} model ",
     "Starting to load model ",
+    "vllm serve ",
+    "--model ",
+    "--model=",
+    "--model-path ",
+    "--model-path=",
+    "Found local HF snapshot for ",
+];
+
+/// The flags of a command line (`--model X`, `--model-path X`): read only on a line that
+/// launches an engine ([`LAUNCHERS`]), as other lines may name the flag in prose.
+pub(super) const COMMAND_MODEL: [&str; 4] =
+    ["--model ", "--model=", "--model-path ", "--model-path="];
+
+/// What a line that launches vLLM or SGLang holds.
+pub(super) const LAUNCHERS: [&str; 6] = [
+    "vllm serve",
+    "vllm.entrypoints",
+    "sglang.launch_server",
+    "sglang.bench_",
+    "sglang serve",
+    "sglang.srt",
 ];
 
 /// Whether a line's keys include one that names the model.

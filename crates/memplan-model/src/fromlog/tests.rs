@@ -1064,3 +1064,47 @@ fn the_xpu_workers_profile_gives_total_weights_and_peak() {
     assert_eq!(f.engine, Some(EngineKind::Vllm));
     assert!(f.activation.is_some());
 }
+
+/// Pasted logs often begin with the command that launched the engine, or (SGLang) name the
+/// checkpoint they load: those name the model where no argument or config line does. Lines
+/// as printed in public logs: a vllm-ascend issue (#3479, Qwen3-4B on a 310P), an SGLang
+/// `bench_one_batch` run of granite-4.0-h-micro, an SGLang docs build of Qwen2.5-0.5B
+/// (`srt/model_loader/weight_utils.py`: "Found local HF snapshot for X at P").
+#[test]
+fn a_pasted_command_or_snapshot_line_names_the_model() {
+    let kv = "Available KV cache memory: 10.55 GiB\nGPU KV cache size: 230,528 tokens\n";
+    let model = |head: &str| parse(&format!("{head}\n{kv}")).unwrap().model;
+    assert_eq!(
+        model("vllm serve /home/models/Qwen3/Qwen3-4B --served-model-name qwen2.5_7b --tensor-parallel-size 1 --max-model-len 4096 --gpu-memory-utilization 0.8 --enforce-eager --port 8080 --host 0.0.0.0").as_deref(),
+        Some("/home/models/Qwen3/Qwen3-4B")
+    );
+    assert_eq!(
+        model("❯ python -m sglang.bench_one_batch --model-path ibm-granite/granite-4.0-h-micro --batch 4").as_deref(),
+        Some("ibm-granite/granite-4.0-h-micro")
+    );
+    assert_eq!(
+        model("python3 -m vllm.entrypoints.openai.api_server --model=Qwen/Qwen3-8B --port 8000")
+            .as_deref(),
+        Some("Qwen/Qwen3-8B")
+    );
+    assert_eq!(
+        model("[2026-02-04 11:30:29] Found local HF snapshot for qwen/qwen2.5-0.5b-instruct at /hf_home/hub/models--qwen--qwen2.5-0.5b-instruct/snapshots/7ae557604adf67be50417f59c2c2f167def9a775; skipping download.").as_deref(),
+        Some("qwen/qwen2.5-0.5b-instruct")
+    );
+    // A flag named in prose is no command; a flag where the model should be is no model.
+    assert_eq!(
+        model("WARNING use --model NAME to pick another checkpoint"),
+        None
+    );
+    assert_eq!(
+        model("vllm serve --model Qwen/Qwen3-8B").as_deref(),
+        Some("Qwen/Qwen3-8B")
+    );
+    // The engine's own arguments name the model as it resolved it, and win.
+    let f = parse(&format!(
+        "vllm serve /mnt/ckpt --port 8000\nINFO non-default args: {{'model': 'Qwen/Qwen3-8B'}}\n{kv}"
+    ))
+    .unwrap();
+    assert_eq!(f.model.as_deref(), Some("Qwen/Qwen3-8B"));
+    assert_eq!(f.models, vec!["Qwen/Qwen3-8B".to_string()]);
+}

@@ -394,7 +394,7 @@ pub fn apply_log(a: &mut Flags) -> Result<LogContext, Failure> {
         }
         (None, []) => {
             return Err(Failure::usage(format!(
-                "--from-log {}: memplan reads the model from vLLM's \"non-default args\" or \"with config: model=\" line or SGLang's model_path, and the log has none of them (a banner or \"Starting to load model\" line is not read); pass --model NAME|PATH",
+                "--from-log {}: memplan reads the model from vLLM's \"non-default args\" or \"with config: model=\" line, SGLang's model_path, vLLM's start-up banner or \"Starting to load model\" line, SGLang's \"Found local HF snapshot for\" line, or a pasted `vllm serve X` / `--model X` / `--model-path X` command, and the log has none of them; pass --model NAME|PATH",
                 path.display()
             )))
         }
