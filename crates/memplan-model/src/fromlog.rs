@@ -126,6 +126,12 @@ pub struct LogFigures {
     pub quantization: Option<String>,
     /// `enforce_eager`.
     pub enforce_eager: Option<bool>,
+    /// The line that says the start-up captures no graphs although it is not eager:
+    /// `cudagraph_mode` NONE in the engine config (`"cudagraph_mode":0` up to 0.10,
+    /// `'cudagraph_mode': <CUDAGraphMode.NONE: 0>` from 0.11), or the capture's own "Skipping
+    /// CUDA graph capture" (`v1/worker/gpu_model_runner.py` `capture_model`, which returns 0
+    /// for that mode): no graph memory, as with `enforce_eager`.
+    pub no_graphs: Option<usize>,
     /// `max_num_batched_tokens`.
     pub max_num_batched_tokens: Option<u64>,
     /// `max_num_seqs`.
@@ -756,6 +762,13 @@ const ASCEND_AVAILABLE: &str = "Available memory:";
 const XPU_BEFORE: &str = "Before memory profiling run, total GPU memory:";
 const XPU_AFTER: &str = "After memory profiling run, peak memory usage is";
 const ASCEND_TOTAL: &str = ", total memory:";
+
+/// The lines that say a start-up captures no graphs (see [`LogFigures::no_graphs`]).
+const NO_GRAPHS: [&str; 3] = [
+    "Skipping CUDA graph capture",
+    "\"cudagraph_mode\":0,",
+    "'cudagraph_mode': <CUDAGraphMode.NONE",
+];
 
 /// Read the figures of an engine start-up log.
 pub fn parse(text: &str) -> Result<LogFigures> {
@@ -1695,6 +1708,10 @@ pub fn parse(text: &str) -> Result<LogFigures> {
         }
         for key in ["'quantization':", "quantization="] {
             set(&mut f.quantization, l.word(key), lines, "quantization", n);
+        }
+        if f.no_graphs.is_none() && NO_GRAPHS.iter().any(|k| l.has(k)) {
+            f.no_graphs = Some(n);
+            lines.push(("no_graphs", n));
         }
         for key in ["'enforce_eager':", "enforce_eager="] {
             let e = l.word(key).map(|w| w.eq_ignore_ascii_case("true"));

@@ -162,6 +162,9 @@ pub(super) const KEYS: &[&str] = &[
     "mamba_ssm_cache_dtype=",
     "'quantization':",
     "quantization=",
+    "Skipping CUDA graph capture",
+    "\"cudagraph_mode\":0,",
+    "'cudagraph_mode': <CUDAGraphMode.NONE",
     "'enforce_eager':",
     "enforce_eager=",
 ];
@@ -392,6 +395,7 @@ mod tests {
                 &super::super::XPU_BEFORE,
                 &super::super::XPU_AFTER,
             ])
+            .chain(&super::super::NO_GRAPHS)
         {
             assert!(is_key(k), "{k:?}");
         }

@@ -1108,3 +1108,35 @@ fn a_pasted_command_or_snapshot_line_names_the_model() {
     assert_eq!(f.model.as_deref(), Some("Qwen/Qwen3-8B"));
     assert_eq!(f.models, vec!["Qwen/Qwen3-8B".to_string()]);
 }
+
+/// A start-up whose `cudagraph_mode` is NONE captures no graphs whatever `enforce_eager` says
+/// (`v1/worker/gpu_model_runner.py` `capture_model` returns 0 after "Skipping CUDA graph
+/// capture"): the engine config says so before (0.10's `"cudagraph_mode":0`, 0.11+'s
+/// `<CUDAGraphMode.NONE: 0>`) and the capture after. Lines as printed by a public vLLM
+/// 0.10.1rc2 XPU start-up (code index id 7031462013) and vLLM 0.19's config line.
+#[test]
+fn a_graph_mode_of_none_is_read_as_no_graphs() {
+    let kv = "Available KV cache memory: 10.55 GiB\n";
+    let at = |line: &str| parse(&format!("{kv}{line}\n")).unwrap().no_graphs;
+    assert_eq!(
+        at("(EngineCore_0 pid=207574) WARNING 11-06 18:41:10 [_logger.py:68] Skipping CUDA graph capture. To turn on CUDA graph capture, ensure `cudagraph_mode` was not manually set to `NONE`"),
+        Some(2)
+    );
+    assert_eq!(
+        at("INFO Initializing a V1 LLM engine (v0.10.1rc2) with config: model='m', enforce_eager=False, compilation_config={\"level\":0,\"cudagraph_mode\":0,\"use_cudagraph\":true}"),
+        Some(2)
+    );
+    assert_eq!(
+        at("INFO Initializing a V1 LLM engine (v0.19.0) with config: model='m', compilation_config={'mode': <CompilationMode.NONE: 0>, 'cudagraph_mode': <CUDAGraphMode.NONE: 0>, 'cudagraph_num_of_warmups': 1}"),
+        Some(2)
+    );
+    // Other modes capture graphs.
+    assert_eq!(
+        at("INFO with config: model='m', compilation_config={\"level\":3,\"cudagraph_mode\":1,\"use_cudagraph\":true}"),
+        None
+    );
+    assert_eq!(
+        at("INFO with config: model='m', compilation_config={'cudagraph_mode': <CUDAGraphMode.FULL_AND_PIECEWISE: (2, 1)>}"),
+        None
+    );
+}

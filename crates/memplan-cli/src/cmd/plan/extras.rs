@@ -184,6 +184,16 @@ pub fn apply_log(a: &mut Flags) -> Result<LogContext, Failure> {
     if f.enforce_eager == Some(true) && a.cudagraph_capture_sizes.is_none() {
         a.enforce_eager = true;
     }
+    // A start-up whose graph mode is NONE captures nothing (`v1/worker/gpu_model_runner.py`
+    // `capture_model`: "Skipping CUDA graph capture"): no graph memory, as eager.
+    if let (Some(n), false, None) = (f.no_graphs, a.enforce_eager, &a.cudagraph_capture_sizes) {
+        if a.graph_bytes.is_none() {
+            a.enforce_eager = true;
+            notes.push(format!(
+                "line {n}: the start-up captures no CUDA graphs (cudagraph_mode NONE): planned without graph memory, as an eager start-up"
+            ));
+        }
+    }
     if a.kv_cache_dtype.0.is_none() {
         if let Some(k) = f.kv_cache_dtype.as_deref().filter(|k| *k != "auto") {
             let k = k.parse().map_err(|e: Error| {
