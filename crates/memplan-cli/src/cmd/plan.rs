@@ -416,13 +416,14 @@ fn check_device_total(
 fn reconcile(
     a: &mut Flags,
     f: &memplan_model::fromlog::LogFigures,
-    anchored: bool,
+    log: &extras::LogContext,
     mut plan: Plan,
 ) -> Result<Plan, Failure> {
+    let anchored = log.anchored;
     // The logged count, and the plan's figure it is compared with.
     let (logged, blocks) = match (f.kv_tokens, f.kv_blocks) {
         (Some(t), _) => (t, false),
-        (None, Some(b)) if anchored => (b, true),
+        (None, Some(b)) if anchored || log.parts_rounding.is_some() => (b, true),
         _ => return Ok(plan),
     };
     // The plan's tokens as the release the log is planned with prints them: vLLM up to 0.20.0
@@ -444,9 +445,16 @@ fn reconcile(
         Some(_) => (1u64 << 30) / 200,
         None => f.kv_available_rounding.unwrap_or((1u64 << 30) / 200),
     };
-    if anchored && kv_rounding > 0 && count(&plan).abs_diff(logged) > 0 {
-        if let Some(kv) = f.kv_final.or(f.kv_available) {
-            let h = kv_rounding;
+    // The budget to search around and how far: the printed KV memory within its rounding, or,
+    // where the log prints no KV memory, the budget its printed parts give within theirs
+    // (`LogContext::parts_rounding`).
+    let window = match (anchored, log.parts_rounding) {
+        (true, _) if kv_rounding > 0 => f.kv_final.or(f.kv_available).map(|kv| (kv, kv_rounding)),
+        (false, Some(h)) => Some((plan.kv_budget_bytes, h)),
+        _ => None,
+    };
+    if count(&plan).abs_diff(logged) > 0 {
+        if let Some((kv, h)) = window {
             let (lo, hi) = (kv.saturating_sub(h), kv + h);
             let mut b = kv;
             for _ in 0..4 {
@@ -482,7 +490,9 @@ fn reconcile(
                         count(&plan)
                     )
                 };
-                let printed = if h > (1u64 << 30) / 200 {
+                let printed = if !anchored {
+                    "the parts of its KV budget (total, weights, activation, non-torch memory) to 0.01 GiB each"
+                } else if h > (1u64 << 30) / 200 {
                     "its K and V sizes to 0.01 GB each"
                 } else {
                     "the available KV memory to 0.01 GiB"
@@ -598,7 +608,7 @@ pub fn run(a: Args) -> Result<Report, Failure> {
     }
     let (model, mut plan) = plan_ranks(&a).map_err(|e| log.blame(e))?;
     if let Some(f) = &log.figures {
-        plan = reconcile(&mut a, f, log.anchored, plan)?;
+        plan = reconcile(&mut a, f, &log, plan)?;
         extras::logged_graph_memory(&mut plan, f, log.graphs_as_logged);
     }
     if let (Some(logged), Some(given)) = (&log.model_differs, &a.model) {
@@ -1999,5 +2009,43 @@ mod tests {
             "{}",
             j["warnings"]
         );
+    }
+
+    #[test]
+    fn a_v0_budget_of_printed_parts_is_searched_within_their_rounding() {
+        // Study notes of a vLLM 0.6.6 V0 start-up of Qwen2.5-7B-Instruct on an RTX 3090 (public
+        // repository file, code index id 62352993850), lines as the author published them
+        // (condensed: the KV memory's own wording is not vLLM's, so it is not read). V0 sizes
+        // the KV memory as total x utilisation - weights - activation peak - non-torch memory
+        // (`worker/worker.py` `determine_num_available_blocks`), each printed to 0.01 GiB:
+        // 23.57 x 0.9 - 14.25 - 1.09 - 0.10 = 5.773 GiB would be 6,756 blocks of 917,504 bytes
+        // (28 layers x 4 KV heads x 128 x (K + V) x 2 bytes x 16), but within the parts'
+        // roundings (+-0.02 GiB) the engine's 6,749 blocks (5.767 GiB) are one of the budgets.
+        let path = log_file(
+            "v0-parts",
+            "the current vLLM instance can use total_gpu_memory (23.57GiB) x 0.90 = 21.21GiB\n\
+             model weights take 14.25GiB; non_torch_memory 0.10GiB;\n\
+             PyTorch activation peak memory takes 1.09GiB; the rest reserved for KV Cache is 5.77GiB.\n\
+             \n\
+             # GPU blocks: 6749(block_size 默认 16 tokens)\n",
+        );
+        let j = run_json(&format!(
+            "--model qwen2.5-7b-instruct --from-log {}",
+            path.display()
+        ))
+        .unwrap();
+        let notes = j["notes"].to_string();
+        assert_eq!(j["kv"]["num_blocks"], 6_749, "{notes}");
+        assert!(
+            notes.contains("the parts of its KV budget (total, weights, activation, non-torch memory) to 0.01 GiB each: within that rounding"),
+            "{notes}"
+        );
+        // A part the command line gives is no longer the log's: no search, the plan's own.
+        let j = run_json(&format!(
+            "--model qwen2.5-7b-instruct --weights-bytes 14.25GiB --from-log {}",
+            path.display()
+        ))
+        .unwrap();
+        assert_eq!(j["kv"]["num_blocks"], 6_756, "{}", j["notes"]);
     }
 }

@@ -25,6 +25,12 @@ pub struct LogContext {
     pub notes: Vec<String>,
     /// The KV cache is the log's "Available KV cache memory" (no budget term overridden).
     pub anchored: bool,
+    /// Where the log prints no KV memory but every part of the budget vLLM V0 sized it from
+    /// (`worker/worker.py` `determine_num_available_blocks`: total x utilisation - weights -
+    /// activation peak - non-torch memory, each printed to 0.01 GiB in its "Memory profiling
+    /// results" / "model weights take" line) and none is overridden: how far that budget may
+    /// be from the engine's, the sum of the parts' roundings.
+    pub parts_rounding: Option<u64>,
     /// The model(s) the log names where `--model` names another (a warning of the plan).
     pub model_differs: Option<String>,
     /// Nothing that sizes the CUDA graphs differs from the logged start-up (the model, the
@@ -363,6 +369,21 @@ pub fn apply_log(a: &mut Flags) -> Result<LogContext, Failure> {
     // The extensible cache (0.34) re-sizes after warmup: its final size wins.
     let anchor = f.kv_final.or(f.kv_available);
     let anchored = !overridden && anchor.is_some();
+    // No KV memory printed: the printed parts of a V0 budget, each within its rounding.
+    // (The total's rounding scales by the utilisation, at most 1.)
+    let parts_rounding = match (f.total, f.weights, activation, non_torch) {
+        (Some(t), Some(_), Some(_), Some(_))
+            if !overridden
+                && f.legacy_line.is_some()
+                && anchor.is_none()
+                && a.total_memory == Some(t)
+                && a.gpu_memory_utilization == f.utilization =>
+        {
+            let u = f.utilization.unwrap_or(1.0);
+            Some(((u + 3.0) * ((1u64 << 30) / 200) as f64).ceil() as u64)
+        }
+        _ => None,
+    };
     if anchored {
         a.kv_cache_memory_bytes = anchor;
         let (what, line) = if f.kv_final.is_some() {
@@ -494,6 +515,7 @@ pub fn apply_log(a: &mut Flags) -> Result<LogContext, Failure> {
         figures: Some(f),
         notes,
         anchored,
+        parts_rounding,
         model_differs,
         graphs_as_logged,
     })
