@@ -6,8 +6,8 @@
 //! "Maximum concurrency", "Free memory on device (F/T GiB)", "Extended KV cache to N
 //! blocks"), its XPU worker of the 0.9/0.10 releases ("Before/After memory profiling run"),
 //! vllm-ascend's worker ("Available memory: N, total memory: T", bytes), and SGLang ("Load
-//! weight end ... mem usage", "KV Cache is allocated. #tokens", "Capture cuda graph end ...
-//! mem usage", its `ServerArgs`).
+//! weight end ... mem usage", "KV Cache is allocated. #tokens", each graph runner's "Capture
+//! ... graph end ... mem usage", its `ServerArgs`).
 //!
 //! ## The contract
 //!
@@ -654,6 +654,17 @@ fn process_of(text: &str) -> Option<&str> {
     None
 }
 
+/// The rank an SGLang line's prefix names (`[2026-07-21 13:35:33 TP1]`, `[... DP0 TP1]`):
+/// the `TPn` word inside the line's first bracket, or `None` for a single-rank log.
+fn sglang_rank(text: &str) -> Option<&str> {
+    let open = text.find('[')?;
+    let close = open + text[open..].find(']')?;
+    text[open + 1..close].split_whitespace().rev().find(|w| {
+        w.strip_prefix("TP")
+            .is_some_and(|d| !d.is_empty() && d.chars().all(|c| c.is_ascii_digit()))
+    })
+}
+
 /// How many other processes' lines Ray folded into this one (`... [repeated 14x across
 /// cluster]`: Ray's log de-duplication prints the first such line of each pattern and then
 /// one line per batch, numbers ignored), or `None`.
@@ -763,6 +774,14 @@ const XPU_BEFORE: &str = "Before memory profiling run, total GPU memory:";
 const XPU_AFTER: &str = "After memory profiling run, peak memory usage is";
 const ASCEND_TOTAL: &str = ", total memory:";
 
+/// SGLang's lines at the end of one graph capture (see the reader), in either case.
+const GRAPH_END: [&str; 4] = [
+    "cuda graph end",
+    "CUDA graph end",
+    "npu graph end",
+    "NPU graph end",
+];
+
 /// The lines that say a start-up captures no graphs (see [`LogFigures::no_graphs`]).
 const NO_GRAPHS: [&str; 3] = [
     "Skipping CUDA graph capture",
@@ -848,6 +867,9 @@ pub fn parse(text: &str) -> Result<LogFigures> {
     let mut plugin = false;
     // The block size vllm-ascend set, with its line.
     let mut ascend_block: Option<(u32, usize)> = None;
+    // SGLang's per-phase graph captures ("Capture target decode CUDA graph end. ... mem
+    // usage=X GB"): the first rank's prefix, the sum, the count, the first line.
+    let mut sglang_graphs: Option<(Option<&str>, u64, usize, usize)> = None;
     // The XPU worker's profile peak (see XPU_AFTER), with its line.
     let mut xpu_peak: Option<(u64, usize)> = None;
     // Every "KV cache size: N tokens" of the first start-up, with its line.
@@ -1318,26 +1340,52 @@ pub fn parse(text: &str) -> Result<LogFigures> {
                 set(&mut f.graph_estimate, e, lines, "graph_estimate", n);
             }
         }
-        for key in ["Graph capturing finished", "Capture cuda graph end"] {
-            if let Some(i) = l.find(key) {
+        if let Some(i) = l.find("Graph capturing finished") {
+            let rest = Line::part(n, &l.text[i..]);
+            match rest.bytes_signed("took", "graph memory")? {
+                Some((b, _)) if b < 0 => f.notes.push(format!(
+                    "line {n}: graph capture measured {} (capture freed memory): not used",
+                    fmt_signed(b)
+                )),
+                Some((b, _)) => set(
+                    &mut f.graph_actual,
+                    Some(b as u64),
+                    lines,
+                    "graph_actual",
+                    n,
+                ),
+                None => {}
+            }
+        }
+        // SGLang captures a graph per runner phase and prints one line each when it ends, with
+        // the memory the capture took: 0.5.9 `srt/model_executor/model_runner.py`
+        // `init_device_graphs` ("Capture cuda graph end. Time elapsed: X s. mem usage=Y GB";
+        // "npu graph" on Ascend) and `init_piecewise_cuda_graphs` ("Capture piecewise CUDA
+        // graph end. ..."), its speculative workers (`srt/speculative/eagle_worker.py`:
+        // "Capture draft cuda graph end", "Capture draft extend cuda graph end"), and later
+        // releases "Capture target decode CUDA graph end. elapsed=X s, mem usage=Y GB" per
+        // phase (target prefill, decode, verify; draft decode and extend once per rung of an
+        // adaptive ladder). A rank's graph memory is their sum, as SGLang's own boot-log reader
+        // takes it (`srt/planner/graphmem.py` `summarize_captures`); the first rank that prints
+        // one is read.
+        if GRAPH_END.iter().any(|k| l.has(k)) && l.has("mem usage") && l.text.contains("Capture ") {
+            let rank = sglang_rank(text);
+            let end = GRAPH_END.iter().filter_map(|k| l.find(k)).min();
+            if let Some(i) = end {
                 let rest = Line::part(n, &l.text[i..]);
-                let k = if key.starts_with("Graph") {
-                    "took"
-                } else {
-                    "mem usage"
-                };
-                match rest.bytes_signed(k, "graph memory")? {
+                match rest.bytes_signed("mem usage", "graph memory")? {
                     Some((b, _)) if b < 0 => f.notes.push(format!(
                         "line {n}: graph capture measured {} (capture freed memory): not used",
                         fmt_signed(b)
                     )),
-                    Some((b, _)) => set(
-                        &mut f.graph_actual,
-                        Some(b as u64),
-                        lines,
-                        "graph_actual",
-                        n,
-                    ),
+                    Some((b, _)) => match &mut sglang_graphs {
+                        None => sglang_graphs = Some((rank, b as u64, 1, n)),
+                        Some((r, sum, count, _)) if *r == rank => {
+                            *sum = sum.saturating_add(b as u64);
+                            *count += 1;
+                        }
+                        Some(_) => {}
+                    },
                     None => {}
                 }
             }
@@ -1850,6 +1898,17 @@ pub fn parse(text: &str) -> Result<LogFigures> {
         f.notes.push(format!(
             "Ray's log de-duplication folded {folded} workers' KV memory lines (\"[repeated Nx across cluster]\"): their figures are not in the log, and the engine sized every worker by the smallest of all, so the available KV memory read here may be above the engine's (RAY_DEDUP_LOGS=0 logs every worker)"
         ));
+    }
+    if let (None, Some((rank, sum, count, n))) = (f.graph_actual, sglang_graphs) {
+        f.graph_actual = Some(sum);
+        f.lines.push(("graph_actual", n));
+        if count > 1 {
+            f.notes.push(format!(
+                "graph memory: {} over the {count} graph captures of {} (each phase's \"CUDA graph end ... mem usage\", from line {n})",
+                fmt_signed(i128::from(sum)),
+                rank.unwrap_or("the first rank")
+            ));
+        }
     }
     // The XPU worker's peak: the torch peak (weights included) plus the non-torch growth.
     if let (None, Some((peak, n)), Some(w)) = (f.activation, xpu_peak, f.weights) {

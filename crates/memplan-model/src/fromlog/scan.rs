@@ -80,7 +80,11 @@ pub(super) const KEYS: &[&str] = &[
     "Estimated CUDA graph memory:",
     "CUDA graph pool memory:",
     "Graph capturing finished",
-    "Capture cuda graph end",
+    "cuda graph end",
+    "CUDA graph end",
+    "npu graph end",
+    "NPU graph end",
+    "mem usage",
     // KV memory, tokens, blocks.
     "Available KV cache memory:",
     "available_kv_cache_memory",
@@ -173,6 +177,7 @@ pub(super) const KEYS: &[&str] = &[
 /// the same line (a line with only these is skipped).
 const PARTNERS: &[&str] = &[
     " tokens",
+    "mem usage",
     "snapshot",
     "current --gpu",
     "equivalent to --gpu-memory-utilization",
@@ -396,6 +401,7 @@ mod tests {
                 &super::super::XPU_AFTER,
             ])
             .chain(&super::super::NO_GRAPHS)
+            .chain(&super::super::GRAPH_END)
         {
             assert!(is_key(k), "{k:?}");
         }

@@ -1140,3 +1140,53 @@ fn a_graph_mode_of_none_is_read_as_no_graphs() {
         None
     );
 }
+
+/// SGLang prints one line per graph it captures ("Capture target prefill CUDA graph end.
+/// elapsed=X s, mem usage=Y GB, ..."), per rank: the rank's graph memory is their sum. Lines
+/// as printed in public SGLang logs (a 2026-08 single-GPU start-up with prefill and decode
+/// graphs; a TP 3 start-up's decode lines, as SGLang's own `srt/planner/graphmem.py` tests
+/// quote them).
+#[test]
+fn sglangs_graph_captures_of_a_rank_are_summed() {
+    let one = "[2026-08-27 03:46:00] KV Cache is allocated. #tokens: 20480, K size: 0.12 GB, V size: 0.12 GB\n\
+               [2026-08-27 03:46:18] Capture target prefill CUDA graph end. elapsed=22.96 s, mem usage=1.71 GB, avail mem=10.88 GB.\n\
+               [2026-08-27 03:46:18] Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, bs=[1, 2, 4], avail mem=10.88 GB\n\
+               [2026-08-27 03:46:25] Capture target decode CUDA graph end. elapsed=6.10 s, mem usage=0.43 GB, avail mem=10.45 GB.\n";
+    let f = parse(one).unwrap();
+    assert_eq!(f.engine, Some(EngineKind::Sglang));
+    assert_eq!(f.graph_actual, Some(gib(1.71) + gib(0.43)));
+    assert_eq!(f.line("graph_actual"), Some(2));
+    assert!(
+        f.notes
+            .iter()
+            .any(|n| n.contains("over the 2 graph captures")),
+        "{:?}",
+        f.notes
+    );
+    let tp3 = "[2026-07-21 13:35:00 TP0] KV Cache is allocated. #tokens: 20480, K size: 0.12 GB, V size: 0.12 GB\n\
+               [2026-07-21 13:35:33 TP1] Capture target decode CUDA graph end. elapsed=4.81 s, mem usage=0.27 GB, avail mem=5.34 GB.\n\
+               [2026-07-21 13:35:33 TP2] Capture target decode CUDA graph end. elapsed=4.82 s, mem usage=0.27 GB, avail mem=5.47 GB.\n\
+               [2026-07-21 13:35:33 TP0] Capture target decode CUDA graph end. elapsed=4.83 s, mem usage=0.24 GB, avail mem=7.28 GB.\n";
+    let f = parse(tp3).unwrap();
+    assert_eq!(f.graph_actual, Some(gib(0.27)));
+    // The older single line is read as before, and not added to.
+    let old = "KV Cache is allocated. #tokens: 441168, K size: 26.93 GB, V size: 26.93 GB\n\
+               Capture cuda graph end. Time elapsed: 3.21 s. mem usage=0.51 GB. avail mem=7.20 GB.\n";
+    assert_eq!(parse(old).unwrap().graph_actual, Some(gib(0.51)));
+    assert_eq!(sglang_rank("[2026-01-15 13:56:49 DP1 TP1] x"), Some("TP1"));
+    assert_eq!(sglang_rank("[2026-01-15 13:56:49] x"), None);
+}
+
+/// SGLang 0.5.9's own capture lines (`srt/model_executor/model_runner.py`
+/// `init_device_graphs` and `init_piecewise_cuda_graphs`, `srt/speculative/eagle_worker.py`):
+/// the decode, piecewise prefill and draft graphs of a rank are one graph memory.
+#[test]
+fn sglang_0_5_capture_lines_of_every_runner_are_summed() {
+    let log = "[2025-11-30 12:50:10] KV Cache is allocated. #tokens: 2243474, K size: 59.91 GB, V size: 59.91 GB\n\
+               [2025-11-30 12:50:15] Capture cuda graph end. Time elapsed: 5.37 s. mem usage=1.44 GB. avail mem=38.05 GB.\n\
+               [2025-11-30 12:50:30] Capture piecewise CUDA graph end. Time elapsed: 14.02 s. mem usage=0.61 GB. avail mem=37.44 GB.\n\
+               [2025-11-30 12:50:33] Capture draft cuda graph end. Time elapsed: 2.10 s. mem usage=0.20 GB. avail mem=37.24 GB.\n";
+    let f = parse(log).unwrap();
+    assert_eq!(f.graph_actual, Some(gib(1.44) + gib(0.61) + gib(0.20)));
+    assert_eq!(f.line("graph_actual"), Some(2));
+}
