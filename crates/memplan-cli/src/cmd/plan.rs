@@ -1946,8 +1946,8 @@ mod tests {
 
     #[test]
     fn a_vllm_ascend_log_in_bytes_is_planned_to_its_blocks() {
-        // A public vllm-ascend v0.10.2rc1 start-up (Qwen2.5-0.5B-Instruct, fp16, 48 GB NPU; an
-        // issue copy in a public repository, code index id 55763524705), lines as printed.
+        // A public vllm-ascend v0.10.2rc1 start-up (Qwen2.5-0.5B-Instruct, fp16, 48 GB NPU; a
+        // report copied into a public repository, code index id 55763524705), lines as printed.
         // `vllm_ascend/worker/worker_v1.py` `NPUWorker.determine_available_memory` prints the
         // available KV memory and the total in bytes: 40,178,937,036 // (24 layers x 2 KV
         // heads x 64 x (K + V) x 2 bytes x 128 tokens = 1,572,864) = 25,545 blocks, printed

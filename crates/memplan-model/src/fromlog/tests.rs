@@ -899,7 +899,7 @@ fn vllm_ascends_block_size_is_the_logs() {
 /// vllm-ascend's worker prints its available KV memory and the device total in bytes
 /// (`vllm_ascend/worker/worker_v1.py` `NPUWorker.determine_available_memory`: "Available
 /// memory: {available}, total memory: {total}"). A public vllm-ascend v0.10.2rc1 start-up of
-/// Qwen2.5-0.5B-Instruct on a 48 GB NPU (an issue copy in a public repository, code index id
+/// Qwen2.5-0.5B-Instruct on a 48 GB NPU (a report copied into a public repository, code index id
 /// 55763524705), lines as printed: 40,178,937,036 bytes over 24 layers x 2 KV heads x 64 x
 /// (K + V) x 2 bytes x 128 tokens = 1,572,864 bytes a block = 25,545 blocks, the 3,269,760
 /// tokens logged. No block size is printed: vllm-ascend's default, 128.
@@ -1067,9 +1067,9 @@ fn the_xpu_workers_profile_gives_total_weights_and_peak() {
 
 /// Pasted logs often begin with the command that launched the engine, or (SGLang) name the
 /// checkpoint they load: those name the model where no argument or config line does. Lines
-/// as printed in public logs: a vllm-ascend issue (#3479, Qwen3-4B on a 310P), an SGLang
-/// `bench_one_batch` run of granite-4.0-h-micro, an SGLang docs build of Qwen2.5-0.5B
-/// (`srt/model_loader/weight_utils.py`: "Found local HF snapshot for X at P").
+/// as printed in public logs: a vllm-ascend report (Qwen3-4B on a 310P, code index id
+/// 55963192249), an SGLang `bench_one_batch` run of granite-4.0-h-micro, an SGLang docs build
+/// of Qwen2.5-0.5B (`srt/model_loader/weight_utils.py`: "Found local HF snapshot for X at P").
 #[test]
 fn a_pasted_command_or_snapshot_line_names_the_model() {
     let kv = "Available KV cache memory: 10.55 GiB\nGPU KV cache size: 230,528 tokens\n";
