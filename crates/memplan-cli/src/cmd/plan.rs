@@ -2048,4 +2048,29 @@ mod tests {
         .unwrap();
         assert_eq!(j["kv"]["num_blocks"], 6_756, "{}", j["notes"]);
     }
+
+    #[test]
+    fn a_model_directory_of_another_machine_named_as_a_preset_is_that_preset() {
+        // vllm-ascend's start-up of /home/h00643489/data/Qwen2.5-0.5B-Instruct (a report copied
+        // into a public repository, code index id 55763524705), lines as printed: that
+        // directory is not on this machine, and its name is the shipped preset's.
+        let log = "(EngineCore_DP0 pid=6903) INFO 10-09 01:30:33 [core.py:76] Initializing a V1 LLM engine (v0.10.2) with config: model='/home/h00643489/data/Qwen2.5-0.5B-Instruct', dtype=torch.float16, max_seq_len=32768, tensor_parallel_size=1, quantization=None, enforce_eager=True, kv_cache_dtype=auto, device_config=npu\n\
+             (EngineCore_DP0 pid=6903) INFO 10-09 01:31:14 [worker_v1.py:198] Available memory: 40178937036, total memory: 49602220032\n\
+             (EngineCore_DP0 pid=6903) INFO 10-09 01:31:14 [kv_cache_utils.py:864] GPU KV cache size: 3,269,760 tokens\n";
+        let path = log_file("preset-dir", log);
+        let j = run_json(&format!("--from-log {}", path.display())).unwrap();
+        let notes = j["notes"].to_string();
+        assert_eq!(j["kv"]["num_blocks"], 25_545, "{notes}");
+        assert!(
+            notes.contains("its directory name is the shipped preset Qwen2.5-0.5B-Instruct"),
+            "{notes}"
+        );
+        // A directory whose name no preset has is left as it is (and refused as no model).
+        let path = log_file(
+            "no-preset-dir",
+            &log.replace("Qwen2.5-0.5B-Instruct", "my-finetune"),
+        );
+        let f = run_json(&format!("--from-log {}", path.display())).unwrap_err();
+        assert!(f.message.contains("my-finetune"), "{}", f.message);
+    }
 }

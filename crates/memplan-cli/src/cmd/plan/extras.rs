@@ -417,10 +417,22 @@ pub fn apply_log(a: &mut Flags) -> Result<LogContext, Failure> {
                     ));
                     a.model = Some(id);
                 }
-                None => {
-                    notes.push(format!("model from the log: {one}{}", at("model")));
-                    a.model = Some(one.clone());
-                }
+                // A directory of another machine (`/models/Qwen2.5-7B-Instruct`) whose name is
+                // a shipped preset's: that preset, as `--model` matches a name without its
+                // organisation or directory (`same_model`).
+                None => match preset_dir(one) {
+                    Some(name) => {
+                        notes.push(format!(
+                            "model from the log: {one}{} (not on this machine: its directory name is the shipped preset {name})",
+                            at("model")
+                        ));
+                        a.model = Some(name.to_string());
+                    }
+                    None => {
+                        notes.push(format!("model from the log: {one}{}", at("model")));
+                        a.model = Some(one.clone());
+                    }
+                },
             }
         }
         (None, []) => {
@@ -567,6 +579,17 @@ fn hub_id(path: &str) -> Option<String> {
     let dir = path[i + "models--".len()..].split('/').next()?;
     let (org, name) = dir.split_once("--")?;
     (!org.is_empty() && !name.is_empty()).then(|| format!("{org}/{name}"))
+}
+
+/// The last component of a path the log names, where the path is not on this machine and
+/// that component names a shipped preset (any case); `None` otherwise.
+fn preset_dir(path: &str) -> Option<&str> {
+    let trimmed = path.trim_end_matches('/');
+    if !trimmed.contains('/') || std::path::Path::new(trimmed).exists() {
+        return None;
+    }
+    let name = trimmed.rsplit('/').next().filter(|n| !n.is_empty())?;
+    memplan_model::presets::find(name).ok().map(|_| name)
 }
 
 /// Whether `--model` names the model a log names: the same name, or the same model name
