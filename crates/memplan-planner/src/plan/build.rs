@@ -1219,7 +1219,8 @@ impl PlanBuilder {
         }
         let fixed_kv = matches!(self.request, Request::KvCacheBytes(_));
         // A measured plan fits the KV cache's tensors, each rounded by the allocator, in what it
-        // keeps for the cache (see `fit_rounded`); a mapped cache keeps one granule of slack.
+        // keeps for the cache (see `fit_rounded`); a mapped cache is rounded down to whole
+        // granules of its mapping.
         let per_tensor = !fixed_kv && self.alloc_slack > 0 && self.granularity.is_none();
         let fit = (self.granule(), self.kv_tensors(), self.kv_rounding_bound());
         let alloc = self.alloc().clone();
@@ -1269,7 +1270,11 @@ impl PlanBuilder {
             budget::check_free(s, b.requested, &self.request, self.start_tolerance)?;
         }
         let mut warnings = self.warnings;
-        let mut kv_bytes = if fixed_kv || per_tensor {
+        // A mapped cache (post-capture) is rounded down to whole granules below, and its
+        // blocks, mapped rounded up to a granule, stay inside those: no slack on top. Keeping a
+        // granule besides lost up to two granules' blocks (a 117 MB budget on a 2 MiB
+        // granularity held 109 blocks of 1 MB where 111 fit in its 55 granules).
+        let mut kv_bytes = if fixed_kv || per_tensor || self.granularity.is_some() {
             b.kv_budget
         } else {
             b.kv_budget.saturating_sub(self.alloc_slack)

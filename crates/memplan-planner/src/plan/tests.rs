@@ -814,3 +814,37 @@ fn the_suggestion_without_a_graph_reserve_adds_the_warnings_capture_figure() {
         line(&plan)
     );
 }
+
+#[test]
+fn a_mapped_kv_cache_holds_every_block_its_whole_granules_hold() {
+    // Post-capture maps the KV cache in whole granules of the device's mapping granularity:
+    // the budget rounded down to whole granules holds `floor(granules x g / block)` blocks, and
+    // those blocks, mapped rounded up to a granule, stay inside the same granules. Nothing else
+    // rounds them, so no slack is kept besides (a granule kept on top lost up to two granules'
+    // blocks).
+    let g = 2 * MIB;
+    let p = profile(
+        48 * GIB,
+        47 * GIB,
+        46 * GIB,
+        20 * GIB,
+        GIB,
+        0,
+        Some((GIB as i64, 0, true)),
+    );
+    let plan = PlanBuilder::from_profile(&p, "test", Request::Utilization(0.9), spec(), limits())
+        .unwrap()
+        .mapping_granularity(g)
+        .build()
+        .unwrap();
+    // 28 layers x 16 tokens x 2 heads x 128 x (K, V) x 2 bytes.
+    let block = 28 * 16 * 2 * 128 * 2 * 2;
+    assert_eq!(plan.kv.block_bytes, block);
+    let whole = plan.kv_budget_bytes / g * g;
+    assert_eq!(plan.kv_cache_bytes, whole);
+    assert_eq!(plan.kv.num_blocks, whole / block);
+    let mapped = (plan.kv.num_blocks * block).div_ceil(g) * g;
+    assert!(mapped <= plan.kv_budget_bytes);
+    // One block more would not fit in them.
+    assert!((plan.kv.num_blocks + 1) * block > whole);
+}
