@@ -477,6 +477,11 @@ impl DryRun {
             dtype_bytes: db,
             mamba_cache_dtype: self.mamba_cache_dtype,
             mamba_ssm_cache_dtype: self.mamba_ssm_cache_dtype,
+            nemotron_h_ssm_default: if engine.nemotron_h_ssm_float16 {
+                MambaDtype::Float16
+            } else {
+                MambaDtype::Float32
+            },
         };
         let block_size = self.block_size.unwrap_or(engine.block_size);
         let mut kv_spec = c.kv_spec_with(kv_dtype, block_size, tp, &opts)?;
@@ -533,6 +538,16 @@ impl DryRun {
             } else {
                 format!("{flag} {d}: the model has no recurrent-state layers, so it changes nothing")
             });
+        }
+        if has_state
+            && engine.kind == crate::engine::EngineKind::Vllm
+            && self.mamba_ssm_cache_dtype.is_none()
+            && c.state.is_some_and(|s| s.ssm_engine_default)
+        {
+            notes.push(format!(
+                "the config names no mamba_ssm_cache_dtype: vLLM {} keeps this Nemotron-H model's SSM state in {} (vLLM 0.19 float16, 0.20.0 on float32)",
+                engine.version, opts.nemotron_h_ssm_default
+            ));
         }
         if kv_spec.block_size != block_size {
             notes.push(format!(

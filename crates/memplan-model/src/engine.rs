@@ -142,6 +142,12 @@ pub struct EngineRules {
     pub state_mode: StateMode,
     /// Mamba2 layers keep one more page for their prefill checkpoint (0.32).
     pub mamba2_checkpoint_page: bool,
+    /// Nemotron-H's SSM state is float16 where neither `--mamba-ssm-cache-dtype` nor the
+    /// config's `mamba_ssm_cache_dtype` names a dtype (0.19: `model_executor/models/config.py`
+    /// `NemotronHForCausalLMConfig.verify_and_update_config`, `getattr(hf_config,
+    /// "mamba_ssm_cache_dtype", "float16")`); float32 from 0.20.0
+    /// (`DEFAULT_MAMBA_SSM_CACHE_DTYPE`). SGLang rows keep float32.
+    pub nemotron_h_ssm_float16: bool,
     /// How the profile run's non-KV memory is counted.
     pub non_kv: NonKvAccounting,
     /// Platforms whose graph memory the engine profiles before sizing the KV cache
@@ -199,6 +205,7 @@ const fn v(version: &'static str) -> EngineRules {
         large_device_defaults: false,
         state_mode: StateMode::One,
         mamba2_checkpoint_page: false,
+        nemotron_h_ssm_float16: false,
         non_kv: NonKvAccounting::TorchPeak,
         graph_profiled_on: &["cuda"],
         computed_static_fraction: false,
@@ -253,6 +260,7 @@ pub const VLLM: &[EngineRules] = &[
         graph_subtracted: false,
         capacity: Capacity::BlocksPerGroup,
         logged_kv_tokens: LoggedKvTokens::AllBlocks,
+        nemotron_h_ssm_float16: true,
         coefficients: coefficients::VLLM_019,
         ..v("0.19")
     },

@@ -30,10 +30,20 @@ pub struct SpecOptions {
     /// vLLM's `--mamba-ssm-cache-dtype` (`None`: `auto`, the family's rule from the config,
     /// else the Mamba cache dtype): the SSM/temporal state only.
     pub mamba_ssm_cache_dtype: Option<MambaDtype>,
+    /// Nemotron-H's SSM state dtype where `--mamba-ssm-cache-dtype` is `auto` and the config
+    /// names no `mamba_ssm_cache_dtype`: vLLM 0.19.0 float16
+    /// (`model_executor/models/config.py`, `NemotronHForCausalLMConfig.verify_and_update_config`:
+    /// `getattr(hf_config, "mamba_ssm_cache_dtype", "float16")`; transformers 4.x, which 0.19.0
+    /// requires, has no Nemotron-H config class, and the checkpoints' own
+    /// `configuration_nemotron_h.py` sets no such attribute), float32 from 0.20.0
+    /// (`NemotronHForCausalLMConfig.DEFAULT_MAMBA_SSM_CACHE_DTYPE`, vLLM PR 39032; read in
+    /// 0.20.0, 0.23.0 and 0.34.0).
+    pub nemotron_h_ssm_default: MambaDtype,
 }
 
 impl Default for SpecOptions {
-    /// vLLM 0.19: one page per state (no prefix caching for hybrids), 16-token alignment.
+    /// vLLM 0.19: one page per state (no prefix caching for hybrids), 16-token alignment; the
+    /// newest release's float32 for a Nemotron-H SSM state its config leaves unnamed.
     fn default() -> Self {
         SpecOptions {
             state_pages: (1, 1),
@@ -41,6 +51,7 @@ impl Default for SpecOptions {
             dtype_bytes: 2,
             mamba_cache_dtype: None,
             mamba_ssm_cache_dtype: None,
+            nemotron_h_ssm_default: MambaDtype::Float32,
         }
     }
 }
@@ -173,6 +184,7 @@ impl ModelConfig {
                 opts.dtype_bytes,
                 opts.mamba_cache_dtype,
                 opts.mamba_ssm_cache_dtype,
+                opts.nemotron_h_ssm_default,
             )?;
             let mamba2 = shape.kind == crate::arch::state::StateKind::Mamba2;
             let pages = if mamba2 {

@@ -1305,6 +1305,67 @@ mod tests {
     }
 
     #[test]
+    fn nemotron_h_ssm_state_follows_the_release_default() {
+        use memplan::kv::AttentionKind;
+        // Nemotron-H-56B-Base-8K's real config names no `mamba_ssm_cache_dtype`. vLLM 0.19.0
+        // (`model_executor/models/config.py`, `NemotronHForCausalLMConfig`
+        // `.verify_and_update_config`) then uses `getattr(hf_config, "mamba_ssm_cache_dtype",
+        // "float16")`; 0.20.0 on, `DEFAULT_MAMBA_SSM_CACHE_DTYPE = "float32"`. Per Mamba2
+        // layer: conv (16,384 + 2 x 8 x 256) x 3 = 61,440 bf16 elements = 122,880 B; SSM 256
+        // heads x 64 x 256 = 4,194,304 elements: float16 8,388,608 B (8,511,488 in all),
+        // float32 16,777,216 B (16,900,096).
+        let line = include_str!("../../../memplan-model/tests/data/weight-configs.jsonl")
+            .lines()
+            .find(|l| l.contains("\"nvidia/Nemotron-H-56B-Base-8K\""))
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let dir = std::env::temp_dir().join(format!("memplan-56b-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg = dir.join("config.json");
+        std::fs::write(&cfg, v["config"].to_string()).unwrap();
+        let notes = |f: &str| {
+            let (_, p) = plan_ranks(&flags(&format!(
+                "--model {} --total-memory 2048GiB --max-model-len 4096 {f}",
+                cfg.display()
+            )))
+            .unwrap();
+            p.notes
+        };
+        assert!(
+            notes("--engine vllm@0.19").iter().any(|n| n.contains(
+                "names no mamba_ssm_cache_dtype: vLLM 0.19 keeps this Nemotron-H model's SSM state in float16"
+            )),
+            "{:?}",
+            notes("--engine vllm@0.19")
+        );
+        let state = |f: &str| {
+            let (_, p) = plan_ranks(&flags(&format!(
+                "--model {} --total-memory 2048GiB --max-model-len 4096 {f}",
+                cfg.display()
+            )))
+            .unwrap();
+            p.kv_spec
+                .groups
+                .iter()
+                .find_map(|g| match g.attention {
+                    AttentionKind::State { bytes, .. } => Some(bytes),
+                    _ => None,
+                })
+                .unwrap()
+        };
+        assert_eq!(state("--engine vllm@0.19"), 8_511_488);
+        assert_eq!(state("--engine vllm@0.20.0"), 16_900_096);
+        assert_eq!(state("--engine vllm@0.34"), 16_900_096);
+        assert_eq!(state(""), 16_900_096);
+        // The flag wins over the release's default.
+        assert_eq!(
+            state("--engine vllm@0.19 --mamba-ssm-cache-dtype float32"),
+            16_900_096
+        );
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
     fn emitted_args_are_only_what_the_engine_accepts() {
         let f = "--model qwen3-8b --total-memory 80GiB --max-model-len 8192";
         // vLLM 0.19 has no int8 cache (CacheDType, vllm/config/cache.py); 0.34 does.

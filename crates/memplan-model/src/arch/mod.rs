@@ -27,7 +27,9 @@ pub struct Quirk {
     pub names: &'static [&'static str],
     /// Recurrent-state calculator for `State` layers.
     pub state: Option<StateKind>,
-    /// The SSM state is float32 by default.
+    /// vLLM's family rule takes the SSM state's dtype from the config's
+    /// `mamba_ssm_cache_dtype` (Nemotron-H), else the release's default
+    /// ([`SpecOptions::nemotron_h_ssm_default`](crate::kvspec::SpecOptions::nemotron_h_ssm_default)).
     pub ssm_f32: bool,
     /// QKV projections carry biases.
     pub qkv_bias: bool,
@@ -386,8 +388,8 @@ pub(crate) fn parse(
         // The SSM state's dtype where the family's rule reads it from the config while
         // `--mamba-ssm-cache-dtype` is `auto` (vLLM 0.19.0 `model_executor/models/config.py`
         // `verify_and_update_config`): Nemotron-H's `mamba_ssm_cache_dtype`
-        // (`NemotronHForCausalLMConfig`; float32 when absent, as memplan has always read it),
-        // Qwen3.5's `mamba_ssm_dtype` (`Qwen3_5ForConditionalGenerationConfig`, both Qwen3.5
+        // (`NemotronHForCausalLMConfig`; when absent the release's default decides:
+        // `SpecOptions::nemotron_h_ssm_default`), Qwen3.5's `mamba_ssm_dtype` (`Qwen3_5ForConditionalGenerationConfig`, both Qwen3.5
         // architectures; every released Qwen3.5 and 3.6 config says "float32", which makes
         // the temporal state twice its bf16 size: `mamba_utils.py`
         // `gated_delta_net_state_dtype`).
@@ -404,10 +406,11 @@ pub(crate) fn parse(
         };
         let ssm_bytes = match ssm_key.map(|k| (k, f.str(k))) {
             Some((k, Some(name))) => Some(state::config_dtype_bytes(k, name)?),
-            Some(("mamba_ssm_cache_dtype", None)) => Some(4),
             _ => None,
         };
-        c.state = Some(state::read(kind, &f, c.hidden_size, ssm_bytes)?);
+        let mut shape = state::read(kind, &f, c.hidden_size, ssm_bytes)?;
+        shape.ssm_engine_default = ssm_key == Some("mamba_ssm_cache_dtype") && ssm_bytes.is_none();
+        c.state = Some(shape);
     }
     c.vision = vision::read(top, arch, c.hidden_size);
     if arch == "MolmoForCausalLM" && c.vision.is_none() {

@@ -48,10 +48,17 @@ pub struct StateShape {
     /// Bytes of an SSM/recurrent-state element where the family's vLLM rule takes the dtype
     /// from the config while `--mamba-ssm-cache-dtype` is `auto` (vLLM 0.19.0
     /// `model_executor/models/config.py`: `NemotronHForCausalLMConfig`, the config's
-    /// `mamba_ssm_cache_dtype`, float32 when absent as memplan has always read it;
-    /// `Qwen3_5ForConditionalGenerationConfig`, the config's `mamba_ssm_dtype`); `None`: the
-    /// Mamba cache dtype (the model's unless `--mamba-cache-dtype`).
+    /// `mamba_ssm_cache_dtype`; `Qwen3_5ForConditionalGenerationConfig`, the config's
+    /// `mamba_ssm_dtype`); `None`: the engine's default below where
+    /// [`ssm_engine_default`](Self::ssm_engine_default), else the Mamba cache dtype (the
+    /// model's unless `--mamba-cache-dtype`).
     pub ssm_dtype_bytes: Option<u64>,
+    /// The family's rule applies while the config names no SSM dtype, so the engine release's
+    /// default decides it (Nemotron-H without `mamba_ssm_cache_dtype`:
+    /// `getattr(hf_config, "mamba_ssm_cache_dtype", "float16")` in vLLM 0.19.0,
+    /// `DEFAULT_MAMBA_SSM_CACHE_DTYPE = "float32"` from 0.20.0; see
+    /// [`SpecOptions::nemotron_h_ssm_default`](crate::kvspec::SpecOptions::nemotron_h_ssm_default)).
+    pub ssm_engine_default: bool,
 }
 
 /// A Mamba cache dtype other than `auto` (vLLM 0.19.0 `MambaDType`, `vllm/config/cache.py`:
@@ -133,10 +140,11 @@ fn div(n: u64, tp: u64, what: &str) -> Result<u64> {
 impl StateShape {
     /// Bytes of one layer's state on one of `tp` ranks with activations of `dtype_bytes` and
     /// both Mamba cache dtypes `auto` (`MambaSpec.page_size_bytes` before padding; conv state
-    /// in the model dtype, the SSM state in [`ssm_dtype_bytes`](Self::ssm_dtype_bytes) or the
-    /// model dtype).
+    /// in the model dtype, the SSM state in [`ssm_dtype_bytes`](Self::ssm_dtype_bytes), the
+    /// newest vLLM's default (float32) where the family's rule leaves it to the engine, or
+    /// the model dtype).
     pub fn bytes_per_rank(&self, tp: u64, dtype_bytes: u64) -> Result<u64> {
-        self.bytes_per_rank_with(tp, dtype_bytes, None, None)
+        self.bytes_per_rank_with(tp, dtype_bytes, None, None, MambaDtype::Float32)
     }
 
     /// [`bytes_per_rank`](Self::bytes_per_rank) with vLLM's `--mamba-cache-dtype`
@@ -144,18 +152,22 @@ impl StateShape {
     /// only), `None` for `auto` (`mamba_utils.py`, `MambaStateDtypeCalculator._mamba_state_dtype`:
     /// conv in `get_kv_cache_torch_dtype(mamba_cache_dtype, model_dtype)`, the temporal state
     /// in `mamba_ssm_cache_dtype`, or the conv state's dtype when `auto`; the family's rule
-    /// sets an `auto` SSM dtype from the config first, `verify_and_update_config`).
+    /// sets an `auto` SSM dtype from the config first, `verify_and_update_config`, or to
+    /// `engine_default` where the config names none and
+    /// [`ssm_engine_default`](Self::ssm_engine_default) says the rule applies).
     pub fn bytes_per_rank_with(
         &self,
         tp: u64,
         dtype_bytes: u64,
         cache: Option<MambaDtype>,
         ssm: Option<MambaDtype>,
+        engine_default: MambaDtype,
     ) -> Result<u64> {
         let dtype_bytes = cache.map_or(dtype_bytes, MambaDtype::bytes);
         let ssm_b = ssm
             .map(MambaDtype::bytes)
             .or(self.ssm_dtype_bytes)
+            .or(self.ssm_engine_default.then(|| engine_default.bytes()))
             .unwrap_or(dtype_bytes);
         let k = self.conv_kernel.saturating_sub(1);
         let (conv, ssm) = match self.kind {
@@ -288,6 +300,7 @@ pub(crate) fn read(
                 _ => hidden.div_ceil(16),
             },
             ssm_dtype_bytes,
+            ssm_engine_default: false,
         },
         StateKind::Mamba2 => {
             let heads = first(&["mamba_n_heads", "mamba_num_heads", "n_mamba_heads"])?;
@@ -311,6 +324,7 @@ pub(crate) fn read(
                 conv_kernel: f.first(&["mamba_d_conv", "conv_kernel"])?.unwrap_or(4),
                 dt_rank: 0,
                 ssm_dtype_bytes,
+                ssm_engine_default: false,
             }
         }
         StateKind::ShortConv => StateShape {
@@ -323,6 +337,7 @@ pub(crate) fn read(
             conv_kernel: first(&["conv_L_cache"])?,
             dt_rank: 0,
             ssm_dtype_bytes,
+            ssm_engine_default: false,
         },
         StateKind::GatedDeltaNet => StateShape {
             kind,
@@ -334,6 +349,7 @@ pub(crate) fn read(
             conv_kernel: first(&["linear_conv_kernel_dim"])?,
             dt_rank: 0,
             ssm_dtype_bytes,
+            ssm_engine_default: false,
         },
     })
 }

@@ -32,6 +32,7 @@ pub(super) fn plan(json: &str, len: Option<u64>) -> (ModelConfig, KvSpec, KvSizi
         dtype_bytes: 2,
         mamba_cache_dtype: None,
         mamba_ssm_cache_dtype: None,
+        nemotron_h_ssm_default: crate::arch::state::MambaDtype::Float32,
     };
     let spec = c
         .kv_spec_with(KvDtype::Bf16, e.block_size, 1, &opts)
@@ -760,6 +761,7 @@ fn mamba_cache_dtype_flags_override_the_state_dtype() {
             dtype_bytes: 2,
             mamba_cache_dtype: cache,
             mamba_ssm_cache_dtype: ssm,
+            nemotron_h_ssm_default: Float32,
         };
         let spec = c.kv_spec_with(KvDtype::Bf16, 16, 1, &opts).unwrap();
         let bytes = spec
@@ -813,4 +815,61 @@ fn mamba_cache_dtype_flags_override_the_state_dtype() {
     v["mamba_ssm_cache_dtype"] = serde_json::Value::from("float16");
     let c = ModelConfig::from_value(&v).unwrap();
     assert_eq!(state_of(&c, Some(Float32), None).0, 73_728 + 1_048_576);
+}
+
+#[test]
+fn nemotron_h_without_an_ssm_dtype_takes_the_release_default() {
+    // vLLM 0.19.0 `model_executor/models/config.py`,
+    // `NemotronHForCausalLMConfig.verify_and_update_config`: an `auto` SSM dtype becomes
+    // `getattr(hf_config, "mamba_ssm_cache_dtype", "float16")`, and Nemotron-H-56B-Base-8K's
+    // config.json names none (transformers 4.x, which 0.19.0 requires, has no Nemotron-H
+    // config class with a default). 0.20.0 on: `DEFAULT_MAMBA_SSM_CACHE_DTYPE = "float32"`.
+    use crate::arch::state::MambaDtype::{Float16, Float32};
+    use memplan_core::kv::AttentionKind;
+    let c = super::tests_weights::real("nvidia/Nemotron-H-56B-Base-8K");
+    let state_of = |default, ssm| {
+        let opts = SpecOptions {
+            state_pages: (1, 1),
+            hybrid_block_align: 16,
+            dtype_bytes: 2,
+            mamba_cache_dtype: None,
+            mamba_ssm_cache_dtype: ssm,
+            nemotron_h_ssm_default: default,
+        };
+        let spec = c.kv_spec_with(KvDtype::Bf16, 16, 1, &opts).unwrap();
+        let bytes = spec
+            .groups
+            .iter()
+            .find_map(|g| match g.attention {
+                AttentionKind::State { bytes, .. } => Some(bytes),
+                _ => None,
+            })
+            .unwrap();
+        (bytes, spec.block_size)
+    };
+    // 56B: Mamba2 of 256 heads of 64 (16,384 inner), 8 groups of state 256, kernel 4. Conv
+    // (16,384 + 2 x 8 x 256) x 3 = 61,440 elements x 2 B (bf16) = 122,880; SSM 256 x 64 x
+    // 256 = 4,194,304 elements. An attention token: 8 KV heads x 128 x (K + V) x 2 B =
+    // 4,096 B, so the block is 16 x cdiv(state, 16 x 4,096).
+    // 0.19 (float16): 122,880 + 8,388,608 = 8,511,488; block 16 x cdiv(8,511,488, 65,536)
+    // = 16 x 130 = 2,080.
+    assert_eq!(state_of(Float16, None), (8_511_488, 2_080));
+    // 0.20.0 on (float32): 122,880 + 16,777,216 = 16,900,096; block 16 x 258 = 4,128.
+    assert_eq!(state_of(Float32, None), (16_900_096, 4_128));
+    // --mamba-ssm-cache-dtype float32 under 0.19: the flag wins (16,900,096).
+    assert_eq!(state_of(Float16, Some(Float32)).0, 16_900_096);
+    // A config that names its dtype keeps it whatever the release: Nano-30B says "float32",
+    // 64 heads of 64, 8 groups of state 128: conv 18,432 x 2 = 36,864 + SSM 524,288 x 4 =
+    // 2,097,152: 2,134,016 under either default.
+    let nano = super::tests_weights::real("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16");
+    for d in [Float16, Float32] {
+        let opts = SpecOptions {
+            nemotron_h_ssm_default: d,
+            ..SpecOptions::default()
+        };
+        let spec = nano.kv_spec_with(KvDtype::Bf16, 16, 1, &opts).unwrap();
+        assert!(spec.groups.iter().any(
+            |g| matches!(g.attention, AttentionKind::State { bytes, .. } if bytes == 2_134_016)
+        ));
+    }
 }

@@ -278,7 +278,8 @@ pub struct Flags {
     pub mamba_cache_dtype: MambaChoice,
     /// SSM (temporal) state dtype of recurrent-state layers, vLLM's flag: auto, float32,
     /// float16. auto: the config's where the family's rule reads it (Nemotron-H's
-    /// mamba_ssm_cache_dtype, float32 when absent; Qwen3.5's mamba_ssm_dtype), else
+    /// mamba_ssm_cache_dtype, when absent float16 under vLLM 0.19 and float32 from 0.20.0;
+    /// Qwen3.5's mamba_ssm_dtype), else
     /// --mamba-cache-dtype's.
     #[arg(long, value_name = "DTYPE", default_value = "auto", value_parser = mamba_dtype)]
     pub mamba_ssm_cache_dtype: MambaChoice,
