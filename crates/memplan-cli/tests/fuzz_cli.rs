@@ -150,6 +150,8 @@ const FLAGS: &[&str] = &[
     "--graph-strategy",
     "--emit-args",
     "--enforce-eager",
+    "--enable-prefix-caching",
+    "--no-enable-prefix-caching",
     "--json",
     "--total-memory",
     "--device",
@@ -278,7 +280,13 @@ fn argv(r: &mut Rng, dir: &Path) -> Vec<String> {
                 a.push(f.to_string());
                 if !matches!(
                     f,
-                    "--enforce-eager" | "--json" | "--bogus" | "--" | "--help"
+                    "--enforce-eager"
+                        | "--enable-prefix-caching"
+                        | "--no-enable-prefix-caching"
+                        | "--json"
+                        | "--bogus"
+                        | "--"
+                        | "--help"
                 ) {
                     a.push(value_for(f, r, dir));
                 }

@@ -67,6 +67,11 @@ pub struct DryRun {
     /// vLLM's `--mamba-ssm-cache-dtype` (`None` = `auto`: the family's rule from the
     /// config, else the Mamba cache dtype): the SSM state only.
     pub mamba_ssm_cache_dtype: Option<MambaDtype>,
+    /// vLLM's `--enable-prefix-caching` (`Some(true)`) or `--no-enable-prefix-caching`
+    /// (`Some(false)`); `None`: the release's default. It sets how many pages a request holds
+    /// in each recurrent-state layer: one without prefix caching (`mamba_cache_mode` `none`),
+    /// two in `align` mode ([`EngineRules::state_pages_with`]).
+    pub prefix_caching: Option<bool>,
     /// Online quantization; the checkpoint's own config is used otherwise.
     pub quantization: Option<Quantization>,
     /// Longest request (`None` = the model's `max_position_embeddings`).
@@ -135,6 +140,7 @@ impl DryRun {
             kv_cache_dtype: None,
             mamba_cache_dtype: None,
             mamba_ssm_cache_dtype: None,
+            prefix_caching: None,
             quantization: None,
             max_model_len: None,
             max_num_seqs: None,
@@ -208,6 +214,12 @@ impl DryRun {
     /// vLLM's `--mamba-ssm-cache-dtype` (`None`: `auto`).
     pub fn mamba_ssm_cache_dtype(mut self, d: Option<MambaDtype>) -> Self {
         self.mamba_ssm_cache_dtype = d;
+        self
+    }
+    /// vLLM's `--enable-prefix-caching` / `--no-enable-prefix-caching` (`None`: the
+    /// release's default).
+    pub fn prefix_caching(mut self, on: Option<bool>) -> Self {
+        self.prefix_caching = on;
         self
     }
     /// Online weight quantization.
@@ -467,8 +479,19 @@ impl DryRun {
             unified_memory: crate::device::unified_memory(&self.device_name),
             max_model_len,
         };
+        // With prefix caching on, vLLM keeps a hybrid's states in `align` mode unless the
+        // model supports Mamba prefix caching ('all' mode, not modelled: the release's pages
+        // are kept and a note says so).
+        let all_mode = self.prefix_caching == Some(true)
+            && self.extras.draft.is_none()
+            && has_state
+            && crate::engine::MAMBA_PREFIX_CACHING.contains(&c.architecture.as_str());
+        let prefix = self.prefix_caching.filter(|_| !all_mode);
         let opts = SpecOptions {
-            state_pages: (engine.state_pages(false), engine.state_pages(true)),
+            state_pages: (
+                engine.state_pages_with(false, prefix),
+                engine.state_pages_with(true, prefix),
+            ),
             hybrid_block_align: match (c.mla.is_some(), engine.block_size >= 64) {
                 (true, true) => 128,
                 (true, false) => 64,
@@ -499,6 +522,26 @@ impl DryRun {
             extra_weights.push((w, format!("LoRA: {slots} slot(s) of rank {rank} pre-allocated for the QKV/O/gate-up/down projections")));
         }
         let mut notes = vec![c.rule.clone()];
+        if all_mode {
+            notes.push(format!(
+                "--enable-prefix-caching: vLLM keeps {}'s recurrent states in 'all' mode (a page per block of the request, `MambaModelConfig.verify_and_update_config`), which memplan does not model; the states are sized with {}'s default pages",
+                c.architecture, engine
+            ));
+        } else if let (Some(on), true) = (self.prefix_caching, has_state) {
+            notes.push(format!(
+                "{}: {} page(s) a request in each recurrent-state layer (vLLM Mamba cache mode {})",
+                if on {
+                    "--enable-prefix-caching"
+                } else {
+                    "--no-enable-prefix-caching"
+                },
+                match c.state.map(|s| s.kind) {
+                    Some(crate::arch::state::StateKind::Mamba2) => opts.state_pages.1,
+                    _ => opts.state_pages.0,
+                },
+                if on { "'align'" } else { "'none'" },
+            ));
+        }
         notes.extend(c.notes.iter().cloned());
         notes.extend(self.notes.iter().cloned());
         notes.push(format!(

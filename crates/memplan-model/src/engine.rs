@@ -253,6 +253,20 @@ const V2_ALL: RunnerDefault = RunnerDefault::V2 {
 const CUDA_ROCM: &[&str] = &["cuda", "rocm"];
 const CUDA_ROCM_XPU: &[&str] = &["cuda", "rocm", "xpu"];
 
+/// Architectures vLLM runs in `'all'` Mamba cache mode when prefix caching is on (classes
+/// that implement `SupportsMambaPrefixCaching`, 0.20.0 `model_executor/models`), unless
+/// speculative decoding is on too (`align` then).
+pub const MAMBA_PREFIX_CACHING: &[&str] = &[
+    "BambaForCausalLM",
+    "FalconH1ForCausalLM",
+    "GraniteMoeHybridForCausalLM",
+    "JambaForCausalLM",
+    "Mamba2ForCausalLM",
+    "MambaForCausalLM",
+    "NemotronHForCausalLM",
+    "Zamba2ForCausalLM",
+];
+
 /// vLLM releases where a sizing rule changed, oldest first.
 pub const VLLM: &[EngineRules] = &[
     EngineRules {
@@ -581,7 +595,23 @@ impl EngineRules {
 
     /// Pages per request of a recurrent-state layer (`MambaSpec.max_memory_usage_bytes`).
     pub fn state_pages(&self, mamba2: bool) -> u64 {
-        match self.state_mode {
+        self.state_pages_with(mamba2, None)
+    }
+
+    /// [`state_pages`](Self::state_pages) with prefix caching as vLLM's
+    /// `--enable-prefix-caching` / `--no-enable-prefix-caching` set it (`None`: the release's
+    /// default, [`state_mode`](Self::state_mode)): off, one page per request (`mamba_cache_mode`
+    /// `none`); on, `align` mode's two (`MambaSpec.max_memory_usage_bytes`: `page_size_bytes *
+    /// (2 + num_speculative_blocks)`, 0.19.0 and 0.23.0 `v1/kv_cache_interface.py`), which
+    /// `MambaModelConfig.verify_and_update_config` chooses for models without Mamba prefix
+    /// caching (0.20.0 `model_executor/models/config.py`).
+    pub fn state_pages_with(&self, mamba2: bool, prefix_caching: Option<bool>) -> u64 {
+        let mode = match prefix_caching {
+            None => self.state_mode,
+            Some(false) => StateMode::One,
+            Some(true) => StateMode::Align,
+        };
+        match mode {
             StateMode::One => 1,
             StateMode::Align => 2 + u64::from(mamba2 && self.mamba2_checkpoint_page),
         }

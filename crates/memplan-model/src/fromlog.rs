@@ -126,6 +126,8 @@ pub struct LogFigures {
     pub quantization: Option<String>,
     /// `enforce_eager`.
     pub enforce_eager: Option<bool>,
+    /// `enable_prefix_caching` (the engine config line, or vLLM's non-default args).
+    pub enable_prefix_caching: Option<bool>,
     /// The line that says the start-up captures no graphs although it is not eager:
     /// `cudagraph_mode` NONE in the engine config (`"cudagraph_mode":0` up to 0.10,
     /// `'cudagraph_mode': <CUDAGraphMode.NONE: 0>` from 0.11), or the capture's own "Skipping
@@ -1760,6 +1762,16 @@ pub fn parse(text: &str) -> Result<LogFigures> {
         if f.no_graphs.is_none() && NO_GRAPHS.iter().any(|k| l.has(k)) {
             f.no_graphs = Some(n);
             lines.push(("no_graphs", n));
+        }
+        for key in ["'enable_prefix_caching':", "enable_prefix_caching="] {
+            let e = l.word(key).map(|w| w.eq_ignore_ascii_case("true"));
+            set(
+                &mut f.enable_prefix_caching,
+                e,
+                lines,
+                "enable_prefix_caching",
+                n,
+            );
         }
         for key in ["'enforce_eager':", "enforce_eager="] {
             let e = l.word(key).map(|w| w.eq_ignore_ascii_case("true"));

@@ -258,6 +258,7 @@ fn input(a: &Flags, model: &Model, t: &Target) -> Result<DryRun, Failure> {
         .kv_cache_dtype(a.kv_cache_dtype.0)
         .mamba_cache_dtype(a.mamba_cache_dtype.0)
         .mamba_ssm_cache_dtype(a.mamba_ssm_cache_dtype.0)
+        .prefix_caching(a.prefix_caching())
         .quantization(
             a.quantization
                 .0
@@ -317,6 +318,7 @@ fn context(a: &Flags, m: &Model) -> Result<render_args::Context, Error> {
         quantization: a.quantization.0.clone(),
         mamba_cache_dtype: a.mamba_cache_dtype.0,
         mamba_ssm_cache_dtype: a.mamba_ssm_cache_dtype.0,
+        prefix_caching: a.prefix_caching(),
         version: engine_rules(a)?.version.to_string(),
     })
 }
@@ -1302,6 +1304,80 @@ mod tests {
         extras::apply_log(&mut a).unwrap();
         assert_eq!(a.mamba_ssm_cache_dtype.0, Some(MambaDtype::Float32));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_logged_prefix_cached_hybrid_start_up_keeps_two_state_pages() {
+        // A public vLLM 0.23.1rc1.dev531 start-up of nvidia/Qwen3.6-27B-NVFP4 (code index id
+        // 61544841280) with `enable_prefix_caching=True`: vLLM keeps the gated-DeltaNet states
+        // in 'align' mode, 2 pages a request (`v1/kv_cache_interface.py`,
+        // `MambaSpec.max_memory_usage_bytes`, 0.23.0). By hand: 64 layers, 16 full attention
+        // with 4 KV heads of 256 in fp8 (2,048 B a token), 48 gated DeltaNet: conv (2 x 16 x
+        // 128 + 48 x 128) x 3 = 30,720 bf16 = 61,440 B, recurrent 48 x 128 x 128 float32 =
+        // 3,145,728 B: 3,207,168 B, so blocks of 16 x cdiv(3,207,168, 16 x 2,048) = 1,568
+        // tokens, pages of 3,211,264 B. Groups of 16 layers: 1 attention + 3 state groups.
+        // 47.84 GiB / (16 x 3,211,264) = 999 blocks. A request: cdiv(262,144, 1,568) = 168
+        // attention blocks + 3 x 2 state pages = 174; int(999 / 174 x 262,144) = 1,505,068
+        // tokens, as logged (one page a state, 171 a request, gives 1,531,472).
+        let line = include_str!("../../../memplan-model/tests/data/weight-configs.jsonl")
+            .lines()
+            .find(|l| l.contains("\"nvidia/Qwen3.6-27B-NVFP4\""))
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let dir = std::env::temp_dir().join(format!("memplan-q36-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("config.json"), v["config"].to_string()).unwrap();
+        let log = |prefix: &str| {
+            format!(
+                "(EngineCore pid=134) INFO 07-02 21:27:42 [core.py:114] Initializing a V1 LLM engine (v0.23.1rc1.dev531+ga65f93fb2) with config: model='nvidia/Qwen3.6-27B-NVFP4', dtype=torch.bfloat16, max_seq_len=262144, tensor_parallel_size=1, quantization=modelopt_mixed, enforce_eager=False, kv_cache_dtype=fp8, device_config=cuda, enable_prefix_caching={prefix}, enable_chunked_prefill=True\n\
+                 (EngineCore pid=134) INFO 07-02 21:30:03 [gpu_model_runner.py:5255] Model loading took 19.78 GiB memory and 129.689615 seconds\n\
+                 (EngineCore pid=134) INFO 07-02 21:30:03 [interface.py:773] Setting attention block size to 1568 tokens to ensure that attention page size is >= mamba page size.\n\
+                 (EngineCore pid=134) INFO 07-02 21:33:32 [gpu_model_runner.py:6588] Estimated CUDA graph memory: 0.61 GiB total\n\
+                 (EngineCore pid=134) INFO 07-02 21:33:32 [gpu_worker.py:515] Available KV cache memory: 47.84 GiB\n\
+                 (EngineCore pid=134) INFO 07-02 21:33:32 [gpu_worker.py:530] CUDA graph memory profiling is enabled (default since v0.21.0). The current --gpu-memory-utilization=0.7000 is equivalent to --gpu-memory-utilization=0.6950 without CUDA graph memory profiling.\n\
+                 (EngineCore pid=134) INFO 07-02 21:33:32 [kv_cache_utils.py:2146] GPU KV cache size: 1,505,068 tokens\n\
+                 (EngineCore pid=134) INFO 07-02 21:33:32 [kv_cache_utils.py:2147] Maximum concurrency for 262,144 tokens per request: 5.74x\n"
+            )
+        };
+        let path = log_file("q36-prefix", &log("True"));
+        let j = run_json(&format!(
+            "--from-log {} --model {}",
+            path.display(),
+            dir.join("config.json").display()
+        ))
+        .unwrap();
+        assert_eq!(j["kv"]["block_size"], 1568, "{j}");
+        assert_eq!(j["kv"]["num_blocks"], 999, "{j}");
+        assert_eq!(j["kv_cache_tokens"], 1_505_068, "{j}");
+        let args = j["engine_args"]["vllm"].as_str().unwrap();
+        assert!(args.ends_with(" --enable-prefix-caching"), "{args}");
+        assert!(
+            !j["warnings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|w| w["code"] == "log_disagrees"),
+            "{j}"
+        );
+        // The same start-up with prefix caching off keeps one page a state: 171 blocks a
+        // request, int(999 / 171 x 262,144) = 1,531,472 (the log then disagrees).
+        let off = log_file("q36-noprefix", &log("False"));
+        let j = run_json(&format!(
+            "--from-log {} --model {}",
+            off.display(),
+            dir.join("config.json").display()
+        ))
+        .unwrap();
+        assert_eq!(j["kv_cache_tokens"], 1_531_472, "{j}");
+        // The flag on the command line wins over the log, and vLLM's flag is emitted.
+        let mut a = flags(&format!(
+            "--from-log {} --model {} --no-enable-prefix-caching",
+            path.display(),
+            dir.join("config.json").display()
+        ));
+        extras::apply_log(&mut a).unwrap();
+        assert_eq!(a.prefix_caching(), Some(false));
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]

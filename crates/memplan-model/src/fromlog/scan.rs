@@ -171,6 +171,8 @@ pub(super) const KEYS: &[&str] = &[
     "'cudagraph_mode': <CUDAGraphMode.NONE",
     "'enforce_eager':",
     "enforce_eager=",
+    "'enable_prefix_caching':",
+    "enable_prefix_caching=",
 ];
 
 /// Keys that yield nothing on their own: each qualifies a figure read under another key of

@@ -190,6 +190,14 @@ pub fn apply_log(a: &mut Flags) -> Result<LogContext, Failure> {
     if f.enforce_eager == Some(true) && a.cudagraph_capture_sizes.is_none() {
         a.enforce_eager = true;
     }
+    // Prefix caching as the start-up ran it: a hybrid's state pages follow it.
+    if a.prefix_caching().is_none() {
+        match f.enable_prefix_caching {
+            Some(true) => a.enable_prefix_caching = true,
+            Some(false) => a.no_enable_prefix_caching = true,
+            None => {}
+        }
+    }
     // A start-up whose graph mode is NONE captures nothing (`v1/worker/gpu_model_runner.py`
     // `capture_model`: "Skipping CUDA graph capture"): no graph memory, as eager.
     if let (Some(n), false, None) = (f.no_graphs, a.enforce_eager, &a.cudagraph_capture_sizes) {
@@ -500,6 +508,10 @@ pub fn apply_log(a: &mut Flags) -> Result<LogContext, Failure> {
         (
             "--mamba-ssm-cache-dtype",
             a.mamba_ssm_cache_dtype != before.mamba_ssm_cache_dtype,
+        ),
+        (
+            "--enable-prefix-caching",
+            a.prefix_caching() != before.prefix_caching(),
         ),
         ("--engine", a.engine != before.engine),
         ("--model", a.model != before.model),

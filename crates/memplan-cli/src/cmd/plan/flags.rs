@@ -283,6 +283,13 @@ pub struct Flags {
     /// --mamba-cache-dtype's.
     #[arg(long, value_name = "DTYPE", default_value = "auto", value_parser = mamba_dtype)]
     pub mamba_ssm_cache_dtype: MambaChoice,
+    /// Prefix caching on, as vLLM's flag: a hybrid model's recurrent-state layers hold two
+    /// pages a request ('align' mode) instead of one (default: the release's).
+    #[arg(long, overrides_with = "no_enable_prefix_caching")]
+    pub enable_prefix_caching: bool,
+    /// Prefix caching off, as vLLM's flag: one recurrent-state page a request.
+    #[arg(long, overrides_with = "enable_prefix_caching")]
+    pub no_enable_prefix_caching: bool,
     /// Online weight quantization (fp8), as the engine's --quantization.
     #[arg(long, value_name = "METHOD", value_parser = quantization, default_value = "none")]
     pub quantization: QuantChoice,
@@ -380,6 +387,16 @@ pub struct Flags {
 }
 
 impl Flags {
+    /// `--enable-prefix-caching` (`Some(true)`), `--no-enable-prefix-caching`
+    /// (`Some(false)`), else `None` (the release's default); the last one given wins.
+    pub fn prefix_caching(&self) -> Option<bool> {
+        match (self.enable_prefix_caching, self.no_enable_prefix_caching) {
+            (true, _) => Some(true),
+            (_, true) => Some(false),
+            _ => None,
+        }
+    }
+
     /// The capture sizes as the engine takes them: duplicates merged, sorted, at most
     /// `MAX_CAPTURE_SIZES`.
     pub fn capture_sizes(&self) -> Result<Option<Vec<u64>>, String> {

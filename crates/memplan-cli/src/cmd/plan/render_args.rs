@@ -67,6 +67,8 @@ pub struct Context {
     pub mamba_cache_dtype: Option<MambaDtype>,
     /// vLLM's `--mamba-ssm-cache-dtype` (`None`: auto).
     pub mamba_ssm_cache_dtype: Option<MambaDtype>,
+    /// vLLM's `--enable-prefix-caching` / `--no-enable-prefix-caching` (`None`: not given).
+    pub prefix_caching: Option<bool>,
     /// The engine release (`0.34`) the rules apply to.
     pub version: String,
 }
@@ -159,6 +161,11 @@ pub fn engine_args(p: &Plan, c: &Context, e: Engine) -> Result<String, Error> {
             if c.enforce_eager {
                 extra.push_str(" --enforce-eager");
             }
+            match c.prefix_caching {
+                Some(true) => extra.push_str(" --enable-prefix-caching"),
+                Some(false) => extra.push_str(" --no-enable-prefix-caching"),
+                None => {}
+            }
             Ok(format!(
                 "--kv-cache-memory-bytes {} --max-model-len {} --max-num-seqs {seqs} --max-num-batched-tokens {tokens} --block-size {block} --tensor-parallel-size {tp} --kv-cache-dtype {kv}{extra}",
                 p.kv_budget_bytes, p.limits.max_model_len,
@@ -172,6 +179,11 @@ pub fn engine_args(p: &Plan, c: &Context, e: Engine) -> Result<String, Error> {
             }
             if c.enforce_eager {
                 extra.push_str(" --disable-cuda-graph");
+            }
+            // SGLang's prefix cache is its radix cache, on by default
+            // (`srt/server_args.py` `--disable-radix-cache`).
+            if c.prefix_caching == Some(false) {
+                extra.push_str(" --disable-radix-cache");
             }
             // SGLang sizes its pool as `free after loading - total * (1 - fraction)`, with
             // `total` the free memory before loading, and then caps it at --max-total-tokens.
