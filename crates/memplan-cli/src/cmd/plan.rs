@@ -1248,7 +1248,8 @@ mod tests {
             "{}",
             e.message
         );
-        // Emitted for vLLM as given; SGLang's state flags were not checked: refused.
+        // Emitted for vLLM as given; SGLang has no flag for the conv state's dtype (only
+        // SGLANG_MAMBA_CONV_DTYPE): refused.
         let f = format!("{base} --mamba-ssm-cache-dtype float16 --mamba-cache-dtype float32");
         let v = emitted(&f, Engine::Vllm).unwrap();
         assert!(
@@ -1258,6 +1259,18 @@ mod tests {
         );
         let e = emitted(&f, Engine::Sglang).unwrap_err().to_string();
         assert!(e.contains("--mamba-cache-dtype is vLLM's flag"), "{e}");
+        // The SSM state's alone: SGLang's --mamba-ssm-dtype (`srt/arg_groups/fields/exec_.py`
+        // 0.5.23, `server_args.py` 0.5.14), which 0.5.1 lacks.
+        let f = format!("{base} --mamba-ssm-cache-dtype float16");
+        let s = emitted(&f, Engine::Sglang).unwrap();
+        assert!(s.ends_with(" --mamba-ssm-dtype float16"), "{s}");
+        let old = f.replace("--engine vllm@0.19", "--engine sglang@0.5.9");
+        let e = emitted(&old, Engine::Sglang).unwrap_err().to_string();
+        assert!(e.contains("from 0.5.14 on"), "{e}");
+        let new = f.replace("--engine vllm@0.19", "--engine sglang@0.5.14");
+        assert!(emitted(&new, Engine::Sglang)
+            .unwrap()
+            .ends_with(" --mamba-ssm-dtype float16"));
         // A model without recurrent-state layers: the flag changes nothing, and says so.
         let (_, p) = plan_ranks(&flags(
             "--model qwen3-8b --total-memory 80GiB --mamba-ssm-cache-dtype float16",

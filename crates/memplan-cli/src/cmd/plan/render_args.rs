@@ -25,8 +25,12 @@
 //!
 //! Flags that change the plan are emitted too: `--dtype` and `--quantization` when given,
 //! `--enforce-eager` / `--disable-cuda-graph` for an eager plan, vLLM's
-//! `--mamba-cache-dtype` and `--mamba-ssm-cache-dtype` when given (SGLang's state-dtype
-//! flags were not checked: refused rather than guessed).
+//! `--mamba-cache-dtype` and `--mamba-ssm-cache-dtype` when given, prefix caching as given.
+//! SGLang takes the SSM state's dtype as `--mamba-ssm-dtype` (float32, bfloat16, float16:
+//! `sglang/srt/arg_groups/fields/exec_.py` in 0.5.23, `server_args.py` in 0.5.14; 0.5.1 has
+//! no such flag) and the conv state's only from the environment (`SGLANG_MAMBA_CONV_DTYPE`,
+//! `srt/configs/mamba_utils.py` `mamba2_state_dtype`), so `--mamba-cache-dtype` is refused
+//! for SGLang, and `--mamba-ssm-cache-dtype` too where the plan's rules are SGLang 0.5.1's.
 
 use memplan::kv::KvDtype;
 use memplan::Error;
@@ -172,10 +176,21 @@ pub fn engine_args(p: &Plan, c: &Context, e: Engine) -> Result<String, Error> {
             ))
         }
         Engine::Sglang => {
-            if let Some((flag, _)) = mamba.iter().find(|(_, d)| d.is_some()) {
-                return Err(refuse(format!(
-                    "{flag} is vLLM's flag; memplan has not checked how SGLang sets the recurrent-state dtype, so it prints no SGLang flags for it (plan without it, or for vLLM)"
-                )));
+            if c.mamba_cache_dtype.is_some() {
+                return Err(refuse(
+                    "--mamba-cache-dtype is vLLM's flag; SGLang sets the conv state's dtype only from the environment (SGLANG_MAMBA_CONV_DTYPE), so memplan prints no SGLang flag for it (plan without it, or for vLLM)".into(),
+                ));
+            }
+            if let Some(d) = c.mamba_ssm_cache_dtype {
+                // The SGLang 0.5.1 to 0.5.13 row (its version reads "0.5"): 0.5.1 has no
+                // `--mamba-ssm-dtype`, and the release that added it was not read.
+                if c.version == "0.5" {
+                    return Err(refuse(format!(
+                        "--mamba-ssm-cache-dtype: SGLang takes it as --mamba-ssm-dtype from 0.5.14 on (0.5.1 has no such flag); these rules are SGLang {}'s (plan with --engine sglang@0.5.14 or later, or for vLLM)",
+                        c.version
+                    )));
+                }
+                extra.push_str(&format!(" --mamba-ssm-dtype {d}"));
             }
             if c.enforce_eager {
                 extra.push_str(" --disable-cuda-graph");
