@@ -59,7 +59,7 @@ const MAX_MB: u64 = 1 << 30;
 const MAX_DIVISIONS: u32 = 1 << 20;
 /// The largest interval boundary of `roundup_power2_divisions` (64 GiB in MiB, where PyTorch's
 /// intervals end, `kRoundUpPowerOfTwoEnd`).
-const MAX_BOUNDARY_MB: u64 = 64 * 1024;
+const MAX_BOUNDARY_MB: u64 = 1 << 16;
 
 /// The field errors of this module name.
 const FIELD: &str = "allocator configuration";
