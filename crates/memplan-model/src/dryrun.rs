@@ -505,6 +505,8 @@ impl DryRun {
             } else {
                 MambaDtype::Float32
             },
+            // Both changed in the same vLLM change (PR 39032, 0.20.0).
+            nemotron_h_vl_ssm_rule: !engine.nemotron_h_ssm_float16,
         };
         let block_size = self.block_size.unwrap_or(engine.block_size);
         let mut kv_spec = c.kv_spec_with(kv_dtype, block_size, tp, &opts)?;
@@ -582,7 +584,19 @@ impl DryRun {
                 format!("{flag} {d}: the model has no recurrent-state layers, so it changes nothing")
             });
         }
+        let vl_without_rule = c
+            .state
+            .is_some_and(|s| s.ssm_rule_from_0_20 && !opts.nemotron_h_vl_ssm_rule);
         if has_state
+            && engine.kind == crate::engine::EngineKind::Vllm
+            && self.mamba_ssm_cache_dtype.is_none()
+            && vl_without_rule
+        {
+            notes.push(format!(
+                "vLLM {} runs no SSM-dtype rule for {} (NemotronHNanoVLV2Config; from 0.20.0 it reads the config's mamba_ssm_cache_dtype): its SSM state is in the Mamba cache dtype",
+                engine.version, c.architecture
+            ));
+        } else if has_state
             && engine.kind == crate::engine::EngineKind::Vllm
             && self.mamba_ssm_cache_dtype.is_none()
             && c.state.is_some_and(|s| s.ssm_engine_default)

@@ -39,6 +39,12 @@ pub struct SpecOptions {
     /// (`NemotronHForCausalLMConfig.DEFAULT_MAMBA_SSM_CACHE_DTYPE`, vLLM PR 39032; read in
     /// 0.20.0, 0.23.0 and 0.34.0).
     pub nemotron_h_ssm_default: MambaDtype,
+    /// Whether vLLM runs Nemotron-H's SSM-dtype rule for its VL wrapper
+    /// (`NemotronH_Nano_VL_V2`): from 0.20.0 (`NemotronHNanoVLV2Config.verify_and_update_config`,
+    /// the config's `text_config` through `NemotronHForCausalLMConfig`'s rule, vLLM PR 39032);
+    /// not in 0.19.0, whose `NemotronHNanoVLV2Config` only sets the video backend, so the SSM
+    /// state is the Mamba cache dtype there.
+    pub nemotron_h_vl_ssm_rule: bool,
 }
 
 impl Default for SpecOptions {
@@ -52,6 +58,7 @@ impl Default for SpecOptions {
             mamba_cache_dtype: None,
             mamba_ssm_cache_dtype: None,
             nemotron_h_ssm_default: MambaDtype::Float32,
+            nemotron_h_vl_ssm_rule: true,
         }
     }
 }
@@ -179,6 +186,11 @@ impl ModelConfig {
             let shape = self.state.ok_or_else(|| {
                 Error::invalid("layer_types", "state layers without state dimensions")
             })?;
+            let mut shape = shape;
+            if shape.ssm_rule_from_0_20 && !opts.nemotron_h_vl_ssm_rule {
+                shape.ssm_dtype_bytes = None;
+                shape.ssm_engine_default = false;
+            }
             let bytes = shape.bytes_per_rank_with(
                 tp,
                 opts.dtype_bytes,

@@ -410,6 +410,8 @@ pub(crate) fn parse(
         };
         let mut shape = state::read(kind, &f, c.hidden_size, ssm_bytes)?;
         shape.ssm_engine_default = ssm_key == Some("mamba_ssm_cache_dtype") && ssm_bytes.is_none();
+        shape.ssm_rule_from_0_20 =
+            ssm_key == Some("mamba_ssm_cache_dtype") && arch == "NemotronH_Nano_VL_V2";
         c.state = Some(shape);
     }
     c.vision = vision::read(top, arch, c.hidden_size);

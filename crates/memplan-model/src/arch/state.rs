@@ -59,6 +59,12 @@ pub struct StateShape {
     /// `DEFAULT_MAMBA_SSM_CACHE_DTYPE = "float32"` from 0.20.0; see
     /// [`SpecOptions::nemotron_h_ssm_default`](crate::kvspec::SpecOptions::nemotron_h_ssm_default)).
     pub ssm_engine_default: bool,
+    /// The family's rule runs only from vLLM 0.20.0 for this wrapper (`NemotronH_Nano_VL_V2`:
+    /// 0.19.0's `NemotronHNanoVLV2Config` has no `verify_and_update_config`, so its SSM
+    /// state is the Mamba cache dtype whatever the config says; vLLM PR 39032 gave it
+    /// `NemotronHForCausalLMConfig`'s rule; see
+    /// [`SpecOptions::nemotron_h_vl_ssm_rule`](crate::kvspec::SpecOptions::nemotron_h_vl_ssm_rule)).
+    pub ssm_rule_from_0_20: bool,
 }
 
 /// A Mamba cache dtype other than `auto` (vLLM 0.19.0 `MambaDType`, `vllm/config/cache.py`:
@@ -301,6 +307,7 @@ pub(crate) fn read(
             },
             ssm_dtype_bytes,
             ssm_engine_default: false,
+            ssm_rule_from_0_20: false,
         },
         StateKind::Mamba2 => {
             let heads = first(&["mamba_n_heads", "mamba_num_heads", "n_mamba_heads"])?;
@@ -325,6 +332,7 @@ pub(crate) fn read(
                 dt_rank: 0,
                 ssm_dtype_bytes,
                 ssm_engine_default: false,
+                ssm_rule_from_0_20: false,
             }
         }
         StateKind::ShortConv => StateShape {
@@ -338,6 +346,7 @@ pub(crate) fn read(
             dt_rank: 0,
             ssm_dtype_bytes,
             ssm_engine_default: false,
+            ssm_rule_from_0_20: false,
         },
         StateKind::GatedDeltaNet => StateShape {
             kind,
@@ -350,6 +359,7 @@ pub(crate) fn read(
             dt_rank: 0,
             ssm_dtype_bytes,
             ssm_engine_default: false,
+            ssm_rule_from_0_20: false,
         },
     })
 }

@@ -33,6 +33,7 @@ pub(super) fn plan(json: &str, len: Option<u64>) -> (ModelConfig, KvSpec, KvSizi
         mamba_cache_dtype: None,
         mamba_ssm_cache_dtype: None,
         nemotron_h_ssm_default: crate::arch::state::MambaDtype::Float32,
+        nemotron_h_vl_ssm_rule: true,
     };
     let spec = c
         .kv_spec_with(KvDtype::Bf16, e.block_size, 1, &opts)
@@ -762,6 +763,7 @@ fn mamba_cache_dtype_flags_override_the_state_dtype() {
             mamba_cache_dtype: cache,
             mamba_ssm_cache_dtype: ssm,
             nemotron_h_ssm_default: Float32,
+            nemotron_h_vl_ssm_rule: true,
         };
         let spec = c.kv_spec_with(KvDtype::Bf16, 16, 1, &opts).unwrap();
         let bytes = spec
@@ -835,6 +837,7 @@ fn nemotron_h_without_an_ssm_dtype_takes_the_release_default() {
             mamba_cache_dtype: None,
             mamba_ssm_cache_dtype: ssm,
             nemotron_h_ssm_default: default,
+            nemotron_h_vl_ssm_rule: true,
         };
         let spec = c.kv_spec_with(KvDtype::Bf16, 16, 1, &opts).unwrap();
         let bytes = spec
@@ -872,4 +875,42 @@ fn nemotron_h_without_an_ssm_dtype_takes_the_release_default() {
             |g| matches!(g.attention, AttentionKind::State { bytes, .. } if bytes == 2_134_016)
         ));
     }
+}
+
+#[test]
+fn nemotron_h_vl_wrapper_runs_the_ssm_rule_from_0_20() {
+    // vLLM 0.19.0 `model_executor/models/config.py`: `NemotronHNanoVLV2Config` has no
+    // `verify_and_update_config` (only the video backend), so `NemotronH_Nano_VL_V2`'s SSM
+    // state stays in the Mamba cache dtype (`auto`: the model's bf16) whatever its language
+    // config says; 0.20.0 (vLLM PR 39032) runs `NemotronHForCausalLMConfig`'s rule on its
+    // `text_config`. Nano-30B's real config (`mamba_ssm_cache_dtype` "float32") as the
+    // wrapper's language model: conv 18,432 x 2 = 36,864 B; SSM 524,288 elements, x 2 =
+    // 1,048,576 B (0.19: 1,085,440 in all) or x 4 = 2,097,152 B (0.20.0 on: 2,134,016).
+    use memplan_core::kv::AttentionKind;
+    let llm = super::tests_weights::real_json("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16");
+    let vl = serde_json::json!({
+        "architectures": ["NemotronH_Nano_VL_V2"],
+        "model_type": "NemotronH_Nano_VL_V2",
+        "llm_config": llm,
+    });
+    let state = |c: &ModelConfig, rule: bool| {
+        let opts = SpecOptions {
+            nemotron_h_vl_ssm_rule: rule,
+            ..SpecOptions::default()
+        };
+        let spec = c.kv_spec_with(KvDtype::Bf16, 16, 1, &opts).unwrap();
+        spec.groups
+            .iter()
+            .find_map(|g| match g.attention {
+                AttentionKind::State { bytes, .. } => Some(bytes),
+                _ => None,
+            })
+            .unwrap()
+    };
+    let c = ModelConfig::from_value(&vl).unwrap();
+    assert_eq!(state(&c, false), 1_085_440);
+    assert_eq!(state(&c, true), 2_134_016);
+    // The text model itself had the rule in 0.19 too.
+    let text = ModelConfig::from_value(&llm).unwrap();
+    assert_eq!(state(&text, false), 2_134_016);
 }
