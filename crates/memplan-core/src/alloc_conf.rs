@@ -196,9 +196,20 @@ fn divisions(key: &str, v: &str, zero_ok: bool) -> Result<u32> {
         .ok_or_else(|| bad(key, format!("{n} divisions is past {MAX_DIVISIONS}")))
 }
 
+/// Of two division counts for one interval, the one that rounds a request more: 0 or 1 round
+/// only to 512 bytes, and of two counts above 1 the smaller has the larger steps.
+fn coarser(a: u32, b: u32) -> u32 {
+    match (a > 1, b > 1) {
+        (true, true) => a.min(b),
+        (true, false) => a,
+        _ => b,
+    }
+}
+
 /// `roundup_power2_divisions`: one number for every interval, or `[MB:n,...,>:n]`, as
 /// `AcceleratorAllocatorConfig::parseRoundUpPower2Divisions` reads them: the first boundary's
-/// value also fills the intervals below it, `>` fills those after the last boundary.
+/// value also fills the intervals below it, `>` fills those after the last boundary (and the
+/// last boundary's own interval where that rounds more: older releases fill it too).
 fn power2(key: &str, v: &Value) -> Result<[u32; POWER2_INTERVALS]> {
     let items = match v {
         Value::One(s) => return Ok([divisions(key, s, false)?; POWER2_INTERVALS]),
@@ -220,6 +231,12 @@ fn power2(key: &str, v: &Value) -> Result<[u32; POWER2_INTERVALS]> {
         }
         let n = divisions(key, n, true)?;
         if at == ">" {
+            // Releases differ on the interval of the last boundary before `>` (the first
+            // interval where none comes before it): `AcceleratorAllocatorConfig` fills from
+            // the one after it (`last_index + 1`), the older `CUDAAllocatorConfig` from that
+            // interval itself (`last_index`). Which release the engine runs is not known, so
+            // that interval takes whichever of the two rounds a request more.
+            out[last] = coarser(out[last], n);
             out.iter_mut().skip(last + 1).for_each(|d| *d = n);
         } else {
             let mb = number(key, at)?;
@@ -291,8 +308,8 @@ impl AllocatorConfig {
             i += 1;
             match t.get(i).map(String::as_str) {
                 None => {}
-                Some(",") if i + 1 < t.len() => i += 1,
-                Some(",") => return Err(Error::invalid(FIELD, format!("a trailing `,` in `{s}`"))),
+                // A trailing `,` ends the string, as in PyTorch's parser.
+                Some(",") => i += 1,
                 Some(x) => {
                     return Err(bad(
                         key,
@@ -508,6 +525,43 @@ mod tests {
     }
 
     #[test]
+    fn the_interval_releases_disagree_on_takes_the_coarser_rounding() {
+        // `[64:8,>:2]`: PyTorch's `AcceleratorAllocatorConfig` gives 64-128 MB 8 divisions and
+        // everything above 2; the older `CUDAAllocatorConfig` (`last_index`, not
+        // `last_index + 1`) gives 64-128 MB 2 as well. A 100 MiB request is 104 MiB with 8
+        // divisions but 128 MiB with 2: the plan takes 2 there.
+        let c = AllocatorConfig::parse("roundup_power2_divisions:[64:8,>:2]").unwrap();
+        assert_eq!(c.divisions_for(32 * MIB), 8);
+        assert_eq!(c.divisions_for(100 * MIB), 2);
+        assert_eq!(c.divisions_for(300 * MIB), 2);
+        // A `>` that rounds less leaves the boundary's own value, as the newer release reads it.
+        let c = AllocatorConfig::parse("roundup_power2_divisions:[64:8,128:2,>:1]").unwrap();
+        assert_eq!(c.divisions_for(130 * MIB), 2);
+        assert_eq!(c.divisions_for(300 * MIB), 1);
+        let c = AllocatorConfig::parse("roundup_power2_divisions:[256:0,>:4]").unwrap();
+        assert_eq!(c.divisions_for(300 * MIB), 4);
+        // `>` alone: every interval (the older release fills the first too).
+        let c = AllocatorConfig::parse("roundup_power2_divisions:[>:4]").unwrap();
+        assert_eq!(c.divisions_for(100), 4);
+        assert_eq!(c.divisions_for(100 * MIB), 4);
+        assert_eq!(AllocatorConfig::parse(&c.to_string()).unwrap(), c);
+    }
+
+    #[test]
+    fn a_trailing_comma_ends_the_string_as_in_pytorch() {
+        // PyTorch's parser reads a `,` after the last value and stops there.
+        let c = AllocatorConfig::parse("expandable_segments:True,").unwrap();
+        assert!(c.expandable_segments);
+        assert_eq!(
+            AllocatorConfig::parse("max_split_size_mb:64 , ")
+                .unwrap()
+                .max_split_size,
+            Some(64 * MIB)
+        );
+        assert!(err(",").contains("option name"));
+    }
+
+    #[test]
     fn unknown_keys_are_kept() {
         let c = AllocatorConfig::parse(
             "pinned_use_cuda_host_register:True,pinned_num_register_threads:8,vendor_knob:[1,2]",
@@ -589,7 +643,7 @@ mod tests {
             let e = err(s);
             assert!(e.contains(&format!("`{key}`")), "{s}: {e}");
         }
-        assert!(err("expandable_segments:True,").contains("trailing"));
+        assert!(err("expandable_segments:True,,").contains("option name"));
         assert!(err(",expandable_segments:True").contains("option name"));
         assert!(err(":True").contains("option name"));
     }
