@@ -53,7 +53,8 @@ pub struct LogFigures {
     pub model: Option<String>,
     /// Every distinct model the log's start-up lines name (the non-default args, the engine
     /// config, SGLang's server args), in order: a log of two start-ups of different models
-    /// names two.
+    /// names two. Where none does, the banner's model, else every model the pasted launch
+    /// commands name (two commands of different models name two).
     pub models: Vec<String>,
     /// Device total (bytes).
     pub total: Option<u64>,
@@ -791,6 +792,14 @@ const NO_GRAPHS: [&str; 3] = [
     "'cudagraph_mode': <CUDAGraphMode.NONE",
 ];
 
+/// Adds `model`, named by a pasted launch command at line `n`, unless a command already named
+/// it (in any case: `Qwen/Qwen3-8B` and `qwen/qwen3-8b` are one model to the hub).
+fn command_model(models: &mut Vec<(String, usize)>, model: &str, n: usize) {
+    if !models.iter().any(|(m, _)| m.eq_ignore_ascii_case(model)) {
+        models.push((model.to_string(), n));
+    }
+}
+
 /// Read the figures of an engine start-up log.
 pub fn parse(text: &str) -> Result<LogFigures> {
     // Which engine wrote it: one scan of each line until it is clear (a vLLM log names its
@@ -860,6 +869,13 @@ pub fn parse(text: &str) -> Result<LogFigures> {
     // load model X..." names it: taken only where no argument or config line names one (those
     // name it as the engine resolved it), with the line.
     let mut banner_model: Option<(String, usize)> = None;
+    // Every model a pasted launch command names (`vllm serve X`, `--model X`, `--model-path
+    // X`), each once, with its line: taken where neither an argument, a config nor a banner
+    // line names one; commands naming different models leave the choice to `--model`.
+    let mut command_models: Vec<(String, usize)> = Vec::new();
+    // Whether the line before continues a launch command (`vllm serve \`, then the model and
+    // flags on the lines after it), and whether that command's model is still to come.
+    let (mut in_command, mut serve_pending) = (false, false);
     // The first line only the CPU backend prints, and the KV cache space it names.
     let mut cpu_backend: Option<usize> = None;
     let mut gpu_platform: Option<usize> = None;
@@ -878,6 +894,21 @@ pub fn parse(text: &str) -> Result<LogFigures> {
     let mut kv_size_lines: Vec<(u64, usize, Option<&str>)> = Vec::new();
     for (i, text) in text.lines().enumerate() {
         scan::keys_in(text, &mut found);
+        // A launch command continued with `\` over several lines: its lines are the
+        // command's, and the first word of the line after `vllm serve \` is its model.
+        let continued = in_command;
+        let launch = continued || scan::LAUNCHERS.iter().any(|k| text.contains(k));
+        in_command = launch && text.trim_end().ends_with('\\');
+        if continued && std::mem::take(&mut serve_pending) {
+            if let Some(w) = text
+                .split_whitespace()
+                .next()
+                .map(|w| w.trim_matches(['\'', '"']))
+                .filter(|w| !w.is_empty() && !w.starts_with('-') && *w != "\\")
+            {
+                command_model(&mut command_models, w, i + 1);
+            }
+        }
         if next_start_up.is_none()
             && !rank_kv.is_empty()
             && found
@@ -1044,7 +1075,18 @@ pub fn parse(text: &str) -> Result<LogFigures> {
         if let Some(i) = l.find(ASCEND_AVAILABLE) {
             let rest = Line::part(n, &l.text[i..]);
             if rest.text.contains(ASCEND_TOTAL) {
-                let avail = rest.plain_bytes(ASCEND_AVAILABLE, "available KV cache memory")?;
+                // `int(total * utilization - peak)` goes below 0 where the peak passed the
+                // budget: no room for a KV cache, as a 0 says.
+                let below_zero = rest.token(ASCEND_AVAILABLE).is_some_and(|(tok, _)| {
+                    tok.len() > 1
+                        && tok.starts_with('-')
+                        && tok[1..].chars().all(|c| c.is_ascii_digit())
+                });
+                let avail = if below_zero {
+                    Some(0)
+                } else {
+                    rest.plain_bytes(ASCEND_AVAILABLE, "available KV cache memory")?
+                };
                 let total = rest.plain_bytes(ASCEND_TOTAL, "device total")?;
                 if let (Some(av), Some(t)) = (avail, total) {
                     if t == 0 {
@@ -1062,8 +1104,9 @@ pub fn parse(text: &str) -> Result<LogFigures> {
                     }
                     set(&mut f.total, Some(t), lines, "total", n);
                     if av == 0 {
+                        let figure = if below_zero { "below 0" } else { "0 bytes" };
                         f.notes.push(format!(
-                            "line {n}: available KV cache memory 0 bytes: that start-up had no room for a KV cache"
+                            "line {n}: available KV cache memory {figure}: that start-up had no room for a KV cache"
                         ));
                     } else {
                         if f.kv_available.is_none() {
@@ -1714,19 +1757,25 @@ pub fn parse(text: &str) -> Result<LogFigures> {
                 }
             }
         }
-        if banner_model.is_none() {
-            let launch = scan::LAUNCHERS.iter().any(|k| l.text.contains(k));
-            for key in scan::BANNER_MODEL {
-                if banner_model.is_none()
-                    && l.has(key)
-                    && (launch || !scan::COMMAND_MODEL.contains(&key))
-                {
-                    banner_model = l
-                        .word(key)
-                        .map(|w| w.trim_end_matches('.').to_string())
-                        .filter(|w| !w.is_empty() && !w.starts_with('-'))
-                        .map(|w| (w, n));
-                }
+        for key in scan::BANNER_MODEL {
+            let command = key == "vllm serve " || scan::COMMAND_MODEL.contains(&key);
+            if !l.has(key) || (command && !launch) || (!command && banner_model.is_some()) {
+                continue;
+            }
+            let word = l.word(key);
+            if key == "vllm serve " && word.as_deref() == Some("\\") {
+                serve_pending = true;
+            }
+            let Some(w) = word
+                .map(|w| w.trim_end_matches('.').to_string())
+                .filter(|w| !w.is_empty() && !w.starts_with('-') && w != "\\")
+            else {
+                continue;
+            };
+            if command {
+                command_model(&mut command_models, &w, n);
+            } else {
+                banner_model = Some((w, n));
             }
         }
         for key in ["'kv_cache_dtype':", "kv_cache_dtype="] {
@@ -1837,11 +1886,19 @@ pub fn parse(text: &str) -> Result<LogFigures> {
             ));
         }
     }
-    if let (true, Some((m, n))) = (f.models.is_empty(), banner_model) {
-        f.model = Some(m.clone());
-        f.models.push(m);
-        f.lines.push(("model", n));
-        f.lines.push(("models", n));
+    if f.models.is_empty() {
+        // The engine's banner names what it loaded; else the pasted commands, every model
+        // they name (two of them: `--model` picks, see `LogFigures::models`).
+        let named = match banner_model {
+            Some(b) => vec![b],
+            None => command_models,
+        };
+        if let Some((m, n)) = named.first() {
+            f.model = Some(m.clone());
+            f.lines.push(("model", *n));
+            f.lines.push(("models", *n));
+        }
+        f.models.extend(named.into_iter().map(|(m, _)| m));
     }
     if let Some(&(process, min, exact)) = rank_kv.iter().min_by_key(|(_, b, _)| *b) {
         let several = rank_kv.len() > 1;

@@ -1190,3 +1190,86 @@ fn sglang_0_5_capture_lines_of_every_runner_are_summed() {
     assert_eq!(f.graph_actual, Some(gib(1.44) + gib(0.61) + gib(0.20)));
     assert_eq!(f.line("graph_actual"), Some(2));
 }
+
+/// A launch command pasted over several lines (`vllm serve \` with the model and the flags
+/// on the lines after it) names its model; the `\` is no model.
+#[test]
+fn a_command_continued_over_lines_names_its_model() {
+    let kv = "Available KV cache memory: 10.55 GiB\nGPU KV cache size: 230,528 tokens\n";
+    let model = |head: &str| parse(&format!("{head}\n{kv}")).unwrap().models;
+    assert_eq!(
+        model("vllm serve \\\n    Qwen/Qwen2.5-7B-Instruct \\\n    --port 8000"),
+        vec!["Qwen/Qwen2.5-7B-Instruct".to_string()]
+    );
+    assert_eq!(
+        model("python -m vllm.entrypoints.openai.api_server \\\n  --port 8000 \\\n  --model 'Qwen/Qwen3-8B' \\\n  --max-model-len 4096"),
+        vec!["Qwen/Qwen3-8B".to_string()]
+    );
+    // A `--model` in prose after a finished command is still no command.
+    assert_eq!(
+        model("vllm serve Qwen/Qwen3-8B\nWARNING use --model NAME to pick another checkpoint"),
+        vec!["Qwen/Qwen3-8B".to_string()]
+    );
+    assert!(model("vllm serve \\\n  --port 8000").is_empty());
+}
+
+/// Two pasted commands of different models: the log does not say which one its figures are
+/// of, so it names both (the CLI asks for `--model`); the same model twice is one.
+#[test]
+fn commands_naming_different_models_name_both() {
+    let kv = "Available KV cache memory: 10.55 GiB\nGPU KV cache size: 230,528 tokens\n";
+    let f = parse(&format!(
+        "vllm serve Qwen/Qwen2.5-7B-Instruct --port 8000\nvllm serve meta-llama/Llama-3.1-8B-Instruct --port 8000\n{kv}"
+    ))
+    .unwrap();
+    assert_eq!(
+        f.models,
+        vec![
+            "Qwen/Qwen2.5-7B-Instruct".to_string(),
+            "meta-llama/Llama-3.1-8B-Instruct".to_string()
+        ]
+    );
+    let f = parse(&format!(
+        "python -m sglang.launch_server --model-path Qwen/Qwen2.5-7B-Instruct --model meta-llama/Llama-3.1-8B-Instruct\n{kv}"
+    ))
+    .unwrap();
+    assert_eq!(f.models.len(), 2, "{:?}", f.models);
+    let f = parse(&format!(
+        "vllm serve Qwen/Qwen3-8B\nvllm serve qwen/qwen3-8b --port 8001\n{kv}"
+    ))
+    .unwrap();
+    assert_eq!(f.models, vec!["Qwen/Qwen3-8B".to_string()]);
+    // The engine's banner names what it loaded, over a pasted command.
+    let f = parse(&format!(
+        "vllm serve /mnt/other\n\u{2588}  model   Qwen/Qwen3-8B\n{kv}"
+    ))
+    .unwrap();
+    assert_eq!(f.models, vec!["Qwen/Qwen3-8B".to_string()]);
+}
+
+/// vllm-ascend prints `int(total * utilization - peak)`, below 0 where the profile's peak
+/// passed the budget: that start-up had no room for a KV cache (as a 0 says), and the device
+/// total on the line is still read, not the whole line passed over.
+#[test]
+fn an_ascend_figure_below_zero_is_no_room_not_an_unread_line() {
+    let weights = "INFO [model_runner_v1.py:2661] Loading model weights took 7.5553 GB\n";
+    let f = parse(&format!(
+        "{weights}INFO [worker_v1.py:234] Available memory: -1954181529, total memory: 46431260672\n"
+    ))
+    .unwrap();
+    assert_eq!(f.total, Some(46_431_260_672));
+    assert_eq!(f.kv_available, None);
+    assert!(
+        f.notes
+            .iter()
+            .any(|n| n.contains("below 0") && n.contains("no room")),
+        "{:?}",
+        f.notes
+    );
+    // A figure that is no number at all is still no figure.
+    let f = parse(&format!(
+        "{weights}INFO [worker_v1.py:234] Available memory: -, total memory: 46431260672\n"
+    ))
+    .unwrap();
+    assert_eq!(f.total, None);
+}
