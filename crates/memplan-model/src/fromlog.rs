@@ -1512,6 +1512,14 @@ pub fn parse(text: &str) -> Result<LogFigures> {
                 {
                     *kv = (process, b as u64, true);
                 }
+                // The same process printing another figure: no plan can follow both.
+                (Some(kv), Some((b, true))) if !kv.2 && b > 0 => {
+                    f.notes.push(format!(
+                        "line {n}: KV cache memory {} in bytes is not the {} the same process printed rounded before it (more than its 0.01 GiB apart): the rounded figure is kept",
+                        fmt_bytes(b as u64),
+                        fmt_bytes(kv.1)
+                    ));
+                }
                 _ => {}
             }
             if let Some(k) = ray_folded(text) {

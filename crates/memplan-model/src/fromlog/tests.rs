@@ -1273,3 +1273,23 @@ fn an_ascend_figure_below_zero_is_no_room_not_an_unread_line() {
     .unwrap();
     assert_eq!(f.total, None);
 }
+
+/// A process's KV figure in bytes that is not its own rounded figure (more than the rounding
+/// apart) is named in a note, not dropped unseen; the rounded figure is kept.
+#[test]
+fn a_bytes_figure_that_contradicts_the_rounded_one_is_named() {
+    let f = parse(
+        "INFO [gpu_worker.py:276] Available KV cache memory: 10.55 GiB\n\
+         INFO [gpu_worker.py:300] Free memory on device (40.0/44.42 GiB) on startup. Current kv cache memory in use is 22000000000 bytes.\n\
+         INFO [kv_cache_utils.py:1087] GPU KV cache size: 230,528 tokens\n",
+    )
+    .unwrap();
+    assert_eq!(f.kv_available, Some((10.55 * GIB as f64).round() as u64));
+    assert!(
+        f.notes
+            .iter()
+            .any(|n| n.contains("line 2") && n.contains("20.49 GiB") && n.contains("rounded")),
+        "{:?}",
+        f.notes
+    );
+}
