@@ -80,11 +80,11 @@ impl AllocatorSnapshot {
         let mut h = self.heap.clone();
         let before = h.reserved(None);
         for &(count, bytes) in runs {
-            let rounded = round_request(bytes);
+            let rounded = h.rules.round_request(bytes);
             for _ in 0..count {
                 if h.place_cached(Pool::Default, rounded).is_none() {
-                    let seg = h.segment_size(rounded);
-                    h.place_new(Pool::Default, rounded, seg);
+                    let grown = h.growth(Pool::Default, rounded);
+                    h.place_grown(Pool::Default, rounded, grown);
                 }
             }
         }
@@ -111,7 +111,8 @@ impl SimAllocator {
     /// Ground truth for the test-bed's oracle: the bytes of segment a request of `bytes`
     /// takes when no cached block fits it (the allocator's rounding rules, as drawn).
     pub fn fresh_segment_bytes(&self, bytes: u64) -> u64 {
-        self.gpu.lock().heap.segment_size(round_request(bytes))
+        let s = self.gpu.lock();
+        s.heap.segment_size(s.heap.rules.round_request(bytes))
     }
 
     /// Ground truth for the test-bed's oracle: the allocator as it is now, to ask what more

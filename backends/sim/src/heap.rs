@@ -8,6 +8,13 @@
 //! and kind, split when the remainder is at least 512 B (small) or more than 1 MiB (large);
 //! freed blocks merge with free neighbours; segments stay reserved (cached) until released
 //! while wholly free. The default pool and the graph private pool never share segments.
+//!
+//! The engine's `PYTORCH_ALLOC_CONF` options, where drawn ([`AllocatorRules`]): requests are
+//! first rounded to power-of-two divisions; `max_split_size_mb` keeps blocks that large from
+//! being split or serving smaller requests; with expandable segments each pool has one segment
+//! per size class that grows by whole pages at its end, and giving the cache back unmaps the
+//! whole free pages at its end (the simulator keeps pages inside free blocks before the last
+//! used block mapped, where PyTorch unmaps those too: it holds at least as much).
 
 use std::collections::BTreeMap;
 
@@ -35,6 +42,8 @@ pub(crate) enum Pool {
 struct Segment {
     pool: Pool,
     small: bool,
+    /// Grown by pages at its end ([`AllocatorRules::expandable`]).
+    expandable: bool,
     /// Blocks in address order: (size, owner).
     blocks: Vec<(u64, Option<BlockId>)>,
 }
@@ -108,7 +117,73 @@ impl Heap {
             .filter(|(_, _, (size, owner))| owner.is_none() && *size >= rounded)
             .min_by_key(|(sid, i, (size, _))| (*size, *sid, *i))
             .map(|(sid, i, (size, _))| (sid, i, size))?;
+        // The best fit only: an oversize one refuses the request (`get_free_block`).
+        let size = self.segments[&sid].blocks[idx].0;
+        if !self.rules.may_serve(size, rounded) {
+            return None;
+        }
         Some(self.take(sid, idx, rounded))
+    }
+
+    /// The bytes the allocator takes from the driver for a rounded request no cached block
+    /// serves: a new segment ([`Self::segment_size`]), or with expandable segments the pages
+    /// its segment must grow by for the request to fit after its last used block.
+    pub fn growth(&self, pool: Pool, rounded: u64) -> u64 {
+        if !self.rules.expandable {
+            return self.segment_size(rounded);
+        }
+        let small = self.rules.is_small(rounded);
+        let page = self.rules.page(small);
+        let tail = self.expandable_of(pool, small).map_or(0, |sid| {
+            match self.segments[&sid].blocks.last() {
+                Some((size, None)) => *size,
+                _ => 0,
+            }
+        });
+        let short = rounded.saturating_sub(tail);
+        short.div_ceil(page).saturating_mul(page)
+    }
+
+    /// Place a rounded request after taking `bytes` from the driver ([`Self::growth`]).
+    pub fn place_grown(&mut self, pool: Pool, rounded: u64, bytes: u64) -> BlockId {
+        if !self.rules.expandable {
+            return self.place_new(pool, rounded, bytes);
+        }
+        let small = self.rules.is_small(rounded);
+        let sid = match self.expandable_of(pool, small) {
+            Some(sid) => sid,
+            None => {
+                let sid = self.next_segment;
+                self.next_segment += 1;
+                self.segments.insert(
+                    sid,
+                    Segment {
+                        pool,
+                        small,
+                        expandable: true,
+                        blocks: Vec::new(),
+                    },
+                );
+                sid
+            }
+        };
+        let seg = self.segments.get_mut(&sid).expect("just found or made");
+        match seg.blocks.last_mut() {
+            Some((size, None)) => *size += bytes,
+            _ => seg.blocks.push((bytes, None)),
+        }
+        let last = seg.blocks.len() - 1;
+        self.reserved_all += bytes;
+        self.peak_reserved = self.peak_reserved.max(self.reserved_all);
+        self.take(sid, last, rounded)
+    }
+
+    /// The expandable segment of `pool` for requests of this size class.
+    fn expandable_of(&self, pool: Pool, small: bool) -> Option<u64> {
+        self.segments
+            .iter()
+            .find(|(_, s)| s.expandable && s.pool == pool && s.small == small)
+            .map(|(k, _)| *k)
     }
 
     /// Add a segment of `seg_bytes` to `pool` and place the request at its start.
@@ -121,6 +196,7 @@ impl Heap {
             Segment {
                 pool,
                 small,
+                expandable: false,
                 blocks: vec![(seg_bytes, None)],
             },
         );
@@ -135,11 +211,7 @@ impl Heap {
         if let Some(seg) = self.segments.get_mut(&sid) {
             let size = seg.blocks[idx].0;
             let rest = size - rounded;
-            let split = if seg.small {
-                rest >= self.rules.min_block
-            } else {
-                rest > self.rules.small_size
-            };
+            let split = self.rules.splits(seg.small, rounded, rest);
             if split {
                 seg.blocks[idx] = (rounded, Some(id));
                 seg.blocks.insert(idx + 1, (rest, None));
@@ -179,11 +251,35 @@ impl Heap {
             .filter(|(_, s)| s.pool == pool && s.is_free())
             .map(|(k, _)| *k)
             .collect();
-        let released: u64 = ids
+        let mut released: u64 = ids
             .iter()
             .filter_map(|k| self.segments.remove(k))
             .map(|s| s.size())
             .sum();
+        // An expandable segment in use unmaps the whole free pages at its end.
+        let rules = self.rules;
+        for seg in self.segments.values_mut() {
+            if !(seg.expandable && seg.pool == pool) {
+                continue;
+            }
+            let page = rules.page(seg.small);
+            let size = seg.size();
+            let Some((tail, None)) = seg.blocks.last().copied() else {
+                continue;
+            };
+            let used = size - tail;
+            let keep = used.div_ceil(page).saturating_mul(page);
+            let unmapped = size.saturating_sub(keep).min(tail);
+            if unmapped == 0 {
+                continue;
+            }
+            if unmapped == tail {
+                seg.blocks.pop();
+            } else if let Some(last) = seg.blocks.last_mut() {
+                last.0 -= unmapped;
+            }
+            released += unmapped;
+        }
         self.reserved_all -= released;
         released
     }
@@ -341,5 +437,87 @@ mod tests {
         h.release_free(Pool::Default);
         h.release_free(Pool::Private);
         assert_eq!((h.reserved(None), h.allocated(None)), (0, 0));
+    }
+
+    fn place(h: &mut Heap, bytes: u64) -> BlockId {
+        let r = h.rules.round_request(bytes);
+        h.place_cached(Pool::Default, r).unwrap_or_else(|| {
+            let g = h.growth(Pool::Default, r);
+            h.place_grown(Pool::Default, r, g)
+        })
+    }
+
+    #[test]
+    fn expandable_segments_grow_by_pages_and_unmap_their_free_end() {
+        let mut h = Heap::with_rules(AllocatorRules {
+            expandable: true,
+            ..AllocatorRules::PYTORCH
+        });
+        // 64 tensors of 7 MiB: one after another, 448 MiB in 23 pages of 20 MiB.
+        let ids: Vec<BlockId> = (0..64).map(|_| place(&mut h, 7 * MIB)).collect();
+        assert_eq!(h.reserved(None), 460 * MIB);
+        assert_eq!(h.allocated(None), 448 * MIB);
+        // Small requests: their own segment, in 2 MiB pages.
+        let small: Vec<BlockId> = (0..10).map(|_| place(&mut h, 300 * 1024)).collect();
+        assert_eq!(h.reserved(None), 464 * MIB);
+        // Freeing the last 32 tensors and giving the cache back unmaps the pages past the
+        // 32 still used (224 MiB in 12 pages).
+        for id in &ids[32..] {
+            h.free(*id);
+        }
+        for id in small {
+            h.free(id);
+        }
+        h.release_free(Pool::Default);
+        assert_eq!(h.reserved(None), 240 * MIB);
+        for id in &ids[..32] {
+            h.free(*id);
+        }
+        h.release_free(Pool::Default);
+        assert_eq!(h.reserved(None), 0);
+    }
+
+    #[test]
+    fn max_split_size_keeps_large_remainders_from_smaller_requests() {
+        let mut h = Heap::with_rules(AllocatorRules {
+            max_split: Some(30 * MIB),
+            large_buffer: 64 * MIB,
+            large_segment_mb: Some(64),
+            ..AllocatorRules::PYTORCH
+        });
+        // 5 MiB requests in 64 MiB segments: the 59 MiB remainder is past the limit.
+        for _ in 0..3 {
+            place(&mut h, 5 * MIB);
+        }
+        assert_eq!(h.reserved(None), 3 * 64 * MIB);
+        // A request past the limit is not split: it holds its whole segment.
+        let mut h = Heap::with_rules(AllocatorRules {
+            max_split: Some(30 * MIB),
+            ..AllocatorRules::PYTORCH
+        });
+        place(&mut h, 41 * MIB);
+        assert_eq!(h.allocated(None), 42 * MIB);
+    }
+
+    #[test]
+    fn power_of_two_divisions_round_each_request_first() {
+        let r = AllocatorRules {
+            divisions: [4; 16],
+            ..AllocatorRules::PYTORCH
+        };
+        // PyTorch's example: 1200 in four divisions is 1280, but only past 4 x 512 bytes.
+        assert_eq!(r.round_request(1200), 1536);
+        assert_eq!(r.round_request(2049), 2560);
+        assert_eq!(r.round_request(4096), 4096);
+        assert_eq!(r.round_request(365 * 8 * 1024), 3 * MIB);
+        assert_eq!(
+            AllocatorRules::PYTORCH.round_request(365 * 8 * 1024),
+            365 * 8 * 1024
+        );
+        assert!(r
+            .option_string()
+            .unwrap()
+            .starts_with("roundup_power2_divisions:[1:4,2:4,"));
+        assert_eq!(AllocatorRules::PYTORCH.option_string(), None);
     }
 }

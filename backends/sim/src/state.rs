@@ -257,23 +257,25 @@ impl State {
 
     /// Allocate from the caching allocator into `pool`, growing it from the driver.
     pub fn malloc(&mut self, p: &SimProfile, pool: Pool, bytes: u64) -> Result<BlockId> {
-        let rounded = crate::heap::round_request(bytes);
+        let rounded = self.heap.rules.round_request(bytes);
         if let Some(b) = self.heap.place_cached(pool, rounded) {
             return Ok(b);
         }
-        let seg = self.heap.segment_size(rounded);
+        let mut seg = self.heap.growth(pool, rounded);
         if self.take(p, seg, "SimAllocator::malloc").is_err() {
             // Like PyTorch: synchronize (what the engine's queue still held returns), give
             // the cached segments back and retry once.
             self.queued_release = 0;
             self.heap.release_free(Pool::Default);
             self.heap.release_free(Pool::Private);
+            // An expandable segment may have unmapped its free tail: what it needs again.
+            seg = self.heap.growth(pool, rounded);
             self.take(p, seg, "SimAllocator::malloc")
                 .map_err(|_| Error::OutOfMemory {
                     call: "SimAllocator::malloc".into(),
                     requested: bytes,
                 })?;
         }
-        Ok(self.heap.place_new(pool, rounded, seg))
+        Ok(self.heap.place_grown(pool, rounded, seg))
     }
 }

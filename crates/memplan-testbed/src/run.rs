@@ -96,6 +96,28 @@ const ENGINE_STEP: &str = "the engine's loading (weights, profile run)";
 /// with it, to show the oracle does not move with the plan).
 pub type Tamper<'a> = &'a dyn Fn(&mut Profile);
 
+/// The simulated engine states its caching allocator's configuration
+/// (`Session::with_allocator_config`): where the physics drew options for it
+/// (`PYTORCH_ALLOC_CONF`), always, as an engine that knows its plan rests on them; where they
+/// drew none, on odd seeds it states the default configuration (an empty option string, which
+/// must plan as stating nothing does), on even seeds nothing. An engine that runs with options
+/// it does not state is planned by PyTorch's default rules, and the session's measure of the
+/// cache (where it has one) shrinks what those rules miss: a limit the plan warns about, not
+/// one the sweep's gating can hold the planner to.
+fn declare_allocator<'a>(
+    s: Session<'a, SimEngine>,
+    gpu: &SimGpu,
+    setup: &Setup,
+) -> Result<Session<'a, SimEngine>> {
+    let options = match gpu.physics().allocator.option_string() {
+        Some(o) => o,
+        None if setup.seed.is_multiple_of(2) => return Ok(s),
+        None => String::new(),
+    };
+    let conf = memplan_core::AllocatorConfig::parse(&options)?;
+    Ok(s.with_allocator_config(conf, "the simulated engine's PYTORCH_ALLOC_CONF"))
+}
+
 fn profile(
     setup: &Setup,
     gpu: &SimGpu,
@@ -124,7 +146,7 @@ fn profile(
             .with_long_requests(long);
         s.with_sizing_rules(r, release)
     }
-    let (mut s, downgrades) = if setup.scenario.calibrate {
+    let (s, downgrades) = if setup.scenario.calibrate {
         let s = rules(Session::start(&device, engine)?, setup);
         let d = s
             .calibration()
@@ -138,6 +160,7 @@ fn profile(
             Vec::new(),
         )
     };
+    let mut s = declare_allocator(s, gpu, setup)?;
     let downgrades: Vec<String> = downgrades.iter().map(ToString::to_string).collect();
     s.check_request(setup.request)?;
     neighbour(setup, gpu, "load_weights");

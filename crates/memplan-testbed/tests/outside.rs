@@ -305,11 +305,17 @@ fn an_engine_step_a_neighbour_starved_is_not_memplans_out_of_memory() {
     // capture its graphs even with no KV cache (a library's first-capture memory, which the
     // run's calibration took earlier, is part of what it needs): the start-up cannot succeed
     // beside the neighbour, memplan's profiling ran out of memory only earlier. On seed 21 the
-    // engine alone cannot capture its graphs even without the neighbour: the model does not fit.
+    // engine alone cannot capture its graphs even without the neighbour: the model does not fit
+    // (with its allocator's options, power-of-two divisions, its graphs do not). Both seeds run
+    // the engine's allocator with expandable segments (`PYTORCH_ALLOC_CONF`, drawn with the
+    // physics), which waste less: on seed 0 the start-up then fits, and is judged as any other.
     for c in passes("neighbour-before-profile-3090.toml", &[21, 0]) {
         let why = c.out.failed.as_deref().unwrap_or("");
+        if c.what.contains("seed=0") && c.out.failed.is_none() && c.out.oom.is_none() {
+            continue;
+        }
         assert!(
-            c.out.oom.is_none() && why.contains("does not fit"),
+            c.out.oom.is_none() && (why.contains("does not fit") || why.contains("do not fit")),
             "{}: {why}",
             c.what
         );

@@ -958,11 +958,11 @@ impl PlanBuilder {
         let allocations = self.rules.kv_allocation.allocations(&self.kv_spec.groups);
         let per_allocation = self.alloc_slack.saturating_mul(allocations.max(1));
         // Expandable segments pack every tensor into one segment: one page past their sum
-        // (and each rounded to 512 bytes), whatever the rounding of one request.
+        // (and each rounded to 512 bytes), whatever the rounding of one request (a granule
+        // read off the allocator's sizes there is the page, not a rounding per tensor).
         if self.alloc_slack > 0 && self.alloc().expandable_segments {
-            let page = expandable_page(self.alloc())
+            return expandable_page(self.alloc())
                 .saturating_add(MIN_BLOCK.saturating_mul(allocations.max(1)));
-            return per_allocation.max(page);
         }
         per_allocation
     }

@@ -541,6 +541,12 @@ pub(crate) struct Kept {
     /// allocation before it (0 where none): tensors at most half of it may share segments,
     /// and measure no granule ([`measure_granule`](super::kv_granule::measure_granule)).
     pub granule: u64,
+    /// The engine declared a caching allocator that packs the cache's tensors one after
+    /// another into a segment it grows by pages (expandable segments,
+    /// `Session::with_allocator_config`): what one tensor alone, or a granule, takes says
+    /// nothing of what the whole cache takes (one tensor maps its own pages, many share
+    /// them), so the planned count is allocated and measured as a whole.
+    pub packed: bool,
 }
 
 /// Allocate `planned` blocks of `block_bytes`, fewer where they take more than the room kept
@@ -610,6 +616,7 @@ fn measured_with(
         capped,
         grow,
         granule,
+        packed,
     }: Kept,
 ) -> Result<Option<(u64, Vec<Warning>)>> {
     let block_bytes = block_bytes.max(1);
@@ -622,7 +629,7 @@ fn measured_with(
     // The most the tensors may take: within the budget the request allows (a physical cap
     // below it is checked by the attempts themselves).
     let limit = capped.map_or(room, |(budget, _)| budget.max(room));
-    let l = layout(block_bytes, page_bytes).filter(|_| planned >= 2);
+    let l = layout(block_bytes, page_bytes).filter(|_| planned >= 2 && !packed);
     // Where the engine's allocator offers tensors, the count is chosen by what one tensor of
     // it takes (see [`by_one_tensor`]); else the allocator's granule is measured first, on
     // caches of half the size, and the planned count is cut to what fits with it before it is

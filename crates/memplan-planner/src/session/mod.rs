@@ -862,6 +862,10 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
                         capped: own.capped,
                         grow: own.grows(plan, num_blocks),
                         granule: self.unmeasured_granule,
+                        packed: self
+                            .alloc_conf
+                            .as_ref()
+                            .is_some_and(|(c, _)| c.expandable_segments),
                     },
                 ) {
                     Ok(got) => got,
