@@ -30,7 +30,7 @@ pub struct AllocatorRules {
     /// Larger requests get a segment rounded up to this (`kRoundLarge`).
     pub round_large: u64,
     /// `expandable_segments:True`: one segment per pool and size class, grown by mapping
-    /// pages (the small segment's size for small requests, [`EXPANDABLE_LARGE_PAGE`] for the
+    /// pages (the small segment's size for small requests, `EXPANDABLE_LARGE_PAGE` (20 MiB) for the
     /// others), every request split off it (remainders of 512 B and more).
     #[serde(default)]
     pub expandable: bool,
