@@ -30,6 +30,12 @@
 //! - A log with none of the engines' memory lines is an error that says what was looked for.
 //! - A log of vLLM's CPU backend ("# cpu blocks", `VLLM_CPU_KVCACHE_SPACE`) is an error that says
 //!   why: its KV cache is a fixed host-memory space, not a share of a GPU's memory.
+//! - A launch command pasted with the log (`vllm serve X ...`, `python -m
+//!   vllm.entrypoints.openai.api_server ...`, `python -m sglang.launch_server ...`) gives the
+//!   flags that change the plan (utilisation, lengths, KV dtype, block size, parallel sizes,
+//!   eager, batch limits), read with shell-like quoting; the engine's own printed arguments
+//!   win where both give a figure, and a note names any that differ. A malformed value of such
+//!   a flag is an error naming the flag and the line.
 //! - vllm-ascend's "Block size is set to N" is the block size, whatever the arguments asked
 //!   for (`vllm_ascend/utils.py` `refresh_block_size`).
 
@@ -117,6 +123,8 @@ pub struct LogFigures {
     pub block_size: Option<u32>,
     /// Tensor-parallel ranks.
     pub tensor_parallel: Option<u64>,
+    /// Pipeline-parallel stages (`pipeline_parallel_size`, SGLang's `pp_size`).
+    pub pipeline_parallel: Option<u64>,
     /// `kv_cache_dtype`.
     pub kv_cache_dtype: Option<String>,
     /// `mamba_cache_dtype` (vLLM's non-default args).
@@ -125,7 +133,7 @@ pub struct LogFigures {
     pub mamba_ssm_cache_dtype: Option<String>,
     /// `quantization`.
     pub quantization: Option<String>,
-    /// `enforce_eager`.
+    /// `enforce_eager` (SGLang's `disable_cuda_graph`).
     pub enforce_eager: Option<bool>,
     /// `enable_prefix_caching` (the engine config line, or vLLM's non-default args).
     pub enable_prefix_caching: Option<bool>,
@@ -845,6 +853,7 @@ pub fn parse(text: &str) -> Result<LogFigures> {
              results\" / \"CUDA graph pool memory\" lines nor SGLang's \"Load weight end\" / \"KV Cache is allocated\" lines",
         ));
     }
+    let command = command::find(text)?;
     let mut f = LogFigures {
         engine: Some(if sglang && !vllm_kv {
             EngineKind::Sglang
@@ -916,6 +925,19 @@ pub fn parse(text: &str) -> Result<LogFigures> {
                 .any(|(k, _)| matches!(*k, "vLLM API server version " | "LLM engine (v"))
         {
             next_start_up = Some(i + 1);
+        }
+        // A pasted launch command's lines are read as a command (`command::find`), not as
+        // the engine's: its flags are not the engine's printed arguments.
+        if let Some(c) = command
+            .as_ref()
+            .filter(|c| (c.line..=c.last_line).contains(&(i + 1)))
+        {
+            if i + 1 == c.line {
+                for m in &c.models {
+                    command_model(&mut command_models, m, c.line);
+                }
+            }
+            continue;
         }
         // Once a model is known, only start-up lines can name another (a server's request
         // lines name the served model on every request).
@@ -1830,10 +1852,27 @@ pub fn parse(text: &str) -> Result<LogFigures> {
                 n,
             );
         }
-        for key in ["'enforce_eager':", "enforce_eager="] {
+        for key in [
+            "'pipeline_parallel_size'",
+            "pipeline_parallel_size",
+            "pp_size",
+        ] {
+            set(
+                &mut f.pipeline_parallel,
+                l.count(key, "pipeline_parallel_size", limits::MAX_TP)?,
+                lines,
+                "pipeline_parallel",
+                n,
+            );
+        }
+        for key in ["'enforce_eager':", "enforce_eager=", "disable_cuda_graph="] {
             let e = l.word(key).map(|w| w.eq_ignore_ascii_case("true"));
             set(&mut f.enforce_eager, e, lines, "enforce_eager", n);
         }
+    }
+    // A pasted launch command gives what the engine's own lines do not.
+    if let Some(c) = &command {
+        command::merge(&mut f, c);
     }
     if let (Some(cpu), Some(gpu)) = (cpu_backend, gpu_platform) {
         f.notes.push(format!(
@@ -2103,6 +2142,7 @@ pub fn read(path: &Path) -> Result<LogFigures> {
     })
 }
 
+mod command;
 mod scan;
 
 #[cfg(test)]

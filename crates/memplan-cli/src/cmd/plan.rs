@@ -2223,4 +2223,44 @@ mod tests {
         let f = run_json(&format!("--from-log {}", path.display())).unwrap_err();
         assert!(f.message.contains("my-finetune"), "{}", f.message);
     }
+
+    /// A pasted `vllm serve ... -tp 2` above a V0 profile table (public copy: the outside14
+    /// battery's log 30) plans two ranks, as the start-up ran; `--tensor-parallel-size` given
+    /// to memplan wins over the command.
+    #[test]
+    fn from_log_takes_the_pasted_commands_flags_and_memplans_own_win() {
+        let path = log_file(
+            "command",
+            "$ vllm serve meta-llama/Meta-Llama-3-8B -tp 2 --max-num-seqs 64\n\
+             INFO 12-13 19:55:25 worker.py:243] Memory profiling results:\n\
+             INFO 12-13 19:55:25 worker.py:243] duration     3.49 seconds\n\
+             INFO 12-13 19:55:25 worker.py:243] total_gpu_memory     79.22GiB\n\
+             INFO 12-13 19:55:25 worker.py:243] gpu_memory_utilization       0.90\n\
+             INFO 12-13 19:55:25 worker.py:243] the current vLLM instance can use    71.29GiB\n\
+             INFO 12-13 19:55:25 worker.py:243] model weights take   7.48GiB\n\
+             INFO 12-13 19:55:25 worker.py:243] non_torch_memory     3.58GiB\n\
+             INFO 12-13 19:55:25 worker.py:243] PyTorch activation peak memory       1.26GiB\n",
+        );
+        let mut a = flags(&format!(
+            "--model meta-llama-3-8b-instruct --from-log {}",
+            path.display()
+        ));
+        let log = extras::apply_log(&mut a).unwrap();
+        assert_eq!(a.tensor_parallel_size, 2);
+        assert_eq!(a.max_num_seqs, Some(64));
+        assert!(log.filled.contains(&"--tensor-parallel-size"));
+        assert!(
+            log.notes.iter().any(|n| n
+                .contains("from the pasted `vllm serve` command: -tp 2, --max-num-seqs 64")
+                && n.contains("flags given to memplan win over both")),
+            "{:?}",
+            log.notes
+        );
+        let mut a = flags(&format!(
+            "--model meta-llama-3-8b-instruct --tensor-parallel-size 4 --max-num-seqs 8 --from-log {}",
+            path.display()
+        ));
+        extras::apply_log(&mut a).unwrap();
+        assert_eq!((a.tensor_parallel_size, a.max_num_seqs), (4, Some(8)));
+    }
 }

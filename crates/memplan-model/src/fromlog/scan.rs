@@ -173,6 +173,10 @@ pub(super) const KEYS: &[&str] = &[
     "enforce_eager=",
     "'enable_prefix_caching':",
     "enable_prefix_caching=",
+    "disable_cuda_graph=",
+    "'pipeline_parallel_size'",
+    "pipeline_parallel_size",
+    "pp_size",
 ];
 
 /// Keys that yield nothing on their own: each qualifies a figure read under another key of

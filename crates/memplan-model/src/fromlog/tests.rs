@@ -1293,3 +1293,85 @@ fn a_bytes_figure_that_contradicts_the_rounded_one_is_named() {
         f.notes
     );
 }
+
+/// A launch command pasted above the log gives the flags the engine's lines do not print
+/// (public copies: the outside14 battery's log 30, `$ vllm serve ... -tp 2` above a V0
+/// "Memory profiling results" table; the outside16 battery's log 03, vllm-ascend 0.11.0rc0,
+/// whose worker prints no arguments). Before, only the model was read from such a line.
+#[test]
+fn a_pasted_launch_command_gives_the_flags_the_engine_does_not_print() {
+    let v0 = "$ vllm serve meta-llama/Meta-Llama-3-8B -tp 2\n\
+              INFO 12-13 19:55:25 worker.py:243] Memory profiling results:\n\
+              INFO 12-13 19:55:25 worker.py:243] total_gpu_memory     79.22GiB\n\
+              INFO 12-13 19:55:25 worker.py:243] gpu_memory_utilization       0.90\n\
+              INFO 12-13 19:55:25 worker.py:243] model weights take   7.48GiB\n";
+    let f = parse(v0).unwrap();
+    assert_eq!(f.tensor_parallel, Some(2));
+    assert_eq!(f.line("tensor_parallel"), Some(1));
+    assert_eq!(f.utilization, Some(0.90));
+    assert!(
+        f.notes
+            .iter()
+            .any(|n| n.starts_with("line 1: from the pasted `vllm serve` command: -tp 2")),
+        "{:?}",
+        f.notes
+    );
+    let ascend = "vllm serve /home/models/Qwen3/Qwen3-4B --served-model-name qwen2.5_7b --tensor-parallel-size 1 --max-model-len 4096 --gpu-memory-utilization 0.8 --enforce-eager --port 8080 --host 0.0.0.0\n\
+                  (EngineCore_DP0 pid=3132) INFO 10-15 16:32:15 [kv_cache_utils.py:1087] GPU KV cache size: 182,784 tokens\n\
+                  (EngineCore_DP0 pid=3132) INFO 10-15 16:32:15 [kv_cache_utils.py:1091] Maximum concurrency for 4,096 tokens per request: 44.62x\n";
+    let f = parse(ascend).unwrap();
+    assert_eq!(f.utilization, Some(0.8));
+    assert_eq!(f.enforce_eager, Some(true));
+    assert_eq!(f.tensor_parallel, Some(1));
+    // The engine printed the same length: no disagreement.
+    assert_eq!(f.max_model_len, Some(4096));
+    assert_eq!(f.line("max_model_len"), Some(3));
+    assert!(
+        !f.notes.iter().any(|n| n.contains("differs")),
+        "{:?}",
+        f.notes
+    );
+    assert_eq!(f.model.as_deref(), Some("/home/models/Qwen3/Qwen3-4B"));
+}
+
+/// The engine's printed arguments win over a pasted command's (public copy: the outside14
+/// battery's log 06, vLLM 0.10.2, `docker ... vllm serve ... --enforce-eager
+/// --gpu-memory-utilization 0.85`; the command here asks for 0.9 as a stale paste would, and
+/// is written across lines as a shell script would, with `--flag=value` and quotes).
+#[test]
+fn the_engines_printed_arguments_win_over_a_pasted_command() {
+    let log = "python -m vllm.entrypoints.openai.api_server \\\n\
+               \x20   --model 'meta-llama/Llama-3.1-8B-Instruct' \\\n\
+               \x20   --gpu_memory_utilization=0.9 --max-num-seqs \"64\" --pipeline-parallel-size 2 --no-enforce-eager --no-enable-prefix-caching  # comment --max-model-len 8\n\
+               (APIServer pid=387) INFO 09-21 21:36:07 [utils.py:328] non-default args: {'model_tag': 'meta-llama/Llama-3.1-8B-Instruct', 'host': '0.0.0.0', 'model': 'meta-llama/Llama-3.1-8B-Instruct', 'enforce_eager': True, 'gpu_memory_utilization': 0.85}\n\
+               (EngineCore_DP0 pid=575) INFO 09-21 21:36:40 [gpu_worker.py:298] Available KV cache memory: 110.31 GiB\n";
+    let f = parse(log).unwrap();
+    assert_eq!(f.utilization, Some(0.85));
+    assert_eq!(f.line("utilization"), Some(4));
+    assert_eq!(f.enforce_eager, Some(true));
+    assert_eq!(f.max_num_seqs, Some(64));
+    assert_eq!(f.pipeline_parallel, Some(2));
+    assert_eq!(f.enable_prefix_caching, Some(false));
+    assert_eq!(f.line("max_num_seqs"), Some(1));
+    assert_eq!(f.max_model_len, None);
+    let differ: Vec<&String> = f.notes.iter().filter(|n| n.contains("differs")).collect();
+    assert_eq!(differ.len(), 2, "{:?}", f.notes);
+    assert!(
+        differ[0].contains(
+            "--gpu-memory-utilization 0.9 differs from the engine's printed 0.85 (line 4)"
+        ),
+        "{differ:?}"
+    );
+    assert!(
+        differ[1].contains("--no-enforce-eager false differs"),
+        "{differ:?}"
+    );
+    // A malformed value of a flag that changes the plan is an error naming it.
+    let bad =
+        "$ vllm serve m --max-model-len 32x\nINFO 12-13 19:55:25 worker.py:243] Memory profiling results:\n";
+    let e = parse(bad).unwrap_err().to_string();
+    assert!(
+        e.contains("line 1") && e.contains("--max-model-len \"32x\" is not a whole number"),
+        "{e}"
+    );
+}

@@ -187,6 +187,12 @@ pub fn apply_log(a: &mut Flags) -> Result<LogContext, Failure> {
     if let Some(tp) = f.tensor_parallel.filter(|_| a.tensor_parallel_size == 1) {
         a.tensor_parallel_size = tp;
     }
+    if let Some(pp) = f
+        .pipeline_parallel
+        .filter(|_| a.pipeline_parallel_size == 1)
+    {
+        a.pipeline_parallel_size = pp;
+    }
     if f.enforce_eager == Some(true) && a.cudagraph_capture_sizes.is_none() {
         a.enforce_eager = true;
     }
@@ -497,6 +503,11 @@ pub fn apply_log(a: &mut Flags) -> Result<LogContext, Failure> {
             "--tensor-parallel-size",
             a.tensor_parallel_size != before.tensor_parallel_size,
         ),
+        (
+            "--pipeline-parallel-size",
+            a.pipeline_parallel_size != before.pipeline_parallel_size,
+        ),
+        ("--enforce-eager", a.enforce_eager != before.enforce_eager),
         (
             "--kv-cache-dtype",
             a.kv_cache_dtype != before.kv_cache_dtype,
