@@ -250,6 +250,50 @@ const V2_ALL: RunnerDefault = RunnerDefault::V2 {
     ],
 };
 
+/// vLLM releases older than the first row of [`VLLM`] whose KV sizing was read from their
+/// wheels and found to be that row's, rule by rule, so a start-up log of one is planned with
+/// it: `(minor release, the release read, what was compared)`. Read in the 0.10.2 and 0.11.0
+/// wheels against 0.19.0:
+/// - the budget: `requested_memory = total x gpu_memory_utilization` (`v1/worker/gpu_worker.py`
+///   `Worker.init_device`; 0.19 rounds it up to a byte, `v1/worker/utils.py` `request_memory`)
+///   less `non_kv_cache_memory = weights + torch peak increase + non-torch increase`
+///   (`vllm/utils/__init__.py` `memory_profiling`, 0.19 `utils/mem_utils.py`), in
+///   `Worker.determine_available_memory`; no graph estimate is subtracted (0.10.2 and 0.11.0
+///   have none; 0.19 profiles one but applies it only with
+///   `VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`): the 0.19 row's `graph_subtracted: false`;
+/// - `gpu_memory_utilization` 0.9 and 16-token blocks on CUDA (`vllm/config/cache.py`
+///   `CacheConfig`; `platforms/cuda.py` `check_and_update_config` sets a `None` block size to
+///   16, 0.19 `CacheConfig.DEFAULT_BLOCK_SIZE`);
+/// - blocks `available // page_size // num_layers` (`v1/core/kv_cache_utils.py`
+///   `get_num_blocks`), a tensor per layer (`get_kv_cache_config_from_groups`), every worker
+///   cut to the fewest blocks, the null block taken from the pool (`v1/core/block_pool.py`
+///   `BlockPool.__init__`: `self.null_block = self.free_block_queue.popleft()`);
+/// - the logged "GPU KV cache size" `num_blocks // len(kv_cache_groups) * min_block_size`,
+///   null block included (`get_kv_cache_config_from_groups` in 0.11.0, `_get_kv_cache_config_*`
+///   in 0.10.2; 0.19 `_report_kv_cache_config`): [`LoggedKvTokens::AllBlocks`];
+/// - a request of `max_model_len` that does not fit is refused
+///   (`check_enough_kv_cache_memory`).
+///
+/// What differs is outside the KV budget: 0.10.2 defaults to piecewise graphs only
+/// (`vllm/config/__init__.py` `VllmConfig.__post_init__`: `cudagraph_mode = PIECEWISE`;
+/// `FULL_AND_PIECEWISE` from 0.11.0, as in 0.19), so the graph memory memplan's warning
+/// estimates for a 0.10 start-up is the larger full-and-piecewise capture's; and 0.10.2 takes
+/// its memory snapshot before it sets up the distributed environment (`Worker.init_device`),
+/// so NCCL's buffers count in its non-torch figure, as 0.19's fitted coefficients count them.
+/// Hybrid (attention + Mamba) models were not compared.
+pub const VLLM_OLDER_AS_FIRST_ROW: &[(&str, &str, &str)] = &[
+    (
+        "0.10",
+        "0.10.2",
+        "the same KV budget, block size, block count and logged token count as 0.19 (`v1/worker/gpu_worker.py` `determine_available_memory`, `v1/core/kv_cache_utils.py`); its graphs are piecewise only by default (`cudagraph_mode` PIECEWISE), so the graph memory estimated outside the budget is of a larger capture than its own",
+    ),
+    (
+        "0.11",
+        "0.11.0",
+        "the same KV budget, block size, block count and logged token count as 0.19 (`v1/worker/gpu_worker.py` `determine_available_memory`, `v1/core/kv_cache_utils.py`)",
+    ),
+];
+
 const CUDA_ROCM: &[&str] = &["cuda", "rocm"];
 const CUDA_ROCM_XPU: &[&str] = &["cuda", "rocm", "xpu"];
 

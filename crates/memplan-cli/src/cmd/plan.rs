@@ -2263,4 +2263,43 @@ mod tests {
         extras::apply_log(&mut a).unwrap();
         assert_eq!((a.tensor_parallel_size, a.max_num_seqs), (4, Some(8)));
     }
+
+    /// A vLLM 0.11.0 start-up (public copy: the outside16 battery's log 01, NGC 25.11 on a DGX
+    /// Spark) is planned with the 0.19 row as a release whose KV sizing was read and found to
+    /// be that row's, not as a release outside memplan's rules; 0.12 (not read) still is.
+    #[test]
+    fn from_log_plans_vllm_0_10_and_0_11_with_the_rules_read_for_them() {
+        let text = "(APIServer pid=1) INFO 01-23 15:48:29 [api_server.py:1842] vLLM API server version 0.11.0+582e4e37.nv25.11\n\
+             (EngineCore_DP0 pid=164) INFO 01-23 15:49:08 [gpu_model_runner.py:2653] Model loading took 3.8844 GiB and 20.442057 seconds\n\
+             (EngineCore_DP0 pid=164) INFO 01-23 15:50:05 [gpu_worker.py:298] Available KV cache memory: 102.56 GiB\n\
+             (EngineCore_DP0 pid=164) INFO 01-23 15:50:06 [kv_cache_utils.py:1087] GPU KV cache size: 840,160 tokens\n\
+             (EngineCore_DP0 pid=164) INFO 01-23 15:50:06 [kv_cache_utils.py:1091] Maximum concurrency for 32,768 tokens per request: 25.64x\n\
+             (APIServer pid=1) INFO 01-23 15:50:32 [loggers.py:147] Engine 000: vllm cache_config_info with initialization after num_gpu_blocks is: 52510\n";
+        let path = log_file("v011", text);
+        let mut a = flags(&format!("--model mistral-7b --from-log {}", path.display()));
+        let log = extras::apply_log(&mut a).unwrap();
+        assert_eq!(a.engine.as_deref(), Some("vllm@0.19"));
+        assert!(
+            log.notes.iter().any(|n| n.starts_with(
+                "the log's vLLM 0.11.0 (line 1) sizes its KV cache by vllm@0.19's rules (read in the 0.11.0 wheel"
+            )),
+            "{:?}",
+            log.notes
+        );
+        assert!(!log
+            .notes
+            .iter()
+            .any(|n| n.contains("outside memplan's rules")));
+        let path = log_file("v012", &text.replace("version 0.11.0", "version 0.12.0"));
+        let mut a = flags(&format!("--model mistral-7b --from-log {}", path.display()));
+        let log = extras::apply_log(&mut a).unwrap();
+        assert_eq!(a.engine.as_deref(), Some("vllm@0.19"));
+        assert!(
+            log.notes
+                .iter()
+                .any(|n| n.contains("vLLM 0.12.0 (line 1) is outside memplan's rules")),
+            "{:?}",
+            log.notes
+        );
+    }
 }

@@ -258,9 +258,19 @@ pub fn apply_log(a: &mut Flags) -> Result<LogContext, Failure> {
             (Some(EngineKind::Sglang), _) => "sglang".to_string(),
             (_, Some(r)) => {
                 let want = format!("vllm@{r}");
-                match want.parse::<EngineRules>() {
-                    Ok(_) => want,
-                    Err(e) => {
+                match (want.parse::<EngineRules>(), older_as_first_row(&r)) {
+                    (Ok(_), _) => want,
+                    // A release older than the table whose KV sizing was read and found to
+                    // be the first row's (`VLLM_OLDER_AS_FIRST_ROW`).
+                    (Err(_), Some((checked, why))) => {
+                        let first = VLLM[0].version;
+                        notes.push(format!(
+                            "the log's vLLM {r}{} sizes its KV cache by vllm@{first}'s rules (read in the {checked} wheel: {why}): planned with vllm@{first}'s",
+                            at("version")
+                        ));
+                        format!("vllm@{first}")
+                    }
+                    (Err(e), None) => {
                         let (oldest, newest) =
                             (VLLM[0].version, EngineRules::newest_vllm().version);
                         let pick = if e.to_string().contains("newer") {
@@ -632,6 +642,17 @@ fn same_model(given: &str, logged: &str) -> bool {
 /// The rules for a V1 log without a version line, and the note that says why: the newest
 /// release its own lines allow (the newest memplan knows where no line bounds it from above),
 /// and how to name another.
+/// The release read and what was compared, where `release` (`0.11.0`) is of a minor release
+/// older than [`VLLM`]'s first row whose KV sizing is that row's
+/// ([`memplan_model::engine::VLLM_OLDER_AS_FIRST_ROW`]).
+fn older_as_first_row(release: &str) -> Option<(&'static str, &'static str)> {
+    let minor: String = release.split('.').take(2).collect::<Vec<_>>().join(".");
+    memplan_model::engine::VLLM_OLDER_AS_FIRST_ROW
+        .iter()
+        .find(|(m, _, _)| *m == minor)
+        .map(|(_, checked, why)| (*checked, *why))
+}
+
 fn unversioned_v1(f: &LogFigures) -> (String, String) {
     let (rules, note) = unversioned_v1_by_lines(f);
     match tokens_date(f, &rules) {
