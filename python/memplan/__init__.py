@@ -148,8 +148,12 @@ _TYPES: Dict[str, str] = {
         )
     },
     "enforce_eager": _BOOL,
+    "enable_prefix_caching": _BOOL,
     "cudagraph_capture_sizes": _SIZES,
 }
+# Switches whose False is a choice, not the default: ``False`` gives ``--no-<flag>`` (vLLM's
+# ``--no-enable-prefix-caching``), ``None`` leaves the engine release's default.
+_NEGATABLE = frozenset({"enable_prefix_caching"})
 
 
 def _is_int(v: object) -> bool:
@@ -206,6 +210,9 @@ def _flag_args(flags: Dict[str, FlagValue]) -> List[str]:
             raise UsageError(f"{key!r} is not a flag name", kind="usage", exit_code=2)
         name = "--" + key.replace("_", "-")
         _check_types({key: value})
+        if value is False and key in _NEGATABLE:
+            out.append("--no-" + key.replace("_", "-"))
+            continue
         if value is None or value is False:
             continue
         if value is True:

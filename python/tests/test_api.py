@@ -51,6 +51,20 @@ def test_plan_switches_and_lists() -> None:
     assert memplan.plan(MODEL, DEVICE, enforce_eager=False) == default
 
 
+def test_prefix_caching_false_is_a_choice_not_the_default() -> None:
+    # vLLM's --enable-prefix-caching / --no-enable-prefix-caching: neither is the release's
+    # default, so False must reach the CLI as the --no- form (it sets a hybrid model's
+    # recurrent-state pages per request: 2 with prefix caching, 1 without).
+    assert memplan._flag_args({"enable_prefix_caching": True}) == ["--enable-prefix-caching"]
+    assert memplan._flag_args({"enable_prefix_caching": False}) == ["--no-enable-prefix-caching"]
+    assert memplan._flag_args({"enable_prefix_caching": None}) == []
+    assert memplan._flag_args({"enforce_eager": False}) == []
+    on = memplan.plan(MODEL, DEVICE, enable_prefix_caching=True)
+    off = memplan.plan(MODEL, DEVICE, enable_prefix_caching=False)
+    # An attention-only model holds no recurrent state: the same cache either way.
+    assert on["kv_cache_tokens"] == off["kv_cache_tokens"] > 0
+
+
 def test_devices_lists_the_simulated_devices() -> None:
     devs = memplan.devices()
     ids = [d["id"] for d in devs]

@@ -125,10 +125,17 @@ def test_two_ranks_in_two_processes_map_the_fewest_blocks(style: str) -> None:
     assert [p["rank"]["tensor_parallel_rank"] for p in own if p is not None] == [0, 1]
     assert all(p["tensor_parallel_size"] == 2 for p in own if p is not None)
     # Each rank mapped the fewest blocks in its own layout: rank 0 less than its own plan.
+    # Post-capture maps them in whole granules of the device's mapping granularity (2 MiB on
+    # the simulated RTX 4090 and 3090): the blocks' bytes, rounded up to less than a granule
+    # more; the other styles allocate the blocks' bytes themselves.
     for rank, p, _, mapped, _ in results:
         assert p is not None and mapped is not None
-        assert mapped == ranks["per_rank"][rank]["mapped_bytes"]
-        assert mapped == min(blocks) * p["kv"]["block_bytes"]
+        blocks_bytes = ranks["per_rank"][rank]["mapped_bytes"]
+        assert blocks_bytes == min(blocks) * p["kv"]["block_bytes"]
+        if style == "start_up":
+            assert mapped % (2 << 20) == 0 and 0 <= mapped - blocks_bytes < 2 << 20, mapped
+        else:
+            assert mapped == blocks_bytes
     assert results[0][3] < own[0]["kv"]["num_blocks"] * own[0]["kv"]["block_bytes"]  # type: ignore[index]
     limiting = [w for w in first["warnings"] if w["code"] == "limiting_rank"]
     assert len(limiting) == 1, first["warnings"]

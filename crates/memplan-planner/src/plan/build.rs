@@ -1043,8 +1043,10 @@ impl PlanBuilder {
     }
 
     /// The KV cache will be mapped in whole granules of `bytes` (post-capture: the device's
-    /// mapping granularity): the KV cache granted is rounded down to whole granules, so its
-    /// blocks, rounded up to a granule when mapped, stay inside it.
+    /// mapping granularity), as one region at the start of its range (`session::kv_cache::map`):
+    /// the KV cache granted is rounded down to whole granules, so its blocks, rounded up to a
+    /// granule when mapped, stay inside it. A cache mapped in several regions (K and V, or
+    /// each layer, apart) would round each up and needs a granule per region besides.
     pub fn mapping_granularity(mut self, bytes: u64) -> Self {
         self.granularity = Some(bytes);
         self

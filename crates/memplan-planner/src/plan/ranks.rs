@@ -52,7 +52,9 @@ pub struct RankPlan {
     pub graph_strategy: GraphMethod,
     /// What bounded its KV cache by physically available memory.
     pub physical_check: Option<PhysicalCheck>,
-    /// What it maps under the combined plan: the combined blocks times its own block bytes.
+    /// What it maps under the combined plan: the combined blocks times its own block bytes
+    /// (after post-capture, the session maps them rounded up to the device's mapping
+    /// granularity, less than a granule more, inside the granules its own plan kept).
     pub mapped_bytes: u64,
     /// The codes of its own plan's warnings.
     pub warnings: Vec<String>,
