@@ -85,6 +85,7 @@ def start_up(
     max_num_batched_tokens: Optional[int] = ...,
     graph_strategy: Optional[str] = ...,
     exchange: Optional[Callable[[str], Sequence[str]]] = ...,
+    alloc_conf: Optional[str] = ...,
 ) -> Tuple[str, str, Optional[str], Optional[KvRange], int, str]: ...
 
 def combine_plans(plans: List[str]) -> Tuple[int, str]: ...

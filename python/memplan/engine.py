@@ -246,6 +246,7 @@ def start_up(
     max_num_batched_tokens: Optional[int] = None,
     graph_strategy: Optional[str] = None,
     exchange: Optional[Exchange] = None,
+    alloc_conf: Optional[str] = None,
 ) -> StartUp:
     """Run ``engine``'s start-up on ``device`` through memplan's measured protocol (the
     facade's ``Session``: calibrate, release cache and baseline, check the request, load
@@ -291,6 +292,14 @@ def start_up(
             :func:`memplan.distributed.exchanger` builds one from ``torch.distributed``, MPI,
             a Ray collective or any all-gather function); the plans are combined and this rank maps
             the fewest blocks of any (:attr:`StartUp.combined`).
+        alloc_conf: the caching allocator's options as the engine runs them (PyTorch's
+            ``PYTORCH_ALLOC_CONF`` string, e.g. ``"expandable_segments:True"``); the plan takes
+            the KV cache's tensors to round and share segments as they say. Default: read
+            from this process's environment as PyTorch in this process reads it
+            (``PYTORCH_ALLOC_CONF``, else ``PYTORCH_CUDA_ALLOC_CONF``, else
+            ``PYTORCH_HIP_ALLOC_CONF``); none set is PyTorch's default configuration. The
+            plan's notes say where it came from; a malformed string is a ``UsageError``
+            naming the option.
 
     Raises:
         ArgumentTypeError: an argument of the wrong type (``engine`` without the hooks, a
@@ -340,6 +349,7 @@ def start_up(
             max_num_batched_tokens=max_num_batched_tokens,
             graph_strategy=graph_strategy,
             exchange=exchange,
+            alloc_conf=alloc_conf,
         )
     except UsageError as e:
         if installed is None or installed[0] not in e.message:

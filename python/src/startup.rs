@@ -21,7 +21,9 @@ use memplan::model::consumers::Extras;
 use memplan::model::defaults;
 use memplan::model::dryrun::DryRun;
 use memplan::model::Model;
-use memplan::{Error, KvRange, Param, Rank, Result, Session, SharedDevice, StrategyKind};
+use memplan::{
+    AllocatorConfig, Error, KvRange, Param, Rank, Result, Session, SharedDevice, StrategyKind,
+};
 use pyo3::prelude::*;
 
 use crate::errors::to_py;
@@ -43,6 +45,9 @@ pub struct Options {
     pub max_num_seqs: Option<u64>,
     pub max_num_batched_tokens: Option<u64>,
     pub strategy: Option<String>,
+    /// The caching allocator's options as the engine runs them, and where they came from
+    /// (`alloc_conf=`, else this process's environment); `None`: PyTorch's default.
+    pub alloc_conf: Option<(AllocatorConfig, String)>,
 }
 
 /// What a start-up gives back: the plan, the profile, the combined plan (with an exchange),
@@ -136,6 +141,9 @@ fn chain(
     let set = defaults::settings(&dry)?;
     *dry_run = Some(dry);
     let mut s = s.with_sizing_rules(set.rules, set.engine.clone());
+    if let Some((c, source)) = &o.alloc_conf {
+        s = s.with_allocator_config(c.clone(), source.clone());
+    }
     s.check_request(request)?;
     s.load_weights(|e| e.step("load_weights"))?;
     s.profile_run(|e| e.step("profile_run"))?;
@@ -306,7 +314,7 @@ fn device_of(py: Python<'_>, device: &Bound<'_, PyAny>) -> PyResult<SharedDevice
     kv_cache_dtype=None, engine_release=None, block_size=None, tensor_parallel_size=None,
     tensor_parallel_rank=None, pipeline_parallel_size=None, pipeline_parallel_rank=None,
     max_model_len=None, max_num_seqs=None, max_num_batched_tokens=None, graph_strategy=None,
-    exchange=None
+    exchange=None, alloc_conf=None
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn start_up(
@@ -328,6 +336,7 @@ pub fn start_up(
     max_num_batched_tokens: Option<&Bound<'_, PyAny>>,
     graph_strategy: Option<String>,
     exchange: Option<&Bound<'_, PyAny>>,
+    alloc_conf: Option<String>,
 ) -> PyResult<Returned> {
     use crate::errors::{count_arg, int_arg, type_error, usage};
     use memplan::model::limits;
@@ -418,6 +427,19 @@ pub fn start_up(
         }
         f => f.map(|f| f.clone().unbind()),
     };
+    // The engine runs in this process, so its caching allocator reads this process's
+    // environment: where the caller states no configuration, the variables PyTorch reads.
+    // Read (and refused where malformed) before anything runs.
+    let alloc_conf = match alloc_conf {
+        Some(text) => AllocatorConfig::parse(&text)
+            .map(|c| Some((c, "alloc_conf=".to_string())))
+            .map_err(|e| usage(py, format!("alloc_conf={text:?}: {e}")))?,
+        None => AllocatorConfig::from_env()
+            .map(|c| {
+                c.map(|(c, var)| (c, format!("the environment variable {var} of this process")))
+            })
+            .map_err(|e| usage(py, e.to_string()))?,
+    };
     let o = Options {
         model,
         gpu_memory_utilization,
@@ -433,6 +455,7 @@ pub fn start_up(
         max_num_seqs,
         max_num_batched_tokens,
         strategy: graph_strategy,
+        alloc_conf,
     };
     crate::errors::guard(py, || {
         let dev = device_of(py, device)?;

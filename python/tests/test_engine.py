@@ -257,3 +257,28 @@ def test_the_kv_allocation_is_measured_through_the_engines_tensors() -> None:
             assert len(eng.measured) >= block // page, (release, eng.measured)
             assert all(n % page == 0 for n in caches), (release, eng.measured)
         assert eng.alloc.memory_stats()["allocated"] == eng.weights  # every tensor freed
+
+
+def test_the_allocator_configuration_is_the_callers_else_this_process_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The engine runs in this process, so its caching allocator reads this process's
+    # PYTORCH_ALLOC_CONF: a start-up that states none takes the variable, as PyTorch does.
+    for var in ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF"):
+        monkeypatch.delenv(var, raising=False)
+
+    def notes(**kw: Any) -> List[str]:
+        dev = SimDevice("sim:rtx4090", private=True)
+        s = start_up(dev, PyEngine(dev), model=MODEL, gpu_memory_utilization=0.9, **kw)
+        return [n for n in s.plan["notes"] if "caching allocator" in n or "alloc" in n]
+
+    assert not any("expandable" in n for n in notes())
+    stated = notes(alloc_conf="expandable_segments:True")
+    assert any("alloc_conf=" in n for n in stated), stated
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    read = notes()
+    assert any("PYTORCH_CUDA_ALLOC_CONF" in n for n in read), read
+    # A malformed value is refused before anything runs, naming the option.
+    dev = SimDevice("sim:rtx4090", private=True)
+    with pytest.raises(memplan.UsageError, match="expandable_segments"):
+        start_up(dev, PyEngine(dev), model=MODEL, alloc_conf="expandable_segments:maybe")
