@@ -151,6 +151,13 @@ impl GraphStrategy for Conservative {
             (Some(r), Some(res)) => {
                 let m = super::full::probed_variation_margin(r, sizes.len(), res);
                 tracing::debug!(repeats = ?r, resolution = res, margin = m, "probed repeats of the first size");
+                let spread = super::full::probed_spread_per_mille(r, res);
+                if spread > super::full::VARIATION_REPORTED_PER_MILLE {
+                    ctx.warn(Warning::GraphCaptureVaries {
+                        spread_per_mille: spread,
+                        margin: m,
+                    });
+                }
                 (
                     m,
                     format!(
