@@ -16,6 +16,7 @@ use memplan_planner::{
 };
 
 use crate::arch::state::MambaDtype;
+use crate::config::LayerKind;
 use crate::device::DeviceClass;
 use crate::engine::EngineRules;
 use crate::estimate::{self, EngineShape, Estimate};
@@ -509,7 +510,26 @@ impl DryRun {
             nemotron_h_vl_ssm_rule: !engine.nemotron_h_ssm_float16,
         };
         let block_size = self.block_size.unwrap_or(engine.block_size);
-        let mut kv_spec = c.kv_spec_with(kv_dtype, block_size, tp, &opts)?;
+        // SGLang before 0.4.9 has no sliding-window pool: every attention layer is full.
+        let windowed = c
+            .layers
+            .iter()
+            .filter(|k| matches!(k, LayerKind::Sliding(_) | LayerKind::Chunked(_)))
+            .count();
+        let full_layers;
+        let spec_model = if engine.windows_as_full && windowed > 0 {
+            let mut m = c.clone();
+            for k in &mut m.layers {
+                if matches!(k, LayerKind::Sliding(_) | LayerKind::Chunked(_)) {
+                    *k = LayerKind::Full;
+                }
+            }
+            full_layers = m;
+            &full_layers
+        } else {
+            c
+        };
+        let mut kv_spec = spec_model.kv_spec_with(kv_dtype, block_size, tp, &opts)?;
         let mut extra_weights: Vec<(u64, String)> = Vec::new();
         if let Some((draft, n)) = &self.extras.draft {
             // The draft's layers share the pool (vLLM adds them to the KV-cache spec); its
@@ -524,6 +544,23 @@ impl DryRun {
             extra_weights.push((w, format!("LoRA: {slots} slot(s) of rank {rank} pre-allocated for the QKV/O/gate-up/down projections")));
         }
         let mut notes = vec![c.rule.clone()];
+        if engine.windows_as_full && windowed > 0 {
+            notes.push(format!(
+                "{engine} has no sliding-window KV pool: the model's {windowed} sliding-window or chunked layers are sized as full-attention layers (`profile_max_num_token`: kv heads x head dim x every layer)"
+            ));
+        }
+        // SGLang before 0.4.9 cuts a multimodal model's fraction after printing its arguments.
+        let request = match self.request {
+            Request::Utilization(u) if engine.static_fraction(&c.architecture, u) != u => {
+                let cut = engine.static_fraction(&c.architecture, u);
+                notes.push(format!(
+                    "{engine} reduces --mem-fraction-static {u} to {cut:.3} for the multimodal {} (`ModelRunner.__init__`: x {})",
+                    c.architecture, engine.multimodal_fraction
+                ));
+                Request::Utilization(cut)
+            }
+            r => r,
+        };
         if all_mode {
             notes.push(format!(
                 "--enable-prefix-caching: vLLM keeps {}'s recurrent states in 'all' mode (a page per block of the request, `MambaModelConfig.verify_and_update_config`), which memplan does not model; the states are sized with {}'s default pages",
@@ -742,7 +779,7 @@ impl DryRun {
         };
         let limits = KvLimits::new(max_model_len, max_num_batched_tokens)
             .with_max_len_limit(max_model_len.max(model_len.unwrap_or(0)));
-        let mut b = PlanBuilder::new(self.total, self.request, kv_spec, limits)
+        let mut b = PlanBuilder::new(self.total, request, kv_spec, limits)
             .sizing_rules(rules)
             .engine(engine.to_string())
             .notes(notes)

@@ -188,6 +188,21 @@ pub struct EngineRules {
     /// The figures the dry run fits on start-up logs for this release group (the activation,
     /// non-torch and graph terms the code does not determine), with the logs they come from.
     pub coefficients: Coefficients,
+    /// SGLang before 0.4.9: the model runner multiplies `mem_fraction_static` by this for a
+    /// model of one of [`multimodal_architectures`](Self::multimodal_architectures) after the
+    /// server arguments are printed (`srt/model_executor/model_runner.py`
+    /// `ModelRunner.__init__`: `if self.is_multimodal: self.mem_fraction_static *= 0.95` in
+    /// 0.4.4 and 0.4.4.post2, `0.90` in 0.4.5 to 0.4.8). 1.0 elsewhere (0.4.10.post2 and 0.5
+    /// adjust the default in `ServerArgs`, which the printed arguments show).
+    pub multimodal_fraction: f64,
+    /// The architectures [`multimodal_fraction`](Self::multimodal_fraction) applies to
+    /// (`srt/configs/model_config.py` `multimodal_model_archs`).
+    pub multimodal_architectures: &'static [&'static str],
+    /// Sliding-window and chunked-local layers are sized as full-attention layers: SGLang
+    /// before 0.4.9 has no sliding-window pool (`srt/mem_cache/memory_pool.py`: MHA, MLA and
+    /// DoubleSparse pools only in 0.4.4 to 0.4.8) and `profile_max_num_token` sizes a token as
+    /// `kv_heads x head_dim x num_hidden_layers x 2 x dtype bytes`.
+    pub windows_as_full: bool,
 }
 
 const fn v(version: &'static str) -> EngineRules {
@@ -215,6 +230,9 @@ const fn v(version: &'static str) -> EngineRules {
         v2_profiles_graphs: false,
         long_requests: LongRequests::Refuse,
         coefficients: coefficients::VLLM_020_026,
+        multimodal_fraction: 1.0,
+        multimodal_architectures: &[],
+        windows_as_full: false,
     }
 }
 
@@ -459,7 +477,7 @@ pub const VLLM: &[EngineRules] = &[
     },
 ];
 
-/// SGLang 0.5.1 to 0.5.13 (the first row of [`SGLANG`]).
+/// SGLang 0.5.1 to 0.5.13 (the first 0.5 row of [`SGLANG`]).
 const SGLANG_0_5: EngineRules = EngineRules {
     kind: EngineKind::Sglang,
     block_size: 1,
@@ -479,10 +497,91 @@ const SGLANG_0_5: EngineRules = EngineRules {
     ..v("0.5")
 };
 
+/// `multimodal_model_archs` of SGLang 0.4.4.post2 (`srt/configs/model_config.py`; 0.4.4's
+/// list lacks Gemma 3, which that release could not load).
+const SGLANG_MULTIMODAL_044: &[&str] = &[
+    "DeepseekVL2ForCausalLM",
+    "Gemma3ForConditionalGeneration",
+    "Grok1VForCausalLM",
+    "Grok1AForCausalLM",
+    "LlavaLlamaForCausalLM",
+    "LlavaMistralForCausalLM",
+    "LlavaQwenForCausalLM",
+    "LlavaVidForCausalLM",
+    "MiniCPMO",
+    "MiniCPMV",
+    "MultiModalityCausalLM",
+    "MllamaForConditionalGeneration",
+    "Qwen2VLForConditionalGeneration",
+    "Qwen2_5_VLForConditionalGeneration",
+];
+
+/// `multimodal_model_archs` of SGLang 0.4.8 (0.4.6's is a subset of it).
+const SGLANG_MULTIMODAL_048: &[&str] = &[
+    "CLIPModel",
+    "DeepseekVL2ForCausalLM",
+    "Gemma3ForConditionalGeneration",
+    "Grok1VForCausalLM",
+    "Grok1AForCausalLM",
+    "LlavaLlamaForCausalLM",
+    "Llama4ForConditionalGeneration",
+    "LlavaMistralForCausalLM",
+    "LlavaQwenForCausalLM",
+    "LlavaForConditionalGeneration",
+    "LlavaVidForCausalLM",
+    "MiniCPMO",
+    "MiniCPMV",
+    "Mistral3ForConditionalGeneration",
+    "MultiModalityCausalLM",
+    "MllamaForConditionalGeneration",
+    "Qwen2VLForConditionalGeneration",
+    "Qwen2_5_VLForConditionalGeneration",
+    "KimiVLForConditionalGeneration",
+    "InternVLChatModel",
+    "Phi4MMForCausalLM",
+    "VILAForConditionalGeneration",
+];
+
+/// SGLang 0.4.4 (read in the 0.4.4 and 0.4.4.post2 wheels): the 0.5 row's pool
+/// (`model_runner.py` `profile_max_num_token`: `rest = available - total x (1 -
+/// mem_fraction_static)`, `max_total_num_tokens = rest // cell_size`, floored to pages; a K and
+/// a V buffer per layer, `MHATokenToKVPool._create_buffers`), but every layer is sized as full
+/// attention ([`EngineRules::windows_as_full`]) and a multimodal model's fraction is cut by
+/// 0.95 after the arguments are printed ([`EngineRules::multimodal_fraction`]).
+const SGLANG_0_4_4: EngineRules = EngineRules {
+    version: "0.4.4",
+    multimodal_fraction: 0.95,
+    multimodal_architectures: SGLANG_MULTIMODAL_044,
+    windows_as_full: true,
+    ..SGLANG_0_5
+};
+
+/// SGLang releases between memplan's 0.4 rows and its 0.5 rows whose rules it does not hold:
+/// `(first, end)`, `end` excluded. 0.4.9 (read) and 0.4.10.post2 (read) already have a
+/// sliding-window pool (`srt/mem_cache/memory_pool.py` `SWAKVPool`) and no multimodal cut in
+/// `ModelRunner.__init__` (0.4.10.post2 cuts the default in
+/// `ServerArgs.adjust_mem_fraction_for_vlm`, which the printed arguments show).
+pub const SGLANG_UNREAD: (&str, &str) = ("0.4.9", "0.5");
+
+/// When the SGLang releases that begin a rule change were published (`(release, date)`, the
+/// wheel's build date, oldest first): an SGLang log dated before one was written by an older
+/// release. 0.4.5 cut a multimodal fraction by 0.90 rather than 0.95; 0.4.9 brought the
+/// sliding-window pool ([`SGLANG_UNREAD`]).
+pub const SGLANG_PUBLISHED: &[(&str, &str)] = &[("0.4.5", "2025-04-07"), ("0.4.9", "2025-07-06")];
+
 /// SGLang: one token per page (`--page-size 1`), a token pool rather than blocks, the
 /// static fraction taking graphs and activations (`mem_fraction_static`). Sized as one
-/// group of one-token pages; windows and states as vLLM's 0.19 rules.
+/// group of one-token pages; windows and states as vLLM's 0.19 rules from 0.5 (before, every
+/// attention layer full).
 pub const SGLANG: &[EngineRules] = &[
+    SGLANG_0_4_4,
+    // 0.4.5 to 0.4.8 (read in 0.4.5, 0.4.6, 0.4.7 and 0.4.8): the multimodal cut is 0.90.
+    EngineRules {
+        version: "0.4.5",
+        multimodal_fraction: 0.90,
+        multimodal_architectures: SGLANG_MULTIMODAL_048,
+        ..SGLANG_0_4_4
+    },
     SGLANG_0_5,
     // 0.5.14: only `max_req_len > 0` is asserted (`TpModelWorker.alloc_memory_pool`): a pool of
     // 2 tokens starts. The rest as 0.5.1.
@@ -510,6 +609,17 @@ fn parse_version(s: &str) -> Option<Vec<u32>> {
 }
 
 impl EngineRules {
+    /// The fraction the engine sizes its pool with for a model of `architecture` started with
+    /// `fraction`: cut by [`multimodal_fraction`](Self::multimodal_fraction) for the
+    /// release's multimodal architectures (SGLang before 0.4.9), else `fraction`.
+    pub fn static_fraction(&self, architecture: &str, fraction: f64) -> f64 {
+        if self.multimodal_architectures.contains(&architecture) {
+            fraction * self.multimodal_fraction
+        } else {
+            fraction
+        }
+    }
+
     /// The newest vLLM release memplan knows (the default engine).
     pub fn newest_vllm() -> &'static EngineRules {
         VLLM.last().expect("table is not empty")
@@ -707,6 +817,21 @@ impl FromStr for EngineRules {
             )
         })?;
         let row = |r: &EngineRules| parse_version(r.version).unwrap_or_default();
+        if table[0].kind == EngineKind::Sglang {
+            let (first, end) = (
+                parse_version(SGLANG_UNREAD.0).unwrap_or_default(),
+                parse_version(SGLANG_UNREAD.1).unwrap_or_default(),
+            );
+            if want >= first && want < end {
+                return Err(Error::param(
+                    Param::Engine,
+                    format!(
+                        "{name}@{version} is between memplan's SGLang 0.4 rows and its 0.5 rows ({} up to {}: not read; 0.4.10.post2 already has a sliding-window pool); memplan knows {range}",
+                        SGLANG_UNREAD.0, SGLANG_UNREAD.1
+                    ),
+                ));
+            }
+        }
         // Compare on the components the user gave: `0.20` matches 0.20.x's first row.
         let cmp = |r: &EngineRules| {
             let mut have = row(r);
@@ -782,6 +907,40 @@ mod tests {
             "0.5.14"
         );
         assert!("sglang@0.5.24".parse::<EngineRules>().is_err());
+        // SGLang before 0.5: 0.4.4 (x 0.95 for multimodal models), 0.4.5 to 0.4.8 (x 0.90),
+        // no sliding-window pool in either; 0.4.9 to 0.4.x not held; older refused.
+        for (want, row, cut) in [
+            ("sglang@0.4.4", "0.4.4", 0.95),
+            ("sglang@0.4.5", "0.4.5", 0.90),
+            ("sglang@0.4.8", "0.4.5", 0.90),
+        ] {
+            let r = want.parse::<EngineRules>().unwrap();
+            assert_eq!((r.version, r.multimodal_fraction), (row, cut), "{want}");
+            assert!(r.windows_as_full);
+            assert_eq!(
+                r.static_fraction("Gemma3ForConditionalGeneration", 0.88),
+                0.88 * cut
+            );
+            assert_eq!(r.static_fraction("LlamaForCausalLM", 0.88), 0.88);
+        }
+        for e in ["sglang@0.4.9", "sglang@0.4.10"] {
+            assert!(e
+                .parse::<EngineRules>()
+                .unwrap_err()
+                .to_string()
+                .contains("between memplan's SGLang 0.4 rows and its 0.5 rows"));
+        }
+        assert!("sglang@0.4.3"
+            .parse::<EngineRules>()
+            .unwrap_err()
+            .to_string()
+            .contains("older than memplan's rules"));
+        let r = "sglang@0.5.1".parse::<EngineRules>().unwrap();
+        assert!(!r.windows_as_full);
+        assert_eq!(
+            r.static_fraction("Gemma3ForConditionalGeneration", 0.88),
+            0.88
+        );
         assert_eq!(
             "vllm@0.33.0".parse::<EngineRules>().unwrap().version,
             "0.32"

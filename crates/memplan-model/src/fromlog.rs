@@ -155,6 +155,10 @@ pub struct LogFigures {
     /// "# CUDA blocks:", "Loading model weights took", V0's refusal "maximum number of tokens
     /// that can be stored in KV cache"): it dates a log that has no version line.
     pub legacy_line: Option<usize>,
+    /// The date (`YYYY-MM-DD`) of the first start-up line read that opens with SGLang's
+    /// `[YYYY-MM-DD hh:mm:ss` stamp: it bounds the release of an SGLang log without a version
+    /// line (a release published after it cannot have written it).
+    pub date: Option<String>,
     /// The line where the engine refused to start because one request of `max_model_len`
     /// does not fit its KV cache (V0: "... is larger than the maximum number of tokens that
     /// can be stored in KV cache (N)"; V1: "... which is larger than the available KV cache
@@ -293,6 +297,15 @@ impl LogFigures {
             .collect();
         (parts.len() >= 2).then(|| parts.join("."))
     }
+}
+
+/// The date of SGLang's `[YYYY-MM-DD hh:mm:ss` line stamp (`[2025-03-27 21:33:30 TP0] ...`).
+fn stamp_date(text: &str) -> Option<String> {
+    let d = text.trim_start().strip_prefix('[')?.get(..11)?;
+    let b = d.as_bytes();
+    let digits = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_digit);
+    (digits(0..4) && b[4] == b'-' && digits(5..7) && b[7] == b'-' && digits(8..10) && b[10] == b' ')
+        .then(|| d[..10].to_string())
 }
 
 /// One bound a line puts on the vLLM release that wrote a log without a version line.
@@ -955,6 +968,12 @@ pub fn parse(text: &str) -> Result<LogFigures> {
             found: Some(&found),
         };
         let n = l.n;
+        if f.date.is_none() {
+            if let Some(d) = stamp_date(l.text) {
+                f.date = Some(d);
+                f.lines.push(("date", n));
+            }
+        }
         let lines = &mut f.lines;
         if cpu_backend.is_none() && CPU_BACKEND.iter().any(|k| l.has(k)) {
             cpu_backend = Some(n);

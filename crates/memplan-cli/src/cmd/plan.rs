@@ -2302,4 +2302,90 @@ mod tests {
             log.notes
         );
     }
+
+    /// An SGLang start-up of google/gemma-3-4b-it from 2025-03-27 (main, about 0.4.4.post2;
+    /// sgl-project/sglang PR 4826, a TestGemma3itServer run; trimmed: the server arguments cut,
+    /// no version line). SGLang 0.4.4 and 0.4.4.post2 (`srt/model_executor/model_runner.py`):
+    /// `ModelRunner.__init__` multiplies `mem_fraction_static` by 0.95 for a multimodal model
+    /// (`Gemma3ForConditionalGeneration` is in `multimodal_model_archs`), after the arguments
+    /// are printed; `profile_max_num_token` sizes a token as 4 KV heads x 256 x 34 layers (no
+    /// sliding-window pool: every layer full) x 2 (K, V) x 2 bytes = 139,264 B. By hand: rest =
+    /// 131.08 - (131.08 + 8.13) x (1 - 0.88 x 0.95) = 131.08 - 139.21 x 0.164 = 108.2496 GiB,
+    /// 108.2496 x 2^30 // 139,264 = 834,616 (834,615 logged: the printed GBs are rounded; at
+    /// 0.88 uncut it would be 881,843); 834,615 x 69,632 = 58,115,911,680 B = 54.12 GiB, the
+    /// logged K size. The 0.5 rules size Gemma 3's 29 sliding-window layers to their window and
+    /// planned 810,773 tokens from the same 108.25 GiB.
+    #[test]
+    fn an_sglang_0_4_log_plans_every_gemma_3_layer_full_and_cuts_the_multimodal_fraction() {
+        let text = "command=python3 -m sglang.launch_server --model-path google/gemma-3-4b-it --trust-remote-code --chat-template gemma-it --host 127.0.0.1 --port 2157\n\
+             [2025-03-27 21:33:10] server_args=ServerArgs(model_path='google/gemma-3-4b-it', tokenizer_path='google/gemma-3-4b-it', dtype='auto', kv_cache_dtype='auto', quantization=None, context_length=None, device='cuda', mem_fraction_static=0.88, max_total_tokens=None, chunked_prefill_size=8192, page_size=1, tp_size=1)\n\
+             [2025-03-27 21:33:30 TP0] Load weight end. type=Gemma3ForConditionalGeneration, dtype=torch.bfloat16, avail mem=131.08 GB, mem usage=8.13 GB.\n\
+             [2025-03-27 21:33:31 TP0] KV Cache is allocated. #tokens: 834615, K size: 54.12 GB, V size: 54.12 GB\n\
+             [2025-03-27 21:33:31 TP0] Memory pool end. avail mem=14.61 GB\n\
+             [2025-03-27 21:33:31 TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=13.95 GB\n";
+        // google/gemma-3-4b-it's config.json (architecture keys).
+        let config = r#"{"architectures": ["Gemma3ForConditionalGeneration"], "boi_token_index": 255999, "eoi_token_index": 256000, "image_token_index": 262144, "mm_tokens_per_image": 256, "model_type": "gemma3", "text_config": {"head_dim": 256, "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 2560, "intermediate_size": 10240, "max_position_embeddings": 131072, "model_type": "gemma3_text", "num_attention_heads": 8, "num_hidden_layers": 34, "num_key_value_heads": 4, "query_pre_attn_scalar": 256, "rms_norm_eps": 1e-06, "rope_local_base_freq": 10000.0, "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "rope_theta": 1000000.0, "sliding_window": 1024, "sliding_window_pattern": 6, "vocab_size": 262208}, "torch_dtype": "bfloat16", "vision_config": {"hidden_size": 1152, "image_size": 896, "intermediate_size": 4304, "model_type": "siglip_vision_model", "num_attention_heads": 16, "num_hidden_layers": 27, "patch_size": 14}}"#;
+        let dir = std::env::temp_dir().join(format!("memplan-gemma3-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg = dir.join("config.json");
+        std::fs::write(&cfg, config).unwrap();
+        let path = log_file("sglang044", text);
+        let j = run_json(&format!(
+            "--from-log {} --model {}",
+            path.display(),
+            cfg.display()
+        ))
+        .unwrap();
+        assert_eq!(j["engine"], "sglang@0.4.4");
+        assert_eq!(j["kv_cache_tokens"], 834_615, "{:#}", j["notes"]);
+        assert_eq!(
+            (&j["kv"]["block_bytes"], &j["kv"]["num_groups"]),
+            (&139_264.into(), &1.into())
+        );
+        let notes = j["notes"].to_string();
+        assert!(
+            notes.contains("dated 2025-03-27 (line 2), before SGLang 0.4.5 was published"),
+            "{notes}"
+        );
+        assert!(notes.contains("no sliding-window KV pool"), "{notes}");
+        assert!(!j["warnings"].to_string().contains("log_disagrees"));
+        // Without the log: the multimodal cut, 0.88 x 0.95 = 0.836 of the device, against the
+        // 0.5 rows' uncut 0.88.
+        let base = format!(
+            "--model {} --total-memory 100GiB --gpu-memory-utilization 0.88",
+            cfg.display()
+        );
+        let requested = |e: &str| {
+            let j = plan(&format!("{base} --engine {e}")).unwrap();
+            (
+                j["requested_bytes"].as_f64().unwrap(),
+                j["notes"].to_string(),
+            )
+        };
+        let (old, notes) = requested("sglang@0.4.4");
+        assert!(
+            (old - 0.836 * 100.0 * (1u64 << 30) as f64).abs() < 2.0,
+            "{old}"
+        );
+        assert!(
+            notes.contains("reduces --mem-fraction-static 0.88 to 0.836"),
+            "{notes}"
+        );
+        let (mid, _) = requested("sglang@0.4.8");
+        assert!(
+            (mid - 0.792 * 100.0 * (1u64 << 30) as f64).abs() < 2.0,
+            "{mid}"
+        );
+        let (new, _) = requested("sglang@0.5.9");
+        assert!(
+            (new - 0.88 * 100.0 * (1u64 << 30) as f64).abs() < 2.0,
+            "{new}"
+        );
+        // 0.4.9 to 0.4.x (a sliding-window pool, no cut in the runner) are not held.
+        assert!(plan(&format!("{base} --engine sglang@0.4.10"))
+            .unwrap_err()
+            .message
+            .contains("between memplan's SGLang 0.4 rows and its 0.5 rows"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -4,7 +4,7 @@
 
 use memplan::{Error, Param};
 use memplan_model::consumers::Extras;
-use memplan_model::engine::{EngineKind, EngineRules, VLLM};
+use memplan_model::engine::{EngineKind, EngineRules, SGLANG, VLLM};
 use memplan_model::fromlog::LogFigures;
 use memplan_model::Model;
 use memplan_planner::{ConsumerKind, Plan};
@@ -255,7 +255,10 @@ pub fn apply_log(a: &mut Flags) -> Result<LogContext, Failure> {
     // The release that wrote it selects the rules.
     if a.engine.is_none() {
         a.engine = Some(match (&f.engine, f.release()) {
-            (Some(EngineKind::Sglang), _) => "sglang".to_string(),
+            (Some(EngineKind::Sglang), Some(r)) => sglang_release(&r, &at("version"), &mut notes),
+            (Some(EngineKind::Sglang), None) => {
+                sglang_by_date(f.date.as_deref(), &at("date"), &mut notes)
+            }
             (_, Some(r)) => {
                 let want = format!("vllm@{r}");
                 match (want.parse::<EngineRules>(), older_as_first_row(&r)) {
@@ -651,6 +654,61 @@ fn older_as_first_row(release: &str) -> Option<(&'static str, &'static str)> {
         .iter()
         .find(|(m, _, _)| *m == minor)
         .map(|(_, checked, why)| (*checked, *why))
+}
+
+/// The SGLang rules for a log whose version line names `release`: its row, else the nearest
+/// (oldest, or the first 0.5 row for the unread 0.4.9 to 0.4.x), with a note.
+fn sglang_release(release: &str, at: &str, notes: &mut Vec<String>) -> String {
+    let want = format!("sglang@{release}");
+    match want.parse::<EngineRules>() {
+        Ok(_) => want,
+        Err(e) => {
+            let e = e.to_string();
+            let pick = if e.contains("newer") {
+                SGLANG.last().map_or("0.5.23", |r| r.version)
+            } else if e.contains("between") {
+                "0.5"
+            } else {
+                SGLANG[0].version
+            };
+            notes.push(format!(
+                "the log's SGLang {release}{at} is outside memplan's rules ({e}): planned with sglang@{pick}'s"
+            ));
+            format!("sglang@{pick}")
+        }
+    }
+}
+
+/// The SGLang rules for a log without a version line: where its first stamped line is dated
+/// before a release that changed the rules was published
+/// ([`memplan_model::engine::SGLANG_PUBLISHED`]), the row before that release, with a note;
+/// else the newest.
+fn sglang_by_date(date: Option<&str>, at: &str, notes: &mut Vec<String>) -> String {
+    let Some(d) = date else {
+        return "sglang".into();
+    };
+    let Some((next, published)) = memplan_model::engine::SGLANG_PUBLISHED
+        .iter()
+        .find(|(_, p)| d < *p)
+    else {
+        return "sglang".into();
+    };
+    let want = format!("sglang@{next}");
+    let row = SGLANG
+        .iter()
+        .rev()
+        .find(|r| version_lt(r.version, next))
+        .map_or(SGLANG[0].version, |r| r.version);
+    notes.push(format!(
+        "the log has no version line; it is dated {d}{at}, before SGLang {next} was published ({published}), so an older release wrote it: planned with sglang@{row}'s rules, the newest memplan holds before {want} (name --engine sglang@VERSION for another)"
+    ));
+    format!("sglang@{row}")
+}
+
+/// `a < b` for dotted release numbers (`0.4.4` < `0.4.5`).
+fn version_lt(a: &str, b: &str) -> bool {
+    let p = |s: &str| -> Vec<u32> { s.split('.').filter_map(|x| x.parse().ok()).collect() };
+    p(a) < p(b)
 }
 
 fn unversioned_v1(f: &LogFigures) -> (String, String) {
