@@ -320,6 +320,7 @@ fn context(a: &Flags, m: &Model) -> Result<render_args::Context, Error> {
         mamba_ssm_cache_dtype: a.mamba_ssm_cache_dtype.0,
         prefix_caching: a.prefix_caching(),
         version: engine_rules(a)?.version.to_string(),
+        fraction_cut: engine_rules(a)?.static_fraction(&m.config.architecture, 1.0),
     })
 }
 
@@ -2362,6 +2363,16 @@ mod tests {
                 j["notes"].to_string(),
             )
         };
+        // The emitted fraction is the planned one over the cut: 0.836 / 0.95 = 0.88.
+        let j = plan(&format!("{base} --engine sglang@0.4.4")).unwrap();
+        assert!(
+            j["engine_args"]["sglang"]
+                .as_str()
+                .unwrap()
+                .contains("--mem-fraction-static 0.880 "),
+            "{}",
+            j["engine_args"]
+        );
         let (old, notes) = requested("sglang@0.4.4");
         assert!(
             (old - 0.836 * 100.0 * (1u64 << 30) as f64).abs() < 2.0,

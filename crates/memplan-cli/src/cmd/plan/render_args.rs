@@ -75,6 +75,9 @@ pub struct Context {
     pub prefix_caching: Option<bool>,
     /// The engine release (`0.34`) the rules apply to.
     pub version: String,
+    /// What the release multiplies the model's `--mem-fraction-static` by once started (SGLang
+    /// 0.4.4 to 0.4.8, multimodal models: `EngineRules::static_fraction`); 1.0 elsewhere.
+    pub fraction_cut: f64,
 }
 
 fn refuse(message: String) -> Error {
@@ -206,7 +209,13 @@ pub fn engine_args(p: &Plan, c: &Context, e: Engine) -> Result<String, Error> {
             // engine holds besides the weights (its context, library workspaces); the planned
             // request covers that, so its fraction (rounded up) lets the pool reach the cap,
             // and the cap keeps it at the planned size.
-            let frac = ((p.requested_bytes as f64 / p.total_bytes.max(1) as f64 * 1000.0) - 1e-6)
+            // SGLang 0.4.4 to 0.4.8 cut a multimodal model's fraction once started
+            // (`ModelRunner.__init__`): the fraction passed is the planned one over that cut.
+            let frac = ((p.requested_bytes as f64
+                / p.total_bytes.max(1) as f64
+                / c.fraction_cut.max(f64::MIN_POSITIVE)
+                * 1000.0)
+                - 1e-6)
                 .ceil()
                 / 1000.0;
             Ok(format!(
