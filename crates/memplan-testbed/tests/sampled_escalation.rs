@@ -55,7 +55,18 @@ fn a_costly_sampled_margin_is_replaced_by_measuring_every_size() {
         assert!(a.why.contains("every size measured"), "{}", a.why);
         assert!(codes(&r).iter().any(|c| c == "sampled_margin_too_costly"));
         let of = a.kv_vs_oracle.expect("an oracle");
-        assert!((0.99..=1.0).contains(&of), "seed {seed}: {of}");
+        // Where the engine runs its caching allocator with options (drawn on a quarter of the
+        // seeds: seed 0 runs expandable segments), the plan keeps room for what they may
+        // round its KV tensors to: up to a 20 MiB page over the cache's sum with expandable
+        // segments, more than 1% of this small cache (98.5% of the oracle on seed 0). The
+        // measured floor holds where the engine runs the default rules.
+        let options = a.plan.as_ref().is_some_and(|p| {
+            p.notes
+                .iter()
+                .any(|n| n.starts_with("caching allocator: `"))
+        });
+        let floor = if options { 0.98 } else { 0.99 };
+        assert!((floor..=1.0).contains(&of), "seed {seed}: {of}");
     }
 }
 
