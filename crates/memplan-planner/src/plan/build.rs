@@ -1272,15 +1272,12 @@ impl PlanBuilder {
             budget::check_free(s, b.requested, &self.request, self.start_tolerance)?;
         }
         let mut warnings = self.warnings;
-        // A mapped cache (post-capture) is rounded down to whole granules below, and its
-        // blocks, mapped rounded up to a granule, stay inside those: no slack on top. Keeping a
-        // granule besides lost up to two granules' blocks (a 117 MB budget on a 2 MiB
-        // granularity held 109 blocks of 1 MB where 111 fit in its 55 granules).
-        let mut kv_bytes = if fixed_kv || per_tensor || self.granularity.is_some() {
-            b.kv_budget
-        } else {
-            b.kv_budget.saturating_sub(self.alloc_slack)
-        };
+        // The whole budget: a tensor-by-tensor fit counts its allocator's rounding below
+        // (`fit_rounded`), and a mapped cache (post-capture) is rounded down to whole granules,
+        // its blocks, mapped rounded up to a granule, staying inside them. Keeping a granule
+        // besides lost up to two granules' blocks (a 117 MB budget on a 2 MiB granularity held
+        // 109 blocks of 1 MB where 111 fit in its 55 granules).
+        let mut kv_bytes = b.kv_budget;
         let mut capped_by_free = None;
         let mut physical_check = None;
         let to_capture = if self.graph.kept { 0 } else { b.graph_reserve };
