@@ -7,8 +7,9 @@
 
 use super::*;
 use crate::budget::Request;
+use crate::plan::tests::{limits, spec};
 use memplan_core::bytes::{GIB, MIB};
-use memplan_core::kv::{AttentionKind, KvAllocation, KvDtype, LayerGroup};
+use memplan_core::kv::KvAllocation;
 use proptest::prelude::*;
 
 /// The settings the model runs with.
@@ -288,18 +289,6 @@ fn max_split_size_stops_sharing_segments() {
     // Without the limit they share: 12 to a segment.
     let shared = AllocatorConfig::parse("large_segment_size_mb:64").unwrap();
     assert_eq!(footprint(5 * MIB, 10, g, &shared), 64 * MIB);
-}
-
-fn spec() -> KvSpec {
-    KvSpec::new(
-        vec![LayerGroup::new(AttentionKind::Full, 28, 2, 128)],
-        KvDtype::Bf16,
-        16,
-    )
-}
-
-fn limits() -> KvLimits {
-    KvLimits::new(4096, 8192).with_max_len_limit(1 << 20)
 }
 
 /// A measured start-up's profile: a device of `total`, weights and activation measured.

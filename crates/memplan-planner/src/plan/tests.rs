@@ -45,7 +45,8 @@ fn plan(p: &Profile, why: &str, request: Request) -> Result<Plan> {
     PlanBuilder::from_profile(p, why, request, spec(), limits())?.build()
 }
 
-fn spec() -> KvSpec {
+/// The KV layout the planner's tests plan (28 layers of 2 heads of 128, bf16, 16 a block).
+pub(super) fn spec() -> KvSpec {
     KvSpec::new(
         vec![LayerGroup::new(AttentionKind::Full, 28, 2, 128)],
         KvDtype::Bf16,
@@ -53,7 +54,8 @@ fn spec() -> KvSpec {
     )
 }
 
-fn limits() -> KvLimits {
+/// The limits the planner's tests plan with.
+pub(super) fn limits() -> KvLimits {
     KvLimits::new(4096, 8192).with_max_len_limit(1 << 20)
 }
 
