@@ -649,6 +649,27 @@ fn set<T>(
     }
 }
 
+/// What a line of line number `n` says graph capture took (`taken`, signed, as read): the
+/// graphs' memory where it is positive; a capture that measured below zero freed memory inside
+/// its window, and is noted (naming `what` measured it), not used.
+fn set_graph_actual<T>(
+    slot: &mut Option<u64>,
+    notes: &mut Vec<String>,
+    lines: &mut Vec<(&'static str, usize)>,
+    n: usize,
+    taken: Option<(i128, T)>,
+    what: &str,
+) {
+    match taken {
+        Some((b, _)) if b < 0 => notes.push(format!(
+            "line {n}: {what} measured {} (capture freed memory): not used",
+            fmt_signed(b)
+        )),
+        Some((b, _)) => set(slot, Some(b as u64), lines, "graph_actual", n),
+        None => {}
+    }
+}
+
 /// The process a line's prefix names, or `None` for an unprefixed line (the API server, the
 /// engine core of older releases, V0's driver worker). vLLM's multiprocess workers print
 /// `(Worker_TP1 pid=12)`, `(Worker_TP0_EP0 pid=..)`, `(VllmWorker rank=1 pid=..)`, V0's
@@ -1407,20 +1428,15 @@ pub fn parse(text: &str) -> Result<LogFigures> {
         );
         if let Some(i) = l.find("CUDA graph pool memory:") {
             let rest = Line::part(n, &l.text[i..]);
-            match rest.bytes_signed("CUDA graph pool memory:", "CUDA graph pool memory")? {
-                Some((b, _)) if b < 0 => f.notes.push(format!(
-                    "line {n}: the graph pool measured {} (capture freed memory): not used",
-                    fmt_signed(b)
-                )),
-                Some((b, _)) => set(
-                    &mut f.graph_actual,
-                    Some(b as u64),
-                    lines,
-                    "graph_actual",
-                    n,
-                ),
-                None => {}
-            }
+            let taken = rest.bytes_signed("CUDA graph pool memory:", "CUDA graph pool memory")?;
+            set_graph_actual(
+                &mut f.graph_actual,
+                &mut f.notes,
+                lines,
+                n,
+                taken,
+                "the graph pool",
+            );
             if let Some(j) = rest.text.find("(actual),") {
                 let e = Line::part(n, &rest.text[j..]).bytes("(actual),", "CUDA graph estimate")?;
                 set(&mut f.graph_estimate, e, lines, "graph_estimate", n);
@@ -1428,20 +1444,15 @@ pub fn parse(text: &str) -> Result<LogFigures> {
         }
         if let Some(i) = l.find("Graph capturing finished") {
             let rest = Line::part(n, &l.text[i..]);
-            match rest.bytes_signed("took", "graph memory")? {
-                Some((b, _)) if b < 0 => f.notes.push(format!(
-                    "line {n}: graph capture measured {} (capture freed memory): not used",
-                    fmt_signed(b)
-                )),
-                Some((b, _)) => set(
-                    &mut f.graph_actual,
-                    Some(b as u64),
-                    lines,
-                    "graph_actual",
-                    n,
-                ),
-                None => {}
-            }
+            let taken = rest.bytes_signed("took", "graph memory")?;
+            set_graph_actual(
+                &mut f.graph_actual,
+                &mut f.notes,
+                lines,
+                n,
+                taken,
+                "graph capture",
+            );
         }
         // SGLang captures a graph per runner phase and prints one line each when it ends, with
         // the memory the capture took: 0.5.9 `srt/model_executor/model_runner.py`
