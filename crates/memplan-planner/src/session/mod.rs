@@ -464,6 +464,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         conf: AllocatorConfig,
         source: impl Into<String>,
     ) -> Self {
+        self.rec.max_split_declared = conf.max_split_size.is_some();
         self.alloc_conf = Some((conf, source.into()));
         self
     }

@@ -39,6 +39,11 @@ pub(crate) struct Recorder {
     /// or more where a release was seen to give memory back later
     /// ([`GraphContext::prime`](crate::strategy::GraphContext::prime)).
     pub settle_synchronizes: usize,
+    /// The engine's caching allocator declared `max_split_size_mb`
+    /// ([`Session::with_allocator_config`](crate::Session::with_allocator_config)): a cached
+    /// block of that size or more serves no smaller request, so each of the engine's warm-ups
+    /// may leave segments of its own cached ([`GraphContext::prime`](crate::strategy::GraphContext::prime)).
+    pub max_split_declared: bool,
 }
 
 /// Before a reading: where the device cannot synchronize, wait for the engine's own queues
@@ -143,6 +148,7 @@ impl Recorder {
             still: None,
             capture_unsupported: None,
             settle_synchronizes: crate::strategy::SETTLE_SYNCHRONIZES,
+            max_split_declared: false,
         }
     }
 

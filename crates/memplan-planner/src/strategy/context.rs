@@ -264,12 +264,25 @@ impl<'s> GraphContext<'s> {
     /// segment the largest then fits in, which leaves that segment, no less than the largest's
     /// own). A capture that empties the cache on entering gives both back.
     ///
+    /// Where the engine declared `max_split_size_mb`, every size is warmed up, in the engine's
+    /// order: PyTorch hands a cached block of `max_split_size` or more to no smaller request,
+    /// and to a request of that size or more only where the block is less than 20 MiB larger
+    /// (`get_free_block`), and splits no block for such a request (`should_split`), so each
+    /// warm-up of a size between may take segments of its own, which stay cached beside the
+    /// largest's (the sum of them, not the largest, is what serving then has beside a burst).
+    ///
     /// [`Profile::capture_cache_left_bytes`]: crate::Profile::capture_cache_left_bytes
     fn check_capture_keeps_cache(&mut self, size: u32) -> Result<()> {
-        if let Some(smallest) = self.sizes().last().copied().filter(|s| *s != size) {
-            self.warm_up(smallest)?;
+        if self.session.max_split_declared {
+            for s in self.sizes() {
+                self.warm_up(s)?;
+            }
+        } else {
+            if let Some(smallest) = self.sizes().last().copied().filter(|s| *s != size) {
+                self.warm_up(smallest)?;
+            }
+            self.warm_up(size)?;
         }
-        self.warm_up(size)?;
         self.capture(size)?;
         let a = self.engine.allocator();
         let cached = a.stats().reserved;
