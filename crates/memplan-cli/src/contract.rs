@@ -97,8 +97,10 @@ impl Failure {
 
     /// The same failure worded with the flags as the command line `args` typed them (an
     /// alias such as `--pp` where clap or the library named `--pipeline-parallel-size`).
+    /// Every word longer than `memplan::error::MAX_QUOTED_WORD` is shortened to its ends (a
+    /// value quoted from a file can be as long as the file).
     pub fn as_passed<T: AsRef<std::ffi::OsStr>>(mut self, args: &[T]) -> Self {
-        self.message = crate::flags::as_passed(&self.message, args);
+        self.message = memplan::error::bounded(crate::flags::as_passed(&self.message, args));
         if let Some(Value::String(u)) = self.help.get_mut("usage") {
             *u = crate::flags::as_passed(u, args);
         }

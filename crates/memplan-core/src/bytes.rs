@@ -19,10 +19,10 @@ pub const GIB: u64 = 1 << 30;
 /// SI part; fractional values are rounded to the nearest byte.
 pub fn parse_bytes(field: &str, input: &str) -> Result<u64, Error> {
     let bad = |why: &str| {
-        Error::InvalidInput {
-        field: field.to_string(),
-        message: format!("{input:?} is not a byte quantity ({why}); use e.g. 1073741824, 512MiB, 14.99GiB or 80GB"),
-    }
+        Error::invalid(
+            field,
+            format!("{input:?} is not a byte quantity ({why}); use e.g. 1073741824, 512MiB, 14.99GiB or 80GB"),
+        )
     };
     let s = input.trim().replace('_', "");
     if s.is_empty() {

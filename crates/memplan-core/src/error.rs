@@ -175,7 +175,7 @@ impl Error {
     pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
         Error::InvalidInput {
             field: field.into(),
-            message: message.into(),
+            message: bounded(message.into()),
         }
     }
 
@@ -184,7 +184,7 @@ impl Error {
         Error::InvalidFile {
             path: path.into(),
             key: None,
-            message: message.into(),
+            message: bounded(message.into()),
         }
     }
 
@@ -197,7 +197,7 @@ impl Error {
         Error::InvalidFile {
             path: path.into(),
             key: Some(key.into()),
-            message: message.into(),
+            message: bounded(message.into()),
         }
     }
 
@@ -213,7 +213,7 @@ impl Error {
     pub fn param(param: Param, message: impl Into<String>) -> Self {
         Error::InvalidParam {
             param,
-            message: message.into(),
+            message: bounded(message.into()),
         }
     }
 
@@ -335,6 +335,59 @@ fn fmt_code(code: i64) -> String {
 /// memplan's result.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// The longest word (a run without whitespace) an error message quotes whole.
+pub const MAX_QUOTED_WORD: usize = 256;
+
+/// An error message with every word longer than [`MAX_QUOTED_WORD`] bytes shortened to its
+/// start and end around the count of bytes left out. Messages quote the value at fault as
+/// written, and a file holds values as long as its size cap (a 250 MiB number on one line of a
+/// log): quoted whole, one error would be that long. Paths and names shorter than the bound
+/// stay whole.
+pub fn bounded(message: String) -> String {
+    let long = |w: &str| w.len() > MAX_QUOTED_WORD;
+    if !message.split_whitespace().any(long) {
+        return message;
+    }
+    let mut out = String::with_capacity(4 * MAX_QUOTED_WORD);
+    let mut rest = message.as_str();
+    while !rest.is_empty() {
+        let start = rest
+            .find(|c: char| !c.is_whitespace())
+            .unwrap_or(rest.len());
+        out.push_str(&rest[..start]);
+        rest = &rest[start..];
+        let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+        let word = &rest[..end];
+        if long(word) {
+            let head = floor_char(word, MAX_QUOTED_WORD / 2);
+            let tail = ceil_char(word, word.len() - MAX_QUOTED_WORD / 4);
+            out.push_str(&word[..head]);
+            out.push_str(&format!("[... {} bytes left out ...]", tail - head));
+            out.push_str(&word[tail..]);
+        } else {
+            out.push_str(word);
+        }
+        rest = &rest[end..];
+    }
+    out
+}
+
+/// The largest character boundary of `s` at or below `i`.
+fn floor_char(s: &str, mut i: usize) -> usize {
+    while !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+/// The smallest character boundary of `s` at or above `i`.
+fn ceil_char(s: &str, mut i: usize) -> usize {
+    while !s.is_char_boundary(i) {
+        i += 1;
+    }
+    i
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -351,5 +404,40 @@ mod tests {
         };
         assert_eq!(e(101), "zeInit failed: X (101)");
         assert_eq!(e(0x7800_0001), "zeInit failed: X (0x78000001)");
+    }
+
+    /// A value as long as a file may hold is quoted by its ends, not whole; short words,
+    /// multi-byte characters at the cut and the words around it are kept.
+    #[test]
+    fn an_error_quotes_a_long_value_by_its_ends() {
+        let e = Error::invalid(
+            "line 44",
+            format!(
+                "available KV cache memory {} GiB is more than any device holds",
+                "9".repeat(5_000_000)
+            ),
+        )
+        .to_string();
+        assert!(e.len() < 1024, "{} bytes", e.len());
+        assert!(
+            e.starts_with("line 44: available KV cache memory 999"),
+            "{e}"
+        );
+        assert!(
+            e.contains("bytes left out") && e.ends_with("999 GiB is more than any device holds"),
+            "{e}"
+        );
+        let e = Error::file_key(
+            "config.json",
+            "torch_dtype",
+            format!("\"{}\" is not a model dtype", "é".repeat(1000)),
+        )
+        .to_string();
+        assert!(
+            e.len() < 1024 && e.ends_with("\" is not a model dtype"),
+            "{e}"
+        );
+        let short = format!("{} is fine", "x".repeat(MAX_QUOTED_WORD));
+        assert_eq!(bounded(short.clone()), short);
     }
 }

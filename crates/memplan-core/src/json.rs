@@ -43,7 +43,7 @@ impl JsonError {
         crate::Error::InvalidFile {
             path: path.into(),
             key: self.path,
-            message,
+            message: crate::error::bounded(message),
         }
     }
 }
