@@ -181,7 +181,14 @@ pub fn read_bounded(path: &Path, limit: Limit) -> Result<Vec<u8>> {
         )
     };
     if len > limit.max_bytes {
-        return Err(too_big(format!("is {},", fmt_bytes(len))));
+        // In bytes where the rounded sizes read alike (16 MiB and 600 bytes over a 16 MiB
+        // cap: "is 16.00 MiB, more than ... (16.00 MiB)").
+        let size = if fmt_bytes(len) == fmt_bytes(limit.max_bytes) {
+            format!("{len} bytes")
+        } else {
+            fmt_bytes(len)
+        };
+        return Err(too_big(format!("is {size},")));
     }
     let mut buf = Vec::with_capacity(len as usize);
     f.take(limit.max_bytes + 1)
@@ -296,6 +303,16 @@ mod tests {
             e.contains("big") && e.contains("more than a test file"),
             "{e}"
         );
+        // Just over a cap that rounds alike: the size in bytes, not the cap's own figure.
+        let mib = Limit {
+            what: "test file",
+            max_bytes: 1 << 20,
+        };
+        std::fs::write(d.join("just-over"), vec![b'x'; (1 << 20) + 600]).unwrap();
+        let e = read_bounded(&d.join("just-over"), mib)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("is 1049176 bytes, more than"), "{e}");
         std::fs::write(d.join("empty"), "").unwrap();
         let e = read_bounded(&d.join("empty"), TINY)
             .unwrap_err()
