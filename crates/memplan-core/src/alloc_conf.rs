@@ -32,6 +32,7 @@
 //! kept and noted, not refused, since they do not change the KV cache's footprint (PyTorch's
 //! own keys for pinned host memory, the lock around device allocation, a vendor fork's own).
 
+use std::ffi::OsString;
 use std::fmt;
 
 use crate::bytes::MIB;
@@ -376,10 +377,22 @@ impl AllocatorConfig {
     /// Read the configuration the way PyTorch does: the first of [`ALLOC_CONF_VARS`] that
     /// `get` finds set (even to an empty string) wins and is parsed; `Ok(None)` where none is
     /// set. Returns the configuration and the variable it came from. `get` is
-    /// `|v| std::env::var(v).ok()` for this process's environment ([`Self::from_env`]).
-    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Option<(Self, &'static str)>> {
+    /// `std::env::var_os` for this process's environment ([`Self::from_env`]): a value that
+    /// is not UTF-8 is set (PyTorch takes it, and it hides the variables after it), so it is an
+    /// error naming the variable, never read as unset.
+    pub fn from_vars(
+        get: impl Fn(&str) -> Option<OsString>,
+    ) -> Result<Option<(Self, &'static str)>> {
         for var in ALLOC_CONF_VARS {
             if let Some(v) = get(var) {
+                let v = v.into_string().map_err(|v| {
+                    Error::invalid(
+                        var,
+                        format!(
+                            "{v:?} is not UTF-8 text (PyTorch's option string is `key:value,...`)"
+                        ),
+                    )
+                })?;
                 let conf = Self::parse(&v).map_err(|e| match e {
                     Error::InvalidInput { message, .. } => Error::invalid(var, message),
                     e => e,
@@ -392,7 +405,7 @@ impl AllocatorConfig {
 
     /// [`Self::from_vars`] over this process's environment.
     pub fn from_env() -> Result<Option<(Self, &'static str)>> {
-        Self::from_vars(|v| std::env::var(v).ok())
+        Self::from_vars(|v| std::env::var_os(v))
     }
 
     /// The segment requests over 1 MiB and under 10 MiB share (`large_segment_size_mb`, else
@@ -655,7 +668,11 @@ mod tests {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect();
-            move |k: &str| set.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+            move |k: &str| {
+                set.iter()
+                    .find(|(n, _)| n == k)
+                    .map(|(_, v)| OsString::from(v))
+            }
         };
         assert_eq!(AllocatorConfig::from_vars(vars(&[])).unwrap(), None);
         let (c, var) = AllocatorConfig::from_vars(vars(&[
@@ -682,5 +699,24 @@ mod tests {
             e.contains(ALLOC_CONF_VARS[2]) && e.contains("max_split_size_mb"),
             "{e}"
         );
+    }
+
+    /// A variable set to bytes that are not UTF-8 is set, as PyTorch sees it: an error naming
+    /// it, not skipped for the next variable (which PyTorch would not read).
+    #[cfg(unix)]
+    #[test]
+    fn a_variable_that_is_not_utf8_is_an_error_naming_it() {
+        use std::os::unix::ffi::OsStringExt;
+        let get = |k: &str| {
+            (k == ALLOC_CONF_VARS[0] || k == ALLOC_CONF_VARS[1]).then(|| {
+                if k == ALLOC_CONF_VARS[0] {
+                    OsString::from_vec(b"expandable_segments:\xff".to_vec())
+                } else {
+                    OsString::from("expandable_segments:True")
+                }
+            })
+        };
+        let e = AllocatorConfig::from_vars(get).unwrap_err().to_string();
+        assert!(e.contains(ALLOC_CONF_VARS[0]) && e.contains("UTF-8"), "{e}");
     }
 }

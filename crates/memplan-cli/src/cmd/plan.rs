@@ -289,7 +289,7 @@ fn input(a: &Flags, model: &Model, t: &Target) -> Result<DryRun, Failure> {
         .given(ConsumerKind::Graphs, a.graph_bytes)
         .notes(request_note.into_iter().collect())
         .extras(extras::extras(a)?);
-    dry.allocator = allocator(a, |v| std::env::var(v).ok())?;
+    dry.allocator = allocator(a, |v| std::env::var_os(v))?;
     Ok(dry)
 }
 
@@ -299,7 +299,7 @@ fn input(a: &Flags, model: &Model, t: &Target) -> Result<DryRun, Failure> {
 /// it came from. A malformed variable is a usage error naming it.
 fn allocator(
     a: &Flags,
-    env: impl Fn(&str) -> Option<String>,
+    env: impl Fn(&str) -> Option<std::ffi::OsString>,
 ) -> Result<Option<(memplan::AllocatorConfig, String)>, Failure> {
     if let Some(c) = &a.alloc_conf {
         return Ok(Some((c.clone(), "--alloc-conf".into())));
@@ -2035,7 +2035,7 @@ mod tests {
             move |k: &str| {
                 set.iter()
                     .find(|(n, _)| *n == k)
-                    .map(|(_, v)| v.to_string())
+                    .map(|(_, v)| std::ffi::OsString::from(v))
             }
         };
         let base = "--model qwen2.5-1.5b-instruct --total-memory 24GiB";
