@@ -33,6 +33,12 @@ const LAUNCHERS: [&str; 7] = [
     "sglang.bench_offline_throughput",
 ];
 
+/// The longest command line a shell launches: Linux's `ARG_MAX` under the default 8 MiB
+/// stack (a quarter of it) bounds the arguments and the environment together. A longer
+/// "command" is no command anyone ran, and splitting it into words would take several times
+/// its size in memory (a 256 MiB log of one such line: gigabytes).
+pub(super) const MAX_COMMAND: usize = 2 << 20;
+
 /// A figure of the command, with the flag as it was written.
 #[derive(Debug, Clone, PartialEq)]
 struct Given<T> {
@@ -95,6 +101,16 @@ pub(super) fn find(text: &str) -> Result<Option<Command>> {
             Some(b) => (b, true),
             None => (l, false),
         };
+        if cmd.len() + body.len() > MAX_COMMAND {
+            return Err(bad(
+                line,
+                format!(
+                    "the pasted {} command is longer than {} MiB, more than a shell passes to a program (Linux's ARG_MAX): not a command line",
+                    launcher.trim(),
+                    MAX_COMMAND >> 20
+                ),
+            ));
+        }
         cmd.push_str(body);
         cmd.push(' ');
         if !more {
@@ -387,7 +403,8 @@ fn human_int(v: &str) -> Option<u64> {
     if let Ok(x) = v.parse::<u64>() {
         return Some(x);
     }
-    let (num, suffix) = v.split_at(v.len().checked_sub(1)?);
+    // The suffix is the last character, which need not be one byte (`４０９６`).
+    let (num, suffix) = v.split_at(v.char_indices().last()?.0);
     if num.is_empty() || !num.chars().all(|c| c.is_ascii_digit() || c == '.') {
         return None;
     }
@@ -663,6 +680,11 @@ mod tests {
         assert_eq!(human_int("1.5K"), None);
         assert_eq!(human_int("k"), None);
         assert_eq!(human_int("12x"), None);
+        // A suffix of several bytes (full-width digits pasted from a chat) is no number, not
+        // a split inside a character.
+        assert_eq!(human_int("４０９６"), None);
+        assert_eq!(human_int("4096７"), None);
+        assert_eq!(human_int("32é"), None);
     }
 
     #[test]
@@ -693,10 +715,24 @@ mod tests {
                 "--mem-fraction-static",
             ),
             ("vllm serve m --enforce-eager=maybe", "--enforce-eager"),
+            ("vllm serve m --max-model-len ４０９６", "--max-model-len"),
+            (
+                "vllm serve m --max-num-batched-tokens 8ｋ",
+                "--max-num-batched-tokens",
+            ),
         ] {
             let e = find(&format!("INFO x\n{cmd}\n")).unwrap_err().to_string();
             assert!(e.contains(flag) && e.contains("line 2"), "{cmd}: {e}");
         }
+        // A command longer than any shell passes is refused naming its line, before it is
+        // split into words (a log of one 250 MiB "command" took gigabytes).
+        let long = format!(
+            "INFO x\n$ vllm serve m {}\n",
+            "--tp 2 ".repeat(MAX_COMMAND / 7 + 1)
+        );
+        let e = find(&long).unwrap_err().to_string();
+        assert!(e.contains("line 2") && e.contains("vllm serve"), "{e}");
+        assert!(find(&long[..MAX_COMMAND / 2])?.is_some());
         // An engine's line that names a launcher is no command.
         let warn = "WARNING 01-02 [api_server.py:9] use `vllm serve m --tp 2` instead\n";
         assert_eq!(find(warn)?, None);
