@@ -358,6 +358,10 @@ struct Line<'a> {
     found: Option<&'a [(&'static str, usize)]>,
 }
 
+/// The longest word [`Line::word`] reads (a dtype, a quantization method, a model path):
+/// Linux's `PATH_MAX`, the longest path an engine loads a model from.
+const MAX_WORD: usize = 4096;
+
 fn bad(n: usize, message: String) -> Error {
     Error::invalid(format!("line {n}"), message)
 }
@@ -574,21 +578,39 @@ impl<'a> Line<'a> {
     }
 
     /// A quoted or bare word after `key` (`'model': 'X'`, `model='X'`, `kv_cache_dtype=fp8`).
-    fn word(&self, key: &str) -> Option<String> {
-        let i = self.find(key)? + key.len();
+    /// A value longer than any memplan reads (a dtype, a quantization, a model path) is an
+    /// error naming the line, not read as absent (which planned `auto` in its place).
+    fn word(&self, key: &str) -> Result<Option<String>> {
+        let Some(i) = self.find(key) else {
+            return Ok(None);
+        };
+        let i = i + key.len();
         let rest = self.text[i..].trim_start_matches([' ', '=', ':']);
         let (quote, rest) = match rest.chars().next() {
             Some(q @ ('\'' | '"')) => (Some(q), &rest[1..]),
             _ => (None, rest),
         };
         let end = match quote {
-            Some(q) => rest.find(q)?,
+            Some(q) => match rest.find(q) {
+                Some(end) => end,
+                None => return Ok(None),
+            },
             None => rest
                 .find(|c: char| c == ',' || c == '}' || c == ')' || c.is_whitespace())
                 .unwrap_or(rest.len()),
         };
         let v = rest[..end].trim();
-        (!v.is_empty() && v != "None" && v.len() <= 512).then(|| v.to_string())
+        if v.len() > MAX_WORD {
+            return Err(bad(
+                self.n,
+                format!(
+                    "the value after {:?} is {} bytes long, longer than any value memplan reads there (at most {MAX_WORD})",
+                    key.trim_matches(['\'', ':', '=']),
+                    v.len()
+                ),
+            ));
+        }
+        Ok((!v.is_empty() && v != "None").then(|| v.to_string()))
     }
 }
 
@@ -1805,7 +1827,7 @@ pub fn parse(text: &str) -> Result<LogFigures> {
         let mut named = None;
         for key in ["'model':", "model=", "model_path="] {
             if named.is_none() && l.has(key) && token_boundary(l.text, key) {
-                named = l.word(key);
+                named = l.word(key)?;
             }
         }
         if let Some(m) = named {
@@ -1822,7 +1844,7 @@ pub fn parse(text: &str) -> Result<LogFigures> {
             if !l.has(key) || (command && !launch) || (!command && banner_model.is_some()) {
                 continue;
             }
-            let word = l.word(key);
+            let word = l.word(key)?;
             if key == "vllm serve " && word.as_deref() == Some("\\") {
                 serve_pending = true;
             }
@@ -1841,7 +1863,7 @@ pub fn parse(text: &str) -> Result<LogFigures> {
         for key in ["'kv_cache_dtype':", "kv_cache_dtype="] {
             set(
                 &mut f.kv_cache_dtype,
-                l.word(key),
+                l.word(key)?,
                 lines,
                 "kv_cache_dtype",
                 n,
@@ -1850,7 +1872,7 @@ pub fn parse(text: &str) -> Result<LogFigures> {
         for key in ["'mamba_cache_dtype':", "mamba_cache_dtype="] {
             set(
                 &mut f.mamba_cache_dtype,
-                l.word(key),
+                l.word(key)?,
                 lines,
                 "mamba_cache_dtype",
                 n,
@@ -1859,21 +1881,21 @@ pub fn parse(text: &str) -> Result<LogFigures> {
         for key in ["'mamba_ssm_cache_dtype':", "mamba_ssm_cache_dtype="] {
             set(
                 &mut f.mamba_ssm_cache_dtype,
-                l.word(key),
+                l.word(key)?,
                 lines,
                 "mamba_ssm_cache_dtype",
                 n,
             );
         }
         for key in ["'quantization':", "quantization="] {
-            set(&mut f.quantization, l.word(key), lines, "quantization", n);
+            set(&mut f.quantization, l.word(key)?, lines, "quantization", n);
         }
         if f.no_graphs.is_none() && NO_GRAPHS.iter().any(|k| l.has(k)) {
             f.no_graphs = Some(n);
             lines.push(("no_graphs", n));
         }
         for key in ["'enable_prefix_caching':", "enable_prefix_caching="] {
-            let e = l.word(key).map(|w| w.eq_ignore_ascii_case("true"));
+            let e = l.word(key)?.map(|w| w.eq_ignore_ascii_case("true"));
             set(
                 &mut f.enable_prefix_caching,
                 e,
@@ -1896,7 +1918,7 @@ pub fn parse(text: &str) -> Result<LogFigures> {
             );
         }
         for key in ["'enforce_eager':", "enforce_eager=", "disable_cuda_graph="] {
-            let e = l.word(key).map(|w| w.eq_ignore_ascii_case("true"));
+            let e = l.word(key)?.map(|w| w.eq_ignore_ascii_case("true"));
             set(&mut f.enforce_eager, e, lines, "enforce_eager", n);
         }
     }

@@ -182,6 +182,38 @@ fn hostile_figures_are_refused_naming_the_line_and_value() {
     }
 }
 
+/// A value too long to be a dtype, a quantization or a path is refused naming the line, not
+/// read as absent (a KV cache dtype the engine printed, planned as `auto`); and a figure as
+/// long as the log is quoted by its ends, not whole (an error line of 250 MiB).
+#[test]
+fn overlong_values_are_refused_and_quoted_by_their_ends() {
+    let long = "k".repeat(5000);
+    for line in [
+        format!("INFO Initializing a V1 LLM engine (v0.30.0) with config: model='m', kv_cache_dtype={long}, enforce_eager=False"),
+        format!("INFO non-default args: {{'model': 'm', 'quantization': '{long}'}}"),
+        format!("INFO non-default args: {{'model': '{long}'}}"),
+    ] {
+        let log = format!("INFO vLLM API server version 0.30.0\nINFO Model loading took 1.0 GiB\n{line}\n");
+        match parse(&log) {
+            Err(Error::InvalidInput { field, message }) => {
+                assert_eq!(field, "line 3", "{message}");
+                assert!(message.contains("5000 bytes long"), "{message}");
+            }
+            other => panic!("{line:.80}: {other:?}"),
+        }
+    }
+    let log = format!(
+        "INFO vLLM API server version 0.30.0\nINFO Available KV cache memory: {} GiB\n",
+        "9".repeat(1 << 20)
+    );
+    let e = parse(&log).unwrap_err().to_string();
+    assert!(
+        e.len() < 1024 && e.starts_with("line 2: "),
+        "{} bytes",
+        e.len()
+    );
+}
+
 #[test]
 fn negative_windows_engines_print_are_left_out_and_said() {
     let log = "INFO Model loading took 1.5 GiB\n\
