@@ -924,7 +924,7 @@ pub fn parse(text: &str) -> Result<LogFigures> {
     let mut weight_report = false;
     // Each process's own available KV memory, the first it prints (see below); `None` names
     // the unprefixed process.
-    let mut rank_kv: Vec<(Option<&str>, u64, bool)> = Vec::new();
+    let mut rank_kv: Vec<(Option<&str>, u64, bool, usize)> = Vec::new();
     // Workers' KV lines Ray's de-duplication left out of the log.
     let mut folded: u64 = 0;
     // The line where a second start-up began, once workers have printed their figures: the
@@ -1577,14 +1577,14 @@ pub fn parse(text: &str) -> Result<LogFigures> {
                         .map(|(b, unit)| (b, unit.trim_start().starts_with("bytes")));
                 }
             }
-            match (rank_kv.iter_mut().find(|(r, _, _)| *r == process), b) {
-                (None, Some((b, exact))) if b > 0 => rank_kv.push((process, b as u64, exact)),
+            match (rank_kv.iter_mut().find(|(r, ..)| *r == process), b) {
+                (None, Some((b, exact))) if b > 0 => rank_kv.push((process, b as u64, exact, n)),
                 // A process's own figure in bytes after its rounded one: the same figure,
                 // unrounded, where it lies within the rounding.
                 (Some(kv), Some((b, true)))
                     if !kv.2 && b > 0 && (b as u64).abs_diff(kv.1) <= GIB / 200 =>
                 {
-                    *kv = (process, b as u64, true);
+                    *kv = (process, b as u64, true, n);
                 }
                 // The same process printing another figure: no plan can follow both.
                 (Some(kv), Some((b, true))) if !kv.2 && b > 0 => {
@@ -1999,7 +1999,7 @@ pub fn parse(text: &str) -> Result<LogFigures> {
         }
         f.models.extend(named.into_iter().map(|(m, _)| m));
     }
-    if let Some(&(process, min, exact)) = rank_kv.iter().min_by_key(|(_, b, _)| *b) {
+    if let Some(&(process, min, exact, at)) = rank_kv.iter().min_by_key(|(_, b, ..)| *b) {
         let several = rank_kv.len() > 1;
         // The smallest worker's figure; where it is printed in bytes, that figure unrounded
         // (also for one worker) rather than its rounded twin.
@@ -2008,6 +2008,10 @@ pub fn parse(text: &str) -> Result<LogFigures> {
         {
             f.kv_available = Some(min);
             f.kv_available_rounding = exact.then_some(0);
+            // The figure's own line, not the first one's (the notes cite it).
+            if let Some(l) = f.lines.iter_mut().find(|(k, _)| *k == "kv_available") {
+                l.1 = at;
+            }
             let whose = if several {
                 format!(
                     "{}'s {}, the smallest of {} workers' figures (vLLM sizes every worker by the fewest blocks)",

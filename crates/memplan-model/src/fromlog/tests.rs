@@ -381,6 +381,8 @@ fn several_ranks_take_the_smallest_figure() {
                (Worker_TP1 pid=2) INFO [gpu_worker.py:817] Free memory on device (23.09/23.46 GiB) on startup. Current kv cache memory in use is 19.08 GiB.\n";
     let f = parse(two).unwrap();
     assert_eq!(f.kv_available, Some(gib(19.08)));
+    // Cited by its own line, not the first worker's.
+    assert_eq!(f.line("kv_available"), Some(3));
     assert!(
         f.notes.iter().any(|n| n.contains("Worker_TP1")),
         "{:?}",
