@@ -1562,6 +1562,59 @@ mod tests {
         }
     }
 
+    /// A negative value written after its flag with a space (as vLLM's `--max-model-len -1`
+    /// is) is that flag's value, refused naming it, not the unknown argument `-1`.
+    #[test]
+    fn a_negative_value_after_a_space_is_refused_naming_its_flag() {
+        for (flag, extra, value) in [
+            ("--gpu-memory-utilization", "", "-0.5"),
+            ("--gpu-memory-utilization", "", "-inf"),
+            ("--max-model-len", "", "-1"),
+            ("--max-num-seqs", "", "-1"),
+            ("--max-num-batched-tokens", "", "-1"),
+            ("--block-size", "", "-16"),
+            ("--tp", "", "-2"),
+            ("--pp", "", "-2"),
+            ("--pipeline-stage", "--pp 2", "-1"),
+            ("--tensor-parallel-rank", "--tp 2", "-1"),
+            ("--cudagraph-capture-sizes", "", "-1"),
+            ("--max-loras", "", "-1"),
+            ("--max-lora-rank", "--max-loras 1", "-16"),
+            ("--cpu-offload-gb", "", "-1"),
+            ("--cpu-offload-gb", "", "-inf"),
+            (
+                "--num-speculative-tokens",
+                "--speculative-model qwen2.5-0.5b-instruct",
+                "-1",
+            ),
+            ("--device sim:rtx4090 --total-memory", "", "-80GiB"),
+            ("--kv-cache-memory-bytes", "", "-1GiB"),
+            ("--weights-bytes", "", "-1"),
+            ("--activation-bytes", "", "-1GiB"),
+            ("--non-torch-bytes", "", "-1MiB"),
+            ("--graph-bytes", "", "-1GiB"),
+        ] {
+            let base = match flag.split_once(' ') {
+                Some(_) => "--model qwen3-8b",
+                None => "--model qwen3-8b --total-memory 80GiB",
+            };
+            let f = format!("{base} {extra} {flag} {value}");
+            let flag = flag.rsplit(' ').next().unwrap_or(flag);
+            let e = try_flags(&f).unwrap_err();
+            assert_eq!(e.class, crate::ExitClass::Usage, "{f}: {e:?}");
+            assert!(
+                e.message.contains(flag) && e.message.contains(value),
+                "{f}: {}",
+                e.message
+            );
+            assert!(
+                !e.message.contains("unexpected argument"),
+                "{f}: {}",
+                e.message
+            );
+        }
+    }
+
     #[test]
     fn a_patch_release_takes_its_minor_versions_rules_and_says_so() {
         for (engine, rules) in [

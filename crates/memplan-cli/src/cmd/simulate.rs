@@ -25,7 +25,7 @@ pub struct Args {
     pub strategy: StrategyArg,
     /// Seed of the simulated device's physics (hidden quantities drawn from documented
     /// ranges, docs/simulator-physics.md); the default keeps output reproducible.
-    #[arg(long, default_value_t = DEFAULT_SEED)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = DEFAULT_SEED)]
     pub seed: u64,
     /// Print JSON (`memplan.simulate/1`; with --list `memplan.scenarios/1`) instead of the
     /// table.

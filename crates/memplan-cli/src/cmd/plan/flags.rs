@@ -1,6 +1,8 @@
 //! The flags of `memplan plan` and their value checks. Every value is checked where clap
 //! parses it (so a bad one is a usage error, exit 2, naming the flag and the value as
-//! written); the caps are documented in `docs/input-limits.md`.
+//! written); the caps are documented in `docs/input-limits.md`. A negative value
+//! (`--gpu-memory-utilization -0.5`, `--total-memory -80GiB`) is the flag's value, refused by
+//! its check, never taken for an unknown flag `-0` that names nothing the user wrote.
 
 use std::path::PathBuf;
 
@@ -57,10 +59,14 @@ fn positive_bytes(flag: &'static str) -> impl Fn(&str) -> Result<u64, String> + 
 
 fn count(max: u64) -> impl Fn(&str) -> Result<u64, String> + Clone {
     move |s| {
-        let n: u64 = s
-            .trim()
-            .parse()
-            .map_err(|_| format!("{s:?} is not a whole number"))?;
+        let n: u64 = s.trim().parse().map_err(|_| {
+            // A negative whole number (vLLM's `--max-model-len -1`) is one, just out of range.
+            if s.trim().parse::<i128>().is_ok() {
+                format!("{} is outside 1..={max}", s.trim())
+            } else {
+                format!("{s:?} is not a whole number")
+            }
+        })?;
         if n == 0 || n > max {
             return Err(format!("{n} is outside 1..={max}"));
         }
@@ -253,17 +259,17 @@ pub struct Flags {
     #[arg(long, value_name = "ID", value_parser = device)]
     pub device: Option<String>,
     /// Plan for a device of this total instead of reading one (e.g. 79.19GiB).
-    #[arg(long, value_name = "BYTES", value_parser = positive_bytes("--total-memory"))]
+    #[arg(long, allow_hyphen_values = true, value_name = "BYTES", value_parser = positive_bytes("--total-memory"))]
     pub total_memory: Option<u64>,
     /// Fraction of the device the engine may use, in (0, 1] (default: the engine release's).
-    #[arg(long, value_name = "FRACTION", value_parser = utilization)]
+    #[arg(long, allow_hyphen_values = true, value_name = "FRACTION", value_parser = utilization)]
     pub gpu_memory_utilization: Option<f64>,
     /// The engine and release whose sizing rules and defaults apply: vllm[@VERSION] or
     /// sglang[@VERSION] (default: the newest vLLM memplan knows; docs/engine-rules.md).
     #[arg(long, value_name = "ENGINE[@VERSION]", value_parser = engine)]
     pub engine: Option<String>,
     /// Fix the KV cache size instead of deriving it from the utilisation.
-    #[arg(long, value_name = "BYTES", value_parser = positive_bytes("--kv-cache-memory-bytes"))]
+    #[arg(long, allow_hyphen_values = true, value_name = "BYTES", value_parser = positive_bytes("--kv-cache-memory-bytes"))]
     pub kv_cache_memory_bytes: Option<u64>,
     /// Model dtype: auto (from the config), bfloat16, float16, float32.
     #[arg(long, default_value = "auto", value_parser = dtype)]
@@ -294,23 +300,23 @@ pub struct Flags {
     #[arg(long, value_name = "METHOD", value_parser = quantization, default_value = "none")]
     pub quantization: QuantChoice,
     /// Longest request in tokens (default: the model's max_position_embeddings).
-    #[arg(long, value_name = "TOKENS", value_parser = count(MAX_MODEL_LEN))]
+    #[arg(long, allow_negative_numbers = true, value_name = "TOKENS", value_parser = count(MAX_MODEL_LEN))]
     pub max_model_len: Option<u64>,
     /// Requests per step (default: the engine's, by device size).
-    #[arg(long, value_name = "N", value_parser = count(MAX_NUM_SEQS))]
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = count(MAX_NUM_SEQS))]
     pub max_num_seqs: Option<u64>,
     /// Tokens per step (default: the engine's, by device size).
-    #[arg(long, value_name = "TOKENS", value_parser = count(MAX_BATCHED_TOKENS))]
+    #[arg(long, allow_negative_numbers = true, value_name = "TOKENS", value_parser = count(MAX_BATCHED_TOKENS))]
     pub max_num_batched_tokens: Option<u64>,
     /// Tokens per KV block (default: the engine release's).
-    #[arg(long, value_name = "TOKENS", value_parser = block)]
+    #[arg(long, allow_negative_numbers = true, value_name = "TOKENS", value_parser = block)]
     pub block_size: Option<u32>,
     /// Tensor-parallel ranks (figures are per rank).
-    #[arg(long, visible_alias = "tp", value_name = "N", default_value = "1", value_parser = count(MAX_TP))]
+    #[arg(long, allow_negative_numbers = true, visible_alias = "tp", value_name = "N", default_value = "1", value_parser = count(MAX_TP))]
     pub tensor_parallel_size: u64,
     /// Graph capture sizes, comma-separated (default: the engine's); duplicates are merged, as
     /// the engine merges them.
-    #[arg(long, value_name = "N,N,...", value_delimiter = ',', value_parser = capture_size)]
+    #[arg(long, allow_negative_numbers = true, value_name = "N,N,...", value_delimiter = ',', value_parser = capture_size)]
     pub cudagraph_capture_sizes: Option<Vec<u64>>,
     /// No graphs (so no graph memory: conflicts with --graph-bytes and capture sizes).
     #[arg(long, conflicts_with_all = ["graph_bytes", "cudagraph_capture_sizes"])]
@@ -319,16 +325,16 @@ pub struct Flags {
     #[arg(long, value_enum, default_value_t = Strategy::Auto)]
     pub graph_strategy: Strategy,
     /// Measured weights per rank (from an earlier start-up log).
-    #[arg(long, value_name = "BYTES", value_parser = bytes("--weights-bytes"))]
+    #[arg(long, allow_hyphen_values = true, value_name = "BYTES", value_parser = bytes("--weights-bytes"))]
     pub weights_bytes: Option<u64>,
     /// Measured activation peak per rank.
-    #[arg(long, value_name = "BYTES", value_parser = bytes("--activation-bytes"))]
+    #[arg(long, allow_hyphen_values = true, value_name = "BYTES", value_parser = bytes("--activation-bytes"))]
     pub activation_bytes: Option<u64>,
     /// Measured non-torch (non-allocator) memory growth per rank.
-    #[arg(long, value_name = "BYTES", value_parser = bytes("--non-torch-bytes"))]
+    #[arg(long, allow_hyphen_values = true, value_name = "BYTES", value_parser = bytes("--non-torch-bytes"))]
     pub non_torch_bytes: Option<u64>,
     /// Measured graph memory per rank.
-    #[arg(long, value_name = "BYTES", value_parser = bytes("--graph-bytes"))]
+    #[arg(long, allow_hyphen_values = true, value_name = "BYTES", value_parser = bytes("--graph-bytes"))]
     pub graph_bytes: Option<u64>,
     /// Fill the figures an earlier start-up measured (the model, weights, activation,
     /// non-torch, graphs, total, utilisation, settings, the engine release) from its log (vLLM
@@ -338,33 +344,33 @@ pub struct Flags {
     pub from_log: Option<PathBuf>,
     /// Pipeline-parallel stages: each stage is planned on its own layers (vLLM's split) and
     /// the engine sizes every stage like the one with the fewest blocks.
-    #[arg(long, visible_alias = "pp", value_name = "N", default_value = "1", value_parser = count(MAX_PP))]
+    #[arg(long, allow_negative_numbers = true, visible_alias = "pp", value_name = "N", default_value = "1", value_parser = count(MAX_PP))]
     pub pipeline_parallel_size: u64,
     /// Plan only this pipeline stage (from 0) of --pipeline-parallel-size: the plan of one
     /// rank of that stage, for ranks that plan their own GPU and combine their plans
     /// afterwards (by the fewest blocks, as the engine sizes every stage).
-    #[arg(long, value_name = "STAGE")]
+    #[arg(long, allow_negative_numbers = true, value_name = "STAGE")]
     pub pipeline_stage: Option<u64>,
     /// Plan for this tensor-parallel rank (from 0) of --tensor-parallel-size, on --device
     /// alone: the plan says which rank (and, with --pipeline-stage, which stage) it is, so
     /// the ranks' plans combine (memplan.distributed.combine in Python).
-    #[arg(long, value_name = "RANK")]
+    #[arg(long, allow_negative_numbers = true, value_name = "RANK")]
     pub tensor_parallel_rank: Option<u64>,
     /// Draft model for speculative decoding (preset, ORG/NAME, directory or config.json): its
     /// weights, and its KV layers in the same pool.
     #[arg(long, value_name = "NAME|PATH")]
     pub speculative_model: Option<String>,
     /// Tokens the draft proposes per step (with --speculative-model).
-    #[arg(long, value_name = "N", default_value = "1", requires = "speculative_model", value_parser = count(MAX_SPECULATIVE_TOKENS))]
+    #[arg(long, allow_negative_numbers = true, value_name = "N", default_value = "1", requires = "speculative_model", value_parser = count(MAX_SPECULATIVE_TOKENS))]
     pub num_speculative_tokens: u64,
     /// LoRA adapter slots pre-allocated on the device (enables LoRA).
-    #[arg(long, value_name = "N", value_parser = count(MAX_LORAS))]
+    #[arg(long, allow_negative_numbers = true, value_name = "N", value_parser = count(MAX_LORAS))]
     pub max_loras: Option<u64>,
     /// Largest LoRA rank (with --max-loras): 1, 8, 16, 32, 64, 128, 256, 320 or 512.
-    #[arg(long, value_name = "RANK", default_value = "16", requires = "max_loras", value_parser = lora_rank)]
+    #[arg(long, allow_negative_numbers = true, value_name = "RANK", default_value = "16", requires = "max_loras", value_parser = lora_rank)]
     pub max_lora_rank: u64,
     /// Weights kept in host memory, in GiB (vLLM `--cpu-offload-gb`).
-    #[arg(long, value_name = "GIB", default_value = "0", value_parser = offload_gib)]
+    #[arg(long, allow_hyphen_values = true, value_name = "GIB", default_value = "0", value_parser = offload_gib)]
     pub cpu_offload_gb: f64,
     /// The engine's caching-allocator configuration, PyTorch's option string
     /// (`expandable_segments:True,max_split_size_mb:512`); default: PYTORCH_ALLOC_CONF, else
