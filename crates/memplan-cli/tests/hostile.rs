@@ -7,12 +7,26 @@ use std::process::Command;
 
 /// Exit code and stderr of `memplan ARGS`.
 fn run(args: &[&str]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_memplan"))
-        .args(args)
+    run_with(args, &[])
+}
+
+/// [`run`] with environment variables set (as bytes, which need not be UTF-8).
+fn run_with(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> (i32, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_memplan"));
+    cmd.args(args)
         .env_remove("MEMPLAN_LOG")
-        .env_remove("RUST_LOG")
-        .output()
-        .expect("the binary runs");
+        .env_remove("RUST_LOG");
+    for var in [
+        "PYTORCH_ALLOC_CONF",
+        "PYTORCH_CUDA_ALLOC_CONF",
+        "PYTORCH_HIP_ALLOC_CONF",
+    ] {
+        cmd.env_remove(var);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("the binary runs");
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(!err.contains("panicked"), "{args:?}: {err}");
     (out.status.code().expect("exited, not killed"), err)
@@ -164,4 +178,91 @@ fn a_sim_modifier_given_twice_is_refused_naming_it() {
             "{id}: {err}"
         );
     }
+}
+
+/// A pasted launch command with full-width digits (`--max-model-len ４０９６`, as chat clients
+/// write them) is a bad value naming the line and the flag, not a panic inside a character.
+#[test]
+fn full_width_digits_in_a_pasted_command_are_a_bad_value() {
+    let log = tmp("full-width.log");
+    std::fs::write(
+        &log,
+        "$ vllm serve m --max-model-len ４０９６\n\
+         INFO 01-23 15:50:05 [gpu_worker.py:298] Available KV cache memory: 58.11 GiB\n",
+    )
+    .unwrap();
+    let (code, err) = run(&[
+        "plan",
+        "--model",
+        "llama-3.1-8b-instruct",
+        "--from-log",
+        log.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("line 1") && err.contains("--max-model-len") && err.contains("４０９６"),
+        "{err}"
+    );
+}
+
+/// `PYTORCH_ALLOC_CONF` set to bytes that are not UTF-8 is set (PyTorch reads it, and not
+/// the variables after it): a usage error naming it, not the next variable read instead.
+#[cfg(unix)]
+#[test]
+fn an_allocator_variable_that_is_not_utf8_is_refused_naming_it() {
+    use std::os::unix::ffi::OsStrExt;
+    let (code, err) = run_with(
+        &[
+            "plan",
+            "--model",
+            "qwen2.5-1.5b-instruct",
+            "--total-memory",
+            "24GiB",
+        ],
+        &[
+            (
+                "PYTORCH_ALLOC_CONF",
+                std::ffi::OsStr::from_bytes(b"expandable_segments:\xff"),
+            ),
+            (
+                "PYTORCH_CUDA_ALLOC_CONF",
+                std::ffi::OsStr::new("expandable_segments:True"),
+            ),
+        ],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("PYTORCH_ALLOC_CONF") && err.contains("UTF-8"),
+        "{err}"
+    );
+}
+
+/// A figure as long as the log may be is refused naming its line, and the error quotes it by
+/// its ends: one line of a few hundred bytes, not the megabytes of the value.
+#[test]
+fn a_figure_of_megabytes_is_quoted_by_its_ends() {
+    let log = tmp("long-figure.log");
+    std::fs::write(
+        &log,
+        format!(
+            "INFO vLLM API server version 0.30.0\n\
+             INFO Model loading took 14.99 GiB memory\n\
+             INFO Available KV cache memory: {} GiB\n",
+            "9".repeat(4 << 20)
+        ),
+    )
+    .unwrap();
+    let (code, err) = run(&[
+        "plan",
+        "--model",
+        "llama-3.1-8b-instruct",
+        "--from-log",
+        log.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{err:.300}");
+    assert!(err.len() < 2048, "{} bytes of stderr", err.len());
+    assert!(
+        err.contains("long-figure.log") && err.contains("line 3"),
+        "{err}"
+    );
 }
