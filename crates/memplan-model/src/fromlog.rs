@@ -39,6 +39,7 @@
 //! - vllm-ascend's "Block size is set to N" is the block size, whatever the arguments asked
 //!   for (`vllm_ascend/utils.py` `refresh_block_size`).
 
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use memplan_core::bytes::{fmt_bytes, GIB, MIB};
@@ -858,8 +859,15 @@ const NO_GRAPHS: [&str; 3] = [
 
 /// Adds `model`, named by a pasted launch command at line `n`, unless a command already named
 /// it (in any case: `Qwen/Qwen3-8B` and `qwen/qwen3-8b` are one model to the hub).
-fn command_model(models: &mut Vec<(String, usize)>, model: &str, n: usize) {
-    if !models.iter().any(|(m, _)| m.eq_ignore_ascii_case(model)) {
+/// `seen` holds the names in `models` in lower case (a log of a million commands is read in
+/// time linear in its size, not a search of every earlier command per line).
+fn command_model(
+    models: &mut Vec<(String, usize)>,
+    seen: &mut HashSet<String>,
+    model: &str,
+    n: usize,
+) {
+    if seen.insert(model.to_ascii_lowercase()) {
         models.push((model.to_string(), n));
     }
 }
@@ -925,6 +933,9 @@ pub fn parse(text: &str) -> Result<LogFigures> {
     // Each process's own available KV memory, the first it prints (see below); `None` names
     // the unprefixed process.
     let mut rank_kv: Vec<(Option<&str>, u64, bool, usize)> = Vec::new();
+    // Where each process's entry is in `rank_kv`: a log of a million worker lines is read
+    // in time linear in its size, not a search of every earlier worker per line.
+    let mut rank_at: HashMap<Option<&str>, usize> = HashMap::new();
     // Workers' KV lines Ray's de-duplication left out of the log.
     let mut folded: u64 = 0;
     // The line where a second start-up began, once workers have printed their figures: the
@@ -938,6 +949,9 @@ pub fn parse(text: &str) -> Result<LogFigures> {
     // X`), each once, with its line: taken where neither an argument, a config nor a banner
     // line names one; commands naming different models leave the choice to `--model`.
     let mut command_models: Vec<(String, usize)> = Vec::new();
+    let mut command_seen: HashSet<String> = HashSet::new();
+    // The models of `f.models`, to add each once without searching them.
+    let mut models_seen: HashSet<String> = HashSet::new();
     // Whether the line before continues a launch command (`vllm serve \`, then the model and
     // flags on the lines after it), and whether that command's model is still to come.
     let (mut in_command, mut serve_pending) = (false, false);
@@ -971,7 +985,7 @@ pub fn parse(text: &str) -> Result<LogFigures> {
                 .map(|w| w.trim_matches(['\'', '"']))
                 .filter(|w| !w.is_empty() && !w.starts_with('-') && *w != "\\")
             {
-                command_model(&mut command_models, w, i + 1);
+                command_model(&mut command_models, &mut command_seen, w, i + 1);
             }
         }
         if next_start_up.is_none()
@@ -990,7 +1004,7 @@ pub fn parse(text: &str) -> Result<LogFigures> {
         {
             if i + 1 == c.line {
                 for m in &c.models {
-                    command_model(&mut command_models, m, c.line);
+                    command_model(&mut command_models, &mut command_seen, m, c.line);
                 }
             }
             continue;
@@ -1577,8 +1591,11 @@ pub fn parse(text: &str) -> Result<LogFigures> {
                         .map(|(b, unit)| (b, unit.trim_start().starts_with("bytes")));
                 }
             }
-            match (rank_kv.iter_mut().find(|(r, ..)| *r == process), b) {
-                (None, Some((b, exact))) if b > 0 => rank_kv.push((process, b as u64, exact, n)),
+            match (rank_at.get(&process).map(|&at| &mut rank_kv[at]), b) {
+                (None, Some((b, exact))) if b > 0 => {
+                    rank_at.insert(process, rank_kv.len());
+                    rank_kv.push((process, b as u64, exact, n));
+                }
                 // A process's own figure in bytes after its rounded one: the same figure,
                 // unrounded, where it lies within the rounding.
                 (Some(kv), Some((b, true)))
@@ -1833,7 +1850,7 @@ pub fn parse(text: &str) -> Result<LogFigures> {
         if let Some(m) = named {
             if f.model.is_none() || !model_spent {
                 set(&mut f.model, Some(m.clone()), lines, "model", n);
-                if !f.models.contains(&m) {
+                if models_seen.insert(m.clone()) {
                     f.models.push(m);
                     lines.push(("models", n));
                 }
@@ -1855,7 +1872,7 @@ pub fn parse(text: &str) -> Result<LogFigures> {
                 continue;
             };
             if command {
-                command_model(&mut command_models, &w, n);
+                command_model(&mut command_models, &mut command_seen, &w, n);
             } else {
                 banner_model = Some((w, n));
             }

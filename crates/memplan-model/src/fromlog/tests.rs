@@ -214,6 +214,53 @@ fn overlong_values_are_refused_and_quoted_by_their_ends() {
     );
 }
 
+/// A line per worker, per model or per pasted command, each a new one (a log of a million
+/// workers' lines), is read in time linear in the log: each line once, never a search of
+/// every earlier worker or model. Names of one length with a long common start make such a
+/// search cost its full quadratic price (it took minutes here; hours at the size cap).
+#[test]
+fn a_new_worker_or_model_on_every_line_is_read_in_linear_time() {
+    const LINES: usize = 30_000;
+    let head = "INFO vLLM API server version 0.30.0\nINFO Model loading took 1.0 GiB\n";
+    let name = |i: usize| format!("org/{}{i:08}", "x".repeat(200));
+    let worker = |i: usize| format!("Worker_{}{i:08}", "w".repeat(90));
+    type LineOf = Box<dyn Fn(usize) -> String>;
+    let kinds: [(&str, LineOf); 3] = [
+        (
+            "workers",
+            Box::new(move |i| {
+                format!(
+                    "({} pid={i}) INFO [gpu_worker.py:1] Available KV cache memory: {}.5 GiB\n",
+                    worker(i),
+                    1 + i % 7
+                )
+            }),
+        ),
+        (
+            "models",
+            Box::new(move |i| format!("INFO non-default args: {{'model': '{}'}}\n", name(i))),
+        ),
+        (
+            "commands",
+            Box::new(move |i| format!("$ vllm serve {} --tp 2\n", name(i))),
+        ),
+    ];
+    for (what, line) in kinds {
+        let log: String = std::iter::once(head.to_string())
+            .chain((0..LINES).map(line))
+            .collect();
+        let start = std::time::Instant::now();
+        let f = parse(&log).unwrap();
+        let took = start.elapsed();
+        assert!(took.as_secs() < 10, "{what}: {took:?}");
+        if what == "workers" {
+            assert_eq!(f.kv_available, Some(gib(1.5)), "{what}");
+        } else {
+            assert_eq!(f.models.len(), LINES, "{what}");
+        }
+    }
+}
+
 #[test]
 fn negative_windows_engines_print_are_left_out_and_said() {
     let log = "INFO Model loading took 1.5 GiB\n\
