@@ -266,3 +266,41 @@ fn a_figure_of_megabytes_is_quoted_by_its_ends() {
         "{err}"
     );
 }
+
+/// A log naming thousands of models (one on each line) names the first 8 and how many more,
+/// in the error without --model and in the warning with another one, never all of them.
+#[test]
+fn a_log_naming_thousands_of_models_lists_a_few() {
+    let log = tmp("many-models.log");
+    let mut text = String::from(
+        "INFO vLLM API server version 0.30.0\n\
+         INFO Model loading took 14.99 GiB memory\n\
+         INFO Available KV cache memory: 58.11 GiB\n",
+    );
+    for i in 0..5000 {
+        text.push_str(&format!("INFO non-default args: {{'model': 'org/m{i}'}}\n"));
+    }
+    std::fs::write(&log, text).unwrap();
+    let path = log.to_str().unwrap();
+    let (code, err) = run(&["plan", "--from-log", path, "--total-memory", "80GiB"]);
+    assert_eq!(code, 2, "{err:.300}");
+    assert!(
+        err.contains("5000 models") && err.contains("org/m7 and 4992 more"),
+        "{err:.300}"
+    );
+    assert!(!err.contains("org/m8"), "{err:.300}");
+    let out = Command::new(env!("CARGO_BIN_EXE_memplan"))
+        .args([
+            "plan",
+            "--from-log",
+            path,
+            "--model",
+            "llama-3.1-8b-instruct",
+            "--json",
+        ])
+        .output()
+        .expect("the binary runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("and 4992 more"), "{:.300}", text);
+    assert!(text.len() < 64 << 10, "{} bytes", text.len());
+}

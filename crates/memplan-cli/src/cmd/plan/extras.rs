@@ -39,6 +39,17 @@ pub struct LogContext {
     pub graphs_as_logged: bool,
 }
 
+/// The models a log names, at most 8 of them and how many more: a log may name one on each
+/// of millions of lines.
+fn listed(models: &[String]) -> String {
+    const SHOWN: usize = 8;
+    let mut s = models[..models.len().min(SHOWN)].join(", ");
+    if models.len() > SHOWN {
+        s.push_str(&format!(" and {} more", models.len() - SHOWN));
+    }
+    s
+}
+
 fn gib(b: u64) -> String {
     format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64)
 }
@@ -430,7 +441,7 @@ pub fn apply_log(a: &mut Flags) -> Result<LogContext, Failure> {
         (Some(given), named)
             if !named.is_empty() && !named.iter().any(|m| same_model(given, m)) =>
         {
-            model_differs = Some(named.join(", "));
+            model_differs = Some(listed(named));
         }
         (Some(_), _) => {}
         (None, [one]) => {
@@ -473,7 +484,7 @@ pub fn apply_log(a: &mut Flags) -> Result<LogContext, Failure> {
                 "--from-log {}: the log names {} models ({}); pass --model NAME|PATH for the one to plan",
                 path.display(),
                 several.len(),
-                several.join(", ")
+                listed(several)
             )))
         }
     }
