@@ -2174,7 +2174,56 @@ pub fn parse(text: &str) -> Result<LogFigures> {
         let t = total as f64;
         f.graph_subtracted = (t - base - g as f64).abs() < (t - base).abs();
     }
+    f.notes = fold_notes(std::mem::take(&mut f.notes));
     Ok(f)
+}
+
+/// The most notes of one kind (the same text but for its figures and line numbers) a log
+/// gives: a line that repeats on every line of a log (a graph capture that freed memory,
+/// once per restart of a server running for months) is noted that often, and a 256 MiB log
+/// of it would print its size again in notes.
+const MAX_NOTES_ALIKE: usize = 8;
+
+/// `notes` with at most [`MAX_NOTES_ALIKE`] of each kind, the rest counted in one note
+/// after the last one kept.
+fn fold_notes(notes: Vec<String>) -> Vec<String> {
+    let kind = |n: &str| {
+        let mut k = String::with_capacity(n.len());
+        for c in n.chars() {
+            if !c.is_ascii_digit() {
+                k.push(c);
+            } else if !k.ends_with('#') {
+                k.push('#');
+            }
+        }
+        k
+    };
+    let kinds: Vec<String> = notes.iter().map(|n| kind(n)).collect();
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for k in &kinds {
+        *seen.entry(k.as_str()).or_default() += 1;
+    }
+    if seen.values().all(|&c| c <= MAX_NOTES_ALIKE) {
+        return notes;
+    }
+    let mut kept: HashMap<&str, usize> = HashMap::new();
+    let mut out = Vec::new();
+    for (n, k) in notes.iter().zip(&kinds) {
+        let taken = kept.entry(k.as_str()).or_default();
+        *taken += 1;
+        if *taken <= MAX_NOTES_ALIKE {
+            out.push(n.clone());
+        }
+        if *taken == MAX_NOTES_ALIKE {
+            let left = seen[k.as_str()] - MAX_NOTES_ALIKE;
+            if left > 0 {
+                out.push(format!(
+                    "{left} more note(s) like the one above, from later lines, left out"
+                ));
+            }
+        }
+    }
+    out
 }
 
 /// Whether `key` occurs in `s` at a word boundary (not as the tail of a longer name).

@@ -261,6 +261,37 @@ fn a_new_worker_or_model_on_every_line_is_read_in_linear_time() {
     }
 }
 
+/// A line noted on each of thousands of lines (a graph capture that freed memory, once per
+/// restart) gives 8 such notes and one that counts the rest, not a note per line.
+#[test]
+fn a_note_repeated_on_every_line_is_given_8_times_and_counted() {
+    let mut log = String::from(
+        "INFO vLLM API server version 0.30.0\nINFO Model loading took 1.0 GiB\n\
+         INFO Available KV cache memory: 20.0 GiB\n",
+    );
+    for i in 0..5000 {
+        log.push_str(&format!(
+            "INFO Graph capturing finished in 5 secs, took -0.{} GiB\n",
+            10 + i % 90
+        ));
+    }
+    let f = parse(&log).unwrap();
+    let alike = f
+        .notes
+        .iter()
+        .filter(|n| n.contains("capture freed memory"))
+        .count();
+    assert_eq!(alike, 8, "{:?}", f.notes);
+    assert!(
+        f.notes
+            .iter()
+            .any(|n| n.starts_with("4992 more note(s) like the one above")),
+        "{:?}",
+        f.notes
+    );
+    assert!(f.notes.len() < 20, "{}", f.notes.len());
+}
+
 #[test]
 fn negative_windows_engines_print_are_left_out_and_said() {
     let log = "INFO Model loading took 1.5 GiB\n\
