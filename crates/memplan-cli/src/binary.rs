@@ -41,6 +41,24 @@ where
     }
 }
 
+/// The argument that is not UTF-8, named with its flag: clap says only "invalid UTF-8 was
+/// detected in one or more arguments", which names none (a model directory whose name is
+/// not UTF-8: `--model` takes text).
+fn not_utf8(args: &[OsString]) -> Option<Failure> {
+    let at = args.iter().skip(1).position(|a| a.to_str().is_none())? + 1;
+    let arg = args[at].to_string_lossy();
+    let flag = match arg.split_once('=') {
+        Some((flag, _)) if flag.starts_with("--") && flag.is_ascii() => flag.to_string(),
+        _ => args[at - 1]
+            .to_str()
+            .filter(|p| at > 1 && p.starts_with('-'))
+            .map_or_else(|| "an argument".to_string(), str::to_string),
+    };
+    Some(Failure::usage(format!(
+        "{flag}: {arg:?} is not UTF-8 text; memplan reads this value as text"
+    )))
+}
+
 /// Report a failure (one line on stderr; the JSON envelope on stdout with `--json`) and
 /// return its exit code.
 fn fail(f: &Failure, json: bool) -> u8 {
@@ -52,6 +70,11 @@ fn fail(f: &Failure, json: bool) -> u8 {
 }
 
 fn parse_error(e: &clap::Error, json: bool, args: &[OsString]) -> u8 {
+    if e.kind() == clap::error::ErrorKind::InvalidUtf8 {
+        if let Some(f) = not_utf8(args) {
+            return fail(&f, json);
+        }
+    }
     match parse_failure(e).map(|f| f.as_passed(args)) {
         // --help, --version: clap's text on stdout, exit 0; under --json the same text in
         // one `memplan.help/1` object.

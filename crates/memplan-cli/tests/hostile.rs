@@ -304,3 +304,41 @@ fn a_log_naming_thousands_of_models_lists_a_few() {
     assert!(text.contains("and 4992 more"), "{:.300}", text);
     assert!(text.len() < 64 << 10, "{} bytes", text.len());
 }
+
+/// An argument that is not UTF-8 (a model directory's name) is refused naming its flag, not
+/// as "one or more arguments".
+#[cfg(unix)]
+#[test]
+fn an_argument_that_is_not_utf8_names_its_flag() {
+    use std::os::unix::ffi::OsStrExt;
+    let bad = std::ffi::OsStr::from_bytes(b"/models/caf\xe9");
+    for (args, flag) in [
+        (vec!["plan", "--model"], "--model"),
+        (
+            vec!["plan", "--total-memory", "80GiB", "--kv-cache-dtype"],
+            "--kv-cache-dtype",
+        ),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_memplan"))
+            .args(&args)
+            .arg(bad)
+            .args(["--total-memory", "80GiB"])
+            .output()
+            .expect("the binary runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(flag) && err.contains("not UTF-8"), "{err}");
+    }
+    let mut eq = std::ffi::OsString::from("--model=");
+    eq.push(bad);
+    let out = Command::new(env!("CARGO_BIN_EXE_memplan"))
+        .args(["plan", "--total-memory", "80GiB"])
+        .arg(&eq)
+        .output()
+        .expect("the binary runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--model") && err.contains("not UTF-8"),
+        "{err}"
+    );
+}
