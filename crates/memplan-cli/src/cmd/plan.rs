@@ -1700,6 +1700,38 @@ mod tests {
         TempLog(path)
     }
 
+    /// A log that prints no device total gives it from what its start-up used over the
+    /// utilisation that start-up requested it with (its own, else the release's default); a
+    /// --gpu-memory-utilization given now plans another request on that device, not another
+    /// device (0.1 made the 118 GiB device of 106 GiB used at 0.9 a 1 TiB one).
+    #[test]
+    fn a_utilisation_given_now_does_not_change_the_device_a_log_gives() {
+        let path = log_file(
+            "no-total-utilisation",
+            "INFO [api_server.py:1] vLLM API server version 0.11.0\n\
+             INFO [utils.py:233] non-default args: {'model': 'Qwen/Qwen3-8B'}\n\
+             INFO [gpu_model_runner.py:2653] Model loading took 15.27 GiB and 20.4 seconds\n\
+             INFO [gpu_worker.py:298] Available KV cache memory: 50.00 GiB\n",
+        );
+        let log = format!("--model qwen3-8b --from-log {}", path.display());
+        let total = |extra: &str| {
+            run_json(&format!("{log} {extra}")).unwrap()["total_bytes"]
+                .as_u64()
+                .unwrap()
+        };
+        let logged = total("");
+        for u in ["0.5", "0.95"] {
+            assert_eq!(
+                total(&format!("--gpu-memory-utilization {u}")),
+                logged,
+                "--gpu-memory-utilization {u}"
+            );
+        }
+        // 0.1 of that device is less than the weights: no plan, not a larger device.
+        let e = run_json(&format!("{log} --gpu-memory-utilization 0.1")).unwrap_err();
+        assert_eq!(e.kind, "does_not_fit", "{e:?}");
+    }
+
     #[test]
     fn a_logged_start_up_refused_for_free_memory_is_that_refusal() {
         // A public vLLM 0.19.0 log (Qwen3-0.6B, a 12 GB card holding 2.6 GiB of another

@@ -340,9 +340,11 @@ pub fn apply_log(a: &mut Flags) -> Result<LogContext, Failure> {
     if let (None, None, Some(w), Some(kv)) = (a.total_memory, &a.device, f.weights, f.kv_available)
     {
         let rules: EngineRules = a.engine.as_deref().unwrap_or("vllm").parse()?;
-        let u = a
-            .gpu_memory_utilization
-            .unwrap_or(rules.gpu_memory_utilization);
+        // The utilisation the logged start-up requested its memory with: the log's own, else
+        // the release's default. A --gpu-memory-utilization given now is the plan's request,
+        // not the log's: over the log's used memory it would make another device (0.1 made
+        // 106 GiB used at 0.9 a 1 TiB device).
+        let u = f.utilization.unwrap_or(rules.gpu_memory_utilization);
         let used = [
             Some(w),
             a.activation_bytes,
