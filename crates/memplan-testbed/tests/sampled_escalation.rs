@@ -1,6 +1,7 @@
 //! The automatic graph phase measures every size instead of keeping a sampled estimate whose
 //! margin would take more than 1% of the KV cache's room, unless capturing every size would
-//! leave more memory held for good than the margin (per-capture memory some runtimes keep).
+//! leave more memory held for good than the margin (per-capture memory some runtimes keep),
+//! and measures every size without sampling where the engine declared `max_split_size_mb`.
 //! Run the way `memplan simulate --scenario FILE --strategy auto --json` runs a scenario.
 
 use memplan_planner::StrategyKind;
@@ -42,8 +43,9 @@ fn codes(r: &memplan_testbed::SimReport) -> Vec<String> {
 #[test]
 fn a_costly_sampled_margin_is_replaced_by_measuring_every_size() {
     // Physics drawn from the world's ranges (not the adversarial ones), on seeds where the
-    // engine alone has room for a KV cache.
-    for seed in [0, 1, 2] {
+    // engine alone has room for a KV cache and declares no `max_split_size_mb` (under it the
+    // automatic choice measures every size without sampling first, below).
+    for seed in [2, 3, 10] {
         let r = run(
             "escalate",
             &scenario("rx7900xtx-rocm5.5,regime=world", false, ""),
@@ -56,10 +58,10 @@ fn a_costly_sampled_margin_is_replaced_by_measuring_every_size() {
         assert!(codes(&r).iter().any(|c| c == "sampled_margin_too_costly"));
         let of = a.kv_vs_oracle.expect("an oracle");
         // Where the engine runs its caching allocator with options (drawn on a quarter of the
-        // seeds: seed 0 runs expandable segments), the plan keeps room for what they may
+        // seeds: seed 10 runs expandable segments), the plan keeps room for what they may
         // round its KV tensors to: up to a 20 MiB page over the cache's sum with expandable
-        // segments, more than 1% of this small cache (98.5% of the oracle on seed 0). The
-        // measured floor holds where the engine runs the default rules.
+        // segments, more than 1% of this small cache. The measured floor holds where the
+        // engine runs the default rules.
         let options = a.plan.as_ref().is_some_and(|p| {
             p.notes
                 .iter()
@@ -76,7 +78,7 @@ fn sampling_stays_where_capturing_every_size_would_cost_more_than_the_margin() {
     // held than the sampled margin costs, so the estimate stays sampled (an engine that cannot
     // size its KV cache after capture, so post-capture is out). Every physical quantity at the
     // low end of its range: graphs whose kernels do not vary between sizes, so the samples
-    // model them closely.
+    // model them closely. Seed 2 declares no `max_split_size_mb` (below).
     let r = run(
         "stay",
         &scenario(
@@ -84,7 +86,7 @@ fn sampling_stays_where_capturing_every_size_would_cost_more_than_the_margin() {
             true,
             "post_capture = false\n",
         ),
-        0,
+        2,
     );
     let a = &r.runs[0];
     assert!(a.oom.is_none() && a.failed.is_none(), "{a:?}");
@@ -98,4 +100,38 @@ fn sampling_stays_where_capturing_every_size_would_cost_more_than_the_margin() {
         "margin {margin} of {}",
         plan.kv_cache_bytes
     );
+}
+
+#[test]
+fn under_max_split_size_mb_every_size_is_measured_instead_of_sampled() {
+    // The scenario that stays sampled above, on seeds whose engine declares
+    // `max_split_size_mb` (128 on seed 18, 128 with expandable segments on seed 35): a cached
+    // block of the limit or more serves no smaller request and is not split, so each graph's
+    // intermediates may take blocks of their own, which four samples cannot model (forced
+    // `sampled` on the shared-pool scenario ran out of memory that way). The automatic choice
+    // captures every size and measures it, without sampling first.
+    for seed in [18, 35] {
+        let r = run(
+            "max-split",
+            &scenario(
+                "rx7900xtx-rocm6.2,physics=low",
+                true,
+                "post_capture = false\n",
+            ),
+            seed,
+        );
+        let a = &r.runs[0];
+        assert!(a.oom.is_none() && a.failed.is_none(), "seed {seed}: {a:?}");
+        assert_eq!(a.strategy, StrategyKind::Full, "seed {seed}: {}", a.why);
+        assert!(a.why.contains("max_split_size_mb"), "{}", a.why);
+        assert!(!codes(&r).iter().any(|c| c == "sampled_margin_too_costly"));
+        let plan = a.plan.as_ref().expect("a plan");
+        assert!(
+            plan.notes.iter().any(|n| n.contains("max_split_size_mb")),
+            "seed {seed}: {:?}",
+            plan.notes
+        );
+        let of = a.kv_vs_oracle.expect("an oracle");
+        assert!((0.97..=1.0).contains(&of), "seed {seed}: {of}");
+    }
 }

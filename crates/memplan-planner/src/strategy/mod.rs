@@ -191,7 +191,8 @@ pub trait GraphStrategy {
 #[derive(Debug, Clone, Copy, Serialize)]
 #[non_exhaustive]
 pub struct SelectionPolicy {
-    /// Capture every size (`full`) up to this many sizes; above it, `sampled`.
+    /// Capture every size (`full`) up to this many sizes; above it, `sampled` (a session whose
+    /// engine declared `max_split_size_mb` keeps `full`, `Session::selection`).
     pub full_capture_limit: usize,
     /// Prefer `post-capture` when possible.
     pub prefer_post_capture: bool,
