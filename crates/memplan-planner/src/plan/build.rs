@@ -1235,27 +1235,27 @@ impl PlanBuilder {
                 self.granularity.is_some(),
             ));
         }
-        // A KV cache that is one backing allocation (vLLM 0.29.0 on, `allocate_kv_cache`) is
-        // rounded once: what is left of the budget after it is under a granule and a block, and
-        // a free reading that read the engine's memory outside the allocator low would hand
-        // that memory to the cache and take the engine past the request. The plan keeps what
-        // the reading's windows may be off by there (beyond the window a measured graph
-        // reserve's margin keeps for them, `non_allocator_windows_error`). A tensor per layer
-        // leaves the rounding of its tensors (in steps of a granule per tensor) to absorb it,
-        // and is left as it was.
+        // A KV cache that is rounded once is packed: one backing allocation (vLLM 0.29.0 on,
+        // `allocate_kv_cache`), or tensors packed one after another into an expandable
+        // segment mapped in pages (`expandable_segments:True`, `footprint`). What is left of
+        // the budget after it is under a granule (a page) and a block, and a free reading that
+        // read the engine's memory outside the allocator low would hand that memory to the
+        // cache and take the engine past the request. The plan keeps what the reading's
+        // windows may be off by there (beyond the window a measured graph reserve's margin
+        // keeps for them, `non_allocator_windows_error`). A tensor per layer rounded on its
+        // own leaves the rounding of its tensors (in steps of a granule per tensor) to absorb
+        // it, and is left as it was.
+        let packed = self.rules.kv_allocation == KvAllocation::OneBacking
+            || (alloc.expandable_segments && self.alloc_slack > 0);
         let mut consumers = self.consumers;
-        if self.non_allocator_error > 0
-            && self.rules.kv_allocation == KvAllocation::OneBacking
-            && self.granularity.is_none()
-            && !fixed_kv
-        {
+        if self.non_allocator_error > 0 && packed && self.granularity.is_none() && !fixed_kv {
             let measured = consumers.bytes(ConsumerKind::NonAllocator);
             consumers.set(Consumer::measured(
                 ConsumerKind::NonAllocator,
                 measured.saturating_add(self.non_allocator_error),
                 "engine steps",
                 format!(
-                    "{NON_ALLOCATOR_BASIS}, plus what the free reading's windows may be off by beyond what the graph reserve's margin keeps for them ({}; the KV cache is one backing allocation)",
+                    "{NON_ALLOCATOR_BASIS}, plus what the free reading's windows may be off by beyond what the graph reserve's margin keeps for them ({}; the KV cache is rounded once, as one allocation or packed into pages)",
                     fmt_bytes(self.non_allocator_error)
                 ),
             ));

@@ -627,6 +627,47 @@ fn one_backing_keeps_the_free_readings_window_error_on_non_allocator_memory() {
     assert_eq!(na(&p), 300 * MIB);
 }
 
+/// Expandable segments pack the tensors of a KV cache laid out a tensor per layer one after
+/// another into pages: rounded once, as one backing allocation is, with no rounding per tensor
+/// to absorb a free reading that read the engine's memory low. The plan keeps the windows'
+/// error there too. An H200 whose free reading moved in 64 MiB steps read 20 MiB that a failed
+/// capture left behind as 4 MiB, and an eager engine with `expandable_segments:True` went
+/// 307 KiB past the request in its serving burst (a tensor per layer, 80 layers).
+#[test]
+fn expandable_segments_keep_the_free_readings_window_error_as_one_backing_does() {
+    use memplan_core::kv::KvAllocation;
+    use memplan_core::AllocatorConfig;
+    let na = |p: &Profile, conf: &str| {
+        PlanBuilder::from_profile(p, "test", Request::Utilization(0.9), spec(), limits())
+            .unwrap()
+            .sizing_rules(SizingRules::default().with_kv_allocation(KvAllocation::PerTensor))
+            .allocator_config(AllocatorConfig::parse(conf).unwrap(), "the test")
+            .build()
+            .unwrap()
+            .consumers
+            .bytes(ConsumerKind::NonAllocator)
+    };
+    let mut p = with_300_mib_outside(None);
+    p.non_allocator_windows = 4;
+    let tolerance = 511 * 1024;
+    p.capability.set(
+        Reading::DriverFree,
+        Reliability::Approximate {
+            tolerance_bytes: tolerance,
+            why: "moved over reads of the idle device".into(),
+        },
+    );
+    assert_eq!(
+        na(&p, "expandable_segments:True"),
+        300 * MIB + 2 * tolerance
+    );
+    assert_eq!(
+        na(&p, "expandable_segments:False"),
+        300 * MIB,
+        "each tensor rounded on its own: as measured"
+    );
+}
+
 /// `full`'s and `post-capture`'s margins keep one window's error for the engine's memory
 /// measured through the free reading: where the KV cache is one backing allocation the
 /// non-allocator growth keeps only what its windows' error exceeds that window by
