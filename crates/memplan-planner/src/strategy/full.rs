@@ -35,7 +35,10 @@
 //! a few captures of the smallest size cost far less than the KV cache a margin from four
 //! samples would take (about five times the margin of twelve). So are four repeats whose
 //! reading's window error could hide 7.5% of a capture ([`hides_variation`]): their range
-//! then says nothing of a variation that, summed over every graph, passes the request.
+//! then says nothing of a variation that, summed over every graph, passes the request. So are
+//! four repeats of a noisy reading whose pass's graphs together weigh more than one repeat: a
+//! variation of each capture within the noise, summed over them, passes the two windows the
+//! margin keeps for the reading ([`hidden_variation_sums_past_the_windows`]).
 //! `post-capture` keeps the graphs it measured, so neither applies there.
 //!
 //! A reading that moves in steps rounds every window to a multiple of its step: repeats that
@@ -399,6 +402,30 @@ fn hides_variation(repeats: &[i64], noise: Noise, quantum: u64) -> bool {
         || hidden_by_step(repeats, quantum) > 0
 }
 
+/// Whether a variation the repeats' noise could hide, summed over every graph, could pass what
+/// the margin keeps for the reading (its two windows, [`independent_margin`]): four repeats
+/// whose range is within the idle windows' read as no variation at all, yet each capture may
+/// vary by up to the noise (`noise.bound`, as a share of the repeats' median), and over every
+/// graph such variations add as [`variation_margin`] adds them, in quadrature of the graphs'
+/// bytes. That sum passes the two windows' `noise.bound` wherever the graphs together weigh
+/// more than one repeat (`sqrt(sum of squares) > median`): any noisy reading and more than one
+/// graph of the first size's weight. More repeats are then taken, which tell a variation from
+/// the noise better. On an APU whose reading's windows were off by up to 11 MiB, four repeats
+/// of a 394 MB capture ranged 8.5 MB inside 8.6 MB of idle noise: no margin for variation, and
+/// the engine's 67 graphs (16.3 GB of them, mostly executable objects) took 71 MB more than the
+/// pass, past the request in serving; twelve repeats kept 215 MB for it.
+fn hidden_variation_sums_past_the_windows(repeats: &[i64], each: &[i64], noise: Noise) -> bool {
+    let Some(median) = median(repeats).filter(|m| *m > 0) else {
+        return false;
+    };
+    if noise.bound == 0 {
+        return false;
+    }
+    let squares: f64 = each.iter().map(|c| (*c.max(&0) as f64).powi(2)).sum();
+    let summed = noise.bound as f64 / median as f64 * squares.sqrt();
+    summed > noise.bound as f64
+}
+
 /// The step the windows of `captures` come out a multiple of: their greatest common divisor
 /// (positive windows only; 0 for none). Windows of a reading that counts bytes share no
 /// coarse divisor; windows of a reading that moves in steps, or of captures that take whole
@@ -579,6 +606,7 @@ impl GraphStrategy for Full {
                 let noise = r.noise(tol);
                 if spread_share(&r.bytes, noise) > 0.0
                     || hides_variation(&r.bytes, noise, step_of(&r))
+                    || hidden_variation_sums_past_the_windows(&r.bytes, &pass.each, noise)
                 {
                     repeat(ctx, size, MORE_REPEATS, &mut r)?;
                 }
@@ -749,6 +777,40 @@ mod tests {
         assert!(!hides_variation(&repeats, at_bound(5 << 20), 0));
         assert!(!hides_variation(&[], at_bound(27 << 20), 0));
         assert!(!hides_variation(&[0, 0, 0, 0], at_bound(27 << 20), 0));
+    }
+
+    #[test]
+    fn a_variation_the_noise_hides_summed_over_many_graphs_asks_for_more_repeats() {
+        let mib = 1i64 << 20;
+        // Four repeats of a 394 MB capture within the idle windows' noise (twice 11 MiB, under
+        // 7.5% of the capture: `hides_variation` does not ask for more).
+        let repeats = [397_196_165, 393_518_210, 395_923_355, 388_732_933];
+        let noise = at_bound(11 << 20);
+        assert!(!hides_variation(&repeats, noise, 0));
+        // 67 graphs from 6 MB to 394 MB: a variation of up to the noise in each sums past
+        // the two windows.
+        let each: Vec<i64> = (1..=67).map(|i| i * 394_000_000 / 67).collect();
+        assert!(hidden_variation_sums_past_the_windows(
+            &repeats, &each, noise
+        ));
+        // One graph, or graphs that together weigh less than a repeat: it cannot.
+        assert!(!hidden_variation_sums_past_the_windows(
+            &repeats,
+            &each[66..],
+            noise
+        ));
+        assert!(!hidden_variation_sums_past_the_windows(
+            &repeats,
+            &[200 * mib, 100 * mib],
+            noise
+        ));
+        // An exact reading hides nothing; nothing measured, nothing to ask.
+        assert!(!hidden_variation_sums_past_the_windows(
+            &repeats,
+            &each,
+            at_bound(0)
+        ));
+        assert!(!hidden_variation_sums_past_the_windows(&[], &each, noise));
     }
 
     #[test]
