@@ -1129,15 +1129,26 @@ fn an_sglang_pool_shorter_than_the_context_is_planned_and_capped() {
     assert!(!StartRule::Vllm.starts_short(30000, 32768));
 }
 
-/// An APU whose free reading's windows are off by up to 11 MiB, 67 graphs of 16 GB (mostly
+/// An APU whose free reading's windows are off by up to 11 MiB, 67 graphs of 8-16 GB (mostly
 /// executable objects, varying from capture to capture): four repeats of the first size ranged
 /// within the idle windows' noise and read as no variation, the margin kept only the reading's
-/// two windows, and the engine's own captures took 71 MB more than the measured pass, past the
-/// request in serving (seed 4). A variation that the noise could hide in each capture, summed
-/// over every graph, passes those windows: `full` takes twelve repeats there.
+/// two windows, and the engine's own captures took more than the measured pass and its margin
+/// (seed 4: 33 MB more, past the request in serving before the simulator drew
+/// `max_split_size_mb`; seed 6: 2 MB more). A variation that the noise could hide in each
+/// capture, summed over every graph, passes those windows: `full` takes twelve repeats there,
+/// and its reserve holds what the engine's captures take.
 #[test]
 fn a_variation_the_noise_hides_is_measured_before_it_sums_over_many_graphs() {
-    passes("strix-halo-67-sizes-fp32.toml", &[4, 6]);
+    for c in passes("strix-halo-67-sizes-fp32.toml", &[4, 6]) {
+        let (Some(reserve), Some(real)) = (c.out.estimate, c.out.real_graph) else {
+            panic!("{}: no graph estimate or no real graph memory", c.what);
+        };
+        assert!(
+            reserve >= real,
+            "{}: reserve {reserve} below the engine's captures' {real}",
+            c.what
+        );
+    }
 }
 
 /// An eager engine on an H200 whose free reading moves in 64 MiB steps, its allocator running
@@ -1145,10 +1156,10 @@ fn a_variation_the_noise_hides_is_measured_before_it_sums_over_many_graphs() {
 /// no rounding per tensor absorbs a reading that read the engine's memory outside the
 /// allocator low (20 MiB a failed capture left, read as 4 MiB). The plan keeps the reading's
 /// window error there, as it does for one backing allocation; it went 307 KiB past the request
-/// in serving before (seeds 4 and 6).
+/// in serving before (seeds 0 and 6).
 #[test]
 fn expandable_segments_keep_the_free_readings_error_on_memory_outside_the_allocator() {
-    for c in passes("h200-eager-free-step.toml", &[4, 6]) {
+    for c in passes("h200-eager-free-step.toml", &[0, 6]) {
         let plan = c.out.plan.as_ref().expect("planned");
         assert!(
             plan.notes
