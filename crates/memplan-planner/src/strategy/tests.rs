@@ -109,6 +109,31 @@ fn sampled_model_separates_shared_pool_from_per_graph_memory() {
 }
 
 #[test]
+fn sampled_fragmentation_counts_a_block_for_every_block_of_live_outputs() {
+    // 64 graphs captured largest first, intermediates of 10 MiB per unit of size, 1 MiB live
+    // per unit: the outputs sum to 2080 MiB, more than three blocks of the largest
+    // intermediates (640 MiB), so the pool may hold four more such blocks than packing shows,
+    // where a few graphs' outputs (less than one block) leave it at one.
+    let l = |size: u32| Layers {
+        size,
+        output: i64::from(size) * M,
+        transient: i64::from(size) * 10 * M,
+        driver_only: 4 * M,
+        reserved: i64::from(size) * 11 * M,
+    };
+    let sizes: Vec<u32> = (1..=64).rev().collect();
+    let (point, margin) = sampled_model(&[l(64), l(1)], &sizes);
+    // Packing: the outputs so far plus the current intermediates peak at 2135 MiB; 256 MiB of
+    // driver-only memory.
+    assert_eq!(point, 2391 * M);
+    let rest = 2391 * MIB / 50 + 2135 * MIB / 10;
+    assert_eq!(margin, rest + 4 * 640 * MIB);
+    let few: Vec<u32> = vec![64, 63, 62];
+    let (_, margin) = sampled_model(&[l(64), l(62)], &few);
+    assert!(margin < 2 * 640 * MIB, "{margin}");
+}
+
+#[test]
 fn estimates_never_reserve_negative_memory() {
     let e = GraphEstimate::new(StrategyKind::VllmLegacy, 35, -22 * M, 0, "x");
     assert_eq!(e.reserve, 0);
