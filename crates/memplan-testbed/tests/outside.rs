@@ -1129,6 +1129,20 @@ fn an_sglang_pool_shorter_than_the_context_is_planned_and_capped() {
     assert!(!StartRule::Vllm.starts_short(30000, 32768));
 }
 
+/// Every case's graph reserve is at least what the engine's own captures took.
+fn assert_reserves_hold(cases: &[Case]) {
+    for c in cases {
+        let (Some(reserve), Some(real)) = (c.out.estimate, c.out.real_graph) else {
+            panic!("{}: no graph estimate or no real graph memory", c.what);
+        };
+        assert!(
+            reserve >= real,
+            "{}: reserve {reserve} below the engine's captures' {real}",
+            c.what
+        );
+    }
+}
+
 /// An APU whose free reading's windows are off by up to 11 MiB, 67 graphs of 8-16 GB (mostly
 /// executable objects, varying from capture to capture): four repeats of the first size ranged
 /// within the idle windows' noise and read as no variation, the margin kept only the reading's
@@ -1139,16 +1153,7 @@ fn an_sglang_pool_shorter_than_the_context_is_planned_and_capped() {
 /// and its reserve holds what the engine's captures take.
 #[test]
 fn a_variation_the_noise_hides_is_measured_before_it_sums_over_many_graphs() {
-    for c in passes("strix-halo-67-sizes-fp32.toml", &[4, 6]) {
-        let (Some(reserve), Some(real)) = (c.out.estimate, c.out.real_graph) else {
-            panic!("{}: no graph estimate or no real graph memory", c.what);
-        };
-        assert!(
-            reserve >= real,
-            "{}: reserve {reserve} below the engine's captures' {real}",
-            c.what
-        );
-    }
+    assert_reserves_hold(&passes("strix-halo-67-sizes-fp32.toml", &[4, 6]));
 }
 
 /// An eager engine on an H200 whose free reading moves in 64 MiB steps, its allocator running
@@ -1181,14 +1186,8 @@ fn expandable_segments_keep_the_free_readings_error_on_memory_outside_the_alloca
 /// counts a block for every block's worth of live outputs.
 #[test]
 fn sampled_counts_the_blocks_live_outputs_take_from_the_pool() {
-    for c in passes("strix-halo-67-sizes-fp32.toml", &[505, 528, 706, 737]) {
-        let (Some(reserve), Some(real)) = (c.out.estimate, c.out.real_graph) else {
-            panic!("{}: no graph estimate or no real graph memory", c.what);
-        };
-        assert!(
-            reserve >= real,
-            "{}: reserve {reserve} below the engine's captures' {real}",
-            c.what
-        );
-    }
+    assert_reserves_hold(&passes(
+        "strix-halo-67-sizes-fp32.toml",
+        &[505, 528, 706, 737],
+    ));
 }

@@ -555,10 +555,22 @@ fn k_and_v_apart_keep_room_for_two_roundings_per_layer() {
 /// The non-allocator consumer of the plan of `p` at 90% utilisation, its KV cache allocated
 /// as `allocation` says.
 fn non_allocator_bytes(p: &Profile, allocation: memplan_core::kv::KvAllocation) -> u64 {
-    PlanBuilder::from_profile(p, "test", Request::Utilization(0.9), spec(), limits())
+    non_allocator_bytes_under(p, allocation, None)
+}
+
+/// As [`non_allocator_bytes`], the engine's allocator declared as `conf` where given.
+fn non_allocator_bytes_under(
+    p: &Profile,
+    allocation: memplan_core::kv::KvAllocation,
+    conf: Option<&str>,
+) -> u64 {
+    let mut b = PlanBuilder::from_profile(p, "test", Request::Utilization(0.9), spec(), limits())
         .unwrap()
-        .sizing_rules(SizingRules::default().with_kv_allocation(allocation))
-        .build()
+        .sizing_rules(SizingRules::default().with_kv_allocation(allocation));
+    if let Some(c) = conf {
+        b = b.allocator_config(memplan_core::AllocatorConfig::parse(c).unwrap(), "the test");
+    }
+    b.build()
         .unwrap()
         .consumers
         .bytes(ConsumerKind::NonAllocator)
@@ -636,17 +648,8 @@ fn one_backing_keeps_the_free_readings_window_error_on_non_allocator_memory() {
 #[test]
 fn expandable_segments_keep_the_free_readings_window_error_as_one_backing_does() {
     use memplan_core::kv::KvAllocation;
-    use memplan_core::AllocatorConfig;
-    let na = |p: &Profile, conf: &str| {
-        PlanBuilder::from_profile(p, "test", Request::Utilization(0.9), spec(), limits())
-            .unwrap()
-            .sizing_rules(SizingRules::default().with_kv_allocation(KvAllocation::PerTensor))
-            .allocator_config(AllocatorConfig::parse(conf).unwrap(), "the test")
-            .build()
-            .unwrap()
-            .consumers
-            .bytes(ConsumerKind::NonAllocator)
-    };
+    let na =
+        |p: &Profile, conf: &str| non_allocator_bytes_under(p, KvAllocation::PerTensor, Some(conf));
     let mut p = with_300_mib_outside(None);
     p.non_allocator_windows = 4;
     let tolerance = 511 * 1024;

@@ -421,9 +421,17 @@ fn hidden_variation_sums_past_the_windows(repeats: &[i64], each: &[i64], noise: 
     if noise.bound == 0 {
         return false;
     }
-    let squares: f64 = each.iter().map(|c| (*c.max(&0) as f64).powi(2)).sum();
-    let summed = noise.bound as f64 / median as f64 * squares.sqrt();
+    let summed = noise.bound as f64 / median as f64 * in_quadrature(each);
     summed > noise.bound as f64
+}
+
+/// The graphs' bytes `each` added in quadrature, `sqrt(sum of squares)` (negative windows as
+/// 0): how independent variations in proportion to each graph add up over all of them.
+fn in_quadrature(each: &[i64]) -> f64 {
+    each.iter()
+        .map(|c| (*c.max(&0) as f64).powi(2))
+        .sum::<f64>()
+        .sqrt()
 }
 
 /// The step the windows of `captures` come out a multiple of: their greatest common divisor
@@ -465,13 +473,13 @@ fn variation_margin(repeats: &[i64], each: &[i64], noise: Noise) -> u64 {
     // (a variation of the whole capture), and as the same bytes for every graph (a variation
     // of the executable object, whose size follows the kernel count, not the batch: a
     // proportional scaling from the largest size would understate the smaller ones).
-    let squares: f64 = each.iter().map(|c| (*c.max(&0) as f64).powi(2)).sum();
+    let quadrature = in_quadrature(each);
     // What the windows' step hides is a variation of the same bytes for every graph (the
     // step does not grow with a capture), counted at least (see `hidden_by_step`).
     let varied = varied_beyond_noise(range, noise.seen).max(noise.hidden as f64);
     let same_bytes = varied * (each.len() as f64).sqrt();
     let k = margin_factor(repeats.len());
-    (k * (spread * squares.sqrt()).max(same_bytes)).ceil() as u64
+    (k * (spread * quadrature).max(same_bytes)).ceil() as u64
 }
 
 /// The margin for the pass's capture-to-capture variation (`variation`, [`variation_margin`])

@@ -84,17 +84,23 @@ fn sample_sizes_spread_over_the_list() {
     assert!(sample_sizes(&[], 4).is_empty());
 }
 
-#[test]
-fn sampled_model_separates_shared_pool_from_per_graph_memory() {
-    // Pool need 10 MiB per unit of size (transient), 1 MiB live per unit, 4 MiB driver-only
-    // per graph. Sizes 4, 3, 2, 1 captured largest first.
-    let l = |size: u32| Layers {
+/// A sample whose pool needs 10 MiB per unit of size (transient), 1 MiB live per unit and
+/// 4 MiB driver-only per graph, its pool holding exactly those.
+fn linear_layers(size: u32) -> Layers {
+    Layers {
         size,
         output: i64::from(size) * M,
         transient: i64::from(size) * 10 * M,
         driver_only: 4 * M,
         reserved: i64::from(size) * 11 * M,
-    };
+    }
+}
+
+#[test]
+fn sampled_model_separates_shared_pool_from_per_graph_memory() {
+    // Pool need 10 MiB per unit of size (transient), 1 MiB live per unit, 4 MiB driver-only
+    // per graph. Sizes 4, 3, 2, 1 captured largest first.
+    let l = linear_layers;
     let sizes = [4, 3, 2, 1];
     let (point, margin) = sampled_model(&[l(4), l(1)], &sizes);
     // Pool: max over k of (outputs so far + transient): k=1: 4+40 = 44; k=2: 7+30 = 37 ...
@@ -114,13 +120,7 @@ fn sampled_fragmentation_counts_a_block_for_every_block_of_live_outputs() {
     // per unit: the outputs sum to 2080 MiB, more than three blocks of the largest
     // intermediates (640 MiB), so the pool may hold four more such blocks than packing shows,
     // where a few graphs' outputs (less than one block) leave it at one.
-    let l = |size: u32| Layers {
-        size,
-        output: i64::from(size) * M,
-        transient: i64::from(size) * 10 * M,
-        driver_only: 4 * M,
-        reserved: i64::from(size) * 11 * M,
-    };
+    let l = linear_layers;
     let sizes: Vec<u32> = (1..=64).rev().collect();
     let (point, margin) = sampled_model(&[l(64), l(1)], &sizes);
     // Packing: the outputs so far plus the current intermediates peak at 2135 MiB; 256 MiB of
