@@ -40,10 +40,20 @@ pub enum Command {
     #[command(after_help = cmd::plan::EXAMPLES)]
     Plan(cmd::plan::Args),
     /// Run a whole engine start-up on a simulated device and check each graph strategy.
-    #[command(after_help = "Examples:\n  memplan simulate --list\n  \
+    #[command(
+        after_help = "Exit codes: 0 when at least one run started (each run's outcome, \
+                            an out-of-memory or a plan over the request included, is in the \
+                            report); 1 when the scenario's engine did not start in any run (the \
+                            model does not fit the device, the start-up check refused it, the \
+                            device misreported its memory: nothing was simulated; with --json a \
+                            memplan.error/1 of kind did_not_start holding the report in \
+                            help.simulation) or the scenario file is invalid; 2 for a usage \
+                            error.\n\n\
+                            Examples:\n  memplan simulate --list\n  \
                             memplan simulate --scenario fp8-24g\n  \
                             memplan simulate --scenario shared-pool --strategy all --json\n  \
-                            memplan simulate --scenario my-scenario.toml   # docs/scenarios.md")]
+                            memplan simulate --scenario my-scenario.toml   # docs/scenarios.md"
+    )]
     Simulate(cmd::simulate::Args),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     #[command(

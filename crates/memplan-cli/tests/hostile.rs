@@ -342,3 +342,75 @@ fn an_argument_that_is_not_utf8_names_its_flag() {
         "{err}"
     );
 }
+
+/// `memplan ARGS`: exit code, stdout and stderr.
+fn run_out(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_memplan"))
+        .args(args)
+        .env_remove("MEMPLAN_LOG")
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("the binary runs");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!err.contains("panicked"), "{args:?}: {err}");
+    (
+        out.status.code().expect("exited, not killed"),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        err,
+    )
+}
+
+/// A shipped scenario with one line changed, written to a scratch file.
+fn scenario_with(name: &str, from: &str, to: &str) -> PathBuf {
+    let shipped = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../memplan-testbed/scenarios/bf16-24g.toml"
+    ))
+    .unwrap();
+    assert!(shipped.contains(from), "{from}");
+    let path = tmp(name);
+    std::fs::write(&path, shipped.replace(from, to)).unwrap();
+    path
+}
+
+/// A scenario whose engine cannot start in any run (weights larger than the device; a device
+/// that misreports a total of 0 bytes) simulated nothing: exit 1 with the reason on stderr,
+/// and under `--json` a `memplan.error/1` that still holds the report. A strategy that runs
+/// out of memory beside others that start is a result (exit 0).
+#[test]
+fn a_scenario_whose_engine_cannot_start_fails_the_command() {
+    let too_big = scenario_with(
+        "too-big.toml",
+        "weights = \"2.88GiB\"",
+        "weights = \"30GiB\"",
+    );
+    let zero_total = scenario_with(
+        "zero-total.toml",
+        "device = \"rtx4090\"",
+        "device = \"rtx4090,total-under=24GiB\"",
+    );
+    for (path, why) in [
+        (&too_big, "does not fit on the device"),
+        (&zero_total, "device total"),
+    ] {
+        let p = path.to_str().unwrap();
+        for strategy in ["auto", "all", "full"] {
+            let (code, _, err) = run_out(&["simulate", "--scenario", p, "--strategy", strategy]);
+            assert_eq!(code, 1, "{p} {strategy}: {err}");
+            assert!(
+                err.contains(p) && err.contains("did not start") && err.contains(why),
+                "{p}: {err}"
+            );
+        }
+        let (code, out, err) = run_out(&["simulate", "--scenario", p, "--json"]);
+        assert_eq!(code, 1, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["schema"], "memplan.error/1", "{out}");
+        assert_eq!(v["error"]["kind"], "did_not_start", "{out}");
+        assert_eq!(v["error"]["exit_code"], 1, "{out}");
+        assert!(v["error"]["help"]["simulation"]["runs"][0]["failed"].is_string());
+    }
+    // A scenario that runs is a result, whatever each strategy's outcome.
+    let (code, out, err) = run_out(&["simulate", "--scenario", "bf16-24g", "--strategy", "all"]);
+    assert_eq!(code, 0, "{out}{err}");
+}

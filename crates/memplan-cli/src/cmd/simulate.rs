@@ -2,7 +2,7 @@
 //! engine does next (allocate the KV cache the plan allowed, capture every graph, serve a
 //! burst), and compare each graph strategy with the ground truth.
 
-use memplan_testbed::{simulate_seeded, Scenario, StrategyArg, DEFAULT_SEED, SHIPPED};
+use memplan_testbed::{simulate_seeded, Outcome, Scenario, StrategyArg, DEFAULT_SEED, SHIPPED};
 use serde_json::json;
 
 use crate::contract::{schema, Failure};
@@ -57,6 +57,41 @@ fn list() -> Report {
     Report::new(schema::SCENARIOS, json, text)
 }
 
+/// Whether a run never started: it ended before a plan was made, and not by running out of
+/// memory in a step its strategy took (which is the strategy's result), but because the
+/// scenario's engine could not start at all (its model does not fit the device, the start-up
+/// check refused the device, the device misreported its memory).
+fn did_not_start(o: &Outcome) -> bool {
+    o.plan.is_none() && o.oom.is_none() && o.failed.is_some()
+}
+
+/// The command's failure when no run of the scenario started ([`did_not_start`]): nothing
+/// was simulated, so there is no result to report (exit 1, kind `did_not_start`). A run that
+/// started is a result whatever its outcome (a strategy that runs out of memory, goes over
+/// the request or misjudges the graphs under `--strategy all`), and so is the report with at
+/// least one of them.
+fn nothing_started(scenario: &str, runs: &[Outcome]) -> Option<Failure> {
+    if runs.is_empty() || !runs.iter().all(did_not_start) {
+        return None;
+    }
+    let mut why: Vec<&str> = Vec::new();
+    for w in runs.iter().filter_map(|o| o.failed.as_deref()) {
+        if !why.contains(&w) {
+            why.push(w);
+        }
+    }
+    let why = match why.as_slice() {
+        [one] => (*one).to_string(),
+        many => format!("{} (and {} other reasons)", many[0], many.len() - 1),
+    };
+    Some(Failure::of(
+        "did_not_start",
+        format!(
+            "scenario {scenario}: the engine did not start, so nothing was simulated: {why}; change the scenario's device, model or request so that the engine can start"
+        ),
+    ))
+}
+
 /// Run `memplan simulate`.
 pub fn run(args: Args) -> Result<Report, Failure> {
     if args.list {
@@ -72,6 +107,10 @@ pub fn run(args: Args) -> Result<Report, Failure> {
     // A name that is neither shipped nor a file is `Param::Scenario` (a usage error, worded
     // with the flag); everything read from the file is the file's.
     let report = simulate_seeded(&scenario, args.strategy, args.seed).map_err(Failure::from)?;
+    let json = serde_json::to_value(&report).map_err(|e| Failure::of("internal", e.to_string()))?;
+    if let Some(f) = nothing_started(&scenario, &report.runs) {
+        return Err(f.with_help("simulation", json));
+    }
     let mut text = report.to_string();
     if let Some(auto) = report.runs.iter().find(|r| r.auto) {
         if let Some(p) = &auto.plan {
@@ -81,6 +120,5 @@ pub fn run(args: Args) -> Result<Report, Failure> {
             ));
         }
     }
-    let json = serde_json::to_value(&report).map_err(|e| Failure::of("internal", e.to_string()))?;
     Ok(Report::new(schema::SIMULATE, json, text))
 }
