@@ -308,19 +308,33 @@ impl<'a> Fields<'a> {
 
     pub(crate) fn positive(&self, key: &str) -> Result<u64> {
         match self.u64(key)? {
-            0 => Err(Error::invalid(key, "must be > 0")),
+            0 => Err(zero(key)),
             n => Ok(n),
         }
     }
 
     /// The first of several alias keys that is present.
     pub(crate) fn first(&self, keys: &[&str]) -> Result<Option<u64>> {
+        Ok(self.first_key(keys)?.map(|(_, v)| v))
+    }
+
+    /// The first of several alias keys that is present, with the key that gave it.
+    pub(crate) fn first_key<'k>(&self, keys: &[&'k str]) -> Result<Option<(&'k str, u64)>> {
         for k in keys {
             if let Some(v) = self.opt_u64(k)? {
-                return Ok(Some(v));
+                return Ok(Some((k, v)));
             }
         }
         Ok(None)
+    }
+
+    /// As [`Fields::first`], for a dimension the arithmetic divides by or multiplies a layer's
+    /// size with, where no engine reads 0 as "none": 0 is refused naming the key that held it.
+    pub(crate) fn first_positive(&self, keys: &[&str]) -> Result<Option<u64>> {
+        match self.first_key(keys)? {
+            Some((k, 0)) => Err(zero(k)),
+            other => Ok(other.map(|(_, v)| v)),
+        }
     }
 
     pub(crate) fn bool(&self, key: &str, default: bool) -> Result<bool> {
@@ -335,6 +349,15 @@ impl<'a> Fields<'a> {
     pub(crate) fn str(&self, key: &str) -> Option<&'a str> {
         self.get(key).and_then(Value::as_str)
     }
+}
+
+/// The error for a dimension of 0 where the model's arithmetic needs a positive one (a layer
+/// of no width, heads of no size, a division by it).
+pub(crate) fn zero(key: &str) -> Error {
+    Error::invalid(
+        key,
+        "must be > 0: the model's sizes are computed from it, and 0 describes no model the engines can load; write the checkpoint's real value",
+    )
 }
 
 /// Architectures whose MLP is two matrices, up and down with an activation between (vLLM
@@ -470,8 +493,38 @@ impl ModelConfig {
             outer: text.map(|_| top),
         };
         let config = crate::arch::parse(&arch, &f, top, key)?;
+        config.check_mlp_width(&f)?;
         config.check_dimensions()?;
         Ok(config)
+    }
+
+    /// A model-wide MLP width of 0 is refused where a layer has a dense MLP of that width (a
+    /// layer that is not routed experts and has no width of its own, a Nemotron-H MLP block):
+    /// such a layer would hold no MLP weights. Where every layer has experts or its own width
+    /// (Nemotron-NAS `block_configs`, whose 0 means "no MLP"), the key is not read, and 0
+    /// stays as harmless as any other value.
+    fn check_mlp_width(&self, f: &Fields<'_>) -> Result<()> {
+        if self.intermediate_size > 0 {
+            return Ok(());
+        }
+        let dense = if self.blocks.is_empty() {
+            (0..self.layers.len().min(self.num_layers as usize))
+                .any(|i| !self.is_moe_layer(i) && self.layer_shapes.get(i).is_none())
+        } else {
+            self.blocks.contains(&Block::Mlp)
+        };
+        if !dense {
+            return Ok(());
+        }
+        let key = f
+            .first_key(&[
+                "intermediate_size",
+                "n_inner",
+                "ffn_hidden_size",
+                "block_ff_dim",
+            ])?
+            .map_or("intermediate_size", |(k, _)| k);
+        Err(zero(key))
     }
 
     /// The dimensions read must compute: a KV layout whose head sizes fit the KV spec's 32
@@ -510,9 +563,9 @@ impl ModelConfig {
     /// Parse the common dense-decoder keys (with Phi-2's alternative spellings).
     pub(crate) fn dense(architecture: String, family: Family, f: &Fields<'_>) -> Result<Self> {
         let hidden = f
-            .first(&["hidden_size", "n_embd", "d_model"])?
+            .first_positive(&["hidden_size", "n_embd", "d_model"])?
             .ok_or_else(|| Error::invalid("hidden_size", "missing from config.json"))?;
-        let layers = match f.first(&["num_hidden_layers", "n_layer", "num_layers"])? {
+        let layers = match f.first_positive(&["num_hidden_layers", "n_layer", "num_layers"])? {
             Some(n) => n,
             // A config that gives its layers only as a per-layer list (Nemotron-H's
             // `layers_block_type` in transformers 5's form, which derives the count from it)
@@ -530,7 +583,7 @@ impl ModelConfig {
                 })
             }
         };
-        let heads = match f.first(&["num_attention_heads", "n_head"])? {
+        let heads = match f.first_positive(&["num_attention_heads", "n_head"])? {
             Some(h) => h,
             // A pure state-space model (`MambaForCausalLM`, `Mamba2ForCausalLM`,
             // `FalconMambaForCausalLM`) has no attention to count heads of.
@@ -550,15 +603,6 @@ impl ModelConfig {
                 ))
             }
         };
-        for (k, n) in [
-            ("hidden_size", hidden),
-            ("num_hidden_layers", layers),
-            ("num_attention_heads", heads),
-        ] {
-            if n == 0 {
-                return Err(Error::invalid(k, "must be > 0"));
-            }
-        }
         if layers > 4096 {
             return Err(Error::invalid(
                 "num_hidden_layers",
@@ -566,7 +610,7 @@ impl ModelConfig {
             ));
         }
         // vLLM `CONFIG_FIELD_ALIASES["total_num_kv_heads"]`; Falcon's `multi_query` means 1.
-        let kv = match f.first(&[
+        let kv = match f.first_positive(&[
             "n_head_kv",
             "num_kv_heads",
             "num_key_value_heads",
@@ -577,16 +621,19 @@ impl ModelConfig {
             None if f.bool("multi_query", false)? => 1,
             None => heads,
         };
-        if kv == 0 || heads % kv != 0 {
+        if heads % kv != 0 {
             return Err(Error::invalid(
                 "num_key_value_heads",
                 format!("{kv} does not divide num_attention_heads {heads}"),
             ));
         }
-        // vLLM `get_head_size`: head_dim when > 0, else hidden_size_per_head, else
-        // hidden_size / heads.
-        let head_dim = match f.first(&["head_dim", "hidden_size_per_head"])? {
-            Some(d) if d > 0 => d,
+        // vLLM `ModelConfig.get_head_size` (vllm/config/model.py): head_dim when it is not
+        // None, else hidden_size_per_head, else hidden_size / heads. A head_dim of 0 is taken
+        // as given there (heads of no size), so it is refused here rather than derived; a
+        // `null` one is absent.
+        let head_dim = match f.first_key(&["head_dim", "hidden_size_per_head"])? {
+            Some((_, d)) if d > 0 => d,
+            Some((k, _)) if f.get("kv_lora_rank").is_none() => return Err(zero(k)),
             // MLA: vLLM's head size is the cached latent (kv_lora_rank + qk_rope_head_dim).
             _ if f.get("kv_lora_rank").is_some() => {
                 f.opt_u64("kv_lora_rank")?.unwrap_or(0) + f.opt_u64("qk_rope_head_dim")?.unwrap_or(0)

@@ -692,8 +692,10 @@ fn moe(f: &Fields<'_>, c: &ModelConfig) -> Result<Option<(Moe, Vec<bool>)>> {
     let Some(experts) = experts.filter(|e| *e > 1) else {
         return Ok(None);
     };
+    // A token routed to 0 experts would skip the MoE block: no engine runs that (vLLM's
+    // `FusedMoE` selects `top_k` experts and sizes its buffers by it), so 0 is refused.
     let top_k = f
-        .first(&[
+        .first_positive(&[
             "num_experts_per_tok",
             "num_experts_per_token",
             "experts_per_token",
@@ -702,8 +704,7 @@ fn moe(f: &Fields<'_>, c: &ModelConfig) -> Result<Option<(Moe, Vec<bool>)>> {
             "top_k",
             "top_k_experts",
         ])?
-        .unwrap_or(1)
-        .max(1);
+        .unwrap_or(1);
     if top_k > experts {
         // vLLM's fused MoE selects top_k of the routed experts: more than there are is
         // nonsense, not a model.
@@ -712,9 +713,14 @@ fn moe(f: &Fields<'_>, c: &ModelConfig) -> Result<Option<(Moe, Vec<bool>)>> {
             format!("{top_k} experts per token, but the model has only {experts} routed experts"),
         ));
     }
+    // Experts of no width hold no weights (and the intermediate_size they fall back to is
+    // checked where the dense layers need it, `check_positive_widths`).
     let ei = f
-        .first(&["moe_intermediate_size", "expert_intermediate_size"])?
+        .first_positive(&["moe_intermediate_size", "expert_intermediate_size"])?
         .unwrap_or(c.intermediate_size);
+    if ei == 0 {
+        return Err(crate::config::zero("intermediate_size"));
+    }
     // Hunyuan: a shared MLP of `intermediate_size x num_shared_expert` where
     // `use_mixed_mlp_moe` (hunyuan_v1.py, `HunYuanSparseMoeBlock.__init__`).
     let mixed = f

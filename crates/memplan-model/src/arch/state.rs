@@ -281,23 +281,29 @@ pub(crate) fn read(
     ssm_dtype_bytes: Option<u64>,
 ) -> Result<StateShape> {
     let first = |keys: &[&str]| -> Result<u64> {
-        f.first(keys)?
+        f.first_positive(keys)?
             .ok_or_else(|| Error::invalid(keys[0], "missing from config.json (state layers)"))
     };
     let expand = |default: u64| -> Result<u64> {
-        Ok(f.first(&["mamba_expand", "expand"])?.unwrap_or(default) * hidden)
+        Ok(f.first_positive(&["mamba_expand", "expand"])?
+            .unwrap_or(default)
+            * hidden)
     };
     Ok(match kind {
         StateKind::Mamba1 => StateShape {
             kind,
             inner: f
-                .first(&["mamba_d_inner", "intermediate_size_mamba"])?
+                .first_positive(&["mamba_d_inner", "intermediate_size_mamba"])?
                 .map_or_else(|| expand(2), Ok)?,
-            state: f.first(&["mamba_d_state", "state_size"])?.unwrap_or(16),
+            state: f
+                .first_positive(&["mamba_d_state", "state_size"])?
+                .unwrap_or(16),
             groups: 1,
             heads: 0,
             head_dim: 0,
-            conv_kernel: f.first(&["mamba_d_conv", "conv_kernel"])?.unwrap_or(4),
+            conv_kernel: f
+                .first_positive(&["mamba_d_conv", "conv_kernel"])?
+                .unwrap_or(4),
             dt_rank: match ["mamba_dt_rank", "time_step_rank"]
                 .into_iter()
                 .find_map(|k| f.get(k).map(|v| (k, v)))
@@ -314,7 +320,7 @@ pub(crate) fn read(
             let head_dim = first(&["mamba_d_head", "mamba_head_dim", "mamba_headdim"])?;
             // Nemotron-H: heads * head_dim; Falcon-H1: mamba_d_ssm or expand * hidden;
             // Bamba, Granite-4.0-H, Zamba2: expand * hidden.
-            let inner = match f.first(&["mamba_d_ssm"])? {
+            let inner = match f.first_positive(&["mamba_d_ssm"])? {
                 Some(d) => d,
                 None if f.get("mamba_num_heads").is_some() => heads * head_dim,
                 None => expand(2)?,
@@ -324,11 +330,13 @@ pub(crate) fn read(
                 inner,
                 state: first(&["mamba_d_state", "ssm_state_size"])?,
                 groups: f
-                    .first(&["mamba_n_groups", "n_groups", "mamba_ngroups"])?
+                    .first_positive(&["mamba_n_groups", "n_groups", "mamba_ngroups"])?
                     .unwrap_or(1),
                 heads,
                 head_dim,
-                conv_kernel: f.first(&["mamba_d_conv", "conv_kernel"])?.unwrap_or(4),
+                conv_kernel: f
+                    .first_positive(&["mamba_d_conv", "conv_kernel"])?
+                    .unwrap_or(4),
                 dt_rank: 0,
                 ssm_dtype_bytes,
                 ssm_engine_default: false,
@@ -337,7 +345,7 @@ pub(crate) fn read(
         }
         StateKind::ShortConv => StateShape {
             kind,
-            inner: f.first(&["conv_dim"])?.unwrap_or(hidden),
+            inner: f.first_positive(&["conv_dim"])?.unwrap_or(hidden),
             state: 0,
             groups: 0,
             heads: 0,

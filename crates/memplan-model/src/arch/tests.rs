@@ -163,3 +163,58 @@ fn config_values_are_type_and_range_checked() {
     ));
     assert!(e.starts_with("quantization_config.bits"), "{e}");
 }
+
+/// Set `key` of a JSON object (one level deep with `section.key`) to `value`.
+fn with(json: &str, key: &str, value: serde_json::Value) -> String {
+    let mut v: serde_json::Value = serde_json::from_str(json).unwrap();
+    match key.split_once('.') {
+        Some((s, k)) => v[s][k] = value,
+        None => v[key] = value,
+    }
+    v.to_string()
+}
+
+/// A dimension of 0 the model's arithmetic needs positive is refused naming the key that
+/// held it (an alias too), in every family's reader; keys whose 0 means "none" still read.
+#[test]
+fn a_dimension_of_zero_is_refused_naming_its_key() {
+    let llama = r#"{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":4096,"num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":8,"intermediate_size":14336,"vocab_size":128256,"head_dim":128}"#;
+    let qwen3_moe = r#"{"architectures":["Qwen3MoeForCausalLM"],"model_type":"qwen3_moe","hidden_size":2048,"num_hidden_layers":48,"num_attention_heads":32,"num_key_value_heads":4,"head_dim":128,"intermediate_size":6144,"moe_intermediate_size":768,"num_experts":128,"num_experts_per_tok":8,"vocab_size":151936}"#;
+    let jamba = r#"{"architectures":["JambaForCausalLM"],"model_type":"jamba","hidden_size":4096,"num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":8,"intermediate_size":14336,"num_experts":16,"num_experts_per_tok":2,"attn_layer_period":8,"attn_layer_offset":4,"mamba_d_state":16,"mamba_d_conv":4,"mamba_expand":2,"vocab_size":65536}"#;
+    let gpt2 = r#"{"architectures":["GPT2LMHeadModel"],"model_type":"gpt2","n_embd":768,"n_layer":12,"n_head":12,"n_inner":3072,"vocab_size":50257}"#;
+    for (base, key) in [
+        (llama, "intermediate_size"),
+        (llama, "hidden_size"),
+        (llama, "num_hidden_layers"),
+        (llama, "num_attention_heads"),
+        (llama, "num_key_value_heads"),
+        (llama, "head_dim"),
+        (llama, "vocab_size"),
+        (qwen3_moe, "moe_intermediate_size"),
+        (qwen3_moe, "num_experts_per_tok"),
+        (jamba, "mamba_d_state"),
+        (jamba, "mamba_d_conv"),
+        (jamba, "mamba_expand"),
+        (gpt2, "n_inner"),
+        (gpt2, "n_embd"),
+        (gpt2, "n_head"),
+    ] {
+        assert!(ModelConfig::from_json_str(base).is_ok(), "{key}");
+        let e = parse_err(&with(base, key, 0.into()));
+        assert!(e.starts_with(&format!("{key}: must be > 0")), "{key}: {e}");
+    }
+    // Every layer of this Qwen3-MoE has experts: its dense width is read by no layer.
+    let c = ModelConfig::from_json_str(&with(qwen3_moe, "intermediate_size", 0.into())).unwrap();
+    assert_eq!(c.moe.unwrap().expert_intermediate, 768);
+    // ... but one dense layer reads it.
+    let one_dense = with(qwen3_moe, "mlp_only_layers", serde_json::json!([0]));
+    let e = parse_err(&with(&one_dense, "intermediate_size", 0.into()));
+    assert!(e.starts_with("intermediate_size: must be > 0"), "{e}");
+    // 0 meaning "none": no experts (a dense model), no Q compression, no sliding window.
+    let c = ModelConfig::from_json_str(&with(qwen3_moe, "num_experts", 0.into())).unwrap();
+    assert!(c.moe.is_none());
+    assert!(ModelConfig::from_json_str(&with(llama, "num_kv_shared_layers", 0.into())).is_ok());
+    // `null` is absent: the head size is derived.
+    let c = ModelConfig::from_json_str(&with(llama, "head_dim", serde_json::Value::Null)).unwrap();
+    assert_eq!(c.head_dim, 128);
+}
