@@ -351,6 +351,71 @@ impl<'a> Fields<'a> {
     }
 }
 
+/// The most keys and values together (each key, string, number, literal, object and array
+/// counts one) that a model's `config.json`, or a quantization file beside it, may hold. The
+/// largest real configs hold about 2,500 (Llama-3.1-Nemotron-Ultra-253B's per-layer
+/// `block_configs`, in `tests/data/per-layer-configs.jsonl`); a quantization section that
+/// lists every linear layer of a 256-expert, 61-layer model (ModelOpt's mixed-precision
+/// `quantized_layers`) would hold about 150,000 (3 per entry, estimated). Every
+/// one becomes a `serde_json::Value` of 32 bytes plus its map entry, copied where the config's
+/// sections and class defaults are merged, so a 16 MiB file of tiny keys took 0.84 GB of memory
+/// before this limit (and an array of 8 million zeros 1.08 GB).
+pub const MAX_JSON_ITEMS: usize = 262_144;
+
+/// The deepest nesting of objects and arrays in a config or quantization file (serde_json's
+/// own recursion limit, which refuses deeper text with a syntax error; real configs nest at
+/// most 5 deep).
+pub const MAX_JSON_DEPTH: usize = 128;
+
+/// Count the keys and values of JSON `text`, and its nesting, without building anything:
+/// refuse it before it is parsed when either is past [`MAX_JSON_ITEMS`] or
+/// [`MAX_JSON_DEPTH`], so that no file under its size cap makes the reader take hundreds of
+/// megabytes. Linear in the text; the text need not be valid (the parser says what is wrong
+/// with it).
+pub fn check_json_shape(text: &str) -> Result<()> {
+    let b = text.as_bytes();
+    let (mut items, mut depth, mut i) = (0usize, 0usize, 0usize);
+    while i < b.len() {
+        match b[i] {
+            b'"' => {
+                items += 1;
+                i += 1;
+                while i < b.len() && b[i] != b'"' {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+            }
+            b'{' | b'[' => {
+                items += 1;
+                depth += 1;
+                if depth > MAX_JSON_DEPTH {
+                    return Err(Error::invalid(
+                        "config.json",
+                        format!("nests objects and arrays more than {MAX_JSON_DEPTH} deep (real configs nest at most 5): not a model's description"),
+                    ));
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            c if c == b'-' || c.is_ascii_alphanumeric() => {
+                items += 1;
+                while i + 1 < b.len()
+                    && (b[i + 1].is_ascii_alphanumeric() || matches!(b[i + 1], b'.' | b'+' | b'-'))
+                {
+                    i += 1;
+                }
+            }
+            _ => {}
+        }
+        if items > MAX_JSON_ITEMS {
+            return Err(Error::invalid(
+                "config.json",
+                format!("holds more than {MAX_JSON_ITEMS} keys and values (the largest real configs hold about 2,500, a quantization list of every layer of a large MoE about 150,000); memplan refuses it before reading it into memory: remove what does not describe the model"),
+            ));
+        }
+        i += 1;
+    }
+    Ok(())
+}
+
 /// The error for a dimension of 0 where the model's arithmetic needs a positive one (a layer
 /// of no width, heads of no size, a division by it).
 pub(crate) fn zero(key: &str) -> Error {
@@ -432,6 +497,7 @@ impl ModelConfig {
 
     /// Parse the text of a `config.json`.
     pub fn from_json_str(text: &str) -> Result<Self> {
+        check_json_shape(text)?;
         let strict = |e: memplan_core::json::JsonError| {
             // A syntax error inside a value (a `NaN` literal) names the key it is at.
             Error::invalid(e.path.as_deref().unwrap_or("config.json"), e.message())

@@ -207,6 +207,10 @@ impl Quantization {
 pub fn read_json(path: &std::path::Path) -> Result<(String, Value)> {
     let name = path.display().to_string();
     let text = memplan_core::input::read_text(path, memplan_core::input::CONFIG_JSON)?;
+    crate::config::check_json_shape(&text).map_err(|e| match e {
+        Error::InvalidInput { message, .. } => Error::file(name.clone(), message),
+        other => other,
+    })?;
     let v: Value = memplan_core::json::from_str(&text).map_err(|e| e.in_file(&name))?;
     Ok((name, v))
 }

@@ -218,3 +218,38 @@ fn a_dimension_of_zero_is_refused_naming_its_key() {
     let c = ModelConfig::from_json_str(&with(llama, "head_dim", serde_json::Value::Null)).unwrap();
     assert_eq!(c.head_dim, 128);
 }
+
+/// A config of many tiny keys or values (each a `serde_json::Value` in memory, copied where
+/// sections merge) or nested past serde_json's limit is refused before it is parsed, naming
+/// the limit; one at the limit still reads.
+#[test]
+fn a_config_past_its_keys_or_nesting_limit_is_refused_before_parsing() {
+    use crate::config::{MAX_JSON_DEPTH, MAX_JSON_ITEMS};
+    let llama = r#"{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":4096,"num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":8,"intermediate_size":14336,"vocab_size":128256"#;
+    let keys = |n: usize| -> String {
+        let extra: String = (0..n).map(|i| format!(",\"k{i:x}\":0")).collect();
+        format!("{llama}{extra}}}")
+    };
+    let base_items = 19;
+    assert!(ModelConfig::from_json_str(&keys((MAX_JSON_ITEMS - base_items) / 2)).is_ok());
+    let e = parse_err(&keys(MAX_JSON_ITEMS / 2 + 1));
+    assert!(
+        e.contains(&format!("more than {MAX_JSON_ITEMS} keys and values")),
+        "{e}"
+    );
+    let zeros = vec!["0"; MAX_JSON_ITEMS].join(",");
+    let e = parse_err(&format!("{llama},\"a\":[{zeros}]}}"));
+    assert!(e.contains("keys and values"), "{e}");
+    // Strings with escaped quotes and brackets inside count once.
+    assert!(ModelConfig::from_json_str(&format!("{llama},\"s\":\"[[{{\\\"\\\\\"}}")).is_ok());
+    let deep = format!(
+        "{llama},\"d\":{}{}}}",
+        "[".repeat(MAX_JSON_DEPTH),
+        "]".repeat(MAX_JSON_DEPTH)
+    );
+    let e = parse_err(&deep);
+    assert!(
+        e.contains(&format!("more than {MAX_JSON_DEPTH} deep")),
+        "{e}"
+    );
+}
