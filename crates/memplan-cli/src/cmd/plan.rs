@@ -319,6 +319,8 @@ fn context(a: &Flags, m: &Model) -> Result<render_args::Context, Error> {
         mamba_cache_dtype: a.mamba_cache_dtype.0,
         mamba_ssm_cache_dtype: a.mamba_ssm_cache_dtype.0,
         prefix_caching: a.prefix_caching(),
+        block_size: a.block_size.filter(|_| a.log_block_size.is_none()),
+        log_block_size: a.log_block_size,
         version: engine_rules(a)?.version.to_string(),
         fraction_cut: engine_rules(a)?.static_fraction(&m.config.architecture, 1.0),
     })
@@ -1505,6 +1507,72 @@ mod tests {
         );
         let s = emitted(&format!("{f} --block-size 32"), Engine::Sglang).unwrap();
         assert!(s.contains("--page-size 32"), "{s}");
+    }
+
+    /// `--emit-args` writes a block size only where one was given (`--block-size`, or a log of
+    /// the same engine that ran with one): a default the plan took is left to the engine,
+    /// which picks it again, and is never written as a value the engine would refuse (an
+    /// SGLang plan's 1-token pages for vLLM, a hybrid's aligned block outside vLLM's
+    /// `BlockSize`).
+    #[test]
+    fn emitted_args_write_a_block_size_only_where_one_was_given() {
+        let f = "--model qwen3-8b --total-memory 80GiB --max-model-len 8192";
+        for (flags, e) in [
+            (f.to_string(), Engine::Vllm),
+            (f.to_string(), Engine::Sglang),
+            (format!("{f} --engine vllm@0.19"), Engine::Sglang),
+            // Planned by SGLang's rules: 1-token pages.
+            (format!("{f} --engine sglang"), Engine::Vllm),
+        ] {
+            let v = emitted(&flags, e).unwrap();
+            assert!(
+                !v.contains("--block-size") && !v.contains("--page-size"),
+                "{flags}: {v}"
+            );
+        }
+        // Jamba under vLLM 0.19's rules: an 80-token block aligned to its Mamba state, which
+        // `BlockSize` (1, 8, ..., 256) does not hold; vLLM aligns it again by itself.
+        let jamba = std::env::temp_dir().join(format!("memplan-jamba-{}.json", std::process::id()));
+        std::fs::write(
+            &jamba,
+            r#"{"architectures":["JambaForCausalLM"],"model_type":"jamba","hidden_size":4096,"num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":8,"intermediate_size":14336,"num_experts":16,"num_experts_per_tok":2,"attn_layer_period":8,"attn_layer_offset":4,"mamba_d_state":16,"mamba_d_conv":4,"mamba_expand":2,"vocab_size":65536,"max_position_embeddings":262144,"torch_dtype":"bfloat16"}"#,
+        )
+        .unwrap();
+        let hybrid = format!(
+            "--model {} --device sim:h200 --tensor-parallel-size 4 --engine vllm@0.19",
+            jamba.display()
+        );
+        let (_, p) = plan_ranks(&flags(&hybrid)).unwrap();
+        assert!(![1, 8, 16, 32, 64, 128, 256].contains(&p.kv_spec.block_size));
+        let v = emitted(&hybrid, Engine::Vllm).unwrap();
+        let _ = std::fs::remove_file(&jamba);
+        assert!(!v.contains("--block-size"), "{v}");
+        // A block size the user gives is written for either engine.
+        let v = emitted(
+            &format!("{f} --engine sglang --block-size 32"),
+            Engine::Vllm,
+        )
+        .unwrap();
+        assert!(v.contains("--block-size 32"), "{v}");
+        // A vLLM log's block size is repeated for vLLM, not as SGLang's page size.
+        let path = log_file(
+            "ascend-block",
+            "INFO 05-12 11:29:29 [utils.py:1186] Block size is set to 128 if prefix cache or chunked prefill is enabled.\n\
+             (EngineCore pid=970) INFO 05-12 11:29:29 [core.py:103] Initializing a V1 LLM engine (v0.18.0) with config: model='Qwen/Qwen3-0.6B', speculative_config=None, tokenizer='Qwen/Qwen3-0.6B', dtype=torch.bfloat16, max_seq_len=40960, tensor_parallel_size=1\n\
+             (EngineCore pid=970) INFO 05-12 11:34:57 [model_runner_v1.py:2599] Loading model weights took 15.2859 GB\n\
+             (EngineCore pid=970) INFO 05-12 11:35:44 [worker.py:357] Available KV cache memory: 39.06 GiB\n\
+             (EngineCore pid=970) INFO 05-12 11:35:44 [kv_cache_utils.py:1316] GPU KV cache size: 284,416 tokens\n",
+        );
+        let j = run_json(&format!("--model qwen3-8b --from-log {}", path.display())).unwrap();
+        let args = &j["engine_args"];
+        assert!(
+            args["vllm"].as_str().unwrap().contains("--block-size 128"),
+            "{args}"
+        );
+        assert!(
+            !args["sglang"].as_str().unwrap().contains("--page-size"),
+            "{args}"
+        );
     }
 
     #[test]

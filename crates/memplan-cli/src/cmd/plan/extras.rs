@@ -194,6 +194,11 @@ pub fn apply_log(a: &mut Flags) -> Result<LogContext, Failure> {
     a.max_model_len = a.max_model_len.or(f.max_model_len);
     a.max_num_batched_tokens = a.max_num_batched_tokens.or(f.max_num_batched_tokens);
     a.max_num_seqs = a.max_num_seqs.or(f.max_num_seqs);
+    if a.block_size.is_none() {
+        a.log_block_size = f
+            .block_size
+            .map(|b| (b, f.engine.unwrap_or(EngineKind::Vllm)));
+    }
     a.block_size = a.block_size.or(f.block_size);
     if let Some(tp) = f.tensor_parallel.filter(|_| a.tensor_parallel_size == 1) {
         a.tensor_parallel_size = tp;

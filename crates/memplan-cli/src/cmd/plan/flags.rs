@@ -390,6 +390,11 @@ pub struct Flags {
     /// refuse the flags or could not reproduce the plan.
     #[arg(long, value_name = "ENGINE[@VERSION]", value_parser = emit_engine)]
     pub emit_args: Option<(Engine, String)>,
+    /// The block size a start-up log gave where `--block-size` was not passed (it then fills
+    /// `block_size`), with the engine that ran with it: `--emit-args` repeats it only for that
+    /// engine, never as a flag the user did not set for another.
+    #[arg(skip)]
+    pub log_block_size: Option<(u32, EngineKind)>,
 }
 
 impl Flags {

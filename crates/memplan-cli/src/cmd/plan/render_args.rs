@@ -16,6 +16,11 @@
 //!   (`FlashAttentionBackend.get_supported_kernel_block_sizes` returns `MultipleOf(16)` in
 //!   0.19 and 0.34, `vllm/v1/attention/backends/flash_attn.py`; FlashInfer 16, 32, 64; checked
 //!   by `AttentionBackend.supports_block_size`, `vllm/v1/attention/backend.py`).
+//! - The block size is written (`--block-size`, SGLang's `--page-size`) only where one was
+//!   given: `--block-size`, or the size a start-up log of the same engine ran with. A plan
+//!   that took the release's default leaves it to the engine, which picks the same default
+//!   (and vLLM's hybrid alignment) again; vLLM's `BlockSize` (`vllm/config/cache.py`,
+//!   `Literal[1, 8, 16, 32, 64, 128, 256]`) would refuse an aligned hybrid size such as 528.
 //! - vLLM requires `max_num_batched_tokens >= max_num_seqs` (`SchedulerConfig`,
 //!   `vllm/config/scheduler.py`, 0.19 and 0.34).
 //! - SGLang 0.5.23: `--kv-cache-dtype` takes `auto`, `fp8_e5m2`, `fp8_e4m3`, `mxfp8`, `bf16`,
@@ -35,6 +40,7 @@
 use memplan::kv::KvDtype;
 use memplan::Error;
 use memplan_model::arch::state::MambaDtype;
+use memplan_model::engine::EngineKind;
 use memplan_planner::Plan;
 
 use super::Engine;
@@ -73,6 +79,10 @@ pub struct Context {
     pub mamba_ssm_cache_dtype: Option<MambaDtype>,
     /// vLLM's `--enable-prefix-caching` / `--no-enable-prefix-caching` (`None`: not given).
     pub prefix_caching: Option<bool>,
+    /// `--block-size` as given (`None`: not passed).
+    pub block_size: Option<u32>,
+    /// The block size a start-up log gave, and the engine that ran with it.
+    pub log_block_size: Option<(u32, EngineKind)>,
     /// The engine release (`0.34`) the rules apply to.
     pub version: String,
     /// What the release multiplies the model's `--mem-fraction-static` by once started (SGLang
@@ -135,7 +145,23 @@ pub fn engine_args(p: &Plan, c: &Context, e: Engine) -> Result<String, Error> {
     let tp = p.tensor_parallel_size;
     let kv = kv_name(p.kv_spec.dtype, c, e)?;
     let seqs = p.max_num_seqs.unwrap_or(256);
-    let block = p.kv_spec.block_size;
+    // The block size is emitted only where the engine was told one: `--block-size`, or the
+    // size a log of this engine ran with. Otherwise the plan took the release's default (vLLM
+    // `CacheConfig.block_size` left unset: the platform's, raised for hybrid models by
+    // `_align_hybrid_block_size`; SGLang's `page_size` 1), which the engine picks again by
+    // itself; a flag the user did not set would be one more thing to check, and may not be
+    // accepted at all: vLLM's `BlockSize` (`vllm/config/cache.py`) is `Literal[1, 8, 16, 32,
+    // 64, 128, 256]`, which holds no aligned hybrid size such as 528, and a plan made by
+    // SGLang's rules has blocks of 1 token, which no vLLM CUDA backend takes.
+    let kind = match e {
+        Engine::Vllm => EngineKind::Vllm,
+        Engine::Sglang => EngineKind::Sglang,
+    };
+    let given = match (c.block_size, c.log_block_size) {
+        (Some(b), _) => Some((b, "")),
+        (None, Some((b, k))) if k == kind => Some((b, " (the log's)")),
+        _ => None,
+    };
     let mut extra = String::new();
     if c.dtype != "auto" {
         extra.push_str(&format!(" --dtype {}", c.dtype));
@@ -154,11 +180,15 @@ pub fn engine_args(p: &Plan, c: &Context, e: Engine) -> Result<String, Error> {
                     extra.push_str(&format!(" {flag} {d}"));
                 }
             }
-            if !block.is_multiple_of(16) {
-                return Err(refuse(format!(
-                    "vLLM's attention backends take block sizes that are multiples of 16 (FlashAttention: any multiple of 16; FlashInfer: 16, 32, 64); --block-size {block} would be refused"
-                )));
-            }
+            let block = match given {
+                Some((b, from)) if !b.is_multiple_of(16) => {
+                    return Err(refuse(format!(
+                        "vLLM's attention backends take block sizes that are multiples of 16 (FlashAttention: any multiple of 16; FlashInfer: 16, 32, 64); --block-size {b}{from} would be refused"
+                    )))
+                }
+                Some((b, _)) => format!(" --block-size {b}"),
+                None => String::new(),
+            };
             let tokens = p.limits.max_num_batched_tokens;
             if tokens < seqs {
                 return Err(refuse(format!(
@@ -174,7 +204,7 @@ pub fn engine_args(p: &Plan, c: &Context, e: Engine) -> Result<String, Error> {
                 None => {}
             }
             Ok(format!(
-                "--kv-cache-memory-bytes {} --max-model-len {} --max-num-seqs {seqs} --max-num-batched-tokens {tokens} --block-size {block} --tensor-parallel-size {tp} --kv-cache-dtype {kv}{extra}",
+                "--kv-cache-memory-bytes {} --max-model-len {} --max-num-seqs {seqs} --max-num-batched-tokens {tokens}{block} --tensor-parallel-size {tp} --kv-cache-dtype {kv}{extra}",
                 p.kv_budget_bytes, p.limits.max_model_len,
             ))
         }
@@ -218,8 +248,9 @@ pub fn engine_args(p: &Plan, c: &Context, e: Engine) -> Result<String, Error> {
                 - 1e-6)
                 .ceil()
                 / 1000.0;
+            let page = given.map_or(String::new(), |(b, _)| format!(" --page-size {b}"));
             Ok(format!(
-                "--max-total-tokens {} --mem-fraction-static {:.3} --context-length {} --max-running-requests {seqs} --page-size {block} --tp-size {tp} --kv-cache-dtype {kv}{extra}",
+                "--max-total-tokens {} --mem-fraction-static {:.3} --context-length {} --max-running-requests {seqs}{page} --tp-size {tp} --kv-cache-dtype {kv}{extra}",
                 p.kv.tokens,
                 frac.min(1.0),
                 p.limits.max_model_len,
