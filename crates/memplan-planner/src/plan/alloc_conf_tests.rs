@@ -8,8 +8,10 @@
 use super::*;
 use crate::budget::Request;
 use crate::plan::tests::{limits, spec};
+use crate::plan::{Plan, PlanBuilder};
 use memplan_core::bytes::{GIB, MIB};
 use memplan_core::kv::KvAllocation;
+use memplan_core::MemoryInfo;
 use proptest::prelude::*;
 
 /// The settings the model runs with.

@@ -21,7 +21,9 @@
 //!   device-wide reading bounds it instead, and where neither can, the plan warns by name
 //!   ([`Warning::OtherProcessesUnseen`]) and a session checks it with an allocation probe
 //!   ([`PhysicalCheck`]);
-//! - KV sizing into blocks, tokens and concurrency; a max model length one request cannot get
+//! - KV sizing into blocks, tokens and concurrency, each KV tensor as the engine's caching
+//!   allocator rounds it (the allocator's arithmetic is in `footprint.rs`, apart from the
+//!   budget's order); a max model length one request cannot get
 //!   is refused with the longest that fits
 //!   ([`Refusal::RequestDoesNotFit`](memplan_core::Refusal::RequestDoesNotFit)).
 //!
@@ -32,6 +34,7 @@
 
 mod build;
 mod consumer;
+mod footprint;
 mod json;
 pub(crate) mod physical;
 mod ranks;
@@ -39,12 +42,13 @@ mod ranks;
 pub(crate) use ranks::tests::rank_plan;
 pub mod render;
 
-pub(crate) use build::{gcd, kv_layout};
-pub use build::{
-    granule_bound, granule_bound_beside, is_large_request, weights_left_out, PlanBuilder,
-    ALLOCATOR_ROUNDING_BOUND, UNMEASURED_NON_ALLOCATOR_BYTES,
-};
+pub use build::{PlanBuilder, UNMEASURED_NON_ALLOCATOR_BYTES};
 pub use consumer::{Consumer, ConsumerKind, Consumers, Provenance};
+pub(crate) use footprint::{gcd, kv_layout};
+pub use footprint::{
+    granule_bound, granule_bound_beside, is_large_request, weights_left_out,
+    ALLOCATOR_ROUNDING_BOUND,
+};
 pub use json::{combine_json, MAX_PLAN_JSON_BYTES};
 pub use physical::PhysicalCheck;
 pub use ranks::{combine_ranks, RankPlan, Ranks};

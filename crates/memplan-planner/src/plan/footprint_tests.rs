@@ -1,0 +1,252 @@
+use super::*;
+use proptest::strategy::Strategy as _;
+
+/// PyTorch's default configuration.
+static D: std::sync::LazyLock<AllocatorConfig> = std::sync::LazyLock::new(AllocatorConfig::default);
+
+#[test]
+fn mid_sized_tensors_share_twenty_mib_segments() {
+    // 64 tensors of 8 MiB: two per 20 MiB segment.
+    assert_eq!(
+        tensors_footprint(8 * MIB, 64, Granule::Multiple(2 * MIB)),
+        32 * 20 * MIB
+    );
+    // An odd count leaves the last segment part empty.
+    assert_eq!(
+        tensors_footprint(8 * MIB, 3, Granule::Multiple(2 * MIB)),
+        2 * 20 * MIB
+    );
+    // Large tensors are rounded on their own.
+    assert_eq!(
+        tensors_footprint(11 * MIB, 4, Granule::Multiple(2 * MIB)),
+        4 * 12 * MIB
+    );
+    // Small ones share 2 MiB segments.
+    assert_eq!(
+        tensors_footprint(MIB / 2, 8, Granule::Multiple(2 * MIB)),
+        2 * 2 * MIB
+    );
+    assert_eq!(tensors_footprint(0, 8, Granule::Multiple(2 * MIB)), 0);
+    // Non-decreasing in the tensor's bytes.
+    let mut last = 0;
+    for kib in (1..=40 * 1024).step_by(97) {
+        let f = tensors_footprint(kib * 1024, 64, Granule::Multiple(2 * MIB));
+        assert!(f >= last, "{kib} KiB");
+        last = f;
+    }
+}
+
+#[test]
+fn the_fit_holds_what_the_allocator_takes() {
+    // 64 layers of 8 KiB pages in 512 MiB: 8 MiB tensors would take 640 MiB; tensors of
+    // 6.67 MiB go three to a segment (22 segments, 440 MiB).
+    let page = 8 * 1024;
+    let kv = fit_rounded(
+        512 * MIB,
+        Granule::Multiple(2 * MIB),
+        Some((64, page)),
+        0,
+        &D,
+    );
+    let pages = kv / 64 / page;
+    assert!(tensors_footprint(pages * page, 64, Granule::Multiple(2 * MIB)) <= 512 * MIB);
+    assert!(tensors_footprint((pages + 1) * page, 64, Granule::Multiple(2 * MIB)) > 512 * MIB);
+    assert_eq!(pages, 853);
+    // Large tensors: whole granules per tensor, as before.
+    let kv = fit_rounded(
+        64 * 101 * MIB,
+        Granule::Multiple(2 * MIB),
+        Some((64, page)),
+        0,
+        &D,
+    );
+    assert_eq!(kv, 64 * 100 * MIB);
+}
+
+/// What a caching allocator with PyTorch's size classes reserves for `count` requests of
+/// `b` bytes (over 1 MiB), one after another: a new segment for a request below 10 MiB is
+/// 20 MiB or the request rounded up to `granule` where that is more, for a larger one the
+/// request rounded up to `granule`; a request is served from the best fitting free block
+/// first, and a block whose remainder is over 1 MiB is split.
+fn allocator_reserves(b: u64, count: u64, granule: u64) -> u64 {
+    let mut free: Vec<u64> = Vec::new();
+    let mut reserved = 0;
+    for _ in 0..count {
+        let best = (0..free.len())
+            .filter(|i| free[*i] >= b)
+            .min_by_key(|i| free[*i]);
+        let block = match best {
+            Some(i) => free.swap_remove(i),
+            None => {
+                let rounded = b.div_ceil(granule) * granule;
+                let segment = if b < 10 * MIB {
+                    rounded.max(20 * MIB)
+                } else {
+                    rounded
+                };
+                reserved += segment;
+                segment
+            }
+        };
+        if block - b > MIB {
+            free.push(block - b);
+        }
+    }
+    reserved
+}
+
+#[test]
+fn large_tensors_share_a_segment_coarser_than_them() {
+    // 182 KV tensors of 14.76 MiB (K and V apart, 91 layers) where the allocator's sizes
+    // read a 30 MiB granule: two share each 30 MiB segment, but a real granule of 10 MiB
+    // (which the readings cannot tell from 30) gives each 20 MiB on its own.
+    let b = 1889 * 8 * 1024;
+    assert_eq!(allocator_reserves(b, 182, 30 * MIB), 91 * 30 * MIB);
+    assert_eq!(allocator_reserves(b, 182, 10 * MIB), 182 * 20 * MIB);
+    let f = tensors_footprint(b, 182, Granule::Multiple(30 * MIB));
+    assert_eq!(f, 182 * 20 * MIB);
+    assert!(f < 182 * 30 * MIB, "no longer a whole granule per tensor");
+    // A granule finer than the request: one per segment, as before.
+    assert_eq!(
+        tensors_footprint(b, 182, Granule::Multiple(2 * MIB)),
+        182 * 16 * MIB
+    );
+    // Nothing read the granule: nothing is taken to share.
+    assert_eq!(
+        tensors_footprint(b, 182, Granule::AtMost(30 * MIB)),
+        182 * (b + 30 * MIB)
+    );
+}
+
+#[test]
+fn mid_sized_tensors_keep_pytorchs_segments_beside_a_coarse_granule() {
+    // 64 tensors of 7 MiB, a 30 MiB granule read off the allocator's sizes: PyTorch's 20
+    // MiB segments (two each) take 640 MiB, more than four per 30 MiB segment (480 MiB).
+    let f = tensors_footprint(7 * MIB, 64, Granule::Multiple(30 * MIB));
+    assert!(f >= 32 * 20 * MIB, "{f}");
+    for granule in divisors(30 * MIB).expect("small") {
+        assert!(allocator_reserves(7 * MIB, 64, granule) <= f, "{granule}");
+    }
+}
+
+#[test]
+fn mid_sized_tensors_are_not_rounded_to_the_large_granule() {
+    // 178 KV tensors (K and V apart, 89 layers) of 8 KiB per block in 528.3 MiB, PyTorch's
+    // 2 MiB granule: tensors of 2.85 MiB (365 blocks) go seven to a 20 MiB segment, 26 of
+    // them (520 MiB); one block more and six go to one, 30 segments. Rounding each to the
+    // granule (4 MiB apiece past 2 MiB) held the cache at 256 blocks, 70% of it.
+    let (page, room) = (8 * 1024, 554_001_767);
+    let kv = fit_rounded(room, Granule::Multiple(2 * MIB), Some((178, page)), 0, &D);
+    assert_eq!(kv / 178 / page, 365);
+    assert_eq!(allocator_reserves(365 * page, 178, 2 * MIB), 26 * 20 * MIB);
+    assert!(allocator_reserves(366 * page, 178, 2 * MIB) > room);
+}
+
+#[test]
+fn divisors_are_every_divisor() {
+    assert_eq!(divisors(0), None);
+    let mut d = divisors(30 * MIB).expect("factors");
+    d.sort_unstable();
+    let by_trial: Vec<u64> = (1..=30 * MIB)
+        .filter(|k| (30 * MIB).is_multiple_of(*k))
+        .collect();
+    assert_eq!(d, by_trial);
+    assert_eq!(divisors(1), Some(vec![1]));
+    // A large prime factors within the limit; a product of two primes past it does not.
+    let p = 1_000_003u64;
+    assert_eq!(divisors(p).map(|d| d.len()), Some(2));
+    let q = 4_294_967_291u64; // the largest prime below 2^32
+    assert_eq!(divisors(q * 4_294_967_279), None);
+    // Where it does not factor, every tensor is rounded on its own.
+    let g = q * 4_294_967_279;
+    assert_eq!(
+        packed_footprint(16 * MIB, 10, g, &D),
+        Granule::Multiple(g).large(16 * MIB).saturating_mul(10)
+    );
+}
+
+proptest::proptest! {
+    #[test]
+    fn packed_footprint_bounds_every_granule_the_readings_allow(
+        blocks in 1_000u64..20_000,
+        page_kib in 1u64..16,
+        count in 1u64..300,
+        (k, base) in (1u64..40, proptest::sample::select(vec![512u64, 64 * 1024, 512 * 1024, MIB, 2 * MIB])),
+    ) {
+        let b = blocks * page_kib * 1024;
+        proptest::prop_assume!(b > SMALL_REQUEST);
+        let g = k * base;
+        let f = tensors_footprint(b, count, Granule::Multiple(g));
+        for granule in divisors(g).expect("small") {
+            proptest::prop_assert!(
+                allocator_reserves(b, count, granule) <= f,
+                "granule {} of {}: {} > {}", granule, g, allocator_reserves(b, count, granule), f
+            );
+        }
+        if b >= MID_REQUEST_BELOW {
+            proptest::prop_assert!(f <= Granule::Multiple(g).large(b) * count);
+        }
+    }
+
+    #[test]
+    fn a_bound_on_the_granule_bounds_every_granule_below_it(
+        blocks in 1_000u64..20_000,
+        page_kib in 1u64..16,
+        count in 1u64..300,
+        (bound_kib, real_kib) in (2u64..(64 * 1024)).prop_flat_map(|b| (proptest::strategy::Just(b), 1..b)),
+    ) {
+        let b = (blocks * page_kib * 1024).max(SMALL_REQUEST + 1);
+        let f = tensors_footprint(b, count, Granule::AtMost(bound_kib * 1024));
+        let real = allocator_reserves(b, count, real_kib * 1024);
+        proptest::prop_assert!(real <= f, "granule {} KiB of at most {} KiB: {} > {}", real_kib, bound_kib, real, f);
+    }
+
+    /// Mid-sized tensors (over 1 MiB, under 10 MiB), where the segments are shared, with
+    /// both kinds of granule.
+    #[test]
+    fn mid_sized_tensors_take_at_most_their_footprint(
+        half_kib in 2049u64..20480,
+        count in 1u64..400,
+        (bound_kib, real_kib) in (2u64..(64 * 1024)).prop_flat_map(|b| (proptest::strategy::Just(b), 1..b)),
+        (k, base) in (1u64..40, proptest::sample::select(vec![512u64, 64 * 1024, 512 * 1024, MIB, 2 * MIB])),
+    ) {
+        let b = half_kib * 512;
+        let bounded = tensors_footprint(b, count, Granule::AtMost(bound_kib * 1024));
+        let real = allocator_reserves(b, count, real_kib * 1024);
+        proptest::prop_assert!(real <= bounded, "granule {} KiB of at most {} KiB: {} > {}", real_kib, bound_kib, real, bounded);
+        let g = k * base;
+        let read = tensors_footprint(b, count, Granule::Multiple(g));
+        for granule in divisors(g).expect("small") {
+            proptest::prop_assert!(allocator_reserves(b, count, granule) <= read, "granule {} of {}", granule, g);
+        }
+    }
+}
+
+#[test]
+fn a_default_granule_bounds_what_any_smaller_granule_takes() {
+    // One backing buffer of 3.46 GiB (vLLM 0.29+), nothing measuring its allocation and
+    // nothing reading the granule off the allocator's sizes: 20 MiB kept. An allocator
+    // that rounds large requests to 19.5 MiB takes 182 of them (9.19 MiB past the bytes),
+    // more than 177 granules of 20 MiB: rounding up to the default bounds nothing. At most
+    // 20 MiB more does, for every granule up to it.
+    let b = 3_711_762_432u64;
+    let real = |g: u64| b.div_ceil(g) * g;
+    assert!(real(19 * MIB + MIB / 2) > tensors_footprint(b, 1, Granule::Multiple(20 * MIB)));
+    for g in (1..=40).map(|k| k * 512 * 1024) {
+        assert!(
+            real(g) <= tensors_footprint(b, 1, Granule::AtMost(20 * MIB)),
+            "{g}"
+        );
+    }
+    // A granule read off the allocator's sizes is a multiple of the real one: rounding up
+    // to it bounds it, and costs no more than the bytes rounded to it.
+    assert_eq!(
+        tensors_footprint(b, 1, Granule::Multiple(2 * MIB)),
+        real(2 * MIB)
+    );
+    assert!(real(MIB) <= tensors_footprint(b, 1, Granule::Multiple(2 * MIB)));
+    // Fitted with the bound, the cache leaves room for any granule up to it.
+    let room = 3_715_516_288u64;
+    let kv = fit_rounded(room, Granule::AtMost(20 * MIB), Some((1, 458_752)), 0, &D);
+    assert!(kv.div_ceil(19 * MIB + MIB / 2) * (19 * MIB + MIB / 2) <= room);
+}
