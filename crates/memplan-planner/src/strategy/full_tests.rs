@@ -1,0 +1,382 @@
+//! `full`'s and `post-capture`'s decisions on repeats, windows and noise, one rule a test.
+
+use super::*;
+
+/// A reading whose idle windows were off by as much as its window error allows.
+fn at_bound(tolerance: u64) -> Noise {
+    Noise {
+        bound: 2 * tolerance,
+        seen: 2 * tolerance,
+        hidden: 0,
+    }
+}
+
+#[test]
+fn the_variation_and_the_windows_errors_add_in_quadrature() {
+    let mib = 1u64 << 20;
+    // Captures that varied by 180 MiB on a reading good to 20 MiB a window: 184 MiB bound
+    // both, where adding them kept 220 MiB.
+    let m = independent_margin(180 * mib, 20 * mib);
+    let want = ((180.0f64 * 180.0 + 40.0 * 40.0).sqrt() * mib as f64).ceil() as u64;
+    assert_eq!(m, want);
+    assert!(m < 180 * mib + 2 * 20 * mib);
+    // A quiet pass keeps both windows whole: they are all the margin there is for a
+    // variation the repeats' noise hid.
+    assert_eq!(independent_margin(0, 20 * mib), 40 * mib);
+    // An exact reading leaves the variation as it is.
+    assert_eq!(independent_margin(180 * mib, 0), 180 * mib);
+    assert_eq!(independent_margin(0, 0), 0);
+    assert!(keeps_a_window_for_other_memory(StrategyKind::Full));
+    assert!(keeps_a_window_for_other_memory(StrategyKind::PostCapture));
+    assert!(!keeps_a_window_for_other_memory(StrategyKind::Sampled));
+}
+
+#[test]
+fn a_window_error_that_could_hide_a_variation_asks_for_more_repeats() {
+    let mib = 1i64 << 20;
+    let repeats = [190 * mib, 200 * mib, 210 * mib, 200 * mib];
+    // Twice 27 MiB against a 200 MiB capture: a 7.5% variation could hide in it.
+    assert!(hides_variation(&repeats, at_bound(27 << 20), 0));
+    // Twice 5 MiB: it could not.
+    assert!(!hides_variation(&repeats, at_bound(5 << 20), 0));
+    assert!(!hides_variation(&[], at_bound(27 << 20), 0));
+    assert!(!hides_variation(&[0, 0, 0, 0], at_bound(27 << 20), 0));
+}
+
+#[test]
+fn a_variation_the_noise_hides_summed_over_many_graphs_asks_for_more_repeats() {
+    let mib = 1i64 << 20;
+    // Four repeats of a 394 MB capture within the idle windows' noise (twice 11 MiB, under
+    // 7.5% of the capture: `hides_variation` does not ask for more).
+    let repeats = [397_196_165, 393_518_210, 395_923_355, 388_732_933];
+    let noise = at_bound(11 << 20);
+    assert!(!hides_variation(&repeats, noise, 0));
+    // 67 graphs from 6 MB to 394 MB: a variation of up to the noise in each sums past
+    // the two windows.
+    let each: Vec<i64> = (1..=67).map(|i| i * 394_000_000 / 67).collect();
+    assert!(hidden_variation_sums_past_the_windows(
+        &repeats, &each, noise
+    ));
+    // One graph, or graphs that together weigh less than a repeat: it cannot.
+    assert!(!hidden_variation_sums_past_the_windows(
+        &repeats,
+        &each[66..],
+        noise
+    ));
+    assert!(!hidden_variation_sums_past_the_windows(
+        &repeats,
+        &[200 * mib, 100 * mib],
+        noise
+    ));
+    // An exact reading hides nothing; nothing measured, nothing to ask.
+    assert!(!hidden_variation_sums_past_the_windows(
+        &repeats,
+        &each,
+        at_bound(0)
+    ));
+    assert!(!hidden_variation_sums_past_the_windows(&[], &each, noise));
+}
+
+#[test]
+fn probed_repeats_size_the_margin_as_full_does_with_the_resolution_left_in() {
+    let mib = 1i64 << 20;
+    // Twelve probe-measured repeats within 40 MiB of each other, probes good to 10 MiB: the
+    // range stays whole (no idle window shows a probe's error), scaled to 35 graphs by
+    // the factor of 12 repeats.
+    let repeats: Vec<i64> = (0..12).map(|i| 500 * mib + (i % 5) * 10 * mib).collect();
+    // They vary by 7% beyond the probes' resolution: the plan warns, and keeps one
+    // capture's bound.
+    assert!(probed_spread_per_mille(&repeats, 10 << 20) > VARIATION_REPORTED_PER_MILLE);
+    let m = probed_variation_margin(&repeats, 35, 10 << 20);
+    let want = margin_factor(12) * (40 * mib) as f64 * 35f64.sqrt();
+    assert!((m as f64 - want).abs() < 1.0, "{m} against {want}");
+    // Equal repeats: the probes saw no variation, but captures that differ by less than a
+    // resolution read alike, so one resolution per graph is kept; nothing is warned, so
+    // it bounds the difference of two captures (sqrt(2) times one capture's bound).
+    assert_eq!(
+        probed_variation_margin(&[500 * mib; 12], 35, 10 << 20),
+        unwarned_margin(
+            (margin_factor(12) * (10 * mib) as f64 * 35f64.sqrt()).ceil() as u64,
+            true
+        )
+    );
+    // A repeat far below the others (memory that came back inside its window) is left out.
+    let mut came_back = repeats.clone();
+    came_back[0] = 100 * mib;
+    assert_eq!(probed_variation_margin(&came_back, 35, 10 << 20), {
+        let rest: Vec<i64> = repeats[1..].to_vec();
+        let range = rest.iter().max().unwrap() - rest.iter().min().unwrap();
+        (margin_factor(12) * range as f64 * 35f64.sqrt()).ceil() as u64
+    });
+}
+
+#[test]
+fn a_plan_that_does_not_warn_bounds_the_difference_between_two_captures() {
+    // 32 repeats of a 342 MB capture within 1.59 MB (0.46%, no warning): one capture's
+    // bound over 35 graphs is 0.877 x 1.59 MB x sqrt(35) = 8.27 MB; the engine's later
+    // captures and the pass are two draws, so the bound on their difference is sqrt(2)
+    // times it, 11.69 MB (the engine's captures took 9.8 MB more than the pass).
+    let one = (3.634 / 4.139 * 1_591_280.0 * 35f64.sqrt()).ceil() as u64;
+    assert_eq!(one, 8_265_519);
+    assert_eq!(unwarned_margin(one, true), 11_689_210);
+    // A plan that warns keeps one capture's bound: the warning names the rest.
+    assert_eq!(unwarned_margin(one, false), one);
+    assert_eq!(unwarned_margin(0, true), 0);
+}
+
+#[test]
+fn captures_in_whole_coarse_segments_ask_for_more_repeats() {
+    let mib = 1i64 << 20;
+    let repeats = [224 * mib; 4];
+    let pass = [288 * mib, 256 * mib, 224 * mib, 192 * mib, 160 * mib];
+    let step = quantum(&[pass.as_slice(), repeats.as_slice()].concat());
+    assert_eq!(step, 32 << 20);
+    // No window error, yet four equal repeats of 7 steps of 32 MiB could hide a variation
+    // of up to a step.
+    assert!(hides_variation(&repeats, at_bound(0), step));
+    // Windows that count bytes share no coarse step.
+    let bytes = [224 * mib + 4097, 224 * mib - 811, 224 * mib + 13, 224 * mib];
+    assert!(quantum(&bytes) < 1 << 20);
+    assert!(!hides_variation(&bytes, at_bound(0), quantum(&bytes)));
+}
+
+#[test]
+fn a_variation_below_the_windows_step_is_counted() {
+    let mib = 1i64 << 20;
+    let step = 256u64 << 20;
+    // Twelve repeats of a capture of about 400 MiB read in 256 MiB steps: 256 or 512 MiB
+    // by where the readings fell, and the idle windows read 0 or a step.
+    let repeats: Vec<i64> = [2, 2, 2, 1, 1, 2, 2, 2, 2, 2, 1, 1]
+        .iter()
+        .map(|k| k * 256 * mib)
+        .collect();
+    let each = vec![256 * mib; 35];
+    let noise = Noise {
+        bound: 2 * step,
+        seen: step,
+        hidden: 0,
+    };
+    // The range less the idle windows' step: no variation at all.
+    assert_eq!(variation_margin(&repeats, &each, noise), 0);
+    // The step is the repeats' range at least, the same bytes for every graph.
+    let stepped = noise.stepped(&repeats, step);
+    assert_eq!(stepped.hidden, step);
+    assert_eq!(
+        variation_margin(&repeats, &each, stepped),
+        (margin_factor(12) * step as f64 * 35f64.sqrt()).ceil() as u64
+    );
+    // A step far below the captures hides no variation that matters.
+    assert_eq!(hidden_by_step(&repeats, 4 << 20), 0);
+    // Captures below a step read 0: the step hides them whole, and four repeats of them
+    // are not enough.
+    assert_eq!(hidden_by_step(&[0; 4], step), step);
+    assert!(hides_variation(&[0; 4], Noise::default(), step));
+    assert!(variation_margin(&[0; 12], &each, Noise::default().stepped(&[0; 12], step)) > 0);
+    // No step, nothing hidden.
+    assert_eq!(hidden_by_step(&[0; 4], 0), 0);
+}
+
+#[test]
+fn a_spread_under_half_a_per_mille_still_keeps_a_margin() {
+    // An exact reading: 18 KB of spread over a 93 MB capture, 0.19 per mille, is
+    // reported as 0 per mille but is a variation all the same.
+    let repeats = [93_016_212, 93_013_228, 93_028_894, 93_010_990];
+    let quiet = Noise::default();
+    assert_eq!(spread_per_mille(&repeats, quiet), 0);
+    assert!(spread_share(&repeats, quiet) > 0.0);
+    let each = vec![7_000_000i64; 35];
+    let margin = variation_margin(&repeats, &each, quiet);
+    // At least the range for each of the 35 graphs, in quadrature.
+    assert!(margin as f64 >= 17_904.0 * 35f64.sqrt(), "{margin}");
+}
+
+#[test]
+fn the_repeats_spread_is_the_margin() {
+    let mib = 1i64 << 20;
+    // Identical repeats: no margin.
+    assert_eq!(
+        variation_margin(&[100 * mib; 3], &[132 * mib, 90 * mib], at_bound(0)),
+        0
+    );
+    // Repeats that vary by 10%: a margin that grows with every graph, not their sum.
+    let each = vec![100 * mib; 16];
+    let margin = variation_margin(&[95 * mib, 100 * mib, 105 * mib], &each, at_bound(0));
+    let sqrt_sum = (16.0f64).sqrt() * 100.0 * (1u64 << 20) as f64;
+    assert_eq!(margin, (margin_factor(3) * 0.1 * sqrt_sum).ceil() as u64);
+    // Four times the graphs: twice the margin (independent variations), not four times.
+    let margin4 = variation_margin(
+        &[95 * mib, 100 * mib, 105 * mib],
+        &vec![100 * mib; 64],
+        at_bound(0),
+    );
+    assert!(
+        margin4 <= 2 * margin + 1 && margin4 >= 2 * margin - 1,
+        "{margin} {margin4}"
+    );
+    // Within what the reading's tolerance explains: none.
+    assert_eq!(
+        variation_margin(&[90 * mib, 100 * mib, 110 * mib], &each, at_bound(16 << 20)),
+        0
+    );
+    // Nothing to compare.
+    assert_eq!(variation_margin(&[], &[5], at_bound(0)), 0);
+}
+
+#[test]
+fn a_repeat_that_memory_came_back_inside_is_not_variation() {
+    let mib = 1i64 << 20;
+    // The pass's graphs came back inside the first repeat's window.
+    let late = [-2337 * mib, 90 * mib, 100 * mib, 95 * mib];
+    assert_eq!(spread(&late, 0).map(|s| s.0), Some(10 * mib));
+    // 10 MiB over the median of 92.5 MiB: the mean (-513 MiB) would have read none.
+    assert_eq!(spread_per_mille(&late, at_bound(0)), 108);
+    let each = vec![100 * mib; 19];
+    let sqrt_sum = (19.0f64).sqrt() * 100.0 * mib as f64;
+    assert_eq!(
+        variation_margin(&late, &each, at_bound(0)),
+        (margin_factor(4) * (10.0 / 92.5) * sqrt_sum).ceil() as u64
+    );
+    // A low repeat within what a variation either way explains stays in the range, and
+    // so does one above half the median (the others happening to agree says little).
+    let wide = [80 * mib, 100 * mib, 100 * mib, 105 * mib];
+    assert_eq!(spread(&wide, 0).map(|s| s.0), Some(25 * mib));
+    let one_low = [80 * mib, 100 * mib, 100 * mib, 100 * mib];
+    assert_eq!(spread(&one_low, 0).map(|s| s.0), Some(20 * mib));
+}
+
+#[test]
+fn a_range_within_the_window_error_is_variation_where_the_idle_windows_were_quiet() {
+    // Twelve repeats 38 MB apart, read with a 24 MiB window error (48 MiB between two
+    // windows): at the bound, the whole range is noise and no margin is left.
+    let repeats: Vec<i64> = [297, 318, 320, 317, 304, 282, 301, 305, 317, 319, 282, 317]
+        .iter()
+        .map(|mb| mb * 1_000_000)
+        .collect();
+    let each = vec![150i64 << 20; 35];
+    let tol = 24u64 << 20;
+    assert_eq!(variation_margin(&repeats, &each, at_bound(tol)), 0);
+    // The idle windows moved 12 MB: the range is mostly the capture's, and the margin
+    // covers it over every graph (sqrt(38^2 - 12^2) MB each, same bytes for 35 graphs).
+    let r = Repeats {
+        bytes: repeats.clone(),
+        baselines: Vec::new(),
+        idle: vec![3_000_000, -5_000_000, 7_000_000, 0, 1_000_000],
+    };
+    let noise = r.noise(tol);
+    assert_eq!((noise.bound, noise.seen), (48 << 20, 12_000_000));
+    let varied = (38.0f64 * 38.0 - 12.0 * 12.0).sqrt() * 1e6;
+    let m = variation_margin(&repeats, &each, noise);
+    assert_eq!(m, (margin_factor(12) * varied * 35f64.sqrt()).ceil() as u64);
+    // Idle windows that moved more than the bound are taken at the bound; none read: the
+    // bound.
+    let loud = Repeats {
+        idle: vec![-60 << 20, 60 << 20],
+        ..Repeats::default()
+    };
+    assert_eq!(loud.noise(tol).seen, 48 << 20);
+    assert_eq!(Repeats::default().noise(tol).seen, 48 << 20);
+}
+
+#[test]
+fn noise_and_variation_add_in_quadrature() {
+    let mib = 1i64 << 20;
+    // A 20 MiB range read with a 16 MiB window error: 12 MiB of it is variation
+    // (sqrt(20^2 - 16^2)), not the 4 MiB a linear subtraction would leave.
+    let repeats = [90 * mib, 100 * mib, 110 * mib];
+    assert_eq!(spread_per_mille(&repeats, at_bound(8 << 20)), 120);
+    let linear = 0.04 * 100.0 * (mib as f64);
+    let m = variation_margin(&repeats, &[100 * mib], at_bound(8 << 20));
+    assert_eq!(
+        m,
+        (margin_factor(3) * 0.12 * 100.0 * mib as f64).ceil() as u64
+    );
+    assert!(m as f64 > 2.0 * margin_factor(3) * linear);
+}
+
+#[test]
+fn memory_a_release_did_not_give_back_may_come_back() {
+    let mib = 1i64 << 20;
+    // The release gave the graph back; the library's workspace stays: nothing to come.
+    let back = Primed {
+        returned: 40 * mib,
+        outstanding: 300 * mib,
+    };
+    assert_eq!(back.may_come_back(40 * mib), 0);
+    // The runtime still holds the destroyed graph: what a capture of its size takes.
+    let late = Primed {
+        returned: 0,
+        outstanding: 340 * mib,
+    };
+    assert_eq!(late.may_come_back(40 * mib), 40 << 20);
+    // At most what stayed out, never negative.
+    let small = Primed {
+        returned: 0,
+        outstanding: 10 * mib,
+    };
+    assert_eq!(small.may_come_back(40 * mib), 10 << 20);
+    assert_eq!(small.may_come_back(-mib), 0);
+}
+
+#[test]
+fn what_the_runtime_keeps_of_every_capture_is_read_from_the_later_openings() {
+    let mib = 1i64 << 20;
+    let at = |diffs: &[i64]| {
+        let mut v = vec![10_000 * mib];
+        for d in diffs {
+            v.push(v.last().unwrap() + d * mib);
+        }
+        v
+    };
+    // The pass's graphs came back after the first repeat (a large drop), then each
+    // capture left about 20 MiB held: the drop is in the first half, not counted.
+    let b = at(&[-1400, 35, 19, 22, 12, 15, 31, 20, 27, 18, 21]);
+    assert_eq!(kept_per_capture(&b, 0), 20 << 20);
+    // Less the reading's window error.
+    assert_eq!(kept_per_capture(&b, 4 << 20), 16 << 20);
+    // The lower median of an even count: the smaller of the two middle differences.
+    assert_eq!(kept_per_capture(&at(&[50, 10, 30]), 0), 10 << 20);
+    // A runtime that keeps nothing: releases give back what captures took.
+    assert_eq!(kept_per_capture(&at(&[0, 1, -1, 0, 0, -1, 1]), 0), 0);
+    // Memory coming back late in the later half pulls the estimate down, never up.
+    assert_eq!(kept_per_capture(&at(&[20, 20, 20, -300, -300, 20]), 0), 0);
+    // Too few openings to compare.
+    assert_eq!(kept_per_capture(&[], 0), 0);
+    assert_eq!(kept_per_capture(&[5 * mib], 0), 0);
+}
+
+#[test]
+fn further_repeats_are_taken_where_they_take_off_more_than_they_keep() {
+    let mib = 1u64 << 20;
+    // 18% of the twelve's margin against 20 captures' kept memory.
+    let off = 1.0 - 3.634 / 4.437;
+    assert!((0.17..0.19).contains(&off));
+    // A runtime that keeps nothing: any margin pays for them.
+    assert!(further_repeats_pay(10 * mib, 0));
+    assert!(!further_repeats_pay(0, 0));
+    // 4 MiB per capture: 80 MiB held for good, worth it only above a 440 MiB margin.
+    assert!(!further_repeats_pay(400 * mib, 4 * mib));
+    assert!(further_repeats_pay(500 * mib, 4 * mib));
+    // 32 repeats of the same spread: a smaller margin than 12 at the same confidence.
+    let (f12, f32) = (margin_factor(12), margin_factor(32));
+    assert!((0.87..0.89).contains(&f32), "{f32}");
+    assert!(f32 * 4.139 < f12 * 3.258 * 0.83);
+}
+
+#[test]
+fn more_repeats_narrow_the_margin_at_the_same_confidence() {
+    let (few, many) = (
+        margin_factor(REPEATS),
+        margin_factor(REPEATS + MORE_REPEATS),
+    );
+    assert!(
+        (6.2..6.4).contains(&few) && (1.3..1.4).contains(&many),
+        "{few} {many}"
+    );
+    // The same spread over twelve repeats: under a quarter of the margin of four.
+    let each = vec![100i64 << 20; 35];
+    let four = [95i64 << 20, 100 << 20, 100 << 20, 105 << 20];
+    let twelve: Vec<i64> = four.iter().cycle().take(12).copied().collect();
+    let m4 = variation_margin(&four, &each, at_bound(0));
+    let m12 = variation_margin(&twelve, &each, at_bound(0));
+    assert!(m12 * 4 < m4 && m12 > 0, "{m4} {m12}");
+}
