@@ -30,7 +30,7 @@ where
             let text = if json {
                 json_text(&report.json)
             } else {
-                report.text
+                crate::output::for_terminal(&report.text).into_owned()
             };
             match write_stdout(&text) {
                 Ok(_) => 0,

@@ -62,10 +62,41 @@ pub fn write_stdout(text: &str) -> Result<Written, Failure> {
     }
 }
 
-/// Write one line to stderr, ignoring errors (there is nowhere left to report them).
+/// Write one line to stderr, ignoring errors (there is nowhere left to report them). The
+/// line is made [`for_terminal`]: it may quote a file's content or name.
 pub fn eprint_line(line: &str) {
     let mut err = std::io::stderr().lock();
-    let _ = writeln!(err, "{line}");
+    let _ = writeln!(err, "{}", for_terminal(line));
+}
+
+/// Whether `c` would act on a terminal rather than show: a C0 control other than newline
+/// and tab (ESC starts colour, cursor and title sequences; a carriage return overwrites the
+/// line), DEL, a C1 control (U+009B is a one-byte CSI), or a bidirectional formatting
+/// character (U+202E turns the rest of the line around; Unicode's UAX #9 lists them).
+fn acts_on_terminal(c: char) -> bool {
+    (c.is_control() && c != '\n' && c != '\t')
+        || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// Human text with every character that would act on a terminal (a control other than
+/// newline and tab, a bidirectional formatting character) written as its escape
+/// (`\u{1b}`): a config's architecture name, a log's model name, a scenario's description
+/// or a file name is shown, never run as a terminal sequence. JSON needs none of this
+/// (serde_json escapes controls, and a JSON reader is not a terminal).
+pub fn for_terminal(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(acts_on_terminal) {
+        return text.into();
+    }
+    text.chars()
+        .map(|c| {
+            if acts_on_terminal(c) {
+                c.escape_unicode().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect::<String>()
+        .into()
 }
 
 /// Pretty JSON with a trailing newline.

@@ -414,3 +414,51 @@ fn a_scenario_whose_engine_cannot_start_fails_the_command() {
     let (code, out, err) = run_out(&["simulate", "--scenario", "bf16-24g", "--strategy", "all"]);
     assert_eq!(code, 0, "{out}{err}");
 }
+
+/// A config whose architecture name holds terminal sequences (ESC, a C1 CSI, a
+/// right-to-left override), or a file name that does, is shown with those characters
+/// escaped on stdout and stderr, never sent to the terminal as they are.
+#[test]
+fn terminal_sequences_from_inputs_are_shown_escaped() {
+    let config = |arch: &str, hidden: u64| {
+        serde_json::json!({
+            "architectures": [arch], "hidden_size": hidden, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 64,
+            "vocab_size": 1000, "torch_dtype": "bfloat16"
+        })
+        .to_string()
+    };
+    let arch = "\u{1b}]0;title\u{7}\u{1b}[2J\u{9b}31m\u{202e}ForCausalLM";
+    let plain = tmp("esc-arch.json");
+    std::fs::write(&plain, config(arch, 64)).unwrap();
+    let (code, out, err) = run_out(&[
+        "plan",
+        "--model",
+        plain.to_str().unwrap(),
+        "--device",
+        "sim:h100-80gb",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("\\u{1b}[2J") && out.contains("\\u{202e}"),
+        "{out}"
+    );
+    // A file name with ESC, refused for its content: the error line quotes it escaped.
+    let named = tmp("x\u{1b}[2Jy.json");
+    std::fs::write(&named, config("LlamaForCausalLM", 0)).unwrap();
+    let (code, out2, err2) = run_out(&[
+        "plan",
+        "--model",
+        named.to_str().unwrap(),
+        "--device",
+        "sim:h100-80gb",
+    ]);
+    assert_eq!(code, 1, "{err2}");
+    assert!(err2.contains("x\\u{1b}[2Jy.json"), "{err2}");
+    for text in [&out, &err, &out2, &err2] {
+        assert!(
+            !text.contains(['\u{1b}', '\u{7}', '\u{9b}', '\u{202e}']),
+            "{text:?}"
+        );
+    }
+}
