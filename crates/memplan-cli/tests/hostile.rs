@@ -462,3 +462,50 @@ fn terminal_sequences_from_inputs_are_shown_escaped() {
         );
     }
 }
+
+/// A `--model` path that is a link leading nowhere (dangling, or a loop of links) is a path
+/// whose reading fails naming it (exit 1), not an unknown preset name (exit 2).
+#[test]
+fn a_model_link_that_leads_nowhere_is_named_as_a_path() {
+    let dangling = tmp("dangling-config.json");
+    let _ = std::fs::remove_file(&dangling);
+    std::os::unix::fs::symlink(tmp("no-such-target.json"), &dangling).unwrap();
+    let (a, b) = (tmp("loop-a"), tmp("loop-b"));
+    let _ = std::fs::remove_file(&a);
+    let _ = std::fs::remove_file(&b);
+    std::os::unix::fs::symlink(&b, &a).unwrap();
+    std::os::unix::fs::symlink(&a, &b).unwrap();
+    for link in [&dangling, &a] {
+        let p = link.to_str().unwrap();
+        let (code, err) = run(&["plan", "--model", p, "--device", "sim:h100-80gb"]);
+        assert_eq!(code, 1, "{p}: {err}");
+        assert!(
+            err.contains(p) && !err.contains("neither a path nor a shipped preset"),
+            "{p}: {err}"
+        );
+    }
+}
+
+/// A config that starts with a UTF-8 byte-order mark is refused saying so, not as "expected
+/// value at line 1 column 1".
+#[test]
+fn a_config_with_a_byte_order_mark_is_refused_naming_it() {
+    let cfg = tmp("bom-config.json");
+    std::fs::write(
+        &cfg,
+        "\u{feff}{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64}",
+    )
+    .unwrap();
+    let (code, err) = run(&[
+        "plan",
+        "--model",
+        cfg.to_str().unwrap(),
+        "--device",
+        "sim:h100-80gb",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("bom-config.json") && err.contains("byte-order mark"),
+        "{err}"
+    );
+}

@@ -369,10 +369,17 @@ pub const MAX_JSON_DEPTH: usize = 128;
 
 /// Count the keys and values of JSON `text`, and its nesting, without building anything:
 /// refuse it before it is parsed when either is past [`MAX_JSON_ITEMS`] or
-/// [`MAX_JSON_DEPTH`], so that no file under its size cap makes the reader take hundreds of
+/// [`MAX_JSON_DEPTH`] (or it starts with a byte-order mark, named as such), so that no file under its size cap makes the reader take hundreds of
 /// megabytes. Linear in the text; the text need not be valid (the parser says what is wrong
 /// with it).
 pub fn check_json_shape(text: &str) -> Result<()> {
+    if text.starts_with('\u{feff}') {
+        // serde_json stops at it with "expected value at line 1 column 1".
+        return Err(Error::invalid(
+            "config.json",
+            "starts with a UTF-8 byte-order mark (U+FEFF), which JSON does not allow and Python's json (transformers, the engines) refuses too: save it as UTF-8 without a BOM",
+        ));
+    }
     let b = text.as_bytes();
     let (mut items, mut depth, mut i) = (0usize, 0usize, 0usize);
     while i < b.len() {

@@ -90,10 +90,14 @@ impl Model {
     /// A cached Hugging Face model is read only from inside its cache folder ([`hub`]).
     pub fn load(name_or_path: &str) -> Result<Self> {
         let p = Path::new(name_or_path);
-        if is_gguf_name(p) && std::fs::symlink_metadata(p).is_ok() {
+        // A path is there when its own entry is, links not followed: a link that leads
+        // nowhere (dangling, or a loop of links) is a path whose reading fails naming it,
+        // not a preset name that was not found.
+        let present = std::fs::symlink_metadata(p).is_ok();
+        if is_gguf_name(p) && present {
             return gguf::load(p);
         }
-        if !p.exists() && hub::is_repo_id(name_or_path) {
+        if !present && hub::is_repo_id(name_or_path) {
             if let Some(root) = hub::cache_root() {
                 if let Some(m) = Model::load_from_cache(&root, name_or_path)? {
                     return Ok(m);
@@ -108,7 +112,7 @@ impl Model {
                 })
                 .map_err(|_| hub::not_cached(name_or_path));
         }
-        if !p.exists() {
+        if !present {
             let preset = presets::find(name_or_path)?;
             return Ok(Model {
                 name: preset.model.clone(),
