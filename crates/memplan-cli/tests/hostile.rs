@@ -509,3 +509,43 @@ fn a_config_with_a_byte_order_mark_is_refused_naming_it() {
         "{err}"
     );
 }
+
+/// A scenario value of the wrong type or range for TOML (a negative layer count, a head size
+/// past 32 bits) is one line naming the file, its line and column and the key path, in
+/// words rather than a Rust type; a scenario link that leads nowhere is named as a file.
+#[test]
+fn a_scenario_type_error_is_one_line_naming_the_key() {
+    for (from, to, key, line) in [
+        ("layers = 28", "layers = -28", "kv.layers", "line 19"),
+        (
+            "head_dim = 128",
+            "head_dim = 4294967296",
+            "kv.head_dim",
+            "line 21",
+        ),
+    ] {
+        let path = scenario_with("typed.toml", from, to);
+        let (code, out, err) = run_out(&["simulate", "--scenario", path.to_str().unwrap()]);
+        assert_eq!(code, 1, "{err}");
+        assert!(out.is_empty(), "{out}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(
+            err.contains("typed.toml") && err.contains(key) && err.contains(line),
+            "{err}"
+        );
+        assert!(
+            err.contains("whole number") && !err.contains("u32"),
+            "{err}"
+        );
+    }
+    let link = tmp("dangling-scenario.toml");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(tmp("no-such-scenario.toml"), &link).unwrap();
+    let p = link.to_str().unwrap();
+    let (code, err) = run(&["simulate", "--scenario", p]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(p) && !err.contains("neither a shipped scenario"),
+        "{err}"
+    );
+}

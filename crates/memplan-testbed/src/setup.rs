@@ -118,9 +118,43 @@ impl Setup {
 }
 
 impl Scenario {
-    /// Parse TOML; errors name the scenario and the field.
+    /// Parse TOML; errors name the scenario, the line and column, and the key path of the
+    /// value at fault (`kv.layers`), on one line (the toml crate's own message quotes the line
+    /// with a caret under it, over several lines, and names no key).
     pub fn from_toml(origin: &str, text: &str) -> Result<Self> {
-        toml::from_str(text).map_err(|e| Error::file(origin, e.to_string().trim_end()))
+        serde_path_to_error::deserialize(toml::Deserializer::new(text)).map_err(|e| {
+            let path = e.path().to_string();
+            let key = if path.is_empty() || path == "." {
+                String::new()
+            } else {
+                format!("{path}: ")
+            };
+            let inner = e.into_inner();
+            let at = inner
+                .span()
+                .and_then(|s| text.get(..s.start))
+                .map(|before| {
+                    let line = before.matches('\n').count() + 1;
+                    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+                    format!(" at line {line}, column {column}")
+                })
+                .unwrap_or_default();
+            // serde names the Rust type a count is read into; say what it takes.
+            let message = inner
+                .message()
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+                .replace(
+                    "expected u32",
+                    "expected a whole number from 0 to 4294967295",
+                )
+                .replace(
+                    "expected u64",
+                    "expected a whole number from 0 to 18446744073709551615",
+                );
+            Error::file(origin, format!("TOML parse error{at}: {key}{message}"))
+        })
     }
 
     /// A shipped scenario by name, or a file path.
@@ -130,7 +164,9 @@ impl Scenario {
         }
         let path = std::path::Path::new(name_or_path);
         let text = memplan_core::input::read_text(path, memplan_core::input::SCENARIO).map_err(|e| {
-            if matches!(&e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound) {
+            // A link that leads nowhere is a file name the user gave: its own error names it.
+            let no_entry = std::fs::symlink_metadata(path).is_err();
+            if no_entry && matches!(&e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound) {
                 let names: Vec<_> = SHIPPED.iter().map(|(n, _)| *n).collect();
                 Error::param(
                     Param::Scenario,
