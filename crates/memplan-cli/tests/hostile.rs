@@ -549,3 +549,34 @@ fn a_scenario_type_error_is_one_line_naming_the_key() {
         "{err}"
     );
 }
+
+/// A log whose start-up had 0 bytes for its KV cache (printed `0.00 GiB`, or a figure that
+/// rounds to no byte) is the same failed start-up as a negative one: the figure is left out
+/// with a note, never planned as a `--kv-cache-memory-bytes` of 0 the user did not pass.
+#[test]
+fn a_log_with_no_kv_memory_is_planned_as_a_failed_start_up() {
+    for (name, figure) in [("kv-zero.log", "0.00"), ("kv-tiny.log", "1e-320")] {
+        let log = tmp(name);
+        std::fs::write(
+            &log,
+            format!(
+                "INFO 05-12 11:29:29 [core.py:103] Initializing a V1 LLM engine (v0.18.0) with config: model='Qwen/Qwen3-8B', dtype=torch.bfloat16, max_seq_len=40960, tensor_parallel_size=1\n\
+                 INFO 05-12 11:34:57 [gpu_model_runner.py:2599] Model loading took 15.2859 GiB memory\n\
+                 INFO 05-12 11:35:44 [gpu_worker.py:357] Available KV cache memory: {figure} GiB\n"
+            ),
+        )
+        .unwrap();
+        let (code, out, err) = run_out(&[
+            "plan",
+            "--model",
+            "qwen3-8b",
+            "--from-log",
+            log.to_str().unwrap(),
+            "--total-memory",
+            "80GiB",
+        ]);
+        assert_eq!(code, 0, "{name}: {err}");
+        assert!(out.contains("no room for a KV cache"), "{name}: {out}");
+        assert!(!err.contains("--kv-cache-memory-bytes"), "{name}: {err}");
+    }
+}

@@ -1222,13 +1222,12 @@ pub fn parse(text: &str) -> Result<LogFigures> {
                 }
             }
         }
-        set(
-            &mut f.kv_available,
-            l.bytes("Current kv cache memory in use is", "KV cache memory")?,
-            lines,
-            "kv_available",
-            n,
-        );
+        match l.bytes("Current kv cache memory in use is", "KV cache memory")? {
+            Some(0) => f.notes.push(format!(
+                "line {n}: KV cache memory in use 0 bytes: that start-up had no room for a KV cache"
+            )),
+            b => set(&mut f.kv_available, b, lines, "kv_available", n),
+        }
         for key in ["total_gpu_memory", "total_memory="] {
             let t = l.bytes(key, "device total")?;
             if t == Some(0) {
@@ -1552,10 +1551,13 @@ pub fn parse(text: &str) -> Result<LogFigures> {
             "the rest of the memory reserved for KV Cache is",
             "kv_cache_size=",
         ] {
+            // 0 (or a figure that rounds to no byte) is the same failed start-up as a
+            // negative one: vLLM refuses to start with no memory for the cache blocks
+            // (`_check_enough_kv_cache_memory`), so it sizes nothing to reproduce.
             match l.bytes_signed(key, "available KV cache memory")? {
-                Some((b, _)) if b < 0 => f.notes.push(format!(
+                Some((b, _)) if b <= 0 => f.notes.push(format!(
                     "line {n}: available KV cache memory {}: that start-up had no room for a KV cache",
-                    fmt_signed(b)
+                    if b == 0 { "0 B".to_string() } else { fmt_signed(b) }
                 )),
                 Some((b, _)) => set(&mut f.kv_available, Some(b as u64), lines, "kv_available", n),
                 None => {}
