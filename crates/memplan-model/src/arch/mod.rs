@@ -969,7 +969,14 @@ fn derived_max_len(f: &Fields<'_>, model_type: &str) -> Result<u64> {
         len = Some(m);
     }
     let mut len = len.unwrap_or(2048) as f64;
-    let rope = f.get("rope_scaling").or_else(|| f.get("rope_parameters"));
+    // The key the scaling was read from, once its factor multiplied the length.
+    let mut scaled_by: Option<(&str, f64)> = None;
+    let rope_key = if f.get("rope_scaling").is_some() {
+        "rope_scaling"
+    } else {
+        "rope_parameters"
+    };
+    let rope = f.get(rope_key);
     if let Some(Value::Object(r)) = rope {
         let ty = r
             .get("rope_type")
@@ -993,16 +1000,34 @@ fn derived_max_len(f: &Fields<'_>, model_type: &str) -> Result<u64> {
         ]
         .contains(&ty);
         if scaled && !model_type.contains("gemma3") {
-            if let Some(factor) = r.get("factor").and_then(Value::as_f64).filter(|x| *x > 0.0) {
+            // vLLM multiplies the length by it (`_get_and_verify_max_len`): 0 or a negative
+            // factor makes no length, so it is refused rather than skipped.
+            if let Some(factor) = r.get("factor").and_then(Value::as_f64) {
+                if !(factor > 0.0 && factor.is_finite()) {
+                    return Err(Error::invalid(
+                        format!("{rope_key}.factor"),
+                        format!("must be a positive number (it multiplies the {ty} RoPE length), found {factor}"),
+                    ));
+                }
                 len *= factor;
+                scaled_by = Some((rope_key, factor));
             }
         }
     }
     if !(1.0..1e12).contains(&len) {
-        return Err(Error::invalid(
-            "max_position_embeddings",
-            format!("{len} is not a plausible length"),
-        ));
+        return Err(match scaled_by {
+            Some((key, factor)) => Error::invalid(
+                format!("{key}.factor"),
+                format!(
+                    "{} times the model's length makes {len:e} tokens, not a plausible length (at most 10^12)",
+                    if factor.abs() >= 1e6 { format!("{factor:e}") } else { factor.to_string() }
+                ),
+            ),
+            None => Error::invalid(
+                "max_position_embeddings",
+                format!("{len} is not a plausible length"),
+            ),
+        });
     }
     Ok(len as u64)
 }

@@ -253,3 +253,29 @@ fn a_config_past_its_keys_or_nesting_limit_is_refused_before_parsing() {
         "{e}"
     );
 }
+
+/// A RoPE scaling factor that multiplies the length (`linear`, `dynamic`) must be a positive
+/// number: 0 or a negative factor is refused naming it, not skipped; a factor that makes
+/// an absurd length names the factor, not `max_position_embeddings`.
+#[test]
+fn a_rope_factor_that_makes_no_length_is_refused_naming_it() {
+    let llama = r#"{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":4096,"num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":8,"intermediate_size":14336,"vocab_size":128256,"max_position_embeddings":8192}"#;
+    let rope = |factor: serde_json::Value| {
+        with(
+            llama,
+            "rope_scaling",
+            serde_json::json!({"rope_type": "linear", "factor": factor}),
+        )
+    };
+    for factor in [0.into(), (-4).into(), serde_json::json!(-0.5)] {
+        let e = parse_err(&rope(factor));
+        assert!(
+            e.starts_with("rope_scaling.factor: must be a positive number"),
+            "{e}"
+        );
+    }
+    let e = parse_err(&rope(serde_json::json!(1e300)));
+    assert!(e.starts_with("rope_scaling.factor: 1e300 times"), "{e}");
+    let c = ModelConfig::from_json_str(&rope(serde_json::json!(4.0))).unwrap();
+    assert_eq!(c.derived_max_len, Some(32_768));
+}
