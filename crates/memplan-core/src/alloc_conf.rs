@@ -34,6 +34,7 @@
 
 use std::ffi::OsString;
 use std::fmt;
+use std::num::IntErrorKind;
 
 use crate::bytes::MIB;
 use crate::error::{Error, Result};
@@ -151,9 +152,24 @@ fn bad(key: &str, why: impl fmt::Display) -> Error {
     Error::invalid(FIELD, format!("`{key}`: {why}"))
 }
 
-fn number(key: &str, v: &str) -> Result<u64> {
-    v.parse::<u64>()
-        .map_err(|_| bad(key, format!("`{v}` is not a whole number")))
+/// `v` as a whole number. One made only of digits but too long for 64 bits is a whole number,
+/// too large: it is refused saying so and giving `limit`, the most `key` takes there (the
+/// limit of a number that fits is each caller's own check, worded by [`too_large`] alike).
+fn number(key: &str, v: &str, limit: &str) -> Result<u64> {
+    v.parse::<u64>().map_err(|e| match e.kind() {
+        IntErrorKind::PosOverflow => too_large(key, v, limit),
+        _ => bad(key, format!("`{v}` is not a whole number")),
+    })
+}
+
+/// `key`'s value `v` is past `limit` (worded with its unit: `1073741824 MB (1 PiB)`).
+fn too_large(key: &str, v: impl fmt::Display, limit: &str) -> Error {
+    bad(key, format!("{v} is too large: at most {limit}"))
+}
+
+/// [`MAX_MB`] in words, for messages.
+fn max_mb() -> String {
+    format!("{MAX_MB} MB (1 PiB)")
 }
 
 fn one<'v>(key: &str, v: &'v Value) -> Result<&'v str> {
@@ -164,7 +180,7 @@ fn one<'v>(key: &str, v: &'v Value) -> Result<&'v str> {
 }
 
 fn megabytes(key: &str, v: &Value, above: u64) -> Result<u64> {
-    let n = number(key, one(key, v)?)?;
+    let n = number(key, one(key, v)?, &max_mb())?;
     if n < above {
         return Err(bad(
             key,
@@ -172,13 +188,14 @@ fn megabytes(key: &str, v: &Value, above: u64) -> Result<u64> {
         ));
     }
     if n > MAX_MB {
-        return Err(bad(key, format!("{n} MB is past 1 PiB")));
+        return Err(too_large(key, format_args!("{n} MB"), &max_mb()));
     }
     Ok(n * MIB)
 }
 
 fn divisions(key: &str, v: &str, zero_ok: bool) -> Result<u32> {
-    let n = number(key, v)?;
+    let limit = format!("{MAX_DIVISIONS} divisions");
+    let n = number(key, v, &limit)?;
     if n == 0 && zero_ok {
         return Ok(0);
     }
@@ -194,7 +211,7 @@ fn divisions(key: &str, v: &str, zero_ok: bool) -> Result<u32> {
     u32::try_from(n)
         .ok()
         .filter(|n| *n <= MAX_DIVISIONS)
-        .ok_or_else(|| bad(key, format!("{n} divisions is past {MAX_DIVISIONS}")))
+        .ok_or_else(|| too_large(key, format_args!("{n} divisions"), &limit))
 }
 
 /// Of two division counts for one interval, the one that rounds a request more: 0 or 1 round
@@ -240,7 +257,7 @@ fn power2(key: &str, v: &Value) -> Result<[u32; POWER2_INTERVALS]> {
             out[last] = coarser(out[last], n);
             out.iter_mut().skip(last + 1).for_each(|d| *d = n);
         } else {
-            let mb = number(key, at)?;
+            let mb = number(key, at, &format!("{MAX_BOUNDARY_MB} MB"))?;
             if !mb.is_power_of_two() || mb > MAX_BOUNDARY_MB {
                 return Err(bad(
                     key,
@@ -659,6 +676,62 @@ mod tests {
         assert!(err("expandable_segments:True,,").contains("option name"));
         assert!(err(",expandable_segments:True").contains("option name"));
         assert!(err(":True").contains("option name"));
+    }
+
+    /// A number too long for 64 bits is still a whole number: every numeric key says it is
+    /// too large and gives the most it takes, as it does for a number that fits but is past it.
+    #[test]
+    fn a_number_too_large_is_called_too_large_with_the_limit() {
+        let huge = "99999999999999999999999";
+        for (s, limit) in [
+            (
+                format!("max_split_size_mb:{huge}"),
+                "at most 1073741824 MB (1 PiB)",
+            ),
+            (
+                "max_split_size_mb:2000000000".into(),
+                "at most 1073741824 MB (1 PiB)",
+            ),
+            (
+                format!("max_non_split_rounding_mb:{huge}"),
+                "at most 1073741824 MB",
+            ),
+            (
+                format!("large_segment_size_mb:{huge}"),
+                "at most 1073741824 MB",
+            ),
+            (
+                format!("roundup_power2_divisions:{huge}"),
+                "at most 1048576 divisions",
+            ),
+            (
+                "roundup_power2_divisions:4294967296".into(),
+                "at most 1048576 divisions",
+            ),
+            (
+                format!("roundup_power2_divisions:[64:{huge}]"),
+                "at most 1048576 divisions",
+            ),
+            (
+                format!("roundup_power2_divisions:[{huge}:4]"),
+                "at most 65536 MB",
+            ),
+        ] {
+            let e = err(&s);
+            assert!(
+                e.contains("is too large") && e.contains(limit) && !e.contains("whole number"),
+                "{s}: {e}"
+            );
+        }
+        assert!(err(&format!("garbage_collection_threshold:{huge}")).contains("outside (0, 1)"));
+        // Not digits: still not a whole number.
+        for s in [
+            "max_split_size_mb:-5",
+            "max_split_size_mb:1.5",
+            "roundup_power2_divisions:x",
+        ] {
+            assert!(err(s).contains("is not a whole number"), "{s}");
+        }
     }
 
     #[test]
