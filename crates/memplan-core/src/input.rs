@@ -59,7 +59,7 @@ pub const SCENARIO: Limit = Limit {
 
 /// A JSON Lines file of model configs (the presets' layout, e.g. configs of held-back logs).
 pub const CONFIG_LINES: Limit = Limit {
-    what: "model configs (JSON Lines)",
+    what: "JSON Lines file of model configs",
     max_bytes: 64 * MIB,
 };
 
@@ -123,8 +123,21 @@ fn check_kind(path: &Path, what: &str, meta: &std::fs::Metadata) -> Result<()> {
     let kind = file_kind(meta);
     Err(Error::file(
         path.display().to_string(),
-        format!("is {kind}, not a regular file (a {what} must be a regular file)"),
+        format!(
+            "is {kind}, not a regular file ({} {what} must be a regular file)",
+            article(what)
+        ),
     ))
+}
+
+/// The indefinite article before `what` in messages: "an engine log", "a model config". By
+/// its first letter, which is right for every kind of file named here (none starts with a
+/// vowel letter read as a consonant, "a user", nor with a silent "h").
+fn article(what: &str) -> &'static str {
+    match what.chars().next().map(|c| c.to_ascii_lowercase()) {
+        Some('a' | 'e' | 'i' | 'o' | 'u') => "an",
+        _ => "a",
+    }
 }
 
 fn file_kind(meta: &std::fs::Metadata) -> &'static str {
@@ -174,7 +187,8 @@ pub fn read_bounded(path: &Path, limit: Limit) -> Result<Vec<u8>> {
         Error::file(
             &name,
             format!(
-                "{what} more than a {} may be ({}); is it the right file?",
+                "{what} more than {} {} may be ({}); is it the right file?",
+                article(limit.what),
                 limit.what,
                 fmt_bytes(limit.max_bytes)
             ),
@@ -203,7 +217,7 @@ pub fn read_bounded(path: &Path, limit: Limit) -> Result<Vec<u8>> {
     if buf.is_empty() {
         return Err(Error::file(
             &name,
-            format!("is empty (expected a {})", limit.what),
+            format!("is empty (expected {} {})", article(limit.what), limit.what),
         ));
     }
     Ok(buf)
@@ -216,8 +230,9 @@ pub fn read_text(path: &Path, limit: Limit) -> Result<String> {
         Error::file(
             path.display().to_string(),
             format!(
-                "is not UTF-8 text (invalid byte at offset {}); a {} is text",
+                "is not UTF-8 text (invalid byte at offset {}); {} {} is text",
                 e.utf8_error().valid_up_to(),
+                article(limit.what),
                 limit.what
             ),
         )
@@ -291,6 +306,46 @@ mod tests {
         assert_eq!(read_text(&d.join("a"), TINY).unwrap(), "hello");
         std::fs::write(d.join("b"), [b'x'; 16]).unwrap();
         assert_eq!(read_bounded(&d.join("b"), TINY).unwrap().len(), 16);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// Every message that names what a file is reads as English: "an engine log", "a model
+    /// config" (never "a engine log").
+    #[test]
+    fn messages_put_the_right_article_before_what_a_file_is() {
+        assert_eq!(article("engine log"), "an");
+        assert_eq!(article("model config"), "a");
+        assert_eq!(article("GGUF file"), "a");
+        assert_eq!(article("--svg picture"), "a");
+        let d = tmp("article");
+        std::fs::write(d.join("empty"), "").unwrap();
+        std::fs::write(d.join("big"), vec![b'x'; 17]).unwrap();
+        std::fs::write(d.join("bin"), [0xff]).unwrap();
+        let log = |max_bytes| Limit::new(ENGINE_LOG.what, max_bytes);
+        for e in [
+            read_bounded(&d.join("empty"), ENGINE_LOG),
+            read_bounded(&d.join("big"), log(16)),
+            read_text(&d.join("bin"), ENGINE_LOG).map(String::into_bytes),
+            read_bounded(&d, ENGINE_LOG),
+        ] {
+            let e = e.unwrap_err().to_string();
+            assert!(
+                e.contains("an engine log") && !e.contains("a engine"),
+                "{e}"
+            );
+        }
+        for limit in [
+            CONFIG_JSON,
+            SAFETENSORS_INDEX,
+            SCENARIO,
+            CONFIG_LINES,
+            HF_REF,
+        ] {
+            let e = read_bounded(&d.join("empty"), limit)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(&format!("expected a {})", limit.what)), "{e}");
+        }
         std::fs::remove_dir_all(&d).unwrap();
     }
 

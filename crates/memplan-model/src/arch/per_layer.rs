@@ -181,7 +181,7 @@ fn nas_blocks(
                 let why = if k == "replace_with_linear" {
                     format!("replaces the block's {sub} with one linear layer, which vLLM's nemotron_nas.py (DeciLMDecoderLayer) does not build: the engine cannot load this checkpoint")
                 } else {
-                    format!("is {v}: a {sub} variant vLLM's nemotron_nas.py (DeciLMDecoderLayer) does not build (it would run the block as a plain {sub}), so memplan refuses rather than plan a misread architecture")
+                    format!("is {v}: an {sub} variant vLLM's nemotron_nas.py (DeciLMDecoderLayer) does not build (it would run the block as a plain {sub}), so memplan refuses rather than plan a misread architecture")
                 };
                 return Err(Error::invalid(key(sub, k), why));
             }

@@ -149,13 +149,17 @@ fn nas_variants_vllm_does_not_build_are_refused_by_name() {
     ] {
         let e = with(&["attention", k], val);
         assert!(
-            e.starts_with(&format!("block_configs[3].attention.{k}:")),
+            e.starts_with(&format!("block_configs[3].attention.{k}:"))
+                && e.contains("an attention variant"),
             "{e}"
         );
     }
     // Unknown keys that ask for something are refused too (a MoE block, say).
     let e = with(&["ffn", "moe"], serde_json::json!({"num_experts": 8}));
-    assert!(e.starts_with("block_configs[3].ffn.moe:"), "{e}");
+    assert!(
+        e.starts_with("block_configs[3].ffn.moe:") && e.contains("an ffn variant"),
+        "{e}"
+    );
     // A group size that does not divide the heads, a missing one.
     assert!(with(&["attention", "n_heads_in_group"], 7.into())
         .starts_with("block_configs[3].attention.n_heads_in_group:"));
