@@ -396,6 +396,12 @@ def simulate(
 
     Raises:
         UsageError: an unknown scenario or strategy, or a malformed scenario file.
+        MemplanError: of kind ``"did_not_start"`` (exit code 1) when the scenario's engine
+            started in no run, so nothing was simulated: the model does not fit the device,
+            the start-up check refused the device, or the device misreported its memory. The
+            message says why; ``help["simulation"]`` holds the report, each run's
+            ``"failed"`` saying why it did not start. A run that started and then ran out of
+            memory is a result, not an error.
     """
     _check_types({"strategy": strategy, "seed": seed})
     if not isinstance(scenario, (str, os.PathLike)):

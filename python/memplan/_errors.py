@@ -28,7 +28,8 @@ class MemplanError(Exception):
 
     Attributes:
         kind: the error's kind as the CLI's JSON error envelope names it (``"usage"``,
-            ``"does_not_fit"``, ``"unavailable"``, ``"measurement"``, ``"invalid_file"``, ...).
+            ``"does_not_fit"``, ``"unavailable"``, ``"measurement"``, ``"invalid_file"``,
+            ``"did_not_start"``, ...).
         message: the one-line message the CLI prints.
         exit_code: the exit code the command line gives for it (2 usage, 1 other failures).
         envelope: the whole JSON error envelope as a dict.

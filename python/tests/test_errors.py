@@ -4,12 +4,15 @@ code and its JSON error envelope; never a bare RuntimeError, never a panic."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 import memplan
 from memplan import _native
 from conftest import DEVICE, MODEL
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "crates" / "memplan-testbed" / "scenarios"
 
 
 def test_utilization_out_of_range_is_a_usage_error() -> None:
@@ -59,6 +62,27 @@ def test_unknown_model_device_and_scenario_are_usage_errors() -> None:
         memplan.simulate("no-such-scenario")
     with pytest.raises(memplan.UsageError):
         memplan.simulate("fp8-24g", strategy="no-such-strategy")
+
+
+def test_a_scenario_whose_engine_cannot_start_raises_did_not_start(tmp_path: Path) -> None:
+    # A shipped scenario whose weights (30 GiB) do not fit its 24 GiB device: no run starts.
+    shipped = SCENARIOS / "bf16-24g.toml"
+    text = shipped.read_text()
+    assert 'weights = "2.88GiB"' in text
+    scenario = tmp_path / "too-big.toml"
+    scenario.write_text(text.replace('weights = "2.88GiB"', 'weights = "30GiB"'))
+    for strategy in (None, "all"):
+        with pytest.raises(memplan.MemplanError) as info:
+            memplan.simulate(scenario, strategy=strategy)
+        e = info.value
+        assert e.kind == "did_not_start", e
+        assert e.exit_code == 1
+        assert not isinstance(e, memplan.UsageError)
+        assert "did not start" in e.message and "does not fit on the device" in e.message
+        runs = e.help["simulation"]["runs"]
+        assert runs and all(isinstance(r["failed"], str) for r in runs)
+    # The shipped scenario itself starts: a result, no error.
+    assert memplan.simulate(shipped)["runs"]
 
 
 def test_missing_device_and_total_is_a_usage_error() -> None:
