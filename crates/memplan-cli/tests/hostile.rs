@@ -89,6 +89,39 @@ fn a_hardware_device_id_without_an_ordinal_is_refused() {
     }
 }
 
+/// A `sim:` id without a profile is refused listing the simulator's profiles (it takes a
+/// profile name and modifiers, not the ordinal a hardware id takes), by `probe` and by
+/// `plan --device`, even beside `--total-memory`.
+#[test]
+fn a_sim_id_without_a_profile_lists_the_profiles() {
+    let checks = [
+        run(&["probe", "sim:"]),
+        run(&[
+            "plan",
+            "--model",
+            "qwen2.5-1.5b-instruct",
+            "--device",
+            "sim:",
+            "--total-memory",
+            "24GiB",
+        ]),
+    ];
+    for (code, err) in checks {
+        assert_eq!(code, 2, "{err}");
+        assert!(
+            err.contains("`sim:`")
+                && err.contains("rtx4090")
+                && err.contains("h100-80gb")
+                && err.contains("sim:h100-80gb,seed=3")
+                && !err.contains("ordinal"),
+            "{err}"
+        );
+    }
+    // The example the message gives opens.
+    let (code, err) = run(&["probe", "sim:h100-80gb,seed=3"]);
+    assert_eq!(code, 0, "{err}");
+}
+
 /// Config dimensions each within range whose product is not are the file's fault (exit 1,
 /// the file and the key named), not a usage error naming no file.
 #[test]

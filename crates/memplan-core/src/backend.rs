@@ -55,6 +55,22 @@ impl BackendInfo {
         format!("backends/{}", self.name)
     }
 
+    /// What its device ids look like, for messages (an unknown device's `available`): the
+    /// simulator names a profile (`sim:rtx4090`, `sim:h100-80gb,seed=3`), every other backend
+    /// selects by ordinal (`cuda:0`). The simulator's profiles are its own crate's: listed by
+    /// the facade's `memplan::parse_device_id`, shown here by example and where to list them.
+    pub fn id_form(&self) -> String {
+        let name = self.name;
+        match self.layout {
+            Layout::Simulator => format!(
+                "{name}:PROFILE with optional ,modifiers (PROFILE a simulated GPU, e.g. `{}`; \
+                 `memplan devices` lists them)",
+                self.example_id()
+            ),
+            Layout::Hal => format!("{name}:N with N a device ordinal (e.g. `{name}:0`)"),
+        }
+    }
+
     /// An example device id (`cuda:0`; the CI device where it has one).
     pub fn example_id(&self) -> String {
         self.ci_device
@@ -203,7 +219,7 @@ impl DeviceId {
     pub fn ordinal(&self) -> Result<usize> {
         self.selector.parse().map_err(|_| Error::UnknownDevice {
             id: self.to_string(),
-            available: format!("{}:N with N a device ordinal", self.backend),
+            available: self.backend.info().id_form(),
         })
     }
 }
@@ -230,7 +246,7 @@ impl FromStr for DeviceId {
         if sel.is_empty() || !(named || ordinal(sel)) {
             return Err(Error::UnknownDevice {
                 id: s.into(),
-                available: format!("{backend}:N with N a device ordinal"),
+                available: backend.info().id_form(),
             });
         }
         Ok(DeviceId::new(backend, sel))
@@ -357,6 +373,28 @@ mod tests {
             good.parse::<DeviceId>().expect(good);
         }
         assert_eq!("cuda:3".parse::<DeviceId>().unwrap().ordinal().unwrap(), 3);
+    }
+
+    /// The error of an id without a selector says what that backend's ids look like: a
+    /// profile name for the simulator (never "a device ordinal", which it does not take), an
+    /// ordinal for the others.
+    #[test]
+    fn an_unknown_device_says_what_its_backend_takes() {
+        let e = "sim:".parse::<DeviceId>().unwrap_err().to_string();
+        assert!(
+            e.contains("`sim:`")
+                && e.contains("sim:PROFILE")
+                && e.contains("`sim:rtx4090`")
+                && !e.contains("ordinal"),
+            "{e}"
+        );
+        for bad in ["cuda:", "cuda:x", "hip:first"] {
+            let e = bad.parse::<DeviceId>().unwrap_err().to_string();
+            assert!(
+                e.contains("a device ordinal") && e.contains(":0`"),
+                "{bad}: {e}"
+            );
+        }
     }
 
     /// The text xtask reads (`backends.rs`, parsed by `backend_list_format.rs`) says what the

@@ -210,9 +210,33 @@ fn compiled_list() -> String {
     }
 }
 
+/// Parse a device id (`sim:rtx4090,seed=3`, `cuda:0`) as [`DeviceId`]'s `FromStr` does. Where
+/// the simulator is compiled in, the error for a `sim:` id without a profile (`sim:`) lists
+/// its profiles, as opening an unknown one does.
+pub fn parse_device_id(id: &str) -> Result<DeviceId> {
+    id.parse::<DeviceId>().map_err(|e| match e {
+        #[cfg(feature = "sim")]
+        Error::UnknownDevice { id, .. }
+            if matches!(
+                id.split_once(':').map(|(b, _)| b.parse::<BackendKind>()),
+                Some(Ok(BackendKind::Sim))
+            ) =>
+        {
+            Error::UnknownDevice {
+                id,
+                available: format!(
+                    "sim:{{{}}} with optional ,modifiers (e.g. `sim:h100-80gb,seed=3`)",
+                    sim::profile_names()
+                ),
+            }
+        }
+        e => e,
+    })
+}
+
 /// Open a device by id (`sim:rtx4090`, `cuda:0`).
 pub fn open(id: &str) -> Result<Device> {
-    let id: DeviceId = id.parse()?;
+    let id: DeviceId = parse_device_id(id)?;
     let span = tracing::debug_span!("open", device = %id);
     let _e = span.enter();
     backend(id.backend)?.open(&id.selector)

@@ -188,7 +188,7 @@ fn device(s: &str) -> Result<String, String> {
     if s.chars().any(|c| c.is_control()) {
         return Err(format!("{s:?} holds control characters"));
     }
-    s.parse::<memplan::DeviceId>()
+    memplan::parse_device_id(s)
         .map_err(|e| e.to_string())
         .map(|_| s.to_string())
 }
