@@ -16,8 +16,24 @@ pub const GIB: u64 = 1 << 30;
 /// Parse a byte quantity: a plain integer number of bytes, or a number with a unit
 /// (`B`, `KB`/`MB`/`GB`/`TB`/`PB` = powers of 1000, `KiB`/`MiB`/`GiB`/`TiB`/`PiB` = powers of
 /// 1024, `K`/`M`/`G`/`T`/`P` alone = powers of 1024 as engines print them). Case-insensitive for the
-/// SI part; fractional values are rounded to the nearest byte.
+/// SI part; fractional values are rounded to the nearest byte. A quantity past what 64 bits
+/// hold is refused as too large (it is a byte quantity, just no count of bytes memplan keeps).
 pub fn parse_bytes(field: &str, input: &str) -> Result<u64, Error> {
+    parse_bytes_or_too_large(field, input)?.ok_or_else(|| {
+        Error::invalid(
+            field,
+            format!(
+                "{input:?} is too large: more than 64 bits hold ({} bytes, 16 EiB)",
+                u64::MAX
+            ),
+        )
+    })
+}
+
+/// [`parse_bytes`], except that a well-formed quantity past what 64 bits hold is `Ok(None)`
+/// rather than an error: for a caller with a lower limit of its own, whose message should
+/// give that limit (`--total-memory`: at most 1 PiB). Malformed input is an error as there.
+pub fn parse_bytes_or_too_large(field: &str, input: &str) -> Result<Option<u64>, Error> {
     let bad = |why: &str| {
         Error::invalid(
             field,
@@ -27,6 +43,9 @@ pub fn parse_bytes(field: &str, input: &str) -> Result<u64, Error> {
     let s = input.trim().replace('_', "");
     if s.is_empty() {
         return Err(bad("empty"));
+    }
+    if s.starts_with('-') {
+        return Err(bad("negative"));
     }
     let split = s
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -51,15 +70,15 @@ pub fn parse_bytes(field: &str, input: &str) -> Result<u64, Error> {
         _ => return Err(bad(&format!("unknown unit {unit:?}"))),
     };
     if !num.contains('.') {
-        let n: u64 = num.parse().map_err(|_| bad("not a number"))?;
-        return n.checked_mul(mult).ok_or_else(|| bad("overflows 64 bits"));
+        // Only ASCII digits here: a parse that fails is a number past 64 bits.
+        return Ok(num.parse::<u64>().ok().and_then(|n| n.checked_mul(mult)));
     }
     let x: f64 = num.parse().map_err(|_| bad("not a number"))?;
     let v = x * mult as f64;
-    if !v.is_finite() || v < 0.0 || v >= u64::MAX as f64 {
-        return Err(bad("out of range"));
+    if v >= u64::MAX as f64 {
+        return Ok(None);
     }
-    Ok(v.round() as u64)
+    Ok(Some(v.round() as u64))
 }
 
 /// A byte count as a signed number, saturating at `i64::MAX`: differences of readings are
@@ -172,6 +191,33 @@ mod tests {
             let e = parse_bytes("--weights-bytes", bad).unwrap_err().to_string();
             assert!(e.contains("--weights-bytes"), "{bad}: {e}");
         }
+    }
+
+    /// A number past 64 bits is a byte quantity, too large: never "not a number"; a negative
+    /// one is called negative, not "no number".
+    #[test]
+    fn too_large_and_negative_are_called_so() {
+        for big in [
+            "99999999999999999999",
+            "99999999999999999999999GiB",
+            "20000000000TiB",
+            "20000000000.5TiB",
+            "18446744073709551616",
+        ] {
+            let e = parse_bytes("x", big).unwrap_err().to_string();
+            assert!(
+                e.contains("is too large") && e.contains("18446744073709551615 bytes"),
+                "{big}: {e}"
+            );
+            assert_eq!(parse_bytes_or_too_large("x", big).unwrap(), None, "{big}");
+        }
+        assert_eq!(parse_bytes("x", "18446744073709551615").unwrap(), u64::MAX);
+        assert_eq!(parse_bytes_or_too_large("x", "1GiB").unwrap(), Some(GIB));
+        for neg in ["-1", "-5GiB", " -0.5 MiB"] {
+            let e = parse_bytes("x", neg).unwrap_err().to_string();
+            assert!(e.contains("(negative)"), "{neg}: {e}");
+        }
+        assert!(parse_bytes_or_too_large("x", "12 parsecs").is_err());
     }
 
     #[test]

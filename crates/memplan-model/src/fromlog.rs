@@ -534,9 +534,8 @@ impl<'a> Line<'a> {
         {
             return Ok(None);
         }
-        let b: u64 = tok
-            .parse()
-            .map_err(|_| bad(self.n, format!("{what} {tok} does not fit in 64 bits")))?;
+        // Only digits: a parse that fails is a figure past 64 bits, past the limit too.
+        let b: u64 = tok.parse().unwrap_or(u64::MAX);
         if b > limits::MAX_BYTES {
             return Err(bad(
                 self.n,
@@ -558,9 +557,8 @@ impl<'a> Line<'a> {
         if !digits.chars().all(|c| c.is_ascii_digit()) {
             return Err(bad(self.n, format!("{what} {tok} is not a whole number")));
         }
-        let n: u64 = digits
-            .parse()
-            .map_err(|_| bad(self.n, format!("{what} {tok} does not fit in 64 bits")))?;
+        // Only digits: a parse that fails is a count past 64 bits, outside the range too.
+        let n: u64 = digits.parse().unwrap_or(u64::MAX);
         limits::check_count(n, max)
             .map(Some)
             .map_err(|_| bad(self.n, format!("{what} {tok} is outside 1..={max}")))

@@ -299,6 +299,16 @@ impl Command {
         let n = self.line;
         let what = |why: String| bad(n, format!("the pasted command's {name} {v:?} {why}"));
         let count = |max: u64, human: bool| -> Result<u64> {
+            // A whole number, negative or past 64 bits, is one: outside the range, not "not
+            // a whole number".
+            let t = v.trim();
+            let digits = t.strip_prefix(['-', '+']).unwrap_or(t);
+            if !digits.is_empty()
+                && digits.chars().all(|c| c.is_ascii_digit())
+                && t.parse::<u64>().is_err()
+            {
+                return Err(what(format!("is outside 1..={max}")));
+            }
             let x = if human { human_int(v) } else { v.parse().ok() }
                 .ok_or_else(|| what("is not a whole number".into()))?;
             limits::check_count(x, max).map_err(|_| what(format!("is outside 1..={max}")))

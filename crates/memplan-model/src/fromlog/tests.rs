@@ -1487,3 +1487,45 @@ fn the_engines_printed_arguments_win_over_a_pasted_command() {
         "{e}"
     );
 }
+
+/// A whole number too long for 64 bits is still a whole number: out of range, stated with
+/// the range (a count) or the most any device holds (bytes), in a log line and in a pasted
+/// command alike; a negative count in a command is out of range too, not "not a whole number".
+#[test]
+fn numbers_past_64_bits_are_out_of_range_with_the_range() {
+    let huge = "99999999999999999999999";
+    let e = parse(&format!(
+        "INFO vLLM API server version 0.30.0\nINFO Model loading took 1.0 GiB\n\
+         INFO GPU KV cache size: {huge} tokens\n"
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains(&format!("{huge} is outside 1..=")) && !e.contains("64 bits"),
+        "{e}"
+    );
+    let ascend = format!(
+        "(EngineCore_DP0 pid=6903) INFO 10-09 01:30:33 [core.py:76] Initializing a V1 LLM engine (v0.10.2) with config: model='m', dtype=torch.float16, max_seq_len=32768, tensor_parallel_size=1, quantization=None, enforce_eager=True, kv_cache_dtype=auto, device_config=npu\n\
+         (EngineCore_DP0 pid=6903) INFO 10-09 01:31:14 [worker_v1.py:198] Available memory: {huge}, total memory: 49602220032\n\
+         (EngineCore_DP0 pid=6903) INFO 10-09 01:31:14 [kv_cache_utils.py:864] GPU KV cache size: 3,269,760 tokens\n"
+    );
+    let e = parse(&ascend).unwrap_err().to_string();
+    assert!(
+        e.contains(&format!(
+            "{huge} bytes is more than any device holds (at most"
+        )) && !e.contains("64 bits"),
+        "{e}"
+    );
+    // (`-1` is vLLM's "the longest that fits"; `-2` is no length.)
+    for v in [huge, "-2", "+99999999999999999999999"] {
+        let e = parse(&format!(
+            "$ vllm serve m --max-model-len {v}\nINFO 12-13 19:55:25 worker.py:243] Memory profiling results:\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("line 1") && e.contains(&format!("--max-model-len \"{v}\" is outside 1..=")),
+            "{v}: {e}"
+        );
+    }
+}

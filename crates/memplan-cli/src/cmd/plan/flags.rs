@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use memplan::bytes::{fmt_bytes, parse_bytes};
+use memplan::bytes::{fmt_bytes, parse_bytes_or_too_large};
 use memplan::kv::KvDtype;
 use memplan_model::arch::state::MambaDtype;
 use memplan_model::engine::{EngineKind, EngineRules};
@@ -34,18 +34,23 @@ pub const MAX_CPU_OFFLOAD_GIB: f64 = (MAX_BYTES >> 30) as f64;
 
 fn bytes(flag: &'static str) -> impl Fn(&str) -> Result<u64, String> + Clone {
     move |s| {
-        let b = parse_bytes(flag, s).map_err(|e| match e {
+        let b = parse_bytes_or_too_large(flag, s).map_err(|e| match e {
             memplan::Error::InvalidInput { message, .. } => message,
             other => other.to_string(),
         })?;
-        if b > MAX_BYTES {
-            return Err(format!(
-                "{s:?} is {}, more than any device holds (at most {})",
+        match b {
+            Some(b) if b <= MAX_BYTES => Ok(b),
+            // Past 64 bits: too large to show as a size, past the limit all the same.
+            None => Err(format!(
+                "{s:?} is more than any device holds (at most {}, 1 PiB)",
+                fmt_bytes(MAX_BYTES)
+            )),
+            Some(b) => Err(format!(
+                "{s:?} is {}, more than any device holds (at most {}, 1 PiB)",
                 fmt_bytes(b),
                 fmt_bytes(MAX_BYTES)
-            ));
+            )),
         }
-        Ok(b)
     }
 }
 
@@ -60,8 +65,9 @@ fn positive_bytes(flag: &'static str) -> impl Fn(&str) -> Result<u64, String> + 
 fn count(max: u64) -> impl Fn(&str) -> Result<u64, String> + Clone {
     move |s| {
         let n: u64 = s.trim().parse().map_err(|_| {
-            // A negative whole number (vLLM's `--max-model-len -1`) is one, just out of range.
-            if s.trim().parse::<i128>().is_ok() {
+            // A negative whole number (vLLM's `--max-model-len -1`) is one, just out of
+            // range; so is one past 64 bits.
+            if whole_number(s) {
                 format!("{} is outside 1..={max}", s.trim())
             } else {
                 format!("{s:?} is not a whole number")
@@ -72,6 +78,13 @@ fn count(max: u64) -> impl Fn(&str) -> Result<u64, String> + Clone {
         }
         Ok(n)
     }
+}
+
+/// Whether `s` is a whole number in decimal digits, with a sign or not, of any length.
+fn whole_number(s: &str) -> bool {
+    let t = s.trim();
+    let digits = t.strip_prefix(['-', '+']).unwrap_or(t);
+    !digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit())
 }
 
 fn block(s: &str) -> Result<u32, String> {
@@ -93,16 +106,22 @@ fn capture_size(s: &str) -> Result<u64, String> {
 
 /// `--max-lora-rank`: one of the ranks vLLM accepts.
 fn lora_rank(s: &str) -> Result<u64, String> {
-    let n: u64 = s
-        .trim()
-        .parse()
-        .map_err(|_| format!("{s:?} is not a whole number"))?;
+    let ranks = || {
+        LORA_RANKS
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let n: u64 = s.trim().parse().map_err(|_| {
+        if whole_number(s) {
+            format!("{} is not a LoRA rank vLLM accepts ({})", s.trim(), ranks())
+        } else {
+            format!("{s:?} is not a whole number")
+        }
+    })?;
     if !LORA_RANKS.contains(&n) {
-        let ranks: Vec<String> = LORA_RANKS.iter().map(u64::to_string).collect();
-        return Err(format!(
-            "{n} is not a LoRA rank vLLM accepts ({})",
-            ranks.join(", ")
-        ));
+        return Err(format!("{n} is not a LoRA rank vLLM accepts ({})", ranks()));
     }
     Ok(n)
 }
@@ -458,11 +477,35 @@ mod tests {
         assert!(device("sim:rtx4090\u{1}").is_err());
         assert!(device("nonsense:0").is_err());
         assert!(bytes("--x")("2PiB").is_err() && bytes("--x")("2000TiB").is_err());
+        // Past 64 bits: the flag's own limit, not "not a number".
+        for big in ["99999999999999999999999", "99999999999999999999PiB"] {
+            let e = bytes("--x")(big).unwrap_err();
+            assert!(
+                e.contains("more than any device holds (at most 1048576.00 GiB, 1 PiB)")
+                    && !e.contains("number"),
+                "{big}: {e}"
+            );
+        }
         assert!(positive_bytes("--x")("0").is_err());
         assert_eq!(lora_rank("64").unwrap(), 64);
         for bad in ["0", "17", "1024", "-1", "x", "18446744073709551616"] {
             assert!(lora_rank(bad).is_err(), "{bad}");
         }
+        // A whole number of any length is one: out of range, never "not a whole number".
+        let huge = "1".repeat(45);
+        let e = lora_rank(&huge).unwrap_err();
+        assert!(e.contains("is not a LoRA rank vLLM accepts (1, 8,"), "{e}");
+        for n in [
+            huge.as_str(),
+            "-1",
+            "-99999999999999999999999999999999999999999",
+        ] {
+            let e = count(MAX_NUM_SEQS)(n).unwrap_err();
+            assert!(e.contains(&format!("{n} is outside 1..=")), "{n}: {e}");
+        }
+        assert!(count(MAX_NUM_SEQS)("1.5")
+            .unwrap_err()
+            .contains("not a whole number"));
         assert_eq!(offload_gib("2.5").unwrap(), 2.5);
         for bad in ["-1", "NaN", "inf", "1e308", "-0.0001", "x"] {
             assert!(offload_gib(bad).is_err(), "{bad}");
