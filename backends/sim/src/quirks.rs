@@ -254,10 +254,14 @@ pub fn parse_selector(
             ("other", Some(v)) => mods.other_processes = Some(parse_bytes("other", v)?),
             ("graphics", Some(v)) => mods.graphics = Some(parse_bytes("graphics", v)?),
             ("seed", Some(v)) => {
-                mods.seed = Some(
-                    v.parse()
-                        .map_err(|_| bad(format!("seed {v:?} is not an unsigned integer")))?,
-                )
+                mods.seed = Some(v.parse().map_err(|e: std::num::ParseIntError| {
+                    // Digits past 64 bits are an unsigned integer, too large for a seed.
+                    if *e.kind() == std::num::IntErrorKind::PosOverflow {
+                        bad(format!("seed {v} is too large: at most {}", u64::MAX))
+                    } else {
+                        bad(format!("seed {v:?} is not an unsigned integer"))
+                    }
+                })?)
             }
             ("physics", Some(v)) => {
                 mods.pin = match v.to_ascii_lowercase().as_str() {
@@ -383,6 +387,19 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("other"), "{e}");
+        // A seed past 64 bits is a number, too large: said so, with the limit.
+        let e = parse_selector("x,seed=99999999999999999999999", |_| Ok(Quirks::default()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("is too large: at most 18446744073709551615")
+                && !e.contains("not an unsigned integer"),
+            "{e}"
+        );
+        let e = parse_selector("x,seed=-1", |_| Ok(Quirks::default()))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not an unsigned integer"), "{e}");
     }
 
     #[test]
