@@ -78,6 +78,11 @@ pub struct Setup {
 /// that step opens with no synchronize of its own.
 pub const NEIGHBOUR_STEPS: [&str; 4] = ["load_weights", "profile_run", "graph_phase", "plan"];
 
+/// The KV cache dtypes a scenario's `kv.dtype` takes, as an error says them (the names
+/// `KvDtype`'s parser accepts, its aliases left out).
+const KV_DTYPES: &str =
+    "give the cache's dtype: bf16, fp16, fp32, fp8 (e4m3), fp8_e4m3, fp8_e5m2, int8 or fp8_ds_mla (MLA only)";
+
 /// Largest `kv.max_model_len` of a scenario (2^30 tokens).
 pub const MAX_MODEL_LEN: u64 = 1 << 30;
 /// Largest `kv.max_num_batched_tokens` (2^30).
@@ -213,10 +218,20 @@ impl Scenario {
             }
         };
         let k = &self.kv;
-        let dtype: KvDtype = k
-            .dtype
-            .parse()
-            .map_err(|e: Error| Error::invalid(f("kv.dtype"), e.to_string()))?;
+        // The cache's own dtype, as docs/scenarios.md lists it. `auto` (the engines' default:
+        // the model's dtype) is not one: a scenario gives its weights in bytes, not a model
+        // dtype to take the cache's from.
+        let dtype: KvDtype = match k.dtype.trim().to_ascii_lowercase().as_str() {
+            "auto" => Err(format!(
+                "{:?} takes the model's dtype, and a scenario has none; {KV_DTYPES}",
+                k.dtype
+            )),
+            _ => k
+                .dtype
+                .parse()
+                .map_err(|_| format!("unknown dtype {:?}; {KV_DTYPES}", k.dtype)),
+        }
+        .map_err(|why| Error::invalid(f("kv.dtype"), why))?;
         let written = k
             .layer_groups()
             .map_err(|(key, why)| Error::invalid(f(key), why))?;

@@ -248,3 +248,49 @@ fn an_integrated_gpu_without_a_free_reading_is_bounded_by_the_host() {
         .iter()
         .all(|w| w.code() != "other_processes_unseen"));
 }
+
+/// The error loading `text` gives (a file the tester wrote that must not load).
+fn load_error(text: &str) -> String {
+    memplan_testbed::Scenario::from_toml("bad.toml", text)
+        .and_then(|s| s.resolve())
+        .map(|_| ())
+        .unwrap_err()
+        .to_string()
+}
+
+/// A small valid scenario named `bad` on `device`, `from` replaced by `to`.
+fn small(device: &str, from: &str, to: &str) -> String {
+    let text = scenario(
+        "bad",
+        device,
+        "gpu_memory_utilization = 0.9",
+        SMALL_MODEL,
+        GRAPHS,
+        "",
+    );
+    assert!(text.contains(from), "{from}");
+    text.replace(from, to)
+}
+
+#[test]
+fn a_kv_dtype_of_auto_is_refused_with_a_list_that_does_not_offer_it() {
+    assert!(
+        memplan_testbed::Scenario::from_toml("ok.toml", &small("rtx4090", "", ""))
+            .and_then(|s| s.resolve())
+            .is_ok()
+    );
+    for dtype in ["auto", "fp4"] {
+        let e = load_error(&small(
+            "rtx4090",
+            "dtype = \"bf16\"",
+            &format!("dtype = \"{dtype}\""),
+        ));
+        assert!(e.starts_with("scenario bad: kv.dtype: "), "{e}");
+        assert!(e.contains("bf16, fp16") && e.contains("fp8_ds_mla"), "{e}");
+        // The list offers only what the parser takes: not the value just refused.
+        let list = e.split("dtype: ").last().unwrap();
+        assert!(!list.contains("auto,") && !list.contains(" auto "), "{e}");
+    }
+    let e = load_error(&small("rtx4090", "dtype = \"bf16\"", "dtype = \"auto\""));
+    assert!(e.contains("model's dtype"), "{e}");
+}
