@@ -49,7 +49,7 @@ pub const SHIPPED: &[(&str, &str)] = &[
 pub const MAX_SCENARIO_BYTES: u64 = 1 << 50;
 
 /// A byte quantity in a scenario: an integer or a string with a unit (`"512MiB"`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
 pub enum ByteValue {
     /// Bytes.
@@ -73,6 +73,41 @@ impl ByteValue {
             ));
         }
         Ok(b)
+    }
+}
+
+/// What a byte quantity is, as an error says it.
+const BYTE_VALUE: &str =
+    "a byte quantity: a whole number of bytes (2147483648) or a string with a unit (\"24GiB\", \"512MiB\")";
+
+/// Read by hand rather than as an untagged enum, whose error ("data did not match any variant
+/// of untagged enum ByteValue") says neither what was written nor what a byte quantity is.
+impl<'de> Deserialize<'de> for ByteValue {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Visit;
+        impl serde::de::Visitor<'_> for Visit {
+            type Value = ByteValue;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(BYTE_VALUE)
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> std::result::Result<ByteValue, E> {
+                Ok(ByteValue::Int(v))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> std::result::Result<ByteValue, E> {
+                u64::try_from(v)
+                    .map(ByteValue::Int)
+                    .map_err(|_| E::custom(format!("{v} is negative; expected {BYTE_VALUE}")))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> std::result::Result<ByteValue, E> {
+                Err(E::custom(format!(
+                    "{v:?} is a float; expected {BYTE_VALUE} (a fraction goes in a string with a unit: \"2.5GiB\")"
+                )))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> std::result::Result<ByteValue, E> {
+                Ok(ByteValue::Str(v.to_owned()))
+            }
+        }
+        d.deserialize_any(Visit)
     }
 }
 

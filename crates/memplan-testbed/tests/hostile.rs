@@ -294,3 +294,35 @@ fn a_kv_dtype_of_auto_is_refused_with_a_list_that_does_not_offer_it() {
     let e = load_error(&small("rtx4090", "dtype = \"bf16\"", "dtype = \"auto\""));
     assert!(e.contains("model's dtype"), "{e}");
 }
+
+#[test]
+fn a_byte_quantity_of_the_wrong_kind_says_what_a_byte_quantity_is() {
+    for (from, to, key, why) in [
+        (
+            "gpu_memory_utilization = 0.9",
+            "memory_budget = -5",
+            "request.memory_budget: ",
+            "-5 is negative",
+        ),
+        (
+            "weights = \"3GiB\"",
+            "weights = 2147483648.0",
+            "model.weights: ",
+            "2147483648.0 is a float",
+        ),
+        (
+            "weights = \"3GiB\"",
+            "weights = true",
+            "model.weights: ",
+            "boolean",
+        ),
+    ] {
+        let e = load_error(&small("rtx4090", from, to));
+        assert!(!e.contains("untagged") && !e.contains("ByteValue"), "{e}");
+        assert!(e.contains(key) && e.contains(why), "{e}");
+        assert!(
+            e.contains("a whole number of bytes") && e.contains("\"24GiB\""),
+            "{e}"
+        );
+    }
+}
