@@ -238,6 +238,16 @@ pub fn parse_selector(
     // silently winning (`seed=1,seed=2` would plan with seed 2 and say nothing).
     let mut given: Vec<(String, &str)> = Vec::new();
     for m in parts {
+        // A comma at the end or two in a row: said as such, not as an unknown modifier ``.
+        if m.is_empty() {
+            return Err(Error::invalid(
+                "sim selector",
+                format!(
+                    "{selector:?} has an empty modifier (a comma at the end, or two in a row): \
+                     remove the extra comma"
+                ),
+            ));
+        }
         let bad = |msg: String| Error::invalid(format!("sim selector modifier `{m}`"), msg);
         let (key, value) = match m.split_once('=') {
             Some((k, v)) => (k.trim().to_ascii_lowercase(), Some(v.trim())),
@@ -400,6 +410,19 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("not an unsigned integer"), "{e}");
+    }
+
+    #[test]
+    fn an_empty_modifier_is_named_as_such() {
+        for selector in ["x,", "x,seed=1,", "x,,seed=1", "x, ,seed=1"] {
+            let e = parse_selector(selector, |_| Ok(Quirks::default()))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("empty modifier") && !e.contains("unknown modifier"),
+                "{selector}: {e}"
+            );
+        }
     }
 
     #[test]
