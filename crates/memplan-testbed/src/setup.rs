@@ -413,17 +413,21 @@ impl Scenario {
         let neighbour = self
             .neighbour
             .iter()
-            .map(|n| {
+            .enumerate()
+            .map(|(i, n)| {
                 if !NEIGHBOUR_STEPS.contains(&n.before.as_str()) {
                     return Err(Error::invalid(
-                        f("neighbour.before"),
+                        f(&format!("neighbour[{i}].before")),
                         format!(
                             "{:?}: expected load_weights, profile_run, graph_phase or plan",
                             n.before
                         ),
                     ));
                 }
-                Ok((n.before.clone(), n.bytes.bytes(&f("neighbour.bytes"))?))
+                Ok((
+                    n.before.clone(),
+                    n.bytes.bytes(&f(&format!("neighbour[{i}].bytes")))?,
+                ))
             })
             .collect::<Result<Vec<_>>>()?;
         let weight_tensors = self.model.weight_tensors;
@@ -454,13 +458,21 @@ impl Scenario {
         }
         // Other processes that hold the whole device leave no room for any process to start:
         // a world no engine meets, said where it was written, not as an out-of-memory of
-        // whatever ran first.
+        // whatever ran first. A neighbour's bytes are what other processes hold from its step
+        // on: the same rule.
         let (profile, mods) = memplan_backend_sim::SimGpu::selector_profile(&self.device)
             .map_err(|e| Error::invalid(f("device"), e.to_string()))?;
         let held = [
             (f("other_processes"), Some(other)),
             (f("device"), mods.other_processes),
-        ];
+        ]
+        .into_iter()
+        .chain(
+            neighbour
+                .iter()
+                .enumerate()
+                .map(|(i, (_, b))| (f(&format!("neighbour[{i}].bytes")), Some(*b))),
+        );
         for (field, bytes) in held {
             if let Some(b) = bytes.filter(|b| *b >= profile.total_bytes) {
                 return Err(Error::invalid(

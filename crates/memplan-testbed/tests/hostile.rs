@@ -326,3 +326,42 @@ fn a_byte_quantity_of_the_wrong_kind_says_what_a_byte_quantity_is() {
         );
     }
 }
+
+#[test]
+fn a_neighbour_holding_the_whole_device_is_the_files_error() {
+    let neighbours = |a: &str, b: &str| {
+        format!(
+            "[[neighbour]]\nbefore = \"profile_run\"\nbytes = \"{a}\"\n\n\
+             [[neighbour]]\nbefore = \"graph_phase\"\nbytes = \"{b}\"\n"
+        )
+    };
+    let text = |a: &str, b: &str| {
+        scenario(
+            "bad",
+            "h100-80gb",
+            "gpu_memory_utilization = 0.5",
+            SMALL_MODEL,
+            GRAPHS,
+            &neighbours(a, b),
+        )
+    };
+    // An H100 holds 79.19 GiB: a neighbour holding that or more leaves no process room, as
+    // other_processes does; the error names which neighbour.
+    for (a, b, key) in [
+        ("100GiB", "1GiB", "neighbour[0].bytes: "),
+        ("1GiB", "79.19GiB", "neighbour[1].bytes: "),
+    ] {
+        let e = load_error(&text(a, b));
+        assert!(
+            e.starts_with(&format!("scenario bad: {key}")) && e.contains("h100-80gb"),
+            "{a} {b}: {e}"
+        );
+    }
+    let e = load_error(&text("1GiB", "2GiB").replace("graph_phase", "serve"));
+    assert!(e.starts_with("scenario bad: neighbour[1].before: "), "{e}");
+    assert!(
+        memplan_testbed::Scenario::from_toml("ok.toml", &text("1GiB", "40GiB"))
+            .and_then(|s| s.resolve())
+            .is_ok()
+    );
+}
