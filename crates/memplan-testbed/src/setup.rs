@@ -123,11 +123,19 @@ impl Setup {
 }
 
 impl Scenario {
-    /// Parse TOML; errors name the scenario, the line and column, and the key path of the
-    /// value at fault (`kv.layers`), on one line (the toml crate's own message quotes the line
-    /// with a caret under it, over several lines, and names no key).
+    /// Parse TOML; errors name the file, the scenario (where its `name` reads as a string),
+    /// the line and column, and the key path of the value at fault (`kv.layers`), on one line
+    /// (the toml crate's own message quotes the line with a caret under it, over several
+    /// lines, and names no key).
     pub fn from_toml(origin: &str, text: &str) -> Result<Self> {
         serde_path_to_error::deserialize(toml::Deserializer::new(text)).map_err(|e| {
+            // The `scenario NAME: ` every other error of the file starts with, where the text
+            // is TOML and its name a string (an error in the name itself leaves it out).
+            let scenario = toml::from_str::<toml::Table>(text)
+                .ok()
+                .and_then(|t| t.get("name")?.as_str().map(str::to_owned))
+                .map(|n| format!("scenario {n}: "))
+                .unwrap_or_default();
             let path = e.path().to_string();
             let key = if path.is_empty() || path == "." {
                 String::new()
@@ -158,7 +166,10 @@ impl Scenario {
                     "expected u64",
                     "expected a whole number from 0 to 18446744073709551615",
                 );
-            Error::file(origin, format!("TOML parse error{at}: {key}{message}"))
+            Error::file(
+                origin,
+                format!("{scenario}TOML parse error{at}: {key}{message}"),
+            )
         })
     }
 

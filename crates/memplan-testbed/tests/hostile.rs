@@ -365,3 +365,29 @@ fn a_neighbour_holding_the_whole_device_is_the_files_error() {
             .is_ok()
     );
 }
+
+#[test]
+fn an_error_the_toml_reader_finds_names_the_scenario_too() {
+    for (from, to, key) in [
+        (
+            "[graphs]",
+            "[engine]\nkv_allocation = \"paged\"\n\n[graphs]",
+            "engine.kv_allocation: ",
+        ),
+        (
+            "[graphs]",
+            "[engine]\nstart_rule = \"sglang\"\n\n[graphs]",
+            "engine.start_rule: ",
+        ),
+        ("layers = 28", "layers = -28", "kv.layers: "),
+    ] {
+        let e = load_error(&small("rtx4090", from, to));
+        assert!(
+            e.starts_with("bad.toml: scenario bad: TOML parse error at line ") && e.contains(key),
+            "{to}: {e}"
+        );
+    }
+    // A file that is not TOML has no name to give: the file and the place.
+    let e = load_error("name = \"bad\"\nthis is = = not toml\n");
+    assert!(e.starts_with("bad.toml: TOML parse error at line 2"), "{e}");
+}
