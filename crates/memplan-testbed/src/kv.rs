@@ -128,7 +128,7 @@ struct Spec {
 
 /// Bytes per token of one layer of `g` in `dtype` (see the module's page rules), `None` for a
 /// dtype the engine does not know for that attention or a shape that overflows.
-fn token_bytes(g: &KvGroupToml, dtype: &str) -> Option<u64> {
+pub(crate) fn token_bytes(g: &KvGroupToml, dtype: &str) -> Option<u64> {
     let elems = u64::from(g.kv_heads).checked_mul(u64::from(g.head_dim))?;
     if g.attention == KvAttention::Mla {
         return match dtype {

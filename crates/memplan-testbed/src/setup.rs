@@ -355,9 +355,8 @@ impl Scenario {
                 group
             });
         }
-        let kv = KvSpec::new(groups, dtype, k.block_size);
-        kv.validate()
-            .map_err(|e| Error::invalid(f("kv"), e.to_string()))?;
+        // The ranges first: a block size of 0 is `kv.block_size`'s error, as one of 4097 is,
+        // not the KV spec's own check's (`kv: KV block size: ...`).
         for (key, v, max) in [
             ("kv.max_model_len", k.max_model_len, MAX_MODEL_LEN),
             (
@@ -371,13 +370,52 @@ impl Scenario {
                 return Err(Error::invalid(f(key), format!("{v} is outside 1..={max}")));
             }
         }
+        let kv = KvSpec::new(groups, dtype, k.block_size);
+        kv.validate()
+            .map_err(|e| Error::invalid(f("kv"), e.to_string()))?;
         // The engine's own layout must exist: pages that overflow, or pages of a hybrid model
         // that vLLM 0.19.0 cannot bring to one size (`unify_kv_cache_spec_page_size` raises
         // where the largest page is not a multiple of another), leave it none.
         if crate::kv::EngineKv::of(k).is_none() {
+            // Say which group: the first whose page overflows, else one whose page does not
+            // divide the largest (`kv.groups[i]`, or `kv` in the one-group form).
+            let group = |i: usize| {
+                if many {
+                    f(&format!("kv.groups[{i}]"))
+                } else {
+                    f("kv")
+                }
+            };
+            let dtype = k.dtype.to_ascii_lowercase();
+            let pages: Vec<Option<u64>> = written
+                .iter()
+                .map(|g| {
+                    crate::kv::token_bytes(g, &dtype)?
+                        .checked_mul(u64::from(k.block_size))
+                        .filter(|p| *p > 0)
+                })
+                .collect();
+            if let Some(i) = pages.iter().position(Option::is_none) {
+                return Err(Error::invalid(
+                    group(i),
+                    "the engine has no KV layout for these layers: a page (block_size x kv_heads x head_dim x the dtype's bytes, K and V) overflows 64 bits",
+                ));
+            }
+            let pages: Vec<u64> = pages.into_iter().flatten().collect();
+            let largest = pages.iter().copied().max().unwrap_or(0);
+            let at = pages.iter().position(|p| *p == largest).unwrap_or(0);
+            if let Some(i) = pages.iter().position(|p| largest % p != 0) {
+                return Err(Error::invalid(
+                    group(i),
+                    format!(
+                        "its page of {} bytes does not divide kv.groups[{at}]'s of {largest} bytes (the largest), and vLLM 0.19.0 cannot unify pages that do not (unify_kv_cache_spec_page_size): give the groups' kv_heads x head_dim multiples of each other",
+                        pages[i]
+                    ),
+                ));
+            }
             return Err(Error::invalid(
                 f(if many { "kv.groups" } else { "kv" }),
-                "the engine has no KV layout for these layers: a page overflows, or (several groups) the largest page is not a multiple of every other, which vLLM 0.19.0 cannot unify (unify_kv_cache_spec_page_size)",
+                "the engine has no KV layout for these layers (vLLM 0.19.0's kv_cache_utils.py)",
             ));
         }
         let limits = KvLimits::new(k.max_model_len, k.max_num_batched_tokens)

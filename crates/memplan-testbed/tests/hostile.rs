@@ -391,3 +391,43 @@ fn an_error_the_toml_reader_finds_names_the_scenario_too() {
     let e = load_error("name = \"bad\"\nthis is = = not toml\n");
     assert!(e.starts_with("bad.toml: TOML parse error at line 2"), "{e}");
 }
+
+#[test]
+fn kv_errors_name_the_field_the_same_way_and_the_group_at_fault() {
+    // A block size of 0 is `kv.block_size`'s error, as one of 4097 is.
+    for (size, says) in [("0", "0 is outside 1..=4096"), ("4097", "4097 is outside")] {
+        let e = load_error(&small(
+            "rtx4090",
+            "layers = 28",
+            &format!("layers = 28\nblock_size = {size}"),
+        ));
+        assert!(
+            e.starts_with("scenario bad: kv.block_size: ") && e.contains(says),
+            "{e}"
+        );
+    }
+    // A hybrid model whose pages vLLM cannot unify: the group whose page does not divide the
+    // largest, and that one, by index.
+    let hybrid = small(
+        "rtx4090",
+        "layers = 28\nkv_heads = 4\nhead_dim = 128\n",
+        "",
+    )
+    .replace(
+        "[graphs]",
+        "[[kv.groups]]\nattention = \"sliding\"\nwindow = 1024\nlayers = 4\nkv_heads = 2\nhead_dim = 128\n\n\
+         [[kv.groups]]\nattention = \"full\"\nlayers = 4\nkv_heads = 3\nhead_dim = 128\n\n[graphs]",
+    );
+    let e = load_error(&hybrid);
+    assert!(
+        e.starts_with("scenario bad: kv.groups[0]: its page of 16384 bytes")
+            && e.contains("kv.groups[1]'s of 24576 bytes"),
+        "{e}"
+    );
+    assert!(memplan_testbed::Scenario::from_toml(
+        "ok.toml",
+        &hybrid.replace("kv_heads = 3", "kv_heads = 4")
+    )
+    .and_then(|s| s.resolve())
+    .is_ok());
+}
