@@ -89,13 +89,14 @@ fn a_hardware_device_id_without_an_ordinal_is_refused() {
     }
 }
 
-/// A `sim:` id without a profile is refused listing the simulator's profiles (it takes a
-/// profile name and modifiers, not the ordinal a hardware id takes), by `probe` and by
-/// `plan --device`, even beside `--total-memory`.
+/// A `sim:` id without a profile (`sim:`, `sim`) is refused as typed, listing the
+/// simulator's profiles (it takes a profile name and modifiers, not the ordinal a hardware id
+/// takes), by `probe` and by `plan --device`, even beside `--total-memory`.
 #[test]
 fn a_sim_id_without_a_profile_lists_the_profiles() {
     let checks = [
         run(&["probe", "sim:"]),
+        run(&["probe", "sim"]),
         run(&[
             "plan",
             "--model",
@@ -109,7 +110,8 @@ fn a_sim_id_without_a_profile_lists_the_profiles() {
     for (code, err) in checks {
         assert_eq!(code, 2, "{err}");
         assert!(
-            err.contains("`sim:`")
+            (err.contains("`sim:`") || err.contains("`sim`"))
+                && !err.contains("sim:0")
                 && err.contains("rtx4090")
                 && err.contains("h100-80gb")
                 && err.contains("sim:h100-80gb,seed=3")

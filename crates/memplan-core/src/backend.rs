@@ -233,7 +233,9 @@ impl fmt::Display for DeviceId {
 impl FromStr for DeviceId {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
-        let (b, sel) = s.split_once(':').unwrap_or((s, "0"));
+        let (b, sel) = s
+            .split_once(':')
+            .map_or((s, None), |(b, sel)| (b, Some(sel)));
         let backend: BackendKind = b.parse()?;
         // The simulator names its devices (`sim:rtx4090,other=1GiB`); every other backend
         // selects one by its ordinal, in decimal digits (`cuda:0`).
@@ -243,6 +245,14 @@ impl FromStr for DeviceId {
                 && sel.parse::<usize>().is_ok()
         };
         let named = backend.info().layout == Layout::Simulator;
+        // A hardware id without a selector is its first device (`cuda` is `cuda:0`); the
+        // simulator has no first profile, so `sim` alone is refused as itself (not as a
+        // `sim:0` nobody typed).
+        let sel = match sel {
+            Some(sel) => sel,
+            None if named => "",
+            None => "0",
+        };
         if sel.is_empty() || !(named || ordinal(sel)) {
             return Err(Error::UnknownDevice {
                 id: s.into(),
@@ -380,6 +390,11 @@ mod tests {
     /// ordinal for the others.
     #[test]
     fn an_unknown_device_says_what_its_backend_takes() {
+        let e = "sim".parse::<DeviceId>().unwrap_err().to_string();
+        assert!(
+            e.contains("`sim`") && e.contains("sim:PROFILE") && !e.contains("sim:0"),
+            "{e}"
+        );
         let e = "sim:".parse::<DeviceId>().unwrap_err().to_string();
         assert!(
             e.contains("`sim:`")

@@ -211,15 +211,15 @@ fn compiled_list() -> String {
 }
 
 /// Parse a device id (`sim:rtx4090,seed=3`, `cuda:0`) as [`DeviceId`]'s `FromStr` does. Where
-/// the simulator is compiled in, the error for a `sim:` id without a profile (`sim:`) lists
-/// its profiles, as opening an unknown one does.
+/// the simulator is compiled in, the error for a simulator id without a profile (`sim`,
+/// `sim:`) lists its profiles, as opening an unknown one does.
 pub fn parse_device_id(id: &str) -> Result<DeviceId> {
     id.parse::<DeviceId>().map_err(|e| match e {
         #[cfg(feature = "sim")]
         Error::UnknownDevice { id, .. }
             if matches!(
-                id.split_once(':').map(|(b, _)| b.parse::<BackendKind>()),
-                Some(Ok(BackendKind::Sim))
+                id.split_once(':').map_or(id.as_str(), |(b, _)| b).parse(),
+                Ok(BackendKind::Sim)
             ) =>
         {
             Error::UnknownDevice {
