@@ -6,6 +6,21 @@ use memplan_testbed::{simulate_seeded, Outcome, Scenario, StrategyArg, DEFAULT_S
 use serde_json::json;
 
 use crate::contract::{schema, Failure};
+
+/// `--seed`: any 64-bit unsigned number; a whole number outside that range is refused with
+/// the range (clap's own parser said "invalid digit found in string" for -1 and "number too
+/// large to fit in target type" without the limit).
+fn seed(s: &str) -> Result<u64, String> {
+    s.trim().parse::<u64>().map_err(|_| {
+        let t = s.trim();
+        let digits = t.strip_prefix(['-', '+']).unwrap_or(t);
+        if !digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit()) {
+            format!("{t} is outside 0..={}", u64::MAX)
+        } else {
+            format!("{s:?} is not a whole number")
+        }
+    })
+}
 use crate::Report;
 
 fn strategy(s: &str) -> Result<StrategyArg, String> {
@@ -25,7 +40,7 @@ pub struct Args {
     pub strategy: StrategyArg,
     /// Seed of the simulated device's physics (hidden quantities drawn from documented
     /// ranges, docs/simulator-physics.md); the default keeps output reproducible.
-    #[arg(long, allow_negative_numbers = true, default_value_t = DEFAULT_SEED)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = DEFAULT_SEED, value_parser = seed)]
     pub seed: u64,
     /// Print JSON (`memplan.simulate/1`; with --list `memplan.scenarios/1`) instead of the
     /// table.
@@ -121,4 +136,23 @@ pub fn run(args: Args) -> Result<Report, Failure> {
         }
     }
     Ok(Report::new(schema::SIMULATE, json, text))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_seed_outside_64_bits_is_refused_with_the_range() {
+        assert_eq!(seed("7").unwrap(), 7);
+        assert_eq!(seed("18446744073709551615").unwrap(), u64::MAX);
+        for n in ["-1", "18446744073709551616", "99999999999999999999999"] {
+            let e = seed(n).unwrap_err();
+            assert!(
+                e.contains(&format!("{n} is outside 0..=18446744073709551615")),
+                "{n}: {e}"
+            );
+        }
+        assert!(seed("x").unwrap_err().contains("not a whole number"));
+    }
 }

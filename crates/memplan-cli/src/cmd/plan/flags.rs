@@ -87,6 +87,18 @@ fn whole_number(s: &str) -> bool {
     !digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit())
 }
 
+/// A rank or stage, counted from 0. A whole number that is negative or past 64 bits is
+/// refused with the most any parallel size allows, `max` (clap's own parser said "invalid
+/// digit found in string", "number too large to fit in target type"); any other is checked
+/// against the parallel size given, where the plan is made.
+fn index(max: u64) -> impl Fn(&str) -> Result<u64, String> + Clone {
+    move |s| match s.trim().parse::<u64>() {
+        Ok(n) => Ok(n),
+        Err(_) if whole_number(s) => Err(format!("{} is outside 0..={max}", s.trim())),
+        Err(_) => Err(format!("{s:?} is not a whole number")),
+    }
+}
+
 fn block(s: &str) -> Result<u32, String> {
     count(u64::from(MAX_BLOCK))(s).map(|n| n as u32)
 }
@@ -368,12 +380,12 @@ pub struct Flags {
     /// Plan only this pipeline stage (from 0) of --pipeline-parallel-size: the plan of one
     /// rank of that stage, for ranks that plan their own GPU and combine their plans
     /// afterwards (by the fewest blocks, as the engine sizes every stage).
-    #[arg(long, allow_negative_numbers = true, value_name = "STAGE")]
+    #[arg(long, allow_negative_numbers = true, value_name = "STAGE", value_parser = index(MAX_PP - 1))]
     pub pipeline_stage: Option<u64>,
     /// Plan for this tensor-parallel rank (from 0) of --tensor-parallel-size, on --device
     /// alone: the plan says which rank (and, with --pipeline-stage, which stage) it is, so
     /// the ranks' plans combine (memplan.distributed.combine in Python).
-    #[arg(long, allow_negative_numbers = true, value_name = "RANK")]
+    #[arg(long, allow_negative_numbers = true, value_name = "RANK", value_parser = index(MAX_TP - 1))]
     pub tensor_parallel_rank: Option<u64>,
     /// Draft model for speculative decoding (preset, ORG/NAME, directory or config.json): its
     /// weights, and its KV layers in the same pool.
@@ -504,6 +516,15 @@ mod tests {
             assert!(e.contains(&format!("{n} is outside 1..=")), "{n}: {e}");
         }
         assert!(count(MAX_NUM_SEQS)("1.5")
+            .unwrap_err()
+            .contains("not a whole number"));
+        for n in [huge.as_str(), "-1"] {
+            let e = index(MAX_PP - 1)(n).unwrap_err();
+            assert!(e.contains(&format!("{n} is outside 0..=1023")), "{n}: {e}");
+        }
+        assert_eq!(index(MAX_PP - 1)("0").unwrap(), 0);
+        assert_eq!(index(MAX_PP - 1)("2000").unwrap(), 2000); // checked against the size
+        assert!(index(MAX_PP - 1)("x")
             .unwrap_err()
             .contains("not a whole number"));
         assert_eq!(offload_gib("2.5").unwrap(), 2.5);
