@@ -473,6 +473,17 @@ impl Scenario {
                         ),
                     ));
                 }
+                // Each is what other processes hold from its step on: two at one step would
+                // leave one silently unused (the changes apply in step order, not file order).
+                if let Some(j) = self.neighbour[..i].iter().position(|m| m.before == n.before) {
+                    return Err(Error::invalid(
+                        f(&format!("neighbour[{i}].before")),
+                        format!(
+                            "{:?} is neighbour[{j}]'s step too: give one change per step (what other processes hold from then on)",
+                            n.before
+                        ),
+                    ));
+                }
                 Ok((
                     n.before.clone(),
                     n.bytes.bytes(&f(&format!("neighbour[{i}].bytes")))?,

@@ -359,6 +359,20 @@ fn a_neighbour_holding_the_whole_device_is_the_files_error() {
     }
     let e = load_error(&text("1GiB", "2GiB").replace("graph_phase", "serve"));
     assert!(e.starts_with("scenario bad: neighbour[1].before: "), "{e}");
+    // Two changes at one step: one would go unused.
+    let e = load_error(&text("1GiB", "2GiB").replace("graph_phase", "profile_run"));
+    assert!(
+        e.starts_with("scenario bad: neighbour[1].before: ") && e.contains("neighbour[0]'s step"),
+        "{e}"
+    );
+    // File order is not step order: changes apply in step order, so either order loads.
+    let swapped = text("1GiB", "2GiB")
+        .replace("profile_run", "STEP")
+        .replace("graph_phase", "profile_run")
+        .replace("STEP", "graph_phase");
+    assert!(memplan_testbed::Scenario::from_toml("ok.toml", &swapped)
+        .and_then(|s| s.resolve())
+        .is_ok());
     assert!(
         memplan_testbed::Scenario::from_toml("ok.toml", &text("1GiB", "40GiB"))
             .and_then(|s| s.resolve())
