@@ -124,6 +124,40 @@ fn a_sim_id_without_a_profile_lists_the_profiles() {
     assert_eq!(code, 0, "{err}");
 }
 
+/// `--emit-args vllm` with fewer batched tokens than sequences is refused; where the count of
+/// sequences is the one memplan writes by itself, the message says so and asks to pass
+/// `--max-num-seqs`, not to lower a flag that was never given.
+#[test]
+fn too_few_batched_tokens_for_vllm_name_the_sequences_nobody_set() {
+    let base = [
+        "plan",
+        "--model",
+        "qwen2.5-1.5b-instruct",
+        "--device",
+        "sim:rtx4090",
+        "--max-num-batched-tokens",
+        "100",
+        "--emit-args",
+        "vllm",
+    ];
+    let (code, err) = run(&base);
+    assert_ne!(code, 0, "{err}");
+    assert!(
+        err.contains("max-num-seqs (256, written since no --max-num-seqs was given)")
+            && err.contains("pass --max-num-seqs 100 or less")
+            && !err.contains("lower --max-num-seqs"),
+        "{err}"
+    );
+    let mut given = base.to_vec();
+    given.extend(["--max-num-seqs", "200"]);
+    let (code, err) = run(&given);
+    assert_ne!(code, 0, "{err}");
+    assert!(
+        err.contains("max-num-seqs (200)") && err.contains("lower --max-num-seqs 100 or less"),
+        "{err}"
+    );
+}
+
 /// Config dimensions each within range whose product is not are the file's fault (exit 1,
 /// the file and the key named), not a usage error naming no file.
 #[test]

@@ -319,6 +319,7 @@ fn context(a: &Flags, m: &Model) -> Result<render_args::Context, Error> {
         mamba_cache_dtype: a.mamba_cache_dtype.0,
         mamba_ssm_cache_dtype: a.mamba_ssm_cache_dtype.0,
         prefix_caching: a.prefix_caching(),
+        max_num_seqs_given: a.max_num_seqs.is_some(),
         block_size: a.block_size.filter(|_| a.log_block_size.is_none()),
         log_block_size: a.log_block_size,
         version: engine_rules(a)?.version.to_string(),

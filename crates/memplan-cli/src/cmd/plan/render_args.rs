@@ -79,6 +79,9 @@ pub struct Context {
     pub mamba_ssm_cache_dtype: Option<MambaDtype>,
     /// vLLM's `--enable-prefix-caching` / `--no-enable-prefix-caching` (`None`: not given).
     pub prefix_caching: Option<bool>,
+    /// Whether a count of sequences was given (`--max-num-seqs`, or a start-up log's): where
+    /// not, the plan's is a default.
+    pub max_num_seqs_given: bool,
     /// `--block-size` as given (`None`: not passed).
     pub block_size: Option<u32>,
     /// The block size a start-up log gave, and the engine that ran with it.
@@ -191,8 +194,17 @@ pub fn engine_args(p: &Plan, c: &Context, e: Engine) -> Result<String, Error> {
             };
             let tokens = p.limits.max_num_batched_tokens;
             if tokens < seqs {
+                // The count of sequences may be one nobody set (written since it is needed):
+                // say so, rather than ask to lower a flag that was not passed.
+                let (whence, fix) = match c.max_num_seqs_given {
+                    true => ("", "lower --max-num-seqs"),
+                    false => (
+                        ", written since no --max-num-seqs was given",
+                        "pass --max-num-seqs",
+                    ),
+                };
                 return Err(refuse(format!(
-                    "vLLM requires max-num-batched-tokens ({tokens}) >= max-num-seqs ({seqs}); raise --max-num-batched-tokens or lower --max-num-seqs"
+                    "vLLM requires max-num-batched-tokens ({tokens}) >= max-num-seqs ({seqs}{whence}); raise --max-num-batched-tokens to {seqs} or more, or {fix} {tokens} or less"
                 )));
             }
             if c.enforce_eager {
