@@ -200,6 +200,17 @@ impl Scenario {
 
     /// Resolve every quantity; errors name the field.
     pub fn resolve(self) -> Result<Setup> {
+        // Every error and report names the scenario: a blank name would name nothing
+        // (`scenario : kv.dtype: ...`).
+        if self.name.trim().is_empty() {
+            return Err(Error::invalid(
+                "name",
+                format!(
+                    "{:?} is blank: give the scenario a name (its errors and reports say it)",
+                    self.name
+                ),
+            ));
+        }
         let f = |field: &str| format!("scenario {}: {field}", self.name);
         let request = match (
             &self.request.gpu_memory_utilization,

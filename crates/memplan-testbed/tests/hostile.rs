@@ -445,3 +445,15 @@ fn kv_errors_name_the_field_the_same_way_and_the_group_at_fault() {
     .and_then(|s| s.resolve())
     .is_ok());
 }
+
+#[test]
+fn a_blank_name_is_refused() {
+    for name in ["", "  "] {
+        let e = load_error(&small(
+            "rtx4090",
+            "name = \"bad\"",
+            &format!("name = \"{name}\""),
+        ));
+        assert!(e.starts_with("name: ") && e.contains("blank"), "{e}");
+    }
+}
