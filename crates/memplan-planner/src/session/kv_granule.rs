@@ -24,7 +24,11 @@
 //! room for: an engine that offers only the hook gets a plan that keeps, per tensor, the
 //! coarsest granule its start-up allowed (nothing measured the allocation before the plan),
 //! and the measurement replaces that bound. A plan combined from every rank's never grows (a
-//! rank would hold more than the others planned). Only an allocator whose rounding is not a
+//! rank would hold more than the others planned). Where every cache read one rounded size and
+//! the cache past it does not fit (planned tensors under twice a coarse granule), that size
+//! still bounds the granule from above ([`Granule::Bounded`]): the planned count is cut to what
+//! fits by it, never grown, so that the full cache is not allocated past the room on a
+//! granule nothing narrowed. Only an allocator whose rounding is not a
 //! fixed granule (or a cache whose tensors are not all of one size) leaves the count as
 //! planned, and the shrinking of the hand-over's attempts is what protects it; a cut or grown
 //! count whose cache takes other than the granule predicted is released, and the planned count
@@ -144,6 +148,11 @@ pub(crate) enum Granule {
     Unknown,
     /// The allocator rounds each tensor to (a divisor of) this many bytes.
     Measured(u64),
+    /// Every cache measured read one rounded size per tensor, and no cache past a multiple of
+    /// it fitted: the allocator rounds each tensor to a divisor of this many bytes (that size,
+    /// or the common divisor of the sizes), which may be coarser than the granule. A bound for
+    /// cutting the planned count only (see [`by_granule`]).
+    Bounded(u64),
 }
 
 /// Measure the allocator's granule on caches of at most half the planned blocks, then on one
@@ -251,7 +260,11 @@ pub(crate) fn measure_granule(
     }
     let g = granule_of(&sizes);
     tracing::info!(?sizes, granule = ?g, ?probe, "the allocator's granule, measured on KV caches of at most half the planned blocks and one just past a multiple of what they read");
-    Ok(g.map_or(Granule::Unknown, Granule::Measured))
+    Ok(match (g, divisor_bound(&sizes)) {
+        (Some(g), _) => Granule::Measured(g),
+        (None, Some(d)) => Granule::Bounded(d),
+        (None, None) => Granule::Unknown,
+    })
 }
 
 /// The common divisor of the rounded sizes read so far where it exceeds every waste (one size
@@ -314,6 +327,18 @@ pub(super) fn by_granule(
     match granule(rec, engine, way, planned, l, (room, bound))? {
         Granule::NotOffered => Ok(None),
         Granule::Unknown => Ok(Some(None)),
+        // One rounded size bounds the granule from above, but only coarsely: it may cut the
+        // planned count (the full cache allocated as planned could pass the room before its
+        // attempt reads what it took: 4,096 tensors of 28 MiB, each read at 15.5 MiB on the
+        // caches of half the blocks, went 10.9 GiB past the request in the attempt), never
+        // grow it.
+        Granule::Bounded(d) => {
+            let got = count_by_granule(planned, l, d, limit, None);
+            if let Some((count, planned_takes, _)) = got {
+                tracing::info!(planned, count, planned_takes, bound = d, "the KV cache's count by the rounded size its smaller caches read: what fits once its tensors are rounded to it");
+            }
+            Ok(Some(got))
+        }
         Granule::Measured(g) => {
             let got = count_by_granule(planned, l, g, limit, grow.then_some(room));
             if let Some((count, planned_takes, _)) = got {

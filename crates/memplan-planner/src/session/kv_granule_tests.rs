@@ -225,3 +225,32 @@ fn tensors_that_share_segments_measure_no_granule() {
         assert!(shared_takes(tensors, count * page, g) <= room, "{found:?}");
     }
 }
+
+#[test]
+fn one_rounded_size_cuts_a_cache_whose_tensors_it_would_round_past_the_room() {
+    // 4,096 tensors of 28 MiB, an allocator that rounds each to a multiple of 15.5 MiB: the
+    // caches of half and less read 15.5 MiB per tensor, and the cache past it (tensors over
+    // 15.5 MiB, 31 MiB by that size) cannot fit in 28.15 MiB a tensor. The planned cache,
+    // allocated whole, took 10.9 GiB past the room before its attempt could read it.
+    let (tensors, page, g) = (4096u64, 64 * 1024u64, 16_252_928u64);
+    let planned = 28 * MIB / page;
+    let room = tensors * (28 * MIB + 150 * 1024);
+    let bound = 2 * MIB;
+    let mut largest = 0;
+    let found = measure_granule(planned, (tensors, page), (room, bound), |n| {
+        largest = largest.max(n);
+        Ok(Attempt::Took(tensors * up(n * page, g)))
+    })
+    .unwrap();
+    assert_eq!(found, Granule::Bounded(g));
+    assert!(
+        tensors * up(largest * page, g) <= room,
+        "a measuring cache passed the room"
+    );
+    // Cut by it, the planned count fits the room once rounded; as planned it would not.
+    assert!(tensors * up(planned * page, g) > room);
+    let (count, _, takes) =
+        count_by_granule(planned, (tensors, page), g, room, None).expect("a cut");
+    assert!(count < planned && takes <= room, "{count} {takes} {room}");
+    assert_eq!(takes, tensors * up(count * page, g));
+}
