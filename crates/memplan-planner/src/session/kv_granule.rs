@@ -24,11 +24,12 @@
 //! room for: an engine that offers only the hook gets a plan that keeps, per tensor, the
 //! coarsest granule its start-up allowed (nothing measured the allocation before the plan),
 //! and the measurement replaces that bound. A plan combined from every rank's never grows (a
-//! rank would hold more than the others planned). Where every cache read one rounded size and
-//! the cache past it does not fit (planned tensors under twice a coarse granule), that size
-//! still bounds the granule from above ([`Granule::Bounded`]): the planned count is cut to what
-//! fits by it, never grown, so that the full cache is not allocated past the room on a
-//! granule nothing narrowed. Only an allocator whose rounding is not a
+//! rank would hold more than the others planned). Where every cache read one rounded size, the
+//! cache past it does not fit (planned tensors under twice a coarse granule) and the sizes
+//! read allow no granule as fine as the one the plan kept room for, that size still bounds
+//! the granule from above ([`Granule::Bounded`]): the planned count is cut to what fits by it,
+//! never grown, so that the full cache is not allocated past the room on a granule nothing
+//! narrowed. Only an allocator whose rounding is not a
 //! fixed granule (or a cache whose tensors are not all of one size) leaves the count as
 //! planned, and the shrinking of the hand-over's attempts is what protects it; a cut or grown
 //! count whose cache takes other than the granule predicted is released, and the planned count
@@ -262,9 +263,39 @@ pub(crate) fn measure_granule(
     tracing::info!(?sizes, granule = ?g, ?probe, "the allocator's granule, measured on KV caches of at most half the planned blocks and one just past a multiple of what they read");
     Ok(match (g, divisor_bound(&sizes)) {
         (Some(g), _) => Granule::Measured(g),
-        (None, Some(d)) => Granule::Bounded(d),
-        (None, None) => Granule::Unknown,
+        (None, Some(d)) if !kept_granule_fits(&sizes, d, bound) => Granule::Bounded(d),
+        _ => Granule::Unknown,
     })
+}
+
+/// Whether the sizes read (all rounded to divisors of `d`) allow a granule no coarser than the
+/// one the plan kept room for (`bound`; PyTorch's 2 MiB where it kept none): a divisor of `d`
+/// larger than every waste (a rounding up wastes less than one granule) and at most `bound`.
+/// One tensor of 11 MiB read at 12 MiB allows 2 MiB (and 1.5, 3, 4, 6 and 12 MiB): nothing
+/// contradicts the plan. Tensors of 11.5 and 14 MiB both read at 15.5 MiB allow only 5.17,
+/// 7.75 and 15.5 MiB: the plan's 2 MiB is contradicted, and `d` bounds the rounding instead.
+/// Where too many divisors would have to be tried, the plan is taken as not contradicted.
+fn kept_granule_fits(sizes: &[(u64, u64)], d: u64, bound: u64) -> bool {
+    let bound = if bound == 0 {
+        crate::plan::ALLOCATOR_ROUNDING_BOUND
+    } else {
+        bound
+    };
+    let waste = sizes
+        .iter()
+        .map(|s| s.1.saturating_sub(s.0))
+        .max()
+        .unwrap_or(0);
+    // `g = d / k` with `waste < g <= bound`: `k` from `ceil(d / bound)` to `floor((d - 1) / waste)`.
+    let first = d.div_ceil(bound.max(1)).max(1);
+    let last = (d - 1).checked_div(waste).unwrap_or(d);
+    if last < first {
+        return false;
+    }
+    if last - first > 1 << 20 {
+        return true;
+    }
+    (first..=last).any(|k| d.is_multiple_of(k))
 }
 
 /// The common divisor of the rounded sizes read so far where it exceeds every waste (one size

@@ -254,3 +254,27 @@ fn one_rounded_size_cuts_a_cache_whose_tensors_it_would_round_past_the_room() {
     assert!(count < planned && takes <= room, "{count} {takes} {room}");
     assert_eq!(takes, tensors * up(count * page, g));
 }
+
+#[test]
+fn one_rounded_size_that_allows_the_plans_granule_leaves_the_count_as_planned() {
+    // 64 tensors of 22 MiB on PyTorch's 2 MiB rounding: the cache of half the blocks reads
+    // 11 MiB at 12 MiB a tensor (a 12 MiB granule would round the planned ones to 24 MiB), and
+    // smaller ones do not round on their own. 2 MiB divides 12 MiB and exceeds the waste: the
+    // plan's own rounding stands (cut by 12 MiB, the cache lost 45% of its blocks).
+    let (tensors, page) = (64u64, 32 * 1024u64);
+    let planned = 22 * MIB / page;
+    // Room for one more MiB a tensor: no cache past 12 MiB fits by that size.
+    let room = tensors * (23 * MIB);
+    let mut calls = 0;
+    let found = measure_granule(planned, (tensors, page), (room, 2 * MIB), |n| {
+        calls += 1;
+        Ok(if n * page == 11 * MIB {
+            Attempt::Took(tensors * 12 * MIB)
+        } else {
+            Attempt::Took(tensors * up(n * page, 2 * MIB))
+        })
+    })
+    .unwrap();
+    assert_eq!(calls, 1);
+    assert_eq!(found, Granule::Unknown);
+}
