@@ -259,6 +259,25 @@ pub(super) fn driver_free(device: &Device, sizes: &[u64]) -> Result<Observed> {
     if worst_err > 0 {
         worst_err = worst_err.max(reading_step(&reads));
     }
+    // Readings that all fall on multiples of a step coarser than the rounding a window allows
+    // say nothing of memory within a step, even where each window measured here happened to
+    // come out within it: a 37 MiB allocation on a reading in 4 MiB steps reads 36 or 40 MiB,
+    // off by 1 MiB or by 3 by where free memory stood between two steps. Taken as exact, such a
+    // reading read an engine's graph memory up to a step low, and serving went up to 2.6 MiB
+    // past the request (an A100 whose free memory moved in 4 MiB steps, 9 of 30 seeds). The
+    // step is evidence of its own: the reading is approximate within it.
+    let step = reading_step(&reads);
+    let rounding = tolerance(0).max(allowed);
+    if observed_any && step > rounding {
+        ev.push(Evidence::bytes(
+            format!("free readings on multiples of {}", fmt_bytes(step)),
+            0,
+            Some(signed(step)),
+            rounding,
+        ));
+        synced_ok = false;
+        worst_err = worst_err.max(step);
+    }
     let reliability = if !observed_any {
         None
     } else if any_absent {
