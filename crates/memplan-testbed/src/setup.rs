@@ -533,23 +533,27 @@ impl Scenario {
         // on: the same rule.
         let (profile, mods) = memplan_backend_sim::SimGpu::selector_profile(&self.device)
             .map_err(|e| Error::invalid(f("device"), e.to_string()))?;
+        // Graphics allocations (`graphics=`) are memory the device holds for the display
+        // whatever the vendor: the same rule.
+        let others = "other processes";
         let held = [
-            (f("other_processes"), Some(other)),
-            (f("device"), mods.other_processes),
+            (f("other_processes"), others, Some(other)),
+            (f("device"), others, mods.other_processes),
+            (f("device"), "graphics allocations", mods.graphics),
         ]
         .into_iter()
         .chain(
             neighbour
                 .iter()
                 .enumerate()
-                .map(|(i, (_, b))| (f(&format!("neighbour[{i}].bytes")), Some(*b))),
+                .map(|(i, (_, b))| (f(&format!("neighbour[{i}].bytes")), others, Some(*b))),
         );
-        for (field, bytes) in held {
+        for (field, who, bytes) in held {
             if let Some(b) = bytes.filter(|b| *b >= profile.total_bytes) {
                 return Err(Error::invalid(
                     field,
                     format!(
-                        "other processes holding {} leave nothing of the device's {} ({}) for this one",
+                        "{who} holding {} leave nothing of the device's {} ({}) for this one",
                         memplan_core::bytes::fmt_bytes(b),
                         memplan_core::bytes::fmt_bytes(profile.total_bytes),
                         profile.name

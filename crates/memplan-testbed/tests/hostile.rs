@@ -457,3 +457,20 @@ fn a_blank_name_is_refused() {
         assert!(e.starts_with("name: ") && e.contains("blank"), "{e}");
     }
 }
+
+#[test]
+fn graphics_allocations_holding_the_whole_device_are_the_files_error() {
+    let e = load_error(&small("rtx4090,graphics=30GiB", "", ""));
+    assert!(
+        e.starts_with("scenario bad: device: graphics allocations holding 30.00 GiB")
+            && e.contains("rtx4090"),
+        "{e}"
+    );
+    // A desktop's display memory on a CUDA card is a world the plan judges.
+    assert!(memplan_testbed::Scenario::from_toml(
+        "ok.toml",
+        &small("rtx4090,graphics=1GiB", "", "")
+    )
+    .and_then(|s| s.resolve())
+    .is_ok());
+}
