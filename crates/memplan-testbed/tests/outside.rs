@@ -456,6 +456,15 @@ fn a_step_that_divides_the_calibration_sizes_is_seen() {
     passes("a100-free-step-64.toml", &[5, 8, 11, 14, 15]);
 }
 
+/// Per-layer tensors under twice a coarse allocator segment: caches of half the blocks measure
+/// nothing (their tensors share segments) and the planned cache went past the request in the
+/// session's own allocation on these seeds. One planned tensor alone says the cache does not
+/// fit, and the count is then measured tensor by tensor, never past the room.
+#[test]
+fn tensors_under_twice_a_coarse_segment_are_measured_one_at_a_time() {
+    passes("rtx4090-128-layer-tensors-eager.toml", &[9, 16, 17]);
+}
+
 /// A free reading in 4 MiB steps: a 37 MiB window is off by 1 MiB or 3, so on most seeds every
 /// calibration window came out within the rounding a window allows and the reading passed as
 /// exact; these seeds went up to 2.6 MiB over the request in serving. Readings that all fall on

@@ -28,7 +28,10 @@
 //! just past a multiple of what they read, and the planned count is cut to what fits with that
 //! granule, or grown to it where the plan is this rank's own ([`kv_granule`](super::kv_granule)
 //! holds that measurement and its contract). A cut or grown count whose cache takes other than
-//! the granule predicted is released, and the planned count allocated.
+//! the granule predicted is released, and the planned count allocated. Where neither gave a
+//! count but one tensor of the planned size alone says the planned cache does not fit, the
+//! count is measured tensor by tensor through the allocator, never past the room
+//! ([`kv_tensors`](super::kv_tensors)).
 //!
 //! An engine that allocates its KV cache only after the session (no hook) gets the same measurement
 //! where its allocator offers tensors ([`AllocatorView::allocate_tensor`]): the session allocates
@@ -56,6 +59,7 @@ use crate::rank::Rank;
 use crate::session::Recorder;
 
 use super::kv_granule::by_granule;
+use super::kv_tensors::by_tensors;
 use crate::warning::Warning;
 
 /// Most allocations of the KV cache the session asks of an engine (see the module docs):
@@ -470,7 +474,7 @@ impl Allocating {
 /// Free every tensor in `held` and give the allocator's cached segments back, so the next
 /// cache is measured on fresh segments as the engine's own will be (nothing held: nothing to
 /// do).
-fn free_all(engine: &mut dyn Engine, held: &mut Vec<TensorId>) -> Result<()> {
+pub(super) fn free_all(engine: &mut dyn Engine, held: &mut Vec<TensorId>) -> Result<()> {
     if held.is_empty() {
         return Ok(());
     }
@@ -683,6 +687,13 @@ fn measured_with(
         let Some(cut) = by_granule(rec, engine, way, planned, l, (limit, room, granule), grow)?
         else {
             return Ok(None);
+        };
+        // Where nothing cut the count, but one planned tensor alone says the planned cache
+        // does not fit, it is measured tensor by tensor ([`by_tensors`]) rather than allocated
+        // whole past the room.
+        let cut = match cut {
+            None => by_tensors(rec, engine, planned, l, limit)?,
+            cut => cut,
         };
         start_from_cut(cut, &mut blocks, &mut first_taken, &mut predicted);
     }

@@ -33,6 +33,7 @@
 mod graphs;
 mod kv_cache;
 mod kv_granule;
+mod kv_tensors;
 pub(crate) mod probe;
 mod recorder;
 mod rounding;
