@@ -642,6 +642,9 @@ fn measured_with(
         Some(l) => by_one_tensor(rec, engine, planned, l, limit)?,
         None => None,
     };
+    // Whether a cache the engine allocated showed its layout is not the plan's: then nothing
+    // measured in the plan's layout stands for it.
+    let mut other_layout = false;
     // One tensor measures the plan's layout. The session's own tensors are laid out so; an
     // engine's hook may lay its cache out otherwise (one backing allocation where the plan has
     // a tensor per layer, say), so the measure stands for it only where a cache the engine
@@ -667,6 +670,7 @@ fn measured_with(
         if !whole {
             tracing::info!(half, ?took, ?one, tensors, "the engine's KV cache of half the planned blocks took other than whole tensors of the plan's layout: its own allocations are measured");
             alone = None;
+            other_layout = true;
         }
     }
     // The count cut by one tensor's measure and what that measure says it takes.
@@ -690,9 +694,10 @@ fn measured_with(
         };
         // Where nothing cut the count, but one planned tensor alone says the planned cache
         // does not fit, it is measured tensor by tensor ([`by_tensors`]) rather than allocated
-        // whole past the room.
+        // whole past the room: in the plan's layout, so not where the engine's own cache
+        // showed another (one backing allocation where the plan has a tensor per layer).
         let cut = match cut {
-            None => by_tensors(rec, engine, planned, l, limit)?,
+            None if !other_layout => by_tensors(rec, engine, planned, l, limit)?,
             cut => cut,
         };
         start_from_cut(cut, &mut blocks, &mut first_taken, &mut predicted);
