@@ -256,8 +256,9 @@ pub(super) fn driver_free(device: &Device, sizes: &[u64]) -> Result<Observed> {
     // A window that came out off while every reading was a multiple of a step larger than its
     // error was off by where the readings fell between steps: another window of another size
     // can be off by up to the step.
+    let step = reading_step(&reads);
     if worst_err > 0 {
-        worst_err = worst_err.max(reading_step(&reads));
+        worst_err = worst_err.max(step);
     }
     // Readings that all fall on multiples of a step coarser than the rounding a window allows
     // say nothing of memory within a step, even where each window measured here happened to
@@ -266,7 +267,6 @@ pub(super) fn driver_free(device: &Device, sizes: &[u64]) -> Result<Observed> {
     // reading read an engine's graph memory up to a step low, and serving went up to 2.6 MiB
     // past the request (an A100 whose free memory moved in 4 MiB steps, 9 of 30 seeds). The
     // step is evidence of its own: the reading is approximate within it.
-    let step = reading_step(&reads);
     let rounding = tolerance(0).max(allowed);
     if observed_any && step > rounding {
         ev.push(Evidence::bytes(

@@ -59,7 +59,7 @@ use crate::rank::Rank;
 use crate::session::Recorder;
 
 use super::kv_granule::by_granule;
-use super::kv_tensors::by_tensors;
+use super::kv_tensors::{by_tensors, largest_fitting};
 use crate::warning::Warning;
 
 /// Most allocations of the KV cache the session asks of an engine (see the module docs):
@@ -203,17 +203,10 @@ pub(crate) fn count_by_one_tensor(
         return Ok(Some(((planned, planned_takes), planned_takes)));
     }
     // The largest count that fits, between none and one less than planned.
-    let (mut lo, mut hi) = (0u64, planned.saturating_sub(1));
-    let mut lo_takes = 0;
-    while lo < hi {
-        let mid = lo + (hi - lo).div_ceil(2);
-        match takes(mid)? {
-            Some(t) if t <= limit => (lo, lo_takes) = (mid, t),
-            Some(_) => hi = mid - 1,
-            None => return Ok(None),
-        }
-    }
-    Ok(Some(((lo, lo_takes), planned_takes)))
+    let fit = largest_fitting((0, 0), planned.saturating_sub(1), |n| {
+        Ok(takes(n)?.map(|t| (t <= limit).then_some(t)))
+    })?;
+    Ok(fit.map(|fit| (fit, planned_takes)))
 }
 
 /// What one tensor of `own` bytes takes (`one(own)`, see [`count_by_one_tensor`]) where that

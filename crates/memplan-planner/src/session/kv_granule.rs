@@ -68,12 +68,7 @@ pub(crate) fn granule_of(sizes: &[(u64, u64)]) -> Option<u64> {
     if rest.iter().all(|s| s.1 == first.1) {
         return None;
     }
-    let g = sizes.iter().fold(0, |g, s| crate::plan::gcd(g, s.1));
-    let waste = sizes
-        .iter()
-        .map(|s| s.1.checked_sub(s.0))
-        .try_fold(0u64, |w, x| x.map(|x| w.max(x)))?;
-    (g > waste).then_some(g)
+    divisor_bound(sizes).map(|(g, _)| g)
 }
 
 /// The most blocks, at most `planned`, whose `tensors` tensors of `n x page` bytes, each
@@ -246,7 +241,7 @@ pub(crate) fn measure_granule(
     // tensors are rounded on their own (smaller ones share segments, whose sizes the common
     // divisor does not bound).
     let probe = if planned_large {
-        divisor_bound(&sizes).and_then(|d| probe_count(planned, (tensors, page), d, room))
+        divisor_bound(&sizes).and_then(|(d, _)| probe_count(planned, (tensors, page), d, room))
     } else {
         None
     };
@@ -263,29 +258,25 @@ pub(crate) fn measure_granule(
     tracing::info!(?sizes, granule = ?g, ?probe, "the allocator's granule, measured on KV caches of at most half the planned blocks and one just past a multiple of what they read");
     Ok(match (g, divisor_bound(&sizes)) {
         (Some(g), _) => Granule::Measured(g),
-        (None, Some(d)) if !kept_granule_fits(&sizes, d, bound) => Granule::Bounded(d),
+        (None, Some((d, waste))) if !kept_granule_fits(d, waste, bound) => Granule::Bounded(d),
         _ => Granule::Unknown,
     })
 }
 
-/// Whether the sizes read (all rounded to divisors of `d`) allow a granule no coarser than the
-/// one the plan kept room for (`bound`; PyTorch's 2 MiB where it kept none): a divisor of `d`
-/// larger than every waste (a rounding up wastes less than one granule) and at most `bound`.
+/// Whether the sizes read (all rounded to divisors of `d`, wasting at most `waste`) allow a
+/// granule no coarser than the one the plan kept room for (`bound`; PyTorch's 2 MiB where it
+/// kept none): a divisor of `d` larger than `waste` (a rounding up wastes less than one
+/// granule) and at most `bound`.
 /// One tensor of 11 MiB read at 12 MiB allows 2 MiB (and 1.5, 3, 4, 6 and 12 MiB): nothing
 /// contradicts the plan. Tensors of 11.5 and 14 MiB both read at 15.5 MiB allow only 5.17,
 /// 7.75 and 15.5 MiB: the plan's 2 MiB is contradicted, and `d` bounds the rounding instead.
 /// Where too many divisors would have to be tried, the plan is taken as not contradicted.
-fn kept_granule_fits(sizes: &[(u64, u64)], d: u64, bound: u64) -> bool {
+fn kept_granule_fits(d: u64, waste: u64, bound: u64) -> bool {
     let bound = if bound == 0 {
         crate::plan::ALLOCATOR_ROUNDING_BOUND
     } else {
         bound
     };
-    let waste = sizes
-        .iter()
-        .map(|s| s.1.saturating_sub(s.0))
-        .max()
-        .unwrap_or(0);
     // `g = d / k` with `waste < g <= bound`: `k` from `ceil(d / bound)` to `floor((d - 1) / waste)`.
     let first = d.div_ceil(bound.max(1)).max(1);
     let last = (d - 1).checked_div(waste).unwrap_or(d);
@@ -299,15 +290,16 @@ fn kept_granule_fits(sizes: &[(u64, u64)], d: u64, bound: u64) -> bool {
 }
 
 /// The common divisor of the rounded sizes read so far where it exceeds every waste (one size
-/// is enough: a fixed granule divides it): every fixed granule that gave them divides it.
+/// is enough: a fixed granule divides it), with the largest waste: every fixed granule that
+/// gave them divides it and exceeds that waste.
 /// `None` with no sizes, or where they contradict rounding to a granule.
-fn divisor_bound(sizes: &[(u64, u64)]) -> Option<u64> {
+fn divisor_bound(sizes: &[(u64, u64)]) -> Option<(u64, u64)> {
     let g = sizes.iter().fold(0, |g, s| crate::plan::gcd(g, s.1));
     let waste = sizes
         .iter()
         .map(|s| s.1.checked_sub(s.0))
         .try_fold(0u64, |w, x| x.map(|x| w.max(x)))?;
-    (!sizes.is_empty() && g > waste).then_some(g)
+    (!sizes.is_empty() && g > waste).then_some((g, waste))
 }
 
 /// The blocks of the cache [`measure_granule`] allocates after the half-size ones, where `d`

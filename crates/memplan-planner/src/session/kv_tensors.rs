@@ -32,25 +32,17 @@ use crate::session::Recorder;
 
 use super::kv_cache::one_tensor;
 
-/// The largest count in `lowest..=highest` for which `fits(count)` says it fits, with what it
-/// took: `fits` gives `Some(Some(taken))` where the count fits, `Some(None)` where it does not,
-/// `None` where nothing can be measured (the whole search gives `None`). Counts that fit are
-/// taken to be those below some count (a cache of fewer blocks takes no more).
+/// The largest count up to `highest` for which `fits(count)` says it fits, with what it took,
+/// bisected from `known` (a count known to fit, with what it took): `fits` gives
+/// `Some(Some(taken))` where the count fits, `Some(None)` where it does not, `None` where
+/// nothing can be measured (the whole search gives `None`). Counts that fit are taken to be
+/// those below some count (a cache of fewer blocks takes no more).
 pub(crate) fn largest_fitting(
-    lowest: u64,
+    known: (u64, u64),
     highest: u64,
     mut fits: impl FnMut(u64) -> Result<Option<Option<u64>>>,
 ) -> Result<Option<(u64, u64)>> {
-    if lowest == 0 || lowest > highest {
-        return Ok(None);
-    }
-    let Some(first) = fits(lowest)? else {
-        return Ok(None);
-    };
-    let Some(first) = first else {
-        return Ok(None);
-    };
-    let (mut lo, mut hi, mut lo_takes) = (lowest, highest, first);
+    let ((mut lo, mut lo_takes), mut hi) = (known, highest.max(known.0));
     while lo < hi {
         let mid = lo + (hi - lo).div_ceil(2);
         match fits(mid)? {
@@ -89,9 +81,12 @@ pub(super) fn by_tensors(
     let lowest = (1..=planned)
         .find(|n| crate::plan::is_large_request(n.saturating_mul(page)))
         .unwrap_or(planned);
-    let got = largest_fitting(lowest, planned - 1, |n| {
-        tensors_fit(rec, engine, n.saturating_mul(page), tensors, limit, segment)
-    })?;
+    let mut fits =
+        |n: u64| tensors_fit(rec, engine, n.saturating_mul(page), tensors, limit, segment);
+    let got = match (lowest < planned).then(|| fits(lowest)).transpose()? {
+        Some(Some(Some(took))) => largest_fitting((lowest, took), planned - 1, fits)?,
+        _ => None,
+    };
     if let Some((count, took)) = got {
         tracing::info!(
             planned,
@@ -164,10 +159,19 @@ mod tests {
         // Counts up to 700 fit, taking twice their count.
         let fits =
             |n: u64| -> Result<Option<Option<u64>>> { Ok(Some((n <= 700).then_some(2 * n))) };
-        assert_eq!(largest_fitting(100, 1023, fits).unwrap(), Some((700, 1400)));
-        // None fits, or nothing can be measured: no count.
-        assert_eq!(largest_fitting(800, 1023, fits).unwrap(), None);
-        assert_eq!(largest_fitting(100, 1023, |_| Ok(None)).unwrap(), None);
-        assert_eq!(largest_fitting(0, 10, fits).unwrap(), None);
+        assert_eq!(
+            largest_fitting((100, 200), 1023, fits).unwrap(),
+            Some((700, 1400))
+        );
+        // Nothing past what is known fits: the known count.
+        assert_eq!(
+            largest_fitting((700, 1400), 700, fits).unwrap(),
+            Some((700, 1400))
+        );
+        // Nothing can be measured: no count.
+        assert_eq!(
+            largest_fitting((100, 200), 1023, |_| Ok(None)).unwrap(),
+            None
+        );
     }
 }
