@@ -100,8 +100,8 @@ fn chain(
         .map(str::parse::<StrategyKind>)
         .transpose()?;
     let kv_dtype = match o.kv_cache_dtype.as_deref() {
-        None | Some("auto") => None,
-        Some(d) => Some(d.parse::<KvDtype>()?),
+        None => None,
+        Some(d) => KvDtype::parse_setting(d)?,
     };
     let device_name = dev.descriptor().name.clone();
     let s = Session::start(dev, engine)?.with_rank(rank);

@@ -143,6 +143,16 @@ def test_bad_requests_are_usage_errors() -> None:
         start_up(42, PyEngine(dev), model=MODEL)
 
 
+def test_an_unknown_kv_cache_dtype_lists_auto_with_the_dtypes() -> None:
+    dev = SimDevice("sim:rtx4090", private=True)
+    with pytest.raises(memplan.UsageError) as info:
+        start_up(dev, PyEngine(dev), model=MODEL, kv_cache_dtype="fp4")
+    assert "expected auto, bf16," in str(info.value)
+    # `auto` itself (any case) is the model's dtype, not an error.
+    s = start_up(dev, PyEngine(dev), model=MODEL, kv_cache_dtype="AUTO")
+    assert s.plan["kv_cache_tokens"] > 0
+
+
 def test_weights_larger_than_the_device_fail_with_a_memplan_error() -> None:
     dev = SimDevice("sim:l4", private=True)
     eng = PyEngine(dev, weights=64 * GIB)

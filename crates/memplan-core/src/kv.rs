@@ -108,11 +108,32 @@ impl fmt::Display for KvDtype {
     }
 }
 
+impl KvDtype {
+    /// The names [`KvDtype::from_str`] takes, as an error lists them (aliases left out). A
+    /// caller that also takes `auto` says so in its own message ([`KvDtype::parse_setting`]).
+    pub const NAMES: &'static str = "bf16, fp16, fp32, fp8, fp8_e4m3, fp8_e5m2, int8 or fp8_ds_mla";
+
+    /// Parses an engine's `kv_cache_dtype` setting: `auto` (any case; `None`, the cache takes
+    /// the model's dtype, which the caller resolves) or a name [`KvDtype::from_str`] takes.
+    /// Its error lists `auto` with the names.
+    pub fn parse_setting(s: &str) -> Result<Option<KvDtype>, Error> {
+        if s.trim().eq_ignore_ascii_case("auto") {
+            return Ok(None);
+        }
+        s.trim().parse().map(Some).map_err(|_| {
+            Error::param(
+                crate::Param::KvCacheDtype,
+                format!("unknown dtype {s:?}; expected auto, {}", KvDtype::NAMES),
+            )
+        })
+    }
+}
+
 impl FromStr for KvDtype {
     type Err = Error;
     /// Parses engine spellings: `bf16`/`bfloat16`, `fp16`/`float16`/`half`, `fp32`/`float32`,
-    /// `fp8` (= e4m3), `fp8_e4m3`, `fp8_e5m2`, `int8`. `auto` is resolved by the caller from the
-    /// model dtype and is not accepted here.
+    /// `fp8` (= e4m3), `fp8_e4m3`, `fp8_e5m2`, `int8`, `fp8_ds_mla`. `auto` is resolved by the
+    /// caller from the model dtype and is not accepted here (see [`KvDtype::parse_setting`]).
     fn from_str(s: &str) -> Result<Self, Error> {
         Ok(match s.to_ascii_lowercase().as_str() {
             "fp32" | "float32" | "float" => KvDtype::F32,
@@ -125,7 +146,7 @@ impl FromStr for KvDtype {
             other => {
                 return Err(Error::param(
                     crate::Param::KvCacheDtype,
-                    format!("unknown dtype {other:?}; expected auto, bf16, fp16, fp32, fp8, fp8_e4m3, fp8_e5m2, int8 or fp8_ds_mla"),
+                    format!("unknown dtype {other:?}; expected {}", KvDtype::NAMES),
                 ))
             }
         })
@@ -382,5 +403,38 @@ impl KvSpec {
                 .ok_or_else(|| Error::invalid("kv spec", "bytes per token overflow 64 bits"))?;
         }
         Ok(sum)
+    }
+}
+
+#[cfg(test)]
+mod dtype_tests {
+    use super::KvDtype;
+
+    #[test]
+    fn the_parser_lists_only_what_it_takes() {
+        let e = "auto".parse::<KvDtype>().unwrap_err().to_string();
+        assert!(e.contains("expected bf16,"), "{e}");
+        assert!(!e.contains("auto,"), "{e}");
+        // Every name the message lists parses.
+        for name in KvDtype::NAMES
+            .split([',', ' '])
+            .filter(|w| !w.is_empty() && *w != "or")
+        {
+            assert!(
+                name.parse::<KvDtype>().is_ok(),
+                "{name} is listed but does not parse"
+            );
+        }
+    }
+
+    #[test]
+    fn a_setting_takes_auto_and_says_so() {
+        assert_eq!(KvDtype::parse_setting(" AUTO ").unwrap(), None);
+        assert_eq!(
+            KvDtype::parse_setting("fp8").unwrap(),
+            Some(KvDtype::Fp8E4m3)
+        );
+        let e = KvDtype::parse_setting("fp4").unwrap_err().to_string();
+        assert!(e.contains("expected auto, bf16,"), "{e}");
     }
 }

@@ -149,8 +149,8 @@ pub fn entry_input(
         d = d.dtype(dt);
     }
     let kv_dtype = match e["kv_cache_dtype"].as_str() {
-        Some("auto") | None => None,
-        Some(k) => Some(k.parse::<KvDtype>().map_err(|x| x.to_string())?),
+        None => None,
+        Some(k) => KvDtype::parse_setting(k).map_err(|x| x.to_string())?,
     };
     let input = d
         .engine(rules.clone())
@@ -260,6 +260,14 @@ mod tests {
         assert_eq!(release(&e).0, "vLLM 0.31 rules (0.31.0)");
         let c = dry_run_entry(&e, None).unwrap();
         assert!(c.error_of_device.abs() < 0.01, "{c:?}");
+        // A log's `auto` is the model's dtype; another name it cannot read is refused, with
+        // `auto` among the names it takes.
+        let mut kv = e.clone();
+        kv["kv_cache_dtype"] = "auto".into();
+        assert!(dry_run_entry(&kv, None).is_ok());
+        kv["kv_cache_dtype"] = "fp4".into();
+        let why = dry_run_entry(&kv, None).unwrap_err();
+        assert!(why.contains("expected auto, bf16,"), "{why}");
         let mut none = e.clone();
         none["vllm_version"] = Value::Null;
         assert_eq!(dry_run_entry(&none, None).unwrap_err(), "no version");

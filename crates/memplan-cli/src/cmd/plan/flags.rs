@@ -175,13 +175,10 @@ fn mamba_dtype(s: &str) -> Result<MambaChoice, String> {
 
 /// `--kv-cache-dtype`, any case.
 fn kv_dtype(s: &str) -> Result<KvChoice, String> {
-    let l = s.trim().to_ascii_lowercase();
-    if l == "auto" {
-        return Ok(KvChoice(None));
-    }
-    l.parse::<KvDtype>().map(|k| KvChoice(Some(k))).map_err(|_| {
+    KvDtype::parse_setting(s).map(KvChoice).map_err(|_| {
         format!(
-            "{s:?} is not a KV-cache dtype; expected auto, bf16, fp16, fp32, fp8, fp8_e4m3, fp8_e5m2 or int8"
+            "{s:?} is not a KV-cache dtype; expected auto, {}",
+            KvDtype::NAMES
         )
     })
 }
@@ -473,6 +470,11 @@ mod tests {
         assert_eq!(kv_dtype("FP8").unwrap(), KvChoice(Some(KvDtype::Fp8E4m3)));
         let e = kv_dtype("fp4").unwrap_err();
         assert!(e.contains("\"fp4\""), "{e}");
+        // Every name the flag takes is listed, `auto` with them.
+        assert!(
+            e.contains("expected auto, bf16,") && e.contains("fp8_ds_mla"),
+            "{e}"
+        );
         assert_eq!(dtype("BF16").unwrap(), "bfloat16");
         assert_eq!(mamba_dtype("Auto").unwrap(), MambaChoice(None));
         assert_eq!(
