@@ -26,6 +26,7 @@ pub fn flag_name(p: Param) -> String {
         Param::EngineLog => "--from-log",
         Param::Model => "--model",
         Param::Scenario => "--scenario",
+        Param::NonTorchBytes => "--non-torch-bytes",
         // A scenario's `memory_budget` (no flag of its own) and anything newer: the concept.
         other => return other.concept().to_string(),
     }

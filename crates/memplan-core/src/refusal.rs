@@ -56,6 +56,10 @@ pub enum Param {
     Model,
     /// A simulation scenario (a shipped name or a file).
     Scenario,
+    /// Memory the engine holds outside its allocator (context growth, library workspaces,
+    /// communication buffers): vLLM's "non-torch memory", which a plan may be given in place
+    /// of its own figure.
+    NonTorchBytes,
 }
 
 impl Param {
@@ -83,6 +87,7 @@ impl Param {
             Param::EngineLog => "engine start-up log",
             Param::Model => "model",
             Param::Scenario => "scenario",
+            Param::NonTorchBytes => "non-torch memory",
         }
     }
 }
@@ -190,10 +195,25 @@ pub enum Refusal {
     },
 }
 
-fn parts(consumers: &[(String, u64)], used: u64) -> String {
+/// The consumers' sum in words. A consumer is named as the plan's JSON names it, except the
+/// memory outside the engine's allocator (`non_allocator`), which is named as what sets it
+/// ([`Param::NonTorchBytes`]: the concept, with the front end's name where it has its own).
+fn parts(consumers: &[(String, u64)], used: u64, name: &dyn Fn(Param) -> String) -> String {
     let v: Vec<String> = consumers
         .iter()
-        .map(|(n, b)| format!("{n} {}", fmt_bytes(*b)))
+        .map(|(n, b)| {
+            let n = match n.as_str() {
+                "non_allocator" => {
+                    let p = Param::NonTorchBytes;
+                    match name(p) {
+                        own if own != p.concept() => format!("{} ({own})", p.concept()),
+                        _ => p.concept().to_string(),
+                    }
+                }
+                _ => n.clone(),
+            };
+            format!("{n} {}", fmt_bytes(*b))
+        })
         .collect();
     format!("{} = {}", v.join(" + "), fmt_bytes(used))
 }
@@ -242,7 +262,7 @@ impl Refusal {
                 write!(
                     f,
                     "no memory left for the KV cache: {} exceeds the requested {} by {}; ",
-                    parts(consumers, *used),
+                    parts(consumers, *used, name),
                     fmt_bytes(*requested),
                     fmt_bytes(used.saturating_sub(*requested))
                 )?;
@@ -272,7 +292,7 @@ impl Refusal {
             } => write!(
                 f,
                 "the model does not fit on this device: {} exceeds the device total {} by {}; use more tensor-parallel ranks, a quantized model or a larger device",
-                parts(consumers, *used),
+                parts(consumers, *used, name),
                 fmt_bytes(*total),
                 fmt_bytes(used.saturating_sub(*total))
             ),
@@ -359,5 +379,46 @@ impl Refusal {
 impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.describe(&|p| p.concept().to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_room() -> Refusal {
+        Refusal::NoRoomForKv {
+            consumers: vec![
+                ("weights".into(), 3 << 30),
+                ("non_allocator".into(), 1 << 30),
+            ],
+            used: 4 << 30,
+            requested: 2 << 30,
+            total: 8 << 30,
+            utilization_that_fits: Some(0.5001),
+            free_at_start: None,
+        }
+    }
+
+    #[test]
+    fn the_memory_outside_the_allocator_is_named_as_what_sets_it() {
+        let r = no_room();
+        let text = r.to_string();
+        assert!(
+            text.contains("weights 3.00 GiB + non-torch memory 1.00 GiB = 4.00 GiB"),
+            "{text}"
+        );
+        let flags = r.describe(&|p| match p {
+            Param::NonTorchBytes => "--non-torch-bytes".into(),
+            p => p.concept().into(),
+        });
+        assert!(
+            flags.contains("+ non-torch memory (--non-torch-bytes) 1.00 GiB ="),
+            "{flags}"
+        );
+        assert!(!flags.contains("non_allocator"), "{flags}");
+        // The JSON keeps the plan's own name.
+        let json = serde_json::to_string(&r).unwrap();
+        assert!(json.contains("\"non_allocator\""), "{json}");
     }
 }

@@ -990,6 +990,16 @@ mod tests {
     }
 
     #[test]
+    fn a_refusal_names_the_flag_that_sets_non_torch_memory() {
+        let e = err("--model llama-3.1-8b-instruct --total-memory 24GiB --gpu-memory-utilization 0.9 --max-model-len 8192 --weights-bytes 14.99GiB --activation-bytes 1.89GiB --non-torch-bytes 6GiB --graph-strategy none");
+        assert!(
+            e.contains("+ non-torch memory (--non-torch-bytes) 6.00 GiB +")
+                && !e.contains("non_allocator"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn qwen_0_5b_fp8_on_a_24_gib_card() {
         // The engine reported 3.52 M tokens at 0.95 on an RTX 4090 (23.99 GiB).
         let j = plan("--model qwen2.5-0.5b-instruct --total-memory 23.99GiB --gpu-memory-utilization 0.95 --kv-cache-dtype fp8").unwrap();
