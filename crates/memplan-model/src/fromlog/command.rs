@@ -309,8 +309,14 @@ impl Command {
             {
                 return Err(what(format!("is outside 1..={max}")));
             }
-            let x = if human { human_int(v) } else { v.parse().ok() }
-                .ok_or_else(|| what("is not a whole number".into()))?;
+            let x = match human {
+                true => human_int(v),
+                false => v.parse().map_err(|_| NotInt::Form),
+            }
+            .map_err(|e| match e {
+                NotInt::Form => what("is not a whole number".into()),
+                NotInt::PastU64 => what(format!("is outside 1..={max}")),
+            })?;
             limits::check_count(x, max).map_err(|_| what(format!("is outside 1..={max}")))
         };
         let word = || -> Result<String> {
@@ -405,18 +411,31 @@ impl Command {
     }
 }
 
+/// Why a value is no `human_readable_int` memplan can hold.
+#[derive(Debug, PartialEq, Eq)]
+enum NotInt {
+    /// Not of its form at all (`32x`, `1.5K`).
+    Form,
+    /// Of its form, but past 64 bits (`99999999999999999999k`): a number out of range.
+    PastU64,
+}
+
 /// vLLM's `human_readable_int` (`vllm/engine/arg_utils.py`): digits, or a number with a
 /// decimal suffix `k m g t` (10^3..10^12, decimals allowed) or a binary one `K M G T`
 /// (2^10..2^40, whole numbers only).
-fn human_int(v: &str) -> Option<u64> {
+fn human_int(v: &str) -> std::result::Result<u64, NotInt> {
     let v = v.trim();
     if let Ok(x) = v.parse::<u64>() {
-        return Some(x);
+        return Ok(x);
+    }
+    let digits = |n: &str| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit());
+    if digits(v) {
+        return Err(NotInt::PastU64);
     }
     // The suffix is the last character, which need not be one byte (`４０９６`).
-    let (num, suffix) = v.split_at(v.char_indices().last()?.0);
+    let (num, suffix) = v.split_at(v.char_indices().last().ok_or(NotInt::Form)?.0);
     if num.is_empty() || !num.chars().all(|c| c.is_ascii_digit() || c == '.') {
-        return None;
+        return Err(NotInt::Form);
     }
     let dec = match suffix {
         "k" => Some(1e3),
@@ -426,18 +445,28 @@ fn human_int(v: &str) -> Option<u64> {
         _ => None,
     };
     if let Some(m) = dec {
-        let x: f64 = num.parse().ok()?;
+        let x: f64 = num.parse().map_err(|_| NotInt::Form)?;
         let y = (x * m).floor();
-        return (y.is_finite() && y < u64::MAX as f64).then_some(y as u64);
+        return match y < u64::MAX as f64 {
+            true => Ok(y as u64),
+            // A number too long for an f64 parses as infinity: past 64 bits too.
+            false => Err(NotInt::PastU64),
+        };
     }
     let shift = match suffix {
         "K" => 10,
         "M" => 20,
         "G" => 30,
         "T" => 40,
-        _ => return None,
+        _ => return Err(NotInt::Form),
     };
-    num.parse::<u64>().ok()?.checked_mul(1 << shift)
+    if !digits(num) {
+        return Err(NotInt::Form);
+    }
+    num.parse::<u64>()
+        .ok()
+        .and_then(|x| x.checked_mul(1 << shift))
+        .ok_or(NotInt::PastU64)
 }
 
 /// Split a command line as a POSIX shell would: whitespace between words, `'...'` literal,
@@ -683,18 +712,29 @@ mod tests {
 
     #[test]
     fn reads_vllms_human_readable_ints() {
-        assert_eq!(human_int("4096"), Some(4096));
-        assert_eq!(human_int("32k"), Some(32_000));
-        assert_eq!(human_int("32K"), Some(32_768));
-        assert_eq!(human_int("25.6k"), Some(25_600));
-        assert_eq!(human_int("1.5K"), None);
-        assert_eq!(human_int("k"), None);
-        assert_eq!(human_int("12x"), None);
+        assert_eq!(human_int("4096"), Ok(4096));
+        assert_eq!(human_int("32k"), Ok(32_000));
+        assert_eq!(human_int("32K"), Ok(32_768));
+        assert_eq!(human_int("25.6k"), Ok(25_600));
+        assert_eq!(human_int("1.5K"), Err(NotInt::Form));
+        assert_eq!(human_int("k"), Err(NotInt::Form));
+        assert_eq!(human_int("12x"), Err(NotInt::Form));
         // A suffix of several bytes (full-width digits pasted from a chat) is no number, not
         // a split inside a character.
-        assert_eq!(human_int("４０９６"), None);
-        assert_eq!(human_int("4096７"), None);
-        assert_eq!(human_int("32é"), None);
+        assert_eq!(human_int("４０９６"), Err(NotInt::Form));
+        assert_eq!(human_int("4096７"), Err(NotInt::Form));
+        assert_eq!(human_int("32é"), Err(NotInt::Form));
+        // Of the form but past 64 bits: a number out of range, whatever the suffix.
+        let long = format!("{}t", "1".repeat(400));
+        for big in [
+            "99999999999999999999",
+            "99999999999999999999k",
+            long.as_str(),
+            "99999999999999999999K",
+            "17179869184T",
+        ] {
+            assert_eq!(human_int(big), Err(NotInt::PastU64), "{big}");
+        }
     }
 
     #[test]

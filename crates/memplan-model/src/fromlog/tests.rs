@@ -1528,4 +1528,17 @@ fn numbers_past_64_bits_are_out_of_range_with_the_range() {
             "{v}: {e}"
         );
     }
+    // With vLLM's unit suffixes too (`human_readable_int`): past 64 bits is out of range.
+    for v in ["99999999999999999999k", "99999999999999999999K"] {
+        let e = parse(&format!(
+            "$ vllm serve m --max-num-batched-tokens {v}\nINFO 12-13 19:55:25 worker.py:243] Memory profiling results:\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains(&format!("--max-num-batched-tokens \"{v}\" is outside 1..="))
+                && !e.contains("whole number"),
+            "{v}: {e}"
+        );
+    }
 }
