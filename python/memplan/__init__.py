@@ -40,6 +40,7 @@ from ._errors import (
     MemplanError,
     OutOfMemoryError,
     UsageError,
+    a_type,
     from_envelope,
 )
 
@@ -190,7 +191,7 @@ def _check_types(values: Dict[str, object]) -> None:
         if value is None or kind is None or _type_ok(kind, value):
             continue
         raise ArgumentTypeError(
-            f"{key}={value!r} is a {type(value).__name__}; {key} takes {kind}",
+            f"{key}={value!r} is {a_type(value)}; {key} takes {kind}",
             kind="type",
             exit_code=2,
         )
@@ -229,7 +230,7 @@ def _flag_args(flags: Dict[str, FlagValue]) -> List[str]:
             out.append(f"{name}={operator.index(value)}")  # type: ignore[arg-type]
         else:
             raise ArgumentTypeError(
-                f"{key}={value!r} is a {type(value).__name__}; expected a number, a str, a bool or a list",
+                f"{key}={value!r} is {a_type(value)}; expected a number, a str, a bool or a list",
                 kind="type",
                 exit_code=2,
             )
@@ -319,7 +320,7 @@ def plan(
     _check_types({"device": device})
     if not isinstance(model, (str, os.PathLike)):
         raise ArgumentTypeError(
-            f"model={model!r} is a {type(model).__name__}; model takes a str or a path",
+            f"model={model!r} is {a_type(model)}; model takes a str or a path",
             kind="type",
             exit_code=2,
         )
@@ -346,13 +347,13 @@ def probe(device: str, calibrate: bool = False) -> Dict[str, Any]:
     """
     if not isinstance(device, str):
         raise ArgumentTypeError(
-            f"device={device!r} is a {type(device).__name__}; device takes a str",
+            f"device={device!r} is {a_type(device)}; device takes a str",
             kind="type",
             exit_code=2,
         )
     if not isinstance(calibrate, bool):
         raise ArgumentTypeError(
-            f"calibrate={calibrate!r} is a {type(calibrate).__name__}; calibrate takes a bool",
+            f"calibrate={calibrate!r} is {a_type(calibrate)}; calibrate takes a bool",
             kind="type",
             exit_code=2,
         )
@@ -406,7 +407,7 @@ def simulate(
     _check_types({"strategy": strategy, "seed": seed})
     if not isinstance(scenario, (str, os.PathLike)):
         raise ArgumentTypeError(
-            f"scenario={scenario!r} is a {type(scenario).__name__}; scenario takes a name or a path",
+            f"scenario={scenario!r} is {a_type(scenario)}; scenario takes a name or a path",
             kind="type",
             exit_code=2,
         )

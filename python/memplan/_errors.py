@@ -147,3 +147,14 @@ def from_envelope(exit_code: int, envelope: Any) -> MemplanError:
     message = str(err.get("message", "")) or kind
     cls = _class_for(kind, exit_code)
     return cls(message, kind=kind, exit_code=exit_code, envelope=envelope)
+
+
+def a_type(value: object) -> str:
+    """The type of ``value`` with its article, as messages say it: ``"a str"``, ``"an int"``,
+    ``"an object"``. ``an`` before a vowel sound: a name that starts with a, e, i or o, or with
+    a u not said "you" (``uni``, ``use``, ``usu``, ``uti``, ``uu`` are)."""
+    name = type(value).__name__
+    low = name.lower()
+    you = low.startswith(("uni", "use", "usu", "uti", "uu"))
+    vowel = low[:1] in ("a", "e", "i", "o") or (low[:1] == "u" and not you)
+    return f"{'an' if vowel else 'a'} {name}"

@@ -39,7 +39,7 @@ import math
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
 
 from . import _native
-from ._errors import ArgumentTypeError, UsageError, from_envelope
+from ._errors import ArgumentTypeError, UsageError, a_type, from_envelope
 
 __all__ = ["combine", "exchange", "exchanger", "AllGather", "PlanLike"]
 
@@ -109,7 +109,7 @@ def _text(plan: PlanLike, where: str) -> str:
             elif error is UsageError:
                 why = f"{path} is nested more than {_MAX_DEPTH} levels deep (or contains itself)"
             else:
-                why = f"{path} is a {type(value).__name__}, which JSON has no form for"
+                why = f"{path} is {a_type(value)}, which JSON has no form for"
             kind = "type" if error is ArgumentTypeError else "usage"
             raise error(f"{where}: {why}", kind=kind, exit_code=2)
         return json.dumps(plan, allow_nan=False, default=_as_dict)
@@ -236,7 +236,7 @@ def exchanger(
     """
     if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int)):
         raise ArgumentTypeError(
-            f"exchange: world_size={world_size!r} is a {type(world_size).__name__}; it takes a positive int",
+            f"exchange: world_size={world_size!r} is {a_type(world_size)}; it takes a positive int",
             kind="type",
             exit_code=2,
         )

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from . import _native
-from ._errors import ArgumentTypeError, UsageError
+from ._errors import ArgumentTypeError, UsageError, a_type
 from ._release import installed_release
 
 __all__ = ["Engine", "start_up", "StartUp", "KvRange", "SimDevice", "SimAllocator", "AllocatorStats"]
@@ -313,7 +313,7 @@ def start_up(
     _check_engine(engine)
     if not isinstance(model, (str, os.PathLike)):
         raise ArgumentTypeError(
-            f"model={model!r} is a {type(model).__name__}; model takes a str or a path",
+            f"model={model!r} is {a_type(model)}; model takes a str or a path",
             kind="type",
             exit_code=2,
         )

@@ -119,9 +119,25 @@ pub fn int_arg(py: Python<'_>, v: &Bound<'_, PyAny>, name: &str, max: u64) -> Py
         )),
         Err(_) => Err(type_error(
             py,
-            format!("{name}={} is a {kind}; {name} takes an int", repr(v)),
+            format!(
+                "{name}={} is {}; {name} takes an int",
+                repr(v),
+                a_type(&kind)
+            ),
         )),
     }
+}
+
+/// A Python type's name with its article, as messages say it (`a str`, `an object`): `an`
+/// before a vowel sound, a name that starts with a, e, i or o, or with a u not said "you"
+/// (`uni`, `use`, `usu`, `uti`, `uu` are). The same rule as `memplan._errors.a_type`.
+pub fn a_type(name: &str) -> String {
+    let low = name.to_ascii_lowercase();
+    let you = ["uni", "use", "usu", "uti", "uu"]
+        .iter()
+        .any(|p| low.starts_with(p));
+    let vowel = low.starts_with(['a', 'e', 'i', 'o']) || (low.starts_with('u') && !you);
+    format!("{} {name}", if vowel { "an" } else { "a" })
 }
 
 /// [`int_arg`] for a count: `1..=max`.

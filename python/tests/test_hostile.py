@@ -124,6 +124,22 @@ def test_probe_arguments_are_type_checked() -> None:
         memplan.probe(DEVICE, calibrate="yes")  # type: ignore[arg-type]
 
 
+def test_a_wrong_type_is_named_with_its_article() -> None:
+    from memplan._errors import a_type
+
+    assert [a_type(v) for v in (object(), 1, "x", {1}, 1.5, [1])] == [
+        "an object", "an int", "a str", "a set", "a float", "a list"
+    ]
+    # In the messages: the Python layer's check, and the native layer's (`int_arg`).
+    with pytest.raises(memplan.ArgumentTypeError, match="is an object; max_model_len takes"):
+        memplan.plan(MODEL, DEVICE, max_model_len=object())  # type: ignore[arg-type]
+    dev = SimDevice("sim:rtx4090", private=True)
+    with pytest.raises(TypeError, match="is an object; .* takes an int"):
+        dev.allocate(object())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="is a str; .* takes an int"):
+        dev.allocate("16")  # type: ignore[arg-type]
+
+
 # -- the simulated device and allocator -------------------------------------------------
 
 
