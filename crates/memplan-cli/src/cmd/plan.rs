@@ -629,10 +629,14 @@ pub fn run(a: Args) -> Result<Report, Failure> {
     plan.notes
         .extend(extras::llama_cpp_answer(&a, &model, &plan)?);
     let text = match &a.emit_args {
-        Some((engine, _)) => format!(
-            "{}\n",
-            render_args::engine_args(&plan, &context(&a, &model)?, *engine)?
-        ),
+        Some((engine, _)) => {
+            let ctx = context(&a, &model)?;
+            let args = render_args::engine_args(&plan, &ctx, *engine)?;
+            // The pasted line holds flags only; why a block size is left out goes in the notes.
+            plan.notes
+                .extend(render_args::block_note(&plan, &ctx, *engine));
+            format!("{args}\n")
+        }
         None => render::text(&plan, &crate::flags::flag_name),
     };
     if let Some(path) = &a.svg {
@@ -1522,9 +1526,8 @@ mod tests {
 
     /// `--emit-args` writes a block size only where one was given (`--block-size`, or a log of
     /// the same engine that ran with one): a default the plan took is left to the engine,
-    /// which picks it again, and is never written as a value the engine would refuse (an
-    /// SGLang plan's 1-token pages for vLLM, a hybrid's aligned block outside vLLM's
-    /// `BlockSize`).
+    /// which picks it again, and is never written where the engine would refuse it or align
+    /// it anew (an SGLang plan's 1-token pages for vLLM, a hybrid's aligned block).
     #[test]
     fn emitted_args_write_a_block_size_only_where_one_was_given() {
         let f = "--model qwen3-8b --total-memory 80GiB --max-model-len 8192";
@@ -1542,7 +1545,7 @@ mod tests {
             );
         }
         // Jamba under vLLM 0.19's rules: an 80-token block aligned to its Mamba state, which
-        // `BlockSize` (1, 8, ..., 256) does not hold; vLLM aligns it again by itself.
+        // vLLM aligns again by itself.
         let jamba = std::env::temp_dir().join(format!("memplan-jamba-{}.json", std::process::id()));
         std::fs::write(
             &jamba,
@@ -1554,10 +1557,29 @@ mod tests {
             jamba.display()
         );
         let (_, p) = plan_ranks(&flags(&hybrid)).unwrap();
-        assert!(![1, 8, 16, 32, 64, 128, 256].contains(&p.kv_spec.block_size));
+        assert_eq!(p.kv_spec.block_size, 80);
         let v = emitted(&hybrid, Engine::Vllm).unwrap();
-        let _ = std::fs::remove_file(&jamba);
         assert!(!v.contains("--block-size"), "{v}");
+        // The plan's notes say why (the line itself holds flags only).
+        let j = run_json(&format!("{hybrid} --emit-args vllm")).unwrap();
+        let said = j["notes"].as_array().unwrap().iter().any(|n| {
+            n.as_str().unwrap().contains(&format!(
+                "writes no --block-size: the plan's {}-token block is this hybrid's",
+                p.kv_spec.block_size
+            ))
+        });
+        assert!(said, "{}", j["notes"]);
+        // A block size given is written as given (vLLM takes any positive size at parse time;
+        // its backends want multiples of 16), and no note is added.
+        let j = run_json(&format!("{hybrid} --block-size 48 --emit-args vllm")).unwrap();
+        assert!(
+            !j["notes"].to_string().contains("writes no --block-size"),
+            "{}",
+            j["notes"]
+        );
+        let v = emitted(&format!("{hybrid} --block-size 48"), Engine::Vllm).unwrap();
+        let _ = std::fs::remove_file(&jamba);
+        assert!(v.contains("--block-size 48"), "{v}");
         // A block size the user gives is written for either engine.
         let v = emitted(
             &format!("{f} --engine sglang --block-size 32"),

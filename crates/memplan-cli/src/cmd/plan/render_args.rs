@@ -16,11 +16,23 @@
 //!   (`FlashAttentionBackend.get_supported_kernel_block_sizes` returns `MultipleOf(16)` in
 //!   0.19 and 0.34, `vllm/v1/attention/backends/flash_attn.py`; FlashInfer 16, 32, 64; checked
 //!   by `AttentionBackend.supports_block_size`, `vllm/v1/attention/backend.py`).
+//! - vLLM's `--block-size` itself takes any positive whole number in every release these
+//!   rules cover (`CacheConfig.block_size` in `vllm/config/cache.py`: `SkipValidation[int]`
+//!   in 0.19.0 to 0.22.1, `int` with `Field(gt=0)` in 0.23.0 to 0.34.0, read from each
+//!   release's wheel; 0.21.0 has none on PyPI). The `BlockSize` literal `[1, 8, 16, 32, 64,
+//!   128, 256]` of earlier releases is gone, so the backends' multiple of 16 above is the
+//!   check; a literal here would refuse sizes these releases run (48, 528).
 //! - The block size is written (`--block-size`, SGLang's `--page-size`) only where one was
 //!   given: `--block-size`, or the size a start-up log of the same engine ran with. A plan
 //!   that took the release's default leaves it to the engine, which picks the same default
-//!   (and vLLM's hybrid alignment) again; vLLM's `BlockSize` (`vllm/config/cache.py`,
-//!   `Literal[1, 8, 16, 32, 64, 128, 256]`) would refuse an aligned hybrid size such as 528.
+//!   again. A hybrid's block that memplan derived (the attention page aligned to the state
+//!   page, such as 528) is vLLM's own result too, computed again at start-up
+//!   (`HybridAttentionMambaModelConfig`, `vllm/model_executor/models/config.py`, in 0.19;
+//!   `Platform._align_hybrid_block_size`, `vllm/platforms/interface.py`, from 0.20.0), which
+//!   takes a `--block-size` only as a floor, and from 0.20.0 also as the kernel alignment: with
+//!   prefix caching in `all` mode the block becomes a multiple of lcm(Mamba chunk, that size),
+//!   so a 528 written back could move it. It is left out, and the plan's notes say so
+//!   ([`block_note`]).
 //! - vLLM requires `max_num_batched_tokens >= max_num_seqs` (`SchedulerConfig`,
 //!   `vllm/config/scheduler.py`, 0.19 and 0.34).
 //! - SGLang 0.5.23: `--kv-cache-dtype` takes `auto`, `fp8_e5m2`, `fp8_e4m3`, `mxfp8`, `bf16`,
@@ -37,7 +49,7 @@
 //! `srt/configs/mamba_utils.py` `mamba2_state_dtype`), so `--mamba-cache-dtype` is refused
 //! for SGLang, and `--mamba-ssm-cache-dtype` too where the plan's rules are SGLang 0.5.1's.
 
-use memplan::kv::KvDtype;
+use memplan::kv::{AttentionKind, KvDtype};
 use memplan::Error;
 use memplan_model::arch::state::MambaDtype;
 use memplan_model::engine::EngineKind;
@@ -142,6 +154,38 @@ fn kv_name(kv: KvDtype, c: &Context, e: Engine) -> Result<&'static str, Error> {
     })
 }
 
+/// The block size the engine was told, with where from: `--block-size`, or the size a
+/// start-up log of the same engine ran with.
+fn given_block(c: &Context, e: Engine) -> Option<(u32, &'static str)> {
+    let kind = match e {
+        Engine::Vllm => EngineKind::Vllm,
+        Engine::Sglang => EngineKind::Sglang,
+    };
+    match (c.block_size, c.log_block_size) {
+        (Some(b), _) => Some((b, "")),
+        (None, Some((b, k))) if k == kind => Some((b, " (the log's)")),
+        _ => None,
+    }
+}
+
+/// Why `--emit-args vllm` writes no `--block-size` for a hybrid model's plan whose block
+/// memplan derived (no block size given): vLLM derives the same block at start-up, and one
+/// passed back is only the floor of its alignment. `None` where a block size is written, the
+/// engine is not vLLM, or the model has no recurrent-state layers.
+pub fn block_note(p: &Plan, c: &Context, e: Engine) -> Option<String> {
+    let hybrid = p
+        .kv_spec
+        .groups
+        .iter()
+        .any(|g| matches!(g.attention, AttentionKind::State { .. }));
+    (e == Engine::Vllm && hybrid && given_block(c, e).is_none()).then(|| {
+        format!(
+            "--emit-args vllm writes no --block-size: the plan's {}-token block is this hybrid's attention page aligned to its state page, which vLLM computes again at start-up; passed as --block-size it would be only the floor vLLM aligns from (and, with prefix caching in vLLM's `all` mode, could move the block)",
+            p.kv_spec.block_size
+        )
+    })
+}
+
 /// Ready-to-paste flags that pin the planned KV cache; an error when the engine would refuse
 /// them or could not reproduce the plan.
 pub fn engine_args(p: &Plan, c: &Context, e: Engine) -> Result<String, Error> {
@@ -152,19 +196,10 @@ pub fn engine_args(p: &Plan, c: &Context, e: Engine) -> Result<String, Error> {
     // size a log of this engine ran with. Otherwise the plan took the release's default (vLLM
     // `CacheConfig.block_size` left unset: the platform's, raised for hybrid models by
     // `_align_hybrid_block_size`; SGLang's `page_size` 1), which the engine picks again by
-    // itself; a flag the user did not set would be one more thing to check, and may not be
-    // accepted at all: vLLM's `BlockSize` (`vllm/config/cache.py`) is `Literal[1, 8, 16, 32,
-    // 64, 128, 256]`, which holds no aligned hybrid size such as 528, and a plan made by
-    // SGLang's rules has blocks of 1 token, which no vLLM CUDA backend takes.
-    let kind = match e {
-        Engine::Vllm => EngineKind::Vllm,
-        Engine::Sglang => EngineKind::Sglang,
-    };
-    let given = match (c.block_size, c.log_block_size) {
-        (Some(b), _) => Some((b, "")),
-        (None, Some((b, k))) if k == kind => Some((b, " (the log's)")),
-        _ => None,
-    };
+    // itself; a flag the user did not set would be one more thing to check, a hybrid's
+    // aligned block passed back is only a floor vLLM aligns anew (see the module doc), and a
+    // plan made by SGLang's rules has blocks of 1 token, which no vLLM CUDA backend takes.
+    let given = given_block(c, e);
     let mut extra = String::new();
     if c.dtype != "auto" {
         extra.push_str(&format!(" --dtype {}", c.dtype));
