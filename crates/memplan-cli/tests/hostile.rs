@@ -12,6 +12,13 @@ fn run(args: &[&str]) -> (i32, String) {
 
 /// [`run`] with environment variables set (as bytes, which need not be UTF-8).
 fn run_with(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> (i32, String) {
+    let (code, _, err) = output(args, env);
+    (code, err)
+}
+
+/// `memplan ARGS` with `env` set and no logging or allocator variables of the caller's:
+/// exit code, stdout and stderr.
+fn output(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> (i32, String, String) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_memplan"));
     cmd.args(args)
         .env_remove("MEMPLAN_LOG")
@@ -29,7 +36,11 @@ fn run_with(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> (i32, String) {
     let out = cmd.output().expect("the binary runs");
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(!err.contains("panicked"), "{args:?}: {err}");
-    (out.status.code().expect("exited, not killed"), err)
+    (
+        out.status.code().expect("exited, not killed"),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        err,
+    )
 }
 
 fn tmp(name: &str) -> PathBuf {
@@ -40,30 +51,44 @@ fn tmp(name: &str) -> PathBuf {
     d.join(name)
 }
 
+/// `text` written to the scratch file `name`, then `memplan plan --model FILE --device
+/// sim:h100-80gb` (a config that must be read to plan): exit code, stdout and stderr.
+fn plan_config(name: &str, text: &str) -> (i32, String, String) {
+    let cfg = tmp(name);
+    std::fs::write(&cfg, text).unwrap();
+    let path = cfg.to_str().unwrap();
+    run_out(&["plan", "--model", path, "--device", "sim:h100-80gb"])
+}
+
+/// `text` written to the scratch file `name`, then `memplan plan --model MODEL --from-log
+/// FILE FLAGS`: exit code, stdout and stderr.
+fn plan_log(name: &str, text: &str, model: &str, flags: &[&str]) -> (i32, String, String) {
+    let log = tmp(name);
+    std::fs::write(&log, text).unwrap();
+    let mut args = vec![
+        "plan",
+        "--model",
+        model,
+        "--from-log",
+        log.to_str().unwrap(),
+    ];
+    args.extend(flags);
+    run_out(&args)
+}
+
 /// A figure the log prints as `NaN` or `inf` with its unit written on is refused naming the
 /// line, not skipped (which let a total derived from other lines stand in for it).
 #[test]
 fn a_log_figure_of_nan_with_its_unit_is_refused() {
     for (name, value) in [("nan.log", "NaNGiB"), ("inf.log", "infGiB")] {
-        let log = tmp(name);
-        std::fs::write(
-            &log,
-            format!(
-                "[v1/worker/gpu_worker.py:284] worker init memory snapshot: torch_peak=0.0GiB, \
-                 free_memory=78.68GiB, total_memory={value}, cuda_memory=0.51GiB\n\
-                 [v1/worker/gpu_model_runner.py:4820] Model loading took 14.99 GiB memory\n\
-                 [v1/worker/gpu_worker.py:436] Available KV cache memory: 58.11 GiB\n\
-                 [v1/core/kv_cache_utils.py:1319] GPU KV cache size: 476,016 tokens\n"
-            ),
-        )
-        .unwrap();
-        let (code, err) = run(&[
-            "plan",
-            "--model",
-            "llama-3.1-8b-instruct",
-            "--from-log",
-            log.to_str().unwrap(),
-        ]);
+        let text = format!(
+            "[v1/worker/gpu_worker.py:284] worker init memory snapshot: torch_peak=0.0GiB, \
+             free_memory=78.68GiB, total_memory={value}, cuda_memory=0.51GiB\n\
+             [v1/worker/gpu_model_runner.py:4820] Model loading took 14.99 GiB memory\n\
+             [v1/worker/gpu_worker.py:436] Available KV cache memory: 58.11 GiB\n\
+             [v1/core/kv_cache_utils.py:1319] GPU KV cache size: 476,016 tokens\n"
+        );
+        let (code, _, err) = plan_log(name, &text, "llama-3.1-8b-instruct", &[]);
         assert_eq!(code, 1, "{err}");
         assert!(err.contains(name) && err.contains("line 1"), "{err}");
         assert!(!err.contains("--"), "blames a flag: {err}");
@@ -162,21 +187,12 @@ fn too_few_batched_tokens_for_vllm_name_the_sequences_nobody_set() {
 /// the file and the key named), not a usage error naming no file.
 #[test]
 fn config_dimensions_that_do_not_compute_name_the_file() {
-    let cfg = tmp("big-hidden.json");
-    std::fs::write(
-        &cfg,
+    let (code, _, err) = plan_config(
+        "big-hidden.json",
         r#"{"architectures":["LlamaForCausalLM"],"hidden_size":1000000000000,
         "num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":8,
         "intermediate_size":14336,"vocab_size":128256,"torch_dtype":"bfloat16"}"#,
-    )
-    .unwrap();
-    let (code, err) = run(&[
-        "plan",
-        "--model",
-        cfg.to_str().unwrap(),
-        "--device",
-        "sim:h100-80gb",
-    ]);
+    );
     assert_eq!(code, 1, "{err}");
     assert!(
         err.contains("big-hidden.json") && err.contains("hidden_size"),
@@ -209,20 +225,11 @@ fn a_device_reporting_an_absurd_total_is_refused_naming_it() {
 /// it) names the file, the key path of the value and what the literal is.
 #[test]
 fn a_non_finite_literal_in_a_config_names_the_file_and_key() {
-    let cfg = tmp("nan-layers.json");
-    std::fs::write(
-        &cfg,
+    let (code, _, err) = plan_config(
+        "nan-layers.json",
         "{\"architectures\":[\"LlavaForConditionalGeneration\"],\"model_type\":\"llava\",\n\
          \"text_config\":{\"hidden_size\":4096,\n\"num_hidden_layers\":NaN}}",
-    )
-    .unwrap();
-    let (code, err) = run(&[
-        "plan",
-        "--model",
-        cfg.to_str().unwrap(),
-        "--device",
-        "sim:h100-80gb",
-    ]);
+    );
     assert_eq!(code, 1, "{err}");
     assert!(
         err.contains("nan-layers.json")
@@ -253,20 +260,13 @@ fn a_sim_modifier_given_twice_is_refused_naming_it() {
 /// write them) is a bad value naming the line and the flag, not a panic inside a character.
 #[test]
 fn full_width_digits_in_a_pasted_command_are_a_bad_value() {
-    let log = tmp("full-width.log");
-    std::fs::write(
-        &log,
+    let (code, _, err) = plan_log(
+        "full-width.log",
         "$ vllm serve m --max-model-len ４０９６\n\
          INFO 01-23 15:50:05 [gpu_worker.py:298] Available KV cache memory: 58.11 GiB\n",
-    )
-    .unwrap();
-    let (code, err) = run(&[
-        "plan",
-        "--model",
         "llama-3.1-8b-instruct",
-        "--from-log",
-        log.to_str().unwrap(),
-    ]);
+        &[],
+    );
     assert_eq!(code, 1, "{err}");
     assert!(
         err.contains("line 1") && err.contains("--max-model-len") && err.contains("４０９６"),
@@ -310,24 +310,13 @@ fn an_allocator_variable_that_is_not_utf8_is_refused_naming_it() {
 /// its ends: one line of a few hundred bytes, not the megabytes of the value.
 #[test]
 fn a_figure_of_megabytes_is_quoted_by_its_ends() {
-    let log = tmp("long-figure.log");
-    std::fs::write(
-        &log,
-        format!(
-            "INFO vLLM API server version 0.30.0\n\
-             INFO Model loading took 14.99 GiB memory\n\
-             INFO Available KV cache memory: {} GiB\n",
-            "9".repeat(4 << 20)
-        ),
-    )
-    .unwrap();
-    let (code, err) = run(&[
-        "plan",
-        "--model",
-        "llama-3.1-8b-instruct",
-        "--from-log",
-        log.to_str().unwrap(),
-    ]);
+    let text = format!(
+        "INFO vLLM API server version 0.30.0\n\
+         INFO Model loading took 14.99 GiB memory\n\
+         INFO Available KV cache memory: {} GiB\n",
+        "9".repeat(4 << 20)
+    );
+    let (code, _, err) = plan_log("long-figure.log", &text, "llama-3.1-8b-instruct", &[]);
     assert_eq!(code, 1, "{err:.300}");
     assert!(err.len() < 2048, "{} bytes of stderr", err.len());
     assert!(
@@ -414,19 +403,7 @@ fn an_argument_that_is_not_utf8_names_its_flag() {
 
 /// `memplan ARGS`: exit code, stdout and stderr.
 fn run_out(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_memplan"))
-        .args(args)
-        .env_remove("MEMPLAN_LOG")
-        .env_remove("RUST_LOG")
-        .output()
-        .expect("the binary runs");
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(!err.contains("panicked"), "{args:?}: {err}");
-    (
-        out.status.code().expect("exited, not killed"),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        err,
-    )
+    output(args, &[])
 }
 
 /// A shipped scenario with one line changed, written to a scratch file.
@@ -498,30 +475,14 @@ fn terminal_sequences_from_inputs_are_shown_escaped() {
         .to_string()
     };
     let arch = "\u{1b}]0;title\u{7}\u{1b}[2J\u{9b}31m\u{202e}ForCausalLM";
-    let plain = tmp("esc-arch.json");
-    std::fs::write(&plain, config(arch, 64)).unwrap();
-    let (code, out, err) = run_out(&[
-        "plan",
-        "--model",
-        plain.to_str().unwrap(),
-        "--device",
-        "sim:h100-80gb",
-    ]);
+    let (code, out, err) = plan_config("esc-arch.json", &config(arch, 64));
     assert_eq!(code, 0, "{err}");
     assert!(
         out.contains("\\u{1b}[2J") && out.contains("\\u{202e}"),
         "{out}"
     );
     // A file name with ESC, refused for its content: the error line quotes it escaped.
-    let named = tmp("x\u{1b}[2Jy.json");
-    std::fs::write(&named, config("LlamaForCausalLM", 0)).unwrap();
-    let (code, out2, err2) = run_out(&[
-        "plan",
-        "--model",
-        named.to_str().unwrap(),
-        "--device",
-        "sim:h100-80gb",
-    ]);
+    let (code, out2, err2) = plan_config("x\u{1b}[2Jy.json", &config("LlamaForCausalLM", 0));
     assert_eq!(code, 1, "{err2}");
     assert!(err2.contains("x\\u{1b}[2Jy.json"), "{err2}");
     for text in [&out, &err, &out2, &err2] {
@@ -559,19 +520,10 @@ fn a_model_link_that_leads_nowhere_is_named_as_a_path() {
 /// value at line 1 column 1".
 #[test]
 fn a_config_with_a_byte_order_mark_is_refused_naming_it() {
-    let cfg = tmp("bom-config.json");
-    std::fs::write(
-        &cfg,
+    let (code, _, err) = plan_config(
+        "bom-config.json",
         "\u{feff}{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64}",
-    )
-    .unwrap();
-    let (code, err) = run(&[
-        "plan",
-        "--model",
-        cfg.to_str().unwrap(),
-        "--device",
-        "sim:h100-80gb",
-    ]);
+    );
     assert_eq!(code, 1, "{err}");
     assert!(
         err.contains("bom-config.json") && err.contains("byte-order mark"),
@@ -625,25 +577,12 @@ fn a_scenario_type_error_is_one_line_naming_the_key() {
 #[test]
 fn a_log_with_no_kv_memory_is_planned_as_a_failed_start_up() {
     for (name, figure) in [("kv-zero.log", "0.00"), ("kv-tiny.log", "1e-320")] {
-        let log = tmp(name);
-        std::fs::write(
-            &log,
-            format!(
-                "INFO 05-12 11:29:29 [core.py:103] Initializing a V1 LLM engine (v0.18.0) with config: model='Qwen/Qwen3-8B', dtype=torch.bfloat16, max_seq_len=40960, tensor_parallel_size=1\n\
-                 INFO 05-12 11:34:57 [gpu_model_runner.py:2599] Model loading took 15.2859 GiB memory\n\
-                 INFO 05-12 11:35:44 [gpu_worker.py:357] Available KV cache memory: {figure} GiB\n"
-            ),
-        )
-        .unwrap();
-        let (code, out, err) = run_out(&[
-            "plan",
-            "--model",
-            "qwen3-8b",
-            "--from-log",
-            log.to_str().unwrap(),
-            "--total-memory",
-            "80GiB",
-        ]);
+        let text = format!(
+            "INFO 05-12 11:29:29 [core.py:103] Initializing a V1 LLM engine (v0.18.0) with config: model='Qwen/Qwen3-8B', dtype=torch.bfloat16, max_seq_len=40960, tensor_parallel_size=1\n\
+             INFO 05-12 11:34:57 [gpu_model_runner.py:2599] Model loading took 15.2859 GiB memory\n\
+             INFO 05-12 11:35:44 [gpu_worker.py:357] Available KV cache memory: {figure} GiB\n"
+        );
+        let (code, out, err) = plan_log(name, &text, "qwen3-8b", &["--total-memory", "80GiB"]);
         assert_eq!(code, 0, "{name}: {err}");
         assert!(out.contains("no room for a KV cache"), "{name}: {out}");
         assert!(!err.contains("--kv-cache-memory-bytes"), "{name}: {err}");
