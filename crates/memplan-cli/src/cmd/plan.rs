@@ -1186,6 +1186,15 @@ mod tests {
         assert!(sg.contains("--mem-fraction-static 0.900 "), "{sg}");
     }
 
+    /// The vllm-ascend installation docs' single-NPU check (vLLM 0.18.0), lines as printed:
+    /// vllm-ascend set 128-token blocks (`vllm_ascend/utils.py` `refresh_block_size`); its
+    /// config line says Qwen3-0.6B, its 36 layers and 15.29 GB of weights are Qwen3-8B's.
+    const ASCEND_QWEN3_LOG: &str = "INFO 05-12 11:29:29 [utils.py:1186] Block size is set to 128 if prefix cache or chunked prefill is enabled.\n\
+             (EngineCore pid=970) INFO 05-12 11:29:29 [core.py:103] Initializing a V1 LLM engine (v0.18.0) with config: model='Qwen/Qwen3-0.6B', speculative_config=None, tokenizer='Qwen/Qwen3-0.6B', dtype=torch.bfloat16, max_seq_len=40960, tensor_parallel_size=1\n\
+             (EngineCore pid=970) INFO 05-12 11:34:57 [model_runner_v1.py:2599] Loading model weights took 15.2859 GB\n\
+             (EngineCore pid=970) INFO 05-12 11:35:44 [worker.py:357] Available KV cache memory: 39.06 GiB\n\
+             (EngineCore pid=970) INFO 05-12 11:35:44 [kv_cache_utils.py:1316] GPU KV cache size: 284,416 tokens\n";
+
     fn emitted(f: &str, e: Engine) -> Result<String, Error> {
         let a = flags(f);
         let (m, p) = plan_ranks(&a).unwrap();
@@ -1588,14 +1597,7 @@ mod tests {
         .unwrap();
         assert!(v.contains("--block-size 32"), "{v}");
         // A vLLM log's block size is repeated for vLLM, not as SGLang's page size.
-        let path = log_file(
-            "ascend-block",
-            "INFO 05-12 11:29:29 [utils.py:1186] Block size is set to 128 if prefix cache or chunked prefill is enabled.\n\
-             (EngineCore pid=970) INFO 05-12 11:29:29 [core.py:103] Initializing a V1 LLM engine (v0.18.0) with config: model='Qwen/Qwen3-0.6B', speculative_config=None, tokenizer='Qwen/Qwen3-0.6B', dtype=torch.bfloat16, max_seq_len=40960, tensor_parallel_size=1\n\
-             (EngineCore pid=970) INFO 05-12 11:34:57 [model_runner_v1.py:2599] Loading model weights took 15.2859 GB\n\
-             (EngineCore pid=970) INFO 05-12 11:35:44 [worker.py:357] Available KV cache memory: 39.06 GiB\n\
-             (EngineCore pid=970) INFO 05-12 11:35:44 [kv_cache_utils.py:1316] GPU KV cache size: 284,416 tokens\n",
-        );
+        let path = log_file("ascend-block", ASCEND_QWEN3_LOG);
         let j = run_json(&format!("--model qwen3-8b --from-log {}", path.display())).unwrap();
         let args = &j["engine_args"];
         assert!(
@@ -2171,12 +2173,9 @@ mod tests {
         // engine prints as 2,222 x 128 = 284,416 tokens.
         let path = log_file(
             "ascend",
-            "INFO 05-12 11:29:29 [utils.py:1186] Block size is set to 128 if prefix cache or chunked prefill is enabled.\n\
-             (EngineCore pid=970) INFO 05-12 11:29:29 [core.py:103] Initializing a V1 LLM engine (v0.18.0) with config: model='Qwen/Qwen3-0.6B', speculative_config=None, tokenizer='Qwen/Qwen3-0.6B', dtype=torch.bfloat16, max_seq_len=40960, tensor_parallel_size=1\n\
-             (EngineCore pid=970) INFO 05-12 11:34:57 [model_runner_v1.py:2599] Loading model weights took 15.2859 GB\n\
-             (EngineCore pid=970) INFO 05-12 11:35:44 [worker.py:357] Available KV cache memory: 39.06 GiB\n\
-             (EngineCore pid=970) INFO 05-12 11:35:44 [kv_cache_utils.py:1316] GPU KV cache size: 284,416 tokens\n\
-             (EngineCore pid=970) INFO 05-12 11:35:44 [kv_cache_utils.py:1321] Maximum concurrency for 40,960 tokens per request: 6.94x\n",
+            &format!(
+                "{ASCEND_QWEN3_LOG}(EngineCore pid=970) INFO 05-12 11:35:44 [kv_cache_utils.py:1321] Maximum concurrency for 40,960 tokens per request: 6.94x\n"
+            ),
         );
         let j = run_json(&format!("--model qwen3-8b --from-log {}", path.display())).unwrap();
         assert_eq!(j["kv"]["block_size"], 128, "{}", j["notes"]);
