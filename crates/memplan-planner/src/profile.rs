@@ -101,6 +101,11 @@ pub struct Profile {
     /// session makes after its last reading, and warns
     /// ([`Warning::DeviceKeepsMemoryOnFree`]).
     pub kept_per_free: Option<u64>,
+    /// The step the free reading moves in where it is a MiB or more, as calibration (or,
+    /// where nothing calibrated, the session's own windows over allocations) saw it: every
+    /// window of the free reading is kept off by up to it ([`crate::strategy::window_error`]);
+    /// 0 where its reads count bytes or nothing measured them.
+    pub free_step: u64,
     /// Reads of the free and device-wide readings each snapshot of the session combines (their
     /// interquartile mean, each read after a synchronize): 1 where one read is good to its
     /// window error; more where the reading moves from one read to the next by more than the
@@ -146,6 +151,7 @@ impl Profile {
             non_allocator_by_probe: false,
             held_by_calibration: 0,
             kept_per_free: None,
+            free_step: 0,
             free_reads: 1,
             segment_readings: Vec::new(),
             weights_reading: None,

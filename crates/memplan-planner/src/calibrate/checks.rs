@@ -19,6 +19,8 @@ pub(super) struct Observed {
     pub window_error: Option<u64>,
     /// What the device kept of each raw allocation it freed ([`kept_per_free`]; free readings).
     pub kept_per_free: Option<u64>,
+    /// The step the reads moved in where it is coarse ([`coarse_step`]; free readings), else 0.
+    pub step: u64,
 }
 
 /// Allocation rounding and bookkeeping slack allowed in a delta.
@@ -315,6 +317,7 @@ pub(super) fn driver_free(device: &Device, sizes: &[u64]) -> Result<Observed> {
         note,
         window_error: observed_any.then_some(worst_err),
         kept_per_free: kept,
+        step: coarse_step(step),
     })
 }
 
@@ -395,6 +398,20 @@ pub(crate) fn reading_step(reads: &[u64]) -> u64 {
     reads.iter().fold(0, |g, r| crate::plan::gcd(g, *r))
 }
 
+/// A reading's step ([`reading_step`]) where it is a MiB or more, else 0. Reads that count
+/// bytes share no such divisor (a few bytes, or noise's); reads in steps of a MiB or more
+/// cannot tell memory apart within one, even where the step is within the allocator's
+/// rounding and the reading stays exact to calibration (a free reading in the 2 MiB pages a
+/// driver maps): every window of two of them may still be off by up to the step, which the
+/// margins on windows keep ([`crate::strategy::window_error`]).
+pub(crate) fn coarse_step(step: u64) -> u64 {
+    if step >= MIB {
+        step
+    } else {
+        0
+    }
+}
+
 /// Unified memory: the driver's readings may come from the wrong pool (an aperture). Allocate
 /// more than free memory says is left: if that succeeds, free and total describe a pool the
 /// device does not allocate from. A session nothing calibrated runs it too.
@@ -438,6 +455,7 @@ pub(crate) fn unified_pool(device: &Device, cal: &mut ProfilingCapability) -> Re
         note: String::new(),
         window_error: None,
         kept_per_free: None,
+        step: 0,
     };
     let why = "unified memory: an allocation larger than free memory succeeded, so the readings describe another pool";
     let mut v = vec![
@@ -494,6 +512,7 @@ pub(super) fn driver_total(
             note: String::new(),
             window_error: None,
             kept_per_free: None,
+            step: 0,
         },
     ))
 }

@@ -182,6 +182,7 @@ pub(super) fn graphs(device: &Device, cal: &mut ProfilingCapability) -> Result<V
                 note: "no graph capture".into(),
                 window_error: None,
                 kept_per_free: None,
+                step: 0,
             },
         );
         return Ok(vec![
@@ -264,6 +265,7 @@ pub(super) fn graphs(device: &Device, cal: &mut ProfilingCapability) -> Result<V
                 note: format!("not checked: {why}"),
                 window_error: None,
                 kept_per_free: None,
+                step: 0,
             },
         ));
     } else {
@@ -308,6 +310,7 @@ fn pool_verdict(cal: &mut ProfilingCapability, pool_growth: Option<i64>) -> Verd
             note: String::new(),
             window_error: None,
             kept_per_free: None,
+            step: 0,
         },
     );
     if pool_verdict.status == Status::Downgraded {

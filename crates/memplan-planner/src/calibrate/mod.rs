@@ -32,7 +32,7 @@ mod report;
 mod vmm_check;
 
 pub(crate) use checks::{
-    combined_free, idle_range_of, kept_per_free, reading_step, tolerance, unified_pool,
+    coarse_step, combined_free, idle_range_of, kept_per_free, reading_step, tolerance, unified_pool,
 };
 pub use checks::{interquartile_mean, IDLE_READS};
 pub(crate) use graph_checks::HIDDEN_PER_CAPTURE;
@@ -80,6 +80,7 @@ pub fn calibrate_with(device: &Device, sizes: &[u64]) -> Result<CalibrationRepor
     let free_observed = checks::driver_free(device, &sizes)?;
     let free_window_error = free_observed.window_error;
     let kept_per_free = free_observed.kept_per_free;
+    let free_step = Some(free_observed.step).filter(|s| *s > 0);
     verdicts.push(checks::verdict_reading(
         &mut calibrated,
         Reading::DriverFree,
@@ -104,6 +105,7 @@ pub fn calibrate_with(device: &Device, sizes: &[u64]) -> Result<CalibrationRepor
         verdicts,
         free_window_error,
         kept_per_free,
+        free_step,
     };
     for line in report.downgrade_lines() {
         tracing::warn!("{line}");

@@ -95,6 +95,12 @@ pub struct CalibrationReport {
     /// did not follow the allocations, losses unlike one another).
     #[serde(default)]
     pub kept_per_free: Option<u64>,
+    /// The step the free reading moved in on calibration's windows where it is a MiB or more
+    /// (every read a multiple of it): a window of two such reads may be off by up to it even
+    /// where the reading is exact to calibration (a step within the allocator's rounding).
+    /// Absent where the reads count bytes or nothing could be checked.
+    #[serde(default)]
+    pub free_step: Option<u64>,
 }
 
 impl Verdict {

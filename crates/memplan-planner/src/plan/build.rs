@@ -41,6 +41,7 @@ fn non_allocator_windows_error(p: &Profile) -> u64 {
     let window = crate::strategy::window_error(
         p.capability.reading(Reading::DriverFree).tolerance_bytes(),
         p.free_window_error,
+        p.free_step,
     ) as f64;
     let windows = p.non_allocator_windows as f64;
     let in_graph = p

@@ -388,23 +388,27 @@ pub struct KvCache {
 /// What `blocks` of `block_bytes` took between two snapshots: the allocator's reserved growth
 /// (exact for this process's own allocator); where that is less than the blocks' own bytes
 /// (the engine allocated them outside its allocator), the driver's used growth where the free
-/// reading measures this process.
+/// reading measures this process. A free reading's growth past the blocks' own bytes by no
+/// more than its tolerance, or the step it moves in, is that reading's error as much as
+/// anything the cache took: it counts as the blocks' own bytes (a free reading in 256 MiB steps reads a cache of
+/// 58.96 GiB as 59.00 GiB, and a cache that fits the plan's room would be shrunk for it).
 fn taken(rec: &Recorder, before: &MemoryInfo, after: &MemoryInfo, own: u64) -> u64 {
     let w = before.window_to(after);
     let allocator = w.allocator_reserved.unwrap_or(0).max(0) as u64;
     if allocator >= own {
         return allocator;
     }
+    let free = rec.p.capability.reading(Reading::DriverFree);
     let driver = w
         .driver_used
-        .filter(|_| {
-            rec.p
-                .capability
-                .reading(Reading::DriverFree)
-                .measures_own_usage()
-        })
+        .filter(|_| free.measures_own_usage())
         .unwrap_or(0)
         .max(0) as u64;
+    let driver = if driver > own && driver - own <= free.tolerance_bytes().max(rec.p.free_step) {
+        own
+    } else {
+        driver
+    };
     allocator.max(driver)
 }
 

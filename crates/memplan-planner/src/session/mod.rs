@@ -149,6 +149,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         if report.free_window_error.is_some() && s.rec.p.free_reads == 1 {
             s.rec.p.free_window_error = report.free_window_error;
         }
+        s.rec.p.free_step = s.rec.p.free_step.max(report.free_step.unwrap_or(0));
         // A device whose frees keep memory: said by name (the engine's own frees while serving
         // are beyond any plan), and the plan keeps room for the session's own later frees.
         if let Some(k) = report.kept_per_free.max(s.rec.p.kept_per_free) {
@@ -331,6 +332,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         profile.free_window_error = free_window_error;
         profile.free_reads = free_reads;
         profile.kept_per_free = kept_per_free;
+        profile.free_step = crate::calibrate::coarse_step(step);
         let mut rec = Recorder::new(device, profile);
         rec.still = still;
         if let Some(w) = unsynced {

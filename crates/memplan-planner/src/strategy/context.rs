@@ -446,7 +446,11 @@ impl<'s> GraphContext<'s> {
     /// tolerance often covers a constant offset (memory the reading cannot see), which a window
     /// cancels; the measured window error does not.
     pub fn window_tolerance(&self) -> u64 {
-        window_error(self.free_tolerance(), self.session.p.free_window_error)
+        window_error(
+            self.free_tolerance(),
+            self.session.p.free_window_error,
+            self.session.p.free_step,
+        )
     }
 
     /// Destroy every graph, release the pool, synchronize, wait out a late release and check
@@ -534,12 +538,16 @@ pub(crate) fn kept_window_error(e: u64) -> u64 {
 /// How far a window of the free reading may be off, from the reading's `declared` tolerance
 /// and the largest error `seen` on one (calibration's or the session start's measurement): the
 /// error kept for what was seen ([`kept_window_error`]), within the declared tolerance; the
-/// declared tolerance where nothing measured it ([`GraphContext::window_tolerance`]).
-pub(crate) fn window_error(declared: u64, seen: Option<u64>) -> u64 {
-    match seen {
+/// declared tolerance where nothing measured it ([`GraphContext::window_tolerance`]). Never
+/// less than the `step` the reading moves in ([`Profile::free_step`](crate::Profile)): a
+/// reading in 2 MiB steps, exact to calibration, read an engine's graph memory up to a step
+/// low, and a plan with no margin for it went up to 1.4 MiB past the request in serving.
+pub(crate) fn window_error(declared: u64, seen: Option<u64>, step: u64) -> u64 {
+    let kept = match seen {
         Some(e) => declared.min(kept_window_error(e)),
         None => declared,
-    }
+    };
+    kept.max(step)
 }
 
 /// Some runtimes return a destroyed graph's memory only after one or more later synchronizes,
