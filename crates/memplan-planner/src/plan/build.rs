@@ -750,27 +750,25 @@ impl PlanBuilder {
                 self.granularity.is_some(),
             ));
         }
-        // A KV cache that is rounded once is packed: one backing allocation (vLLM 0.29.0 on,
-        // `allocate_kv_cache`), or tensors packed one after another into an expandable
-        // segment mapped in pages (`expandable_segments:True`, `footprint`). What is left of
-        // the budget after it is under a granule (a page) and a block, and a free reading that
-        // read the engine's memory outside the allocator low would hand that memory to the
-        // cache and take the engine past the request. The plan keeps what the reading's
-        // windows may be off by there (beyond the window a measured graph reserve's margin
-        // keeps for them, `non_allocator_windows_error`). A tensor per layer rounded on its
-        // own leaves the rounding of its tensors (in steps of a granule per tensor) to absorb
-        // it, and is left as it was.
-        let packed = self.rules.kv_allocation == KvAllocation::OneBacking
-            || (alloc.expandable_segments && self.alloc_slack > 0);
+        // What is left of the budget after the KV cache is under a block and (where the cache
+        // is rounded once, as one backing allocation or tensors packed into an expandable
+        // segment) under a granule, and a free reading that read the engine's memory outside
+        // the allocator low would hand that memory to the cache and take the engine past the
+        // request. The plan keeps what the reading's windows may be off by (beyond the window a
+        // measured graph reserve's margin keeps for them, `non_allocator_windows_error`),
+        // whatever the cache's layout: a tensor per layer was once taken to absorb it in the
+        // rounding of its tensors, but a few tensors on a fine granule absorb nothing (an eager
+        // engine with four KV tensors on a reading in 32 MiB steps went up to 16 MiB past the
+        // request).
         let mut consumers = self.consumers;
-        if self.non_allocator_error > 0 && packed && self.granularity.is_none() && !fixed_kv {
+        if self.non_allocator_error > 0 && self.granularity.is_none() && !fixed_kv {
             let measured = consumers.bytes(ConsumerKind::NonAllocator);
             consumers.set(Consumer::measured(
                 ConsumerKind::NonAllocator,
                 measured.saturating_add(self.non_allocator_error),
                 "engine steps",
                 format!(
-                    "{NON_ALLOCATOR_BASIS}, plus what the free reading's windows may be off by beyond what the graph reserve's margin keeps for them ({}; the KV cache is rounded once, as one allocation or packed into pages)",
+                    "{NON_ALLOCATOR_BASIS}, plus what the free reading's windows may be off by beyond what the graph reserve's margin keeps for them ({})",
                     fmt_bytes(self.non_allocator_error)
                 ),
             ));
