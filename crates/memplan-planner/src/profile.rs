@@ -103,7 +103,7 @@ pub struct Profile {
     pub kept_per_free: Option<u64>,
     /// The step the free reading moves in where it is a MiB or more, as calibration (or,
     /// where nothing calibrated, the session's own windows over allocations) saw it: every
-    /// window of the free reading is kept off by up to it ([`crate::strategy::window_error`]);
+    /// window of the free reading is kept off by up to it (the strategies' and the plan's margins);
     /// 0 where its reads count bytes or nothing measured them.
     pub free_step: u64,
     /// Reads of the free and device-wide readings each snapshot of the session combines (their
