@@ -506,6 +506,18 @@ fn what_the_windows_may_read_low_is_kept_for_a_tensor_per_layer_too() {
     passes("mi300x-free-step-32-eager.toml", &[1, 2, 3, 5, 7, 8, 27]);
 }
 
+/// One capture size on a reading in 64 MiB steps: the repeats and the pass all read the same
+/// bytes, whose common divisor (the capture itself) was taken for a step hiding the capture's
+/// variation whole, and start-up was refused where the oracle holds 450,000 tokens. Windows hide
+/// no more than the reading's own step.
+#[test]
+fn identical_repeats_are_not_a_step() {
+    passes(
+        "rx7900xtx-rocm54-free-step-64-one-size.toml",
+        &[0, 1, 2, 3, 5, 8],
+    );
+}
+
 /// A free reading that lags a synchronize, declared exact, in a start-up that does not
 /// calibrate: idle, it reads steadily, so the check of an exact reading on the idle device
 /// passed it, and every seed went 150-270 MiB over the request (its windows over the engine's

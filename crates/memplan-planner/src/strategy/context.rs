@@ -431,6 +431,12 @@ impl<'s> GraphContext<'s> {
             .map(crate::session::probe::resolution)
     }
 
+    /// The step the free reading moves in where calibration (or the session's start) saw one
+    /// of a MiB or more ([`Profile::free_step`](crate::Profile)); 0 elsewhere.
+    pub fn reading_step(&self) -> u64 {
+        self.session.p.free_step
+    }
+
     /// Tolerance of the driver free reading (0 unless declared approximate).
     pub fn free_tolerance(&self) -> u64 {
         self.capability()

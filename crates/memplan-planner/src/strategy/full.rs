@@ -446,6 +446,20 @@ fn quantum(captures: &[i64]) -> u64 {
         .fold(0, crate::plan::gcd)
 }
 
+/// The step windows in `quantum` steps hide, where the reading's own step (`reading`,
+/// [`Profile::free_step`](crate::Profile), 0 where unknown) is known: their common divisor.
+/// Windows that all read the same share that value as their divisor, which says nothing of a
+/// step: twelve repeats of one 7.38 GiB capture on a reading in 64 MiB steps gave a "step" of
+/// 7.38 GiB, the margin took the whole capture as hidden variation (9.17 GiB), and a 1.5B model
+/// that fitted was refused. The reading moves in its own step, and hides no more than that.
+fn within_reading_step(quantum: u64, reading: u64) -> u64 {
+    if reading == 0 {
+        quantum
+    } else {
+        crate::plan::gcd(quantum, reading)
+    }
+}
+
 /// The median of `v` (the upper one of an even count); `None` for no values.
 fn median(v: &[i64]) -> Option<i64> {
     let mut v = v.to_vec();
@@ -608,8 +622,13 @@ impl GraphStrategy for Full {
                 let tol = ctx.window_tolerance();
                 // The step the pass's and the repeats' windows all came out a multiple of, and
                 // the repeats' noise with what that step hides counted.
-                let step_of =
-                    |r: &Repeats| quantum(&[pass.each.as_slice(), r.bytes.as_slice()].concat());
+                let reading_step = ctx.reading_step();
+                let step_of = |r: &Repeats| {
+                    within_reading_step(
+                        quantum(&[pass.each.as_slice(), r.bytes.as_slice()].concat()),
+                        reading_step,
+                    )
+                };
                 let stepped_noise = |r: &Repeats| r.noise(tol).stepped(&r.bytes, step_of(r));
                 let noise = r.noise(tol);
                 if spread_share(&r.bytes, noise) > 0.0

@@ -177,6 +177,28 @@ fn a_variation_below_the_windows_step_is_counted() {
 }
 
 #[test]
+fn identical_windows_are_no_step_where_the_reading_has_its_own() {
+    let mib = 1i64 << 20;
+    // Twelve repeats and the pass of one capture size, all read as 7.38 GiB: their common
+    // divisor is the capture itself, and taken as a step it hides the capture whole.
+    let windows = vec![7040 * mib; 13];
+    let q = quantum(&windows);
+    assert_eq!(q, 7040 << 20);
+    assert_eq!(hidden_by_step(&windows[1..], q), q);
+    // On a reading in 64 MiB steps the windows hide no more than its step, which hides no
+    // variation that matters beside a capture of 7 GiB.
+    let step = within_reading_step(q, 64 << 20);
+    assert_eq!(step, 64 << 20);
+    assert_eq!(hidden_by_step(&windows[1..], step), 0);
+    // Windows in a coarser step than the reading's read the reading's; an unknown reading step
+    // leaves the windows' own.
+    assert_eq!(within_reading_step(512 << 20, 256 << 20), 256 << 20);
+    assert_eq!(within_reading_step(q, 0), q);
+    // No positive window: the reading's step, which hides captures read as 0 whole.
+    assert_eq!(within_reading_step(0, 64 << 20), 64 << 20);
+}
+
+#[test]
 fn a_spread_under_half_a_per_mille_still_keeps_a_margin() {
     // An exact reading: 18 KB of spread over a 93 MB capture, 0.19 per mille, is
     // reported as 0 per mille but is a variation all the same.
