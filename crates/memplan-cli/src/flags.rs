@@ -122,6 +122,7 @@ mod tests {
             usable_blocks: 0,
             kv_bytes: 1024,
             max_model_len_fit: None,
+            rounding: None,
         });
         let d = describe(&e);
         assert!(
@@ -166,6 +167,7 @@ mod tests {
             usable_blocks: 9_000,
             kv_bytes: 1 << 30,
             max_model_len_fit: Some(144_000),
+            rounding: None,
         });
         assert!(describe(&e).contains("the longest --max-model-len that fits is 144000"));
         let e = Error::param(Param::Utilization, "1.5 is outside (0, 1]").during("plan");

@@ -167,6 +167,10 @@ pub enum Refusal {
         kv_bytes: u64,
         /// The longest max model length that fits, when at least one block does.
         max_model_len_fit: Option<u64>,
+        /// What the room kept for the allocator's rounding of the cache's tensors took, where
+        /// that is what stood in the way (see [`RoundingReserve`]).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        rounding: Option<RoundingReserve>,
     },
     /// The engine admits requests shorter than its pool where one of `max_model_len` does not
     /// fit ([`LongRequests::CapByPool`](crate::kv::LongRequests::CapByPool)), but the pool
@@ -178,6 +182,10 @@ pub enum Refusal {
         least_tokens: u64,
         /// The KV cache's bytes.
         kv_bytes: u64,
+        /// What the room kept for the allocator's rounding of the cache's tensors took, where
+        /// that is what stood in the way (see [`RoundingReserve`]).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        rounding: Option<RoundingReserve>,
     },
     /// Capturing the engine's graphs ran out of device memory during profiling, before any KV
     /// cache existed: they cannot fit next to one either.
@@ -193,6 +201,56 @@ pub enum Refusal {
         /// Free memory before the phase, when the device reads it.
         free: Option<u64>,
     },
+}
+
+/// The room a measured plan keeps beside the KV cache for the engine's caching allocator
+/// rounding each of the cache's allocations up on its own: carried by a refusal where that
+/// room is what the cache lacked (the cache sized without it would start, or it left no
+/// block), so the refusal names it rather than an unexplained empty cache.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RoundingReserve {
+    /// Bytes left for the KV cache before the reserve.
+    pub room: u64,
+    /// Bytes of `room` kept for the rounding (`room` less the cache's bytes): the rounding the
+    /// plan takes the allocations to need at most, up to `room`.
+    pub reserve: u64,
+    /// Allocations the engine makes for the cache, each rounded on its own.
+    pub allocations: u64,
+    /// The most the plan takes one allocation to be rounded up by: the allocator's granule
+    /// as the plan keeps it (an expandable segment's page, where the allocations are packed).
+    pub granule: u64,
+    /// The most the plan takes every allocation's rounding to be, together.
+    pub most: u64,
+    /// The allocations in words (`a K and a V tensor for each of 34 layers, allocated apart`).
+    pub layout: String,
+    /// What would round the cache less, in words (an allocator configuration, an engine
+    /// release that allocates fewer tensors); empty where the plan knows of nothing.
+    pub fewer: String,
+}
+
+impl RoundingReserve {
+    /// `: <room> was left for the KV cache, and the plan keeps <reserve> of it for ...`, the
+    /// clause a refusal adds after what fits.
+    fn write(&self, f: &mut dyn fmt::Write) -> fmt::Result {
+        write!(
+            f,
+            ": {} was left for the KV cache, and the plan keeps {} of it for the caching allocator's rounding of the cache's {} allocations ({}), each of which the allocator may round up by as much as {} ({} for all of them)",
+            fmt_bytes(self.room),
+            fmt_bytes(self.reserve.min(self.room)),
+            self.allocations,
+            self.layout,
+            fmt_bytes(self.granule),
+            fmt_bytes(self.most)
+        )
+    }
+
+    /// What lowers the reserve, as the end of a refusal's remedies.
+    fn write_remedy(&self, f: &mut dyn fmt::Write) -> fmt::Result {
+        if self.fewer.is_empty() {
+            return Ok(());
+        }
+        write!(f, "; or have the cache rounded less: {}", self.fewer)
+    }
 }
 
 /// The consumers' sum in words. A consumer is named as the plan's JSON names it, except the
@@ -309,18 +367,23 @@ impl Refusal {
                 usable_blocks,
                 kv_bytes,
                 max_model_len_fit,
+                rounding,
             } => {
                 write!(
                     f,
-                    "one request of {max_model_len} tokens needs {blocks_per_request} KV blocks but only {usable_blocks} fit in {}; ",
+                    "one request of {max_model_len} tokens needs {blocks_per_request} KV blocks but only {usable_blocks} fit in {}",
                     fmt_bytes(*kv_bytes)
                 )?;
+                if let Some(r) = rounding {
+                    r.write(f)?;
+                }
+                f.write_str("; ")?;
                 match max_model_len_fit {
                     Some(n) => write!(
                         f,
                         "the longest {} that fits is {n}",
                         name(Param::MaxModelLen)
-                    ),
+                    )?,
                     // The KV cache needs more memory, from whichever parameter sets it, or the
                     // other consumers less (the activation peak grows with the tokens per step).
                     None => write!(
@@ -329,20 +392,36 @@ impl Refusal {
                         name(Param::Utilization),
                         name(Param::KvCacheBytes),
                         name(Param::MaxNumBatchedTokens)
-                    ),
+                    )?,
                 }
+                rounding.as_ref().map_or(Ok(()), |r| r.write_remedy(f))
             }
             Refusal::PoolTooSmall {
                 pool_tokens,
                 least_tokens,
                 kv_bytes,
-            } => write!(
-                f,
-                "the KV cache's {} hold a pool of {pool_tokens} tokens, fewer than the {least_tokens} the engine needs to start (it admits requests shorter than its pool, but not from a pool this small): give the KV cache more memory ({} or {}, or a larger device)",
-                fmt_bytes(*kv_bytes),
-                name(Param::Utilization),
-                name(Param::KvCacheBytes)
-            ),
+                rounding,
+            } => {
+                write!(
+                    f,
+                    "the KV cache's {} hold a pool of {pool_tokens} tokens, fewer than the {least_tokens} the engine needs to start (it admits requests shorter than its pool, but not from a pool this small)",
+                    fmt_bytes(*kv_bytes)
+                )?;
+                match rounding {
+                    Some(r) => {
+                        r.write(f)?;
+                        f.write_str("; ")?;
+                    }
+                    None => f.write_str(": ")?,
+                }
+                write!(
+                    f,
+                    "give the KV cache more memory ({} or {}, or a larger device)",
+                    name(Param::Utilization),
+                    name(Param::KvCacheBytes)
+                )?;
+                rounding.as_ref().map_or(Ok(()), |r| r.write_remedy(f))
+            }
             Refusal::GraphsDoNotFit {
                 size,
                 captured,
@@ -398,6 +477,69 @@ mod tests {
             utilization_that_fits: Some(0.5001),
             free_at_start: None,
         }
+    }
+
+    fn reserve(fewer: &str) -> RoundingReserve {
+        RoundingReserve {
+            room: 3 << 29,
+            reserve: 3 << 29,
+            allocations: 68,
+            granule: 40 << 20,
+            most: 68 * (40 << 20),
+            layout: "a K and a V tensor for each of 34 layers".into(),
+            fewer: fewer.into(),
+        }
+    }
+
+    #[test]
+    fn a_refusal_names_the_rounding_reserve_that_took_the_room() {
+        let r = Refusal::RequestDoesNotFit {
+            max_model_len: 8192,
+            blocks_per_request: 902,
+            usable_blocks: 0,
+            kv_bytes: 0,
+            max_model_len_fit: None,
+            rounding: Some(reserve("expandable segments")),
+        };
+        let text = r.to_string();
+        assert!(
+            text.contains("only 0 fit in 0 B: 1.50 GiB was left for the KV cache, and the plan keeps 1.50 GiB of it for the caching allocator's rounding of the cache's 68 allocations (a K and a V tensor for each of 34 layers), each of which the allocator may round up by as much as 40.00 MiB (2.66 GiB for all of them); not even one block fits"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("; or have the cache rounded less: expandable segments"),
+            "{text}"
+        );
+        // An engine that starts with a shorter pool: its own rule, the reserve named; nothing
+        // to suggest, nothing said.
+        let r = Refusal::PoolTooSmall {
+            pool_tokens: 0,
+            least_tokens: 2,
+            kv_bytes: 0,
+            rounding: Some(reserve("")),
+        };
+        let text = r.to_string();
+        assert!(
+            text.contains("fewer than the 2 the engine needs to start (it admits requests shorter than its pool, but not from a pool this small): 1.50 GiB was left"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("for all of them); give the KV cache more memory (GPU memory utilisation or KV cache size, or a larger device)"),
+            "{text}"
+        );
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["rounding"]["most"], 68u64 * (40 << 20), "{json}");
+        // Without a reserve, the JSON has no `rounding` and the message is as it was.
+        let r = Refusal::PoolTooSmall {
+            pool_tokens: 1,
+            least_tokens: 2,
+            kv_bytes: 1 << 20,
+            rounding: None,
+        };
+        assert!(serde_json::to_value(&r).unwrap().get("rounding").is_none());
+        assert!(r
+            .to_string()
+            .contains("pool this small): give the KV cache"));
     }
 
     #[test]

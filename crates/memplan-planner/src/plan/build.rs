@@ -1,9 +1,10 @@
 //! [`PlanBuilder`]: the one way a [`Plan`] is made (see the module docs of [`crate::plan`]).
 
 use memplan_core::bytes::{fmt_bytes, MIB};
-use memplan_core::kv::{KvAllocation, KvLimits, KvSpec, LongRequests, SizingRules};
+use memplan_core::kv::{KvAllocation, KvLimits, KvSizing, KvSpec, LongRequests, SizingRules};
 use memplan_core::{
     AllocatorConfig, Error, MemoryInfo, Param, Reading, Refusal, Reliability, Result,
+    RoundingReserve,
 };
 use std::collections::BTreeMap;
 
@@ -482,6 +483,81 @@ impl PlanBuilder {
         per_allocation
     }
 
+    /// The KV cache's allocations as the plan keeps room for their rounding, in words, for a
+    /// refusal where that room is what the cache lacked ([`RoundingReserve`]); `tensors` is the
+    /// layout the plan fits ([`Self::kv_tensors`]), `None` where it keeps `bound` instead, the
+    /// bound once per allocation ([`Self::kv_rounding_bound`]).
+    fn rounding_words(&self, tensors: Option<(u64, u64)>, bound: u64) -> RoundingWords {
+        let a = self.alloc();
+        let groups = &self.kv_spec.groups;
+        let layers: u64 = groups.iter().map(|g| u64::from(g.num_layers)).sum();
+        let kind = self.rules.kv_allocation;
+        let allocations = match tensors {
+            Some((t, _)) => t,
+            None => kind.allocations(groups).max(1),
+        };
+        let mut layout = match (kind, tensors) {
+            (KvAllocation::OneBacking, _) => "one backing allocation every layer views".to_string(),
+            (KvAllocation::PerTensor, Some(_)) => {
+                "one tensor per layer of a KV-cache group".to_string()
+            }
+            (KvAllocation::PerTensor, None) => format!("a tensor for each of {layers} layers"),
+            (KvAllocation::SplitKv, _) => {
+                format!("a K and a V tensor for each of {layers} layers, allocated apart")
+            }
+            (KvAllocation::PairedKv, _) => {
+                format!("a tensor for each of {layers} layers, K and V apart where they differ")
+            }
+        };
+        if tensors.is_none() && kind != KvAllocation::OneBacking {
+            layout.push_str(
+                "; their sizes are not modelled for this cache, so each keeps a whole granule",
+            );
+        }
+        let expandable = a.expandable_segments;
+        let granule = if expandable {
+            expandable_page(a)
+        } else {
+            self.alloc_slack
+        };
+        if expandable {
+            layout.push_str(", packed into an expandable segment mapped in pages");
+        } else if tensors.is_some() {
+            // `footprint`: tensors under `kMinLargeAlloc` share the allocator's segments.
+            layout.push_str(", each rounded on its own or sharing the allocator's segments");
+        }
+        let mut fewer = Vec::new();
+        if !expandable && kind != KvAllocation::OneBacking {
+            fewer.push(
+                "an allocator with expandable segments (PyTorch's `expandable_segments:True`, declared to memplan) packs the tensors into pages, one page of rounding in all"
+                    .to_string(),
+            );
+        }
+        // SGLang 0.5.23 allocates K and V of one shape as one tensor per layer (engine-rules.md).
+        if kind == KvAllocation::SplitKv
+            && KvAllocation::PairedKv.allocations(groups) < kind.allocations(groups)
+        {
+            fewer.push(format!(
+                "an engine release that keeps K and V in one tensor per layer (SGLang 0.5.23 on) has {} allocations to round",
+                KvAllocation::PairedKv.allocations(groups)
+            ));
+        }
+        // A layout the plan fits rounds each tensor up by less than the granule (or packs them
+        // into pages, one page past their sum).
+        let most = match tensors {
+            None => bound,
+            Some(_) if expandable => granule.saturating_add(MIN_BLOCK.saturating_mul(allocations)),
+            Some(_) => granule.saturating_mul(allocations),
+        };
+        RoundingWords {
+            allocations,
+            granule,
+            most,
+            layout,
+            fewer: fewer.join("; "),
+        }
+    }
+
     /// What the engine still needs once its KV cache is allocated: the activation peak and the
     /// graphs still to capture (no rounding slack: the KV cache's rounding is what takes it).
     pub fn needs_beside_kv(&self) -> u64 {
@@ -740,6 +816,7 @@ impl PlanBuilder {
         // granules of its mapping.
         let per_tensor = !fixed_kv && self.alloc_slack > 0 && self.granularity.is_none();
         let fit = (self.granule(), self.kv_tensors(), self.kv_rounding_bound());
+        let rounding_words = per_tensor.then(|| self.rounding_words(fit.1, fit.2));
         let alloc = self.alloc().clone();
         let mut notes = self.notes;
         if let Some((a, source)) = &self.alloc_conf {
@@ -842,6 +919,7 @@ impl PlanBuilder {
         if let Some(g) = self.granularity.filter(|g| *g > 1) {
             kv_bytes = kv_bytes / g * g;
         }
+        let room = kv_bytes;
         if per_tensor {
             kv_bytes = fit_rounded(kv_bytes, fit.0, fit.1, fit.2, &alloc);
         }
@@ -854,32 +932,49 @@ impl PlanBuilder {
         // One request of `max_model_len` does not fit: vLLM refuses to start; an engine that
         // admits shorter requests (SGLang) starts where its pool holds its least, warned.
         if kv.max_concurrency < 1.0 {
-            let refuse = Refusal::RequestDoesNotFit {
-                max_model_len: self.limits.max_model_len,
-                blocks_per_request: kv.blocks_per_request,
-                usable_blocks: kv.usable_blocks,
-                kv_bytes,
-                max_model_len_fit: kv.max_model_len_fit,
-            };
             let rule = self.rules.long_requests;
-            match (
-                rule,
-                rule.longest_admitted(kv.tokens, self.limits.max_model_len),
-            ) {
-                (LongRequests::Refuse, _) => return Err(Error::does_not_fit(refuse)),
+            let max_model_len = self.limits.max_model_len;
+            let starts = |s: &KvSizing| {
+                s.max_concurrency >= 1.0 || rule.longest_admitted(s.tokens, max_model_len).is_some()
+            };
+            // The room kept for the allocator's rounding is named where it is what the cache
+            // lacked: the room without it holds more blocks, and either none were left or the
+            // engine would start with them.
+            let rounding = rounding_words.filter(|_| kv_bytes < room).and_then(|w| {
+                let without = self
+                    .kv_spec
+                    .size_with(room, &self.limits, &self.rules)
+                    .ok()?;
+                (without.usable_blocks > kv.usable_blocks
+                    && (kv.usable_blocks == 0 || starts(&without)))
+                .then(|| w.reserve(room, kv_bytes))
+            });
+            match (rule, rule.longest_admitted(kv.tokens, max_model_len)) {
+                (LongRequests::Refuse, _) => {
+                    return Err(Error::does_not_fit(Refusal::RequestDoesNotFit {
+                        max_model_len,
+                        blocks_per_request: kv.blocks_per_request,
+                        usable_blocks: kv.usable_blocks,
+                        kv_bytes,
+                        max_model_len_fit: kv.max_model_len_fit,
+                        rounding,
+                    }))
+                }
                 (_, Some(longest)) => warnings.push(Warning::RequestsCappedByPool {
                     longest,
                     pool_tokens: kv.tokens,
-                    max_model_len: self.limits.max_model_len,
+                    max_model_len,
                     max_model_len_fit: kv.max_model_len_fit,
                 }),
-                // Not one block: nothing to admit a request into.
-                _ if kv.usable_blocks == 0 => return Err(Error::does_not_fit(refuse)),
+                // An engine that starts with a pool shorter than one request is refused by its
+                // own start rule, an empty pool (not one block) included: it asks for a pool of
+                // its least tokens, not for one request of the max model length.
                 (LongRequests::CapByPool { least_tokens }, None) => {
                     return Err(Error::does_not_fit(Refusal::PoolTooSmall {
                         pool_tokens: kv.tokens,
                         least_tokens,
                         kv_bytes,
+                        rounding,
                     }))
                 }
             }
@@ -916,6 +1011,31 @@ impl PlanBuilder {
         };
         tracing::info!(kv_bytes = plan.kv_cache_bytes, tokens = plan.kv.tokens, strategy = %plan.graph.strategy, "plan ready");
         Ok(plan)
+    }
+}
+
+/// A KV cache's allocations in words ([`PlanBuilder::rounding_words`]), made into a
+/// [`RoundingReserve`] once the room and the cache that fits are known.
+struct RoundingWords {
+    allocations: u64,
+    granule: u64,
+    most: u64,
+    layout: String,
+    fewer: String,
+}
+
+impl RoundingWords {
+    /// The reserve where `room` was left for the KV cache and `kv_bytes` of it fit.
+    fn reserve(self, room: u64, kv_bytes: u64) -> RoundingReserve {
+        RoundingReserve {
+            room,
+            reserve: room.saturating_sub(kv_bytes),
+            allocations: self.allocations,
+            granule: self.granule,
+            most: self.most,
+            layout: self.layout,
+            fewer: self.fewer,
+        }
     }
 }
 

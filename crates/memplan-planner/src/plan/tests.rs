@@ -552,6 +552,107 @@ fn k_and_v_apart_keep_room_for_two_roundings_per_layer() {
     }
 }
 
+/// A hybrid cache (sliding-window and full-attention layers) allocated K and V apart has no
+/// layout of equal tensors the plan knows (SGLang splits such pools its own way, which memplan
+/// does not model): a measured plan keeps a whole granule per K and per V of every layer. Where
+/// that room takes what was left for the cache, the refusal says so, with its bytes and what
+/// would round the cache less, not an unexplained "0 fit in 0 B"; an engine that starts with a
+/// shorter pool (SGLang) is refused by its own start rule, not for one request of the max
+/// model length.
+#[test]
+fn a_refusal_names_the_rounding_reserve_that_took_the_room() {
+    use memplan_core::kv::{KvAllocation, LongRequests};
+    use memplan_core::RoundingReserve;
+    // Gemma 3 4B's layers: 29 sliding (window 1024) and 5 full, 4 KV heads of 256, fp8, 64
+    // tokens a block.
+    let spec = KvSpec::new(
+        vec![
+            LayerGroup::new(AttentionKind::SlidingWindow { window: 1024 }, 29, 4, 256),
+            LayerGroup::new(AttentionKind::Full, 5, 4, 256),
+        ],
+        KvDtype::Fp8E4m3,
+        64,
+    );
+    let limits = KvLimits::new(8192, 16384).with_max_len_limit(1 << 20);
+    let p = profile(48 * GIB, 47 * GIB, 46 * GIB, 20 * GIB, GIB, 0, None);
+    // A 40 MiB granule, read off the engine's own allocations: 68 of them are 2,720 MiB, more
+    // than the 2.5 GiB a 23.5 GiB budget leaves the cache beside 21 GiB of weights and peak.
+    let g = 40 * MIB;
+    let build = |kind: KvAllocation, rule: LongRequests| {
+        let mut b = PlanBuilder::from_profile(
+            &p,
+            "test",
+            Request::Bytes(23 * GIB + GIB / 2),
+            spec.clone(),
+            limits,
+        )
+        .unwrap()
+        .sizing_rules(
+            SizingRules::default()
+                .with_kv_allocation(kind)
+                .with_long_requests(rule),
+        );
+        assert_eq!(b.unmeasured_kv_allocation(Some(g)), g);
+        b.build()
+    };
+    let e = build(KvAllocation::SplitKv, LongRequests::Refuse).unwrap_err();
+    let Some(Refusal::RequestDoesNotFit {
+        usable_blocks: 0,
+        kv_bytes,
+        rounding: Some(r),
+        ..
+    }) = e.refusal()
+    else {
+        panic!("{e}");
+    };
+    assert_eq!((r.allocations, r.granule, r.most), (68, g, 68 * g), "{e}");
+    assert_eq!(r.room, GIB * 5 / 2, "{e}");
+    assert_eq!(r.reserve, r.room - kv_bytes, "{e}");
+    let text = e.to_string();
+    for needle in [
+        "2.50 GiB was left for the KV cache, and the plan keeps 2.50 GiB of it for the caching allocator's rounding of the cache's 68 allocations",
+        "a K and a V tensor for each of 34 layers, allocated apart",
+        "as much as 40.00 MiB (2.66 GiB for all of them)",
+        "expandable segments",
+        "(SGLang 0.5.23 on) has 34 allocations to round",
+    ] {
+        assert!(text.contains(needle), "{needle}: {text}");
+    }
+    // The JSON names it too.
+    let json = serde_json::to_value(e.refusal().unwrap()).unwrap();
+    assert_eq!(json["rounding"]["allocations"], 68, "{json}");
+    // K and V in one tensor per layer: 34 roundings leave room for the request.
+    let paired = build(KvAllocation::PairedKv, LongRequests::Refuse).unwrap();
+    assert!(paired.kv.max_concurrency >= 1.0);
+    // SGLang's start rule: an empty pool is refused as the engine refuses it.
+    let e = build(
+        KvAllocation::SplitKv,
+        LongRequests::CapByPool { least_tokens: 2 },
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            e.refusal(),
+            Some(Refusal::PoolTooSmall {
+                pool_tokens: 0,
+                least_tokens: 2,
+                rounding: Some(RoundingReserve {
+                    allocations: 68,
+                    ..
+                }),
+                ..
+            })
+        ),
+        "{e}"
+    );
+    let text = e.to_string();
+    assert!(!text.contains("one request of"), "{text}");
+    assert!(
+        text.contains("fewer than the 2 the engine needs to start"),
+        "{text}"
+    );
+}
+
 /// The non-allocator consumer of the plan of `p` at 90% utilisation, its KV cache allocated
 /// as `allocation` says.
 fn non_allocator_bytes(p: &Profile, allocation: memplan_core::kv::KvAllocation) -> u64 {
@@ -806,20 +907,36 @@ fn an_engine_that_caps_requests_by_its_pool_is_planned_with_a_warning() {
     assert!(e
         .to_string()
         .contains("fewer than the 7 the engine needs to start"));
-    // Nothing usable (the padded token only): refused as vLLM refuses it, not one block.
-    for rule in [LongRequests::Refuse, old, new] {
+    // Nothing usable (the padded token only): vLLM refuses as it refuses one request that does
+    // not fit; SGLang by its own start rule ("Not enough memory" for an empty pool), not for
+    // one request of the context. A fixed cache keeps no room for rounding: none is named.
+    let e = build(1, LongRequests::Refuse).unwrap_err();
+    assert!(
+        matches!(
+            e.refusal(),
+            Some(Refusal::RequestDoesNotFit {
+                usable_blocks: 0,
+                max_model_len_fit: None,
+                rounding: None,
+                ..
+            })
+        ),
+        "{e}"
+    );
+    for rule in [old, new] {
         let e = build(1, rule).unwrap_err();
         assert!(
             matches!(
                 e.refusal(),
-                Some(Refusal::RequestDoesNotFit {
-                    usable_blocks: 0,
-                    max_model_len_fit: None,
+                Some(Refusal::PoolTooSmall {
+                    pool_tokens: 0,
+                    rounding: None,
                     ..
                 })
             ),
             "{rule:?}: {e}"
         );
+        assert!(!e.to_string().contains("one request of 4096"), "{e}");
     }
     // One request of the context fits: no warning, whatever the rule.
     let p = build(4097, new).unwrap();
