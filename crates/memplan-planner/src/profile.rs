@@ -82,7 +82,9 @@ pub struct Profile {
     /// measured by a probe before and after each.
     pub probe_baseline: Option<u64>,
     /// What the probes around the engine's steps found them taking outside the allocator
-    /// (their sum, each within the probes' resolution, on the safe side).
+    /// (their sum, each within the probes' resolution, on the safe side), with what
+    /// calibration's captures left held where a probe before them measured it
+    /// ([`Session::start`](crate::Session::start)).
     pub probe_growth: Option<i64>,
     /// The non-allocator growth was measured by allocation probes (at the baseline and at the
     /// plan), within their resolution, rather than by a reading.

@@ -39,7 +39,7 @@ pub(crate) use graph_checks::HIDDEN_PER_CAPTURE;
 pub use report::{CalibrationReport, Evidence, Status, Verdict};
 
 use memplan_core::bytes::{GIB, MIB};
-use memplan_core::{Device, Reading, Result};
+use memplan_core::{Device, ProfilingCapability, Reading, Result};
 
 /// The default allocation sizes: three that are multiples of common reading steps, and the
 /// smallest of [`ODD_SIZES`] (37 MiB), which is none: a reading that moves in steps of up to
@@ -60,6 +60,19 @@ pub fn calibrate(device: &Device) -> Result<CalibrationReport> {
 /// Calibrate a device with these allocation sizes (those above a quarter of free memory are
 /// skipped). See the module docs.
 pub fn calibrate_with(device: &Device, sizes: &[u64]) -> Result<CalibrationReport> {
+    calibrate_then(device, sizes, &mut |_| Ok(()))
+}
+
+/// [`calibrate_with`], calling `before_captures` with the capability calibrated so far (the
+/// driver's free and total readings judged) right before the checks that may leave memory
+/// held for good (the graph capture's per-capture memory, a mapping's release): where the
+/// free reading came out unable to measure this process, a session measures what those
+/// checks leave held another way (an allocation probe, `Session::start`).
+pub(crate) fn calibrate_then(
+    device: &Device,
+    sizes: &[u64],
+    before_captures: &mut dyn FnMut(&ProfilingCapability) -> Result<()>,
+) -> Result<CalibrationReport> {
     let span = tracing::info_span!("calibrate", device = %device.descriptor().id);
     let _e = span.enter();
     let declared = device.capabilities().clone();
@@ -88,6 +101,7 @@ pub fn calibrate_with(device: &Device, sizes: &[u64]) -> Result<CalibrationRepor
     ));
     verdicts.push(checks::driver_total(device, &mut calibrated, &start)?);
     verdicts.extend(checks::unified_pool(device, &mut calibrated)?);
+    before_captures(&calibrated)?;
     verdicts.extend(checks::graphs(device, &mut calibrated)?);
     let largest = sizes.iter().copied().max().unwrap_or(cap);
     verdicts.push(checks::virtual_memory(

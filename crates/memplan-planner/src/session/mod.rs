@@ -42,7 +42,7 @@ mod steps;
 use memplan_core::{AllocatorConfig, Error, MemoryInfo, ProfilingCapability, Result, SharedDevice};
 
 use crate::budget::Request;
-use crate::calibrate::{calibrate, CalibrationReport};
+use crate::calibrate::{calibrate_then, CalibrationReport, SIZES};
 use crate::engine::Engine;
 use crate::kv_range::KvRange;
 use crate::plan::{Plan, PlanBuilder};
@@ -120,7 +120,10 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     /// reading before calibration combines [`MORE_FREE_READS`] reads: how far one read is off
     /// is not known before calibration measures it, and a single noisy read there would put
     /// its whole error into the step (a window the strategies' margins, sized for combined
-    /// reads, do not cover).
+    /// reads, do not cover). Where calibration finds the free reading unable to measure this
+    /// process, that window reads nothing: an allocation probe right before calibration's
+    /// captures, against the probe that opens the session, measures it instead
+    /// ([`Profile::probe_growth`]).
     ///
     /// Where calibration (or the session's own windows over allocations) saw the device keep
     /// memory of every raw free ([`CalibrationReport::kept_per_free`]), the session warns
@@ -138,9 +141,29 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             MORE_FREE_READS,
             None,
         )?;
-        let report = calibrate(&device.clone())?;
+        // Where calibration finds that the free reading cannot measure this process (a stale
+        // one, a wrong pool), the window above reads nothing of what its test capture and
+        // mapping leave held, and the session's allocation probes start at its baseline,
+        // after them: a probe right before those checks, against the probe that opens the
+        // session, measures it (see `calibrated_by_probe`).
+        let mut probed: Option<(u64, u64)> = None;
+        let report = calibrate_then(device, &SIZES, &mut |cal| {
+            if cal
+                .reading(memplan_core::Reading::DriverFree)
+                .measures_own_usage()
+            {
+                return Ok(());
+            }
+            let snap = memplan_core::protocol::snapshot(device, None)?;
+            let Some(ceiling) = probe_ceiling(cal, &snap) else {
+                return Ok(());
+            };
+            probed = probe::baseline(device, Some(ceiling))?.map(|b| (b, ceiling));
+            Ok(())
+        })?;
         let mut s = Self::open(device, engine, report.calibrated.clone(), true)?;
         s.rec.before_baseline("calibration", pre);
+        s.calibrated_by_probe(probed, &pre);
         for w in report.downgrade_warnings() {
             s.rec.warn(w);
         }
@@ -159,6 +182,36 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         }
         s.calibration = Some(report);
         Ok(s)
+    }
+
+    /// Where calibration measured what was allocatable right before its checks that may leave
+    /// memory held for good (`probed`: the largest allocation that succeeded and the ceiling it
+    /// searched up to), and the session measures by allocation probes: what those checks left
+    /// held is the difference from the probe at the baseline, less the allocator's growth since
+    /// `pre` (the snapshot before calibration), counted as this engine's memory outside its
+    /// allocator as any probed step's growth is ([`Profile::probe_growth`]). Memory a runtime
+    /// keeps of calibration's test capture (its per-capture memory) stays held through serving;
+    /// with the free reading unable to see it and the session's probes starting after it, an
+    /// eager plan went 2.9 MiB past the request and a conservative one 1% past the oracle.
+    fn calibrated_by_probe(&mut self, probed: Option<(u64, u64)>, pre: &MemoryInfo) {
+        let (Some((before, ceiling)), Some(after)) = (probed, self.rec.p.probe_baseline) else {
+            return;
+        };
+        let p = &mut self.rec.p;
+        let grown = match (pre.allocator.reserved, p.baseline.allocator.reserved) {
+            (Some(x), Some(y)) => signed(y).saturating_sub(signed(x)),
+            _ => 0,
+        };
+        // Another process releasing memory meanwhile reads as a negative growth: nothing of
+        // calibration's, and nothing given back by it.
+        let g = probe::step_growth(before, after, ceiling, grown).max(0);
+        tracing::info!(
+            before,
+            after,
+            growth = g,
+            "allocation probes around calibration's captures"
+        );
+        p.probe_growth = Some(p.probe_growth.unwrap_or(0).saturating_add(g));
     }
 
     /// Release the engine's cached memory, then take the baseline snapshot, trusting
