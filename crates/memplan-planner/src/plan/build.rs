@@ -828,8 +828,8 @@ impl PlanBuilder {
             ));
         }
         // What is left of the budget after the KV cache is under a block and (where the cache
-        // is rounded once, as one backing allocation or tensors packed into an expandable
-        // segment) under a granule, and a free reading that read the engine's memory outside
+        // is rounded once, as one backing allocation, tensors packed into an expandable
+        // segment, or a range mapped after capture) under a granule, and a free reading that read the engine's memory outside
         // the allocator low would hand that memory to the cache and take the engine past the
         // request. The plan keeps what the reading's windows may be off by (beyond the window a
         // measured graph reserve's margin keeps for them, `non_allocator_windows_error`),
@@ -838,7 +838,7 @@ impl PlanBuilder {
         // engine with four KV tensors on a reading in 32 MiB steps went up to 16 MiB past the
         // request).
         let mut consumers = self.consumers;
-        if self.non_allocator_error > 0 && self.granularity.is_none() && !fixed_kv {
+        if self.non_allocator_error > 0 && !fixed_kv {
             let measured = consumers.bytes(ConsumerKind::NonAllocator);
             consumers.set(Consumer::measured(
                 ConsumerKind::NonAllocator,

@@ -180,11 +180,36 @@ impl Recorder {
         }
     }
 
-    /// Close the quiet window since the last snapshot: non-allocator change there is foreign.
+    /// Close the quiet window since the last snapshot: non-allocator change there is foreign,
+    /// beyond what a window of the free reading may be off by. A change within that is the
+    /// reading's error as much as another process's memory: attributed to nobody, the window
+    /// counts among those whose error the plan keeps ([`Profile::non_allocator_windows`]), as
+    /// the engine's memory may have moved there too (a runtime's late release, a lazy
+    /// allocation). Quiet windows of a reading in 16 MiB steps read a step each, taken for
+    /// another process's memory, and serving went 1.5 MiB past the request.
+    ///
+    /// [`Profile::non_allocator_windows`]: crate::Profile
     pub fn settle(&mut self, engine: &mut dyn Engine) -> Result<MemoryInfo> {
         let s = self.snap(engine)?;
         let w = self.p.last.window_to(&s);
-        if let Some(d) = w.non_allocator.filter(|d| *d != 0 && self.free_ok) {
+        let error = crate::strategy::window_error(
+            self.p
+                .capability
+                .reading(memplan_core::Reading::DriverFree)
+                .tolerance_bytes(),
+            self.p.free_window_error,
+            self.p.free_step,
+        );
+        let within = |d: i64| d != 0 && d.unsigned_abs() <= error;
+        if let Some(d) = w.non_allocator.filter(|d| within(*d) && self.free_ok) {
+            self.own_windows += 1;
+            tracing::info!(
+                bytes = d,
+                error,
+                "free memory moved while the engine was idle by no more than a window may be off by: attributed to nobody"
+            );
+            self.record("quiet", self.p.last, s);
+        } else if let Some(d) = w.non_allocator.filter(|d| *d != 0 && self.free_ok) {
             // Memory a graph teardown did not give back is counted as this engine's for good
             // once the teardown has waited out a late release (`GraphContext::release_graphs`):
             // memory that comes back while the engine is idle is another process's, even where
