@@ -153,11 +153,14 @@ fn neighbours_are_attributed_and_warned_about() {
         "{:?}",
         p.warnings
     );
-    assert_eq!(
-        p.consumers
-            .bytes(memplan_planner::ConsumerKind::NonAllocator),
-        128 * MIB,
-        "the neighbour is not the engine"
+    // The engine's 128 MiB, plus the margin the plan keeps for what the free reading's windows
+    // may be off by (under a MiB here): the neighbour's 5 GiB is not the engine's.
+    let non_allocator = p
+        .consumers
+        .bytes(memplan_planner::ConsumerKind::NonAllocator);
+    assert!(
+        (128 * MIB..=130 * MIB).contains(&non_allocator),
+        "the neighbour is not the engine: {non_allocator}"
     );
     let a = run(&setup("neighbour-takes"), Choice::Auto).unwrap();
     let p = a.plan.unwrap();
