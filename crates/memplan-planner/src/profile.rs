@@ -108,6 +108,14 @@ pub struct Profile {
     /// window of the free reading is kept off by up to it (the strategies' and the plan's margins);
     /// 0 where its reads count bytes or nothing measured them.
     pub free_step: u64,
+    /// Where nothing was seen kept per free ([`Profile::kept_per_free`] absent) but the free
+    /// reading's noise could hide it: the most a free may keep that the session's windows over
+    /// allocations would not have shown (their least loss plus what two reads of the idle device
+    /// differ by, the tightest of the session's measurements). The plan keeps room for that
+    /// much per raw free the session makes after its last reading; nothing is warned (nothing
+    /// was seen). Absent where no window measured it (an exact reading calibration checked, a
+    /// reading whose windows missed their allocations).
+    pub unseen_kept_per_free: Option<u64>,
     /// Reads of the free and device-wide readings each snapshot of the session combines (their
     /// interquartile mean, each read after a synchronize): 1 where one read is good to its
     /// window error; more where the reading moves from one read to the next by more than the
@@ -154,6 +162,7 @@ impl Profile {
             held_by_calibration: 0,
             kept_per_free: None,
             free_step: 0,
+            unseen_kept_per_free: None,
             free_reads: 1,
             segment_readings: Vec::new(),
             weights_reading: None,

@@ -576,7 +576,29 @@ impl PlanBuilder {
     /// ([`Warning::DeviceKeepsMemoryOnFree`]) holds that much more than any reading measured,
     /// outside the engine's allocator, so it is added to that consumer (its measured figure
     /// and what the readings' windows may be off by stay as they were).
-    pub fn kept_by_own_frees(mut self, bytes: u64, frees: u64) -> Self {
+    pub fn kept_by_own_frees(self, bytes: u64, frees: u64) -> Self {
+        let more = format!(
+            "; plus {} the device keeps of the {frees} raw free(s) this start-up made after its last reading",
+            fmt_bytes(bytes)
+        );
+        self.non_allocator_beyond_readings(bytes, more)
+    }
+
+    /// Keep room for what the device may keep of `frees` raw frees this start-up made after its
+    /// last reading, `bytes` in all, where none was seen kept but the free reading's noise
+    /// could hide it ([`Profile::unseen_kept_per_free`](crate::Profile)); added as
+    /// [`kept_by_own_frees`](Self::kept_by_own_frees) adds what was seen.
+    pub fn unseen_kept_by_own_frees(self, bytes: u64, frees: u64) -> Self {
+        let more = format!(
+            "; plus {} the device may keep, unseen within its free reading's noise, of the {frees} raw free(s) this start-up made after its last reading",
+            fmt_bytes(bytes)
+        );
+        self.non_allocator_beyond_readings(bytes, more)
+    }
+
+    /// Add `bytes` no reading measured to the memory outside the engine's allocator, `more`
+    /// said after its basis.
+    fn non_allocator_beyond_readings(mut self, bytes: u64, more: String) -> Self {
         if bytes == 0 {
             return self;
         }
@@ -588,10 +610,6 @@ impl PlanBuilder {
                 Consumer::measured(ConsumerKind::NonAllocator, 0, "engine steps", "")
             });
         c.bytes = c.bytes.saturating_add(bytes);
-        let more = format!(
-            "; plus {} the device keeps of the {frees} raw free(s) this start-up made after its last reading",
-            fmt_bytes(bytes)
-        );
         match &mut c.provenance {
             super::Provenance::Measured { basis, .. }
             | super::Provenance::Checkpoint { basis }

@@ -269,7 +269,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
                 .collect()
         };
         let total = device.driver_memory()?.total;
-        let (moved, moved_kept) =
+        let (moved, moved_windows) =
             exact_free_that_moves(&device, &mut capability, total, !calibrated)?;
         let mut baseline = memplan_core::protocol::snapshot(&device, Some(&*e.allocator()))?;
         tracing::info!(free = ?baseline.driver.free, total = ?baseline.driver.total, "baseline");
@@ -311,7 +311,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         } else {
             lost_free_reading(
                 &mut capability,
-                single_read.map(|(e, s, _)| (e, s)),
+                single_read.map(|w| (w.error, w.step)),
                 baseline.driver.free,
                 tolerance,
             )
@@ -328,8 +328,16 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         // what a free gave back, so what a free keeps must be counted here (beside
         // calibration's figure where it ran, `start`: calibration's single reads may not see
         // what the session's combined ones do).
-        let mut kept_per_free = single_read.and_then(|(_, _, k)| k).max(moved_kept);
-        let mut free_window_error = single_read.map(|(e, _, _)| e);
+        let mut kept_per_free = single_read
+            .and_then(|w| w.kept)
+            .max(moved_windows.and_then(|w| w.kept));
+        // The most a free may keep that the windows could not show (their reads' noise hides
+        // it): every measurement bounds it, the tightest stands.
+        let mut unseen_kept = least(
+            single_read.and_then(|w| w.unseen_kept),
+            moved_windows.and_then(|w| w.unseen_kept),
+        );
+        let mut free_window_error = single_read.map(|w| w.error);
         // Combining reads narrows a window of a reading that varies from read to read; of a
         // reading that moves in steps, it narrows one only where the reads' noise carries
         // them across a step, which depends on where free memory stands between two steps
@@ -339,7 +347,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         // below the step single reads moved in (a reading in 256 MiB steps whose combined
         // reads were off by 6 MiB on the windows measured here read the engine's captures,
         // later, as 0 and 256 MiB).
-        let step = single_read.map_or(0, |(_, s, _)| s);
+        let step = single_read.map_or(0, |w| w.step);
         // A reading that moves from one read to the next by more than the allocator's rounding:
         // every snapshot combines FREE_READS reads where that measurably narrows a window
         // (measured the same way, with combined reads), and the baseline is taken again so.
@@ -354,8 +362,9 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             };
             let combined =
                 probe::window_error_and_step(&device, tolerance, baseline.driver.free, reads)?;
-            kept_per_free = kept_per_free.max(combined.and_then(|(_, _, k)| k));
-            let (Some(c), Some(single)) = (combined.map(|(c, _, _)| c.max(step)), single) else {
+            kept_per_free = kept_per_free.max(combined.and_then(|w| w.kept));
+            unseen_kept = least(unseen_kept, combined.and_then(|w| w.unseen_kept));
+            let (Some(c), Some(single)) = (combined.map(|w| w.error.max(step)), single) else {
                 break;
             };
             if c >= narrowest {
@@ -386,6 +395,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         profile.free_reads = free_reads;
         profile.kept_per_free = kept_per_free;
         profile.free_step = crate::calibrate::coarse_step(step);
+        profile.unseen_kept_per_free = unseen_kept.filter(|_| kept_per_free.is_none());
         let mut rec = Recorder::new(device, profile);
         rec.still = still;
         if let Some(w) = unsynced {
@@ -833,12 +843,20 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     /// raw frees this session made since `frees_before` (its allocation probes, after the last
     /// reading) kept. The plan it checked was larger, so the smaller one fits what the probes
     /// found. The engine's own frees after the plan are its own; the warning says so.
+    ///
+    /// Where nothing was seen kept but the free reading's noise could hide what a free keeps
+    /// ([`Profile::unseen_kept_per_free`]), room for that bound per such free: the session's
+    /// own probe would otherwise leave the engine that much short, unwarned (no warning is
+    /// given: nothing was seen).
     fn kept_by_own_frees(&self, b: PlanBuilder, frees_before: u64) -> PlanBuilder {
-        let Some(k) = self.rec.p.kept_per_free else {
-            return b;
-        };
         let n = self.rec.device.raw_frees().saturating_sub(frees_before);
-        b.kept_by_own_frees(k.saturating_mul(n), n)
+        let p = &self.rec.p;
+        tracing::debug!(frees = n, kept = ?p.kept_per_free, unseen = ?p.unseen_kept_per_free, "raw frees after the last reading");
+        match (p.kept_per_free, p.unseen_kept_per_free) {
+            (Some(k), _) => b.kept_by_own_frees(k.saturating_mul(n), n),
+            (None, Some(u)) => b.unseen_kept_by_own_frees(u.saturating_mul(n), n),
+            (None, None) => b,
+        }
     }
 
     /// Where nothing may measure the engine's allocation of its KV cache (no range to map, no
@@ -1128,13 +1146,15 @@ fn measured_beyond_declared(
 /// only that rule applies to it: one that read none of the allocations (a runtime reporting
 /// another pool) measures nothing of this process.
 ///
+/// Also returns what its windows over allocations showed (what a free keeps, seen or not).
+///
 /// [`IDLE_READS`]: crate::calibrate::IDLE_READS
 fn exact_free_that_moves(
     device: &memplan_core::Device,
     capability: &mut ProfilingCapability,
     total: Option<u64>,
     windows: bool,
-) -> Result<(Option<Warning>, Option<u64>)> {
+) -> Result<(Option<Warning>, Option<probe::Windows>)> {
     use memplan_core::{Reading, Reliability};
     let declared = capability.reading(Reading::DriverFree);
     // A process-local reading is checked only for following allocations at all (it cannot be
@@ -1154,8 +1174,8 @@ fn exact_free_that_moves(
     let checked = probe::window_error_and_step(device, cap, free, 1)?;
     // What the device kept of each allocation the windows freed (judged apart from the
     // reading's error, see `probe::window_error_and_step`).
-    let kept = checked.and_then(|(_, _, k)| k);
-    let worst = checked.map_or(spread, |(e, _, _)| e).max(spread);
+    let kept = checked;
+    let worst = checked.map_or(spread, |w| w.error).max(spread);
     // Read only on windows over allocations (the idle reads did not move): an error within what
     // calibration allows a window for a raw allocation's rounding keeps the declaration.
     if worst == 0 || (spread == 0 && worst <= crate::calibrate::tolerance(0)) {
@@ -1221,6 +1241,14 @@ impl<E: AsDynEngine + ?Sized> Drop for Session<'_, E> {
             }
         }
         drop(self.rec.kv_range.take());
+    }
+}
+
+/// The smaller of two bounds, either of which may be absent (the other stands).
+fn least(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 

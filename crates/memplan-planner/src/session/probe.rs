@@ -173,18 +173,13 @@ pub(crate) fn window_size(free: u64, tolerance: u64) -> u64 {
 ///
 /// `reads`: how many reads each reading combines ([`Profile::free_reads`](crate::Profile)).
 ///
-/// Returns the window error, the step the readings its windows were made of moved in
-/// (`reading_step`: 0 where they never moved, a few bytes where they count bytes), and what
-/// the device kept of each allocation freed ([`kept_per_free`](crate::calibrate::kept_per_free)
-/// of the reads before each allocation and after its free, calibration's rule; a window over a
-/// free is then judged against what the free gave back: memory a driver keeps is no error of
-/// the reading).
+/// Returns what the windows showed ([`Windows`]).
 pub(crate) fn window_error_and_step(
     device: &Device,
     tolerance: u64,
     free: Option<u64>,
     reads: usize,
-) -> Result<Option<(u64, u64, Option<u64>)>> {
+) -> Result<Option<Windows>> {
     let Some(free) = free.filter(|_| tolerance > 0) else {
         return Ok(None);
     };
@@ -227,7 +222,12 @@ pub(crate) fn window_error_and_step(
     });
     let pairs: Vec<(u64, u64)> = windows.iter().map(|(b, _, a)| (*b, *a)).collect();
     let kept = if followed {
-        crate::calibrate::kept_per_free(&pairs, idle)
+        crate::calibrate::kept_per_free(&pairs, idle).or_else(|| kept_over_all_frees(&pairs, idle))
+    } else {
+        None
+    };
+    let unseen_kept = if followed && kept.is_none() {
+        unseen_kept_per_free(&pairs, idle)
     } else {
         None
     };
@@ -236,6 +236,7 @@ pub(crate) fn window_error_and_step(
         idle,
         followed,
         ?kept,
+        ?unseen_kept,
         size,
         "windows over allocations of a known size"
     );
@@ -254,7 +255,96 @@ pub(crate) fn window_error_and_step(
     if worst > 0 {
         worst = worst.max(step);
     }
-    Ok(Some((worst, step, kept)))
+    Ok(Some(Windows {
+        error: worst,
+        step,
+        kept,
+        unseen_kept,
+    }))
+}
+
+/// What [`window_error_and_step`] measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Windows {
+    /// The window error: the largest difference between what a window showed and the size
+    /// (or what two idle reads differ by).
+    pub error: u64,
+    /// The step the readings the windows were made of moved in (`reading_step`: 0 where they
+    /// never moved, a few bytes where they count bytes).
+    pub step: u64,
+    /// What the device kept of each allocation freed
+    /// ([`kept_per_free`](crate::calibrate::kept_per_free) of the reads before each
+    /// allocation and after its free, calibration's rule; a window over a free is then judged
+    /// against what the free gave back: memory a driver keeps is no error of the reading).
+    pub kept: Option<u64>,
+    /// Where nothing was seen kept ([`Windows::kept`] absent) though every window saw its
+    /// allocation: the most a free may keep that the windows could not show
+    /// ([`unseen_kept_per_free`]).
+    pub unseen_kept: Option<u64>,
+}
+
+/// What a device keeps of every raw allocation it frees, from `pairs` of synchronized free
+/// readings made one after the other with nothing else allocated between them (the reading
+/// before each allocation, the one after its free), where each pair's loss alone is within the
+/// reading's `noise` ([`kept_per_free`] needs every pair to lose more than it): from the first
+/// reading to the last, free memory lost what every free kept, give or take what two reads
+/// differ by (the noise once, not once per pair). Seen where that loss is more than the noise
+/// and the pairs lost alike ([`kept_per_free`]'s rule against one pair's loss: another
+/// process allocating, a late release); the figure is the loss shared among the frees,
+/// rounded up. Four pairs of a free reading that moves by 0.5 MiB from read to read lost
+/// -89 KiB to 573 KiB each, 1 MiB from first to last: a device keeping 256 KiB per free.
+///
+/// `None` with fewer than [`KEPT_PAIRS`](crate::calibrate::KEPT_PAIRS) pairs, or where the
+/// loss is within the noise.
+///
+/// [`kept_per_free`]: crate::calibrate::kept_per_free
+pub(crate) fn kept_over_all_frees(pairs: &[(u64, u64)], noise: u64) -> Option<u64> {
+    if pairs.len() < crate::calibrate::KEPT_PAIRS {
+        return None;
+    }
+    let losses = pairs
+        .iter()
+        .map(|(before, after)| i128::from(*before) - i128::from(*after));
+    let least = losses.clone().min()?;
+    let most = losses.max()?;
+    let noise = i128::from(noise);
+    if most - least > 2 * noise + i128::from(crate::calibrate::tolerance(0)) {
+        return None;
+    }
+    let lost = i128::from(pairs.first()?.0) - i128::from(pairs.last()?.1);
+    if lost <= noise {
+        return None;
+    }
+    let n = pairs.len() as i128;
+    u64::try_from((lost + n - 1) / n).ok()
+}
+
+/// The most a device may keep of every raw allocation it frees that `pairs` of synchronized
+/// free readings (the one before each allocation, the one after its free) cannot show, with
+/// reads of the idle device that differ by up to `noise` ([`kept_per_free`] sees a figure
+/// only where every pair lost more than the noise). Every pair lost what a free keeps, give or
+/// take what two reads differ by, so what a free keeps is at most the least loss plus the
+/// noise; and the pairs made one after the other lost from the first reading to the last what
+/// every free kept give or take the noise once ([`kept_over_all_frees`]), so it is at most that
+/// loss plus the noise, shared among the frees. The smaller of the two, rounded up (0 where it
+/// is below 0: the readings gained). `None` without pairs.
+///
+/// A reading whose noise is larger than what a free keeps hides it from the rules that warn;
+/// this bound is what the plan keeps room for per raw free the session makes after its last
+/// reading.
+///
+/// [`kept_per_free`]: crate::calibrate::kept_per_free
+pub(crate) fn unseen_kept_per_free(pairs: &[(u64, u64)], noise: u64) -> Option<u64> {
+    let noise = i128::from(noise);
+    let least = pairs
+        .iter()
+        .map(|(before, after)| i128::from(*before) - i128::from(*after))
+        .min()?;
+    let n = pairs.len() as i128;
+    let lost = i128::from(pairs.first()?.0) - i128::from(pairs.last()?.1);
+    let over_all = (lost + noise + n - 1).div_euclid(n);
+    let most = (least + noise).min(over_all).max(0);
+    Some(u64::try_from(most).unwrap_or(u64::MAX))
 }
 
 /// What a step took outside the allocator: `before` allocatable before it, `after` after it
@@ -308,4 +398,67 @@ pub(crate) fn largest_allocatable(device: &Device, need: u64) -> Result<u64> {
         return Ok(need);
     }
     bisect(device, 0, need, resolution(need))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A simulated MI300X whose frees keep 256 KiB each, its free reading moving by up to
+    /// 471,335 B from read to read on the idle device (seed 45 of an uncalibrated eager
+    /// start-up): the four pairs (the reading before each allocation, the one after its free)
+    /// lost 586,394, 214,502, -26,089 and -91,064 B, each within the noise, and 1,058,726 B
+    /// from the first reading to the last.
+    #[test]
+    fn memory_each_free_keeps_under_the_noise_shows_over_all_the_frees() {
+        let noisy = [
+            (205_561_928_131, 205_561_341_737),
+            (205_561_330_104, 205_561_115_602),
+            (205_561_103_863, 205_561_129_952),
+            (205_560_778_341, 205_560_869_405),
+        ];
+        let idle = 471_335;
+        // Each pair alone is within the noise: the per-pair rule sees nothing.
+        assert_eq!(crate::calibrate::kept_per_free(&noisy, idle), None);
+        // From the first reading to the last: 1,058,726 B over four frees, 264,682 B each.
+        assert_eq!(kept_over_all_frees(&noisy, idle), Some(264_682));
+    }
+
+    #[test]
+    fn noise_alone_or_one_pair_that_moved_is_nothing_kept_over_all_frees() {
+        let f = 200 * MIB;
+        // The readings wandered within the noise and came back: nothing kept.
+        let wander = [
+            (f, f - 300_000),
+            (f - 250_000, f + 100_000),
+            (f, f - 200_000),
+        ];
+        assert_eq!(kept_over_all_frees(&wander, 471_335), None);
+        // One pair lost 40 MiB (another process allocated, a late release): not alike.
+        let one = [(f, f), (f, f - 40 * MIB), (f - 40 * MIB, f - 40 * MIB)];
+        assert_eq!(kept_over_all_frees(&one, 471_335), None);
+        // One pair is no figure: a first allocation may make the runtime take memory once.
+        assert_eq!(kept_over_all_frees(&[(f, f - 4 * MIB)], 0), None);
+    }
+
+    #[test]
+    fn what_a_free_may_keep_unseen_is_bounded_by_the_least_loss_and_the_loss_over_all() {
+        let f = 200 * MIB;
+        let noise = 200_000;
+        // Losses of 100, 50 and 150 KB, 300 KB from first to last: the least loss bounds a
+        // free by 250 KB, the loss over all of them by (300 + 200) KB / 3, rounded up.
+        let p = [
+            (f, f - 100_000),
+            (f - 100_000, f - 150_000),
+            (f - 150_000, f - 300_000),
+        ];
+        assert_eq!(unseen_kept_per_free(&p, noise), Some(166_667));
+        // Losses of 0, 300 and 300 KB: the least loss bounds it tighter, by the noise.
+        let p = [(f, f), (f, f - 300_000), (f - 300_000, f - 600_000)];
+        assert_eq!(unseen_kept_per_free(&p, noise), Some(noise));
+        // The readings gained more than the noise: nothing can have been kept.
+        let gained = [(f, f + MIB), (f + MIB, f + 2 * MIB)];
+        assert_eq!(unseen_kept_per_free(&gained, noise), Some(0));
+        assert_eq!(unseen_kept_per_free(&[], noise), None);
+    }
 }
