@@ -712,6 +712,33 @@ fn memory_each_free_keeps_is_seen_and_the_sessions_own_frees_are_kept_room_for()
     }
 }
 
+/// A device whose raw frees keep less than its free reading moves from read to read (256 KiB
+/// on an MI300X reading off by 0.5 MiB; 4 MiB on adversarial physics off by 4-96 MiB): no
+/// allocate/free pair alone lost more than the noise, nothing was seen kept or said, and these
+/// seeds went past the request while serving (51 KiB, 28.9 MiB, 5.6-18 MiB). The session's
+/// windows are made one after the other: from the first reading to the last, free memory lost
+/// what every free kept, give or take the noise once, which shows it; the plan warns by name.
+#[test]
+fn memory_each_free_keeps_under_the_readings_noise_is_seen_over_all_frees() {
+    let keeps = |c: &Case| {
+        assert_warns(c, |w| {
+            matches!(w, memplan_planner::Warning::DeviceKeepsMemoryOnFree { .. })
+        })
+    };
+    for c in passes(
+        "mi300x-leak-256k-uncalibrated-eager.toml",
+        &[1, 18, 23, 45, 52, 55],
+    ) {
+        keeps(&c);
+    }
+    for c in passes("mi300x-leak-4m-post-capture.toml", &[42]) {
+        keeps(&c);
+    }
+    for c in passes("strix-halo-leak-4m-uncalibrated-eager.toml", &[4, 6, 27]) {
+        keeps(&c);
+    }
+}
+
 /// The models with sliding-window layers (`[[kv.groups]]`, and Mistral's one sliding group):
 /// the planner's layout of their groups against the engine's own, vLLM 0.19.0's
 /// (`memplan_testbed::kv`).
