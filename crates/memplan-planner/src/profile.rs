@@ -137,6 +137,20 @@ pub struct Profile {
 }
 
 impl Profile {
+    /// How far a window of the free reading may be off ([`crate::strategy::window_error`] of
+    /// the reading's declared tolerance, the largest error measured on one, and the step it
+    /// moves in): what the strategies' margins, the plan's margin on memory outside the
+    /// allocator and the session's quiet windows all take one window's error to be.
+    pub(crate) fn free_window_margin(&self) -> u64 {
+        crate::strategy::window_error(
+            self.capability
+                .reading(memplan_core::Reading::DriverFree)
+                .tolerance_bytes(),
+            self.free_window_error,
+            self.free_step,
+        )
+    }
+
     /// A profile that starts at `baseline`: nothing measured yet.
     pub fn new(capability: ProfilingCapability, baseline: MemoryInfo) -> Self {
         Profile {

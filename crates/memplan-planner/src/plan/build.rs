@@ -39,11 +39,7 @@ const NON_ALLOCATOR_BASIS: &str =
 /// counted that one twice, so only what the windows' error exceeds it by is kept here,
 /// `window * (sqrt(n) - 1)`.
 fn non_allocator_windows_error(p: &Profile) -> u64 {
-    let window = crate::strategy::window_error(
-        p.capability.reading(Reading::DriverFree).tolerance_bytes(),
-        p.free_window_error,
-        p.free_step,
-    ) as f64;
+    let window = p.free_window_margin() as f64;
     let windows = p.non_allocator_windows as f64;
     let in_graph = p
         .graph

@@ -1171,15 +1171,14 @@ fn exact_free_that_moves(
     }
     let free = device.driver_memory()?.free;
     let cap = total.unwrap_or(u64::MAX);
+    // The windows also say what the device kept of each allocation they freed (judged apart
+    // from the reading's error, see `probe::window_error_and_step`): returned as they are.
     let checked = probe::window_error_and_step(device, cap, free, 1)?;
-    // What the device kept of each allocation the windows freed (judged apart from the
-    // reading's error, see `probe::window_error_and_step`).
-    let kept = checked;
     let worst = checked.map_or(spread, |w| w.error).max(spread);
     // Read only on windows over allocations (the idle reads did not move): an error within what
     // calibration allows a window for a raw allocation's rounding keeps the declaration.
     if worst == 0 || (spread == 0 && worst <= crate::calibrate::tolerance(0)) {
-        return Ok((None, kept));
+        return Ok((None, checked));
     }
     // Windows over an allocation that read less than half of it: the reading does not follow
     // allocations (one that reports the previous synchronize's memory reads none of it), and
@@ -1193,7 +1192,7 @@ fn exact_free_that_moves(
         );
         free_unavailable(capability, reason)
     } else if process_local {
-        return Ok((None, kept));
+        return Ok((None, checked));
     } else {
         let why = if spread > 0 {
             format!(
@@ -1216,7 +1215,7 @@ fn exact_free_that_moves(
             declared: declared.to_string(),
             observed,
         }),
-        kept,
+        checked,
     ))
 }
 

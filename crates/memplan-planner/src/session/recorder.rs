@@ -192,14 +192,7 @@ impl Recorder {
     pub fn settle(&mut self, engine: &mut dyn Engine) -> Result<MemoryInfo> {
         let s = self.snap(engine)?;
         let w = self.p.last.window_to(&s);
-        let error = crate::strategy::window_error(
-            self.p
-                .capability
-                .reading(memplan_core::Reading::DriverFree)
-                .tolerance_bytes(),
-            self.p.free_window_error,
-            self.p.free_step,
-        );
+        let error = self.p.free_window_margin();
         let within = |d: i64| d != 0 && d.unsigned_abs() <= error;
         if let Some(d) = w.non_allocator.filter(|d| within(*d) && self.free_ok) {
             self.own_windows += 1;

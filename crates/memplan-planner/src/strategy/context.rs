@@ -452,11 +452,7 @@ impl<'s> GraphContext<'s> {
     /// tolerance often covers a constant offset (memory the reading cannot see), which a window
     /// cancels; the measured window error does not.
     pub fn window_tolerance(&self) -> u64 {
-        window_error(
-            self.free_tolerance(),
-            self.session.p.free_window_error,
-            self.session.p.free_step,
-        )
+        self.session.p.free_window_margin()
     }
 
     /// Destroy every graph, release the pool, synchronize, wait out a late release and check
