@@ -53,6 +53,29 @@ fn non_allocator_windows_error(p: &Profile) -> u64 {
     error.max(0.0).ceil() as u64
 }
 
+/// Add `bytes` no reading measured to the memory outside the engine's allocator in
+/// `consumers`, `more` said after its basis (a consumer measured from nothing where there is
+/// none yet); nothing where `bytes` is 0.
+fn add_non_allocator(consumers: &mut Consumers, bytes: u64, more: &str) {
+    if bytes == 0 {
+        return;
+    }
+    let mut c = consumers
+        .get(ConsumerKind::NonAllocator)
+        .cloned()
+        .unwrap_or_else(|| Consumer::measured(ConsumerKind::NonAllocator, 0, "engine steps", ""));
+    c.bytes = c.bytes.saturating_add(bytes);
+    match &mut c.provenance {
+        super::Provenance::Measured { basis, .. }
+        | super::Provenance::Checkpoint { basis }
+        | super::Provenance::Given { basis }
+        | super::Provenance::Estimated { basis }
+        | super::Provenance::GraphStrategy { basis, .. }
+        | super::Provenance::NotReserved { reason: basis } => basis.push_str(more),
+    }
+    consumers.set(c);
+}
+
 /// Reserved for memory held outside the allocator (library workspaces, context growth) when it
 /// cannot be measured because the driver's free reading is unavailable: never taken as 0. In
 /// the single-GPU vLLM start-up logs of `shared/data` this memory is 0.24-0.35 GiB; 512 MiB
@@ -593,28 +616,9 @@ impl PlanBuilder {
     }
 
     /// Add `bytes` no reading measured to the memory outside the engine's allocator, `more`
-    /// said after its basis.
+    /// said after its basis ([`add_non_allocator`]).
     fn non_allocator_beyond_readings(mut self, bytes: u64, more: String) -> Self {
-        if bytes == 0 {
-            return self;
-        }
-        let mut c = self
-            .consumers
-            .get(ConsumerKind::NonAllocator)
-            .cloned()
-            .unwrap_or_else(|| {
-                Consumer::measured(ConsumerKind::NonAllocator, 0, "engine steps", "")
-            });
-        c.bytes = c.bytes.saturating_add(bytes);
-        match &mut c.provenance {
-            super::Provenance::Measured { basis, .. }
-            | super::Provenance::Checkpoint { basis }
-            | super::Provenance::Given { basis }
-            | super::Provenance::Estimated { basis }
-            | super::Provenance::GraphStrategy { basis, .. }
-            | super::Provenance::NotReserved { reason: basis } => basis.push_str(&more),
-        }
-        self.consumers.set(c);
+        add_non_allocator(&mut self.consumers, bytes, &more);
         self
     }
 
@@ -852,17 +856,17 @@ impl PlanBuilder {
         // engine with four KV tensors on a reading in 32 MiB steps went up to 16 MiB past the
         // request).
         let mut consumers = self.consumers;
-        if self.non_allocator_error > 0 && !fixed_kv {
-            let measured = consumers.bytes(ConsumerKind::NonAllocator);
-            consumers.set(Consumer::measured(
-                ConsumerKind::NonAllocator,
-                measured.saturating_add(self.non_allocator_error),
-                "engine steps",
-                format!(
-                    "{NON_ALLOCATOR_BASIS}, plus what the free reading's windows may be off by beyond what the graph reserve's margin keeps for them ({})",
+        if !fixed_kv {
+            // Added to the measured consumer as what the session's own frees keep is, so its
+            // basis keeps saying that too.
+            add_non_allocator(
+                &mut consumers,
+                self.non_allocator_error,
+                &format!(
+                    ", plus what the free reading's windows may be off by beyond what the graph reserve's margin keeps for them ({})",
                     fmt_bytes(self.non_allocator_error)
                 ),
-            ));
+            );
         }
         let consumers = consumers;
         if let (Some(s), false) = (&self.start, fixed_kv) {
