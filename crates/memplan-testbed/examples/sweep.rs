@@ -211,7 +211,9 @@ fn main() -> ExitCode {
          no plan made before it is both at the floor and safe: those runs are below the floor by the physics \
          drawn, the column counts the rest); \
          a refusal where the oracle holds a request of \
-         `max_model_len` after keeping 97% of its blocks (for an SGLang engine, a pool it starts with); a harness error (including an oracle that could not be \
+         `max_model_len` after keeping 97% of its blocks (for an SGLang engine, a pool it starts with), and of \
+         those, the refusals within reach: where the cache of the plan of the attainable floor (ATTAINABLE_Z standard \
+         deviations of the engine's later captures kept) holds such a request too; a harness error (including an oracle that could not be \
          computed, a shipped scenario that does not load, a profile or generated setup that does not resolve); \
          an unmeasured graph reserve below the real graph memory; a KV cache the engine was served with fewer \
          tokens than the plan promised, by over one block beyond what the caching allocator's rounding of the \

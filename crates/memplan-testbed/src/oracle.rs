@@ -246,6 +246,10 @@ pub struct Oracle {
     /// captured after the plan (kept, or none), `tokens`. Below the floor and at or above it
     /// here is what a plan could have done better ([`crate::sweep::acceptance`]).
     pub jitter_tokens: u64,
+    /// Blocks of the cache of `jitter_tokens` (the null block included): what
+    /// [`Oracle::has_room`] judges where the acceptance rules ask whether a refusal was within
+    /// reach of a plan that kept only the engine's own capture variation.
+    pub jitter_blocks: u64,
 }
 
 /// See [`Oracle::floor_tokens`].
@@ -451,6 +455,7 @@ fn verdict(
     // grow with every block, and the bisection can find a larger cache in less room: never
     // more than the oracle's own.
     let share_of = |share: f64| kv.tokens(blocks_in((room as f64 * share) as u64).min(blocks));
+    let jitter_blocks = blocks_in(room.saturating_sub(jitter)).min(blocks);
     Some(Oracle {
         tokens: kv.tokens(blocks),
         blocks,
@@ -460,6 +465,7 @@ fn verdict(
             measured: share_of(crate::sweep::acceptance::MEASURED_FLOOR),
             bounded: share_of(crate::sweep::acceptance::BOUNDED_FLOOR),
         },
-        jitter_tokens: kv.tokens(blocks_in(room.saturating_sub(jitter)).min(blocks)),
+        jitter_tokens: kv.tokens(jitter_blocks),
+        jitter_blocks,
     })
 }

@@ -154,3 +154,36 @@ fn a_run_below_the_floor_is_attainable_only_where_the_capture_variation_leaves_r
     let short = checks_when_served(&varies, o.jitter_tokens.saturating_sub(1));
     assert!(short.contains(&Check::BelowFloor), "{short:?}");
 }
+
+/// A refusal where the oracle holds a request is needless; it is within reach only where the
+/// cache of a plan that kept the engine's own capture variation (the attainable floor's) holds
+/// the request too.
+#[test]
+fn a_needless_refusal_is_within_reach_only_where_the_capture_variation_leaves_a_request() {
+    let steady = judged(Some("nominal"), 1);
+    let refused = |c: &Case| {
+        let mut c = c.clone();
+        c.out.failed = Some("start-up refused".into());
+        c
+    };
+    let checks = |c: Case| {
+        let cases = [c];
+        failures(&cases).iter().map(|f| f.check).collect::<Vec<_>>()
+    };
+    let all = checks(refused(&steady));
+    assert!(all.contains(&Check::NeedlessRefusal), "{all:?}");
+    assert!(all.contains(&Check::NeedlessRefusalWithinReach), "{all:?}");
+    // The same refusal where the capture variation leaves the attainable cache a single block:
+    // needless by the oracle, yet no plan that holds the request in 99.9% of the engine's
+    // captures would start.
+    let mut varies = refused(&steady);
+    let o = varies.out.oracle.as_mut().expect("an oracle");
+    o.jitter_blocks = 1;
+    o.jitter_tokens = 0;
+    let some = checks(varies);
+    assert!(some.contains(&Check::NeedlessRefusal), "{some:?}");
+    assert!(
+        !some.contains(&Check::NeedlessRefusalWithinReach),
+        "{some:?}"
+    );
+}
