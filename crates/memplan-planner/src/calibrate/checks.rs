@@ -366,19 +366,58 @@ pub(crate) fn kept_per_free(pairs: &[(u64, u64)], noise: u64) -> Option<u64> {
     if pairs.len() < KEPT_PAIRS {
         return None;
     }
-    let losses: Vec<i128> = pairs
-        .iter()
-        .map(|(before, after)| i128::from(*before) - i128::from(*after))
-        .collect();
-    let least = *losses.iter().min()?;
-    let most = *losses.iter().max()?;
+    let (least, most) = FreeLosses::of(pairs)?.range();
     let noise = i128::from(noise);
-    if least <= noise || most - least > 2 * noise + i128::from(tolerance(0)) {
+    if least <= noise || !alike(least, most, noise) {
         return None;
     }
-    let sum: i128 = losses.iter().sum();
-    let n = losses.len() as i128;
+    let sum: i128 = FreeLosses::of(pairs)?.each().sum();
+    let n = pairs.len() as i128;
     u64::try_from((sum + n - 1) / n).ok()
+}
+
+/// What `pairs` of synchronized free readings (the one before each allocation, the one after
+/// its free) lost: each pair's loss, and from the first reading to the last. Shared by the rules
+/// that read memory a device keeps per free from such pairs ([`kept_per_free`], the session's
+/// `kept_over_all_frees` and `unseen_kept_per_free`), so that all of them read a loss alike.
+pub(crate) struct FreeLosses<'a>(&'a [(u64, u64)]);
+
+impl<'a> FreeLosses<'a> {
+    /// `None` without pairs.
+    pub(crate) fn of(pairs: &'a [(u64, u64)]) -> Option<Self> {
+        (!pairs.is_empty()).then_some(Self(pairs))
+    }
+
+    /// Each pair's loss: the reading before its allocation less the one after its free.
+    pub(crate) fn each(&self) -> impl Iterator<Item = i128> + Clone + 'a {
+        self.0
+            .iter()
+            .map(|(before, after)| i128::from(*before) - i128::from(*after))
+    }
+
+    /// The least and the most one pair lost.
+    pub(crate) fn range(&self) -> (i128, i128) {
+        self.each()
+            .fold((i128::MAX, i128::MIN), |(lo, hi), l| (lo.min(l), hi.max(l)))
+    }
+
+    /// What free memory lost from the first reading to the last.
+    pub(crate) fn over_all(&self) -> i128 {
+        let first = self.0.first().map_or(0, |p| p.0);
+        let last = self.0.last().map_or(0, |p| p.1);
+        i128::from(first) - i128::from(last)
+    }
+
+    /// How many pairs.
+    pub(crate) fn len(&self) -> i128 {
+        self.0.len() as i128
+    }
+}
+
+/// Whether pairs whose losses range from `least` to `most` lost alike: within twice the
+/// reading's `noise` and a calibration window's rounding allowance ([`tolerance`] of nothing).
+pub(crate) fn alike(least: i128, most: i128, noise: i128) -> bool {
+    most - least <= 2 * noise + i128::from(tolerance(0))
 }
 
 /// The step a free reading moves in, as the readings `reads` show it: their greatest common

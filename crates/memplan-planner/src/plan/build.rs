@@ -1028,6 +1028,7 @@ impl PlanBuilder {
             warnings,
         };
         tracing::info!(kv_bytes = plan.kv_cache_bytes, tokens = plan.kv.tokens, strategy = %plan.graph.strategy, "plan ready");
+        tracing::debug!(requested = plan.requested_bytes, kv_budget = plan.kv_budget_bytes, consumers = ?plan.consumers, "plan's budget");
         Ok(plan)
     }
 }

@@ -29,6 +29,7 @@
 use memplan_core::bytes::MIB;
 use memplan_core::{Device, Error, Result};
 
+use crate::calibrate::{alike, FreeLosses};
 use crate::plan::PlanBuilder;
 
 /// A reading's tolerance at most twice this is not worth an allocation probe
@@ -302,20 +303,14 @@ pub(crate) fn kept_over_all_frees(pairs: &[(u64, u64)], noise: u64) -> Option<u6
     if pairs.len() < crate::calibrate::KEPT_PAIRS {
         return None;
     }
-    let losses = pairs
-        .iter()
-        .map(|(before, after)| i128::from(*before) - i128::from(*after));
-    let least = losses.clone().min()?;
-    let most = losses.max()?;
+    let losses = FreeLosses::of(pairs)?;
+    let (least, most) = losses.range();
     let noise = i128::from(noise);
-    if most - least > 2 * noise + i128::from(crate::calibrate::tolerance(0)) {
+    let lost = losses.over_all();
+    if !alike(least, most, noise) || lost <= noise {
         return None;
     }
-    let lost = i128::from(pairs.first()?.0) - i128::from(pairs.last()?.1);
-    if lost <= noise {
-        return None;
-    }
-    let n = pairs.len() as i128;
+    let n = losses.len();
     u64::try_from((lost + n - 1) / n).ok()
 }
 
@@ -336,13 +331,10 @@ pub(crate) fn kept_over_all_frees(pairs: &[(u64, u64)], noise: u64) -> Option<u6
 /// [`kept_per_free`]: crate::calibrate::kept_per_free
 pub(crate) fn unseen_kept_per_free(pairs: &[(u64, u64)], noise: u64) -> Option<u64> {
     let noise = i128::from(noise);
-    let least = pairs
-        .iter()
-        .map(|(before, after)| i128::from(*before) - i128::from(*after))
-        .min()?;
-    let n = pairs.len() as i128;
-    let lost = i128::from(pairs.first()?.0) - i128::from(pairs.last()?.1);
-    let over_all = (lost + noise + n - 1).div_euclid(n);
+    let losses = FreeLosses::of(pairs)?;
+    let (least, _) = losses.range();
+    let n = losses.len();
+    let over_all = (losses.over_all() + noise + n - 1).div_euclid(n);
     let most = (least + noise).min(over_all).max(0);
     Some(u64::try_from(most).unwrap_or(u64::MAX))
 }
