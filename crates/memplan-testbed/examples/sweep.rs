@@ -215,7 +215,8 @@ fn main() -> ExitCode {
          those, the refusals within reach: where the cache of the plan of the attainable floor (ATTAINABLE_Z standard \
          deviations of the engine's later captures kept) holds such a request too; a harness error (including an oracle that could not be \
          computed, a shipped scenario that does not load, a profile or generated setup that does not resolve); \
-         an unmeasured graph reserve below the real graph memory; a KV cache the engine was served with fewer \
+         an unmeasured graph reserve below the real graph memory (by more than the margin of a capture-to-capture \
+         variation the plan warned of, `graph_capture_varies`); a KV cache the engine was served with fewer \
          tokens than the plan promised, by over one block beyond what the caching allocator's rounding of the \
          engine's tensors costs (the engine's own page arithmetic took more than the plan's layout, and the \
          session shrank the cache to fit, `kv_cache_shrunk`). A case can fail more than one rule; \
