@@ -23,7 +23,9 @@
 //!   the first.
 //!
 //! Where the engine alone runs out of memory (its weights, profile run or workspace, or its
-//! graphs), nothing fits: the oracle is an empty cache and refusing is the right answer (an
+//! graphs, unless the run kept the graphs it captured: they are the engine's, and a replay
+//! of their captures on another allocator history says nothing of them), nothing fits: the
+//! oracle is an empty cache and refusing is the right answer (an
 //! out-of-memory in the engine's own loading step is then the model not fitting, not a plan's
 //! failure; so too where another process took memory during the start-up and the engine alone,
 //! beside what the others then held, runs out of memory in that step: the run says so, and an
@@ -363,7 +365,19 @@ pub fn oracle_tokens(setup: &Setup, alone: &EngineAlone, at: &AtPlan) -> Option<
         alone.capture_and_burst_peak.saturating_sub(held_once)
     };
     let physical = at.plan.free.saturating_sub(still_needed);
-    let room = if alone.nothing_fits || (alone.graphs_do_not_fit && !at.eager) {
+    // Where the engine alone cannot capture its graphs, no cache fits beside graphs the
+    // engine still has to capture. Where the run kept its graphs they are captured already,
+    // in this process, and the engine serves with them: whether a replay of the captures on
+    // another allocator history fits says nothing of them. Which allocation meets the device's
+    // limit first depends on that history: an allocation in the graphs' private pool that does
+    // not fit makes the caching allocator give cached free segments back and try again (PyTorch
+    // `DeviceCachingAllocator::malloc`: `release_available_cached_blocks` frees the request's
+    // pool's oversize blocks; the simulated allocator, `SimAllocator::malloc`, its free
+    // segments), while a graph's instantiation takes driver memory the allocator's cache cannot
+    // give way to (`cudaGraphInstantiate`) and fails: the same captures fit after one history
+    // and not after another a few MiB apart.
+    let graphs_refused = alone.graphs_do_not_fit && !at.eager && !at.graphs_kept;
+    let room = if alone.nothing_fits || graphs_refused {
         0
     } else {
         in_request.min(physical)

@@ -138,6 +138,34 @@ fn capture_unsupported_at_run_time_plans_eagerly() {
     }
 }
 
+/// The engine alone cannot capture this scenario's graphs on a fresh device (its captures meet
+/// the device's limit in a graph's instantiation, which the allocator's cache cannot give way
+/// to), while the run, after a few MiB of calibration, meets it in a private-pool allocation
+/// whose retry gives the cached intermediates back, and keeps all its graphs (post-capture).
+/// Those are the graphs the engine serves with: the run's oracle counts what they hold and
+/// finds room, where it judged any cache "where the oracle fits none" when it took the engine
+/// alone's failed replay for the run's graphs.
+#[test]
+fn kept_graphs_fit_where_a_replay_of_their_captures_does_not() {
+    let file = "kept-graphs-engine-alone-cannot-capture-rtx3090.toml";
+    for c in passes(file, &[1]) {
+        let setup = c.setup.as_deref().expect("the setup");
+        let alone = engine_alone(setup).expect("the engine alone");
+        assert!(alone.graphs_do_not_fit, "{}: the replay fits", c.what);
+        assert_eq!(
+            c.out.strategy,
+            memplan_planner::strategy::StrategyKind::PostCapture
+        );
+        assert!(
+            c.out.oracle_tokens.is_some_and(|t| t > 0) && c.out.kv_tokens.is_some_and(|t| t > 0),
+            "{}: oracle {:?}, cache {:?}",
+            c.what,
+            c.out.oracle_tokens,
+            c.out.kv_tokens
+        );
+    }
+}
+
 /// The analytic bound of the conservative strategy is the upper end of the public range per
 /// kernel node: with an engine that gives a large node count it alone left no room for a KV
 /// cache (start-up refused on 154 of 200 seeds). Where probes measure what the captures hold,
