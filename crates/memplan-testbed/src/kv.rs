@@ -89,8 +89,20 @@
 //! `(size + page_size, 1, kv_lora_rank + qk_rope_head_dim)` per layer. 0.5.23 keeps K and V as
 //! the halves of one `torch.zeros((2, padded, head_num, head_dim))` per layer where K's and V's
 //! shapes match (every layer here: a group has one head dim for both), as a tensor per layer.
+//! A model of sliding-window and full layers is not grouped as vLLM groups it (tensors shared
+//! by one layer of every group): 0.5.22 keeps two such pools side by side
+//! (`python/sglang/srt/mem_cache/swa_memory_pool.py`, `SWAKVPool.__init__`: a `full_kv_pool`
+//! of `layer_num = len(full_attention_layer_ids)` and then a `swa_kv_pool` of the sliding
+//! layers, each an `MHATokenToKVPool`), so the engine still allocates a K and a V tensor per
+//! layer, twice the model's layers in all (gemma-3-4b: 68, where vLLM 0.19.0 allocates 5).
 //! A setup may have its engine allocate K and V apart ([`EngineKv::k_and_v_apart`]), the rest
-//! of its arithmetic (pages, grouping, tokens) still vLLM 0.19.0's.
+//! of its arithmetic (pages, grouping, tokens) still vLLM 0.19.0's: the bytes of a hybrid
+//! model's cache are vLLM's, spread over SGLang's tensors (two per layer, of as near one size
+//! as bytes allow). SGLang sizes the two pools apart (`model_executor/pool_configurator.py`,
+//! `_solve_pool_sizes`: the sliding layers' rows `swa_full_tokens_ratio`, 0.8 by default, of
+//! the full layers'), which the test-bed does not model, as the planner does not
+//! (`docs/engine-rules.md`): the full layers' tensors are larger than the sliding layers'
+//! there, while here every tensor is one size; each is rounded by the allocator either way.
 
 use crate::scenario::{KvAttention, KvGroupToml, KvToml};
 
@@ -172,6 +184,10 @@ pub struct EngineKv {
     /// Each tensor's bytes are rounded up to a multiple of this (1: allocated as sized; 4 KiB
     /// for one backing allocation on ROCm, [`EngineKv::padded`]).
     pub pad: u64,
+    /// Where not 0, the engine allocates the cache's bytes (`tensors`' pages of every block)
+    /// as this many tensors of as near one size as bytes allow, instead of `tensors`: SGLang's
+    /// K and V of every layer of a hybrid model ([`EngineKv::k_and_v_apart`]).
+    pub spread: u64,
 }
 
 impl EngineKv {
@@ -215,6 +231,7 @@ impl EngineKv {
                 groups: 1,
                 per_request: vec![(first.window, block_size, 1)],
                 pad: 1,
+                spread: 0,
             });
         }
         let full_like = |s: &Spec| matches!(s.attention, KvAttention::Full | KvAttention::Mla);
@@ -231,6 +248,7 @@ impl EngineKv {
                 groups: 1,
                 per_request: vec![(first.window, block_size, 1)],
                 pad: 1,
+                spread: 0,
             });
         }
         // `unify_kv_cache_spec_page_size`: the smaller pages take bigger blocks.
@@ -262,6 +280,7 @@ impl EngineKv {
             groups: per_request.iter().map(|(_, _, g)| g).sum(),
             per_request,
             pad: 1,
+            spread: 0,
         })
     }
 
@@ -282,10 +301,13 @@ impl EngineKv {
         }
     }
 
-    /// The same cache allocated as SGLang 0.5.1 to 0.5.22 do (see the module): every tensor of
-    /// a layer with K and V (not MLA's latent) as two, a K and a V of half its pages each.
-    /// `None` where MLA and other layers share the cache (SGLang pools them apart, not modelled
-    /// here).
+    /// The same cache allocated as SGLang 0.5.1 to 0.5.22 do (see the module): a K and a V
+    /// tensor for every layer with K and V (not MLA's latent). Where each tensor is one layer's
+    /// (one group), each becomes two of half its pages. A hybrid model's tensors are shared by
+    /// one layer of every group (vLLM's grouping), which SGLang does not do: it keeps a pool
+    /// per kind of layer and a K and a V per layer in each (`SWAKVPool`), so the cache's bytes
+    /// are spread over two tensors per layer ([`EngineKv::spread`]). `None` where MLA and other
+    /// layers share the cache (SGLang pools them apart, not modelled here).
     pub fn k_and_v_apart(mut self, kv: &KvToml) -> Option<Self> {
         let groups = kv.layer_groups().ok()?;
         let mla = groups
@@ -300,6 +322,13 @@ impl EngineKv {
             .any(|g| g.layers > 0 && g.attention == KvAttention::Mla)
         {
             return None;
+        }
+        if self.groups > 1 {
+            let layers = groups
+                .iter()
+                .try_fold(0u64, |a, g| a.checked_add(u64::from(g.layers)))?;
+            self.spread = layers.checked_mul(2)?;
+            return Some(self);
         }
         self.tensors = self
             .tensors
@@ -323,6 +352,7 @@ impl EngineKv {
     pub fn one_backing(mut self) -> Option<Self> {
         let bytes_per_block = self.block_bytes()?;
         self.tensors = vec![(bytes_per_block, 1)];
+        self.spread = 0;
         Some(self)
     }
 
@@ -335,6 +365,9 @@ impl EngineKv {
 
     /// Tensors the engine allocates.
     pub fn tensor_count(&self) -> u64 {
+        if self.spread > 0 {
+            return self.spread;
+        }
         self.tensors.iter().map(|(_, n)| n).sum()
     }
 
@@ -345,6 +378,17 @@ impl EngineKv {
 
     /// The tensors of `blocks` blocks, in order: `(how many, bytes of each)`.
     pub fn tensor_runs(&self, blocks: u64) -> Option<Vec<(u64, u64)>> {
+        if self.spread > 0 {
+            // The cache's bytes over `spread` tensors: the first take one byte more where they
+            // do not divide evenly.
+            let total = self.block_bytes()?.checked_mul(blocks)?;
+            let (each, more) = (total / self.spread, total % self.spread);
+            return [(more, each + 1), (self.spread - more, each)]
+                .into_iter()
+                .filter(|(n, _)| *n > 0)
+                .map(|(n, b)| Some((n, self.pad_up(b)?)))
+                .collect();
+        }
         self.tensors
             .iter()
             .map(|(p, n)| Some((*n, self.pad_up(p.checked_mul(blocks)?)?)))
@@ -496,6 +540,65 @@ mod tests {
         let mla = KvToml::one_group("bf16", KvAttention::Mla, 1, (27, 1, 576), 8192);
         let m = EngineKv::of(&mla).unwrap();
         assert_eq!(m.clone().k_and_v_apart(&mla), Some(m));
+    }
+
+    /// gemma-3-4b (34 layers: 29 sliding with a 1024-token window, 5 full; 4 KV heads of 256)
+    /// in fp8 with 32-token blocks, as SGLang 0.5.22 allocates it: `SWAKVPool` keeps a pool of
+    /// the 5 full layers and one of the 29 sliding ones, each a K and a V tensor per layer, 68
+    /// tensors, not the 5 vLLM shares across its 7 groups (nor 10 halves of them). The bytes,
+    /// blocks and tokens stay vLLM's; each of the 68 is rounded by the allocator.
+    #[test]
+    fn sglang_allocates_a_hybrid_models_k_and_v_per_layer() {
+        let g = KvToml {
+            block_size: 32,
+            ..hybrid(
+                "fp8",
+                vec![
+                    KvGroupToml {
+                        head_dim: 256,
+                        ..group(KvAttention::Sliding, 29, 4, Some(1024))
+                    },
+                    KvGroupToml {
+                        head_dim: 256,
+                        ..group(KvAttention::Full, 5, 4, None)
+                    },
+                ],
+            )
+        };
+        let k = EngineKv::of(&g).unwrap();
+        // Pages of 2 * 32 * 4 * 256 = 64 KiB; 29 >= 1.5 * 5: group_size 5, 1 + 6 groups.
+        assert_eq!((k.tensors.clone(), k.groups), (vec![(64 << 10, 5)], 7));
+        let apart = k.clone().k_and_v_apart(&g).unwrap();
+        assert_eq!(apart.tensor_count(), 68);
+        let blocks = 1_001;
+        let bytes = blocks * 5 * (64 << 10);
+        // 1,001 blocks of 320 KiB over 68 tensors: 4,823,642 bytes each, 24 bytes left over.
+        assert_eq!(
+            apart.tensor_runs(blocks),
+            Some(vec![(24, 4_823_643), (44, 4_823_642)])
+        );
+        assert_eq!(apart.total_bytes(blocks), Some(bytes));
+        assert_eq!(apart.total_bytes(blocks), k.total_bytes(blocks));
+        assert_eq!(apart.tokens(blocks), k.tokens(blocks));
+        assert_eq!(
+            apart.blocks_per_request(4_096, 2_048),
+            k.blocks_per_request(4_096, 2_048)
+        );
+        // Each tensor rounded up to 2 MiB: 68 roundings of the 4.6 MiB tensors, 6 MiB each.
+        let round = |b: u64| b.div_ceil(2 << 20) * (2 << 20);
+        assert_eq!(apart.each_rounded(blocks, round), Some(68 * (6 << 20)));
+        assert_eq!(k.each_rounded(blocks, round), Some(5 * (64 << 20)));
+        // As one backing allocation the spread no longer applies.
+        let one = apart.one_backing().unwrap();
+        assert_eq!(one.tensor_runs(blocks), Some(vec![(1, bytes)]));
+        // The setup's engine: K and V apart allocates the 68.
+        let mut setup = crate::Scenario::load("bf16-24g")
+            .unwrap()
+            .resolve()
+            .unwrap();
+        setup.scenario.kv = g.clone();
+        setup.kv_allocation = KvAllocation::SplitKv;
+        assert_eq!(EngineKv::of_setup(&setup).unwrap().tensor_count(), 68);
     }
 
     #[test]
