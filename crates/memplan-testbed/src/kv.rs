@@ -94,7 +94,8 @@
 //! (`python/sglang/srt/mem_cache/swa_memory_pool.py`, `SWAKVPool.__init__`: a `full_kv_pool`
 //! of `layer_num = len(full_attention_layer_ids)` and then a `swa_kv_pool` of the sliding
 //! layers, each an `MHATokenToKVPool`), so the engine still allocates a K and a V tensor per
-//! layer, twice the model's layers in all (gemma-3-4b: 68, where vLLM 0.19.0 allocates 5).
+//! layer, twice the model's layers in all (gemma-3-4b: 68, where vLLM 0.19.0 allocates 5);
+//! 0.5.23 keeps the same two pools, a tensor per layer in each (34).
 //! A setup may have its engine allocate K and V apart ([`EngineKv::k_and_v_apart`]), the rest
 //! of its arithmetic (pages, grouping, tokens) still vLLM 0.19.0's: the bytes of a hybrid
 //! model's cache are vLLM's, spread over SGLang's tensors (two per layer, of as near one size
@@ -295,8 +296,9 @@ impl EngineKv {
                 kv.one_backing().map(|k| k.padded(ROCM_BACKING_PAGE))
             }
             KvAllocation::OneBacking => kv.one_backing(),
+            KvAllocation::PerTensor => Some(kv),
             // SGLang 0.5.23: K and V of one shape are halves of one tensor per layer.
-            KvAllocation::PerTensor | KvAllocation::PairedKv => Some(kv),
+            KvAllocation::PairedKv => Some(kv.paired(&setup.scenario.kv)),
             KvAllocation::SplitKv => kv.k_and_v_apart(&setup.scenario.kv),
         }
     }
@@ -336,6 +338,25 @@ impl EngineKv {
             .map(|(page, n)| Some((page / 2, n.checked_mul(2)?)).filter(|_| page.is_multiple_of(2)))
             .collect::<Option<_>>()?;
         Some(self)
+    }
+
+    /// The same cache allocated as SGLang 0.5.23 does (see the module): one tensor per layer,
+    /// K and V its halves. That is vLLM's layout where each tensor is one layer's (one group);
+    /// a hybrid model's cache (no MLA layer: SGLang pools the latent apart, not modelled here)
+    /// is spread over a tensor per layer ([`EngineKv::spread`]), as `SWAKVPool` keeps a pool
+    /// per kind of layer instead of vLLM's tensors shared by one layer of every group.
+    pub fn paired(mut self, kv: &KvToml) -> Self {
+        let Ok(groups) = kv.layer_groups() else {
+            return self;
+        };
+        let mla = groups
+            .iter()
+            .any(|g| g.layers > 0 && g.attention == KvAttention::Mla);
+        let layers = groups.iter().map(|g| u64::from(g.layers)).sum::<u64>();
+        if self.groups > 1 && !mla {
+            self.spread = layers;
+        }
+        self
     }
 
     /// The same cache with each tensor's bytes rounded up to a multiple of `pad`: vLLM 0.29.0
@@ -545,8 +566,9 @@ mod tests {
     /// gemma-3-4b (34 layers: 29 sliding with a 1024-token window, 5 full; 4 KV heads of 256)
     /// in fp8 with 32-token blocks, as SGLang 0.5.22 allocates it: `SWAKVPool` keeps a pool of
     /// the 5 full layers and one of the 29 sliding ones, each a K and a V tensor per layer, 68
-    /// tensors, not the 5 vLLM shares across its 7 groups (nor 10 halves of them). The bytes,
-    /// blocks and tokens stay vLLM's; each of the 68 is rounded by the allocator.
+    /// tensors, not the 5 vLLM shares across its 7 groups (nor 10 halves of them); 0.5.23 one
+    /// per layer, 34. The bytes, blocks and tokens stay vLLM's; each tensor is rounded by the
+    /// allocator.
     #[test]
     fn sglang_allocates_a_hybrid_models_k_and_v_per_layer() {
         let g = KvToml {
@@ -599,6 +621,14 @@ mod tests {
         setup.scenario.kv = g.clone();
         setup.kv_allocation = KvAllocation::SplitKv;
         assert_eq!(EngineKv::of_setup(&setup).unwrap().tensor_count(), 68);
+        // SGLang 0.5.23 pairs K and V in one tensor per layer, in the same two pools: 34.
+        setup.kv_allocation = KvAllocation::PairedKv;
+        let paired = EngineKv::of_setup(&setup).unwrap();
+        assert_eq!(paired.tensor_count(), 34);
+        assert_eq!(paired.total_bytes(blocks), Some(bytes));
+        // vLLM up to 0.28: the 5 tensors shared across the groups.
+        setup.kv_allocation = KvAllocation::PerTensor;
+        assert_eq!(EngineKv::of_setup(&setup).unwrap().tensor_count(), 5);
     }
 
     #[test]
