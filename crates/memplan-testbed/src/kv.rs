@@ -399,11 +399,13 @@ impl EngineKv {
 
     /// The tensors of `blocks` blocks, in order: `(how many, bytes of each)`.
     pub fn tensor_runs(&self, blocks: u64) -> Option<Vec<(u64, u64)>> {
-        if self.spread > 0 {
+        let total = self.block_bytes()?.checked_mul(blocks)?;
+        if let (Some(each), Some(more)) = (
+            total.checked_div(self.spread),
+            total.checked_rem(self.spread),
+        ) {
             // The cache's bytes over `spread` tensors: the first take one byte more where they
             // do not divide evenly.
-            let total = self.block_bytes()?.checked_mul(blocks)?;
-            let (each, more) = (total / self.spread, total % self.spread);
             return [(more, each + 1), (self.spread - more, each)]
                 .into_iter()
                 .filter(|(n, _)| *n > 0)
