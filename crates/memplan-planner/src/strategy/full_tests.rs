@@ -278,25 +278,68 @@ fn a_range_within_the_window_error_is_variation_where_the_idle_windows_were_quie
     let tol = 24u64 << 20;
     assert_eq!(variation_margin(&repeats, &each, at_bound(tol)), 0);
     // The idle windows moved 12 MB: the range is mostly the capture's, and the margin
-    // covers it over every graph (sqrt(38^2 - 12^2) MB each, same bytes for 35 graphs).
+    // covers it over every graph (sqrt(38^2 - noise^2) MB each, same bytes for 35 graphs,
+    // the noise what five idle windows that ranged 12 MB surely show of it).
     let r = Repeats {
         bytes: repeats.clone(),
         baselines: Vec::new(),
         idle: vec![3_000_000, -5_000_000, 7_000_000, 0, 1_000_000],
     };
     let noise = r.noise(tol);
-    assert_eq!((noise.bound, noise.seen), (48 << 20, 12_000_000));
-    let varied = (38.0f64 * 38.0 - 12.0 * 12.0).sqrt() * 1e6;
+    assert_eq!(
+        (noise.bound, noise.seen),
+        (48 << 20, surely_noise(12_000_000, 5))
+    );
+    let seen = noise.seen as f64 / 1e6;
+    let varied = (38.0f64 * 38.0 - seen * seen).sqrt() * 1e6;
     let m = variation_margin(&repeats, &each, noise);
     assert_eq!(m, (margin_factor(12) * varied * 35f64.sqrt()).ceil() as u64);
     // Idle windows that moved more than the bound are taken at the bound; none read: the
     // bound.
     let loud = Repeats {
-        idle: vec![-60 << 20, 60 << 20],
+        idle: vec![-200 << 20, 200 << 20],
         ..Repeats::default()
     };
     assert_eq!(loud.noise(tol).seen, 48 << 20);
     assert_eq!(Repeats::default().noise(tol).seen, 48 << 20);
+}
+
+#[test]
+fn the_idle_windows_range_is_taken_off_at_what_it_surely_shows_of_the_noise() {
+    // What a range of idle windows surely shows of the noise: the range their count is
+    // expected to have (d2) at the noise's lower bound at 99.95% (the range over its upper
+    // 99.95% point): about 37% of the range seen for four windows, 52% for twelve, 60% for 32.
+    assert_eq!(surely_noise(1_000_000, 4), 370_990);
+    assert_eq!(surely_noise(1_000_000, 12), 516_323);
+    assert_eq!(surely_noise(1_000_000, 32), 596_397);
+    assert_eq!(surely_noise(0, 12), 0);
+    // Twelve repeats of an 87 MB capture on a reading good to 499 KiB a window (an APU's),
+    // ranging 711 KB beside idle windows that ranged 867 KB: taken off whole, the idle range
+    // left no variation at all, though the executable objects beneath varied by 2.1% of their
+    // 10 MB each and the engine's 35 captures took 2.8 MB more than the pass.
+    let r = Repeats {
+        bytes: vec![
+            87_083_581, 86_842_680, 87_031_141, 87_248_585, 87_506_959, 87_553_633, 87_216_762,
+            87_346_562, 87_515_203, 87_032_301, 86_877_385, 86_990_533,
+        ],
+        baselines: Vec::new(),
+        idle: vec![
+            -190_530, -253_610, -164_441, 492_616, -42_417, 450_239, 52_721, -125_957, 21_601,
+            -160_338, -374_720, 43_923,
+        ],
+    };
+    let tol = 511_203;
+    assert_eq!(varied_beyond_noise(710_953, 867_336), 0.0);
+    let each: Vec<i64> = (1..=35).map(|i| i * 2_500_000).collect();
+    let m = variation_margin(&r.bytes, &each, r.noise(tol));
+    // At least the variation beyond what the noise surely explains, for every graph.
+    let seen = surely_noise(867_336, 12) as f64;
+    let varied = (710_953f64 * 710_953.0 - seen * seen).sqrt();
+    assert!(m as f64 >= margin_factor(12) * varied * 35f64.sqrt());
+    // Kept unwarned with the windows', it covers what the engine's captures took beyond the
+    // pass.
+    let kept = independent_margin(unwarned_margin(m, true), tol);
+    assert!(kept > 2_830_000, "{kept}");
 }
 
 #[test]
