@@ -60,8 +60,15 @@ pub struct Profile {
     /// warm-ups of the smallest and the largest size and a capture, with nothing released in
     /// between (the warm-ups' segments in every pool they were served from: the smallest
     /// warm-up's request may be one the largest warm-up's cached block cannot serve, a small
-    /// request served from small segments only); absent where not checked or not kept.
+    /// request served from small segments only), or after every size warmed up and captured in
+    /// the engine's order where the strategy captures them so (`conservative`); absent where
+    /// not checked or not kept.
     pub capture_cache_left_bytes: Option<u64>,
+    /// Whether the engine declared that its caching allocator maps expandable segments
+    /// (`expandable_segments:True`, `Session::with_allocator_config`): one segment per stream
+    /// and pool, grown by mapping pages at its end, so a request larger than the free block at
+    /// a segment's end takes that block and maps only the rest.
+    pub expandable_segments: bool,
     /// Growth of memory outside the allocator during the engine's steps (context, library
     /// workspaces), signed. Absent when the driver free reading cannot measure it.
     pub non_allocator_growth: Option<i64>,
@@ -166,6 +173,7 @@ impl Profile {
             warmup_peak_bytes: None,
             capture_keeps_cache: None,
             capture_cache_left_bytes: None,
+            expandable_segments: false,
             non_allocator_growth: None,
             non_allocator_windows: 0,
             graph: None,

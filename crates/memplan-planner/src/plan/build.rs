@@ -238,8 +238,13 @@ impl PlanBuilder {
             .ok_or_else(|| Error::state("plan", "the profile run did not run"))?;
         // The engine warms every size up again before its own capture, with its KV cache
         // allocated: where a warm-up took more than the profile run, that is the transient
-        // peak beside the cache (not where the graphs were kept: they are captured already).
-        let to_capture = !p.graph.as_ref().is_some_and(|g| g.kept);
+        // peak beside the cache (not where the graphs were kept: they are captured already,
+        // nor where the engine runs eagerly: it warms no graph size up, even where a graph
+        // phase warmed sizes up before the device refused their capture).
+        let to_capture = !p
+            .graph
+            .as_ref()
+            .is_some_and(|g| g.kept || g.strategy == StrategyKind::None);
         // Where the engine's capture keeps the allocator's cache, the largest warm-up's segments
         // stay reserved through every capture and into serving, where a burst needs its own
         // peak beside them (a request larger than a cached block gets a segment of its own).
@@ -250,20 +255,39 @@ impl PlanBuilder {
             .filter(|_| to_capture && p.capture_keeps_cache == Some(true))
             .map(|w| w.max(p.capture_cache_left_bytes.unwrap_or(0)));
         let larger_warmup = p.warmup_peak_bytes.filter(|w| *w > act && to_capture);
-        let activation = match (kept_cache, larger_warmup) {
-            (Some(w), _) => Consumer::measured(
+        // With expandable segments, the largest warm-up's pages are the free block at the end
+        // of the pool's one segment (the KV cache was allocated before the engine's warm-ups),
+        // and a burst larger than that block takes it and maps only the rest (PyTorch's
+        // `find_expandable_block` extends the segment whose last block is free): beside the
+        // burst stays only what the warm-ups left in other segments (a small warm-up's, in the
+        // small requests' pool), what was left cached beyond the largest warm-up.
+        let expandable_kept = kept_cache
+            .filter(|_| p.expandable_segments)
+            .zip(p.warmup_peak_bytes)
+            .map(|(kept, largest)| {
+                act.max(largest)
+                    .saturating_add(kept.saturating_sub(largest))
+            });
+        let activation = match (expandable_kept, kept_cache, larger_warmup) {
+            (Some(e), _, _) => Consumer::measured(
+                ConsumerKind::Activation,
+                e,
+                "capture_graphs",
+                "the profile run's peak or the largest warm-up, whichever is larger (the engine's capture keeps the allocator's cache, but with expandable segments a burst takes the largest warm-up's free pages at the end of their segment), and beside it what the warm-ups left cached in segments of their own",
+            ),
+            (None, Some(w), _) => Consumer::measured(
                 ConsumerKind::Activation,
                 act.saturating_add(w),
                 "capture_graphs",
                 "the profile run's peak, and beside it what the engine's warm-ups leave cached (the largest warm-up's segments, and a small warm-up's in segments of their own): the engine's capture keeps the allocator's cache, so they stay reserved through serving",
             ),
-            (None, Some(w)) => Consumer::measured(
+            (None, None, Some(w)) => Consumer::measured(
                 ConsumerKind::Activation,
                 w,
                 "capture_graphs",
                 "what the allocator held for the graph phase's largest warm-up above where it stood before (reserved peak, at least the allocated peak): more than the profile run's peak, and the engine warms each size up again before its capture",
             ),
-            (None, None) => Consumer::measured(
+            (None, None, None) => Consumer::measured(
                 ConsumerKind::Activation,
                 act,
                 "profile_run",

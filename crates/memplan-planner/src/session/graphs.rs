@@ -97,11 +97,18 @@ impl<E: AsDynEngine + ?Sized> Session<'_, E> {
         }
         let held_before = self.rec.non_allocator_growth();
         self.run_graph_phase(&*sel.kind.strategy(), sel.why.clone())?;
-        let (margin, reserve, samples, graphs) = {
+        let (margin, reserve, captures, graphs) = {
             let e = self.rec.p.graph.as_ref().ok_or_else(|| {
                 Error::state("capture_graphs", "the graph phase stored no estimate")
             })?;
-            (e.margin, e.reserve, e.samples.len() as u64, e.graphs as u64)
+            // The samples' captures and the one that asked whether the capture keeps the
+            // allocator's cache (`Sampled`): each may have left what a runtime keeps per capture.
+            (
+                e.margin,
+                e.reserve,
+                e.samples.len() as u64 + 1,
+                e.graphs as u64,
+            )
         };
         // What capturing every size would leave held for good, at the rate the samples left
         // (per-capture memory some runtimes keep): measuring must save more than it costs.
@@ -121,8 +128,8 @@ impl<E: AsDynEngine + ?Sized> Session<'_, E> {
             .and_then(|r| r.observed(crate::calibrate::HIDDEN_PER_CAPTURE))
             .and(self.rec.p.capability.facts.hidden_bytes_per_capture);
         let per_capture = match calibrated {
-            Some(c) => (held / samples.max(1)).min(c),
-            None => held / samples.max(1),
+            Some(c) => (held / captures.max(1)).min(c),
+            None => held / captures.max(1),
         };
         let full_cost = per_capture.saturating_mul(graphs);
         match self.kv_room(reserve) {

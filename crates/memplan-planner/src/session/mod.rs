@@ -531,6 +531,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         source: impl Into<String>,
     ) -> Self {
         self.rec.max_split_declared = conf.max_split_size.is_some();
+        self.rec.p.expandable_segments = conf.expandable_segments;
         self.alloc_conf = Some((conf, source.into()));
         self
     }

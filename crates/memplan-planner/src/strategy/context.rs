@@ -272,7 +272,7 @@ impl<'s> GraphContext<'s> {
     /// largest's (the sum of them, not the largest, is what serving then has beside a burst).
     ///
     /// [`Profile::capture_cache_left_bytes`]: crate::Profile::capture_cache_left_bytes
-    fn check_capture_keeps_cache(&mut self, size: u32) -> Result<()> {
+    pub fn check_capture_keeps_cache(&mut self, size: u32) -> Result<()> {
         if self.session.max_split_declared {
             for s in self.sizes() {
                 self.warm_up(s)?;
@@ -284,11 +284,36 @@ impl<'s> GraphContext<'s> {
             self.warm_up(size)?;
         }
         self.capture(size)?;
+        self.release_cache_left_by_captures()?;
+        self.release_graphs()
+    }
+
+    /// After warm-ups and captures with nothing released in between (the engine's own
+    /// sequence, or [`prime`](Self::prime)'s check): release the allocator's cache, then
+    /// snapshot. What the release gave back is what the captures left cached: none where the
+    /// engine's capture empties the cache on entering (each capture gives back the warm-up
+    /// before it, and its own allocations are its graph's, in use), the warm-ups' segments
+    /// where it keeps the cache. That answers whether the engine's capture keeps the cache
+    /// ([`Profile::capture_keeps_cache`](crate::Profile)) and how much stays cached through
+    /// serving ([`Profile::capture_cache_left_bytes`](crate::Profile::capture_cache_left_bytes)).
+    ///
+    /// A strategy that warms up and captures every size in the engine's order (`conservative`)
+    /// calls this after its last capture, in place of [`flushed_snapshot`](Self::flushed_snapshot):
+    /// its release then gives back what the engine's whole warm-up sequence leaves cached
+    /// (with segments a warm-up could not reuse, under a `max_split_size` or not), measured
+    /// without a capture of its own. A strategy that never asks leaves the engine's capture
+    /// unknown, and a plan counts no cache kept for it: the engine's own warm-ups would stay
+    /// cached beside every burst in serving, unplanned.
+    pub fn flushed_snapshot_after_captures(&mut self) -> Result<MemoryInfo> {
+        self.release_cache_left_by_captures()?;
+        self.session.snap(self.engine)
+    }
+
+    fn release_cache_left_by_captures(&mut self) -> Result<()> {
         let a = self.engine.allocator();
         let cached = a.stats().reserved;
         a.release_cached()?;
         let left = cached.saturating_sub(a.stats().reserved);
-        self.release_graphs()?;
         let keeps = left > crate::plan::ALLOCATOR_ROUNDING_BOUND;
         tracing::debug!(
             left_cached = left,
@@ -462,6 +487,14 @@ impl<'s> GraphContext<'s> {
         let _e = span.enter();
         self.armed = false;
         self.release_graphs()?;
+        // What the phase's warm-ups left in the allocator's cache is the session's, not the
+        // engine's: where the engine's capture keeps the cache, a phase that failed before it
+        // released the cache (a capture the device refused, after which the engine runs
+        // eagerly) would leave the warm-ups' segments cached into serving, where a burst larger
+        // than a cached block takes segments of its own beside them, counted by no plan. The
+        // engine's own warm-ups before its capture are counted where the plan is built
+        // (`Profile::capture_cache_left_bytes`); an engine that runs eagerly warms none up.
+        self.engine.allocator().release_cached()?;
         let after = self.session.snap(self.engine)?;
         self.check_restored(&after);
         Ok(after)

@@ -244,6 +244,15 @@ impl GraphStrategy for Sampled {
                 flushed: true,
             });
         }
+        // Each sample released the allocator's cache before its baseline, so none can tell
+        // whether the engine's capture keeps the cache: where it does, the engine's warm-ups
+        // stay cached through its captures into serving, beside the burst. One more capture
+        // asks ([`GraphContext::check_capture_keeps_cache`]), after the samples so that their
+        // windows stay as they were (the process's first capture, with what a library takes
+        // on it, is the first sample's).
+        if let Some(&first) = sizes.first() {
+            ctx.check_capture_keeps_cache(first)?;
+        }
         let (point, margin) = sampled_model(&layers, &sizes);
         let by = if from_driver {
             "driver free and allocator, flushed before each sample"

@@ -65,7 +65,11 @@ impl GraphStrategy for Conservative {
             ctx.warm_up(*s)?;
             ctx.capture(*s)?;
         }
-        let after = ctx.flushed_snapshot()?;
+        // Every size warmed up and captured in the engine's order with nothing released in
+        // between: the release before this snapshot gives back what the engine's warm-up
+        // sequence leaves cached where its capture keeps the cache (counted beside the burst in
+        // serving), none where the capture empties it.
+        let after = ctx.flushed_snapshot_after_captures()?;
         // No reading measures this process: what the captures made unallocatable (the
         // executable objects and per-capture memory included) is the one measurement of what
         // they hold outside the allocator.
