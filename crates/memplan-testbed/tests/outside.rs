@@ -1415,3 +1415,33 @@ fn a_variation_within_the_idle_windows_range_is_kept() {
         );
     }
 }
+
+/// A stale free reading (the automatic choice bounds the graphs: `conservative`) on an engine
+/// whose capture keeps the allocator's cache, with warm-ups of 400 KiB per token over 51 sizes:
+/// `conservative` never asked whether the capture keeps the cache, so no plan counted the
+/// warm-ups' segments that stay cached into serving beside the burst, and these seeds went up to
+/// 407 MiB past the request and over the oracle. Its own captures (every size, in the engine's
+/// order, nothing released in between) now measure what stays cached.
+#[test]
+fn a_bounded_capture_that_keeps_the_cache_keeps_the_warm_ups_beside_the_burst() {
+    let cases = passes("h100-stale-free-keeps-cache-conservative.toml", &[1, 2, 3]);
+    assert!(cases
+        .iter()
+        .all(|c| c.out.strategy == memplan_planner::strategy::StrategyKind::Conservative));
+}
+
+/// A device that cannot record the engine's graphs (graph allocation nodes unsupported): the
+/// engine runs eagerly, but the graph phase had warmed sizes up before the capture failed, and
+/// where the capture keeps the allocator's cache, nothing had released them: they stayed cached
+/// into serving beside the burst (these seeds, 25-87 MiB past the request). A graph phase's
+/// teardown now releases the cache its warm-ups left.
+#[test]
+fn an_eager_fallback_leaves_no_warm_up_cached() {
+    let cases = passes(
+        "a100-no-graph-alloc-nodes-eager-fallback-keeps-cache.toml",
+        &[1, 2, 3],
+    );
+    assert!(cases
+        .iter()
+        .all(|c| c.out.strategy == memplan_planner::strategy::StrategyKind::None));
+}
