@@ -767,6 +767,17 @@ fn memory_each_free_keeps_under_the_readings_noise_is_seen_over_all_frees() {
     }
 }
 
+/// A device whose raw frees keep memory for good, where allocation probes measure or check the
+/// plan: the probes' own frees must leave the engine its memory. With no free reading, probes
+/// that bisected made 40 frees before the profile run of a 12 GiB Arc B580 keeping 4 MiB each,
+/// and the profile run ran out of memory (seed 19); a plan capped by its probe lost what the
+/// probe's last free kept, and the engine ran out of memory in its first burst (seed 16).
+#[test]
+fn probes_on_a_device_whose_frees_keep_memory_leave_the_engine_its_memory() {
+    passes("b580-nosysman-leak-4m-profile-run.toml", &[19]);
+    passes("arc140v-leak-4m-neighbour-before-plan.toml", &[16]);
+}
+
 /// The models with sliding-window layers (`[[kv.groups]]`, and Mistral's one sliding group):
 /// the planner's layout of their groups against the engine's own, vLLM 0.19.0's
 /// (`memplan_testbed::kv`).

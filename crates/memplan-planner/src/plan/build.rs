@@ -641,8 +641,20 @@ impl PlanBuilder {
 
     /// Add `bytes` no reading measured to the memory outside the engine's allocator, `more`
     /// said after its basis ([`add_non_allocator`]).
+    ///
+    /// The frees came after the last reading and after the allocation probe (their own tries
+    /// are those frees): what free or available memory the physical caps took from them
+    /// (`free_now`, `available_now`) was there before the frees kept their share, so each cap
+    /// is lowered by it too. A plan capped by its probe to 1.2 MB of what the probe found lost
+    /// the 4 MiB its last try's free kept, and the engine ran out of memory in its first burst.
     fn non_allocator_beyond_readings(mut self, bytes: u64, more: String) -> Self {
         add_non_allocator(&mut self.consumers, bytes, &more);
+        if let Some(f) = &mut self.free_now {
+            f.0 = f.0.saturating_sub(bytes);
+        }
+        if let Some(a) = &mut self.available_now {
+            a.0 = a.0.saturating_sub(bytes);
+        }
         self
     }
 

@@ -258,7 +258,7 @@ impl<E: AsDynEngine + ?Sized> Session<'_, E> {
         let before_probe = if strategy.kind() == StrategyKind::None {
             None
         } else {
-            self.probe_allocatable()?
+            self.probe_allocatable(&before)?
         };
         let engine = self.engine.as_dyn();
         let mut ctx = GraphContext::new(&mut self.rec, engine, before);

@@ -398,6 +398,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         profile.unseen_kept_per_free = unseen_kept.filter(|_| kept_per_free.is_none());
         let mut rec = Recorder::new(device, profile);
         rec.still = still;
+        rec.last_probe = probe_baseline.map(|b| (b, rec.p.baseline.allocator.reserved));
         if let Some(w) = unsynced {
             rec.warn_unsynced(w);
         }
@@ -606,7 +607,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
 
     fn load_weights_inner(&mut self, load: impl FnOnce(&mut E) -> Result<()>) -> Result<u64> {
         let before = self.rec.settle(self.engine.as_dyn())?;
-        let probed = self.probe_allocatable()?;
+        let probed = self.probe_allocatable(&before)?;
         load(&mut *self.engine)?;
         let after = self.rec.snap(self.engine.as_dyn())?;
         self.probe_step(probed, &before, &after)?;
@@ -636,15 +637,9 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
 
     /// Where the session measures by allocation probes ([`Profile::probe_baseline`]): what is
     /// allocatable now.
-    fn probe_allocatable(&mut self) -> Result<Option<u64>> {
-        match self.rec.p.probe_baseline {
-            Some(limit) => Ok(Some(probe::allocatable_now(
-                &self.rec.device,
-                limit,
-                probe_ceiling(&self.rec.p.capability, &self.rec.p.last),
-            )?)),
-            None => Ok(None),
-        }
+    fn probe_allocatable(&mut self, before: &MemoryInfo) -> Result<Option<u64>> {
+        let ceiling = probe_ceiling(&self.rec.p.capability, &self.rec.p.last);
+        self.rec.probe_now(before.allocator.reserved, ceiling)
     }
 
     /// After an engine step measured by probes: what it took outside the allocator, added to
@@ -659,7 +654,9 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             return Ok(());
         };
         let ceiling = probe_ceiling(&self.rec.p.capability, after);
-        let b = probe::allocatable_now(&self.rec.device, limit, ceiling)?;
+        let Some(b) = self.rec.probe_now(after.allocator.reserved, ceiling)? else {
+            return Ok(());
+        };
         let grown = match (before.allocator.reserved, after.allocator.reserved) {
             (Some(x), Some(y)) => signed(y).saturating_sub(signed(x)),
             _ => 0,
@@ -704,7 +701,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
 
     fn profile_run_inner(&mut self, run: impl FnOnce(&mut E) -> Result<()>) -> Result<u64> {
         let before = self.rec.settle(self.engine.as_dyn())?;
-        let probed = self.probe_allocatable()?;
+        let probed = self.probe_allocatable(&before)?;
         self.engine.as_dyn().allocator().reset_peak();
         run(&mut *self.engine)?;
         let after = self.rec.snap(self.engine.as_dyn())?;
@@ -1044,7 +1041,7 @@ fn free_approximate(capability: &mut ProfilingCapability, tolerance: u64, why: S
 /// engine held outside its allocator came out short by about that, and an eager plan on an APU
 /// went 0.56% past the oracle. So the ceiling is that reading plus its tolerance, within the
 /// device-wide total where one is read (the GPU's memory: no allocation passes it).
-fn probe_ceiling(capability: &ProfilingCapability, snap: &MemoryInfo) -> Option<u64> {
+pub(crate) fn probe_ceiling(capability: &ProfilingCapability, snap: &MemoryInfo) -> Option<u64> {
     use memplan_core::{Reading, Reliability};
     match capability.reading(Reading::DriverTotal) {
         Reliability::Unavailable { .. } => {

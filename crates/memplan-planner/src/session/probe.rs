@@ -2,8 +2,9 @@
 //! with [`Warning::OtherProcessesUnseen`](crate::Warning::OtherProcessesUnseen)), the session
 //! checks the plan by allocating, once, what the engine still needs after it (the KV cache, the
 //! activation peak, graphs still to capture, rounding slack) straight from the driver, and
-//! frees it at once. When that fails, it bisects for the largest allocation that succeeds and
-//! caps the KV cache by it.
+//! frees it at once. When that fails, it searches for the largest allocation that succeeds
+//! (a search whose tries succeed as seldom as they can, [`search`]: a device may keep memory of
+//! every free) and caps the KV cache by it.
 //!
 //! Where the free reading cannot measure this process at all, the probe also measures what the
 //! engine took outside its allocator: the largest allocation that succeeds before and after
@@ -36,9 +37,9 @@ use crate::plan::PlanBuilder;
 /// ([`resolve_tolerance`]).
 const RESOLUTION: u64 = 16 * MIB;
 
-/// Bisection stops when the bracket is narrower than this or 1/[`BISECTION_SHARE`] of the
-/// need: about sixteen allocations, each freed at once. Each probe around an engine step
-/// counts its resolution on the safe side, and a KV cache whose tensors an allocator rounds
+/// A search ([`search`]) stops when its bracket is narrower than this or 1/[`BISECTION_SHARE`]
+/// of the need: about sixteen halvings' worth, each try that succeeds freed at once. Each
+/// probe around an engine step counts its resolution on the safe side, and a KV cache whose tensors an allocator rounds
 /// to coarse granules loses a whole granule per tensor for a few MiB of such slack, so the
 /// bracket is kept narrow: an allocation and its release cost far less than that. (At
 /// 1/8192, two probed steps on a 12 GiB Arc B580 counted 4.8 MiB over the workspace they
@@ -126,7 +127,7 @@ pub(crate) fn fits(device: &Device, bytes: u64) -> Result<bool> {
     }
 }
 
-/// The bisection's resolution for a search up to `need`.
+/// The search's resolution for a search up to `need`.
 pub(crate) fn resolution(need: u64) -> u64 {
     MIN_RESOLUTION.max(need / BISECTION_SHARE)
 }
@@ -357,28 +358,98 @@ pub(crate) fn step_growth(before: u64, after: u64, limit: u64, allocator_growth:
 /// up to `limit` (which [`step_growth`] counts on the safe side). Capped at the baseline, a
 /// probe taken after another process released memory would read the baseline where more is
 /// there, and a step's growth measured from it would come out short by what was released.
-pub(crate) fn allocatable_now(device: &Device, limit: u64, ceiling: Option<u64>) -> Result<u64> {
+///
+/// `hint`: what the caller expects to find (the last probe's figure, less what the engine's
+/// allocator took since), where the search starts ([`search`]).
+pub(crate) fn allocatable_now(
+    device: &Device,
+    limit: u64,
+    ceiling: Option<u64>,
+    hint: Option<u64>,
+) -> Result<u64> {
     let res = resolution(limit);
-    if limit == 0 || !fits(device, limit)? {
-        return bisect(device, 0, limit, res);
-    }
     let top = ceiling.unwrap_or(limit).max(limit);
-    if top == limit || fits(device, top)? {
+    if top == 0 || fits(device, top)? {
         return Ok(top);
     }
-    bisect(device, limit, top, res)
+    search(device, 0, top, hint, res)
 }
 
-/// The largest allocation in `lo..hi` that succeeds (`lo` known to, `hi` known not to), to
-/// within `res`.
-fn bisect(device: &Device, mut lo: u64, mut hi: u64, res: u64) -> Result<u64> {
-    while hi - lo > res {
-        let mid = lo + (hi - lo) / 2;
-        if fits(device, mid)? {
-            lo = mid;
+/// How much each level of [`search`] narrows its bracket, and how much its gallop widens each
+/// try: at most this many failed tries per level, one that succeeds.
+const FAN: u64 = 16;
+
+/// The largest allocation in `lo..hi` that succeeds (`lo` known to, or 0; `hi` known not to),
+/// to within `res`, searched from `hint` (what the caller expects to find, e.g. what the last
+/// probe found, less what a step allocated since) where it lies between them.
+///
+/// A try that succeeds is freed at once, and a device that keeps memory of every raw free (a
+/// driver bug, [`Warning::DeviceKeepsMemoryOnFree`](crate::Warning)) keeps some of each, for
+/// good: the memory is gone before the engine's own steps, and a session that probes around
+/// every step of a start-up with no free reading made about forty such frees before the
+/// profile run (a 12 GiB Arc B580 keeping 4 MiB per free lost 160 MiB, and the profile run,
+/// which fitted the engine alone, ran out of memory). A try that fails costs nothing. So the
+/// search is built to succeed as seldom as it can: from the hint (or from `hi`), it gallops
+/// down (each try [`FAN`] times further below than the last) until one succeeds, then narrows
+/// the bracket by descending in steps of a [`FAN`]th of it, stopping at the first that
+/// succeeds: one success per level, about four for a search over a whole device (a bisection
+/// succeeds on about half of its sixteen tries), one where the hint was right. Where the hint
+/// itself succeeds (memory was released since), it gallops up instead.
+fn search(device: &Device, mut lo: u64, mut hi: u64, hint: Option<u64>, res: u64) -> Result<u64> {
+    let res = res.max(1);
+    if hi <= lo {
+        return Ok(lo);
+    }
+    let mut up = false;
+    if let Some(h) = hint.filter(|h| *h > lo && *h < hi) {
+        if fits(device, h)? {
+            lo = h;
+            up = true;
         } else {
-            hi = mid;
+            hi = h;
         }
+    }
+    let mut d = res;
+    while hi - lo > res {
+        if up {
+            let x = lo.saturating_add(d);
+            if x >= hi {
+                break;
+            }
+            if fits(device, x)? {
+                lo = x;
+            } else {
+                hi = x;
+                break;
+            }
+        } else {
+            let x = hi.saturating_sub(d);
+            if x <= lo {
+                break;
+            }
+            if fits(device, x)? {
+                lo = x;
+                break;
+            }
+            hi = x;
+        }
+        d = d.saturating_mul(FAN);
+    }
+    while hi - lo > res {
+        let step = res.max((hi - lo).div_ceil(FAN));
+        let mut failed = hi;
+        loop {
+            let x = failed.saturating_sub(step);
+            if x <= lo {
+                break;
+            }
+            if fits(device, x)? {
+                lo = x;
+                break;
+            }
+            failed = x;
+        }
+        hi = failed;
     }
     Ok(lo)
 }
@@ -389,7 +460,7 @@ pub(crate) fn largest_allocatable(device: &Device, need: u64) -> Result<u64> {
     if need == 0 || fits(device, need)? {
         return Ok(need);
     }
-    bisect(device, 0, need, resolution(need))
+    search(device, 0, need, None, resolution(need))
 }
 
 #[cfg(test)]

@@ -44,6 +44,10 @@ pub(crate) struct Recorder {
     /// block of that size or more serves no smaller request, so each of the engine's warm-ups
     /// may leave segments of its own cached ([`GraphContext::prime`](crate::strategy::GraphContext::prime)).
     pub max_split_declared: bool,
+    /// Where the session measures by allocation probes: what the last probe found allocatable
+    /// and the engine allocator's reserved bytes then, where the next probe starts its search
+    /// (less what the allocator reserved since; [`probe::allocatable_now`](super::probe::allocatable_now)).
+    pub last_probe: Option<(u64, Option<u64>)>,
 }
 
 /// Before a reading: where the device cannot synchronize, wait for the engine's own queues
@@ -149,7 +153,33 @@ impl Recorder {
             capture_unsupported: None,
             settle_synchronizes: crate::strategy::SETTLE_SYNCHRONIZES,
             max_split_declared: false,
+            last_probe: None,
         }
+    }
+
+    /// Where the session measures by allocation probes: the largest allocation that succeeds
+    /// now ([`probe::allocatable_now`](super::probe::allocatable_now)), its search started
+    /// from what the last probe found less what the engine's allocator (`reserved` now)
+    /// reserved since; remembered for the next. Searched up to `ceiling` (the device's total
+    /// where read). `None` where the session does not probe.
+    pub fn probe_now(
+        &mut self,
+        reserved: Option<u64>,
+        ceiling: Option<u64>,
+    ) -> Result<Option<u64>> {
+        let Some(limit) = self.p.probe_baseline else {
+            return Ok(None);
+        };
+        let hint = self.last_probe.map(|(v, then)| match (then, reserved) {
+            (Some(a), Some(b)) => {
+                let v = i128::from(v) - (i128::from(b) - i128::from(a));
+                u64::try_from(v.max(0)).unwrap_or(0)
+            }
+            _ => v,
+        });
+        let got = super::probe::allocatable_now(&self.device, limit, ceiling, hint)?;
+        self.last_probe = Some((got, reserved));
+        Ok(Some(got))
     }
 
     /// Record a warning (also emitted as a `tracing` warning).

@@ -162,7 +162,7 @@ impl<E: AsDynEngine + ?Sized> Session<'_, E> {
     fn granule_tensor(&mut self, bytes: u64) -> Result<bool> {
         self.engine.as_dyn().allocator().release_cached()?;
         let before = self.rec.settle(self.engine.as_dyn())?;
-        let probed = self.probe_allocatable()?;
+        let probed = self.probe_allocatable(&before)?;
         let grown = one_tensor(&mut self.rec, self.engine.as_dyn(), bytes, 4);
         let after = self.rec.snap(self.engine.as_dyn())?;
         self.probe_step(probed, &before, &after)?;
@@ -180,7 +180,7 @@ impl<E: AsDynEngine + ?Sized> Session<'_, E> {
     fn granule_warm_up(&mut self, size: u32) -> Result<bool> {
         self.engine.as_dyn().allocator().release_cached()?;
         let before = self.rec.settle(self.engine.as_dyn())?;
-        let probed = self.probe_allocatable()?;
+        let probed = self.probe_allocatable(&before)?;
         let a = self.engine.as_dyn().allocator();
         a.reset_peak();
         let stats = a.stats();

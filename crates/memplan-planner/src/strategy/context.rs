@@ -428,12 +428,9 @@ impl<'s> GraphContext<'s> {
     /// now, within the probes' resolution. `None` elsewhere, or where the device cannot
     /// allocate.
     pub fn allocatable(&mut self) -> Result<Option<u64>> {
-        let Some(limit) = self.session.p.probe_baseline else {
-            return Ok(None);
-        };
         let total = self.session.p.last.driver.total;
-        match crate::session::probe::allocatable_now(&self.session.device, limit, total) {
-            Ok(b) => Ok(Some(b)),
+        match self.session.probe_now(None, total) {
+            Ok(b) => Ok(b),
             Err(Error::Unsupported { .. }) => Ok(None),
             Err(e) => Err(e),
         }
