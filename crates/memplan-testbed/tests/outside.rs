@@ -778,6 +778,30 @@ fn probes_on_a_device_whose_frees_keep_memory_leave_the_engine_its_memory() {
     passes("arc140v-leak-4m-neighbour-before-plan.toml", &[16]);
 }
 
+/// A device whose raw frees keep memory, where no free reading measures this process (one that
+/// lags a synchronize, or none at all): no window of a reading shows what a free keeps, so the
+/// allocation probes measure it around raw frees of their own; the plan warns by name, with
+/// about the figure the device keeps (1 MiB). Unseen, these runs went 4-8 MiB past the request
+/// while serving with no warning naming why.
+#[test]
+fn memory_each_free_keeps_is_seen_by_probes_where_no_reading_measures() {
+    let keeps_a_mib = |c: &Case| {
+        assert_warns(c, |w| {
+            matches!(w, memplan_planner::Warning::DeviceKeepsMemoryOnFree { bytes_per_free }
+                if (768 << 10..=1536 << 10).contains(bytes_per_free))
+        })
+    };
+    for c in passes("h100-stale-free-leak-1m-eager.toml", &[0, 1, 9, 30, 58]) {
+        keeps_a_mib(&c);
+    }
+    for c in passes(
+        "arc140v-no-free-reading-leak-1m-eager.toml",
+        &[0, 1, 30, 55, 59],
+    ) {
+        keeps_a_mib(&c);
+    }
+}
+
 /// The models with sliding-window layers (`[[kv.groups]]`, and Mistral's one sliding group):
 /// the planner's layout of their groups against the engine's own, vLLM 0.19.0's
 /// (`memplan_testbed::kv`).

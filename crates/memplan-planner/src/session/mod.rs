@@ -337,6 +337,18 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             single_read.and_then(|w| w.unseen_kept),
             moved_windows.and_then(|w| w.unseen_kept),
         );
+        // No reading measures this process (a stale, absent or lost free reading): no window
+        // above saw what a free keeps, and allocation probes around raw frees measure it
+        // instead (`probe::kept_by_probes`). The probes' baseline is the last of them: what
+        // their frees kept is before it (where calibration ran, in its step).
+        let mut probe_baseline = probe_baseline;
+        if let (Some(from), None) = (probe_baseline, kept_per_free) {
+            let k =
+                probe::kept_by_probes(&device, from, probe_ceiling(&capability, &baseline), from)?;
+            probe_baseline = Some(k.allocatable);
+            kept_per_free = k.kept;
+            unseen_kept = least(unseen_kept, k.unseen);
+        }
         let mut free_window_error = single_read.map(|w| w.error);
         // Combining reads narrows a window of a reading that varies from read to read; of a
         // reading that moves in steps, it narrows one only where the reads' noise carries

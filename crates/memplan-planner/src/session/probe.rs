@@ -340,6 +340,138 @@ pub(crate) fn unseen_kept_per_free(pairs: &[(u64, u64)], noise: u64) -> Option<u
     Some(u64::try_from(most).unwrap_or(u64::MAX))
 }
 
+/// The most raw frees [`kept_by_probes`] makes to see what each keeps: a keep is seen where the
+/// frees lost four times what two probes may differ by (the search's resolution and an
+/// allocation's rounding: 3.3 MiB on an 80 GiB device), so 128 frees see 104 KiB a free there.
+const KEEP_TEST_FREES: u64 = 128;
+
+/// The size of each allocation [`kept_by_probes`] frees: no larger than a window's
+/// ([`window_size`]'s 64 MiB), well above what a driver was seen to keep of a free (4 MiB).
+const KEEP_TEST_SIZE: u64 = 32 * MIB;
+
+/// What [`kept_by_probes`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ProbedKeep {
+    /// What the last probe found allocatable (after the test frees: the session's probes go on
+    /// from it).
+    pub allocatable: u64,
+    /// What each raw free kept, where two rounds of frees each lost more than the probes can
+    /// tell apart, and alike.
+    pub kept: Option<u64>,
+    /// Where nothing was seen: the most a free may keep that the probes could not show.
+    pub unseen: Option<u64>,
+}
+
+/// Where no reading measures this process (stale, absent, or lost), the windows that see what
+/// each raw free keeps ([`window_error_and_step`]) read nothing, yet the device may keep memory
+/// of every free, which then goes unseen and unwarned (an H100 with a stale reading keeping
+/// 1 MiB per free went 8 MiB past the request while serving, its engine's frees beyond any
+/// plan, with no warning naming why). Allocation probes see it instead: what is allocatable
+/// (`from`, found by the probe the session just made) is measured again after raw frees of
+/// [`KEEP_TEST_SIZE`] (one, then doubling, up to [`KEEP_TEST_FREES`] in all, each probe's own
+/// successful tries counted as frees too: [`Device::raw_frees`] before its last try). Each
+/// measurement is within the search's resolution and an allocation's rounding (2 MiB,
+/// calibration's allowance) of what was there, so two differ by up to that slack either way;
+/// a loss beyond four times it is memory the frees kept (an H100 keeping 1 MiB per free lost
+/// 7.1 and 3.2 MB over two rounds of five frees: twice the slack is too close to tell); it is
+/// the figure where a second round of as many frees loses more than twice the slack, alike
+/// (calibration's rule against a neighbour allocating during one round: rounds that lose
+/// alike, within their slack), shared among the frees and rounded up. Where nothing is seen, the loss plus the
+/// slack, shared among the frees, is the most a free may keep unseen. The cost: a few frees
+/// where a free keeps MiBs (seen at once), 128 small ones where it keeps nothing.
+pub(crate) fn kept_by_probes(
+    device: &Device,
+    limit: u64,
+    ceiling: Option<u64>,
+    from: u64,
+) -> Result<ProbedKeep> {
+    let slack = i128::from(resolution(limit)) + i128::from(crate::calibrate::tolerance(0));
+    let size = KEEP_TEST_SIZE.min(from / 8);
+    let mut at = (from, device.raw_frees().saturating_sub(1));
+    let none = |allocatable| ProbedKeep {
+        allocatable,
+        kept: None,
+        unseen: None,
+    };
+    if size == 0 {
+        return Ok(none(from));
+    }
+    // Frees made, then measured: (what was lost, over how many frees), from `at`.
+    let round = |start: (u64, u64), frees: u64| -> Result<Option<(u64, u64, i128, i128)>> {
+        for _ in 0..frees {
+            if !fits(device, size)? {
+                return Ok(None);
+            }
+        }
+        let hint = start.0.saturating_sub(frees.saturating_mul(size / 8));
+        let now = allocatable_now(device, limit, ceiling, Some(hint))?;
+        let n = device.raw_frees().saturating_sub(1);
+        let lost = i128::from(start.0) - i128::from(now);
+        let over = i128::from(n.saturating_sub(start.1)).max(1);
+        Ok(Some((now, n, lost, over)))
+    };
+    let first = at;
+    let mut made = 0;
+    let mut frees = 1;
+    loop {
+        let Some((now, n, _, _)) = round(at, frees)? else {
+            return Ok(none(at.0));
+        };
+        made += frees;
+        at = (now, n);
+        let lost = i128::from(first.0) - i128::from(now);
+        let over = i128::from(n.saturating_sub(first.1)).max(1);
+        if lost > 4 * slack {
+            // Seen: a second round of as many frees (the probes' own tries counted) must lose
+            // alike.
+            let again = u64::try_from(over).unwrap_or(made).min(2 * KEEP_TEST_FREES);
+            let Some((now2, _, lost2, over2)) = round(at, again)? else {
+                return Ok(none(at.0));
+            };
+            let alike = lost2 > 2 * slack
+                && (lost / over - lost2 / over2).abs() <= 2 * slack / over.min(over2);
+            tracing::debug!(
+                lost,
+                over,
+                lost2,
+                over2,
+                alike,
+                "raw frees between allocation probes"
+            );
+            let kept = alike.then(|| {
+                let l = lost + lost2;
+                let o = over + over2;
+                u64::try_from((l + o - 1) / o).unwrap_or(u64::MAX)
+            });
+            // Rounds that did not lose alike show no figure; the first round's loss still
+            // bounds what a free may keep.
+            let unseen = kept
+                .is_none()
+                .then(|| u64::try_from((lost + slack + over - 1) / over).unwrap_or(u64::MAX));
+            return Ok(ProbedKeep {
+                allocatable: now2,
+                kept,
+                unseen,
+            });
+        }
+        if made >= KEEP_TEST_FREES {
+            let unseen = u64::try_from(((lost + slack + over - 1) / over).max(0)).unwrap_or(0);
+            tracing::debug!(
+                lost,
+                over,
+                unseen,
+                "raw frees between allocation probes: none seen kept"
+            );
+            return Ok(ProbedKeep {
+                allocatable: now,
+                kept: None,
+                unseen: Some(unseen),
+            });
+        }
+        frees = made.min(KEEP_TEST_FREES - made);
+    }
+}
+
 /// What a step took outside the allocator: `before` allocatable before it, `after` after it
 /// (both within the resolution of a search up to `limit`, counted on the safe side), less
 /// the allocator's growth in the step.
