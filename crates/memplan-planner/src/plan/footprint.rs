@@ -374,6 +374,30 @@ pub fn granule_bound(readings: &[(u64, u64)]) -> Option<u64> {
 /// bound: a plan keeps more room, never less. See [`weights_left_out`] for when the session
 /// stops narrowing it.
 pub fn granule_bound_beside(readings: &[(u64, u64)], weights: Option<usize>) -> Option<u64> {
+    granule_bound_segments(readings, weights, MID_SEGMENT)
+}
+
+/// [`granule_bound_beside`] where the allocator's mid-sized segment is `mid_segment`
+/// (`large_segment_size_mb` where the engine declared it, [`AllocatorConfig::mid_segment`]):
+/// weights that reserved whole segments of either size may say nothing of the granule.
+///
+/// Beside one other reading, the weights are also left out where the common divisor is no
+/// multiple of PyTorch's rounding ([`ALLOCATOR_ROUNDING_BOUND`]): every segment PyTorch's
+/// caching allocator makes is one (`kSmallBuffer` 2 MiB, `kLargeBuffer` 20 MiB, large requests
+/// rounded to `kRoundLarge` 2 MiB, `get_allocation_size`), so such a divisor shows an allocator
+/// that rounds otherwise, whose mid-sized segments need not be multiples of its granule. The
+/// other reading's waste cannot tell it either: a block is not split where what is left is
+/// 1 MiB or less (`kSmallSize`) or the request is `max_split_size_mb` or more (`should_split`),
+/// and its whole segment then reads as allocated, wasting nothing. Weights of 19 segments of
+/// 64 MiB beside an activation peak of 640.5 MiB read as allocated whole (a 30.5 MiB granule
+/// under a 512 MiB split limit) share 512 KiB: the plan kept 2 MiB per KV tensor, and the
+/// engine's 28 tensors went 782 MiB past the request. The other reading alone bounds the
+/// granule then (a request is rounded to a multiple of it): coarsely, the safe side.
+pub fn granule_bound_segments(
+    readings: &[(u64, u64)],
+    weights: Option<usize>,
+    mid_segment: u64,
+) -> Option<u64> {
     let grown: Vec<((u64, u64), bool)> = readings
         .iter()
         .enumerate()
@@ -396,9 +420,12 @@ pub fn granule_bound_beside(readings: &[(u64, u64)], weights: Option<usize>) -> 
         if let Some(i) = grown.iter().position(|(_, many)| *many) {
             let (weights, other) = (grown[i].0, grown[1 - i].0);
             let waste = other.1.saturating_sub(other.0);
-            if weights.1.is_multiple_of(MID_SEGMENT)
+            let whole_segments = weights.1.is_multiple_of(MID_SEGMENT)
+                || weights.1.is_multiple_of(mid_segment.max(1));
+            let common = gcd(weights.1, other.1);
+            if whole_segments
                 && is_large_request(other.0)
-                && gcd(weights.1, other.1) <= waste
+                && (common <= waste || !common.is_multiple_of(ALLOCATOR_ROUNDING_BOUND))
             {
                 return Some(other.1);
             }

@@ -325,11 +325,17 @@ fn the_weights_reading_never_narrows_the_granule_bound_as_one_request_would() {
     assert_eq!(granule_bound_beside(&readings, Some(0)), Some(g));
     // Never finer than without the tag.
     assert_eq!(granule_bound_beside(&readings, Some(1)), Some(MIB / 2));
-    // Beside one activation peak of one request (513 MiB) the weights bound the granule at
-    // 1 MiB; the session's warm-ups do not stop there: without them nothing bounds it yet.
+    // Beside one activation peak of one request (513 MiB) the weights share 1 MiB with it: no
+    // multiple of PyTorch's 2 MiB, so an allocator that rounds otherwise, whose mid-sized
+    // segments need not be multiples of its granule: the peak alone bounds it. The session's
+    // warm-ups do not stop there: without them the weights' reading still stands in the way.
     let two = [(966 * MIB + MIB / 2, 980 * MIB), (513 * MIB, 513 * MIB)];
-    assert_eq!(granule_bound_beside(&two, Some(0)), Some(MIB));
+    assert_eq!(granule_bound_beside(&two, Some(0)), Some(513 * MIB));
     assert_eq!(weights_left_out(&two, Some(0)), None);
+    // Beside a peak that shares a multiple of 2 MiB with them (PyTorch's own segments all are),
+    // the weights' segments may be multiples of the granule: their common divisor stands.
+    let pytorch = [(966 * MIB + MIB / 2, 980 * MIB), (514 * MIB, 514 * MIB)];
+    assert_eq!(granule_bound_beside(&pytorch, Some(0)), Some(2 * MIB));
     // The same weights (whole 20 MiB segments) beside a peak of 70 MiB that reserved 78: a
     // granule above the 8 MiB it wasted, which their common divisor (2 MiB) is not: together
     // they bound nothing (the plan would keep PyTorch's 20 MiB segment). The peak alone bounds
@@ -344,6 +350,25 @@ fn the_weights_reading_never_narrows_the_granule_bound_as_one_request_would() {
     let large = [(1990 * MIB, 2000 * MIB + 26 * MIB), (70 * MIB, 78 * MIB)];
     assert_eq!(granule_bound_beside(&large, Some(0)), granule_bound(&large));
     assert_eq!(weights_left_out(&readings, Some(0)), Some(g));
+}
+
+#[test]
+fn weights_in_declared_mid_segments_beside_an_unsplit_peak_bound_nothing() {
+    // 19 segments of 64 MiB (`large_segment_size_mb:64`) beside an activation peak past the
+    // split limit, read as its whole 640.5 MiB segment allocated (a 30.5 MiB granule): they
+    // share 512 KiB, no multiple of PyTorch's 2 MiB.
+    let readings = [(1_220_358_144, 19 * 64 * MIB), (1281 * MIB / 2, 1281 * MIB / 2)];
+    assert_eq!(granule_bound_beside(&readings, Some(0)), Some(MIB / 2));
+    assert_eq!(
+        granule_bound_segments(&readings, Some(0), 64 * MIB),
+        Some(1281 * MIB / 2)
+    );
+    // Weights that are whole segments of neither size keep their common divisor.
+    let other = [(1_220_358_144, 19 * 64 * MIB + MIB), (1281 * MIB / 2, 1281 * MIB / 2)];
+    assert_eq!(
+        granule_bound_segments(&other, Some(0), 64 * MIB),
+        granule_bound(&other)
+    );
 }
 
 #[test]

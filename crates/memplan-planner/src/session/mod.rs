@@ -874,8 +874,15 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     /// only when it is called): the plan keeps, per KV tensor, room for the coarsest rounding
     /// the engine's own allocations allow ([`crate::plan::granule_bound`]).
     fn unmeasured_rounding(&mut self, mut b: PlanBuilder, profile: &Profile) -> PlanBuilder {
-        let bound =
-            crate::plan::granule_bound_beside(&profile.segment_readings, profile.weights_reading);
+        let mid = self
+            .alloc_conf
+            .as_ref()
+            .map_or(20 * memplan_core::bytes::MIB, |(c, _)| c.mid_segment());
+        let bound = crate::plan::granule_bound_segments(
+            &profile.segment_readings,
+            profile.weights_reading,
+            mid,
+        );
         let kept = b.unmeasured_kv_allocation(bound);
         tracing::info!(readings = ?profile.segment_readings, bound = ?bound, kept, "the allocator's rounding, bounded from its own allocations (the KV cache's allocation may go unmeasured)");
         self.unmeasured_granule = kept;
