@@ -693,8 +693,20 @@ fn measured_with(
         // does not fit, it is measured tensor by tensor ([`by_tensors`]) rather than allocated
         // whole past the room: in the plan's layout, so not where the engine's own cache
         // showed another (one backing allocation where the plan has a tensor per layer).
+        // Where a granule read on smaller caches cut it, the cut may stand on tensors packed
+        // into shared segments: a cache of half the blocks whose 11 MiB tensors shared 40 MiB
+        // segments three to one read 13.1 MiB each, as a granule, and the planned 22 MiB
+        // tensors were cut to 13.1 MiB ones, where 20 MiB tensors two to a segment fitted
+        // (the engine served 66% of what it could). Measured tensor by tensor, the count
+        // holds however the allocator packs them: the larger count stands.
         let cut = match cut {
             None if !other_layout => by_tensors(rec, engine, planned, l, limit)?,
+            Some(c) if c.0 < planned && !other_layout => {
+                match by_tensors(rec, engine, planned, l, limit)? {
+                    Some(t) if t.0 > c.0 => Some(t),
+                    _ => Some(c),
+                }
+            }
             cut => cut,
         };
         start_from_cut(cut, &mut blocks, &mut first_taken, &mut predicted);
