@@ -1480,3 +1480,65 @@ fn an_eager_fallback_leaves_no_warm_up_cached() {
         .iter()
         .all(|c| c.out.strategy == memplan_planner::strategy::StrategyKind::None));
 }
+
+/// No gating failure of `file` on `seeds` (a refusal, reported beside them, allowed): where
+/// nothing the start-up allocated bounds the allocator's rounding below a size the cache cannot
+/// hold, a clear refusal is the plan's answer.
+fn holds(file: &str, seeds: &[u64]) -> Vec<Case> {
+    let cases = cases_with(file, seeds, |_| {});
+    let all = acceptance::failures(&cases);
+    let gating: Vec<&str> = acceptance::gating(&all)
+        .iter()
+        .map(|f| f.line.as_str())
+        .collect();
+    assert!(gating.is_empty(), "{file}:\n{}", gating.join("\n"));
+    cases
+}
+
+/// An engine whose KV allocation nothing measures, beside an allocator whose mid-sized segments
+/// are 64 MiB (declared) and whose activation peak, past the split limit, reads as its whole
+/// segment allocated: the weights' segments pulled the granule's bound to 512 KiB, and the
+/// engine's tensors went 782 MiB past the request. The weights are left out where the common
+/// divisor is no multiple of PyTorch's rounding; the activation's segment bounds the granule,
+/// and the plan refuses, naming the rounding it keeps room for.
+#[test]
+fn weights_in_declared_mid_segments_beside_an_unsplit_peak_bound_nothing() {
+    for c in holds(
+        "rtx4090-unmeasured-kv-64mib-segments-unsplit-peak.toml",
+        &[9],
+    ) {
+        if let Some(why) = &c.out.failed {
+            assert!(why.contains("rounding"), "{}: {why}", c.what);
+        }
+    }
+}
+
+/// The same rule on an Arc 140V with Gemma-3-1B, where the engine ran out of memory in serving
+/// on both seeds (30.5 MiB and 18.5 MiB granules under split limits the activation peak passes).
+#[test]
+fn an_unsplit_activation_peak_beside_mid_segments_keeps_the_engine_in_memory() {
+    passes("arc140v-unmeasured-kv-gemma3-unsplit-peak.toml", &[9, 18]);
+}
+
+/// KV tensors two to a coarse segment, measured tensor by tensor: the last tensor of each such
+/// cache was refused the room of a segment it did not take (it fits in the rest of the one
+/// before), and the engine served 66.5% of the oracle. A tensor the last segment's free rest
+/// holds needs no new segment's room.
+#[test]
+fn tensors_two_to_a_segment_are_measured_as_they_pack() {
+    passes(
+        "rtx4090-full-byte-budget-tensors-two-to-a-segment.toml",
+        &[4],
+    );
+}
+
+/// K and V tensors of the caches that measure the granule packed three to a coarse segment read
+/// as a granule, and the planned cache was cut by it to 65.6% of the oracle: where a granule
+/// cut the count, the count measured tensor by tensor stands where it is larger.
+#[test]
+fn a_granule_read_on_packed_tensors_does_not_cut_what_fits() {
+    passes(
+        "rocm62-stale-free-split-kv-tensors-packed-in-halves.toml",
+        &[20],
+    );
+}

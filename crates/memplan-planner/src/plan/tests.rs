@@ -357,14 +357,20 @@ fn weights_in_declared_mid_segments_beside_an_unsplit_peak_bound_nothing() {
     // 19 segments of 64 MiB (`large_segment_size_mb:64`) beside an activation peak past the
     // split limit, read as its whole 640.5 MiB segment allocated (a 30.5 MiB granule): they
     // share 512 KiB, no multiple of PyTorch's 2 MiB.
-    let readings = [(1_220_358_144, 19 * 64 * MIB), (1281 * MIB / 2, 1281 * MIB / 2)];
+    let readings = [
+        (1_220_358_144, 19 * 64 * MIB),
+        (1281 * MIB / 2, 1281 * MIB / 2),
+    ];
     assert_eq!(granule_bound_beside(&readings, Some(0)), Some(MIB / 2));
     assert_eq!(
         granule_bound_segments(&readings, Some(0), 64 * MIB),
         Some(1281 * MIB / 2)
     );
     // Weights that are whole segments of neither size keep their common divisor.
-    let other = [(1_220_358_144, 19 * 64 * MIB + MIB), (1281 * MIB / 2, 1281 * MIB / 2)];
+    let other = [
+        (1_220_358_144, 19 * 64 * MIB + MIB),
+        (1281 * MIB / 2, 1281 * MIB / 2),
+    ];
     assert_eq!(
         granule_bound_segments(&other, Some(0), 64 * MIB),
         granule_bound(&other)
