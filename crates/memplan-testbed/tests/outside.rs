@@ -1419,11 +1419,19 @@ fn a_reserve_short_by_a_capture_variation_the_plan_named_is_reported_not_failed(
 /// reading is approximate, and a probe whose whole search fits reads its ceiling: 11 MiB low
 /// on adversarial seed 16 before calibration's captures, where the probes' steps start, so the
 /// memory the engine held outside its allocator came out short by about that, and the plan
-/// went 0.56% past the oracle and 1.06 MiB past the request. The probes now search up to that
-/// reading plus its tolerance.
+/// went 0.56% past the oracle and 1.06 MiB past the request. Declared exact, the reading is
+/// just as low and declares no tolerance to search past it. The probes now search up to the
+/// device-wide total.
 #[test]
 fn allocation_probes_search_past_an_approximate_device_wide_reading() {
-    for c in passes("strix-halo-aperture-eager-probe-ceiling.toml", &[16]) {
+    let cases = [
+        passes("strix-halo-aperture-eager-probe-ceiling.toml", &[16]),
+        passes(
+            "strix-halo-aperture-declared-exact-eager-probe-ceiling.toml",
+            &[16],
+        ),
+    ];
+    for c in cases.iter().flatten() {
         assert!(
             c.out.kv_vs_oracle.is_some_and(|x| x >= 0.99),
             "{}: {:?}",

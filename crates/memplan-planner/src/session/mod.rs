@@ -1053,13 +1053,15 @@ fn free_approximate(capability: &mut ProfilingCapability, tolerance: u64, why: S
 /// and after every step, so it measured nothing the engine held outside its allocator, and a
 /// plan went 0.8% past the oracle.
 ///
-/// The device-wide reading is itself approximate, and a probe whose whole search fits reads
-/// its ceiling, not what is allocatable. The probes' steps add up from the first probe to the
-/// last, so the first one's error stays in the sum: capped at a reading 11 MiB low, the probe
-/// before calibration's captures read 11 MiB less allocatable than there was, the memory the
-/// engine held outside its allocator came out short by about that, and an eager plan on an APU
-/// went 0.56% past the oracle. So the ceiling is that reading plus its tolerance, within the
-/// device-wide total where one is read (the GPU's memory: no allocation passes it).
+/// The device-wide reading is itself a reading, off by its noise whatever it declares, and a
+/// probe whose whole search fits reads its ceiling, not what is allocatable. The probes' steps
+/// add up from the first probe to the last, so the first one's error stays in the sum: capped
+/// at a reading 11 MiB low, the probe before calibration's captures read 11 MiB less
+/// allocatable than there was, the memory the engine held outside its allocator came out short
+/// by about that, and an eager plan on an APU went 0.56% past the oracle (declared exact or
+/// approximate alike). So the ceiling is the device-wide total where one is read (the GPU's
+/// memory: no allocation passes it, and the search finds what fits below it), else that
+/// reading plus its tolerance.
 pub(crate) fn probe_ceiling(capability: &ProfilingCapability, snap: &MemoryInfo) -> Option<u64> {
     use memplan_core::{Reading, Reliability};
     match capability.reading(Reading::DriverTotal) {
@@ -1068,7 +1070,7 @@ pub(crate) fn probe_ceiling(capability: &ProfilingCapability, snap: &MemoryInfo)
                 .reading(Reading::DeviceAvailable)
                 .tolerance_bytes();
             match (snap.device.available, snap.device.total) {
-                (Some(a), Some(t)) => Some(a.saturating_add(tolerance).min(t.max(a))),
+                (Some(a), Some(t)) => Some(t.max(a)),
                 (Some(a), None) => Some(a.saturating_add(tolerance)),
                 (None, t) => t,
             }
