@@ -98,7 +98,8 @@ def test_an_engine_exception_is_reraised_after_teardown() -> None:
     eng = PyEngine(dev, fail_capture_at=2)
     with pytest.raises(RuntimeError, match="injected failure"):
         start_up(dev, eng, model=MODEL, graph_strategy="full")
-    assert eng.calls[-1] == "release_graphs"
+    # The teardown destroys the graphs, then releases what the phase's warm-ups left cached.
+    assert eng.calls[-2:] == ["release_graphs", "release_cached"]
     assert eng.alloc.live_graphs == 0
     assert not eng.capturing
 
