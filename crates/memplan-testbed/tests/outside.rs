@@ -778,6 +778,19 @@ fn probes_on_a_device_whose_frees_keep_memory_leave_the_engine_its_memory() {
     passes("arc140v-leak-4m-neighbour-before-plan.toml", &[16]);
 }
 
+/// A plan capped by its probe, whose KV cache took a little more than the cap: the check that
+/// what the engine still needs is allocatable beside the cache frees its own allocation, and on
+/// a device that keeps memory of every free that keep comes out of the engine's room. The check
+/// asks for the need and the keep together; asking for the need alone, the engine's first burst
+/// ran out of memory by less than one free's keep (256 KiB, seeds 4, 5, 12).
+#[test]
+fn a_check_beside_the_kv_cache_leaves_room_for_what_its_own_free_keeps() {
+    passes(
+        "b580-nosysman-leak-256k-stale-other-3g-one-backing-eager.toml",
+        &[4, 5, 12],
+    );
+}
+
 /// A device whose raw frees keep memory, where no free reading measures this process (one that
 /// lags a synchronize, or none at all): no window of a reading shows what a free keeps, so the
 /// allocation probes measure it around raw frees of their own; the plan warns by name, with

@@ -825,6 +825,12 @@ fn measured_with(
 /// request allows, and with what the engine still needs after it allocatable now (one
 /// allocation, freed at once), it fits: the cap was a bound (a probe's resolution, a reading's
 /// tolerance), and the allocation measures it.
+///
+/// The check's own free is one more raw free: on a device that keeps memory of every free
+/// ([`Profile::kept_per_free`](crate::profile::Profile::kept_per_free), or the bound the reading's noise
+/// leaves on it), it leaves that much less than it found, so it asks for the engine's need
+/// plus that keep. Asking for the need alone would pass on a room that the check itself then
+/// makes too small for the engine's first allocation after it.
 fn still_fits(rec: &Recorder, taken: u64, capped: Option<(u64, u64)>) -> Result<bool> {
     let Some((budget, after_kv)) = capped else {
         return Ok(false);
@@ -832,9 +838,17 @@ fn still_fits(rec: &Recorder, taken: u64, capped: Option<(u64, u64)>) -> Result<
     if taken > budget {
         return Ok(false);
     }
-    match crate::session::probe::fits(&rec.device, after_kv) {
+    let kept = rec
+        .p
+        .kept_per_free
+        .or(rec.p.unseen_kept_per_free)
+        .unwrap_or(0);
+    let Some(ask) = after_kv.checked_add(kept) else {
+        return Ok(false);
+    };
+    match crate::session::probe::fits(&rec.device, ask) {
         Ok(fits) => {
-            tracing::info!(taken, after_kv, fits, "the KV cache took more than its cap: what the engine still needs allocated beside it");
+            tracing::info!(taken, after_kv, kept, fits, "the KV cache took more than its cap: what the engine still needs allocated beside it (and what the check's own free keeps)");
             Ok(fits)
         }
         Err(Error::Unsupported { .. }) => Ok(false),
