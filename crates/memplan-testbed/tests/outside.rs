@@ -1563,3 +1563,17 @@ fn a_granule_read_on_packed_tensors_does_not_cut_what_fits() {
         &[20],
     );
 }
+
+/// A KV cache grown past the plan's count, into room the plan kept for the allocator's rounding
+/// (a 512 KiB granule measured where 240 MB could not be ruled out), on a free reading declared
+/// exact that misses 1.94 GB another process holds: the grown cache took the activation's
+/// memory and the first burst ran out of memory. A grown count stands only where what the
+/// engine needs beside it is still allocatable; here it goes back to the planned count.
+#[test]
+fn a_kv_cache_grown_past_the_plan_leaves_the_engine_its_activation() {
+    passes_with(
+        "a770-declared-exact-others-hybrid-grown-kv-cache.toml",
+        &[235],
+        |s| s.physics = Some("low".into()),
+    );
+}

@@ -272,6 +272,10 @@ pub(crate) struct Planned {
     /// still to capture, rounding slack). A cache that takes more than the cap, within the
     /// budget, is kept where that need is still allocatable beside it.
     pub capped: Option<(u64, u64)>,
+    /// What the engine still needs once its KV cache is allocated (activation, graphs still to
+    /// capture, rounding slack): a count grown past the planned one stands only where it is
+    /// still allocatable beside the cache ([`Kept::after_kv`]).
+    pub after_kv: u64,
 }
 
 impl Planned {
@@ -281,6 +285,7 @@ impl Planned {
             capped: plan
                 .capped_by_free_bytes
                 .map(|_| (plan.kv_budget_bytes.max(plan.kv_cache_bytes), after_kv)),
+            after_kv,
             rank,
             num_blocks: plan.kv.num_blocks,
             block_bytes: plan.kv.block_bytes,
@@ -548,6 +553,14 @@ pub(crate) struct Kept {
     /// nothing of what the whole cache takes (one tensor maps its own pages, many share
     /// them), so the planned count is allocated and measured as a whole.
     pub packed: bool,
+    /// What the engine still needs beside its KV cache ([`Planned::after_kv`]). A count grown
+    /// past the planned one spends room the plan kept for the allocator's rounding, on the
+    /// strength of readings that said the rest was there; a reading that missed memory others
+    /// hold (a process-local free reading declared exact, say) makes the grown cache take what
+    /// the engine's activation needs, and the engine runs out of memory in its first burst.
+    /// So a grown count stands only where this much is still allocatable beside it (one raw
+    /// allocation, freed at once; where the device cannot allocate raw memory, as before).
+    pub after_kv: u64,
 }
 
 /// Allocate `planned` blocks of `block_bytes`, fewer where they take more than the room kept
@@ -618,6 +631,7 @@ fn measured_with(
         grow,
         granule,
         packed,
+        after_kv,
     }: Kept,
 ) -> Result<Option<(u64, Vec<Warning>)>> {
     let block_bytes = block_bytes.max(1);
@@ -765,7 +779,10 @@ fn measured_with(
             }
         }
         match taken {
-            Some(t) if t <= room || still_fits(rec, t, capped)? => {
+            Some(t)
+                if (t <= room && (blocks <= planned || grown_fits(rec, blocks, after_kv)?))
+                    || still_fits(rec, t, capped)? =>
+            {
                 fit = Some(blocks);
                 let last = n + 1 == KV_ATTEMPTS;
                 if over.is_none_or(|o| o <= blocks + 1) || last {
@@ -795,6 +812,9 @@ fn measured_with(
         }
         blocks = match (fit, over) {
             (Some(lo), Some(hi)) => lo + (hi - lo) / 2,
+            // A count grown past the planned one that did not stand: the planned count, which
+            // the plan kept room for, and the bisection between them.
+            (None, Some(hi)) if hi > planned && grown_back(&taken, room) => planned,
             _ => {
                 let fits = room.saturating_sub(waste) / block_bytes;
                 let cut = match taken {
@@ -808,7 +828,9 @@ fn measured_with(
     // The last attempts bisected without settling: allocate the largest count that fit.
     if let Some(lo) = fit {
         if let Attempt::Took(t) = attempt(rec, engine, way, lo, block_bytes)? {
-            if t <= room || still_fits(rec, t, capped)? {
+            if (t <= room && (lo <= planned || grown_fits(rec, lo, after_kv)?))
+                || still_fits(rec, t, capped)?
+            {
                 return Ok(Some((lo, shrunk(planned, lo, first_taken, room))));
             }
             way.release(engine)?;
@@ -854,6 +876,38 @@ fn still_fits(rec: &Recorder, taken: u64, capped: Option<(u64, u64)>) -> Result<
         Err(Error::Unsupported { .. }) => Ok(false),
         Err(e) => Err(e),
     }
+}
+
+/// A cache of `blocks`, grown past the planned count, within the room: what the engine still
+/// needs beside it (`after_kv`, and what the check's own free keeps) is allocatable now. See
+/// [`Kept::after_kv`]. A device that cannot allocate raw memory cannot check it: the grown
+/// count stands on the readings, as the plan did.
+fn grown_fits(rec: &Recorder, blocks: u64, after_kv: u64) -> Result<bool> {
+    let kept = rec
+        .p
+        .kept_per_free
+        .or(rec.p.unseen_kept_per_free)
+        .unwrap_or(0);
+    let Some(ask) = after_kv.checked_add(kept) else {
+        return Ok(false);
+    };
+    match crate::session::probe::fits(&rec.device, ask) {
+        Ok(fits) => {
+            if !fits {
+                tracing::info!(blocks, after_kv, "a KV cache grown past the plan's count leaves no room for what the engine still needs beside it: the readings missed memory, and the count goes back down");
+            }
+            Ok(fits)
+        }
+        Err(Error::Unsupported { .. }) => Ok(true),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether a grown count that did not stand goes back to the planned count: where it took no
+/// more than the room (what the engine needs beside it was missing, [`grown_fits`]). One that
+/// took more than the room is cut by what it wasted, as any other.
+fn grown_back(taken: &Option<u64>, room: u64) -> bool {
+    taken.is_some_and(|t| t <= room)
 }
 
 /// The warning of a shrunk cache (none when the planned blocks fit).

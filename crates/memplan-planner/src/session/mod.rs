@@ -954,6 +954,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
                         capped: own.capped,
                         grow: own.grows(plan, num_blocks),
                         granule: self.unmeasured_granule,
+                        after_kv: own.after_kv,
                         packed: self
                             .alloc_conf
                             .as_ref()
