@@ -14,7 +14,7 @@
 pub mod acceptance;
 pub mod generate;
 
-pub use generate::{random_scenario, ADDED_AFTER_THE_DRAW};
+pub use generate::{hybrid_scenario, random_scenario, ADDED_AFTER_THE_DRAW, HYBRID_SHAPES};
 
 use std::sync::Arc;
 
@@ -169,6 +169,27 @@ pub const ONE_BACKING_GROUP: &str = "one backing (vLLM 0.29+)";
 /// is rounded by the allocator at half the size. It gates like every other group.
 pub const SPLIT_KV_GROUP: &str = "K and V apart (SGLang to 0.5.22)";
 
+/// The group of generated scenarios whose model mixes sliding-window and full-attention
+/// layers ([`hybrid_scenario`]: gemma-3's and gpt-oss's patterns), each allocated by the four
+/// engines of [`HYBRID_ENGINES`] with one of [`KV_ALLOCATION_ENGINES`]'s ways of measuring it
+/// (turn by turn, so every pairing occurs), the session told the allocation. It gates like
+/// every other group.
+pub const HYBRID_GROUP: &str = "hybrid sliding window + full";
+
+/// How the engines of [`HYBRID_GROUP`] allocate a hybrid model's cache: `(allocation, label)`.
+/// vLLM to 0.28 a tensor per layer of a group, shared by the groups
+/// (`vllm/v1/core/kv_cache_utils.py`, `_get_kv_cache_groups_uniform_page_size`), vLLM 0.29.0 on
+/// one backing buffer (`vllm/v1/worker/utils.py`, `allocate_kv_cache`), SGLang 0.5.1 to 0.5.22
+/// a K and a V tensor per layer of each pool (`python/sglang/srt/mem_cache/memory_pool.py`,
+/// `SWAKVPool` over two `MHATokenToKVPool`s), SGLang 0.5.23 a tensor per layer
+/// (`MHATokenToKVPool._create_buffers_normal`).
+pub const HYBRID_ENGINES: [(KvAllocation, &str); 4] = [
+    (KvAllocation::PerTensor, "vLLM to 0.28"),
+    (KvAllocation::OneBacking, "vLLM 0.29+"),
+    (KvAllocation::SplitKv, "SGLang to 0.5.22"),
+    (KvAllocation::PairedKv, "SGLang 0.5.23"),
+];
+
 /// What the engine of a generated scenario's `i`-th run allocating its KV cache as `allocation`
 /// does where its pool cannot hold one request of `max_model_len`: SGLang's engines (K and V
 /// apart, [`SPLIT_KV_GROUP`]) start and admit shorter requests, by the rule of 0.5.1 to 0.5.13
@@ -245,6 +266,8 @@ pub struct Sweep {
     /// tensor per layer, the session told so ([`SPLIT_KV_GROUP`]), once with each engine of
     /// [`KV_ALLOCATION_ENGINES`]: four runs each.
     pub split_kv: u64,
+    /// Generated scenarios made hybrid ([`HYBRID_GROUP`]): four runs each.
+    pub hybrid: u64,
     /// Every strategy on the shipped scenarios (for the comparison table), not only auto.
     pub all_strategies: bool,
     /// Pin every physical quantity to one end of its range (`low`, `high`) instead of drawing.
@@ -421,6 +444,38 @@ impl Sweep {
                         format!("the generated scenario does not resolve: {e}"),
                     )),
                 }
+            }
+        }
+        for i in 0..self.hybrid {
+            let sc = hybrid_scenario(i);
+            let what = format!("{} ({})", sc.name, sc.device);
+            match sc.resolve() {
+                Ok(setup) => {
+                    for (k, (allocation, label)) in HYBRID_ENGINES.into_iter().enumerate() {
+                        let (hook, tensors, measured) =
+                            KV_ALLOCATION_ENGINES[(i as usize + k) % KV_ALLOCATION_ENGINES.len()];
+                        let mut setup = seeded(setup.clone(), i);
+                        setup.kv_hook = hook;
+                        setup.allocator_tensors = tensors;
+                        setup.kv_allocation = allocation;
+                        setup.planned_kv_allocation = allocation;
+                        setup.start_rule = match allocation {
+                            KvAllocation::PairedKv => StartRule::Sglang0514,
+                            a => start_rule(a, i),
+                        };
+                        jobs.push((
+                            HYBRID_GROUP.into(),
+                            format!("{what} {label}, {measured}"),
+                            setup,
+                            vec![Choice::Auto],
+                        ));
+                    }
+                }
+                Err(e) => dropped.push((
+                    HYBRID_GROUP.into(),
+                    what,
+                    format!("the generated hybrid scenario does not resolve: {e}"),
+                )),
             }
         }
         for i in 0..self.random {
