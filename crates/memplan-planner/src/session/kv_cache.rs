@@ -780,7 +780,8 @@ fn measured_with(
         }
         match taken {
             Some(t)
-                if (t <= room && (blocks <= planned || grown_fits(rec, blocks, after_kv)?))
+                if (t <= room
+                    && (blocks <= planned || grown_fits(rec, blocks, (t, room), after_kv)?))
                     || still_fits(rec, t, capped)? =>
             {
                 fit = Some(blocks);
@@ -828,7 +829,7 @@ fn measured_with(
     // The last attempts bisected without settling: allocate the largest count that fit.
     if let Some(lo) = fit {
         if let Attempt::Took(t) = attempt(rec, engine, way, lo, block_bytes)? {
-            if (t <= room && (lo <= planned || grown_fits(rec, lo, after_kv)?))
+            if (t <= room && (lo <= planned || grown_fits(rec, lo, (t, room), after_kv)?))
                 || still_fits(rec, t, capped)?
             {
                 return Ok(Some((lo, shrunk(planned, lo, first_taken, room))));
@@ -882,15 +883,30 @@ fn still_fits(rec: &Recorder, taken: u64, capped: Option<(u64, u64)>) -> Result<
 /// needs beside it (`after_kv`, and what the check's own free keeps) is allocatable now. See
 /// [`Kept::after_kv`]. A device that cannot allocate raw memory cannot check it: the grown
 /// count stands on the readings, as the plan did.
-fn grown_fits(rec: &Recorder, blocks: u64, after_kv: u64) -> Result<bool> {
+///
+/// The check itself stays within the request: the cache took `taken` of the `room` the plan
+/// kept, so the request has `room - taken + after_kv` left, and a raw allocation is rounded up
+/// by as much as calibration allows one ([`tolerance`](crate::calibrate::tolerance)); where
+/// the need is closer to that than the rounding, the check asks for what the request holds.
+fn grown_fits(
+    rec: &Recorder,
+    blocks: u64,
+    (taken, room): (u64, u64),
+    after_kv: u64,
+) -> Result<bool> {
     let kept = rec
         .p
         .kept_per_free
         .or(rec.p.unseen_kept_per_free)
         .unwrap_or(0);
-    let Some(ask) = after_kv.checked_add(kept) else {
+    let Some(need) = after_kv.checked_add(kept) else {
         return Ok(false);
     };
+    let left = room
+        .saturating_sub(taken)
+        .saturating_add(after_kv)
+        .saturating_sub(crate::calibrate::tolerance(0));
+    let ask = need.min(left);
     match crate::session::probe::fits(&rec.device, ask) {
         Ok(fits) => {
             if !fits {
