@@ -9,8 +9,8 @@ use memplan_core::{
 use std::collections::BTreeMap;
 
 use super::footprint::{
-    expandable_page, fewest_divisions, fit_rounded, footprint, kv_layout, power2_waste, Granule,
-    ALLOCATOR_ROUNDING_BOUND, MID_SEGMENT, MIN_BLOCK,
+    expandable_page, fewest_divisions, fit_rounded, kv_fit_layout, power2_waste, Granule,
+    KvTensors, ALLOCATOR_ROUNDING_BOUND, MID_SEGMENT, MIN_BLOCK,
 };
 use super::physical::{self, Physical, PhysicalCheck};
 use super::{Consumer, ConsumerKind, Consumers, GraphMethod, GraphPlan, Plan, SCHEMA};
@@ -461,22 +461,23 @@ impl PlanBuilder {
         n.saturating_add(physical::rounding_slack(n))
     }
 
-    /// The engine's KV tensors where its allocator rounds each on its own: `(tensors, page
-    /// bytes)`, the cache of `n` blocks being `tensors` tensors of `n x page` bytes. `None` in a
-    /// dry run (no slack), where the cache is mapped in whole granules (post-capture: one
-    /// mapping), or where the layout is not tensors of whole pages. vLLM v1 up to 0.28
-    /// allocates one tensor per layer of a KV-cache group
+    /// The engine's KV tensors where its allocator rounds each on its own ([`KvTensors`]: a
+    /// cache of `n` blocks is that many tensors of at most an even share of its bytes each).
+    /// `None` in a dry run (no slack), where the cache is mapped in whole granules
+    /// (post-capture: one mapping), or where the engine's tensors are not known. vLLM v1 up to
+    /// 0.28 allocates one tensor per layer of a KV-cache group
     /// (`GPUModelRunner._allocate_kv_cache_tensors`, one `torch.zeros` per tensor of
     /// `page_size * num_blocks`), each rounded by the caching allocator; from 0.29.0 one
     /// backing allocation of `bytes_per_block * num_blocks` (`vllm/v1/worker/utils.py`
     /// `allocate_kv_cache`), whatever the pages ([`KvAllocation::OneBacking`]: one tensor of
-    /// the block's bytes).
-    fn kv_tensors(&self) -> Option<(u64, u64)> {
+    /// the block's bytes); SGLang a K and a V tensor per layer (or one of both, 0.5.23), in a
+    /// pool per kind of layer where some layers slide (`kv_fit_layout`).
+    fn kv_tensors(&self) -> Option<KvTensors> {
         if self.alloc_slack == 0 || self.granularity.is_some() {
             return None;
         }
         let s = self.kv_spec.size_with(0, &self.limits, &self.rules).ok()?;
-        kv_layout(&self.kv_spec, &s, &self.rules)
+        kv_fit_layout(&self.kv_spec, &s, &self.rules)
     }
 
     /// What a KV cache of `kv_bytes` takes once the allocator rounded its tensors (each as
@@ -487,9 +488,9 @@ impl PlanBuilder {
         let g = self.granule();
         let a = self.alloc();
         match self.kv_tensors() {
-            Some((tensors, page)) => {
-                let blocks = kv_bytes / page.saturating_mul(tensors).max(1);
-                footprint(blocks.saturating_mul(page), tensors, g, a).max(kv_bytes)
+            Some(t) => {
+                let blocks = kv_bytes / t.block_bytes.max(1);
+                t.footprint(blocks, g, a).max(kv_bytes)
             }
             None => kv_bytes
                 .saturating_add(self.kv_rounding_bound())
@@ -530,13 +531,13 @@ impl PlanBuilder {
     /// refusal where that room is what the cache lacked ([`RoundingReserve`]); `tensors` is the
     /// layout the plan fits ([`Self::kv_tensors`]), `None` where it keeps `bound` instead, the
     /// bound once per allocation ([`Self::kv_rounding_bound`]).
-    fn rounding_words(&self, tensors: Option<(u64, u64)>, bound: u64) -> RoundingWords {
+    fn rounding_words(&self, tensors: Option<KvTensors>, bound: u64) -> RoundingWords {
         let a = self.alloc();
         let groups = &self.kv_spec.groups;
         let layers: u64 = groups.iter().map(|g| u64::from(g.num_layers)).sum();
         let kind = self.rules.kv_allocation;
         let allocations = match tensors {
-            Some((t, _)) => t,
+            Some(t) => t.count,
             None => kind.allocations(groups).max(1),
         };
         let mut layout = match (kind, tensors) {

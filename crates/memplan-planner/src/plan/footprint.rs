@@ -5,7 +5,7 @@
 //! budget; the arithmetic lives here so that the builder reads as the budget's order.
 
 use memplan_core::bytes::MIB;
-use memplan_core::kv::{KvAllocation, KvSizing, KvSpec, SizingRules};
+use memplan_core::kv::{AttentionKind, KvAllocation, KvSizing, KvSpec, SizingRules};
 use memplan_core::AllocatorConfig;
 
 /// Upper bound of how far an engine's caching allocator rounds one large request up: PyTorch's
@@ -476,20 +476,129 @@ fn common_granule(grown: &[(u64, u64)]) -> Option<u64> {
     (g > least_waste).then_some(g)
 }
 
-/// The most pages of `page` bytes each of `count` tensors may have and all still take at most
+/// The most blocks a cache laid out as `t` may have and all its tensors still take at most
 /// `room` once the allocator rounded them ([`footprint`]).
-fn pages_within(room: u64, count: u64, g: Granule, page: u64, a: &AllocatorConfig) -> u64 {
-    let page = page.max(1);
-    let (mut lo, mut hi) = (0u64, room / count.max(1) / page);
+fn blocks_within(room: u64, t: KvTensors, g: Granule, a: &AllocatorConfig) -> u64 {
+    let (mut lo, mut hi) = (0u64, room / t.block_bytes.max(1));
     while lo < hi {
         let mid = lo + (hi - lo).div_ceil(2);
-        if footprint(mid.saturating_mul(page), count, g, a) <= room {
+        if t.footprint(mid, g, a) <= room {
             lo = mid;
         } else {
             hi = mid - 1;
         }
     }
     lo
+}
+
+/// The KV cache's tensors as the plan fits them: a cache of `n` blocks is `count` tensors of
+/// at most [`bytes_each`](Self::bytes_each)`(n)` bytes, each rounded by the engine's caching
+/// allocator ([`footprint`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct KvTensors {
+    /// Tensors the engine allocates for its KV cache.
+    pub count: u64,
+    /// Bytes one block takes across all of them.
+    pub block_bytes: u64,
+    /// Bytes a tensor may hold beyond its even share of the blocks (0 where the tensors are
+    /// whole pages of the blocks, [`kv_layout`]).
+    pub beyond: u64,
+}
+
+impl KvTensors {
+    /// `count` tensors of `n x page` bytes for a cache of `n` blocks ([`kv_layout`]).
+    pub(crate) fn equal(count: u64, page: u64) -> Self {
+        KvTensors {
+            count,
+            block_bytes: count.saturating_mul(page),
+            beyond: 0,
+        }
+    }
+
+    /// The most bytes one tensor of a cache of `blocks` blocks holds: an even share of the
+    /// blocks' bytes, rounded up, and [`beyond`](Self::beyond).
+    pub(crate) fn bytes_each(&self, blocks: u64) -> u64 {
+        let share = (u128::from(blocks) * u128::from(self.block_bytes))
+            .div_ceil(u128::from(self.count.max(1)));
+        u64::try_from(share)
+            .unwrap_or(u64::MAX)
+            .saturating_add(self.beyond)
+    }
+
+    /// What the tensors of a cache of `blocks` blocks take from the driver ([`footprint`]).
+    /// Tensors whose bytes are bounds ([`beyond`](Self::beyond) > 0: SGLang's pools, whose
+    /// real sizes the plan does not model exactly, [`swa_pools`]) are each taken rounded up by
+    /// less than the granule (as the plan kept for them before their layout was modelled),
+    /// not to a multiple of it: a large tensor keeps a whole granule, and only small and
+    /// mid-sized ones, which share the allocator's segments, keep less.
+    pub(crate) fn footprint(&self, blocks: u64, g: Granule, a: &AllocatorConfig) -> u64 {
+        let g = match g {
+            Granule::Multiple(g) if self.beyond > 0 => Granule::AtMost(g),
+            g => g,
+        };
+        footprint(self.bytes_each(blocks), self.count, g, a)
+    }
+}
+
+/// The KV cache's tensors as the plan fits them: the layout of whole pages where there is one
+/// ([`kv_layout`]), else SGLang's per-layer tensors of a hybrid sliding-window cache
+/// ([`swa_pools`]); `None` where neither describes the engine's tensors.
+pub(crate) fn kv_fit_layout(spec: &KvSpec, s: &KvSizing, rules: &SizingRules) -> Option<KvTensors> {
+    match kv_layout(spec, s, rules) {
+        Some((tensors, page)) => Some(KvTensors::equal(tensors, page)),
+        None => swa_pools(spec, s, rules),
+    }
+}
+
+/// SGLang's KV tensors for a cache of full-attention and sliding-window layers whose K and V
+/// are allocated per layer ([`KvAllocation::SplitKv`], SGLang 0.5.1 to 0.5.22;
+/// [`KvAllocation::PairedKv`], 0.5.23), as its own allocation code makes them:
+/// `python/sglang/srt/mem_cache/swa_memory_pool.py` `SWAKVPool.__init__` builds two
+/// `MHATokenToKVPool`s, one of `size` tokens for the full-attention layers and one of
+/// `size_swa` tokens for the sliding-window layers (read in the 0.5.9, 0.5.22 and 0.5.23
+/// wheels); each gives every one of its layers the same buffers, `_create_buffers`
+/// (0.5.9) / `_create_buffers_normal` (0.5.22, 0.5.23) in `memory_pool.py`: a K and a V
+/// `torch.zeros((size + page_size, head_num, head_dim))` per layer up to 0.5.22, and in 0.5.23
+/// one `torch.zeros((2, padded, head_num, head_dim))` per layer where K's and V's shapes match
+/// (`padded` the same rows aligned to a page). So where every layer has pages of one size (and
+/// K and V of one size where they are apart), every tensor has the same bytes per token.
+///
+/// memplan sizes this cache with vLLM's grouping (engine-rules.md) and does not model
+/// SGLang's split of the tokens between the two pools (`swa_full_tokens_ratio`,
+/// `set_num_tokens_hybrid_swa` in `model_runner_kv_cache_mixin.py`, 0.5.9; `pool_configurator.py`
+/// `HybridSWAPoolConfigurator`, 0.5.22): both pools are taken to hold the plan's tokens. A
+/// pool of the plan's tokens, `(n - 1) / groups x block size` for `n` blocks, plus its padded
+/// page is at most an even share of the `n` blocks' bytes over the tensors (the groups hold
+/// at least every layer, `ceil` of each kind's layers over the group size) plus one page of
+/// the tensor: [`KvTensors::beyond`]. `None` where a layer is not full or sliding-window
+/// attention (MLA, an indexer, a recurrent state: pools SGLang builds otherwise), where pages
+/// differ in size between layers, or where K and V differ in size.
+fn swa_pools(spec: &KvSpec, s: &KvSizing, rules: &SizingRules) -> Option<KvTensors> {
+    let kind = rules.kv_allocation;
+    if !matches!(kind, KvAllocation::SplitKv | KvAllocation::PairedKv) {
+        return None;
+    }
+    let live = || spec.groups.iter().filter(|g| g.num_layers > 0);
+    if !live().all(|g| {
+        matches!(
+            g.attention,
+            AttentionKind::Full | AttentionKind::SlidingWindow { .. }
+        )
+    }) {
+        return None;
+    }
+    let per_layer = kind.equal_tensors_per_layer(&spec.groups)?;
+    let mut pages = live().map(|g| g.page_bytes(spec.dtype, spec.block_size).ok());
+    let page = pages.next()??;
+    if !pages.all(|p| p == Some(page)) || !page.is_multiple_of(per_layer) || s.block_bytes == 0 {
+        return None;
+    }
+    let count = kind.allocations(&spec.groups);
+    (count > 0).then_some(KvTensors {
+        count,
+        block_bytes: s.block_bytes,
+        beyond: page / per_layer,
+    })
 }
 
 /// The engine's KV tensors for the cache of `spec` sized as `s` under `rules`: `(tensors, page
@@ -534,14 +643,13 @@ pub(crate) fn kv_layout(spec: &KvSpec, s: &KvSizing, rules: &SizingRules) -> Opt
 pub(super) fn fit_rounded(
     room: u64,
     g: Granule,
-    tensors: Option<(u64, u64)>,
+    tensors: Option<KvTensors>,
     bound: u64,
     a: &AllocatorConfig,
 ) -> u64 {
     match tensors {
-        Some((tensors, page)) => pages_within(room, tensors, g, page, a)
-            .saturating_mul(page)
-            .saturating_mul(tensors)
+        Some(t) => blocks_within(room, t, g, a)
+            .saturating_mul(t.block_bytes)
             .min(room),
         None => {
             // Past the bound, what power-of-two divisions may add: the most bytes whose

@@ -44,7 +44,7 @@ fn the_fit_holds_what_the_allocator_takes() {
     let kv = fit_rounded(
         512 * MIB,
         Granule::Multiple(2 * MIB),
-        Some((64, page)),
+        Some(KvTensors::equal(64, page)),
         0,
         &D,
     );
@@ -56,7 +56,7 @@ fn the_fit_holds_what_the_allocator_takes() {
     let kv = fit_rounded(
         64 * 101 * MIB,
         Granule::Multiple(2 * MIB),
-        Some((64, page)),
+        Some(KvTensors::equal(64, page)),
         0,
         &D,
     );
@@ -136,7 +136,13 @@ fn mid_sized_tensors_are_not_rounded_to_the_large_granule() {
     // them (520 MiB); one block more and six go to one, 30 segments. Rounding each to the
     // granule (4 MiB apiece past 2 MiB) held the cache at 256 blocks, 70% of it.
     let (page, room) = (8 * 1024, 554_001_767);
-    let kv = fit_rounded(room, Granule::Multiple(2 * MIB), Some((178, page)), 0, &D);
+    let kv = fit_rounded(
+        room,
+        Granule::Multiple(2 * MIB),
+        Some(KvTensors::equal(178, page)),
+        0,
+        &D,
+    );
     assert_eq!(kv / 178 / page, 365);
     assert_eq!(allocator_reserves(365 * page, 178, 2 * MIB), 26 * 20 * MIB);
     assert!(allocator_reserves(366 * page, 178, 2 * MIB) > room);
@@ -247,6 +253,154 @@ fn a_default_granule_bounds_what_any_smaller_granule_takes() {
     assert!(real(MIB) <= tensors_footprint(b, 1, Granule::Multiple(2 * MIB)));
     // Fitted with the bound, the cache leaves room for any granule up to it.
     let room = 3_715_516_288u64;
-    let kv = fit_rounded(room, Granule::AtMost(20 * MIB), Some((1, 458_752)), 0, &D);
+    let kv = fit_rounded(
+        room,
+        Granule::AtMost(20 * MIB),
+        Some(KvTensors::equal(1, 458_752)),
+        0,
+        &D,
+    );
     assert!(kv.div_ceil(19 * MIB + MIB / 2) * (19 * MIB + MIB / 2) <= room);
+}
+
+/// Gemma 3 1B's cache as SGLang lays it out (`SWAKVPool`: a pool for its 22 sliding-window
+/// layers and one for its 4 full-attention layers, one KV head of 256 a layer), in fp16
+/// blocks of 16 tokens.
+fn gemma3_1b() -> KvSpec {
+    use memplan_core::kv::{KvDtype, LayerGroup};
+    KvSpec::new(
+        vec![
+            LayerGroup::new(AttentionKind::SlidingWindow { window: 512 }, 22, 1, 256),
+            LayerGroup::new(AttentionKind::Full, 4, 1, 256),
+        ],
+        KvDtype::F16,
+        16,
+    )
+}
+
+#[test]
+fn sliding_window_pools_are_tensors_of_one_size_per_layer() {
+    use memplan_core::kv::KvLimits;
+    let spec = gemma3_1b();
+    let limits = KvLimits::new(2048, 2048);
+    let split = SizingRules::default().with_kv_allocation(KvAllocation::SplitKv);
+    let paired = SizingRules::default().with_kv_allocation(KvAllocation::PairedKv);
+    let s = spec.size_with(0, &limits, &split).unwrap();
+    // vLLM's grouping: groups of 4 layers, 6 of the sliding layers (the last padded), one of
+    // the full ones; a layer's page is 16 tokens x 256 x (K and V) x 2 B = 16 KiB.
+    assert_eq!((s.page_bytes, s.group_size, s.num_groups), (16_384, 4, 7));
+    // No layout of whole pages (several groups): the bound per allocation, before.
+    assert_eq!(kv_layout(&spec, &s, &split), None);
+    // A K and a V of every layer (SGLang to 0.5.22), one tensor of both (0.5.23), each
+    // holding at most one page more than its share of the blocks.
+    let apart = kv_fit_layout(&spec, &s, &split).unwrap();
+    assert_eq!(
+        apart,
+        KvTensors {
+            count: 52,
+            block_bytes: 4 * 16_384,
+            beyond: 8_192
+        }
+    );
+    let one = kv_fit_layout(&spec, &s, &paired).unwrap();
+    assert_eq!((one.count, one.beyond), (26, 16_384));
+    // Both pools of the plan's tokens (`size`), each tensor `size + page_size` rows
+    // (`MHATokenToKVPool._create_buffers`), are within what the layout takes them to hold.
+    for blocks in [1u64, 2, 7, 8, 100, 12_345, 188_025] {
+        let sized = spec
+            .size_with(blocks * s.block_bytes, &limits, &split)
+            .unwrap();
+        let rows = sized.tokens + 16;
+        let k_bytes = rows * 256 * 2;
+        assert!(k_bytes <= apart.bytes_each(blocks), "{blocks} blocks");
+        assert!(2 * k_bytes <= one.bytes_each(blocks), "{blocks} blocks");
+        // Together no more than the blocks' bytes and a page per tensor.
+        assert!(apart.bytes_each(blocks) * 52 <= blocks * s.block_bytes + 52 * (8_192 + 1));
+    }
+}
+
+#[test]
+fn a_small_sliding_window_cache_shares_segments_instead_of_a_granule_per_tensor() {
+    use memplan_core::kv::KvLimits;
+    let spec = gemma3_1b();
+    let split = SizingRules::default().with_kv_allocation(KvAllocation::SplitKv);
+    let s = spec
+        .size_with(0, &KvLimits::new(2048, 2048), &split)
+        .unwrap();
+    let layout = kv_fit_layout(&spec, &s, &split);
+    // 511.45 MiB left on an allocator whose granule reads 31 MiB: a whole granule for each
+    // of 52 tensors (1.57 GiB) left the cache nothing.
+    let room = 536_294_604u64;
+    let g = 31 * MIB;
+    assert_eq!(fit_rounded(room, Granule::AtMost(g), None, 52 * g, &D), 0);
+    // Its tensors of under 10 MiB share mid-sized segments, whatever granule up to 31 MiB
+    // makes them: the cache has most of the room.
+    for granule in [Granule::AtMost(g), Granule::Multiple(g)] {
+        let kv = fit_rounded(room, granule, layout, 52 * g, &D);
+        let blocks = kv / s.block_bytes;
+        let t = layout.unwrap();
+        assert!(t.footprint(blocks, granule, &D) <= room);
+        assert!(t.footprint(blocks + 1, granule, &D) > room);
+        assert!(kv > room / 2, "{granule:?}: {kv}");
+        // Every segment from 20 to 31 MiB holds them.
+        for segment in (20..=31).map(|m| m * MIB) {
+            let each = t.bytes_each(blocks).div_ceil(MIN_BLOCK) * MIN_BLOCK;
+            assert!(
+                52u64.div_ceil(segment / each) * segment <= room,
+                "{segment}"
+            );
+        }
+    }
+    // Large tensors keep a whole granule each, as before: the sizes are bounds.
+    let t = layout.unwrap();
+    let blocks = 40 * 52 * MIB / s.block_bytes;
+    assert_eq!(
+        t.footprint(blocks, Granule::Multiple(2 * MIB), &D),
+        t.footprint(blocks, Granule::AtMost(2 * MIB), &D)
+    );
+    assert_eq!(
+        t.footprint(blocks, Granule::AtMost(2 * MIB), &D),
+        52 * (t.bytes_each(blocks).div_ceil(MIN_BLOCK) * MIN_BLOCK + 2 * MIB)
+    );
+}
+
+#[test]
+fn pools_sglang_builds_otherwise_keep_no_layout() {
+    use memplan_core::kv::{KvDtype, KvLimits, LayerGroup};
+    let limits = KvLimits::new(2048, 2048);
+    let split = SizingRules::default().with_kv_allocation(KvAllocation::SplitKv);
+    let paired = SizingRules::default().with_kv_allocation(KvAllocation::PairedKv);
+    let none = |spec: &KvSpec, rules: &SizingRules| {
+        let s = spec.size_with(0, &limits, rules).unwrap();
+        kv_fit_layout(spec, &s, rules)
+    };
+    // Pages of two sizes (sliding layers of 8 heads beside full ones of 4): tensors differ.
+    let two_pages = KvSpec::new(
+        vec![
+            LayerGroup::new(AttentionKind::SlidingWindow { window: 512 }, 24, 8, 128),
+            LayerGroup::new(AttentionKind::Full, 4, 4, 128),
+        ],
+        KvDtype::Bf16,
+        16,
+    );
+    assert_eq!(none(&two_pages, &split), None);
+    assert_eq!(none(&two_pages, &paired), None);
+    // K and V of two sizes apart.
+    let uneven = KvSpec::new(
+        vec![
+            LayerGroup::new(AttentionKind::SlidingWindow { window: 512 }, 24, 8, 192)
+                .with_head_dim_v(128),
+            LayerGroup::new(AttentionKind::Full, 4, 8, 192).with_head_dim_v(128),
+        ],
+        KvDtype::Bf16,
+        16,
+    );
+    assert_eq!(none(&uneven, &split), None);
+    // vLLM's tensors shared by a layer of every group keep their layout of whole pages.
+    let vllm = SizingRules::default();
+    let s = gemma3_1b().size_with(0, &limits, &vllm).unwrap();
+    assert_eq!(
+        kv_fit_layout(&gemma3_1b(), &s, &vllm),
+        Some(KvTensors::equal(4, 16_384))
+    );
 }

@@ -583,9 +583,81 @@ fn k_and_v_apart_keep_room_for_two_roundings_per_layer() {
     }
 }
 
-/// A hybrid cache (sliding-window and full-attention layers) allocated K and V apart has no
-/// layout of equal tensors the plan knows (SGLang splits such pools its own way, which memplan
-/// does not model): a measured plan keeps a whole granule per K and per V of every layer. Where
+/// Gemma 3 4B's layers: 29 sliding (window 1024) and 5 full, 4 KV heads of 256, fp8, 64
+/// tokens a block; the sliding layers with `sliding_heads` KV heads.
+fn gemma3_4b_like(sliding_heads: u32) -> KvSpec {
+    KvSpec::new(
+        vec![
+            LayerGroup::new(
+                AttentionKind::SlidingWindow { window: 1024 },
+                29,
+                sliding_heads,
+                256,
+            ),
+            LayerGroup::new(AttentionKind::Full, 5, 4, 256),
+        ],
+        KvDtype::Fp8E4m3,
+        64,
+    )
+}
+
+/// The plan of `spec` for 8,192-token requests in 23.5 GiB of a 48 GiB device beside 21 GiB of
+/// weights and activation peak (2.5 GiB left for the KV cache), its KV cache allocated as
+/// `kind` says and nothing measuring it beyond a 40 MiB granule read off the engine's own
+/// allocations.
+fn plan_unmeasured_40_mib(
+    spec: &KvSpec,
+    kind: memplan_core::kv::KvAllocation,
+    rule: memplan_core::kv::LongRequests,
+) -> Result<Plan> {
+    let limits = KvLimits::new(8192, 16384).with_max_len_limit(1 << 20);
+    let p = profile(48 * GIB, 47 * GIB, 46 * GIB, 20 * GIB, GIB, 0, None);
+    let g = 40 * MIB;
+    let mut b = PlanBuilder::from_profile(
+        &p,
+        "test",
+        Request::Bytes(23 * GIB + GIB / 2),
+        spec.clone(),
+        limits,
+    )
+    .unwrap()
+    .sizing_rules(
+        SizingRules::default()
+            .with_kv_allocation(kind)
+            .with_long_requests(rule),
+    );
+    assert_eq!(b.unmeasured_kv_allocation(Some(g)), g);
+    b.build()
+}
+
+/// SGLang's sliding-window pools (`SWAKVPool`) give every layer's K and V the same rows, so a
+/// hybrid cache whose layers have pages of one size is tensors of an even share of the plan's
+/// blocks: 68 tensors of about 8 MiB for a request of 8,192 tokens, which share the
+/// allocator's mid-sized segments, where a whole 40 MiB granule for each (2,720 MiB) took all
+/// of the 2.5 GiB left for the cache and the start-up was refused.
+#[test]
+fn sliding_window_pools_with_k_and_v_apart_are_fitted_tensor_by_tensor() {
+    use memplan_core::kv::{KvAllocation, LongRequests};
+    let spec = gemma3_4b_like(4);
+    let plan = plan_unmeasured_40_mib(&spec, KvAllocation::SplitKv, LongRequests::Refuse).unwrap();
+    assert!(plan.kv.max_concurrency >= 1.0);
+    let room = GIB * 5 / 2;
+    assert!(plan.kv_cache_bytes <= room);
+    // Every segment the granule may make, from 20 MiB to 40, holds the tensors in the room.
+    let each = (plan.kv.num_blocks * plan.kv.block_bytes).div_ceil(68) + plan.kv.page_bytes / 2;
+    let each = each.div_ceil(512) * 512;
+    assert!(each < 10 * MIB, "{each}");
+    for segment in (20..=40).map(|m| m * MIB) {
+        assert!(
+            68u64.div_ceil(segment / each) * segment <= room,
+            "{segment}"
+        );
+    }
+}
+
+/// A hybrid cache allocated K and V apart whose layers' pages differ in size (sliding-window
+/// layers of 8 KV heads beside full-attention ones of 4) has no layout of equal tensors the
+/// plan knows: a measured plan keeps a whole granule per K and per V of every layer. Where
 /// that room takes what was left for the cache, the refusal says so, with its bytes and what
 /// would round the cache less, not an unexplained "0 fit in 0 B"; an engine that starts with a
 /// shorter pool (SGLang) is refused by its own start rule, not for one request of the max
@@ -594,38 +666,11 @@ fn k_and_v_apart_keep_room_for_two_roundings_per_layer() {
 fn a_refusal_names_the_rounding_reserve_that_took_the_room() {
     use memplan_core::kv::{KvAllocation, LongRequests};
     use memplan_core::RoundingReserve;
-    // Gemma 3 4B's layers: 29 sliding (window 1024) and 5 full, 4 KV heads of 256, fp8, 64
-    // tokens a block.
-    let spec = KvSpec::new(
-        vec![
-            LayerGroup::new(AttentionKind::SlidingWindow { window: 1024 }, 29, 4, 256),
-            LayerGroup::new(AttentionKind::Full, 5, 4, 256),
-        ],
-        KvDtype::Fp8E4m3,
-        64,
-    );
-    let limits = KvLimits::new(8192, 16384).with_max_len_limit(1 << 20);
-    let p = profile(48 * GIB, 47 * GIB, 46 * GIB, 20 * GIB, GIB, 0, None);
+    let spec = gemma3_4b_like(8);
     // A 40 MiB granule, read off the engine's own allocations: 68 of them are 2,720 MiB, more
     // than the 2.5 GiB a 23.5 GiB budget leaves the cache beside 21 GiB of weights and peak.
     let g = 40 * MIB;
-    let build = |kind: KvAllocation, rule: LongRequests| {
-        let mut b = PlanBuilder::from_profile(
-            &p,
-            "test",
-            Request::Bytes(23 * GIB + GIB / 2),
-            spec.clone(),
-            limits,
-        )
-        .unwrap()
-        .sizing_rules(
-            SizingRules::default()
-                .with_kv_allocation(kind)
-                .with_long_requests(rule),
-        );
-        assert_eq!(b.unmeasured_kv_allocation(Some(g)), g);
-        b.build()
-    };
+    let build = |kind: KvAllocation, rule: LongRequests| plan_unmeasured_40_mib(&spec, kind, rule);
     let e = build(KvAllocation::SplitKv, LongRequests::Refuse).unwrap_err();
     let Some(Refusal::RequestDoesNotFit {
         usable_blocks: 0,
