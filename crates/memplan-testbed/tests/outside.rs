@@ -1577,3 +1577,19 @@ fn a_kv_cache_grown_past_the_plan_leaves_the_engine_its_activation() {
         |s| s.physics = Some("low".into()),
     );
 }
+
+/// SGLang's sliding-window pools (Gemma-3-1B: 22 sliding and 4 full-attention layers) with K
+/// and V apart, in a room of 646 to 838 MiB on allocators whose granule reads 18.5 to 30.5
+/// MiB: the plan kept a whole granule for each of the 52 tensors, whose sizes it did not model
+/// for a cache of several groups, and refused to start where the oracle holds a pool of 38,000
+/// tokens. The pools give every layer's K and V the same rows, so the tensors are an even
+/// share of the cache (a page more at most), and under 10 MiB they share mid-sized segments.
+#[test]
+fn sliding_window_pools_with_k_and_v_apart_share_segments_in_a_small_room() {
+    for c in passes(
+        "b580-nosysman-sglang-gemma3-1b-split-kv-small-room.toml",
+        &[5, 9, 18],
+    ) {
+        assert!(c.out.failed.is_none(), "{}: {:?}", c.what, c.out.failed);
+    }
+}
