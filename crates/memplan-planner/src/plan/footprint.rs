@@ -393,6 +393,11 @@ pub fn granule_bound_beside(readings: &[(u64, u64)], weights: Option<usize>) -> 
 /// under a 512 MiB split limit) share 512 KiB: the plan kept 2 MiB per KV tensor, and the
 /// engine's 28 tensors went 782 MiB past the request. The other reading alone bounds the
 /// granule then (a request is rounded to a multiple of it): coarsely, the safe side.
+///
+/// Where their common divisor is a multiple of 2 MiB below a mid-sized segment but the other
+/// reading shows no waste (its block not split) or 2 MiB or more (no PyTorch rounding), nothing
+/// shows the weights' segments to be multiples of the granule: the weights bound nothing, and
+/// one reading bounds nothing (`None`: the plan keeps the mid-sized segment per KV tensor).
 pub fn granule_bound_segments(
     readings: &[(u64, u64)],
     weights: Option<usize>,
@@ -428,6 +433,29 @@ pub fn granule_bound_segments(
                 && (common <= waste || !common.is_multiple_of(ALLOCATOR_ROUNDING_BOUND))
             {
                 return Some(other.1);
+            }
+            // Their common divisor, a multiple of 2 MiB, bounds the granule only where the
+            // weights' segments are multiples of it, as PyTorch's are of its 2 MiB. The other
+            // reading cannot show that where it hides its waste (a block is not split where
+            // what is left is 1 MiB or less, `kSmallSize`, or the request is
+            // `max_split_size_mb` or more, `should_split`: its whole segment reads as
+            // allocated), nor where it wasted 2 MiB or more, more than PyTorch's rounding can
+            // (an allocator that rounds otherwise, whose mid-sized segments need not be
+            // multiples of its granule). The weights then bound nothing, and one reading bounds
+            // nothing either (as with fewer than two): the plan keeps the coarsest rounding
+            // PyTorch's rules give one request, the mid-sized segment. Qwen2.5-0.5B's 49
+            // segments of 20 MiB beside an activation peak read as its whole 564 MiB segment
+            // share 4 MiB; the plan kept that per KV tensor where the granule was 6 or 12 MiB,
+            // and the engine's 48 tensors took 102% of the oracle. A common divisor of a
+            // mid-sized segment or more stands: an allocator whose granule is that coarse makes
+            // its mid-sized segments of it (see `mid_footprint`), and the weights may then be
+            // multiples of it.
+            if whole_segments
+                && is_large_request(other.0)
+                && (waste == 0 || waste >= ALLOCATOR_ROUNDING_BOUND)
+                && common < MID_SEGMENT.max(mid_segment)
+            {
+                return None;
             }
         }
     }

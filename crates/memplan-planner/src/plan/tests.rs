@@ -332,10 +332,15 @@ fn the_weights_reading_never_narrows_the_granule_bound_as_one_request_would() {
     let two = [(966 * MIB + MIB / 2, 980 * MIB), (513 * MIB, 513 * MIB)];
     assert_eq!(granule_bound_beside(&two, Some(0)), Some(513 * MIB));
     assert_eq!(weights_left_out(&two, Some(0)), None);
-    // Beside a peak that shares a multiple of 2 MiB with them (PyTorch's own segments all are),
-    // the weights' segments may be multiples of the granule: their common divisor stands.
-    let pytorch = [(966 * MIB + MIB / 2, 980 * MIB), (514 * MIB, 514 * MIB)];
+    // Beside a peak that shares a multiple of 2 MiB with them (PyTorch's own segments all are)
+    // and wasted some of its segment, less than 2 MiB, the weights' segments may be multiples of
+    // the granule: their common divisor stands.
+    let pytorch = [(966 * MIB + MIB / 2, 980 * MIB), (513 * MIB, 514 * MIB)];
     assert_eq!(granule_bound_beside(&pytorch, Some(0)), Some(2 * MIB));
+    // A peak read as its whole segment allocated shows no granule: nothing shows the weights'
+    // segments to be multiples of it, and nothing bounds it.
+    let whole = [(966 * MIB + MIB / 2, 980 * MIB), (514 * MIB, 514 * MIB)];
+    assert_eq!(granule_bound_beside(&whole, Some(0)), None);
     // The same weights (whole 20 MiB segments) beside a peak of 70 MiB that reserved 78: a
     // granule above the 8 MiB it wasted, which their common divisor (2 MiB) is not: together
     // they bound nothing (the plan would keep PyTorch's 20 MiB segment). The peak alone bounds
@@ -343,9 +348,17 @@ fn the_weights_reading_never_narrows_the_granule_bound_as_one_request_would() {
     let wasted = [(966 * MIB + MIB / 2, 980 * MIB), (70 * MIB, 78 * MIB)];
     assert_eq!(granule_bound(&wasted), None);
     assert_eq!(granule_bound_beside(&wasted, Some(0)), Some(78 * MIB));
-    // A divisor above what the peak wasted stays (it may be the granule).
-    let agree = [(966 * MIB + MIB / 2, 980 * MIB), (70 * MIB, 72 * MIB)];
+    // A divisor above what the peak wasted stays (it may be the granule) where the peak wasted
+    // less than PyTorch's 2 MiB rounding can; a peak that wasted 2 MiB shows an allocator that
+    // rounds otherwise, whose mid-sized segments need not be multiples of its granule, and the
+    // weights then bound nothing.
+    let agree = [
+        (966 * MIB + MIB / 2, 980 * MIB),
+        (70 * MIB + MIB / 2, 72 * MIB),
+    ];
     assert_eq!(granule_bound_beside(&agree, Some(0)), Some(4 * MIB));
+    let two_mib = [(966 * MIB + MIB / 2, 980 * MIB), (70 * MIB, 72 * MIB)];
+    assert_eq!(granule_bound_beside(&two_mib, Some(0)), None);
     // Weights that are not whole 20 MiB segments keep their common divisor.
     let large = [(1990 * MIB, 2000 * MIB + 26 * MIB), (70 * MIB, 78 * MIB)];
     assert_eq!(granule_bound_beside(&large, Some(0)), granule_bound(&large));
@@ -375,6 +388,40 @@ fn weights_in_declared_mid_segments_beside_an_unsplit_peak_bound_nothing() {
         granule_bound_segments(&other, Some(0), 64 * MIB),
         granule_bound(&other)
     );
+}
+
+#[test]
+fn weights_in_mid_segments_beside_a_peak_that_shows_no_granule_bound_nothing() {
+    // Qwen2.5-0.5B's weights in 49 segments of 20 MiB beside an activation peak of 563.2 MiB
+    // rounded to 564 MiB, its remainder under 1 MiB not split off (no waste seen): they share
+    // 4 MiB, which a 6 MiB granule does not divide. Nothing bounds the granule, and the plan
+    // keeps the mid-sized segment per KV tensor.
+    let hidden = [(1_016_928_768, 980 * MIB), (564 * MIB, 564 * MIB)];
+    assert_eq!(granule_bound(&hidden), Some(4 * MIB));
+    assert_eq!(granule_bound_beside(&hidden, Some(0)), None);
+    let p = profile(16 * GIB, 15 * GIB, 14 * GIB, GIB, GIB, 0, None);
+    let mut b =
+        PlanBuilder::from_profile(&p, "test", Request::Utilization(0.9), spec(), limits()).unwrap();
+    assert_eq!(
+        b.unmeasured_kv_allocation(granule_bound_beside(&hidden, Some(0))),
+        20 * MIB
+    );
+    // The same past a 512 MiB split limit beside 42 segments of 64 MiB (declared): 12 MiB in
+    // common where the granule was 30.5 MiB.
+    let unsplit = [(2_469_691_392, 42 * 64 * MIB), (732 * MIB, 732 * MIB)];
+    assert_eq!(granule_bound_segments(&unsplit, Some(0), 64 * MIB), None);
+    // A peak that wasted 2.4 MiB, more than PyTorch's 2 MiB rounding can, beside 97 segments of
+    // 20 MiB: an allocator that rounds otherwise; their 4 MiB bounds nothing either.
+    let wasted = [(2_034_237_440, 97 * 20 * MIB), (966_367_232, 924 * MIB)];
+    assert_eq!(granule_bound(&wasted), Some(4 * MIB));
+    assert_eq!(granule_bound_beside(&wasted, Some(0)), None);
+    // Under 2 MiB wasted, PyTorch's rounding may have made every segment: the divisor stands.
+    let pytorch = [(2_034_237_440, 97 * 20 * MIB), (923 * MIB, 924 * MIB)];
+    assert_eq!(granule_bound_beside(&pytorch, Some(0)), Some(4 * MIB));
+    // A common divisor of a mid-sized segment or more stands: a granule that coarse makes the
+    // mid-sized segments of it, and the weights may be multiples of it.
+    let coarse = [(950 * MIB, 40 * 24 * MIB), (600 * MIB, 600 * MIB)];
+    assert_eq!(granule_bound_beside(&coarse, Some(0)), Some(120 * MIB));
 }
 
 #[test]
