@@ -1541,6 +1541,30 @@ fn an_unsplit_activation_peak_beside_mid_segments_keeps_the_engine_in_memory() {
     passes("arc140v-unmeasured-kv-gemma3-unsplit-peak.toml", &[9, 18]);
 }
 
+/// An engine whose KV allocation nothing measures, eager, beside weights in 20 MiB segments and
+/// an activation peak whose remainder (under 1 MiB) was not split off, so it showed no waste:
+/// the two share 4 MiB, and the plan kept that per KV tensor where the allocator's granule was
+/// 6, 12, 3 or 1.5 MiB (seeds 12, 31, 37, 54), 100.5-102.1% of the oracle. Nothing shows the
+/// weights' segments to be multiples of the granule: the plan keeps the mid-sized segment per
+/// tensor, and warns that it could not measure the cache's allocation.
+#[test]
+fn weights_in_mid_segments_beside_a_peak_that_hides_its_waste_bound_nothing() {
+    for c in passes(
+        "b580-nosysman-unmeasured-kv-coarse-granule-beside-mid-segments.toml",
+        &[12, 31, 37, 54],
+    ) {
+        assert!(
+            c.out
+                .kv_warnings
+                .iter()
+                .any(|w| w == "kv_allocation_unmeasured"),
+            "{}: {:?}",
+            c.what,
+            c.out.kv_warnings
+        );
+    }
+}
+
 /// KV tensors two to a coarse segment, measured tensor by tensor: the last tensor of each such
 /// cache was refused the room of a segment it did not take (it fits in the rest of the one
 /// before), and the engine served 66.5% of the oracle. A tensor the last segment's free rest
