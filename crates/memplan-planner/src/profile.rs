@@ -107,7 +107,8 @@ pub struct Profile {
     /// ([`CalibrationReport::kept_per_free`](crate::calibrate::CalibrationReport)), or where
     /// nothing calibrated as the session's own windows over allocations saw it; absent where
     /// nothing was seen kept. The plan keeps room for the frees the
-    /// session makes after its last reading, and warns
+    /// session makes after its last reading (and, where it measures by allocation probes, for
+    /// those outside the windows its probes measured), and warns
     /// ([`Warning::DeviceKeepsMemoryOnFree`]).
     pub kept_per_free: Option<u64>,
     /// The step the free reading moves in where it is a MiB or more, as calibration (or,
@@ -119,7 +120,8 @@ pub struct Profile {
     /// reading's noise could hide it: the most a free may keep that the session's windows over
     /// allocations would not have shown (their least loss plus what two reads of the idle device
     /// differ by, the tightest of the session's measurements). The plan keeps room for that
-    /// much per raw free the session makes after its last reading; nothing is warned (nothing
+    /// much per raw free the session makes after its last reading (and, where it measures by
+    /// allocation probes, outside the windows its probes measured); nothing is warned (nothing
     /// was seen). Absent where no window measured it (an exact reading calibration checked, a
     /// reading whose windows missed their allocations).
     pub unseen_kept_per_free: Option<u64>,

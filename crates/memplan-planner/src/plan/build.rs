@@ -640,6 +640,28 @@ impl PlanBuilder {
         self.non_allocator_beyond_readings(bytes, more)
     }
 
+    /// Keep room for what the device kept of `frees` raw frees this start-up made where it
+    /// measured by allocation probes, outside every window two of its probes measured (before
+    /// its first probe; between the probe that closed one step and the one that opened the
+    /// next, a window attributed to other processes), `bytes` in all: `seen`, the figure the
+    /// device was seen to keep per free, else the most a free may keep unseen. That memory is
+    /// this process's and no figure counted it, so it is added to the memory outside the
+    /// allocator. The probes after those frees found less allocatable by it, so no cap is
+    /// lowered.
+    pub fn kept_by_frees_between_probes(mut self, bytes: u64, frees: u64, seen: bool) -> Self {
+        let how = if seen {
+            "the device keeps"
+        } else {
+            "the device may keep, unseen within its probes' slack,"
+        };
+        let more = format!(
+            "; plus {} {how} of the {frees} raw free(s) this start-up made outside the windows its allocation probes measured",
+            fmt_bytes(bytes)
+        );
+        add_non_allocator(&mut self.consumers, bytes, &more);
+        self
+    }
+
     /// Add `bytes` no reading measured to the memory outside the engine's allocator, `more`
     /// said after its basis ([`add_non_allocator`]).
     ///

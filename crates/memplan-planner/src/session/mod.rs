@@ -135,6 +135,8 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     /// [`begin`](Self::begin).
     pub fn start(device: &SharedDevice, engine: &'e mut E) -> Result<Self> {
         check_same_gpu(device, engine.as_dyn())?;
+        // The session's own raw frees start here: calibration's are its own too.
+        let frees_at_start = device.raw_frees();
         let pre = recorder::combined_snapshot(
             device,
             Some(&*engine.as_dyn().allocator()),
@@ -146,7 +148,8 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         // mapping leave held, and the session's allocation probes start at its baseline,
         // after them: a probe right before those checks, against the probe that opens the
         // session, measures it (see `calibrated_by_probe`).
-        let mut probed: Option<(u64, u64)> = None;
+        // (what was allocatable, the ceiling searched up to, the raw frees its figure shows)
+        let mut probed: Option<(u64, u64, u64)> = None;
         let report = calibrate_then(device, &SIZES, &mut |cal| {
             if cal
                 .reading(memplan_core::Reading::DriverFree)
@@ -158,10 +161,11 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             let Some(ceiling) = probe_ceiling(cal, &snap) else {
                 return Ok(());
             };
-            probed = probe::baseline(device, Some(ceiling))?.map(|b| (b, ceiling));
+            probed = probe::baseline(device, Some(ceiling))?.map(|(b, f)| (b, ceiling, f));
             Ok(())
         })?;
         let mut s = Self::open(device, engine, report.calibrated.clone(), true)?;
+        s.rec.own_frees.start = frees_at_start;
         s.rec.before_baseline("calibration", pre);
         s.calibrated_by_probe(probed, &pre);
         for w in report.downgrade_warnings() {
@@ -193,10 +197,18 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     /// keeps of calibration's test capture (its per-capture memory) stays held through serving;
     /// with the free reading unable to see it and the session's probes starting after it, an
     /// eager plan went 2.9 MiB past the request and a conservative one 1% past the oracle.
-    fn calibrated_by_probe(&mut self, probed: Option<(u64, u64)>, pre: &MemoryInfo) {
-        let (Some((before, ceiling)), Some(after)) = (probed, self.rec.p.probe_baseline) else {
+    ///
+    /// `probed` also gives the raw frees its figure shows: the session's frees between it and
+    /// the baseline's probe are in the window measured here ([`recorder::OwnFrees`]).
+    fn calibrated_by_probe(&mut self, probed: Option<(u64, u64, u64)>, pre: &MemoryInfo) {
+        let (Some((before, ceiling, frees)), Some(after)) = (probed, self.rec.p.probe_baseline)
+        else {
             return;
         };
+        let own = &mut self.rec.own_frees;
+        own.measured = own
+            .measured
+            .saturating_add(own.at_last_probe.saturating_sub(frees));
         let p = &mut self.rec.p;
         let grown = match (pre.allocator.reserved, p.baseline.allocator.reserved) {
             (Some(x), Some(y)) => signed(y).saturating_sub(signed(x)),
@@ -235,6 +247,9 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         let span = tracing::info_span!("baseline", device = %device.descriptor().id);
         let _e = span.enter();
         let device = device.clone();
+        // The session's own raw frees start here (where it calibrated, `start` counts from
+        // before calibration).
+        let frees_at_open = device.raw_frees();
         let e = engine.as_dyn();
         check_same_gpu(&device, e)?;
         // Asked before the baseline (the cache release below gives back what the question took).
@@ -342,10 +357,10 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         // instead (`probe::kept_by_probes`). The probes' baseline is the last of them: what
         // their frees kept is before it (where calibration ran, in its step).
         let mut probe_baseline = probe_baseline;
-        if let (Some(from), None) = (probe_baseline, kept_per_free) {
+        if let (Some((from, _)), None) = (probe_baseline, kept_per_free) {
             let k =
                 probe::kept_by_probes(&device, from, probe_ceiling(&capability, &baseline), from)?;
-            probe_baseline = Some(k.allocatable);
+            probe_baseline = Some((k.allocatable, k.frees_shown));
             kept_per_free = k.kept;
             unseen_kept = least(unseen_kept, k.unseen);
         }
@@ -402,7 +417,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             measured_beyond_declared(&mut capability, free_window_error)
         };
         let mut profile = Profile::new(capability, baseline);
-        profile.probe_baseline = probe_baseline;
+        profile.probe_baseline = probe_baseline.map(|(b, _)| b);
         profile.free_window_error = free_window_error;
         profile.free_reads = free_reads;
         profile.kept_per_free = kept_per_free;
@@ -410,7 +425,12 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         profile.unseen_kept_per_free = unseen_kept.filter(|_| kept_per_free.is_none());
         let mut rec = Recorder::new(device, profile);
         rec.still = still;
-        rec.last_probe = probe_baseline.map(|b| (b, rec.p.baseline.allocator.reserved));
+        rec.last_probe = probe_baseline.map(|(b, _)| (b, rec.p.baseline.allocator.reserved));
+        rec.own_frees = recorder::OwnFrees {
+            start: frees_at_open,
+            measured: 0,
+            at_last_probe: probe_baseline.map_or(0, |(_, f)| f),
+        };
         if let Some(w) = unsynced {
             rec.warn_unsynced(w);
         }
@@ -648,27 +668,34 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     }
 
     /// Where the session measures by allocation probes ([`Profile::probe_baseline`]): what is
-    /// allocatable now.
-    fn probe_allocatable(&mut self, before: &MemoryInfo) -> Result<Option<u64>> {
+    /// allocatable now, with the raw frees that figure shows ([`recorder::frees_shown`]).
+    fn probe_allocatable(&mut self, before: &MemoryInfo) -> Result<Option<(u64, u64)>> {
         let ceiling = probe_ceiling(&self.rec.p.capability, &self.rec.p.last);
-        self.rec.probe_now(before.allocator.reserved, ceiling)
+        let got = self.rec.probe_now(before.allocator.reserved, ceiling)?;
+        Ok(got.map(|g| (g, self.rec.own_frees.at_last_probe)))
     }
 
-    /// After an engine step measured by probes: what it took outside the allocator, added to
-    /// [`Profile::probe_growth`].
+    /// After an engine step measured by probes (`before_probe`, from
+    /// [`probe_allocatable`](Self::probe_allocatable)): what it took outside the allocator,
+    /// added to [`Profile::probe_growth`]. The session's own raw frees between the two probes
+    /// are in that figure ([`recorder::OwnFrees`]).
     fn probe_step(
         &mut self,
-        before_probe: Option<u64>,
+        before_probe: Option<(u64, u64)>,
         before: &MemoryInfo,
         after: &MemoryInfo,
     ) -> Result<()> {
-        let (Some(a), Some(limit)) = (before_probe, self.rec.p.probe_baseline) else {
+        let (Some((a, frees)), Some(limit)) = (before_probe, self.rec.p.probe_baseline) else {
             return Ok(());
         };
         let ceiling = probe_ceiling(&self.rec.p.capability, after);
         let Some(b) = self.rec.probe_now(after.allocator.reserved, ceiling)? else {
             return Ok(());
         };
+        let own = &mut self.rec.own_frees;
+        own.measured = own
+            .measured
+            .saturating_add(own.at_last_probe.saturating_sub(frees));
         let grown = match (before.allocator.reserved, after.allocator.reserved) {
             (Some(x), Some(y)) => signed(y).saturating_sub(signed(x)),
             _ => 0,
@@ -838,6 +865,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             None => self.unmeasured_rounding(b, &profile),
         };
         let frees = self.rec.device.raw_frees();
+        let b = self.kept_by_frees_between_probes(b, frees);
         let b = if b.is_blind() {
             // Nothing reads memory other processes hold: allocate what the plan still needs
             // once, at this quiet point, and cap the KV cache by what was there.
@@ -865,6 +893,30 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         match (p.kept_per_free, p.unseen_kept_per_free) {
             (Some(k), _) => b.kept_by_own_frees(k.saturating_mul(n), n),
             (None, Some(u)) => b.unseen_kept_by_own_frees(u.saturating_mul(n), n),
+            (None, None) => b,
+        }
+    }
+
+    /// Where the session measures by allocation probes ([`Profile::probe_baseline`]): room
+    /// for what the device kept of the session's own raw frees up to `frees_now` (the device's
+    /// count) that no window between two probes measured ([`recorder::OwnFrees`]): calibration's
+    /// before its first probe, and the last try of each probe that closed a step, which comes
+    /// before the probe that opens the next one, in a window attributed to other processes.
+    /// The figure per free is what the device was seen to keep ([`Profile::kept_per_free`]),
+    /// else the most a free may keep unseen ([`Profile::unseen_kept_per_free`]). An RTX 4090
+    /// whose stale reading made the session probe, keeping 4 MiB per free, made 12 such frees
+    /// in a conservative start-up (6 of calibration's, one between each two of its 6 probed
+    /// steps) and went 31.8 MiB past the request while serving, with no warning naming why.
+    fn kept_by_frees_between_probes(&self, b: PlanBuilder, frees_now: u64) -> PlanBuilder {
+        if self.rec.p.probe_baseline.is_none() {
+            return b;
+        }
+        let n = self.rec.own_frees.unmeasured(frees_now);
+        let p = &self.rec.p;
+        tracing::debug!(frees = n, own = ?self.rec.own_frees, kept = ?p.kept_per_free, unseen = ?p.unseen_kept_per_free, "raw frees outside the windows probes measured");
+        match (p.kept_per_free, p.unseen_kept_per_free) {
+            (Some(k), _) => b.kept_by_frees_between_probes(k.saturating_mul(n), n, true),
+            (None, Some(u)) => b.kept_by_frees_between_probes(u.saturating_mul(n), n, false),
             (None, None) => b,
         }
     }

@@ -133,14 +133,19 @@ pub(crate) fn resolution(need: u64) -> u64 {
 }
 
 /// At the baseline, where no reading measures this process: the largest allocation that
-/// succeeds, up to the device's `total` (`None` where the device cannot allocate, or gives no
-/// total to search up to).
-pub(crate) fn baseline(device: &Device, total: Option<u64>) -> Result<Option<u64>> {
+/// succeeds, up to the device's `total`, with the raw frees that figure shows
+/// ([`frees_shown`](super::recorder::frees_shown)); `None` where the device cannot allocate,
+/// or gives no total to search up to.
+pub(crate) fn baseline(device: &Device, total: Option<u64>) -> Result<Option<(u64, u64)>> {
     let Some(total) = total.filter(|t| *t > 0) else {
         return Ok(None);
     };
+    let frees = device.raw_frees();
     match largest_allocatable(device, total) {
-        Ok(b) => Ok(Some(b)),
+        Ok(b) => Ok(Some((
+            b,
+            super::recorder::frees_shown(frees, device.raw_frees()),
+        ))),
         Err(Error::Unsupported { .. }) => Ok(None),
         Err(e) => Err(e),
     }
@@ -355,6 +360,9 @@ pub(crate) struct ProbedKeep {
     /// What the last probe found allocatable (after the test frees: the session's probes go on
     /// from it).
     pub allocatable: u64,
+    /// The raw frees that figure shows (every one but its last try's,
+    /// [`frees_shown`](super::recorder::frees_shown)).
+    pub frees_shown: u64,
     /// What each raw free kept, where two rounds of frees each lost more than the probes can
     /// tell apart, and alike.
     pub kept: Option<u64>,
@@ -388,13 +396,14 @@ pub(crate) fn kept_by_probes(
     let slack = i128::from(resolution(limit)) + i128::from(crate::calibrate::tolerance(0));
     let size = KEEP_TEST_SIZE.min(from / 8);
     let mut at = (from, device.raw_frees().saturating_sub(1));
-    let none = |allocatable| ProbedKeep {
+    let none = |(allocatable, frees_shown)| ProbedKeep {
         allocatable,
+        frees_shown,
         kept: None,
         unseen: None,
     };
     if size == 0 {
-        return Ok(none(from));
+        return Ok(none(at));
     }
     // Frees made, then measured: (what was lost, over how many frees), from `at`.
     let round = |start: (u64, u64), frees: u64| -> Result<Option<(u64, u64, i128, i128)>> {
@@ -415,7 +424,7 @@ pub(crate) fn kept_by_probes(
     let mut frees = 1;
     loop {
         let Some((now, n, _, _)) = round(at, frees)? else {
-            return Ok(none(at.0));
+            return Ok(none(at));
         };
         made += frees;
         at = (now, n);
@@ -425,8 +434,8 @@ pub(crate) fn kept_by_probes(
             // Seen: a second round of as many frees (the probes' own tries counted) must lose
             // alike.
             let again = u64::try_from(over).unwrap_or(made).min(2 * KEEP_TEST_FREES);
-            let Some((now2, _, lost2, over2)) = round(at, again)? else {
-                return Ok(none(at.0));
+            let Some((now2, n2, lost2, over2)) = round(at, again)? else {
+                return Ok(none(at));
             };
             let alike = lost2 > 2 * slack
                 && (lost / over - lost2 / over2).abs() <= 2 * slack / over.min(over2);
@@ -450,6 +459,7 @@ pub(crate) fn kept_by_probes(
                 .then(|| u64::try_from((lost + slack + over - 1) / over).unwrap_or(u64::MAX));
             return Ok(ProbedKeep {
                 allocatable: now2,
+                frees_shown: n2,
                 kept,
                 unseen,
             });
@@ -464,6 +474,7 @@ pub(crate) fn kept_by_probes(
             );
             return Ok(ProbedKeep {
                 allocatable: now,
+                frees_shown: n,
                 kept: None,
                 unseen: Some(unseen),
             });

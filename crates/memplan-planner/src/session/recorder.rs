@@ -48,6 +48,50 @@ pub(crate) struct Recorder {
     /// and the engine allocator's reserved bytes then, where the next probe starts its search
     /// (less what the allocator reserved since; [`probe::allocatable_now`](super::probe::allocatable_now)).
     pub last_probe: Option<(u64, Option<u64>)>,
+    /// Where the session measures by allocation probes: its own raw frees, and which of them
+    /// a window between two probes measured ([`OwnFrees`]).
+    pub own_frees: OwnFrees,
+}
+
+/// The session's own raw frees (its allocation probes and checks), counted where it measures
+/// by allocation probes ([`Profile::probe_baseline`]). A device may keep memory of every raw
+/// free for good ([`Warning::DeviceKeepsMemoryOnFree`]): that memory is this process's from
+/// then on, and a figure shows it only where the free came between the two probes of one
+/// window whose drop is counted as this engine's (an engine step's, calibration's, see
+/// [`probe::step_growth`](super::probe::step_growth)). A free between two such windows (the
+/// last try of the probe that closes one step, before the probe that opens the next) falls
+/// in a window the session attributes to other processes, as it does any change between
+/// steps, and one before the first probe in none: those are kept room for at the plan
+/// ([`OwnFrees::unmeasured`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct OwnFrees {
+    /// The device's raw frees ([`Device::raw_frees`](memplan_core::Device::raw_frees)) when
+    /// the session started, before anything it measured.
+    pub start: u64,
+    /// Of the session's frees, how many came inside a window two probes measured.
+    pub measured: u64,
+    /// The raw frees the last probe's figure shows ([`frees_shown`]).
+    pub at_last_probe: u64,
+}
+
+impl OwnFrees {
+    /// Of the raw frees the device had made by `now`, how many are the session's own and came
+    /// in no window two probes measured.
+    pub fn unmeasured(&self, now: u64) -> u64 {
+        now.saturating_sub(self.start).saturating_sub(self.measured)
+    }
+}
+
+/// The raw frees whose keeps an allocation probe's figure shows, the device having made
+/// `before` raw frees when the probe began and `after` when it ended: every one but the last
+/// try's where a try succeeded (a probe's figure is its last try that succeeded, and that
+/// try's free comes after it; a try that fails frees nothing).
+pub(crate) fn frees_shown(before: u64, after: u64) -> u64 {
+    if after > before {
+        after - 1
+    } else {
+        after
+    }
 }
 
 /// Before a reading: where the device cannot synchronize, wait for the engine's own queues
@@ -154,6 +198,7 @@ impl Recorder {
             settle_synchronizes: crate::strategy::SETTLE_SYNCHRONIZES,
             max_split_declared: false,
             last_probe: None,
+            own_frees: OwnFrees::default(),
         }
     }
 
@@ -177,7 +222,9 @@ impl Recorder {
             }
             _ => v,
         });
+        let frees = self.device.raw_frees();
         let got = super::probe::allocatable_now(&self.device, limit, ceiling, hint)?;
+        self.own_frees.at_last_probe = frees_shown(frees, self.device.raw_frees());
         self.last_probe = Some((got, reserved));
         Ok(Some(got))
     }
@@ -360,5 +407,36 @@ impl Recorder {
     /// measure it), without cloning the profile.
     pub fn non_allocator_growth(&self) -> Option<i64> {
         self.growth_known.then_some(self.own_growth)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_probes_figure_shows_every_free_but_its_last_tries() {
+        // Three tries succeeded (frees 11, 12, 13): the figure is the third, before its free.
+        assert_eq!(frees_shown(10, 13), 12);
+        // None succeeded: nothing freed, every earlier free shown.
+        assert_eq!(frees_shown(10, 10), 10);
+    }
+
+    #[test]
+    fn frees_outside_the_probed_windows_are_the_sessions_less_those_inside() {
+        // Seed 11 of the test-bed's outside file
+        // `rtx4090-stale-free-leak-4m-sglang-hybrid-conservative.toml`: 109 raw frees by the
+        // plan, none before the session, 97 of them inside windows two probes measured.
+        let own = OwnFrees {
+            start: 0,
+            measured: 97,
+            at_last_probe: 108,
+        };
+        assert_eq!(own.unmeasured(109), 12);
+        // Frees before the session are not its own.
+        let later = OwnFrees { start: 40, ..own };
+        assert_eq!(later.unmeasured(149), 12);
+        // A count that went backwards (a device that resets it) is no frees, not an overflow.
+        assert_eq!(later.unmeasured(10), 0);
     }
 }
