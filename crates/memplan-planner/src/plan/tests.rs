@@ -943,6 +943,61 @@ fn one_backing_counts_no_window_the_graph_margin_keeps_already() {
     assert_eq!(na(&p), 300 * MIB + 2 * 26 * MIB);
 }
 
+/// `full`'s margin keeps its captures' capture-to-capture variation and its two windows' error
+/// in quadrature (independent errors, each bound at about the same confidence). The engine's
+/// other windows are errors of the same reading, as independent of the captures: their
+/// statistical part (what is kept for the error calibration saw, 1.25 times it) joins the
+/// margin's windows (added whole among themselves) and the variation stays in quadrature with
+/// all of them, so the non-allocator growth keeps `sqrt(v^2 + (2w + rest)^2) - sqrt(v^2 +
+/// (2w)^2)` of it, not `rest` whole beside the margin; the rest of each window (the granule's
+/// worth of slack, 1 MiB) stays whole. Added whole, the variation and every window were
+/// counted at their extreme at once, and a plan short of a coarse KV step by less than the
+/// excess lost the step. Where the margin keeps no variation, or the reading saw no error (the
+/// window is all slack, an allowance rather than a random error), the other windows are kept
+/// whole.
+#[test]
+fn the_other_windows_add_to_the_graph_variation_in_quadrature() {
+    use memplan_core::kv::KvAllocation;
+    let na = |p: &Profile| non_allocator_bytes(p, KvAllocation::OneBacking);
+    let mut p = with_300_mib_outside(Some((2 * GIB as i64, 200 * MIB, false)));
+    p.capability.set(
+        Reading::DriverFree,
+        Reliability::Approximate {
+            tolerance_bytes: 64 * MIB,
+            why: "moved over reads of the idle device".into(),
+        },
+    );
+    // A window error of 20 MiB seen: 25 MiB + 1 MiB kept a window; nine windows, two of them
+    // beyond the one the graph margin keeps.
+    p.free_window_error = Some(20 * MIB);
+    p.non_allocator_windows = 9;
+    let w = (26 * MIB) as f64;
+    assert_eq!(
+        na(&p),
+        300 * MIB + 2 * 26 * MIB,
+        "no variation: every window whole"
+    );
+    let v = (120 * MIB) as f64;
+    p.graph.as_mut().unwrap().variation = 120 * MIB;
+    let own = 2.0 * w;
+    let random = (2 * 25 * MIB) as f64;
+    let joined = ((2 * MIB) as f64 + (v * v + (own + random).powi(2)).sqrt()
+        - (v * v + own * own).sqrt())
+    .ceil() as u64;
+    assert_eq!(na(&p), 300 * MIB + joined);
+    assert!(
+        joined < 2 * 26 * MIB * 3 / 5,
+        "well under the windows whole: {joined}"
+    );
+    // A reading that saw no error: its window is the granule's slack alone, kept whole.
+    p.free_window_error = Some(0);
+    assert_eq!(na(&p), 300 * MIB + 2 * MIB);
+    // A graph estimate whose margin keeps no window: every window counted here, whole.
+    p.free_window_error = Some(20 * MIB);
+    p.graph.as_mut().unwrap().strategy = StrategyKind::Sampled;
+    assert_eq!(na(&p), 300 * MIB + 3 * 26 * MIB);
+}
+
 /// Where one request of `max_model_len` does not fit, vLLM refuses to start
 /// (`_check_enough_kv_cache_memory`) and the plan is refused; SGLang starts and admits requests
 /// of at most its pool less one token (`srt/managers/tp_worker.py` `TpModelWorker`:

@@ -728,6 +728,7 @@ impl GraphStrategy for Full {
         // off by the reading's window error each; those errors and the captures' variation are
         // independent, so they add to it in quadrature ([`independent_margin`]). What the priming
         // graph did not give back is one-sided, not an error of either: it adds whole.
+        let variation = margin;
         let margin = independent_margin(margin, ctx.window_tolerance()).saturating_add(not_back);
         let mut e = GraphEstimate::new(
             StrategyKind::Full,
@@ -737,6 +738,7 @@ impl GraphStrategy for Full {
             source(pass.from_driver),
         );
         e.uncertainty = tol.saturating_add(margin);
+        e.variation = variation;
         e.explanation = format!(
             "captured the first size once (memory a library takes on the first capture is held from there on), then all {n} sizes into a throwaway pool, each after releasing cached memory: {} measured{}{}{}",
             fmt_signed(pass.total),

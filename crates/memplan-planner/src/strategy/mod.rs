@@ -20,7 +20,7 @@ mod simple;
 
 pub(crate) use context::{
     kept_window_error, release_all, trim_and_settle, wait_for_release, window_error, Trim,
-    LATE_RELEASE_SYNCHRONIZES, SETTLE_SYNCHRONIZES,
+    LATE_RELEASE_SYNCHRONIZES, SETTLE_SYNCHRONIZES, WINDOW_ERROR_FACTOR_INVERSE_EXCESS,
 };
 pub use context::{GraphContext, Primed};
 pub(crate) use full::keeps_a_window_for_other_memory;
@@ -141,6 +141,12 @@ pub struct GraphEstimate {
     pub point_estimate: i64,
     /// Margin added to the point estimate.
     pub margin: u64,
+    /// The part of `margin` kept for the captures' capture-to-capture variation alone, before
+    /// the reading's window errors are combined with it in quadrature (`full`'s margin for the
+    /// variation of its repeats); 0 where the margin keeps none. The plan adds the error of the
+    /// reading's other windows to it the same way (`plan::build`).
+    #[serde(default)]
+    pub variation: u64,
     /// How far the point estimate may be off (bytes, either way).
     pub uncertainty: u64,
     /// The samples taken, if any.
@@ -169,6 +175,7 @@ impl GraphEstimate {
             reserve,
             point_estimate: point,
             margin,
+            variation: 0,
             uncertainty: margin,
             samples: Vec::new(),
             measured_by: measured_by.into(),
