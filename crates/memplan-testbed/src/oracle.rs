@@ -32,7 +32,11 @@
 //! engine step that runs out of memory where the engine alone would have fitted is counted as
 //! an out-of-memory, since memplan's calibration or profiling left less). Where the engine's
 //! start-up rule refuses (free memory at start below the request, as vLLM's worker checks), a
-//! refusal is right too ([`Oracle::start_refused`]).
+//! refusal is right too ([`Oracle::start_refused`]). Where the engine alone runs out of memory
+//! beside what other processes held at the start, but they hold less when the run makes its
+//! plan, a plan is judged on the engine alone beside what they hold then
+//! ([`crate::run::run_judged`]): the run's engine got past its loading and profile run beside
+//! the others as they were at each step.
 
 use memplan_backend_sim::{AllocatorSnapshot, GroundTruth, SimGpu};
 use memplan_core::{Error, Result};

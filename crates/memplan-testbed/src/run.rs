@@ -250,6 +250,32 @@ fn alone_fails_beside(setup: &Setup, gpu: &SimGpu) -> bool {
     engine_alone(&beside).is_ok_and(|a| a.nothing_fits || a.graphs_do_not_fit)
 }
 
+/// The engine alone a plan made beside `others` (what other processes hold at the plan) is
+/// judged on. Where the engine alone runs out of memory beside what the others held at the
+/// start (loading its weights, in its profile run or capturing its graphs) and they hold less
+/// at the plan, the engine alone beside what they hold then: the run got past its loading and
+/// profile run beside the others as they were at each step, its KV cache and graphs face the
+/// others as they are at the plan, and an engine that fits beside fewer others is no model
+/// that does not fit. Elsewhere `alone` as computed (the others at the start).
+fn alone_at_plan(
+    setup: &Setup,
+    alone: Option<crate::oracle::EngineAlone>,
+    others: u64,
+) -> Option<crate::oracle::EngineAlone> {
+    match alone {
+        Some(a) if (a.nothing_fits || a.graphs_do_not_fit) && others < a.others_at_start => {
+            let mut beside = setup.clone();
+            beside.other_processes = others;
+            beside.neighbour.clear();
+            match engine_alone(&beside) {
+                Ok(fewer) => Some(fewer),
+                Err(_) => Some(a),
+            }
+        }
+        a => a,
+    }
+}
+
 /// Run one strategy on a fresh device.
 pub fn run(setup: &Setup, choice: Choice) -> Result<Outcome> {
     run_with(setup, choice, None)
@@ -317,6 +343,7 @@ pub fn run_judged(
             return Ok(out);
         }
     };
+    let alone = alone_at_plan(setup, alone, pr.at_plan.other_processes);
     out.strategy = pr.plan.strategy().unwrap_or(StrategyKind::None);
     out.why = pr.why.clone();
     out.downgrades = pr.downgrades.clone();
