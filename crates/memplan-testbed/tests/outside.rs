@@ -397,6 +397,38 @@ fn an_engine_whose_graphs_fit_nowhere_does_not_fit() {
     }
 }
 
+/// Where other processes leave during the start-up, the plan is judged on the engine alone
+/// beside what they hold at the plan. Seed 28: beside the 860 MiB another process held at the
+/// start, the engine alone's activation peak does not fit after its coarsely rounded weights
+/// (14.34 GB), and the oracle fitted no KV cache at all; the process left before the profile
+/// run, the run's engine loaded, profiled and served a small cache (859 tokens) within the
+/// request, judged "a KV cache where the oracle fits none".
+#[test]
+fn an_engine_that_fits_once_others_left_is_judged_beside_them() {
+    let file = "arc-a770-others-leave-before-profile-sglang-gemma3-4b.toml";
+    for c in passes(file, &[28]) {
+        let setup = c.setup.as_deref().expect("the setup");
+        let alone = engine_alone(setup).expect("the engine alone");
+        assert!(
+            alone.nothing_fits,
+            "{}: the engine alone fits at the start",
+            c.what
+        );
+        assert!(
+            c.out.oom.is_none()
+                && c.out.over_request_bytes.is_none()
+                && c.out.oracle_tokens.is_some_and(|t| t > 0)
+                && c.out.kv_tokens.is_some_and(|t| t > 0),
+            "{}: oracle {:?}, cache {:?}, out of memory {:?}, over {:?}",
+            c.what,
+            c.out.oracle_tokens,
+            c.out.kv_tokens,
+            c.out.oom,
+            c.out.over_request_bytes
+        );
+    }
+}
+
 /// Generated scenarios (the sweep's generator, one seed each), judged like the sweep's; the
 /// gating failures among them.
 fn generated_gating_failures(indices: &[u64]) -> Vec<String> {
