@@ -861,12 +861,7 @@ fn still_fits(rec: &Recorder, taken: u64, capped: Option<(u64, u64)>) -> Result<
     if taken > budget {
         return Ok(false);
     }
-    let kept = rec
-        .p
-        .kept_per_free
-        .or(rec.p.unseen_kept_per_free)
-        .unwrap_or(0);
-    let Some(ask) = after_kv.checked_add(kept) else {
+    let Some((ask, kept)) = with_own_keep(rec, after_kv) else {
         return Ok(false);
     };
     match crate::session::probe::fits(&rec.device, ask) {
@@ -877,6 +872,18 @@ fn still_fits(rec: &Recorder, taken: u64, capped: Option<(u64, u64)>) -> Result<
         Err(Error::Unsupported { .. }) => Ok(false),
         Err(e) => Err(e),
     }
+}
+
+/// `need` and what one raw free of the session's keeps on this device (its measured keep per
+/// free, else the bound the reading's noise leaves on it, else nothing), with that keep:
+/// `None` where the sum overflows (no such allocation can be asked for).
+fn with_own_keep(rec: &Recorder, need: u64) -> Option<(u64, u64)> {
+    let kept = rec
+        .p
+        .kept_per_free
+        .or(rec.p.unseen_kept_per_free)
+        .unwrap_or(0);
+    need.checked_add(kept).map(|ask| (ask, kept))
 }
 
 /// A cache of `blocks`, grown past the planned count, within the room: what the engine still
@@ -894,12 +901,7 @@ fn grown_fits(
     (taken, room): (u64, u64),
     after_kv: u64,
 ) -> Result<bool> {
-    let kept = rec
-        .p
-        .kept_per_free
-        .or(rec.p.unseen_kept_per_free)
-        .unwrap_or(0);
-    let Some(need) = after_kv.checked_add(kept) else {
+    let Some((need, _)) = with_own_keep(rec, after_kv) else {
         return Ok(false);
     };
     let left = room
