@@ -366,12 +366,13 @@ pub(crate) fn kept_per_free(pairs: &[(u64, u64)], noise: u64) -> Option<u64> {
     if pairs.len() < KEPT_PAIRS {
         return None;
     }
-    let (least, most) = FreeLosses::of(pairs)?.range();
+    let losses = FreeLosses::of(pairs)?;
+    let (least, most) = losses.range();
     let noise = i128::from(noise);
     if least <= noise || !alike(least, most, noise) {
         return None;
     }
-    let sum: i128 = FreeLosses::of(pairs)?.each().sum();
+    let sum: i128 = losses.each().sum();
     let n = pairs.len() as i128;
     u64::try_from((sum + n - 1) / n).ok()
 }
