@@ -191,17 +191,34 @@ pub const HYBRID_ENGINES: [(KvAllocation, &str); 4] = [
 ];
 
 /// What the engine of a generated scenario's `i`-th run allocating its KV cache as `allocation`
-/// does where its pool cannot hold one request of `max_model_len`: SGLang's engines (K and V
-/// apart, [`SPLIT_KV_GROUP`]) start and admit shorter requests, by the rule of 0.5.1 to 0.5.13
-/// on even runs and of 0.5.14 to 0.5.22 on odd ones; vLLM's refuse.
+/// does where its pool cannot hold one request of `max_model_len`: SGLang's engines start and
+/// admit shorter requests, those allocating K and V apart ([`SPLIT_KV_GROUP`]) by the rule of
+/// 0.5.1 to 0.5.13 on even runs and of 0.5.14 to 0.5.22 on odd ones, 0.5.23 (K and V paired)
+/// by 0.5.14's; vLLM's refuse.
 pub fn start_rule(allocation: KvAllocation, i: u64) -> StartRule {
     match allocation {
-        KvAllocation::SplitKv | KvAllocation::PairedKv if i.is_multiple_of(2) => {
-            StartRule::Sglang051
-        }
+        KvAllocation::SplitKv if i.is_multiple_of(2) => StartRule::Sglang051,
         KvAllocation::SplitKv | KvAllocation::PairedKv => StartRule::Sglang0514,
         _ => StartRule::Vllm,
     }
+}
+
+/// The `i`-th generated `setup` with an engine that offers the KV hook (`hook`) and the
+/// allocator's tensors (`tensors`) and allocates its cache as `allocation`, the session told
+/// so, starting by that engine's rule ([`start_rule`]).
+fn with_engine(
+    setup: &Setup,
+    i: u64,
+    (hook, tensors): (bool, bool),
+    allocation: KvAllocation,
+) -> Setup {
+    let mut setup = seeded(setup.clone(), i);
+    setup.kv_hook = hook;
+    setup.allocator_tensors = tensors;
+    setup.kv_allocation = allocation;
+    setup.planned_kv_allocation = allocation;
+    setup.start_rule = start_rule(allocation, i);
+    setup
 }
 
 /// The engines of [`ONE_BACKING_GROUP`] and [`SPLIT_KV_GROUP`]: `(KV hook, allocator tensors,
@@ -424,16 +441,10 @@ impl Sweep {
                 match sc.resolve() {
                     Ok(setup) => {
                         for (hook, tensors, label) in KV_ALLOCATION_ENGINES {
-                            let mut setup = seeded(setup.clone(), i);
-                            setup.kv_hook = hook;
-                            setup.allocator_tensors = tensors;
-                            setup.kv_allocation = allocation;
-                            setup.planned_kv_allocation = allocation;
-                            setup.start_rule = start_rule(allocation, i);
                             jobs.push((
                                 group.into(),
                                 format!("{what} {label}"),
-                                setup,
+                                with_engine(&setup, i, (hook, tensors), allocation),
                                 vec![Choice::Auto],
                             ));
                         }
@@ -454,19 +465,10 @@ impl Sweep {
                     for (k, (allocation, label)) in HYBRID_ENGINES.into_iter().enumerate() {
                         let (hook, tensors, measured) =
                             KV_ALLOCATION_ENGINES[(i as usize + k) % KV_ALLOCATION_ENGINES.len()];
-                        let mut setup = seeded(setup.clone(), i);
-                        setup.kv_hook = hook;
-                        setup.allocator_tensors = tensors;
-                        setup.kv_allocation = allocation;
-                        setup.planned_kv_allocation = allocation;
-                        setup.start_rule = match allocation {
-                            KvAllocation::PairedKv => StartRule::Sglang0514,
-                            a => start_rule(a, i),
-                        };
                         jobs.push((
                             HYBRID_GROUP.into(),
                             format!("{what} {label}, {measured}"),
-                            setup,
+                            with_engine(&setup, i, (hook, tensors), allocation),
                             vec![Choice::Auto],
                         ));
                     }
