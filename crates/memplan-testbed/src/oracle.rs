@@ -31,12 +31,17 @@
 //! beside what the others then held, runs out of memory in that step: the run says so, and an
 //! engine step that runs out of memory where the engine alone would have fitted is counted as
 //! an out-of-memory, since memplan's calibration or profiling left less). Where the engine's
-//! start-up rule refuses (free memory at start below the request, as vLLM's worker checks), a
-//! refusal is right too ([`Oracle::start_refused`]). Where the engine alone runs out of memory
+//! own start-up check refuses the request, a refusal is right too ([`Oracle::start_refused`]):
+//! vLLM's worker refuses a utilisation above the free memory at the start; SGLang checks no
+//! request against the free memory (its static fraction is of the memory free when it starts)
+//! and refuses only a pool that is empty or too short for its least request
+//! ([`StartRule`](crate::scenario::StartRule)). Where the engine alone runs out of memory
 //! beside what other processes held at the start, but they hold less when the run makes its
 //! plan, a plan is judged on the engine alone beside what they hold then
 //! ([`crate::run::run_judged`]): the run's engine got past its loading and profile run beside
-//! the others as they were at each step.
+//! the others as they were at each step. A run that refuses (or fails) before its KV cache has
+//! at most the room the engine alone has before its KV cache, since a run that refused before
+//! loading its weights still has them to take.
 
 use memplan_backend_sim::{AllocatorSnapshot, GroundTruth, SimGpu};
 use memplan_core::{Error, Result};
@@ -221,6 +226,9 @@ pub struct AtPlan {
     pub eager: bool,
     /// The engine's allocator right after the plan.
     pub allocator: AllocatorSnapshot,
+    /// The run refused or failed before its KV cache: `plan` is where it stood then, which
+    /// may be before its engine loaded its weights or ran its profile run.
+    pub refused: bool,
 }
 
 /// An oracle's verdict on a setup.
@@ -230,7 +238,9 @@ pub struct Oracle {
     pub tokens: u64,
     /// Blocks of that cache (the null block included).
     pub blocks: u64,
-    /// The engine's own start-up rule refuses this request (free memory at start below it).
+    /// The engine's own start-up check refuses this request whatever its KV cache would hold
+    /// ([`start_refused`]: vLLM's, free memory at start below the utilisation it asks for;
+    /// SGLang has none).
     pub start_refused: bool,
     /// Bytes the KV cache could take: the room the cache of `blocks` was fitted in.
     pub room: u64,
@@ -368,7 +378,17 @@ pub fn oracle_tokens(setup: &Setup, alone: &EngineAlone, at: &AtPlan) -> Option<
     } else {
         alone.capture_and_burst_peak.saturating_sub(held_once)
     };
-    let physical = at.plan.free.saturating_sub(still_needed);
+    let mut physical = at.plan.free.saturating_sub(still_needed);
+    if at.refused {
+        // A run that refused before its engine loaded its weights or ran its profile run
+        // still has them to take: its KV cache has at most the room the engine alone has
+        // before its KV cache, less what it still needs after it.
+        physical = physical.min(
+            alone
+                .free_before_kv
+                .saturating_sub(alone.capture_and_burst_peak),
+        );
+    }
     // Where the engine alone cannot capture its graphs, no cache fits beside graphs the
     // engine still has to capture. Where the run kept its graphs they are captured already,
     // in this process, and the engine serves with them: whether a replay of the captures on
@@ -396,7 +416,7 @@ pub fn oracle_tokens(setup: &Setup, alone: &EngineAlone, at: &AtPlan) -> Option<
         room,
         jitter,
         at.graphs_kept,
-        requested > at.start.free,
+        start_refused(setup, &at.start),
         &at.allocator,
     )
 }
@@ -443,8 +463,19 @@ pub fn clean_oracle_tokens(setup: &Setup, alone: &EngineAlone, at: &AtPlan) -> O
         room,
         jitter,
         false,
-        requested > at.start.free,
+        start_refused(setup, &at.start),
         &alone.allocator,
+    )
+}
+
+/// Whether the engine's own start-up check refuses the setup's request, on the true free
+/// memory at the start ([`StartRule::refuses_at_start`](crate::scenario::StartRule::refuses_at_start):
+/// vLLM's worker refuses a utilisation above it, SGLang refuses none).
+pub fn start_refused(setup: &Setup, start: &GroundTruth) -> bool {
+    setup.start_rule.refuses_at_start(
+        setup.scenario.request.gpu_memory_utilization,
+        start.total,
+        start.free,
     )
 }
 

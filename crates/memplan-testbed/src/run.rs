@@ -338,6 +338,7 @@ pub fn run_judged(
                 graphs_kept: false,
                 eager: false,
                 allocator: gpu.allocator().snapshot(),
+                refused: true,
             };
             judge(setup, alone.as_ref(), &at, &mut out);
             return Ok(out);
@@ -384,6 +385,7 @@ pub fn run_judged(
         graphs_kept: pr.kept_graph_truth.is_some(),
         eager: out.strategy == StrategyKind::None,
         allocator: pr.at_plan_allocator.clone(),
+        refused: false,
     };
 
     // What happens next in a real engine; the simulator keeps the process's high-water mark

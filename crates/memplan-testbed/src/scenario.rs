@@ -204,6 +204,43 @@ impl StartRule {
             StartRule::Sglang0514 => pool_tokens > 0 && max_req_len > 0,
         }
     }
+
+    /// Whether the engine's own start-up check refuses a request of `utilization` of the
+    /// device (`None`: a byte budget) where `free` of `total` bytes is free when it starts,
+    /// whatever its KV cache would hold.
+    ///
+    /// vLLM's worker compares the free memory with the request before loading anything:
+    /// `vllm/v1/worker/gpu_worker.py` `Worker.init_device` takes a `MemorySnapshot` after the
+    /// context and the distributed set-up and calls `request_memory`
+    /// (`vllm/v1/worker/utils.py`), which computes `ceil(total_memory *
+    /// gpu_memory_utilization)` and raises "Free memory on device ... on startup is less than
+    /// desired GPU memory utilization" where `free_memory` is below it (read in 0.19.0 and
+    /// 0.29.0; 0.34.0 the same, skipped only with its extensible KV cache, which the
+    /// test-bed's engine does not model). The check reads the utilisation alone: a byte budget
+    /// (`--kv-cache-memory-bytes` sizes the cache, not the request) is no utilisation, and a
+    /// launch passes one the free memory holds beside it, so it refuses none.
+    ///
+    /// SGLang compares no request with the free memory: its static fraction is of the memory
+    /// free when it starts, so other processes' memory is never requested. 0.5.9
+    /// (`srt/model_executor/model_runner.py` `ModelRunner.init_torch_distributed` returns
+    /// `min_per_gpu_memory`, the free memory after the distributed set-up, which
+    /// `model_runner_kv_cache_mixin.py` `profile_max_num_token` takes as `total_gpu_memory`:
+    /// `rest_memory = available_gpu_memory - total_gpu_memory * (1 - mem_fraction_static)`);
+    /// 0.5.14 (`pre_model_load_memory`, `_profile_available_bytes`) and 0.5.23
+    /// (`srt/distributed/bootstrap.py` `measure_pre_model_load_memory`,
+    /// `srt/mem_cache/kv_cache_configurator.py` `_profile_available_bytes`) the same. It
+    /// refuses only an empty pool ("Not enough memory", `init_memory_pool` in 0.5.9;
+    /// "Loaded weights leave no GPU memory for the KV cache" in 0.5.14 and 0.5.23) and a pool
+    /// too short for its least request ([`StartRule::starts_short`]), both judged on the
+    /// oracle's pool ([`crate::oracle::Oracle::has_room`]). The memory-balance check across
+    /// tensor-parallel ranks ("The memory capacity is unbalanced", a warning unless
+    /// `SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK`) does not apply to one device.
+    pub fn refuses_at_start(self, utilization: Option<f64>, total: u64, free: u64) -> bool {
+        match (self, utilization) {
+            (StartRule::Vllm, Some(u)) => ((total as f64) * u).ceil() as u64 > free,
+            (StartRule::Vllm, None) | (StartRule::Sglang051 | StartRule::Sglang0514, _) => false,
+        }
+    }
 }
 
 /// A change of the memory other processes hold, applied at the synchronize that opens a step.

@@ -429,6 +429,96 @@ fn an_engine_that_fits_once_others_left_is_judged_beside_them() {
     }
 }
 
+/// The automatic choice on `setup`, its measured profile made to leave no room for any KV cache
+/// (an activation peak of 1 TiB) so that the session refuses (at the plan, unless it refuses
+/// earlier), judged as the sweep judges it: the oracle ignores the plan.
+fn refused(what: &str, setup: Setup) -> Case {
+    let inflate = |p: &mut memplan_planner::Profile| p.activation_peak_bytes = Some(1 << 40);
+    let alone = engine_alone(&setup).ok();
+    let out = run_judged(&setup, Choice::Auto, Some(&inflate), alone)
+        .unwrap_or_else(|e| panic!("{what}: harness error: {e}"));
+    assert!(
+        out.failed.is_some() && out.plan.is_none(),
+        "{what}: not refused: {:?}",
+        out.failed
+    );
+    Case {
+        group: "refused".into(),
+        what: what.into(),
+        out,
+        harness_error: false,
+        setup: Some(Arc::new(setup)),
+        adversarial: true,
+    }
+}
+
+/// The setup of `file` (`tests/outside`) on `seed`, with `edit` applied.
+fn outside_setup(file: &str, seed: u64, edit: impl Fn(&mut Setup)) -> Setup {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/outside")
+        .join(file);
+    let mut setup = Scenario::load(path.to_str().unwrap())
+        .and_then(Scenario::resolve)
+        .unwrap_or_else(|e| panic!("{file}: {e}"));
+    edit(&mut setup);
+    seeded(setup, seed)
+}
+
+/// Each engine's own start-up check: vLLM's worker refuses a utilisation above the free memory
+/// at the start (`vllm/v1/worker/utils.py` `request_memory`), SGLang's static fraction is of the
+/// memory free when it starts and it checks no request against it. The Arc A770 of seed 28,
+/// the other process at 16 MiB throughout: 0.95 of the device is above what its 1 GiB of
+/// graphics allocations leave free, and the engine alone fits with a small cache. A session
+/// made to refuse at the plan refused rightly for vLLM's engine and needlessly for SGLang's
+/// (judged, as both once were, by vLLM's check, it was right for both); a byte budget is no
+/// utilisation, and vLLM's check refuses none.
+#[test]
+fn the_start_check_is_the_engines_own() {
+    use memplan_testbed::scenario::StartRule;
+    let file = "arc-a770-others-leave-before-profile-sglang-gemma3-4b.toml";
+    let steady = |s: &mut Setup| {
+        s.neighbour.clear();
+        s.other_processes = 16 << 20;
+    };
+    let needless = |c: &Case| {
+        acceptance::failures(std::slice::from_ref(c))
+            .iter()
+            .any(|f| f.check == Check::NeedlessRefusal)
+    };
+    for (rule, start_refused) in [
+        (StartRule::Sglang0514, false),
+        (StartRule::Sglang051, false),
+        (StartRule::Vllm, true),
+    ] {
+        let setup = outside_setup(file, 28, |s| {
+            steady(s);
+            s.start_rule = rule;
+        });
+        let start = open(&setup).expect("the device").truth();
+        assert!(start.free < (start.total as f64 * 0.95) as u64);
+        let c = refused(file, setup);
+        let o = c.out.oracle.expect("an oracle");
+        assert!(o.tokens > 0, "{rule:?}: no cache fits");
+        assert_eq!(o.start_refused, start_refused, "{rule:?}");
+        assert_eq!(needless(&c), !start_refused, "{rule:?}");
+    }
+    // vLLM's engine asked for the same memory as a byte budget.
+    let total = open(&outside_setup(file, 28, steady))
+        .expect("the device")
+        .truth()
+        .total;
+    let budget = (total as f64 * 0.95) as u64;
+    let setup = outside_setup(file, 28, |s| {
+        steady(s);
+        s.start_rule = StartRule::Vllm;
+        s.scenario.request.gpu_memory_utilization = None;
+        s.scenario.request.memory_budget = Some(memplan_testbed::scenario::ByteValue::Int(budget));
+        s.request = memplan_planner::budget::Request::Bytes(budget);
+    });
+    let c = refused(file, setup);
+    assert!(!c.out.oracle.expect("an oracle").start_refused);
+}
+
 /// Generated scenarios (the sweep's generator, one seed each), judged like the sweep's; the
 /// gating failures among them.
 fn generated_gating_failures(indices: &[u64]) -> Vec<String> {
