@@ -39,9 +39,12 @@
 //! beside what other processes held at the start, but they hold less when the run makes its
 //! plan, a plan is judged on the engine alone beside what they hold then
 //! ([`crate::run::run_judged`]): the run's engine got past its loading and profile run beside
-//! the others as they were at each step. A run that refuses (or fails) before its KV cache has
-//! at most the room the engine alone has before its KV cache, since a run that refused before
-//! loading its weights still has them to take.
+//! the others as they were at each step. A run that refuses (or fails) before its KV cache is
+//! judged on the engine alone beside what the others hold when it refuses, wherever that
+//! differs from the start (less or more): a refusal after they left where the engine then fits
+//! is needless, one after they grew where the engine then does not fit is right; its room is
+//! at most what the engine alone then has before its KV cache, since a run that refused
+//! before loading its weights still has them to take.
 
 use memplan_backend_sim::{AllocatorSnapshot, GroundTruth, SimGpu};
 use memplan_core::{Error, Result};
@@ -227,7 +230,8 @@ pub struct AtPlan {
     /// The engine's allocator right after the plan.
     pub allocator: AllocatorSnapshot,
     /// The run refused or failed before its KV cache: `plan` is where it stood then, which
-    /// may be before its engine loaded its weights or ran its profile run.
+    /// may be before its engine loaded its weights or ran its profile run, and `alone` the
+    /// engine alone beside what other processes hold then ([`crate::run::run_judged`]).
     pub refused: bool,
 }
 
@@ -382,7 +386,8 @@ pub fn oracle_tokens(setup: &Setup, alone: &EngineAlone, at: &AtPlan) -> Option<
     if at.refused {
         // A run that refused before its engine loaded its weights or ran its profile run
         // still has them to take: its KV cache has at most the room the engine alone has
-        // before its KV cache, less what it still needs after it.
+        // before its KV cache (beside the other processes as they are at the refusal), less
+        // what it still needs after it.
         physical = physical.min(
             alone
                 .free_before_kv

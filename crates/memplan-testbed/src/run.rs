@@ -231,23 +231,21 @@ fn profile(
     })
 }
 
-/// Whether the engine alone, on a fresh device where other processes hold what they hold on
-/// `gpu` now (not what they held at the start), runs out of memory loading its weights, in
-/// its profile run, or capturing its graphs with no KV cache at all. An engine step that runs
-/// out of memory in the run is the world's doing where this holds, memplan's where it does
-/// not (calibration and profiling leftovers). Memory the run's calibration took that the
-/// engine alone takes later anyway (a library's allocation on the first capture) moves the
-/// out-of-memory earlier, not the start-up from fitting to not fitting: where the engine alone
-/// cannot capture its graphs beside the others, it does not start either.
-fn alone_fails_beside(setup: &Setup, gpu: &SimGpu) -> bool {
-    let now = gpu.truth().other_processes;
-    if now <= setup.other_processes {
-        return false;
+/// The engine alone beside what other processes hold now (`others`), where that differs from
+/// what they held at the start (`alone.others_at_start`); elsewhere `alone` as computed. An
+/// engine alone that cannot be computed beside them leaves `alone`.
+fn alone_beside(
+    setup: &Setup,
+    alone: crate::oracle::EngineAlone,
+    others: u64,
+) -> crate::oracle::EngineAlone {
+    if others == alone.others_at_start {
+        return alone;
     }
     let mut beside = setup.clone();
-    beside.other_processes = now;
+    beside.other_processes = others;
     beside.neighbour.clear();
-    engine_alone(&beside).is_ok_and(|a| a.nothing_fits || a.graphs_do_not_fit)
+    engine_alone(&beside).unwrap_or(alone)
 }
 
 /// The engine alone a plan made beside `others` (what other processes hold at the plan) is
@@ -264,13 +262,7 @@ fn alone_at_plan(
 ) -> Option<crate::oracle::EngineAlone> {
     match alone {
         Some(a) if (a.nothing_fits || a.graphs_do_not_fit) && others < a.others_at_start => {
-            let mut beside = setup.clone();
-            beside.other_processes = others;
-            beside.neighbour.clear();
-            match engine_alone(&beside) {
-                Ok(fewer) => Some(fewer),
-                Err(_) => Some(a),
-            }
+            Some(alone_beside(setup, a, others))
         }
         a => a,
     }
@@ -308,21 +300,31 @@ pub fn run_judged(
         Ok(p) => p,
         Err(e) => {
             let engine_step = e.is_out_of_memory() && e.to_string().contains(ENGINE_STEP);
-            if engine_step
-                && alone
-                    .as_ref()
+            let fails = |a: &Option<crate::oracle::EngineAlone>| {
+                a.as_ref()
                     .is_some_and(|a| a.nothing_fits || a.graphs_do_not_fit)
-            {
+            };
+            let fails_at_start = fails(&alone);
+            // A refusal (or failure) is judged on the engine alone beside what other processes
+            // hold when it came, as a plan is judged beside what they hold at the plan
+            // (`alone_at_plan`), in both directions: a refusal after they left, where the
+            // engine alone then fits, is needless if the oracle holds a request; one after
+            // they grew, where the engine alone then does not fit, is right.
+            let now = gpu.truth().other_processes;
+            let alone = alone.map(|a| alone_beside(setup, a, now));
+            if engine_step && fails(&alone) && fails_at_start {
                 // The engine alone runs out of memory loading too, or capturing its graphs with
                 // no KV cache at all: the model does not fit, whatever memplan does (its
                 // calibration's leftovers only move the out-of-memory earlier).
                 out.failed = Some(format!(
                     "the model does not fit on the device (the engine alone runs out of memory too): {e}"
                 ));
-            } else if engine_step && alone_fails_beside(setup, &gpu) {
+            } else if engine_step && fails(&alone) {
                 // Another process took memory during the start-up: the engine alone, beside
                 // what the others hold now, cannot load or run its profile either. The world
-                // left no room; nothing memplan did took it.
+                // left no room; nothing memplan did took it. (Where they left instead and the
+                // engine alone beside them fits, an engine step that runs out of memory is
+                // memplan's, as anywhere the engine alone fits.)
                 out.failed = Some(format!(
                     "the model does not fit beside what other processes took during the start-up (the engine alone, beside them, runs out of memory too): {e}"
                 ));

@@ -464,6 +464,32 @@ fn outside_setup(file: &str, seed: u64, edit: impl Fn(&mut Setup)) -> Setup {
     seeded(setup, seed)
 }
 
+/// A refusal is judged beside the other processes as they are when it comes, as a plan is
+/// judged beside them at the plan. Seed 28 of the Arc A770 whose other process (860 MiB at the
+/// start) leaves before the profile run: the engine alone beside it at the start runs out of
+/// memory, beside what the others hold at the plan (16 MiB) it fits with a small cache (the
+/// plan the test above judges). A session made to refuse at the plan refused where that cache
+/// fits: a needless refusal, once judged on the engine alone beside the others of the start (no
+/// cache fits there, so none was reported).
+#[test]
+fn a_refusal_after_others_left_is_judged_beside_them() {
+    let file = "arc-a770-others-leave-before-profile-sglang-gemma3-4b.toml";
+    let setup = outside_setup(file, 28, |_| {});
+    assert!(engine_alone(&setup).expect("the engine alone").nothing_fits);
+    let c = refused(file, setup);
+    assert!(
+        c.out.oracle_tokens.is_some_and(|t| t > 0),
+        "the oracle beside the others at the refusal: {:?}",
+        c.out.oracle_tokens
+    );
+    let f = acceptance::failures(std::slice::from_ref(&c));
+    assert!(
+        f.iter().any(|f| f.check == Check::NeedlessRefusal),
+        "{:?}",
+        f.iter().map(|f| &f.line).collect::<Vec<_>>()
+    );
+}
+
 /// Each engine's own start-up check: vLLM's worker refuses a utilisation above the free memory
 /// at the start (`vllm/v1/worker/utils.py` `request_memory`), SGLang's static fraction is of the
 /// memory free when it starts and it checks no request against it. The Arc A770 of seed 28,
