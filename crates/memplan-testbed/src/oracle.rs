@@ -32,7 +32,7 @@
 //! engine step that runs out of memory where the engine alone would have fitted is counted as
 //! an out-of-memory, since memplan's calibration or profiling left less). Where the engine's
 //! own start-up check refuses the request, a refusal is right too ([`Oracle::start_refused`]):
-//! vLLM's worker refuses a utilisation above the free memory at the start; SGLang checks no
+//! vLLM's worker refuses a request above the free memory at the start; SGLang checks no
 //! request against the free memory (its static fraction is of the memory free when it starts)
 //! and refuses only a pool that is empty or too short for its least request
 //! ([`StartRule`](crate::scenario::StartRule)). Where the engine alone runs out of memory
@@ -243,8 +243,8 @@ pub struct Oracle {
     /// Blocks of that cache (the null block included).
     pub blocks: u64,
     /// The engine's own start-up check refuses this request whatever its KV cache would hold
-    /// ([`start_refused`]: vLLM's, free memory at start below the utilisation it asks for;
-    /// SGLang has none).
+    /// ([`start_refused`]: vLLM's, free memory at start below the request; SGLang has
+    /// none).
     pub start_refused: bool,
     /// Bytes the KV cache could take: the room the cache of `blocks` was fitted in.
     pub room: u64,
@@ -475,13 +475,10 @@ pub fn clean_oracle_tokens(setup: &Setup, alone: &EngineAlone, at: &AtPlan) -> O
 
 /// Whether the engine's own start-up check refuses the setup's request, on the true free
 /// memory at the start ([`StartRule::refuses_at_start`](crate::scenario::StartRule::refuses_at_start):
-/// vLLM's worker refuses a utilisation above it, SGLang refuses none).
+/// vLLM's worker refuses a request above it, SGLang refuses none).
 pub fn start_refused(setup: &Setup, start: &GroundTruth) -> bool {
-    setup.start_rule.refuses_at_start(
-        setup.scenario.request.gpu_memory_utilization,
-        start.total,
-        start.free,
-    )
+    requested_of(setup, start.total)
+        .is_some_and(|r| setup.start_rule.refuses_at_start(r, start.free))
 }
 
 fn verdict(

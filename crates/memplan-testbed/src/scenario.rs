@@ -205,9 +205,8 @@ impl StartRule {
         }
     }
 
-    /// Whether the engine's own start-up check refuses a request of `utilization` of the
-    /// device (`None`: a byte budget) where `free` of `total` bytes is free when it starts,
-    /// whatever its KV cache would hold.
+    /// Whether the engine's own start-up check refuses a request of `requested` bytes where
+    /// `free` bytes are free when it starts, whatever its KV cache would hold.
     ///
     /// vLLM's worker compares the free memory with the request before loading anything:
     /// `vllm/v1/worker/gpu_worker.py` `Worker.init_device` takes a `MemorySnapshot` after the
@@ -216,9 +215,10 @@ impl StartRule {
     /// gpu_memory_utilization)` and raises "Free memory on device ... on startup is less than
     /// desired GPU memory utilization" where `free_memory` is below it (read in 0.19.0 and
     /// 0.29.0; 0.34.0 the same, skipped only with its extensible KV cache, which the
-    /// test-bed's engine does not model). The check reads the utilisation alone: a byte budget
-    /// (`--kv-cache-memory-bytes` sizes the cache, not the request) is no utilisation, and a
-    /// launch passes one the free memory holds beside it, so it refuses none.
+    /// test-bed's engine does not model). vLLM has no byte budget for the whole process
+    /// (`--kv-cache-memory-bytes` sizes the cache alone, and the check still reads the
+    /// utilisation): the test-bed's engine asked for a byte budget is checked as vLLM checks
+    /// the bytes of a utilisation, on the bytes it asks for.
     ///
     /// SGLang compares no request with the free memory: its static fraction is of the memory
     /// free when it starts, so other processes' memory is never requested. 0.5.9
@@ -235,10 +235,10 @@ impl StartRule {
     /// oracle's pool ([`crate::oracle::Oracle::has_room`]). The memory-balance check across
     /// tensor-parallel ranks ("The memory capacity is unbalanced", a warning unless
     /// `SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK`) does not apply to one device.
-    pub fn refuses_at_start(self, utilization: Option<f64>, total: u64, free: u64) -> bool {
-        match (self, utilization) {
-            (StartRule::Vllm, Some(u)) => ((total as f64) * u).ceil() as u64 > free,
-            (StartRule::Vllm, None) | (StartRule::Sglang051 | StartRule::Sglang0514, _) => false,
+    pub fn refuses_at_start(self, requested: u64, free: u64) -> bool {
+        match self {
+            StartRule::Vllm => requested > free,
+            StartRule::Sglang051 | StartRule::Sglang0514 => false,
         }
     }
 }

@@ -34,7 +34,7 @@
 //!   `max_model_len` tokens after keeping 97% of its blocks, or, for an engine that starts with
 //!   a shorter pool and admits shorter requests (SGLang), a pool it starts with
 //!   ([`crate::scenario::StartRule`]) (and the engine's own start-up check would not refuse
-//!   the request: vLLM's refuses a utilisation above the free memory at the start, SGLang's
+//!   the request: vLLM's refuses a request above the free memory at the start, SGLang's
 //!   none, [`crate::scenario::StartRule::refuses_at_start`]);
 //! - **needless refusal within reach**: a needless refusal where the cache of a plan that knew
 //!   the mean cost of every graph exactly and kept [`ATTAINABLE_Z`] standard deviations of the
