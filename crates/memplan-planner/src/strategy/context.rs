@@ -477,6 +477,13 @@ impl<'s> GraphContext<'s> {
         self.session.p.free_window_margin()
     }
 
+    /// Whether every snapshot is one read of the free reading
+    /// ([`Profile::free_reads`](crate::Profile)): a window of two reads is then a multiple of
+    /// the step the reading moves in, as a mean of several reads need not be.
+    pub(crate) fn single_reads(&self) -> bool {
+        self.session.p.free_reads == 1
+    }
+
     /// Destroy every graph, release the pool, synchronize, wait out a late release and check
     /// restoration ([`release_graphs`](Self::release_graphs)). Returns the snapshot after teardown.
     pub(crate) fn teardown(&mut self) -> Result<MemoryInfo> {

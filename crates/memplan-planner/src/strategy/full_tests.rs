@@ -445,3 +445,30 @@ fn more_repeats_narrow_the_margin_at_the_same_confidence() {
     let m12 = variation_margin(&twelve, &each, at_bound(0));
     assert!(m12 * 4 < m4 && m12 > 0, "{m4} {m12}");
 }
+
+#[test]
+fn a_quiet_reading_keeps_its_windows_at_the_step_its_windows_show() {
+    let mib = 1u64 << 20;
+    let quiet = [0i64; 32];
+    // A process-local reading whose calibration windows read the 1 MiB of page rounding:
+    // 32 idle windows of 0 and capture windows in single bytes keep a byte, not the MiB.
+    assert_eq!(quiet_reading_window(mib, &quiet, true, 1), 1);
+    let repeats = [86_364_496i64, 86_359_232, 86_358_856, 86_359_984];
+    let step = within_reading_step(quantum(&repeats), mib);
+    assert_eq!(step, 8);
+    assert_eq!(quiet_reading_window(mib, &quiet, true, step), 8);
+    // A reading in 2 MiB steps keeps its step: every window is a multiple of it.
+    let stepped = [86 * mib as i64, 88 * mib as i64, 84 * mib as i64];
+    let step = within_reading_step(quantum(&stepped), 2 * mib);
+    assert_eq!(quiet_reading_window(2 * mib, &quiet, true, step), 2 * mib);
+    // An idle window that moved, combined reads, no window that moved, no idle window:
+    // the window error as measured.
+    let mut moved = quiet;
+    moved[7] = 4096;
+    assert_eq!(quiet_reading_window(mib, &moved, true, 8), mib);
+    assert_eq!(quiet_reading_window(mib, &quiet, false, 8), mib);
+    assert_eq!(quiet_reading_window(mib, &quiet, true, 0), mib);
+    assert_eq!(quiet_reading_window(mib, &[], true, 8), mib);
+    // Never above the window error kept.
+    assert_eq!(quiet_reading_window(mib, &quiet, true, 4 * mib), mib);
+}
