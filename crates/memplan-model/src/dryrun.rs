@@ -517,7 +517,8 @@ impl DryRun {
             .filter(|k| matches!(k, LayerKind::Sliding(_) | LayerKind::Chunked(_)))
             .count();
         let full_layers;
-        let spec_model = if engine.windows_as_full && windowed > 0 {
+        let windows_as_full = engine.windows_as_full_for(&c.architecture);
+        let spec_model = if windows_as_full && windowed > 0 {
             let mut m = c.clone();
             for k in &mut m.layers {
                 if matches!(k, LayerKind::Sliding(_) | LayerKind::Chunked(_)) {
@@ -544,7 +545,12 @@ impl DryRun {
             extra_weights.push((w, format!("LoRA: {slots} slot(s) of rank {rank} pre-allocated for the QKV/O/gate-up/down projections")));
         }
         let mut notes = vec![c.rule.clone()];
-        if engine.windows_as_full && windowed > 0 {
+        if windows_as_full && !engine.windows_as_full && windowed > 0 {
+            notes.push(format!(
+                "{engine} keeps {} in one pool (`disable_hybrid_swa_memory`): the model's {windowed} sliding-window layers are sized as full-attention layers",
+                c.architecture
+            ));
+        } else if windows_as_full && windowed > 0 {
             notes.push(format!(
                 "{engine} has no sliding-window KV pool: the model's {windowed} sliding-window or chunked layers are sized as full-attention layers (`profile_max_num_token`: kv heads x head dim x every layer)"
             ));

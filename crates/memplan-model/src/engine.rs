@@ -11,7 +11,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use memplan_core::bytes::GIB;
-use memplan_core::kv::{Capacity, KvAllocation, KvSizing, LongRequests, SizingRules};
+use memplan_core::kv::{Capacity, KvAllocation, KvSizing, LongRequests, SizingRules, SwaPools};
 use memplan_core::{Error, Param, Result};
 
 pub mod coefficients;
@@ -203,6 +203,12 @@ pub struct EngineRules {
     /// DoubleSparse pools only in 0.4.4 to 0.4.8) and `profile_max_num_token` sizes a token as
     /// `kv_heads x head_dim x num_hidden_layers x 2 x dtype bytes`.
     pub windows_as_full: bool,
+    /// How a hybrid model's full-attention and sliding-window layers are kept: vLLM's groups,
+    /// or SGLang's two pools split as its release splits them ([`SwaPools`]: up to 0.5.13 the
+    /// tokens given are every layer's, `set_num_tokens_hybrid_swa` read in 0.5.9; from 0.5.14
+    /// they are the full pool's, `HybridSWAPoolConfigurator._solve_pool_sizes` read in 0.5.14,
+    /// 0.5.16, 0.5.19, 0.5.21, 0.5.22 and 0.5.23).
+    pub swa_pools: SwaPools,
 }
 
 const fn v(version: &'static str) -> EngineRules {
@@ -233,6 +239,7 @@ const fn v(version: &'static str) -> EngineRules {
         multimodal_fraction: 1.0,
         multimodal_architectures: &[],
         windows_as_full: false,
+        swa_pools: SwaPools::Groups,
     }
 }
 
@@ -494,6 +501,8 @@ const SGLANG_0_5: EngineRules = EngineRules {
     // max_req_len - 5`: a pool of 7 tokens at least.
     long_requests: LongRequests::CapByPool { least_tokens: 7 },
     coefficients: coefficients::SGLANG,
+    // `model_executor/model_runner_kv_cache_mixin.py` `set_num_tokens_hybrid_swa` (0.5.9).
+    swa_pools: SwaPools::SglangEveryLayer,
     ..v("0.5")
 };
 
@@ -553,8 +562,21 @@ const SGLANG_0_4_4: EngineRules = EngineRules {
     multimodal_fraction: 0.95,
     multimodal_architectures: SGLANG_MULTIMODAL_044,
     windows_as_full: true,
+    swa_pools: SwaPools::Groups,
     ..SGLANG_0_5
 };
+
+/// Architectures whose sliding-window layers SGLang keeps in its one pool as full-attention
+/// layers, its hybrid pools turned off (`disable_hybrid_swa_memory = True`, "Disable hybrid SWA
+/// memory for ... as it is not yet supported"): `ServerArgs._handle_model_specific_adjustments`
+/// in 0.5.9 and 0.5.14, `arg_groups/model_overrides/gemma2_gemma3.py` in 0.5.22 and 0.5.23.
+pub const SGLANG_ONE_POOL_ARCHITECTURES: &[&str] = &[
+    "Gemma2ForCausalLM",
+    "Gemma3ForCausalLM",
+    "Gemma3ForConditionalGeneration",
+    "Gemma3nForCausalLM",
+    "Gemma3nForConditionalGeneration",
+];
 
 /// SGLang releases between memplan's 0.4 rows and its 0.5 rows whose rules it does not hold:
 /// `(first, end)`, `end` excluded. 0.4.9 (read) and 0.4.10.post2 (read) already have a
@@ -585,9 +607,12 @@ pub const SGLANG: &[EngineRules] = &[
     SGLANG_0_5,
     // 0.5.14: only `max_req_len > 0` is asserted (`TpModelWorker.alloc_memory_pool`): a pool of
     // 2 tokens starts. The rest as 0.5.1.
+    // Its hybrid pools take `--max-total-tokens` as the full pool's
+    // (`model_executor/pool_configurator.py` `HybridSWAPoolConfigurator._solve_pool_sizes`).
     EngineRules {
         version: "0.5.14",
         long_requests: LongRequests::CapByPool { least_tokens: 2 },
+        swa_pools: SwaPools::SglangFullPool,
         ..SGLANG_0_5
     },
     // 0.5.23 (the newest on PyPI when read): the default fraction is computed per device
@@ -599,6 +624,7 @@ pub const SGLANG: &[EngineRules] = &[
         computed_static_fraction: true,
         kv_allocation: KvAllocation::PairedKv,
         long_requests: LongRequests::CapByPool { least_tokens: 2 },
+        swa_pools: SwaPools::SglangFullPool,
         ..SGLANG_0_5
     },
 ];
@@ -620,6 +646,15 @@ impl EngineRules {
         }
     }
 
+    /// Whether the engine sizes a model of `architecture`'s sliding-window layers as
+    /// full-attention layers: [`windows_as_full`](Self::windows_as_full), or SGLang's two pools
+    /// turned off for the architectures of [`SGLANG_ONE_POOL_ARCHITECTURES`].
+    pub fn windows_as_full_for(&self, architecture: &str) -> bool {
+        self.windows_as_full
+            || (self.swa_pools != SwaPools::Groups
+                && SGLANG_ONE_POOL_ARCHITECTURES.contains(&architecture))
+    }
+
     /// The newest vLLM release memplan knows (the default engine).
     pub fn newest_vllm() -> &'static EngineRules {
         VLLM.last().expect("table is not empty")
@@ -634,6 +669,7 @@ impl EngineRules {
             .with_pad_attention_pages(self.pad_attention_pages)
             .with_kv_allocation(self.kv_allocation)
             .with_long_requests(self.long_requests)
+            .with_swa_pools(self.swa_pools)
     }
 
     /// Default (`max_num_seqs`, `max_num_batched_tokens`) of the OpenAI API server for a

@@ -143,6 +143,34 @@ impl LongRequests {
     }
 }
 
+/// How the engine keeps a hybrid model's full-attention and sliding-window layers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SwaPools {
+    /// vLLM's KV-cache groups: layers of each kind cut into groups of `group_size` layers, a
+    /// block shared by one layer of every group ([`super::KvSpec::size_with`]'s grouping).
+    #[default]
+    Groups,
+    /// SGLang's two pools, a tensor set for the full-attention layers and one for the
+    /// sliding-window layers (`python/sglang/srt/mem_cache/swa_memory_pool.py`,
+    /// `SWAKVPool.__init__`, read in 0.5.9, 0.5.22 and 0.5.23), each `MHATokenToKVPool`
+    /// layer holding its pool's rows plus a padded page (`_create_buffers`: `size +
+    /// page_size` rows), the sliding pool's rows `swa_full_tokens_ratio` of the full pool's,
+    /// 0.8 by default (`ServerArgs.swa_full_tokens_ratio`, 0.5.9; `fallback=0.8` in
+    /// `srt/arg_groups/fields/schedule.py`, 0.5.22, 0.5.23). Up to 0.5.13 (read in 0.5.9:
+    /// `model_executor/model_runner_kv_cache_mixin.py`, `set_num_tokens_hybrid_swa`) the
+    /// tokens given (`--max-total-tokens`) are what every layer would hold: the full pool
+    /// takes `int(T (F + S) / (F + 0.8 S))`, the sliding one `int(full x 0.8)`, each floored
+    /// to whole pages, no more bytes than every layer holding `T`.
+    SglangEveryLayer,
+    /// SGLang from 0.5.14 (read in 0.5.14, 0.5.16, 0.5.19, 0.5.21, 0.5.22, 0.5.23:
+    /// `model_executor/pool_configurator.py`, `HybridSWAPoolConfigurator._solve_pool_sizes`,
+    /// reached from `--max-total-tokens` by `calculate_pool_sizes_from_max_tokens`): the tokens
+    /// given are the full pool's, floored to whole pages, the sliding pool `int(T x 0.8)`
+    /// floored to whole pages.
+    SglangFullPool,
+}
+
 /// Whether a layer of `g` holds a V beside its K (not MLA's latent, an indexer's keys or a
 /// recurrent state, whose V head dim is 0).
 fn has_v(g: &LayerGroup) -> bool {
@@ -175,6 +203,10 @@ pub struct SizingRules {
     /// refusing.
     #[serde(default)]
     pub long_requests: LongRequests,
+    /// How a hybrid model's full-attention and sliding-window layers are kept (vLLM's groups,
+    /// SGLang's two pools). Plans written before the rule existed read as vLLM's groups.
+    #[serde(default)]
+    pub swa_pools: SwaPools,
 }
 
 impl SizingRules {
@@ -201,6 +233,7 @@ impl SizingRules {
             pad_attention_pages: true,
             kv_allocation: KvAllocation::OneBacking,
             long_requests: LongRequests::Refuse,
+            swa_pools: SwaPools::Groups,
         }
     }
 
@@ -240,6 +273,12 @@ impl SizingRules {
         self.long_requests = rule;
         self
     }
+
+    /// The same rules keeping a hybrid model's layers as `pools` says.
+    pub const fn with_swa_pools(mut self, pools: SwaPools) -> Self {
+        self.swa_pools = pools;
+        self
+    }
 }
 
 impl Default for SizingRules {
@@ -253,6 +292,7 @@ impl Default for SizingRules {
             pad_attention_pages: false,
             kv_allocation: KvAllocation::PerTensor,
             long_requests: LongRequests::Refuse,
+            swa_pools: SwaPools::Groups,
         }
     }
 }

@@ -24,7 +24,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{AttentionKind, Capacity, KvSpec, SizingRules};
+use super::{AttentionKind, Capacity, KvSpec, SizingRules, SwaPools};
 use crate::error::Error;
 use crate::refusal::Param;
 
@@ -117,6 +117,8 @@ struct Layout {
     group_size: u64,
     block_bytes: u64,
     groups: Vec<Group>,
+    /// SGLang's pools from 0.5.14 ([`SwaPools::SglangFullPool`]): see `size_with`.
+    sglang_full_pool: bool,
 }
 
 fn over(what: &str) -> Error {
@@ -147,7 +149,15 @@ impl KvSpec {
             return Err(Error::param(Param::MaxNumBatchedTokens, "must be > 0"));
         }
         let layout = self.layout(rules)?;
-        let num_blocks = budget_bytes / layout.block_bytes;
+        let mut num_blocks = budget_bytes / layout.block_bytes;
+        if layout.sglang_full_pool && num_blocks % 5 == 1 {
+            // SGLang's sliding pool of `n` pages (`n - 1` given, the padded page beside it)
+            // holds `int(0.8 (n - 1))` pages plus its own padded page: at most `0.8 n` pages,
+            // as the block's bytes count it, except where `n` is one more than a multiple of
+            // five, where it holds a fifth of a page more. One block fewer holds no more (one
+            // block alone gives SGLang no token, which it refuses).
+            num_blocks -= 1;
+        }
         let usable_blocks = num_blocks.saturating_sub(1);
         let num_groups = layout.groups.len() as u64;
         let in_flight = in_flight(limits, rules)?;
@@ -200,8 +210,10 @@ impl KvSpec {
         rules: &SizingRules,
     ) -> Result<u64, Error> {
         let layout = self.layout(rules)?;
+        // One block more where SGLang's pools would hold one fewer (see `size_with`).
+        let extra = u64::from(layout.sglang_full_pool && (blocks + 1) % 5 == 1);
         blocks
-            .checked_add(1)
+            .checked_add(1 + extra)
             .and_then(|b| b.checked_mul(layout.block_bytes))
             .ok_or_else(|| {
                 Error::invalid(
@@ -245,8 +257,80 @@ impl KvSpec {
         Ok(types)
     }
 
+    /// Whether the engine keeps this cache in SGLang's two pools ([`SwaPools`]): the rules say
+    /// so, the hybrid manager is on, and the live layers are full attention and sliding
+    /// windows, at least one of each.
+    pub fn in_sglang_pools(&self, rules: &SizingRules) -> bool {
+        let live = || self.groups.iter().filter(|g| g.num_layers > 0);
+        rules.swa_pools != SwaPools::Groups
+            && rules.hybrid_manager
+            && live().any(|g| g.attention == AttentionKind::Full)
+            && live().any(|g| matches!(g.attention, AttentionKind::SlidingWindow { .. }))
+            && live().all(|g| {
+                matches!(
+                    g.attention,
+                    AttentionKind::Full | AttentionKind::SlidingWindow { .. }
+                )
+            })
+    }
+
+    /// SGLang's two pools ([`SwaPools`]) as memplan counts them: one group of pages of
+    /// `block_size` tokens, a block being a page of every layer's rows, the padded page the
+    /// null block (as for SGLang's one pool: `--max-total-tokens` is the usable blocks' tokens).
+    /// A request holds its tokens in the full pool, where the tokens given are served. The
+    /// sliding pool's rows: up to 0.5.13 its share of the bytes of every layer holding the
+    /// tokens given (the full pool holds more rows, the bytes no more: a block is a page of
+    /// every layer), from 0.5.14 `int(0.8 x tokens)` floored to pages (a block is a page of
+    /// the full layers and `ceil(0.8 x)` a page of the sliding ones). `None` where the cache is
+    /// not kept so ([`KvSpec::in_sglang_pools`]).
+    fn sglang_pools(&self, rules: &SizingRules) -> Result<Option<Layout>, Error> {
+        if !self.in_sglang_pools(rules) {
+            return Ok(None);
+        }
+        let (mut full, mut swa, mut page, mut layers) = (0u64, 0u64, 0u64, 0u64);
+        for g in self.groups.iter().filter(|g| g.num_layers > 0) {
+            let p = g.page_bytes(self.dtype, self.block_size)?;
+            let n = u64::from(g.num_layers);
+            let bytes = p
+                .checked_mul(n)
+                .ok_or_else(|| over("block size in bytes"))?;
+            let into = if g.attention == AttentionKind::Full {
+                &mut full
+            } else {
+                &mut swa
+            };
+            *into = into
+                .checked_add(bytes)
+                .ok_or_else(|| over("block size in bytes"))?;
+            page = page.max(p);
+            layers += n;
+        }
+        let full_pool = rules.swa_pools == SwaPools::SglangFullPool;
+        let swa = if full_pool {
+            // SGLang's default `swa_full_tokens_ratio`, 0.8 (see [`SwaPools`]).
+            u64::try_from((u128::from(swa) * 4).div_ceil(5)).map_err(|_| over("block size"))?
+        } else {
+            swa
+        };
+        Ok(Some(Layout {
+            page,
+            group_size: layers,
+            block_bytes: full
+                .checked_add(swa)
+                .ok_or_else(|| over("block size in bytes"))?,
+            groups: vec![Group {
+                attention: AttentionKind::Full,
+                block_size: u64::from(self.block_size),
+            }],
+            sglang_full_pool: full_pool,
+        }))
+    }
+
     /// Page, group size, block bytes and the groups, as the engine forms them.
     fn layout(&self, rules: &SizingRules) -> Result<Layout, Error> {
+        if let Some(l) = self.sglang_pools(rules)? {
+            return Ok(l);
+        }
         let types = self.types(rules)?;
         let bs = u64::from(self.block_size);
         let page = types.iter().map(|t| t.page).max().unwrap_or(0);
@@ -270,6 +354,7 @@ impl KvSpec {
                     attention: types[0].attention,
                     block_size: bs,
                 }],
+                sglang_full_pool: false,
             });
         }
         // Unify pages: scale the block of a divisor page, pad states (and other pages).
@@ -314,6 +399,7 @@ impl KvSpec {
             group_size,
             block_bytes,
             groups,
+            sglang_full_pool: false,
         })
     }
 }

@@ -5,7 +5,7 @@
 //! budget; the arithmetic lives here so that the builder reads as the budget's order.
 
 use memplan_core::bytes::MIB;
-use memplan_core::kv::{AttentionKind, KvAllocation, KvSizing, KvSpec, SizingRules};
+use memplan_core::kv::{AttentionKind, KvAllocation, KvSizing, KvSpec, SizingRules, SwaPools};
 use memplan_core::AllocatorConfig;
 
 /// Upper bound of how far an engine's caching allocator rounds one large request up: PyTorch's
@@ -531,6 +531,70 @@ pub(crate) struct KvTensors {
     /// Bytes a tensor may hold beyond its even share of the blocks (0 where the tensors are
     /// whole pages of the blocks, [`kv_layout`]).
     pub beyond: u64,
+    /// Where set, the tensors are SGLang's two pools of a hybrid model, of two sizes
+    /// ([`SglangPools`]), instead of `count` of an even share.
+    pub pools: Option<SglangPools>,
+}
+
+/// SGLang's two pools of a hybrid model's cache as the plan counts them
+/// ([`memplan_core::kv::SwaPools`]; `python/sglang/srt/mem_cache/swa_memory_pool.py`,
+/// `SWAKVPool.__init__`): `per_layer` tensors (a K and a V up to 0.5.22, one of both in 0.5.23)
+/// for each of `full_layers` full-attention layers, of the full pool's rows plus a padded page,
+/// then the same for each of `swa_layers` sliding-window layers, of the sliding pool's rows
+/// plus a padded page (`MHATokenToKVPool._create_buffers`: `size + page_size` rows). A cache
+/// of `n` blocks is given `(n - 1) x page` tokens (`--max-total-tokens`), which SGLang splits
+/// between the pools by its release's rule ([`SglangPools::rows`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SglangPools {
+    /// The rule of SGLang 0.5.14 on ([`SwaPools::SglangFullPool`]), else up to 0.5.13's.
+    pub full_pool: bool,
+    /// Tokens per page (the block size, SGLang's `--page-size`).
+    pub page: u64,
+    /// Full-attention layers and the bytes a token takes in each of their tensors.
+    pub full: (u64, u64),
+    /// Sliding-window layers and the bytes a token takes in each of their tensors.
+    pub swa: (u64, u64),
+    /// Tensors per layer.
+    pub per_layer: u64,
+}
+
+impl SglangPools {
+    /// `(full, sliding)` rows of the pools (padded page excluded) of a cache of `blocks`
+    /// blocks. SGLang's default `swa_full_tokens_ratio` 0.8 (`ServerArgs`, 0.5.9; the
+    /// `fallback=0.8` of `arg_groups/fields/schedule.py`, 0.5.22) is taken as 4/5: SGLang's
+    /// `int(x * 0.8)` of an integer `x` is `floor(4 x / 5)`, the float 0.8 being a little
+    /// above 4/5 and a product that is not whole being at least 1/5 from one. Up to 0.5.13
+    /// (`set_num_tokens_hybrid_swa` in `model_runner_kv_cache_mixin.py`, 0.5.9) the full pool
+    /// holds `int(T (F + S) / (F + 0.8 S))` of the `T` tokens given, `F` and `S` the full and
+    /// sliding layers' bytes per token; from 0.5.14 (`HybridSWAPoolConfigurator._solve_pool_sizes`
+    /// in `pool_configurator.py`) it holds `T`; the sliding pool `int(full x 0.8)`; each
+    /// floored to whole pages.
+    pub(crate) fn rows(&self, blocks: u64) -> (u64, u64) {
+        let page = self.page.max(1);
+        let tokens = u128::from(blocks.saturating_sub(1)) * u128::from(page);
+        let f = u128::from(self.full.0) * u128::from(self.full.1) * u128::from(self.per_layer);
+        let s = u128::from(self.swa.0) * u128::from(self.swa.1) * u128::from(self.per_layer);
+        let full = if self.full_pool || s == 0 {
+            tokens
+        } else {
+            tokens * (f + s) * 5 / (f * 5 + s * 4)
+        };
+        let full = full / u128::from(page) * u128::from(page);
+        let swa = full * 4 / 5 / u128::from(page) * u128::from(page);
+        let cap = |x: u128| u64::try_from(x).unwrap_or(u64::MAX);
+        (cap(full), cap(swa))
+    }
+
+    /// What the pools' tensors of a cache of `blocks` blocks take from the driver
+    /// ([`footprint`] of each pool's tensors).
+    fn footprint(&self, blocks: u64, g: Granule, a: &AllocatorConfig) -> u64 {
+        let (full, swa) = self.rows(blocks);
+        let pool = |rows: u64, (layers, row): (u64, u64)| {
+            let each = rows.saturating_add(self.page).saturating_mul(row);
+            footprint(each, layers.saturating_mul(self.per_layer), g, a)
+        };
+        pool(full, self.full).saturating_add(pool(swa, self.swa))
+    }
 }
 
 impl KvTensors {
@@ -540,6 +604,7 @@ impl KvTensors {
             count,
             block_bytes: count.saturating_mul(page),
             beyond: 0,
+            pools: None,
         }
     }
 
@@ -560,6 +625,9 @@ impl KvTensors {
     /// not to a multiple of it: a large tensor keeps a whole granule, and only small and
     /// mid-sized ones, which share the allocator's segments, keep less.
     pub(crate) fn footprint(&self, blocks: u64, g: Granule, a: &AllocatorConfig) -> u64 {
+        if let Some(p) = self.pools {
+            return p.footprint(blocks, g, a);
+        }
         let g = match g {
             Granule::Multiple(g) if self.beyond > 0 => Granule::AtMost(g),
             g => g,
@@ -572,6 +640,9 @@ impl KvTensors {
 /// ([`kv_layout`]), else SGLang's per-layer tensors of a hybrid sliding-window cache
 /// ([`swa_pools`]); `None` where neither describes the engine's tensors.
 pub(crate) fn kv_fit_layout(spec: &KvSpec, s: &KvSizing, rules: &SizingRules) -> Option<KvTensors> {
+    if spec.in_sglang_pools(rules) {
+        return sglang_pools(spec, s, rules);
+    }
     match kv_layout(spec, s, rules) {
         Some((tensors, page)) => Some(KvTensors::equal(tensors, page)),
         None => swa_pools(spec, s, rules),
@@ -591,10 +662,11 @@ pub(crate) fn kv_fit_layout(spec: &KvSpec, s: &KvSizing, rules: &SizingRules) ->
 /// (`padded` the same rows aligned to a page). So where every layer has pages of one size (and
 /// K and V of one size where they are apart), every tensor has the same bytes per token.
 ///
-/// memplan sizes this cache with vLLM's grouping (engine-rules.md) and does not model
-/// SGLang's split of the tokens between the two pools (`swa_full_tokens_ratio`,
-/// `set_num_tokens_hybrid_swa` in `model_runner_kv_cache_mixin.py`, 0.5.9; `pool_configurator.py`
-/// `HybridSWAPoolConfigurator`, 0.5.22): both pools are taken to hold the plan's tokens. A
+/// This is the layout where the rules size this cache with vLLM's grouping
+/// ([`SwaPools::Groups`]: rules that do not name SGLang's pools); where they do, the pools are
+/// sized as SGLang sizes them ([`sglang_pools`]). Both pools are taken to hold the plan's
+/// tokens, which bounds either of SGLang's splits (`swa_full_tokens_ratio`: the bytes of every
+/// layer holding them, or fewer). A
 /// pool of the plan's tokens, `(n - 1) / groups x block size` for `n` blocks, plus its padded
 /// page is at most an even share of the `n` blocks' bytes over the tensors (the groups hold
 /// at least every layer, `ceil` of each kind's layers over the group size) plus one page of
@@ -626,6 +698,51 @@ fn swa_pools(spec: &KvSpec, s: &KvSizing, rules: &SizingRules) -> Option<KvTenso
         count,
         block_bytes: s.block_bytes,
         beyond: page / per_layer,
+        pools: None,
+    })
+}
+
+/// SGLang's two pools of a hybrid model where the rules say the engine keeps them
+/// ([`KvSpec::in_sglang_pools`], [`SglangPools`]), its K and V per layer
+/// ([`KvAllocation::SplitKv`], [`KvAllocation::PairedKv`]). `None` (the plan then keeps a
+/// granule per allocation) where the full layers' tensors, or the sliding layers', differ in
+/// size, or K and V differ in size.
+fn sglang_pools(spec: &KvSpec, s: &KvSizing, rules: &SizingRules) -> Option<KvTensors> {
+    let kind = rules.kv_allocation;
+    if !matches!(kind, KvAllocation::SplitKv | KvAllocation::PairedKv) || s.block_bytes == 0 {
+        return None;
+    }
+    let per_layer = kind.equal_tensors_per_layer(&spec.groups)?;
+    let bs = u64::from(spec.block_size).max(1);
+    let (mut full, mut swa) = ((0u64, None), (0u64, None));
+    for g in spec.groups.iter().filter(|g| g.num_layers > 0) {
+        let page = g.page_bytes(spec.dtype, spec.block_size).ok()?;
+        if !page.is_multiple_of(bs * per_layer) {
+            return None;
+        }
+        let row = page / bs / per_layer;
+        let pool = match g.attention {
+            AttentionKind::Full => &mut full,
+            AttentionKind::SlidingWindow { .. } => &mut swa,
+            _ => return None,
+        };
+        if pool.1.is_some_and(|r| r != row) {
+            return None;
+        }
+        *pool = (pool.0 + u64::from(g.num_layers), Some(row));
+    }
+    let count = (full.0 + swa.0).checked_mul(per_layer)?;
+    Some(KvTensors {
+        count,
+        block_bytes: s.block_bytes,
+        beyond: 0,
+        pools: Some(SglangPools {
+            full_pool: rules.swa_pools == SwaPools::SglangFullPool,
+            page: bs,
+            full: (full.0, full.1?),
+            swa: (swa.0, swa.1?),
+            per_layer,
+        }),
     })
 }
 
@@ -642,6 +759,10 @@ fn swa_pools(spec: &KvSpec, s: &KvSizing, rules: &SizingRules) -> Option<KvTenso
 /// equal halves, one layer per tensor (SGLang's pools share no tensor between layers, so one
 /// KV-cache group only); `None` where K and V differ in size or layers split differently.
 pub(crate) fn kv_layout(spec: &KvSpec, s: &KvSizing, rules: &SizingRules) -> Option<(u64, u64)> {
+    if spec.in_sglang_pools(rules) {
+        // SGLang's two pools: tensors of two sizes ([`sglang_pools`]), not whole pages.
+        return None;
+    }
     let whole_pages = |tensors: u64| {
         (s.page_bytes > 0 && s.group_size.checked_mul(s.page_bytes) == Some(s.block_bytes))
             .then_some((

@@ -299,7 +299,8 @@ fn sliding_window_pools_are_tensors_of_one_size_per_layer() {
         KvTensors {
             count: 52,
             block_bytes: 4 * 16_384,
-            beyond: 8_192
+            beyond: 8_192,
+            pools: None,
         }
     );
     let one = kv_fit_layout(&spec, &s, &paired).unwrap();
@@ -403,4 +404,69 @@ fn pools_sglang_builds_otherwise_keep_no_layout() {
         kv_fit_layout(&gemma3_1b(), &s, &vllm),
         Some(KvTensors::equal(4, 16_384))
     );
+}
+
+/// The same layers kept in SGLang's two pools (`SWAKVPool`, [`SglangPools`]), sized as SGLang
+/// splits the tokens it is given, worked by hand from its formulas: a token takes 2 x 256 x
+/// 2 B = 1 KiB of a layer, 512 B of each of its K and V; a cache of 1,001 pages of 16 tokens
+/// is given 16,000 tokens.
+#[test]
+fn sglang_pools_hold_the_rows_sglang_gives_them() {
+    use memplan_core::kv::{KvLimits, SwaPools};
+    let spec = gemma3_1b();
+    let limits = KvLimits::new(2048, 2048);
+    let rules = |pools| {
+        SizingRules::default()
+            .with_kv_allocation(KvAllocation::SplitKv)
+            .with_swa_pools(pools)
+    };
+    // From 0.5.14 (`HybridSWAPoolConfigurator._solve_pool_sizes`): the full pool holds the
+    // 16,000, the sliding one int(16,000 x 0.8) = 12,800; each a page more.
+    let new = rules(SwaPools::SglangFullPool);
+    let s = spec.size_with(0, &limits, &new).unwrap();
+    // A block: a page of the 4 full layers (64 KiB) and ceil(0.8 x) a page of the 22 sliding
+    // ones (ceil(0.8 x 360,448) = 288,359 B).
+    assert_eq!((s.block_bytes, s.num_groups), (353_895, 1));
+    assert_eq!(kv_layout(&spec, &s, &new), None);
+    let t = kv_fit_layout(&spec, &s, &new).unwrap();
+    let p = t.pools.unwrap();
+    assert_eq!((t.count, p.rows(1_001)), (52, (16_000, 12_800)));
+    let g = Granule::Multiple(2 * MIB);
+    assert_eq!(
+        t.footprint(1_001, g, &D),
+        tensors_footprint(16_016 * 512, 8, g) + tensors_footprint(12_816 * 512, 44, g)
+    );
+    // Up to 0.5.13 (`set_num_tokens_hybrid_swa`): the 16,000 are every layer's; the full pool
+    // holds int(16,000 x (4 + 22) KiB / ((4 + 0.8 x 22) KiB)) = 19,259, floored to 19,248,
+    // the sliding one int(19,248 x 0.8) = 15,398, floored to 15,392.
+    let old = rules(SwaPools::SglangEveryLayer);
+    let s = spec.size_with(0, &limits, &old).unwrap();
+    assert_eq!((s.block_bytes, s.num_groups), (26 * 16_384, 1));
+    let t = kv_fit_layout(&spec, &s, &old).unwrap();
+    assert_eq!(t.pools.unwrap().rows(1_001), (19_248, 15_392));
+    assert_eq!(
+        t.footprint(1_001, g, &D),
+        tensors_footprint(19_264 * 512, 8, g) + tensors_footprint(15_408 * 512, 44, g)
+    );
+    // Whatever the count the plan sizes, the pools' bytes are within its blocks' bytes.
+    for (rules, t) in [
+        (
+            new,
+            kv_fit_layout(&spec, &spec.size_with(0, &limits, &new).unwrap(), &new),
+        ),
+        (old, Some(t)),
+    ] {
+        let t = t.unwrap();
+        let p = t.pools.unwrap();
+        for budget in [1u64, 2, 7, 100, 1_001, 12_345, 188_025].map(|n| n * t.block_bytes) {
+            let n = spec.size_with(budget, &limits, &rules).unwrap().num_blocks;
+            if n == 0 {
+                // No cache (one block would give SGLang no token): nothing allocated.
+                continue;
+            }
+            let (full, swa) = p.rows(n);
+            let bytes = (full + 16) * 1_024 * 4 + (swa + 16) * 1_024 * 22;
+            assert!(bytes <= n * t.block_bytes, "{n} blocks: {bytes}");
+        }
+    }
 }

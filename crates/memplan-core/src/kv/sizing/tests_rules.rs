@@ -23,6 +23,7 @@ const V0_34: SizingRules = SizingRules {
     pad_attention_pages: true,
     kv_allocation: crate::kv::KvAllocation::OneBacking,
     long_requests: crate::kv::LongRequests::Refuse,
+    swa_pools: crate::kv::SwaPools::Groups,
 };
 
 fn limits(len: u64, batched: u64) -> KvLimits {
@@ -206,4 +207,96 @@ fn pages_that_do_not_divide_are_padded_only_by_later_engines() {
     let z = spec.size(GIB, &limits(4096, 2048)).unwrap();
     // Full: 4096 / 16 = 256; sliding: cdiv(min(511 + 2048, 4096), 32) + 1 = 81.
     assert_eq!(z.blocks_per_request, 256 + 81);
+}
+
+/// gemma-3-4b's layers (29 sliding with a 1024-token window, 5 full; 4 KV heads of 256) in
+/// fp8 with 32-token pages, kept in SGLang's two pools (`SWAKVPool`), worked by hand from
+/// SGLang's formulas. A layer's page: 2 x 32 x 4 x 256 = 64 KiB (F = 5 x 64 KiB = 320 KiB,
+/// S = 29 x 64 KiB = 1,856 KiB a page).
+#[test]
+fn sglang_pools_of_a_hybrid_model() {
+    use crate::kv::{KvAllocation, LongRequests, SwaPools};
+    let spec = KvSpec {
+        groups: vec![
+            group(AttentionKind::SlidingWindow { window: 1024 }, 29, 4, 256),
+            group(AttentionKind::Full, 5, 4, 256),
+        ],
+        dtype: KvDtype::Fp8E4m3,
+        block_size: 32,
+    };
+    let sglang = |pools| {
+        SizingRules::default()
+            .with_kv_allocation(KvAllocation::SplitKv)
+            .with_long_requests(LongRequests::CapByPool { least_tokens: 2 })
+            .with_swa_pools(pools)
+    };
+    let budget = 2_000_000_000;
+    // vLLM's groups: 5 + 29 layers in groups of 5 (1 + 6), a block 5 pages = 320 KiB holding
+    // 32 / 7 tokens.
+    let v = spec
+        .size_with(budget, &limits(8192, 2048), &sglang(SwaPools::Groups))
+        .unwrap();
+    assert_eq!(
+        (v.block_bytes, v.num_groups, v.num_blocks),
+        (327_680, 7, 6_103)
+    );
+    assert_eq!(v.tokens, 871 * 32);
+    // Up to 0.5.13 (`set_num_tokens_hybrid_swa`): the tokens given are every layer's, a page
+    // of every layer a block: 34 x 64 KiB = 2,228,224 B; 897 pages, 896 usable: 28,672 tokens,
+    // a request of 8,192 tokens 256 pages of the full pool.
+    let old = spec
+        .size_with(
+            budget,
+            &limits(8192, 2048),
+            &sglang(SwaPools::SglangEveryLayer),
+        )
+        .unwrap();
+    assert_eq!(
+        (old.block_bytes, old.num_groups, old.num_blocks),
+        (2_228_224, 1, 897)
+    );
+    assert_eq!((old.tokens, old.blocks_per_request), (28_672, 256));
+    // From 0.5.14 (`_solve_pool_sizes`): the tokens given are the full pool's, the sliding
+    // pool's 0.8 of them: a block is F + ceil(0.8 S) = 327,680 + 1,520,436 = 1,848,116 B;
+    // 2e9 / 1,848,116 = 1,082 pages (1,081 usable: 34,592 tokens). The sliding pool of those
+    // holds int(0.8 x 1,081) = 864 pages and its padded page, 865 <= 0.8 x 1,082.
+    let new = spec
+        .size_with(
+            budget,
+            &limits(8192, 2048),
+            &sglang(SwaPools::SglangFullPool),
+        )
+        .unwrap();
+    assert_eq!(
+        (new.block_bytes, new.num_groups, new.num_blocks),
+        (1_848_116, 1, 1_082)
+    );
+    assert_eq!(new.tokens, 34_592);
+    // 1,001 pages would give the sliding pool int(0.8 x 1,000) + 1 = 801 pages, more than 0.8
+    // of 1,001 (800.8): a budget of 1,001 blocks sizes 1,000.
+    let at = |n: u64| {
+        spec.size_with(
+            n * 1_848_116,
+            &limits(8192, 2048),
+            &sglang(SwaPools::SglangFullPool),
+        )
+        .unwrap()
+        .num_blocks
+    };
+    assert_eq!((at(1_000), at(1_001), at(1_002)), (1_000, 1_000, 1_002));
+    // ... and a budget for 1,000 usable blocks keeps room for 1,002.
+    assert_eq!(
+        spec.budget_for_usable_blocks_with(1_000, &sglang(SwaPools::SglangFullPool))
+            .unwrap(),
+        1_002 * 1_848_116
+    );
+    // The hybrid manager off (every layer sized as full attention): vLLM's rule stands.
+    let off = spec
+        .size_with(
+            budget,
+            &limits(8192, 2048),
+            &sglang(SwaPools::SglangFullPool).with_hybrid_manager(false),
+        )
+        .unwrap();
+    assert_eq!(off.block_bytes, 2_228_224);
 }
