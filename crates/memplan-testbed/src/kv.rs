@@ -96,14 +96,23 @@
 //! layers, each an `MHATokenToKVPool`), so the engine still allocates a K and a V tensor per
 //! layer, twice the model's layers in all (gemma-3-4b: 68, where vLLM 0.19.0 allocates 5);
 //! 0.5.23 keeps the same two pools, a tensor per layer in each (34).
-//! A setup may have its engine allocate K and V apart ([`EngineKv::k_and_v_apart`]), the rest
-//! of its arithmetic (pages, grouping, tokens) still vLLM 0.19.0's: the bytes of a hybrid
-//! model's cache are vLLM's, spread over SGLang's tensors (two per layer, of as near one size
-//! as bytes allow). SGLang sizes the two pools apart (`model_executor/pool_configurator.py`,
-//! `_solve_pool_sizes`: the sliding layers' rows `swa_full_tokens_ratio`, 0.8 by default, of
-//! the full layers'), which the test-bed does not model, as the planner does not
-//! (`docs/engine-rules.md`): the full layers' tensors are larger than the sliding layers'
-//! there, while here every tensor is one size; each is rounded by the allocator either way.
+//! A setup may have its engine allocate K and V apart ([`EngineKv::k_and_v_apart`]) or paired
+//! ([`EngineKv::paired`]), the rest of its arithmetic (pages, grouping, tokens) still vLLM
+//! 0.19.0's, but for a hybrid model's two pools ([`SwaPools`]): SGLang is given the tokens the
+//! plan's blocks hold, as `--emit-args` writes them (`--max-total-tokens`), and sizes the two
+//! pools itself, the sliding layers' rows `swa_full_tokens_ratio`, 0.8 by default, of the full
+//! layers'. How it reads the tokens given changed ([`SwaSplit`]): up to 0.5.13 (read in 0.5.9,
+//! `model_executor/model_runner_kv_cache_mixin.py`, `set_num_tokens_hybrid_swa`) they are what
+//! every layer would hold and the full pool gets more, the bytes the same; from 0.5.14
+//! (`model_executor/pool_configurator.py`, `HybridSWAPoolConfigurator._solve_pool_sizes`,
+//! read in 0.5.14 to 0.5.23) they are the full pool's and the sliding pool holds 0.8 of them,
+//! fewer bytes than every layer holding them. The setup's SGLang release, the one its start
+//! rule names ([`swa_split`]), picks the rule. Each tensor is rounded by the allocator.
+//! Not modelled: a sliding pool that cannot hold one window and a page, which 0.5.22 refuses
+//! (`MemoryPoolConfigurator.validate_swa_pool_size`), and the models whose hybrid pools SGLang
+//! turns off (`disable_hybrid_swa_memory`: Gemma 2 and 3 among them, 0.5.9
+//! `ServerArgs._handle_model_specific_adjustments`, 0.5.22
+//! `arg_groups/model_overrides/gemma2_gemma3.py`), which keep every layer in one pool.
 
 use crate::scenario::{KvAttention, KvGroupToml, KvToml};
 
@@ -187,8 +196,163 @@ pub struct EngineKv {
     pub pad: u64,
     /// Where not 0, the engine allocates the cache's bytes (`tensors`' pages of every block)
     /// as this many tensors of as near one size as bytes allow, instead of `tensors`: SGLang's
-    /// K and V of every layer of a hybrid model ([`EngineKv::k_and_v_apart`]).
+    /// K and V of every layer of a hybrid model where the setup names no SGLang release
+    /// ([`EngineKv::k_and_v_apart`]).
     pub spread: u64,
+    /// Where set, the engine allocates SGLang's two pools of a hybrid model instead of
+    /// `tensors` ([`SwaPools`]; [`EngineKv::k_and_v_apart`], [`EngineKv::paired`]).
+    pub swa: Option<SwaPools>,
+}
+
+/// How SGLang splits the tokens it is given (`--max-total-tokens`) between the pool of a
+/// hybrid model's full-attention layers and the pool of its sliding-window layers, the
+/// sliding pool holding `swa_full_tokens_ratio` of the full pool's tokens (0.8 by default:
+/// `ServerArgs.swa_full_tokens_ratio` in `srt/server_args.py`, 0.5.9; the `fallback=0.8` of
+/// `swa_full_tokens_ratio` in `srt/arg_groups/fields/schedule.py`, 0.5.22 and 0.5.23).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum SwaSplit {
+    /// SGLang 0.5.9 (`model_executor/model_runner_kv_cache_mixin.py`, `init_memory_pool` then
+    /// `set_num_tokens_hybrid_swa`): the tokens, capped by `--max-total-tokens`, are what
+    /// every layer would hold (`cell_size` counts every layer once); the full pool holds
+    /// `full = int(tokens x (F n_full + S n_swa) / (F n_full + 0.8 S n_swa))` and the sliding
+    /// pool `int(full x 0.8)`, each floored to whole pages; the engine then serves `full`.
+    MeanTokens,
+    /// SGLang 0.5.14 on (read in 0.5.14, 0.5.16, 0.5.19, 0.5.21, 0.5.22 and 0.5.23:
+    /// `model_executor/pool_configurator.py`, `HybridSWAPoolConfigurator._solve_pool_sizes`,
+    /// reached from `--max-total-tokens` through `calculate_pool_sizes_from_max_tokens`;
+    /// `cell_size` is `F n_full + 0.8 S n_swa`): the tokens are the full pool's, floored to
+    /// whole pages, the sliding pool `int(full x 0.8)` floored to whole pages.
+    FullTokens,
+}
+
+/// SGLang's `swa_full_tokens_ratio` default, 0.8, as `(numerator, denominator)`. SGLang
+/// multiplies by the float 0.8, whose double is a little above 4/5, so `int(x * 0.8)` of an
+/// integer `x` is `floor(4 x / 5)` (a product that is exactly an integer rounds to it, and any
+/// other is at least 1/5 from one).
+const SWA_FULL_TOKENS_RATIO: (u64, u64) = (4, 5);
+
+/// SGLang's pools of a hybrid model (`python/sglang/srt/mem_cache/swa_memory_pool.py`,
+/// `SWAKVPool.__init__`, read in 0.5.9, 0.5.22 and 0.5.23): a pool of `size` rows for the
+/// full-attention layers, then one of `size_swa` rows for the sliding-window layers, each an
+/// `MHATokenToKVPool` whose every layer has `size + page_size` rows (`_create_buffers`:
+/// `torch.zeros((size + page_size, head_num, head_dim))`), as a K and a V tensor per layer
+/// (all the pool's K, then all its V, up to 0.5.22) or one tensor of both (0.5.23).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SwaPools {
+    /// How the tokens given are split.
+    pub split: SwaSplit,
+    /// SGLang's page, the scenario's block size (`--page-size`).
+    pub page: u64,
+    /// Bytes one token takes in each full-attention layer, in layer order.
+    pub full: Vec<u64>,
+    /// Bytes one token takes in each sliding-window layer, in layer order.
+    pub swa: Vec<u64>,
+    /// Tensors per layer: 2 (K and V apart), 1 (paired).
+    pub per_layer: u64,
+}
+
+/// The split of the SGLang release the setup's engine starts as
+/// ([`crate::scenario::StartRule`]): 0.5.1 to 0.5.13 (the rule read in 0.5.9)
+/// [`SwaSplit::MeanTokens`], 0.5.14 on [`SwaSplit::FullTokens`]; `None` for an engine that
+/// names no SGLang release (a hybrid cache allocated as SGLang's tensors keeps vLLM's bytes,
+/// spread over them: [`EngineKv::spread`]).
+pub fn swa_split(rule: crate::scenario::StartRule) -> Option<SwaSplit> {
+    use crate::scenario::StartRule;
+    match rule {
+        StartRule::Sglang051 => Some(SwaSplit::MeanTokens),
+        StartRule::Sglang0514 => Some(SwaSplit::FullTokens),
+        StartRule::Vllm => None,
+    }
+}
+
+impl SwaPools {
+    /// The pools of `kv` (full-attention and sliding-window layers only, `None` otherwise or
+    /// for a dtype the engine does not know) split by `split`, `per_layer` tensors a layer.
+    pub fn of(kv: &KvToml, split: SwaSplit, per_layer: u64) -> Option<Self> {
+        let dtype = kv.dtype.to_ascii_lowercase();
+        let (mut full, mut swa) = (Vec::new(), Vec::new());
+        for g in kv.layer_groups().ok()? {
+            if g.layers == 0 {
+                continue;
+            }
+            let t = token_bytes(&g, &dtype)?;
+            if !t.is_multiple_of(per_layer.max(1)) {
+                return None;
+            }
+            let into = match g.attention {
+                KvAttention::Full => &mut full,
+                KvAttention::Sliding => &mut swa,
+                KvAttention::Mla => return None,
+            };
+            into.extend(std::iter::repeat_n(t, g.layers as usize));
+        }
+        Some(SwaPools {
+            split,
+            page: u64::from(kv.block_size.max(1)),
+            full,
+            swa,
+            per_layer,
+        })
+    }
+
+    /// `(full, sliding)` rows of the two pools (before each pool's padded page) for `tokens`
+    /// given as `--max-total-tokens` (see [`SwaSplit`]).
+    pub fn rows(&self, tokens: u64) -> Option<(u64, u64)> {
+        let page = self.page.max(1);
+        let floor_page = |x: u64| x / page * page;
+        let (num, den) = SWA_FULL_TOKENS_RATIO;
+        let f: u64 = self.full.iter().try_fold(0u64, |a, b| a.checked_add(*b))?;
+        let s: u64 = self.swa.iter().try_fold(0u64, |a, b| a.checked_add(*b))?;
+        if f == 0 {
+            // Every layer sliding: one pool of the tokens (`_solve_pool_sizes`'s all-SWA
+            // branch; `set_num_tokens_hybrid_swa`'s, 0.5.9).
+            return Some((0, floor_page(tokens)));
+        }
+        let full = match self.split {
+            SwaSplit::FullTokens => tokens,
+            SwaSplit::MeanTokens => {
+                // int(tokens * (F + S) / (F + 0.8 S)), in exact fractions.
+                let top = u128::from(tokens) * u128::from(f.checked_add(s)?) * u128::from(den);
+                let bottom = u128::from(f) * u128::from(den) + u128::from(s) * u128::from(num);
+                u64::try_from(top / bottom).ok()?
+            }
+        };
+        let full = floor_page(full);
+        let swa =
+            floor_page(u64::try_from(u128::from(full) * u128::from(num) / u128::from(den)).ok()?);
+        Some((full, swa))
+    }
+
+    /// The tensors of the pools for `tokens` given, in the order SGLang allocates them:
+    /// `(how many, bytes of each)`.
+    fn tensors(&self, tokens: u64) -> Option<Vec<(u64, u64)>> {
+        let (full, swa) = self.rows(tokens)?;
+        let mut runs = Vec::new();
+        for (rows, layers) in [(full, &self.full), (swa, &self.swa)] {
+            if layers.is_empty() {
+                continue;
+            }
+            let rows = rows.checked_add(self.page)?;
+            let each: Vec<u64> = layers
+                .iter()
+                .map(|t| rows.checked_mul(*t / self.per_layer.max(1)))
+                .collect::<Option<_>>()?;
+            // K of every layer, then V of every layer (K and V apart); one per layer paired.
+            for _ in 0..self.per_layer.max(1) {
+                runs.extend(each.iter().map(|b| (1, *b)));
+            }
+        }
+        Some(runs)
+    }
+
+    /// Tokens the engine serves: the full pool's (`max_total_num_tokens = full`), or the
+    /// sliding pool's where every layer slides.
+    fn served(&self, tokens: u64) -> u64 {
+        self.rows(tokens).map_or(
+            0,
+            |(full, swa)| if self.full.is_empty() { swa } else { full },
+        )
+    }
 }
 
 impl EngineKv {
@@ -233,6 +397,7 @@ impl EngineKv {
                 per_request: vec![(first.window, block_size, 1)],
                 pad: 1,
                 spread: 0,
+                swa: None,
             });
         }
         let full_like = |s: &Spec| matches!(s.attention, KvAttention::Full | KvAttention::Mla);
@@ -250,6 +415,7 @@ impl EngineKv {
                 per_request: vec![(first.window, block_size, 1)],
                 pad: 1,
                 spread: 0,
+                swa: None,
             });
         }
         // `unify_kv_cache_spec_page_size`: the smaller pages take bigger blocks.
@@ -282,15 +448,19 @@ impl EngineKv {
             per_request,
             pad: 1,
             spread: 0,
+            swa: None,
         })
     }
 
     /// The layout of the engine of `setup`: [`EngineKv::of`] its scenario's cache, as one
     /// backing allocation where the setup's engine allocates so
-    /// ([`crate::Setup::kv_allocation`]).
+    /// ([`crate::Setup::kv_allocation`]), as SGLang's tensors where it allocates K and V per
+    /// layer, a hybrid model's in two pools split by the setup's SGLang release
+    /// ([`swa_split`]).
     pub fn of_setup(setup: &crate::Setup) -> Option<Self> {
         use memplan_core::kv::KvAllocation;
         let kv = EngineKv::of(&setup.scenario.kv)?;
+        let split = swa_split(setup.start_rule);
         match setup.kv_allocation {
             KvAllocation::OneBacking if on_rocm(setup) => {
                 kv.one_backing().map(|k| k.padded(ROCM_BACKING_PAGE))
@@ -298,8 +468,8 @@ impl EngineKv {
             KvAllocation::OneBacking => kv.one_backing(),
             KvAllocation::PerTensor => Some(kv),
             // SGLang 0.5.23: K and V of one shape are halves of one tensor per layer.
-            KvAllocation::PairedKv => Some(kv.paired(&setup.scenario.kv)),
-            KvAllocation::SplitKv => kv.k_and_v_apart(&setup.scenario.kv),
+            KvAllocation::PairedKv => kv.paired(&setup.scenario.kv, split),
+            KvAllocation::SplitKv => kv.k_and_v_apart(&setup.scenario.kv, split),
         }
     }
 
@@ -307,10 +477,10 @@ impl EngineKv {
     /// tensor for every layer with K and V (not MLA's latent). Where each tensor is one layer's
     /// (one group), each becomes two of half its pages. A hybrid model's tensors are shared by
     /// one layer of every group (vLLM's grouping), which SGLang does not do: it keeps a pool
-    /// per kind of layer and a K and a V per layer in each (`SWAKVPool`), so the cache's bytes
-    /// are spread over two tensors per layer ([`EngineKv::spread`]). `None` where MLA and other
-    /// layers share the cache (SGLang pools them apart, not modelled here).
-    pub fn k_and_v_apart(mut self, kv: &KvToml) -> Option<Self> {
+    /// per kind of layer and a K and a V per layer in each, the tokens split between them by
+    /// `split` ([`SwaPools`]). `None` where MLA and other layers share the cache (SGLang pools
+    /// them apart, not modelled here).
+    pub fn k_and_v_apart(mut self, kv: &KvToml, split: Option<SwaSplit>) -> Option<Self> {
         let groups = kv.layer_groups().ok()?;
         let mla = groups
             .iter()
@@ -326,11 +496,16 @@ impl EngineKv {
             return None;
         }
         if self.groups > 1 {
-            let layers = groups
-                .iter()
-                .try_fold(0u64, |a, g| a.checked_add(u64::from(g.layers)))?;
-            self.spread = layers.checked_mul(2)?;
-            return Some(self);
+            match split {
+                Some(split) => return SwaPools::of(kv, split, 2).map(|p| self.in_pools(p)),
+                None => {
+                    let layers = groups
+                        .iter()
+                        .try_fold(0u64, |a, g| a.checked_add(u64::from(g.layers)))?;
+                    self.spread = layers.checked_mul(2)?;
+                    return Some(self);
+                }
+            }
         }
         self.tensors = self
             .tensors
@@ -343,19 +518,34 @@ impl EngineKv {
     /// The same cache allocated as SGLang 0.5.23 does (see the module): one tensor per layer,
     /// K and V its halves. That is vLLM's layout where each tensor is one layer's (one group);
     /// a hybrid model's cache (no MLA layer: SGLang pools the latent apart, not modelled here)
-    /// is spread over a tensor per layer ([`EngineKv::spread`]), as `SWAKVPool` keeps a pool
-    /// per kind of layer instead of vLLM's tensors shared by one layer of every group.
-    pub fn paired(mut self, kv: &KvToml) -> Self {
+    /// is a tensor per layer in two pools, the tokens split between them by `split`
+    /// ([`SwaPools`]), instead of vLLM's tensors shared by one layer of every group.
+    pub fn paired(mut self, kv: &KvToml, split: Option<SwaSplit>) -> Option<Self> {
         let Ok(groups) = kv.layer_groups() else {
-            return self;
+            return Some(self);
         };
         let mla = groups
             .iter()
             .any(|g| g.layers > 0 && g.attention == KvAttention::Mla);
-        let layers = groups.iter().map(|g| u64::from(g.layers)).sum::<u64>();
         if self.groups > 1 && !mla {
-            self.spread = layers;
+            match split {
+                Some(split) => return SwaPools::of(kv, split, 1).map(|p| self.in_pools(p)),
+                None => self.spread = groups.iter().map(|g| u64::from(g.layers)).sum::<u64>(),
+            }
         }
+        Some(self)
+    }
+
+    /// The same cache kept in SGLang's two pools `p` ([`SwaPools`]): SGLang counts a pool as
+    /// one of pages of `page` tokens, a block here, the padded page the null block (as
+    /// `--emit-args` counts it: `--max-total-tokens` is the usable blocks' tokens), and a request
+    /// holds its tokens in the full pool, where they are served.
+    fn in_pools(mut self, p: SwaPools) -> Self {
+        self.block_size = p.page;
+        self.groups = 1;
+        self.per_request = vec![(None, p.page, 1)];
+        self.spread = 0;
+        self.swa = Some(p);
         self
     }
 
@@ -374,6 +564,7 @@ impl EngineKv {
         let bytes_per_block = self.block_bytes()?;
         self.tensors = vec![(bytes_per_block, 1)];
         self.spread = 0;
+        self.swa = None;
         Some(self)
     }
 
@@ -386,6 +577,9 @@ impl EngineKv {
 
     /// Tensors the engine allocates.
     pub fn tensor_count(&self) -> u64 {
+        if let Some(p) = &self.swa {
+            return (p.full.len() as u64 + p.swa.len() as u64).saturating_mul(p.per_layer);
+        }
         if self.spread > 0 {
             return self.spread;
         }
@@ -399,6 +593,15 @@ impl EngineKv {
 
     /// The tensors of `blocks` blocks, in order: `(how many, bytes of each)`.
     pub fn tensor_runs(&self, blocks: u64) -> Option<Vec<(u64, u64)>> {
+        if let Some(p) = &self.swa {
+            // SGLang is given the tokens the plan's blocks hold (`--max-total-tokens`, what
+            // `--emit-args` writes) and allocates its two pools for them.
+            return p
+                .tensors(self.given_tokens(blocks))?
+                .into_iter()
+                .map(|(n, b)| Some((n, self.pad_up(b)?)))
+                .collect();
+        }
         let total = self.block_bytes()?.checked_mul(blocks)?;
         if let (Some(each), Some(more)) = (
             total.checked_div(self.spread),
@@ -428,7 +631,20 @@ impl EngineKv {
     /// Tokens the cache of `blocks` blocks serves: the null block excluded, the rest shared
     /// by the groups (vLLM 0.19.0 `_report_kv_cache_config`: `num_blocks //
     /// len(kv_cache_groups) * min_block_size`).
+    /// SGLang's pools of a hybrid model serve their full pool's tokens ([`SwaPools`]: more
+    /// than the blocks hold where the tokens given are every layer's, [`SwaSplit::MeanTokens`]).
     pub fn tokens(&self, blocks: u64) -> u64 {
+        let given = self.given_tokens(blocks);
+        match &self.swa {
+            Some(p) => p.served(given),
+            None => given,
+        }
+    }
+
+    /// The tokens `blocks` blocks hold by vLLM 0.19.0's count (see [`EngineKv::tokens`]), for
+    /// SGLang's pools the usable pages' tokens ([`EngineKv::in_pools`]): what the plan gives
+    /// SGLang as `--max-total-tokens`.
+    fn given_tokens(&self, blocks: u64) -> u64 {
         (blocks.saturating_sub(1) / self.groups.max(1)).saturating_mul(self.block_size)
     }
 
@@ -465,7 +681,12 @@ impl EngineKv {
     /// bisect.
     pub fn blocks_within(&self, room: u64, taken: impl Fn(u64) -> Option<u64>) -> u64 {
         let fits = |blocks: u64| taken(blocks).is_some_and(|t| t <= room);
-        let per_block = self.block_bytes().unwrap_or(u64::MAX).max(1);
+        // SGLang's pools take less than vLLM's pages for the blocks' tokens where the sliding
+        // pool holds fewer ([`SwaSplit::FullTokens`]): search up to a block a byte there.
+        let per_block = match self.swa {
+            Some(_) => 1,
+            None => self.block_bytes().unwrap_or(u64::MAX).max(1),
+        };
         let (mut lo, mut hi) = (0u64, room / per_block);
         while lo < hi {
             let mid = lo + (hi - lo).div_ceil(2);
@@ -551,7 +772,10 @@ mod tests {
         // 2 * 8 * 128 * 2 = 4 KiB, its K and its V 2 KiB each, 64 tensors of `rows x 2 KiB`.
         let kv = KvToml::one_group("bf16", KvAttention::Full, 1, (32, 8, 128), 8192);
         let k = EngineKv::of(&kv).unwrap();
-        let apart = k.clone().k_and_v_apart(&kv).unwrap();
+        let apart = k
+            .clone()
+            .k_and_v_apart(&kv, Some(SwaSplit::FullTokens))
+            .unwrap();
         assert_eq!(apart.tensors, vec![(2 << 10, 64)]);
         assert_eq!(
             apart.tensor_runs(1_000),
@@ -562,17 +786,20 @@ mod tests {
         // MLA: one `kv_buffer` per layer.
         let mla = KvToml::one_group("bf16", KvAttention::Mla, 1, (27, 1, 576), 8192);
         let m = EngineKv::of(&mla).unwrap();
-        assert_eq!(m.clone().k_and_v_apart(&mla), Some(m));
+        assert_eq!(
+            m.clone().k_and_v_apart(&mla, Some(SwaSplit::MeanTokens)),
+            Some(m)
+        );
     }
 
-    /// gemma-3-4b (34 layers: 29 sliding with a 1024-token window, 5 full; 4 KV heads of 256)
-    /// in fp8 with 32-token blocks, as SGLang 0.5.22 allocates it: `SWAKVPool` keeps a pool of
-    /// the 5 full layers and one of the 29 sliding ones, each a K and a V tensor per layer, 68
-    /// tensors, not the 5 vLLM shares across its 7 groups (nor 10 halves of them); 0.5.23 one
-    /// per layer, 34. The bytes, blocks and tokens stay vLLM's; each tensor is rounded by the
-    /// allocator.
+    /// gemma-3-4b's layers (34: 29 sliding with a 1024-token window, 5 full; 4 KV heads of 256)
+    /// in fp8 with 32-token blocks, as SGLang's `SWAKVPool` allocates them: a pool of the 5 full
+    /// layers and one of the 29 sliding ones, each a K and a V tensor per layer up to 0.5.22
+    /// (68 tensors, not the 5 vLLM shares across its 7 groups), one per layer in 0.5.23 (34).
+    /// SGLang is given the usable pages' tokens; the rows of each pool are its split of them,
+    /// worked by hand from its formulas (see [`SwaSplit`]).
     #[test]
-    fn sglang_allocates_a_hybrid_models_k_and_v_per_layer() {
+    fn sglang_allocates_a_hybrid_models_two_pools() {
         let g = KvToml {
             block_size: 32,
             ..hybrid(
@@ -592,42 +819,81 @@ mod tests {
         let k = EngineKv::of(&g).unwrap();
         // Pages of 2 * 32 * 4 * 256 = 64 KiB; 29 >= 1.5 * 5: group_size 5, 1 + 6 groups.
         assert_eq!((k.tensors.clone(), k.groups), (vec![(64 << 10, 5)], 7));
-        let apart = k.clone().k_and_v_apart(&g).unwrap();
-        assert_eq!(apart.tensor_count(), 68);
         let blocks = 1_001;
-        let bytes = blocks * 5 * (64 << 10);
-        // 1,001 blocks of 320 KiB over 68 tensors: 4,823,642 bytes each, 24 bytes left over.
-        assert_eq!(
-            apart.tensor_runs(blocks),
-            Some(vec![(24, 4_823_643), (44, 4_823_642)])
-        );
-        assert_eq!(apart.total_bytes(blocks), Some(bytes));
-        assert_eq!(apart.total_bytes(blocks), k.total_bytes(blocks));
-        assert_eq!(apart.tokens(blocks), k.tokens(blocks));
-        assert_eq!(
-            apart.blocks_per_request(4_096, 2_048),
-            k.blocks_per_request(4_096, 2_048)
-        );
-        // Each tensor rounded up to 2 MiB: 68 roundings of the 4.6 MiB tensors, 6 MiB each.
+        let runs = |e: &EngineKv| {
+            let mut r = e.tensor_runs(blocks).unwrap();
+            r.dedup_by(|a, b| {
+                let same = a.1 == b.1;
+                if same {
+                    b.0 += a.0;
+                }
+                same
+            });
+            r
+        };
+        // A layer's token: 2 * 4 * 256 = 2 KiB, its K and its V 1 KiB each. SGLang's pool of
+        // 1,001 pages is given the 1,000 usable pages' 32,000 tokens.
+        // 0.5.14 on: the full pool holds them, the sliding one int(32,000 * 0.8) = 25,600; each
+        // a page more: 32,032 and 25,632 rows.
+        let new = k
+            .clone()
+            .k_and_v_apart(&g, Some(SwaSplit::FullTokens))
+            .unwrap();
+        assert_eq!(new.tensor_count(), 68);
+        assert_eq!(runs(&new), vec![(10, 32_032 << 10), (58, 25_632 << 10)]);
+        assert_eq!(new.total_bytes(blocks), Some(1_850_343_424));
+        assert_eq!(new.tokens(blocks), 32_000);
+        // A request holds its tokens in the full pool: 4,096 of them 128 pages.
+        assert_eq!(new.blocks_per_request(4_096, 2_048), 128);
+        // Up to 0.5.13: the 32,000 tokens are every layer's; the full pool holds
+        // int(32,000 * (5 + 29) * 2 KiB / ((5 + 0.8 * 29) * 2 KiB)) = 38,581, floored to
+        // 38,560, the sliding one int(38,560 * 0.8) = 30,848: rows 38,592 and 30,880, no more
+        // bytes than every layer holding 1,001 pages (2,230,452,224); it serves 38,560.
+        let old = k
+            .clone()
+            .k_and_v_apart(&g, Some(SwaSplit::MeanTokens))
+            .unwrap();
+        assert_eq!(runs(&old), vec![(10, 38_592 << 10), (58, 30_880 << 10)]);
+        assert_eq!(old.total_bytes(blocks), Some(2_229_207_040));
+        assert_eq!(old.tokens(blocks), 38_560);
+        // Each tensor rounded up to 2 MiB: 10 of 31.3 MiB and 58 of 25.0 MiB, 32 and 26 MiB.
         let round = |b: u64| b.div_ceil(2 << 20) * (2 << 20);
-        assert_eq!(apart.each_rounded(blocks, round), Some(68 * (6 << 20)));
-        assert_eq!(k.each_rounded(blocks, round), Some(5 * (64 << 20)));
-        // As one backing allocation the spread no longer applies.
-        let one = apart.one_backing().unwrap();
-        assert_eq!(one.tensor_runs(blocks), Some(vec![(1, bytes)]));
-        // The setup's engine: K and V apart allocates the 68.
+        assert_eq!(
+            new.each_rounded(blocks, round),
+            Some(10 * (32 << 20) + 58 * (26 << 20))
+        );
+        // The most pages within the bytes of 1,001 pages of every layer: more from 0.5.14, as
+        // the sliding pool holds fewer rows.
+        let room = 2_230_452_224;
+        // (1,002 up to 0.5.13: its full pool's floor to pages leaves room for one more page.)
+        assert_eq!(old.blocks_within(room, |b| old.total_bytes(b)), 1_002);
+        assert_eq!(new.blocks_within(room, |b| new.total_bytes(b)), 1_207);
+        // As one backing allocation the pools no longer apply.
+        let one = k.clone().one_backing().unwrap();
+        assert_eq!(one.tensor_runs(blocks), Some(vec![(1, 328_007_680)]));
+        // The setup's engine: K and V apart allocates the 68, split as its release does.
         let mut setup = crate::Scenario::load("bf16-24g")
             .unwrap()
             .resolve()
             .unwrap();
         setup.scenario.kv = g.clone();
         setup.kv_allocation = KvAllocation::SplitKv;
-        assert_eq!(EngineKv::of_setup(&setup).unwrap().tensor_count(), 68);
+        setup.start_rule = crate::scenario::StartRule::Sglang051;
+        assert_eq!(EngineKv::of_setup(&setup), Some(old));
+        setup.start_rule = crate::scenario::StartRule::Sglang0514;
+        assert_eq!(EngineKv::of_setup(&setup), Some(new));
+        // An engine that names no SGLang release: vLLM's bytes spread over the 68.
+        setup.start_rule = crate::scenario::StartRule::Vllm;
+        let spread = EngineKv::of_setup(&setup).unwrap();
+        assert_eq!(spread.tensor_count(), 68);
+        assert_eq!(spread.total_bytes(blocks), k.total_bytes(blocks));
+        assert_eq!(spread.tokens(blocks), k.tokens(blocks));
         // SGLang 0.5.23 pairs K and V in one tensor per layer, in the same two pools: 34.
+        setup.start_rule = crate::scenario::StartRule::Sglang0514;
         setup.kv_allocation = KvAllocation::PairedKv;
         let paired = EngineKv::of_setup(&setup).unwrap();
         assert_eq!(paired.tensor_count(), 34);
-        assert_eq!(paired.total_bytes(blocks), Some(bytes));
+        assert_eq!(paired.total_bytes(blocks), Some(1_850_343_424));
         // vLLM up to 0.28: the 5 tensors shared across the groups.
         setup.kv_allocation = KvAllocation::PerTensor;
         assert_eq!(EngineKv::of_setup(&setup).unwrap().tensor_count(), 5);

@@ -304,7 +304,7 @@ impl Oracle {
     pub fn has_room(&self, setup: &Setup, share: f64) -> bool {
         let kv = &setup.scenario.kv;
         let bs = u64::from(kv.block_size.max(1));
-        let engine = EngineKv::of(kv);
+        let engine = EngineKv::of_setup(setup);
         let per_request = engine.as_ref().map_or(kv.max_model_len.div_ceil(bs), |k| {
             k.blocks_per_request(kv.max_model_len, kv.max_num_batched_tokens)
         });

@@ -131,19 +131,30 @@ fn profile(
     // The oracle counts tokens as vLLM 0.19 did (usable blocks times the block size,
     // [`crate::oracle::tokens_in`]), so the session sizes with those rules too (the KV
     // cache's allocation as the setup names it, one tensor per layer unless a test says).
-    // Where the engine starts with a pool shorter than one request (SGLang), the session is
-    // told its release's rule, as an engine names its release.
+    // Where the engine is SGLang (it starts with a pool shorter than one request, and keeps a
+    // hybrid model in two pools split by its release's rule), the session is told its
+    // release's rules, as an engine names its release.
     fn rules<'a>(s: Session<'a, SimEngine>, setup: &Setup) -> Session<'a, SimEngine> {
         use crate::scenario::StartRule;
         use memplan_core::kv::LongRequests;
-        let (long, release) = match setup.start_rule {
-            StartRule::Vllm => (LongRequests::Refuse, "vllm@0.19"),
-            StartRule::Sglang051 => (LongRequests::CapByPool { least_tokens: 7 }, "sglang@0.5.9"),
-            StartRule::Sglang0514 => (LongRequests::CapByPool { least_tokens: 2 }, "sglang@0.5.22"),
+        use memplan_core::kv::SwaPools;
+        let (long, pools, release) = match setup.start_rule {
+            StartRule::Vllm => (LongRequests::Refuse, SwaPools::Groups, "vllm@0.19"),
+            StartRule::Sglang051 => (
+                LongRequests::CapByPool { least_tokens: 7 },
+                SwaPools::SglangEveryLayer,
+                "sglang@0.5.9",
+            ),
+            StartRule::Sglang0514 => (
+                LongRequests::CapByPool { least_tokens: 2 },
+                SwaPools::SglangFullPool,
+                "sglang@0.5.22",
+            ),
         };
         let r = memplan_core::kv::SizingRules::default()
             .with_kv_allocation(setup.planned_kv_allocation)
-            .with_long_requests(long);
+            .with_long_requests(long)
+            .with_swa_pools(pools);
         s.with_sizing_rules(r, release)
     }
     let (s, downgrades) = if setup.scenario.calibrate {
