@@ -1204,13 +1204,41 @@ mod tests {
                 "{v}"
             );
         }
-        // 0.5.14 changed nothing else.
+        // 0.5.14 changed nothing else but the split of a hybrid model's pools.
         assert_eq!(
             r("sglang@0.5.14").sizing(1, true),
             r("sglang@0.5.13")
                 .sizing(1, true)
                 .with_long_requests(LongRequests::CapByPool { least_tokens: 2 })
+                .with_swa_pools(SwaPools::SglangFullPool)
         );
+    }
+
+    #[test]
+    fn sglang_splits_a_hybrid_models_pools_by_release() {
+        let r = |v: &str| v.parse::<EngineRules>().unwrap();
+        for (v, pools) in [
+            ("vllm@0.19", SwaPools::Groups),
+            ("vllm@0.34", SwaPools::Groups),
+            ("sglang@0.4.4", SwaPools::Groups),
+            ("sglang@0.5.1", SwaPools::SglangEveryLayer),
+            ("sglang@0.5.13", SwaPools::SglangEveryLayer),
+            ("sglang@0.5.14", SwaPools::SglangFullPool),
+            ("sglang@0.5.22", SwaPools::SglangFullPool),
+            ("sglang@0.5.23", SwaPools::SglangFullPool),
+        ] {
+            assert_eq!(r(v).sizing(1, true).swa_pools, pools, "{v}");
+        }
+        // Gemma 2 and 3 keep every layer in SGLang's one pool; gpt-oss in its two.
+        for v in ["sglang@0.5.9", "sglang@0.5.23"] {
+            assert!(
+                r(v).windows_as_full_for("Gemma3ForConditionalGeneration"),
+                "{v}"
+            );
+            assert!(!r(v).windows_as_full_for("GptOssForCausalLM"), "{v}");
+        }
+        assert!(!r("vllm@0.34").windows_as_full_for("Gemma3ForCausalLM"));
+        assert!(r("sglang@0.4.4").windows_as_full_for("GptOssForCausalLM"));
     }
 
     #[test]

@@ -151,10 +151,20 @@ fn profile(
                 "sglang@0.5.22",
             ),
         };
+        // SGLang's pools are its allocation's ([`crate::kv::EngineKv::of_setup`]): an engine
+        // that names an SGLang release but allocates as vLLM does keeps vLLM's groups.
+        let sglang_tensors = matches!(
+            setup.kv_allocation,
+            memplan_core::kv::KvAllocation::SplitKv | memplan_core::kv::KvAllocation::PairedKv
+        );
         let r = memplan_core::kv::SizingRules::default()
             .with_kv_allocation(setup.planned_kv_allocation)
             .with_long_requests(long)
-            .with_swa_pools(pools);
+            .with_swa_pools(if sglang_tensors {
+                pools
+            } else {
+                SwaPools::Groups
+            });
         s.with_sizing_rules(r, release)
     }
     let (s, downgrades) = if setup.scenario.calibrate {

@@ -24,7 +24,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{AttentionKind, Capacity, KvSpec, SizingRules, SwaPools};
+use super::{AttentionKind, Capacity, KvAllocation, KvSpec, SizingRules, SwaPools};
 use crate::error::Error;
 use crate::refusal::Param;
 
@@ -258,11 +258,16 @@ impl KvSpec {
     }
 
     /// Whether the engine keeps this cache in SGLang's two pools ([`SwaPools`]): the rules say
-    /// so, the hybrid manager is on, and the live layers are full attention and sliding
-    /// windows, at least one of each.
+    /// so, with SGLang's allocation (a K and a V per layer, or one tensor of both:
+    /// [`KvAllocation::SplitKv`], [`KvAllocation::PairedKv`]), the hybrid manager is on, and
+    /// the live layers are full attention and sliding windows, at least one of each.
     pub fn in_sglang_pools(&self, rules: &SizingRules) -> bool {
         let live = || self.groups.iter().filter(|g| g.num_layers > 0);
         rules.swa_pools != SwaPools::Groups
+            && matches!(
+                rules.kv_allocation,
+                KvAllocation::SplitKv | KvAllocation::PairedKv
+            )
             && rules.hybrid_manager
             && live().any(|g| g.attention == AttentionKind::Full)
             && live().any(|g| matches!(g.attention, AttentionKind::SlidingWindow { .. }))
