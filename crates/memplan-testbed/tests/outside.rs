@@ -1792,3 +1792,25 @@ fn sliding_window_pools_with_k_and_v_apart_share_segments_in_a_small_room() {
         assert!(c.out.failed.is_none(), "{}: {:?}", c.what, c.out.failed);
     }
 }
+
+/// A stale free reading on an APU, where allocation probes measure: a runtime that gives a
+/// destroyed graph's memory back 17 synchronizes after the release, past the settle's 8, and
+/// nothing that reads when it is back. The teardown's probe read 13.7 GiB still held, the plan
+/// counted it beside the graphs the engine captures again, and refused a start-up the oracle
+/// holds over 200,000 tokens for. Every release of graphs now waits the whole late-release
+/// count where no reading can end the wait early.
+#[test]
+fn a_late_graph_release_no_reading_sees_is_waited_out() {
+    for c in passes(
+        "strix-halo-stale-free-late-graph-release-conservative.toml",
+        &[4, 12, 17],
+    ) {
+        assert_eq!(
+            c.out.strategy,
+            memplan_planner::strategy::StrategyKind::Conservative,
+            "{}",
+            c.what
+        );
+        assert!(c.out.plan.is_some(), "{}: {:?}", c.what, c.out.failed);
+    }
+}

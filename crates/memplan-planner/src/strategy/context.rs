@@ -338,13 +338,28 @@ impl<'s> GraphContext<'s> {
     /// memory a runtime keeps, a library's workspace): read as held, the safe side. The reads
     /// come before any snapshot, whose synchronizes would complete a late release after the
     /// pool was trimmed: counted from the release's own synchronizes, the count is the one a
-    /// release needs. Returns whether memory came back.
+    /// release needs. Where no free reading measures this process, nothing says when the memory
+    /// is back: the wait makes all [`LATE_RELEASE_SYNCHRONIZES`] (a release 17 synchronizes
+    /// late on an APU whose reading was stale was read as 13.7 GiB the teardown did not give
+    /// back, counted as held beside the graphs the engine captures again, and a start-up the
+    /// device had room for was refused). Returns whether memory came back (as seen: `false`
+    /// where nothing reads it).
     fn wait_for_late_release(&mut self, from: &MemoryInfo) -> Result<bool> {
         let free_ok = self
             .capability()
             .reading(Reading::DriverFree)
             .measures_own_usage();
         let Some(start) = from.driver.free.filter(|_| free_ok) else {
+            // No reading says when the memory is back: wait the whole count. What a release
+            // gives back after the settle would otherwise come back after the teardown's
+            // reading, counted as held (and again as the graphs the engine captures later), or
+            // inside a later window, which then reads less than its capture took.
+            wait_for_release(
+                &self.session.device,
+                LATE_RELEASE_SYNCHRONIZES,
+                Trim::EachSynchronize,
+                |_| Ok(false),
+            )?;
             return Ok(false);
         };
         // Single reads: where the session's snapshots combine reads, one read moves further
