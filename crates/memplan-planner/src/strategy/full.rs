@@ -506,7 +506,7 @@ fn within_reading_step(quantum: u64, reading: u64) -> u64 {
 }
 
 /// The median of `v` (the upper one of an even count); `None` for no values.
-fn median(v: &[i64]) -> Option<i64> {
+pub(super) fn median(v: &[i64]) -> Option<i64> {
     let mut v = v.to_vec();
     v.sort_unstable();
     v.get(v.len() / 2).copied()

@@ -29,11 +29,14 @@
 //! and their range sizes the margin as `full` sizes its own from repeats read by the driver
 //! (the probes' resolution counted as variation). On a stale free reading with graphs of
 //! 16-20 GiB, a quarter kept a third of the KV cache's room and refused start-ups that fit.
+//! Where probes measure, the first size is captured and released once before the pass
+//! (`prime_by_probes`), as `full` primes: memory a library takes on the process's first
+//! capture is then counted once, as held after the teardown, not also as graphs.
 
 use memplan_core::bytes::{fmt_bytes, KIB};
 use memplan_core::{Reading, Result};
 
-use super::context::GraphContext;
+use super::context::{GraphContext, Primed};
 use super::{GraphEstimate, GraphStrategy, StrategyKind};
 use crate::warning::Warning;
 
@@ -59,6 +62,10 @@ impl GraphStrategy for Conservative {
 
     fn run(&self, ctx: &mut GraphContext<'_>) -> Result<GraphEstimate> {
         let sizes = ctx.sizes();
+        let primed = match (ctx.probe_resolution(), sizes.first()) {
+            (Some(_), Some(&first)) => prime_by_probes(ctx, first)?,
+            _ => None,
+        };
         let before = ctx.flushed_snapshot()?;
         let before_probe = ctx.allocatable()?;
         for s in &sizes {
@@ -145,10 +152,12 @@ impl GraphStrategy for Conservative {
             Some((measured, reading)) if probed.is_some() => (measured.max(pool), Some(reading)),
             _ => (bound, None),
         };
-        // A bound keeps a quarter for what it may have missed; a measurement by allocation
-        // probes keeps what the same capture varies by, measured by probes too.
-        let repeats = match (contradicted, sizes.first()) {
-            (Some(PROBES), Some(&first)) => probed_repeats(ctx, first)?,
+        // A bound keeps a quarter for what it may have missed; a measurement keeps what the
+        // same capture varies by, measured by probes too where they measured the pass (also
+        // where a reading showed more than they did: the larger measurement stands, and a
+        // quarter of it is no figure of a capture's variation).
+        let repeats = match (contradicted, probed, sizes.first()) {
+            (Some(_), Some(_), Some(&first)) => probed_repeats(ctx, first)?,
             _ => None,
         };
         let (margin, margin_basis) = match (&repeats, ctx.probe_resolution()) {
@@ -172,6 +181,29 @@ impl GraphStrategy for Conservative {
                 )
             }
             _ => (point / 4, format!("25% margin ({})", fmt_bytes(point / 4))),
+        };
+        // Memory of the priming graph that its release had not given back when the pass
+        // started may have come back inside the pass, which then measured that much less than
+        // its captures took: what a capture of the first size takes (the probed repeats'
+        // median; the priming capture itself, all it left held, where there are none), less
+        // what the release gave back, at most what it left held.
+        let not_back = primed.map_or(0, |p| {
+            let recapture = repeats
+                .as_ref()
+                .and_then(|r| super::full::median(r))
+                .unwrap_or(p.returned.saturating_add(p.outstanding));
+            p.may_come_back(recapture)
+        });
+        let (margin, margin_basis) = if not_back > 0 {
+            (
+                margin.saturating_add(not_back),
+                format!(
+                    "{margin_basis}; {} of the priming graph had not come back after its release (it may have come back inside the pass)",
+                    fmt_bytes(not_back)
+                ),
+            )
+        } else {
+            (margin, margin_basis)
         };
         let mut e = GraphEstimate::new(
             StrategyKind::Conservative,
@@ -240,6 +272,36 @@ fn seen_by_readings(
 
 /// What [`seen_by_readings`] calls a measurement by allocation probes.
 const PROBES: &str = "allocation probes";
+
+/// Where allocation probes measure the pass (no reading measures this process): capture the
+/// first size once and release it before the pass, as `full` does ([`GraphContext::prime`]).
+/// Memory a library allocates on the process's first capture and keeps (a workspace taken
+/// outside the caching allocator) is then taken here, held after the phase's teardown and
+/// counted once, as held (the probes around the phase measure it), and the pass costs what the
+/// engine's later capture costs. Measured in the pass, it was counted twice: as graphs, and as
+/// the memory the teardown did not give back (a 440 MiB workspace beside an 8B model's 3 GiB of
+/// graphs on a stale reading refused a start-up the device had room for). Returns what the
+/// release gave back and what the capture still holds, both measured by probes (`None` where a
+/// probe could not be taken).
+fn prime_by_probes(ctx: &mut GraphContext<'_>, size: u32) -> Result<Option<Primed>> {
+    ctx.warm_up(size)?;
+    ctx.flushed_snapshot()?;
+    let start = ctx.allocatable()?;
+    ctx.capture(size)?;
+    ctx.flushed_snapshot()?;
+    let captured = ctx.allocatable()?;
+    ctx.release_graphs()?;
+    ctx.flushed_snapshot()?;
+    let released = ctx.allocatable()?;
+    let signed = |b: u64| i64::try_from(b).unwrap_or(i64::MAX);
+    Ok(match (start, captured, released) {
+        (Some(s), Some(c), Some(r)) => Some(Primed {
+            returned: signed(r).saturating_sub(signed(c)),
+            outstanding: signed(s).saturating_sub(signed(r)),
+        }),
+        _ => None,
+    })
+}
 
 /// Where a pass's graph memory was measured by allocation probes: the first size captured
 /// again [`PROBED_REPEATS`](super::full::PROBED_REPEATS) times, each alone (the pass's graphs
