@@ -32,7 +32,7 @@ use crate::error::Error;
 pub mod rules;
 pub mod sizing;
 
-pub use rules::{Capacity, KvAllocation, LongRequests, SizingRules, SwaPools};
+pub use rules::{Capacity, KvAllocation, LongRequests, SizingRules, StartCheck, SwaPools};
 pub use sizing::{KvLimits, KvSizing};
 
 /// Element type of the KV cache.

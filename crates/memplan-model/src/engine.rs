@@ -11,7 +11,9 @@ use std::fmt;
 use std::str::FromStr;
 
 use memplan_core::bytes::GIB;
-use memplan_core::kv::{Capacity, KvAllocation, KvSizing, LongRequests, SizingRules, SwaPools};
+use memplan_core::kv::{
+    Capacity, KvAllocation, KvSizing, LongRequests, SizingRules, StartCheck, SwaPools,
+};
 use memplan_core::{Error, Param, Result};
 
 pub mod coefficients;
@@ -185,6 +187,14 @@ pub struct EngineRules {
     /// 0.5.13) or 2 (0.5.14 on) (`srt/managers/tp_worker.py`, `TpModelWorker`: `max_req_len =
     /// min(context_len - 1, max_total_num_tokens - 1)`, see [`LongRequests::CapByPool`]).
     pub long_requests: LongRequests,
+    /// How the engine weighs its request against the memory free at its start
+    /// ([`StartCheck`]): vLLM refuses a request above it (`vllm/v1/worker/utils.py`
+    /// `request_memory`, from `gpu_worker.py` `Worker.init_device`, 0.19.0 to 0.34.0); SGLang's
+    /// fraction is of the free memory at its start and it refuses no request for it
+    /// (`profile_max_num_token`: `rest = available - total_gpu_memory x (1 -
+    /// mem_fraction_static)`, `total_gpu_memory` read before the weights; 0.4.4, 0.5.9, 0.5.14
+    /// and 0.5.23 read).
+    pub start_check: StartCheck,
     /// The figures the dry run fits on start-up logs for this release group (the activation,
     /// non-torch and graph terms the code does not determine), with the logs they come from.
     pub coefficients: Coefficients,
@@ -235,6 +245,7 @@ const fn v(version: &'static str) -> EngineRules {
         kv_allocation: KvAllocation::PerTensor,
         v2_profiles_graphs: false,
         long_requests: LongRequests::Refuse,
+        start_check: StartCheck::RefuseAboveFree,
         coefficients: coefficients::VLLM_020_026,
         multimodal_fraction: 1.0,
         multimodal_architectures: &[],
@@ -500,6 +511,11 @@ const SGLANG_0_5: EngineRules = EngineRules {
     // self.max_req_len > 0 and self.max_req_input_len > 0`, `max_req_input_len =
     // max_req_len - 5`: a pool of 7 tokens at least.
     long_requests: LongRequests::CapByPool { least_tokens: 7 },
+    // `srt/model_executor/model_runner.py` `ModelRunner.init_torch_distributed` reads the free
+    // memory before the weights and `profile_max_num_token` (0.5.9:
+    // `model_runner_kv_cache_mixin.py`) takes `mem_fraction_static` of it: no request is
+    // compared with the free memory (see `StartCheck::ShareOfFree`).
+    start_check: StartCheck::ShareOfFree,
     coefficients: coefficients::SGLANG,
     // `model_executor/model_runner_kv_cache_mixin.py` `set_num_tokens_hybrid_swa` (0.5.9).
     swa_pools: SwaPools::SglangEveryLayer,
@@ -670,6 +686,7 @@ impl EngineRules {
             .with_kv_allocation(self.kv_allocation)
             .with_long_requests(self.long_requests)
             .with_swa_pools(self.swa_pools)
+            .with_start_check(self.start_check)
     }
 
     /// Default (`max_num_seqs`, `max_num_batched_tokens`) of the OpenAI API server for a
@@ -1201,6 +1218,17 @@ mod tests {
                 LongRequests::CapByPool {
                     least_tokens: least
                 },
+                "{v}"
+            );
+        }
+        // vLLM refuses a request above the free memory at its start; SGLang's fraction is of it.
+        for v in VLLM {
+            assert_eq!(v.sizing(1, true).start_check, StartCheck::RefuseAboveFree);
+        }
+        for v in SGLANG {
+            assert_eq!(
+                v.sizing(1, true).start_check,
+                StartCheck::ShareOfFree,
                 "{v}"
             );
         }

@@ -22,6 +22,7 @@
 use serde::{Deserialize, Serialize};
 
 use memplan_core::bytes::{fmt_bytes, fmt_fraction};
+use memplan_core::kv::StartCheck;
 use memplan_core::{Error, MemoryInfo, Param, Refusal, Reliability, Result};
 
 use crate::plan::{ConsumerKind, Consumers};
@@ -188,6 +189,34 @@ pub fn check_free(
     }))
 }
 
+/// The start-up check of an engine that checks its request as `check` says
+/// ([`StartCheck`]): vLLM's refuses free memory below `requested` ([`check_free`]) and the
+/// request stands; an engine whose fraction is a share of the memory free at its start (SGLang)
+/// refuses nothing, and where the free reading is below the request by more than `tolerance`
+/// (the request cannot be met) it may use its request's share of the device taken of that free
+/// memory ([`StartCheck::budget`]: `floor(requested x free / total)`, never above the request
+/// nor above the free memory): `Some` of that, the memory the plan is made within. `None`: the
+/// request stands (the free reading holds it, or is absent).
+pub fn start_check(
+    check: StartCheck,
+    snapshot: &MemoryInfo,
+    total: u64,
+    requested: u64,
+    request: &Request,
+    tolerance: u64,
+) -> Result<Option<u64>> {
+    match check {
+        StartCheck::RefuseAboveFree => {
+            check_free(snapshot, requested, request, tolerance).map(|()| None)
+        }
+        _ => Ok(snapshot
+            .driver
+            .free
+            .filter(|f| f.saturating_add(tolerance) < requested)
+            .and_then(|f| check.budget(requested, total, f))),
+    }
+}
+
 /// A refusal for want of room for the KV cache, told what was free at the start: where the
 /// consumers alone exceed it, raising the utilisation cannot help (the rest of the device is
 /// held outside the engine) and the refusal says so instead. Other errors pass unchanged.
@@ -207,7 +236,22 @@ pub fn with_free_at_start(e: Error, free: Option<u64>) -> Error {
 /// and [`Error::DoesNotFit`] when the consumers exceed the requested memory (saying what
 /// utilisation would fit, or by how much the device is too small).
 pub fn compute(total: u64, request: Request, consumers: &Consumers) -> Result<Budget> {
+    compute_within(total, request, consumers, None)
+}
+
+/// [`compute`] within at most `within` bytes where it is given (the memory an engine whose
+/// fraction is of the free memory at its start may use where that is below its request,
+/// [`start_check`]): the budget's requested memory is the smaller of the two.
+pub fn compute_within(
+    total: u64,
+    request: Request,
+    consumers: &Consumers,
+    within: Option<u64>,
+) -> Result<Budget> {
     let mut requested = requested_bytes(total, request)?;
+    if let Some(w) = within {
+        requested = requested.min(w);
+    }
     let used = consumers.total().ok_or_else(|| {
         Error::invalid(
             "consumers",

@@ -171,6 +171,58 @@ pub enum SwaPools {
     SglangFullPool,
 }
 
+/// How the engine weighs its request against the memory free when it starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StartCheck {
+    /// It refuses to start where the free memory is below the request, before loading
+    /// anything: vLLM (`vllm/v1/worker/gpu_worker.py` `Worker.init_device` takes a
+    /// `MemorySnapshot` and calls `vllm/v1/worker/utils.py` `request_memory`, which raises "Free
+    /// memory on device ... on startup is less than desired GPU memory utilization" where
+    /// `free_memory < ceil(total_memory x gpu_memory_utilization)`; read in 0.19.0, 0.29.0 and
+    /// 0.34.0).
+    #[default]
+    RefuseAboveFree,
+    /// Its fraction is a share of the memory free when it starts, so it never asks for memory
+    /// other processes hold and compares no request with the free memory: SGLang. 0.5.9
+    /// `ModelRunner.init_torch_distributed` reads the free memory before the weights
+    /// (`min_per_gpu_memory`, `get_available_gpu_memory`) and
+    /// `model_runner_kv_cache_mixin.py` `profile_max_num_token` sizes the pool from `rest =
+    /// available - total_gpu_memory x (1 - mem_fraction_static)`, `total_gpu_memory` being that
+    /// start-up reading: weights, activations and pool together take `mem_fraction_static x`
+    /// the free memory at the start. 0.5.14 the same through `pre_model_load_memory` and
+    /// `_profile_available_bytes`; 0.5.23 `bootstrap.measure_pre_model_load_memory` and
+    /// `kv_cache_configurator._profile_available_bytes`. It refuses only a pool that is empty or
+    /// too short ([`LongRequests::CapByPool`]).
+    ShareOfFree,
+}
+
+impl StartCheck {
+    /// The bytes the engine may use for a request of `requested` bytes of a device of `total`
+    /// bytes where `free` are free at its start; `None` where it refuses to start.
+    /// [`Self::RefuseAboveFree`]: the request, or `None` where `free` is below it.
+    /// [`Self::ShareOfFree`]: the request where `free` holds it, else the request's share of
+    /// the device taken of `free` (`floor(requested x free / total)`, SGLang's `mem_fraction_static
+    /// x` the free memory at the start), never above the request nor above `free`.
+    pub fn budget(self, requested: u64, total: u64, free: u64) -> Option<u64> {
+        if free >= requested {
+            return Some(requested);
+        }
+        match self {
+            StartCheck::RefuseAboveFree => None,
+            StartCheck::ShareOfFree => {
+                let share = u128::from(requested) * u128::from(free) / u128::from(total.max(1));
+                Some(
+                    u64::try_from(share)
+                        .unwrap_or(u64::MAX)
+                        .min(requested)
+                        .min(free),
+                )
+            }
+        }
+    }
+}
+
 /// Whether a layer of `g` holds a V beside its K (not MLA's latent, an indexer's keys or a
 /// recurrent state, whose V head dim is 0).
 fn has_v(g: &LayerGroup) -> bool {
@@ -207,6 +259,11 @@ pub struct SizingRules {
     /// SGLang's two pools). Plans written before the rule existed read as vLLM's groups.
     #[serde(default)]
     pub swa_pools: SwaPools,
+    /// How the engine weighs its request against the memory free at its start (vLLM refuses a
+    /// request above it, SGLang takes its fraction of it). Plans written before the rule
+    /// existed read as refusing.
+    #[serde(default)]
+    pub start_check: StartCheck,
 }
 
 impl SizingRules {
@@ -234,6 +291,7 @@ impl SizingRules {
             kv_allocation: KvAllocation::OneBacking,
             long_requests: LongRequests::Refuse,
             swa_pools: SwaPools::Groups,
+            start_check: StartCheck::RefuseAboveFree,
         }
     }
 
@@ -279,6 +337,13 @@ impl SizingRules {
         self.swa_pools = pools;
         self
     }
+
+    /// The same rules with the engine weighing its request against the free memory at its
+    /// start as `check` says.
+    pub const fn with_start_check(mut self, check: StartCheck) -> Self {
+        self.start_check = check;
+        self
+    }
 }
 
 impl Default for SizingRules {
@@ -293,6 +358,7 @@ impl Default for SizingRules {
             kv_allocation: KvAllocation::PerTensor,
             long_requests: LongRequests::Refuse,
             swa_pools: SwaPools::Groups,
+            start_check: StartCheck::RefuseAboveFree,
         }
     }
 }
@@ -375,6 +441,33 @@ mod tests {
         assert_eq!(
             j["long_requests"],
             serde_json::json!({"cap_by_pool": {"least_tokens": 2}})
+        );
+    }
+
+    #[test]
+    fn an_engine_whose_fraction_is_of_the_free_memory_refuses_no_request() {
+        // 80 bytes, a request of 72 (0.9): vLLM refuses 70 free, SGLang takes 0.9 of them.
+        assert_eq!(StartCheck::RefuseAboveFree.budget(72, 80, 72), Some(72));
+        assert_eq!(StartCheck::RefuseAboveFree.budget(72, 80, 70), None);
+        assert_eq!(StartCheck::ShareOfFree.budget(72, 80, 80), Some(72));
+        assert_eq!(StartCheck::ShareOfFree.budget(72, 80, 70), Some(63));
+        assert_eq!(StartCheck::ShareOfFree.budget(72, 80, 0), Some(0));
+        // A request of the whole device: all that is free, never more.
+        assert_eq!(StartCheck::ShareOfFree.budget(80, 80, 70), Some(70));
+        assert_eq!(
+            StartCheck::ShareOfFree.budget(u64::MAX, u64::MAX, 7),
+            Some(7)
+        );
+        // Plans written before the rule read as refusing.
+        let mut v = serde_json::to_value(SizingRules::default()).unwrap();
+        assert_eq!(v["start_check"], "refuse_above_free");
+        v.as_object_mut().unwrap().remove("start_check");
+        let r: SizingRules = serde_json::from_value(v).unwrap();
+        assert_eq!(r.start_check, StartCheck::RefuseAboveFree);
+        let j = SizingRules::default().with_start_check(StartCheck::ShareOfFree);
+        assert_eq!(
+            serde_json::to_value(j).unwrap()["start_check"],
+            "share_of_free"
         );
     }
 

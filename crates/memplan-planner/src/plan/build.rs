@@ -959,13 +959,33 @@ impl PlanBuilder {
             );
         }
         let consumers = consumers;
+        // The engine's own start-up check (`SizingRules::start_check`): vLLM refuses a request
+        // above the free memory; SGLang takes its fraction of the free memory, so where that is
+        // below the request the plan is made within the request's share of it.
+        let mut within = None;
         if let (Some(s), false) = (&self.start, fixed_kv) {
             let requested = budget::requested_bytes(self.total, self.request)?;
-            budget::check_free(s, requested, &self.request, self.start_tolerance)?;
+            within = budget::start_check(
+                self.rules.start_check,
+                s,
+                self.total,
+                requested,
+                &self.request,
+                self.start_tolerance,
+            )?;
         }
-        let b = budget::compute(self.total, self.request, &consumers).map_err(|e| {
-            budget::with_free_at_start(e, self.start.as_ref().and_then(|s| s.driver.free))
-        })?;
+        let b =
+            budget::compute_within(self.total, self.request, &consumers, within).map_err(|e| {
+                budget::with_free_at_start(e, self.start.as_ref().and_then(|s| s.driver.free))
+            })?;
+        if let (Some(w), Some(free)) = (within, self.start.as_ref().and_then(|s| s.driver.free)) {
+            notes.push(format!(
+                "free memory at the start ({}) is below the request ({}); the engine takes its fraction of the memory free at its start and refuses no request for it, so the plan is made within the request's share of that free memory, {}",
+                fmt_bytes(free),
+                self.request.describe(),
+                fmt_bytes(w)
+            ));
+        }
         if let (Some(s), true) = (&self.start, fixed_kv) {
             budget::check_free(s, b.requested, &self.request, self.start_tolerance)?;
         }

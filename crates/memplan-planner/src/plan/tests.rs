@@ -132,6 +132,57 @@ fn a_cap_fitted_tensor_by_tensor_keeps_no_slack_on_top() {
     );
 }
 
+/// Free memory at the start below the request: vLLM refuses to start (`request_memory`, from
+/// `Worker.init_device`) and so does the plan; SGLang takes its `mem_fraction_static` of the
+/// memory free at its start (`profile_max_num_token`: `rest = available - total_gpu_memory x
+/// (1 - mem_fraction_static)`, `total_gpu_memory` read before the weights) and refuses no
+/// request for it, so the plan is made within 0.9 of the 20 GiB free: never above the request, never
+/// above the free memory.
+#[test]
+fn an_engine_whose_fraction_is_of_the_free_memory_is_planned_within_its_share() {
+    use memplan_core::kv::StartCheck;
+    // 24 GiB, 4 GiB held by others at the start: 0.9 asks for 21.6 GiB, 20 GiB are free.
+    let p = profile(24 * GIB, 20 * GIB, 16 * GIB, 3 * GIB, GIB, 0, None);
+    let build = |check: StartCheck| {
+        PlanBuilder::from_profile(&p, "t", Request::Utilization(0.9), spec(), limits())?
+            .sizing_rules(SizingRules::default().with_start_check(check))
+            .build()
+    };
+    let e = build(StartCheck::RefuseAboveFree).unwrap_err();
+    assert!(
+        matches!(e.refusal(), Some(Refusal::FreeBelowRequested { .. })),
+        "{e}"
+    );
+    let plan = build(StartCheck::ShareOfFree).unwrap();
+    // floor(ceil(0.9 x 24 GiB) x 20 / 24) = 0.9 x 20 GiB.
+    assert_eq!(plan.requested_bytes, 18 * GIB);
+    assert_eq!(
+        plan.kv_budget_bytes,
+        18 * GIB - plan.consumers.total().unwrap()
+    );
+    assert!(plan.kv_cache_bytes <= plan.kv_budget_bytes && plan.kv_cache_bytes > 0);
+    assert!(
+        plan.notes
+            .iter()
+            .any(|n| n.contains("share of that free memory")),
+        "{:?}",
+        plan.notes
+    );
+    // Where the free memory holds the request, the request stands for both.
+    let p = profile(24 * GIB, 23 * GIB, 19 * GIB, 3 * GIB, GIB, 0, None);
+    for check in [StartCheck::RefuseAboveFree, StartCheck::ShareOfFree] {
+        let plan = PlanBuilder::from_profile(&p, "t", Request::Utilization(0.9), spec(), limits())
+            .unwrap()
+            .sizing_rules(SizingRules::default().with_start_check(check))
+            .build()
+            .unwrap();
+        assert_eq!(
+            plan.requested_bytes,
+            (0.9 * (24 * GIB) as f64).ceil() as u64
+        );
+    }
+}
+
 #[test]
 fn early_check_and_missing_total() {
     let p = profile(24 * GIB, GIB, GIB, 3 * GIB, GIB, 0, None);

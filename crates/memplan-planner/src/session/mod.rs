@@ -474,7 +474,9 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     /// The early start-up check, right after [`begin`](Self::begin): free memory at the
     /// baseline below what `request` asks for is refused
     /// ([`Refusal::FreeBelowRequested`](memplan_core::Refusal::FreeBelowRequested)), before
-    /// the engine loads anything; where the free reading cannot see other processes, the
+    /// the engine loads anything, where the engine's own check refuses it (vLLM's; an engine
+    /// whose fraction is of the memory free at its start, SGLang, refuses none and the plan is
+    /// made within that share: [`SizingRules::start_check`]); where the free reading cannot see other processes, the
     /// device-wide reading is what is checked. Skipped where neither can measure it, or the
     /// request depends on what the engine will measure (a fixed KV size; [`plan`](Self::plan)
     /// checks it then).
@@ -526,7 +528,15 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         match (crate::budget::share_total(&start, &total_reading), request) {
             (Some(total), Request::Utilization(_) | Request::Bytes(_)) if measures => {
                 let requested = crate::budget::requested_bytes(total, request)?;
-                crate::budget::check_free(&start, requested, &request, tolerance)
+                // The engine's own check (`SizingRules::start_check`): an engine whose fraction
+                // is of the free memory at its start refuses none (the plan is made within it).
+                let check = self
+                    .sizing
+                    .as_ref()
+                    .map(|(r, _)| r.start_check)
+                    .unwrap_or_default();
+                crate::budget::start_check(check, &start, total, requested, &request, tolerance)
+                    .map(|_| ())
             }
             _ => Ok(()),
         }

@@ -24,6 +24,7 @@ const V0_34: SizingRules = SizingRules {
     kv_allocation: crate::kv::KvAllocation::OneBacking,
     long_requests: crate::kv::LongRequests::Refuse,
     swa_pools: crate::kv::SwaPools::Groups,
+    start_check: crate::kv::StartCheck::RefuseAboveFree,
 };
 
 fn limits(len: u64, batched: u64) -> KvLimits {
