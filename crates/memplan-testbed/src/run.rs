@@ -131,9 +131,10 @@ fn profile(
     // The oracle counts tokens as vLLM 0.19 did (usable blocks times the block size,
     // [`crate::oracle::tokens_in`]), so the session sizes with those rules too (the KV
     // cache's allocation as the setup names it, one tensor per layer unless a test says).
-    // Where the engine is SGLang (it starts with a pool shorter than one request, and keeps a
-    // hybrid model in two pools split by its release's rule), the session is told its
-    // release's rules, as an engine names its release.
+    // Where the engine is SGLang (it starts with a pool shorter than one request, keeps a
+    // hybrid model in two pools split by its release's rule, and takes its fraction of the
+    // memory free at its start), the session is told its release's rules, as an engine names
+    // its release.
     fn rules<'a>(s: Session<'a, SimEngine>, setup: &Setup) -> Session<'a, SimEngine> {
         use crate::scenario::StartRule;
         use memplan_core::kv::LongRequests;
@@ -164,6 +165,14 @@ fn profile(
                 pools
             } else {
                 SwaPools::Groups
+            })
+            // SGLang's fraction is of the memory free at its start: it refuses no request for
+            // other processes' memory (`StartCheck::ShareOfFree`); vLLM's worker does.
+            .with_start_check(match setup.start_rule {
+                StartRule::Vllm => memplan_core::kv::StartCheck::RefuseAboveFree,
+                StartRule::Sglang051 | StartRule::Sglang0514 => {
+                    memplan_core::kv::StartCheck::ShareOfFree
+                }
             });
         s.with_sizing_rules(r, release)
     }

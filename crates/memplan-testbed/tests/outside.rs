@@ -545,6 +545,33 @@ fn the_start_check_is_the_engines_own() {
     assert!(c.out.oracle.expect("an oracle").start_refused);
 }
 
+/// An SGLang engine asked for more than is free at its start (another process holds 1 GiB):
+/// vLLM's worker would refuse it, SGLang takes its fraction of the free memory and starts, so
+/// the session plans within that share (said in the plan's notes) rather than refusing, and the
+/// plan passes the gating rules with no needless refusal (the planner once refused these seeds
+/// with vLLM's check while the oracle held a cache).
+#[test]
+fn an_engine_whose_fraction_is_of_the_free_memory_is_planned_within_it() {
+    let file = "rx7900xtx-sglang-fraction-of-free-memory-codellama-7b.toml";
+    for c in passes(file, &[0, 1, 3]) {
+        let plan = c
+            .out
+            .plan
+            .as_ref()
+            .unwrap_or_else(|| panic!("{}: no plan: {:?}", c.what, c.out.failed));
+        let total = plan.total_bytes as f64;
+        assert!(plan.requested_bytes < (total * 0.95) as u64, "{}", c.what);
+        assert!(
+            plan.notes
+                .iter()
+                .any(|n| n.contains("share of that free memory")),
+            "{}: {:?}",
+            c.what,
+            plan.notes
+        );
+    }
+}
+
 /// Generated scenarios (the sweep's generator, one seed each), judged like the sweep's; the
 /// gating failures among them.
 fn generated_gating_failures(indices: &[u64]) -> Vec<String> {
