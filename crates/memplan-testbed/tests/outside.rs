@@ -1862,3 +1862,20 @@ fn a_first_capture_workspace_is_counted_once_where_probes_measure() {
         assert!(c.out.plan.is_some(), "{}: {:?}", c.what, c.out.failed);
     }
 }
+
+/// Graphs whose large intermediates (2 GiB at the largest of 51 sizes) share no blocks of the
+/// graph pool under `max_split_size_mb`, on an engine that cannot size its KV cache after
+/// capture: `full`'s throwaway pass grew until the device was full, where the allocator gave
+/// its cached blocks back, and measured only what its end held. The plan kept a KV cache, and
+/// the engine's capture beside it went 3.5 GiB past the request (seeds 1 18) or ran out of
+/// memory instantiating a graph (seeds 4 16). The pass's graphs are taken at its peak: the
+/// graphs fit beside nothing, and the session refuses.
+#[test]
+fn a_pass_that_gave_memory_back_inside_itself_is_taken_at_its_peak() {
+    for c in passes(
+        "a100-40gb-max-split-large-intermediates-full.toml",
+        &[1, 4, 16, 18],
+    ) {
+        assert!(c.out.plan.is_none(), "{}: planned", c.what);
+    }
+}

@@ -164,16 +164,22 @@ struct Pass {
     each: Vec<i64>,
     /// Read from the driver (everything the process holds) rather than the allocator only.
     from_driver: bool,
+    /// The most the pass held after any of its captures, from where it started (signed
+    /// bytes, at least `total`): more than `total` where memory was given back inside the
+    /// pass ([`given_back_inside`]).
+    peak: i64,
 }
 
 /// Capture every size, each in a window opened after releasing cached memory (the warm-up's
-/// cache would otherwise be released inside it).
+/// cache would otherwise be released inside it). What the pass held after each capture is
+/// read from where it started too: its peak ([`Pass::peak`]).
 fn capture_all(ctx: &mut GraphContext<'_>) -> Result<Pass> {
     let sizes = ctx.sizes();
     let first = ctx.flushed_snapshot()?;
     let mut each = Vec::with_capacity(sizes.len());
     let mut from_driver = true;
     let mut last = first;
+    let mut peak = 0i64;
     for s in &sizes {
         ctx.warm_up(*s)?;
         let before = ctx.flushed_snapshot()?;
@@ -182,6 +188,7 @@ fn capture_all(ctx: &mut GraphContext<'_>) -> Result<Pass> {
         let r = ctx.graph_bytes(&before.window_to(&after));
         from_driver &= r.from_driver;
         each.push(r.bytes);
+        peak = peak.max(ctx.graph_bytes(&first.window_to(&after)).bytes);
         last = after;
     }
     let r = ctx.graph_bytes(&first.window_to(&last));
@@ -195,7 +202,42 @@ fn capture_all(ctx: &mut GraphContext<'_>) -> Result<Pass> {
         total: r.bytes,
         each,
         from_driver: from_driver && r.from_driver,
+        peak: peak.max(r.bytes),
     })
+}
+
+/// What the pass gave back inside itself beyond what its windows may be off by and what the
+/// priming graph may have returned in it: 0 where the pass held the most at its end.
+///
+/// A graph pool keeps what its captures freed cached for the next capture, and the pass
+/// releases no graph before its end, so the memory it holds only grows from capture to
+/// capture, but where the allocator gives its cache back inside a capture: the caching
+/// allocator does that when the device cannot serve a request (PyTorch's `malloc` frees its
+/// cached blocks and retries once, `release_cached_blocks` on an allocation failure). A pool
+/// that reaches the device's limit this way is one whose captures do not share its blocks:
+/// under `max_split_size_mb` PyTorch splits no cached block for a request of that size or more
+/// and hands it none more than 20 MiB larger (`should_split`, `get_free_block`), so each
+/// graph's large intermediates take segments of their own and the pool grows by their sum.
+/// The end of such a pass reads only what was left after the release; the engine's own
+/// capture, in the same order, holds the peak before its allocator gives anything back, and
+/// with the KV cache beside it reaches the device's limit past the request (or runs out of
+/// memory outside the allocator, in a graph's instantiation). So the pass's graphs take what
+/// it held at its peak.
+///
+/// Two other things read as memory given back, and are not this: the reading's error (the
+/// peak and the end are two windows from one baseline, each off by at most `window`), and
+/// memory of the priming graph that came back inside the pass (at most what it still held,
+/// `outstanding`, which the estimate counts apart: [`Primed::may_come_back`]).
+fn given_back_inside(pass: &Pass, window: u64, outstanding: i64) -> u64 {
+    let drop = pass.peak.saturating_sub(pass.total);
+    let explained = i64::try_from(window)
+        .unwrap_or(i64::MAX)
+        .saturating_add(outstanding.max(0));
+    if drop > explained {
+        u64::try_from(drop).unwrap_or(0)
+    } else {
+        0
+    }
 }
 
 /// Captures of one size, each alone (released before the next).
@@ -748,7 +790,20 @@ impl GraphStrategy for Full {
             }
             _ => (0, 0, 0, ctx.window_tolerance()),
         };
-        let bytes = pass.total;
+        // Memory the allocator gave back inside the pass: the engine's capture holds it
+        // before giving anything back ([`given_back_inside`]).
+        let given_back = given_back_inside(&pass, ctx.window_tolerance(), primed.outstanding);
+        if given_back > 0 {
+            tracing::warn!(
+                bytes = given_back,
+                peak = pass.peak,
+                end = pass.total,
+                "memory was given back inside the full pass: its graphs are taken at the pass's peak"
+            );
+        }
+        let bytes = pass
+            .total
+            .saturating_add(i64::try_from(given_back).unwrap_or(i64::MAX));
         let tol = ctx.free_tolerance();
         // Memory of the priming graph that its release had not given back when the pass
         // started may have come back inside the pass (a runtime that waits more synchronizes
@@ -782,8 +837,13 @@ impl GraphStrategy for Full {
         e.uncertainty = tol.saturating_add(margin);
         e.variation = variation;
         e.explanation = format!(
-            "captured the first size once (memory a library takes on the first capture is held from there on), then all {n} sizes into a throwaway pool, each after releasing cached memory: {} measured{}{}{}",
-            fmt_signed(pass.total),
+            "captured the first size once (memory a library takes on the first capture is held from there on), then all {n} sizes into a throwaway pool, each after releasing cached memory: {} measured{}{}{}{}",
+            fmt_signed(bytes),
+            if given_back > 0 {
+                format!(" at the pass's peak ({} at its end: the allocator gave {} of cached memory back inside the pass, as it does where the device cannot serve a request; the engine's capture holds it before giving anything back)", fmt_signed(pass.total), fmt_bytes(given_back))
+            } else {
+                String::new()
+            },
             if margin > 0 {
                 format!(", margin {} for the capture-to-capture variation of {n_repeats} repeats and the reading's window error", fmt_bytes(margin))
             } else {

@@ -472,3 +472,34 @@ fn a_quiet_reading_keeps_its_windows_at_the_step_its_windows_show() {
     // Never above the window error kept.
     assert_eq!(quiet_reading_window(mib, &quiet, true, 4 * mib), mib);
 }
+
+#[test]
+fn a_pass_that_gave_memory_back_inside_itself_counts_its_peak() {
+    let mib = 1i64 << 20;
+    let pass = |peak: i64, total: i64| Pass {
+        total,
+        each: Vec::new(),
+        from_driver: true,
+        peak,
+    };
+    // The trace of an A100 40GB pass under `max_split_size_mb:20`: the pool grew to 36.8 GiB,
+    // the allocator gave its cache back where the device was full, and the end read 10.7 GiB.
+    let (peak, end) = (36_816 * mib, 10_742 * mib);
+    assert_eq!(
+        given_back_inside(&pass(peak, end), 2 << 20, 0),
+        (peak - end) as u64
+    );
+    // A peak within one window's error of the end is the reading, not memory given back.
+    assert_eq!(given_back_inside(&pass(end + 2 * mib, end), 2 << 20, 0), 0);
+    // Nor is one the priming graph may have returned inside the pass (counted apart).
+    assert_eq!(
+        given_back_inside(&pass(end + 300 * mib, end), 2 << 20, 300 * mib),
+        0
+    );
+    assert_eq!(
+        given_back_inside(&pass(end + 300 * mib, end), 2 << 20, 100 * mib),
+        300 << 20
+    );
+    // A pass that held the most at its end.
+    assert_eq!(given_back_inside(&pass(end, end), 0, 0), 0);
+}
