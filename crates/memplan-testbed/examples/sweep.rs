@@ -209,7 +209,12 @@ fn main() -> ExitCode {
          driver call of the KV allocation, the engine's graph capture and serving) over the requested memory \
          unless the plan warned by name that it could not bound it, and beside it the earlier, weaker rule: over \
          the requested memory at a sampled point (after the KV cache, each warm-up and capture, the serving \
-         burst); over 100.5% of the run's oracle; below 99% of it where the graph memory was measured \
+         burst); the process's high-water mark before the plan (from the engine's start: the session's start \
+         and calibration, the engine's weights and profile run, the graph phase, the plan step) over the \
+         requested memory unless the plan warned as above (the session's own allocation probes take what \
+         is free for an instant where they run); planned, then failed in the engine's KV allocation, graph \
+         capture or serving with an error other than out-of-memory (judged on what it served too, not as \
+         a refusal); over 100.5% of the run's oracle; below 99% of it where the graph memory was measured \
          (post-capture, full, eager) and below 97% where it was bounded or modelled, the plan was capped by a \
          reading's tolerance or an allocation probe, or nothing measured the KV cache's allocation; the same floor in memory: below the floor and fewer tokens \
          than the largest cache that fits in 99% (97%) of the oracle's room, by the engine's own arithmetic (an allocator that \
@@ -352,7 +357,7 @@ fn main() -> ExitCode {
     out.push_str("## Generated scenarios, by the strategy chosen\n\n");
     let mut by_auto: BTreeMap<String, Stats> = BTreeMap::new();
     for c in cases.iter().filter(|c| c.group == "random") {
-        let k = if c.out.failed.is_some() {
+        let k = if c.out.failed.is_some() && c.out.plan.is_none() {
             "refused at start-up".to_string()
         } else {
             format!("{} ({})", c.out.strategy, kind(c.out.strategy))

@@ -56,6 +56,14 @@ pub struct Outcome {
     /// cache allocated, each warm-up and capture, the serving burst), when it was: the
     /// earlier, weaker rule, kept beside the high-water mark.
     pub over_request_sampled_bytes: Option<u64>,
+    /// The process's high-water mark (ground truth, context included) in each phase before
+    /// the plan, from the engine's start on: the session's start (calibration where it
+    /// calibrates), the engine's weights, its profile run, the graph phase, the plan; and the
+    /// step that ended a start-up that failed or refused. Each mark counts only its phase.
+    pub phase_peaks: Vec<(&'static str, u64)>,
+    /// Bytes the process's high-water mark before the plan passed the requested memory by,
+    /// at its most, and the phase it did so in (the first where it passed), when it did.
+    pub over_request_before_plan: Option<(u64, &'static str)>,
     /// The out-of-memory error, when something ran out of memory.
     pub oom: Option<String>,
     /// Any other failure (start-up refused, plan error).
@@ -98,6 +106,8 @@ impl Outcome {
             over_request_bytes: None,
             over_request_phase: None,
             over_request_sampled_bytes: None,
+            phase_peaks: Vec::new(),
+            over_request_before_plan: None,
             oom: None,
             failed: None,
             downgrades: Vec::new(),

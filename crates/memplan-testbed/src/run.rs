@@ -89,6 +89,10 @@ struct Profiled {
     downgrades: Vec<String>,
 }
 
+/// The first phase of a start-up: the session's start (memplan's calibration, where the
+/// scenario calibrates).
+const PHASE_START: &str = "the session's start (calibration)";
+
 /// What the test-bed names the engine's own loading steps (weights, profile run) in errors.
 const ENGINE_STEP: &str = "the engine's loading (weights, profile run)";
 
@@ -126,6 +130,12 @@ fn profile(
     out: &mut Outcome,
 ) -> Result<Profiled> {
     let device = engine.device().clone();
+    // The process's high-water mark in each phase before the plan (watched from the engine's
+    // start, `run_judged`): read, then watched again from what the process holds now.
+    let mark = |out: &mut Outcome, phase: &'static str| {
+        out.phase_peaks.push((phase, gpu.peak().unwrap_or(0)));
+        gpu.watch_peak();
+    };
     // Calibrating, the session starts the way an engine starts it (`Session::start`: its
     // calibration's leftovers are accounted); else it trusts the declaration.
     // The oracle counts tokens as vLLM 0.19 did (usable blocks times the block size,
@@ -190,15 +200,18 @@ fn profile(
             Vec::new(),
         )
     };
+    mark(out, PHASE_START);
     let mut s = declare_allocator(s, gpu, setup)?;
     let downgrades: Vec<String> = downgrades.iter().map(ToString::to_string).collect();
     s.check_request(setup.request)?;
     neighbour(setup, gpu, "load_weights");
     s.load_weights(|e| e.load_weights())
         .map_err(|e| e.during(ENGINE_STEP))?;
+    mark(out, "the engine's weights");
     neighbour(setup, gpu, "profile_run");
     s.profile_run(|e| e.profile_run())
         .map_err(|e| e.during(ENGINE_STEP))?;
+    mark(out, "the engine's profile run");
     // Attributed before the phase runs, so an out-of-memory inside it names the strategy.
     out.strategy = match choice {
         Choice::Auto => s.selection().kind,
@@ -221,6 +234,7 @@ fn profile(
     };
     out.strategy = kind;
     out.why = why.clone();
+    mark(out, "the graph phase");
     let kept = s.kept_graphs();
     let kept_graph_truth = kept.then(|| graph_truth(&gpu.truth()).saturating_sub(before));
     neighbour(setup, gpu, "plan");
@@ -239,6 +253,7 @@ fn profile(
             s.plan_with(b)?
         }
     };
+    mark(out, "the plan");
     let at_plan = gpu.truth();
     let at_plan_allocator = gpu.allocator().snapshot();
     // From here on the simulator keeps the process's high-water mark: over the request is
@@ -321,6 +336,9 @@ pub fn run_judged(
     let _e = span.enter();
     let gpu = open(setup)?;
     let start = gpu.truth();
+    // Over the request is judged from the engine's start: the simulator keeps the process's
+    // high-water mark from here on (each phase's, `Outcome::phase_peaks`).
+    gpu.watch_peak();
     let mut engine = SimEngine::new(gpu.clone(), setup.clone());
     let mut out = Outcome::new(choice);
     if alone.is_none() {
@@ -363,6 +381,9 @@ pub fn run_judged(
             } else {
                 out.failed = Some(format!("start-up refused: {e}"));
             }
+            out.phase_peaks
+                .push(("the step that ended the start-up", gpu.peak().unwrap_or(0)));
+            out.over_request_before_plan = over_before_plan(setup, &start, &out.phase_peaks);
             // Judged all the same: a refusal where the oracles show room is a failure.
             let at = AtPlan {
                 start,
@@ -376,6 +397,7 @@ pub fn run_judged(
             return Ok(out);
         }
     };
+    out.over_request_before_plan = over_before_plan(setup, &start, &out.phase_peaks);
     let alone = alone_at_plan(setup, alone, pr.at_plan.other_processes);
     out.strategy = pr.plan.strategy().unwrap_or(StrategyKind::None);
     out.why = pr.why.clone();
@@ -452,15 +474,7 @@ pub fn run_judged(
     judge(setup, alone.as_ref(), &at, &mut out);
     // Over the requested memory: the process's high-water mark from the plan on (ground
     // truth: KV allocation, graph capture, serving) grew past what the engine asked for.
-    let req = &setup.scenario.request;
-    let budget = req
-        .memory_budget
-        .as_ref()
-        .and_then(|b| b.bytes("memory_budget").ok());
-    if let Some(requested) =
-        crate::oracle::requested(start.total, req.gpu_memory_utilization, budget)
-    {
-        let limit = start.this_process().saturating_add(requested);
+    if let Some(limit) = request_limit(setup, &start) {
         let peak = gpu.peak().unwrap_or(0);
         out.over_request_bytes = (peak > limit).then(|| peak - limit);
         out.over_request_phase = marks
@@ -472,6 +486,31 @@ pub fn run_judged(
     out.plan = Some(pr.plan);
     out.finish();
     Ok(out)
+}
+
+/// The most the process may hold under the request: what it held at the start (its context)
+/// and the memory the engine asked for; `None` where the request names no amount.
+fn request_limit(setup: &Setup, start: &GroundTruth) -> Option<u64> {
+    let req = &setup.scenario.request;
+    let budget = req
+        .memory_budget
+        .as_ref()
+        .and_then(|b| b.bytes("memory_budget").ok());
+    crate::oracle::requested(start.total, req.gpu_memory_utilization, budget)
+        .map(|requested| start.this_process().saturating_add(requested))
+}
+
+/// How far the process's high-water mark before the plan passed the request, at its most, and
+/// the first phase that passed it.
+fn over_before_plan(
+    setup: &Setup,
+    start: &GroundTruth,
+    peaks: &[(&'static str, u64)],
+) -> Option<(u64, &'static str)> {
+    let limit = request_limit(setup, start)?;
+    let most = peaks.iter().map(|(_, p)| *p).max()?;
+    let first = peaks.iter().find(|(_, p)| *p > limit)?.0;
+    (most > limit).then(|| (most - limit, first))
 }
 
 /// Both oracles' verdicts on the run (an oracle that cannot be computed is recorded as the

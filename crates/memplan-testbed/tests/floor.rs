@@ -124,6 +124,43 @@ fn a_run_below_both_floors_fails_and_a_run_at_the_floor_in_memory_does_not() {
     }
 }
 
+/// A run that planned, then failed in the engine's KV allocation, graph capture or serving with
+/// an error other than out-of-memory, is a failure of the plan (gating), and is judged on what
+/// it served: more tokens than the oracle holds is over the oracle there too. Before, it was
+/// judged as a refusal (the needless-refusal check only) and its other checks were skipped.
+/// A run that failed with no plan stays a refusal.
+#[test]
+fn a_plan_the_engine_could_not_serve_is_judged_on_what_it_served() {
+    let c = judged(None, 1);
+    let mut failed = c.clone();
+    failed.out.failed = Some("the engine's layout cannot hold the plan's blocks".into());
+    let oracle = failed.out.oracle.expect("an oracle").tokens;
+    let over = oracle + oracle / 50;
+    failed.out.kv_tokens = Some(over);
+    failed.out.planned_tokens = Some(over);
+    failed.out.kv_vs_oracle = Some(over as f64 / oracle as f64);
+    let cases = [failed];
+    let all = failures(&cases);
+    let checks: Vec<Check> = all.iter().map(|f| f.check).collect();
+    assert!(checks.contains(&Check::FailedAfterPlan), "{checks:?}");
+    assert!(checks.contains(&Check::OverOracle), "{checks:?}");
+    assert!(!checks.contains(&Check::NeedlessRefusal), "{checks:?}");
+    assert!(
+        gating(&all)
+            .iter()
+            .any(|f| f.check == Check::FailedAfterPlan),
+        "{all:?}"
+    );
+    // The same failure with no plan is a refusal: judged by the oracle's room only.
+    let mut refused = c;
+    refused.out.plan = None;
+    refused.out.failed = Some("start-up refused".into());
+    let cases = [refused];
+    let checks: Vec<Check> = failures(&cases).iter().map(|f| f.check).collect();
+    assert!(!checks.contains(&Check::FailedAfterPlan), "{checks:?}");
+    assert!(checks.contains(&Check::NeedlessRefusal), "{checks:?}");
+}
+
 /// The attainable floor: where the engine's own later captures vary by more than the floor's
 /// share of the room, no plan made before them reaches the floor and stays within the request,
 /// and a run below the floor there is not counted as below an attainable floor; where nothing

@@ -7,6 +7,23 @@
 //!   name that it could not bound what went over ([`UNBOUNDED_WARNINGS`]); and the weaker
 //!   earlier rule beside it, **over the request at sampled points** (what the process held
 //!   after the KV cache, each warm-up and capture and the serving burst);
+//! - **over the request before the plan** (reported, not gating): the process's high-water
+//!   mark from the engine's start to the plan (the session's start and calibration, the
+//!   engine's weights and profile run, the graph phase, the plan step, or the step that ended a
+//!   start-up that refused) passed the request, unless the plan warned as above. The
+//!   session's own allocation probes pass it by design where they run: one that measures free
+//!   memory by the largest allocation that succeeds (where no reading measures this process)
+//!   takes everything free for an instant, and the check that allocates what the engine still
+//!   needs at the last quiet point (the KV cache, activation and graphs still to capture)
+//!   allocates with it a slack for their rounding (0.5%, at least 32 MiB); both are freed at
+//!   once. Counted so that a change can be seen, not failed;
+//! - **failed after the plan**: the run planned, then the engine's KV allocation, graph
+//!   capture or serving failed with an error other than out-of-memory. The errors that path
+//!   can raise are the plan's (a block count the engine's layout cannot hold, a capture the
+//!   device refuses where the plan counted on graphs, an allocator state the session left
+//!   wrong), none the world's: another process that takes memory makes an out-of-memory,
+//!   judged as such. The run is judged on what it served too (over the oracle, below the
+//!   floor, served below the plan), not as a refusal;
 //! - **over the oracle**: more KV tokens than fit, by over 0.5%;
 //! - **below the floor**: under 99% of the oracle where the graph memory was measured
 //!   (post-capture, full), under 97% where it was bounded or modelled (conservative, sampled),
@@ -108,6 +125,13 @@ pub enum Check {
     /// Past the request at a sampled point (after the KV cache, each warm-up and capture, the
     /// serving burst) without a warning that names why.
     OverRequestSampled,
+    /// The process's high-water mark before the plan (the session's start and calibration,
+    /// the engine's weights and profile run, the graph phase, the plan) passed the request
+    /// without a warning that names why.
+    OverRequestBeforePlan,
+    /// Planned, then failed in the engine's KV allocation, graph capture or serving with an
+    /// error other than out-of-memory (see the module docs).
+    FailedAfterPlan,
     /// More than the oracle by over 0.5%.
     OverOracle,
     /// Below the share floor.
@@ -132,10 +156,12 @@ pub enum Check {
 
 impl Check {
     /// Every check, in report order.
-    pub const ALL: [Check; 12] = [
+    pub const ALL: [Check; 14] = [
         Check::OutOfMemory,
         Check::OverRequest,
         Check::OverRequestSampled,
+        Check::OverRequestBeforePlan,
+        Check::FailedAfterPlan,
         Check::OverOracle,
         Check::BelowFloor,
         Check::BelowFloorInMemory,
@@ -153,6 +179,8 @@ impl Check {
             Check::OutOfMemory => "out of memory",
             Check::OverRequest => "unwarned over request (high-water mark)",
             Check::OverRequestSampled => "unwarned over request at sampled points",
+            Check::OverRequestBeforePlan => "unwarned over request before the plan",
+            Check::FailedAfterPlan => "failed after the plan",
             Check::OverOracle => "over the oracle",
             Check::BelowFloor => "below the floor",
             Check::BelowFloorInMemory => "below the floor in memory",
@@ -171,11 +199,13 @@ impl Check {
 /// Below the floor and needless refusals (within reach or not) are reported, not gating: their
 /// counts are not zero (see `docs/strategy-comparison.md`). Over the request gates on the
 /// high-water mark (every driver call from the plan on) and on the earlier, weaker sampled rule
-/// alike.
-pub const GATING: [Check; 7] = [
+/// alike; over the request before the plan is reported (the session's own allocation probes
+/// pass it by design, see the module docs). A plan the engine could not serve gates.
+pub const GATING: [Check; 8] = [
     Check::OutOfMemory,
     Check::OverRequest,
     Check::OverRequestSampled,
+    Check::FailedAfterPlan,
     Check::OverOracle,
     Check::HarnessError,
     Check::ReserveBelowReal,
@@ -308,7 +338,28 @@ pub fn failures(cases: &[Case]) -> Vec<Failure<'_>> {
                 );
             }
         }
-        if let Some(e) = &o.failed {
+        if let Some((b, phase)) = o.over_request_before_plan {
+            if !over_request_warned(c) {
+                let peaks: Vec<String> = o
+                    .phase_peaks
+                    .iter()
+                    .map(|(p, b)| format!("{p} {b}"))
+                    .collect();
+                fail(
+                    Check::OverRequestBeforePlan,
+                    format!(
+                        "high-water mark {} ({b} B) past the request before the plan, first in {phase}, no warning names why (peaks: {})",
+                        memplan_core::bytes::fmt_bytes(b),
+                        peaks.join("; ")
+                    ),
+                );
+            }
+        }
+        if let (Some(e), Some(_)) = (&o.failed, &o.plan) {
+            // The engine could not serve the plan: a failure of the plan, judged on what it
+            // served as well (no refusal: the plan was made).
+            fail(Check::FailedAfterPlan, format!("planned, then failed: {e}"));
+        } else if let Some(e) = &o.failed {
             let room = o
                 .oracle
                 .zip(c.setup.as_deref())
