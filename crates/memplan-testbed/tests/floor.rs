@@ -200,6 +200,8 @@ fn a_needless_refusal_is_within_reach_only_where_the_capture_variation_leaves_a_
     let steady = judged(Some("nominal"), 1);
     let refused = |c: &Case| {
         let mut c = c.clone();
+        // A refusal comes with no plan (a plan the engine then failed to serve is no refusal).
+        c.out.plan = None;
         c.out.failed = Some("start-up refused".into());
         c
     };
