@@ -438,6 +438,36 @@ impl PlanBuilder {
         Ok(b)
     }
 
+    /// The refusal the plan already owes before the engine's profile run, where there is one:
+    /// the budget of a plan made from `p` now ([`from_profile`](Self::from_profile) under
+    /// `rules`), its activation peak, not measured yet, counted as nothing, and no graph
+    /// reserve. The activation peak and a graph reserve are at least 0, and what the session
+    /// keeps beside them at the plan only adds to the budget's `used`; the weights are held
+    /// as loaded, and the memory outside the allocator is counted as the plan counts it, with
+    /// what its reading's windows may be off by. So a budget with no room for a KV cache now
+    /// is one the plan refuses after the profile run too, and the engine need not run it: a
+    /// profile run that needs memory another process took since the weights loaded runs out
+    /// of memory where the refusal was certain all along. `None` where the budget has room,
+    /// and where it cannot be judged yet (an error other than a refusal, which the plan names
+    /// in its turn).
+    pub fn refusal_before_profile(
+        p: &Profile,
+        request: Request,
+        rules: SizingRules,
+    ) -> Option<Error> {
+        let mut now = p.clone();
+        now.activation_peak_bytes = Some(now.activation_peak_bytes.unwrap_or(0));
+        now.graph = None;
+        // The budget reads no figure of the KV cache's layout or limits (they size the cache
+        // inside the budget): an empty spec stands for them.
+        let kv = KvSpec::new(Vec::new(), memplan_core::kv::KvDtype::Bf16, 1);
+        let limits = KvLimits::new(1, 1);
+        let b = Self::from_profile(&now, "before the profile run", request, kv, limits)
+            .ok()?
+            .sizing_rules(rules);
+        b.budget().err().filter(|e| e.refusal().is_some())
+    }
+
     /// Neither the free reading nor a device-wide source sees memory other processes hold:
     /// the plan should be checked by allocating what it still needs ([`Self::needs`]) once.
     pub fn is_blind(&self) -> bool {
@@ -902,6 +932,58 @@ impl PlanBuilder {
         &self.notes
     }
 
+    /// The budget of the plan this builder makes ([`budget::compute_within`]): its consumers
+    /// (the measured memory outside the allocator with what its reading's windows may be off
+    /// by), the memory the engine's own start-up check lets it use where that is below its
+    /// request ([`budget::start_check`]), and the budget; refused ([`Error::DoesNotFit`]) where
+    /// the consumers leave no room for a KV cache.
+    fn budget(&self) -> Result<(Consumers, Option<u64>, budget::Budget)> {
+        let fixed_kv = matches!(self.request, Request::KvCacheBytes(_));
+        // What is left of the budget after the KV cache is under a block and (where the cache
+        // is rounded once, as one backing allocation, tensors packed into an expandable
+        // segment, or a range mapped after capture) under a granule, and a free reading that read the engine's memory outside
+        // the allocator low would hand that memory to the cache and take the engine past the
+        // request. The plan keeps what the reading's windows may be off by (beyond the window a
+        // measured graph reserve's margin keeps for them, `non_allocator_windows_error`),
+        // whatever the cache's layout: a tensor per layer was once taken to absorb it in the
+        // rounding of its tensors, but a few tensors on a fine granule absorb nothing (an eager
+        // engine with four KV tensors on a reading in 32 MiB steps went up to 16 MiB past the
+        // request).
+        let mut consumers = self.consumers.clone();
+        if !fixed_kv {
+            // Added to the measured consumer as what the session's own frees keep is, so its
+            // basis keeps saying that too.
+            add_non_allocator(
+                &mut consumers,
+                self.non_allocator_error,
+                &format!(
+                    ", plus what the free reading's windows may be off by beyond what the graph reserve's margin keeps for them ({})",
+                    fmt_bytes(self.non_allocator_error)
+                ),
+            );
+        }
+        // The engine's own start-up check (`SizingRules::start_check`): vLLM refuses a request
+        // above the free memory; SGLang takes its fraction of the free memory, so where that is
+        // below the request the plan is made within the request's share of it.
+        let mut within = None;
+        if let (Some(s), false) = (&self.start, fixed_kv) {
+            let requested = budget::requested_bytes(self.total, self.request)?;
+            within = budget::start_check(
+                self.rules.start_check,
+                s,
+                self.total,
+                requested,
+                &self.request,
+                self.start_tolerance,
+            )?;
+        }
+        let b =
+            budget::compute_within(self.total, self.request, &consumers, within).map_err(|e| {
+                budget::with_free_at_start(e, self.start.as_ref().and_then(|s| s.driver.free))
+            })?;
+        Ok((consumers, within, b))
+    }
+
     /// Make the plan. Errors: a bad request (naming the [`Param`]), overflow, and
     /// [`Error::DoesNotFit`] with a [`Refusal`]: free memory below the request at the start,
     /// consumers beyond the request or the device, one request of the max model length not
@@ -926,6 +1008,7 @@ impl PlanBuilder {
         let fit = (self.granule(), self.kv_tensors(), self.kv_rounding_bound());
         let rounding_words = per_tensor.then(|| self.rounding_words(fit.1, fit.2));
         let alloc = self.alloc().clone();
+        let (consumers, within, b) = self.budget()?;
         let mut notes = self.notes;
         if let Some((a, source)) = &self.alloc_conf {
             notes.push(alloc_conf_note(
@@ -935,49 +1018,6 @@ impl PlanBuilder {
                 self.granularity.is_some(),
             ));
         }
-        // What is left of the budget after the KV cache is under a block and (where the cache
-        // is rounded once, as one backing allocation, tensors packed into an expandable
-        // segment, or a range mapped after capture) under a granule, and a free reading that read the engine's memory outside
-        // the allocator low would hand that memory to the cache and take the engine past the
-        // request. The plan keeps what the reading's windows may be off by (beyond the window a
-        // measured graph reserve's margin keeps for them, `non_allocator_windows_error`),
-        // whatever the cache's layout: a tensor per layer was once taken to absorb it in the
-        // rounding of its tensors, but a few tensors on a fine granule absorb nothing (an eager
-        // engine with four KV tensors on a reading in 32 MiB steps went up to 16 MiB past the
-        // request).
-        let mut consumers = self.consumers;
-        if !fixed_kv {
-            // Added to the measured consumer as what the session's own frees keep is, so its
-            // basis keeps saying that too.
-            add_non_allocator(
-                &mut consumers,
-                self.non_allocator_error,
-                &format!(
-                    ", plus what the free reading's windows may be off by beyond what the graph reserve's margin keeps for them ({})",
-                    fmt_bytes(self.non_allocator_error)
-                ),
-            );
-        }
-        let consumers = consumers;
-        // The engine's own start-up check (`SizingRules::start_check`): vLLM refuses a request
-        // above the free memory; SGLang takes its fraction of the free memory, so where that is
-        // below the request the plan is made within the request's share of it.
-        let mut within = None;
-        if let (Some(s), false) = (&self.start, fixed_kv) {
-            let requested = budget::requested_bytes(self.total, self.request)?;
-            within = budget::start_check(
-                self.rules.start_check,
-                s,
-                self.total,
-                requested,
-                &self.request,
-                self.start_tolerance,
-            )?;
-        }
-        let b =
-            budget::compute_within(self.total, self.request, &consumers, within).map_err(|e| {
-                budget::with_free_at_start(e, self.start.as_ref().and_then(|s| s.driver.free))
-            })?;
         if let (Some(w), Some(free)) = (within, self.start.as_ref().and_then(|s| s.driver.free)) {
             notes.push(format!(
                 "free memory at the start ({}) is below the request ({}); the engine takes its fraction of the memory free at its start and refuses no request for it, so the plan is made within the request's share of that free memory, {}",

@@ -183,6 +183,47 @@ fn an_engine_whose_fraction_is_of_the_free_memory_is_planned_within_its_share() 
     }
 }
 
+/// Before the profile run, the plan's refusal is foreseen where what the engine holds already
+/// leaves no room in the request (weights held above it: large rounding of many tensors), so
+/// the engine is not run into memory another process may have taken since; where the budget
+/// has room, nothing is foreseen, however little room (the activation peak is not known yet).
+#[test]
+fn a_refusal_is_foreseen_before_the_profile_run_only_where_it_is_certain() {
+    use memplan_core::kv::StartCheck;
+    let before_profile = |w: u64, g: i64| {
+        let mut p = profile(24 * GIB, 23 * GIB, 23 * GIB - w, w, 0, g, None);
+        p.activation_peak_bytes = None;
+        p
+    };
+    let rules = SizingRules::default().with_start_check(StartCheck::RefuseAboveFree);
+    let request = Request::Utilization(0.9);
+    let requested = (0.9 * (24 * GIB) as f64).ceil() as u64;
+    // The weights alone hold 64 MiB more than the request.
+    let p = before_profile(requested + 64 * MIB, 0);
+    let e = PlanBuilder::refusal_before_profile(&p, request, rules).expect("foreseen");
+    assert!(
+        matches!(e.refusal(), Some(Refusal::NoRoomForKv { .. })),
+        "{e}"
+    );
+    // The plan after the profile run refuses the same, whatever the run measured.
+    for act in [0, MIB, GIB] {
+        let mut after = p.clone();
+        after.activation_peak_bytes = Some(act);
+        let e = plan(&after, "t", request).unwrap_err();
+        assert!(
+            matches!(e.refusal(), Some(Refusal::NoRoomForKv { .. })),
+            "{e}"
+        );
+    }
+    // The memory outside the allocator counts as the plan counts it: weights 64 MiB under the
+    // request, 65 MiB outside the allocator.
+    let p = before_profile(requested - 64 * MIB, 65 * MIB as i64);
+    assert!(PlanBuilder::refusal_before_profile(&p, request, rules).is_some());
+    // 1 MiB of room: the profile run decides, nothing is foreseen.
+    let p = before_profile(requested - MIB, 0);
+    assert!(PlanBuilder::refusal_before_profile(&p, request, rules).is_none());
+}
+
 #[test]
 fn early_check_and_missing_total() {
     let p = profile(24 * GIB, GIB, GIB, 3 * GIB, GIB, 0, None);
@@ -249,6 +290,33 @@ fn ranks_combine_to_the_smallest() {
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// A refusal foreseen before the profile run is one the plan makes after it, whatever the
+    /// run measured and whatever graph reserve the graph phase kept.
+    #[test]
+    fn a_refusal_foreseen_before_the_profile_run_is_the_plans(
+        total in 1u64..(200 * GIB),
+        util in 0.05f64..1.0,
+        w in 0.0f64..1.0, a in 0.0f64..0.5, g in -0.1f64..0.1,
+        point in 0.0f64..0.2, margin in 0.0f64..0.05, kept in any::<bool>(),
+    ) {
+        let x = |f: f64| ((total as f64 * f) as u64).min(total);
+        let mut before = profile(total, total, total - x(w), x(w), 0, (total as f64 * g) as i64, None);
+        before.activation_peak_bytes = None;
+        let request = Request::Utilization(util);
+        if let Some(e) = PlanBuilder::refusal_before_profile(&before, request, SizingRules::default()) {
+            prop_assert!(e.refusal().is_some());
+            let mut after = before.clone();
+            after.activation_peak_bytes = Some(x(a));
+            after.graph = Some({
+                let mut e = GraphEstimate::new(StrategyKind::Full, 35, (total as f64 * point) as i64, x(margin), "test");
+                e.kept = kept;
+                e
+            });
+            let refused = plan(&after, "prop", request);
+            prop_assert!(refused.as_ref().is_err_and(|e| e.refusal().is_some()), "{:?}", refused.map(|p| p.kv_cache_bytes));
+        }
+    }
 
     /// Any inputs: a clear error, or a plan that never exceeds the requested memory and never
     /// goes negative.

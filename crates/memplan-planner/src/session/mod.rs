@@ -750,6 +750,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
 
     fn profile_run_inner(&mut self, run: impl FnOnce(&mut E) -> Result<()>) -> Result<u64> {
         let before = self.rec.settle(self.engine.as_dyn())?;
+        self.refusal_before_profile()?;
         let probed = self.probe_allocatable(&before)?;
         self.engine.as_dyn().allocator().reset_peak();
         run(&mut *self.engine)?;
@@ -788,6 +789,49 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     /// Everything measured so far.
     pub fn profile(&self) -> Profile {
         self.rec.profile()
+    }
+
+    /// Everything measured so far, as a plan reads it: where nothing read the engine's memory
+    /// outside its allocator, the probes around its steps measured it.
+    fn profile_to_plan(&self) -> Profile {
+        let mut profile = self.profile();
+        if let (None, Some(g)) = (profile.non_allocator_growth, profile.probe_growth) {
+            profile.non_allocator_growth = Some(g.max(0));
+            profile.non_allocator_by_probe = true;
+        }
+        profile
+    }
+
+    /// The sizing rules this session's plan is made under: those of the release the caller
+    /// chose ([`with_sizing_rules`](Self::with_sizing_rules)), else those for no release named.
+    fn plan_rules(&self) -> SizingRules {
+        match &self.sizing {
+            Some((rules, _)) => *rules,
+            None => unnamed_release_rules(self.rank.pipeline_parallel_size),
+        }
+    }
+
+    /// Before the engine's profile run: where the budget of the request the session checked
+    /// ([`check_request`](Self::check_request)) has no room for a KV cache on what the engine
+    /// holds already, its activation peak counted as nothing, the plan's refusal
+    /// ([`PlanBuilder::refusal_before_profile`]), said before the engine runs. The run could
+    /// only add to what the budget counts, and it needs memory another process may have taken
+    /// since the weights loaded: a neighbour's 60 MiB left an engine whose weights already
+    /// held more than its request out of memory in its profile run, where the plan was to
+    /// refuse it all along.
+    fn refusal_before_profile(&self) -> Result<()> {
+        let Some(request) = self.request else {
+            return Ok(());
+        };
+        let p = self.profile_to_plan();
+        match PlanBuilder::refusal_before_profile(&p, request, self.plan_rules()) {
+            Some(e) => Err(e.during(
+                "before the engine ran it, what it holds already leaves no room for a KV cache \
+                 (its activation peak, not measured yet, counted as nothing: a utilisation \
+                 named is the least that could leave room, the activation peak comes on top)",
+            )),
+            None => Ok(()),
+        }
     }
 
     /// A plan builder filled from this start-up (see [`PlanBuilder::from_profile`]) for this
@@ -830,10 +874,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         // request (an RTX 4090 refused where 65k tokens fitted), and one that took memory was
         // seen only by the allocation probe.
         self.rec.settle(self.engine.as_dyn())?;
-        let rules = match &self.sizing {
-            Some((rules, _)) => *rules,
-            None => unnamed_release_rules(self.rank.pipeline_parallel_size),
-        };
+        let rules = self.plan_rules();
         // Tensors from the engine's allocator measure the cache only where its layout is
         // tensors of one size (`kv_cache::measurable_layout`); otherwise the plan keeps room
         // for the rounding as where they are not offered.
@@ -841,13 +882,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         if self.rec.kv_range.is_none() && !measurable {
             self.narrow_granule_bound(limits.max_num_batched_tokens)?;
         }
-        let mut profile = self.profile();
-        if let (None, Some(g)) = (profile.non_allocator_growth, profile.probe_growth) {
-            // Nothing read the engine's memory outside its allocator: the probes around its
-            // steps measured it.
-            profile.non_allocator_growth = Some(g.max(0));
-            profile.non_allocator_by_probe = true;
-        }
+        let profile = self.profile_to_plan();
         let d = self.rec.device.descriptor();
         let b = PlanBuilder::from_profile(&profile, self.why.clone(), request, kv.clone(), limits)?
             .device(format!("{} ({})", d.id, d.name))
