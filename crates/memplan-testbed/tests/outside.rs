@@ -1904,3 +1904,32 @@ fn a_pass_that_gave_memory_back_inside_itself_is_taken_at_its_peak() {
         assert!(c.out.plan.is_none(), "{}: planned", c.what);
     }
 }
+
+/// An eager engine whose weights hold more than its request, and a neighbour that takes memory
+/// after they loaded: where it left the profile run within what the session's calibration keeps
+/// held of fitting, the engine ran out of memory in its profile run on its way to a certain
+/// refusal. The plan's budget has no room for a KV cache before the profile run (its activation
+/// peak counted as nothing): the session refuses there, and the engine never runs it. Every
+/// neighbour size across each seed's edge: refused, the profile run not run, no out-of-memory.
+#[test]
+fn a_refusal_certain_before_the_profile_run_comes_before_it() {
+    const FILE: &str = "rocm62-weights-held-past-request-neighbour-before-profile-run.toml";
+    for mib in (160..=512).step_by(8) {
+        let cases = passes_with(FILE, &[0, 1, 2], |s| {
+            s.neighbour = vec![("profile_run".into(), mib * memplan_core::bytes::MIB)];
+        });
+        for c in cases {
+            let what = format!("{} neighbour={mib} MiB", c.what);
+            assert!(c.out.oom.is_none(), "{what}: {:?}", c.out.oom);
+            assert!(c.out.plan.is_none(), "{what}: planned");
+            assert!(
+                !c.out
+                    .phase_peaks
+                    .iter()
+                    .any(|(phase, _)| *phase == "the engine's profile run"),
+                "{what}: the profile run ran: {:?}",
+                c.out.failed
+            );
+        }
+    }
+}
