@@ -522,6 +522,18 @@ impl PlanBuilder {
         n.saturating_add(physical::rounding_slack(n))
     }
 
+    /// What the request leaves for everything the engine still allocates after `plan` (built
+    /// from this builder): the KV cache's budget and what [`Self::needs_beside_kv`] counts
+    /// (the activation peak, graphs still to capture), that is the memory the engine may use
+    /// less everything the plan counts as this process's already. An allocation probe that
+    /// checks the plan never needs more ([`Self::needs`] adds a rounding slack on top, which
+    /// past a plan that fills its budget would take the process past the request for the
+    /// probe's instant): the plan keeps its KV cache within this room by its own arithmetic,
+    /// so proving the room is there proves the plan fits.
+    pub fn room_under_request(&self, plan: &Plan) -> u64 {
+        plan.kv_budget_bytes.saturating_add(self.needs_beside_kv())
+    }
+
     /// The engine's KV tensors where its allocator rounds each on its own ([`KvTensors`]: a
     /// cache of `n` blocks is that many tensors of at most an even share of its bytes each).
     /// `None` in a dry run (no slack), where the cache is mapped in whole granules

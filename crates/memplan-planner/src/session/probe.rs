@@ -1,10 +1,11 @@
 //! The allocation probe: where no reading sees memory other processes hold (the plan says so
 //! with [`Warning::OtherProcessesUnseen`](crate::Warning::OtherProcessesUnseen)), the session
 //! checks the plan by allocating, once, what the engine still needs after it (the KV cache, the
-//! activation peak, graphs still to capture, rounding slack) straight from the driver, and
-//! frees it at once. When that fails, it searches for the largest allocation that succeeds
-//! (a search whose tries succeed as seldom as they can, [`search`]: a device may keep memory of
-//! every free) and caps the KV cache by it.
+//! activation peak, graphs still to capture, rounding slack; never more than the room the
+//! request leaves for them, [`within_request`]) straight from the driver, and frees it at
+//! once. When that fails, it searches for the largest allocation that succeeds (a search whose
+//! tries succeed as seldom as they can, [`search`]: a device may keep memory of every free) and
+//! caps the KV cache by it.
 //!
 //! Where the free reading cannot measure this process at all, the probe also measures what the
 //! engine took outside its allocator: the largest allocation that succeeds before and after
@@ -24,8 +25,8 @@
 //! where the driver commits memory when it allocates (discrete GPUs do; a driver that
 //! allocates lazily would let it succeed). The plan records where it capped the plan
 //! (`physical_check: probe`). Every other plan is verified by one allocation of what it still
-//! needs ([`verify`]): a reading that over-states free memory cannot run the engine out of
-//! memory.
+//! needs, within the request ([`verify`]): a reading that over-states free memory cannot run
+//! the engine out of memory.
 
 use memplan_core::bytes::MIB;
 use memplan_core::{Device, Error, Result};
@@ -58,15 +59,46 @@ pub(crate) fn check(device: &Device, b: PlanBuilder) -> Result<PlanBuilder> {
     let Ok(plan) = b.clone().build() else {
         return Ok(b);
     };
-    let need = b.needs(plan.kv_cache_bytes);
+    let need = within_request(&b, &plan);
     let got = largest_allocatable(device, need)?;
     tracing::info!(need, got, "allocation probe at the last quiet point");
     Ok(b.probed(got, got >= need))
 }
 
+/// What an allocation probe that checks `plan` (built from `b`) allocates: what the engine
+/// still needs after it ([`PlanBuilder::needs`]: the KV cache as its allocator rounds it, the
+/// activation peak, graphs still to capture, and the physical cap's slack for the allocator's
+/// rounding, 0.5% and at least 32 MiB), never more than the request leaves for it
+/// ([`PlanBuilder::room_under_request`]: the memory the engine may use, less what the plan
+/// counts as this process's already).
+///
+/// A probe holds what it allocates for an instant, and the process holds it: past the room,
+/// the process would go past the memory the engine asked for before the plan is even handed
+/// over, by the probe alone (the slack on a plan that fills its budget: 32 to 100 MiB on a
+/// 24 GiB card, every run). The plan never gives the engine more than that room (its KV cache
+/// is within the budget, by its own arithmetic), so the room, physically there, is all that
+/// proves it fits; whether more is free beyond it says nothing about a plan held to the
+/// request.
+///
+/// The room is taken down to a whole [`RAW_PAGE`]: the driver commits a raw allocation in
+/// whole pages, so an allocation of the room itself would hold up to a page past it (an
+/// eager plan on an H100 whose room was 36,972,999,476 B went 1.8 MiB past the request).
+pub(crate) fn within_request(b: &PlanBuilder, plan: &crate::plan::Plan) -> u64 {
+    let room = b.room_under_request(plan);
+    b.needs(plan.kv_cache_bytes).min(room - room % RAW_PAGE)
+}
+
+/// The page a driver commits a raw allocation in: CUDA's `cuMemAlloc` rounds a large
+/// allocation up to 2 MiB (the granularity `cuMemGetAllocationGranularity` reports for device
+/// memory on current NVIDIA GPUs, and the rounding calibration allows an allocation,
+/// [`tolerance`](crate::calibrate::tolerance)); the simulator's raw allocations round the
+/// same way (`RAW_ROUND` in `backends/sim`). A probe held within the request is taken down to
+/// a whole page of it ([`within_request`]).
+const RAW_PAGE: u64 = 2 * MIB;
+
 /// Every plan not already checked by a probe is verified by one before it is handed over: the
 /// engine's KV cache, activation and graphs still to capture are allocated once, at this quiet
-/// point. A reading that over-states free memory (a process-local reading declared device-wide,
+/// point, never past the request ([`within_request`]). A reading that over-states free memory (a process-local reading declared device-wide,
 /// a stale one nobody caught) cannot then run the engine out of memory: where the allocation
 /// fails, the plan is capped by what was there ([`check`]). The cost is one allocation where the
 /// readings were right.
@@ -77,7 +109,7 @@ pub(crate) fn verify(device: &Device, b: PlanBuilder) -> Result<PlanBuilder> {
     if plan.physical_check == Some(crate::plan::PhysicalCheck::Probe) {
         return Ok(b);
     }
-    let need = b.needs(plan.kv_cache_bytes);
+    let need = within_request(&b, &plan);
     match fits(device, need) {
         Ok(true) => Ok(b),
         Ok(false) => check(device, b),
@@ -609,6 +641,165 @@ pub(crate) fn largest_allocatable(device: &Device, need: u64) -> Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use std::sync::{Arc, Mutex};
+
+    use memplan_core::backend::{BackendKind, DeviceDescriptor, DeviceId};
+    use memplan_core::bytes::GIB;
+    use memplan_core::kv::{AttentionKind, KvDtype, KvLimits, KvSpec, LayerGroup};
+    use memplan_core::{AllocatorMemory, DriverMemory, HalDevice, MemoryInfo, ProfilingCapability};
+
+    use crate::budget::Request;
+    use crate::session::Profile;
+
+    /// A device with `free` bytes free for raw allocations (one at a time, as the probes make
+    /// them): an allocation above what is free fails; every size asked for is recorded.
+    struct Free {
+        descriptor: DeviceDescriptor,
+        caps: ProfilingCapability,
+        free: u64,
+        asked: Arc<Mutex<Vec<u64>>>,
+        live: u64,
+    }
+
+    impl Free {
+        fn device(free: u64) -> (Device, Arc<Mutex<Vec<u64>>>) {
+            let asked = Arc::new(Mutex::new(Vec::new()));
+            let hal = Free {
+                descriptor: DeviceDescriptor::new(
+                    DeviceId::new(BackendKind::Sim, "probe-test"),
+                    "probe test",
+                    Some(24 * GIB),
+                ),
+                caps: ProfilingCapability::exact_discrete(),
+                free,
+                asked: asked.clone(),
+                live: 0,
+            };
+            (Device::new(hal), asked)
+        }
+    }
+
+    impl HalDevice for Free {
+        fn descriptor(&self) -> &DeviceDescriptor {
+            &self.descriptor
+        }
+        fn capabilities(&self) -> &ProfilingCapability {
+            &self.caps
+        }
+        fn driver_memory(&mut self) -> Result<DriverMemory> {
+            Ok(DriverMemory::new(
+                Some(24 * GIB),
+                Some(self.free - self.live),
+            ))
+        }
+        fn synchronize(&mut self) -> Result<()> {
+            Ok(())
+        }
+        fn allocate(&mut self, bytes: u64) -> Result<u64> {
+            self.asked.lock().unwrap().push(bytes);
+            if self.live + bytes > self.free {
+                return Err(Error::OutOfMemory {
+                    call: "allocate".into(),
+                    requested: bytes,
+                });
+            }
+            self.live += bytes;
+            Ok(0x1000)
+        }
+        unsafe fn free(&mut self, _: u64, bytes: u64) -> Result<()> {
+            self.live -= bytes;
+            Ok(())
+        }
+    }
+
+    /// A plan of a 24 GiB device asking for 90% of it (21.6 GiB), 3 GiB of weights and a 1 GiB
+    /// activation peak held to it, the exact free reading showing `free` at the plan: the
+    /// budget (17.6 GiB for the KV cache) binds wherever `free` leaves more.
+    fn builder(free: u64) -> PlanBuilder {
+        let snap = |free: u64| {
+            MemoryInfo::default()
+                .with_driver(DriverMemory::new(Some(24 * GIB), Some(free)))
+                .with_allocator(
+                    AllocatorMemory::new(Some(0), Some(0), Some(0)).with_peak_reserved(Some(0)),
+                )
+        };
+        let mut p = Profile::new(ProfilingCapability::exact_discrete(), snap(23 * GIB));
+        p.last = snap(free);
+        p.weights_bytes = Some(3 * GIB);
+        p.weights_held_bytes = Some(3 * GIB);
+        p.activation_peak_bytes = Some(GIB);
+        p.non_allocator_growth = Some(0);
+        let spec = KvSpec::new(
+            vec![LayerGroup::new(AttentionKind::Full, 28, 2, 128)],
+            KvDtype::Bf16,
+            16,
+        );
+        let limits = KvLimits::new(4096, 8192).with_max_len_limit(1 << 20);
+        PlanBuilder::from_profile(&p, "test", Request::Utilization(0.9), spec, limits).unwrap()
+    }
+
+    #[test]
+    fn the_check_of_a_plan_that_fills_its_budget_never_allocates_past_the_request() {
+        // 20 GiB free: more than the 18.6 GiB the request leaves (the KV budget and the
+        // activation peak), so the budget is what caps the plan.
+        let b = builder(20 * GIB);
+        let plan = b.clone().build().unwrap();
+        assert_eq!(plan.capped_by_free_bytes, None);
+        let room = b.room_under_request(&plan);
+        assert_eq!(room, plan.requested_bytes - 3 * GIB);
+        // What the engine still needs, with the physical cap's rounding slack, is past the
+        // room: a check that allocates all of it holds that slack past the request.
+        assert!(b.needs(plan.kv_cache_bytes) > room);
+        let (device, asked) = Free::device(20 * GIB);
+        let checked = verify(&device, b).unwrap().build().unwrap();
+        let asked = asked.lock().unwrap().clone();
+        assert!(!asked.is_empty(), "the plan was checked");
+        // Each allocation within the room, in the whole pages the driver commits too.
+        assert!(
+            asked
+                .iter()
+                .all(|a| a.div_ceil(RAW_PAGE) * RAW_PAGE <= room),
+            "asked {asked:?}, the room under the request is {room}"
+        );
+        // The room was there: the plan stands as it was.
+        assert_eq!(checked.kv_cache_bytes, plan.kv_cache_bytes);
+        assert_eq!(checked.physical_check, plan.physical_check);
+    }
+
+    #[test]
+    fn a_check_that_finds_less_than_the_room_caps_the_plan_and_searches_within_the_request() {
+        // The free reading over-states what is there: 20 GiB read, 12 GiB physically free.
+        let b = builder(20 * GIB);
+        let plan = b.clone().build().unwrap();
+        let room = b.room_under_request(&plan);
+        let (device, asked) = Free::device(12 * GIB);
+        let checked = verify(&device, b).unwrap().build().unwrap();
+        assert!(asked.lock().unwrap().iter().all(|a| *a <= room));
+        assert_eq!(
+            checked.physical_check,
+            Some(crate::plan::PhysicalCheck::Probe)
+        );
+        // Capped by what was there: the cache, the activation peak and the slack within 12 GiB.
+        assert!(checked.kv_cache_bytes + GIB <= 12 * GIB);
+        assert!(checked.kv_cache_bytes < plan.kv_cache_bytes);
+    }
+
+    #[test]
+    fn the_probe_of_a_plan_capped_below_its_budget_checks_all_it_needs() {
+        // 8 GiB free at the plan: the free reading caps the cache well below the budget, and
+        // the check allocates what the plan needs, its slack included (all under the room).
+        let b = builder(8 * GIB);
+        let plan = b.clone().build().unwrap();
+        assert!(plan.capped_by_free_bytes.is_some());
+        let need = b.needs(plan.kv_cache_bytes);
+        assert!(need < b.room_under_request(&plan));
+        assert_eq!(within_request(&b, &plan), need);
+        let (device, asked) = Free::device(8 * GIB);
+        let checked = verify(&device, b).unwrap().build().unwrap();
+        assert_eq!(asked.lock().unwrap().first(), Some(&need));
+        assert_eq!(checked.kv_cache_bytes, plan.kv_cache_bytes);
+    }
 
     /// A simulated MI300X whose frees keep 256 KiB each, its free reading moving by up to
     /// 471,335 B from read to read on the idle device (seed 45 of an uncalibrated eager
