@@ -11,12 +11,15 @@
 //!   mark from the engine's start to the plan (the session's start and calibration, the
 //!   engine's weights and profile run, the graph phase, the plan step, or the step that ended a
 //!   start-up that refused) passed the request, unless the plan warned as above. The
-//!   session's own allocation probes pass it by design where they run: one that measures free
-//!   memory by the largest allocation that succeeds (where no reading measures this process)
-//!   takes everything free for an instant, and the check that allocates what the engine still
-//!   needs at the last quiet point (the KV cache, activation and graphs still to capture)
-//!   allocates with it a slack for their rounding (0.5%, at least 32 MiB); both are freed at
-//!   once. Counted so that a change can be seen, not failed;
+//!   session's own allocation probes that measure free memory by the largest allocation that
+//!   succeeds (where no reading measures this process) take everything free for an instant,
+//!   and pass it by design where they run; the check that allocates what the engine still
+//!   needs at the last quiet point (the KV cache, activation and graphs still to capture) is
+//!   held to the room the request leaves, in whole pages of the driver's
+//!   (`memplan_planner`'s `probe::within_request`), and does not. A start-up that refused has
+//!   no plan to warn, and passes it where the engine's own weights, profile run or graph
+//!   captures (or those probes) took more than the request before the refusal. Counted so
+//!   that a change can be seen, not failed;
 //! - **failed after the plan**: the run planned, then the engine's KV allocation, graph
 //!   capture or serving failed with an error other than out-of-memory. The errors that path
 //!   can raise are the plan's (a block count the engine's layout cannot hold, a capture the
@@ -199,8 +202,9 @@ impl Check {
 /// Below the floor and needless refusals (within reach or not) are reported, not gating: their
 /// counts are not zero (see `docs/strategy-comparison.md`). Over the request gates on the
 /// high-water mark (every driver call from the plan on) and on the earlier, weaker sampled rule
-/// alike; over the request before the plan is reported (the session's own allocation probes
-/// pass it by design, see the module docs). A plan the engine could not serve gates.
+/// alike; over the request before the plan is reported (the session's allocation probes that
+/// measure free memory pass it by design, and a start-up that refused has no plan to warn, see
+/// the module docs). A plan the engine could not serve gates.
 pub const GATING: [Check; 8] = [
     Check::OutOfMemory,
     Check::OverRequest,
