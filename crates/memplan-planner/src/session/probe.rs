@@ -88,12 +88,12 @@ pub(crate) fn within_request(b: &PlanBuilder, plan: &crate::plan::Plan) -> u64 {
     b.needs(plan.kv_cache_bytes).min(room - room % RAW_PAGE)
 }
 
-/// The page a driver commits a raw allocation in: CUDA's `cuMemAlloc` rounds a large
-/// allocation up to 2 MiB (the granularity `cuMemGetAllocationGranularity` reports for device
-/// memory on current NVIDIA GPUs, and the rounding calibration allows an allocation,
-/// [`tolerance`](crate::calibrate::tolerance)); the simulator's raw allocations round the
-/// same way (`RAW_ROUND` in `backends/sim`). A probe held within the request is taken down to
-/// a whole page of it ([`within_request`]).
+/// The page a driver commits a raw allocation in: a discrete GPU's driver rounds a large raw
+/// allocation up to 2 MiB pages (the minimum granularity its virtual-memory API reports for
+/// device memory, `docs/measurement-protocol.md`, rule 8; the rounding calibration allows an
+/// allocation, [`tolerance`](crate::calibrate::tolerance)); the simulator's raw allocations
+/// round the same way (`RAW_ROUND` in `backends/sim`). A probe held within the request is
+/// taken down to a whole page of it ([`within_request`]).
 const RAW_PAGE: u64 = 2 * MIB;
 
 /// Every plan not already checked by a probe is verified by one before it is handed over: the
@@ -787,17 +787,18 @@ mod tests {
 
     #[test]
     fn the_probe_of_a_plan_capped_below_its_budget_checks_all_it_needs() {
-        // 8 GiB free at the plan: the free reading caps the cache well below the budget, and
-        // the check allocates what the plan needs, its slack included (all under the room).
+        // 8 GiB read free at the plan: the free reading caps the cache well below the budget,
+        // and the check allocates what the plan needs, its slack included (all under the
+        // room); 9 GiB are physically there, so it stands.
         let b = builder(8 * GIB);
         let plan = b.clone().build().unwrap();
         assert!(plan.capped_by_free_bytes.is_some());
         let need = b.needs(plan.kv_cache_bytes);
         assert!(need < b.room_under_request(&plan));
         assert_eq!(within_request(&b, &plan), need);
-        let (device, asked) = Free::device(8 * GIB);
+        let (device, asked) = Free::device(9 * GIB);
         let checked = verify(&device, b).unwrap().build().unwrap();
-        assert_eq!(asked.lock().unwrap().first(), Some(&need));
+        assert_eq!(asked.lock().unwrap().as_slice(), &[need]);
         assert_eq!(checked.kv_cache_bytes, plan.kv_cache_bytes);
     }
 
