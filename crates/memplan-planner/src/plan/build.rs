@@ -530,7 +530,14 @@ impl PlanBuilder {
     /// past a plan that fills its budget would take the process past the request for the
     /// probe's instant): the plan keeps its KV cache within this room by its own arithmetic,
     /// so proving the room is there proves the plan fits.
+    ///
+    /// `u64::MAX` (no room to keep within) where the request names the KV cache's size rather
+    /// than an amount of memory ([`Request::KvCacheBytes`]): the cache of that size is what the
+    /// engine allocates, with its allocator's rounding on top, so the probe checks all of it.
     pub fn room_under_request(&self, plan: &Plan) -> u64 {
+        if matches!(self.request, Request::KvCacheBytes(_)) {
+            return u64::MAX;
+        }
         plan.kv_budget_bytes.saturating_add(self.needs_beside_kv())
     }
 

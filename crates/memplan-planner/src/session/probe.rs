@@ -85,7 +85,8 @@ pub(crate) fn check(device: &Device, b: PlanBuilder) -> Result<PlanBuilder> {
 /// eager plan on an H100 whose room was 36,972,999,476 B went 1.8 MiB past the request).
 pub(crate) fn within_request(b: &PlanBuilder, plan: &crate::plan::Plan) -> u64 {
     let room = b.room_under_request(plan);
-    b.needs(plan.kv_cache_bytes).min(room - room % RAW_PAGE)
+    b.needs(plan.kv_cache_bytes)
+        .min(room.saturating_sub(room % RAW_PAGE))
 }
 
 /// The page a driver commits a raw allocation in: a discrete GPU's driver rounds a large raw
@@ -717,6 +718,11 @@ mod tests {
     /// activation peak held to it, the exact free reading showing `free` at the plan: the
     /// budget (17.6 GiB for the KV cache) binds wherever `free` leaves more.
     fn builder(free: u64) -> PlanBuilder {
+        builder_for(free, Request::Utilization(0.9))
+    }
+
+    /// [`builder`] with another request.
+    fn builder_for(free: u64, request: Request) -> PlanBuilder {
         let snap = |free: u64| {
             MemoryInfo::default()
                 .with_driver(DriverMemory::new(Some(24 * GIB), Some(free)))
@@ -736,7 +742,7 @@ mod tests {
             16,
         );
         let limits = KvLimits::new(4096, 8192).with_max_len_limit(1 << 20);
-        PlanBuilder::from_profile(&p, "test", Request::Utilization(0.9), spec, limits).unwrap()
+        PlanBuilder::from_profile(&p, "test", request, spec, limits).unwrap()
     }
 
     #[test]
@@ -800,6 +806,17 @@ mod tests {
         let checked = verify(&device, b).unwrap().build().unwrap();
         assert_eq!(asked.lock().unwrap().as_slice(), &[need]);
         assert_eq!(checked.kv_cache_bytes, plan.kv_cache_bytes);
+    }
+
+    #[test]
+    fn a_fixed_kv_cache_is_checked_whole_rounding_slack_included() {
+        // A request of the KV cache's size names no amount of memory to keep within: the
+        // engine allocates the cache with its allocator's rounding, and the check proves all of
+        // it.
+        let b = builder_for(20 * GIB, Request::KvCacheBytes(4 * GIB));
+        let plan = b.clone().build().unwrap();
+        assert_eq!(b.room_under_request(&plan), u64::MAX);
+        assert_eq!(within_request(&b, &plan), b.needs(plan.kv_cache_bytes));
     }
 
     /// A simulated MI300X whose frees keep 256 KiB each, its free reading moving by up to
