@@ -19,7 +19,7 @@ use memplan_testbed::sweep::generate::GENERATED;
 /// World endpoints that are the same public figure as a planner constant, read from the same
 /// source by both: (quantity, planner constant, the source). The adversarial range of the
 /// quantity still has to reach past the constant.
-const SAME_PUBLIC_FIGURE: [(&str, &str, &str); 4] = [
+const SAME_PUBLIC_FIGURE: [(&str, &str, &str); 5] = [
     (
         physics::ROUND_LARGE.name,
         "ALLOCATOR_ROUNDING_BOUND",
@@ -41,6 +41,12 @@ const SAME_PUBLIC_FIGURE: [(&str, &str, &str); 4] = [
         physics::ROUND_LARGE.name,
         "PAGE",
         "the template backend's fake driver's 2 MiB page, the same public figure",
+    ),
+    (
+        physics::ROUND_LARGE.name,
+        "RAW_PAGE",
+        "the 2 MiB page a driver commits a raw allocation in (the planner's probe keeps within \
+         the request in whole pages), CUDA's minimum VMM granularity: the same public figure",
     ),
 ];
 
