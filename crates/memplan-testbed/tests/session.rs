@@ -141,3 +141,70 @@ fn an_abandoned_session_waits_for_deferred_releases_before_trimming() {
         "only {checked} seeds defer past one synchronize"
     );
 }
+
+#[test]
+fn an_eager_engines_calibration_keeps_no_memory_for_good() {
+    // A runtime that keeps ~4 MiB of every graph capture (ROCm 6.x) kept calibration's test
+    // capture through the engine's profile run: memory an eager engine alone never takes, and
+    // with another process arriving before that run, the difference between fitting and an
+    // out-of-memory. An eager engine's session leaves the test capture out; one that captures
+    // graphs still checks capture.
+    use memplan_planner::calibrate::Status;
+    use memplan_testbed::run::open;
+    use memplan_testbed::sweep::seeded;
+    use memplan_testbed::Scenario;
+
+    struct Capturing(Liar);
+    impl Engine for Capturing {
+        fn allocator(&mut self) -> &mut dyn AllocatorView {
+            &mut self.0
+        }
+        fn graph_sizes(&self) -> Vec<u32> {
+            vec![1, 2, 4]
+        }
+        fn capture_graph(&mut self, _size: u32) -> Result<()> {
+            Ok(())
+        }
+        fn release_graphs(&mut self) -> Result<()> {
+            Ok(())
+        }
+    }
+    let scenario = Scenario::load("deferred-release-24g").unwrap();
+    let setup = seeded(scenario.resolve().unwrap(), 0);
+    let status_of = |report: &memplan_planner::calibrate::CalibrationReport, item: &str| {
+        report
+            .verdicts
+            .iter()
+            .find(|v| v.item == item)
+            .map(|v| v.status)
+            .unwrap_or_else(|| panic!("no {item} verdict"))
+    };
+
+    let gpu = open(&setup).unwrap();
+    assert!(
+        gpu.physics().hidden_bytes_per_capture > 0,
+        "the runtime keeps nothing per capture"
+    );
+    let device = gpu.device();
+    let mut eager = Liar(AllocatorStats::default());
+    let s = Session::start(&device, &mut eager).unwrap();
+    assert_eq!(
+        status_of(s.calibration().expect("calibrated"), "graph_capture"),
+        Status::NotChecked
+    );
+    assert_eq!(
+        gpu.truth().hidden_capture,
+        0,
+        "calibration kept capture memory"
+    );
+
+    let gpu = open(&setup).unwrap();
+    let device = gpu.device();
+    let mut capturing = Capturing(Liar(AllocatorStats::default()));
+    let s = Session::start(&device, &mut capturing).unwrap();
+    assert_eq!(
+        status_of(s.calibration().expect("calibrated"), "graph_capture"),
+        Status::Confirmed
+    );
+    assert!(gpu.truth().hidden_capture > 0, "no test capture ran");
+}

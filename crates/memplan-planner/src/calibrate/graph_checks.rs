@@ -168,6 +168,42 @@ fn late_release(device: &Device, f: i64, f0: i64) -> Result<Option<i64>> {
     Ok(last)
 }
 
+/// The graph checks left out, for an engine that captures no graphs: calibration's test
+/// capture is the one check that may leave memory held for good (the per-capture memory a
+/// runtime keeps, see docs/measurement-protocol.md, Calibration, for the public reports), and
+/// an eager engine alone never takes it. Held through the engine's profile run, it is memory
+/// the engine has less than it would have alone: with another process arriving before that
+/// run, an eager engine that fits alone ran out of memory in it, within a window as wide as
+/// what the test capture kept. Nothing of what the capture would check (capture, the graph-pool reading,
+/// release timing, per-capture memory) is used where no graph is captured (the strategy is
+/// `none`), so the declared capability is left as it is and said unchecked.
+pub(super) fn skipped(cal: &mut ProfilingCapability) -> Vec<Verdict> {
+    const WHY: &str = "not checked: the engine captures no graphs, and a test capture may leave memory held for good that the engine alone never takes";
+    let declared_capture = cal.facts.graph_capture.to_string();
+    let capture = fact(
+        "graph_capture",
+        declared_capture.clone(),
+        declared_capture,
+        Status::NotChecked,
+        vec![],
+        WHY,
+    );
+    let pool = verdict_reading(
+        cal,
+        Reading::GraphPool,
+        Observed {
+            checked: false,
+            reliability: None,
+            evidence: vec![],
+            note: WHY.into(),
+            window_error: None,
+            kept_per_free: None,
+            step: 0,
+        },
+    );
+    vec![capture, pool]
+}
+
 /// Graph capture, graph-pool attributes, graph release timing and per-capture memory.
 pub(super) fn graphs(device: &Device, cal: &mut ProfilingCapability) -> Result<Vec<Verdict>> {
     let declared_capture = cal.facts.graph_capture.clone();

@@ -9,7 +9,9 @@
 //! declared it captures one graph with a known allocation node and checks the graph-pool
 //! attributes, when a destroyed graph's memory returns, and the per-capture memory nobody
 //! declared; the graph has no allocation node when there are no graph-pool attributes to
-//! check or the device cannot record one (capture itself is then still confirmed). When virtual
+//! check or the device cannot record one (capture itself is then still confirmed); a session
+//! whose engine captures no graphs leaves the graph checks out (their test capture may keep
+//! memory for good that such an engine alone never takes). When virtual
 //! memory is declared it reserves, maps, unmaps and releases one granule (or as many as the
 //! free reading's window error needs to see the mapping). The calibrated capability is never
 //! stronger than the declared one.
@@ -61,7 +63,7 @@ pub fn calibrate(device: &Device) -> Result<CalibrationReport> {
 /// Calibrate a device with these allocation sizes (those above a quarter of free memory are
 /// skipped). See the module docs.
 pub fn calibrate_with(device: &Device, sizes: &[u64]) -> Result<CalibrationReport> {
-    calibrate_then(device, sizes, &mut |_| Ok(()))
+    calibrate_then(device, sizes, true, &mut |_| Ok(()))
 }
 
 /// [`calibrate_with`], calling `before_captures` with the capability calibrated so far (the
@@ -69,9 +71,14 @@ pub fn calibrate_with(device: &Device, sizes: &[u64]) -> Result<CalibrationRepor
 /// held for good (the graph capture's per-capture memory, a mapping's release): where the
 /// free reading came out unable to measure this process, a session measures what those
 /// checks leave held another way (an allocation probe, `Session::start`).
+///
+/// With `graphs` false (the engine captures none) the graph checks are left out and said
+/// unchecked (`graph_checks::skipped`): their test capture may leave memory held for good
+/// that such an engine alone never takes.
 pub(crate) fn calibrate_then(
     device: &Device,
     sizes: &[u64],
+    graphs: bool,
     before_captures: &mut dyn FnMut(&ProfilingCapability) -> Result<()>,
 ) -> Result<CalibrationReport> {
     let span = tracing::info_span!("calibrate", device = %device.descriptor().id);
@@ -103,7 +110,11 @@ pub(crate) fn calibrate_then(
     verdicts.push(checks::driver_total(device, &mut calibrated, &start)?);
     verdicts.extend(checks::unified_pool(device, &mut calibrated)?);
     before_captures(&calibrated)?;
-    verdicts.extend(checks::graphs(device, &mut calibrated)?);
+    if graphs {
+        verdicts.extend(checks::graphs(device, &mut calibrated)?);
+    } else {
+        verdicts.extend(graph_checks::skipped(&mut calibrated));
+    }
     let largest = sizes.iter().copied().max().unwrap_or(cap);
     verdicts.push(checks::virtual_memory(
         device,
