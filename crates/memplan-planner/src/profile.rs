@@ -78,6 +78,13 @@ pub struct Profile {
     /// and quiet windows between them (another process's, [`Self::foreign_bytes`]) keep their
     /// errors from cancelling.
     pub non_allocator_windows: u64,
+    /// Of [`Self::non_allocator_windows`], those that moved with nothing the engine did to
+    /// explain it: quiet windows that moved within the reading's window error (attributed to
+    /// nobody) and engine steps that read free memory growing. What they read may be memory
+    /// that moved (a late release, a lazy allocation, a neighbour), not the reading's error, so
+    /// the plan keeps the reading's whole window error on every window where there is one
+    /// (`plan::build`), even where the reading's own idle windows showed it quiet.
+    pub non_allocator_windows_moved: u64,
     /// The graph-memory phase's result.
     pub graph: Option<GraphEstimate>,
     /// The largest error calibration saw on a window of the free reading (see
@@ -178,6 +185,7 @@ impl Profile {
             expandable_segments: false,
             non_allocator_growth: None,
             non_allocator_windows: 0,
+            non_allocator_windows_moved: 0,
             graph: None,
             free_window_error: None,
             probe_baseline: None,

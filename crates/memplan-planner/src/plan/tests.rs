@@ -1117,6 +1117,48 @@ fn the_other_windows_add_to_the_graph_variation_in_quadrature() {
     assert_eq!(na(&p), 300 * MIB + 3 * 26 * MIB);
 }
 
+/// `full` keeps its margin's windows at the step its own windows show where every idle window
+/// of its repeats read exactly 0 and each snapshot is one read (a quiet reading, carried as
+/// [`GraphEstimate::window`](crate::strategy::GraphEstimate)). The engine's other windows are
+/// windows of the same reading and are kept at that error too: at the reading's window error
+/// (here the 1 MiB page every calibration read sat on, the reading's step), a process-local
+/// reading kept 1 MiB beside a graph margin whose own windows kept 1 byte each, for an error
+/// no window showed, and a KV cache in coarse steps came out short of its next one. A window
+/// above the reading's window error is taken at that error; a graph estimate whose margin
+/// keeps no window (sampled) leaves every window at the reading's error.
+#[test]
+fn the_other_windows_of_a_quiet_reading_are_kept_at_the_step_its_windows_show() {
+    use memplan_core::kv::KvAllocation;
+    let na = |p: &Profile| non_allocator_bytes(p, KvAllocation::OneBacking);
+    let mut p = with_300_mib_outside(Some((2 * GIB as i64, 100 * MIB, false)));
+    // An exact reading whose calibration reads all came out in whole 1 MiB pages: its step.
+    p.free_step = MIB;
+    p.free_window_error = Some(0);
+    p.non_allocator_windows = 4;
+    assert_eq!(
+        na(&p),
+        300 * MIB + MIB,
+        "one window beyond the graph margin's, at the step"
+    );
+    // `full`'s idle windows all read 0, its windows in single bytes: 1 byte a window.
+    p.graph.as_mut().unwrap().window = Some(1);
+    assert_eq!(na(&p), 300 * MIB + 1);
+    p.graph.as_mut().unwrap().window = Some(4 * MIB);
+    assert_eq!(
+        na(&p),
+        300 * MIB + MIB,
+        "never above the reading's window error"
+    );
+    p.graph.as_mut().unwrap().window = Some(1);
+    // A window that moved with nothing the engine did (a quiet window within the window
+    // error): every window at the reading's window error.
+    p.non_allocator_windows_moved = 1;
+    assert_eq!(na(&p), 300 * MIB + MIB, "a window moved");
+    p.non_allocator_windows_moved = 0;
+    p.graph.as_mut().unwrap().strategy = StrategyKind::Sampled;
+    assert_eq!(na(&p), 300 * MIB + 2 * MIB, "no window in the graph margin");
+}
+
 /// Where one request of `max_model_len` does not fit, vLLM refuses to start
 /// (`_check_enough_kv_cache_memory`) and the plan is refused; SGLang starts and admits requests
 /// of at most its pool less one token (`srt/managers/tp_worker.py` `TpModelWorker`:

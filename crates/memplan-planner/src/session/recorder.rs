@@ -273,6 +273,7 @@ impl Recorder {
         let within = |d: i64| d != 0 && d.unsigned_abs() <= error;
         if let Some(d) = w.non_allocator.filter(|d| within(*d) && self.free_ok) {
             self.own_windows += 1;
+            self.p.non_allocator_windows_moved += 1;
             tracing::info!(
                 bytes = d,
                 error,
@@ -335,6 +336,7 @@ impl Recorder {
         match w.non_allocator.filter(|_| self.free_ok) {
             Some(d) if d < 0 => {
                 self.own_windows += 1;
+                self.p.non_allocator_windows_moved += 1;
                 self.warn(Warning::FreeMemoryGrewInStep {
                     step: name.into(),
                     bytes: d.unsigned_abs(),

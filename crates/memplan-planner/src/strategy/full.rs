@@ -836,6 +836,7 @@ impl GraphStrategy for Full {
         );
         e.uncertainty = tol.saturating_add(margin);
         e.variation = variation;
+        e.window = (window < ctx.window_tolerance()).then_some(window);
         e.explanation = format!(
             "captured the first size once (memory a library takes on the first capture is held from there on), then all {n} sizes into a throwaway pool, each after releasing cached memory: {} measured{}{}{}{}",
             fmt_signed(bytes),

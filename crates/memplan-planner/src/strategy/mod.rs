@@ -147,6 +147,13 @@ pub struct GraphEstimate {
     /// reading's other windows to it the same way (`plan::build`).
     #[serde(default)]
     pub variation: u64,
+    /// The error the margin kept for each of its windows of the free reading, where the
+    /// strategy's own windows showed the reading more finely than its measured window error
+    /// (`full`'s quiet reading: every idle window read exactly 0); `None` where the margin
+    /// kept the reading's window error. The plan keeps the reading's other windows at the same
+    /// error (`plan::build`).
+    #[serde(default)]
+    pub window: Option<u64>,
     /// How far the point estimate may be off (bytes, either way).
     pub uncertainty: u64,
     /// The samples taken, if any.
@@ -176,6 +183,7 @@ impl GraphEstimate {
             point_estimate: point,
             margin,
             variation: 0,
+            window: None,
             uncertainty: margin,
             samples: Vec::new(),
             measured_by: measured_by.into(),
