@@ -188,20 +188,26 @@ pub(super) fn skipped(cal: &mut ProfilingCapability) -> Vec<Verdict> {
         vec![],
         WHY,
     );
-    let pool = verdict_reading(
+    let pool = unchecked_pool(cal, WHY.into());
+    vec![capture, pool]
+}
+
+/// The graph-pool reading's verdict where no allocation node went into the pool: its
+/// attributes are left as declared and said unchecked, for the reason in `note`.
+fn unchecked_pool(cal: &mut ProfilingCapability, note: String) -> Verdict {
+    verdict_reading(
         cal,
         Reading::GraphPool,
         Observed {
             checked: false,
             reliability: None,
             evidence: vec![],
-            note: WHY.into(),
+            note,
             window_error: None,
             kept_per_free: None,
             step: 0,
         },
-    );
-    vec![capture, pool]
+    )
 }
 
 /// Graph capture, graph-pool attributes, graph release timing and per-capture memory.
@@ -291,19 +297,7 @@ pub(super) fn graphs(device: &Device, cal: &mut ProfilingCapability) -> Result<V
 
     if let Some(why) = &run.no_node {
         // Nothing went into the graph pool: its attributes could not be checked.
-        out.push(verdict_reading(
-            cal,
-            Reading::GraphPool,
-            Observed {
-                checked: false,
-                reliability: None,
-                evidence: vec![],
-                note: format!("not checked: {why}"),
-                window_error: None,
-                kept_per_free: None,
-                step: 0,
-            },
-        ));
+        out.push(unchecked_pool(cal, format!("not checked: {why}")));
     } else {
         out.push(pool_verdict(cal, run.pool_growth));
     }
