@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use memplan_planner::strategy::StrategyKind;
 use memplan_testbed::oracle::engine_alone;
 use memplan_testbed::run::{open, run_judged, Choice};
 use memplan_testbed::scenario::Scenario;
@@ -1820,6 +1821,14 @@ fn sliding_window_pools_with_k_and_v_apart_share_segments_in_a_small_room() {
     }
 }
 
+/// The plan of `c`, which the strategy `kind` made (naming the run, and why it failed where it
+/// has no plan).
+fn plan_of_strategy(kind: StrategyKind, c: &Case) -> &memplan_planner::plan::Plan {
+    assert_eq!(c.out.strategy, kind, "{}", c.what);
+    let plan = c.out.plan.as_ref();
+    plan.unwrap_or_else(|| panic!("{}: {:?}", c.what, c.out.failed))
+}
+
 /// A stale free reading on an APU, where allocation probes measure: a runtime that gives a
 /// destroyed graph's memory back 17 synchronizes after the release, past the settle's 8, and
 /// nothing that reads when it is back. The teardown's probe read 13.7 GiB still held, the plan
@@ -1832,14 +1841,7 @@ fn a_late_graph_release_no_reading_sees_is_waited_out() {
         "strix-halo-stale-free-late-graph-release-conservative.toml",
         &[4, 12, 17],
     ) {
-        assert_eq!(
-            c.out.strategy,
-            memplan_planner::strategy::StrategyKind::Conservative,
-            "{}",
-            c.what
-        );
-        let plan = c.out.plan.as_ref();
-        let plan = plan.unwrap_or_else(|| panic!("{}: {:?}", c.what, c.out.failed));
+        let plan = plan_of_strategy(StrategyKind::Conservative, &c);
         // The graphs' memory, back only after the teardown's probe had waited for it, is not
         // the engine's: what the plan counts outside the allocator is less than the graphs took.
         let outside = plan
@@ -1865,14 +1867,7 @@ fn a_first_capture_workspace_is_counted_once_where_probes_measure() {
         "rtx3090-stale-free-first-capture-workspace-conservative.toml",
         &[10, 12, 15],
     ) {
-        assert_eq!(
-            c.out.strategy,
-            memplan_planner::strategy::StrategyKind::Conservative,
-            "{}",
-            c.what
-        );
-        let plan = c.out.plan.as_ref();
-        let plan = plan.unwrap_or_else(|| panic!("{}: {:?}", c.what, c.out.failed));
+        let plan = plan_of_strategy(StrategyKind::Conservative, &c);
         // The library's memory is counted where it stays, as held outside the allocator after
         // the teardown (and the start-up planned, so not also as graphs).
         let setup = c.setup.as_deref().expect("the case's setup");
