@@ -468,6 +468,17 @@ impl<'s> GraphContext<'s> {
             .map(crate::session::probe::resolution)
     }
 
+    /// How far apart two captures' takes can be and still read alike, each measured by a
+    /// window of two [`allocatable`](Self::allocatable) probes: a probe moves in the whole
+    /// pages a driver commits a raw allocation in, and its search reads within its resolution
+    /// (`session::probe::alike_within`). `None` where the session does not probe.
+    pub fn probes_alike_within(&self) -> Option<u64> {
+        self.session
+            .p
+            .probe_baseline
+            .map(crate::session::probe::alike_within)
+    }
+
     /// The step the free reading moves in where calibration (or the session's start) saw one
     /// of a MiB or more ([`Profile::free_step`](crate::Profile)); 0 elsewhere.
     pub fn reading_step(&self) -> u64 {

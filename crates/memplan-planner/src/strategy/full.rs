@@ -680,16 +680,29 @@ pub(super) const PROBED_REPEATS: usize = REPEATS + MORE_REPEATS;
 /// per-graph figure (the probes measure the whole pass, not each capture). A probe brackets
 /// what is allocatable within its resolution, so each repeat's window is off by up to that
 /// either way: it is left in the range as variation (two searches over memory that did not
-/// change agree exactly, so no idle window would show it), which errs on the safe side. For the
-/// same reason a range is never taken below one resolution: captures that differ by less fall
-/// into one bracket and read alike, so repeats that all read the same do not show that the
-/// capture does not vary (twelve identical probed repeats of a 150 MB capture, at a 2.26 MB
-/// resolution, kept no margin, and the engine's 35 captures later took 2.6 MiB more).
-pub(super) fn probed_variation_margin(repeats: &[i64], graphs: usize, resolution: u64) -> u64 {
+/// change agree exactly, so no idle window would show it), which errs on the safe side.
+///
+/// A range is never taken below what the probes cannot tell apart (`alike`: captures up to
+/// that far apart read alike, [`alike_within`](crate::session::probe::alike_within), at least
+/// one resolution): a probe moves in the whole pages a driver commits a raw allocation in, so
+/// captures that differ by less than a page fall into one bracket and read alike, and repeats
+/// that all read the same do not show that the capture does not vary. It is the rule of a
+/// free reading that moves in steps ([`hidden_by_step`]): the step is the least range, and
+/// what the plan warns of is what the repeats show beyond the probes' own error (twelve
+/// identical probed repeats of a 150 MB capture, at a 2.26 MB resolution, kept no margin, and
+/// the engine's 35 captures later took 2.6 MiB more; twelve of a 206 MB capture, at the
+/// search's 0.39 MB where the probes moved in 2 MiB pages, kept 4.5 MB for 36 graphs, and
+/// the engine's captures took 5.3 MB past the reserve).
+pub(super) fn probed_variation_margin(
+    repeats: &[i64],
+    graphs: usize,
+    resolution: u64,
+    alike: u64,
+) -> u64 {
     let Some((range, _)) = spread(repeats, resolution.saturating_mul(2)) else {
         return 0;
     };
-    let range = (range.max(0) as u64).max(resolution);
+    let range = (range.max(0) as u64).max(resolution).max(alike);
     let varied = range as f64 * (graphs as f64).sqrt();
     // As `full`'s: the bound on the difference between the engine's later captures and the
     // probed pass where the plan does not warn of the variation ([`unwarned_margin`]).

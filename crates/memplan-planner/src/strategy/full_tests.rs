@@ -87,14 +87,14 @@ fn probed_repeats_size_the_margin_as_full_does_with_the_resolution_left_in() {
     // They vary by 7% beyond the probes' resolution: the plan warns, and keeps one
     // capture's bound.
     assert!(probed_spread_per_mille(&repeats, 10 << 20) > VARIATION_REPORTED_PER_MILLE);
-    let m = probed_variation_margin(&repeats, 35, 10 << 20);
+    let m = probed_variation_margin(&repeats, 35, 10 << 20, 0);
     let want = margin_factor(12) * (40 * mib) as f64 * 35f64.sqrt();
     assert!((m as f64 - want).abs() < 1.0, "{m} against {want}");
     // Equal repeats: the probes saw no variation, but captures that differ by less than a
     // resolution read alike, so one resolution per graph is kept; nothing is warned, so
     // it bounds the difference of two captures (sqrt(2) times one capture's bound).
     assert_eq!(
-        probed_variation_margin(&[500 * mib; 12], 35, 10 << 20),
+        probed_variation_margin(&[500 * mib; 12], 35, 10 << 20, 0),
         unwarned_margin(
             (margin_factor(12) * (10 * mib) as f64 * 35f64.sqrt()).ceil() as u64,
             true
@@ -103,11 +103,45 @@ fn probed_repeats_size_the_margin_as_full_does_with_the_resolution_left_in() {
     // A repeat far below the others (memory that came back inside its window) is left out.
     let mut came_back = repeats.clone();
     came_back[0] = 100 * mib;
-    assert_eq!(probed_variation_margin(&came_back, 35, 10 << 20), {
+    assert_eq!(probed_variation_margin(&came_back, 35, 10 << 20, 0), {
         let rest: Vec<i64> = repeats[1..].to_vec();
         let range = rest.iter().max().unwrap() - rest.iter().min().unwrap();
         (margin_factor(12) * range as f64 * 35f64.sqrt()).ceil() as u64
     });
+}
+
+#[test]
+fn probed_repeats_that_read_alike_keep_a_page_of_variation_per_graph() {
+    // Twelve probed repeats of a 206 MB capture that all read 205,874,622 B, probes searching
+    // up to 24 GiB: the driver commits raw allocations in whole pages, so captures up to a
+    // page apart read alike (their executable objects varied by up to 2 MB). The range kept
+    // for them is what the probes cannot tell apart (a page), not the search's resolution
+    // alone, and the bound on the difference of two passes of 36 graphs covers captures
+    // 1.9 MiB apart.
+    let limit = 24u64 << 30;
+    let read = [205_874_622; 12];
+    let search = crate::session::probe::resolution(limit);
+    let alike = crate::session::probe::alike_within(limit);
+    let m = probed_variation_margin(&read, 36, search, alike);
+    let unseen = unwarned_margin(
+        (margin_factor(12) * 1_992_294.0 * 36f64.sqrt()).ceil() as u64,
+        true,
+    );
+    assert!(m >= unseen, "{m} against {unseen}");
+    // At the search's resolution alone it kept 4.5 MB, and the engine's later captures took
+    // 5.3 MB past the reserve.
+    assert!(probed_variation_margin(&read, 36, search, 0) < unseen);
+    // Repeats a page apart are within what the probes cannot tell apart: the margin keeps it,
+    // and what the plan warns of is only what the repeats show beyond the search's error.
+    let two = [205_874_622, 205_874_622 - (2 << 20)];
+    let spread = probed_spread_per_mille(&two, search);
+    assert_eq!(
+        probed_variation_margin(&two, 36, search, alike),
+        unwarned_margin(
+            (margin_factor(2) * alike as f64 * 36f64.sqrt()).ceil() as u64,
+            spread <= VARIATION_REPORTED_PER_MILLE
+        )
+    );
 }
 
 #[test]

@@ -27,8 +27,11 @@
 //! later capture may take beyond it: the first size is captured again
 //! [`PROBED_REPEATS`](super::full::PROBED_REPEATS) times, each alone and measured by probes,
 //! and their range sizes the margin as `full` sizes its own from repeats read by the driver
-//! (the probes' resolution counted as variation). On a stale free reading with graphs of
-//! 16-20 GiB, a quarter kept a third of the KV cache's room and refused start-ups that fit.
+//! (at least what the probes cannot tell apart counted as variation: a probe moves in the
+//! whole pages a driver commits raw allocations in, so captures less than a page apart read
+//! alike, [`alike_within`](crate::session::probe::alike_within)). On a stale free reading
+//! with graphs of 16-20 GiB, a quarter kept a third of the KV cache's room and refused
+//! start-ups that fit.
 //! Where probes measure, the first size is captured and released once before the pass
 //! (`prime_by_probes`), as `full` primes: memory a library takes on the process's first
 //! capture is then counted once, as held after the teardown, not also as graphs.
@@ -160,10 +163,11 @@ impl GraphStrategy for Conservative {
             (Some(_), Some(_), Some(&first)) => probed_repeats(ctx, first)?,
             _ => None,
         };
+        let alike = ctx.probes_alike_within().unwrap_or(0);
         let (margin, margin_basis) = match (&repeats, ctx.probe_resolution()) {
             (Some(r), Some(res)) => {
-                let m = super::full::probed_variation_margin(r, sizes.len(), res);
-                tracing::debug!(repeats = ?r, resolution = res, margin = m, "probed repeats of the first size");
+                let m = super::full::probed_variation_margin(r, sizes.len(), res, alike);
+                tracing::debug!(repeats = ?r, resolution = res, alike, margin = m, "probed repeats of the first size");
                 let spread = super::full::probed_spread_per_mille(r, res);
                 if spread > super::full::VARIATION_REPORTED_PER_MILLE {
                     ctx.warn(Warning::GraphCaptureVaries {
