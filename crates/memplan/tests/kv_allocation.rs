@@ -13,8 +13,8 @@ use memplan::kv::{
     AttentionKind, KvAllocation, KvDtype, KvLimits, KvSpec, LayerGroup, SizingRules,
 };
 use memplan::{
-    AllocatorStats, AllocatorView, Engine, RawAllocation, Request, Result, Session, SharedDevice,
-    TensorId,
+    AllocatorConfig, AllocatorStats, AllocatorView, Engine, RawAllocation, Request, Result,
+    Session, SharedDevice, TensorId,
 };
 
 const MIB: u64 = 1 << 20;
@@ -68,12 +68,12 @@ impl AllocatorView for Rounding {
 
 /// An engine without a KV hook whose allocator offers tensors: the session measures the cache
 /// through them.
-struct Engine0 {
-    alloc: Rounding,
+struct Engine0<A: AllocatorView> {
+    alloc: A,
     weights: Vec<TensorId>,
 }
 
-impl Engine0 {
+impl<A: AllocatorView> Engine0<A> {
     fn load(&mut self) -> Result<()> {
         for _ in 0..8 {
             let t = self.alloc.allocate_tensor(128 * MIB)?.expect("offered");
@@ -87,7 +87,7 @@ impl Engine0 {
     }
 }
 
-impl Drop for Engine0 {
+impl<A: AllocatorView> Drop for Engine0<A> {
     fn drop(&mut self) {
         for t in std::mem::take(&mut self.weights) {
             let _ = self.alloc.free_tensor(t);
@@ -95,7 +95,7 @@ impl Drop for Engine0 {
     }
 }
 
-impl Engine for Engine0 {
+impl<A: AllocatorView> Engine for Engine0<A> {
     fn allocator(&mut self) -> &mut dyn AllocatorView {
         &mut self.alloc
     }
@@ -239,4 +239,138 @@ fn the_session_measures_k_and_v_apart_where_sglang_allocates_them_so() {
     assert!(two_blocks < one_blocks, "{one_blocks} vs {two_blocks}");
     let up = |x: u64| x.div_ceil(GRANULE) * GRANULE;
     assert!(2 * up(one_blocks * half) > up(one_blocks * PAGE));
+}
+
+/// A page of an expandable segment of large requests (PyTorch's `kLargeBuffer`, 20 MiB,
+/// `find_expandable_block`).
+const MAPPED_PAGE: u64 = 20 * MIB;
+
+/// An allocator with expandable segments (`expandable_segments:True`): every tensor is split
+/// off the free tail of one segment, so they lie one after another (each rounded to 512 bytes,
+/// `kMinBlockSize`), and the segment grows by mapping whole pages of [`MAPPED_PAGE`]; released,
+/// it unmaps the free pages at its end.
+struct Pages {
+    dev: SharedDevice,
+    pages: Vec<RawAllocation>,
+    /// Each held tensor's offset in the segment and bytes.
+    held: HashMap<u64, (u64, u64)>,
+    next: u64,
+    allocated: u64,
+    peak: u64,
+}
+
+impl Pages {
+    fn reserved(&self) -> u64 {
+        self.pages.len() as u64 * MAPPED_PAGE
+    }
+    /// Where the last held tensor ends.
+    fn end(&self) -> u64 {
+        self.held.values().map(|(at, b)| at + b).max().unwrap_or(0)
+    }
+}
+
+impl AllocatorView for Pages {
+    fn stats(&self) -> AllocatorStats {
+        AllocatorStats::new(self.reserved(), self.allocated, self.peak)
+            .with_peak_reserved(Some(self.peak))
+    }
+    fn release_cached(&mut self) -> Result<()> {
+        let end = self.end();
+        while self.reserved() >= end + MAPPED_PAGE {
+            let page = self.pages.pop().expect("a mapped page");
+            self.dev.free(page).map_err(|f| f.error)?;
+        }
+        Ok(())
+    }
+    fn reset_peak(&mut self) {
+        self.peak = self.reserved();
+    }
+    fn allocate_tensor(&mut self, bytes: u64) -> Result<Option<TensorId>> {
+        let bytes = bytes.div_ceil(512) * 512;
+        let at = self.end();
+        while self.reserved() < at + bytes {
+            let page = self.dev.allocate(MAPPED_PAGE)?;
+            self.pages.push(page);
+        }
+        self.next += 1;
+        self.held.insert(self.next, (at, bytes));
+        self.allocated += bytes;
+        self.peak = self.peak.max(self.reserved());
+        Ok(Some(TensorId(self.next)))
+    }
+    fn free_tensor(&mut self, id: TensorId) -> Result<()> {
+        let (_, bytes) = self.held.remove(&id.0).expect("a held tensor");
+        self.allocated -= bytes;
+        Ok(())
+    }
+}
+
+impl Drop for Pages {
+    fn drop(&mut self) {
+        for page in self.pages.drain(..) {
+            let _ = self.dev.free(page);
+        }
+    }
+}
+
+/// An engine that declares expandable segments with a `large_segment_size_mb` of 1 GiB: a
+/// release may map pages of that size, so the plan keeps room for the KV cache's tensors'
+/// sum rounded up to 1 GiB. This allocator maps 20 MiB pages (PyTorch's `kLargeBuffer`,
+/// whatever `large_segment_size_mb` says), and the session's measure of the cache, allocated
+/// whole, shows it (no whole number of 1 GiB pages): the count grows to the plan's own with
+/// 20 MiB pages. Kept at the plan's count, a cache of 14 GiB stood in a room of 14.25 GiB
+/// (98.3% of what fitted).
+#[test]
+fn a_cache_packed_into_pages_finer_than_the_plan_kept_grows_to_its_room() {
+    let dev = memplan::open("sim:rtx4090,other=0KiB").unwrap();
+    let mut e = Engine0 {
+        alloc: Pages {
+            dev: dev.clone(),
+            pages: Vec::new(),
+            held: HashMap::new(),
+            next: 0,
+            allocated: 0,
+            peak: 0,
+        },
+        weights: Vec::new(),
+    };
+    let conf = AllocatorConfig::parse("expandable_segments:True,large_segment_size_mb:1024")
+        .expect("a valid configuration");
+    let spec = KvSpec::new(
+        vec![LayerGroup::new(AttentionKind::Full, LAYERS as u32, 8, 128)],
+        KvDtype::Bf16,
+        16,
+    );
+    let rules = SizingRules::newest(1).with_kv_allocation(KvAllocation::PerTensor);
+    let (plan, kv) = {
+        let mut s = Session::start(&dev, &mut e)
+            .unwrap()
+            .with_sizing_rules(rules, "vllm@0.28")
+            .with_allocator_config(conf, "the test's PYTORCH_ALLOC_CONF");
+        s.load_weights(Engine0::load).unwrap();
+        s.profile_run(Engine0::forward).unwrap();
+        let plan = s
+            .plan(Request::Utilization(0.9), &spec, KvLimits::new(4096, 2048))
+            .unwrap();
+        let kv = s.into_kv_cache(&plan).unwrap();
+        (plan, kv)
+    };
+    assert!(!kv.allocated && kv.warnings.is_empty(), "{kv:?}");
+    let block = plan.kv.block_bytes;
+    assert_eq!(block, LAYERS * PAGE);
+    // The plan's count: its tensors' sum within whole pages of 1 GiB of its room.
+    let gib = 1024 * MIB;
+    let room = plan.kv_budget_bytes;
+    assert!(plan.kv.num_blocks * block <= room / gib * gib);
+    // Grown past it, to the plan's count with 20 MiB pages: the most blocks whose tensors'
+    // sum is within whole 20 MiB pages of the room.
+    assert!(
+        kv.num_blocks > plan.kv.num_blocks,
+        "{} planned, {} handed over",
+        plan.kv.num_blocks,
+        kv.num_blocks
+    );
+    let pages = room / MAPPED_PAGE * MAPPED_PAGE;
+    assert!(kv.num_blocks * block <= pages, "{kv:?} in {pages}");
+    assert!((kv.num_blocks + 1) * block > pages, "{kv:?} in {pages}");
 }

@@ -901,6 +901,24 @@ impl PlanBuilder {
         self.alloc_conf.as_ref().map(|(a, _)| a)
     }
 
+    /// Where the declared configuration packs the KV cache into expandable segments whose page
+    /// the plan takes at a declared `large_segment_size_mb` coarser than PyTorch's 20 MiB
+    /// `kLargeBuffer` (a release may map either, [`expandable_page`]): that coarse page, and
+    /// this builder with the 20 MiB page (the declaration without `large_segment_size_mb`), whose
+    /// plan is the one a session that measured the finer page would have made. `None` elsewhere.
+    pub(crate) fn with_finer_page(&self) -> Option<(u64, PlanBuilder)> {
+        let (conf, source) = self.alloc_conf.as_ref()?;
+        let coarse = expandable_page(conf);
+        if !conf.expandable_segments || coarse <= MID_SEGMENT {
+            return None;
+        }
+        let mut fine = conf.clone();
+        fine.large_segment_size = None;
+        let mut b = self.clone();
+        b.alloc_conf = Some((fine, source.clone()));
+        Some((coarse, b))
+    }
+
     /// Nothing will measure the engine's allocation of its KV cache: a measured plan keeps, per
     /// KV tensor, room for rounding it up to `granule` (a bound from the engine's own
     /// allocations, [`granule_bound`](super::granule_bound); at least [`ALLOCATOR_ROUNDING_BOUND`]), or where nothing

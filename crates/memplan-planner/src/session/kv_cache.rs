@@ -31,7 +31,10 @@
 //! the granule predicted is released, and the planned count allocated. Where neither gave a
 //! count but one tensor of the planned size alone says the planned cache does not fit, the
 //! count is measured tensor by tensor through the allocator, never past the room
-//! ([`kv_tensors`](super::kv_tensors)).
+//! ([`kv_tensors`](super::kv_tensors)). An allocator that packs the tensors into pages
+//! (expandable segments, declared) has the planned count allocated whole, and grown to the
+//! count of a finer page where the plan kept a coarser one than the cache showed (the plan
+//! keeps the coarsest page the configuration allows; `finer_count`).
 //!
 //! An engine that allocates its KV cache only after the session (no hook) gets the same measurement
 //! where its allocator offers tensors ([`AllocatorView::allocate_tensor`]): the session allocates
@@ -276,6 +279,13 @@ pub(crate) struct Planned {
     /// capture, rounding slack): a count grown past the planned one stands only where it is
     /// still allocatable beside the cache ([`Kept::after_kv`]).
     pub after_kv: u64,
+    /// Where the plan kept a page for the cache's rounding coarser than the finest its
+    /// allocator's declared configuration allows (expandable segments with a
+    /// `large_segment_size_mb` past 20 MiB, [`PlanBuilder::with_finer_page`]): the blocks the
+    /// same plan holds with the finer page, and the coarse page. See [`finer_count`].
+    ///
+    /// [`PlanBuilder::with_finer_page`]: crate::plan::PlanBuilder
+    pub finer: Option<(u64, u64)>,
 }
 
 impl Planned {
@@ -286,6 +296,7 @@ impl Planned {
                 .capped_by_free_bytes
                 .map(|_| (plan.kv_budget_bytes.max(plan.kv_cache_bytes), after_kv)),
             after_kv,
+            finer: None,
             rank,
             num_blocks: plan.kv.num_blocks,
             block_bytes: plan.kv.block_bytes,
@@ -551,8 +562,13 @@ pub(crate) struct Kept {
     /// another into a segment it grows by pages (expandable segments,
     /// `Session::with_allocator_config`): what one tensor alone, or a granule, takes says
     /// nothing of what the whole cache takes (one tensor maps its own pages, many share
-    /// them), so the planned count is allocated and measured as a whole.
+    /// them), so the planned count is allocated and measured as a whole, and where it shows
+    /// a finer page than the plan kept and the count may grow, grown to the count of that page
+    /// ([`finer_count`]).
     pub packed: bool,
+    /// Where the plan kept a coarse page for the cache's rounding ([`Planned::finer`]): the
+    /// count its arithmetic gives with the finer page, and the coarse page.
+    pub finer: Option<(u64, u64)>,
     /// What the engine still needs beside its KV cache ([`Planned::after_kv`]). A count grown
     /// past the planned one spends room the plan kept for the allocator's rounding, on the
     /// strength of readings that said the rest was there; a reading that missed memory others
@@ -631,6 +647,7 @@ fn measured_with(
         grow,
         granule,
         packed,
+        finer,
         after_kv,
     }: Kept,
 ) -> Result<Option<(u64, Vec<Warning>)>> {
@@ -786,6 +803,24 @@ fn measured_with(
             {
                 fit = Some(blocks);
                 let last = n + 1 == KV_ATTEMPTS;
+                // Tensors packed into pages, measured whole: a planned cache that took no
+                // whole number of the coarse pages the plan kept grows to the count of the
+                // finer page ([`finer_count`]), bisected back from there where it takes more.
+                let grown = (packed && grow && over.is_none() && blocks == planned && !last)
+                    .then(|| finer_count(finer, blocks, t))
+                    .flatten();
+                if let Some(more) = grown {
+                    tracing::info!(
+                        blocks,
+                        taken = t,
+                        room,
+                        more,
+                        "the KV cache, its tensors packed into pages, took no whole number of the pages the plan kept: the count grows to what the finer page holds, measured"
+                    );
+                    way.release(engine)?;
+                    blocks = more;
+                    continue;
+                }
                 if over.is_none_or(|o| o <= blocks + 1) || last {
                     return Ok(Some((blocks, shrunk(planned, blocks, first_taken, room))));
                 }
@@ -842,6 +877,30 @@ fn measured_with(
         fmt_bytes(room),
         first_taken.map_or("all the memory there was".into(), fmt_bytes),
     )))
+}
+
+/// Where the engine's allocator packs the cache's tensors into pages (expandable segments,
+/// [`Kept::packed`]) and the count may grow ([`Kept::grow`]): the count the plan would have
+/// held with the finer page ([`Kept::finer`]: that count and the coarse page the plan kept),
+/// where the planned cache of `blocks` took `taken`, no whole number of coarse pages, so the
+/// allocator did not map them; `None` otherwise (no finer count, or none larger).
+///
+/// The plan keeps room for the tensors' sum rounded up to the coarsest page the declared
+/// configuration allows (a `large_segment_size_mb` that a release may take for the page,
+/// `plan/footprint.rs`, `expandable_footprint`), since nothing before the cache's allocation
+/// tells which page the allocator maps; a segment grows by whole pages, so a cache measured
+/// whole shows it. A 1 GiB page kept for a cache whose allocator mapped 20 MiB pages held it
+/// to 14 GiB in a room of 14.25 GiB: 16,384 blocks where 16,671 fitted (98.3%). The finer count
+/// is the plan's own arithmetic with the finer page, not the room filled to what the cache
+/// took: filled so, the room the plan's page kept for the rounding of what comes after the
+/// cache in the same segment (the activation's pages) was gone, and serving went a few MiB past
+/// the request; and a count grown by its bytes alone took half as much again where
+/// `roundup_power2_divisions` rounds each tensor. The count is allocated and measured as any
+/// other: it stands only within the room and where what the engine still needs beside it is
+/// allocatable ([`grown_fits`]), and one that took more is bisected back to the planned count.
+fn finer_count(finer: Option<(u64, u64)>, blocks: u64, taken: u64) -> Option<u64> {
+    let (fine, coarse) = finer?;
+    (fine > blocks && taken > 0 && !taken.is_multiple_of(coarse.max(1))).then_some(fine)
 }
 
 /// A cache that took `taken`, more than the physical cap kept for it: within the budget the

@@ -994,8 +994,16 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     pub fn plan_with(&mut self, builder: PlanBuilder) -> Result<Plan> {
         self.steps.check(Step::Plan)?;
         let after_kv = builder.needs_beside_kv();
+        // The count the same plan holds with a finer page than the coarse one it keeps for a
+        // cache packed into pages, which the cache's measured allocation may show it can grow
+        // to (`kv_cache::finer_count`).
+        let finer = builder
+            .with_finer_page()
+            .and_then(|(coarse, b)| b.build().ok().map(|fine| (fine.kv.num_blocks, coarse)));
         let plan = builder.build()?;
-        self.planned = Some(Planned::of(&plan, self.rank, after_kv));
+        let mut planned = Planned::of(&plan, self.rank, after_kv);
+        planned.finer = finer.filter(|(fine, _)| *fine > plan.kv.num_blocks);
+        self.planned = Some(planned);
         self.steps.succeeded(Step::Plan);
         Ok(plan)
     }
@@ -1059,6 +1067,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
                             .alloc_conf
                             .as_ref()
                             .is_some_and(|(c, _)| c.expandable_segments),
+                        finer: own.finer,
                     },
                 ) {
                     Ok(got) => got,
