@@ -301,6 +301,34 @@ pub enum Warning {
         /// Bytes kept per free.
         bytes_per_free: u64,
     },
+    /// No reading measures this process's memory (a stale, absent or lost free reading), so
+    /// the session measures what is free by the largest allocation that succeeds
+    /// ([`Profile::probe_baseline`](crate::Profile::probe_baseline)): at its start and around
+    /// each of the engine's steps, its allocation probes hold, for an instant, everything that
+    /// is free (up to the device's total). Where more is free than the request leaves, the
+    /// process goes past the request by that probe, before any plan exists; nothing that does
+    /// not read free memory can hold a probe under a request it cannot measure against.
+    /// `largest` is the largest allocation a probe of this session held (updated as probes
+    /// run): the most a probe put on top of what the process held.
+    ProbesTakeFreeMemory {
+        /// The largest allocation one of the session's probes held.
+        largest: u64,
+    },
+    /// The session's own checks left memory held for good (measured): a runtime that keeps
+    /// memory of every graph capture kept that of calibration's test capture and of the
+    /// captures a strategy made to measure graphs and tore down
+    /// ([`Warning::HeldAfterGraphTeardown`]); a check whose allocations the device did not
+    /// give back. The plan counts it as this engine's memory, so nothing after the plan goes
+    /// past the request for it; but it is held from the check that made it on, before the
+    /// engine's own steps (its weights, profile run, captures) show whether the request leaves
+    /// room for them, and where they take the request, this goes past it too.
+    ChecksLeftHeld {
+        /// Bytes the session's checks left held, in all, as its readings measured them.
+        bytes: u64,
+        /// How far that figure may read low: the free reading's window error, once per window
+        /// that measured a part of it.
+        within: u64,
+    },
     /// A warning of a code this build does not know, read from a plan of a newer memplan of
     /// the same schema version: its code and message as read (written back unchanged).
     #[serde(skip)]
@@ -338,6 +366,8 @@ impl Warning {
             Warning::DriverTotalAboveDevice { .. } => "driver_total_above_device",
             Warning::UtilizationOfDeviceTotal { .. } => "utilization_of_device_total",
             Warning::DeviceKeepsMemoryOnFree { .. } => "device_keeps_memory_on_free",
+            Warning::ProbesTakeFreeMemory { .. } => "probes_take_free_memory",
+            Warning::ChecksLeftHeld { .. } => "checks_left_held",
             Warning::FiguresPerRank { .. } => "figures_per_rank",
             Warning::LimitingRank { .. } => "limiting_rank",
             Warning::ReadingsNotSynchronized { .. } => "readings_not_synchronized",
@@ -427,6 +457,8 @@ impl fmt::Display for Warning {
             Warning::ForeignMemoryChanged { bytes } => write!(f, "other processes changed their memory by {} while profiling: attributed to them, not to this engine", fmt_signed(*bytes)),
             Warning::GraphMemoryNotReserved { estimate } => write!(f, "graph memory is not reserved; capture will take about {} outside the budget", fmt_bytes(*estimate)),
             Warning::DeviceKeepsMemoryOnFree { bytes_per_free } => write!(f, "the device keeps {} of every raw allocation it frees (each allocate/free pair its checks made left about that much held): the plan keeps room for the frees this start-up makes after its last reading, but every free the engine makes while serving takes {} more, and how many it makes is the engine's: no plan made before serving can bound it", fmt_bytes(*bytes_per_free), fmt_bytes(*bytes_per_free)),
+            Warning::ProbesTakeFreeMemory { largest } => write!(f, "no reading measures this process's memory: the session measures free memory by the largest allocation that succeeds, at its start and around each of the engine's steps, and each such probe holds what is free for an instant (the largest held {}): where more is free than the request leaves, the process goes past the request by the probe, which it cannot bound", fmt_bytes(*largest)),
+            Warning::ChecksLeftHeld { bytes, within } => write!(f, "the session's own checks (calibration's test capture, captures torn down after measuring) left {} held for good (measured within {}): counted as this engine's memory in the plan, but held before the engine's own steps showed whether the request leaves room for them, and past the request where those take it", fmt_bytes(*bytes), fmt_bytes(*within)),
             Warning::DriverTotalAboveDevice { driver, device } => write!(f, "the driver reports a total of {} where the device's own counters read {} ({} more than the device has): the plan takes the device's total as {}, and a share of the device (GPU memory utilisation) is a share of that", fmt_bytes(*driver), fmt_bytes(*device), fmt_bytes(driver.saturating_sub(*device)), fmt_bytes(*device)),
             Warning::UtilizationOfDeviceTotal { device, why } => write!(f, "the driver's total memory is unusable ({why}): the share of the device (GPU memory utilisation) is taken of the device's memory as its own counters read it, {}; give a byte budget if the engine takes its share of another figure", fmt_bytes(*device)),
             Warning::UtilizationOfInexactTotal { reported_total, tolerance, why } => write!(f, "the request is a share of the device's total memory, but its total reading ({}) is approximate ({}{why}): the share is taken of the reported total, as the engine takes it; give a byte budget to size the plan by what is meant", fmt_bytes(*reported_total), if *tolerance > 0 { format!("good to {}: ", fmt_bytes(*tolerance)) } else { String::new() }),
@@ -545,6 +577,11 @@ mod tests {
                 why: s(),
             },
             Warning::DeviceKeepsMemoryOnFree { bytes_per_free: 1 },
+            Warning::ProbesTakeFreeMemory { largest: 1 },
+            Warning::ChecksLeftHeld {
+                bytes: 1,
+                within: 1,
+            },
             Warning::UtilizationOfInexactTotal {
                 reported_total: 2,
                 tolerance: 1,

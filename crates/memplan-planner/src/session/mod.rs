@@ -204,6 +204,9 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     /// `probed` also gives the raw frees its figure shows: the session's frees between it and
     /// the baseline's probe are in the window measured here ([`recorder::OwnFrees`]).
     fn calibrated_by_probe(&mut self, probed: Option<(u64, u64, u64)>, pre: &MemoryInfo) {
+        if let Some((before, _, _)) = probed {
+            self.rec.probed(before);
+        }
         let (Some((before, ceiling, frees)), Some(after)) = (probed, self.rec.p.probe_baseline)
         else {
             return;
@@ -227,6 +230,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             "allocation probes around calibration's captures"
         );
         p.probe_growth = Some(p.probe_growth.unwrap_or(0).saturating_add(g));
+        self.rec.left_held(g.unsigned_abs());
     }
 
     /// Release the engine's cached memory, then take the baseline snapshot, trusting
@@ -448,6 +452,9 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         }
         if let Some(w) = absent.or(lost) {
             rec.warn(w);
+        }
+        if let Some((b, _)) = probe_baseline {
+            rec.probed(b);
         }
         // Said once: here where nothing calibrates, in `start` (with calibration's figure) else.
         if let Some(k) = kept_per_free.filter(|_| !calibrated) {
@@ -796,6 +803,15 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
 
     /// Everything measured so far, as a plan reads it: where nothing read the engine's memory
     /// outside its allocator, the probes around its steps measured it.
+    /// Whether `request` leaves room for a KV cache beside what the session measured so far
+    /// ([`PlanBuilder::leaves_no_room_for_kv`]); a builder that cannot be made says nothing
+    /// (the plan reports why).
+    fn request_leaves_room(&self, request: Request, kv: &KvSpec, limits: KvLimits) -> bool {
+        let profile = self.profile_to_plan();
+        PlanBuilder::from_profile(&profile, self.why.clone(), request, kv.clone(), limits)
+            .map_or(true, |b| !b.leaves_no_room_for_kv())
+    }
+
     fn profile_to_plan(&self) -> Profile {
         let mut profile = self.profile();
         if let (None, Some(g)) = (profile.non_allocator_growth, profile.probe_growth) {
@@ -882,7 +898,15 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         // tensors of one size (`kv_cache::measurable_layout`); otherwise the plan keeps room
         // for the rounding as where they are not offered.
         let measurable = self.offers_tensors && kv_cache::measurable_layout(kv, &limits, &rules);
-        if self.rec.kv_range.is_none() && !measurable {
+        // The warm-ups that narrow the granule are forward passes the engine alone never runs
+        // here, each taking its activation for an instant: where the request leaves no room for
+        // any KV cache, no granule helps and the plan refuses, so they are not run (an eager
+        // engine on an Arc A770 whose weights and profile run already held more than its
+        // request went 3.2 GB further past it in those warm-ups before refusing).
+        if self.rec.kv_range.is_none()
+            && !measurable
+            && self.request_leaves_room(request, kv, limits)
+        {
             self.narrow_granule_bound(limits.max_num_batched_tokens)?;
         }
         let profile = self.profile_to_plan();
@@ -920,7 +944,11 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             probe::check(&self.rec.device, b)?
         } else {
             let b = probe::resolve_tolerance(&self.rec.device, b)?;
-            probe::verify(&self.rec.device, b)?
+            probe::verify(
+                &self.rec.device,
+                b,
+                self.rec.p.free_window_error.unwrap_or(0),
+            )?
         };
         Ok(self.kept_by_own_frees(b, frees))
     }

@@ -226,7 +226,46 @@ impl Recorder {
         let got = super::probe::allocatable_now(&self.device, limit, ceiling, hint)?;
         self.own_frees.at_last_probe = frees_shown(frees, self.device.raw_frees());
         self.last_probe = Some((got, reserved));
+        self.probed(got);
         Ok(Some(got))
+    }
+
+    /// The session's own checks left `bytes` more held for good, as one window measured them:
+    /// said by name ([`Warning::ChecksLeftHeld`], once, its figures the sums: the bytes, and
+    /// the free reading's window error once per window).
+    pub fn left_held(&mut self, bytes: u64) {
+        if bytes == 0 {
+            return;
+        }
+        let error = self.p.free_window_error.unwrap_or(0);
+        let named = self.p.warnings.iter_mut().find_map(|w| match w {
+            Warning::ChecksLeftHeld { bytes, within } => Some((bytes, within)),
+            _ => None,
+        });
+        match named {
+            Some((b, w)) => {
+                *b = b.saturating_add(bytes);
+                *w = w.saturating_add(error);
+            }
+            None => self.warn(Warning::ChecksLeftHeld {
+                bytes,
+                within: error,
+            }),
+        }
+    }
+
+    /// One of the session's allocation probes held `largest` for an instant: said by name
+    /// ([`Warning::ProbesTakeFreeMemory`], once, its figure the largest any probe held), since
+    /// such a probe takes what is free, past the request wherever more is free than it leaves.
+    pub fn probed(&mut self, largest: u64) {
+        let named = self.p.warnings.iter_mut().find_map(|w| match w {
+            Warning::ProbesTakeFreeMemory { largest: l } => Some(l),
+            _ => None,
+        });
+        match named {
+            Some(l) => *l = (*l).max(largest),
+            None => self.warn(Warning::ProbesTakeFreeMemory { largest }),
+        }
     }
 
     /// Record a warning (also emitted as a `tracing` warning).
@@ -367,6 +406,7 @@ impl Recorder {
             .measures_own_usage()
         {
             self.p.held_by_calibration = w.non_allocator.map_or(0, |d| d.max(0).unsigned_abs());
+            self.left_held(self.p.held_by_calibration);
         }
     }
 
@@ -391,6 +431,7 @@ impl Recorder {
             if self.growth_known {
                 tracing::info!(bytes = %fmt_bytes(leak as u64), "held after graph teardown");
                 self.warn(Warning::HeldAfterGraphTeardown { bytes: leak as u64 });
+                self.left_held(leak as u64);
                 self.own_growth = self.own_growth.saturating_add(leak);
                 self.own_windows += 1;
             }
