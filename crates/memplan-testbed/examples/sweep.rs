@@ -210,9 +210,12 @@ fn main() -> ExitCode {
          unless the plan warned by name that it could not bound it, and beside it the earlier, weaker rule: over \
          the requested memory at a sampled point (after the KV cache, each warm-up and capture, the serving \
          burst); the process's high-water mark before the plan (from the engine's start: the session's start \
-         and calibration, the engine's weights and profile run, the graph phase, the plan step) over the \
-         requested memory unless the plan warned as above (the session's own allocation probes take what \
-         is free for an instant where they run); planned, then failed in the engine's KV allocation, graph \
+         and calibration, the engine's weights and profile run, the graph phase, the plan step, or the step \
+         that ended a start-up) over both the requested memory and what the engine alone took at its most in \
+         the same step (the engine's own weights, profile run and graph captures past the request are the \
+         engine's), unless what the session named it put on top covers it (its allocation probes, which take \
+         what is free for an instant, `probes_take_free_memory`; memory its own checks left held for good, \
+         `checks_left_held`); planned, then failed in the engine's KV allocation, graph \
          capture or serving with an error other than out-of-memory (judged on what it served too, not as \
          a refusal); over 100.5% of the run's oracle; below 99% of it where the graph memory was measured \
          (post-capture, full, eager) and below 97% where it was bounded or modelled, the plan was capped by a \

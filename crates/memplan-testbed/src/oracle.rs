@@ -87,6 +87,28 @@ pub struct EngineAlone {
     /// The engine alone runs out of memory before its graphs (weights, profile run, library
     /// workspace): the model does not fit on the device at all.
     pub nothing_fits: bool,
+    /// The process's high-water mark (ground truth, context included) in each of the engine's
+    /// own steps before its KV cache, alone ([`AloneMarks`]): what a start-up's phases are
+    /// judged beside before the plan ([`crate::run`]).
+    pub marks: AloneMarks,
+}
+
+/// The engine alone's high-water marks before its KV cache, each of its own step (bytes the
+/// process held at its most, context included, from the ground truth; 0 for a step it never
+/// reached, having run out of memory before it). A step that ran out of memory is marked with
+/// what the process reached in it: how far the engine's own step went, whatever memplan did.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct AloneMarks {
+    /// Loading its weights.
+    pub weights: u64,
+    /// Its profile run (the activation peak, the library's workspace).
+    pub profile_run: u64,
+    /// What it held after the profile run (the weights, the workspace, the cache emptied).
+    pub after_profile_run: u64,
+    /// Capturing every graph, warm-ups included (before the serving burst).
+    pub graphs: u64,
+    /// What it held once every graph was captured (the graphs kept).
+    pub after_graphs: u64,
 }
 
 impl EngineAlone {
@@ -107,7 +129,15 @@ pub fn engine_alone(setup: &Setup) -> Result<EngineAlone> {
     let mut e = SimEngine::new(gpu.clone(), setup.clone());
     let alloc = gpu.allocator();
     let t0 = gpu.truth();
-    let nothing = || EngineAlone {
+    // Each step's high-water mark: watched from where the process stands as it begins.
+    let mut marks = AloneMarks::default();
+    gpu.watch_peak();
+    let step_mark = |gpu: &SimGpu| {
+        let p = gpu.peak().unwrap_or(0);
+        gpu.watch_peak();
+        p
+    };
+    let nothing = |marks: AloneMarks| EngineAlone {
         weights: 0,
         activation: 0,
         workspace: 0,
@@ -119,16 +149,22 @@ pub fn engine_alone(setup: &Setup) -> Result<EngineAlone> {
         graphs_do_not_fit: false,
         allocator: alloc.snapshot(),
         nothing_fits: true,
+        marks,
     };
-    match e.load_weights() {
-        Err(err) if err.is_out_of_memory() => return Ok(nothing()),
+    let loaded = e.load_weights();
+    marks.weights = step_mark(&gpu);
+    match loaded {
+        Err(err) if err.is_out_of_memory() => return Ok(nothing(marks)),
         r => r?,
     }
     let t1 = gpu.truth();
     // The profile run as the engine runs it: the activation peak, the library workspace
     // taken while it is live, the cache emptied at the end.
     let b = match alloc.malloc(setup.activation_peak.max(1)) {
-        Err(err) if err.is_out_of_memory() => return Ok(nothing()),
+        Err(err) if err.is_out_of_memory() => {
+            marks.profile_run = step_mark(&gpu);
+            return Ok(nothing(marks));
+        }
         r => r?,
     };
     let activation = gpu.truth().allocator_reserved - t1.allocator_reserved;
@@ -137,7 +173,10 @@ pub fn engine_alone(setup: &Setup) -> Result<EngineAlone> {
     if setup.workspace > 0 {
         let r0 = gpu.truth().raw_allocations;
         _held = match e.device().allocate(setup.workspace) {
-            Err(err) if err.is_out_of_memory() => return Ok(nothing()),
+            Err(err) if err.is_out_of_memory() => {
+                marks.profile_run = step_mark(&gpu);
+                return Ok(nothing(marks));
+            }
             r => Some(r?),
         };
         workspace = gpu.truth().raw_allocations - r0;
@@ -147,7 +186,9 @@ pub fn engine_alone(setup: &Setup) -> Result<EngineAlone> {
     // The engine waits for its own queue after the profile run (on a platform without a
     // device-wide synchronize, the segments return only then).
     alloc.synchronize()?;
+    marks.profile_run = step_mark(&gpu);
     let base = gpu.truth().this_process();
+    marks.after_profile_run = base;
     let free_before_kv = gpu.truth().free;
     let kv_allocator = alloc.snapshot();
     let g0 = graph_truth(&gpu.truth());
@@ -182,6 +223,8 @@ pub fn engine_alone(setup: &Setup) -> Result<EngineAlone> {
         }
     }
     let graph = graph_truth(&gpu.truth()).saturating_sub(g0);
+    marks.graphs = step_mark(&gpu);
+    marks.after_graphs = gpu.truth().this_process();
     if !graphs_do_not_fit {
         match alloc.malloc(setup.activation_peak.max(1)) {
             Ok(b) => {
@@ -204,6 +247,7 @@ pub fn engine_alone(setup: &Setup) -> Result<EngineAlone> {
         graphs_do_not_fit,
         allocator: kv_allocator,
         nothing_fits: false,
+        marks,
     })
 }
 

@@ -64,6 +64,23 @@ pub struct Outcome {
     /// Bytes the process's high-water mark before the plan passed the requested memory by,
     /// at its most, and the phase it did so in (the first where it passed), when it did.
     pub over_request_before_plan: Option<(u64, &'static str)>,
+    /// The step a start-up was in when it ended, where it failed or refused before its plan
+    /// (one of the phases of `phase_peaks`, or the session's check of the request).
+    pub ended_in: Option<&'static str>,
+    /// How far the process's high-water mark before the plan passed what the engine's own
+    /// steps took, at its most, and the phase it did so in: in each phase, the mark above the
+    /// larger of the request and the engine alone's mark in that step
+    /// ([`crate::oracle::AloneMarks`]), what memplan's session added past the request (its
+    /// calibration's leftovers, its probes, its own captures). What acceptance judges
+    /// (`acceptance::Check::OverRequestBeforePlan`).
+    pub own_over_request_before_plan: Option<(u64, &'static str)>,
+    /// The largest allocation the session's allocation probes held, where it said by name
+    /// that they take what is free (`probes_take_free_memory`), from the plan's warnings or,
+    /// where the start-up ended before a plan, the session's.
+    pub probes_named: Option<u64>,
+    /// What the session's own checks left held for good, where it said so by name
+    /// (`checks_left_held`), from the same warnings.
+    pub checks_left_held: Option<u64>,
     /// The out-of-memory error, when something ran out of memory.
     pub oom: Option<String>,
     /// Any other failure (start-up refused, plan error).
@@ -108,6 +125,10 @@ impl Outcome {
             over_request_sampled_bytes: None,
             phase_peaks: Vec::new(),
             over_request_before_plan: None,
+            ended_in: None,
+            own_over_request_before_plan: None,
+            probes_named: None,
+            checks_left_held: None,
             oom: None,
             failed: None,
             downgrades: Vec::new(),

@@ -92,6 +92,34 @@ struct Profiled {
 /// The first phase of a start-up: the session's start (memplan's calibration, where the
 /// scenario calibrates).
 const PHASE_START: &str = "the session's start (calibration)";
+/// The session's check of the request, between its start and the engine's weights (a step
+/// of memplan's alone; marked only where a start-up ended in it).
+const PHASE_REQUEST: &str = "the session's check of the request";
+/// The engine's weights.
+const PHASE_WEIGHTS: &str = "the engine's weights";
+/// The engine's profile run.
+const PHASE_PROFILE: &str = "the engine's profile run";
+/// The graph phase.
+const PHASE_GRAPHS: &str = "the graph phase";
+/// The plan step.
+const PHASE_PLAN: &str = "the plan";
+/// The mark of the step a start-up that failed or refused ended in (`Outcome::ended_in`).
+const PHASE_ENDED: &str = "the step that ended the start-up";
+
+/// What the session said by name it put on top of the engine before its plan: the largest
+/// allocation its probes held ([`memplan_planner::Warning::ProbesTakeFreeMemory`]) and the
+/// memory its checks left held for good ([`memplan_planner::Warning::ChecksLeftHeld`]).
+fn named(out: &mut Outcome, warnings: &[memplan_planner::Warning]) {
+    use memplan_planner::Warning;
+    out.probes_named = warnings.iter().find_map(|w| match w {
+        Warning::ProbesTakeFreeMemory { largest } => Some(*largest),
+        _ => None,
+    });
+    out.checks_left_held = warnings.iter().find_map(|w| match w {
+        Warning::ChecksLeftHeld { bytes, within } => Some(bytes.saturating_add(*within)),
+        _ => None,
+    });
+}
 
 /// What the test-bed names the engine's own loading steps (weights, profile run) in errors.
 const ENGINE_STEP: &str = "the engine's loading (weights, profile run)";
@@ -136,6 +164,7 @@ fn profile(
         out.phase_peaks.push((phase, gpu.peak().unwrap_or(0)));
         gpu.watch_peak();
     };
+    out.ended_in = Some(PHASE_START);
     // Calibrating, the session starts the way an engine starts it (`Session::start`: its
     // calibration's leftovers are accounted); else it trusts the declaration.
     // The oracle counts tokens as vLLM 0.19 did (usable blocks times the block size,
@@ -200,18 +229,24 @@ fn profile(
             Vec::new(),
         )
     };
+    named(out, s.warnings());
     mark(out, PHASE_START);
+    out.ended_in = Some(PHASE_REQUEST);
     let mut s = declare_allocator(s, gpu, setup)?;
     let downgrades: Vec<String> = downgrades.iter().map(ToString::to_string).collect();
     s.check_request(setup.request)?;
     neighbour(setup, gpu, "load_weights");
-    s.load_weights(|e| e.load_weights())
-        .map_err(|e| e.during(ENGINE_STEP))?;
-    mark(out, "the engine's weights");
+    out.ended_in = Some(PHASE_WEIGHTS);
+    let r = s.load_weights(|e| e.load_weights());
+    named(out, s.warnings());
+    r.map_err(|e| e.during(ENGINE_STEP))?;
+    mark(out, PHASE_WEIGHTS);
     neighbour(setup, gpu, "profile_run");
-    s.profile_run(|e| e.profile_run())
-        .map_err(|e| e.during(ENGINE_STEP))?;
-    mark(out, "the engine's profile run");
+    out.ended_in = Some(PHASE_PROFILE);
+    let r = s.profile_run(|e| e.profile_run());
+    named(out, s.warnings());
+    r.map_err(|e| e.during(ENGINE_STEP))?;
+    mark(out, PHASE_PROFILE);
     // Attributed before the phase runs, so an out-of-memory inside it names the strategy.
     out.strategy = match choice {
         Choice::Auto => s.selection().kind,
@@ -220,40 +255,49 @@ fn profile(
     out.downgrades = downgrades.clone();
     neighbour(setup, gpu, "graph_phase");
     let before = graph_truth(&gpu.truth());
-    let (kind, why) = match choice {
+    out.ended_in = Some(PHASE_GRAPHS);
+    let phase = match choice {
         // The automatic phase as an engine runs it (it may measure instead of sampling).
-        Choice::Auto => {
-            let k = s.capture_graphs()?.strategy;
-            (k, s.graph_why().to_string())
-        }
+        Choice::Auto => match s.capture_graphs().map(|g| g.strategy) {
+            Ok(k) => Ok((k, s.graph_why().to_string())),
+            Err(e) => Err(e),
+        },
         Choice::Forced(k) => {
             let why = "chosen on the command line".to_string();
-            s.graph_phase(&*k.strategy(), why.clone())?;
-            (k, why)
+            s.graph_phase(&*k.strategy(), why.clone()).map(|_| (k, why))
         }
     };
+    named(out, s.warnings());
+    let (kind, why) = phase?;
     out.strategy = kind;
     out.why = why.clone();
-    mark(out, "the graph phase");
+    mark(out, PHASE_GRAPHS);
     let kept = s.kept_graphs();
     let kept_graph_truth = kept.then(|| graph_truth(&gpu.truth()).saturating_sub(before));
     neighbour(setup, gpu, "plan");
+    out.ended_in = Some(PHASE_PLAN);
     let plan = match tamper {
-        None => s.plan(setup.request, &setup.kv, setup.limits)?,
+        None => s.plan(setup.request, &setup.kv, setup.limits),
         Some(t) => {
             let mut p = s.profile();
             t(&mut p);
-            let b = PlanBuilder::from_profile(
+            PlanBuilder::from_profile(
                 &p,
                 why.clone(),
                 setup.request,
                 setup.kv.clone(),
                 setup.limits,
-            )?;
-            s.plan_with(b)?
+            )
+            .and_then(|b| s.plan_with(b))
         }
     };
-    mark(out, "the plan");
+    match &plan {
+        Ok(p) => named(out, &p.warnings),
+        Err(_) => named(out, s.warnings()),
+    }
+    let plan = plan?;
+    mark(out, PHASE_PLAN);
+    out.ended_in = None;
     let at_plan = gpu.truth();
     let at_plan_allocator = gpu.allocator().snapshot();
     // From here on the simulator keeps the process's high-water mark: over the request is
@@ -381,9 +425,10 @@ pub fn run_judged(
             } else {
                 out.failed = Some(format!("start-up refused: {e}"));
             }
-            out.phase_peaks
-                .push(("the step that ended the start-up", gpu.peak().unwrap_or(0)));
+            out.phase_peaks.push((PHASE_ENDED, gpu.peak().unwrap_or(0)));
             out.over_request_before_plan = over_before_plan(setup, &start, &out.phase_peaks);
+            out.own_over_request_before_plan =
+                own_over_before_plan(setup, &start, &out, alone.as_ref());
             // Judged all the same: a refusal where the oracles show room is a failure.
             let at = AtPlan {
                 start,
@@ -398,6 +443,7 @@ pub fn run_judged(
         }
     };
     out.over_request_before_plan = over_before_plan(setup, &start, &out.phase_peaks);
+    out.own_over_request_before_plan = own_over_before_plan(setup, &start, &out, alone.as_ref());
     let alone = alone_at_plan(setup, alone, pr.at_plan.other_processes);
     out.strategy = pr.plan.strategy().unwrap_or(StrategyKind::None);
     out.why = pr.why.clone();
@@ -511,6 +557,66 @@ fn over_before_plan(
     let most = peaks.iter().map(|(_, p)| *p).max()?;
     let first = peaks.iter().find(|(_, p)| *p > limit)?.0;
     (most > limit).then(|| (most - limit, first))
+}
+
+/// How far the process's high-water mark before the plan passed what the engine's own steps
+/// took, at its most, and the first phase it did so in (`Outcome::own_over_request_before_plan`):
+/// each phase's mark above the larger of the request and the engine alone's mark in the same
+/// step (`alone`'s [`crate::oracle::AloneMarks`]; none: the request alone).
+///
+/// The engine's own steps are its weights, its profile run and, where the run's graph phase
+/// captured the engine's graphs (every strategy but conservative and eager), its captures:
+/// memory they take past the request is the engine's, which no session can hold back (it
+/// learns what the weights or the graphs take only by running them), and the engine alone
+/// takes it too. The same graphs captured again take more or less than the engine alone's
+/// captures by the device's capture-to-capture variation (ground truth,
+/// [`crate::oracle::EngineAlone::graph_jitter_sd`]): the captures are the engine's up to
+/// [`crate::oracle::EngineAlone::jitter_allowance`] above its mark (the variation's 99.9%
+/// one-sided quantile, as the attainable floor keeps), the same variation its own capture after
+/// the plan has. The session's start, its check of the request and the plan step are
+/// memplan's own (the plan step beside what the engine holds then: its weights, and its graphs
+/// where post-capture kept them). A start-up that ended in a step is judged on that step.
+fn own_over_before_plan(
+    setup: &Setup,
+    start: &GroundTruth,
+    out: &Outcome,
+    alone: Option<&crate::oracle::EngineAlone>,
+) -> Option<(u64, &'static str)> {
+    let limit = request_limit(setup, start)?;
+    let captures = !matches!(
+        out.strategy,
+        StrategyKind::Conservative | StrategyKind::None
+    );
+    let engine = |phase: &str| -> u64 {
+        let Some(e) = alone else { return 0 };
+        let a = &e.marks;
+        match phase {
+            PHASE_WEIGHTS => a.weights,
+            PHASE_PROFILE => a.profile_run,
+            PHASE_GRAPHS if captures => a.graphs.saturating_add(e.jitter_allowance()),
+            PHASE_GRAPHS => a.after_profile_run,
+            PHASE_PLAN if out.strategy == StrategyKind::PostCapture => {
+                a.after_graphs.saturating_add(e.jitter_allowance())
+            }
+            PHASE_PLAN => a.after_profile_run,
+            _ => 0,
+        }
+    };
+    let mut most: Option<(u64, &'static str)> = None;
+    for (phase, peak) in &out.phase_peaks {
+        let step = match *phase {
+            PHASE_ENDED => out.ended_in.unwrap_or(PHASE_ENDED),
+            p => p,
+        };
+        let over = peak.saturating_sub(limit.max(engine(step)));
+        if over > 0 {
+            most = Some(match most {
+                Some((b, first)) => (b.max(over), first),
+                None => (over, step),
+            });
+        }
+    }
+    most
 }
 
 /// Both oracles' verdicts on the run (an oracle that cannot be computed is recorded as the

@@ -7,19 +7,28 @@
 //!   name that it could not bound what went over ([`UNBOUNDED_WARNINGS`]); and the weaker
 //!   earlier rule beside it, **over the request at sampled points** (what the process held
 //!   after the KV cache, each warm-up and capture and the serving burst);
-//! - **over the request before the plan** (reported, not gating): the process's high-water
-//!   mark from the engine's start to the plan (the session's start and calibration, the
+//! - **over the request before the plan**: the process's high-water mark from the engine's
+//!   start to the plan (the session's start and calibration, its check of the request, the
 //!   engine's weights and profile run, the graph phase, the plan step, or the step that ended a
-//!   start-up that refused) passed the request, unless the plan warned as above. The
-//!   session's own allocation probes that measure free memory by the largest allocation that
-//!   succeeds (where no reading measures this process) take everything free for an instant,
-//!   and pass it by design where they run; the check that allocates what the engine still
-//!   needs at the last quiet point (the KV cache, activation and graphs still to capture) is
-//!   held to the room the request leaves, in whole pages of the driver's
-//!   (`memplan_planner`'s `probe::within_request`), and does not. A start-up that refused has
-//!   no plan to warn, and passes it where the engine's own weights, profile run or graph
-//!   captures (or those probes) took more than the request before the refusal. Counted so
-//!   that a change can be seen, not failed;
+//!   start-up that refused), in each phase, passed both the request and what the engine alone
+//!   took at its most in the same step ([`crate::oracle::AloneMarks`], computed by the
+//!   oracle's engine alone, no planner code): memory the engine's own weights, profile run or
+//!   graph captures take past the request is the engine's (the session learns it only by
+//!   running them, and an engine alone takes it too), and what the session added on top (its
+//!   calibration's leftovers, its probes, its own captures) is memplan's. The session's
+//!   allocation probes that measure free memory by the largest allocation that succeeds (where
+//!   no reading measures this process) take everything free for an instant: the session says
+//!   so by name (`probes_take_free_memory`, with the largest allocation a probe held); and
+//!   memory its own checks left held for good (a runtime that keeps memory of every capture
+//!   keeps that of calibration's test capture and of captures torn down after measuring) is
+//!   named too (`checks_left_held`): a run whose excess those named figures cover is not
+//!   failed ([`over_request_before_plan`]); nothing else forgives it (a start-up that refused has no plan,
+//!   and the plan's warnings of what it cannot bound are of the engine's memory after it). The
+//!   check that allocates what the engine still needs at the last quiet point (the KV cache,
+//!   activation and graphs still to capture) is held to the room the request leaves less what
+//!   the plan's held figures may read low, in whole pages of the driver's (`memplan_planner`'s
+//!   `probe::verify`), and does not pass it. The raw figure (past the request, whoever took
+//!   it) is kept beside it (`Outcome::over_request_before_plan`);
 //! - **failed after the plan**: the run planned, then the engine's KV allocation, graph
 //!   capture or serving failed with an error other than out-of-memory. The errors that path
 //!   can raise are the plan's (a block count the engine's layout cannot hold, a capture the
@@ -129,8 +138,9 @@ pub enum Check {
     /// serving burst) without a warning that names why.
     OverRequestSampled,
     /// The process's high-water mark before the plan (the session's start and calibration,
-    /// the engine's weights and profile run, the graph phase, the plan) passed the request
-    /// without a warning that names why.
+    /// the engine's weights and profile run, the graph phase, the plan) passed both the
+    /// request and what the engine alone took in the same step, without a warning that names
+    /// why ([`over_request_before_plan`]).
     OverRequestBeforePlan,
     /// Planned, then failed in the engine's KV allocation, graph capture or serving with an
     /// error other than out-of-memory (see the module docs).
@@ -201,14 +211,14 @@ impl Check {
 /// choice passes on every case of the sweep, so that a change that brings one back fails CI.
 /// Below the floor and needless refusals (within reach or not) are reported, not gating: their
 /// counts are not zero (see `docs/strategy-comparison.md`). Over the request gates on the
-/// high-water mark (every driver call from the plan on) and on the earlier, weaker sampled rule
-/// alike; over the request before the plan is reported (the session's allocation probes that
-/// measure free memory pass it by design, and a start-up that refused has no plan to warn, see
-/// the module docs). A plan the engine could not serve gates.
-pub const GATING: [Check; 8] = [
+/// high-water mark (every driver call from the plan on), on the earlier, weaker sampled rule,
+/// and before the plan on what memplan's session took past the request and the engine's own
+/// steps ([`over_request_before_plan`]). A plan the engine could not serve gates.
+pub const GATING: [Check; 9] = [
     Check::OutOfMemory,
     Check::OverRequest,
     Check::OverRequestSampled,
+    Check::OverRequestBeforePlan,
     Check::FailedAfterPlan,
     Check::OverOracle,
     Check::HarnessError,
@@ -235,6 +245,30 @@ pub fn over_request_warned(c: &Case) -> bool {
             UNBOUNDED_WARNINGS.contains(&code.as_str())
         })
     })
+}
+
+/// What memplan's session took past the request before the plan, unwarned: the process's
+/// high-water mark before the plan above the larger of the request and what the engine alone
+/// held at its most in the same step (`Outcome::own_over_request_before_plan`: the engine's
+/// weights, profile run and graph captures past the request are the engine's, the oracle's
+/// engine alone takes them too), at its most, and the first phase it did so in; `None` where
+/// the session took nothing past them, or where what it said by name it put on top of the
+/// engine covers all it went past them by: its allocation probes, which take what is free
+/// (`probes_take_free_memory`, with the largest allocation one held), and memory its own
+/// checks left held for good (`checks_left_held`: calibration's test capture and captures
+/// torn down after measuring, on a runtime that keeps memory of every capture; as measured,
+/// with the free reading's window error it names for each window that measured it). No other
+/// warning forgives it: the plan's warnings of what it cannot bound
+/// ([`UNBOUNDED_WARNINGS`]) are of the engine's memory after the plan, and a start-up that
+/// refused has no plan.
+pub fn over_request_before_plan(c: &Case) -> Option<(u64, &'static str)> {
+    let (b, phase) = c.out.own_over_request_before_plan?;
+    let named = c
+        .out
+        .probes_named
+        .unwrap_or(0)
+        .saturating_add(c.out.checks_left_held.unwrap_or(0));
+    (b > named).then_some((b, phase))
 }
 
 /// The margin the plan kept for the variation of the same graph captured again, where it warned
@@ -342,22 +376,30 @@ pub fn failures(cases: &[Case]) -> Vec<Failure<'_>> {
                 );
             }
         }
-        if let Some((b, phase)) = o.over_request_before_plan {
-            if !over_request_warned(c) {
-                let peaks: Vec<String> = o
-                    .phase_peaks
-                    .iter()
-                    .map(|(p, b)| format!("{p} {b}"))
-                    .collect();
-                fail(
-                    Check::OverRequestBeforePlan,
-                    format!(
-                        "high-water mark {} ({b} B) past the request before the plan, first in {phase}, no warning names why (peaks: {})",
-                        memplan_core::bytes::fmt_bytes(b),
-                        peaks.join("; ")
-                    ),
-                );
-            }
+        if let Some((b, phase)) = over_request_before_plan(c) {
+            let peaks: Vec<String> = o
+                .phase_peaks
+                .iter()
+                .map(|(p, b)| format!("{p} {b}"))
+                .collect();
+            let (all, _) = o.over_request_before_plan.unwrap_or((b, phase));
+            let probes = match (o.probes_named, o.checks_left_held) {
+                (None, None) => "no warning names why".to_string(),
+                (p, h) => format!(
+                    "more than the {} its probes held and the {} its checks left held, named",
+                    memplan_core::bytes::fmt_bytes(p.unwrap_or(0)),
+                    memplan_core::bytes::fmt_bytes(h.unwrap_or(0))
+                ),
+            };
+            fail(
+                Check::OverRequestBeforePlan,
+                format!(
+                    "high-water mark {} ({b} B) past the request and the engine's own steps before the plan, first in {phase} ({} past the request in all), {probes} (peaks: {})",
+                    memplan_core::bytes::fmt_bytes(b),
+                    memplan_core::bytes::fmt_bytes(all),
+                    peaks.join("; ")
+                ),
+            );
         }
         if let (Some(e), Some(_)) = (&o.failed, &o.plan) {
             // The engine could not serve the plan: a failure of the plan, judged on what it
@@ -480,4 +522,121 @@ pub fn failures(cases: &[Case]) -> Vec<Failure<'_>> {
 /// rounding the engine's own allocations allow, `kv_allocation_unmeasured`).
 pub fn gating<'a>(all: &'a [Failure<'a>]) -> Vec<&'a Failure<'a>> {
     all.iter().filter(|f| GATING.contains(&f.check)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::Outcome;
+    use crate::run::Choice;
+    use memplan_core::bytes::{GIB, MIB};
+
+    /// A start-up refused in `phase`, its process `all` past the request there, `own` of it
+    /// past what the engine alone took in that step too; its probes named with `probes`.
+    fn refused(all: u64, own: Option<u64>, probes: Option<u64>, phase: &'static str) -> Case {
+        let mut out = Outcome::new(Choice::Auto);
+        out.failed = Some("start-up refused: no room for the KV cache".into());
+        out.over_request_before_plan = Some((all, phase));
+        out.own_over_request_before_plan = own.map(|b| (b, phase));
+        out.probes_named = probes;
+        out.ended_in = Some(phase);
+        Case {
+            group: "test".into(),
+            what: "refused".into(),
+            out,
+            harness_error: false,
+            setup: None,
+            adversarial: false,
+        }
+    }
+
+    fn over_before_plan(c: &Case) -> Vec<String> {
+        failures(std::slice::from_ref(c))
+            .into_iter()
+            .filter(|f| f.check == Check::OverRequestBeforePlan)
+            .map(|f| f.line)
+            .collect()
+    }
+
+    #[test]
+    fn the_engines_own_weights_past_the_request_are_not_memplans() {
+        // The engine's weights took 5 GiB more than the request, as they do alone: the run
+        // refused, and nothing memplan's session added went past the request.
+        let c = refused(5 * GIB, None, None, "the engine's weights");
+        assert!(over_before_plan(&c).is_empty());
+    }
+
+    #[test]
+    fn what_the_session_added_past_the_request_and_the_engine_gates() {
+        // The engine's captures went 2 GiB past the request, as alone; the session's own
+        // leftovers 24 MiB beyond that, no warning names them.
+        let c = refused(2 * GIB + 24 * MIB, Some(24 * MIB), None, "the graph phase");
+        let lines = over_before_plan(&c);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(lines[0].contains("first in the graph phase"), "{lines:?}");
+        assert!(GATING.contains(&Check::OverRequestBeforePlan));
+    }
+
+    #[test]
+    fn a_named_probe_forgives_only_what_it_covers() {
+        // The session's probes took what was free, said by name with the largest they held.
+        let covered = refused(
+            GIB,
+            Some(GIB),
+            Some(8 * GIB),
+            "the session's start (calibration)",
+        );
+        assert!(over_before_plan(&covered).is_empty());
+        // A probe of 1 MiB does not explain 1 GiB past the request.
+        let beyond = refused(
+            GIB,
+            Some(GIB),
+            Some(MIB),
+            "the session's start (calibration)",
+        );
+        assert_eq!(over_before_plan(&beyond).len(), 1);
+    }
+
+    #[test]
+    fn memory_the_sessions_checks_left_held_forgives_only_up_to_its_figure() {
+        let mut c = refused(30 * MIB, Some(24 * MIB), None, "the engine's weights");
+        c.out.checks_left_held = Some(24 * MIB);
+        assert!(over_before_plan(&c).is_empty());
+        c.out.checks_left_held = Some(20 * MIB);
+        assert_eq!(over_before_plan(&c).len(), 1);
+    }
+
+    #[test]
+    fn a_planned_runs_warning_of_what_it_cannot_bound_after_the_plan_does_not_forgive_it() {
+        // A plan that warns of other processes it cannot see is judged the same: what the
+        // session took before the plan is its own.
+        let mut c = refused(3 * MIB, Some(3 * MIB), None, "the plan");
+        c.out.failed = None;
+        c.out.ended_in = None;
+        let mut p = memplan_planner::plan::PlanBuilder::new(
+            80 * GIB,
+            memplan_planner::budget::Request::Utilization(0.9),
+            memplan_core::kv::KvSpec::new(
+                vec![memplan_core::kv::LayerGroup::new(
+                    memplan_core::kv::AttentionKind::Full,
+                    2,
+                    2,
+                    64,
+                )],
+                memplan_core::kv::KvDtype::Bf16,
+                16,
+            ),
+            memplan_core::kv::KvLimits::new(16, 64),
+        )
+        .build()
+        .expect("a plan");
+        p.warnings
+            .push(memplan_planner::Warning::OtherProcessesUnseen {
+                free_reading: "stale".into(),
+                device_wide: "none".into(),
+            });
+        c.out.plan = Some(p);
+        assert!(over_request_warned(&c));
+        assert_eq!(over_before_plan(&c).len(), 1);
+    }
 }
