@@ -230,7 +230,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             "allocation probes around calibration's captures"
         );
         p.probe_growth = Some(p.probe_growth.unwrap_or(0).saturating_add(g));
-        self.rec.left_held(g.unsigned_abs());
+        self.rec.left_held(g.unsigned_abs(), false);
     }
 
     /// Release the engine's cached memory, then take the baseline snapshot, trusting
@@ -944,11 +944,13 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             probe::check(&self.rec.device, b)?
         } else {
             let b = probe::resolve_tolerance(&self.rec.device, b)?;
-            probe::verify(
-                &self.rec.device,
-                b,
-                self.rec.p.free_window_error.unwrap_or(0),
-            )?
+            // What the plan counts as held was measured by the free reading's windows, unless
+            // allocation probes measured it (no reading measures this process).
+            let held_error = match self.rec.p.probe_baseline {
+                Some(_) => 0,
+                None => self.rec.p.free_window_error.unwrap_or(0),
+            };
+            probe::verify(&self.rec.device, b, held_error)?
         };
         Ok(self.kept_by_own_frees(b, frees))
     }

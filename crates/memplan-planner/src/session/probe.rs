@@ -124,7 +124,12 @@ pub(crate) fn verify(device: &Device, b: PlanBuilder, held_error: u64) -> Result
     if plan.physical_check == Some(crate::plan::PhysicalCheck::Probe) {
         return Ok(b);
     }
-    let need = within_request(&b, &plan).min(below_held_error(&b, &plan, held_error));
+    // Where the error would leave less than a page of the room, the room alone (a check of
+    // nothing proves nothing).
+    let need = match below_held_error(&b, &plan, held_error) {
+        0 => within_request(&b, &plan),
+        room => within_request(&b, &plan).min(room),
+    };
     match fits(device, need) {
         Ok(true) => Ok(b),
         Ok(false) => check(device, b),

@@ -230,14 +230,19 @@ impl Recorder {
         Ok(Some(got))
     }
 
-    /// The session's own checks left `bytes` more held for good, as one window measured them:
-    /// said by name ([`Warning::ChecksLeftHeld`], once, its figures the sums: the bytes, and
-    /// the free reading's window error once per window).
-    pub fn left_held(&mut self, bytes: u64) {
+    /// The session's own checks left `bytes` more held for good, as one window of the free
+    /// reading measured them (`window`; otherwise allocation probes, on the safe side): said by
+    /// name ([`Warning::ChecksLeftHeld`], once, its figures the sums: the bytes, and the free
+    /// reading's window error once per window).
+    pub fn left_held(&mut self, bytes: u64, window: bool) {
         if bytes == 0 {
             return;
         }
-        let error = self.p.free_window_error.unwrap_or(0);
+        let error = if window {
+            self.p.free_window_error.unwrap_or(0)
+        } else {
+            0
+        };
         let named = self.p.warnings.iter_mut().find_map(|w| match w {
             Warning::ChecksLeftHeld { bytes, within } => Some((bytes, within)),
             _ => None,
@@ -406,7 +411,7 @@ impl Recorder {
             .measures_own_usage()
         {
             self.p.held_by_calibration = w.non_allocator.map_or(0, |d| d.max(0).unsigned_abs());
-            self.left_held(self.p.held_by_calibration);
+            self.left_held(self.p.held_by_calibration, true);
         }
     }
 
@@ -431,7 +436,7 @@ impl Recorder {
             if self.growth_known {
                 tracing::info!(bytes = %fmt_bytes(leak as u64), "held after graph teardown");
                 self.warn(Warning::HeldAfterGraphTeardown { bytes: leak as u64 });
-                self.left_held(leak as u64);
+                self.left_held(leak as u64, true);
                 self.own_growth = self.own_growth.saturating_add(leak);
                 self.own_windows += 1;
             }
