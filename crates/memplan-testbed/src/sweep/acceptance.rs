@@ -12,8 +12,10 @@
 //!   engine's weights and profile run, the graph phase, the plan step, or the step that ended a
 //!   start-up that refused), in each phase, passed both the request and what the engine alone
 //!   took at its most in the same step ([`crate::oracle::AloneMarks`], computed by the
-//!   oracle's engine alone, no planner code): memory the engine's own weights, profile run or
-//!   graph captures take past the request is the engine's (the session learns it only by
+//!   oracle's engine alone, no planner code; its captures with [`ATTAINABLE_Z`] standard
+//!   deviations of the device's capture-to-capture variation on top, which the same graphs
+//!   captured again show): memory the engine's own weights, profile run or graph captures take
+//!   past the request is the engine's (the session learns it only by
 //!   running them, and an engine alone takes it too), and what the session added on top (its
 //!   calibration's leftovers, its probes, its own captures) is memplan's. The session's
 //!   allocation probes that measure free memory by the largest allocation that succeeds (where
