@@ -111,6 +111,20 @@ pub struct AloneMarks {
     pub after_graphs: u64,
 }
 
+impl AloneMarks {
+    /// Each step's larger mark of `self` and `other` (the same engine alone beside different
+    /// other processes: one that ran out of memory sooner shows less of its own steps).
+    pub fn fuller(&self, other: &AloneMarks) -> AloneMarks {
+        AloneMarks {
+            weights: self.weights.max(other.weights),
+            profile_run: self.profile_run.max(other.profile_run),
+            after_profile_run: self.after_profile_run.max(other.after_profile_run),
+            graphs: self.graphs.max(other.graphs),
+            after_graphs: self.after_graphs.max(other.after_graphs),
+        }
+    }
+}
+
 impl EngineAlone {
     /// What a plan that knew every graph's mean cost would keep for the engine's own later
     /// capture: [`ATTAINABLE_Z`](crate::sweep::acceptance::ATTAINABLE_Z) standard deviations

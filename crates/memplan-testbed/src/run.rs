@@ -403,7 +403,15 @@ pub fn run_judged(
             // engine alone then fits, is needless if the oracle holds a request; one after
             // they grew, where the engine alone then does not fit, is right.
             let now = gpu.truth().other_processes;
+            // Its steps before the refusal ran beside the others as they were at each: the
+            // engine's own marks are the fuller of the engine alone's beside them at the start
+            // and now (one that ran out of memory beside more of them shows less of its steps).
+            let at_start = alone.as_ref().map(|a| a.marks);
             let alone = alone.map(|a| alone_beside(setup, a, now));
+            let engine = alone.as_ref().map(|a| crate::oracle::EngineAlone {
+                marks: at_start.map_or(a.marks, |m| m.fuller(&a.marks)),
+                ..a.clone()
+            });
             if engine_step && fails(&alone) && fails_at_start {
                 // The engine alone runs out of memory loading too, or capturing its graphs with
                 // no KV cache at all: the model does not fit, whatever memplan does (its
@@ -428,7 +436,7 @@ pub fn run_judged(
             out.phase_peaks.push((PHASE_ENDED, gpu.peak().unwrap_or(0)));
             out.over_request_before_plan = over_before_plan(setup, &start, &out.phase_peaks);
             out.own_over_request_before_plan =
-                own_over_before_plan(setup, &start, &out, alone.as_ref());
+                own_over_before_plan(setup, &start, &out, engine.as_ref());
             // Judged all the same: a refusal where the oracles show room is a failure.
             let at = AtPlan {
                 start,
