@@ -989,13 +989,6 @@ impl PlanBuilder {
         &self.notes
     }
 
-    /// Whether the request leaves no room for a KV cache at all beside what this builder counts
-    /// (its budget is refused, [`Error::DoesNotFit`], before any rounding of the cache's
-    /// tensors is kept): no granule, however fine, makes room, and the plan will refuse.
-    pub(crate) fn leaves_no_room_for_kv(&self) -> bool {
-        matches!(self.budget(), Err(e) if e.refusal().is_some())
-    }
-
     /// The budget of the plan this builder makes ([`budget::compute_within`]): its consumers
     /// (the measured memory outside the allocator with what its reading's windows may be off
     /// by), the memory the engine's own start-up check lets it use where that is below its

@@ -803,15 +803,6 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
 
     /// Everything measured so far, as a plan reads it: where nothing read the engine's memory
     /// outside its allocator, the probes around its steps measured it.
-    /// Whether `request` leaves room for a KV cache beside what the session measured so far
-    /// ([`PlanBuilder::leaves_no_room_for_kv`]); a builder that cannot be made says nothing
-    /// (the plan reports why).
-    fn request_leaves_room(&self, request: Request, kv: &KvSpec, limits: KvLimits) -> bool {
-        let profile = self.profile_to_plan();
-        PlanBuilder::from_profile(&profile, self.why.clone(), request, kv.clone(), limits)
-            .map_or(true, |b| !b.leaves_no_room_for_kv())
-    }
-
     fn profile_to_plan(&self) -> Profile {
         let mut profile = self.profile();
         if let (None, Some(g)) = (profile.non_allocator_growth, profile.probe_growth) {
@@ -898,15 +889,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         // tensors of one size (`kv_cache::measurable_layout`); otherwise the plan keeps room
         // for the rounding as where they are not offered.
         let measurable = self.offers_tensors && kv_cache::measurable_layout(kv, &limits, &rules);
-        // The warm-ups that narrow the granule are forward passes the engine alone never runs
-        // here, each taking its activation for an instant: where the request leaves no room for
-        // any KV cache, no granule helps and the plan refuses, so they are not run (an eager
-        // engine on an Arc A770 whose weights and profile run already held more than its
-        // request went 3.2 GB further past it in those warm-ups before refusing).
-        if self.rec.kv_range.is_none()
-            && !measurable
-            && self.request_leaves_room(request, kv, limits)
-        {
+        if self.rec.kv_range.is_none() && !measurable {
             self.narrow_granule_bound(limits.max_num_batched_tokens)?;
         }
         let profile = self.profile_to_plan();
