@@ -1,0 +1,157 @@
+//! Run scenario files over a range of seeds with the automatic choice, judged by the sweep's
+//! own acceptance rules, and count the failures per check.
+//!
+//! ```text
+//! cargo run --release -p memplan-testbed --example battery -- FROM TO FILE...
+//! ```
+//!
+//! Each file runs on seeds `FROM..TO` (end exclusive) exactly as the outside scenarios of
+//! `tests/outside.rs` do. Every gating failure is printed with its run; the summary counts
+//! each check, and the floor and oracle shares. `BATTERY_DETAIL=1` prints one line per run;
+//! `BATTERY_THREADS` sets the worker count (default: the machine's cores); `RUST_LOG` the
+//! planner's tracing (for example `memplan_planner=debug`).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use memplan_testbed::oracle::engine_alone;
+use memplan_testbed::run::{open, run_judged, Choice};
+use memplan_testbed::scenario::Scenario;
+use memplan_testbed::sweep::acceptance::{self, Check};
+use memplan_testbed::sweep::{seeded, Case};
+use memplan_testbed::Setup;
+
+fn usage() -> ! {
+    eprintln!("usage: battery FROM TO FILE...   (seeds FROM..TO, end exclusive)");
+    std::process::exit(2)
+}
+
+/// The automatic choice on `setup`, judged against the engine alone as the sweep judges it;
+/// the harness's error where it could not run it.
+fn judged(file: &str, seed: u64, setup: Setup) -> Result<Case, String> {
+    let alone = engine_alone(&setup).ok();
+    let adversarial = open(&setup).is_ok_and(|g| g.physics().adversarial);
+    let out = run_judged(&setup, Choice::Auto, None, alone)
+        .map_err(|e| format!("{file} [seed={seed}]: harness error: {e}"))?;
+    Ok(Case {
+        group: file.into(),
+        what: format!("seed={seed}"),
+        out,
+        harness_error: false,
+        setup: Some(Arc::new(setup)),
+        adversarial,
+    })
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.len() < 3 {
+        usage();
+    }
+    let (Ok(from), Ok(to)) = (args[0].parse::<u64>(), args[1].parse::<u64>()) else {
+        usage()
+    };
+    let mut jobs = Vec::new();
+    for file in &args[2..] {
+        let setup = match Scenario::load(file).and_then(Scenario::resolve) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("{file}: {e}");
+                std::process::exit(1);
+            }
+        };
+        for seed in from..to {
+            jobs.push((file.clone(), seed, setup.clone()));
+        }
+    }
+    let threads = std::env::var("BATTERY_THREADS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let next = AtomicUsize::new(0);
+    let cases: Mutex<Vec<Case>> = Mutex::new(Vec::new());
+    let errors: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..threads.max(1) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some((file, seed, setup)) = jobs.get(i) else {
+                    break;
+                };
+                match judged(file, *seed, seeded(setup.clone(), *seed)) {
+                    Ok(c) => cases.lock().unwrap_or_else(|e| e.into_inner()).push(c),
+                    Err(e) => errors.lock().unwrap_or_else(|e| e.into_inner()).push(e),
+                }
+            });
+        }
+    });
+    let mut cases = cases.into_inner().unwrap_or_else(|e| e.into_inner());
+    cases.sort_by(|a, b| (&a.group, &a.what).cmp(&(&b.group, &b.what)));
+    let detail = std::env::var("BATTERY_DETAIL").is_ok_and(|v| v == "1");
+    if detail {
+        for c in &cases {
+            let o = &c.out;
+            println!(
+                "{} {} auto={} share={} reserve={:?} real={:?} over={:?} before={:?} why: {}{}",
+                c.group,
+                c.what,
+                o.strategy,
+                o.kv_vs_oracle
+                    .map_or("-".into(), |x| format!("{:.2}%", x * 100.0)),
+                o.estimate,
+                o.real_graph,
+                o.over_request_bytes,
+                o.own_over_request_before_plan,
+                o.why,
+                o.failed
+                    .as_deref()
+                    .or(o.oom.as_deref())
+                    .map_or(String::new(), |f| format!(" | {f}")),
+            );
+        }
+    }
+    let errors = errors.into_inner().unwrap_or_else(|e| e.into_inner());
+    for e in &errors {
+        println!("GATING HarnessError: {e}");
+    }
+    let failures = acceptance::failures(&cases);
+    let mut counts: BTreeMap<Check, usize> = BTreeMap::new();
+    for f in &failures {
+        *counts.entry(f.check).or_default() += 1;
+        if acceptance::GATING.contains(&f.check) {
+            println!("GATING {:?}: {}", f.check, f.line);
+        }
+    }
+    for f in failures.iter().filter(|f| {
+        matches!(
+            f.check,
+            Check::OverRequestBeforePlan | Check::NeedlessRefusalWithinReach
+        )
+    }) {
+        println!("{:?}: {}", f.check, f.line);
+    }
+    let gating: usize = counts
+        .iter()
+        .filter(|(c, _)| acceptance::GATING.contains(c))
+        .map(|(_, n)| n)
+        .sum::<usize>()
+        + errors.len();
+    let shares: Vec<f64> = cases.iter().filter_map(|c| c.out.kv_vs_oracle).collect();
+    let mean = shares.iter().sum::<f64>() / shares.len().max(1) as f64;
+    let min = shares.iter().copied().fold(f64::INFINITY, f64::min);
+    println!(
+        "runs {} gating {} mean share {:.2}% min share {:.2}%",
+        cases.len(),
+        gating,
+        mean * 100.0,
+        if shares.is_empty() { 0.0 } else { min * 100.0 }
+    );
+    for (check, n) in &counts {
+        println!("  {}: {n}", check.name());
+    }
+}
