@@ -95,6 +95,10 @@ pub struct Profile {
     /// baseline (the allocation probe, `session/probe.rs`); the engine's steps are then
     /// measured by a probe before and after each.
     pub probe_baseline: Option<u64>,
+    /// Where the probe at the baseline found more allocatable than the total the plan would
+    /// take a share of: that figure plus what this process's allocator held then, the least
+    /// the device can have ([`Warning::TotalBelowAllocatable`](crate::Warning)).
+    pub allocatable_total: Option<u64>,
     /// What the probes around the engine's steps found them taking outside the allocator
     /// (their sum, each within the probes' resolution, on the safe side), with what
     /// calibration's captures left held where a probe before them measured it
@@ -189,6 +193,7 @@ impl Profile {
             graph: None,
             free_window_error: None,
             probe_baseline: None,
+            allocatable_total: None,
             probe_growth: None,
             non_allocator_by_probe: false,
             held_by_calibration: 0,

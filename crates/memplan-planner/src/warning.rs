@@ -145,6 +145,25 @@ pub enum Warning {
         /// The device's memory as the second source reads it (the total the share was taken of).
         device: u64,
     },
+    /// An allocation probe found more memory allocatable than the total the plan would take a
+    /// share of (the driver's, or the second source's where it stood in): that total is
+    /// reported too low (a runtime or driver bug, or a partition's figure), since nothing can
+    /// be allocated past the memory a device has. Where no reading measures this process, the
+    /// session searches past the reported total for what it can allocate, and the plan takes
+    /// the device's total as that plus what this process's allocator held then: the least the
+    /// device can have (memory other processes and the context hold is not in it), so a share
+    /// of it never asks for memory that is not there. Taken at the reported figure, the plan
+    /// was a share of memory the device does not limit the engine to, and the probes that
+    /// measure the engine's steps stopped at it and read them short.
+    TotalBelowAllocatable {
+        /// The total as reported.
+        reported: u64,
+        /// The largest allocation that succeeded.
+        allocatable: u64,
+        /// The total the share was taken of: `allocatable` plus what this process's allocator
+        /// held.
+        total: u64,
+    },
     /// The driver's total is unusable (calibration made it unavailable: an APU's runtime that
     /// reports its VRAM aperture while the GPU allocates from system memory), and the share of
     /// the device (`gpu_memory_utilization`) was taken of the device's memory as a second
@@ -364,6 +383,7 @@ impl Warning {
             Warning::MaxModelLenBeyondModel { .. } => "max_model_len_beyond_model",
             Warning::UtilizationOfInexactTotal { .. } => "utilization_of_inexact_total",
             Warning::DriverTotalAboveDevice { .. } => "driver_total_above_device",
+            Warning::TotalBelowAllocatable { .. } => "total_below_allocatable",
             Warning::UtilizationOfDeviceTotal { .. } => "utilization_of_device_total",
             Warning::DeviceKeepsMemoryOnFree { .. } => "device_keeps_memory_on_free",
             Warning::ProbesTakeFreeMemory { .. } => "probes_take_free_memory",
@@ -459,6 +479,7 @@ impl fmt::Display for Warning {
             Warning::DeviceKeepsMemoryOnFree { bytes_per_free } => write!(f, "the device keeps {} of every raw allocation it frees (each allocate/free pair its checks made left about that much held): the plan keeps room for the frees this start-up makes after its last reading, but every free the engine makes while serving takes {} more, and how many it makes is the engine's: no plan made before serving can bound it", fmt_bytes(*bytes_per_free), fmt_bytes(*bytes_per_free)),
             Warning::ProbesTakeFreeMemory { largest } => write!(f, "no reading measures this process's memory: the session measures free memory by the largest allocation that succeeds, at its start and around each of the engine's steps, and each such probe holds what is free for an instant (the largest held {}): where more is free than the request leaves, the process goes past the request by the probe, which it cannot bound", fmt_bytes(*largest)),
             Warning::ChecksLeftHeld { bytes, within } => write!(f, "the session's own checks (calibration's test capture, captures torn down after measuring) left {} held for good (measured within {}): counted as this engine's memory in the plan, but held before the engine's own steps showed whether the request leaves room for them, and past the request where those take it", fmt_bytes(*bytes), fmt_bytes(*within)),
+            Warning::TotalBelowAllocatable { reported, allocatable, total } => write!(f, "the device reports a total of {} but an allocation of {} succeeded: the total is reported too low, and the plan takes the device's total as {} (what was allocatable and what this process held), the least it can have; a share of the device (GPU memory utilisation) is a share of that", fmt_bytes(*reported), fmt_bytes(*allocatable), fmt_bytes(*total)),
             Warning::DriverTotalAboveDevice { driver, device } => write!(f, "the driver reports a total of {} where the device's own counters read {} ({} more than the device has): the plan takes the device's total as {}, and a share of the device (GPU memory utilisation) is a share of that", fmt_bytes(*driver), fmt_bytes(*device), fmt_bytes(driver.saturating_sub(*device)), fmt_bytes(*device)),
             Warning::UtilizationOfDeviceTotal { device, why } => write!(f, "the driver's total memory is unusable ({why}): the share of the device (GPU memory utilisation) is taken of the device's memory as its own counters read it, {}; give a byte budget if the engine takes its share of another figure", fmt_bytes(*device)),
             Warning::UtilizationOfInexactTotal { reported_total, tolerance, why } => write!(f, "the request is a share of the device's total memory, but its total reading ({}) is approximate ({}{why}): the share is taken of the reported total, as the engine takes it; give a byte budget to size the plan by what is meant", fmt_bytes(*reported_total), if *tolerance > 0 { format!("good to {}: ", fmt_bytes(*tolerance)) } else { String::new() }),
@@ -571,6 +592,11 @@ mod tests {
             Warning::DriverTotalAboveDevice {
                 driver: 2,
                 device: 1,
+            },
+            Warning::TotalBelowAllocatable {
+                reported: 1,
+                allocatable: 2,
+                total: 3,
             },
             Warning::UtilizationOfDeviceTotal {
                 device: 1,

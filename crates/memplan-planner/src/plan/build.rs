@@ -238,8 +238,19 @@ impl PlanBuilder {
                 ))
             }
         };
+        // A total an allocation probe found more than allocatable is reported too low: the
+        // share is taken of the least the device can have instead.
+        let reported = total;
+        let total = p.allocatable_total.map_or(total, |t| t.max(total));
         let mut b = PlanBuilder::new(total, request, kv_spec, limits);
         b.warnings = p.warnings.clone();
+        if total > reported {
+            b.warnings.push(Warning::TotalBelowAllocatable {
+                reported,
+                allocatable: p.probe_baseline.unwrap_or(0),
+                total,
+            });
+        }
         if let (Reliability::Unavailable { reason }, Request::Utilization(_)) =
             (&total_reading, request)
         {

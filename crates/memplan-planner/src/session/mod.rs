@@ -345,6 +345,15 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         if lost.is_some() {
             single_read = None;
         }
+        // A probe that found more allocatable than the total it searched up to contradicts
+        // that total (`probe::baseline`): the least the device can have is what was
+        // allocatable and what this process's allocator held.
+        let allocatable_total = match (probe_baseline, probe_ceiling(&capability, &baseline)) {
+            (Some((b, _)), Some(ceiling)) if b > ceiling => {
+                Some(b.saturating_add(baseline.allocator.reserved.unwrap_or(0)))
+            }
+            _ => None,
+        };
         // What the device kept of each allocation the windows above (and the combined ones
         // below) freed, the largest figure any of them showed: their windows are judged against
         // what a free gave back, so what a free keeps must be counted here (beside
@@ -425,6 +434,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         };
         let mut profile = Profile::new(capability, baseline);
         profile.probe_baseline = probe_baseline.map(|(b, _)| b);
+        profile.allocatable_total = allocatable_total;
         profile.free_window_error = free_window_error;
         profile.free_reads = free_reads;
         profile.kept_per_free = kept_per_free;
