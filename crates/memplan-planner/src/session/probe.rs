@@ -726,35 +726,59 @@ mod tests {
     use crate::budget::Request;
     use crate::session::Profile;
 
-    /// A device with `free` bytes free for raw allocations (one at a time, as the probes make
-    /// them): an allocation above what is free fails; every size asked for is recorded.
-    struct Free {
+    /// A device with `free` bytes free for raw allocations (shared, so that a test can take
+    /// memory as a capture does, in any number of bytes), committed in whole `page`s: an
+    /// allocation whose pages do not fit in what is free, beside what is live, fails; every
+    /// size asked for is recorded.
+    struct Fake {
         descriptor: DeviceDescriptor,
         caps: ProfilingCapability,
-        free: u64,
+        free: Arc<Mutex<u64>>,
+        page: u64,
         asked: Arc<Mutex<Vec<u64>>>,
         live: u64,
     }
 
-    impl Free {
-        fn device(free: u64) -> (Device, Arc<Mutex<Vec<u64>>>) {
-            let asked = Arc::new(Mutex::new(Vec::new()));
-            let hal = Free {
+    /// What a test can see of a [`Fake`]: what is free, the sizes asked for.
+    type Shared = (Arc<Mutex<u64>>, Arc<Mutex<Vec<u64>>>);
+
+    impl Fake {
+        fn device(free: u64, page: u64) -> (Device, Shared) {
+            let (shared, asked) = (Arc::new(Mutex::new(free)), Arc::new(Mutex::new(Vec::new())));
+            let hal = Fake {
                 descriptor: DeviceDescriptor::new(
                     DeviceId::new(BackendKind::Sim, "probe-test"),
                     "probe test",
                     Some(24 * GIB),
                 ),
                 caps: ProfilingCapability::exact_discrete(),
-                free,
+                free: shared.clone(),
+                page,
                 asked: asked.clone(),
                 live: 0,
             };
-            (Device::new(hal), asked)
+            (Device::new(hal), (shared, asked))
+        }
+
+        fn committed(&self, bytes: u64) -> u64 {
+            bytes.div_ceil(self.page) * self.page
         }
     }
 
-    impl HalDevice for Free {
+    /// A device with `free` bytes free, allocated to the byte ([`Fake`]).
+    fn free_device(free: u64) -> (Device, Arc<Mutex<Vec<u64>>>) {
+        let (device, (_, asked)) = Fake::device(free, 1);
+        (device, asked)
+    }
+
+    /// A device whose driver commits raw allocations in whole [`RAW_PAGE`]s ([`Fake`]), with
+    /// what is free to change.
+    fn paged_device(free: u64) -> (Device, Arc<Mutex<u64>>) {
+        let (device, (free, _)) = Fake::device(free, RAW_PAGE);
+        (device, free)
+    }
+
+    impl HalDevice for Fake {
         fn descriptor(&self) -> &DeviceDescriptor {
             &self.descriptor
         }
@@ -762,82 +786,26 @@ mod tests {
             &self.caps
         }
         fn driver_memory(&mut self) -> Result<DriverMemory> {
-            Ok(DriverMemory::new(
-                Some(24 * GIB),
-                Some(self.free - self.live),
-            ))
+            let free = *self.free.lock().unwrap();
+            Ok(DriverMemory::new(Some(24 * GIB), Some(free - self.live)))
         }
         fn synchronize(&mut self) -> Result<()> {
             Ok(())
         }
         fn allocate(&mut self, bytes: u64) -> Result<u64> {
             self.asked.lock().unwrap().push(bytes);
-            if self.live + bytes > self.free {
+            let committed = self.committed(bytes);
+            if self.live + committed > *self.free.lock().unwrap() {
                 return Err(Error::OutOfMemory {
                     call: "allocate".into(),
                     requested: bytes,
                 });
             }
-            self.live += bytes;
+            self.live += committed;
             Ok(0x1000)
         }
         unsafe fn free(&mut self, _: u64, bytes: u64) -> Result<()> {
-            self.live -= bytes;
-            Ok(())
-        }
-    }
-
-    /// A device whose driver commits raw allocations in whole [`RAW_PAGE`]s: an allocation
-    /// succeeds where its pages fit in what is free (`free`, shared so that a test can take
-    /// memory as a capture does, in any number of bytes).
-    struct Paged {
-        descriptor: DeviceDescriptor,
-        caps: ProfilingCapability,
-        free: Arc<Mutex<u64>>,
-    }
-
-    impl Paged {
-        fn device(free: u64) -> (Device, Arc<Mutex<u64>>) {
-            let shared = Arc::new(Mutex::new(free));
-            let hal = Paged {
-                descriptor: DeviceDescriptor::new(
-                    DeviceId::new(BackendKind::Sim, "paged-probe-test"),
-                    "paged probe test",
-                    Some(24 * GIB),
-                ),
-                caps: ProfilingCapability::exact_discrete(),
-                free: shared.clone(),
-            };
-            (Device::new(hal), shared)
-        }
-    }
-
-    impl HalDevice for Paged {
-        fn descriptor(&self) -> &DeviceDescriptor {
-            &self.descriptor
-        }
-        fn capabilities(&self) -> &ProfilingCapability {
-            &self.caps
-        }
-        fn driver_memory(&mut self) -> Result<DriverMemory> {
-            Ok(DriverMemory::new(
-                Some(24 * GIB),
-                Some(*self.free.lock().unwrap()),
-            ))
-        }
-        fn synchronize(&mut self) -> Result<()> {
-            Ok(())
-        }
-        fn allocate(&mut self, bytes: u64) -> Result<u64> {
-            if bytes.div_ceil(RAW_PAGE) * RAW_PAGE > *self.free.lock().unwrap() {
-                return Err(Error::OutOfMemory {
-                    call: "allocate".into(),
-                    requested: bytes,
-                });
-            }
-            Ok(0x1000)
-        }
-        unsafe fn free(&mut self, _: u64, _: u64) -> Result<()> {
+            self.live -= self.committed(bytes);
             Ok(())
         }
     }
@@ -849,7 +817,7 @@ mod tests {
         let start = 9_000 * RAW_PAGE + 2_000_000;
         let limit = 24 * GIB;
         let takes = [98 * RAW_PAGE, 98 * RAW_PAGE + 1_992_294];
-        let (device, free) = Paged::device(start);
+        let (device, free) = paged_device(start);
         let windows: Vec<(u64, u64)> = takes
             .iter()
             .map(|t| {
@@ -920,7 +888,7 @@ mod tests {
         // What the engine still needs, with the physical cap's rounding slack, is past the
         // room: a check that allocates all of it holds that slack past the request.
         assert!(b.needs(plan.kv_cache_bytes) > room);
-        let (device, asked) = Free::device(20 * GIB);
+        let (device, asked) = free_device(20 * GIB);
         let checked = verify(&device, b, 0).unwrap().build().unwrap();
         let asked = asked.lock().unwrap().clone();
         assert!(!asked.is_empty(), "the plan was checked");
@@ -945,7 +913,7 @@ mod tests {
         let plan = b.clone().build().unwrap();
         let room = b.room_under_request(&plan);
         let error = 3 * MIB;
-        let (device, asked) = Free::device(20 * GIB);
+        let (device, asked) = free_device(20 * GIB);
         let checked = verify(&device, b, error).unwrap().build().unwrap();
         let asked = asked.lock().unwrap().clone();
         assert!(!asked.is_empty(), "the plan was checked");
@@ -966,7 +934,7 @@ mod tests {
         let b = builder(20 * GIB);
         let plan = b.clone().build().unwrap();
         let room = b.room_under_request(&plan);
-        let (device, asked) = Free::device(12 * GIB);
+        let (device, asked) = free_device(12 * GIB);
         let checked = verify(&device, b, 0).unwrap().build().unwrap();
         assert!(asked.lock().unwrap().iter().all(|a| *a <= room));
         assert_eq!(
@@ -989,7 +957,7 @@ mod tests {
         let need = b.needs(plan.kv_cache_bytes);
         assert!(need < b.room_under_request(&plan));
         assert_eq!(within_request(&b, &plan), need);
-        let (device, asked) = Free::device(9 * GIB);
+        let (device, asked) = free_device(9 * GIB);
         let checked = verify(&device, b, 0).unwrap().build().unwrap();
         assert_eq!(asked.lock().unwrap().as_slice(), &[need]);
         assert_eq!(checked.kv_cache_bytes, plan.kv_cache_bytes);
@@ -1068,16 +1036,16 @@ mod tests {
     fn a_baseline_that_allocates_the_whole_reported_total_searches_past_it() {
         // A runtime that reports 20 GiB where 22 GiB can be allocated: the probe at the
         // baseline finds what is there, within its resolution, not the reported figure.
-        let (device, _) = Free::device(22 * GIB);
+        let (device, _) = free_device(22 * GIB);
         let (found, _) = baseline(&device, Some(20 * GIB)).unwrap().unwrap();
         assert!(found > 20 * GIB, "{found}");
         assert!(found <= 22 * GIB && 22 * GIB - found <= resolution(20 * GIB), "{found}");
         // Where even twice the reported total can be allocated, allocations do not measure
         // the device (a driver that commits lazily): the reported total stands.
-        let (device, _) = Free::device(50 * GIB);
+        let (device, _) = free_device(50 * GIB);
         assert_eq!(baseline(&device, Some(20 * GIB)).unwrap().unwrap().0, 20 * GIB);
         // Below the total, the search is as before.
-        let (device, _) = Free::device(18 * GIB);
+        let (device, _) = free_device(18 * GIB);
         let (found, _) = baseline(&device, Some(20 * GIB)).unwrap().unwrap();
         assert!(found <= 18 * GIB && 18 * GIB - found <= resolution(20 * GIB), "{found}");
     }
