@@ -2004,3 +2004,26 @@ fn a_total_reported_low_is_searched_past_where_probes_measure() {
         assert!(x >= 0.73, "{}: {:.2}% of the oracle", c.what, x * 100.0);
     }
 }
+
+/// An eager engine whose KV cache nothing measures, with two readings of its allocator: weights
+/// in whole 20 MiB segments, and a profile run. Their common divisor (40 MiB) is a mid-sized
+/// segment or more, which a granule that coarse divides but a finer one need not: it bounds the
+/// rounding, not its steps. Kept as a multiple, these seeds went up to 1.65 GiB past the request
+/// and 100.7-123% of the oracle.
+#[test]
+fn weights_in_mid_segments_sharing_a_coarse_divisor_bound_the_rounding() {
+    let cases = passes(
+        "rx7900xtx-eager-unmeasured-70-layers-weights-in-mid-segments.toml",
+        &[41, 43, 71, 82, 99],
+    );
+    for c in &cases {
+        assert!(
+            c.out
+                .kv_warnings
+                .iter()
+                .any(|w| w == "kv_allocation_unmeasured"),
+            "{}",
+            c.what
+        );
+    }
+}

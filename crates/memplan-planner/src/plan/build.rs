@@ -956,6 +956,16 @@ impl PlanBuilder {
         self.alloc_slack
     }
 
+    /// [`unmeasured_kv_allocation`](Self::unmeasured_kv_allocation) where the engine's own
+    /// allocations bound the granule by `bound` without showing that it divides it
+    /// ([`GranuleBound::AtMost`](super::GranuleBound::AtMost)): each KV tensor keeps room for
+    /// a rounding up by less than the bound, never a rounding to a multiple of it.
+    pub fn unmeasured_kv_allocation_at_most(&mut self, bound: u64) -> u64 {
+        let kept = self.unmeasured_kv_allocation(Some(bound));
+        self.rounding_divides = false;
+        kept
+    }
+
     /// The KV cache's rounding as the plan keeps room for it ([`Granule`]).
     fn granule(&self) -> Granule {
         if self.rounding_divides {

@@ -46,8 +46,8 @@ pub use build::{PlanBuilder, UNMEASURED_NON_ALLOCATOR_BYTES};
 pub use consumer::{Consumer, ConsumerKind, Consumers, Provenance};
 pub(crate) use footprint::{gcd, kv_layout};
 pub use footprint::{
-    granule_bound, granule_bound_beside, granule_bound_segments, is_large_request,
-    weights_left_out, ALLOCATOR_ROUNDING_BOUND,
+    granule_bound, granule_bound_beside, granule_bound_of_segments, granule_bound_segments,
+    is_large_request, weights_left_out, GranuleBound, ALLOCATOR_ROUNDING_BOUND,
 };
 pub use json::{combine_json, MAX_PLAN_JSON_BYTES};
 pub use physical::PhysicalCheck;

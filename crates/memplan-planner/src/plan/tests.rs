@@ -537,10 +537,45 @@ fn weights_in_mid_segments_beside_a_peak_that_shows_no_granule_bound_nothing() {
     // Under 2 MiB wasted, PyTorch's rounding may have made every segment: the divisor stands.
     let pytorch = [(2_034_237_440, 97 * 20 * MIB), (923 * MIB, 924 * MIB)];
     assert_eq!(granule_bound_beside(&pytorch, Some(0)), Some(4 * MIB));
-    // A common divisor of a mid-sized segment or more stands: a granule that coarse makes the
-    // mid-sized segments of it, and the weights may be multiples of it.
+    // A common divisor of a mid-sized segment or more bounds the granule: a granule that coarse
+    // makes the mid-sized segments of it and divides the divisor, a finer one is finer than it.
+    // Neither shows the granule divides it: a bound of the rounding, not of its steps.
     let coarse = [(950 * MIB, 40 * 24 * MIB), (600 * MIB, 600 * MIB)];
     assert_eq!(granule_bound_beside(&coarse, Some(0)), Some(120 * MIB));
+    assert_eq!(
+        granule_bound_of_segments(&coarse, Some(0), 20 * MIB),
+        Some(GranuleBound::AtMost(120 * MIB))
+    );
+}
+
+#[test]
+fn weights_in_mid_segments_sharing_a_coarse_divisor_bound_the_rounding_not_its_steps() {
+    // 600 weight tensors of 8.5 MiB in 300 segments of 20 MiB beside an activation peak of
+    // 921.6 MiB that reserved 936 MiB: 48 granules of 19.5 MiB. Their common divisor, 24 MiB,
+    // is no multiple of that granule.
+    let granule = 39 * MIB / 2;
+    let readings = [(5100 * MIB, 6000 * MIB), (966_367_232, 936 * MIB)];
+    assert_eq!(936 * MIB % granule, 0);
+    assert_ne!(24 * MIB % granule, 0);
+    assert_eq!(granule_bound(&readings), Some(24 * MIB));
+    // Kept as a multiple, a KV tensor of 81 x 24 MiB would take 1944 MiB in the plan and 1950
+    // MiB from the allocator. The granule is at most 24 MiB: each tensor keeps room for a
+    // rounding up by less than that.
+    assert_eq!(
+        granule_bound_of_segments(&readings, Some(0), 20 * MIB),
+        Some(GranuleBound::AtMost(24 * MIB))
+    );
+    let tensor = 81 * 24 * MIB;
+    assert!(tensor.div_ceil(granule) * granule - tensor < 24 * MIB);
+    let p = profile(16 * GIB, 15 * GIB, 14 * GIB, GIB, GIB, 0, None);
+    let b =
+        PlanBuilder::from_profile(&p, "test", Request::Utilization(0.9), spec(), limits()).unwrap();
+    let (mut multiple, mut at_most) = (b.clone(), b);
+    assert_eq!(multiple.unmeasured_kv_allocation(Some(24 * MIB)), 24 * MIB);
+    assert_eq!(at_most.unmeasured_kv_allocation_at_most(24 * MIB), 24 * MIB);
+    // The bound kept per tensor, not a multiple of it: never more blocks.
+    let blocks = |b: PlanBuilder| b.build().unwrap().kv.num_blocks;
+    assert!(blocks(at_most) <= blocks(multiple));
 }
 
 #[test]

@@ -1001,12 +1001,15 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             .alloc_conf
             .as_ref()
             .map_or(20 * memplan_core::bytes::MIB, |(c, _)| c.mid_segment());
-        let bound = crate::plan::granule_bound_segments(
+        let bound = crate::plan::granule_bound_of_segments(
             &profile.segment_readings,
             profile.weights_reading,
             mid,
         );
-        let kept = b.unmeasured_kv_allocation(bound);
+        let kept = match bound {
+            Some(crate::plan::GranuleBound::AtMost(g)) => b.unmeasured_kv_allocation_at_most(g),
+            bound => b.unmeasured_kv_allocation(bound.map(crate::plan::GranuleBound::bytes)),
+        };
         tracing::info!(readings = ?profile.segment_readings, bound = ?bound, kept, "the allocator's rounding, bounded from its own allocations (the KV cache's allocation may go unmeasured)");
         self.unmeasured_granule = kept;
         b

@@ -1039,14 +1039,23 @@ mod tests {
         let (device, _) = free_device(22 * GIB);
         let (found, _) = baseline(&device, Some(20 * GIB)).unwrap().unwrap();
         assert!(found > 20 * GIB, "{found}");
-        assert!(found <= 22 * GIB && 22 * GIB - found <= resolution(20 * GIB), "{found}");
+        assert!(
+            found <= 22 * GIB && 22 * GIB - found <= resolution(20 * GIB),
+            "{found}"
+        );
         // Where even twice the reported total can be allocated, allocations do not measure
         // the device (a driver that commits lazily): the reported total stands.
         let (device, _) = free_device(50 * GIB);
-        assert_eq!(baseline(&device, Some(20 * GIB)).unwrap().unwrap().0, 20 * GIB);
+        assert_eq!(
+            baseline(&device, Some(20 * GIB)).unwrap().unwrap().0,
+            20 * GIB
+        );
         // Below the total, the search is as before.
         let (device, _) = free_device(18 * GIB);
         let (found, _) = baseline(&device, Some(20 * GIB)).unwrap().unwrap();
-        assert!(found <= 18 * GIB && 18 * GIB - found <= resolution(20 * GIB), "{found}");
+        assert!(
+            found <= 18 * GIB && 18 * GIB - found <= resolution(20 * GIB),
+            "{found}"
+        );
     }
 }
