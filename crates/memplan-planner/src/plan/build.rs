@@ -572,6 +572,21 @@ impl PlanBuilder {
         plan.kv_budget_bytes.saturating_add(self.needs_beside_kv())
     }
 
+    /// What the request leaves, before the plan, for memory the engine takes for an instant
+    /// beside everything the plan counts as this process's: as [`Self::room_under_request`],
+    /// the KV cache's budget and what [`Self::needs_beside_kv`] counts; 0 where what the plan
+    /// counts already leaves no room for a KV cache (the plan refuses), `None` where the request
+    /// names the KV cache's size rather than an amount of memory.
+    pub fn room_before_plan(&self) -> Option<u64> {
+        if matches!(self.request, Request::KvCacheBytes(_)) {
+            return None;
+        }
+        Some(match self.budget() {
+            Ok((_, _, b)) => b.kv_budget.saturating_add(self.needs_beside_kv()),
+            Err(_) => 0,
+        })
+    }
+
     /// The engine's KV tensors where its allocator rounds each on its own ([`KvTensors`]: a
     /// cache of `n` blocks is that many tensors of at most an even share of its bytes each).
     /// `None` in a dry run (no slack), where the cache is mapped in whole granules

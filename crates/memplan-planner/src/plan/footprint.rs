@@ -30,7 +30,7 @@ const SMALL_SEGMENT: u64 = 2 * MIB;
 /// Requests below this are served from shared mid-sized segments (`kMinLargeAlloc`).
 const MID_REQUEST_BELOW: u64 = 10 * MIB;
 /// A mid-sized segment (`kLargeBuffer`).
-pub(super) const MID_SEGMENT: u64 = 20 * MIB;
+pub(crate) const MID_SEGMENT: u64 = 20 * MIB;
 /// Every request is rounded up to this (`kMinBlockSize`).
 pub(super) const MIN_BLOCK: u64 = 512;
 

@@ -900,7 +900,19 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         // for the rounding as where they are not offered.
         let measurable = self.offers_tensors && kv_cache::measurable_layout(kv, &limits, &rules);
         if self.rec.kv_range.is_none() && !measurable {
-            self.narrow_granule_bound(limits.max_num_batched_tokens)?;
+            // The warm-ups are held to what the request leaves beside what the plan counts as
+            // this process's (see `rounding`): the same budget the plan is made from.
+            let sizing = self.sizing.as_ref().map_or(rules, |(r, _)| *r);
+            let room = PlanBuilder::from_profile(
+                &self.profile_to_plan(),
+                self.why.clone(),
+                request,
+                kv.clone(),
+                limits,
+            )?
+            .sizing_rules(sizing)
+            .room_before_plan();
+            self.narrow_granule_bound(limits.max_num_batched_tokens, room)?;
         }
         let profile = self.profile_to_plan();
         let d = self.rec.device.descriptor();

@@ -51,6 +51,11 @@ pub(crate) struct Recorder {
     /// Where the session measures by allocation probes: its own raw frees, and which of them
     /// a window between two probes measured ([`OwnFrees`]).
     pub own_frees: OwnFrees,
+    /// The eager warm-up of the most tokens the session ran or watched the engine run (the
+    /// graph phase's, and the plan step's for the allocator's granule; of those of that many
+    /// tokens, the one that took most): `(tokens, what it made the allocator hold at its
+    /// peak)`. It bounds what a larger warm-up takes before it runs ([`Self::warmed_up`]).
+    pub largest_warm_up: Option<(u64, u64)>,
 }
 
 /// The session's own raw frees (its allocation probes and checks), counted where it measures
@@ -179,6 +184,20 @@ fn combined_take(
 }
 
 impl Recorder {
+    /// A warm-up of `tokens` made the allocator hold `bytes` at its peak: kept where it is the
+    /// largest so far ([`Self::largest_warm_up`]). Of smaller warm-ups, what the allocator's
+    /// rounding and buffers of fixed size take is a larger share (one of 226 tokens held a 2 MiB
+    /// segment for 0.3 MiB of activations): scaled up by their tokens, they would bound a larger
+    /// one far above what it takes.
+    pub fn warmed_up(&mut self, tokens: u64, bytes: u64) {
+        let larger = self
+            .largest_warm_up
+            .is_none_or(|(t, b)| tokens > t || (tokens == t && bytes > b));
+        if larger {
+            self.largest_warm_up = Some((tokens, bytes));
+        }
+    }
+
     pub fn new(device: SharedDevice, p: Profile) -> Self {
         let growth_known = p
             .capability
@@ -199,6 +218,7 @@ impl Recorder {
             max_split_declared: false,
             last_probe: None,
             own_frees: OwnFrees::default(),
+            largest_warm_up: None,
         }
     }
 

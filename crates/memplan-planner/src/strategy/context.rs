@@ -189,6 +189,7 @@ impl<'s> GraphContext<'s> {
             .max(peak);
         let w = &mut self.session.p.warmup_peak_bytes;
         *w = Some(w.unwrap_or(0).max(held));
+        self.session.warmed_up(u64::from(size), held);
         Ok(())
     }
 
