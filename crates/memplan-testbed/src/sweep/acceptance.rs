@@ -7,8 +7,7 @@
 //!   name that it could not bound what went over ([`UNBOUNDED_WARNINGS`]); and the weaker
 //!   earlier rule beside it, **over the request at sampled points** (what the process held
 //!   after the KV cache, each warm-up and capture and the serving burst);
-//! - **over the request before the plan** (reported, not gating, see [`GATING`]): the
-//!   process's high-water mark from the engine's
+//! - **over the request before the plan**: the process's high-water mark from the engine's
 //!   start to the plan (the session's start and calibration, its check of the request, the
 //!   engine's weights and profile run, the graph phase, the plan step, or the step that ended a
 //!   start-up that refused), in each phase, passed both the request and what the engine alone
@@ -216,17 +215,15 @@ impl Check {
 /// counts are not zero (see `docs/strategy-comparison.md`). Over the request gates on the
 /// high-water mark (every driver call from the plan on) and on the earlier, weaker sampled rule.
 /// Before the plan, what memplan's session took past the request and the engine's own steps
-/// ([`over_request_before_plan`]) is reported, not gating: the session's warm-ups that narrow
-/// the allocator's granule, for an engine whose KV allocation nothing measures (forward passes
-/// of up to `max_num_batched_tokens`, which the simulated engine can make take more than its
-/// own profile run did), still take runs of the CI and stress sweeps past the request (the CI
-/// count is in `docs/strategy-comparison.md`) and a shipped outside scenario
-/// (`weights_beside_one_peak_do_not_end_the_warm_ups_for_the_granule`, seeds 32 and 33). A
-/// plan the engine could not serve gates.
-pub const GATING: [Check; 8] = [
+/// ([`over_request_before_plan`]) gates too: the session's own steps are held to what the
+/// request leaves (its warm-ups that narrow the allocator's granule, for an engine whose KV
+/// allocation nothing measures, forward passes that can take more per token than the
+/// engine's profile run did, among them). A plan the engine could not serve gates.
+pub const GATING: [Check; 9] = [
     Check::OutOfMemory,
     Check::OverRequest,
     Check::OverRequestSampled,
+    Check::OverRequestBeforePlan,
     Check::FailedAfterPlan,
     Check::OverOracle,
     Check::HarnessError,
@@ -582,6 +579,14 @@ mod tests {
         let lines = over_before_plan(&c);
         assert_eq!(lines.len(), 1, "{lines:?}");
         assert!(lines[0].contains("first in the graph phase"), "{lines:?}");
+        // It fails the sweep: the session's own steps are held to the request.
+        let all = failures(std::slice::from_ref(&c));
+        assert!(
+            gating(&all)
+                .iter()
+                .any(|f| f.check == Check::OverRequestBeforePlan),
+            "{all:?}"
+        );
     }
 
     #[test]
