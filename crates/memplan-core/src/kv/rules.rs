@@ -193,8 +193,29 @@ pub enum StartCheck {
     /// the free memory at the start. 0.5.14 the same through `pre_model_load_memory` and
     /// `_profile_available_bytes`; 0.5.23 `bootstrap.measure_pre_model_load_memory` and
     /// `kv_cache_configurator._profile_available_bytes`. It refuses only a pool that is empty or
-    /// too short ([`LongRequests::CapByPool`]).
+    /// too short ([`LongRequests::CapByPool`]). The older model of that rule, which takes the
+    /// fraction of the free memory at the start as a bound on everything the engine holds
+    /// (weights, activations, graphs and pool), kept for plans written with it and for the dry
+    /// run, which reads no free memory after the weights; [`Self::PoolOfFreeAfterWeights`] is
+    /// the rule as the engine computes it.
     ShareOfFree,
+    /// SGLang's pool rule as its source computes it: the pool may take the free memory it reads
+    /// once its weights are loaded less the free memory it read at its start times `1 -
+    /// mem_fraction_static` (0.5.9 `srt/model_executor/model_runner_kv_cache_mixin.py`
+    /// `profile_max_num_token`: `rest_memory = available_gpu_memory - total_gpu_memory * (1 -
+    /// self.mem_fraction_static)`, `available_gpu_memory` from `srt/utils/common.py`
+    /// `get_available_gpu_memory` (`torch.cuda.empty_cache()` then `torch.cuda.mem_get_info`)
+    /// after the weights, `total_gpu_memory` the `min_per_gpu_memory` that
+    /// `srt/model_executor/model_runner.py` `ModelRunner.init_torch_distributed` read the same
+    /// way before them; 0.5.22 `srt/mem_cache/kv_cache_configurator.py`
+    /// `_profile_available_bytes`: `rest_memory = available_gpu_memory - slack_gb`, `slack_gb =
+    /// pre_model_load_memory * (1 - mem_fraction_static)`, `pre_model_load_memory` from
+    /// `srt/distributed/bootstrap.py` `measure_pre_model_load_memory`). Activations and graphs
+    /// are not taken from it: they live in the slack. `--max-total-tokens` only lowers the
+    /// pool (`min` of the two), so a plan beyond this limit is one the engine does not keep,
+    /// and within it the request stands: the engine refuses no request for the free memory
+    /// (only a pool that is empty or too short, [`LongRequests::CapByPool`]).
+    PoolOfFreeAfterWeights,
 }
 
 impl StartCheck {
@@ -210,6 +231,7 @@ impl StartCheck {
         }
         match self {
             StartCheck::RefuseAboveFree => None,
+            StartCheck::PoolOfFreeAfterWeights => Some(requested),
             StartCheck::ShareOfFree => {
                 let share = u128::from(requested) * u128::from(free) / u128::from(total.max(1));
                 Some(
@@ -219,6 +241,32 @@ impl StartCheck {
                         .min(free),
                 )
             }
+        }
+    }
+}
+
+impl StartCheck {
+    /// The most the engine's KV pool may take by its own rule, where it has one
+    /// ([`Self::PoolOfFreeAfterWeights`]): `free_after_weights - ceil(free_at_start x (total -
+    /// requested) / total)`, the request's share of the device being the engine's
+    /// `mem_fraction_static`, with both free figures as the engine reads them. `None` for the
+    /// rules that bound the pool by the request alone.
+    pub fn pool_limit(
+        self,
+        requested: u64,
+        total: u64,
+        free_at_start: u64,
+        free_after_weights: u64,
+    ) -> Option<u64> {
+        match self {
+            StartCheck::PoolOfFreeAfterWeights => {
+                let total = u128::from(total.max(1));
+                let slack = (u128::from(free_at_start)
+                    * (total.saturating_sub(u128::from(requested))))
+                .div_ceil(total);
+                Some(free_after_weights.saturating_sub(u64::try_from(slack).unwrap_or(u64::MAX)))
+            }
+            StartCheck::RefuseAboveFree | StartCheck::ShareOfFree => None,
         }
     }
 }
@@ -468,6 +516,36 @@ mod tests {
         assert_eq!(
             serde_json::to_value(j).unwrap()["start_check"],
             "share_of_free"
+        );
+    }
+
+    /// SGLang's pool (0.5.9 `profile_max_num_token`, 0.5.22 `_profile_available_bytes`): the
+    /// free memory after the weights less the free memory at the start times `1 -
+    /// mem_fraction_static`. Activations and graphs are not taken from it, and it never refuses
+    /// the request for the free memory at the start.
+    #[test]
+    fn sglangs_pool_is_the_free_memory_after_the_weights_less_its_slack() {
+        let check = StartCheck::PoolOfFreeAfterWeights;
+        // 100 bytes, a request of 80 (0.8): 90 free at the start, 50 after the weights: the
+        // slack is 90 x 0.2 = 18, the pool 32.
+        assert_eq!(check.pool_limit(80, 100, 90, 50), Some(32));
+        // The slack rounds up (a byte short of the engine's pool rather than over it).
+        assert_eq!(check.pool_limit(80, 100, 91, 50), Some(31));
+        // Weights that leave less than the slack: an empty pool.
+        assert_eq!(check.pool_limit(80, 100, 90, 10), Some(0));
+        // The whole device requested: everything free after the weights.
+        assert_eq!(check.pool_limit(100, 100, 90, 50), Some(50));
+        // It refuses no request for the free memory: the request stands.
+        assert_eq!(check.budget(80, 100, 10), Some(80));
+        assert_eq!(StartCheck::ShareOfFree.pool_limit(80, 100, 90, 50), None);
+        assert_eq!(
+            StartCheck::RefuseAboveFree.pool_limit(80, 100, 90, 50),
+            None
+        );
+        let j = SizingRules::default().with_start_check(check);
+        assert_eq!(
+            serde_json::to_value(j).unwrap()["start_check"],
+            "pool_of_free_after_weights"
         );
     }
 
