@@ -209,6 +209,9 @@ pub fn start_check(
         StartCheck::RefuseAboveFree => {
             check_free(snapshot, requested, request, tolerance).map(|()| None)
         }
+        // Its pool is bounded by its own readings after the weights (`StartCheck::pool_limit`,
+        // the plan's budget): nothing at the start.
+        StartCheck::PoolOfFreeAfterWeights => Ok(None),
         _ => Ok(snapshot
             .driver
             .free

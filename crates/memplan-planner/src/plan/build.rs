@@ -1,7 +1,9 @@
 //! [`PlanBuilder`]: the one way a [`Plan`] is made (see the module docs of [`crate::plan`]).
 
 use memplan_core::bytes::{fmt_bytes, MIB};
-use memplan_core::kv::{KvAllocation, KvLimits, KvSizing, KvSpec, LongRequests, SizingRules};
+use memplan_core::kv::{
+    KvAllocation, KvLimits, KvSizing, KvSpec, LongRequests, SizingRules, StartCheck,
+};
 use memplan_core::{
     AllocatorConfig, Error, MemoryInfo, Param, Reading, Refusal, Reliability, Result,
     RoundingReserve,
@@ -133,6 +135,31 @@ fn add_non_allocator(consumers: &mut Consumers, bytes: u64, more: &str) {
 /// covers it with margin (multi-GPU communication buffers can take more: measure them).
 pub const UNMEASURED_NON_ALLOCATOR_BYTES: u64 = 512 * MIB;
 
+/// What an engine that sizes its pool from its own free readings
+/// ([`StartCheck::PoolOfFreeAfterWeights`]) adds to a plan's budget where the free memory at its
+/// start is below the request: `pool_limit`, the most its pool takes by its own rule
+/// ([`StartCheck::pool_limit`]), which bounds the KV cache; and `older`, the KV budget of the
+/// older model of its rule ([`StartCheck::ShareOfFree`]: the request's share of the free memory
+/// at the start for the whole process), or its refusal.
+///
+/// The older budget stands where the free memory now bounds the cache below the engine's pool
+/// and the request (the plan's physical caps): the request then has no margin behind it, and
+/// the engine's activations, graphs and serving land in the memory the plan's physical cap
+/// counted exactly, which the allocator's history after the plan (the segments its warm-ups
+/// and captures leave cached beside the cache, the burst's fresh segment) can exceed. The
+/// older rule keeps the engine's own slack (`1 - fraction` of the free memory at its start,
+/// what SGLang leaves outside its static memory for those) out of the plan there.
+///
+/// `unmodelled`: the free memory at the start is below the request, but the engine's own
+/// readings cannot be modelled (`PlanBuilder::engine_free_readings`): the request bounds the
+/// plan, and its notes say why.
+#[derive(Default)]
+struct EngineRule {
+    pool_limit: Option<u64>,
+    older: Option<Result<u64>>,
+    unmodelled: bool,
+}
+
 /// Everything a plan is made from. Start with [`PlanBuilder::new`] (a dry run) or
 /// [`PlanBuilder::from_profile`] (a measured start-up), override what you know better, then
 /// [`build`](PlanBuilder::build).
@@ -148,6 +175,10 @@ pub struct PlanBuilder {
     start: Option<MemoryInfo>,
     /// How far the start snapshot's free figure may under-state free memory.
     start_tolerance: u64,
+    /// The free memory the engine reads at its start and once its weights are loaded, where
+    /// its own reading can be modelled by this session's ([`Self::engine_free_readings`]): what
+    /// an engine whose pool is sized from them ([`StartCheck::pool_limit`]) reads.
+    engine_free: Option<(u64, u64)>,
     free_now: Option<(u64, u64)>,
     available_now: Option<(u64, u64, PhysicalCheck)>,
     blind: bool,
@@ -191,6 +222,7 @@ impl PlanBuilder {
             graph: GraphPlan::new(GraphMethod::Strategy(StrategyKind::None), "no graph phase"),
             start: None,
             start_tolerance: 0,
+            engine_free: None,
             free_now: None,
             available_now: None,
             blind: false,
@@ -424,6 +456,7 @@ impl PlanBuilder {
             b.start_tolerance = free.tolerance_bytes();
             b.free_now = p.last.driver.free.map(|f| (f, free.tolerance_bytes()));
         }
+        b.engine_free = Self::engine_free_readings(p);
         // Memory other processes hold: where the free reading cannot see it, the device-wide
         // reading bounds the start and the KV cache; where neither can, say so by name (the
         // session then checks the plan with an allocation probe).
@@ -467,6 +500,39 @@ impl PlanBuilder {
         }
         b.foreign = Some(p.foreign_bytes);
         Ok(b)
+    }
+
+    /// The free memory an engine that sizes its pool from its own free readings
+    /// ([`StartCheck::pool_limit`]) reads at its start and once its weights are loaded: the
+    /// driver's free reading at the session's baseline and after the `load_weights` step, the
+    /// reading the engine takes itself (SGLang: the device's free memory as its framework
+    /// reports it, after emptying the allocator's cache). `None` where calibration found that
+    /// the reading does not follow this process's allocations (absent, never moving, or lagging them even after a
+    /// synchronize: [`Reliability::Unavailable`](memplan_core::Reliability::Unavailable)):
+    /// the engine's own reading is just as wrong, and a reading that lags allocations reads
+    /// the memory the weights took as still free, so the engine's pool rule gives it at least
+    /// the truth's pool and the request is what bounds the plan. A reading that is only coarse
+    /// or approximate ([`Reliability::Approximate`](memplan_core::Reliability::Approximate))
+    /// follows allocations within its tolerance, and the engine reads it as this session does.
+    /// Also `None` where no weights were loaded yet.
+    fn engine_free_readings(p: &Profile) -> Option<(u64, u64)> {
+        if !p
+            .capability
+            .reading(Reading::DriverFree)
+            .measures_own_usage()
+        {
+            return None;
+        }
+        let start = p.baseline.driver.free?;
+        let after = p
+            .steps
+            .iter()
+            .rev()
+            .find(|s| s.name == "load_weights")?
+            .after
+            .driver
+            .free?;
+        Some((start, after))
     }
 
     /// The refusal the plan already owes before the engine's profile run, where there is one:
@@ -1030,7 +1096,7 @@ impl PlanBuilder {
     /// by), the memory the engine's own start-up check lets it use where that is below its
     /// request ([`budget::start_check`]), and the budget; refused ([`Error::DoesNotFit`]) where
     /// the consumers leave no room for a KV cache.
-    fn budget(&self) -> Result<(Consumers, Option<u64>, budget::Budget)> {
+    fn budget(&self) -> Result<(Consumers, Option<u64>, budget::Budget, EngineRule)> {
         let fixed_kv = matches!(self.request, Request::KvCacheBytes(_));
         // What is left of the budget after the KV cache is under a block and (where the cache
         // is rounded once, as one backing allocation, tensors packed into an expandable
@@ -1070,11 +1136,52 @@ impl PlanBuilder {
                 self.start_tolerance,
             )?;
         }
-        let b =
+        let mut b =
             budget::compute_within(self.total, self.request, &consumers, within).map_err(|e| {
                 budget::with_free_at_start(e, self.start.as_ref().and_then(|s| s.driver.free))
             })?;
-        Ok((consumers, within, b))
+        // An engine that sizes its pool from its own free readings (SGLang: the free memory
+        // after its weights less its slack, `StartCheck::pool_limit`) keeps no more than that,
+        // whatever `--max-total-tokens` asks. Where the free memory at its start holds the
+        // request, the request's fraction (what `--emit-args` passes) is taken to let its pool
+        // reach the plan's, as for the older rule (`StartCheck::ShareOfFree`, whose start-up
+        // check says where it does not); there the KV cache is held to the engine's own pool.
+        // Where the engine's readings cannot be modelled (`engine_free_readings`), the request
+        // alone bounds it.
+        let mut rule = EngineRule::default();
+        if let (Some(s), false, StartCheck::PoolOfFreeAfterWeights) =
+            (&self.start, fixed_kv, self.rules.start_check)
+        {
+            let older_within = budget::start_check(
+                StartCheck::ShareOfFree,
+                s,
+                self.total,
+                b.requested,
+                &self.request,
+                self.start_tolerance,
+            )?;
+            match (older_within, self.engine_free) {
+                (Some(_), None) => rule.unmodelled = true,
+                (Some(w), Some((start, after))) => {
+                    rule.pool_limit =
+                        self.rules
+                            .start_check
+                            .pool_limit(b.requested, self.total, start, after);
+                    if let Some(l) = rule.pool_limit {
+                        b.kv_budget = b.kv_budget.min(l);
+                    }
+                    // Where the free memory now bounds the cache below that (`build`'s physical
+                    // caps), the older rule's budget stands instead: see `EngineRule`.
+                    rule.older = Some(
+                        budget::compute_within(self.total, self.request, &consumers, Some(w))
+                            .map(|o| o.kv_budget)
+                            .map_err(|e| budget::with_free_at_start(e, s.driver.free)),
+                    );
+                }
+                (None, _) => {}
+            }
+        }
+        Ok((consumers, within, b, rule))
     }
 
     /// Make the plan. Errors: a bad request (naming the [`Param`]), overflow, and
@@ -1101,7 +1208,8 @@ impl PlanBuilder {
         let fit = (self.granule(), self.kv_tensors(), self.kv_rounding_bound());
         let rounding_words = per_tensor.then(|| self.rounding_words(fit.1, fit.2));
         let alloc = self.alloc().clone();
-        let (consumers, within, b) = self.budget()?;
+        let (consumers, within, b, engine_rule) = self.budget()?;
+        let pool_limit = engine_rule.pool_limit;
         let mut notes = self.notes;
         if let Some((a, source)) = &self.alloc_conf {
             notes.push(alloc_conf_note(
@@ -1118,6 +1226,24 @@ impl PlanBuilder {
                 self.request.describe(),
                 fmt_bytes(w)
             ));
+        }
+        if let (Some(l), Some((start, after))) = (pool_limit, self.engine_free) {
+            notes.push(format!(
+                "the engine sizes its pool from the free memory it reads once its weights are loaded ({}) less the free memory it read at its start ({}) times one less the request's share of the device: at most {} for the KV cache{}",
+                fmt_bytes(after),
+                fmt_bytes(start),
+                fmt_bytes(l),
+                if b.kv_budget == l {
+                    ", which bounds the plan"
+                } else {
+                    ""
+                }
+            ));
+        }
+        if engine_rule.unmodelled {
+            notes.push(
+                "free memory at the start is below the request, and the engine sizes its pool from its own free readings, but calibration found the free reading not following this process's allocations: the engine's readings are as wrong (one that lags reads the weights' memory as still free, so its pool is not the smaller), and the request bounds the plan".to_string(),
+            );
         }
         if let (Some(s), true) = (&self.start, fixed_kv) {
             budget::check_free(s, b.requested, &self.request, self.start_tolerance)?;
@@ -1175,6 +1301,26 @@ impl PlanBuilder {
                 });
                 kv_bytes = cap;
                 capped_by_free = Some(cap);
+            }
+        }
+        // The engine's own pool rule where the free memory at its start is below the request
+        // (`EngineRule`): where the free memory now, not the request or the engine's pool,
+        // bounds the cache, the older rule's budget stands.
+        let capture_may_exceed = to_capture > 0
+            && warnings
+                .iter()
+                .any(|w| matches!(w, Warning::GraphCaptureVaries { .. }));
+        if let (Some(older), true) = (
+            engine_rule.older,
+            capped_by_free.is_some() && capture_may_exceed,
+        ) {
+            let older = older?;
+            if older < kv_bytes {
+                notes.push(format!(
+                    "the free memory now bounds the KV cache below the engine's own pool: the plan keeps the request's share of the free memory at the start for the whole process, {} for the KV cache",
+                    fmt_bytes(older)
+                ));
+                kv_bytes = older;
             }
         }
         if let Some(g) = self.granularity.filter(|g| *g > 1) {

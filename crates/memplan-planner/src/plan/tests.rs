@@ -183,6 +183,112 @@ fn an_engine_whose_fraction_is_of_the_free_memory_is_planned_within_its_share() 
     }
 }
 
+/// SGLang's pool as its source sizes it (0.5.9 `model_executor/model_runner_kv_cache_mixin.py`
+/// `profile_max_num_token`; 0.5.22 `mem_cache/kv_cache_configurator.py`
+/// `_profile_available_bytes`): the free memory it reads once its weights are loaded less the
+/// free memory it read at its start times `1 - mem_fraction_static`. Where the free memory at
+/// the start is below the request, the plan keeps the request's room, held to that pool: the
+/// older rule took the request's share of the free memory for the whole process (weights,
+/// activations and graphs too) and left room the engine would have used.
+#[test]
+fn an_engine_that_sizes_its_pool_after_its_weights_is_held_to_that_pool() {
+    use crate::session::StepRecord;
+    use memplan_core::kv::StartCheck;
+    // 24 GiB, 4 GiB held by others at the start: 0.9 asks for 21.6 GiB, 20 GiB are free; the
+    // weights take 3 GiB (17 GiB free after them), the activation peak 4 GiB.
+    let mut p = profile(24 * GIB, 20 * GIB, 13 * GIB, 3 * GIB, 4 * GIB, 0, None);
+    p.steps.push(StepRecord {
+        name: "load_weights".into(),
+        before: snap(24 * GIB, 20 * GIB),
+        after: snap(24 * GIB, 17 * GIB),
+        window: Default::default(),
+    });
+    let build = |p: &Profile, check: StartCheck| {
+        PlanBuilder::from_profile(p, "t", Request::Utilization(0.9), spec(), limits())
+            .unwrap()
+            .sizing_rules(SizingRules::default().with_start_check(check))
+            .build()
+            .unwrap()
+    };
+    let older = build(&p, StartCheck::ShareOfFree);
+    let plan = build(&p, StartCheck::PoolOfFreeAfterWeights);
+    let requested = (0.9 * (24 * GIB) as f64).ceil() as u64;
+    let used = plan.consumers.total().unwrap();
+    // The pool: 17 GiB less 20 GiB x 0.1 = 15 GiB, above the request's room (21.6 GiB less
+    // the 7 GiB the process holds): the request's room stands, more than the older rule's
+    // (0.9 x 20 GiB less 7 GiB).
+    assert_eq!(
+        StartCheck::PoolOfFreeAfterWeights.pool_limit(requested, 24 * GIB, 20 * GIB, 17 * GIB),
+        Some(
+            17 * GIB
+                - u64::try_from(
+                    (u128::from(20 * GIB) * u128::from(24 * GIB - requested))
+                        .div_ceil(u128::from(24 * GIB))
+                )
+                .unwrap()
+        )
+    );
+    assert_eq!(plan.requested_bytes, requested);
+    assert_eq!(plan.kv_budget_bytes, requested - used);
+    assert!(plan.kv_budget_bytes > older.kv_budget_bytes);
+    assert!(
+        plan.notes
+            .iter()
+            .any(|n| n.contains("less the free memory it read at its start")),
+        "{:?}",
+        plan.notes
+    );
+    // Weights that leave the engine less after them (10 GiB taken, 10 GiB free): its pool,
+    // 10 GiB less 2 GiB, bounds the plan below the request's room.
+    let mut heavy = profile(24 * GIB, 20 * GIB, 9 * GIB, 10 * GIB, GIB, 0, None);
+    heavy.steps.push(StepRecord {
+        name: "load_weights".into(),
+        before: snap(24 * GIB, 20 * GIB),
+        after: snap(24 * GIB, 10 * GIB),
+        window: Default::default(),
+    });
+    let plan = build(&heavy, StartCheck::PoolOfFreeAfterWeights);
+    let limit = StartCheck::PoolOfFreeAfterWeights
+        .pool_limit(requested, 24 * GIB, 20 * GIB, 10 * GIB)
+        .unwrap();
+    assert!(limit < requested - plan.consumers.total().unwrap());
+    assert_eq!(plan.kv_budget_bytes, limit);
+    assert!(plan.kv_cache_bytes <= limit && plan.kv_cache_bytes > 0);
+    // A free reading that does not follow this process's allocations (stale: calibration
+    // found it off even after a synchronize): the engine's own readings are just as wrong, a
+    // lagging one reading the weights' memory as still free, so its pool does not bound the
+    // plan; the request does.
+    let mut stale = heavy.clone();
+    stale.capability.set(
+        memplan_core::Reading::DriverFree,
+        memplan_core::Reliability::Unavailable {
+            reason: "free memory does not follow allocations even after a synchronize".into(),
+        },
+    );
+    let plan = PlanBuilder::from_profile(&stale, "t", Request::Utilization(0.9), spec(), limits())
+        .unwrap()
+        .sizing_rules(SizingRules::default().with_start_check(StartCheck::PoolOfFreeAfterWeights))
+        .build()
+        .unwrap();
+    assert_eq!(plan.requested_bytes, requested);
+    assert!(
+        !plan
+            .notes
+            .iter()
+            .any(|n| n.contains("less the free memory it read at its start")),
+        "{:?}",
+        plan.notes
+    );
+    // Where the free memory at the start holds the request, the request stands.
+    let mut roomy = profile(24 * GIB, 23 * GIB, 19 * GIB, 3 * GIB, GIB, 0, None);
+    roomy.steps = p.steps.clone();
+    let plan = build(&roomy, StartCheck::PoolOfFreeAfterWeights);
+    assert_eq!(
+        plan.kv_budget_bytes,
+        requested - plan.consumers.total().unwrap()
+    );
+}
+
 /// Before the profile run, the plan's refusal is foreseen where what the engine holds already
 /// leaves no room in the request (weights held above it: large rounding of many tensors), so
 /// the engine is not run into memory another process may have taken since; where the budget
