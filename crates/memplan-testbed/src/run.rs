@@ -205,12 +205,15 @@ fn profile(
             } else {
                 SwaPools::Groups
             })
-            // SGLang's fraction is of the memory free at its start: it refuses no request for
-            // other processes' memory (`StartCheck::ShareOfFree`); vLLM's worker does.
+            // SGLang sizes its pool from the free memory it reads after its weights less its
+            // slack of the memory free at its start, and refuses no request for other
+            // processes' memory (`StartCheck::PoolOfFreeAfterWeights`: 0.5.9
+            // `profile_max_num_token`, 0.5.22 `_profile_available_bytes`); vLLM's worker
+            // refuses a request above the free memory.
             .with_start_check(match setup.start_rule {
                 StartRule::Vllm => memplan_core::kv::StartCheck::RefuseAboveFree,
                 StartRule::Sglang051 | StartRule::Sglang0514 => {
-                    memplan_core::kv::StartCheck::ShareOfFree
+                    memplan_core::kv::StartCheck::PoolOfFreeAfterWeights
                 }
             });
         s.with_sizing_rules(r, release)
