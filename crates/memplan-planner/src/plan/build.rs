@@ -1145,7 +1145,8 @@ impl PlanBuilder {
         // whatever `--max-total-tokens` asks. Where the free memory at its start holds the
         // request, the request's fraction (what `--emit-args` passes) is taken to let its pool
         // reach the plan's, as for the older rule (`StartCheck::ShareOfFree`, whose start-up
-        // check says where it does not); there the KV cache is held to the engine's own pool.
+        // check says where the free memory does not hold it); where it does not, the KV cache
+        // is held to the engine's own pool.
         // Where the engine's readings cannot be modelled (`engine_free_readings`), the request
         // alone bounds it.
         let mut rule = EngineRule::default();
