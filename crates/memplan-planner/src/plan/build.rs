@@ -648,7 +648,7 @@ impl PlanBuilder {
             return None;
         }
         Some(match self.budget() {
-            Ok((_, _, b)) => b.kv_budget.saturating_add(self.needs_beside_kv()),
+            Ok((_, _, b, _)) => b.kv_budget.saturating_add(self.needs_beside_kv()),
             Err(_) => 0,
         })
     }
