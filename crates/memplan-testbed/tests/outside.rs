@@ -1476,10 +1476,14 @@ fn a_granule_measured_by_single_tensors() {
 /// An engine with neither the KV hook nor allocator tensors, whose warm-ups reserve nothing:
 /// the allocator's granule is bounded from two readings only, the weights (980 MiB of 20 MiB
 /// segments) and the activation peak (70 MiB in 72). Their common divisor, 4 MiB, is finer
-/// than the granule that adversarial physics drew, and the cache's 24 tensors took about 250
-/// MB more than the plan kept: 100.72% of the oracle on seed 31.
+/// than the granule that adversarial physics drew, and the cache's 24 tensors once took about
+/// 250 MB more than the plan kept: 100.72% of the oracle on seed 31. The peak wasted 2 MiB, as
+/// much as PyTorch's rounding can leave: nothing shows the weights' segments to be multiples of
+/// the granule, nothing bounds it, and the plan keeps a 20 MiB segment per KV tensor (about 96%
+/// of the oracle). The class stays open where the peak wastes less than 2 MiB: a
+/// granule other than PyTorch's 2 MiB that does not divide the divisor (Qwen2.5-0.5B on an Arc
+/// B580, 101-103% of the oracle on 3 of 100 adversarial seeds) is not told apart from it.
 #[test]
-#[ignore = "open: two readings do not bound the allocator's granule (over the oracle on seed 31)"]
 fn two_readings_that_bound_the_granule_too_fine() {
     passes("open/two-readings-granule-too-fine-rocm55.toml", &[31]);
 }
