@@ -1488,6 +1488,22 @@ fn two_readings_that_bound_the_granule_too_fine() {
     passes("open/two-readings-granule-too-fine-rocm55.toml", &[31]);
 }
 
+/// The same two readings where the activation peak wasted less than 2 MiB (460.8 MiB in 462 on
+/// seed 12): no more than PyTorch's 2 MiB rounding can leave, so the weights' segments are taken
+/// to be multiples of the granule and their common divisor (14 MiB) bounds it. A granule other
+/// than PyTorch's that does not divide it (adversarial physics) takes the cache past the
+/// oracle: 101.11% on seeds 12 and 83, 103.41% on seed 91. Nothing the two readings show tells
+/// it from PyTorch's 2 MiB, and keeping every granule they allow (up to 19.25 MiB per tensor)
+/// would cost every run on PyTorch's real rounding.
+#[test]
+#[ignore = "open: two readings do not tell the granule from PyTorch's 2 MiB (over the oracle on seeds 12, 83, 91)"]
+fn two_readings_beside_a_peak_that_wasted_under_2_mib() {
+    passes(
+        "open/two-readings-waste-under-2mib-b580-qwen25-0.5b.toml",
+        &[12, 83, 91],
+    );
+}
+
 /// The same two readings the other way, on world physics: weights that reserved 2,280 MiB
 /// beside an activation peak of 1,440 MiB bound the granule at their common divisor, 120 MiB,
 /// where it is 2 MiB. An eager engine with neither the KV hook nor allocator tensors keeps 120
