@@ -157,6 +157,12 @@ pub struct Profile {
 }
 
 impl Profile {
+    /// `total`, or where an allocation probe found more allocatable than the total searched
+    /// up to, the least the device can have ([`Self::allocatable_total`]) where that is more.
+    pub(crate) fn total_at_least(&self, total: u64) -> u64 {
+        self.allocatable_total.map_or(total, |t| t.max(total))
+    }
+
     /// How far a window of the free reading may be off ([`crate::strategy::window_error`] of
     /// the reading's declared tolerance, the largest error measured on one, and the step it
     /// moves in): what the strategies' margins, the plan's margin on memory outside the

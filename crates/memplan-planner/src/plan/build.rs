@@ -273,7 +273,7 @@ impl PlanBuilder {
         // A total an allocation probe found more than allocatable is reported too low: the
         // share is taken of the least the device can have instead.
         let reported = total;
-        let total = p.allocatable_total.map_or(total, |t| t.max(total));
+        let total = p.total_at_least(total);
         let mut b = PlanBuilder::new(total, request, kv_spec, limits);
         b.warnings = p.warnings.clone();
         if total > reported {

@@ -198,11 +198,7 @@ impl<E: AsDynEngine + ?Sized> Session<'_, E> {
     /// reserve; `None` when the request or a figure is unknown.
     fn kv_room(&self, graph_reserve: u64) -> Option<u64> {
         let p = &self.rec.p;
-        let total = p
-            .baseline
-            .driver
-            .total?
-            .max(p.allocatable_total.unwrap_or(0));
+        let total = p.total_at_least(p.baseline.driver.total?);
         let requested = crate::budget::requested_bytes(total, self.request?).ok()?;
         let non_alloc = u64::try_from(self.rec.non_allocator_growth()?.max(0)).ok()?;
         Some(
