@@ -12,36 +12,15 @@
 //! planner's tracing (for example `memplan_planner=debug`).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 
-use memplan_testbed::oracle::engine_alone;
-use memplan_testbed::run::{open, run_judged, Choice};
+use memplan_testbed::run::Choice;
 use memplan_testbed::scenario::Scenario;
 use memplan_testbed::sweep::acceptance::{self, Check};
-use memplan_testbed::sweep::{seeded, Case};
-use memplan_testbed::Setup;
+use memplan_testbed::sweep::{run_jobs, seeded, Job};
 
 fn usage() -> ! {
     eprintln!("usage: battery FROM TO FILE...   (seeds FROM..TO, end exclusive)");
     std::process::exit(2)
-}
-
-/// The automatic choice on `setup`, judged against the engine alone as the sweep judges it;
-/// the harness's error where it could not run it.
-fn judged(file: &str, seed: u64, setup: Setup) -> Result<Case, String> {
-    let alone = engine_alone(&setup).ok();
-    let adversarial = open(&setup).is_ok_and(|g| g.physics().adversarial);
-    let out = run_judged(&setup, Choice::Auto, None, alone)
-        .map_err(|e| format!("{file} [seed={seed}]: harness error: {e}"))?;
-    Ok(Case {
-        group: file.into(),
-        what: format!("seed={seed}"),
-        out,
-        harness_error: false,
-        setup: Some(Arc::new(setup)),
-        adversarial,
-    })
 }
 
 fn main() {
@@ -56,7 +35,7 @@ fn main() {
     let (Ok(from), Ok(to)) = (args[0].parse::<u64>(), args[1].parse::<u64>()) else {
         usage()
     };
-    let mut jobs = Vec::new();
+    let mut jobs: Vec<Job> = Vec::new();
     for file in &args[2..] {
         let setup = match Scenario::load(file).and_then(Scenario::resolve) {
             Ok(s) => s,
@@ -66,32 +45,20 @@ fn main() {
             }
         };
         for seed in from..to {
-            jobs.push((file.clone(), seed, setup.clone()));
+            let what = format!("seed={seed}");
+            jobs.push((
+                file.clone(),
+                what,
+                seeded(setup.clone(), seed),
+                vec![Choice::Auto],
+            ));
         }
     }
     let threads = std::env::var("BATTERY_THREADS")
         .ok()
         .and_then(|t| t.parse().ok())
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let next = AtomicUsize::new(0);
-    let cases: Mutex<Vec<Case>> = Mutex::new(Vec::new());
-    let errors: Mutex<Vec<String>> = Mutex::new(Vec::new());
-    std::thread::scope(|s| {
-        for _ in 0..threads.max(1) {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some((file, seed, setup)) = jobs.get(i) else {
-                    break;
-                };
-                match judged(file, *seed, seeded(setup.clone(), *seed)) {
-                    Ok(c) => cases.lock().unwrap_or_else(|e| e.into_inner()).push(c),
-                    Err(e) => errors.lock().unwrap_or_else(|e| e.into_inner()).push(e),
-                }
-            });
-        }
-    });
-    let mut cases = cases.into_inner().unwrap_or_else(|e| e.into_inner());
-    cases.sort_by(|a, b| (&a.group, &a.what).cmp(&(&b.group, &b.what)));
+    let cases = run_jobs(&jobs, threads);
     let detail = std::env::var("BATTERY_DETAIL").is_ok_and(|v| v == "1");
     if detail {
         for c in &cases {
@@ -115,10 +82,6 @@ fn main() {
             );
         }
     }
-    let errors = errors.into_inner().unwrap_or_else(|e| e.into_inner());
-    for e in &errors {
-        println!("GATING HarnessError: {e}");
-    }
     let failures = acceptance::failures(&cases);
     let mut counts: BTreeMap<Check, usize> = BTreeMap::new();
     for f in &failures {
@@ -137,8 +100,7 @@ fn main() {
         .iter()
         .filter(|(c, _)| acceptance::GATING.contains(c))
         .map(|(_, n)| n)
-        .sum::<usize>()
-        + errors.len();
+        .sum::<usize>();
     let shares: Vec<f64> = cases.iter().filter_map(|c| c.out.kv_vs_oracle).collect();
     let mean = shares.iter().sum::<f64>() / shares.len().max(1) as f64;
     let min = shares.iter().copied().fold(f64::INFINITY, f64::min);

@@ -292,7 +292,8 @@ pub struct Sweep {
 }
 
 /// The jobs of a sweep: (group, what, setup, choices judged against one oracle).
-type Job = (String, String, Setup, Vec<Choice>);
+/// A sweep's job: (group, what, the setup, the choices to run on it).
+pub type Job = (String, String, Setup, Vec<Choice>);
 
 /// A setup the sweep could not build: (group, what, why). Each is a harness error.
 type Dropped = (String, String, String);
@@ -500,52 +501,7 @@ impl Sweep {
     /// Run every job on `threads` threads; results in job order.
     pub fn run(&self, threads: usize) -> Vec<Case> {
         let (jobs, dropped) = self.jobs();
-        let n = jobs.len();
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let slots: Vec<std::sync::Mutex<Vec<Case>>> =
-            (0..n).map(|_| std::sync::Mutex::new(Vec::new())).collect();
-        std::thread::scope(|sc| {
-            for _ in 0..threads.max(1) {
-                sc.spawn(|| loop {
-                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    if i >= n {
-                        break;
-                    }
-                    let (group, what, setup, choices) = &jobs[i];
-                    let alone = engine_alone(setup).ok();
-                    let adversarial =
-                        crate::run::open(setup).is_ok_and(|g| g.physics().adversarial);
-                    let shared = Arc::new(setup.clone());
-                    let cases = choices
-                        .iter()
-                        .map(|choice| {
-                            let (out, harness_error) =
-                                match run_judged(setup, *choice, None, alone.clone()) {
-                                    Ok(o) => (o, false),
-                                    Err(e) => {
-                                        let mut o = Outcome::new(*choice);
-                                        o.failed = Some(format!("harness error: {e}"));
-                                        (o, true)
-                                    }
-                                };
-                            Case {
-                                group: group.clone(),
-                                what: what.clone(),
-                                out,
-                                harness_error,
-                                setup: Some(shared.clone()),
-                                adversarial,
-                            }
-                        })
-                        .collect();
-                    *slots[i].lock().unwrap_or_else(|e| e.into_inner()) = cases;
-                });
-            }
-        });
-        let mut cases: Vec<Case> = slots
-            .into_iter()
-            .flat_map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner()))
-            .collect();
+        let mut cases = run_jobs(&jobs, threads);
         // A setup the sweep could not build is the harness's failure, counted, never skipped.
         cases.extend(dropped.into_iter().map(|(group, what, why)| {
             let mut out = Outcome::new(Choice::Auto);
@@ -561,4 +517,59 @@ impl Sweep {
         }));
         cases
     }
+}
+
+/// Every choice of `setup`, judged as the sweep judges it: against the engine alone on the same
+/// setup, each a [`Case`] of `group` and `what`; a choice the harness could not run is a case
+/// that says so (`harness_error`), never skipped.
+pub fn judge(group: &str, what: &str, setup: &Setup, choices: &[Choice]) -> Vec<Case> {
+    let alone = engine_alone(setup).ok();
+    let adversarial = crate::run::open(setup).is_ok_and(|g| g.physics().adversarial);
+    let shared = Arc::new(setup.clone());
+    choices
+        .iter()
+        .map(|choice| {
+            let (out, harness_error) = match run_judged(setup, *choice, None, alone.clone()) {
+                Ok(o) => (o, false),
+                Err(e) => {
+                    let mut o = Outcome::new(*choice);
+                    o.failed = Some(format!("harness error: {e}"));
+                    (o, true)
+                }
+            };
+            Case {
+                group: group.to_string(),
+                what: what.to_string(),
+                out,
+                harness_error,
+                setup: Some(shared.clone()),
+                adversarial,
+            }
+        })
+        .collect()
+}
+
+/// [`judge`] every job on `threads` threads; the cases in job order.
+pub fn run_jobs(jobs: &[Job], threads: usize) -> Vec<Case> {
+    let n = jobs.len();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let slots: Vec<std::sync::Mutex<Vec<Case>>> =
+        (0..n).map(|_| std::sync::Mutex::new(Vec::new())).collect();
+    std::thread::scope(|sc| {
+        for _ in 0..threads.max(1) {
+            sc.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= n {
+                    break;
+                }
+                let (group, what, setup, choices) = &jobs[i];
+                *slots[i].lock().unwrap_or_else(|e| e.into_inner()) =
+                    judge(group, what, setup, choices);
+            });
+        }
+    });
+    slots
+        .into_iter()
+        .flat_map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner()))
+        .collect()
 }
