@@ -11,23 +11,16 @@ use memplan_testbed::oracle::engine_alone;
 use memplan_testbed::run::{open, run_judged, Choice};
 use memplan_testbed::scenario::Scenario;
 use memplan_testbed::sweep::acceptance::{self, Check};
-use memplan_testbed::sweep::{seeded, Case};
+use memplan_testbed::sweep::{judge, seeded, Case};
 use memplan_testbed::Setup;
 
 /// The automatic choice on `setup`, judged against the engine alone as the sweep judges it.
 fn judged(group: &str, what: String, setup: Setup) -> Case {
-    let alone = engine_alone(&setup).ok();
-    let adversarial = open(&setup).is_ok_and(|g| g.physics().adversarial);
-    let out = run_judged(&setup, Choice::Auto, None, alone)
-        .unwrap_or_else(|e| panic!("{group} {what}: harness error: {e}"));
-    Case {
-        group: group.into(),
-        what,
-        out,
-        harness_error: false,
-        setup: Some(Arc::new(setup)),
-        adversarial,
-    }
+    let c = judge(group, &what, &setup, &[Choice::Auto])
+        .pop()
+        .expect("one case per choice");
+    assert!(!c.harness_error, "{group} {what}: {:?}", c.out.failed);
+    c
 }
 
 /// The cases of `file` on `seeds`, with `edit` applied to the resolved setup (what the format
@@ -61,6 +54,20 @@ fn passes_with(file: &str, seeds: &[u64], edit: impl Fn(&mut Setup)) -> Vec<Case
         .collect();
     assert!(failed.is_empty(), "{file}:\n{}", failed.join("\n"));
     cases
+}
+
+/// Assert that the KV cache `c` was handed came with `kv_allocation_unmeasured`: nothing
+/// measured the engine's allocation of it.
+fn assert_kv_unmeasured(c: &Case) {
+    assert!(
+        c.out
+            .kv_warnings
+            .iter()
+            .any(|w| w == "kv_allocation_unmeasured"),
+        "{}: {:?}",
+        c.what,
+        c.out.kv_warnings
+    );
 }
 
 /// Assert that `c` has a plan with a warning `warned` picks out (its code, its figures),
@@ -1143,15 +1150,7 @@ fn tensors_of_two_sizes_without_the_hook_are_planned_as_unmeasured() {
         .collect();
     assert!(failed.is_empty(), "{}", failed.join("\n"));
     for c in &cases {
-        assert!(
-            c.out
-                .kv_warnings
-                .iter()
-                .any(|w| w == "kv_allocation_unmeasured"),
-            "{}: {:?}",
-            c.what,
-            c.out.kv_warnings
-        );
+        assert_kv_unmeasured(c);
     }
 }
 
@@ -1812,15 +1811,7 @@ fn weights_in_mid_segments_beside_a_peak_that_hides_its_waste_bound_nothing() {
         "b580-nosysman-unmeasured-kv-coarse-granule-beside-mid-segments.toml",
         &[12, 31, 37, 54],
     ) {
-        assert!(
-            c.out
-                .kv_warnings
-                .iter()
-                .any(|w| w == "kv_allocation_unmeasured"),
-            "{}: {:?}",
-            c.what,
-            c.out.kv_warnings
-        );
+        assert_kv_unmeasured(&c);
     }
 }
 
@@ -2073,14 +2064,7 @@ fn weights_in_mid_segments_sharing_a_coarse_divisor_bound_the_rounding() {
         &[41, 43, 71, 82, 99],
     );
     for c in &cases {
-        assert!(
-            c.out
-                .kv_warnings
-                .iter()
-                .any(|w| w == "kv_allocation_unmeasured"),
-            "{}",
-            c.what
-        );
+        assert_kv_unmeasured(c);
     }
 }
 
