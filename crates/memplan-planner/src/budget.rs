@@ -72,6 +72,19 @@ pub struct Suggestions {
     pub kv_bytes_fill_requested: u64,
     /// KV byte budget that fills the whole device (utilisation 1.0; no headroom at all).
     pub kv_bytes_fill_device: u64,
+    /// The static fraction to give an engine that sizes its pool from its own free readings
+    /// ([`StartCheck::PoolOfFreeAfterWeights`]:
+    /// SGLang's `--mem-fraction-static`) for its own rule to reach the plan's KV cache: the
+    /// least fraction `f`, rounded up to the thousandth SGLang's flag is written in, whose pool
+    /// `free after the weights - free at the start x (1 - f)` holds the plan's KV bytes and
+    /// the free reading's tolerance, from this session's readings; never below the request's
+    /// share of the device. The request's share alone does not always do: where other
+    /// processes hold memory, the engine's slack (`1 - f` of the free memory at its start) can
+    /// be more than the activations and graphs the plan measured, and `--max-total-tokens`
+    /// only lowers the engine's pool. `None` in a dry run, for other engines, and where the
+    /// engine's readings cannot be modelled (the request's share then stands).
+    #[serde(default)]
+    pub engine_static_fraction: Option<f64>,
 }
 
 /// The budget arithmetic of one rank.
@@ -292,6 +305,7 @@ pub fn compute_within(
             utilization_without_graph_reserve: (u > 0.0).then_some(u),
             kv_bytes_fill_requested: kv_budget,
             kv_bytes_fill_device: total.saturating_sub(used),
+            engine_static_fraction: None,
         },
     })
 }

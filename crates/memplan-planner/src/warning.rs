@@ -308,6 +308,18 @@ pub enum Warning {
         /// The longest `max_model_len` for which one request fits, by the release's sizing.
         max_model_len_fit: Option<u64>,
     },
+    /// The engine sizes its KV pool from its own readings of the free memory (SGLang's
+    /// `mem_fraction_static` of the free memory at its start, taken off what is free once its
+    /// weights are loaded: [`StartCheck::PoolOfFreeAfterWeights`](memplan_core::kv::StartCheck::PoolOfFreeAfterWeights)),
+    /// and calibration found that reading does not follow this process's allocations: the plan
+    /// cannot say what the engine's rule keeps, nor which static fraction lets it reach the
+    /// plan. A reading that lags reads the weights' memory as still free, and the engine's
+    /// pool is then at least the plan's; one stuck below the memory really free (an APU's
+    /// carve-out) keeps the engine's pool below the plan, whatever it is told.
+    EnginePoolUnmodelled {
+        /// Why calibration found the free reading unusable.
+        reason: String,
+    },
     /// The device kept part of every raw allocation this process freed (a driver that does not
     /// give all of a freed allocation back; calibration's allocate/free pairs, or the session's
     /// own windows over allocations where nothing calibrated, each lost about this much,
@@ -401,6 +413,7 @@ impl Warning {
             Warning::GraphBoundContradicted { .. } => "graph_bound_contradicted",
             Warning::GraphCaptureUnsupported { .. } => "graph_capture_unsupported",
             Warning::RequestsCappedByPool { .. } => "requests_capped_by_pool",
+            Warning::EnginePoolUnmodelled { .. } => "engine_pool_unmodelled",
             Warning::Unrecognized { .. } => "unrecognized",
         }
     }
@@ -497,6 +510,7 @@ impl fmt::Display for Warning {
             Warning::GraphBoundContradicted { bound, measured, reading } => write!(f, "the {reading} showed the graphs taking {}, more than the analytic bound of {}: the measurement replaces the bound", fmt_bytes(*measured), fmt_bytes(*bound)),
             Warning::GraphCaptureUnsupported { reason } => write!(f, "the device could not record the engine's graphs ({reason}): no graph memory is reserved and the engine must run eagerly (enforce eager)"),
             Warning::StrategyOverridden { chosen, automatic } => write!(f, "graph strategy {chosen} was chosen by hand; the capabilities call for {automatic}"),
+            Warning::EnginePoolUnmodelled { reason } => write!(f, "the engine sizes its KV pool from its own free-memory readings, and calibration found the free reading does not follow this process's allocations ({reason}): memplan cannot say what the engine's own rule keeps, and where its reading is below the memory really free, the engine keeps fewer tokens than planned whatever its static fraction; an engine that takes the plan's tokens as its pool is not bound by its rule"),
             Warning::RequestsCappedByPool { longest, pool_tokens, max_model_len, max_model_len_fit } => write!(f, "the KV cache holds {pool_tokens} tokens, less than one request of the max model length {max_model_len} needs: this engine release starts anyway and admits requests of at most {longest} tokens (longer ones are refused or truncated when they arrive){}; give the KV cache more memory to serve the max model length", max_model_len_fit.map_or_else(String::new, |n| format!("; a max model length of {n} would fit one request"))),
             Warning::Unrecognized { message, .. } => f.write_str(message),
         }
@@ -617,6 +631,7 @@ mod tests {
                 blocks: 1,
                 granule: 1,
             },
+            Warning::EnginePoolUnmodelled { reason: s() },
             Warning::RequestsCappedByPool {
                 longest: 1,
                 pool_tokens: 2,

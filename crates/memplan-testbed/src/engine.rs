@@ -40,6 +40,9 @@ pub struct SimEngine {
     /// Fail the n-th capture (0-based) after it began: for teardown tests.
     pub fail_capture_at: Option<usize>,
     captures: usize,
+    /// The free memory the engine read before and after loading its weights, where it sizes
+    /// its pool from them (SGLang, [`SimEngine::own_free_readings`]).
+    own_free: (Option<u64>, Option<u64>),
 }
 
 impl SimEngine {
@@ -61,6 +64,7 @@ impl SimEngine {
             kv_address: None,
             fail_capture_at: None,
             captures: 0,
+            own_free: (None, None),
         }
     }
 
@@ -75,8 +79,42 @@ impl SimEngine {
         .with_alloc_nodes(self.setup.alloc_node_bytes)
     }
 
+    /// What the engine read of the device's free memory right before and right after loading
+    /// its weights, where it sizes its KV pool from those readings (an SGLang start rule;
+    /// `None` elsewhere, or where the device gives no free reading). SGLang reads it through
+    /// `get_available_gpu_memory` (`srt/utils/common.py`: `torch.cuda.empty_cache()` then
+    /// `torch.cuda.mem_get_info`): before the weights as `pre_model_load_memory` (0.5.22
+    /// `srt/distributed/bootstrap.py` `measure_pre_model_load_memory`; 0.5.9
+    /// `ModelRunner.init_torch_distributed`'s `min_per_gpu_memory`), after them in
+    /// `profile_max_num_token` (0.5.9 `model_runner_kv_cache_mixin.py`) or
+    /// `_profile_available_bytes` (0.5.22 `mem_cache/kv_cache_configurator.py`). The device's
+    /// reading as its driver gives it (quirks and all), the framework reading nothing else.
+    pub fn own_free_readings(&self) -> Option<(u64, u64)> {
+        match self.own_free {
+            (Some(start), Some(after)) => Some((start, after)),
+            _ => None,
+        }
+    }
+
+    /// The engine's own free reading, as SGLang takes it (see [`Self::own_free_readings`]);
+    /// nothing for an engine that sizes its pool otherwise.
+    fn read_own_free(&mut self) -> Option<u64> {
+        if self.setup.start_rule == crate::scenario::StartRule::Vllm {
+            return None;
+        }
+        self.alloc.empty_cache();
+        self.gpu.raw_driver_memory().free
+    }
+
     /// Load the weights.
     pub fn load_weights(&mut self) -> Result<()> {
+        self.own_free = (self.read_own_free(), None);
+        self.load_weight_tensors()?;
+        self.own_free.1 = self.read_own_free();
+        Ok(())
+    }
+
+    fn load_weight_tensors(&mut self) -> Result<()> {
         let n = u64::from(self.setup.weight_tensors);
         let each = self.setup.weights / n;
         for i in 0..n {

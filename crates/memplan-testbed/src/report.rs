@@ -29,8 +29,12 @@ pub struct Outcome {
     pub error_bytes: Option<i64>,
     /// Error relative to the real graph memory, percent.
     pub error_pct: Option<f64>,
-    /// KV tokens the engine's own arithmetic makes of the plan's block count.
+    /// KV tokens the engine's own arithmetic makes of the plan's block count (for an engine
+    /// that sizes its pool from its own free readings, at most `engine_pool_tokens`).
     pub kv_tokens: Option<u64>,
+    /// KV tokens the engine's own pool rule keeps, where it sizes its pool from its own free
+    /// readings (SGLang): it serves the smaller of these and the plan's.
+    pub engine_pool_tokens: Option<u64>,
     /// KV tokens the plan says its blocks hold (differs from `kv_tokens` only when the
     /// planner's page layout disagrees with the engine's).
     pub planned_tokens: Option<u64>,
@@ -113,6 +117,7 @@ impl Outcome {
             error_bytes: None,
             error_pct: None,
             kv_tokens: None,
+            engine_pool_tokens: None,
             planned_tokens: None,
             oracle_tokens: None,
             oracle: None,

@@ -464,6 +464,13 @@ pub fn run_judged(
     let engine_kv = EngineKv::of_setup(setup);
     out.planned_tokens = Some(pr.plan.kv.tokens);
     out.kv_tokens = engine_kv.as_ref().map(|k| k.tokens(pr.cache.num_blocks));
+    // An engine that sizes its pool from its own free readings keeps no more than its own
+    // rule gives, whatever it is told: what it serves is the smaller.
+    if let (Some(k), Some(readings)) = (engine_kv.as_ref(), engine.own_free_readings()) {
+        let own = own_pool_tokens(&pr.plan, readings, k);
+        out.engine_pool_tokens = Some(own);
+        out.kv_tokens = out.kv_tokens.map(|t| t.min(own));
+    }
     // What the caching allocator's rounding of the engine's tensors costs at the plan's block
     // count, in tokens: the blocks the plan's own bytes do not hold once each tensor is
     // rounded by the allocator as it stood at the plan (its segments, its rounding). A cache
@@ -543,6 +550,29 @@ pub fn run_judged(
     out.plan = Some(pr.plan);
     out.finish();
     Ok(out)
+}
+
+/// The tokens an engine that sizes its KV pool from its own free readings keeps by its own
+/// rule, given the static fraction the plan suggests (`engine_static_fraction`) or, where it
+/// suggests none, the request's share of the device rounded up to the thousandth, as
+/// `memplan plan --emit-args sglang` writes `--mem-fraction-static`. SGLang keeps the smaller
+/// of the tokens it is given (`--max-total-tokens`) and what fits in `rest = free after the
+/// weights - free at the start x (1 - mem_fraction_static)` (0.5.9
+/// `srt/model_executor/model_runner_kv_cache_mixin.py` `profile_max_num_token`; 0.5.22
+/// `srt/mem_cache/kv_cache_configurator.py` `_profile_available_bytes`, `slack_gb =
+/// pre_model_load_memory * (1 - mem_fraction_static)`), in its own float arithmetic, the pool's
+/// tensors counted at their own bytes (`rest // cell_size`). Written here from SGLang's
+/// source, apart from the planner's model of the rule.
+fn own_pool_tokens(plan: &memplan_planner::Plan, (start, after): (u64, u64), kv: &EngineKv) -> u64 {
+    let fraction = plan.suggestions.engine_static_fraction.unwrap_or_else(|| {
+        let share = plan.requested_bytes as f64 / plan.total_bytes.max(1) as f64;
+        ((share * 1000.0) - 1e-6).ceil() / 1000.0
+    });
+    let rest = after as f64 - start as f64 * (1.0 - fraction.min(1.0));
+    if rest <= 0.0 {
+        return 0;
+    }
+    kv.tokens(kv.blocks_within(rest as u64, |b| kv.total_bytes(b)))
 }
 
 /// The most the process may hold under the request: what it held at the start (its context)

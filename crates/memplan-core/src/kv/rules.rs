@@ -269,6 +269,30 @@ impl StartCheck {
             StartCheck::RefuseAboveFree | StartCheck::ShareOfFree => None,
         }
     }
+
+    /// The least static fraction, in thousandths (SGLang writes `--mem-fraction-static` to
+    /// three decimals), whose pool by the engine's own rule ([`Self::pool_limit`]) holds
+    /// `pool` bytes where it reads `free_at_start` at its start and `free_after_weights` once
+    /// its weights are loaded: the least `k` with `ceil(free_at_start x (1000 - k) / 1000) <=
+    /// free_after_weights - pool`. `None` for the rules that bound the pool by the request
+    /// alone, and where even the whole of what is free after the weights is less than `pool`
+    /// (no fraction reaches it).
+    pub fn thousandths_for_pool(
+        self,
+        pool: u64,
+        free_at_start: u64,
+        free_after_weights: u64,
+    ) -> Option<u32> {
+        match self {
+            StartCheck::PoolOfFreeAfterWeights => {
+                let spare = u128::from(free_after_weights.checked_sub(pool)?);
+                let start = u128::from(free_at_start.max(1));
+                let slack_thousandths = (spare * 1000 / start).min(1000);
+                u32::try_from(1000 - slack_thousandths).ok()
+            }
+            StartCheck::RefuseAboveFree | StartCheck::ShareOfFree => None,
+        }
+    }
 }
 
 /// Whether a layer of `g` holds a V beside its K (not MLA's latent, an indexer's keys or a
@@ -546,6 +570,22 @@ mod tests {
         assert_eq!(
             serde_json::to_value(j).unwrap()["start_check"],
             "pool_of_free_after_weights"
+        );
+        // The fraction whose pool holds 32 of those bytes is 0.8 (the slack 18 leaves 32);
+        // 33 bytes need a slack of 17 at most: 1 - 17/90 is 0.8111.., 812 thousandths (811
+        // would leave ceil(90 x 0.189) = 18).
+        assert_eq!(check.thousandths_for_pool(32, 90, 50), Some(800));
+        assert_eq!(check.thousandths_for_pool(33, 90, 50), Some(812));
+        for k in [800, 812] {
+            let slack = (90u64 * (1000 - k)).div_ceil(1000);
+            assert!(50 - slack >= if k == 800 { 32 } else { 33 });
+        }
+        assert_eq!(check.thousandths_for_pool(50, 90, 50), Some(1000));
+        assert_eq!(check.thousandths_for_pool(51, 90, 50), None);
+        assert_eq!(check.thousandths_for_pool(0, 40, 50), Some(0));
+        assert_eq!(
+            StartCheck::ShareOfFree.thousandths_for_pool(32, 90, 50),
+            None
         );
     }
 

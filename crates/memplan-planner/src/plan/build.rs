@@ -150,12 +150,16 @@ pub const UNMEASURED_NON_ALLOCATOR_BYTES: u64 = 512 * MIB;
 /// older rule keeps the engine's own slack (`1 - fraction` of the free memory at its start,
 /// what SGLang leaves outside its static memory for those) out of the plan there.
 ///
+/// `most`: the most the engine's pool can take by its own rule, what it read free once its
+/// weights were loaded (less what its readings may be off by), where that bounds the KV budget.
+///
 /// `unmodelled`: the free memory at the start is below the request, but the engine's own
 /// readings cannot be modelled (`PlanBuilder::engine_free_readings`): the request bounds the
 /// plan, and its notes say why.
 #[derive(Default)]
 struct EngineRule {
     pool_limit: Option<u64>,
+    most: Option<u64>,
     older: Option<Result<u64>>,
     unmodelled: bool,
 }
@@ -179,6 +183,9 @@ pub struct PlanBuilder {
     /// its own reading can be modelled by this session's ([`Self::engine_free_readings`]): what
     /// an engine whose pool is sized from them ([`StartCheck::pool_limit`]) reads.
     engine_free: Option<(u64, u64)>,
+    /// Why the free reading cannot be modelled as the engine reads it, where calibration
+    /// found it unusable ([`Warning::EnginePoolUnmodelled`]).
+    engine_free_unusable: Option<String>,
     free_now: Option<(u64, u64)>,
     available_now: Option<(u64, u64, PhysicalCheck)>,
     blind: bool,
@@ -223,6 +230,7 @@ impl PlanBuilder {
             start: None,
             start_tolerance: 0,
             engine_free: None,
+            engine_free_unusable: None,
             free_now: None,
             available_now: None,
             blind: false,
@@ -457,6 +465,10 @@ impl PlanBuilder {
             b.free_now = p.last.driver.free.map(|f| (f, free.tolerance_bytes()));
         }
         b.engine_free = Self::engine_free_readings(p);
+        b.engine_free_unusable = match free {
+            Reliability::Unavailable { reason } => Some(reason.clone()),
+            _ => None,
+        };
         // Memory other processes hold: where the free reading cannot see it, the device-wide
         // reading bounds the start and the KV cache; where neither can, say so by name (the
         // session then checks the plan with an allocation probe).
@@ -504,7 +516,8 @@ impl PlanBuilder {
 
     /// The free memory an engine that sizes its pool from its own free readings
     /// ([`StartCheck::pool_limit`]) reads at its start and once its weights are loaded: the
-    /// driver's free reading at the session's baseline and after the `load_weights` step, the
+    /// driver's free reading at the session's baseline or right before the `load_weights`
+    /// step, whichever is larger, and after that step, the
     /// reading the engine takes itself (SGLang: the device's free memory as its framework
     /// reports it, after emptying the allocator's cache). `None` where calibration found that
     /// the reading does not follow this process's allocations (absent, never moving, or lagging them even after a
@@ -523,15 +536,14 @@ impl PlanBuilder {
         {
             return None;
         }
-        let start = p.baseline.driver.free?;
-        let after = p
-            .steps
-            .iter()
-            .rev()
-            .find(|s| s.name == "load_weights")?
-            .after
-            .driver
-            .free?;
+        let weights = p.steps.iter().rev().find(|s| s.name == "load_weights")?;
+        // The engine reads its start where its release does: at its distributed set-up
+        // (SGLang 0.5.9 `ModelRunner.init_torch_distributed`) or right before its weights
+        // (0.5.22 `measure_pre_model_load_memory`). Memory that came free between the two
+        // (other processes that left, calibration's checks given back) makes the second the
+        // larger, and the larger start is the larger slack: the engine's pool is the smaller.
+        let start = p.baseline.driver.free?.max(weights.before.driver.free?);
+        let after = weights.after.driver.free?;
         Some((start, after))
     }
 
@@ -1142,17 +1154,27 @@ impl PlanBuilder {
             })?;
         // An engine that sizes its pool from its own free readings (SGLang: the free memory
         // after its weights less its slack, `StartCheck::pool_limit`) keeps no more than that,
-        // whatever `--max-total-tokens` asks. Where the free memory at its start holds the
-        // request, the request's fraction (what `--emit-args` passes) is taken to let its pool
-        // reach the plan's, as for the older rule (`StartCheck::ShareOfFree`, whose start-up
-        // check says where the free memory does not hold it); where it does not, the KV cache
-        // is held to the engine's own pool.
+        // whatever `--max-total-tokens` asks; the plan does not take that pool as a bound but
+        // gives the engine the fraction whose pool reaches the plan's KV cache
+        // (`Suggestions::engine_static_fraction`, in `build`). The request and the memory free
+        // now bound the plan, as for every engine. The pool the request's own share would give
+        // is noted where the free memory at the start is below the request.
         // Where the engine's readings cannot be modelled (`engine_free_readings`), the request
         // alone bounds it.
         let mut rule = EngineRule::default();
         if let (Some(s), false, StartCheck::PoolOfFreeAfterWeights) =
             (&self.start, fixed_kv, self.rules.start_check)
         {
+            // Whatever its fraction, the engine's pool is at most what it read free once its
+            // weights were loaded (a fraction of 1): memory that came free later (other
+            // processes that left) is not in it.
+            if let Some((_, after)) = self.engine_free {
+                let most = after.saturating_sub(self.start_tolerance.saturating_mul(2));
+                if most < b.kv_budget {
+                    b.kv_budget = most;
+                    rule.most = Some(most);
+                }
+            }
             let older_within = budget::start_check(
                 StartCheck::ShareOfFree,
                 s,
@@ -1168,9 +1190,6 @@ impl PlanBuilder {
                         self.rules
                             .start_check
                             .pool_limit(b.requested, self.total, start, after);
-                    if let Some(l) = rule.pool_limit {
-                        b.kv_budget = b.kv_budget.min(l);
-                    }
                     // Where the free memory now bounds the cache below that (`build`'s physical
                     // caps), the older rule's budget stands instead: see `EngineRule`.
                     rule.older = Some(
@@ -1228,17 +1247,10 @@ impl PlanBuilder {
                 fmt_bytes(w)
             ));
         }
-        if let (Some(l), Some((start, after))) = (pool_limit, self.engine_free) {
+        if let Some(most) = engine_rule.most {
             notes.push(format!(
-                "the engine sizes its pool from the free memory it reads once its weights are loaded ({}) less the free memory it read at its start ({}) times one less the request's share of the device: at most {} for the KV cache{}",
-                fmt_bytes(after),
-                fmt_bytes(start),
-                fmt_bytes(l),
-                if b.kv_budget == l {
-                    ", which bounds the plan"
-                } else {
-                    ""
-                }
+                "the engine sizes its pool from the free memory it reads once its weights are loaded, whatever its static fraction: at most {}, which bounds the plan (memory that came free later is not in it)",
+                fmt_bytes(most)
             ));
         }
         if engine_rule.unmodelled {
@@ -1250,6 +1262,13 @@ impl PlanBuilder {
             budget::check_free(s, b.requested, &self.request, self.start_tolerance)?;
         }
         let mut warnings = self.warnings;
+        if let (Some(reason), false, StartCheck::PoolOfFreeAfterWeights) =
+            (&self.engine_free_unusable, fixed_kv, self.rules.start_check)
+        {
+            warnings.push(Warning::EnginePoolUnmodelled {
+                reason: reason.clone(),
+            });
+        }
         // The whole budget: a tensor-by-tensor fit counts its allocator's rounding below
         // (`fit_rounded`), and a mapped cache (post-capture) is rounded down to whole granules,
         // its blocks, mapped rounded up to a granule, staying inside them. Keeping a granule
@@ -1387,6 +1406,38 @@ impl PlanBuilder {
                 }
             }
         }
+        // The fraction that lets an engine sizing its pool from its own readings reach the
+        // plan's KV cache (`Suggestions::engine_static_fraction`): its pool must hold the
+        // cache's bytes and what its two readings may each be off by.
+        let mut suggestions = b.suggestions;
+        if let (Some((start, after)), false) = (self.engine_free, fixed_kv) {
+            let need = kv_bytes.saturating_add(self.start_tolerance.saturating_mul(2));
+            // The request's share in thousandths as `--emit-args` writes it: rounded up, less
+            // the byte a utilisation's bytes were rounded up by (0.9 of 24 GiB is 0.9).
+            let share = (b.requested as f64 / b.total.max(1) as f64 * 1000.0 - 1e-6).ceil();
+            let share = share.clamp(0.0, 1000.0) as u32;
+            if let Some(k) = self
+                .rules
+                .start_check
+                .thousandths_for_pool(need, start, after)
+            {
+                let k = k.max(share);
+                suggestions.engine_static_fraction = Some(f64::from(k) / 1000.0);
+                notes.push(format!(
+                    "the engine sizes its pool from the free memory it reads once its weights are loaded ({}) less the free memory it read at its start ({}) times one less its static fraction: {:.3} lets that pool hold the plan's KV cache{}",
+                    fmt_bytes(after),
+                    fmt_bytes(start),
+                    f64::from(k) / 1000.0,
+                    match pool_limit {
+                        Some(l) if l < kv_bytes => format!(
+                            " (the request's share of the device would give it {})",
+                            fmt_bytes(l)
+                        ),
+                        _ => String::new(),
+                    }
+                ));
+            }
+        }
         let plan = Plan {
             schema: SCHEMA,
             device: self.device,
@@ -1409,7 +1460,7 @@ impl PlanBuilder {
             kv_cache_tokens: kv.tokens,
             kv,
             sizing_rules: self.rules,
-            suggestions: b.suggestions,
+            suggestions,
             foreign_bytes: self.foreign,
             ranks: None,
             engine: self.engine,

@@ -212,6 +212,11 @@ pub fn text(p: &Plan, names: &Names) -> String {
             capture_beyond(p, u)
         ));
     }
+    if let Some(f) = s.engine_static_fraction {
+        o.push_str(&format!(
+            "  static fraction {f:.3}   (SGLang's --mem-fraction-static) lets the engine's own pool rule, its free memory after the weights less its slack, reach this KV cache\n"
+        ));
+    }
     let kv = names(Param::KvCacheBytes);
     o.push_str(&format!(
         "  {kv} {} ({})   fills the requested memory\n",

@@ -186,12 +186,15 @@ fn an_engine_whose_fraction_is_of_the_free_memory_is_planned_within_its_share() 
 /// SGLang's pool as its source sizes it (0.5.9 `model_executor/model_runner_kv_cache_mixin.py`
 /// `profile_max_num_token`; 0.5.22 `mem_cache/kv_cache_configurator.py`
 /// `_profile_available_bytes`): the free memory it reads once its weights are loaded less the
-/// free memory it read at its start times `1 - mem_fraction_static`. Where the free memory at
-/// the start is below the request, the plan keeps the request's room, held to that pool: the
-/// older rule took the request's share of the free memory for the whole process (weights,
-/// activations and graphs too) and left room the engine would have used.
+/// free memory it read at its start times `1 - mem_fraction_static`. The plan keeps the
+/// request's room (the older rule took the request's share of the free memory for the whole
+/// process, weights, activations and graphs too, and left room the engine would have used),
+/// held to the memory free now as for every engine, and suggests the static fraction whose
+/// pool by the engine's own rule holds the plan's KV cache: the request's share where that
+/// does, more where the engine's slack of the free memory at its start is more than the
+/// activations and graphs the plan measured (`--max-total-tokens` only lowers its pool).
 #[test]
-fn an_engine_that_sizes_its_pool_after_its_weights_is_held_to_that_pool() {
+fn an_engine_that_sizes_its_pool_after_its_weights_is_given_the_fraction_that_reaches_the_plan() {
     use crate::session::StepRecord;
     use memplan_core::kv::StartCheck;
     // 24 GiB, 4 GiB held by others at the start: 0.9 asks for 21.6 GiB, 20 GiB are free; the
@@ -210,27 +213,22 @@ fn an_engine_that_sizes_its_pool_after_its_weights_is_held_to_that_pool() {
             .build()
             .unwrap()
     };
+    // The engine's own pool for a static fraction of `k` thousandths, as its source computes
+    // it (written here apart from `StartCheck`).
+    let engine_pool =
+        |k: u64, start: u64, after: u64| after.saturating_sub((start * (1000 - k)).div_ceil(1000));
+    let thousandths = |f: f64| (f * 1000.0).round() as u64;
     let older = build(&p, StartCheck::ShareOfFree);
     let plan = build(&p, StartCheck::PoolOfFreeAfterWeights);
     let requested = (0.9 * (24 * GIB) as f64).ceil() as u64;
     let used = plan.consumers.total().unwrap();
-    // The pool: 17 GiB less 20 GiB x 0.1 = 15 GiB, above the request's room (21.6 GiB less
-    // the 7 GiB the process holds): the request's room stands, more than the older rule's
-    // (0.9 x 20 GiB less 7 GiB).
-    assert_eq!(
-        StartCheck::PoolOfFreeAfterWeights.pool_limit(requested, 24 * GIB, 20 * GIB, 17 * GIB),
-        Some(
-            17 * GIB
-                - u64::try_from(
-                    (u128::from(20 * GIB) * u128::from(24 * GIB - requested))
-                        .div_ceil(u128::from(24 * GIB))
-                )
-                .unwrap()
-        )
-    );
     assert_eq!(plan.requested_bytes, requested);
     assert_eq!(plan.kv_budget_bytes, requested - used);
     assert!(plan.kv_budget_bytes > older.kv_budget_bytes);
+    // The request's share (0.9: a pool of 17 GiB less 2 GiB) holds the plan's cache.
+    let f = plan.suggestions.engine_static_fraction.unwrap();
+    assert_eq!(thousandths(f), 900);
+    assert!(engine_pool(900, 20 * GIB, 17 * GIB) >= plan.kv_cache_bytes);
     assert!(
         plan.notes
             .iter()
@@ -238,8 +236,10 @@ fn an_engine_that_sizes_its_pool_after_its_weights_is_held_to_that_pool() {
         "{:?}",
         plan.notes
     );
-    // Weights that leave the engine less after them (10 GiB taken, 10 GiB free): its pool,
-    // 10 GiB less 2 GiB, bounds the plan below the request's room.
+    // Weights that leave the engine less after them (10 GiB taken, 10 GiB free, 9 GiB free
+    // at the end with an activation peak of 1 GiB): the request's share would give the engine
+    // a pool of 10 GiB less 2 GiB, below the 8 GiB the memory free now leaves the cache less
+    // what rounding keeps; the plan keeps its room and suggests more.
     let mut heavy = profile(24 * GIB, 20 * GIB, 9 * GIB, 10 * GIB, GIB, 0, None);
     heavy.steps.push(StepRecord {
         name: "load_weights".into(),
@@ -247,13 +247,39 @@ fn an_engine_that_sizes_its_pool_after_its_weights_is_held_to_that_pool() {
         after: snap(24 * GIB, 10 * GIB),
         window: Default::default(),
     });
+    // Others took 1 GiB more before the profile run: 8 GiB free at the end, 7 GiB for the
+    // cache, and a share of 0.9 leaves the engine 8 GiB, enough.
+    heavy.last = snap(24 * GIB, 8 * GIB);
     let plan = build(&heavy, StartCheck::PoolOfFreeAfterWeights);
+    let f = thousandths(plan.suggestions.engine_static_fraction.unwrap());
+    assert_eq!(f, 900, "{:?}", plan.notes);
+    // Others held 8 GiB at the start instead (16 GiB free, 6 GiB after the weights and at the
+    // end): a share of 0.9 leaves the engine 6 GiB less 1.6 GiB, below the 5 GiB the memory
+    // free now leaves the cache beside the activation peak; the fraction that reaches it is
+    // above the request's share (0.938).
+    let mut crowded = profile(24 * GIB, 16 * GIB, 6 * GIB, 10 * GIB, GIB, 0, None);
+    crowded.steps.push(StepRecord {
+        name: "load_weights".into(),
+        before: snap(24 * GIB, 16 * GIB),
+        after: snap(24 * GIB, 6 * GIB),
+        window: Default::default(),
+    });
+    let plan = build(&crowded, StartCheck::PoolOfFreeAfterWeights);
     let limit = StartCheck::PoolOfFreeAfterWeights
-        .pool_limit(requested, 24 * GIB, 20 * GIB, 10 * GIB)
+        .pool_limit(requested, 24 * GIB, 16 * GIB, 6 * GIB)
         .unwrap();
-    assert!(limit < requested - plan.consumers.total().unwrap());
-    assert_eq!(plan.kv_budget_bytes, limit);
-    assert!(plan.kv_cache_bytes <= limit && plan.kv_cache_bytes > 0);
+    assert!(plan.kv_cache_bytes > limit, "{:?}", plan.notes);
+    let f = thousandths(plan.suggestions.engine_static_fraction.unwrap());
+    assert!(f > 900);
+    assert!(engine_pool(f, 16 * GIB, 6 * GIB) >= plan.kv_cache_bytes);
+    assert!(engine_pool(f - 1, 16 * GIB, 6 * GIB) < plan.kv_cache_bytes);
+    assert!(
+        plan.notes
+            .iter()
+            .any(|n| n.contains("the request's share of the device would give it")),
+        "{:?}",
+        plan.notes
+    );
     // A free reading that does not follow this process's allocations (stale: calibration
     // found it off even after a synchronize): the engine's own readings are just as wrong, a
     // lagging one reading the weights' memory as still free, so its pool does not bound the
@@ -279,13 +305,31 @@ fn an_engine_that_sizes_its_pool_after_its_weights_is_held_to_that_pool() {
         "{:?}",
         plan.notes
     );
+    assert_eq!(plan.suggestions.engine_static_fraction, None);
     // Where the free memory at the start holds the request, the request stands.
     let mut roomy = profile(24 * GIB, 23 * GIB, 19 * GIB, 3 * GIB, GIB, 0, None);
-    roomy.steps = p.steps.clone();
+    roomy.steps.push(StepRecord {
+        name: "load_weights".into(),
+        before: snap(24 * GIB, 23 * GIB),
+        after: snap(24 * GIB, 20 * GIB),
+        window: Default::default(),
+    });
     let plan = build(&roomy, StartCheck::PoolOfFreeAfterWeights);
     assert_eq!(
         plan.kv_budget_bytes,
         requested - plan.consumers.total().unwrap()
+    );
+    // Other processes that took 3 GiB before the weights and left after them: the engine
+    // read 17 GiB free once its weights were loaded, and no fraction gives its pool more.
+    roomy.steps = p.steps.clone();
+    let plan = build(&roomy, StartCheck::PoolOfFreeAfterWeights);
+    assert_eq!(plan.kv_budget_bytes, 17 * GIB);
+    assert!(
+        plan.notes
+            .iter()
+            .any(|n| n.contains("whatever its static fraction")),
+        "{:?}",
+        plan.notes
     );
 }
 

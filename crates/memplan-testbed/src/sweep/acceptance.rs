@@ -83,7 +83,9 @@
 //!   promised, by more than one block beyond what the caching allocator's rounding of the
 //!   engine's tensors costs (the blocks the plan's own bytes do not hold once each tensor is
 //!   rounded, from the simulator's allocator: a granule coarser than the planner's bound, which
-//!   the session measures and shrinks the cache for, warned). Beyond that, the engine's own
+//!   the session measures and shrinks the cache for, warned), or where an engine that sizes its
+//!   pool from its own free readings (SGLang) kept what its own rule gives and the plan named
+//!   that it could not model those readings (`engine_pool_unmodelled`). Beyond that, the engine's own
 //!   page arithmetic took more than the planner's layout said, the plan kept no room for the
 //!   rounding of its tensors, or the session shrank the cache by more than its excess. A
 //!   layout error in the planner shows here, or as an out-of-memory where the engine sizes
@@ -322,10 +324,22 @@ pub fn floor(c: &Case) -> f64 {
 /// Tokens the engine's KV cache holds below what the plan promised, where that is more than
 /// one block (the rounding either side may do) beyond what the caching allocator's rounding
 /// of the engine's tensors costs (`Outcome::kv_rounding_tokens`: a measured allocation gives
-/// that back, warned); `None` when it holds as much.
+/// that back, warned); `None` when it holds as much. An engine that sizes its pool from its own
+/// free readings keeps no more than its rule gives (`Outcome::engine_pool_tokens`): where that
+/// is what it served and the plan said by name that it could not model those readings
+/// (`engine_pool_unmodelled`: calibration found them not following this process's
+/// allocations), the engine's own rule, not the plan, kept the tokens, and the plan named it.
 pub fn served_below_plan(c: &Case) -> Option<u64> {
     let o = &c.out;
     let (planned, served) = (o.planned_tokens?, o.kv_tokens?);
+    let named = o.plan.as_ref().is_some_and(|p| {
+        p.warnings
+            .iter()
+            .any(|w| matches!(w, memplan_planner::Warning::EnginePoolUnmodelled { .. }))
+    });
+    if named && o.engine_pool_tokens == Some(served) {
+        return None;
+    }
     let block = c
         .setup
         .as_deref()
