@@ -357,7 +357,8 @@ pub enum Warning {
         /// Bytes the session's checks left held, in all, as its readings measured them.
         bytes: u64,
         /// How far that figure may read low: the free reading's window error, once per window
-        /// that measured a part of it.
+        /// that measured a part of it (a window that read nothing held is counted too: a
+        /// reading in coarse steps reads a leftover smaller than a step as nothing).
         within: u64,
     },
     /// A warning of a code this build does not know, read from a plan of a newer memplan of

@@ -253,16 +253,19 @@ impl Recorder {
     /// The session's own checks left `bytes` more held for good, as one window of the free
     /// reading measured them (`window`; otherwise allocation probes, on the safe side): said by
     /// name ([`Warning::ChecksLeftHeld`], once, its figures the sums: the bytes, and the free
-    /// reading's window error once per window).
+    /// reading's window error once per window). A window that read nothing is named too where
+    /// it may read low: a reading in 32 MiB steps read calibration's test capture as leaving
+    /// nothing where the runtime kept 20 MiB of it, held from before the engine's weights, and
+    /// a start-up whose weights took the request went that far past it, named by nothing.
     pub fn left_held(&mut self, bytes: u64, window: bool) {
-        if bytes == 0 {
-            return;
-        }
         let error = if window {
             self.p.free_window_error.unwrap_or(0)
         } else {
             0
         };
+        if bytes == 0 && error == 0 {
+            return;
+        }
         let named = self.p.warnings.iter_mut().find_map(|w| match w {
             Warning::ChecksLeftHeld { bytes, within } => Some((bytes, within)),
             _ => None,
@@ -481,6 +484,81 @@ impl Recorder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use memplan_core::backend::{BackendKind, DeviceDescriptor, DeviceId};
+    use memplan_core::bytes::{GIB, MIB};
+    use memplan_core::{AllocatorMemory, Device, DriverMemory, HalDevice, ProfilingCapability};
+
+    /// A device that is never asked for anything: the recorder's arithmetic is on snapshots.
+    struct Idle(DeviceDescriptor, ProfilingCapability);
+
+    impl HalDevice for Idle {
+        fn descriptor(&self) -> &DeviceDescriptor {
+            &self.0
+        }
+        fn capabilities(&self) -> &ProfilingCapability {
+            &self.1
+        }
+        fn driver_memory(&mut self) -> Result<DriverMemory> {
+            Ok(DriverMemory::new(Some(24 * GIB), Some(20 * GIB)))
+        }
+        fn synchronize(&mut self) -> Result<()> {
+            Ok(())
+        }
+        fn allocate(&mut self, _: u64) -> Result<u64> {
+            Ok(0x1000)
+        }
+        unsafe fn free(&mut self, _: u64, _: u64) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    fn snap(free: u64) -> MemoryInfo {
+        MemoryInfo::default()
+            .with_driver(DriverMemory::new(Some(24 * GIB), Some(free)))
+            .with_allocator(AllocatorMemory::new(Some(0), Some(0), Some(0)))
+    }
+
+    /// A recorder whose free reading measures this process, its windows off by up to
+    /// `window_error`, the baseline at `free`.
+    fn recorder(free: u64, window_error: u64) -> Recorder {
+        let caps = ProfilingCapability::exact_discrete();
+        let device = Device::new(Idle(
+            DeviceDescriptor::new(DeviceId::new(BackendKind::Sim, "recorder-test"), "t", None),
+            caps.clone(),
+        ));
+        let mut p = Profile::new(caps, snap(free));
+        p.free_window_error = Some(window_error);
+        Recorder::new(device, p)
+    }
+
+    fn named(rec: &Recorder) -> Option<(u64, u64)> {
+        rec.p.warnings.iter().find_map(|w| match w {
+            Warning::ChecksLeftHeld { bytes, within } => Some((*bytes, *within)),
+            _ => None,
+        })
+    }
+
+    #[test]
+    fn a_check_the_free_reading_read_as_leaving_nothing_is_named_within_its_window_error() {
+        // A reading in 32 MiB steps (windows off by up to 64 MiB) read calibration's test
+        // capture as leaving nothing; the runtime kept 20 MiB of it (an RTX 3090 of the
+        // test-bed's outside file `neighbour-before-profile-3090.toml`, seed 2: 20 MiB past the
+        // request in the weights' step, named by nothing). What the reading cannot see is named
+        // as its window error.
+        let mut rec = recorder(20 * GIB, 64 * MIB);
+        rec.before_baseline("calibration", snap(20 * GIB));
+        assert_eq!(rec.p.held_by_calibration, 0);
+        assert_eq!(named(&rec), Some((0, 64 * MIB)));
+        // What it saw is named with the same error.
+        let mut rec = recorder(20 * GIB, 64 * MIB);
+        rec.before_baseline("calibration", snap(20 * GIB + 96 * MIB));
+        assert_eq!(named(&rec), Some((96 * MIB, 64 * MIB)));
+        // An exact window that read nothing names nothing.
+        let mut rec = recorder(20 * GIB, 0);
+        rec.before_baseline("calibration", snap(20 * GIB));
+        assert_eq!(named(&rec), None);
+    }
 
     #[test]
     fn a_probes_figure_shows_every_free_but_its_last_tries() {
