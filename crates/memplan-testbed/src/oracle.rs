@@ -96,7 +96,12 @@ pub struct EngineAlone {
 /// The engine alone's high-water marks before its KV cache, each of its own step (bytes the
 /// process held at its most, context included, from the ground truth; 0 for a step it never
 /// reached, having run out of memory before it). A step that ran out of memory is marked with
-/// what the process reached in it: how far the engine's own step went, whatever memplan did.
+/// the most the process could hold when it did (what it held and what was free, beside the
+/// other processes as they were): the step asked for more than that, so the engine's own step
+/// takes the process to the device's limit, whatever memplan did. How far it got before the
+/// allocation that failed is no bound on it: the same step run again gets further or less far
+/// by the size and order of its allocations (the same graphs captured again with a smaller draw
+/// of their capture-to-capture variation get past the capture that failed alone).
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
 pub struct AloneMarks {
     /// Loading its weights.
@@ -151,6 +156,11 @@ pub fn engine_alone(setup: &Setup) -> Result<EngineAlone> {
         gpu.watch_peak();
         p
     };
+    // The mark of a step that ran out of memory: the most the process could hold then.
+    let ran_out = |gpu: &SimGpu| {
+        let t = gpu.truth();
+        step_mark(gpu).max(t.this_process().saturating_add(t.free))
+    };
     let nothing = |marks: AloneMarks| EngineAlone {
         weights: 0,
         activation: 0,
@@ -166,7 +176,8 @@ pub fn engine_alone(setup: &Setup) -> Result<EngineAlone> {
         marks,
     };
     let loaded = e.load_weights();
-    marks.weights = step_mark(&gpu);
+    let oom = matches!(&loaded, Err(err) if err.is_out_of_memory());
+    marks.weights = if oom { ran_out(&gpu) } else { step_mark(&gpu) };
     match loaded {
         Err(err) if err.is_out_of_memory() => return Ok(nothing(marks)),
         r => r?,
@@ -176,7 +187,7 @@ pub fn engine_alone(setup: &Setup) -> Result<EngineAlone> {
     // taken while it is live, the cache emptied at the end.
     let b = match alloc.malloc(setup.activation_peak.max(1)) {
         Err(err) if err.is_out_of_memory() => {
-            marks.profile_run = step_mark(&gpu);
+            marks.profile_run = ran_out(&gpu);
             return Ok(nothing(marks));
         }
         r => r?,
@@ -188,7 +199,7 @@ pub fn engine_alone(setup: &Setup) -> Result<EngineAlone> {
         let r0 = gpu.truth().raw_allocations;
         _held = match e.device().allocate(setup.workspace) {
             Err(err) if err.is_out_of_memory() => {
-                marks.profile_run = step_mark(&gpu);
+                marks.profile_run = ran_out(&gpu);
                 return Ok(nothing(marks));
             }
             r => Some(r?),
@@ -237,7 +248,11 @@ pub fn engine_alone(setup: &Setup) -> Result<EngineAlone> {
         }
     }
     let graph = graph_truth(&gpu.truth()).saturating_sub(g0);
-    marks.graphs = step_mark(&gpu);
+    marks.graphs = if graphs_do_not_fit {
+        ran_out(&gpu)
+    } else {
+        step_mark(&gpu)
+    };
     marks.after_graphs = gpu.truth().this_process();
     if !graphs_do_not_fit {
         match alloc.malloc(setup.activation_peak.max(1)) {

@@ -614,7 +614,11 @@ fn over_before_plan(
 /// [`crate::oracle::EngineAlone::graph_jitter_sd`]): the captures are the engine's up to
 /// [`crate::oracle::EngineAlone::jitter_allowance`] above its mark (the variation's 99.9%
 /// one-sided quantile, as the attainable floor keeps), the same variation its own capture after
-/// the plan has. The session's start, its check of the request and the plan step are
+/// the plan has. A step the engine alone ran out of memory in is marked with the most the
+/// process could hold then ([`crate::oracle::AloneMarks`]): it asks for more than the device
+/// has, so it takes the process to the device's limit whatever memplan did (the same graphs
+/// captured again, with a smaller draw of their variation, get past the capture that failed
+/// alone). The session's start, its check of the request and the plan step are
 /// memplan's own (the plan step beside what the engine holds then: its weights, and its graphs
 /// where post-capture kept them). A start-up that ended in a step is judged on that step.
 fn own_over_before_plan(

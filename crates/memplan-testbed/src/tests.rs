@@ -1154,3 +1154,49 @@ fn the_engine_table_chooses_the_hooks_and_the_allocation() {
     let e = resolve_error(&split);
     assert!(e.contains("engine.kv_allocation"), "{e}");
 }
+
+/// A step the engine alone runs out of memory in is marked with the most the process could
+/// hold then, not with how far it got before the allocation that failed: the step asks for
+/// more than the device has, so it takes the process to the device's limit whatever memplan
+/// does. Marked by how far it got, the same step run again with a different draw of its sizes
+/// (captures whose variation came out smaller, weights beside a leftover that moved where the
+/// last tensor failed) reached past it and was judged memplan's: an RTX 4090 whose first graph
+/// alone could not be instantiated was 1.02 GiB past the engine's mark in a start-up whose
+/// captures got two graphs further (`tests/outside/real-shapes/o9-139-neigh0-rtx4090-qwen25-7b.toml`,
+/// seed 9).
+#[test]
+fn a_step_the_engine_alone_runs_out_of_memory_in_is_marked_at_the_devices_limit() {
+    // Four tensors of 7 GiB on a 24 GiB card: the fourth fails with about 3 GiB free.
+    let s = Scenario::from_toml(
+        "x",
+        r#"
+name = "weights-past-the-device"
+device = "rtx4090"
+[request]
+gpu_memory_utilization = 0.9
+[model]
+weights = "28GiB"
+weight_tensors = 4
+activation_peak = "1GiB"
+[kv]
+dtype = "fp16"
+max_model_len = 4096
+layers = 4
+kv_heads = 8
+head_dim = 128
+[graphs]
+max_capture_size = 8
+kernel_nodes = 100
+intermediate_per_token = "64KiB"
+warmup_per_token = "64KiB"
+"#,
+    )
+    .unwrap()
+    .resolve()
+    .unwrap();
+    let t = open(&s).unwrap().truth();
+    let limit = t.this_process() + t.free;
+    let alone = crate::oracle::engine_alone(&s).unwrap();
+    assert!(alone.nothing_fits);
+    assert_eq!(alone.marks.weights, limit, "{:?}", alone.marks);
+}

@@ -1311,6 +1311,20 @@ fn what_a_coarse_free_reading_cannot_see_calibration_leave_held_is_named() {
     }
 }
 
+/// An engine whose first graph cannot be instantiated even alone, with no KV cache: its graph
+/// phase takes the process to the device's limit whatever memplan does. Post-capture's captures
+/// (the engine's own graphs, kept), with a smaller draw of their capture-to-capture variation,
+/// got two graphs further than the engine alone before the third ran out, and were judged
+/// 1.02 GiB past the engine's own graph phase (seed 9): the engine alone's mark was how far it
+/// got before the allocation that failed. The start-up is refused, rightly.
+#[test]
+fn graphs_the_engine_alone_cannot_capture_are_the_engines_to_the_devices_limit() {
+    for c in passes("real-shapes/o9-139-neigh0-rtx4090-qwen25-7b.toml", &[9]) {
+        let why = c.out.failed.as_deref().unwrap_or_default();
+        assert!(why.contains("graphs do not fit"), "{}: {why}", c.what);
+    }
+}
+
 /// The files of `tests/outside/real-shapes/`, sorted by name.
 fn real_shapes() -> Vec<String> {
     folder("real-shapes")
