@@ -1279,10 +1279,29 @@ impl PlanBuilder {
         let mut physical_check = None;
         let to_capture = if self.graph.kept { 0 } else { b.graph_reserve };
         let activation = consumers.bytes(ConsumerKind::Activation);
+        // Where the plan warns that the engine's later capture may exceed its graph reserve
+        // (`graph_capture_varies`), the reserve keeps one capture's bound on the variation: past
+        // the request, what a later capture takes beyond it is an over-request the warning
+        // names; past the memory physically there, it is an out-of-memory no warning excuses.
+        // So a physical cap keeps the bound on the difference between two captures that the
+        // strategies keep where they do not warn, `sqrt(2)` times one capture's: the rest of it
+        // on top. A full capture of 67 sizes varying by 20% from one capture to the next,
+        // capped by the free memory beside another process, took 87 MB more in the engine's
+        // capture than the measured pass, and the serving burst ran out of memory.
+        let beyond_warned = match (to_capture > 0).then(|| {
+            warnings.iter().find_map(|w| match w {
+                Warning::GraphCaptureVaries { margin, .. } => Some(*margin),
+                _ => None,
+            })
+        }) {
+            Some(Some(m)) => (m as f64 * (std::f64::consts::SQRT_2 - 1.0)).ceil() as u64,
+            _ => 0,
+        };
         let cap_of = |avail: u64, tol: u64| {
             let cap = avail
                 .saturating_sub(activation)
                 .saturating_sub(to_capture)
+                .saturating_sub(beyond_warned)
                 .saturating_sub(tol);
             // Slack for the allocator's rounding of the allocations still to come: a cap that
             // is met exactly leaves a large allocation nowhere to go. Where the KV cache is fitted

@@ -115,6 +115,55 @@ fn free_memory_caps_and_says_so() {
             && w["message"].as_str().unwrap().contains("caps the KV cache")));
 }
 
+/// Where the plan warns that the engine's later capture may exceed the graph reserve
+/// (`graph_capture_varies`: the reserve keeps one capture's bound on the variation), a cap by
+/// the memory physically there keeps the bound on the difference of two captures, `sqrt(2)`
+/// times the warned margin, the rest on top: past the request the excess is an over-request
+/// the warning names, past the free memory an out-of-memory. The request's budget keeps the
+/// warned margin alone.
+#[test]
+fn a_physical_cap_keeps_the_whole_bound_of_a_capture_the_plan_warns_may_vary() {
+    // Someone holds 15 GiB; 8 GiB free at the end, 1 GiB of activation, 2 GiB of graphs still
+    // to capture, whose reserve keeps a warned margin of 400 MiB.
+    let mut p = profile(
+        24 * GIB,
+        23 * GIB,
+        8 * GIB,
+        3 * GIB,
+        GIB,
+        0,
+        Some((2 << 30, 0, false)),
+    );
+    let quiet = plan(&p, "t", Request::Utilization(0.9)).unwrap();
+    p.warnings.push(Warning::GraphCaptureVaries {
+        spread_per_mille: 200,
+        margin: 400 * MIB,
+    });
+    let warned = plan(&p, "t", Request::Utilization(0.9)).unwrap();
+    let (q, w) = (
+        quiet.capped_by_free_bytes.unwrap(),
+        warned.capped_by_free_bytes.unwrap(),
+    );
+    let extra = (400.0 * MIB as f64 * (std::f64::consts::SQRT_2 - 1.0)).ceil() as u64;
+    assert_eq!(q - w, extra);
+    assert!(warned.kv_cache_bytes <= w);
+    // Uncapped (nobody else holds memory), the request's budget is the same either way.
+    let mut roomy = profile(
+        24 * GIB,
+        23 * GIB,
+        19 * GIB,
+        3 * GIB,
+        GIB,
+        0,
+        Some((2 << 30, 0, false)),
+    );
+    let quiet = plan(&roomy, "t", Request::Utilization(0.9)).unwrap();
+    roomy.warnings = p.warnings.clone();
+    let warned = plan(&roomy, "t", Request::Utilization(0.9)).unwrap();
+    assert_eq!(warned.capped_by_free_bytes, None);
+    assert_eq!(warned.kv_cache_bytes, quiet.kv_cache_bytes);
+}
+
 #[test]
 fn a_cap_fitted_tensor_by_tensor_keeps_no_slack_on_top() {
     // Someone holds 15 GiB; the exact free reading leaves 8 GiB, of which the activation peak
