@@ -1200,3 +1200,50 @@ warmup_per_token = "64KiB"
     assert!(alone.nothing_fits);
     assert_eq!(alone.marks.weights, limit, "{:?}", alone.marks);
 }
+
+/// Under `max_split_size_mb` (a cached block of the limit or more serves no smaller request),
+/// on an engine whose capture empties the allocator's cache on entering (`torch.cuda.graph`):
+/// the engine never holds more than one warm-up at once, so the session's check of whether the
+/// capture keeps the cache must not hold every warm-up at once either. Seed 1 of an RTX 4090
+/// whose warm-ups reach 2 GiB draws `max_split_size_mb`: the check warmed every size up with
+/// no capture in between, 19 GiB of warm-ups held at once, 412 MiB past the request before the
+/// plan. The graph phase now takes no more than the engine's own, give or take its captures'
+/// variation and the smallest warm-up the check keeps beside the largest.
+#[test]
+fn the_cache_check_holds_every_warm_up_at_once_only_where_the_capture_keeps_the_cache() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/outside/4090-big-warmup.toml"
+    );
+    let s = crate::sweep::seeded(Scenario::load(path).unwrap().resolve().unwrap(), 1);
+    let gpu = open(&s).unwrap();
+    let options = gpu
+        .physics()
+        .allocator
+        .option_string()
+        .expect("seed 1 draws allocator options");
+    assert!(options.contains("max_split_size_mb"), "{options}");
+    let alone = crate::oracle::engine_alone(&s).unwrap();
+    let own = alone.marks.graphs - alone.marks.after_profile_run;
+    let mut engine = SimEngine::new(gpu.clone(), s.clone());
+    let dev = gpu.clone();
+    let cap = dev.capabilities().clone();
+    let conf = memplan_core::AllocatorConfig::parse(&options).unwrap();
+    let mut session = Session::begin(&SharedDevice::new(dev), &mut engine, cap)
+        .unwrap()
+        .with_allocator_config(conf, "the test's PYTORCH_ALLOC_CONF");
+    session.load_weights(|e| e.load_weights()).unwrap();
+    session.profile_run(|e| e.profile_run()).unwrap();
+    let before = gpu.truth().this_process();
+    gpu.watch_peak();
+    session
+        .graph_phase(&memplan_planner::strategy::Full, "test")
+        .unwrap();
+    let took = gpu.peak().unwrap() - before;
+    let smallest = s.warmup_per_token * u64::from(*s.sizes.iter().min().unwrap());
+    assert!(
+        took <= own + alone.jitter_allowance() + smallest + MIB,
+        "the graph phase took {took} B, the engine's own {own} B"
+    );
+    assert_eq!(session.profile().capture_keeps_cache, Some(false));
+}

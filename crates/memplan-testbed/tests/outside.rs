@@ -356,6 +356,20 @@ fn a_warm_up_larger_than_the_profile_run_is_kept_room_for() {
     }
 }
 
+/// The same engine on seeds that draw `max_split_size_mb` (a cached block of the limit or more
+/// serves no smaller request): the session's check of whether the engine's capture keeps the
+/// allocator's cache warmed every size up with no capture in between, and each of the 2 GiB
+/// warm-ups took segments of its own, 19 GiB of them at once, where the engine's capture
+/// empties the cache and the engine never holds two: these seeds went 224-412 MiB past the
+/// request in the graph phase, before the plan. Every size is warmed up at once only where the
+/// capture keeps the cache, as the engine's own warm-ups then stay cached too.
+#[test]
+fn the_cache_check_warms_every_size_up_only_where_the_capture_keeps_the_cache() {
+    for c in passes("4090-big-warmup.toml", &[1, 9, 18]) {
+        assert!(c.out.plan.is_some(), "{}: {:?}", c.what, c.out.failed);
+    }
+}
+
 /// A neighbour that takes memory just before the engine's profile run can leave the engine's
 /// own activation peak no room. That is the world leaving nothing to plan, not memplan's
 /// profiling running out of memory: it is judged a refusal (where the engine alone, beside

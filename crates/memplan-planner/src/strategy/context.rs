@@ -265,28 +265,60 @@ impl<'s> GraphContext<'s> {
     /// segment the largest then fits in, which leaves that segment, no less than the largest's
     /// own). A capture that empties the cache on entering gives both back.
     ///
-    /// Where the engine declared `max_split_size_mb`, every size is warmed up, in the engine's
-    /// order: PyTorch hands a cached block of `max_split_size` or more to no smaller request,
-    /// and to a request of that size or more only where the block is less than 20 MiB larger
+    /// Where the engine declared `max_split_size_mb` and its capture keeps the cache, every
+    /// size is then warmed up, in the engine's order, and what all of them leave cached is
+    /// measured (`measure_every_warm_up_left_cached`):
+    /// PyTorch hands a cached block of `max_split_size` or more to no smaller request, and to a
+    /// request of that size or more only where the block is less than 20 MiB larger
     /// (`get_free_block`), and splits no block for such a request (`should_split`), so each
     /// warm-up of a size between may take segments of its own, which stay cached beside the
     /// largest's (the sum of them, not the largest, is what serving then has beside a burst).
+    /// Only there: the engine's own sequence holds that sum only where its captures keep the
+    /// cache (each warm-up's segments stay cached through the captures after it). Where its
+    /// capture empties the cache on entering, the engine never holds more than one warm-up at
+    /// once, nothing stays cached into serving, and warming every size up with no capture in
+    /// between took the process past anything the engine's own steps take: an RTX 4090 whose
+    /// warm-ups reach 2 GiB under `max_split_size_mb` held 19 GiB of them at once, 224-412 MiB
+    /// past the user's request before the plan was made.
     ///
     /// [`Profile::capture_cache_left_bytes`]: crate::Profile::capture_cache_left_bytes
     pub fn check_capture_keeps_cache(&mut self, size: u32) -> Result<()> {
-        if self.session.max_split_declared {
-            for s in self.sizes() {
-                self.warm_up(s)?;
-            }
-        } else {
-            if let Some(smallest) = self.sizes().last().copied().filter(|s| *s != size) {
-                self.warm_up(smallest)?;
-            }
-            self.warm_up(size)?;
+        if let Some(smallest) = self.sizes().last().copied().filter(|s| *s != size) {
+            self.warm_up(smallest)?;
         }
+        self.warm_up(size)?;
         self.capture(size)?;
         self.release_cache_left_by_captures()?;
-        self.release_graphs()
+        self.release_graphs()?;
+        if self.session.max_split_declared && self.session.p.capture_keeps_cache == Some(true) {
+            self.measure_every_warm_up_left_cached()?;
+        }
+        Ok(())
+    }
+
+    /// Where the engine's capture keeps the allocator's cache (as
+    /// [`check_capture_keeps_cache`](Self::check_capture_keeps_cache) found) under a declared
+    /// `max_split_size_mb`: warm every size up, in the engine's order, with nothing released
+    /// in between, then release the allocator's cache: what that release gave back is what the
+    /// engine's whole warm-up sequence leaves cached through its captures (which keep it) into
+    /// serving. No capture is taken for it: the check already showed the capture keeps what
+    /// was cached before it, and a capture more would leave what a runtime keeps per capture.
+    /// The process holds no more than the engine's own sequence then holds, less its graphs.
+    fn measure_every_warm_up_left_cached(&mut self) -> Result<()> {
+        for s in self.sizes() {
+            self.warm_up(s)?;
+        }
+        let a = self.engine.allocator();
+        let cached = a.stats().reserved;
+        a.release_cached()?;
+        let left = cached.saturating_sub(a.stats().reserved);
+        tracing::debug!(
+            left_cached = left,
+            "what every warm-up leaves cached where the capture keeps the cache"
+        );
+        let p = &mut self.session.p;
+        p.capture_cache_left_bytes = Some(p.capture_cache_left_bytes.unwrap_or(0).max(left));
+        Ok(())
     }
 
     /// After warm-ups and captures with nothing released in between (the engine's own
