@@ -131,6 +131,25 @@ impl AloneMarks {
 }
 
 impl EngineAlone {
+    /// The engine's own steps before a start-up that refused, judged beside `self` (the engine
+    /// alone beside what other processes hold when the refusal came) and `start` (beside what
+    /// they held at the start): the run's steps ran beside the others as they were at each, so
+    /// each step's mark is the fuller of the two ([`AloneMarks::fuller`]), and so is the
+    /// captures' variation ([`Self::graph_jitter_sd`]). It is the device's, whoever else holds
+    /// memory; an engine alone that ran out of memory before capturing (beside others that
+    /// grew after the graph phase) captured nothing and shows none of it, though the run's graph
+    /// phase, beside the others of the start, captured every graph and varied as the engine's
+    /// own captures there do. Taken from that engine alone only, the graph phase was held to its
+    /// mark with no room for the variation: a post-capture pass 58 MB above the engine alone's
+    /// (35 graphs of 230 MB, varying by 150 MB in all) read as memplan's own, past the request.
+    pub fn fuller_steps(&self, start: &EngineAlone) -> EngineAlone {
+        EngineAlone {
+            marks: start.marks.fuller(&self.marks),
+            graph_jitter_sd: start.graph_jitter_sd.max(self.graph_jitter_sd),
+            ..self.clone()
+        }
+    }
+
     /// What a plan that knew every graph's mean cost would keep for the engine's own later
     /// capture: [`ATTAINABLE_Z`](crate::sweep::acceptance::ATTAINABLE_Z) standard deviations
     /// of its capture-to-capture variation ([`Oracle::jitter_tokens`]).

@@ -407,14 +407,14 @@ pub fn run_judged(
             // they grew, where the engine alone then does not fit, is right.
             let now = gpu.truth().other_processes;
             // Its steps before the refusal ran beside the others as they were at each: the
-            // engine's own marks are the fuller of the engine alone's beside them at the start
-            // and now (one that ran out of memory beside more of them shows less of its steps).
-            let at_start = alone.as_ref().map(|a| a.marks);
+            // engine's own marks, and its captures' variation, are the fuller of the engine
+            // alone's beside them at the start and now (one that ran out of memory beside more
+            // of them shows less of its steps, and none of its captures).
+            let at_start = alone.clone();
             let alone = alone.map(|a| alone_beside(setup, a, now));
-            let engine = alone.as_ref().map(|a| crate::oracle::EngineAlone {
-                marks: at_start.map_or(a.marks, |m| m.fuller(&a.marks)),
-                ..a.clone()
-            });
+            let engine = alone
+                .as_ref()
+                .map(|a| at_start.as_ref().map_or(a.clone(), |s| a.fuller_steps(s)));
             if engine_step && fails(&alone) && fails_at_start {
                 // The engine alone runs out of memory loading too, or capturing its graphs with
                 // no KV cache at all: the model does not fit, whatever memplan does (its

@@ -1247,3 +1247,34 @@ fn the_cache_check_holds_every_warm_up_at_once_only_where_the_capture_keeps_the_
     );
     assert_eq!(session.profile().capture_keeps_cache, Some(false));
 }
+
+/// A start-up refused at the plan, after another process took the rest of the device: the
+/// engine alone beside what the others hold then runs out of memory loading and captures
+/// nothing, so it shows none of its captures' variation; the run's graph phase ran beside the
+/// others of the start, where the engine alone's captures vary by 150 MB over 35 graphs. The
+/// graph phase is judged beside the fuller of the two engines alone, the variation included:
+/// judged beside the one that captured nothing, a post-capture pass 58 MB above the engine
+/// alone's, within the variation, read as 31 MiB (seed 16) and 11 MiB (seed 98) of memplan's own
+/// past the request.
+#[test]
+fn a_refusal_after_the_others_grew_keeps_the_engines_capture_variation() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/outside/releases-budgets-quirks/neigh-grow-past-room-h100-80gb.toml"
+    );
+    let base = Scenario::load(path).unwrap().resolve().unwrap();
+    for seed in [16, 98] {
+        let s = crate::sweep::seeded(base.clone(), seed);
+        let start = crate::oracle::engine_alone(&s).unwrap();
+        assert!(start.graph_jitter_sd > 0, "seed {seed}: the captures vary");
+        let out = run(&s, Choice::Auto).unwrap();
+        let why = out.failed.as_deref().unwrap_or_default();
+        assert!(why.contains("start-up refused"), "seed {seed}: {why}");
+        let own = out.own_over_request_before_plan.map_or(0, |(b, _)| b);
+        let named = out.probes_named.unwrap_or(0) + out.checks_left_held.unwrap_or(0);
+        assert!(
+            own <= named,
+            "seed {seed}: {own} B of memplan's own past the request, {named} B named"
+        );
+    }
+}

@@ -1458,6 +1458,24 @@ fn releases_budgets_quirks_pass_the_gating_rules_3() {
     releases_budgets_quirks_pass(3, 4);
 }
 
+/// A neighbour that takes the rest of an H100 just before the plan: the start-up refuses, and
+/// the engine alone beside the neighbour runs out of memory loading, capturing nothing. The
+/// run's graph phase ran before the neighbour came, beside the others of the start, and its
+/// captures varied as the engine alone's do there; judged beside the engine alone that captured
+/// nothing (no variation at all), a post-capture pass within that variation read as memplan's
+/// own, 31 MiB (seed 16) and 11 MiB (seed 98) past the request before the plan. A refusal's
+/// steps are judged beside the fuller of the two engines alone, their variation included.
+#[test]
+fn a_refusal_after_a_neighbour_grew_is_judged_with_the_engines_capture_variation() {
+    for c in passes(
+        &format!("{RELEASES_BUDGETS_QUIRKS}/neigh-grow-past-room-h100-80gb.toml"),
+        &[16, 98],
+    ) {
+        let why = c.out.failed.as_deref().unwrap_or_default();
+        assert!(why.contains("start-up refused"), "{}: {why}", c.what);
+    }
+}
+
 /// Every file of `tests/outside/releases-budgets-quirks/` on seeds 0 to 19.
 #[test]
 #[ignore = "20 seeds per file: run by hand in a release build"]
