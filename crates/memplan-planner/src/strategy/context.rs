@@ -255,57 +255,61 @@ impl<'s> GraphContext<'s> {
     /// releasing the cache, so its windows cannot tell; this capture is the process's first (a
     /// library's memory taken on it is held from here on, as the priming capture's would be).
     ///
-    /// The smallest size is warmed up first, with nothing released before the capture either:
-    /// the engine warms every size up, and a small warm-up's request may be served from
-    /// segments of its own pool (PyTorch serves requests of up to 1 MiB from small segments
-    /// only), which stay cached beside the largest warm-up's. What the release gives back is
-    /// then at least what the engine's whole warm-up sequence leaves cached
-    /// ([`Profile::capture_cache_left_bytes`]): its largest warm-up's segments, and the smallest
-    /// one's where the largest cannot serve it (warmed up first, the smallest may hold a
-    /// segment the largest then fits in, which leaves that segment, no less than the largest's
-    /// own). A capture that empties the cache on entering gives both back.
+    /// Only `size` (the first in the engine's order) is warmed up before it, as the engine
+    /// warms it up before its own first capture: where the capture empties the cache, the
+    /// engine never holds two warm-ups at once, and the check must not either. Warming the
+    /// smallest size up first held its segments beside the first size's where the engine's
+    /// sequence, largest first, serves the smaller warm-up from the larger's cached block:
+    /// sizes of 512, 384 and 256 tokens at 8 MiB each held 2 GiB more than the engine ever
+    /// does, up to 424 MiB past the request before the plan. And where the engine declared
+    /// `max_split_size_mb`, every size was warmed up with no capture in between: an RTX 4090
+    /// whose warm-ups reach 2 GiB held 19 GiB of them at once (224-412 MiB past the request).
     ///
-    /// Where the engine declared `max_split_size_mb` and its capture keeps the cache, every
-    /// size is then warmed up, in the engine's order, and what all of them leave cached is
-    /// measured (`measure_every_warm_up_left_cached`):
-    /// PyTorch hands a cached block of `max_split_size` or more to no smaller request, and to a
-    /// request of that size or more only where the block is less than 20 MiB larger
-    /// (`get_free_block`), and splits no block for such a request (`should_split`), so each
-    /// warm-up of a size between may take segments of its own, which stay cached beside the
-    /// largest's (the sum of them, not the largest, is what serving then has beside a burst).
-    /// Only there: the engine's own sequence holds that sum only where its captures keep the
-    /// cache (each warm-up's segments stay cached through the captures after it). Where its
-    /// capture empties the cache on entering, the engine never holds more than one warm-up at
-    /// once, nothing stays cached into serving, and warming every size up with no capture in
-    /// between took the process past anything the engine's own steps take: an RTX 4090 whose
-    /// warm-ups reach 2 GiB under `max_split_size_mb` held 19 GiB of them at once, 224-412 MiB
-    /// past the user's request before the plan was made.
+    /// Where the capture keeps the cache, what the engine's whole warm-up sequence leaves
+    /// cached through its captures into serving ([`Profile::capture_cache_left_bytes`]) is
+    /// then measured (`measure_warm_ups_left_cached`): the engine's own warm-ups stay cached
+    /// there, so the process holds no more than the engine's own sequence does.
     ///
     /// [`Profile::capture_cache_left_bytes`]: crate::Profile::capture_cache_left_bytes
     pub fn check_capture_keeps_cache(&mut self, size: u32) -> Result<()> {
-        if let Some(smallest) = self.sizes().last().copied().filter(|s| *s != size) {
-            self.warm_up(smallest)?;
-        }
         self.warm_up(size)?;
         self.capture(size)?;
         self.release_cache_left_by_captures()?;
         self.release_graphs()?;
-        if self.session.max_split_declared && self.session.p.capture_keeps_cache == Some(true) {
-            self.measure_every_warm_up_left_cached()?;
+        if self.session.p.capture_keeps_cache == Some(true) {
+            self.measure_warm_ups_left_cached(size)?;
         }
         Ok(())
     }
 
     /// Where the engine's capture keeps the allocator's cache (as
-    /// [`check_capture_keeps_cache`](Self::check_capture_keeps_cache) found) under a declared
-    /// `max_split_size_mb`: warm every size up, in the engine's order, with nothing released
-    /// in between, then release the allocator's cache: what that release gave back is what the
-    /// engine's whole warm-up sequence leaves cached through its captures (which keep it) into
-    /// serving. No capture is taken for it: the check already showed the capture keeps what
-    /// was cached before it, and a capture more would leave what a runtime keeps per capture.
-    /// The process holds no more than the engine's own sequence then holds, less its graphs.
-    fn measure_every_warm_up_left_cached(&mut self) -> Result<()> {
-        for s in self.sizes() {
+    /// [`check_capture_keeps_cache`](Self::check_capture_keeps_cache) found, its first size
+    /// `first`): warm up, in the engine's order and with nothing released in between, the
+    /// sizes whose segments the engine's sequence leaves cached, then release the cache: what
+    /// that release gave back is what the sequence leaves cached through the captures (which
+    /// keep it) into serving ([`Profile::capture_cache_left_bytes`](crate::Profile), the larger
+    /// of this and what the check's capture left). No capture is taken for it: the check showed
+    /// the capture keeps what was cached before it, and a capture more would leave what a
+    /// runtime keeps per capture.
+    ///
+    /// - The first size, then the smallest: a later warm-up is served from the first one's
+    ///   cached block where it can (split), but a small warm-up's request may be served from
+    ///   segments of its own pool (PyTorch serves requests of up to 1 MiB from small segments
+    ///   only), which stay cached beside the largest warm-up's.
+    /// - Where the engine declared `max_split_size_mb`, every size: PyTorch hands a cached
+    ///   block of `max_split_size` or more to no smaller request, and to a request of that size
+    ///   or more only where the block is less than 20 MiB larger (`get_free_block`), and splits
+    ///   no block for such a request (`should_split`), so each warm-up of a size between may
+    ///   take segments of its own, which stay cached beside the largest's (the sum of them, not
+    ///   the largest, is what serving then has beside a burst).
+    fn measure_warm_ups_left_cached(&mut self, first: u32) -> Result<()> {
+        let sizes = if self.session.max_split_declared {
+            self.sizes()
+        } else {
+            let smallest = self.sizes().last().copied().filter(|s| *s != first);
+            std::iter::once(first).chain(smallest).collect()
+        };
+        for s in sizes {
             self.warm_up(s)?;
         }
         let a = self.engine.allocator();
@@ -314,7 +318,7 @@ impl<'s> GraphContext<'s> {
         let left = cached.saturating_sub(a.stats().reserved);
         tracing::debug!(
             left_cached = left,
-            "what every warm-up leaves cached where the capture keeps the cache"
+            "what the engine's warm-ups leave cached where its capture keeps the cache"
         );
         let p = &mut self.session.p;
         p.capture_cache_left_bytes = Some(p.capture_cache_left_bytes.unwrap_or(0).max(left));
