@@ -666,6 +666,39 @@ fn a_stale_reading_that_moves_while_idle_is_still_stale() {
     }
 }
 
+/// Captures that vary by about 20% from one to the next, every size measured, the memory free
+/// capping the plan beside a 3 GiB neighbour: the reserve keeps one capture's bound on the
+/// variation (the plan warns `graph_capture_varies`), and the physical cap keeps the bound on
+/// the difference of two captures. On seed 85 the engine's capture took 87 MB more than the
+/// measured pass and serving ran out of memory. That seed is refused now: the bound on two
+/// captures leaves no block (the engine alone had room for one: a needless refusal, not gated).
+#[test]
+fn a_physical_cap_beside_captures_that_vary_keeps_the_bound_on_two() {
+    let cases = cases_with(
+        "rtx4090-full-67-sizes-varying-captures-neighbour-3g.toml",
+        &[46, 85],
+        |_| {},
+    );
+    let gating: Vec<String> = acceptance::failures(&cases)
+        .iter()
+        .filter(|f| acceptance::GATING.contains(&f.check))
+        .map(|f| f.line.clone())
+        .collect();
+    assert!(gating.is_empty(), "{}", gating.join("\n"));
+    assert!(cases.iter().all(|c| c.out.oom.is_none()));
+}
+
+/// Warm-ups of 8 MiB per token beside graphics the free reading cannot see, world physics:
+/// the session's check of whether the capture keeps the cache held warm-ups the engine never
+/// holds together, 147-341 MiB past the request in the graph phase.
+#[test]
+fn big_warm_ups_on_world_physics_stay_within_the_request_before_the_plan() {
+    passes(
+        "rx7900xtx-rocm55-graphics-big-warm-ups-world.toml",
+        &[1, 4, 9, 16, 18],
+    );
+}
+
 /// Generated scenarios (the sweep's generator, one seed each), judged like the sweep's; the
 /// gating failures among them.
 fn generated_gating_failures(indices: &[u64]) -> Vec<String> {
@@ -1628,6 +1661,43 @@ fn two_readings_beside_a_peak_that_wasted_under_2_mib() {
     passes(
         "open/two-readings-waste-under-2mib-b580-qwen25-0.5b.toml",
         &[12, 83, 91],
+    );
+}
+
+/// An eager engine on an Arc A770 whose only free reading is process-local, a neighbour taking
+/// 2 GiB before the weights (adversarial seed 38): the last physical probe proves the KV cache
+/// unrounded, the hook's measured allocation takes 235 MB more, judged against the request's
+/// budget rather than the room the probe proved, and serving runs out of memory.
+#[test]
+#[ignore = "open: a measured KV allocation is held to the request, not to the room the probe proved (out of memory, seed 38)"]
+fn a_measured_cache_beside_an_unseen_neighbour_is_held_to_the_proven_room() {
+    passes(
+        "open/a770-process-local-free-neighbour-2g-eager-serve-oom.toml",
+        &[38],
+    );
+}
+
+/// An engine whose capture keeps its warm-ups' cached segments, warm-ups that leave more than
+/// the profile run, the full strategy (adversarial seeds 9, 18, 157): the engine alone fits no
+/// KV cache and the plan gives one.
+#[test]
+#[ignore = "open: the reserve misses what the engine's warm-ups leave cached beside its graphs (over the oracle, seeds 9, 18, 157)"]
+fn warm_ups_a_keeping_capture_leaves_cached_are_in_the_reserve() {
+    passes(
+        "open/a100-capture-keeps-cache-warm-ups-above-profile-run-full.toml",
+        &[9, 18, 157],
+    );
+}
+
+/// A refused start-up whose weights pass a 16 GiB budget on Strix Halo (adversarial seed 87):
+/// the process went 12,962,816 B past the request and the engine's own weights mark, just past
+/// the 12.36 MiB the session's checks named as left held.
+#[test]
+#[ignore = "open: a leftover just past the figure its checks named (over the request before the plan, seed 87)"]
+fn a_leftover_at_the_named_figure_is_covered() {
+    passes(
+        "open/strix-halo-weights-past-budget-leftover-at-the-named-figure.toml",
+        &[87],
     );
 }
 
