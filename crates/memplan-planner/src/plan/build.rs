@@ -183,6 +183,8 @@ pub struct PlanBuilder {
     /// its own reading can be modelled by this session's ([`Self::engine_free_readings`]): what
     /// an engine whose pool is sized from them ([`StartCheck::pool_limit`]) reads.
     engine_free: Option<(u64, u64)>,
+    /// What an allocation probe that got all it asked for allocated ([`Self::proven_for_kv`]).
+    proven: Option<u64>,
     /// Why the free reading cannot be modelled as the engine reads it, where calibration
     /// found it unusable ([`Warning::EnginePoolUnmodelled`]).
     engine_free_unusable: Option<String>,
@@ -231,6 +233,7 @@ impl PlanBuilder {
             start_tolerance: 0,
             engine_free: None,
             engine_free_unusable: None,
+            proven: None,
             free_now: None,
             available_now: None,
             blind: false,
@@ -611,6 +614,9 @@ impl PlanBuilder {
     /// A device-wide cap already in the builder stays (taken at its word: the probe checked
     /// the plan it gave), lowered to what the probe found.
     pub fn probed(mut self, bytes: u64, complete: bool) -> Self {
+        if complete {
+            self.proven = Some(bytes);
+        }
         let found = if complete { u64::MAX } else { bytes };
         let avail = match self.available_now {
             Some((a, tol, _)) => a.saturating_sub(tol).min(found),
@@ -618,6 +624,16 @@ impl PlanBuilder {
         };
         self.available_now = Some((avail, 0, PhysicalCheck::Probe));
         self
+    }
+
+    /// What an allocation probe that got all it asked for ([`Self::probed`], complete) proved
+    /// is there for the KV cache: what it allocated less what the engine needs beside the cache
+    /// ([`Self::needs_beside_kv`]). A probe proves the memory for the KV cache as the plan
+    /// rounds its tensors; an allocator that rounds them more takes what the probe did not
+    /// prove. `None` where no probe got all it asked for.
+    pub(crate) fn proven_for_kv(&self) -> Option<u64> {
+        self.proven
+            .map(|p| p.saturating_sub(self.needs_beside_kv()))
     }
 
     /// What the engine still allocates after the plan, for a KV cache of `kv_bytes`: the KV

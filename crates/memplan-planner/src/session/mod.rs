@@ -1038,8 +1038,20 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         let finer = builder
             .with_finer_page()
             .and_then(|(coarse, b)| b.build().ok().map(|fine| (fine.kv.num_blocks, coarse)));
+        let proven = builder.proven_for_kv();
         let plan = builder.build()?;
         let mut planned = Planned::of(&plan, self.rank, after_kv);
+        // Where an allocation probe was the physical check and got all it asked for, it proved
+        // the KV cache as the plan rounds its tensors and no more (no reading sees the memory
+        // other processes hold): a cache the engine's allocator rounds more is kept only where
+        // what the engine needs beside it is still allocatable, as under a physical cap. An
+        // eager engine on a device whose only free reading is process-local took 235 MB more
+        // for its cache than the probe proved, judged against the request's budget alone, and
+        // a 2 GiB neighbour left serving without its activation.
+        if let (Some(p), None) = (proven, plan.capped_by_free_bytes) {
+            planned.room = planned.room.min(p.max(plan.kv_cache_bytes));
+            planned.capped = Some((plan.kv_budget_bytes.max(plan.kv_cache_bytes), after_kv));
+        }
         planned.finer = finer.filter(|(fine, _)| *fine > plan.kv.num_blocks);
         self.planned = Some(planned);
         self.steps.succeeded(Step::Plan);
