@@ -87,6 +87,16 @@ pub struct Suggestions {
     pub engine_static_fraction: Option<f64>,
 }
 
+/// The share of a device of `total` bytes that `requested` bytes are, over `cut` (what the
+/// engine multiplies its fraction by once started; 1.0 for none), in thousandths as an engine's
+/// fraction flag is written (SGLang's `--mem-fraction-static`, three decimals): rounded up, less
+/// a millionth for the byte a utilisation's bytes were rounded up by (0.9 of 24 GiB stays
+/// 0.900), and at most 1000.
+pub fn fraction_thousandths(requested: u64, total: u64, cut: f64) -> u32 {
+    let share = requested as f64 / total.max(1) as f64 / cut.max(f64::MIN_POSITIVE);
+    (share * 1000.0 - 1e-6).ceil().clamp(0.0, 1000.0) as u32
+}
+
 /// The budget arithmetic of one rank.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]

@@ -550,6 +550,13 @@ impl PlanBuilder {
         Some((start, after))
     }
 
+    /// How far what an engine that sizes its pool from its own free readings
+    /// ([`Self::engine_free_readings`]) computes may be off: each of its two readings by the
+    /// free reading's tolerance.
+    fn engine_readings_error(&self) -> u64 {
+        self.start_tolerance.saturating_mul(2)
+    }
+
     /// The refusal the plan already owes before the engine's profile run, where there is one:
     /// the budget of a plan made from `p` now ([`from_profile`](Self::from_profile) under
     /// `rules`), its activation peak, not measured yet, counted as nothing, and no graph
@@ -1185,7 +1192,7 @@ impl PlanBuilder {
             // weights were loaded (a fraction of 1): memory that came free later (other
             // processes that left) is not in it.
             if let Some((_, after)) = self.engine_free {
-                let most = after.saturating_sub(self.start_tolerance.saturating_mul(2));
+                let most = after.saturating_sub(self.engine_readings_error());
                 if most < b.kv_budget {
                     b.kv_budget = most;
                     rule.most = Some(most);
@@ -1244,6 +1251,7 @@ impl PlanBuilder {
         let fit = (self.granule(), self.kv_tensors(), self.kv_rounding_bound());
         let rounding_words = per_tensor.then(|| self.rounding_words(fit.1, fit.2));
         let alloc = self.alloc().clone();
+        let readings_error = self.engine_readings_error();
         let (consumers, within, b, engine_rule) = self.budget()?;
         let pool_limit = engine_rule.pool_limit;
         let mut notes = self.notes;
@@ -1304,15 +1312,13 @@ impl PlanBuilder {
         // on top. A full capture of 67 sizes varying by 20% from one capture to the next,
         // capped by the free memory beside another process, took 87 MB more in the engine's
         // capture than the measured pass, and the serving burst ran out of memory.
-        let beyond_warned = match (to_capture > 0).then(|| {
-            warnings.iter().find_map(|w| match w {
-                Warning::GraphCaptureVaries { margin, .. } => Some(*margin),
-                _ => None,
-            })
-        }) {
-            Some(Some(m)) => (m as f64 * (std::f64::consts::SQRT_2 - 1.0)).ceil() as u64,
-            _ => 0,
-        };
+        let warned_margin = warnings.iter().find_map(|w| match w {
+            Warning::GraphCaptureVaries { margin, .. } if to_capture > 0 => Some(*margin),
+            _ => None,
+        });
+        let beyond_warned = warned_margin.map_or(0, |m| {
+            (m as f64 * (std::f64::consts::SQRT_2 - 1.0)).ceil() as u64
+        });
         let cap_of = |avail: u64, tol: u64| {
             let cap = avail
                 .saturating_sub(activation)
@@ -1361,13 +1367,9 @@ impl PlanBuilder {
         // The engine's own pool rule where the free memory at its start is below the request
         // (`EngineRule`): where the free memory now, not the request or the engine's pool,
         // bounds the cache, the older rule's budget stands.
-        let capture_may_exceed = to_capture > 0
-            && warnings
-                .iter()
-                .any(|w| matches!(w, Warning::GraphCaptureVaries { .. }));
         if let (Some(older), true) = (
             engine_rule.older,
-            capped_by_free.is_some() && capture_may_exceed,
+            capped_by_free.is_some() && warned_margin.is_some(),
         ) {
             let older = older?;
             if older < kv_bytes {
@@ -1446,11 +1448,9 @@ impl PlanBuilder {
         // cache's bytes and what its two readings may each be off by.
         let mut suggestions = b.suggestions;
         if let (Some((start, after)), false) = (self.engine_free, fixed_kv) {
-            let need = kv_bytes.saturating_add(self.start_tolerance.saturating_mul(2));
-            // The request's share in thousandths as `--emit-args` writes it: rounded up, less
-            // the byte a utilisation's bytes were rounded up by (0.9 of 24 GiB is 0.9).
-            let share = (b.requested as f64 / b.total.max(1) as f64 * 1000.0 - 1e-6).ceil();
-            let share = share.clamp(0.0, 1000.0) as u32;
+            let need = kv_bytes.saturating_add(readings_error);
+            // The request's share as `--emit-args` writes it.
+            let share = budget::fraction_thousandths(b.requested, b.total, 1.0);
             if let Some(k) = self
                 .rules
                 .start_check

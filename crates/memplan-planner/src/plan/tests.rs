@@ -123,17 +123,21 @@ fn free_memory_caps_and_says_so() {
 /// warned margin alone.
 #[test]
 fn a_physical_cap_keeps_the_whole_bound_of_a_capture_the_plan_warns_may_vary() {
-    // Someone holds 15 GiB; 8 GiB free at the end, 1 GiB of activation, 2 GiB of graphs still
-    // to capture, whose reserve keeps a warned margin of 400 MiB.
-    let mut p = profile(
-        24 * GIB,
-        23 * GIB,
-        8 * GIB,
-        3 * GIB,
-        GIB,
-        0,
-        Some((2 << 30, 0, false)),
-    );
+    // 1 GiB of activation and 2 GiB of graphs still to capture, `free_last` free at the end.
+    let with_graphs = |free_last| {
+        profile(
+            24 * GIB,
+            23 * GIB,
+            free_last,
+            3 * GIB,
+            GIB,
+            0,
+            Some((2 << 30, 0, false)),
+        )
+    };
+    // Someone holds 15 GiB (8 GiB free at the end); the graphs' reserve keeps a warned margin
+    // of 400 MiB.
+    let mut p = with_graphs(8 * GIB);
     let quiet = plan(&p, "t", Request::Utilization(0.9)).unwrap();
     p.warnings.push(Warning::GraphCaptureVaries {
         spread_per_mille: 200,
@@ -148,15 +152,7 @@ fn a_physical_cap_keeps_the_whole_bound_of_a_capture_the_plan_warns_may_vary() {
     assert_eq!(q - w, extra);
     assert!(warned.kv_cache_bytes <= w);
     // Uncapped (nobody else holds memory), the request's budget is the same either way.
-    let mut roomy = profile(
-        24 * GIB,
-        23 * GIB,
-        19 * GIB,
-        3 * GIB,
-        GIB,
-        0,
-        Some((2 << 30, 0, false)),
-    );
+    let mut roomy = with_graphs(19 * GIB);
     let quiet = plan(&roomy, "t", Request::Utilization(0.9)).unwrap();
     roomy.warnings = p.warnings.clone();
     let warned = plan(&roomy, "t", Request::Utilization(0.9)).unwrap();

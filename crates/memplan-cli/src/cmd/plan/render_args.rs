@@ -288,18 +288,16 @@ pub fn engine_args(p: &Plan, c: &Context, e: Engine) -> Result<String, Error> {
             // and the cap keeps it at the planned size.
             // SGLang 0.4.4 to 0.4.8 cut a multimodal model's fraction once started
             // (`ModelRunner.__init__`): the fraction passed is the planned one over that cut.
-            let frac = ((p.requested_bytes as f64
-                / p.total_bytes.max(1) as f64
-                / c.fraction_cut.max(f64::MIN_POSITIVE)
-                * 1000.0)
-                - 1e-6)
-                .ceil()
-                / 1000.0;
+            let frac = f64::from(memplan_planner::budget::fraction_thousandths(
+                p.requested_bytes,
+                p.total_bytes,
+                c.fraction_cut,
+            )) / 1000.0;
             let page = given.map_or(String::new(), |(b, _)| format!(" --page-size {b}"));
             Ok(format!(
                 "--max-total-tokens {} --mem-fraction-static {:.3} --context-length {} --max-running-requests {seqs}{page} --tp-size {tp} --kv-cache-dtype {kv}{extra}",
                 p.kv.tokens,
-                frac.min(1.0),
+                frac,
                 p.limits.max_model_len,
             ))
         }
