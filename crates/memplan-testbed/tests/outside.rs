@@ -1689,6 +1689,17 @@ fn warm_ups_a_keeping_capture_leaves_cached_are_in_the_reserve() {
     );
 }
 
+/// A 2 GiB budget on an H200 with nothing calibrated: the session's check of the exact free
+/// reading allocates no more at once than calibration would (1 GiB), where windows of an
+/// eighth of free memory went 15.5 GiB past the request in the session's start on every seed.
+#[test]
+fn a_small_budget_on_a_large_device_is_not_passed_by_the_starts_checks() {
+    passes(
+        "h200-small-budget-uncalibrated-start.toml",
+        &[0, 1, 2, 3, 4, 5, 6, 7],
+    );
+}
+
 /// A refused start-up whose weights pass a 16 GiB budget on Strix Halo (adversarial seeds 41,
 /// 51, 87, 99): what the session's checks left held before the engine's weights took the request
 /// is named within the window error the plan keeps for any window, not the largest calibration

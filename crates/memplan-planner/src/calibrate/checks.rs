@@ -621,6 +621,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_largest_size_is_the_largest_calibration_allocates() {
+        let most = super::super::SIZES
+            .iter()
+            .chain(super::super::ODD_SIZES.iter())
+            .max();
+        assert_eq!(most, Some(&super::super::LARGEST_SIZE));
+    }
+
+    #[test]
     fn a_process_local_reading_keeps_its_locality_and_takes_the_observed_error() {
         let off = Reliability::Approximate {
             tolerance_bytes: 96 * MIB,

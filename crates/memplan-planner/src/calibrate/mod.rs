@@ -50,6 +50,11 @@ use memplan_core::{Device, ProfilingCapability, Reading, Result};
 /// a size that is no multiple of its step shows it (see the free check's step rule).
 pub const SIZES: [u64; 4] = [37 * MIB, 64 * MIB, 256 * MIB, GIB];
 
+/// The largest of [`SIZES`]: no check of the session's start allocates more at once (a request
+/// is not known before the start, and a small one on a large device is passed by any check
+/// sized by the device).
+pub const LARGEST_SIZE: u64 = GIB;
+
 /// Sizes that are no multiple of common reading steps (1, 2, 4, 16, 64 and 256 MiB; sizes
 /// in MiB that are primes): a reading that only moves in steps looks exact to sizes that are
 /// multiples of its step, and not to these. The conformance suite calibrates with them.

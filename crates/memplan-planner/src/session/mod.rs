@@ -1333,7 +1333,8 @@ fn measured_beyond_declared(
 /// idle device (each after a synchronize): a reading that moves is not exact, whatever was
 /// declared. It becomes approximate, within the largest error a window then shows (the idle
 /// spread and windows over allocations of a known size, [`probe::window_error_and_step`] searched up to
-/// the device's `total`), and the warning names it. With `windows` (a session nothing
+/// the device's `total` or calibration's largest allocation, whichever is less), and the
+/// warning names it. With `windows` (a session nothing
 /// calibrated), the windows over allocations are read even where the idle reads did not move:
 /// a reading that lags a synchronize reads the idle device steadily and none of an allocation;
 /// it is unavailable where a window read less than half the allocation (calibration's rule),
@@ -1366,7 +1367,13 @@ fn exact_free_that_moves(
         return Ok((None, None));
     }
     let free = device.driver_memory()?.free;
-    let cap = total.unwrap_or(u64::MAX);
+    // Windows no larger than calibration's largest allocation: the session's start holds no
+    // more for an instant than calibration would, and the request is not known yet. Windows
+    // of an eighth of free memory went 5.9 GB past a 12 GiB budget on a 141 GB device, before
+    // the engine had loaded anything.
+    let cap = total
+        .unwrap_or(u64::MAX)
+        .min(crate::calibrate::LARGEST_SIZE);
     // The windows also say what the device kept of each allocation they freed (judged apart
     // from the reading's error, see `probe::window_error_and_step`): returned as they are.
     let checked = probe::window_error_and_step(device, cap, free, 1)?;
