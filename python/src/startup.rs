@@ -1,7 +1,7 @@
 //! `memplan.engine.start_up`: the measured start-up of a Python engine, through the facade's
 //! own chain ([`memplan::Session`]), exactly as `examples/engine` runs it in Rust:
 //!
-//! open (shared) → `Session::start` (calibrate, release cache, baseline) → `check_request`
+//! open (shared) → `Session::start_for` (calibrate within the request, release cache, baseline) → `check_request`
 //! → `load_weights` → `profile_run` → `capture_graphs` (strategy from the capability, or the
 //! one asked for) → `plan` → (with an exchange: every rank's plan, combined) →
 //! `into_kv_cache`.
@@ -104,7 +104,24 @@ fn chain(
         Some(d) => KvDtype::parse_setting(d)?,
     };
     let device_name = dev.descriptor().name.clone();
-    let s = Session::start(dev, engine)?.with_rank(rank);
+    // The request as the device reads before the start sizes the start's own checks
+    // (`Session::start_for`: none holds more than half of it at once); the plan's request is
+    // resolved again below, from the baseline.
+    let pre = dev.driver_memory()?;
+    let s = match pre.total {
+        Some(total) => {
+            let (before, _) = defaults::request(
+                &rules,
+                total,
+                pre.free,
+                (tp, pp),
+                (o.gpu_memory_utilization, o.kv_cache_memory_bytes),
+            )?;
+            Session::start_for(dev, engine, before)?
+        }
+        None => Session::start(dev, engine)?,
+    }
+    .with_rank(rank);
     // The request and every setting, as the dry run resolves them, from the baseline.
     let base = *s.baseline();
     let total = base.driver.total.ok_or_else(|| {

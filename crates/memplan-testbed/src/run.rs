@@ -219,7 +219,7 @@ fn profile(
         s.with_sizing_rules(r, release)
     }
     let (s, downgrades) = if setup.scenario.calibrate {
-        let s = rules(Session::start(&device, engine)?, setup);
+        let s = rules(Session::start_for(&device, engine, setup.request)?, setup);
         let d = s
             .calibration()
             .map(|r| r.downgrade_warnings())
@@ -228,7 +228,10 @@ fn profile(
     } else {
         let cap = device.capabilities().clone();
         (
-            rules(Session::begin(&device, engine, cap)?, setup),
+            rules(
+                Session::begin_for(&device, engine, cap, setup.request)?,
+                setup,
+            ),
             Vec::new(),
         )
     };

@@ -1700,6 +1700,20 @@ fn a_small_budget_on_a_large_device_is_not_passed_by_the_starts_checks() {
     );
 }
 
+/// Requests below calibration's largest allocation, known before the start
+/// (`Session::start_for`, `begin_for`): a 3% share of an RTX 4090, calibrated (287 MiB past
+/// the request in the session's start on every seed), and a 256 MiB budget on an L4 with
+/// nothing calibrated (2.7 GiB past it).
+#[test]
+fn a_request_smaller_than_calibration_is_not_passed_by_the_starts_checks() {
+    for file in [
+        "rtx4090-three-percent-share-calibrated-start.toml",
+        "l4-256mib-budget-uncalibrated-start.toml",
+    ] {
+        passes(file, &[0, 1, 2, 3, 4, 5, 6, 7]);
+    }
+}
+
 /// A refused start-up whose weights pass a 16 GiB budget on Strix Halo (adversarial seeds 41,
 /// 51, 87, 99): what the session's checks left held before the engine's weights took the request
 /// is named within the window error the plan keeps for any window, not the largest calibration

@@ -412,3 +412,24 @@ fn the_plan_names_its_sizing_rules() {
         "activation peak"
     );
 }
+
+#[test]
+fn a_malformed_request_given_at_the_start_is_refused_before_anything_is_allocated() {
+    let dev = memplan::open("sim:rtx4090,other=0").unwrap();
+    let mut e = Toy::new(&dev, vec![]);
+    let frees = dev.raw_frees();
+    for (r, says) in [
+        (Request::Utilization(1.5), "outside (0, 1]"),
+        (Request::Utilization(f64::NAN), "outside (0, 1]"),
+        (Request::Bytes(0), "0"),
+    ] {
+        match Session::start_for(&dev, &mut e, r) {
+            Err(err) => assert!(err.to_string().contains(says), "{r:?}: {err}"),
+            Ok(_) => panic!("{r:?} was not refused"),
+        }
+    }
+    assert_eq!(dev.raw_frees(), frees, "nothing was allocated and freed");
+    // A request well formed starts as `start` does.
+    let mut s = Session::start_for(&dev, &mut e, Request::Bytes(2048 * MIB)).unwrap();
+    s.check_request(Request::Bytes(2048 * MIB)).unwrap();
+}

@@ -68,7 +68,7 @@ pub fn calibrate(device: &Device) -> Result<CalibrationReport> {
 /// Calibrate a device with these allocation sizes (those above a quarter of free memory are
 /// skipped). See the module docs.
 pub fn calibrate_with(device: &Device, sizes: &[u64]) -> Result<CalibrationReport> {
-    calibrate_then(device, sizes, true, &mut |_| Ok(()))
+    calibrate_then(device, sizes, u64::MAX, true, &mut |_| Ok(()))
 }
 
 /// [`calibrate_with`], calling `before_captures` with the capability calibrated so far (the
@@ -77,12 +77,15 @@ pub fn calibrate_with(device: &Device, sizes: &[u64]) -> Result<CalibrationRepor
 /// free reading came out unable to measure this process, a session measures what those
 /// checks leave held another way (an allocation probe, `Session::start`).
 ///
+/// No allocation of its own above `most` bytes (sizes above it are left out).
+///
 /// With `graphs` false (the engine captures none) the graph checks are left out and said
 /// unchecked (`graph_checks::skipped`): their test capture may leave memory held for good
 /// that such an engine alone never takes.
 pub(crate) fn calibrate_then(
     device: &Device,
     sizes: &[u64],
+    most: u64,
     graphs: bool,
     before_captures: &mut dyn FnMut(&ProfilingCapability) -> Result<()>,
 ) -> Result<CalibrationReport> {
@@ -91,7 +94,7 @@ pub(crate) fn calibrate_then(
     let declared = device.capabilities().clone();
     device.synchronize()?;
     let start = device.driver_memory()?;
-    let cap = start.free.or(start.total).unwrap_or(4 * GIB) / 4;
+    let cap = (start.free.or(start.total).unwrap_or(4 * GIB) / 4).min(most);
     let mut sizes: Vec<u64> = sizes
         .iter()
         .copied()

@@ -112,7 +112,10 @@ pub const SAMPLED_MARGIN_LIMIT_PER_MILLE: u64 = 10;
 impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     /// Calibrate the device (checking what its backend declares), then [`begin`](Self::begin)
     /// with the calibrated capability; calibration downgrades become warnings. Call it before
-    /// the engine allocates anything: calibration allocates a quarter of free memory at most.
+    /// the engine allocates anything: calibration allocates a quarter of free memory at most,
+    /// and no more than 1 GiB at once ([`LARGEST_SIZE`](crate::calibrate::LARGEST_SIZE)); where
+    /// the request may be smaller than that, [`start_for`](Self::start_for) keeps the start's
+    /// checks within it.
     ///
     /// Memory calibration leaves held outside the allocator (per-capture memory a runtime
     /// keeps after its test captures) is this process's from then on: the window from before
@@ -134,6 +137,38 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     /// another GPU than `device` (both name their GPU and the names differ); so is
     /// [`begin`](Self::begin).
     pub fn start(device: &SharedDevice, engine: &'e mut E) -> Result<Self> {
+        Self::start_within(device, engine, probe::start_most(None))
+    }
+
+    /// [`start`](Self::start) for an engine whose `request` is known before the start: no check
+    /// of the start (calibration's allocations, the windows over allocations of a known size)
+    /// holds more than half of what the request asks for at once, so a small request on a
+    /// large device (a 2 GiB budget on a 141 GB card, a 3% share) is not passed before the
+    /// engine loads anything. The request is still checked by
+    /// [`check_request`](Self::check_request), after the engine's rules are given.
+    ///
+    /// Errors as [`requested_bytes`](crate::budget::requested_bytes) does for a malformed
+    /// request (a utilisation outside (0, 1], a zero byte budget), before anything is
+    /// allocated; otherwise as [`start`](Self::start).
+    pub fn start_for(device: &SharedDevice, engine: &'e mut E, request: Request) -> Result<Self> {
+        let most = probe::start_most(start_requested(device, request)?);
+        Self::start_within(device, engine, most)
+    }
+
+    /// [`begin`](Self::begin) for an engine whose `request` is known before the start: the
+    /// start's checks hold no more than half of it at once, as [`start_for`](Self::start_for)'s.
+    pub fn begin_for(
+        device: &SharedDevice,
+        engine: &'e mut E,
+        capability: ProfilingCapability,
+        request: Request,
+    ) -> Result<Self> {
+        let most = probe::start_most(start_requested(device, request)?);
+        Self::open(device, engine, capability, false, most)
+    }
+
+    /// [`start`](Self::start), no allocation of its checks above `most` bytes.
+    fn start_within(device: &SharedDevice, engine: &'e mut E, most: u64) -> Result<Self> {
         check_same_gpu(device, engine.as_dyn())?;
         // The session's own raw frees start here: calibration's are its own too.
         let frees_at_start = device.raw_frees();
@@ -153,7 +188,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         // An eager engine's calibration leaves out the test capture: what it may keep held
         // for good, such an engine alone never takes (`calibrate_then`).
         let graphs = !engine.as_dyn().graph_sizes().is_empty();
-        let report = calibrate_then(device, &SIZES, graphs, &mut |cal| {
+        let report = calibrate_then(device, &SIZES, most, graphs, &mut |cal| {
             if cal
                 .reading(memplan_core::Reading::DriverFree)
                 .measures_own_usage()
@@ -167,7 +202,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             probed = probe::baseline(device, Some(ceiling))?.map(|(b, f)| (b, ceiling, f));
             Ok(())
         })?;
-        let mut s = Self::open(device, engine, report.calibrated.clone(), true)?;
+        let mut s = Self::open(device, engine, report.calibrated.clone(), true, most)?;
         s.rec.own_frees.start = frees_at_start;
         s.rec.before_baseline("calibration", pre);
         s.calibrated_by_probe(probed, &pre);
@@ -240,16 +275,18 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         engine: &'e mut E,
         capability: ProfilingCapability,
     ) -> Result<Self> {
-        Self::open(device, engine, capability, false)
+        Self::open(device, engine, capability, false, probe::start_most(None))
     }
 
     /// [`Session::begin`]; `calibrated`: calibration checked the free reading's windows over
-    /// known allocations already (an exact reading is then only read again on the idle device).
+    /// known allocations already (an exact reading is then only read again on the idle device);
+    /// `most`: the most one of its windows over allocations holds ([`probe::start_most`]).
     fn open(
         device: &SharedDevice,
         engine: &'e mut E,
         mut capability: ProfilingCapability,
         calibrated: bool,
+        most: u64,
     ) -> Result<Self> {
         let span = tracing::info_span!("baseline", device = %device.descriptor().id);
         let _e = span.enter();
@@ -292,7 +329,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         };
         let total = device.driver_memory()?.total;
         let (moved, moved_windows) =
-            exact_free_that_moves(&device, &mut capability, total, !calibrated)?;
+            exact_free_that_moves(&device, &mut capability, total, !calibrated, most)?;
         let mut baseline = memplan_core::protocol::snapshot(&device, Some(&*e.allocator()))?;
         tracing::info!(free = ?baseline.driver.free, total = ?baseline.driver.total, "baseline");
         // A free reading declared usable that the driver does not give measures nothing:
@@ -323,7 +360,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             .reading(memplan_core::Reading::DriverFree)
             .tolerance_bytes();
         let mut single_read =
-            probe::window_error_and_step(&device, tolerance, baseline.driver.free, 1)?;
+            probe::window_error_and_step(&device, tolerance, baseline.driver.free, 1, most)?;
         // Windows whose reads never moved while allocations came and went: the reading does not
         // follow allocations at all (free reported as total, a stale or wrong pool), and no
         // tolerance makes its windows usable: unavailable, calibration's rule for a reading that
@@ -336,6 +373,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
                 single_read.map(|w| (w.error, w.step)),
                 baseline.driver.free,
                 tolerance,
+                most,
             )
         };
         let probe_baseline = match (&lost, probe_baseline) {
@@ -403,8 +441,13 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             else {
                 break;
             };
-            let combined =
-                probe::window_error_and_step(&device, tolerance, baseline.driver.free, reads)?;
+            let combined = probe::window_error_and_step(
+                &device,
+                tolerance,
+                baseline.driver.free,
+                reads,
+                most,
+            )?;
             kept_per_free = kept_per_free.max(combined.and_then(|w| w.kept));
             unseen_kept = least(unseen_kept, combined.and_then(|w| w.unseen_kept));
             let (Some(c), Some(single)) = (combined.map(|w| w.error.max(step)), single) else {
@@ -1262,6 +1305,21 @@ fn absent_free_reading(capability: &mut ProfilingCapability, free: Option<u64>) 
     })
 }
 
+/// What `request` asks for on `device` before the session's start, for sizing its checks
+/// ([`probe::start_most`]): a byte budget as given, a share of the device of its total reading;
+/// `None` where that is not known (no total reading) or the request is the KV cache's alone
+/// (the engine's other memory comes on top of it). A malformed request is an error.
+fn start_requested(device: &SharedDevice, request: Request) -> Result<Option<u64>> {
+    match request {
+        Request::Utilization(_) => match device.driver_memory()?.total {
+            Some(total) => crate::budget::requested_bytes(total, request).map(Some),
+            None => crate::budget::requested_bytes(u64::MAX, request).map(|_| None),
+        },
+        Request::Bytes(_) => crate::budget::requested_bytes(u64::MAX, request).map(Some),
+        Request::KvCacheBytes(_) => Ok(None),
+    }
+}
+
 /// Where nothing calibrated, windows of the free reading over allocations of a known size
 /// (`measured`: the largest error and the step the reads moved in, [`probe::window_error_and_step`])
 /// whose reads never moved, off by half the allocation or more: the reading does not follow
@@ -1276,10 +1334,11 @@ fn lost_free_reading(
     measured: Option<(u64, u64)>,
     free: Option<u64>,
     tolerance: u64,
+    most: u64,
 ) -> Option<Warning> {
     use memplan_core::Reading;
     let (error, step) = measured?;
-    let size = probe::window_size(free?, tolerance);
+    let size = probe::window_size(free?, tolerance, most);
     if step != 0 || size == 0 || error < size / 2 {
         return None;
     }
@@ -1351,6 +1410,7 @@ fn exact_free_that_moves(
     capability: &mut ProfilingCapability,
     total: Option<u64>,
     windows: bool,
+    most: u64,
 ) -> Result<(Option<Warning>, Option<probe::Windows>)> {
     use memplan_core::{Reading, Reliability};
     let declared = capability.reading(Reading::DriverFree);
@@ -1367,16 +1427,14 @@ fn exact_free_that_moves(
         return Ok((None, None));
     }
     let free = device.driver_memory()?.free;
-    // Windows no larger than calibration's largest allocation: the session's start holds no
-    // more for an instant than calibration would, and the request is not known yet. Windows
-    // of an eighth of free memory went 5.9 GB past a 12 GiB budget on a 141 GB device, before
-    // the engine had loaded anything.
-    let cap = total
-        .unwrap_or(u64::MAX)
-        .min(crate::calibrate::LARGEST_SIZE);
+    // Windows no larger than `most` (calibration's largest allocation, or half a request
+    // known before the start): the session's start holds no more for an instant than
+    // calibration would. Windows of an eighth of free memory went 5.9 GB past a 12 GiB budget
+    // on a 141 GB device, before the engine had loaded anything.
+    let cap = total.unwrap_or(u64::MAX).min(most);
     // The windows also say what the device kept of each allocation they freed (judged apart
     // from the reading's error, see `probe::window_error_and_step`): returned as they are.
-    let checked = probe::window_error_and_step(device, cap, free, 1)?;
+    let checked = probe::window_error_and_step(device, cap, free, 1, most)?;
     let worst = checked.map_or(spread, |w| w.error).max(spread);
     // Read only on windows over allocations (the idle reads did not move): an error within what
     // calibration allows a window for a raw allocation's rounding keeps the declaration.
@@ -1391,7 +1449,7 @@ fn exact_free_that_moves(
     // window or more, which alone could explain the windows' error, leaves it approximate. Kept
     // approximate within the windows' error, a stale reading's tolerance was most of the
     // device (±5.91 GiB on a 24 GiB card) and the plan refused a cache the device held.
-    let size = free.map_or(0, |f| probe::window_size(f, cap));
+    let size = free.map_or(0, |f| probe::window_size(f, cap, most));
     let observed = if spread.saturating_mul(2) < size && size > 0 && worst >= size / 2 {
         let reason = format!(
             "free memory did not follow allocations of {} after a synchronize (stale?): off by up to {}",
