@@ -4,7 +4,8 @@ explicit ``engine_release`` always wins, and the dry run never looks."""
 
 from __future__ import annotations
 
-from typing import Dict, Optional
+import math
+from typing import Any, Dict, Optional
 
 import pytest
 
@@ -12,9 +13,10 @@ import memplan
 from memplan import UsageError
 from memplan._release import installed_release
 from memplan.engine import SimDevice, start_up
-from sim_engine import PyEngine
+from sim_engine import MIB, PyEngine
 
 MODEL = "qwen2.5-1.5b-instruct"
+KIB = 1 << 10
 
 
 def _installed(monkeypatch: pytest.MonkeyPatch, versions: Dict[str, str]) -> None:
@@ -76,6 +78,62 @@ def test_a_start_up_sizes_for_the_installed_sglang(
     plan = start_up(dev, eng, model=MODEL, max_num_seqs=256, max_num_batched_tokens=2048).plan
     assert plan["engine"].startswith("sglang@"), plan["engine"]
     assert plan["sizing_rules"]["kv_allocation"] == allocation
+    # SGLang sizes its pool from the free memory it reads once its weights are loaded: the
+    # start-up plans by that rule and gives the fraction that reaches its cache.
+    assert plan["sizing_rules"]["start_check"] == "pool_of_free_after_weights"
+    assert plan["suggestions"]["engine_static_fraction"] is not None
+
+
+def _share(plan: Dict[str, Any]) -> float:
+    # The request's share of the device, to the thousandth as --mem-fraction-static is written.
+    value: float = plan["request"]["value"]
+    return math.ceil(value * 1000 - 1e-6) / 1000
+
+
+@pytest.mark.parametrize(
+    "release", ["sglang@0.4.4", "sglang@0.5.9", "sglang@0.5.14", "sglang@0.5.23"]
+)
+def test_a_start_up_told_an_sglang_release_gives_the_fraction_its_pool_rule_needs(
+    release: str,
+) -> None:
+    # Every SGLang release memplan knows sizes its pool as the free memory read after the
+    # weights less (1 - mem_fraction_static) of the free memory read before them (0.4.4
+    # `srt/model_executor/model_runner.py` `profile_max_num_token`; 0.5.9
+    # `model_runner_kv_cache_mixin.py` `profile_max_num_token`; 0.5.14
+    # `model_runner_kv_cache_mixin.py` `_profile_available_bytes`; 0.5.23
+    # `srt/mem_cache/kv_cache_configurator.py` `_profile_available_bytes`). With 8 GiB held by
+    # others, the request of 0.9 is above the free memory at the start: the measured start-up
+    # keeps the request and gives the fraction whose pool holds the plan's cache. Its engine
+    # keeps little beside the weights and the cache (100 MiB of activation, four small
+    # graphs), less than the slack the request's share leaves it (0.1 of the 16 GiB free at
+    # its start), so that fraction is above the share. The dry run of the same settings reads
+    # no free memory after the weights and plans within the request's share of the free
+    # memory.
+    device = "sim:rtx4090,other=8GiB"
+    settings: Dict[str, Any] = dict(
+        model=MODEL, gpu_memory_utilization=0.9, max_num_seqs=256, max_num_batched_tokens=2048
+    )
+    dev = SimDevice(device, private=True)
+    engine = PyEngine(
+        dev, activation=100 * MIB, intermediate_per_token=64 * KIB, sizes=[1, 2, 4, 8]
+    )
+    measured = start_up(dev, engine, engine_release=release, **settings).plan
+    assert measured["engine"].startswith("sglang@"), measured["engine"]
+    assert measured["sizing_rules"]["start_check"] == "pool_of_free_after_weights"
+    fraction = measured["suggestions"]["engine_static_fraction"]
+    assert fraction is not None and _share(measured) < fraction <= 1.0, fraction
+    # The request stands: the engine compares none with the free memory.
+    request = math.ceil(measured["total_bytes"] * 0.9)
+    assert abs(measured["requested_bytes"] - request) <= 1
+
+    dry = memplan.plan(device=device, engine=release, **settings)
+    assert dry["engine"] == measured["engine"]
+    assert dry["sizing_rules"]["start_check"] == "share_of_free"
+    assert dry["suggestions"]["engine_static_fraction"] is None
+    assert dry["requested_bytes"] < request
+    # Every other rule as the start-up's.
+    rules = dict(dry["sizing_rules"], start_check="pool_of_free_after_weights")
+    assert rules == measured["sizing_rules"]
 
 
 def test_a_named_release_wins_over_the_installed_one(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -113,7 +113,7 @@ fn stage_layers(d: &DryRun, pp: u64, stage: u64) -> Result<(u64, u64)> {
 /// engine then sizes every stage like the one with the fewest blocks (combine the ranks'
 /// plans).
 pub fn plan_stage(d: &DryRun, pp: u64, i: u64) -> Result<Plan> {
-    resolve_stage(d, pp, i)?.build()
+    crate::dryrun::without_free_after_weights(resolve_stage(d, pp, i)?).build()
 }
 
 /// [`plan_stage`]'s plan builder, before it is built: the stage's consumers, KV cache, limits

@@ -114,6 +114,17 @@ pub struct DryRun {
     pub allocator: Option<(memplan_core::AllocatorConfig, String)>,
 }
 
+/// `b` with the start-up rule a dry run can apply
+/// ([`StartCheck::without_free_after_weights`](memplan_core::kv::StartCheck::without_free_after_weights)):
+/// it reads no free memory once the weights are loaded (no device, or one snapshot before
+/// anything was loaded), so an engine that sizes its pool from that reading
+/// (`StartCheck::PoolOfFreeAfterWeights`, SGLang) is planned by the older model of its rule,
+/// `StartCheck::ShareOfFree`: within the request's share of the free memory at the start.
+pub fn without_free_after_weights(b: PlanBuilder) -> PlanBuilder {
+    let rules = b.rules();
+    b.sizing_rules(rules.with_start_check(rules.start_check.without_free_after_weights()))
+}
+
 /// A dry run resolved: the plan builder (override figures on it, then build) and the graph
 /// estimate even where it is not reserved (for comparison).
 #[derive(Debug, Clone)]
@@ -318,10 +329,14 @@ impl DryRun {
     /// With [`Extras::pipeline_stage`](crate::consumers::Extras) set, only that stage is
     /// planned: the plan of one rank of that stage, which a deployment combines with the
     /// other ranks' plans.
+    ///
+    /// A dry run reads no free memory once the weights are loaded, so an engine whose pool is
+    /// sized from that reading (SGLang) is planned by the older model of its rule, the
+    /// request's share of the free memory at the start ([`without_free_after_weights`]).
     pub fn plan(&self) -> Result<Plan> {
         let pp = self.extras.pipeline_parallel.max(1);
         if pp == 1 {
-            let b = self.resolve()?.builder;
+            let b = without_free_after_weights(self.resolve()?.builder);
             return match self.extras.rank(self.tensor_parallel)? {
                 Some(rank) => b.rank(rank).build(),
                 None => b.build(),
@@ -338,7 +353,9 @@ impl DryRun {
         crate::consumers::plan_stages(self, pp)
     }
 
-    /// Resolve every default and estimate: the plan builder and the graph estimate.
+    /// Resolve every default and estimate: the plan builder and the graph estimate. The
+    /// builder carries the release's own sizing rules, as a measured start-up takes them
+    /// (`defaults::settings`); [`plan`](Self::plan) plans with the rules a dry run can apply.
     pub fn resolve(&self) -> Result<Resolved> {
         let c = &self.model.config;
         let tp = self.tensor_parallel;
@@ -845,6 +862,7 @@ mod tests {
     use super::*;
     use crate::{safetensors, ModelConfig, Source};
     use memplan_core::bytes::GIB;
+    use memplan_core::kv::StartCheck;
 
     fn input(config: &str, checkpoint: Option<&str>, dtype: &str) -> DryRun {
         let config = ModelConfig::from_json_str(config).unwrap();
@@ -945,5 +963,71 @@ mod tests {
         // Served in float32, the same tensors take twice the file's bytes.
         let f32 = run(&input(&cfg, Some(h), "float32")).unwrap();
         assert_eq!(f32.consumers.bytes(ConsumerKind::Weights), 4 << 20);
+    }
+
+    /// SGLang sizes its pool from the free memory it reads once its weights are loaded
+    /// (`StartCheck::PoolOfFreeAfterWeights`: 0.5.9 `model_runner_kv_cache_mixin.py`
+    /// `profile_max_num_token`, 0.5.23 `kv_cache_configurator.py` `_profile_available_bytes`).
+    /// A measured start-up told the release takes that rule (`defaults::settings`); the dry run
+    /// reads no such memory and plans within the request's share of the free memory at the
+    /// start (`StartCheck::ShareOfFree`), its pipeline stages too.
+    #[test]
+    fn the_dry_run_plans_sglang_by_its_share_of_the_free_memory_at_the_start() {
+        let cfg = LLAMA.replace("DTYPE", "bfloat16");
+        let (total, free) = (24 * GIB, 12 * GIB);
+        let snapshot = MemoryInfo::default()
+            .with_driver(memplan_core::DriverMemory::new(Some(total), Some(free)));
+        for engine in ["sglang@0.4.4", "sglang@0.5.9", "sglang@0.5.23"] {
+            let d = input(&cfg, None, "auto")
+                .engine(engine.parse().unwrap())
+                .request(Request::Utilization(0.9))
+                .device("a device half held by others", Some(snapshot));
+            let settings = crate::defaults::settings(&d).unwrap();
+            assert_eq!(
+                settings.rules.start_check,
+                StartCheck::PoolOfFreeAfterWeights,
+                "{engine}"
+            );
+            let p = run(&d).unwrap();
+            assert_eq!(
+                p.sizing_rules.start_check,
+                StartCheck::ShareOfFree,
+                "{engine}"
+            );
+            // 0.9 of the 12 GiB free at the start, not the request of 0.9 of 24 GiB.
+            let requested = memplan_planner::budget::requested_bytes(total, d.request).unwrap();
+            assert_eq!(p.requested_bytes, requested / 2, "{engine}");
+            assert_eq!(p.suggestions.engine_static_fraction, None, "{engine}");
+            // Every rule but SGLang's pool rule as the release has it.
+            assert_eq!(
+                p.sizing_rules
+                    .with_start_check(StartCheck::PoolOfFreeAfterWeights),
+                settings.rules,
+                "{engine}"
+            );
+            // A pipeline stage's dry run too.
+            let stage = d.clone().extras(
+                crate::consumers::Extras::default()
+                    .with_pipeline_parallel(2)
+                    .with_pipeline_stage(Some(1)),
+            );
+            let p = run(&stage).unwrap();
+            assert_eq!(
+                p.sizing_rules.start_check,
+                StartCheck::ShareOfFree,
+                "{engine}"
+            );
+            assert_eq!(
+                crate::defaults::settings(&stage).unwrap().rules.start_check,
+                StartCheck::PoolOfFreeAfterWeights,
+                "{engine}"
+            );
+        }
+        // vLLM's check needs no reading after the weights: it stands in both.
+        let d = input(&cfg, None, "auto").engine("vllm@0.34".parse().unwrap());
+        assert_eq!(
+            run(&d).unwrap().sizing_rules.start_check,
+            StartCheck::RefuseAboveFree
+        );
     }
 }

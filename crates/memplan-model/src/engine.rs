@@ -511,11 +511,23 @@ const SGLANG_0_5: EngineRules = EngineRules {
     // self.max_req_len > 0 and self.max_req_input_len > 0`, `max_req_input_len =
     // max_req_len - 5`: a pool of 7 tokens at least.
     long_requests: LongRequests::CapByPool { least_tokens: 7 },
-    // `srt/model_executor/model_runner.py` `ModelRunner.init_torch_distributed` reads the free
-    // memory before the weights and `profile_max_num_token` (0.5.9:
-    // `model_runner_kv_cache_mixin.py`) takes `mem_fraction_static` of it: no request is
-    // compared with the free memory (see `StartCheck::ShareOfFree`).
-    start_check: StartCheck::ShareOfFree,
+    // The pool is the free memory read once the weights are loaded less the free memory read
+    // before them times `1 - mem_fraction_static`, and no request is compared with the free
+    // memory (`StartCheck::PoolOfFreeAfterWeights`), in every release of this table (read in
+    // each wheel): 0.4.4 and 0.4.8 `srt/model_executor/model_runner.py`
+    // `ModelRunner.profile_max_num_token` (`rest_memory = available_gpu_memory -
+    // total_gpu_memory * (1 - self.mem_fraction_static)`, `available_gpu_memory` read after
+    // `load_model`, `total_gpu_memory` the `min_per_gpu_memory` of `init_torch_distributed`,
+    // passed on by `init_memory_pool`); 0.5.1 the same; 0.5.9
+    // `model_runner_kv_cache_mixin.py` `profile_max_num_token`; 0.5.13 and 0.5.14
+    // `model_runner_kv_cache_mixin.py` `_profile_available_bytes` (`post_model_load_memory -
+    // pre_model_load_memory * (1 - self.mem_fraction_static)`); 0.5.22 and 0.5.23
+    // `srt/mem_cache/kv_cache_configurator.py` `_profile_available_bytes` (`slack_gb =
+    // pre_model_load_memory * (1 - mem_fraction_static)`, `pre_model_load_memory` from
+    // `srt/distributed/bootstrap.py` `measure_pre_model_load_memory`). A plan that reads no
+    // free memory after the weights (the dry run) takes the older model,
+    // `StartCheck::ShareOfFree` (`StartCheck::without_free_after_weights`).
+    start_check: StartCheck::PoolOfFreeAfterWeights,
     coefficients: coefficients::SGLANG,
     // `model_executor/model_runner_kv_cache_mixin.py` `set_num_tokens_hybrid_swa` (0.5.9).
     swa_pools: SwaPools::SglangEveryLayer,
@@ -1225,10 +1237,36 @@ mod tests {
         for v in VLLM {
             assert_eq!(v.sizing(1, true).start_check, StartCheck::RefuseAboveFree);
         }
+        // Every SGLang release memplan knows sizes its pool from the free memory it reads after
+        // its weights (0.4.4 and 0.4.8 `model_runner.py` `profile_max_num_token`, 0.5.9
+        // `model_runner_kv_cache_mixin.py` `profile_max_num_token`, 0.5.14
+        // `_profile_available_bytes`, 0.5.23 `kv_cache_configurator.py`
+        // `_profile_available_bytes`); the dry run, which reads no free memory after the
+        // weights, keeps the older model of that rule.
         for v in SGLANG {
             assert_eq!(
                 v.sizing(1, true).start_check,
+                StartCheck::PoolOfFreeAfterWeights,
+                "{v}"
+            );
+            assert_eq!(
+                v.sizing(1, true).start_check.without_free_after_weights(),
                 StartCheck::ShareOfFree,
+                "{v}"
+            );
+        }
+        for v in [
+            "sglang@0.4.4",
+            "sglang@0.4.8",
+            "sglang@0.5.1",
+            "sglang@0.5.9",
+            "sglang@0.5.14",
+            "sglang@0.5.22",
+            "sglang@0.5.23",
+        ] {
+            assert_eq!(
+                r(v).sizing(1, true).start_check,
+                StartCheck::PoolOfFreeAfterWeights,
                 "{v}"
             );
         }

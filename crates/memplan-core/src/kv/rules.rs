@@ -196,8 +196,9 @@ pub enum StartCheck {
     /// too short ([`LongRequests::CapByPool`]). The older model of that rule, which takes the
     /// fraction of the free memory at the start as a bound on everything the engine holds
     /// (weights, activations, graphs and pool), kept for plans written with it and for the dry
-    /// run, which reads no free memory after the weights; [`Self::PoolOfFreeAfterWeights`] is
-    /// the rule as the engine computes it.
+    /// run, which reads no free memory after the weights
+    /// ([`Self::without_free_after_weights`]); [`Self::PoolOfFreeAfterWeights`] is the rule as
+    /// the engine computes it, the one SGLang's releases start with.
     ShareOfFree,
     /// SGLang's pool rule as its source computes it: the pool may take the free memory it reads
     /// once its weights are loaded less the free memory it read at its start times `1 -
@@ -246,6 +247,18 @@ impl StartCheck {
 }
 
 impl StartCheck {
+    /// The rule as a plan that reads no free memory once the weights are loaded applies it
+    /// (a dry run: it touches no device, or reads one snapshot before anything is loaded):
+    /// [`Self::PoolOfFreeAfterWeights`] needs that reading, so such a plan takes its older
+    /// model, [`Self::ShareOfFree`], which bounds the whole process by the request's share of
+    /// the free memory at the start; every other rule as it is.
+    pub const fn without_free_after_weights(self) -> StartCheck {
+        match self {
+            StartCheck::PoolOfFreeAfterWeights => StartCheck::ShareOfFree,
+            c => c,
+        }
+    }
+
     /// The most the engine's KV pool may take by its own rule, where it has one
     /// ([`Self::PoolOfFreeAfterWeights`]): `free_after_weights - ceil(free_at_start x (total -
     /// requested) / total)`, the request's share of the device being the engine's
@@ -587,6 +600,19 @@ mod tests {
             StartCheck::ShareOfFree.thousandths_for_pool(32, 90, 50),
             None
         );
+    }
+
+    /// A plan that reads no free memory after the weights keeps SGLang's older model; the
+    /// other rules need no such reading.
+    #[test]
+    fn without_a_reading_after_the_weights_sglangs_pool_rule_is_its_share_of_the_free_memory() {
+        for (check, without) in [
+            (StartCheck::PoolOfFreeAfterWeights, StartCheck::ShareOfFree),
+            (StartCheck::ShareOfFree, StartCheck::ShareOfFree),
+            (StartCheck::RefuseAboveFree, StartCheck::RefuseAboveFree),
+        ] {
+            assert_eq!(check.without_free_after_weights(), without, "{check:?}");
+        }
     }
 
     #[test]
