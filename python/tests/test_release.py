@@ -108,7 +108,7 @@ def test_a_start_up_told_an_sglang_release_gives_the_fraction_its_pool_rule_need
     # graphs), less than the slack the request's share leaves it (0.1 of the 16 GiB free at
     # its start), so that fraction is above the share. The dry run of the same settings reads
     # no free memory after the weights and plans within the request's share of the free
-    # memory.
+    # memory, its flags writing that share.
     device = "sim:rtx4090,other=8GiB"
     settings: Dict[str, Any] = dict(
         model=MODEL, gpu_memory_utilization=0.9, max_num_seqs=256, max_num_batched_tokens=2048
@@ -131,6 +131,7 @@ def test_a_start_up_told_an_sglang_release_gives_the_fraction_its_pool_rule_need
     assert dry["sizing_rules"]["start_check"] == "share_of_free"
     assert dry["suggestions"]["engine_static_fraction"] is None
     assert dry["requested_bytes"] < request
+    assert "--mem-fraction-static 0.900 " in dry["engine_args"]["sglang"], dry["engine_args"]
     # Every other rule as the start-up's.
     rules = dict(dry["sizing_rules"], start_check="pool_of_free_after_weights")
     assert rules == measured["sizing_rules"]

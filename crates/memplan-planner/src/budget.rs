@@ -82,7 +82,10 @@ pub struct Suggestions {
     /// processes hold memory, the engine's slack (`1 - f` of the free memory at its start) can
     /// be more than the activations and graphs the plan measured, and `--max-total-tokens`
     /// only lowers the engine's pool. `None` in a dry run, for other engines, and where the
-    /// engine's readings cannot be modelled (the request's share then stands).
+    /// engine's readings cannot be modelled (the request's share then stands). It is the
+    /// fraction the engine's pool rule runs with: `--emit-args sglang` writes it where a plan
+    /// carries it, and the request's share where not (each over the cut SGLang 0.4.4 to 0.4.8
+    /// make to a multimodal model's flag once started).
     #[serde(default)]
     pub engine_static_fraction: Option<f64>,
 }
@@ -93,8 +96,17 @@ pub struct Suggestions {
 /// a millionth for the byte a utilisation's bytes were rounded up by (0.9 of 24 GiB stays
 /// 0.900), and at most 1000.
 pub fn fraction_thousandths(requested: u64, total: u64, cut: f64) -> u32 {
-    let share = requested as f64 / total.max(1) as f64 / cut.max(f64::MIN_POSITIVE);
-    (share * 1000.0 - 1e-6).ceil().clamp(0.0, 1000.0) as u32
+    fraction_flag_thousandths(requested as f64 / total.max(1) as f64, cut)
+}
+
+/// The flag that gives an engine the fraction `fraction` once it multiplies its flag by `cut`
+/// (1.0 for none), in thousandths as its flag is written: `fraction / cut` rounded up, less a
+/// millionth for the rounding a fraction of bytes or thousandths carries, and at most 1000
+/// ([`fraction_thousandths`] of a request's share; `--emit-args sglang` of
+/// [`Suggestions::engine_static_fraction`]).
+pub fn fraction_flag_thousandths(fraction: f64, cut: f64) -> u32 {
+    let flag = fraction / cut.max(f64::MIN_POSITIVE);
+    (flag * 1000.0 - 1e-6).ceil().clamp(0.0, 1000.0) as u32
 }
 
 /// The budget arithmetic of one rank.

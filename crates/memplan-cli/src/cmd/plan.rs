@@ -1186,6 +1186,67 @@ mod tests {
         assert!(sg.contains("--mem-fraction-static 0.900 "), "{sg}");
     }
 
+    /// `--emit-args sglang` writes the static fraction a plan carries
+    /// (`Suggestions::engine_static_fraction`: a measured start-up's, which SGLang's own pool
+    /// rule needs to reach its cache, 0.5.9 `model_runner_kv_cache_mixin.py`
+    /// `profile_max_num_token`, 0.5.23 `kv_cache_configurator.py` `_profile_available_bytes`),
+    /// and the request's share where it carries none (a dry run); either over the cut of a
+    /// multimodal model's fraction (SGLang 0.4.4 to 0.4.8, `ModelRunner.__init__`).
+    #[test]
+    fn emitted_sglang_args_write_the_static_fraction_the_plan_suggests() {
+        let a = flags(
+            "--model qwen3-8b --total-memory 80GiB --max-model-len 8192 --engine sglang@0.5.23 --gpu-memory-utilization 0.85",
+        );
+        let (m, mut p) = plan_ranks(&a).unwrap();
+        let ctx = context(&a, &m).unwrap();
+        // The fraction `--emit-args sglang` writes.
+        let fraction = |p: &Plan, c: &render_args::Context| {
+            let args = render_args::engine_args(p, c, Engine::Sglang).unwrap();
+            let (_, rest) = args.split_once("--mem-fraction-static ").unwrap();
+            rest.split(' ').next().unwrap().to_string()
+        };
+        assert_eq!(p.suggestions.engine_static_fraction, None);
+        assert_eq!(fraction(&p, &ctx), "0.850");
+        p.suggestions.engine_static_fraction = Some(0.912);
+        assert_eq!(fraction(&p, &ctx), "0.912");
+        let cut = render_args::Context {
+            fraction_cut: 0.95,
+            ..ctx.clone()
+        };
+        // 0.912 / 0.95 = 0.96; without the suggestion, 0.85 / 0.95 = 0.8947.. rounded up.
+        assert_eq!(fraction(&p, &cut), "0.960");
+        p.suggestions.engine_static_fraction = None;
+        assert_eq!(fraction(&p, &cut), "0.895");
+    }
+
+    /// The dry run reads no free memory after the weights, so an SGLang plan on a device others
+    /// hold memory on is made by the older model of its pool rule (`share_of_free`): within
+    /// the request's share of the memory free at the start, with no static fraction of its
+    /// own; the flags write the request's share.
+    #[test]
+    fn a_dry_run_of_sglang_beside_others_plans_within_the_share_of_the_free_memory() {
+        let a = flags(
+            "--model qwen2.5-1.5b-instruct --device sim:rtx4090,other=8GiB --max-model-len 8192 --engine sglang@0.5.23 --gpu-memory-utilization 0.9",
+        );
+        let (m, p) = plan_ranks(&a).unwrap();
+        assert_eq!(
+            p.sizing_rules.start_check,
+            memplan::kv::StartCheck::ShareOfFree
+        );
+        let request = (p.total_bytes as f64 * 0.9).ceil() as u64;
+        assert!(p.requested_bytes < request, "{}", p.requested_bytes);
+        assert!(
+            p.notes
+                .iter()
+                .any(|n| n.contains("within the request's share of that free memory")),
+            "{:?}",
+            p.notes
+        );
+        assert_eq!(p.suggestions.engine_static_fraction, None);
+        let sg = render_args::engine_args(&p, &context(&a, &m).unwrap(), Engine::Sglang).unwrap();
+        assert!(sg.contains("--mem-fraction-static 0.900 "), "{sg}");
+    }
+
     /// The vllm-ascend installation docs' single-NPU check (vLLM 0.18.0), lines as printed:
     /// vllm-ascend set 128-token blocks (`vllm_ascend/utils.py` `refresh_block_size`); its
     /// config line says Qwen3-0.6B, its 36 layers and 15.29 GB of weights are Qwen3-8B's.

@@ -415,7 +415,9 @@ pub struct Flags {
     pub svg: Option<PathBuf>,
     /// Print only ready-to-paste flags that pin the planned KV cache in an engine
     /// (vllm[@VERSION] or sglang[@VERSION], as --engine); refused where the engine would
-    /// refuse the flags or could not reproduce the plan.
+    /// refuse the flags or could not reproduce the plan. SGLang's --mem-fraction-static is the
+    /// static fraction the plan suggests where it carries one (a measured start-up's), else
+    /// the request's share of the device.
     #[arg(long, value_name = "ENGINE[@VERSION]", value_parser = emit_engine)]
     pub emit_args: Option<(Engine, String)>,
     /// The block size a start-up log gave where `--block-size` was not passed (it then fills

@@ -53,6 +53,7 @@ use memplan::kv::{AttentionKind, KvDtype};
 use memplan::Error;
 use memplan_model::arch::state::MambaDtype;
 use memplan_model::engine::EngineKind;
+use memplan_planner::budget::{self, Request};
 use memplan_planner::Plan;
 
 use super::Engine;
@@ -285,14 +286,28 @@ pub fn engine_args(p: &Plan, c: &Context, e: Engine) -> Result<String, Error> {
             // The fraction must therefore be large enough for the planned pool *plus* what the
             // engine holds besides the weights (its context, library workspaces); the planned
             // request covers that, so its fraction (rounded up) lets the pool reach the cap,
-            // and the cap keeps it at the planned size.
+            // and the cap keeps it at the planned size. A plan made from the engine's own
+            // readings before and after its weights (a measured start-up under
+            // `StartCheck::PoolOfFreeAfterWeights`) carries the fraction whose pool by that
+            // rule holds its cache (`Suggestions::engine_static_fraction`), which can be above
+            // the request's share where others hold memory: that one is written.
+            // Otherwise the request's share of the device: where the memory free at the start
+            // was below the request, a plan by the older model of SGLang's rule
+            // (`StartCheck::ShareOfFree`, the dry run's) is made within the request's share of
+            // that free memory (`requested_bytes` below the request), and the engine, told the
+            // request's share, takes it of the free memory itself; the plan's bytes over the
+            // total would be taken of it twice. A fixed KV size's request is the plan's.
             // SGLang 0.4.4 to 0.4.8 cut a multimodal model's fraction once started
             // (`ModelRunner.__init__`): the fraction passed is the planned one over that cut.
-            let frac = f64::from(memplan_planner::budget::fraction_thousandths(
-                p.requested_bytes,
-                p.total_bytes,
-                c.fraction_cut,
-            )) / 1000.0;
+            let request = match p.request {
+                Request::KvCacheBytes(_) => p.requested_bytes,
+                r => budget::requested_bytes(p.total_bytes, r).unwrap_or(p.requested_bytes),
+            };
+            let thousandths = match p.suggestions.engine_static_fraction {
+                Some(f) => budget::fraction_flag_thousandths(f, c.fraction_cut),
+                None => budget::fraction_thousandths(request, p.total_bytes, c.fraction_cut),
+            };
+            let frac = f64::from(thousandths) / 1000.0;
             let page = given.map_or(String::new(), |(b, _)| format!(" --page-size {b}"));
             Ok(format!(
                 "--max-total-tokens {} --mem-fraction-static {:.3} --context-length {} --max-running-requests {seqs}{page} --tp-size {tp} --kv-cache-dtype {kv}{extra}",
