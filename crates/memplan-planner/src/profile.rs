@@ -61,8 +61,9 @@ pub struct Profile {
     /// between (the warm-ups' segments in every pool they were served from: the smallest
     /// warm-up's request may be one the largest warm-up's cached block cannot serve, a small
     /// request served from small segments only), or after every size warmed up and captured in
-    /// the engine's order where the strategy captures them so (`conservative`); absent where
-    /// not checked or not kept.
+    /// the engine's order where the strategy captures them so (`conservative`); where the
+    /// allocator gave its cache back to serve one of those warm-ups (their segments did not fit
+    /// on the device), what each of them took, summed; absent where not checked or not kept.
     pub capture_cache_left_bytes: Option<u64>,
     /// Whether the engine declared that its caching allocator maps expandable segments
     /// (`expandable_segments:True`, `Session::with_allocator_config`): one segment per stream

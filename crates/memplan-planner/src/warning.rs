@@ -65,6 +65,16 @@ pub enum Warning {
         /// The change (negative).
         bytes: i64,
     },
+    /// Where the engine's capture keeps the allocator's cache, its warm-ups, each in segments
+    /// the others cannot reuse, took more than the device had free beside them: the allocator
+    /// gave its cache back to serve one of them, and the engine's own capture, which keeps them
+    /// all, would run at the device's limit. The plan counts what they took, whole.
+    WarmUpsCachedPastDevice {
+        /// What the warm-ups took in segments of their own, summed.
+        took: u64,
+        /// What the allocator still held cached after them (all that fitted).
+        cached: u64,
+    },
     /// Calibration found a declared reading or fact weaker than declared.
     CalibrationDowngrade {
         /// The reading or fact.
@@ -385,6 +395,7 @@ impl Warning {
             Warning::NegativeSample { .. } => "negative_sample",
             Warning::LegacyNegativeSamples { .. } => "legacy_negative_samples",
             Warning::AllocatorShrankDuringCapture { .. } => "allocator_shrank_during_capture",
+            Warning::WarmUpsCachedPastDevice { .. } => "warm_ups_cached_past_device",
             Warning::CalibrationDowngrade { .. } => "calibration_downgrade",
             Warning::NonAllocatorUnmeasured { .. } => "non_allocator_unmeasured",
             Warning::ReservedPeakUnreported { .. } => "reserved_peak_unreported",
@@ -482,6 +493,7 @@ impl fmt::Display for Warning {
                 write!(f, "vllm-legacy saw negative samples [{}]: the capture emptied the allocator cache inside the sampling window", s.join(", "))
             }
             Warning::AllocatorShrankDuringCapture { graphs, bytes } => write!(f, "the allocator's reserved memory changed by {} while capturing {graphs} graphs: the engine released memory inside the window (the bound counts no private pool)", fmt_signed(*bytes)),
+            Warning::WarmUpsCachedPastDevice { took, cached } => write!(f, "the engine's warm-ups, which its capture keeps cached, took {} in segments of their own, more than the device had free beside them: the allocator gave its cache back to serve them and held {} after them; the engine's own capture would run at the device's limit, where a graph's instantiation finds no memory, so the plan counts all {} beside its KV cache", fmt_bytes(*took), fmt_bytes(*cached), fmt_bytes(*took)),
             Warning::CalibrationDowngrade { item, declared, observed } => write!(f, "calibration downgraded {item}: declared {declared}, observed {observed}"),
             Warning::NonAllocatorUnmeasured { reserved } => write!(f, "non-allocator growth could not be measured (driver free unreliable): reserved the conservative bound {}", fmt_bytes(*reserved)),
             Warning::ReservedPeakUnreported { bound } => write!(f, "the engine's allocator reports no reserved peak: the activation peak is its allocated peak rounded up to {} (segment rounding bound); report `peak_reserved` for a measured figure", fmt_bytes(*bound)),
@@ -577,6 +589,7 @@ mod tests {
                 graphs: 1,
                 bytes: -1,
             },
+            Warning::WarmUpsCachedPastDevice { took: 2, cached: 1 },
             Warning::CalibrationDowngrade {
                 item: s(),
                 declared: s(),

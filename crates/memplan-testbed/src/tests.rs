@@ -1291,3 +1291,54 @@ fn a_refusal_after_the_others_grew_keeps_the_engines_capture_variation() {
         );
     }
 }
+
+/// Where the engine's capture keeps the allocator's cache and its warm-ups, each in segments the
+/// others cannot reuse (`max_split_size_mb:512`), take more than the device has beside the
+/// weights, the allocator gives its cache back to serve a later warm-up (PyTorch's
+/// out-of-memory path frees cached segments and retries), and the release after the sequence
+/// sees only what came after: seed 9 of an A100 80GB with 24 MiB-per-token warm-ups over 35
+/// sizes kept 6.9 GB for warm-ups that take tens of GB, and a 19.4 GB cache was planned beside
+/// them; the engine's capture then went 4.47 GB past the request, and on other devices ran out
+/// of memory instantiating a graph. The check counts what each warm-up took, more than was
+/// free, warns, and the plan refuses.
+#[test]
+fn warm_ups_the_allocator_gave_its_cache_back_for_are_counted_whole() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/outside/a100-capture-keeps-cache-warm-ups-above-profile-run-full.toml"
+    );
+    let s = crate::sweep::seeded(Scenario::load(path).unwrap().resolve().unwrap(), 9);
+    let gpu = open(&s).unwrap();
+    let options = gpu.physics().allocator.option_string().unwrap_or_default();
+    assert!(options.contains("max_split_size_mb"), "{options}");
+    let mut engine = SimEngine::new(gpu.clone(), s.clone());
+    let dev = gpu.clone();
+    let cap = dev.capabilities().clone();
+    let conf = memplan_core::AllocatorConfig::parse(&options).unwrap();
+    let mut session = Session::begin(&SharedDevice::new(dev), &mut engine, cap)
+        .unwrap()
+        .with_allocator_config(conf, "the test's PYTORCH_ALLOC_CONF");
+    session.load_weights(|e| e.load_weights()).unwrap();
+    session.profile_run(|e| e.profile_run()).unwrap();
+    let free = gpu.truth().free;
+    session
+        .graph_phase(&memplan_planner::strategy::Full, "test")
+        .unwrap();
+    let p = session.profile();
+    assert_eq!(p.capture_keeps_cache, Some(true));
+    let left = p.capture_cache_left_bytes.unwrap_or(0);
+    assert!(
+        left > free,
+        "the warm-ups are counted as leaving {left} B cached, {free} B were free"
+    );
+    assert!(
+        session
+            .warnings()
+            .iter()
+            .any(|w| matches!(w, Warning::WarmUpsCachedPastDevice { took, .. } if *took == left)),
+        "{:#?}",
+        session.warnings()
+    );
+    let plan = session.plan(s.request, &s.kv, s.limits);
+    assert!(plan.is_err(), "{:?}", plan.map(|p| p.kv.tokens));
+}

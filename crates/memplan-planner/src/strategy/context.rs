@@ -58,6 +58,70 @@ impl Primed {
     }
 }
 
+/// What the warm-ups since the context last released the allocator's cache took in segments of
+/// their own, summed over them: where the engine's capture keeps the cache, the segments its own
+/// warm-up sequence leaves cached into serving, had the device held them all.
+///
+/// A warm-up's take is what it grew the allocator's reserved memory by. Nothing in a warm-up
+/// gives memory back to the driver but the allocator's own out-of-memory path: where a request
+/// does not fit, the caching allocator frees its cached segments and retries (PyTorch
+/// `DeviceCachingAllocator::malloc`: `release_available_cached_blocks`, then
+/// `release_cached_blocks`). A warm-up after which the allocator reserves less than before it
+/// was served by giving the cache back: the segments the sequence had cached did not fit beside
+/// it, and the cache read after the sequence holds only what came after the last such release.
+/// Its own take is then what the allocator reserves above `floor` (where it stood with its
+/// cache released, before the warm-ups; more than its own segments where the allocator gave back
+/// only part of its cache, the safe side), at least its allocated peak.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct WarmUpsTook {
+    /// Reserved bytes with the cache released, before the warm-ups (`None`: not read yet; the
+    /// first warm-up's starting point then).
+    floor: Option<u64>,
+    /// The warm-ups' takes, summed.
+    bytes: u64,
+    /// Whether the allocator gave cached memory back during one of them.
+    gave_back: bool,
+}
+
+impl WarmUpsTook {
+    /// Counting from an allocator whose cache was just released, reserving `reserved` bytes.
+    pub(crate) fn from(reserved: u64) -> Self {
+        WarmUpsTook {
+            floor: Some(reserved),
+            ..WarmUpsTook::default()
+        }
+    }
+
+    /// One warm-up: the allocator reserved `before` bytes before it and `after` after it, and
+    /// its allocated peak was `peak` bytes above where it started.
+    pub(crate) fn add(&mut self, before: u64, after: u64, peak: u64) {
+        let floor = *self.floor.get_or_insert(before);
+        let take = if after >= before {
+            after - before
+        } else {
+            self.gave_back = true;
+            after.saturating_sub(floor).max(peak)
+        };
+        self.bytes = self.bytes.saturating_add(take);
+    }
+
+    /// What the warm-up sequence leaves cached, given `read`, what a release of the cache after
+    /// it gave back: that, or where the allocator gave its cache back during the sequence (so
+    /// that the release saw only what came after), the sum of the warm-ups' takes.
+    pub(crate) fn left_cached(&self, read: u64) -> u64 {
+        if self.gave_back {
+            read.max(self.bytes)
+        } else {
+            read
+        }
+    }
+
+    /// Whether the allocator gave its cache back to serve one of the warm-ups.
+    pub(crate) fn gave_back(&self) -> bool {
+        self.gave_back
+    }
+}
+
 /// Protocol primitives for a strategy, bound to one session and one engine.
 pub struct GraphContext<'s> {
     session: &'s mut Recorder,
@@ -66,6 +130,8 @@ pub struct GraphContext<'s> {
     armed: bool,
     /// Graphs captured in this phase (for the refusal when one does not fit).
     captured: usize,
+    /// What the warm-ups since the cache was last released took ([`WarmUpsTook`]).
+    warm_ups: WarmUpsTook,
 }
 
 impl<'s> GraphContext<'s> {
@@ -80,6 +146,7 @@ impl<'s> GraphContext<'s> {
             before,
             armed: true,
             captured: 0,
+            warm_ups: WarmUpsTook::default(),
         }
     }
 
@@ -152,7 +219,7 @@ impl<'s> GraphContext<'s> {
     /// Release the engine's cached memory, then snapshot: the baseline of a window whose work
     /// (graph capture) would release the cache itself.
     pub fn flushed_snapshot(&mut self) -> Result<MemoryInfo> {
-        self.engine.allocator().release_cached()?;
+        self.release_cache()?;
         self.session.snap(self.engine)
     }
 
@@ -176,6 +243,7 @@ impl<'s> GraphContext<'s> {
             .map_err(|e| self.graphs_do_not_fit(size, e))?;
         let after = self.engine.allocator().stats();
         let peak = after.peak_allocated.saturating_sub(before.allocated);
+        self.warm_ups.add(before.reserved, after.reserved, peak);
         let grown = after.reserved.saturating_sub(before.reserved);
         if grown > 0 && crate::plan::is_large_request(peak) {
             self.session.p.segment_readings.push((peak, grown));
@@ -302,6 +370,11 @@ impl<'s> GraphContext<'s> {
     ///   no block for such a request (`should_split`), so each warm-up of a size between may
     ///   take segments of its own, which stay cached beside the largest's (the sum of them, not
     ///   the largest, is what serving then has beside a burst).
+    ///
+    /// Where those segments do not fit on the device, the allocator gives its cache back to
+    /// serve a later warm-up, and the release sees only what came after: what each warm-up took
+    /// is summed instead ([`WarmUpsTook`], warned), more than the device holds beside the
+    /// weights, and the plan refuses.
     fn measure_warm_ups_left_cached(&mut self, first: u32) -> Result<()> {
         let sizes = if self.session.max_split_declared {
             self.sizes()
@@ -312,10 +385,7 @@ impl<'s> GraphContext<'s> {
         for s in sizes {
             self.warm_up(s)?;
         }
-        let a = self.engine.allocator();
-        let cached = a.stats().reserved;
-        a.release_cached()?;
-        let left = cached.saturating_sub(a.stats().reserved);
+        let left = self.release_warm_ups_left()?;
         tracing::debug!(
             left_cached = left,
             "what the engine's warm-ups leave cached where its capture keeps the cache"
@@ -347,11 +417,14 @@ impl<'s> GraphContext<'s> {
     }
 
     fn release_cache_left_by_captures(&mut self) -> Result<()> {
-        let a = self.engine.allocator();
-        let cached = a.stats().reserved;
-        a.release_cached()?;
-        let left = cached.saturating_sub(a.stats().reserved);
-        let keeps = left > crate::plan::ALLOCATOR_ROUNDING_BOUND;
+        let took = self.warm_ups;
+        let read = self.release_cache()?;
+        let keeps = read > crate::plan::ALLOCATOR_ROUNDING_BOUND;
+        let left = if keeps {
+            self.left_cached(read, took)
+        } else {
+            read
+        };
         tracing::debug!(
             left_cached = left,
             keeps,
@@ -360,6 +433,45 @@ impl<'s> GraphContext<'s> {
         self.session.p.capture_keeps_cache = Some(keeps);
         self.session.p.capture_cache_left_bytes = keeps.then_some(left);
         Ok(())
+    }
+
+    /// Release the allocator's cache; the warm-ups are counted from here on ([`WarmUpsTook`]).
+    /// Returns what the release gave back.
+    fn release_cache(&mut self) -> Result<u64> {
+        let a = self.engine.allocator();
+        let cached = a.stats().reserved;
+        a.release_cached()?;
+        let after = a.stats().reserved;
+        self.warm_ups = WarmUpsTook::from(after);
+        Ok(cached.saturating_sub(after))
+    }
+
+    /// Where the engine's capture keeps the cache: release it after warm-ups in the engine's
+    /// order, and return what that sequence leaves cached into serving (`left_cached`).
+    fn release_warm_ups_left(&mut self) -> Result<u64> {
+        let took = self.warm_ups;
+        let read = self.release_cache()?;
+        Ok(self.left_cached(read, took))
+    }
+
+    /// What a warm-up sequence that `took` leaves cached where the engine's capture keeps the
+    /// cache, given `read`, what the release after it gave back ([`WarmUpsTook::left_cached`]).
+    /// Where the allocator gave its cache back to serve one of the warm-ups, the engine's own
+    /// sequence, which keeps every warm-up's segments through its captures, does not fit on the
+    /// device beside what the process holds now, and holds less only by the same release: its
+    /// capture then runs at the device's limit, where what a graph takes outside the allocator
+    /// (its instantiation) finds nothing free, and what it holds passes any request. Warned,
+    /// and counted whole: a plan beside it refuses rather than start a capture that fills the
+    /// device.
+    fn left_cached(&mut self, read: u64, took: WarmUpsTook) -> u64 {
+        let left = took.left_cached(read);
+        if took.gave_back() {
+            self.session.warn(Warning::WarmUpsCachedPastDevice {
+                took: left,
+                cached: read,
+            });
+        }
+        left
     }
 
     /// After a release of graphs and its settle ([`release_all`]), where free memory is not
@@ -561,7 +673,7 @@ impl<'s> GraphContext<'s> {
         // than a cached block takes segments of its own beside them, counted by no plan. The
         // engine's own warm-ups before its capture are counted where the plan is built
         // (`Profile::capture_cache_left_bytes`); an engine that runs eagerly warms none up.
-        self.engine.allocator().release_cached()?;
+        self.release_cache()?;
         let after = self.session.snap(self.engine)?;
         self.check_restored(&after);
         Ok(after)
@@ -767,5 +879,49 @@ impl Drop for GraphContext<'_> {
                 tracing::error!(error = %e, "graph teardown failed on an early exit");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::WarmUpsTook;
+
+    /// Warm-ups that each take a segment of their own, where the third does not fit beside the
+    /// first two: the allocator gives its cache back to serve it, and the release after the
+    /// sequence gives back only the third's segment. What the sequence leaves cached, had the
+    /// device held it, is all three (the trace of an A100 80GB under `max_split_size_mb:512`,
+    /// seed 9: 6.9 GB read, tens of GB taken).
+    #[test]
+    fn warm_ups_the_allocator_gave_its_cache_back_for_are_counted_whole() {
+        let gib = 1u64 << 30;
+        let weights = 29 * gib;
+        let mut t = WarmUpsTook::from(weights);
+        t.add(weights, weights + 20 * gib, 20 * gib);
+        t.add(weights + 20 * gib, weights + 39 * gib, 19 * gib);
+        // 29 + 20 + 19 + 18 GiB do not fit: the first two segments are given back.
+        t.add(weights + 39 * gib, weights + 18 * gib, 18 * gib);
+        assert!(t.gave_back());
+        assert_eq!(t.left_cached(18 * gib), 57 * gib);
+        // What the release gave back stands where it is more (a segment that stayed cached
+        // before the warm-ups were counted).
+        assert_eq!(t.left_cached(60 * gib), 60 * gib);
+    }
+
+    /// Where the allocator gave nothing back, what the release after the sequence gave back is
+    /// what it leaves: a warm-up served from a cached block took nothing, and the sum of the
+    /// takes is not read in its place.
+    #[test]
+    fn warm_ups_that_fit_leave_what_the_release_gives_back() {
+        let gib = 1u64 << 30;
+        let mut t = WarmUpsTook::default();
+        t.add(10 * gib, 14 * gib, 4 * gib);
+        t.add(14 * gib, 14 * gib, 3 * gib);
+        assert!(!t.gave_back());
+        assert_eq!(t.left_cached(4 * gib), 4 * gib);
+        // Counted from the first warm-up where the cache was not released before: a give-back
+        // below that point takes at least the warm-up's allocated peak.
+        t.add(14 * gib, 9 * gib, 2 * gib);
+        assert!(t.gave_back());
+        assert_eq!(t.left_cached(0), 6 * gib);
     }
 }
