@@ -2335,3 +2335,75 @@ fn a_sampled_margin_sees_enough_samples_between_the_extremes() {
         assert!(c.out.why.contains("sample and model"), "{}", c.out.why);
     }
 }
+
+/// Seeds 0 to 20: what the o26 battery ran each of its files on.
+fn seeds_0_to_20() -> Vec<u64> {
+    (0..21).collect()
+}
+
+/// Documented knobs at their extremes together (the o26 battery): neighbours that come and go
+/// around the graph phase beside a stale or coarse free reading, deferred release with captures
+/// that keep the allocator's cache, VM releases that leak, a free reading stuck at the total, a
+/// wrong pool declared exact, Level Zero without Sysman, a consumer card's byte budget with a
+/// 128k context, SGLang at a utilisation of 1.0 beside others that leave. Each passes every
+/// gating rule with no needless refusal on seeds 0 to 20.
+#[test]
+fn knobs_at_their_extremes_together() {
+    for file in [
+        "rtx4090-stale-free-step-64m-neighbour-grows-twice-leaves-before-plan.toml",
+        "a100-80gb-stale-free-neighbour-takes-30pc-before-plan.toml",
+        "mi300x-deferred-release-capture-keeps-cache-leak-hidden-8m-67-sizes.toml",
+        "h100-leak-per-vm-release-2m-post-capture-neighbours.toml",
+        "h100-free-equals-total-neighbours.toml",
+        "strix-halo-wrong-pool-declared-exact-neighbour-profile-run.toml",
+        "a770-sysman-missing-neighbour-4g-before-plan.toml",
+        "rocm55-graphics-6g-blind-free-16g-budget-sglang.toml",
+        "l4-8gib-budget-128k-context-67-sizes.toml",
+        "b580-nosysman-sglang-0-5-14-split-kv-128k-context.toml",
+        "h100-sglang-utilization-1-others-leave-before-profile-run.toml",
+        "mi300x-unmeasured-kv-67-sizes-full-neighbour-before-graph-phase.toml",
+        "mi300x-mla-fp8-ds-one-backing-no-hook.toml",
+    ] {
+        let cases = passes(file, &seeds_0_to_20());
+        assert!(
+            cases.iter().any(|c| c.out.failed.is_none()),
+            "{file}: no seed started"
+        );
+    }
+}
+
+/// vLLM at a utilisation of 1.0 beside 2 GiB other processes hold at its start: its worker
+/// refuses (free memory below the request, `request_memory`), and so does the plan, on every
+/// seed, a refusal the oracle forgives (the engine's own start-up check).
+#[test]
+fn a_utilisation_of_one_beside_others_is_refused_as_vllm_refuses_it() {
+    let cases = passes(
+        "h100-vllm-utilization-1-others-refused-at-start.toml",
+        &seeds_0_to_20(),
+    );
+    for c in &cases {
+        assert!(c.out.plan.is_none(), "{}: planned", c.what);
+        let o = c.out.oracle.as_ref().expect("an oracle");
+        assert!(o.start_refused, "{}: {:?}", c.what, o);
+    }
+}
+
+/// Format edges the docs allow, on several layouts: a sliding window of one token, a window
+/// past `max_model_len` (SGLang 0.5.23's paired tensors), MLA layers beside sliding layers of
+/// the same page (vLLM 0.29's one backing), 64 layer groups, and a page of two bytes a token
+/// that holds more than 2^32 tokens on an H200.
+#[test]
+fn format_edges_plan_within_the_oracle() {
+    for file in [
+        "rtx4090-sliding-window-of-one-token.toml",
+        "rocm62-window-past-max-model-len-paired-kv.toml",
+        "strix-halo-mla-beside-sliding-one-backing.toml",
+        "h100-64-layer-groups.toml",
+    ] {
+        passes(file, &seeds_0_to_20());
+    }
+    for c in passes("h200-two-byte-page-billions-of-tokens.toml", &[0, 1, 2]) {
+        let tokens = c.out.kv_tokens.expect("a KV cache");
+        assert!(tokens > u64::from(u32::MAX), "{}: {tokens} tokens", c.what);
+    }
+}
