@@ -2407,3 +2407,41 @@ fn format_edges_plan_within_the_oracle() {
         assert!(tokens > u64::from(u32::MAX), "{}: {tokens} tokens", c.what);
     }
 }
+
+/// A byte budget below what calibration itself allocates (o26 battery, class C1b): a 100 MiB
+/// model under a 512 MiB budget on an RTX 4090. The engine alone fits; the session's start held
+/// about 1 GiB, past the request with no warning, on every seed.
+#[test]
+#[ignore = "open: calibration passes a small byte budget (over the request before the plan, every seed)"]
+fn calibration_stays_within_a_small_budget() {
+    passes(
+        "open/calibration-past-a-512mib-budget-rtx4090.toml",
+        &[0, 1, 2],
+    );
+}
+
+/// An uncalibrated session's check of its free reading (o26 battery, class C1a): allocations of
+/// about an eighth of the device before anything bounds them by the request, 5.48 GiB past a
+/// 12 GiB budget on an H200, unwarned, on every seed.
+#[test]
+#[ignore = "open: an uncalibrated session's free-reading check passes a small byte budget (over the request before the plan, every seed)"]
+fn an_uncalibrated_free_check_stays_within_the_budget() {
+    passes(
+        "open/uncalibrated-free-check-past-a-12gib-budget-h200.toml",
+        &[0, 1, 2],
+    );
+}
+
+/// Full capture of four widely spaced sizes whose captures each keep 3 MiB, a byte budget the
+/// plan fills to the byte, adversarial seed 9 (coarse allocator granule; o26 battery, class O1):
+/// 108.20% of the run's oracle, whose room (which counts what the run's profiling captures left
+/// held) is below the plan's KV bytes; the clean oracle holds the plan. With no per-capture
+/// memory the seed is at 100%.
+#[test]
+#[ignore = "open: over the oracle by one granule step beside per-capture memory the profiling kept (seed 9)"]
+fn per_capture_memory_the_profiling_kept_is_in_the_plan() {
+    passes(
+        "open/full-capture-kept-per-capture-memory-fills-budget-rtx4090.toml",
+        &[9],
+    );
+}
