@@ -2445,3 +2445,17 @@ fn per_capture_memory_the_profiling_kept_is_in_the_plan() {
         &[9],
     );
 }
+
+/// OB1's kind on many seeds (o26 battery): an uncalibrated session on ROCm 6.2 whose raw frees
+/// each keep 256 KiB, weights past a 0.7 request (refused, right). The session's check of its
+/// free reading frees its test allocations and names what they left held within its window
+/// error (1.0-2.8 MiB); the weights step's mark is 2-3 MiB past the request and the engine
+/// alone's weights (12 of 200 adversarial seeds).
+#[test]
+#[ignore = "open: leaky raw frees of an uncalibrated free-reading check just past the figure named (over the request before the plan, seeds 4, 34, 38, 60)"]
+fn leaky_frees_of_an_uncalibrated_check_are_named() {
+    passes(
+        "open/uncalibrated-leaky-frees-weights-past-request-rocm62.toml",
+        &[4, 34, 38, 60],
+    );
+}
