@@ -229,16 +229,18 @@ impl SimGpu {
         parse_with_profile(crate::registry::selector_of(selector)).map(|_| ())
     }
 
-    /// The profile `selector` opens and its modifiers, checked as [`SimGpu::check_selector`]
+    /// The profile `selector` opens, its quirks and its modifiers, checked as [`SimGpu::check_selector`]
     /// checks them (a scenario file compares what it asks of the device with the device's
     /// memory when it is loaded).
-    pub fn selector_profile(selector: &str) -> Result<(&'static SimProfile, crate::Modifiers)> {
-        let (name, _, mods) = parse_with_profile(crate::registry::selector_of(selector))?;
+    pub fn selector_profile(
+        selector: &str,
+    ) -> Result<(&'static SimProfile, Quirks, crate::Modifiers)> {
+        let (name, quirks, mods) = parse_with_profile(crate::registry::selector_of(selector))?;
         let p = profile(&name).ok_or_else(|| Error::UnknownDevice {
             id: format!("sim:{name}"),
             available: format!("sim:{{{}}} with optional ,modifiers", profile_names()),
         })?;
-        Ok((p, mods))
+        Ok((p, quirks, mods))
     }
 
     pub(crate) fn lock(&self) -> StateGuard<'_> {

@@ -531,8 +531,53 @@ impl Scenario {
         // a world no engine meets, said where it was written, not as an out-of-memory of
         // whatever ran first. A neighbour's bytes are what other processes hold from its step
         // on: the same rule.
-        let (profile, mods) = memplan_backend_sim::SimGpu::selector_profile(&self.device)
+        let (profile, quirks, mods) = memplan_backend_sim::SimGpu::selector_profile(&self.device)
             .map_err(|e| Error::invalid(f("device"), e.to_string()))?;
+        // A size quirk at or above the device's memory describes no device a run meets: memory
+        // kept per capture, per free or per mapping released that no capture, free or release
+        // could leave, a free reading in steps no allocation crosses. Said when the file is
+        // loaded, not as an out-of-memory of calibration on every seed. (`total-under` and
+        // `total-over` are a backend's misreport, any size: a start-up on a device that reports
+        // no memory did not start, said as such.)
+        for (key, bytes) in [
+            ("hidden-bytes-per-capture", quirks.hidden_bytes_per_capture),
+            ("free-step", quirks.free_step),
+            ("leak-per-free", quirks.leak_per_free),
+            ("leak-per-vm-release", quirks.leak_per_vm_release),
+        ] {
+            if bytes >= profile.total_bytes {
+                return Err(Error::invalid(
+                    f("device"),
+                    format!(
+                        "{key}={}: not below the device's memory ({} on {}); give less than the device has",
+                        memplan_core::bytes::fmt_bytes(bytes),
+                        memplan_core::bytes::fmt_bytes(profile.total_bytes),
+                        profile.name
+                    ),
+                ));
+            }
+        }
+        // A world that is not there: every run would fail to join it.
+        if let Some(dir) = mods.world.as_deref().filter(|d| !d.is_dir()) {
+            return Err(Error::invalid(
+                f("device"),
+                format!(
+                    "world={}: not a directory (`world=DIR` names the directory of a simulated GPU another process shares)",
+                    dir.display()
+                ),
+            ));
+        }
+        // The seed of a run's physics is the run's (`memplan simulate --seed N`, a battery's or
+        // a sweep's seed range), appended to the selector: one in the file too would be given
+        // twice, and every run of the file would fail.
+        if let Some(seed) = mods.seed {
+            return Err(Error::invalid(
+                f("device"),
+                format!(
+                    "seed={seed}: a scenario's seed is the run's (`memplan simulate --seed N`, the battery's seeds), not the file's; remove it, and pin the physics with physics= or regime= where that is what is meant"
+                ),
+            ));
+        }
         // Graphics allocations (`graphics=`) are memory the device holds for the display
         // whatever the vendor: the same rule.
         let others = "other processes";

@@ -684,6 +684,23 @@ fn a_device_selector_that_does_not_open_is_refused_when_the_file_is_loaded() {
         ("device = \"rtx4090,stale-fre=on\"", "stale-fre"),
         ("device = \"rtx9090\"", "rtx9090"),
         ("device = \"rtx4090,free-step=lots\"", "free-step"),
+        // A size quirk the device's memory cannot hold.
+        (
+            "device = \"rtx4090,hidden-bytes-per-capture=30GiB\"",
+            "device's memory",
+        ),
+        ("device = \"rtx4090,leak-per-free=24GiB\"", "leak-per-free"),
+        ("device = \"rtx4090,free-step=64GiB\"", "free-step"),
+        (
+            "device = \"rtx4090,leak-per-vm-release=1TiB\"",
+            "leak-per-vm-release",
+        ),
+        // A world that is not there, and a seed the run gives.
+        (
+            "device = \"rtx4090,world=/nonexistent/memplan-world\"",
+            "not a directory",
+        ),
+        ("device = \"rtx4090,seed=3\"", "the run's"),
     ] {
         let e = Scenario::from_toml("x", &SHIPPED[0].1.replace(&device, bad))
             .unwrap()
