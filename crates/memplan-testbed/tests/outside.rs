@@ -840,6 +840,30 @@ fn a_cache_read_a_step_high_is_not_shrunk() {
     passes("a100-free-step-256-full.toml", &[0, 6, 13, 14]);
 }
 
+/// A free reading in 768 MiB steps on a 24 GiB card: `full`'s repeats of a first size smaller
+/// than a step read 0, and its margin counted the step as the variation of every graph (5.5
+/// GiB for 35 graphs of 1.3 GB): every one of these start-ups was refused where the device had
+/// room. A step that hides the captures has them measured by allocation probes instead, and
+/// the graph reserve is the graphs and the reading's error on one window, not eight.
+#[test]
+fn a_step_that_hides_the_captures_has_them_measured_by_probes() {
+    let step = 768u64 << 20;
+    for c in passes(
+        "rocm62-free-step-768-full-neighbours.toml",
+        &[0, 1, 2, 3, 5, 7, 8],
+    ) {
+        let (Some(reserve), Some(real)) = (c.out.estimate, c.out.real_graph) else {
+            panic!("{}: no plan with graphs: {:?}", c.what, c.out.failed);
+        };
+        assert!(reserve >= real, "{}: {reserve} below {real}", c.what);
+        assert!(
+            reserve < real + 2 * step,
+            "{}: {reserve} for {real}",
+            c.what
+        );
+    }
+}
+
 /// A free reading in 2 MiB steps stays exact to calibration (a step within a window's
 /// rounding), yet a window of two such reads may be off by up to the step: the engine's graph
 /// memory read up to a step low and serving went up to 1 MiB past the request on these seeds.

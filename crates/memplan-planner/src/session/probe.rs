@@ -35,8 +35,16 @@ use crate::calibrate::{alike, FreeLosses};
 use crate::plan::PlanBuilder;
 
 /// A reading's tolerance at most twice this is not worth an allocation probe
-/// ([`resolve_tolerance`]).
+/// ([`resolve_tolerance`]), nor is a free reading's step ([`step_worth_probes`]).
 const RESOLUTION: u64 = 16 * MIB;
+
+/// Whether a free reading that moves in steps of `step` is coarse enough for `full` to
+/// measure its graphs by allocation probes instead: a step more than twice [`RESOLUTION`],
+/// the same line as a tolerance worth a probe ([`resolve_tolerance`]). Below it, the margin
+/// the step costs is less than what a probe's instant of holding all free memory is worth.
+pub(crate) fn step_worth_probes(step: u64) -> bool {
+    step > 2 * RESOLUTION
+}
 
 /// A search ([`search`]) stops when its bracket is narrower than this or 1/[`BISECTION_SHARE`]
 /// of the need: about sixteen halvings' worth, each try that succeeds freed at once. Each

@@ -222,6 +222,22 @@ impl Recorder {
         }
     }
 
+    /// The largest allocation that succeeds now, searched up to `ceiling` at the resolution of
+    /// a search up to `limit`, from `hint` ([`probe::allocatable_now`](super::probe::allocatable_now)),
+    /// where the session does not otherwise measure by probes (a strategy that measures its
+    /// graphs by probes where the free reading's step hides them). Named, as every probe is
+    /// ([`Warning::ProbesTakeFreeMemory`]): it holds what is free for an instant.
+    pub fn probe_free(
+        &mut self,
+        limit: u64,
+        ceiling: Option<u64>,
+        hint: Option<u64>,
+    ) -> Result<u64> {
+        let got = super::probe::allocatable_now(&self.device, limit, ceiling, hint)?;
+        self.probed(got);
+        Ok(got)
+    }
+
     /// Where the session measures by allocation probes: the largest allocation that succeeds
     /// now ([`probe::allocatable_now`](super::probe::allocatable_now)), its search started
     /// from what the last probe found less what the engine's allocator (`reserved` now)

@@ -628,6 +628,37 @@ impl<'s> GraphContext<'s> {
             .map(crate::session::probe::alike_within)
     }
 
+    /// Where the free reading moves in steps coarse enough to hide the graphs it measures
+    /// ([`step_worth_probes`](crate::session::probe::step_worth_probes) of
+    /// [`reading_step`](Self::reading_step)), and the session does not measure by probes
+    /// already: the limit a probe around the graphs searches at the resolution of (the free
+    /// memory at the phase's start, else the device's total). `None` elsewhere.
+    pub(crate) fn step_probe_limit(&self) -> Option<u64> {
+        if self.session.p.probe_baseline.is_some()
+            || !crate::session::probe::step_worth_probes(self.reading_step())
+        {
+            return None;
+        }
+        self.before
+            .driver
+            .free
+            .or(self.before.driver.total)
+            .filter(|l| *l > 0)
+    }
+
+    /// The largest allocation that succeeds now, searched at the resolution of a search up to
+    /// `limit` ([`step_probe_limit`](Self::step_probe_limit)) from `hint`: a measurement of
+    /// free memory whose resolution does not depend on the reading's step. `None` where the
+    /// device cannot allocate.
+    pub(crate) fn probe_free(&mut self, limit: u64, hint: Option<u64>) -> Result<Option<u64>> {
+        let total = self.session.p.last.driver.total;
+        match self.session.probe_free(limit, total, hint) {
+            Ok(b) => Ok(Some(b)),
+            Err(Error::Unsupported { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// The step the free reading moves in where calibration (or the session's start) saw one
     /// of a MiB or more ([`Profile::free_step`](crate::Profile)); 0 elsewhere.
     pub fn reading_step(&self) -> u64 {

@@ -605,6 +605,23 @@ fn independent_margin(variation: u64, window: u64) -> u64 {
         .max(window.saturating_mul(2))
 }
 
+/// The margin of a pass measured by allocation probes ([`by_probes`]): its captures'
+/// variation (`variation`) and the reading's error on one window (`window`) in quadrature, as
+/// [`independent_margin`] keeps two. The pass's own window is the probes', whose error
+/// [`step_growth`](crate::session::probe::step_growth) already counts on the safe side; the
+/// window kept is the one for the engine's other memory measured through the reading
+/// ([`keeps_a_window_for_other_memory`]). The plan joins the other windows' error to this
+/// margin as if it kept two (`plan::build`), which keeps more than one would, never less (the
+/// difference `sqrt(v^2 + (a + r)^2) - sqrt(v^2 + a^2)` grows with `a`). Two windows of a
+/// reading in 768 MiB steps kept 1.5 GiB beside 1.3 GB of graphs the probes measured to 2 MiB.
+fn probed_pass_margin(variation: u64, window: u64) -> u64 {
+    let v = variation as f64;
+    let w = window as f64;
+    ((v * v + w * w).sqrt().ceil() as u64)
+        .max(variation)
+        .max(window)
+}
+
 /// The error each window [`independent_margin`] keeps is taken at: the reading's window error
 /// kept (`tolerance`, [`GraphContext::window_tolerance`]: 1.25 times the largest error
 /// calibration or the session's start saw on a window plus a MiB of slack, at least the step
@@ -745,7 +762,25 @@ impl GraphStrategy for Full {
             Some(&size) => ctx.prime(size)?,
             None => Primed::default(),
         };
+        // Where the reading's step hides the captures (a step over 7.5% of the priming capture
+        // as read), the pass and the repeats are measured by allocation probes instead
+        // ([`by_probes`]).
+        let probe_limit = ctx
+            .step_probe_limit()
+            .filter(|_| hidden_by_step(&[primed.returned], ctx.reading_step()) > 0);
+        let start = match probe_limit {
+            Some(limit) => {
+                ctx.flushed_snapshot()?;
+                ctx.probe_free(limit, None)?
+            }
+            None => None,
+        };
         let pass = capture_all(ctx)?;
+        if let (Some(limit), Some(start), Some(&size)) = (probe_limit, start, ctx.sizes().first()) {
+            if let Some(e) = by_probes(ctx, &primed, &pass, size, limit, start)? {
+                return Ok(e);
+            }
+        }
         let n = pass.each.len();
         let mut recaptures: Vec<i64> = pass.each.first().copied().into_iter().collect();
         let (margin, n_repeats, kept, window) = match ctx.sizes().first() {
@@ -872,6 +907,101 @@ impl GraphStrategy for Full {
         );
         Ok(e)
     }
+}
+
+/// `full` where the free reading moves in steps coarse enough for a probe
+/// ([`GraphContext::step_probe_limit`]) and to hide its captures (the step over
+/// [`HIDDEN_VARIATION_PER_MILLE`] of the priming capture as read, [`hidden_by_step`]): the
+/// pass and the repeats measured by allocation probes, whose resolution does not depend on the step.
+///
+/// A reading in steps reads a window up to a step off, and repeats of a capture smaller than a
+/// step read 0 or a step whatever the capture did: no range of theirs tells a variation from
+/// none, and the margin counted the whole step as the range of every graph (`k * step *
+/// sqrt(graphs)`, times `sqrt(2)` where the plan does not warn). On a 24 GiB card whose free
+/// reading moves in 768 MiB steps that kept 5.5 GiB for 35 graphs of 1.3 GB, and refused
+/// every start-up the device had room for; in 256 MiB steps it kept 2 GB more than the graphs
+/// took. The largest allocation that succeeds moves in the driver's pages: probed before the
+/// pass (the first size primed and released, the cache released) and after it, it measures
+/// what the pass took within the search's resolution and a page (on the safe side,
+/// [`step_growth`](crate::session::probe::step_growth)); the first size is captured again
+/// [`PROBED_REPEATS`] times, each measured by probes, and their range sizes the margin as
+/// `conservative`'s probed repeats do ([`probed_variation_margin`]). The margin keeps the
+/// reading's window error on one window beside it ([`probed_pass_margin`]). Each probe holds
+/// what is free for an instant, named ([`Warning::ProbesTakeFreeMemory`]).
+///
+/// `None` where a probe could not be taken (the device cannot allocate): the reading's
+/// measurement stands.
+fn by_probes(
+    ctx: &mut GraphContext<'_>,
+    primed: &Primed,
+    pass: &Pass,
+    size: u32,
+    limit: u64,
+    start: u64,
+) -> Result<Option<GraphEstimate>> {
+    ctx.flushed_snapshot()?;
+    let Some(end) = ctx.probe_free(limit, Some(start))? else {
+        return Ok(None);
+    };
+    let Some(repeats) =
+        super::simple::probed_repeats(ctx, size, |c, hint| c.probe_free(limit, hint))?
+    else {
+        return Ok(None);
+    };
+    let n = pass.each.len();
+    let resolution = crate::session::probe::resolution(limit);
+    let alike = crate::session::probe::alike_within(limit);
+    let took = crate::session::probe::step_growth(start, end, limit, 0).max(0);
+    let variation = probed_variation_margin(&repeats, n, resolution, alike);
+    let spread = probed_spread_per_mille(&repeats, resolution);
+    if spread > VARIATION_REPORTED_PER_MILLE {
+        ctx.warn(Warning::GraphCaptureVaries {
+            spread_per_mille: spread,
+            margin: variation,
+        });
+    }
+    let tol = ctx.window_tolerance();
+    // Memory given back inside the pass, as the reading saw it ([`given_back_inside`]).
+    let given_back = given_back_inside(pass, tol, primed.outstanding);
+    let bytes = took.saturating_add(i64::try_from(given_back).unwrap_or(i64::MAX));
+    // What the priming graph had not given back may have come back inside the pass, as in
+    // the reading's measurement: a capture of that size is the probed repeats' median.
+    let not_back = median(&repeats).map_or(0, |r| primed.may_come_back(r));
+    let margin = probed_pass_margin(variation, tol).saturating_add(not_back);
+    tracing::debug!(
+        start,
+        end,
+        took,
+        ?repeats,
+        resolution,
+        alike,
+        variation,
+        margin,
+        not_back,
+        "the pass and repeats of the first size measured by allocation probes"
+    );
+    let mut e = GraphEstimate::new(
+        StrategyKind::Full,
+        n,
+        bytes,
+        margin,
+        "allocation probes (the free reading's step hides the captures)",
+    );
+    e.uncertainty = ctx.free_tolerance().saturating_add(margin);
+    e.variation = variation;
+    e.explanation = format!(
+        "captured the first size once, then all {n} sizes into a throwaway pool; the free reading moves in steps of {} that hide the captures, so the pass was measured by the largest allocation that succeeds before and after it: {} measured{}, margin {} for the capture-to-capture variation of {} repeats of the first size, each measured by allocation probes, and the reading's window error on the engine's other memory",
+        fmt_bytes(ctx.reading_step()),
+        fmt_signed(bytes),
+        if given_back > 0 {
+            format!(" (with {} the allocator gave back inside the pass)", fmt_bytes(given_back))
+        } else {
+            String::new()
+        },
+        fmt_bytes(margin),
+        repeats.len()
+    );
+    Ok(Some(e))
 }
 
 impl GraphStrategy for PostCapture {

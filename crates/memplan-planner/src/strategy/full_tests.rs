@@ -537,3 +537,54 @@ fn a_pass_that_gave_memory_back_inside_itself_counts_its_peak() {
     // A pass that held the most at its end.
     assert_eq!(given_back_inside(&pass(end, end), 0, 0), 0);
 }
+
+/// A free reading in 768 MiB steps, 35 graphs whose first size (80 MB) reads 0 in every window:
+/// counted from the reading, the step is the repeats' range for every graph and the margin
+/// keeps seven steps (5.5 GiB beside 1.3 GB of graphs: every start-up on a 24 GiB card was
+/// refused). Such a step is worth allocation probes, and twelve probed repeats within 2 MiB of
+/// one another keep their variation and one window of the reading: about one step.
+#[test]
+fn a_step_that_hides_the_captures_costs_one_window_measured_by_probes_not_seven() {
+    let mib = 1u64 << 20;
+    let step = 768 * mib;
+    let by_reading = unwarned_margin(
+        variation_margin(
+            &[0; 32],
+            &[0; 35],
+            Noise {
+                bound: 2 * step,
+                seen: 0,
+                hidden: hidden_by_step(&[0; 32], step),
+            },
+        ),
+        true,
+    );
+    assert!(by_reading > 7 * step, "{by_reading}");
+    // What the reading's own figure decides on: the priming capture read as 0 (or a step)
+    // hides under the step, and the step is coarse enough for a probe.
+    assert!(hidden_by_step(&[0], step) > 0 && hidden_by_step(&[step as i64], step) > 0);
+    assert!(crate::session::probe::step_worth_probes(step));
+    // A step a probe is not worth: a 32 MiB one, nor the 2 MiB pages calibration reads.
+    assert!(!crate::session::probe::step_worth_probes(32 * mib));
+    assert!(!crate::session::probe::step_worth_probes(2 * mib));
+    let repeats = [
+        79_749_120, 81_776_640, 81_776_640, 79_613_952, 81_776_640, 81_776_640, 79_749_120,
+        79_749_120, 81_776_640, 79_613_952, 79_749_120, 81_776_640,
+    ];
+    let free = 9 << 30;
+    let variation = probed_variation_margin(
+        &repeats,
+        35,
+        crate::session::probe::resolution(free),
+        crate::session::probe::alike_within(free),
+    );
+    assert!(variation < 32 * mib, "{variation}");
+    let by_probes = probed_pass_margin(variation, step);
+    assert!(
+        by_probes >= step && by_probes < step + 2 * mib,
+        "{by_probes}"
+    );
+    // One window in quadrature with the variation, never less than either.
+    assert_eq!(probed_pass_margin(0, step), step);
+    assert_eq!(probed_pass_margin(variation, 0), variation);
+}

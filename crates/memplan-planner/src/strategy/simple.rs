@@ -160,7 +160,7 @@ impl GraphStrategy for Conservative {
         // where a reading showed more than they did: the larger measurement stands, and a
         // quarter of it is no figure of a capture's variation).
         let repeats = match (contradicted, probed, sizes.first()) {
-            (Some(_), Some(_), Some(&first)) => probed_repeats(ctx, first)?,
+            (Some(_), Some(_), Some(&first)) => probed_repeats(ctx, first, |c, _| c.allocatable())?,
             _ => None,
         };
         let alike = ctx.probes_alike_within().unwrap_or(0);
@@ -310,21 +310,31 @@ fn prime_by_probes(ctx: &mut GraphContext<'_>, size: u32) -> Result<Option<Prime
 /// Where a pass's graph memory was measured by allocation probes: the first size captured
 /// again [`PROBED_REPEATS`](super::full::PROBED_REPEATS) times, each alone (the pass's graphs
 /// and each repeat released before the next), each measured by what its capture made
-/// unallocatable. `None` where a probe could not be taken.
-fn probed_repeats(ctx: &mut GraphContext<'_>, size: u32) -> Result<Option<Vec<i64>>> {
+/// unallocatable, `probe` taking each measurement (given the last one's figure, where its
+/// search may start). `None` where a probe could not be taken.
+pub(super) fn probed_repeats<F>(
+    ctx: &mut GraphContext<'_>,
+    size: u32,
+    mut probe: F,
+) -> Result<Option<Vec<i64>>>
+where
+    F: FnMut(&mut GraphContext<'_>, Option<u64>) -> Result<Option<u64>>,
+{
     let mut taken = Vec::with_capacity(super::full::PROBED_REPEATS);
+    let mut last = None;
     for _ in 0..super::full::PROBED_REPEATS {
         ctx.release_graphs()?;
         ctx.warm_up(size)?;
         ctx.flushed_snapshot()?;
-        let Some(before) = ctx.allocatable()? else {
+        let Some(before) = probe(ctx, last)? else {
             return Ok(None);
         };
         ctx.capture(size)?;
         ctx.flushed_snapshot()?;
-        let Some(after) = ctx.allocatable()? else {
+        let Some(after) = probe(ctx, Some(before))? else {
             return Ok(None);
         };
+        last = Some(before);
         taken.push(
             i64::try_from(before)
                 .unwrap_or(i64::MAX)
