@@ -51,6 +51,10 @@ pub struct Profile {
     /// own capture, after its KV cache exists: a warm-up that takes more than the profile run
     /// needs that much beside the cache.
     pub warmup_peak_bytes: Option<u64>,
+    /// Whether every warm-up that held [`warmup_peak_bytes`](Self::warmup_peak_bytes) peaked at
+    /// a small request's size or less (PyTorch's `kSmallSize`, 1 MiB): its segments are then the
+    /// small requests' pool's, which no burst's large request takes.
+    pub warmup_peak_small: bool,
     /// Whether the engine's capture left in place the memory its allocator had cached from the
     /// warm-up before it (PyTorch's graph-capture context empties the cache on entering; an engine
     /// or framework that does not keeps every warm-up's segments through its captures and into
@@ -191,6 +195,7 @@ impl Profile {
             weights_held_bytes: None,
             activation_peak_bytes: None,
             warmup_peak_bytes: None,
+            warmup_peak_small: false,
             capture_keeps_cache: None,
             capture_cache_left_bytes: None,
             expandable_segments: false,

@@ -365,9 +365,13 @@ impl PlanBuilder {
         // and a burst larger than that block takes it and maps only the rest (PyTorch's
         // `find_expandable_block` extends the segment whose last block is free): beside the
         // burst stays only what the warm-ups left in other segments (a small warm-up's, in the
-        // small requests' pool), what was left cached beyond the largest warm-up.
+        // small requests' pool), what was left cached beyond the largest warm-up. Where the
+        // largest warm-up itself peaked at a small request's size, its pages are the small
+        // pool's, which a burst's large request never takes: all it left stays beside the
+        // burst (an RTX 4090 whose four warm-ups of 128 KiB left one 2 MiB small segment went
+        // 523 KiB past the request in serving).
         let expandable_kept = kept_cache
-            .filter(|_| p.expandable_segments)
+            .filter(|_| p.expandable_segments && !p.warmup_peak_small)
             .zip(p.warmup_peak_bytes)
             .map(|(kept, largest)| {
                 act.max(largest)

@@ -316,6 +316,13 @@ pub fn is_large_request(bytes: u64) -> bool {
     bytes >= MID_REQUEST_BELOW
 }
 
+/// Whether a step whose allocations peaked at `bytes` made only requests the caching allocator
+/// serves from its small requests' pool (PyTorch: `kSmallSize`, 1 MiB; `get_pool` hands such a
+/// request to the small pool's own segments, never to a large request's).
+pub fn is_small_request(bytes: u64) -> bool {
+    bytes <= SMALL_REQUEST
+}
+
 /// The greatest common divisor (of allocator readings, whose granule divides them).
 pub(crate) fn gcd(mut a: u64, mut b: u64) -> u64 {
     while b != 0 {

@@ -47,7 +47,7 @@ pub use consumer::{Consumer, ConsumerKind, Consumers, Provenance};
 pub(crate) use footprint::{gcd, kv_layout, MID_SEGMENT};
 pub use footprint::{
     granule_bound, granule_bound_beside, granule_bound_of_segments, granule_bound_segments,
-    is_large_request, weights_left_out, GranuleBound, ALLOCATOR_ROUNDING_BOUND,
+    is_large_request, is_small_request, weights_left_out, GranuleBound, ALLOCATOR_ROUNDING_BOUND,
 };
 pub use json::{combine_json, MAX_PLAN_JSON_BYTES};
 pub use physical::PhysicalCheck;
