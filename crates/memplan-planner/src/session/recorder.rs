@@ -303,6 +303,27 @@ impl Recorder {
         }
     }
 
+    /// The session's own checks left at most `bound` held by a count that needs no reading
+    /// (their raw frees times what a free may keep): the named figure
+    /// ([`Warning::ChecksLeftHeld`], bytes and window error together) is raised to it where it
+    /// is less, its error taking the difference.
+    pub fn left_held_at_least(&mut self, bound: u64) {
+        if bound == 0 {
+            return;
+        }
+        let named = self.p.warnings.iter_mut().find_map(|w| match w {
+            Warning::ChecksLeftHeld { bytes, within } => Some((bytes, within)),
+            _ => None,
+        });
+        match named {
+            Some((b, w)) => *w = (*w).max(bound.saturating_sub(*b)),
+            None => self.warn(Warning::ChecksLeftHeld {
+                bytes: 0,
+                within: bound,
+            }),
+        }
+    }
+
     /// One of the session's allocation probes held `largest` for an instant: said by name
     /// ([`Warning::ProbesTakeFreeMemory`], once, its figure the largest any probe held), since
     /// such a probe takes what is free, past the request wherever more is free than it leaves.
@@ -507,7 +528,7 @@ mod tests {
     use super::*;
 
     use memplan_core::backend::{BackendKind, DeviceDescriptor, DeviceId};
-    use memplan_core::bytes::{GIB, MIB};
+    use memplan_core::bytes::{GIB, KIB, MIB};
     use memplan_core::{AllocatorMemory, Device, DriverMemory, HalDevice, ProfilingCapability};
 
     /// A device that is never asked for anything: the recorder's arithmetic is on snapshots.
@@ -558,6 +579,25 @@ mod tests {
             Warning::ChecksLeftHeld { bytes, within } => Some((*bytes, *within)),
             _ => None,
         })
+    }
+
+    /// An uncalibrated check's raw frees on a device whose frees each keep 256 KiB: 12 frees
+    /// kept 3 MiB, which the check's window read within its 2.25 MiB error (reading noise
+    /// hid it; seed 38 of the outside file
+    /// `uncalibrated-leaky-frees-weights-past-request-rocm62.toml`). The figure named is at
+    /// least the frees times what a free may keep, and a window's larger figure stands.
+    #[test]
+    fn what_a_checks_raw_frees_may_keep_is_named() {
+        let mut rec = recorder(20 * GIB, 2304 * KIB);
+        rec.before_baseline("free reading check", snap(20 * GIB));
+        assert_eq!(named(&rec), Some((0, 2304 * KIB)));
+        rec.left_held_at_least(12 * 256 * KIB);
+        assert_eq!(named(&rec), Some((0, 3 * MIB)));
+        rec.left_held_at_least(MIB);
+        assert_eq!(named(&rec), Some((0, 3 * MIB)));
+        let mut rec = recorder(20 * GIB, MIB);
+        rec.left_held_at_least(3 * MIB);
+        assert_eq!(named(&rec), Some((0, 3 * MIB)));
     }
 
     #[test]
