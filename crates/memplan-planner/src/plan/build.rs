@@ -1370,18 +1370,51 @@ impl PlanBuilder {
         }
         // The engine's own pool rule where the free memory at its start is below the request
         // (`EngineRule`): where the free memory now, not the request or the engine's pool,
-        // bounds the cache, the older rule's budget stands.
+        // bounds the cache, the older rule's budget stands, as a margin below the physical
+        // cap. It is no rule of the engine's (SGLang refuses no request for the free memory,
+        // only a pool it cannot start with): where it leaves the engine no pool to start with
+        // (the consumers alone past its share, or a cache shorter than the engine's least),
+        // it would turn a plan the free memory holds into a refusal, and the physical cap
+        // stands, which keeps the bound on two captures' difference and names the variation
+        // (`graph_capture_varies`). An L4 beside 3 GiB of others, graphs varying by 40%: the
+        // share refused by 718 MiB where the engine alone held 29,120 tokens.
         if let (Some(older), true) = (
             engine_rule.older,
             capped_by_free.is_some() && warned_margin.is_some(),
         ) {
-            let older = older?;
-            if older < kv_bytes {
-                notes.push(format!(
-                    "the free memory now bounds the KV cache below the engine's own pool: the plan keeps the request's share of the free memory at the start for the whole process, {} for the KV cache",
+            let starts = |bytes: u64| {
+                let fitted = match self.granularity.filter(|g| *g > 1) {
+                    _ if per_tensor => fit_rounded(bytes, fit.0, fit.1, fit.2, &alloc),
+                    Some(g) => bytes / g * g,
+                    None => bytes,
+                };
+                self.kv_spec
+                    .size_with(fitted, &self.limits, &self.rules)
+                    .is_ok_and(|k| {
+                        k.max_concurrency >= 1.0
+                            || self
+                                .rules
+                                .long_requests
+                                .longest_admitted(k.tokens, self.limits.max_model_len)
+                                .is_some()
+                    })
+            };
+            match older {
+                Ok(older) if older < kv_bytes && starts(older) => {
+                    notes.push(format!(
+                        "the free memory now bounds the KV cache below the engine's own pool: the plan keeps the request's share of the free memory at the start for the whole process, {} for the KV cache",
+                        fmt_bytes(older)
+                    ));
+                    kv_bytes = older;
+                }
+                Ok(older) if older < kv_bytes => notes.push(format!(
+                    "the free memory now bounds the KV cache below the engine's own pool; the request's share of the free memory at the start would leave the KV cache {}, too little for the engine to start with, so the free memory bounds the plan",
                     fmt_bytes(older)
-                ));
-                kv_bytes = older;
+                )),
+                Ok(_) => {}
+                Err(_) => notes.push(
+                    "the free memory now bounds the KV cache below the engine's own pool; the request's share of the free memory at the start would leave it no room (the consumers alone take more), so the free memory bounds the plan".to_string(),
+                ),
             }
         }
         if let Some(g) = self.granularity.filter(|g| *g > 1) {
