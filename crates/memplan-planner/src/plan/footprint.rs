@@ -679,17 +679,47 @@ impl KvTensors {
     /// real sizes the plan does not model exactly, [`swa_pools`]) are each taken rounded up by
     /// less than the granule (as the plan kept for them before their layout was modelled),
     /// not to a multiple of it: a large tensor keeps a whole granule, and only small and
-    /// mid-sized ones, which share the allocator's segments, keep less.
+    /// mid-sized ones, which share the allocator's segments, keep less. Where the granule is
+    /// one the allocator rounds to a multiple of ([`Granule::Multiple`]), a large tensor's
+    /// bound is rounded instead ([`bounded_tensors_alone`]): rounding is monotone, so no
+    /// tensor within the bound takes more.
     pub(crate) fn footprint(&self, blocks: u64, g: Granule, a: &AllocatorConfig) -> u64 {
         if let Some(p) = self.pools {
             return p.footprint(blocks, g, a);
         }
-        let g = match g {
-            Granule::Multiple(g) if self.beyond > 0 => Granule::AtMost(g),
-            g => g,
-        };
-        footprint(self.bytes_each(blocks), self.count, g, a)
+        let each = self.bytes_each(blocks);
+        match g {
+            Granule::Multiple(m) if self.beyond > 0 => {
+                let kept = footprint(each, self.count, Granule::AtMost(m), a);
+                bounded_tensors_alone(each, self.count, m, a).map_or(kept, |alone| kept.min(alone))
+            }
+            g => footprint(each, self.count, g, a),
+        }
     }
+}
+
+/// The most `count` tensors of at most `bytes` each take where the allocator rounds a large
+/// request on its own to a multiple of a granule that divides `g` (a measured granule, or one
+/// read off the allocator's own sizes, [`Granule::Multiple`]): each rounded on its own, none
+/// sharing a segment. A request and its rounding to a multiple of a granule only grow with
+/// the request (PyTorch: `round_size`, then `get_allocation_size` rounds a request of
+/// `kMinLargeAlloc` and more to `kRoundLarge`), and a granule that divides `g` rounds no
+/// request above its rounding to `g`: so a tensor within the bound that is large takes at
+/// most the bound rounded to `g`. One that is smaller than the bound may fall below
+/// `kMinLargeAlloc` and take a mid-sized segment (`kLargeBuffer`, or a coarser granule's
+/// rounding of it) instead: each is kept the larger of the two. `None` where the bound is no
+/// large request, or the allocator packs tensors into an expandable segment
+/// ([`expandable_footprint`], which bounds them itself).
+fn bounded_tensors_alone(bytes: u64, count: u64, g: u64, a: &AllocatorConfig) -> Option<u64> {
+    let b = rounded_request(bytes, a);
+    if b < MID_REQUEST_BELOW || a.expandable_segments {
+        return None;
+    }
+    let large = Granule::Multiple(g);
+    let mid = a
+        .mid_segment()
+        .max(large.large(rounded_request(MID_REQUEST_BELOW - 1, a)));
+    Some(large.large(b).max(mid).saturating_mul(count))
 }
 
 /// The KV cache's tensors as the plan fits them: the layout of whole pages where there is one

@@ -352,16 +352,69 @@ fn a_small_sliding_window_cache_shares_segments_instead_of_a_granule_per_tensor(
             );
         }
     }
-    // Large tensors keep a whole granule each, as before: the sizes are bounds.
+    // Large tensors keep a whole granule each where the granule bounds the rounding: the
+    // sizes are bounds.
     let t = layout.unwrap();
     let blocks = 40 * 52 * MIB / s.block_bytes;
     assert_eq!(
-        t.footprint(blocks, Granule::Multiple(2 * MIB), &D),
-        t.footprint(blocks, Granule::AtMost(2 * MIB), &D)
-    );
-    assert_eq!(
         t.footprint(blocks, Granule::AtMost(2 * MIB), &D),
         52 * (t.bytes_each(blocks).div_ceil(MIN_BLOCK) * MIN_BLOCK + 2 * MIB)
+    );
+}
+
+/// Tensors whose sizes are bounds (SGLang's K and V per layer of a hybrid cache, each at most
+/// an even share of the blocks and a page, `swa_pools`) where the allocator rounds to a
+/// multiple of a granule (one measured, or read off its own sizes): a request and its
+/// rounding only grow with the request, so each tensor takes at most its bound rounded to the
+/// granule, not the bound and a whole granule on top. A real shape (34 layers of a hybrid,
+/// K and V paired, on an allocator whose sizes read as power-of-two divisions of 2 and a
+/// granule dividing 8 MiB): tensors of 56.6 MiB rounded to 64 MiB each, where 72 MiB each
+/// were kept and the start-up refused one request of 131,072 tokens with 770 MiB kept for
+/// rounding.
+#[test]
+fn bounded_tensors_are_rounded_to_a_granule_that_divides_not_a_granule_past_it() {
+    use memplan_core::kv::KvLimits;
+    let spec = gemma3_1b();
+    let split = SizingRules::default().with_kv_allocation(KvAllocation::SplitKv);
+    let s = spec
+        .size_with(0, &KvLimits::new(2048, 2048), &split)
+        .unwrap();
+    let t = kv_fit_layout(&spec, &s, &split).unwrap();
+    assert!(t.beyond > 0);
+    let mut two = D.clone();
+    two.roundup_power2_divisions = [2; 16];
+    for (a, blocks) in [(&*D, 40 * 52 * MIB / s.block_bytes), (&two, 45_000)] {
+        let each = t.bytes_each(blocks);
+        let rounded = super::rounded_request(each, a);
+        assert!(rounded >= MID_REQUEST_BELOW, "{rounded}");
+        let g = 8 * MIB;
+        let multiple = t.footprint(blocks, Granule::Multiple(g), a);
+        // Each bound rounded up to 8 MiB, the most any granule dividing it gives.
+        assert_eq!(multiple, 52 * rounded.div_ceil(g) * g);
+        assert!(multiple < t.footprint(blocks, Granule::AtMost(g), a));
+        // Every tensor within the bound takes no more, by the allocator's own rounding.
+        for r in [each, each - each / 7, MID_REQUEST_BELOW] {
+            for d in [512, MIB, 2 * MIB, 4 * MIB, g] {
+                let own = super::rounded_request(r, a).div_ceil(d) * d;
+                assert!(52 * own <= multiple, "{r} {d}");
+            }
+        }
+    }
+    // The 56.6 MiB tensors of the real shape: 64 MiB each with divisions of 2.
+    let blocks = (56 * MIB + MIB * 6 / 10) * 52 / t.block_bytes;
+    let each = t.bytes_each(blocks);
+    assert!(each > 48 * MIB && each < 64 * MIB, "{each}");
+    assert_eq!(
+        t.footprint(blocks, Granule::Multiple(8 * MIB), &two),
+        52 * 64 * MIB
+    );
+    // A bound just past `kMinLargeAlloc`: a tensor within it may be a mid-sized request in a
+    // 20 MiB segment of its own, so the bound rounded alone does not hold it; the whole
+    // granule kept on top of the bound does, and stands.
+    let blocks = 11 * MIB * 52 / t.block_bytes;
+    assert_eq!(
+        t.footprint(blocks, Granule::Multiple(8 * MIB), &D),
+        t.footprint(blocks, Granule::AtMost(8 * MIB), &D)
     );
 }
 
