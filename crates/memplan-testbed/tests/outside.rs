@@ -2457,11 +2457,14 @@ fn an_uncalibrated_free_check_stays_within_the_budget() {
 
 /// Full capture of four widely spaced sizes whose captures each keep 3 MiB, a byte budget the
 /// plan fills to the byte, adversarial seed 9 (coarse allocator granule; o26 battery, class O1):
-/// 108.20% of the run's oracle, whose room (which counts what the run's profiling captures left
-/// held) is below the plan's KV bytes; the clean oracle holds the plan. With no per-capture
-/// memory the seed is at 100%.
+/// 108.20% of the run's oracle. The per-capture memory is in the plan and in the oracle, once
+/// each (the library's first-capture memory and the 39 captures' 3 MiB match the plan's
+/// non-allocator figure to the byte). What is short is the graph reserve: 2,098,735,749 B
+/// against the engine alone's 2,134,740,252 B. Its variation margin (229.5 MB) comes from 32
+/// repeats of the first size spreading about 7%, where the engine's captures vary by 21.5%
+/// (3.09 standard deviations: 273.5 MB); one allocator granule step of KV blocks past the room.
 #[test]
-#[ignore = "open: over the oracle by one granule step beside per-capture memory the profiling kept (seed 9)"]
+#[ignore = "open: the full strategy's variation margin, from repeats of the first size, is short of the engine's capture variation (over the oracle, seed 9)"]
 fn per_capture_memory_the_profiling_kept_is_in_the_plan() {
     passes(
         "open/full-capture-kept-per-capture-memory-fills-budget-rtx4090.toml",
