@@ -2360,9 +2360,11 @@ fn a_sampled_margin_sees_enough_samples_between_the_extremes() {
     }
 }
 
-/// Seeds 0 to 20: what the o26 battery ran each of its files on.
-fn seeds_0_to_20() -> Vec<u64> {
-    (0..21).collect()
+/// Seeds 0 to 6 of the 0 to 20 the o26 battery ran each of its files on (4 and 6 draw
+/// adversarial physics): 18 files on 21 seeds doubled the outside tests' time in CI's debug
+/// build; the battery reruns all of them (`battery 0 21 FILE`).
+fn o26_seeds() -> Vec<u64> {
+    (0..7).collect()
 }
 
 /// Documented knobs at their extremes together (the o26 battery): neighbours that come and go
@@ -2370,7 +2372,7 @@ fn seeds_0_to_20() -> Vec<u64> {
 /// that keep the allocator's cache, VM releases that leak, a free reading stuck at the total, a
 /// wrong pool declared exact, Level Zero without Sysman, a consumer card's byte budget with a
 /// 128k context, SGLang at a utilisation of 1.0 beside others that leave. Each passes every
-/// gating rule with no needless refusal on seeds 0 to 20.
+/// gating rule with no needless refusal on seeds 0 to 20 (the test runs 0 to 6).
 #[test]
 fn knobs_at_their_extremes_together() {
     for file in [
@@ -2388,7 +2390,7 @@ fn knobs_at_their_extremes_together() {
         "mi300x-unmeasured-kv-67-sizes-full-neighbour-before-graph-phase.toml",
         "mi300x-mla-fp8-ds-one-backing-no-hook.toml",
     ] {
-        let cases = passes(file, &seeds_0_to_20());
+        let cases = passes(file, &o26_seeds());
         assert!(
             cases.iter().any(|c| c.out.failed.is_none()),
             "{file}: no seed started"
@@ -2403,7 +2405,7 @@ fn knobs_at_their_extremes_together() {
 fn a_utilisation_of_one_beside_others_is_refused_as_vllm_refuses_it() {
     let cases = passes(
         "h100-vllm-utilization-1-others-refused-at-start.toml",
-        &seeds_0_to_20(),
+        &o26_seeds(),
     );
     for c in &cases {
         assert!(c.out.plan.is_none(), "{}: planned", c.what);
@@ -2424,7 +2426,7 @@ fn format_edges_plan_within_the_oracle() {
         "strix-halo-mla-beside-sliding-one-backing.toml",
         "h100-64-layer-groups.toml",
     ] {
-        passes(file, &seeds_0_to_20());
+        passes(file, &o26_seeds());
     }
     for c in passes("h200-two-byte-page-billions-of-tokens.toml", &[0, 1, 2]) {
         let tokens = c.out.kv_tokens.expect("a KV cache");
