@@ -1438,10 +1438,11 @@ fn exact_free_that_moves(
     }
     let free = device.driver_memory()?.free;
     // Windows no larger than `most` (calibration's largest allocation, or half a request
-    // known before the start): the session's start holds no more for an instant than
-    // calibration would. Windows of an eighth of free memory went 5.9 GB past a 12 GiB budget
-    // on a 141 GB device, before the engine had loaded anything.
-    let cap = total.unwrap_or(u64::MAX).min(most);
+    // known before the start; `probe::window_size` bounds them by it): the session's start
+    // holds no more for an instant than calibration would. Windows of an eighth of free
+    // memory went 5.9 GB past a 12 GiB budget on a 141 GB device, before the engine had
+    // loaded anything.
+    let cap = total.unwrap_or(u64::MAX);
     // The windows also say what the device kept of each allocation they freed (judged apart
     // from the reading's error, see `probe::window_error_and_step`): returned as they are.
     let checked = probe::window_error_and_step(device, cap, free, 1, most)?;

@@ -627,26 +627,23 @@ mod tests {
         // adversarial Strix Halo physics): the later window that measured what the checks
         // left held is off by up to the error the plan keeps for any window, 1.25 times the
         // seen plus a MiB, and is named within that.
-        let mut rec = recorder(20 * GIB, 7 * MIB);
-        rec.p.capability.set(
-            memplan_core::Reading::DriverFree,
-            memplan_core::Reliability::Approximate {
-                tolerance_bytes: 64 * MIB,
-                why: "test".into(),
-            },
-        );
+        let approximate = |tolerance_bytes: u64| {
+            let mut rec = recorder(20 * GIB, 7 * MIB);
+            rec.p.capability.set(
+                memplan_core::Reading::DriverFree,
+                memplan_core::Reliability::Approximate {
+                    tolerance_bytes,
+                    why: "test".into(),
+                },
+            );
+            rec
+        };
+        let mut rec = approximate(64 * MIB);
         rec.before_baseline("calibration", snap(20 * GIB + 5 * MIB));
         let kept = 7 * MIB + 7 * MIB / 4 + MIB;
         assert_eq!(named(&rec), Some((5 * MIB, kept)));
         // Never below the error seen, where a declaration is narrower than what was seen.
-        let mut rec = recorder(20 * GIB, 7 * MIB);
-        rec.p.capability.set(
-            memplan_core::Reading::DriverFree,
-            memplan_core::Reliability::Approximate {
-                tolerance_bytes: 2 * MIB,
-                why: "test".into(),
-            },
-        );
+        let mut rec = approximate(2 * MIB);
         rec.before_baseline("calibration", snap(20 * GIB + 5 * MIB));
         assert_eq!(named(&rec), Some((5 * MIB, 7 * MIB)));
     }
