@@ -357,6 +357,23 @@ pub enum Warning {
         /// The largest allocation one of the session's probes held.
         largest: u64,
     },
+    /// The request is below the memory the device held in use before the session's start (its
+    /// total less its free reading): whatever of that is this process's own (its runtime's
+    /// context, made before any session) is past the request before anything is loaded, and
+    /// the start's checks, up to `largest` at once, go past it further. No device-wide reading
+    /// tells this process's own memory from other processes', so the start cannot tell whether
+    /// it is past the request; such a request leaves an engine room only where other processes
+    /// hold most of what is in use. Raised by [`Session::start_for`](crate::Session::start_for)
+    /// and [`Session::begin_for`](crate::Session::begin_for), which know the request.
+    RequestBelowMemoryInUse {
+        /// The bytes the request asks for.
+        requested: u64,
+        /// The device's memory in use before the start (total less free).
+        in_use: u64,
+        /// The most the start's checks hold at once: their largest allocation, or what
+        /// calibration's test capture held as measured, where that is more.
+        largest: u64,
+    },
     /// The session's own checks left memory held for good (measured): a runtime that keeps
     /// memory of every graph capture kept that of calibration's test capture and of the
     /// captures a strategy made to measure graphs and tore down
@@ -413,6 +430,7 @@ impl Warning {
             Warning::UtilizationOfDeviceTotal { .. } => "utilization_of_device_total",
             Warning::DeviceKeepsMemoryOnFree { .. } => "device_keeps_memory_on_free",
             Warning::ProbesTakeFreeMemory { .. } => "probes_take_free_memory",
+            Warning::RequestBelowMemoryInUse { .. } => "request_below_memory_in_use",
             Warning::ChecksLeftHeld { .. } => "checks_left_held",
             Warning::FiguresPerRank { .. } => "figures_per_rank",
             Warning::LimitingRank { .. } => "limiting_rank",
@@ -506,6 +524,7 @@ impl fmt::Display for Warning {
             Warning::GraphMemoryNotReserved { estimate } => write!(f, "graph memory is not reserved; capture will take about {} outside the budget", fmt_bytes(*estimate)),
             Warning::DeviceKeepsMemoryOnFree { bytes_per_free } => write!(f, "the device keeps {} of every raw allocation it frees (each allocate/free pair its checks made left about that much held): the plan keeps room for the frees this start-up makes after its last reading, but every free the engine makes while serving takes {} more, and how many it makes is the engine's: no plan made before serving can bound it", fmt_bytes(*bytes_per_free), fmt_bytes(*bytes_per_free)),
             Warning::ProbesTakeFreeMemory { largest } => write!(f, "the session measures free memory by the largest allocation that succeeds (where no reading measures this process's memory, at its start and around each of the engine's steps; where the free reading moves in steps too coarse for the graphs, around their captures), and each such probe holds what is free for an instant (the largest held {}): where more is free than the request leaves, the process goes past the request by the probe, which it cannot bound", fmt_bytes(*largest)),
+            Warning::RequestBelowMemoryInUse { requested, in_use, largest } => write!(f, "the request ({}) is below the memory the device held in use before the session's start ({}): what of that is this process's own (its runtime's context) is past the request already, and the start's checks, up to {} at once, go past it further; no device-wide reading tells this process's memory from other processes', so nothing before the engine's own steps can tell whether the request leaves it room", fmt_bytes(*requested), fmt_bytes(*in_use), fmt_bytes(*largest)),
             Warning::ChecksLeftHeld { bytes, within } => write!(f, "the session's own checks (calibration's test capture, captures torn down after measuring) left {} held for good (measured within {}): counted as this engine's memory in the plan, but held before the engine's own steps showed whether the request leaves room for them, and past the request where those take it", fmt_bytes(*bytes), fmt_bytes(*within)),
             Warning::TotalBelowAllocatable { reported, allocatable, total } => write!(f, "the device reports a total of {} but an allocation of {} succeeded: the total is reported too low, and the plan takes the device's total as {} (what was allocatable and what this process held), the least it can have; a share of the device (GPU memory utilisation) is a share of that", fmt_bytes(*reported), fmt_bytes(*allocatable), fmt_bytes(*total)),
             Warning::DriverTotalAboveDevice { driver, device } => write!(f, "the driver reports a total of {} where the device's own counters read {} ({} more than the device has): the plan takes the device's total as {}, and a share of the device (GPU memory utilisation) is a share of that", fmt_bytes(*driver), fmt_bytes(*device), fmt_bytes(driver.saturating_sub(*device)), fmt_bytes(*device)),
@@ -637,6 +656,11 @@ mod tests {
             Warning::ChecksLeftHeld {
                 bytes: 1,
                 within: 1,
+            },
+            Warning::RequestBelowMemoryInUse {
+                requested: 1,
+                in_use: 2,
+                largest: 1,
             },
             Warning::UtilizationOfInexactTotal {
                 reported_total: 2,

@@ -107,14 +107,20 @@ const PHASE_PLAN: &str = "the plan";
 const PHASE_ENDED: &str = "the step that ended the start-up";
 
 /// What the session said by name it put on top of the engine before its plan: the largest
-/// allocation its probes held ([`memplan_planner::Warning::ProbesTakeFreeMemory`]) and the
-/// memory its checks left held for good ([`memplan_planner::Warning::ChecksLeftHeld`]).
+/// allocation its probes held ([`memplan_planner::Warning::ProbesTakeFreeMemory`]) or its
+/// start's checks held where the request was below the memory in use before the start
+/// ([`memplan_planner::Warning::RequestBelowMemoryInUse`]), and the memory its checks left
+/// held for good ([`memplan_planner::Warning::ChecksLeftHeld`]).
 fn named(out: &mut Outcome, warnings: &[memplan_planner::Warning]) {
     use memplan_planner::Warning;
-    out.probes_named = warnings.iter().find_map(|w| match w {
-        Warning::ProbesTakeFreeMemory { largest } => Some(*largest),
-        _ => None,
-    });
+    out.probes_named = warnings
+        .iter()
+        .filter_map(|w| match w {
+            Warning::ProbesTakeFreeMemory { largest }
+            | Warning::RequestBelowMemoryInUse { largest, .. } => Some(*largest),
+            _ => None,
+        })
+        .max();
     out.checks_left_held = warnings.iter().find_map(|w| match w {
         Warning::ChecksLeftHeld { bytes, within } => Some(bytes.saturating_add(*within)),
         _ => None,

@@ -2503,3 +2503,19 @@ fn small_warm_ups_a_keeping_capture_leaves_cached_are_in_the_reserve() {
         &[0, 1, 2, 3, 19, 36],
     );
 }
+
+/// A request below the memory the device holds in use before the start (a utilisation of
+/// 0.001 of a 24 GiB card, 24.6 MiB, below the runtime's context alone) cannot start: the
+/// start-up refuses, and before it the session's start went past the request by no more than
+/// it named (`request_below_memory_in_use`, with the most its checks held at once: their
+/// windows, calibration's test capture as measured). Its test capture once held a 32 MiB node
+/// whatever the request; these seeds went 8 to 45 MiB past it unnamed.
+#[test]
+fn a_request_below_the_memory_in_use_is_named_before_the_start() {
+    let file = "rtx4090-utilisation-below-the-runtimes-context.toml";
+    for c in passes(file, &[0, 1, 9, 12, 13, 16, 17, 19]) {
+        let why = c.out.failed.as_deref().unwrap_or_default();
+        assert!(why.contains("start-up refused"), "{}: {why}", c.what);
+        assert!(c.out.probes_named.is_some(), "{}: nothing named", c.what);
+    }
+}

@@ -13,6 +13,13 @@ use crate::strategy::{wait_for_release, Trim, SETTLE_SYNCHRONIZES};
 const NODES: u32 = 64;
 const ALLOC: u64 = 32 * MIB;
 
+/// The test capture's allocation node: [`ALLOC`], no larger than `most` (the most one
+/// allocation of calibration may hold, whole MiB, at least one): a start for a request under
+/// 64 MiB holds no more than half of it at once in its capture either.
+fn node_size(most: u64) -> u64 {
+    (ALLOC.min(most) / MIB).max(1) * MIB
+}
+
 /// The verdict's item for per-capture memory a runtime keeps
 /// ([`facts.hidden_bytes_per_capture`](memplan_core::ProfilingCapability)).
 pub(crate) const HIDDEN_PER_CAPTURE: &str = "hidden_per_capture";
@@ -78,7 +85,7 @@ struct Recorded {
 /// Record the calibration graph: with an allocation node when `with_node`, falling back to
 /// none when the device cannot record one (a runtime without stream-ordered allocation); the
 /// baseline is read right before the capture that is kept.
-fn record_graph(device: &Device, with_node: Result<(), String>) -> Result<Recorded> {
+fn record_graph(device: &Device, with_node: Result<(), String>, alloc: u64) -> Result<Recorded> {
     let recorded = |device: &Device, alloc_node: u64, no_node: Option<String>| {
         let f0 = free(device, true)?;
         let p0 = device.graph_pool_memory()?;
@@ -92,7 +99,7 @@ fn record_graph(device: &Device, with_node: Result<(), String>) -> Result<Record
         })
     };
     let no_node = match with_node {
-        Ok(()) => match recorded(device, ALLOC, None) {
+        Ok(()) => match recorded(device, alloc, None) {
             Err(e @ Error::Unsupported { .. }) => {
                 format!("the device cannot record a graph allocation node: {e}")
             }
@@ -103,13 +110,13 @@ fn record_graph(device: &Device, with_node: Result<(), String>) -> Result<Record
     recorded(device, 0, Some(no_node))
 }
 
-fn run_graph(device: &Device, with_node: Result<(), String>) -> Result<GraphRun> {
+fn run_graph(device: &Device, with_node: Result<(), String>, alloc: u64) -> Result<GraphRun> {
     let Recorded {
         graph: g,
         no_node,
         f0,
         p0,
-    } = record_graph(device, with_node)?;
+    } = record_graph(device, with_node, alloc)?;
     let measured = (|| -> Result<(Option<i64>, GraphPoolMemory)> {
         device.graph_capture()?.replay(g)?;
         let f1 = free(device, true)?;
@@ -127,7 +134,7 @@ fn run_graph(device: &Device, with_node: Result<(), String>) -> Result<GraphRun>
     let f_synced = free(device, true);
     let settled = wait_for_release(device, SETTLE_SYNCHRONIZES, Trim::AtEnd, |_| Ok(false));
     let f_released = match (free(device, true), f0) {
-        (Ok(Some(f)), Some(f0)) => late_release(device, f, f0),
+        (Ok(Some(f)), Some(f0)) => late_release(device, f, f0, alloc),
         (other, _) => other,
     };
     let (f1, p1) = measured?;
@@ -151,8 +158,8 @@ fn run_graph(device: &Device, with_node: Result<(), String>) -> Result<GraphRun>
 /// is back (a runtime may give it back after more synchronizes than the settle waits for, as
 /// the graph phase allows for). What is still out then is per-capture memory the runtime
 /// keeps; counting a late release as such would make every capture seem to keep it.
-fn late_release(device: &Device, f: i64, f0: i64) -> Result<Option<i64>> {
-    let back = |f: i64| f >= f0.saturating_sub(tolerance(ALLOC) as i64);
+fn late_release(device: &Device, f: i64, f0: i64, alloc: u64) -> Result<Option<i64>> {
+    let back = |f: i64| f >= f0.saturating_sub(tolerance(alloc) as i64);
     let mut last = Some(f);
     wait_for_release(
         device,
@@ -210,8 +217,16 @@ fn unchecked_pool(cal: &mut ProfilingCapability, note: String) -> Verdict {
     )
 }
 
-/// Graph capture, graph-pool attributes, graph release timing and per-capture memory.
-pub(super) fn graphs(device: &Device, cal: &mut ProfilingCapability) -> Result<Vec<Verdict>> {
+/// Graph capture, graph-pool attributes, graph release timing and per-capture memory; the
+/// test capture's allocation node no larger than `most` ([`node_size`]). Also what the test
+/// capture held at once, as the free reading measured it after its replay (its node, the
+/// runtime's executable object, anything a first capture allocates), where it read one.
+pub(super) fn graphs(
+    device: &Device,
+    cal: &mut ProfilingCapability,
+    most: u64,
+) -> Result<(Vec<Verdict>, Option<u64>)> {
+    let alloc = node_size(most);
     let declared_capture = cal.facts.graph_capture.clone();
     if !declared_capture.is_supported() {
         let pool = verdict_reading(
@@ -227,17 +242,20 @@ pub(super) fn graphs(device: &Device, cal: &mut ProfilingCapability) -> Result<V
                 step: 0,
             },
         );
-        return Ok(vec![
-            fact(
-                "graph_capture",
-                declared_capture.to_string(),
-                declared_capture.to_string(),
-                Status::NotChecked,
-                vec![],
-                "declared unsupported",
-            ),
-            pool,
-        ]);
+        return Ok((
+            vec![
+                fact(
+                    "graph_capture",
+                    declared_capture.to_string(),
+                    declared_capture.to_string(),
+                    Status::NotChecked,
+                    vec![],
+                    "declared unsupported",
+                ),
+                pool,
+            ],
+            None,
+        ));
     }
     // An allocation node is only worth recording when there are graph-pool attributes to
     // check with it; capture itself does not need one.
@@ -251,7 +269,7 @@ pub(super) fn graphs(device: &Device, cal: &mut ProfilingCapability) -> Result<V
             cal.facts.graph_pool_attributes
         ))
     };
-    let run = match run_graph(device, with_node) {
+    let run = match run_graph(device, with_node, alloc) {
         Ok(r) => r,
         // A full device says nothing about graph capture: out of memory, not a missing
         // capability.
@@ -274,13 +292,13 @@ pub(super) fn graphs(device: &Device, cal: &mut ProfilingCapability) -> Result<V
                 vec![],
                 "",
             );
-            return Ok(vec![v]);
+            return Ok((vec![v], None));
         }
     };
     let captured = match &run.no_node {
         None => format!(
             "captured, replayed and destroyed one graph with a {} allocation node",
-            fmt_bytes(ALLOC)
+            fmt_bytes(alloc)
         ),
         Some(why) => {
             format!("captured, replayed and destroyed one graph without an allocation node ({why})")
@@ -299,33 +317,34 @@ pub(super) fn graphs(device: &Device, cal: &mut ProfilingCapability) -> Result<V
         // Nothing went into the graph pool: its attributes could not be checked.
         out.push(unchecked_pool(cal, format!("not checked: {why}")));
     } else {
-        out.push(pool_verdict(cal, run.pool_growth));
+        out.push(pool_verdict(cal, run.pool_growth, alloc));
     }
 
-    release_and_hidden(cal, &run, &mut out);
-    Ok(out)
+    release_and_hidden(cal, &run, alloc, &mut out);
+    let held = diff(run.f0, run.f1).and_then(|c| u64::try_from(c).ok());
+    Ok((out, held))
 }
 
 /// Graph-pool attributes must move with an allocation node.
-fn pool_verdict(cal: &mut ProfilingCapability, pool_growth: Option<i64>) -> Verdict {
+fn pool_verdict(cal: &mut ProfilingCapability, pool_growth: Option<i64>, alloc: u64) -> Verdict {
     let ev = vec![Evidence::bytes(
         format!(
             "graph pool growth for a {} allocation node",
-            fmt_bytes(ALLOC)
+            fmt_bytes(alloc)
         ),
-        ALLOC as i64,
+        alloc as i64,
         pool_growth,
-        ALLOC / 2,
+        alloc / 2,
     )];
     let pool_rel = match pool_growth {
         None => Some(Reliability::Unavailable {
             reason: "the device returned no graph-pool attribute".into(),
         }),
-        Some(g) if g < (ALLOC / 2) as i64 => Some(Reliability::Unavailable {
+        Some(g) if g < (alloc / 2) as i64 => Some(Reliability::Unavailable {
             reason: format!(
                 "graph-pool attributes moved by {} for a {} allocation node (a stub?)",
                 fmt_bytes(g.max(0) as u64),
-                fmt_bytes(ALLOC)
+                fmt_bytes(alloc)
             ),
         }),
         _ => None,
@@ -350,7 +369,12 @@ fn pool_verdict(cal: &mut ProfilingCapability, pool_growth: Option<i64>) -> Verd
 }
 
 /// When a destroyed graph's memory returns, and the per-capture memory nobody declared.
-fn release_and_hidden(cal: &mut ProfilingCapability, run: &GraphRun, out: &mut Vec<Verdict>) {
+fn release_and_hidden(
+    cal: &mut ProfilingCapability,
+    run: &GraphRun,
+    alloc: u64,
+    out: &mut Vec<Verdict>,
+) {
     if !cal.reading(Reading::DriverFree).measures_own_usage() {
         out.push(fact(
             "graph_release",
@@ -375,7 +399,7 @@ fn release_and_hidden(cal: &mut ProfilingCapability, run: &GraphRun, out: &mut V
             observed: now,
             ok: !deferred,
         },
-        back_after_release(cost, diff(run.f_released, run.f1)),
+        back_after_release(cost, diff(run.f_released, run.f1), alloc),
     ];
     let status = if deferred && declared_rel == GraphRelease::Immediate {
         cal.facts.graph_release = GraphRelease::AtNextSync;
@@ -433,15 +457,28 @@ fn release_and_hidden(cal: &mut ProfilingCapability, run: &GraphRun, out: &mut V
 /// The memory a capture cost must all be back after destroy, pool release and a synchronize.
 /// Without a cost (free absent before or after the capture) there is nothing to expect, and
 /// the evidence says so instead of expecting 0.
-fn back_after_release(cost: Option<i64>, back: Option<i64>) -> Evidence {
+fn back_after_release(cost: Option<i64>, back: Option<i64>, alloc: u64) -> Evidence {
     let check = "memory back after destroy, synchronize, release pool";
     match cost {
-        Some(c) => Evidence::bytes(check, c, back, tolerance(ALLOC)),
+        Some(c) => Evidence::bytes(check, c, back, tolerance(alloc)),
         None => Evidence {
             check: format!("{check} (capture cost unreadable)"),
             expected: None,
             observed: back,
             ok: false,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_test_captures_node_is_no_larger_than_the_start_holds() {
+        assert_eq!(node_size(u64::MAX), ALLOC);
+        assert_eq!(node_size(crate::calibrate::LARGEST_SIZE), ALLOC);
+        assert_eq!(node_size(12 * MIB + 300 * 1024), 12 * MIB);
+        assert_eq!(node_size(0), MIB);
     }
 }

@@ -118,8 +118,11 @@ pub(crate) fn calibrate_then(
     verdicts.push(checks::driver_total(device, &mut calibrated, &start)?);
     verdicts.extend(checks::unified_pool(device, &mut calibrated)?);
     before_captures(&calibrated)?;
+    let mut test_capture_held = None;
     if graphs {
-        verdicts.extend(checks::graphs(device, &mut calibrated)?);
+        let (v, held) = checks::graphs(device, &mut calibrated, most)?;
+        verdicts.extend(v);
+        test_capture_held = held;
     } else {
         verdicts.extend(graph_checks::skipped(&mut calibrated));
     }
@@ -140,6 +143,7 @@ pub(crate) fn calibrate_then(
         free_window_error,
         kept_per_free,
         free_step,
+        test_capture_held,
     };
     for line in report.downgrade_lines() {
         tracing::warn!("{line}");

@@ -101,6 +101,12 @@ pub struct CalibrationReport {
     /// Absent where the reads count bytes or nothing could be checked.
     #[serde(default)]
     pub free_step: Option<u64>,
+    /// What calibration's test capture held at once (its allocation node, the runtime's
+    /// executable object, anything a first capture allocates), as the free reading measured it
+    /// after the replay: a start's checks hold this on top of the process for an instant.
+    /// Absent where no graph was captured or the free reading was absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub test_capture_held: Option<u64>,
 }
 
 impl Verdict {

@@ -150,9 +150,25 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     /// Errors as [`requested_bytes`](crate::budget::requested_bytes) does for a malformed
     /// request (a utilisation outside (0, 1], a zero byte budget), before anything is
     /// allocated; otherwise as [`start`](Self::start).
+    ///
+    /// Where the request is below the memory the device holds in use before the start, the
+    /// session says so by name ([`Warning::RequestBelowMemoryInUse`]): part of that may be this
+    /// process's own, already past the request, and the start's checks go past it further.
     pub fn start_for(device: &SharedDevice, engine: &'e mut E, request: Request) -> Result<Self> {
-        let most = probe::start_most(start_requested(device, request)?);
-        Self::start_within(device, engine, most)
+        let requested = start_requested(device, request)?;
+        let most = probe::start_most(requested);
+        let below = request_below_in_use(device, requested, most)?;
+        let mut s = Self::start_within(device, engine, most)?;
+        if let Some(mut w) = below {
+            // Calibration's test capture holds its runtime's objects beside its allocation
+            // node: the most the start held at once is the larger of the two, as measured.
+            let held = s.calibration.as_ref().and_then(|c| c.test_capture_held);
+            if let (Warning::RequestBelowMemoryInUse { largest, .. }, Some(h)) = (&mut w, held) {
+                *largest = (*largest).max(h);
+            }
+            s.rec.warn(w);
+        }
+        Ok(s)
     }
 
     /// [`begin`](Self::begin) for an engine whose `request` is known before the start: the
@@ -163,8 +179,14 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         capability: ProfilingCapability,
         request: Request,
     ) -> Result<Self> {
-        let most = probe::start_most(start_requested(device, request)?);
-        Self::open(device, engine, capability, false, most)
+        let requested = start_requested(device, request)?;
+        let most = probe::start_most(requested);
+        let below = request_below_in_use(device, requested, most)?;
+        let mut s = Self::open(device, engine, capability, false, most)?;
+        if let Some(w) = below {
+            s.rec.warn(w);
+        }
+        Ok(s)
     }
 
     /// [`start`](Self::start), no allocation of its checks above `most` bytes.
@@ -1328,6 +1350,32 @@ fn start_requested(device: &SharedDevice, request: Request) -> Result<Option<u64
         Request::Bytes(_) => crate::budget::requested_bytes(u64::MAX, request).map(Some),
         Request::KvCacheBytes(_) => Ok(None),
     }
+}
+
+/// [`Warning::RequestBelowMemoryInUse`] where the `requested` bytes are below the memory the
+/// device holds in use now (its total less its free reading, both read), the start's checks
+/// holding up to `most` at once; `None` where either reading is missing or the request is
+/// not below it. A utilisation of 0.001 of a 24 GiB card (24.6 MiB) is below the runtime's
+/// context alone, and the start's smallest check went 10 MiB past that before the engine
+/// refused: said by name, since nothing the start reads tells the context from other
+/// processes' memory.
+fn request_below_in_use(
+    device: &SharedDevice,
+    requested: Option<u64>,
+    most: u64,
+) -> Result<Option<Warning>> {
+    let Some(requested) = requested else {
+        return Ok(None);
+    };
+    let d = device.driver_memory()?;
+    let in_use = d.total.zip(d.free).map(|(t, f)| t.saturating_sub(f));
+    Ok(in_use
+        .filter(|&u| requested < u)
+        .map(|in_use| Warning::RequestBelowMemoryInUse {
+            requested,
+            in_use,
+            largest: most,
+        }))
 }
 
 /// Where nothing calibrated, windows of the free reading over allocations of a known size

@@ -20,7 +20,10 @@
 //!   calibration's leftovers, its probes, its own captures) is memplan's. The session's
 //!   allocation probes that measure free memory by the largest allocation that succeeds (where
 //!   no reading measures this process) take everything free for an instant: the session says
-//!   so by name (`probes_take_free_memory`, with the largest allocation a probe held); and
+//!   so by name (`probes_take_free_memory`, with the largest allocation a probe held); a
+//!   start for a request below the memory the device held in use before it (part of which may
+//!   be the process's own runtime context) says that its checks, up to a named size at once,
+//!   may go past the request (`request_below_memory_in_use`); and
 //!   memory its own checks left held for good (a runtime that keeps memory of every capture
 //!   keeps that of calibration's test capture and of captures torn down after measuring) is
 //!   named too (`checks_left_held`): a run whose excess those named figures cover is not
