@@ -95,8 +95,12 @@ fn declare_exact_is_caught_wherever_a_quirk_is_observable() {
     for p in profiles() {
         let q = p.quirks;
         let observable = q.stale_free
+            // A free reading that reports the total is caught: the driver's where nothing
+            // composes it, Sysman's own (the device-wide reading) where the per-process query
+            // composes the driver's.
+            || q.free_equals_total
             // Sysman's per-process query, where permitted, composes a free that holds.
-            || ((q.free_equals_total || q.sysman_missing) && !q.sysman_processes)
+            || (q.sysman_missing && !q.sysman_processes)
             || q.apu_wrong_pool
             || q.graph_pool_attrs_zero
             // Without graph capture there is no graph pool to check.
@@ -440,5 +444,28 @@ fn a_device_that_keeps_nothing_never_reports_memory_kept_per_free() {
                 assert_eq!(r.kept_per_free, None, "{selector}");
             }
         }
+    }
+}
+
+/// A device-wide reading that lags allocations (the driver counters a lagging free reading
+/// comes from, which the simulated NVML-like source shares) is unavailable after calibration:
+/// a plan capped by it kept to the room a neighbour that had just left took. The same device
+/// without the lag keeps its declaration.
+#[test]
+fn a_stale_device_wide_reading_is_caught() {
+    for seed in 0..4 {
+        let r = cal(&format!("rtx4090,stale-free=on,seed={seed}"));
+        assert_eq!(
+            r.calibrated.reading(Reading::DeviceAvailable).label(),
+            "unavailable",
+            "seed {seed}: {:?}",
+            r.downgrade_lines()
+        );
+        let r = cal(&format!("rtx4090,seed={seed}"));
+        assert_eq!(
+            r.calibrated.reading(Reading::DeviceAvailable),
+            r.declared.reading(Reading::DeviceAvailable),
+            "seed {seed}"
+        );
     }
 }

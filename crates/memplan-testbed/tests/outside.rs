@@ -2519,3 +2519,17 @@ fn a_request_below_the_memory_in_use_is_named_before_the_start() {
         assert!(c.out.probes_named.is_some(), "{}: nothing named", c.what);
     }
 }
+
+/// A stale free reading and a neighbour that leaves right before the plan: the device-wide
+/// reading lags with the free one, so calibration finds it unavailable and the plan is checked
+/// by an allocation probe at its quiet point, after the neighbour left. Capped by the lagging
+/// reading, these seeds kept 73% of the oracle on average (80% at best on seeds 0-2).
+#[test]
+fn a_neighbour_that_left_before_the_plan_is_not_kept_room_for_by_a_stale_reading() {
+    let file = "rtx4090-stale-free-neighbour-leaves-before-plan.toml";
+    let cases = passes(file, &[0, 1, 2, 3, 5, 7]);
+    for c in &cases {
+        let x = c.out.kv_vs_oracle.unwrap_or(0.0);
+        assert!(x >= 0.96, "{}: {:.2}% of the oracle", c.what, x * 100.0);
+    }
+}

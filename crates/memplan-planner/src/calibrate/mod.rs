@@ -13,8 +13,10 @@
 //! whose engine captures no graphs leaves the graph checks out (their test capture may keep
 //! memory for good that such an engine alone never takes). When virtual
 //! memory is declared it reserves, maps, unmaps and releases one granule (or as many as the
-//! free reading's window error needs to see the mapping). The calibrated capability is never
-//! stronger than the declared one.
+//! free reading's window error needs to see the mapping). The device-wide reading of available
+//! memory, where it is declared to see the whole device, must move by one of those allocations
+//! once synchronized; one that does not (a stale counter) is unavailable. The calibrated
+//! capability is never stronger than the declared one.
 //!
 //! The free check also compares the synchronized free reading before each allocation with the
 //! one after its free: a device whose every free keeps memory (a driver bug) loses about the
@@ -29,6 +31,7 @@
 //! report says so. Every allocation is freed on every path, errors included.
 
 mod checks;
+mod device_wide_check;
 mod graph_checks;
 mod report;
 mod vmm_check;
@@ -133,6 +136,13 @@ pub(crate) fn calibrate_then(
         free_window_error,
         largest,
     )?);
+    // Last, after the graph checks: its synchronizes only give a late-released graph pool
+    // more time, never less of the count those checks wait for.
+    verdicts.push(checks::verdict_reading(
+        &mut calibrated,
+        Reading::DeviceAvailable,
+        device_wide_check::device_wide(device, &sizes)?,
+    ));
 
     let report = CalibrationReport {
         device: device.descriptor().id.to_string(),
