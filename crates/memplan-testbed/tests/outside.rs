@@ -2533,3 +2533,80 @@ fn a_neighbour_that_left_before_the_plan_is_not_kept_room_for_by_a_stale_reading
         assert!(x >= 0.96, "{}: {:.2}% of the oracle", c.what, x * 100.0);
     }
 }
+
+/// Seeds 0 to 6 of the 0 to 20 the o27 battery ran each of its files on.
+fn o27_seeds() -> Vec<u64> {
+    (0..7).collect()
+}
+
+/// The conformance suite's liar profiles (a stale free reading, a free reading that counts only
+/// this process, a total 128 MiB low, VM releases that keep 2 MiB, all declared exact: o27
+/// battery) under engine scenarios the sweep does not pair them with: a neighbour that changes
+/// what it holds before every step, SGLang 0.5.14's K and V tensors for a sliding and global
+/// model, an uncalibrated eager engine whose KV allocation nothing measures, the full strategy
+/// with warm-ups above the profile run on adversarial physics, and vLLM 0.29's one backing
+/// allocation of an MLA latent under a byte budget. Calibration or the session's own checks
+/// catch each lie: no gating failure and no needless refusal.
+#[test]
+fn liar_profiles_under_engine_scenarios() {
+    for file in [
+        "broken-stale-neighbour-changes-before-every-step.toml",
+        "broken-process-local-gemma3-4b-sglang-0-5-14-split-kv.toml",
+        "broken-total-low-uncalibrated-eager-unmeasured-kv.toml",
+        "broken-leaky-vm-full-warm-ups-above-profile-run-adversarial.toml",
+        "broken-leaky-vm-mla-tp2-slice-one-backing-budget.toml",
+    ] {
+        let cases = passes(file, &o27_seeds());
+        assert!(
+            cases.iter().any(|c| c.out.failed.is_none()),
+            "{file}: no seed started"
+        );
+    }
+}
+
+/// Other processes that change what they hold before every step of the start-up (the weights,
+/// the profile run, the graph phase and the plan: o27 battery): rising on an H100 with the full
+/// strategy on adversarial physics, a saw on Strix Halo's shared memory, and the inverse saw on
+/// an Arc A770 whose only free reading is Sysman's per-process one. The plan is sized by what
+/// they hold when it is made.
+#[test]
+fn a_neighbour_that_changes_before_every_step() {
+    for file in [
+        "h100-neighbour-rises-before-every-step-full-adversarial.toml",
+        "strix-halo-neighbour-saw-before-every-step-post-capture.toml",
+        "a770-neighbour-inverse-saw-before-every-step-eager.toml",
+    ] {
+        let cases = passes(file, &o27_seeds());
+        assert!(
+            cases.iter().any(|c| c.out.plan.is_some()),
+            "{file}: nothing planned"
+        );
+    }
+}
+
+/// One GPU's slice of a tensor-parallel model (o27 battery; per-GPU weights and KV heads, the
+/// TP 2 H100 log's 2.07 GiB of non-torch memory as workspace outside the allocator): gpt-oss-120b
+/// at TP 4 on an H100, DeepSeek-V2-Lite's replicated MLA latent at TP 2 on an L4 (fp8_ds_mla in
+/// blocks of 64), Qwen3-32B at TP 8 on an RTX 3090 with the full strategy. Beside them, shapes the
+/// sweep does not draw: a 0.02 share of an H200, a million-token context of gemma-3-27b on an
+/// MI300X under SGLang 0.5.14's start rule, SGLang 0.5.23's paired tensors of gemma-3-1b on an
+/// Arc B580 with no free reading, and sliding, full and MLA layers in one cache (vLLM 0.29's
+/// one backing on ROCm 6.2, blocks of 64).
+#[test]
+fn tensor_parallel_slices_and_unusual_shapes_plan_within_the_oracle() {
+    for file in [
+        "h100-gpt-oss-120b-tp4-slice-640mib-workspace.toml",
+        "l4-deepseek-v2-lite-tp2-slice-fp8-ds-mla.toml",
+        "rtx3090-qwen3-32b-tp8-slice-2gib-nccl-workspace-full.toml",
+        "h200-qwen25-0.5b-utilisation-0.02.toml",
+        "mi300x-gemma3-27b-1m-context-sglang-0-5-14.toml",
+        "b580-nosysman-gemma3-1b-sglang-0-5-14-paired-kv.toml",
+        "rocm62-sliding-full-and-mla-layers-one-backing-block-64.toml",
+    ] {
+        let cases = passes(file, &o27_seeds());
+        assert!(
+            cases.iter().any(|c| c.out.plan.is_some()),
+            "{file}: nothing planned"
+        );
+    }
+}
