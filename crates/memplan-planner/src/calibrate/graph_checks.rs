@@ -217,15 +217,25 @@ fn unchecked_pool(cal: &mut ProfilingCapability, note: String) -> Verdict {
     )
 }
 
+/// What the graph checks found beside their verdicts.
+#[derive(Debug, Default)]
+pub(super) struct GraphFindings {
+    /// What the test capture held at once, as the free reading measured it after its replay
+    /// (its node, the runtime's executable object, anything a first capture allocates), where
+    /// it read one.
+    pub held: Option<u64>,
+    /// The device refused the test capture's allocation node (captured without one).
+    pub alloc_nodes_refused: bool,
+}
+
 /// Graph capture, graph-pool attributes, graph release timing and per-capture memory; the
-/// test capture's allocation node no larger than `most` ([`node_size`]). Also what the test
-/// capture held at once, as the free reading measured it after its replay (its node, the
-/// runtime's executable object, anything a first capture allocates), where it read one.
+/// test capture's allocation node no larger than `most` ([`node_size`]), and what the checks
+/// found beside their verdicts ([`GraphFindings`]).
 pub(super) fn graphs(
     device: &Device,
     cal: &mut ProfilingCapability,
     most: u64,
-) -> Result<(Vec<Verdict>, Option<u64>)> {
+) -> Result<(Vec<Verdict>, GraphFindings)> {
     let alloc = node_size(most);
     let declared_capture = cal.facts.graph_capture.clone();
     if !declared_capture.is_supported() {
@@ -254,7 +264,7 @@ pub(super) fn graphs(
                 ),
                 pool,
             ],
-            None,
+            GraphFindings::default(),
         ));
     }
     // An allocation node is only worth recording when there are graph-pool attributes to
@@ -269,6 +279,7 @@ pub(super) fn graphs(
             cal.facts.graph_pool_attributes
         ))
     };
+    let node_asked = with_node.is_ok();
     let run = match run_graph(device, with_node, alloc) {
         Ok(r) => r,
         // A full device says nothing about graph capture: out of memory, not a missing
@@ -292,7 +303,7 @@ pub(super) fn graphs(
                 vec![],
                 "",
             );
-            return Ok((vec![v], None));
+            return Ok((vec![v], GraphFindings::default()));
         }
     };
     let captured = match &run.no_node {
@@ -321,8 +332,11 @@ pub(super) fn graphs(
     }
 
     release_and_hidden(cal, &run, alloc, &mut out);
-    let held = diff(run.f0, run.f1).and_then(|c| u64::try_from(c).ok());
-    Ok((out, held))
+    let findings = GraphFindings {
+        held: diff(run.f0, run.f1).and_then(|c| u64::try_from(c).ok()),
+        alloc_nodes_refused: node_asked && run.no_node.is_some(),
+    };
+    Ok((out, findings))
 }
 
 /// Graph-pool attributes must move with an allocation node.

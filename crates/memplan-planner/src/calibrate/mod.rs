@@ -121,11 +121,11 @@ pub(crate) fn calibrate_then(
     verdicts.push(checks::driver_total(device, &mut calibrated, &start)?);
     verdicts.extend(checks::unified_pool(device, &mut calibrated)?);
     before_captures(&calibrated)?;
-    let mut test_capture_held = None;
+    let mut found = graph_checks::GraphFindings::default();
     if graphs {
-        let (v, held) = checks::graphs(device, &mut calibrated, most)?;
+        let (v, f) = checks::graphs(device, &mut calibrated, most)?;
         verdicts.extend(v);
-        test_capture_held = held;
+        found = f;
     } else {
         verdicts.extend(graph_checks::skipped(&mut calibrated));
     }
@@ -153,7 +153,8 @@ pub(crate) fn calibrate_then(
         free_window_error,
         kept_per_free,
         free_step,
-        test_capture_held,
+        test_capture_held: found.held,
+        graph_alloc_nodes_refused: found.alloc_nodes_refused,
     };
     for line in report.downgrade_lines() {
         tracing::warn!("{line}");

@@ -107,6 +107,13 @@ pub struct CalibrationReport {
     /// Absent where no graph was captured or the free reading was absent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub test_capture_held: Option<u64>,
+    /// The device refused to record the test capture's graph allocation node
+    /// ([`Error::Unsupported`](memplan_core::Error::Unsupported): a runtime without
+    /// stream-ordered allocation) and calibration captured without one. Capture itself stays
+    /// supported (graphs without such nodes record), but an engine whose graphs allocate in
+    /// them cannot capture them.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub graph_alloc_nodes_refused: bool,
 }
 
 impl Verdict {

@@ -250,6 +250,17 @@ impl<E: AsDynEngine + ?Sized> Session<'_, E> {
         let span = tracing::info_span!("graph_phase", strategy = %strategy.kind());
         let _e = span.enter();
         self.why = why.into();
+        // Where calibration's test capture found that the device refuses graph allocation
+        // nodes, the engine's graphs may not record at all: found with its smallest size
+        // before the strategy warms up its first (largest) one.
+        if strategy.kind() != StrategyKind::None
+            && self
+                .calibration
+                .as_ref()
+                .is_some_and(|c| c.graph_alloc_nodes_refused)
+        {
+            self.trial_capture()?;
+        }
         crate::strategy::trim_and_settle(&self.rec.device, self.rec.settle_synchronizes)?;
         let before = self.rec.settle(self.engine.as_dyn())?;
         // Where the session measures by allocation probes, what the phase leaves unallocatable
@@ -295,6 +306,33 @@ impl<E: AsDynEngine + ?Sized> Session<'_, E> {
         tracing::info!(reserve = est.reserve, strategy = %est.strategy, "graph phase done");
         self.rec.p.graph = Some(est);
         Ok(())
+    }
+
+    /// Whether the device records the engine's graphs at all, found with the smallest size
+    /// before a strategy warms up the first, the largest
+    /// ([`GraphContext::trial_capture`](crate::strategy::GraphContext::trial_capture)): a
+    /// step of its own, torn down, whose leftovers (memory a library takes on the first
+    /// capture, per-capture memory) count as held after a graph teardown does, so that the
+    /// phase after it measures what it always did. [`Error::Unsupported`] where the device
+    /// refuses (the automatic choice then plans the engine eagerly).
+    fn trial_capture(&mut self) -> Result<()> {
+        crate::strategy::trim_and_settle(&self.rec.device, self.rec.settle_synchronizes)?;
+        let before = self.rec.settle(self.engine.as_dyn())?;
+        let before_probe = self.probe_allocatable(&before)?;
+        let engine = self.engine.as_dyn();
+        let mut ctx = GraphContext::new(&mut self.rec, engine, before);
+        let outcome = ctx.trial_capture();
+        let after = ctx.teardown();
+        drop(ctx);
+        if let Ok(a) = &after {
+            self.rec.graph_step(before, *a, false);
+            self.probe_step(before_probe, &before, a)?;
+        }
+        if let Err(e) = &after {
+            self.steps.poisoned(Step::CaptureGraphs, e);
+        }
+        outcome?;
+        after.map(|_| ())
     }
 
     /// Why the last graph phase ran the strategy it ran (kept for the plan).

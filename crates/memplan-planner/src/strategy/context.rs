@@ -322,6 +322,24 @@ impl<'s> GraphContext<'s> {
         })
     }
 
+    /// Whether the device records the engine's graphs at all, found with its smallest size
+    /// (warmed up and captured; the caller tears the context down), before a strategy
+    /// warms up the engine's first size, the largest. Run where calibration found that the
+    /// device refuses graph allocation nodes
+    /// ([`CalibrationReport::graph_alloc_nodes_refused`](crate::calibrate::CalibrationReport::graph_alloc_nodes_refused)):
+    /// an engine whose graphs allocate in such nodes cannot capture them, and learning that
+    /// from its first size cost that size's warm-up first. An RTX 4090 whose engine warmed 512
+    /// tokens up at 8 MiB each went 332 MiB past a 17 GiB budget before the capture was refused
+    /// and the engine ran eagerly. [`Error::Unsupported`] where the device refuses
+    /// (the session then plans the engine eagerly).
+    pub fn trial_capture(&mut self) -> Result<()> {
+        let Some(size) = self.sizes().into_iter().min() else {
+            return Ok(());
+        };
+        self.warm_up(size)?;
+        self.capture(size)
+    }
+
     /// Whether the engine's capture keeps what its allocator cached before it
     /// ([`Profile::capture_keeps_cache`](crate::Profile)): a warm-up, then a capture with
     /// nothing released in between, then the allocator's cache released: what that release
