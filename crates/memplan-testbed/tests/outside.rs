@@ -2488,6 +2488,34 @@ fn leaky_frees_of_an_uncalibrated_check_are_named() {
     );
 }
 
+/// OB1's kind, residual (o26 battery): an uncalibrated check's raw frees are named by the most
+/// a free may keep as its windows bound it (each pair lost the keep give or take what two reads
+/// of the same memory differ by, the idle spread), not by the mean of the pairs' noisy losses
+/// (1009 KiB for a device keeping 1 MiB: 16 MiB held, 15.76 MiB named). Seeds 0-199: gating
+/// 2 -> 0.
+#[test]
+fn leaky_frees_are_named_by_the_most_a_free_may_keep() {
+    passes(
+        "uncalibrated-leaky-frees-seen-keep-rocm62.toml",
+        &[0, 1, 79, 190],
+    );
+}
+
+/// The same under a free reading in 2 MiB steps whose idle reads never move: four frees that
+/// kept 4 KiB each read back on the same step, and nothing was named (16 KiB past the request
+/// and the engine's own weights; 11 of 200 seeds). Two reads of the same memory may differ by a
+/// step, but the reads' common divisor does not show one: an exact reading of round sizes on an
+/// idle RTX 4090 shares 14 MiB, and naming the frees by it would warn on every such session.
+/// Windows of sizes no coarse step divides would tell the two apart.
+#[test]
+#[ignore = "open: a stepped reading's hidden keep per free is not told from an exact reading of round sizes"]
+fn leaky_frees_under_a_stepped_reading_are_named() {
+    passes(
+        "open/uncalibrated-leaky-frees-stepped-reading-rtx3090.toml",
+        &[0, 17, 38, 59],
+    );
+}
+
 /// G3's kind with small warm-ups (o26 battery): a capture that keeps the allocator's cache, the
 /// full strategy, warm-ups leaving 16 KiB a token (far below the profile run), world physics.
 /// The warm-ups' one 2 MiB small segment is a kept cache (any byte a release gives back after a

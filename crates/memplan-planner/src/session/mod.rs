@@ -428,6 +428,13 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             single_read.and_then(|w| w.unseen_kept),
             moved_windows.and_then(|w| w.unseen_kept),
         );
+        // The most a free may keep, seen or not, as the windows bound it (`Windows::most_kept`):
+        // every measurement bounds it, the tightest stands. It names what the session's own
+        // checks left held (below).
+        let mut most_kept = least(
+            single_read.and_then(|w| w.most_kept),
+            moved_windows.and_then(|w| w.most_kept),
+        );
         // No reading measures this process (a stale, absent or lost free reading): no window
         // above saw what a free keeps, and allocation probes around raw frees measure it
         // instead (`probe::kept_by_probes`). The probes' baseline is the last of them: what
@@ -472,6 +479,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             )?;
             kept_per_free = kept_per_free.max(combined.and_then(|w| w.kept));
             unseen_kept = least(unseen_kept, combined.and_then(|w| w.unseen_kept));
+            most_kept = least(most_kept, combined.and_then(|w| w.most_kept));
             let (Some(c), Some(single)) = (combined.map(|w| w.error.max(step)), single) else {
                 break;
             };
@@ -537,13 +545,18 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         }
         if let Some(pre) = checked {
             rec.before_baseline("free reading check", pre);
-            // The check's allocations were freed raw, and each free may have kept up to what
-            // the device was seen to keep per free, else the most a free may keep that the
-            // windows could not show: what they left is named at least as that bound times
-            // the frees (their window reads it only within its error, which a leak of 256 KiB
-            // a free over 12 frees passed on reading noise: 3 MiB held, 2.25 MiB named).
+            // The check's allocations were freed raw, and each free may have kept up to the
+            // most the windows bound a free's keep by (seen or not), else what the device was
+            // seen to keep per free, else the most a free may keep that the windows could not
+            // show: what they left is named at least as that bound times the frees (their
+            // window reads it only within its error, which a leak of 256 KiB a free over 12
+            // frees passed on reading noise: 3 MiB held, 2.25 MiB named). The figure seen is
+            // a mean of noisy losses and no bound: 16 frees keeping 1 MiB each were named as
+            // 16 times 1009 KiB, and the weights went 16 MiB past the request.
             let frees = rec.device.raw_frees().saturating_sub(frees_at_open);
-            let per_free = rec.p.kept_per_free.or(rec.p.unseen_kept_per_free);
+            let per_free = most_kept
+                .max(rec.p.kept_per_free)
+                .or(rec.p.unseen_kept_per_free);
             if let Some(k) = per_free {
                 rec.left_held_at_least(k.saturating_mul(frees));
             }

@@ -358,12 +358,21 @@ pub(crate) fn window_error_and_step(
     } else {
         None
     };
+    // The most a free may keep, seen or not: each pair's loss is the keep give or take what
+    // two reads of the same memory differ by (the idle spread). The reads' common divisor is
+    // not taken for a step here: an exact reading of round sizes shares one too (14 MiB on an
+    // idle RTX 4090), and every session would name its checks' frees by it.
+    let most_kept = followed
+        .then(|| unseen_kept_per_free(&pairs, idle))
+        .flatten()
+        .map(|m| m.max(kept.unwrap_or(0)));
     tracing::debug!(
         ?windows,
         idle,
         followed,
         ?kept,
         ?unseen_kept,
+        ?most_kept,
         size,
         "windows over allocations of a known size"
     );
@@ -387,6 +396,7 @@ pub(crate) fn window_error_and_step(
         step,
         kept,
         unseen_kept,
+        most_kept,
     }))
 }
 
@@ -408,6 +418,11 @@ pub(crate) struct Windows {
     /// allocation: the most a free may keep that the windows could not show
     /// ([`unseen_kept_per_free`]).
     pub unseen_kept: Option<u64>,
+    /// Where every window saw its allocation: the most a free may have kept, seen or not
+    /// ([`unseen_kept_per_free`] of the idle spread), never below [`Windows::kept`]. `kept` is the mean
+    /// of noisy losses and may be below what each free kept (1009 KiB for a device keeping
+    /// 1 MiB); what the session's own checks left held is named by this bound.
+    pub most_kept: Option<u64>,
 }
 
 /// What a device keeps of every raw allocation it frees, from `pairs` of synchronized free
