@@ -65,6 +65,10 @@ pub struct Outcome {
     /// calibrates), the engine's weights, its profile run, the graph phase, the plan; and the
     /// step that ended a start-up that failed or refused. Each mark counts only its phase.
     pub phase_peaks: Vec<(&'static str, u64)>,
+    /// What other processes held (ground truth) at the end of each phase of `phase_peaks`, in
+    /// the same order: the others each step ran beside (a neighbour's change lands at the
+    /// synchronize that opens its step).
+    pub phase_others: Vec<u64>,
     /// Bytes the process's high-water mark before the plan passed the requested memory by,
     /// at its most, and the phase it did so in (the first where it passed), when it did.
     pub over_request_before_plan: Option<(u64, &'static str)>,
@@ -129,6 +133,7 @@ impl Outcome {
             over_request_phase: None,
             over_request_sampled_bytes: None,
             phase_peaks: Vec::new(),
+            phase_others: Vec::new(),
             over_request_before_plan: None,
             ended_in: None,
             own_over_request_before_plan: None,

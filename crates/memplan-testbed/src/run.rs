@@ -168,6 +168,7 @@ fn profile(
     // start, `run_judged`): read, then watched again from what the process holds now.
     let mark = |out: &mut Outcome, phase: &'static str| {
         out.phase_peaks.push((phase, gpu.peak().unwrap_or(0)));
+        out.phase_others.push(gpu.truth().other_processes);
         gpu.watch_peak();
     };
     out.ended_in = Some(PHASE_START);
@@ -446,9 +447,10 @@ pub fn run_judged(
                 out.failed = Some(format!("start-up refused: {e}"));
             }
             out.phase_peaks.push((PHASE_ENDED, gpu.peak().unwrap_or(0)));
+            out.phase_others.push(now);
             out.over_request_before_plan = over_before_plan(setup, &start, &out.phase_peaks);
             out.own_over_request_before_plan =
-                own_over_before_plan(setup, &start, &out, engine.as_ref());
+                own_over_before_plan(setup, &start, &out, (engine.as_ref(), at_start.as_ref()));
             // Judged all the same: a refusal where the oracles show room is a failure.
             let at = AtPlan {
                 start,
@@ -463,7 +465,8 @@ pub fn run_judged(
         }
     };
     out.over_request_before_plan = over_before_plan(setup, &start, &out.phase_peaks);
-    out.own_over_request_before_plan = own_over_before_plan(setup, &start, &out, alone.as_ref());
+    out.own_over_request_before_plan =
+        own_over_before_plan(setup, &start, &out, (alone.as_ref(), alone.as_ref()));
     let alone = alone_at_plan(setup, alone, pr.at_plan.other_processes);
     out.strategy = pr.plan.strategy().unwrap_or(StrategyKind::None);
     out.why = pr.why.clone();
@@ -618,7 +621,14 @@ fn over_before_plan(
 /// captured the engine's graphs (every strategy but conservative and eager), its captures:
 /// memory they take past the request is the engine's, which no session can hold back (it
 /// learns what the weights or the graphs take only by running them), and the engine alone
-/// takes it too. The same graphs captured again take more or less than the engine alone's
+/// takes it too, beside the others as they were in that step: a step's mark is the fuller of
+/// `alone`'s and the engine alone's beside what other processes held in each step up to it
+/// (`Outcome::phase_others`; the engine holds then what its steps so far made, each beside the
+/// others of its own step). A neighbour that left before the profile run and came back before
+/// the plan let the engine's captures (no KV cache yet, post-capture) take what it left; judged
+/// beside the others of the start and of the plan only, the captures of an engine that does not
+/// fit went 59-207 MiB past what the engine alone could hold there, read as memplan's own.
+/// The same graphs captured again take more or less than the engine alone's
 /// captures by the device's capture-to-capture variation (ground truth,
 /// [`crate::oracle::EngineAlone::graph_jitter_sd`]): the captures are the engine's up to
 /// [`crate::oracle::EngineAlone::jitter_allowance`] above its mark (the variation's 99.9%
@@ -630,18 +640,58 @@ fn over_before_plan(
 /// alone). The session's start, its check of the request and the plan step are
 /// memplan's own (the plan step beside what the engine holds then: its weights, and its graphs
 /// where post-capture kept them). A start-up that ended in a step is judged on that step.
+///
+/// `(alone, at_start)`: the engine alone the run is judged on, and the one beside the others
+/// of the start (from which the engine alone beside the others of each step is computed).
 fn own_over_before_plan(
     setup: &Setup,
     start: &GroundTruth,
     out: &Outcome,
-    alone: Option<&crate::oracle::EngineAlone>,
+    (alone, at_start): (
+        Option<&crate::oracle::EngineAlone>,
+        Option<&crate::oracle::EngineAlone>,
+    ),
+) -> Option<(u64, &'static str)> {
+    let over = own_over_beside(setup, start, out, |_| alone.cloned())?;
+    let (Some(alone), Some(at_start)) = (alone, at_start) else {
+        return Some(over);
+    };
+    // Only where something is left to judge: the engine alone beside each level of the others
+    // the steps saw (computed once a level; the level of the start is `at_start` itself).
+    let mut beside: Vec<(u64, crate::oracle::EngineAlone)> = Vec::new();
+    let mut at = |others: u64| -> crate::oracle::EngineAlone {
+        if let Some((_, a)) = beside.iter().find(|(o, _)| *o == others) {
+            return a.clone();
+        }
+        let a = alone_beside(setup, at_start.clone(), others);
+        beside.push((others, a.clone()));
+        a
+    };
+    let fuller: Vec<crate::oracle::EngineAlone> = (1..=out.phase_others.len())
+        .map(|upto| {
+            out.phase_others[..upto]
+                .iter()
+                .fold(alone.clone(), |acc, o| acc.fuller_steps(&at(*o)))
+        })
+        .collect();
+    let mut phase = fuller.into_iter();
+    own_over_beside(setup, start, out, |_| phase.next())
+}
+
+/// [`own_over_before_plan`], each phase of `Outcome::phase_peaks` judged in turn against the
+/// engine alone `alone_in` gives for it.
+fn own_over_beside(
+    setup: &Setup,
+    start: &GroundTruth,
+    out: &Outcome,
+    mut alone_in: impl FnMut(&str) -> Option<crate::oracle::EngineAlone>,
 ) -> Option<(u64, &'static str)> {
     let limit = request_limit(setup, start)?;
     let captures = !matches!(
         out.strategy,
         StrategyKind::Conservative | StrategyKind::None
     );
-    let engine = |phase: &str| -> u64 {
+    let engine = |phase: &str, alone: Option<&crate::oracle::EngineAlone>| -> u64 {
         let Some(e) = alone else { return 0 };
         let a = &e.marks;
         match phase {
@@ -662,7 +712,8 @@ fn own_over_before_plan(
             PHASE_ENDED => out.ended_in.unwrap_or(PHASE_ENDED),
             p => p,
         };
-        let over = peak.saturating_sub(limit.max(engine(step)));
+        let alone = alone_in(step);
+        let over = peak.saturating_sub(limit.max(engine(step, alone.as_ref())));
         if over > 0 {
             most = Some(match most {
                 Some((b, first)) => (b.max(over), first),

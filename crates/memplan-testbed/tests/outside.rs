@@ -2516,6 +2516,21 @@ fn leaky_frees_under_a_stepped_reading_are_named() {
     );
 }
 
+/// OB2's kind (o26 battery): a post-capture graph phase beside a neighbour that left before the
+/// profile run and came back before the plan. Each step is judged against the engine alone
+/// beside the others as they were in that step (and the steps before it): the captures took
+/// what the neighbour left, as the engine alone's do beside no others, and were no memory of
+/// memplan's. Judged beside the others of the start and the plan only: 84 / 59 MiB past the
+/// request and the engine's own steps on seeds 16 and 31 (0..200: gating 2 -> 0; the o26 file
+/// with 24 MiB per capture and a process-local free reading: 2 -> 0, 207 MiB on seed 16).
+#[test]
+fn a_graph_phase_is_judged_beside_the_others_of_its_own_step() {
+    passes(
+        "post-capture-neighbour-leaves-and-returns-rtx3090.toml",
+        &[0, 16, 31],
+    );
+}
+
 /// G3's kind with small warm-ups (o26 battery): a capture that keeps the allocator's cache, the
 /// full strategy, warm-ups leaving 16 KiB a token (far below the profile run), world physics.
 /// The warm-ups' one 2 MiB small segment is a kept cache (any byte a release gives back after a
