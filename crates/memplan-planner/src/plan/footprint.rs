@@ -401,9 +401,10 @@ pub fn granule_bound_beside(readings: &[(u64, u64)], weights: Option<usize>) -> 
 /// engine's 28 tensors went 782 MiB past the request. The other reading alone bounds the
 /// granule then (a request is rounded to a multiple of it): coarsely, the safe side.
 ///
-/// Where their common divisor is a multiple of 2 MiB below a mid-sized segment but the other
-/// reading shows no waste (its block not split) or 2 MiB or more (no PyTorch rounding), nothing
-/// shows the weights' segments to be multiples of the granule: the weights bound nothing, and
+/// Where their common divisor is a multiple of 2 MiB below a mid-sized segment, nothing shows
+/// the weights' segments to be multiples of the granule, whatever the other reading wasted (no
+/// waste: its block not split; 2 MiB or more: no PyTorch rounding; less: as close below a
+/// multiple of any granule as PyTorch's rounding leaves one): the weights bound nothing, and
 /// one reading bounds nothing (`None`: the plan keeps the mid-sized segment per KV tensor).
 pub fn granule_bound_segments(
     readings: &[(u64, u64)],
@@ -436,9 +437,8 @@ impl GranuleBound {
 
 /// [`granule_bound_segments`], saying whether the granule divides the bound.
 ///
-/// Weights of whole mid-sized segments beside one other reading, which wasted no more than its
-/// segment shows (0) or 2 MiB or more (an allocator that rounds otherwise than PyTorch's
-/// 2 MiB), with a common divisor of a mid-sized segment or more: a granule that coarse makes
+/// Weights of whole mid-sized segments beside one other reading, with a common divisor of a
+/// mid-sized segment or more: a granule that coarse makes
 /// its mid-sized segments of it, so the weights are multiples of it and it divides the common
 /// divisor; but a granule finer than a mid-sized segment may divide the other reading and not
 /// the weights' segments, and the common divisor is then no multiple of it. Weights of 300
@@ -486,25 +486,27 @@ pub fn granule_bound_of_segments(
             }
             // Their common divisor, a multiple of 2 MiB, bounds the granule only where the
             // weights' segments are multiples of it, as PyTorch's are of its 2 MiB. The other
-            // reading cannot show that where it hides its waste (a block is not split where
+            // reading cannot show that: where it hides its waste (a block is not split where
             // what is left is 1 MiB or less, `kSmallSize`, or the request is
             // `max_split_size_mb` or more, `should_split`: its whole segment reads as
-            // allocated), nor where it wasted 2 MiB or more, more than PyTorch's rounding can
-            // (an allocator that rounds otherwise, whose mid-sized segments need not be
-            // multiples of its granule). The weights then bound nothing, and one reading bounds
+            // allocated), where it wasted 2 MiB or more, more than PyTorch's rounding can (an
+            // allocator that rounds otherwise, whose mid-sized segments need not be multiples
+            // of its granule), and where it wasted less: one request rounded to any granule
+            // wastes less than one, and wastes under 2 MiB wherever its size falls that close
+            // below a multiple of it. The weights then bound nothing, and one reading bounds
             // nothing either (as with fewer than two): the plan keeps the coarsest rounding
             // PyTorch's rules give one request, the mid-sized segment. Qwen2.5-0.5B's 49
             // segments of 20 MiB beside an activation peak read as its whole 564 MiB segment
             // share 4 MiB; the plan kept that per KV tensor where the granule was 6 or 12 MiB,
-            // and the engine's 48 tensors took 102% of the oracle. A common divisor of a
-            // mid-sized segment or more stands: an allocator whose granule is that coarse makes
-            // its mid-sized segments of it (see `mid_footprint`), and the weights may then be
-            // multiples of it.
+            // and the engine's 48 tensors took 102% of the oracle. Beside a peak of 460.8 MiB
+            // that reserved 462 MiB (1.2 MiB wasted) they share 14 MiB; the plan kept that per
+            // KV tensor, a granule it does not divide (any of 462 MiB's divisors from 1.2 to
+            // 19.25 MiB may be it) took the cache past the oracle, and serving ran out of
+            // memory. A common divisor of a mid-sized segment or more stands: an allocator
+            // whose granule is that coarse makes its mid-sized segments of it (see
+            // `mid_footprint`), and the weights may then be multiples of it.
             let mid = MID_SEGMENT.max(mid_segment);
-            if whole_segments
-                && is_large_request(other.0)
-                && (waste == 0 || waste >= ALLOCATOR_ROUNDING_BOUND)
-            {
+            if whole_segments && is_large_request(other.0) {
                 if common < mid {
                     return None;
                 }

@@ -730,10 +730,11 @@ fn the_weights_reading_never_narrows_the_granule_bound_as_one_request_would() {
     assert_eq!(granule_bound_beside(&two, Some(0)), Some(513 * MIB));
     assert_eq!(weights_left_out(&two, Some(0)), None);
     // Beside a peak that shares a multiple of 2 MiB with them (PyTorch's own segments all are)
-    // and wasted some of its segment, less than 2 MiB, the weights' segments may be multiples of
-    // the granule: their common divisor stands.
+    // and wasted some of its segment, less than 2 MiB: one request wastes that little under any
+    // granule it falls close below a multiple of, so nothing shows the weights' segments to be
+    // multiples of the granule, and nothing bounds it.
     let pytorch = [(966 * MIB + MIB / 2, 980 * MIB), (513 * MIB, 514 * MIB)];
-    assert_eq!(granule_bound_beside(&pytorch, Some(0)), Some(2 * MIB));
+    assert_eq!(granule_bound_beside(&pytorch, Some(0)), None);
     // A peak read as its whole segment allocated shows no granule: nothing shows the weights'
     // segments to be multiples of it, and nothing bounds it.
     let whole = [(966 * MIB + MIB / 2, 980 * MIB), (514 * MIB, 514 * MIB)];
@@ -745,15 +746,15 @@ fn the_weights_reading_never_narrows_the_granule_bound_as_one_request_would() {
     let wasted = [(966 * MIB + MIB / 2, 980 * MIB), (70 * MIB, 78 * MIB)];
     assert_eq!(granule_bound(&wasted), None);
     assert_eq!(granule_bound_beside(&wasted, Some(0)), Some(78 * MIB));
-    // A divisor above what the peak wasted stays (it may be the granule) where the peak wasted
-    // less than PyTorch's 2 MiB rounding can; a peak that wasted 2 MiB shows an allocator that
-    // rounds otherwise, whose mid-sized segments need not be multiples of its granule, and the
-    // weights then bound nothing.
+    // A divisor above what the peak wasted bounds nothing beside weights of whole mid-sized
+    // segments, whatever the peak wasted: under 2 MiB (a 6 MiB granule rounds 70.5 MiB to 72
+    // too, and does not divide 4 MiB), or 2 MiB, an allocator that rounds otherwise, whose
+    // mid-sized segments need not be multiples of its granule.
     let agree = [
         (966 * MIB + MIB / 2, 980 * MIB),
         (70 * MIB + MIB / 2, 72 * MIB),
     ];
-    assert_eq!(granule_bound_beside(&agree, Some(0)), Some(4 * MIB));
+    assert_eq!(granule_bound_beside(&agree, Some(0)), None);
     let two_mib = [(966 * MIB + MIB / 2, 980 * MIB), (70 * MIB, 72 * MIB)];
     assert_eq!(granule_bound_beside(&two_mib, Some(0)), None);
     // Weights that are not whole 20 MiB segments keep their common divisor.
@@ -812,9 +813,10 @@ fn weights_in_mid_segments_beside_a_peak_that_shows_no_granule_bound_nothing() {
     let wasted = [(2_034_237_440, 97 * 20 * MIB), (966_367_232, 924 * MIB)];
     assert_eq!(granule_bound(&wasted), Some(4 * MIB));
     assert_eq!(granule_bound_beside(&wasted, Some(0)), None);
-    // Under 2 MiB wasted, PyTorch's rounding may have made every segment: the divisor stands.
+    // Under 2 MiB wasted, as PyTorch's rounding wastes: a 6 MiB granule rounds 923 MiB to 924
+    // too (154 of them) and does not divide 4 MiB. Their 4 MiB bounds nothing either.
     let pytorch = [(2_034_237_440, 97 * 20 * MIB), (923 * MIB, 924 * MIB)];
-    assert_eq!(granule_bound_beside(&pytorch, Some(0)), Some(4 * MIB));
+    assert_eq!(granule_bound_beside(&pytorch, Some(0)), None);
     // A common divisor of a mid-sized segment or more bounds the granule: a granule that coarse
     // makes the mid-sized segments of it and divides the divisor, a finer one is finer than it.
     // Neither shows the granule divides it: a bound of the rounding, not of its steps.
