@@ -34,6 +34,25 @@
 //! expected range of 32 standard normal samples, integrated numerically), and with `n - 1`
 //! degrees of freedom the bound is Student's t (12.92 for 3, 4.44 for 11, 3.63 for 31): `k`
 //! is 6.3 for 4 repeats, 1.4 for 12, 0.88 for 32.
+//!
+//! What stands for the standard deviation. d2(n) is the expected range of `n` samples of a
+//! *normal* variation; one with lighter tails (bounded both ways, as a capture whose sizes an
+//! allocator rounds to a few granules is) ranges over fewer of its standard deviations, the
+//! more so the more samples: `n` samples of a uniform variation range over `(n - 1) / (n + 1)`
+//! of its width on average (the `i`-th of `n` uniform order statistics has mean `i / (n + 1)`:
+//! David and Nagaraja, *Order Statistics*, 3rd ed., Wiley 2003, chapter 2), which is `sqrt(12)
+//! (n - 1) / (n + 1)` standard deviations: 2.08 for 4 (d2 2.059), 2.93 for 12 (3.258), 3.25
+//! for 32 (4.139). Read with d2, 32 repeats of such a variation give a standard deviation 21%
+//! low. The sample standard deviation `s` assumes no shape (its square is unbiased for any
+//! variation), and is the estimator Student's t is defined with: `t s` is the one-sided bound
+//! the factor stands for (the prediction bound for one further observation, `t s sqrt(1 +
+//! 1/n)` about the sample mean, e.g. Hahn and Meeker, *Statistical Intervals*, Wiley 1991,
+//! chapter 4). The range stays where it is the larger: a variation with heavier tails than the
+//! normal's shows them in the range, which `s` averages away. So the margin takes the larger of
+//! `range / d2(n)` and `s` ([`margin_range`]). 32 repeats of a 0.89 GB capture ranged 14.7% of
+//! it with `s` 4.29% (`range / d2` 3.55%): the margin kept 229.5 MB for four graphs, and the
+//! engine alone's captures of them took 265.5 MB more than the pass, past the room the request
+//! left the KV cache; `s` keeps 277 MB.
 //! Four repeats that vary beyond the idle windows' noise are followed by [`MORE_REPEATS`] more:
 //! a few captures of the smallest size cost far less than the KV cache a margin from four
 //! samples would take (about five times the margin of twelve). So are four repeats whose
@@ -417,6 +436,14 @@ const CAME_BACK_EXCESSES: f64 = 3.0;
 /// the reading's window error, `noise`), and below half the median (a capture that cost half
 /// what the same capture costs otherwise), is left out. The median stands for the mean.
 fn spread(repeats: &[i64], noise: u64) -> Option<(i64, f64)> {
+    let (kept, median) = kept_repeats(repeats, noise)?;
+    let (lo, hi) = (*kept.first()?, *kept.last()?);
+    Some((hi.saturating_sub(lo), median))
+}
+
+/// The repeats [`spread`] keeps (in ascending order: those not left out as memory coming back
+/// inside their window) and the median of all of them.
+fn kept_repeats(repeats: &[i64], noise: u64) -> Option<(Vec<i64>, f64)> {
     let hi = *repeats.iter().max()?;
     let mut v = repeats.to_vec();
     v.sort_unstable();
@@ -428,8 +455,36 @@ fn spread(repeats: &[i64], noise: u64) -> Option<(i64, f64)> {
     };
     let excess = (hi as f64 - median).max(0.0);
     let floor = (median - CAME_BACK_EXCESSES * excess - noise as f64).min(median / 2.0);
-    let lo = v.iter().copied().find(|x| *x as f64 >= floor).unwrap_or(hi);
-    Some((hi.saturating_sub(lo), median))
+    let from = v
+        .iter()
+        .position(|x| *x as f64 >= floor)
+        .unwrap_or(v.len() - 1);
+    Some((v.split_off(from), median))
+}
+
+/// The sample standard deviation of `v` (divisor `n - 1`, the estimator Student's t is built
+/// on); 0 for fewer than two values.
+fn sample_sd(v: &[i64]) -> f64 {
+    if v.len() < 2 {
+        return 0.0;
+    }
+    let n = v.len() as f64;
+    let mean = v.iter().map(|x| *x as f64).sum::<f64>() / n;
+    let squares = v.iter().map(|x| (*x as f64 - mean).powi(2)).sum::<f64>();
+    (squares / (n - 1.0)).sqrt()
+}
+
+/// The range the margin takes the repeats' variation at (see the module docs, "What stands for
+/// the standard deviation"), with their median: the larger of the range of the repeats
+/// [`spread`] keeps and the range `d2(n)` times their sample standard deviation stands for
+/// (`n` the count of repeats, as [`margin_factor`] divides by `d2(n)`), so that the margin is
+/// `k` times the larger of the two estimates of one capture's standard deviation, `range /
+/// d2(n)` and `s`. The reports ([`spread_per_mille`]) keep the range as seen.
+fn margin_range(repeats: &[i64], noise: u64) -> Option<(f64, f64)> {
+    let (kept, median) = kept_repeats(repeats, noise)?;
+    let range = (*kept.last()? - *kept.first()?).max(0) as f64;
+    let d2 = t_and_d2(repeats.len()).1;
+    Some((range.max(d2 * sample_sd(&kept)), median))
 }
 
 /// The repeats' spread beyond what the reading's error on their windows explains, per mille
@@ -446,7 +501,7 @@ fn spread_share(repeats: &[i64], noise: Noise) -> f64 {
     let Some((range, middle)) = spread(repeats, noise.bound) else {
         return 0.0;
     };
-    let varied = varied_beyond_noise(range, noise.seen);
+    let varied = varied_beyond_noise(range as f64, noise.seen);
     if middle <= 0.0 || varied <= 0.0 {
         return 0.0;
     }
@@ -465,8 +520,8 @@ fn spread_share(repeats: &[i64], noise: Noise) -> f64 {
 /// even where the reading was quiet and the whole range was the capture's (a 38 MB range of
 /// 12 repeats inside a 51 MB bound left no margin, and the engine's captures then took 180 MiB
 /// more than the pass).
-fn varied_beyond_noise(range: i64, noise: u64) -> f64 {
-    let range = range.max(0) as f64;
+fn varied_beyond_noise(range: f64, noise: u64) -> f64 {
+    let range = range.max(0.0);
     let noise = noise as f64;
     (range * range - noise * noise).max(0.0).sqrt()
 }
@@ -562,11 +617,16 @@ pub const HIDDEN_VARIATION_PER_MILLE: u64 = 75;
 /// The margin for capture-to-capture variation from the repeats and every capture's bytes, the
 /// repeats' windows read with `noise` (only what exceeds it counts as variation).
 fn variation_margin(repeats: &[i64], each: &[i64], noise: Noise) -> u64 {
-    let Some((range, _)) = spread(repeats, noise.bound) else {
+    let Some((range, middle)) = margin_range(repeats, noise.bound) else {
         return 0;
     };
-    // The variation relative to one capture, at most the whole capture.
-    let spread = spread_share(repeats, noise).min(1.0);
+    // The variation beyond the noise relative to one capture, at most the whole capture.
+    let beyond = varied_beyond_noise(range, noise.seen);
+    let spread = if middle > 0.0 {
+        (beyond / middle).min(1.0)
+    } else {
+        0.0
+    };
     if spread <= 0.0 && noise.hidden == 0 {
         return 0;
     }
@@ -577,7 +637,7 @@ fn variation_margin(repeats: &[i64], each: &[i64], noise: Noise) -> u64 {
     let quadrature = in_quadrature(each);
     // What the windows' step hides is a variation of the same bytes for every graph (the
     // step does not grow with a capture), counted at least (see `hidden_by_step`).
-    let varied = varied_beyond_noise(range, noise.seen).max(noise.hidden as f64);
+    let varied = beyond.max(noise.hidden as f64);
     let same_bytes = varied * (each.len() as f64).sqrt();
     let k = margin_factor(repeats.len());
     (k * (spread * quadrature).max(same_bytes)).ceil() as u64
@@ -716,10 +776,10 @@ pub(super) fn probed_variation_margin(
     resolution: u64,
     alike: u64,
 ) -> u64 {
-    let Some((range, _)) = spread(repeats, resolution.saturating_mul(2)) else {
+    let Some((range, _)) = margin_range(repeats, resolution.saturating_mul(2)) else {
         return 0;
     };
-    let range = (range.max(0) as u64).max(resolution).max(alike);
+    let range = (range.ceil() as u64).max(resolution).max(alike);
     let varied = range as f64 * (graphs as f64).sqrt();
     // As `full`'s: the bound on the difference between the engine's later captures and the
     // probed pass where the plan does not warn of the variation ([`unwarned_margin`]).

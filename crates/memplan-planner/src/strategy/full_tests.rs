@@ -2,6 +2,13 @@
 
 use super::*;
 
+/// The range the margin reads the repeats `v` (none left out) at, for `n` repeats: the larger
+/// of their range and the range d2(n) times their sample standard deviation stands for.
+fn read_range(v: &[i64], n: usize) -> f64 {
+    let range = (v.iter().max().unwrap() - v.iter().min().unwrap()) as f64;
+    range.max(t_and_d2(n).1 * sample_sd(v))
+}
+
 /// A reading whose idle windows were off by as much as its window error allows.
 fn at_bound(tolerance: u64) -> Noise {
     Noise {
@@ -88,7 +95,10 @@ fn probed_repeats_size_the_margin_as_full_does_with_the_resolution_left_in() {
     // capture's bound.
     assert!(probed_spread_per_mille(&repeats, 10 << 20) > VARIATION_REPORTED_PER_MILLE);
     let m = probed_variation_margin(&repeats, 35, 10 << 20, 0);
-    let want = margin_factor(12) * (40 * mib) as f64 * 35f64.sqrt();
+    // Five values evenly apart: their standard deviation stands for a wider range than the
+    // 40 MiB seen.
+    assert!(read_range(&repeats, 12) > (40 * mib) as f64);
+    let want = (margin_factor(12) * read_range(&repeats, 12).ceil() * 35f64.sqrt()).ceil();
     assert!((m as f64 - want).abs() < 1.0, "{m} against {want}");
     // Equal repeats: the probes saw no variation, but captures that differ by less than a
     // resolution read alike, so one resolution per graph is kept; nothing is warned, so
@@ -105,8 +115,7 @@ fn probed_repeats_size_the_margin_as_full_does_with_the_resolution_left_in() {
     came_back[0] = 100 * mib;
     assert_eq!(probed_variation_margin(&came_back, 35, 10 << 20, 0), {
         let rest: Vec<i64> = repeats[1..].to_vec();
-        let range = rest.iter().max().unwrap() - rest.iter().min().unwrap();
-        (margin_factor(12) * range as f64 * 35f64.sqrt()).ceil() as u64
+        (margin_factor(12) * read_range(&rest, 12).ceil() * 35f64.sqrt()).ceil() as u64
     });
 }
 
@@ -138,7 +147,8 @@ fn probed_repeats_that_read_alike_keep_a_page_of_variation_per_graph() {
     assert_eq!(
         probed_variation_margin(&two, 36, search, alike),
         unwarned_margin(
-            (margin_factor(2) * alike as f64 * 36f64.sqrt()).ceil() as u64,
+            (margin_factor(2) * read_range(&two, 2).ceil().max(alike as f64) * 36f64.sqrt()).ceil()
+                as u64,
             spread <= VARIATION_REPORTED_PER_MILLE
         )
     );
@@ -190,13 +200,21 @@ fn a_variation_below_the_windows_step_is_counted() {
         seen: step,
         hidden: 0,
     };
-    // The range less the idle windows' step: no variation at all.
-    assert_eq!(variation_margin(&repeats, &each, noise), 0);
+    // The range less the idle windows' step: no variation at all; what is left is what
+    // the repeats' standard deviation stands for beyond the step.
+    let beyond = varied_beyond_noise(read_range(&repeats, 12), noise.seen);
+    assert!(beyond > 0.0 && read_range(&repeats, 12) > step as f64);
     // The step is the repeats' range at least, the same bytes for every graph.
     let stepped = noise.stepped(&repeats, step);
     assert_eq!(stepped.hidden, step);
     assert_eq!(
         variation_margin(&repeats, &each, stepped),
+        (margin_factor(12) * beyond.max(step as f64) * 35f64.sqrt()).ceil() as u64
+    );
+    // Twelve repeats that all read one step: no range, no deviation, the step alone.
+    let flat = vec![256 * mib; 12];
+    assert_eq!(
+        variation_margin(&flat, &each, noise.stepped(&flat, step)),
         (margin_factor(12) * step as f64 * 35f64.sqrt()).ceil() as u64
     );
     // A step far below the captures hides no variation that matters.
@@ -256,9 +274,12 @@ fn the_repeats_spread_is_the_margin() {
     );
     // Repeats that vary by 10%: a margin that grows with every graph, not their sum.
     let each = vec![100 * mib; 16];
-    let margin = variation_margin(&[95 * mib, 100 * mib, 105 * mib], &each, at_bound(0));
+    let three = [95 * mib, 100 * mib, 105 * mib];
+    let margin = variation_margin(&three, &each, at_bound(0));
     let sqrt_sum = (16.0f64).sqrt() * 100.0 * (1u64 << 20) as f64;
-    assert_eq!(margin, (margin_factor(3) * 0.1 * sqrt_sum).ceil() as u64);
+    let share = read_range(&three, 3) / (100 * mib) as f64;
+    assert!(share >= 0.1);
+    assert_eq!(margin, (margin_factor(3) * share * sqrt_sum).ceil() as u64);
     // Four times the graphs: twice the margin (independent variations), not four times.
     let margin4 = variation_margin(
         &[95 * mib, 100 * mib, 105 * mib],
@@ -290,7 +311,8 @@ fn a_repeat_that_memory_came_back_inside_is_not_variation() {
     let sqrt_sum = (19.0f64).sqrt() * 100.0 * mib as f64;
     assert_eq!(
         variation_margin(&late, &each, at_bound(0)),
-        (margin_factor(4) * (10.0 / 92.5) * sqrt_sum).ceil() as u64
+        (margin_factor(4) * (read_range(&late[1..], 4) / (92.5 * mib as f64)) * sqrt_sum).ceil()
+            as u64
     );
     // A low repeat within what a variation either way explains stays in the range, and
     // so does one above half the median (the others happening to agree says little).
@@ -324,8 +346,10 @@ fn a_range_within_the_window_error_is_variation_where_the_idle_windows_were_quie
         (noise.bound, noise.seen),
         (48 << 20, surely_noise(12_000_000, 5))
     );
-    let seen = noise.seen as f64 / 1e6;
-    let varied = (38.0f64 * 38.0 - seen * seen).sqrt() * 1e6;
+    let seen = noise.seen as f64;
+    let read = read_range(&repeats, 12);
+    assert!(read >= 38e6);
+    let varied = (read * read - seen * seen).sqrt();
     let m = variation_margin(&repeats, &each, noise);
     assert_eq!(m, (margin_factor(12) * varied * 35f64.sqrt()).ceil() as u64);
     // Idle windows that moved more than the bound are taken at the bound; none read: the
@@ -363,7 +387,7 @@ fn the_idle_windows_range_is_taken_off_at_what_it_surely_shows_of_the_noise() {
         ],
     };
     let tol = 511_203;
-    assert_eq!(varied_beyond_noise(710_953, 867_336), 0.0);
+    assert_eq!(varied_beyond_noise(710_953.0, 867_336), 0.0);
     let each: Vec<i64> = (1..=35).map(|i| i * 2_500_000).collect();
     let m = variation_margin(&r.bytes, &each, r.noise(tol));
     // At least the variation beyond what the noise surely explains, for every graph.
@@ -385,10 +409,10 @@ fn noise_and_variation_add_in_quadrature() {
     assert_eq!(spread_per_mille(&repeats, at_bound(8 << 20)), 120);
     let linear = 0.04 * 100.0 * (mib as f64);
     let m = variation_margin(&repeats, &[100 * mib], at_bound(8 << 20));
-    assert_eq!(
-        m,
-        (margin_factor(3) * 0.12 * 100.0 * mib as f64).ceil() as u64
-    );
+    let read = read_range(&repeats, 3);
+    let varied = (read * read - (16.0 * mib as f64).powi(2)).sqrt();
+    assert!(varied >= 12.0 * mib as f64);
+    assert_eq!(m, (margin_factor(3) * varied).ceil() as u64);
     assert!(m as f64 > 2.0 * margin_factor(3) * linear);
 }
 
@@ -471,13 +495,14 @@ fn more_repeats_narrow_the_margin_at_the_same_confidence() {
         (6.2..6.4).contains(&few) && (1.3..1.4).contains(&many),
         "{few} {many}"
     );
-    // The same spread over twelve repeats: under a quarter of the margin of four.
+    // The same values over twelve repeats: under a third of the margin of four (their
+    // standard deviation stands for a wider range of twelve than their range).
     let each = vec![100i64 << 20; 35];
     let four = [95i64 << 20, 100 << 20, 100 << 20, 105 << 20];
     let twelve: Vec<i64> = four.iter().cycle().take(12).copied().collect();
     let m4 = variation_margin(&four, &each, at_bound(0));
     let m12 = variation_margin(&twelve, &each, at_bound(0));
-    assert!(m12 * 4 < m4 && m12 > 0, "{m4} {m12}");
+    assert!(m12 * 3 < m4 && m12 > 0, "{m4} {m12}");
 }
 
 #[test]
@@ -587,4 +612,79 @@ fn a_step_that_hides_the_captures_costs_one_window_measured_by_probes_not_seven(
     // One window in quadrature with the variation, never less than either.
     assert_eq!(probed_pass_margin(0, step), step);
     assert_eq!(probed_pass_margin(variation, 0), variation);
+}
+
+#[test]
+fn a_variation_with_light_tails_is_taken_at_its_standard_deviation() {
+    let mib = 1i64 << 20;
+    assert_eq!(
+        sample_sd(&[95 * mib, 100 * mib, 105 * mib]),
+        5.0 * mib as f64
+    );
+    assert_eq!(sample_sd(&[7 * mib]), 0.0);
+    // 32 repeats of a 0.89 GB capture on an exact reading, ranging 130.7 MB (14.7%): their
+    // range over d2(32) reads a standard deviation of 31.6 MB, their sample standard
+    // deviation is 38.2 MB. Read at the range, the margin kept 229.5 MB for the pass's four
+    // graphs, and the engine alone's captures of them took 265.5 MB more than the pass.
+    let repeats = [
+        890_844_977,
+        889_890_938,
+        876_534_392,
+        933_776_732,
+        945_861_226,
+        857_771_625,
+        891_481_003,
+        897_523_250,
+        903_883_510,
+        888_300_873,
+        848_867_261,
+        945_543_213,
+        912_469_861,
+        875_898_366,
+        942_045_070,
+        866_675_989,
+        832_330_585,
+        817_383_974,
+        815_157_883,
+        869_856_119,
+        871_446_184,
+        929_006_537,
+        902_929_471,
+        907_063_640,
+        831_376_546,
+        900_067_354,
+        840_598_923,
+        880_032_535,
+        864_449_898,
+        909_925_757,
+        944_589_174,
+        828_832_442,
+    ];
+    let (range, median) = spread(&repeats, 0).unwrap();
+    assert_eq!(range, 130_703_343);
+    let s = sample_sd(&repeats);
+    assert!((38.1e6..38.2e6).contains(&s), "{s}");
+    assert!(range as f64 / t_and_d2(32).1 < 0.83 * s);
+    // The pass's four graphs (the first size and three smaller).
+    let each = [890_000_000i64, 640_000_000, 430_000_000, 250_000_000];
+    let quadrature = in_quadrature(&each);
+    let m = variation_margin(&repeats, &each, Noise::default());
+    // Student's t with 31 degrees of freedom times the sample standard deviation, scaled to
+    // every graph (the larger of in proportion to each and the same bytes for each of the
+    // four): 277 MB, not the 17% less the range stood for.
+    let scaled = (quadrature / median).max(4f64.sqrt());
+    let at_s = 3.634 * s * scaled;
+    assert!((m as f64 - at_s).abs() < 2.0, "{m} against {at_s}");
+    assert!((277e6..278e6).contains(&at_s), "{at_s}");
+    let at_range = margin_factor(32) * range as f64 * scaled;
+    assert!(m as f64 > 1.2 * at_range, "{m} against {at_range}");
+    // Heavy tails: one repeat far out (but not below the others, as memory coming back reads)
+    // shows in the range more than in the standard deviation, and the range stays.
+    let mut one_out = vec![100 * mib; 31];
+    one_out.push(110 * mib);
+    assert!(t_and_d2(32).1 * sample_sd(&one_out) < (10 * mib) as f64);
+    assert_eq!(
+        variation_margin(&one_out, &[100 * mib], Noise::default()),
+        (margin_factor(32) * (10.0 / 100.0) * (100 * mib) as f64).ceil() as u64
+    );
 }
