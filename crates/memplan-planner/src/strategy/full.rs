@@ -48,11 +48,13 @@
 //! the factor stands for (the prediction bound for one further observation, `t s sqrt(1 +
 //! 1/n)` about the sample mean, e.g. Hahn and Meeker, *Statistical Intervals*, Wiley 1991,
 //! chapter 4). The range stays where it is the larger: a variation with heavier tails than the
-//! normal's shows them in the range, which `s` averages away. So the margin takes the larger of
-//! `range / d2(n)` and `s` ([`margin_range`]). 32 repeats of a 0.89 GB capture ranged 14.7% of
-//! it with `s` 4.29% (`range / d2` 3.55%): the margin kept 229.5 MB for four graphs, and the
-//! engine alone's captures of them took 265.5 MB more than the pass, past the room the request
-//! left the KV cache; `s` keeps 277 MB.
+//! normal's shows them in the range, which `s` averages away. So the margin of repeats read
+//! through the free reading takes the larger of `range / d2(n)` and `s` ([`margin_range`]);
+//! repeats measured by allocation probes keep their range ([`probed_variation_margin`]). 32
+//! repeats of a 0.89 GB capture ranged 14.7% of it with `s` 4.29% (`range / d2` 3.55%): the
+//! margin kept 229.5 MB for four graphs, and the engine alone's captures of them took 265.5 MB
+//! more than the pass, past the room the request left the KV cache; `s` keeps 277 MB.
+//!
 //! Four repeats that vary beyond the idle windows' noise are followed by [`MORE_REPEATS`] more:
 //! a few captures of the smallest size cost far less than the KV cache a margin from four
 //! samples would take (about five times the margin of twelve). So are four repeats whose
@@ -776,10 +778,10 @@ pub(super) fn probed_variation_margin(
     resolution: u64,
     alike: u64,
 ) -> u64 {
-    let Some((range, _)) = margin_range(repeats, resolution.saturating_mul(2)) else {
+    let Some((range, _)) = spread(repeats, resolution.saturating_mul(2)) else {
         return 0;
     };
-    let range = (range.ceil() as u64).max(resolution).max(alike);
+    let range = (range.max(0) as u64).max(resolution).max(alike);
     let varied = range as f64 * (graphs as f64).sqrt();
     // As `full`'s: the bound on the difference between the engine's later captures and the
     // probed pass where the plan does not warn of the variation ([`unwarned_margin`]).

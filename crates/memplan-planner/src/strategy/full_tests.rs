@@ -95,10 +95,10 @@ fn probed_repeats_size_the_margin_as_full_does_with_the_resolution_left_in() {
     // capture's bound.
     assert!(probed_spread_per_mille(&repeats, 10 << 20) > VARIATION_REPORTED_PER_MILLE);
     let m = probed_variation_margin(&repeats, 35, 10 << 20, 0);
-    // Five values evenly apart: their standard deviation stands for a wider range than the
-    // 40 MiB seen.
+    // Five values evenly apart, whose standard deviation stands for a wider range than the
+    // 40 MiB seen: probes' repeats keep their range.
     assert!(read_range(&repeats, 12) > (40 * mib) as f64);
-    let want = (margin_factor(12) * read_range(&repeats, 12).ceil() * 35f64.sqrt()).ceil();
+    let want = margin_factor(12) * (40 * mib) as f64 * 35f64.sqrt();
     assert!((m as f64 - want).abs() < 1.0, "{m} against {want}");
     // Equal repeats: the probes saw no variation, but captures that differ by less than a
     // resolution read alike, so one resolution per graph is kept; nothing is warned, so
@@ -115,7 +115,8 @@ fn probed_repeats_size_the_margin_as_full_does_with_the_resolution_left_in() {
     came_back[0] = 100 * mib;
     assert_eq!(probed_variation_margin(&came_back, 35, 10 << 20, 0), {
         let rest: Vec<i64> = repeats[1..].to_vec();
-        (margin_factor(12) * read_range(&rest, 12).ceil() * 35f64.sqrt()).ceil() as u64
+        let range = rest.iter().max().unwrap() - rest.iter().min().unwrap();
+        (margin_factor(12) * range as f64 * 35f64.sqrt()).ceil() as u64
     });
 }
 
@@ -147,8 +148,7 @@ fn probed_repeats_that_read_alike_keep_a_page_of_variation_per_graph() {
     assert_eq!(
         probed_variation_margin(&two, 36, search, alike),
         unwarned_margin(
-            (margin_factor(2) * read_range(&two, 2).ceil().max(alike as f64) * 36f64.sqrt()).ceil()
-                as u64,
+            (margin_factor(2) * alike as f64 * 36f64.sqrt()).ceil() as u64,
             spread <= VARIATION_REPORTED_PER_MILLE
         )
     );
