@@ -269,6 +269,13 @@ impl<'s> GraphContext<'s> {
         Ok(())
     }
 
+    /// What the engine's allocator holds from the driver now (cached or in use), read without
+    /// releasing anything: a pass that must not change the allocator's history reads it
+    /// between its captures.
+    pub fn allocator_reserved(&mut self) -> u64 {
+        self.engine.allocator().stats().reserved
+    }
+
     /// Reset the allocator's peak (before a sample whose transient memory is read).
     pub fn reset_peak(&mut self) {
         self.engine.allocator().reset_peak();

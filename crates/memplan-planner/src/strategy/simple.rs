@@ -35,6 +35,11 @@
 //! Where probes measure, the first size is captured and released once before the pass
 //! (`prime_by_probes`), as `full` primes: memory a library takes on the process's first
 //! capture is then counted once, as held after the teardown, not also as graphs.
+//! Every figure above is read after the pass; where the allocator gave its cache back inside
+//! it (a request the device could not serve, graphs whose intermediates take segments of their
+//! own under `max_split_size_mb`), the engine's capture holds that before giving anything back,
+//! and the pass is taken at its peak: the drops of what the allocator held from one capture to
+//! the next are added (`AllocatorHeld`), as `full` takes its own pass at its peak.
 
 use memplan_core::bytes::{fmt_bytes, KIB};
 use memplan_core::{Reading, Result};
@@ -71,9 +76,11 @@ impl GraphStrategy for Conservative {
         };
         let before = ctx.flushed_snapshot()?;
         let before_probe = ctx.allocatable()?;
+        let mut held = AllocatorHeld::default();
         for s in &sizes {
             ctx.warm_up(*s)?;
             ctx.capture(*s)?;
+            held.after_capture(ctx.allocator_reserved());
         }
         // Every size warmed up and captured in the engine's order with nothing released in
         // between: the release before this snapshot gives back what the engine's warm-up
@@ -155,6 +162,17 @@ impl GraphStrategy for Conservative {
             Some((measured, reading)) if probed.is_some() => (measured.max(pool), Some(reading)),
             _ => (bound, None),
         };
+        // What the allocator gave back inside the pass: the engine's capture holds it before
+        // giving anything back (see [`AllocatorHeld`]); every figure above was read after it.
+        let given_back = held.given_back();
+        if given_back > 0 {
+            tracing::warn!(
+                bytes = given_back,
+                "memory was given back inside the conservative pass: its graphs are taken at the pass's peak"
+            );
+        }
+        let seen_point = point;
+        let point = point.saturating_add(given_back);
         // A bound keeps a quarter for what it may have missed; a measurement keeps what the
         // same capture varies by, measured by probes too where they measured the pass (also
         // where a reading showed more than they did: the larger measurement stands, and a
@@ -227,12 +245,19 @@ impl GraphStrategy for Conservative {
             fmt_bytes(hidden),
             margin_basis
         );
+        if given_back > 0 {
+            e.explanation = format!(
+                "{}; taken at the pass's peak: the allocator gave {} of cached memory back inside the pass, as it does where the device cannot serve a request, and the engine's capture holds it before giving anything back",
+                e.explanation,
+                fmt_bytes(given_back)
+            );
+        }
         if let Some(r) = contradicted {
-            let than = if point > bound { "more" } else { "no more" };
+            let than = if seen_point > bound { "more" } else { "no more" };
             e.explanation = format!(
                 "{}; the {r} showed {} taken, {than} than the bound {}: the measurement replaces it",
                 e.explanation,
-                fmt_bytes(point),
+                fmt_bytes(seen_point),
                 fmt_bytes(bound)
             );
         }
@@ -272,6 +297,47 @@ fn seen_by_readings(
         .into_iter()
         .flatten()
         .max_by_key(|x| x.0)
+}
+
+/// What the engine's allocator held after each capture of the pass, read without releasing
+/// anything (its own figure, exact for this process whatever the driver's readings are worth).
+///
+/// The pass releases nothing before its end, and a graph pool keeps what its captures freed
+/// cached for the next capture, so what the allocator holds only grows from one capture to the
+/// next (a capture that empties the cache on entering gives back the warm-up before it, and
+/// holds at least the graphs before it plus its own), unless the allocator gives its cache
+/// back inside the pass: the caching allocator does that when the device cannot serve a
+/// request (PyTorch's `malloc` frees its cached blocks and retries, `release_cached_blocks` on
+/// an allocation failure). Under `max_split_size_mb` PyTorch splits no cached block for a
+/// request of that size or more (`should_split`, `get_free_block`), so each graph's large
+/// intermediates take segments of their own, the pool grows by their sum, and on a device that
+/// cannot serve it the pass ends holding only what was left after the release: every figure
+/// read at its end (the allocator's, the probes') misses what was given back, while the
+/// engine's own capture, with its KV cache beside, holds that peak before its allocator gives
+/// anything back and goes past the request, or runs out of memory outside the allocator (in a
+/// graph's instantiation). Each drop from what one capture left to what the next left is
+/// memory given back, and the engine's capture, which gives nothing back before it must, holds
+/// their sum beside what the pass ended with (`full` takes its pass at its peak the same way).
+#[derive(Debug, Default, Clone, Copy)]
+struct AllocatorHeld {
+    /// Held after the last capture (`None` before the first).
+    last: Option<u64>,
+    /// The drops seen so far, summed.
+    dropped: u64,
+}
+
+impl AllocatorHeld {
+    fn after_capture(&mut self, reserved: u64) {
+        if let Some(l) = self.last {
+            self.dropped = self.dropped.saturating_add(l.saturating_sub(reserved));
+        }
+        self.last = Some(reserved);
+    }
+
+    /// What the allocator gave back inside the pass (0 where what it held only grew).
+    fn given_back(&self) -> u64 {
+        self.dropped
+    }
 }
 
 /// What [`seen_by_readings`] calls a measurement by allocation probes.
@@ -357,5 +423,24 @@ impl GraphStrategy for NoGraphs {
             "no graphs: the engine must run eagerly (capture unsupported or disabled)".into()
         };
         Ok(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AllocatorHeld;
+
+    #[test]
+    fn the_pass_is_held_at_its_peak_where_the_allocator_gave_memory_back() {
+        let mut h = AllocatorHeld::default();
+        for r in [100, 300, 600, 250, 700, 650] {
+            h.after_capture(r);
+        }
+        assert_eq!(h.given_back(), 400);
+        let mut grows = AllocatorHeld::default();
+        for r in [100, 300, 300, 600] {
+            grows.after_capture(r);
+        }
+        assert_eq!(grows.given_back(), 0);
     }
 }
