@@ -2699,7 +2699,13 @@ fn a_stale_free_reading_leaves_the_conservative_plan_within_the_request() {
         &seeds,
     );
     for (c, seed) in cases.iter().zip(seeds) {
-        assert_eq!(c.out.plan.is_some(), seed == 2, "{}: {:?}", c.what, c.out.failed);
+        assert_eq!(
+            c.out.plan.is_some(),
+            seed == 2,
+            "{}: {:?}",
+            c.what,
+            c.out.failed
+        );
     }
 }
 

@@ -253,7 +253,11 @@ impl GraphStrategy for Conservative {
             );
         }
         if let Some(r) = contradicted {
-            let than = if seen_point > bound { "more" } else { "no more" };
+            let than = if seen_point > bound {
+                "more"
+            } else {
+                "no more"
+            };
             e.explanation = format!(
                 "{}; the {r} showed {} taken, {than} than the bound {}: the measurement replaces it",
                 e.explanation,
