@@ -2365,10 +2365,10 @@ fn a_sampled_margin_sees_enough_samples_between_the_extremes() {
     }
 }
 
-/// Seeds 0 to 6 of the 0 to 20 the o26 battery ran each of its files on (4 and 6 draw
-/// adversarial physics): 18 files on 21 seeds doubled the outside tests' time in CI's debug
-/// build; the battery reruns all of them (`battery 0 21 FILE`).
-fn o26_seeds() -> Vec<u64> {
+/// Seeds 0 to 6 of the 0 to 20 the outside batteries (o26, o27) ran each of their files on (4
+/// and 6 draw adversarial physics): 18 files on 21 seeds doubled the outside tests' time in
+/// CI's debug build; the battery reruns all of them (`battery 0 21 FILE`).
+fn battery_seeds() -> Vec<u64> {
     (0..7).collect()
 }
 
@@ -2395,7 +2395,7 @@ fn knobs_at_their_extremes_together() {
         "mi300x-unmeasured-kv-67-sizes-full-neighbour-before-graph-phase.toml",
         "mi300x-mla-fp8-ds-one-backing-no-hook.toml",
     ] {
-        let cases = passes(file, &o26_seeds());
+        let cases = passes(file, &battery_seeds());
         assert!(
             cases.iter().any(|c| c.out.failed.is_none()),
             "{file}: no seed started"
@@ -2410,7 +2410,7 @@ fn knobs_at_their_extremes_together() {
 fn a_utilisation_of_one_beside_others_is_refused_as_vllm_refuses_it() {
     let cases = passes(
         "h100-vllm-utilization-1-others-refused-at-start.toml",
-        &o26_seeds(),
+        &battery_seeds(),
     );
     for c in &cases {
         assert!(c.out.plan.is_none(), "{}: planned", c.what);
@@ -2431,7 +2431,7 @@ fn format_edges_plan_within_the_oracle() {
         "strix-halo-mla-beside-sliding-one-backing.toml",
         "h100-64-layer-groups.toml",
     ] {
-        passes(file, &o26_seeds());
+        passes(file, &battery_seeds());
     }
     for c in passes("h200-two-byte-page-billions-of-tokens.toml", &[0, 1, 2]) {
         let tokens = c.out.kv_tokens.expect("a KV cache");
@@ -2584,11 +2584,6 @@ fn a_neighbour_that_left_before_the_plan_is_not_kept_room_for_by_a_stale_reading
     }
 }
 
-/// Seeds 0 to 6 of the 0 to 20 the o27 battery ran each of its files on.
-fn o27_seeds() -> Vec<u64> {
-    (0..7).collect()
-}
-
 /// The conformance suite's liar profiles (a stale free reading, a free reading that counts only
 /// this process, a total 128 MiB low, VM releases that keep 2 MiB, all declared exact: o27
 /// battery) under engine scenarios the sweep does not pair them with: a neighbour that changes
@@ -2606,7 +2601,7 @@ fn liar_profiles_under_engine_scenarios() {
         "broken-leaky-vm-full-warm-ups-above-profile-run-adversarial.toml",
         "broken-leaky-vm-mla-tp2-slice-one-backing-budget.toml",
     ] {
-        let cases = passes(file, &o27_seeds());
+        let cases = passes(file, &battery_seeds());
         assert!(
             cases.iter().any(|c| c.out.failed.is_none()),
             "{file}: no seed started"
@@ -2626,7 +2621,7 @@ fn a_neighbour_that_changes_before_every_step() {
         "strix-halo-neighbour-saw-before-every-step-post-capture.toml",
         "a770-neighbour-inverse-saw-before-every-step-eager.toml",
     ] {
-        let cases = passes(file, &o27_seeds());
+        let cases = passes(file, &battery_seeds());
         assert!(
             cases.iter().any(|c| c.out.plan.is_some()),
             "{file}: nothing planned"
@@ -2653,7 +2648,7 @@ fn tensor_parallel_slices_and_unusual_shapes_plan_within_the_oracle() {
         "b580-nosysman-gemma3-1b-sglang-0-5-14-paired-kv.toml",
         "rocm62-sliding-full-and-mla-layers-one-backing-block-64.toml",
     ] {
-        let cases = passes(file, &o27_seeds());
+        let cases = passes(file, &battery_seeds());
         assert!(
             cases.iter().any(|c| c.out.plan.is_some()),
             "{file}: nothing planned"
