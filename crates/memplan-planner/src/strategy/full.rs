@@ -495,15 +495,19 @@ fn spread_per_mille(repeats: &[i64], noise: Noise) -> u64 {
     (spread_share(repeats, noise) * 1000.0).round() as u64
 }
 
-/// The same spread as a share of the median, unrounded: what the margin and the decision to
-/// take more repeats use. Rounded to whole per mille, a spread under half of one (18 KB over
-/// a 93 MB capture) read as none: no more repeats, no margin, and 35 graphs' variations then
-/// added up past the request.
+/// The same spread as a share of the median, unrounded: what the decision to take more
+/// repeats uses (the margin takes the same share of its own range, [`margin_range`]). Rounded
+/// to whole per mille, a spread under half of one (18 KB over a 93 MB capture) read as none:
+/// no more repeats, no margin, and 35 graphs' variations then added up past the request.
 fn spread_share(repeats: &[i64], noise: Noise) -> f64 {
     let Some((range, middle)) = spread(repeats, noise.bound) else {
         return 0.0;
     };
-    let varied = varied_beyond_noise(range as f64, noise.seen);
+    share_of(varied_beyond_noise(range as f64, noise.seen), middle)
+}
+
+/// `varied` as a share of the repeats' `middle`: 0 where either is not positive.
+fn share_of(varied: f64, middle: f64) -> f64 {
     if middle <= 0.0 || varied <= 0.0 {
         return 0.0;
     }
@@ -624,11 +628,7 @@ fn variation_margin(repeats: &[i64], each: &[i64], noise: Noise) -> u64 {
     };
     // The variation beyond the noise relative to one capture, at most the whole capture.
     let beyond = varied_beyond_noise(range, noise.seen);
-    let spread = if middle > 0.0 {
-        (beyond / middle).min(1.0)
-    } else {
-        0.0
-    };
+    let spread = share_of(beyond, middle).min(1.0);
     if spread <= 0.0 && noise.hidden == 0 {
         return 0;
     }
