@@ -261,48 +261,11 @@ impl<E: AsDynEngine + ?Sized> Session<'_, E> {
         {
             self.trial_capture()?;
         }
-        crate::strategy::trim_and_settle(&self.rec.device, self.rec.settle_synchronizes)?;
-        let before = self.rec.settle(self.engine.as_dyn())?;
         // Where the session measures by allocation probes, what the phase leaves unallocatable
-        // after its teardown is measured as any other step's (below); an eager phase captures
-        // nothing to measure.
-        let before_probe = if strategy.kind() == StrategyKind::None {
-            None
-        } else {
-            self.probe_allocatable(&before)?
-        };
-        let engine = self.engine.as_dyn();
-        let mut ctx = GraphContext::new(&mut self.rec, engine, before);
-        let outcome = strategy.run(&mut ctx);
-        let keep = matches!(&outcome, Ok(e) if e.kept);
-        let after = if keep {
-            ctx.disarm_and_read()
-        } else {
-            ctx.teardown()
-        };
-        drop(ctx);
-        if !keep {
-            // After the graphs that might point into it are gone.
-            drop(self.rec.kv_range.take());
-        }
-        if let (Err(_), Err(e)) = (&outcome, &after) {
-            tracing::error!(error = %e, "graph teardown failed after the strategy failed");
-        }
-        // Recorded even when the strategy failed: memory the phase left held is this engine's,
-        // and must not be attributed to other processes by the next quiet window.
-        if let Ok(a) = &after {
-            self.rec.graph_step(before, *a, keep);
-            // No reading sees what a teardown did not give back (per-capture memory a runtime
-            // keeps, a release still pending): the probes do, and it is held from now on.
-            if !keep {
-                self.probe_step(before_probe, &before, a)?;
-            }
-        }
-        if let Err(e) = &after {
-            self.steps.poisoned(Step::CaptureGraphs, e);
-        }
-        let est = outcome?;
-        after?;
+        // after its teardown is measured as any other step's; an eager phase captures nothing
+        // to measure.
+        let captures = strategy.kind() != StrategyKind::None;
+        let est = self.graph_step(captures, |ctx| strategy.run(ctx), |e| e.kept)?;
         tracing::info!(reserve = est.reserve, strategy = %est.strategy, "graph phase done");
         self.rec.p.graph = Some(est);
         Ok(())
@@ -316,23 +279,59 @@ impl<E: AsDynEngine + ?Sized> Session<'_, E> {
     /// phase after it measures what it always did. [`Error::Unsupported`] where the device
     /// refuses (the automatic choice then plans the engine eagerly).
     fn trial_capture(&mut self) -> Result<()> {
+        self.graph_step(true, |ctx| ctx.trial_capture(), |_| false)
+    }
+
+    /// One step of graphs measured as the session measures each: the device trimmed and
+    /// settled, `body` run in a graph context, its graphs kept where `keep` says so of its
+    /// outcome and destroyed otherwise (a KV range it reserved released after them), the step
+    /// recorded even where `body` failed (memory it left held is this engine's, not other
+    /// processes'), and, where `probe` is set and the graphs were destroyed, what the teardown
+    /// left unallocatable measured by the allocation probes (no reading sees per-capture
+    /// memory a runtime keeps or a release still pending). A teardown that fails ends the
+    /// session's measurements.
+    fn graph_step<T>(
+        &mut self,
+        probe: bool,
+        body: impl FnOnce(&mut GraphContext<'_>) -> Result<T>,
+        keep: impl FnOnce(&T) -> bool,
+    ) -> Result<T> {
         crate::strategy::trim_and_settle(&self.rec.device, self.rec.settle_synchronizes)?;
         let before = self.rec.settle(self.engine.as_dyn())?;
-        let before_probe = self.probe_allocatable(&before)?;
+        let before_probe = if probe {
+            self.probe_allocatable(&before)?
+        } else {
+            None
+        };
         let engine = self.engine.as_dyn();
         let mut ctx = GraphContext::new(&mut self.rec, engine, before);
-        let outcome = ctx.trial_capture();
-        let after = ctx.teardown();
+        let outcome = body(&mut ctx);
+        let keep = outcome.as_ref().is_ok_and(keep);
+        let after = if keep {
+            ctx.disarm_and_read()
+        } else {
+            ctx.teardown()
+        };
         drop(ctx);
+        if !keep {
+            // After the graphs that might point into it are gone.
+            drop(self.rec.kv_range.take());
+        }
+        if let (Err(_), Err(e)) = (&outcome, &after) {
+            tracing::error!(error = %e, "graph teardown failed after the step failed");
+        }
         if let Ok(a) = &after {
-            self.rec.graph_step(before, *a, false);
-            self.probe_step(before_probe, &before, a)?;
+            self.rec.graph_step(before, *a, keep);
+            if !keep {
+                self.probe_step(before_probe, &before, a)?;
+            }
         }
         if let Err(e) = &after {
             self.steps.poisoned(Step::CaptureGraphs, e);
         }
-        outcome?;
-        after.map(|_| ())
+        let out = outcome?;
+        after?;
+        Ok(out)
     }
 
     /// Why the last graph phase ran the strategy it ran (kept for the plan).

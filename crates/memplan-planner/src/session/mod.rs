@@ -155,17 +155,12 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     /// session says so by name ([`Warning::RequestBelowMemoryInUse`]): part of that may be this
     /// process's own, already past the request, and the start's checks go past it further.
     pub fn start_for(device: &SharedDevice, engine: &'e mut E, request: Request) -> Result<Self> {
-        let requested = start_requested(device, request)?;
-        let most = probe::start_most(requested);
-        let below = request_below_in_use(device, requested, most)?;
-        let mut s = Self::start_within(device, engine, most)?;
-        if let Some(mut w) = below {
-            // Calibration's test capture holds its runtime's objects beside its allocation
-            // node: the most the start held at once is the larger of the two, as measured.
-            let held = s.calibration.as_ref().and_then(|c| c.test_capture_held);
-            if let (Warning::RequestBelowMemoryInUse { largest, .. }, Some(h)) = (&mut w, held) {
-                *largest = (*largest).max(h);
-            }
+        let r = StartRequest::read(device, request)?;
+        let mut s = Self::start_within(device, engine, r.most)?;
+        // Calibration's test capture holds its runtime's objects beside its allocation node:
+        // the most the start held at once is the larger of the two, as measured.
+        let held = s.calibration.as_ref().and_then(|c| c.test_capture_held);
+        if let Some(w) = r.below_in_use(r.most.max(held.unwrap_or(0))) {
             s.rec.warn(w);
         }
         Ok(s)
@@ -179,11 +174,9 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         capability: ProfilingCapability,
         request: Request,
     ) -> Result<Self> {
-        let requested = start_requested(device, request)?;
-        let most = probe::start_most(requested);
-        let below = request_below_in_use(device, requested, most)?;
-        let mut s = Self::open(device, engine, capability, false, most)?;
-        if let Some(w) = below {
+        let r = StartRequest::read(device, request)?;
+        let mut s = Self::open(device, engine, capability, false, r.most)?;
+        if let Some(w) = r.below_in_use(r.most) {
             s.rec.warn(w);
         }
         Ok(s)
@@ -1365,30 +1358,48 @@ fn start_requested(device: &SharedDevice, request: Request) -> Result<Option<u64
     }
 }
 
-/// [`Warning::RequestBelowMemoryInUse`] where the `requested` bytes are below the memory the
-/// device holds in use now (its total less its free reading, both read), the start's checks
-/// holding up to `most` at once; `None` where either reading is missing or the request is
-/// not below it. A utilisation of 0.001 of a 24 GiB card (24.6 MiB) is below the runtime's
-/// context alone, and the start's smallest check went 10 MiB past that before the engine
-/// refused: said by name, since nothing the start reads tells the context from other
-/// processes' memory.
-fn request_below_in_use(
-    device: &SharedDevice,
-    requested: Option<u64>,
+/// What a start for a known request reads before it allocates anything: the most any of its
+/// checks may hold at once ([`probe::start_most`]), and the requested bytes with the memory
+/// the device holds in use (its total less its free reading) where the request is below it.
+struct StartRequest {
     most: u64,
-) -> Result<Option<Warning>> {
-    let Some(requested) = requested else {
-        return Ok(None);
-    };
-    let d = device.driver_memory()?;
-    let in_use = d.total.zip(d.free).map(|(t, f)| t.saturating_sub(f));
-    Ok(in_use
-        .filter(|&u| requested < u)
-        .map(|in_use| Warning::RequestBelowMemoryInUse {
-            requested,
-            in_use,
-            largest: most,
-        }))
+    /// (requested, in use) where both readings were read and the request is below the use.
+    below: Option<(u64, u64)>,
+}
+
+impl StartRequest {
+    /// Errors as [`start_requested`] does for a malformed request, before anything is
+    /// allocated.
+    fn read(device: &SharedDevice, request: Request) -> Result<Self> {
+        let requested = start_requested(device, request)?;
+        let most = probe::start_most(requested);
+        let below = match requested {
+            Some(requested) => {
+                let d = device.driver_memory()?;
+                d.total
+                    .zip(d.free)
+                    .map(|(t, f)| t.saturating_sub(f))
+                    .filter(|&in_use| requested < in_use)
+                    .map(|in_use| (requested, in_use))
+            }
+            None => None,
+        };
+        Ok(Self { most, below })
+    }
+
+    /// [`Warning::RequestBelowMemoryInUse`] where the request is below the memory in use, the
+    /// start's checks having held up to `largest` at once. A utilisation of 0.001 of a 24 GiB
+    /// card (24.6 MiB) is below the runtime's context alone, and the start's smallest check
+    /// went 10 MiB past that before the engine refused: said by name, since nothing the start
+    /// reads tells the context from other processes' memory.
+    fn below_in_use(&self, largest: u64) -> Option<Warning> {
+        self.below
+            .map(|(requested, in_use)| Warning::RequestBelowMemoryInUse {
+                requested,
+                in_use,
+                largest,
+            })
+    }
 }
 
 /// Where nothing calibrated, windows of the free reading over allocations of a known size
