@@ -430,16 +430,10 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         );
         // No reading measures this process (a stale, absent or lost free reading): no window
         // above saw what a free keeps, and allocation probes around raw frees measure it
-        // instead (`probe::kept_by_probes`). The probes' baseline is the last of them: what
-        // their frees kept is before it (where calibration ran, in its step).
-        let mut probe_baseline = probe_baseline;
-        if let (Some((from, _)), None) = (probe_baseline, kept_per_free) {
-            let k =
-                probe::kept_by_probes(&device, from, probe_ceiling(&capability, &baseline), from)?;
-            probe_baseline = Some((k.allocatable, k.frees_shown));
-            kept_per_free = k.kept;
-            unseen_kept = least(unseen_kept, k.unseen);
-        }
+        // instead (`probe::kept_by_probes`), after the engine's profile run
+        // (`recorder::KeepTest`: what the test's frees keep must not take the room of the
+        // engine's own steps).
+        let keep_test = matches!((probe_baseline, kept_per_free), (Some(_), None));
         let mut free_window_error = single_read.map(|w| w.error);
         // Combining reads narrows a window of a reading that varies from read to read; of a
         // reading that moves in steps, it narrows one only where the reads' noise carries
@@ -514,6 +508,11 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             measured: 0,
             at_last_probe: probe_baseline.map_or(0, |(_, f)| f),
         };
+        rec.keep_test = keep_test.then(|| recorder::KeepTest {
+            named_frees: checked
+                .is_some()
+                .then(|| rec.device.raw_frees().saturating_sub(frees_at_open)),
+        });
         if let Some(w) = unsynced {
             rec.warn_unsynced(w);
         }
@@ -858,6 +857,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         let after = self.rec.snap(self.engine.as_dyn())?;
         self.probe_step(probed, &before, &after)?;
         self.rec.engine_step("profile_run", before, after);
+        self.keep_test()?;
         let (base, peak) =
             match (before.allocator.allocated, after.allocator.peak_allocated) {
                 (Some(b), Some(p)) => (b, p),
@@ -885,6 +885,53 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         tracing::info!(activation_peak = act, by_allocated, "profile run done");
         self.rec.p.activation_peak_bytes = Some(act);
         Ok(act)
+    }
+
+    /// After the engine's profile run, where the session measures by allocation probes and
+    /// nothing has seen what a raw free keeps: the test that measures it by probes around raw
+    /// frees ([`probe::kept_by_probes`], from what the probe that closed the profile run
+    /// found), deferred from the start ([`recorder::KeepTest`]). What it finds is said by name
+    /// ([`Warning::DeviceKeepsMemoryOnFree`]) as at the start, and the frees the start named
+    /// its checks' leftovers by are named again at that figure, with the test's own.
+    fn keep_test(&mut self) -> Result<()> {
+        let Some(test) = self.rec.keep_test.take() else {
+            return Ok(());
+        };
+        let (Some(limit), Some((from, reserved))) =
+            (self.rec.p.probe_baseline, self.rec.last_probe)
+        else {
+            return Ok(());
+        };
+        let ceiling = probe_ceiling(&self.rec.p.capability, &self.rec.p.last);
+        let frees_before = self.rec.device.raw_frees();
+        let k = probe::kept_by_probes(&self.rec.device, limit, ceiling, from)?;
+        let test_frees = self.rec.device.raw_frees().saturating_sub(frees_before);
+        self.rec.last_probe = Some((k.allocatable, reserved));
+        self.rec.own_frees.at_last_probe = k.frees_shown;
+        let p = &mut self.rec.p;
+        let seen = p.kept_per_free.max(k.kept);
+        p.unseen_kept_per_free = least(p.unseen_kept_per_free, k.unseen).filter(|_| seen.is_none());
+        if let Some(bytes) = seen.filter(|_| k.kept.is_some()) {
+            p.kept_per_free = Some(bytes);
+            let named = p.warnings.iter_mut().find_map(|w| match w {
+                Warning::DeviceKeepsMemoryOnFree { bytes_per_free } => Some(bytes_per_free),
+                _ => None,
+            });
+            match named {
+                Some(b) => *b = bytes,
+                None => self.rec.warn(Warning::DeviceKeepsMemoryOnFree {
+                    bytes_per_free: bytes,
+                }),
+            }
+        }
+        if let Some(frees) = test.named_frees {
+            let per_free = self.rec.p.kept_per_free.or(self.rec.p.unseen_kept_per_free);
+            if let Some(k) = per_free {
+                self.rec
+                    .left_held_at_least(k.saturating_mul(frees.saturating_add(test_frees)));
+            }
+        }
+        Ok(())
     }
 
     /// Everything measured so far.

@@ -56,6 +56,28 @@ pub(crate) struct Recorder {
     /// tokens, the one that took most): `(tokens, what it made the allocator hold at its
     /// peak)`. It bounds what a larger warm-up takes before it runs ([`Self::warmed_up`]).
     pub largest_warm_up: Option<(u64, u64)>,
+    /// Where the session measures by allocation probes and nothing has seen what a raw free
+    /// keeps yet: the test that measures it by probes around raw frees
+    /// ([`probe::kept_by_probes`](super::probe::kept_by_probes)), still to run after the
+    /// engine's profile run ([`KeepTest`]).
+    pub keep_test: Option<KeepTest>,
+}
+
+/// The test of what a raw free keeps ([`probe::kept_by_probes`](super::probe::kept_by_probes)),
+/// deferred from the session's start to the end of the engine's profile run. On a device whose
+/// frees keep memory, the test keeps for good what its frees keep (some fifty frees to see
+/// 512 KiB a free beside the probes' 2 MiB resolution: 26 MB on a 12 GiB Arc B580), and the
+/// engine's weights and profile run need every byte the engine alone has: made at the start,
+/// those 26 MB left a profile run that fitted the engine alone beside a neighbour by 24 MiB
+/// out of memory. After the profile run, what the test keeps comes out of the room the plan
+/// measures by its own probe, as any memory this process holds does, and the test is still
+/// made before the graph phase and the plan, which need its figure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct KeepTest {
+    /// Where the session's start named what its own checks left held by the frees they made
+    /// (a start with nothing calibrated, [`Recorder::left_held_at_least`]): those frees, named
+    /// again at the figure the test finds, with the test's own.
+    pub named_frees: Option<u64>,
 }
 
 /// The session's own raw frees (its allocation probes and checks), counted where it measures
@@ -219,6 +241,7 @@ impl Recorder {
             last_probe: None,
             own_frees: OwnFrees::default(),
             largest_warm_up: None,
+            keep_test: None,
         }
     }
 
