@@ -2743,6 +2743,20 @@ fn leaky_frees_without_a_free_reading_leave_the_profile_run_room() {
     passes("leaky-frees-no-free-reading-neighbour-b580.toml", &[11, 22]);
 }
 
+/// A device whose every raw free keeps 2 MiB and which gives no free reading
+/// (`broken-leaky-free-unreadable`), calibrated, 2,958 MiB others, a 5,516 MiB request whose
+/// weights the adversarial allocator holds in 4.63 GiB: the profile run's activation takes
+/// 1.20 GiB more and its 3 GB workspace does not fit (seed 16). The engine alone fits that
+/// run, only just, and the session's calibration and probes had kept a few MiB for good, so
+/// the run's engine ran out of memory: an out-of-memory where the engine alone fits (outside
+/// battery o27, class LK1). What the run had measured when it failed already leaves the request
+/// no room for a KV cache: the start is the plan's refusal, said with the out-of-memory, and
+/// judged right (the engine alone has no cache within the request either).
+#[test]
+fn a_profile_run_out_of_memory_past_the_request_is_the_plans_refusal() {
+    passes("leaky-free-unreadable-profile-run-past-request.toml", &[16]);
+}
+
 /// o27 battery, class PC1 (G3's kind, post-capture): a capture that keeps the allocator's cache,
 /// warm-ups of 8 MiB a token, 32 MiB of graph allocation nodes and 2 MiB a token of
 /// intermediates over 67 sizes on an A100 80GB: the post-capture graphs pass the 0.70 request

@@ -853,7 +853,9 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         self.refusal_before_profile()?;
         let probed = self.probe_allocatable(&before)?;
         self.engine.as_dyn().allocator().reset_peak();
-        run(&mut *self.engine)?;
+        if let Err(e) = run(&mut *self.engine) {
+            return Err(self.refusal_after_failed_profile(e, &before));
+        }
         let after = self.rec.snap(self.engine.as_dyn())?;
         self.probe_step(probed, &before, &after)?;
         self.rec.engine_step("profile_run", before, after);
@@ -885,6 +887,54 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         tracing::info!(activation_peak = act, by_allocated, "profile run done");
         self.rec.p.activation_peak_bytes = Some(act);
         Ok(act)
+    }
+
+    /// The engine's profile run failed with `e`, having started at `before`: where it ran out
+    /// of memory after its activation had already grown past what the request leaves a KV
+    /// cache (the allocator's peak above where it stood before the run, a part of the
+    /// activation peak: the run only adds to it), the plan's refusal
+    /// ([`PlanBuilder::refusal_before_profile`] on that figure), which the run could not have
+    /// changed, naming the out-of-memory; `e` elsewhere. The engine alone needs that memory
+    /// too, and a start-up whose own checks kept memory for good (a device that keeps some of
+    /// every raw free, where allocation probes measure) may run out a few MiB before it: on a
+    /// device keeping 2 MiB of every free, a 5.5 GiB request whose weights held 4.6 GiB and
+    /// whose profile run had taken 1.2 GiB more when its 3 GB workspace did not fit (the engine
+    /// alone fitted it; calibration had left 7.8 MiB held for good, the probes' frees more)
+    /// ended in an out-of-memory where the plan was to refuse it. Where the request has room
+    /// for what was measured, the out-of-memory stands: nothing measured says the plan would
+    /// refuse.
+    fn refusal_after_failed_profile(&mut self, e: Error, before: &MemoryInfo) -> Error {
+        let Some(request) = self.request.filter(|_| e.is_out_of_memory()) else {
+            return e;
+        };
+        let Ok(now) = self.rec.snap(self.engine.as_dyn()) else {
+            return e;
+        };
+        let grown = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+            _ => None,
+        };
+        let reached = grown(before.allocator.allocated, now.allocator.peak_allocated).max(grown(
+            before.allocator.reserved,
+            now.allocator.peak_reserved,
+        ));
+        let Some(reached) = reached.filter(|r| *r > 0) else {
+            return e;
+        };
+        let mut p = self.profile_to_plan();
+        p.activation_peak_bytes = Some(reached);
+        match PlanBuilder::refusal_before_profile(&p, request, self.plan_rules()) {
+            Some(refusal) => {
+                tracing::info!(reached, "profile run out of memory past the request's room");
+                refusal.during(format!(
+                    "the engine's profile run ran out of memory ({e}) after its activation had \
+                     taken {} above the weights, which already leaves the request no room for a \
+                     KV cache",
+                    memplan_core::bytes::fmt_bytes(reached)
+                ))
+            }
+            None => e,
+        }
     }
 
     /// After the engine's profile run, where the session measures by allocation probes and
