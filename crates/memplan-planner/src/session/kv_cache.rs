@@ -673,6 +673,13 @@ fn measured_with(
     // Whether a cache the engine allocated showed its layout is not the plan's: then nothing
     // measured in the plan's layout stands for it.
     let mut other_layout = false;
+    // A count an engine's cache was measured to fit at, within the room: the least the search
+    // below ends on. An allocator's rounding need not grow with the count (tensors of one size
+    // share segments where those of a smaller size take one each), so a smaller count that took
+    // more says nothing of this one: an engine's cache of 1,024 blocks took 572 MiB of a 1 GiB
+    // room and its search, from the planned 2,048 (1.62 GiB) down, found 768 to 129 blocks
+    // taking 1.62 GiB each and ended on 128 (1,016 tokens where the engine alone held 13,300).
+    let mut measured_fit: Option<u64> = None;
     // One tensor measures the plan's layout. The session's own tensors are laid out so; an
     // engine's hook may lay its cache out otherwise (one backing allocation where the plan has
     // a tensor per layer, say), so the measure stands for it only where a cache the engine
@@ -699,6 +706,7 @@ fn measured_with(
             tracing::info!(half, ?took, ?one, tensors, "the engine's KV cache of half the planned blocks took other than whole tensors of the plan's layout: its own allocations are measured");
             alone = None;
             other_layout = true;
+            measured_fit = took.filter(|t| *t <= room).map(|_| half);
         }
     }
     // The count cut by one tensor's measure and what that measure says it takes.
@@ -750,7 +758,9 @@ fn measured_with(
     let mut waste = 0u64;
     let mut step = 1u64;
     let mut last_taken: Option<u64> = None;
-    let (mut fit, mut over): (Option<u64>, Option<u64>) = (None, None);
+    // Below the count the search starts from only (it bisects up from there).
+    let (mut fit, mut over): (Option<u64>, Option<u64>) =
+        (measured_fit.filter(|f| *f < blocks), None);
     for n in 0..KV_ATTEMPTS {
         let taken = match attempt(rec, engine, way, blocks, block_bytes)? {
             Attempt::NotOffered => return Ok(None),
