@@ -1218,6 +1218,66 @@ warmup_per_token = "64KiB"
     assert_eq!(alone.marks.weights, limit, "{:?}", alone.marks);
 }
 
+/// Captures that reach the device's limit go on only by giving the allocator's cache back (the
+/// warm-ups' and the graph pool's free segments): the engine alone's mark after its graphs is then
+/// no lower than what the same captures hold where they never reach it. An A100 whose capture
+/// keeps the cache, with warm-ups of 8 MiB a token: the engine alone's warm-ups reach the
+/// device's limit three times over its 67 sizes, each time its allocator gives its cache back,
+/// and its graph pool keeps 3.48 GB (59.15 GB in all after the graphs, seed 4); the same
+/// captures with the warm-ups' cache released before each, as a measuring session does, never
+/// reach the limit and keep 26.59 GB in the pool (67.92 GB in all). Marked with what the engine alone held after, the post-capture plan step, holding the
+/// graph phase's 68.08 GB, read as 6.44 GiB past the request and the engine's own steps (outside
+/// battery o27, class PC1).
+#[test]
+fn captures_that_gave_the_cache_back_at_the_limit_mark_what_they_held_at_their_most() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/outside/post-capture-keeps-cache-big-warm-ups-a100.toml"
+    );
+    // What the engine holds once it captured every graph, its warm-ups' cache released before
+    // each capture where `release` says so.
+    let held_after = |s: &Setup, release: bool| {
+        let gpu = open(s).unwrap();
+        let mut e = SimEngine::new(gpu.clone(), s.clone());
+        e.load_weights().unwrap();
+        e.profile_run().unwrap();
+        let alloc = gpu.allocator();
+        alloc.synchronize().unwrap();
+        for size in s.sizes.clone() {
+            e.warm_up(size).unwrap();
+            if release {
+                alloc.empty_cache();
+            }
+            e.capture_graph(size).unwrap();
+        }
+        gpu.truth().this_process()
+    };
+    let s = crate::sweep::seeded(Scenario::load(path).unwrap().resolve().unwrap(), 4);
+    let alone = crate::oracle::engine_alone(&s).unwrap();
+    assert!(!alone.graphs_do_not_fit && !alone.nothing_fits);
+    let held = held_after(&s, true);
+    assert!(
+        held <= alone.marks.after_graphs,
+        "the same captures held {held} B after, the engine alone's mark {:?}",
+        alone.marks
+    );
+    // Where the engine's capture empties the cache on entering and its graphs hold less than
+    // its largest warm-up, its captures never reach the limit: the mark after the graphs is
+    // what they held then, below their most (each capture gave the warm-ups' cache back, the
+    // engine's own way, not to go on at the limit).
+    let mut scenario = Scenario::load(path).unwrap();
+    scenario.device = scenario
+        .device
+        .replace("capture-empties-cache=off", "capture-empties-cache=on");
+    let mut s = crate::sweep::seeded(scenario.resolve().unwrap(), 4);
+    s.intermediate_per_token = 64 * 1024;
+    s.kernel_nodes = 10;
+    s.alloc_node_bytes = 0;
+    let m = crate::oracle::engine_alone(&s).unwrap().marks;
+    assert_eq!(m.after_graphs, held_after(&s, false), "{m:?}");
+    assert!(m.after_graphs < m.graphs, "{m:?}");
+}
+
 /// The session's check of whether the engine's capture keeps the allocator's cache holds no
 /// more warm-ups at once than the engine's own sequence does, where the engine's capture
 /// empties the cache on entering (`torch.cuda.graph`) and the engine never holds two:
