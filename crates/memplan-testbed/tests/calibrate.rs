@@ -191,22 +191,46 @@ fn capture_works_where_allocation_nodes_do_not() {
 }
 
 #[test]
-fn no_allocation_node_without_graph_pool_attributes_to_check() {
-    // Declared without graph-pool attributes: the calibration graph needs no allocation node,
-    // so a runtime that cannot record one is not even asked to.
+fn allocation_nodes_refused_without_graph_pool_attributes_to_check() {
+    // Declared without graph-pool attributes, nothing checks the allocation node's growth, but
+    // the test capture still asks for one: whether the device records it is what an engine
+    // whose graphs allocate in such nodes needs to know before it warms them up. A runtime
+    // that cannot record one refuses it, the capture goes on without, and calibration says so.
     let r = cal("rx7900xtx-rocm5.4,no-graph-alloc-nodes");
     assert!(r.honest(), "{:#?}", r.downgrade_lines());
     assert!(r.calibrated.facts.graph_capture.is_supported());
+    assert!(r.graph_alloc_nodes_refused);
     let capture = r
         .verdicts
         .iter()
         .find(|v| v.item == "graph_capture")
         .unwrap();
     assert!(
-        capture.note.contains("declared unsupported"),
+        capture
+            .note
+            .contains("cannot record a graph allocation node"),
         "{}",
         capture.note
     );
+    // Where the node records, the pool is left unchecked as declared, and nothing is refused.
+    for name in ["rx7900xtx-rocm5.4", "rx7900xtx-rocm5.5"] {
+        let r = cal(name);
+        assert!(r.honest(), "{name}: {:#?}", r.downgrade_lines());
+        assert!(!r.graph_alloc_nodes_refused, "{name}");
+        let pool = r.verdicts.iter().find(|v| v.item == "graph_pool").unwrap();
+        assert_eq!(pool.status, Status::NotChecked, "{name}");
+        assert!(pool.note.contains("declared unsupported"), "{}", pool.note);
+        let capture = r
+            .verdicts
+            .iter()
+            .find(|v| v.item == "graph_capture")
+            .unwrap();
+        assert!(
+            capture.note.contains("allocation node") && !capture.note.contains("without"),
+            "{name}: {}",
+            capture.note
+        );
+    }
 }
 
 /// A simulated GPU whose `fail_at`-th driver reading fails.

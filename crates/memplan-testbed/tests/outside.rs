@@ -2674,6 +2674,23 @@ fn a_capture_refused_after_the_warm_ups_stays_within_the_request() {
         .all(|c| c.out.strategy == memplan_planner::strategy::StrategyKind::None));
 }
 
+/// The same refusal where graph-pool attributes are declared unsupported (a ROCm 5.x-like
+/// capability): nothing reads the pool to check an allocation node with, but calibration's test
+/// capture still asks for one, to learn whether the device records it. Without the node,
+/// calibration could not see the refusal, and the graph phase warmed up the largest size (8 MiB
+/// a token at 512) before the engine's capture was refused: 780 MiB-1.31 GiB past the request,
+/// unwarned, on 20 of seeds 0-20 (outside battery o27, post-capture, no engine hints).
+#[test]
+fn a_capture_refused_where_the_graph_pool_is_unreadable_stays_within_the_request() {
+    let cases = passes(
+        "capture-unsupported-no-pool-attributes-post-capture-rocm55.toml",
+        &battery_seeds(),
+    );
+    assert!(cases
+        .iter()
+        .all(|c| c.out.strategy == memplan_planner::strategy::StrategyKind::None));
+}
+
 /// A stale free reading (calibration finds it off by up to 2 GiB and makes it unavailable), so
 /// the conservative strategy measures the graphs without the driver's reading; 67 sizes at 2 MiB
 /// a token of intermediates on an L4, world physics. Where the engine declares

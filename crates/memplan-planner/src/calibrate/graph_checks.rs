@@ -82,10 +82,10 @@ struct Recorded {
     p0: GraphPoolMemory,
 }
 
-/// Record the calibration graph: with an allocation node when `with_node`, falling back to
-/// none when the device cannot record one (a runtime without stream-ordered allocation); the
-/// baseline is read right before the capture that is kept.
-fn record_graph(device: &Device, with_node: Result<(), String>, alloc: u64) -> Result<Recorded> {
+/// Record the calibration graph with an allocation node, falling back to none when the device
+/// cannot record one (a runtime without stream-ordered allocation); the baseline is read right
+/// before the capture that is kept.
+fn record_graph(device: &Device, alloc: u64) -> Result<Recorded> {
     let recorded = |device: &Device, alloc_node: u64, no_node: Option<String>| {
         let f0 = free(device, true)?;
         let p0 = device.graph_pool_memory()?;
@@ -98,25 +98,22 @@ fn record_graph(device: &Device, with_node: Result<(), String>, alloc: u64) -> R
             p0,
         })
     };
-    let no_node = match with_node {
-        Ok(()) => match recorded(device, alloc, None) {
-            Err(e @ Error::Unsupported { .. }) => {
-                format!("the device cannot record a graph allocation node: {e}")
-            }
-            done => return done,
-        },
-        Err(why) => why,
+    let no_node = match recorded(device, alloc, None) {
+        Err(e @ Error::Unsupported { .. }) => {
+            format!("the device cannot record a graph allocation node: {e}")
+        }
+        done => return done,
     };
     recorded(device, 0, Some(no_node))
 }
 
-fn run_graph(device: &Device, with_node: Result<(), String>, alloc: u64) -> Result<GraphRun> {
+fn run_graph(device: &Device, alloc: u64) -> Result<GraphRun> {
     let Recorded {
         graph: g,
         no_node,
         f0,
         p0,
-    } = record_graph(device, with_node, alloc)?;
+    } = record_graph(device, alloc)?;
     let measured = (|| -> Result<(Option<i64>, GraphPoolMemory)> {
         device.graph_capture()?.replay(g)?;
         let f1 = free(device, true)?;
@@ -267,20 +264,20 @@ pub(super) fn graphs(
             GraphFindings::default(),
         ));
     }
-    // An allocation node is only worth recording when there are graph-pool attributes to
-    // check with it; capture itself does not need one.
-    let with_node = if cal.facts.graph_pool_attributes.is_supported()
-        || cal.reading(Reading::GraphPool).measures_own_usage()
-    {
-        Ok(())
-    } else {
-        Err(format!(
-            "graph-pool attributes are declared unsupported ({}): nothing to check with an allocation node",
+    // The test capture asks for an allocation node wherever capture is supported, also where
+    // graph-pool attributes are declared unsupported and nothing checks the node's growth:
+    // whether the device records one at all is what the graph phase needs to know (an engine
+    // whose graphs allocate in such nodes cannot capture them where it does not, and finds out
+    // only after warming up its first, largest size).
+    let pool_unchecked = (!cal.facts.graph_pool_attributes.is_supported()
+        && !cal.reading(Reading::GraphPool).measures_own_usage())
+    .then(|| {
+        format!(
+            "graph-pool attributes are declared unsupported ({}): nothing to check with the allocation node",
             cal.facts.graph_pool_attributes
-        ))
-    };
-    let node_asked = with_node.is_ok();
-    let run = match run_graph(device, with_node, alloc) {
+        )
+    });
+    let run = match run_graph(device, alloc) {
         Ok(r) => r,
         // A full device says nothing about graph capture: out of memory, not a missing
         // capability.
@@ -324,8 +321,9 @@ pub(super) fn graphs(
         &captured,
     )];
 
-    if let Some(why) = &run.no_node {
-        // Nothing went into the graph pool: its attributes could not be checked.
+    if let Some(why) = run.no_node.as_ref().or(pool_unchecked.as_ref()) {
+        // Nothing went into the graph pool, or nothing reads it: its attributes could not be
+        // checked.
         out.push(unchecked_pool(cal, format!("not checked: {why}")));
     } else {
         out.push(pool_verdict(cal, run.pool_growth, alloc));
@@ -334,7 +332,7 @@ pub(super) fn graphs(
     release_and_hidden(cal, &run, alloc, &mut out);
     let findings = GraphFindings {
         held: diff(run.f0, run.f1).and_then(|c| u64::try_from(c).ok()),
-        alloc_nodes_refused: node_asked && run.no_node.is_some(),
+        alloc_nodes_refused: run.no_node.is_some(),
     };
     Ok((out, findings))
 }
