@@ -109,10 +109,12 @@ pub trait Engine {
     }
 
     /// Bytes of graph memory-allocation nodes (memory the driver's graph pool holds, not the
-    /// engine's allocator) in the graph of one size, when the engine knows it. Used only by
-    /// the `conservative` bound, and only where the device's graph-pool reading cannot be
-    /// trusted; `Some(0)` says the engine creates no such nodes (allocations inside its graphs
-    /// come from its own private pool, which memplan measures).
+    /// engine's allocator) in the graph of one size, when the engine knows it. Used by the
+    /// `conservative` bound, only where the device's graph-pool reading cannot be trusted, and
+    /// where calibration found the device refusing graph allocation nodes (a graph with such
+    /// nodes cannot record there: the session plans the engine eagerly without warming a graph
+    /// up to find out); `Some(0)` says the engine creates no such nodes (allocations inside its
+    /// graphs come from its own private pool, which memplan measures).
     fn alloc_node_bytes_hint(&self, _size: u32) -> Option<u64> {
         None
     }

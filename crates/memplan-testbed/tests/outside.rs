@@ -2691,6 +2691,24 @@ fn a_capture_refused_where_the_graph_pool_is_unreadable_stays_within_the_request
         .all(|c| c.out.strategy == memplan_planner::strategy::StrategyKind::None));
 }
 
+/// Where the engine states that its graphs allocate in graph allocation nodes
+/// (`alloc_node_bytes_hint`) and calibration found the device refusing such a node, the graphs
+/// cannot record: the session plans the engine eagerly without warming up even the smallest
+/// size. Here the engine's own profile run already passes the byte budget (its 3000 MiB
+/// workspace beside 13.95 GiB of weights; the start-up is refused), so the trial capture's
+/// warm-up of one token took a 2 MiB segment past the request and the engine's own steps, which
+/// the engine alone, eager, never takes: 9 of seeds 0-20 (outside battery o27, ROCm 5.5).
+#[test]
+fn a_capture_the_engine_states_the_device_refuses_is_not_warmed_up() {
+    let cases = passes(
+        "capture-unsupported-engine-states-alloc-nodes-budget-passed-rocm55.toml",
+        &battery_seeds(),
+    );
+    assert!(cases
+        .iter()
+        .all(|c| c.out.strategy == memplan_planner::strategy::StrategyKind::None));
+}
+
 /// A stale free reading (calibration finds it off by up to 2 GiB and makes it unavailable), so
 /// the conservative strategy measures the graphs without the driver's reading; 67 sizes at 2 MiB
 /// a token of intermediates on an L4, world physics. Where the engine declares

@@ -277,8 +277,31 @@ impl<E: AsDynEngine + ?Sized> Session<'_, E> {
     /// step of its own, torn down, whose leftovers (memory a library takes on the first
     /// capture, per-capture memory) count as held after a graph teardown does, so that the
     /// phase after it measures what it always did. [`Error::Unsupported`] where the device
-    /// refuses (the automatic choice then plans the engine eagerly).
+    /// refuses (the automatic choice then plans the engine eagerly). Where the engine states
+    /// that a graph of its allocates in graph allocation nodes
+    /// ([`Engine::alloc_node_bytes_hint`](crate::Engine::alloc_node_bytes_hint)), that graph
+    /// cannot record on this device: the refusal is known without the trial, whose warm-up
+    /// would otherwise be memory the engine alone, running eagerly, never takes (2 MiB past a
+    /// request the engine's own profile run had already passed).
     fn trial_capture(&mut self) -> Result<()> {
+        let engine = self.engine.as_dyn();
+        let stated = engine.graph_sizes().into_iter().find_map(|size| {
+            engine
+                .alloc_node_bytes_hint(size)
+                .filter(|b| *b > 0)
+                .map(|b| (size, b))
+        });
+        if let Some((size, bytes)) = stated {
+            let e = Error::unsupported(
+                "graph allocation nodes",
+                format!(
+                    "the engine's graph of size {size} allocates {} in graph allocation nodes (its own figure), and calibration's test capture found the device refusing such a node",
+                    fmt_bytes(bytes)
+                ),
+            );
+            self.rec.capture_unsupported = Some(e.to_string());
+            return Err(e);
+        }
         self.graph_step(true, |ctx| ctx.trial_capture(), |_| false)
     }
 
