@@ -13,6 +13,11 @@ fn cal(selector: &str) -> CalibrationReport {
     cal_gpu(selector).0
 }
 
+/// The note of the verdict on `item`.
+fn note<'r>(r: &'r CalibrationReport, item: &str) -> &'r str {
+    &r.verdicts.iter().find(|v| v.item == item).unwrap().note
+}
+
 /// The per-capture memory calibration found is the device's drawn figure, within what its
 /// reading noise and the executable object's bound allow (4 kernel nodes at most 512 KiB).
 fn hidden_close_to_truth(r: &CalibrationReport, gpu: &SimGpu) -> bool {
@@ -172,16 +177,8 @@ fn capture_works_where_allocation_nodes_do_not() {
         let pool = r.verdicts.iter().find(|v| v.item == "graph_pool").unwrap();
         assert_eq!(pool.status, Status::NotChecked, "{name}");
         assert!(pool.note.contains("allocation node"), "{}", pool.note);
-        let capture = r
-            .verdicts
-            .iter()
-            .find(|v| v.item == "graph_capture")
-            .unwrap();
-        assert!(
-            capture.note.contains("without an allocation node"),
-            "{}",
-            capture.note
-        );
+        let capture = note(&r, "graph_capture");
+        assert!(capture.contains("without an allocation node"), "{capture}");
     }
     // Declared exact over the deferred release and hidden memory: still caught without a node.
     let (r, gpu) = cal_gpu("rx7900xtx-rocm6.2,declare-exact,no-graph-alloc-nodes");
@@ -200,17 +197,10 @@ fn allocation_nodes_refused_without_graph_pool_attributes_to_check() {
     assert!(r.honest(), "{:#?}", r.downgrade_lines());
     assert!(r.calibrated.facts.graph_capture.is_supported());
     assert!(r.graph_alloc_nodes_refused);
-    let capture = r
-        .verdicts
-        .iter()
-        .find(|v| v.item == "graph_capture")
-        .unwrap();
+    let capture = note(&r, "graph_capture");
     assert!(
-        capture
-            .note
-            .contains("cannot record a graph allocation node"),
-        "{}",
-        capture.note
+        capture.contains("cannot record a graph allocation node"),
+        "{capture}"
     );
     // Where the node records, the pool is left unchecked as declared, and nothing is refused.
     for name in ["rx7900xtx-rocm5.4", "rx7900xtx-rocm5.5"] {
@@ -220,15 +210,10 @@ fn allocation_nodes_refused_without_graph_pool_attributes_to_check() {
         let pool = r.verdicts.iter().find(|v| v.item == "graph_pool").unwrap();
         assert_eq!(pool.status, Status::NotChecked, "{name}");
         assert!(pool.note.contains("declared unsupported"), "{}", pool.note);
-        let capture = r
-            .verdicts
-            .iter()
-            .find(|v| v.item == "graph_capture")
-            .unwrap();
+        let capture = note(&r, "graph_capture");
         assert!(
-            capture.note.contains("allocation node") && !capture.note.contains("without"),
-            "{name}: {}",
-            capture.note
+            capture.contains("allocation node") && !capture.contains("without"),
+            "{name}: {capture}"
         );
     }
 }

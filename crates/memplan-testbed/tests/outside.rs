@@ -56,6 +56,14 @@ fn passes_with(file: &str, seeds: &[u64], edit: impl Fn(&mut Setup)) -> Vec<Case
     cases
 }
 
+/// As [`passes`], each run planned eagerly (the graph phase's strategy `none`).
+fn passes_eagerly(file: &str, seeds: &[u64]) {
+    let cases = passes(file, seeds);
+    assert!(cases
+        .iter()
+        .all(|c| c.out.strategy == memplan_planner::strategy::StrategyKind::None));
+}
+
 /// Assert that the KV cache `c` was handed came with `kv_allocation_unmeasured`: nothing
 /// measured the engine's allocation of it.
 fn assert_kv_unmeasured(c: &Case) {
@@ -2665,13 +2673,10 @@ fn tensor_parallel_slices_and_unusual_shapes_plan_within_the_oracle() {
 /// 4090, H100, ROCm 6.2; outside battery o27). The engine alone runs eagerly and never warms up.
 #[test]
 fn a_capture_refused_after_the_warm_ups_stays_within_the_request() {
-    let cases = passes(
+    passes_eagerly(
         "capture-unsupported-after-warm-ups-rtx4090.toml",
         &[0, 3, 19, 20],
     );
-    assert!(cases
-        .iter()
-        .all(|c| c.out.strategy == memplan_planner::strategy::StrategyKind::None));
 }
 
 /// The same refusal where graph-pool attributes are declared unsupported (a ROCm 5.x-like
@@ -2682,13 +2687,10 @@ fn a_capture_refused_after_the_warm_ups_stays_within_the_request() {
 /// unwarned, on 20 of seeds 0-20 (outside battery o27, post-capture, no engine hints).
 #[test]
 fn a_capture_refused_where_the_graph_pool_is_unreadable_stays_within_the_request() {
-    let cases = passes(
+    passes_eagerly(
         "capture-unsupported-no-pool-attributes-post-capture-rocm55.toml",
         &battery_seeds(),
     );
-    assert!(cases
-        .iter()
-        .all(|c| c.out.strategy == memplan_planner::strategy::StrategyKind::None));
 }
 
 /// Where the engine states that its graphs allocate in graph allocation nodes
@@ -2700,13 +2702,10 @@ fn a_capture_refused_where_the_graph_pool_is_unreadable_stays_within_the_request
 /// the engine alone, eager, never takes: 9 of seeds 0-20 (outside battery o27, ROCm 5.5).
 #[test]
 fn a_capture_the_engine_states_the_device_refuses_is_not_warmed_up() {
-    let cases = passes(
+    passes_eagerly(
         "capture-unsupported-engine-states-alloc-nodes-budget-passed-rocm55.toml",
         &battery_seeds(),
     );
-    assert!(cases
-        .iter()
-        .all(|c| c.out.strategy == memplan_planner::strategy::StrategyKind::None));
 }
 
 /// A stale free reading (calibration finds it off by up to 2 GiB and makes it unavailable), so
