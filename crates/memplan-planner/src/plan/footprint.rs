@@ -83,9 +83,45 @@ pub(super) fn footprint(bytes: u64, count: u64, g: Granule, a: &AllocatorConfig)
         b if b < MID_REQUEST_BELOW => mid_footprint(b, count, g, a),
         b => match g {
             Granule::Multiple(g) => packed_footprint(b, count, g, a),
-            Granule::AtMost(_) => g.large(b).saturating_mul(count),
+            Granule::AtMost(m) => g
+                .large(b)
+                .saturating_mul(count)
+                .min(shared_at_most(b, count, m, a)),
         },
     }
+}
+
+/// The most `count` large requests of at most `b` bytes each take where the allocator
+/// rounds each new segment by less than `g`, to a granule that need not divide it, and shares
+/// its segments as PyTorch's caching allocator does: a new segment is made only where no
+/// cached free block holds the request (`get_free_block` takes the best fitting one first),
+/// and a block is split where the rest is over `kSmallSize` (`should_split`,
+/// `c10/<device>/<Device>CachingAllocator.cpp`). So when a segment is made, every segment
+/// made before it has less than one request (`b`) free, and keeps no more; the last has less
+/// than its rounding free (under `g`, or a mid-sized segment where a smaller tensor took
+/// one). Each segment holds at least one request: they take at most their own bytes, less
+/// than `b` free beside all but one of them, and `max(g, mid-sized segment)` beside that
+/// one. A bound with a granule far coarser than the tensors (120 MiB read off two of the
+/// engine's own sizes, against 52 KV tensors of 17 MiB) is no longer a whole granule per
+/// tensor (6.9 GiB, where no granule up to it takes more than 1.9 GiB). A declared
+/// `max_split_size_mb` stops the sharing where a request or a free block can reach it (a
+/// request that large is not split off a block, and a block that large is not handed to a
+/// smaller request: `should_split`, `get_free_block`): `u64::MAX` then, each kept rounded on
+/// its own. Every free block here is under the rounding, so one below the split limit
+/// keeps the sharing.
+fn shared_at_most(b: u64, count: u64, g: u64, a: &AllocatorConfig) -> u64 {
+    if count == 0 {
+        return 0;
+    }
+    let last = g.max(MID_SEGMENT).max(a.mid_segment());
+    if split_stops_sharing(b, b.saturating_add(last), a) {
+        return u64::MAX;
+    }
+    count
+        .saturating_mul(2)
+        .saturating_sub(1)
+        .saturating_mul(b)
+        .saturating_add(last)
 }
 
 /// A request of `bytes` as the caching allocator rounds it before it looks for a block

@@ -69,9 +69,14 @@ fn the_fit_holds_what_the_allocator_takes() {
 /// request rounded up to `granule`; a request is served from the best fitting free block
 /// first, and a block whose remainder is over 1 MiB is split.
 fn allocator_reserves(b: u64, count: u64, granule: u64) -> u64 {
+    allocator_reserves_each((0..count).map(|_| b), granule)
+}
+
+/// [`allocator_reserves`] for requests of the sizes `each`, in order.
+fn allocator_reserves_each(each: impl Iterator<Item = u64>, granule: u64) -> u64 {
     let mut free: Vec<u64> = Vec::new();
     let mut reserved = 0;
-    for _ in 0..count {
+    for b in each {
         let best = (0..free.len())
             .filter(|i| free[*i] >= b)
             .min_by_key(|i| free[*i]);
@@ -111,11 +116,41 @@ fn large_tensors_share_a_segment_coarser_than_them() {
         tensors_footprint(b, 182, Granule::Multiple(2 * MIB)),
         182 * 16 * MIB
     );
-    // Nothing read the granule: nothing is taken to share.
+    // Nothing read the granule, which is at most 30 MiB: every segment but the last has less
+    // than one tensor free, and the last less than 30 MiB.
     assert_eq!(
         tensors_footprint(b, 182, Granule::AtMost(30 * MIB)),
-        182 * (b + 30 * MIB)
+        363 * b + 30 * MIB
     );
+}
+
+#[test]
+fn a_granule_bound_far_coarser_than_the_tensors_is_not_kept_whole_per_tensor() {
+    // Two of the engine's own sizes (weights of whole 20 MiB segments beside an activation
+    // peak, sharing 120 MiB) bound the granule at 120 MiB, and 52 KV tensors of 17 MiB were
+    // each kept rounded up by a whole bound: 6.9 GiB, and the start-up was refused where
+    // 3.81 GiB was left. Any granule up to it shares its segments between them.
+    let b = 17 * MIB;
+    let g = 120 * MIB;
+    let f = tensors_footprint(b, 52, Granule::AtMost(g));
+    assert_eq!(f, 103 * b + g);
+    assert!(f < 52 * (b + g));
+    for real in (1..=240).map(|k| k * 512 * 1024) {
+        assert!(allocator_reserves(b, 52, real) <= f, "{real}");
+    }
+    // Tensors of unequal sizes within the bound take no more.
+    let sizes = [b, 11 * MIB, b - MIB, 14 * MIB, 2 * MIB, 10 * MIB];
+    for real in (1..=240).map(|k| k * 512 * 1024) {
+        let each = sizes.iter().copied().cycle().take(52);
+        assert!(allocator_reserves_each(each, real) <= f, "{real}");
+    }
+    // A declared `max_split_size_mb` the free blocks may reach stops the sharing: a whole
+    // bound per tensor again. One past every free block keeps it.
+    let mut split = AllocatorConfig::default();
+    split.max_split_size = Some(64 * MIB);
+    assert_eq!(footprint(b, 52, Granule::AtMost(g), &split), 52 * (b + g));
+    split.max_split_size = Some(128 * MIB);
+    assert_eq!(footprint(b, 52, Granule::AtMost(g), &split), f);
 }
 
 #[test]

@@ -1115,7 +1115,8 @@ fn plan_unmeasured_40_mib(
 /// hybrid cache whose layers have pages of one size is tensors of an even share of the plan's
 /// blocks: 68 tensors of about 8 MiB for a request of 8,192 tokens, which share the
 /// allocator's mid-sized segments, where a whole 40 MiB granule for each (2,720 MiB) took all
-/// of the 2.5 GiB left for the cache and the start-up was refused.
+/// of the 2.5 GiB left for the cache and the start-up was refused. Larger tensors share the
+/// segments of any granule up to 40 MiB too, and the cache grows to tensors of about 19 MiB.
 #[test]
 fn sliding_window_pools_with_k_and_v_apart_are_fitted_tensor_by_tensor() {
     use memplan_core::kv::{KvAllocation, LongRequests};
@@ -1127,11 +1128,14 @@ fn sliding_window_pools_with_k_and_v_apart_are_fitted_tensor_by_tensor() {
     // Every segment the granule may make, from 20 MiB to 40, holds the tensors in the room.
     let each = (plan.kv.num_blocks * plan.kv.block_bytes).div_ceil(68) + plan.kv.page_bytes / 2;
     let each = each.div_ceil(512) * 512;
-    assert!(each < 10 * MIB, "{each}");
-    for segment in (20..=40).map(|m| m * MIB) {
+    assert!(each >= 10 * MIB, "{each}");
+    // Every granule up to 40 MiB makes segments of the tensor rounded up to it, each holding
+    // as many tensors as fit: in the room.
+    for granule in (1..=80).map(|k| k * MIB / 2) {
+        let segment = each.div_ceil(granule) * granule;
         assert!(
             68u64.div_ceil(segment / each) * segment <= room,
-            "{segment}"
+            "{granule}"
         );
     }
 }
