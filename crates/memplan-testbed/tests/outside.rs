@@ -2802,6 +2802,22 @@ fn a_profile_run_out_of_memory_past_the_request_is_the_plans_refusal() {
     passes("leaky-free-unreadable-profile-run-past-request.toml", &[16]);
 }
 
+/// The same device beside a neighbour that arrives before the profile run, a 4.6 GiB budget,
+/// 2.88 GiB of weights: the run's one large allocation, a 1.5 GiB workspace outside the
+/// allocator or a 2.5 GiB activation through it, is refused at once, before the allocator's
+/// peak has grown (outside battery o28, seeds 2 and 19 ran out of memory). The allocation that
+/// failed is part of what the run needed above where it started, and with it the request has no
+/// room for a KV cache: the plan's refusal, judged right.
+#[test]
+fn a_profile_runs_failed_allocation_counts_in_the_plans_refusal() {
+    for file in [
+        "leaky-free-unreadable-profile-run-workspace-fails-past-request.toml",
+        "leaky-free-unreadable-profile-run-activation-fails-past-request.toml",
+    ] {
+        passes(file, &[0, 1, 2, 3, 19]);
+    }
+}
+
 /// A capture that keeps the allocator's cache, warm-ups of 8 MiB a token, 32 MiB of graph
 /// allocation nodes and 2 MiB a token of intermediates over 67 sizes on an A100 80GB,
 /// post-capture: the kept graphs pass the 0.70 request and the start is refused, right. The plan

@@ -900,7 +900,8 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     /// device keeping 2 MiB of every free, a 5.5 GiB request whose weights held 4.6 GiB and
     /// whose profile run had taken 1.2 GiB more when its 3 GB workspace did not fit (the engine
     /// alone fitted it; calibration had left 7.8 MiB held for good, the probes' frees more)
-    /// ended in an out-of-memory where the plan was to refuse it. Where the request has room
+    /// ended in an out-of-memory where the plan was to refuse it. The allocation that failed
+    /// counts in that figure: the run needed at least its bytes above where it started. Where the request has room
     /// for what was measured, the out-of-memory stands: nothing measured says the plan would
     /// refuse.
     fn refusal_after_failed_profile(&mut self, e: Error, before: &MemoryInfo) -> Error {
@@ -914,10 +915,15 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             (Some(a), Some(b)) => Some(b.saturating_sub(a)),
             _ => None,
         };
-        let reached = grown(before.allocator.allocated, now.allocator.peak_allocated).max(grown(
-            before.allocator.reserved,
-            now.allocator.peak_reserved,
-        ));
+        // The allocation that failed is part of the activation too: the run needed it on top
+        // of whatever it held then, so it bounds the peak from below where the allocator's
+        // peak, which never counted it, stayed small (a 1.5 GiB workspace refused at once).
+        let reached = grown(before.allocator.allocated, now.allocator.peak_allocated)
+            .max(grown(
+                before.allocator.reserved,
+                now.allocator.peak_reserved,
+            ))
+            .max(e.requested_bytes());
         let Some(reached) = reached.filter(|r| *r > 0) else {
             return e;
         };
