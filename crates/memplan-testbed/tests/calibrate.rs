@@ -478,3 +478,28 @@ fn a_stale_device_wide_reading_is_caught() {
         );
     }
 }
+
+/// A runtime that gives no free reading (an Arc B580 without Sysman) leaves nothing for the free
+/// check's windows to read: the check allocates nothing, and on a device that keeps memory of
+/// every raw free nothing is kept for it (its four allocations kept 128 MiB of a device keeping
+/// 32 MiB a free, before the engine's weights). The reading is unavailable, as it was.
+#[test]
+fn an_absent_free_reading_is_judged_without_allocating() {
+    let gpu = SimGpu::open("arc-b580-nosysman,leak-per-free=32MiB").expect("profile exists");
+    let device = gpu.device();
+    let r = memplan_planner::calibrate::calibrate_with(&device, &[64 << 20, 256 << 20]).unwrap();
+    let v = r
+        .verdicts
+        .iter()
+        .find(|v| v.item == Reading::DriverFree.name())
+        .expect("a free verdict");
+    assert!(
+        v.evidence.iter().all(|e| !e.check.contains("allocat")),
+        "{:?}",
+        v.evidence
+    );
+    assert!(matches!(
+        r.calibrated.reading(Reading::DriverFree),
+        Reliability::Unavailable { .. }
+    ));
+}

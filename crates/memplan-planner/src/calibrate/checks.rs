@@ -146,6 +146,25 @@ pub(super) fn driver_free(device: &Device, sizes: &[u64]) -> Result<Observed> {
     // freeing, synchronized): judged once every pair is in, since what the device keeps per
     // free (see `kept_per_free`) is what a window of a free is expected to be short by.
     let mut pairs: Vec<(u64, [Option<i64>; 5])> = Vec::new();
+    // A driver that gives no free reading, on the idle device or before the first allocation,
+    // leaves nothing for any allocation's window to read: the reading is unavailable without
+    // one. Each allocation here is freed raw, and a device may keep memory of every raw free
+    // for good: made anyway, these checks' four frees kept 128 MiB on an Arc B580 whose
+    // runtime gave no free reading and kept 32 MiB a free, held before the engine's weights,
+    // and its profile run, which fitted the engine alone beside another process, ran out of
+    // memory.
+    if first.free.is_none() && idle.is_none() {
+        ev.push(Evidence {
+            check: "free reading given on the idle device (none: nothing for a window to read)"
+                .into(),
+            expected: None,
+            observed: None,
+            ok: false,
+        });
+        any_absent = true;
+        observed_any = true;
+        order.clear();
+    }
     for &size in &order {
         device.synchronize()?;
         let a = free_of(&device.driver_memory()?);
