@@ -208,3 +208,25 @@ fn an_eager_engines_calibration_keeps_no_memory_for_good() {
     );
     assert!(gpu.truth().hidden_capture > 0, "no test capture ran");
 }
+
+/// A calibrated start for an eager engine on a device that maps no virtual memory runs none of
+/// the checks that may leave memory held for good (no test capture, no mapping): no allocation
+/// probe measures them. On an Arc 140V with no free reading that keeps 32 MiB of every raw free,
+/// that probe's own frees were all it measured (named held for good by the start's checks),
+/// held before the engine's weights.
+#[test]
+fn a_calibrated_eager_start_probes_no_checks_that_hold_nothing() {
+    let gpu = SimGpu::open("arc-140v,sysman-processes=off,leak-per-free=32MiB").unwrap();
+    let device = gpu.device();
+    assert!(!device.capabilities().facts.virtual_memory.is_supported());
+    let mut eager = Liar(AllocatorStats::default());
+    let s = Session::start(&device, &mut eager).unwrap();
+    assert!(s.calibration().is_some());
+    assert!(
+        !s.warnings()
+            .iter()
+            .any(|w| matches!(w, memplan_planner::Warning::ChecksLeftHeld { .. })),
+        "{:?}",
+        s.warnings()
+    );
+}
