@@ -2788,6 +2788,35 @@ fn leaky_frees_without_a_free_reading_leave_the_profile_run_room() {
     passes("leaky-frees-no-free-reading-neighbour-b580.toml", &[11, 22]);
 }
 
+/// An Arc B580 with no free reading, every raw free keeping 32 MiB, calibrated for an eager
+/// engine, a neighbour arriving before the profile run: the engine alone fits its profile run
+/// beside it by a few hundred MiB. Calibration's free check allocated four sizes the absent
+/// reading could not show, its probe measured checks that hold nothing for an eager engine
+/// on a device that maps no virtual memory, and the probes' gallops overshot so that their
+/// refinements succeeded again: 15 frees, 480 MiB kept before the profile run, which ran out
+/// of memory (outside battery o28, class LK-leak: seeds 2, 3, 4, 8, 11, 17, 18 and 20), or was
+/// refused needlessly (seeds 6, 14 and 15).
+#[test]
+fn a_calibrated_start_without_a_free_reading_keeps_the_profile_run_room() {
+    passes(
+        "b580-nosysman-leak-32m-calibrated-neighbour-profile-run.toml",
+        &[2, 3, 4, 6, 8, 11, 14, 15, 17, 18, 20],
+    );
+}
+
+/// The same device keeping 128 MiB a free, uncalibrated, a 6 GiB budget: each of the four
+/// probes before the profile run succeeded twice, its gallop down from the last figure
+/// overshooting by up to sixteen times, and the profile run, which fitted the engine alone
+/// beside the neighbour, ran out of memory (outside battery o28, class LK-leak: 11 of 21
+/// seeds).
+#[test]
+fn probes_before_the_profile_run_succeed_once_where_frees_keep_memory() {
+    passes(
+        "b580-nosysman-leak-128m-uncalibrated-neighbour-profile-run.toml",
+        &[1, 2, 3, 5, 7, 8, 10, 11, 18, 19, 20],
+    );
+}
+
 /// A device whose every raw free keeps 2 MiB and which gives no free reading
 /// (`broken-leaky-free-unreadable`), calibrated, 2,958 MiB others, a 5,516 MiB request whose
 /// weights the adversarial allocator holds in 4.63 GiB: the profile run's activation takes
