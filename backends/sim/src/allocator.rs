@@ -221,6 +221,7 @@ impl SimAllocator {
             Ok(id) => {
                 if let Some(g) = s.graphs.get_mut(&id) {
                     g.output = output;
+                    g.engine = true;
                 }
                 Ok(EngineGraph(id))
             }

@@ -19,6 +19,8 @@ pub(crate) struct GraphRecord {
     pub alloc_node: u64,
     /// The graph's output block in the allocator's private pool (engine graphs only).
     pub output: Option<BlockId>,
+    /// An engine graph: it holds the allocator's private pool (a device-level capture does not).
+    pub engine: bool,
 }
 
 /// A capture in progress.
@@ -221,6 +223,7 @@ impl State {
                 exec,
                 alloc_node,
                 output: None,
+                engine: false,
             },
         );
         Ok(id)
@@ -255,6 +258,14 @@ impl State {
         self.gp_reserved = self.gp_used;
     }
 
+    /// Whether a live engine graph or a capture holds the private pool (an allocation into
+    /// `pool` = private is one made by a capture).
+    fn private_pool_in_use(&self, pool: Pool) -> bool {
+        pool == Pool::Private
+            || self.capture.as_ref().is_some_and(|c| c.engine)
+            || self.graphs.values().any(|g| g.engine)
+    }
+
     /// Allocate from the caching allocator into `pool`, growing it from the driver.
     pub fn malloc(&mut self, p: &SimProfile, pool: Pool, bytes: u64) -> Result<BlockId> {
         let rounded = self.heap.rules.round_request(bytes);
@@ -264,10 +275,18 @@ impl State {
         let mut seg = self.heap.growth(pool, rounded);
         if self.take(p, seg, "SimAllocator::malloc").is_err() {
             // Like PyTorch: synchronize (what the engine's queue still held returns), give
-            // the cached segments back and retry once.
+            // the cached segments back and retry once. The private pool's free segments go
+            // back only while no engine graph holds the pool and no capture allocates into it:
+            // PyTorch's `release_cached_blocks` (c10/cuda/CUDACachingAllocator.cpp at commit
+            // 001074d25084fdb87a799823e395a50f5ec044d3, `DeviceCachingAllocator`) releases the
+            // default pools' blocks and those of `graph_pools_freeable` only, the pools whose
+            // `use_count` `releasePool` brought to 0 when their last graph was destroyed;
+            // `beginAllocateToPool` counts a capture in progress as a use.
             self.queued_release = 0;
             self.heap.release_free(Pool::Default);
-            self.heap.release_free(Pool::Private);
+            if !self.private_pool_in_use(pool) {
+                self.heap.release_free(Pool::Private);
+            }
             // An expandable segment may have unmapped its free tail: what it needs again.
             seg = self.heap.growth(pool, rounded);
             self.take(p, seg, "SimAllocator::malloc")

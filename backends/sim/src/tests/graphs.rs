@@ -3,7 +3,7 @@
 
 use memplan_core::{AllocatorView, Error};
 
-use super::{free_after_sync, gpu, M};
+use super::{free_after_sync, gpu, G, M};
 use crate::GraphSpec;
 
 #[test]
@@ -166,4 +166,38 @@ fn oom_during_capture_leaves_no_half_graph() {
         a.begin_graph_capture().is_ok(),
         "the failed capture was ended"
     );
+}
+
+/// PyTorch's `release_cached_blocks` (c10/cuda/CUDACachingAllocator.cpp at commit 001074d2)
+/// gives back the default pools' free blocks and those of private pools no graph uses any more
+/// (`graph_pools_freeable`): a live graph's pool keeps its cached intermediates through a
+/// failed allocation's retry, and gives them back once its graph is destroyed.
+#[test]
+fn a_failed_allocation_keeps_a_live_graphs_private_pool() {
+    let g = gpu("l4");
+    let a = g.allocator();
+    a.begin_graph_capture().unwrap();
+    let id = a
+        .end_graph_capture(&GraphSpec {
+            kernel_nodes: 10,
+            intermediate_bytes: 12 * G,
+            alloc_node_bytes: 0,
+        })
+        .unwrap();
+    let pool = g.truth().private_pool_reserved;
+    assert!(pool >= 12 * G, "the intermediates stay cached: {pool}");
+    // 14 GiB fit beside the graph's output, not beside its cached intermediates.
+    assert!(
+        matches!(a.malloc(14 * G), Err(Error::OutOfMemory { .. })),
+        "the live graph's pool is not given back"
+    );
+    assert_eq!(g.truth().private_pool_reserved, pool);
+    a.destroy_graph(id).unwrap();
+    let b = a.malloc(14 * G).unwrap();
+    assert_eq!(
+        g.truth().private_pool_reserved,
+        0,
+        "no graph uses the pool any more: the retry gives it back"
+    );
+    a.free(b).unwrap();
 }
