@@ -243,6 +243,51 @@ impl Heap {
         None
     }
 
+    /// The first retry of a failed allocation, PyTorch's `release_available_cached_blocks`
+    /// (c10/cuda/CUDACachingAllocator.cpp at commit 001074d2): under `max_split_size_mb`, give
+    /// back free blocks of the request's own pool and size class that are that large (never
+    /// split: each is a whole segment), the smallest one of at least `max(rounded,
+    /// max_split)`, or else the largest ones first until that much is given back. Returns
+    /// whether that much was (what it gave back stays given back either way). Expandable
+    /// segments are not released this way (`release_block` takes no expandable block).
+    pub fn release_oversize(&mut self, pool: Pool, rounded: u64) -> bool {
+        let Some(max_split) = self.rules.max_split else {
+            return false;
+        };
+        let small = self.rules.is_small(rounded);
+        let key = rounded.max(max_split);
+        let mut free: Vec<(u64, u64)> = self
+            .segments
+            .iter()
+            .filter(|(_, s)| s.pool == pool && s.small == small && !s.expandable && s.is_free())
+            .map(|(k, s)| (s.size(), *k))
+            .filter(|(size, _)| *size >= max_split)
+            .collect();
+        free.sort_unstable();
+        let pick: Vec<(u64, u64)> = match free.iter().find(|(size, _)| *size >= key) {
+            Some(one) => vec![*one],
+            None => {
+                let mut taken = Vec::new();
+                let mut sum = 0u64;
+                for f in free.iter().rev() {
+                    if sum >= key {
+                        break;
+                    }
+                    sum = sum.saturating_add(f.0);
+                    taken.push(*f);
+                }
+                taken
+            }
+        };
+        let mut released = 0u64;
+        for (size, sid) in pick {
+            self.segments.remove(&sid);
+            released += size;
+        }
+        self.reserved_all -= released;
+        released >= key
+    }
+
     /// Release every wholly free segment of `pool`; returns the bytes given back.
     pub fn release_free(&mut self, pool: Pool) -> u64 {
         let ids: Vec<u64> = self
@@ -497,6 +542,39 @@ mod tests {
         });
         place(&mut h, 41 * MIB);
         assert_eq!(h.allocated(None), 42 * MIB);
+    }
+
+    /// PyTorch's `release_available_cached_blocks`: the smallest free oversize block that
+    /// covers `max(request, max_split_size)`, else the largest ones until that much.
+    #[test]
+    fn a_failed_allocation_first_gives_back_just_enough_oversize_blocks() {
+        let mut h = Heap::with_rules(AllocatorRules {
+            max_split: Some(30 * MIB),
+            ..AllocatorRules::PYTORCH
+        });
+        let blocks: Vec<BlockId> = [40, 40, 100, 20]
+            .iter()
+            .map(|m| place(&mut h, m * MIB))
+            .collect();
+        for b in blocks {
+            h.free(b);
+        }
+        assert_eq!(h.reserved(None), 200 * MIB);
+        assert!(
+            h.release_oversize(Pool::Default, 10 * MIB),
+            "one 40 MiB block"
+        );
+        assert_eq!(h.reserved(None), 160 * MIB);
+        assert!(
+            !h.release_oversize(Pool::Default, 200 * MIB),
+            "100 and 40 MiB are not enough"
+        );
+        assert_eq!(
+            h.reserved(None),
+            20 * MIB,
+            "the 20 MiB block is not oversize"
+        );
+        assert!(!h.release_oversize(Pool::Private, 10 * MIB));
     }
 
     #[test]

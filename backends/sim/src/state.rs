@@ -274,14 +274,30 @@ impl State {
         }
         let mut seg = self.heap.growth(pool, rounded);
         if self.take(p, seg, "SimAllocator::malloc").is_err() {
-            // Like PyTorch: synchronize (what the engine's queue still held returns), give
-            // the cached segments back and retry once. The private pool's free segments go
-            // back only while no engine graph holds the pool and no capture allocates into it:
-            // PyTorch's `release_cached_blocks` (c10/cuda/CUDACachingAllocator.cpp at commit
-            // 001074d25084fdb87a799823e395a50f5ec044d3, `DeviceCachingAllocator`) releases the
-            // default pools' blocks and those of `graph_pools_freeable` only, the pools whose
-            // `use_count` `releasePool` brought to 0 when their last graph was destroyed;
-            // `beginAllocateToPool` counts a capture in progress as a use.
+            let oom = || Error::OutOfMemory {
+                call: "SimAllocator::malloc".into(),
+                requested: bytes,
+            };
+            // Like PyTorch's `DeviceCachingAllocator::malloc` (c10/cuda/CUDACachingAllocator.cpp
+            // at commit 001074d25084fdb87a799823e395a50f5ec044d3): first give back just enough
+            // oversize blocks of the request's own pool (`release_available_cached_blocks`,
+            // under `max_split_size_mb` only) and retry.
+            if self.heap.release_oversize(pool, rounded) {
+                seg = self.heap.growth(pool, rounded);
+                if self.take(p, seg, "SimAllocator::malloc").is_ok() {
+                    return Ok(self.heap.place_grown(pool, rounded, seg));
+                }
+            }
+            // Then, only where no capture is under way (`captures_underway.empty()`: an
+            // allocation into the private pool is a capture's), synchronize (what the engine's
+            // queue still held returns), give the cached segments back and retry once. The
+            // private pool's free segments go back only while no engine graph holds the pool:
+            // `release_cached_blocks` releases the default pools' blocks and those of
+            // `graph_pools_freeable` only, the pools whose `use_count` `releasePool` brought to
+            // 0 when their last graph was destroyed.
+            if pool == Pool::Private {
+                return Err(oom());
+            }
             self.queued_release = 0;
             self.heap.release_free(Pool::Default);
             if !self.private_pool_in_use(pool) {
@@ -290,10 +306,7 @@ impl State {
             // An expandable segment may have unmapped its free tail: what it needs again.
             seg = self.heap.growth(pool, rounded);
             self.take(p, seg, "SimAllocator::malloc")
-                .map_err(|_| Error::OutOfMemory {
-                    call: "SimAllocator::malloc".into(),
-                    requested: bytes,
-                })?;
+                .map_err(|_| oom())?;
         }
         Ok(self.heap.place_grown(pool, rounded, seg))
     }

@@ -201,3 +201,33 @@ fn a_failed_allocation_keeps_a_live_graphs_private_pool() {
     );
     a.free(b).unwrap();
 }
+
+/// Inside a capture PyTorch's `malloc` gives back no cached segment but oversize ones of the
+/// capture's own pool (`release_cached_blocks` only where `captures_underway` is empty;
+/// c10/cuda/CUDACachingAllocator.cpp at commit 001074d2): a capture that does not fit beside
+/// the default pool's cache fails, where the same allocation outside a capture fits.
+#[test]
+fn a_capture_that_does_not_fit_beside_the_cache_fails() {
+    let g = gpu("l4,capture-empties-cache=off");
+    let a = g.allocator();
+    let b = a.malloc(12 * G).unwrap();
+    a.free(b).unwrap(); // 12 GiB cached in the default pool
+    a.begin_graph_capture().unwrap();
+    let spec = GraphSpec {
+        kernel_nodes: 10,
+        intermediate_bytes: 14 * G,
+        alloc_node_bytes: 0,
+    };
+    assert!(matches!(
+        a.end_graph_capture(&spec),
+        Err(Error::OutOfMemory { .. })
+    ));
+    assert_eq!(g.truth().allocator_reserved, 12 * G, "the cache stays");
+    let c = a.malloc(14 * G).unwrap();
+    assert_eq!(
+        g.truth().allocator_reserved,
+        14 * G,
+        "outside a capture it goes"
+    );
+    a.free(c).unwrap();
+}
