@@ -1252,15 +1252,17 @@ fn captures_that_gave_the_cache_back_at_the_limit_mark_what_they_held_at_their_m
         }
         gpu.truth().this_process()
     };
+    // Since the allocator's retry keeps a live graph's pool and gives nothing back inside a
+    // capture (PyTorch's `malloc`: `release_cached_blocks` only with no capture under way, and
+    // only for `graph_pools_freeable`), the engine alone, its warm-ups' cache at the device's
+    // limit, fails seed 4's captures in a graph's instantiation (driver memory, which no retry
+    // serves): its graphs do not fit alone, and the captures with the cache released before
+    // each, as the session runs them, fit. The rule below keeps no positive witness here.
     let s = crate::sweep::seeded(Scenario::load(path).unwrap().resolve().unwrap(), 4);
     let alone = crate::oracle::engine_alone(&s).unwrap();
-    assert!(!alone.graphs_do_not_fit && !alone.nothing_fits);
+    assert!(alone.graphs_do_not_fit && !alone.nothing_fits);
     let held = held_after(&s, true);
-    assert!(
-        held <= alone.marks.after_graphs,
-        "the same captures held {held} B after, the engine alone's mark {:?}",
-        alone.marks
-    );
+    assert!(held <= alone.marks.graphs, "{held} {:?}", alone.marks);
     // Where the engine's capture empties the cache on entering and its graphs hold less than
     // its largest warm-up, its captures never reach the limit: the mark after the graphs is
     // what they held then, below their most (each capture gave the warm-ups' cache back, the
