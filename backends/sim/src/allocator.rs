@@ -124,8 +124,9 @@ impl SimAllocator {
     }
 
     /// Allocate `bytes` (rounded up to 512 B). Inside an engine capture the block comes from
-    /// the private pool. `Error::OutOfMemory` when the device is full even after giving the
-    /// cache back.
+    /// the private pool. `Error::OutOfMemory` when the device is full even after giving back
+    /// what PyTorch's retry gives back (a live graph's pool only its oversize blocks, inside a
+    /// capture; nothing else inside a capture).
     pub fn malloc(&self, bytes: u64) -> Result<BlockId> {
         let mut s = self.gpu.lock();
         let pool = match &s.capture {

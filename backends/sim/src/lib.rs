@@ -51,8 +51,10 @@
 //!   Requests round up to 512 B; requests <= 1 MiB come from 2 MiB small segments, larger ones
 //!   from segments rounded up to 2 MiB; free blocks are reused best-fit and split (when the
 //!   remainder is at least 512 B for small, over 1 MiB for large blocks); the cache is kept until `empty_cache`; on a driver OOM the
-//!   cache is given back and the request retried once, then `Error::OutOfMemory`. `reserved`
-//!   includes the graph private pool, as PyTorch's does.
+//!   request is retried as PyTorch's `malloc` retries it (just enough oversize blocks of its own
+//!   pool under `max_split_size_mb`; then, where no capture is under way, the default pool's free
+//!   segments and the private pool's where no engine graph uses it), then
+//!   `Error::OutOfMemory`. `reserved` includes the graph private pool, as PyTorch's does.
 //! - Engine graphs ([`SimAllocator::begin_graph_capture`] / `end_graph_capture(&GraphSpec)` /
 //!   `destroy_graph` / `release_private_pools`): entering capture empties the cache when
 //!   `capture_empties_cache` (on by default); allocations during capture go to one private

@@ -243,9 +243,9 @@ pub fn engine_alone(setup: &Setup) -> Result<EngineAlone> {
     let mut graphs_do_not_fit = false;
     let mut jitter_var = 0f64;
     // Whether the allocator gave cached segments back inside a warm-up or a capture: what
-    // the caching allocator does only when the device cannot serve a request (its pools' free
-    // segments released, the request retried), or, for the default pool, where the engine's
-    // capture empties the cache on entering.
+    // the caching allocator does only when the device cannot serve a request (free segments
+    // released as PyTorch's retry releases them, the request retried), or, for the default
+    // pool, where the engine's capture empties the cache on entering.
     let empties = gpu.quirks().capture_empties_cache;
     let cached = |gpu: &SimGpu| {
         let t = gpu.truth();
@@ -293,11 +293,11 @@ pub fn engine_alone(setup: &Setup) -> Result<EngineAlone> {
         step_mark(&gpu)
     };
     // Captures that reached the device's limit went on only by giving the allocator's cache
-    // back (the warm-ups' and the graph pool's free segments): what they held after is no bound
-    // on what the same captures leave held where they do not reach it (kept in another order
-    // of cache, with a smaller draw of their variation, or beside a session that released the
-    // warm-ups' cache before each capture to measure it). There the mark after the graphs is
-    // the graphs' own mark: the most those captures held.
+    // back (the warm-ups' free segments, the graph pool's oversize ones): what they held after
+    // is no bound on what the same captures leave held where they do not reach it (kept in
+    // another order of cache, with a smaller draw of their variation, or beside a session that
+    // released the warm-ups' cache before each capture to measure it). There the mark after the
+    // graphs is the graphs' own mark: the most those captures held.
     marks.after_graphs = if gave_back {
         marks.graphs
     } else {
@@ -522,11 +522,13 @@ pub fn oracle_tokens(setup: &Setup, alone: &EngineAlone, at: &AtPlan) -> Option<
     // another allocator history fits says nothing of them. Which allocation meets the device's
     // limit first depends on that history: an allocation in the graphs' private pool that does
     // not fit makes the caching allocator give cached free segments back and try again (PyTorch
-    // `DeviceCachingAllocator::malloc`: `release_available_cached_blocks` frees the request's
-    // pool's oversize blocks; the simulated allocator, `SimAllocator::malloc`, its free
-    // segments), while a graph's instantiation takes driver memory the allocator's cache cannot
-    // give way to (`cudaGraphInstantiate`) and fails: the same captures fit after one history
-    // and not after another a few MiB apart.
+    // `DeviceCachingAllocator::malloc`, as the simulated allocator does:
+    // `release_available_cached_blocks` frees the request's pool's oversize blocks, and no
+    // other cache goes back inside a capture), while a graph's instantiation takes driver
+    // memory the allocator's cache cannot give way to (`cudaGraphInstantiate`) and fails; and a
+    // session that releases the warm-ups' cache before each capture to measure it meets the
+    // limit later than the engine alone whose warm-ups' cache stays: the same captures fit
+    // after one history and not after another.
     let graphs_refused = alone.graphs_do_not_fit && !at.eager && !at.graphs_kept;
     let room = if alone.nothing_fits || graphs_refused {
         0

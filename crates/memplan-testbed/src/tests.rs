@@ -1219,15 +1219,17 @@ warmup_per_token = "64KiB"
 }
 
 /// Captures that reach the device's limit go on only by giving the allocator's cache back (the
-/// warm-ups' and the graph pool's free segments): the engine alone's mark after its graphs is then
-/// no lower than what the same captures hold where they never reach it. An A100 whose capture
-/// keeps the cache, with warm-ups of 8 MiB a token: the engine alone's warm-ups reach the
-/// device's limit three times over its 67 sizes, each time its allocator gives its cache back,
-/// and its graph pool keeps 3.48 GB (59.15 GB in all after the graphs, seed 4); the same
-/// captures with the warm-ups' cache released before each, as a measuring session does, never
-/// reach the limit and keep 26.59 GB in the pool (67.92 GB in all). Marked with what the engine alone held after, the post-capture plan step, holding the
-/// graph phase's 68.08 GB, read as 6.44 GiB past the request and the engine's own steps (outside
-/// battery o27, class PC1).
+/// warm-ups' free segments, the graph pool's oversize ones): the engine alone's mark after its
+/// graphs is then no lower than what the same captures hold where they never reach it. An A100
+/// whose capture keeps the cache, with warm-ups of 8 MiB a token (outside battery o27, class
+/// PC1): where the allocator's retry still gave a live graph pool's cache back, the engine
+/// alone's warm-ups reached the device's limit three times over its 67 sizes and its graph pool
+/// kept 3.48 GB (59.15 GB in all after the graphs, seed 4), while the same captures with the
+/// warm-ups' cache released before each, as a measuring session does, never reach the limit and
+/// keep 26.59 GB in the pool (67.92 GB in all). Marked with what the engine alone held after,
+/// the post-capture plan step, holding the graph phase's 68.08 GB, read as 6.44 GiB past the
+/// request and the engine's own steps. Under PyTorch's retry the engine alone fails those
+/// captures instead (below).
 #[test]
 fn captures_that_gave_the_cache_back_at_the_limit_mark_what_they_held_at_their_most() {
     let path = concat!(
