@@ -427,7 +427,9 @@ fn an_engine_step_a_neighbour_starved_is_not_memplans_out_of_memory() {
 /// which ran out of memory by 29 MiB after calibration's test captures left memory held; it was
 /// counted as memplan's out-of-memory, where the engine alone fails too (capturing its graphs).
 /// Now that calibration leaves nothing in the graph pool, the profile run fits and the
-/// refusal comes where the engine alone fails: its graphs do not fit.
+/// refusal comes where the engine alone fails: its graphs do not fit; the weights and the
+/// activation peak already leave the request no room for a KV cache, so the plan's refusal
+/// comes before the graph phase.
 #[test]
 fn an_engine_whose_graphs_fit_nowhere_does_not_fit() {
     for c in passes("l4-llama8b-adversarial.toml", &[45]) {
@@ -435,7 +437,8 @@ fn an_engine_whose_graphs_fit_nowhere_does_not_fit() {
         assert!(
             c.out.oom.is_none()
                 && (why.contains("the model does not fit")
-                    || why.contains("the engine's graphs do not fit")),
+                    || why.contains("the engine's graphs do not fit")
+                    || why.contains("before the graph phase")),
             "{}: {why}",
             c.what
         );
@@ -1410,12 +1413,18 @@ fn what_a_coarse_free_reading_cannot_see_calibration_leave_held_is_named() {
 /// (the engine's own graphs, kept), with a smaller draw of their capture-to-capture variation,
 /// got two graphs further than the engine alone before the third ran out, and were judged
 /// 1.02 GiB past the engine's own graph phase (seed 9): the engine alone's mark was how far it
-/// got before the allocation that failed. The start-up is refused, rightly.
+/// got before the allocation that failed. The start-up is refused, rightly: its weights and
+/// activation peak already leave the request no room for a KV cache, so the plan's refusal now
+/// comes before the graph phase.
 #[test]
 fn graphs_the_engine_alone_cannot_capture_are_the_engines_to_the_devices_limit() {
     for c in passes("real-shapes/o9-139-neigh0-rtx4090-qwen25-7b.toml", &[9]) {
         let why = c.out.failed.as_deref().unwrap_or_default();
-        assert!(why.contains("graphs do not fit"), "{}: {why}", c.what);
+        assert!(
+            why.contains("graphs do not fit") || why.contains("before the graph phase"),
+            "{}: {why}",
+            c.what
+        );
     }
 }
 
@@ -2712,13 +2721,51 @@ fn a_capture_refused_where_the_graph_pool_is_unreadable_stays_within_the_request
 /// size. Here the engine's own profile run already passes the byte budget (its 3000 MiB
 /// workspace beside 13.95 GiB of weights; the start-up is refused), so the trial capture's
 /// warm-up of one token took a 2 MiB segment past the request and the engine's own steps, which
-/// the engine alone, eager, never takes: 9 of seeds 0-20 (outside battery o27, ROCm 5.5).
+/// the engine alone, eager, never takes: 9 of seeds 0-20 (outside battery o27, ROCm 5.5). A
+/// profile run that leaves the request no room for a KV cache is now refused before the graph
+/// phase, which warms nothing up either: each run is planned eagerly or refused there.
 #[test]
 fn a_capture_the_engine_states_the_device_refuses_is_not_warmed_up() {
-    passes_eagerly(
-        "capture-unsupported-engine-states-alloc-nodes-budget-passed-rocm55.toml",
-        &battery_seeds(),
-    );
+    let file = "capture-unsupported-engine-states-alloc-nodes-budget-passed-rocm55.toml";
+    for c in passes(file, &battery_seeds()) {
+        let failed = c.out.failed.as_deref().unwrap_or_default();
+        assert!(
+            c.out.strategy == StrategyKind::None || failed.contains("before the graph phase"),
+            "{file} {}: {failed}",
+            c.what
+        );
+    }
+}
+
+/// Where the engine's weights and measured activation peak already leave the byte budget no
+/// room for a KV cache, the start-up is refused before the graph phase warms anything up: on a
+/// runtime that cannot record graph allocation nodes (calibration saw it refuse one) and an
+/// engine that states nothing of its graphs, the trial capture's warm-up of the smallest size
+/// (16 tokens at 16 MiB a token on ROCm 5.4, 128 at 20 MiB on an MI300X) went 2 MiB-1.5 GiB
+/// past the request and the engine's own steps before the plan refused, memory the engine
+/// alone, running eagerly, never takes (outside battery o28, class CU-trial: 6 and 13 of seeds
+/// 0-20; the seeds here are among them).
+#[test]
+fn a_start_up_the_profile_run_leaves_no_kv_room_is_refused_before_the_graphs() {
+    for (file, seeds) in [
+        (
+            "trial-capture-request-passed-by-weights-activation-rocm54.toml",
+            &[2, 5, 7, 8][..],
+        ),
+        (
+            "trial-capture-request-passed-by-weights-activation-mi300x.toml",
+            &[0, 1, 2, 3][..],
+        ),
+    ] {
+        for c in passes(file, seeds) {
+            let failed = c.out.failed.as_deref().unwrap_or_default();
+            assert!(
+                c.out.plan.is_none() && failed.contains("before the graph phase"),
+                "{file} {}: {failed}",
+                c.what
+            );
+        }
+    }
 }
 
 /// A stale free reading (calibration finds it off by up to 2 GiB and makes it unavailable), so

@@ -9,6 +9,7 @@ use memplan_core::{Error, Result};
 
 use super::{AsDynEngine, Session, Step, SAMPLED_MARGIN_LIMIT_PER_MILLE};
 use crate::kv_range::KvRange;
+use crate::plan::PlanBuilder;
 use crate::strategy::{
     select, GraphContext, GraphEstimate, GraphStrategy, Selection, SelectionPolicy, StrategyKind,
 };
@@ -60,7 +61,10 @@ impl<E: AsDynEngine + ?Sized> Session<'_, E> {
     /// samples left it) than the margin.
     ///
     /// Runs once, after [`profile_run`](Self::profile_run) ([`Step`]); a phase that failed
-    /// (its graphs torn down) may run again.
+    /// (its graphs torn down) may run again. Where the request's budget has no room for a KV
+    /// cache on what the engine holds after its profile run, its graphs counted as nothing, the
+    /// plan's refusal comes back before anything is warmed up (as from every graph phase that
+    /// captures).
     pub fn capture_graphs(&mut self) -> Result<&GraphEstimate> {
         self.steps.check(Step::CaptureGraphs)?;
         let r = self.capture_graphs_auto();
@@ -250,10 +254,14 @@ impl<E: AsDynEngine + ?Sized> Session<'_, E> {
         let span = tracing::info_span!("graph_phase", strategy = %strategy.kind());
         let _e = span.enter();
         self.why = why.into();
+        let captures = strategy.kind() != StrategyKind::None;
+        if captures {
+            self.refusal_before_graphs()?;
+        }
         // Where calibration's test capture found that the device refuses graph allocation
         // nodes, the engine's graphs may not record at all: found with its smallest size
         // before the strategy warms up its first (largest) one.
-        if strategy.kind() != StrategyKind::None
+        if captures
             && self
                 .calibration
                 .as_ref()
@@ -264,7 +272,6 @@ impl<E: AsDynEngine + ?Sized> Session<'_, E> {
         // Where the session measures by allocation probes, what the phase leaves unallocatable
         // after its teardown is measured as any other step's; an eager phase captures nothing
         // to measure.
-        let captures = strategy.kind() != StrategyKind::None;
         let est = self.graph_step(captures, |ctx| strategy.run(ctx), |e| e.kept)?;
         tracing::info!(reserve = est.reserve, strategy = %est.strategy, "graph phase done");
         self.rec.p.graph = Some(est);
@@ -303,6 +310,33 @@ impl<E: AsDynEngine + ?Sized> Session<'_, E> {
             return Err(e);
         }
         self.graph_step(true, |ctx| ctx.trial_capture(), |_| false)
+    }
+
+    /// Before a graph phase that captures: where the budget of the request the session checked
+    /// ([`check_request`](Self::check_request)) has no room for a KV cache on what the engine
+    /// holds after its profile run (its weights, its activation peak as measured, the memory
+    /// outside its allocator), the graphs counted as nothing, the plan's refusal
+    /// ([`PlanBuilder::refusal_before_profile`], which takes the activation peak where it was
+    /// measured), said before anything is warmed up. A graph reserve is at least 0 and the
+    /// phase only adds to what the budget counts, so the plan after it refuses too; the phase's
+    /// warm-ups and captures are memory the request never had room for, and where the device
+    /// then refuses the capture, memory the engine alone, running eagerly, never takes: a trial
+    /// capture's warm-up of 16 tokens at 16 MiB a token went 2-58 MiB past such a request and
+    /// the engine's own steps, and one of 128 tokens at 20 MiB a token up to 1.5 GiB.
+    fn refusal_before_graphs(&self) -> Result<()> {
+        let Some(request) = self.request else {
+            return Ok(());
+        };
+        let p = self.profile_to_plan();
+        match PlanBuilder::refusal_before_profile(&p, request, self.plan_rules()) {
+            Some(e) => Err(e.during(
+                "before the graph phase, what the engine holds and its measured activation peak \
+                 already leave no room for a KV cache (its graphs, not captured yet, counted as \
+                 nothing: a utilisation named is the least that could leave room, the graphs \
+                 come on top)",
+            )),
+            None => Ok(()),
+        }
     }
 
     /// One step of graphs measured as the session measures each: the device trimmed and
