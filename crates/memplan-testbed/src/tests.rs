@@ -434,7 +434,8 @@ fn legacy_refuses_rather_than_sample_an_absent_free_reading() {
     assert!(out.plan.is_none() && out.estimate.is_none());
 }
 
-/// An engine that releases memory it held while its first graph is captured.
+/// An engine that releases memory it held while the first graph of the strategy's pass is
+/// captured.
 struct Releasing {
     inner: SimEngine,
     held: Option<memplan_backend_sim::BlockId>,
@@ -451,8 +452,13 @@ impl Engine for Releasing {
         self.inner.warm_up(size)
     }
     fn capture_graph(&mut self, size: u32) -> memplan_core::Result<()> {
-        if let Some(b) = self.held.take() {
-            self.inner.gpu().allocator().free(b)?;
+        // Inside the strategy's pass: an uncalibrated session's trial capture of the smallest
+        // size comes first.
+        let smallest = self.inner.graph_sizes().into_iter().min();
+        if Some(size) != smallest {
+            if let Some(b) = self.held.take() {
+                self.inner.gpu().allocator().free(b)?;
+            }
         }
         self.inner.capture_graph(size)
     }

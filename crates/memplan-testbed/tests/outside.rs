@@ -2768,6 +2768,21 @@ fn a_start_up_the_profile_run_leaves_no_kv_room_is_refused_before_the_graphs() {
     }
 }
 
+/// Where nothing calibrated tested whether the device records graph allocation nodes, the
+/// session finds out with a trial capture of the smallest size before the strategy warms up the
+/// largest: an RTX 4090 whose runtime cannot record them, warm-ups of 12 MiB a token over sizes
+/// 32 to 512, post-capture, and a 10 GiB budget above the weights and activation (about 7.1 GiB).
+/// Learning of the refusal only from the engine's own capture, after the warm-ups, went up to
+/// 980 MiB past the request and the engine's own steps (outside battery o28, class CU-uncal: 14
+/// of seeds 0-20, five of seeds 0-6), where the engine, planned eagerly, takes none of it.
+#[test]
+fn an_uncalibrated_capture_the_device_refuses_is_found_before_the_warm_ups() {
+    passes_eagerly(
+        "uncalibrated-capture-refused-budget-above-weights-activation-rtx4090.toml",
+        &battery_seeds(),
+    );
+}
+
 /// A stale free reading (calibration finds it off by up to 2 GiB and makes it unavailable), so
 /// the conservative strategy measures the graphs without the driver's reading; 67 sizes at 2 MiB
 /// a token of intermediates on an L4, world physics. Where the engine declares

@@ -99,6 +99,9 @@ impl<E: AsDynEngine + ?Sized> Session<'_, E> {
         if sel.kind != StrategyKind::Sampled {
             return self.run_graph_phase(&*sel.kind.strategy(), sel.why);
         }
+        // What the samples leave held is read from after the trial capture, whose leftovers
+        // are the trial's, not a rate of the samples'.
+        self.before_captures()?;
         let held_before = self.rec.non_allocator_growth();
         self.run_graph_phase(&*sel.kind.strategy(), sel.why.clone())?;
         let (margin, reserve, captures, graphs) = {
@@ -256,18 +259,7 @@ impl<E: AsDynEngine + ?Sized> Session<'_, E> {
         self.why = why.into();
         let captures = strategy.kind() != StrategyKind::None;
         if captures {
-            self.refusal_before_graphs()?;
-        }
-        // Where calibration's test capture found that the device refuses graph allocation
-        // nodes, the engine's graphs may not record at all: found with its smallest size
-        // before the strategy warms up its first (largest) one.
-        if captures
-            && self
-                .calibration
-                .as_ref()
-                .is_some_and(|c| c.graph_alloc_nodes_refused)
-        {
-            self.trial_capture()?;
+            self.before_captures()?;
         }
         // Where the session measures by allocation probes, what the phase leaves unallocatable
         // after its teardown is measured as any other step's; an eager phase captures nothing
@@ -278,26 +270,65 @@ impl<E: AsDynEngine + ?Sized> Session<'_, E> {
         Ok(())
     }
 
+    /// Before a graph phase that captures: the refusal the plan already owes
+    /// ([`refusal_before_graphs`](Self::refusal_before_graphs)), then, once a session, the
+    /// trial capture where the device may refuse graph allocation nodes: where calibration's
+    /// test capture saw it refuse one, or where nothing calibrated tested it. A trial that
+    /// recorded the graph is not run again by a later phase (a sampled estimate measured again
+    /// in full): the device's answer stands, and each trial leaves what a capture leaves.
+    fn before_captures(&mut self) -> Result<()> {
+        self.refusal_before_graphs()?;
+        let nodes_may_be_refused = self
+            .calibration
+            .as_ref()
+            .is_none_or(|c| c.graph_alloc_nodes_refused);
+        if nodes_may_be_refused && !self.graphs_record {
+            self.trial_capture()?;
+            self.graphs_record = true;
+        }
+        Ok(())
+    }
+
     /// Whether the device records the engine's graphs at all, found with the smallest size
     /// before a strategy warms up the first, the largest
     /// ([`GraphContext::trial_capture`](crate::strategy::GraphContext::trial_capture)): a
     /// step of its own, torn down, whose leftovers (memory a library takes on the first
     /// capture, per-capture memory) count as held after a graph teardown does, so that the
     /// phase after it measures what it always did. [`Error::Unsupported`] where the device
-    /// refuses (the automatic choice then plans the engine eagerly). Where the engine states
-    /// that a graph of its allocates in graph allocation nodes
+    /// refuses (the automatic choice then plans the engine eagerly).
+    ///
+    /// It runs where calibration's test capture saw the device refuse a graph allocation
+    /// node, and where nothing calibrated tested it: a session that trusts the declared
+    /// capability learned of the refusal only from the engine's own capture, after the
+    /// strategy had warmed up the largest size (and, post-capture, asked whether the capture
+    /// keeps the cache): 12 MiB a token of warm-ups over sizes of up to 512 tokens went 980 MiB
+    /// past a 10 GiB budget that the engine's weights and activation (7.1 GiB) left room in,
+    /// where the eager engine takes none of it. The smallest size's warm-up is the least any
+    /// capture of the engine's takes.
+    ///
+    /// Where calibration saw the refusal and the engine states that a graph of its allocates
+    /// in graph allocation nodes
     /// ([`Engine::alloc_node_bytes_hint`](crate::Engine::alloc_node_bytes_hint)), that graph
     /// cannot record on this device: the refusal is known without the trial, whose warm-up
     /// would otherwise be memory the engine alone, running eagerly, never takes (2 MiB past a
-    /// request the engine's own profile run had already passed).
+    /// request the engine's own profile run had already passed). Where nothing tested the
+    /// device, the engine's figure says nothing of it: the trial runs.
     fn trial_capture(&mut self) -> Result<()> {
+        let refused = self
+            .calibration
+            .as_ref()
+            .is_some_and(|c| c.graph_alloc_nodes_refused);
         let engine = self.engine.as_dyn();
-        let stated = engine.graph_sizes().into_iter().find_map(|size| {
-            engine
-                .alloc_node_bytes_hint(size)
-                .filter(|b| *b > 0)
-                .map(|b| (size, b))
-        });
+        let stated = engine
+            .graph_sizes()
+            .into_iter()
+            .filter(|_| refused)
+            .find_map(|size| {
+                engine
+                    .alloc_node_bytes_hint(size)
+                    .filter(|b| *b > 0)
+                    .map(|b| (size, b))
+            });
         if let Some((size, bytes)) = stated {
             let e = Error::unsupported(
                 "graph allocation nodes",

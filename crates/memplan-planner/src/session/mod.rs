@@ -82,6 +82,9 @@ pub struct Session<'e, E: AsDynEngine + ?Sized> {
     unmeasured_granule: u64,
     /// Whether the warm-ups that narrow the granule's bound ran ([`rounding`]).
     granule_narrowed: bool,
+    /// Whether the trial capture found that the device records the engine's graphs (it runs
+    /// once a session).
+    graphs_record: bool,
     /// The engine's caching-allocator configuration and where it came from
     /// ([`with_allocator_config`](Self::with_allocator_config)).
     alloc_conf: Option<(AllocatorConfig, String)>,
@@ -567,6 +570,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             offers_tensors,
             unmeasured_granule: crate::plan::ALLOCATOR_ROUNDING_BOUND,
             granule_narrowed: false,
+            graphs_record: false,
             alloc_conf: None,
         })
     }
