@@ -2737,6 +2737,27 @@ fn a_capture_the_engine_states_the_device_refuses_is_not_warmed_up() {
     }
 }
 
+/// The refusal a graph phase owes where the profile run left the request no KV room is asked
+/// for once, before the first phase: a sampled phase whose margin is measured again in full
+/// (every size captured) is not cut between the two phases, where what the session read then
+/// holds the samples' warm-ups and the refusal named their peak as the activation (o29
+/// battery, seeds 8, 11 and 13 of 0-21: 232-685 MiB past the request and the engine's own
+/// steps, the samples' overshoot left as the start-up's last step).
+#[test]
+fn a_sampled_phase_measured_again_in_full_is_not_refused_between_the_two() {
+    for c in passes(
+        "sampled-phase-then-full-measure-a100-adversarial.toml",
+        &[8, 11, 13],
+    ) {
+        let failed = c.out.failed.as_deref().unwrap_or_default();
+        assert!(
+            !failed.contains("before the graph phase"),
+            "{}: {failed}",
+            c.what
+        );
+    }
+}
+
 /// Where the engine's weights and measured activation peak already leave the byte budget no
 /// room for a KV cache, the start-up is refused before the graph phase warms anything up: on a
 /// runtime that cannot record graph allocation nodes (calibration saw it refuse one) and an

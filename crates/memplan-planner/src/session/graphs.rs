@@ -270,14 +270,25 @@ impl<E: AsDynEngine + ?Sized> Session<'_, E> {
         Ok(())
     }
 
-    /// Before a graph phase that captures: the refusal the plan already owes
-    /// ([`refusal_before_graphs`](Self::refusal_before_graphs)), then, once a session, the
+    /// Before a graph phase that captures: before the first only, the refusal the plan already
+    /// owes ([`refusal_before_graphs`](Self::refusal_before_graphs)), then, once a session, the
     /// trial capture where the device may refuse graph allocation nodes: where calibration's
     /// test capture saw it refuse one, or where nothing calibrated tested it. A trial that
     /// recorded the graph is not run again by a later phase (a sampled estimate measured again
     /// in full): the device's answer stands, and each trial leaves what a capture leaves.
+    ///
+    /// The refusal is asked for before anything is warmed up, on what the profile run left,
+    /// and not again before a later phase: a sampled phase's warm-ups and leftovers are then
+    /// in what the session read, and a start-up cut between a sampled phase and its full
+    /// measure named its warm-ups' peak as the activation and said its graphs were not
+    /// captured yet, where its samples had gone up to 685 MiB past the request (the engine's
+    /// own capture of every size, which the full measure runs as the engine does, takes that
+    /// much and more).
     fn before_captures(&mut self) -> Result<()> {
-        self.refusal_before_graphs()?;
+        if !self.graph_room_checked {
+            self.refusal_before_graphs()?;
+            self.graph_room_checked = true;
+        }
         let nodes_may_be_refused = self
             .calibration
             .as_ref()

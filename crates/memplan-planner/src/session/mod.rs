@@ -85,6 +85,9 @@ pub struct Session<'e, E: AsDynEngine + ?Sized> {
     /// Whether the trial capture found that the device records the engine's graphs (it runs
     /// once a session).
     graphs_record: bool,
+    /// Whether the graph phase's refusal check ran, before the first phase that captures
+    /// (it runs once a session, on what the profile run left).
+    graph_room_checked: bool,
     /// The engine's caching-allocator configuration and where it came from
     /// ([`with_allocator_config`](Self::with_allocator_config)).
     alloc_conf: Option<(AllocatorConfig, String)>,
@@ -571,6 +574,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             unmeasured_granule: crate::plan::ALLOCATOR_ROUNDING_BOUND,
             granule_narrowed: false,
             graphs_record: false,
+            graph_room_checked: false,
             alloc_conf: None,
         })
     }
