@@ -2985,3 +2985,32 @@ fn kept_graphs_fit_where_the_engine_alone_cannot_capture_them() {
         );
     }
 }
+
+/// An Arc B580 with no free reading whose every raw free keeps 96 MiB (all of a smaller one),
+/// uncalibrated, eager, a neighbour of 9,413 MiB before the profile run: the keep test's
+/// 32 MiB frees each kept all they held while the probes' frees kept 96 MiB, and its probes,
+/// galloping down and failing to refine on their own success's keep, read 53.5 MB over two
+/// frees and 206.4 MB over three; the plan kept 27.9 MB for the probe's free after its last
+/// reading where that free kept 100.66 MB, and the serve burst ran out of memory (outside
+/// battery o29, class LK-serve: seeds 12 and 14). Seed 14's rounds lost alike, 55.6 MB a free
+/// over mixed frees, which the KV cache's growth check and the plan both took for a probe's.
+#[test]
+fn the_plan_keeps_what_a_probes_own_free_keeps_where_test_frees_keep_all_they_held() {
+    passes(
+        "b580-nosysman-leak-96m-uncalibrated-serve-burst.toml",
+        &[0, 6, 12, 13, 14, 15, 16],
+    );
+}
+
+/// The same device keeping 256 MiB a free, calibrated, a 4 GiB budget beside 8,113 MiB: the
+/// rounds disagreed (381.5 MB over two frees, 385.7 MB over three), the plan kept the first
+/// round's 191.9 MB for the probe's free after its last reading where it kept 268.4 MB, and
+/// the serve burst ran out of memory (outside battery o29, class LK-serve: seeds 13, 14, 15).
+/// The engine alone has no room for one request there: the start is refused.
+#[test]
+fn where_keep_rounds_disagree_the_plan_keeps_the_larger() {
+    passes(
+        "b580-nosysman-leak-256m-calibrated-serve-burst.toml",
+        &[13, 14, 15],
+    );
+}

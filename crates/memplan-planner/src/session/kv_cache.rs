@@ -951,6 +951,7 @@ fn with_own_keep(rec: &Recorder, need: u64) -> Option<(u64, u64)> {
         .p
         .kept_per_free
         .or(rec.p.unseen_kept_per_free)
+        .max(rec.probe_free_keep)
         .unwrap_or(0);
     need.checked_add(kept).map(|ask| (ask, kept))
 }

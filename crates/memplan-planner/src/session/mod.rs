@@ -972,6 +972,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         let test_frees = self.rec.device.raw_frees().saturating_sub(frees_before);
         self.rec.last_probe = Some((k.allocatable, reserved));
         self.rec.own_frees.at_last_probe = k.frees_shown;
+        self.rec.probe_free_keep = k.unseen_large;
         let p = &mut self.rec.p;
         let seen = p.kept_per_free.max(k.kept);
         p.unseen_kept_per_free = least(p.unseen_kept_per_free, k.unseen).filter(|_| seen.is_none());
@@ -1164,10 +1165,20 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     fn kept_by_own_frees(&self, b: PlanBuilder, frees_before: u64) -> PlanBuilder {
         let n = self.rec.device.raw_frees().saturating_sub(frees_before);
         let p = &self.rec.p;
-        tracing::debug!(frees = n, kept = ?p.kept_per_free, unseen = ?p.unseen_kept_per_free, "raw frees after the last reading");
+        // Those frees are the probes' own, as large as what was allocatable: where the keep
+        // test bounds what such a free keeps apart from its smaller frees
+        // (`Recorder::probe_free_keep`), that bound stands where it is larger.
+        let large = self.rec.probe_free_keep;
+        tracing::debug!(frees = n, kept = ?p.kept_per_free, unseen = ?p.unseen_kept_per_free, ?large, "raw frees after the last reading");
         match (p.kept_per_free, p.unseen_kept_per_free) {
-            (Some(k), _) => b.kept_by_own_frees(k.saturating_mul(n), n),
-            (None, Some(u)) => b.unseen_kept_by_own_frees(u.saturating_mul(n), n),
+            (Some(k), _) => {
+                let k = k.max(large.unwrap_or(0));
+                b.kept_by_own_frees(k.saturating_mul(n), n)
+            }
+            (None, Some(u)) => {
+                let u = u.max(large.unwrap_or(0));
+                b.unseen_kept_by_own_frees(u.saturating_mul(n), n)
+            }
             (None, None) => b,
         }
     }

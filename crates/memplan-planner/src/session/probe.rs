@@ -503,6 +503,10 @@ pub(crate) struct ProbedKeep {
     pub kept: Option<u64>,
     /// Where nothing was seen: the most a free may keep that the probes could not show.
     pub unseen: Option<u64>,
+    /// Where two rounds lost, but not alike: the most one of the session's probes' own frees
+    /// may keep ([`unseen_of_round`]; each such free is as large as what was allocatable,
+    /// larger than the test's, and a free keeps at most what it held).
+    pub unseen_large: Option<u64>,
 }
 
 /// Where no reading measures this process (stale, absent, or lost), the windows that see what
@@ -529,6 +533,7 @@ pub(crate) fn kept_by_probes(
     from: u64,
 ) -> Result<ProbedKeep> {
     let slack = i128::from(resolution(limit)) + i128::from(crate::calibrate::tolerance(0));
+    let slack_step = u64::try_from(slack).unwrap_or(u64::MAX);
     let size = KEEP_TEST_SIZE.min(from / 8);
     let mut at = (from, device.raw_frees().saturating_sub(1));
     let none = |(allocatable, frees_shown)| ProbedKeep {
@@ -536,6 +541,7 @@ pub(crate) fn kept_by_probes(
         frees_shown,
         kept: None,
         unseen: None,
+        unseen_large: None,
     };
     if size == 0 {
         return Ok(none(at));
@@ -548,7 +554,7 @@ pub(crate) fn kept_by_probes(
             }
         }
         let hint = start.0.saturating_sub(frees.saturating_mul(size / 8));
-        let now = allocatable_now(device, limit, ceiling, Some(hint))?;
+        let now = allocatable_by_descent(device, limit, ceiling, hint, slack_step)?;
         let n = device.raw_frees().saturating_sub(1);
         let lost = i128::from(start.0) - i128::from(now);
         let over = i128::from(n.saturating_sub(start.1)).max(1);
@@ -592,11 +598,33 @@ pub(crate) fn kept_by_probes(
             let unseen = kept
                 .is_none()
                 .then(|| u64::try_from((lost + slack + over - 1) / over).unwrap_or(u64::MAX));
+            // What one of the probes' own frees may keep (each as large as what was
+            // allocatable), where the test's smaller frees may not show it: where the rounds
+            // did not lose alike, or where one lost more than its frees could have kept had
+            // each held a test allocation ([`unseen_of_round`]). Both rounds end on a
+            // descent's first success ([`allocatable_by_descent`]), within a step of what was
+            // allocatable; the first starts from the figure of the probe that closed the
+            // profile run, which may lie further below what was allocatable (its refinement
+            // fails on its own first success's keep), so a round may read less than its frees
+            // kept, not more: the larger of the two stands, not the lesser.
+            let rounds = [(lost, over, made), (lost2, over2, again)];
+            let size_i = i128::from(size);
+            let saturated = rounds
+                .iter()
+                .any(|(l, o, _)| l + slack > size_i.saturating_mul(*o));
+            let large = (kept.is_none() || saturated).then(|| {
+                rounds
+                    .iter()
+                    .map(|(l, o, t)| unseen_of_round(*l, *o, i128::from(*t), size, slack))
+                    .max()
+                    .unwrap_or(0)
+            });
             return Ok(ProbedKeep {
                 allocatable: now2,
                 frees_shown: n2,
                 kept,
                 unseen,
+                unseen_large: large,
             });
         }
         if made >= KEEP_TEST_FREES {
@@ -612,10 +640,78 @@ pub(crate) fn kept_by_probes(
                 frees_shown: n,
                 kept: None,
                 unseen: Some(unseen),
+                unseen_large: None,
             });
         }
         frees = made.min(KEEP_TEST_FREES - made);
     }
+}
+
+/// The most tries [`allocatable_by_descent`] makes before it gallops instead: 256 steps of
+/// the keep test's slack (2.2 MB on a 12 GiB device) descend 560 MB, more than four raw frees
+/// of the largest keep seen (128 MiB) lose beside the test's own.
+const DESCENT_TRIES: u64 = 256;
+
+/// What is allocatable now, for a round of [`kept_by_probes`]: from `hint` (above what is
+/// expected), tries in steps of `step` down until one succeeds, so that the figure is within a
+/// step of what was allocatable. The search ([`allocatable_now`]) gallops down and then refines
+/// above its first success; on a device that keeps memory of every raw free the refinement
+/// fails on that success's own keep, so its figure lies up to its last gallop step below what
+/// was allocatable (49 MB on an Arc B580 keeping 96 MiB a free), and two rounds of the test,
+/// each differing from the last by its error, read 53.5 MB over two frees and 206.4 MB over
+/// three. A try that fails frees nothing and costs nothing the device keeps. Where the hint
+/// itself fits (memory was released since) or the descent finds nothing within
+/// [`DESCENT_TRIES`], the search decides.
+fn allocatable_by_descent(
+    device: &Device,
+    limit: u64,
+    ceiling: Option<u64>,
+    hint: u64,
+    step: u64,
+) -> Result<u64> {
+    let step = step.max(1);
+    let top = ceiling.unwrap_or(limit).max(limit);
+    if hint == 0 || hint >= top {
+        return allocatable_now(device, limit, ceiling, Some(hint));
+    }
+    if fits(device, hint)? {
+        return allocatable_now(device, limit, ceiling, Some(hint));
+    }
+    let mut x = hint;
+    for _ in 0..DESCENT_TRIES {
+        x = x.saturating_sub(step);
+        if x == 0 {
+            return Ok(0);
+        }
+        if fits(device, x)? {
+            return Ok(x);
+        }
+    }
+    allocatable_now(device, limit, ceiling, Some(x))
+}
+
+/// The most a raw free may keep, from one round of [`kept_by_probes`] that lost `lost` over
+/// `over` frees, `test` of them the test's own of `size` (the others the probes' tries, each as
+/// large as what was allocatable), each probe within `slack`: the loss and the slack shared
+/// among the frees, rounded up. A free keeps at most what it held, so where the round lost more
+/// than all its frees could had each held a test allocation, the test's frees cannot have kept
+/// it: counted as keeping all they held, the rest was kept by the probes' larger frees and is
+/// shared among those (the session's own probes, which this bound is kept for, free large
+/// allocations too). An Arc B580 keeping 96 MiB of a free (at most all of a smaller one) lost
+/// 206 MB over two 32 MiB test frees and one probe's: the round read 69 MB a free, its one
+/// large free kept 100.66 MB, and the plan, keeping 28 MB (the other round's figure) for each
+/// free after its last probe, ran out of memory in the serve burst.
+fn unseen_of_round(lost: i128, over: i128, test: i128, size: u64, slack: i128) -> u64 {
+    let over = over.max(1);
+    let lost = (lost + slack).max(0);
+    let held = i128::from(size).saturating_mul(test.min(over));
+    let per_free = if lost > i128::from(size).saturating_mul(over) && over > test {
+        let others = over - test;
+        (lost - held + others - 1) / others
+    } else {
+        (lost + over - 1) / over
+    };
+    u64::try_from(per_free).unwrap_or(u64::MAX)
 }
 
 /// What a step took outside the allocator: `before` allocatable before it, `after` after it
@@ -1077,6 +1173,28 @@ mod tests {
         assert_eq!(crate::calibrate::kept_per_free(&noisy, idle), None);
         // From the first reading to the last: 1,058,726 B over four frees, 264,682 B each.
         assert_eq!(kept_over_all_frees(&noisy, idle), Some(264_682));
+    }
+
+    #[test]
+    fn a_round_that_lost_more_than_its_test_frees_held_is_the_probes_frees_keep() {
+        let slack = i128::from(2 * MIB);
+        let mb = 1_000_000;
+        // An Arc B580 keeping 96 MiB of each free, all of a 32 MiB test free: two test frees
+        // and one probe's lost 167.8 MB; per free that is 56 MB, the probe's kept 100.66 MB.
+        let lost = 2 * 33_554_432 + 100_663_296;
+        let got = unseen_of_round(lost, 3, 2, 32 * MIB, slack);
+        assert!(got >= 100_663_296, "{got}");
+        assert!(got <= 100_663_296 + 3 * MIB, "{got}");
+        // A round whose frees could have kept its loss at the test's size: shared among all.
+        assert_eq!(
+            unseen_of_round(10 * mb, 5, 4, 32 * MIB, slack),
+            u64::try_from((10 * mb + slack + 4) / 5).unwrap()
+        );
+        // Only test frees: no larger free to put the loss on.
+        assert_eq!(
+            unseen_of_round(300 * mb, 2, 2, 32 * MIB, slack),
+            u64::try_from((300 * mb + slack + 1) / 2).unwrap()
+        );
     }
 
     #[test]

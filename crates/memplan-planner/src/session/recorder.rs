@@ -61,6 +61,11 @@ pub(crate) struct Recorder {
     /// ([`probe::kept_by_probes`](super::probe::kept_by_probes)), still to run after the
     /// engine's profile run ([`KeepTest`]).
     pub keep_test: Option<KeepTest>,
+    /// Where the keep test's rounds lost, but not alike: the most one of the session's own
+    /// probe frees may keep
+    /// ([`ProbedKeep::unseen_large`](super::probe::ProbedKeep::unseen_large)), counted for each
+    /// such free after the last reading, beside what a free of the test's size showed.
+    pub probe_free_keep: Option<u64>,
 }
 
 /// The test of what a raw free keeps ([`probe::kept_by_probes`](super::probe::kept_by_probes)),
@@ -242,6 +247,7 @@ impl Recorder {
             own_frees: OwnFrees::default(),
             largest_warm_up: None,
             keep_test: None,
+            probe_free_keep: None,
         }
     }
 
