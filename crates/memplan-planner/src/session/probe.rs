@@ -675,7 +675,10 @@ fn allocatable_by_descent(
         return allocatable_now(device, limit, ceiling, Some(hint));
     }
     if fits(device, hint)? {
-        return allocatable_now(device, limit, ceiling, Some(hint));
+        // Memory was released since, or each free keeps less than the hint allowed for: the
+        // search gallops up from the hint, known to fit, without trying it again (a try that
+        // succeeds is one more free, and its keep).
+        return narrow(device, hint, top, true, resolution(limit));
     }
     let mut x = hint;
     for _ in 0..DESCENT_TRIES {
@@ -792,20 +795,24 @@ const GALLOP_DOWN: u64 = 2;
 /// succeeds: one success per level, about four for a search over a whole device (a bisection
 /// succeeds on about half of its sixteen tries), one where the hint was right. Where the hint
 /// itself succeeds (memory was released since), it gallops up instead.
-fn search(device: &Device, mut lo: u64, mut hi: u64, hint: Option<u64>, res: u64) -> Result<u64> {
+fn search(device: &Device, lo: u64, mut hi: u64, hint: Option<u64>, res: u64) -> Result<u64> {
     let res = res.max(1);
     if hi <= lo {
         return Ok(lo);
     }
-    let mut up = false;
     if let Some(h) = hint.filter(|h| *h > lo && *h < hi) {
         if fits(device, h)? {
-            lo = h;
-            up = true;
-        } else {
-            hi = h;
+            return narrow(device, h, hi, true, res);
         }
+        hi = h;
     }
+    narrow(device, lo, hi, false, res)
+}
+
+/// [`search`] once it knows `lo` fits and `hi` does not: galloping up from `lo` (`up`: `lo`
+/// was the hint, and it fitted) or down from `hi`, then narrowing the bracket.
+fn narrow(device: &Device, mut lo: u64, mut hi: u64, up: bool, res: u64) -> Result<u64> {
+    let res = res.max(1);
     let mut d = res;
     while hi - lo > res {
         if up {
