@@ -257,7 +257,13 @@ impl GraphStrategy for Sampled {
         // asks ([`GraphContext::check_capture_keeps_cache`]), after the samples so that their
         // windows stay as they were (the process's first capture, with what a library takes
         // on it, is the first sample's).
+        // The samples' graphs are released first: the engine warms its first size up before
+        // it holds any graph, and the check's warm-up of that size beside eight samples' graphs
+        // held them past what the engine ever does (an RTX 4090 warming 512 tokens up at 24 MiB
+        // each: 166-331 MB past the request and the engine's own steps, 153-314 MB of it the
+        // samples' graphs).
         if let Some(&first) = sizes.first() {
+            ctx.release_graphs()?;
             ctx.check_capture_keeps_cache(first)?;
         }
         let (point, margin) = sampled_model(&layers, &sizes);
