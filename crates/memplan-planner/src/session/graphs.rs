@@ -9,7 +9,6 @@ use memplan_core::{Error, Result};
 
 use super::{AsDynEngine, Session, Step, SAMPLED_MARGIN_LIMIT_PER_MILLE};
 use crate::kv_range::KvRange;
-use crate::plan::PlanBuilder;
 use crate::strategy::{
     select, GraphContext, GraphEstimate, GraphStrategy, Selection, SelectionPolicy, StrategyKind,
 };
@@ -358,7 +357,7 @@ impl<E: AsDynEngine + ?Sized> Session<'_, E> {
     /// ([`check_request`](Self::check_request)) has no room for a KV cache on what the engine
     /// holds after its profile run (its weights, its activation peak as measured, the memory
     /// outside its allocator), the graphs counted as nothing, the plan's refusal
-    /// ([`PlanBuilder::refusal_before_profile`], which takes the activation peak where it was
+    /// ([`refusal_owed`](Self::refusal_owed), which takes the activation peak where it was
     /// measured), said before anything is warmed up. A graph reserve is at least 0 and the
     /// phase only adds to what the budget counts, so the plan after it refuses too; the phase's
     /// warm-ups and captures are memory the request never had room for, and where the device
@@ -366,19 +365,12 @@ impl<E: AsDynEngine + ?Sized> Session<'_, E> {
     /// capture's warm-up of 16 tokens at 16 MiB a token went 2-58 MiB past such a request and
     /// the engine's own steps, and one of 128 tokens at 20 MiB a token up to 1.5 GiB.
     fn refusal_before_graphs(&self) -> Result<()> {
-        let Some(request) = self.request else {
-            return Ok(());
-        };
-        let p = self.profile_to_plan();
-        match PlanBuilder::refusal_before_profile(&p, request, self.plan_rules()) {
-            Some(e) => Err(e.during(
-                "before the graph phase, what the engine holds and its measured activation peak \
-                 already leave no room for a KV cache (its graphs, not captured yet, counted as \
-                 nothing: a utilisation named is the least that could leave room, the graphs \
-                 come on top)",
-            )),
-            None => Ok(()),
-        }
+        self.refusal_owed(
+            "before the graph phase, what the engine holds and its measured activation peak \
+             already leave no room for a KV cache (its graphs, not captured yet, counted as \
+             nothing: a utilisation named is the least that could leave room, the graphs \
+             come on top)",
+        )
     }
 
     /// One step of graphs measured as the session measures each: the device trimmed and

@@ -1033,16 +1033,24 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     /// held more than its request out of memory in its profile run, where the plan was to
     /// refuse it all along.
     fn refusal_before_profile(&self) -> Result<()> {
+        self.refusal_owed(
+            "before the engine ran it, what it holds already leaves no room for a KV cache \
+             (its activation peak, not measured yet, counted as nothing: a utilisation \
+             named is the least that could leave room, the activation peak comes on top)",
+        )
+    }
+
+    /// The plan's refusal where the budget of the request the session checked has no room for
+    /// a KV cache on what was measured so far ([`PlanBuilder::refusal_before_profile`]: an
+    /// activation peak not measured yet and the graphs counted as nothing), said `during` a
+    /// step that has not run yet; `Ok` where there is room or no request.
+    fn refusal_owed(&self, during: &'static str) -> Result<()> {
         let Some(request) = self.request else {
             return Ok(());
         };
         let p = self.profile_to_plan();
         match PlanBuilder::refusal_before_profile(&p, request, self.plan_rules()) {
-            Some(e) => Err(e.during(
-                "before the engine ran it, what it holds already leaves no room for a KV cache \
-                 (its activation peak, not measured yet, counted as nothing: a utilisation \
-                 named is the least that could leave room, the activation peak comes on top)",
-            )),
+            Some(e) => Err(e.during(during)),
             None => Ok(()),
         }
     }
