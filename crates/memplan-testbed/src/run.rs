@@ -245,7 +245,9 @@ fn profile(
     named(out, s.warnings());
     mark(out, PHASE_START);
     out.ended_in = Some(PHASE_REQUEST);
-    let mut s = declare_allocator(s, gpu, setup)?;
+    // The engine knows its model's KV layout and the longest request it serves when it starts,
+    // and says so before its profile run (`Session::with_kv`).
+    let mut s = declare_allocator(s, gpu, setup)?.with_kv(&setup.kv, setup.limits);
     let downgrades: Vec<String> = downgrades.iter().map(ToString::to_string).collect();
     s.check_request(setup.request)?;
     neighbour(setup, gpu, "load_weights");

@@ -3030,3 +3030,51 @@ fn where_keep_rounds_disagree_the_plan_keeps_the_larger() {
         &[13, 14, 15],
     );
 }
+
+/// Assert that every case of `cases` whose seed is in `seeds` was refused after its profile run
+/// ran out of memory, the refusal naming what the start-up's own raw frees kept.
+fn refused_beside_own_keeps(cases: &[Case], seeds: &[u64]) {
+    let seeded = |c: &&Case| c.setup.as_ref().is_some_and(|s| seeds.contains(&s.seed));
+    let refused: Vec<&Case> = cases.iter().filter(seeded).collect();
+    assert_eq!(refused.len(), seeds.len());
+    for c in refused {
+        let failed = c.out.failed.as_deref().unwrap_or("");
+        assert!(
+            failed.contains("raw frees this start-up made kept at most"),
+            "{}: {failed}",
+            c.what
+        );
+    }
+}
+
+/// An Arc B580 with no free reading, every raw free keeping 8 MiB, a neighbour of 7,667 MiB
+/// arriving before the weights: the engine alone has about 62 MiB to spare in its profile run,
+/// and the session's calibration and probes made ten frees before it (the probe before the
+/// weights searched down past the neighbour), so the run ran out of memory (outside battery
+/// o29, class LK-leak: seeds 2, 3, 5, 8, 18 and 20). Beside the neighbour, the engine alone has
+/// no room for one request of 4,096 tokens after its activation: with every free's keep given
+/// back, what was allocatable before the run less what it needed leaves none, and the start is
+/// the plan's refusal, said with the out-of-memory, and right.
+#[test]
+fn a_profile_run_short_by_the_starts_own_keeps_is_refused_where_no_request_fits() {
+    let seeds = [2, 3, 5, 8, 18, 20];
+    let cases = passes(
+        "b580-nosysman-leak-8m-neighbour-before-weights-profile-run.toml",
+        &[0, 2, 3, 5, 6, 8, 13, 18, 20],
+    );
+    refused_beside_own_keeps(&cases, &seeds);
+}
+
+/// The same rule where what failed is a raw allocation beside the activation: a device with no
+/// free reading keeping 2 MiB of every free, a neighbour arriving before the profile run, whose
+/// 600 MiB workspace failed with the activation already held (outside battery o29, file fr-08,
+/// seed 8; seeds 8 and 20 of 40). The run needed both: what it held and what failed.
+#[test]
+fn a_workspace_short_by_the_starts_own_keeps_is_refused_where_no_request_fits() {
+    let seeds = [8, 20];
+    let cases = passes(
+        "leaky-free-unreadable-2m-neighbour-profile-run-workspace.toml",
+        &[8, 13, 20],
+    );
+    refused_beside_own_keeps(&cases, &seeds);
+}

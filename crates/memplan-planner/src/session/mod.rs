@@ -51,7 +51,7 @@ use crate::rank::Rank;
 use crate::warning::Warning;
 pub use kv_cache::KvCache;
 use kv_cache::Planned;
-use memplan_core::bytes::{fmt_signed, signed};
+use memplan_core::bytes::{fmt_bytes, fmt_signed, signed, MIB};
 use memplan_core::kv::{KvAllocation, KvLimits, KvSpec, SizingRules};
 pub(crate) use recorder::Recorder;
 pub use steps::Step;
@@ -91,6 +91,9 @@ pub struct Session<'e, E: AsDynEngine + ?Sized> {
     /// The engine's caching-allocator configuration and where it came from
     /// ([`with_allocator_config`](Self::with_allocator_config)).
     alloc_conf: Option<(AllocatorConfig, String)>,
+    /// The KV cache the plan will be asked for, where the caller said before the profile run
+    /// ([`with_kv`](Self::with_kv)).
+    kv: Option<(KvSpec, KvLimits)>,
 }
 
 /// Reads each snapshot combines where a window of single reads of the free memory is off by
@@ -576,6 +579,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             graphs_record: false,
             graph_room_checked: false,
             alloc_conf: None,
+            kv: None,
         })
     }
 
@@ -666,6 +670,17 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     /// the plan names the release either way.
     pub fn with_sizing_rules(mut self, rules: SizingRules, release: impl Into<String>) -> Self {
         self.sizing = Some((rules, release.into()));
+        self
+    }
+
+    /// The KV cache the plan will be asked for (`kv`, `limits`: what [`plan`](Self::plan) will
+    /// be given), known before the engine's profile run: an engine knows its model's layers and
+    /// the longest request it serves when it starts. Where the profile run runs out of memory,
+    /// the session judges with it whether the memory its own checks' frees kept could have
+    /// left the engine the room for one such request ([`Self::profile_run`]); nothing else
+    /// reads it, and [`plan`](Self::plan) takes its own.
+    pub fn with_kv(mut self, kv: &KvSpec, limits: KvLimits) -> Self {
+        self.kv = Some((kv.clone(), limits));
         self
     }
 
@@ -862,7 +877,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         let probed = self.probe_allocatable(&before)?;
         self.engine.as_dyn().allocator().reset_peak();
         if let Err(e) = run(&mut *self.engine) {
-            return Err(self.refusal_after_failed_profile(e, &before));
+            return Err(self.refusal_after_failed_profile(e, &before, probed));
         }
         let after = self.rec.snap(self.engine.as_dyn())?;
         self.probe_step(probed, &before, &after)?;
@@ -912,7 +927,16 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     /// counts in that figure: the run needed at least its bytes above where it started. Where the request has room
     /// for what was measured, the out-of-memory stands: nothing measured says the plan would
     /// refuse.
-    fn refusal_after_failed_profile(&mut self, e: Error, before: &MemoryInfo) -> Error {
+    ///
+    /// Where the request had room, the device may not have: see
+    /// [`refusal_beside_own_keeps`](Self::refusal_beside_own_keeps) (`probed`: the allocation
+    /// probe taken before the run).
+    fn refusal_after_failed_profile(
+        &mut self,
+        e: Error,
+        before: &MemoryInfo,
+        probed: Option<(u64, u64)>,
+    ) -> Error {
         let Some(request) = self.request.filter(|_| e.is_out_of_memory()) else {
             return e;
         };
@@ -947,8 +971,121 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
                     memplan_core::bytes::fmt_bytes(reached)
                 ))
             }
-            None => e,
+            None => {
+                // What the run held when it failed, and the allocation that failed on top of
+                // it (a library's workspace outside the allocator fails beside the activation
+                // the allocator holds): the least the run needed.
+                let need = grown(before.allocator.allocated, now.allocator.allocated)
+                    .map_or(0, |g| g.saturating_add(e.requested_bytes().unwrap_or(0)))
+                    .max(reached);
+                self.refusal_beside_own_keeps(e, need, &now, probed)
+            }
         }
+    }
+
+    /// After a profile run that ran out of memory (`e`, having needed at least `reached` above
+    /// where it started; `now` read after it) where the request had room and the session
+    /// measures by allocation probes (no reading measures this process), `probed` having found
+    /// what was allocatable before the run: the device had less than the run needed. On a
+    /// device that keeps memory of every raw free, the session's own frees (its checks' and
+    /// its probes') kept some of it for good, and the engine alone would have had that much
+    /// more: on a 12 GiB Arc B580 keeping 8 MiB a free beside another process's 7.5 GiB, ten
+    /// frees before the profile run left it 6 MB short where the engine alone had 62 MiB to
+    /// spare. What a free keeps is measured now where nothing measured it yet (the keep test,
+    /// otherwise run after the profile run), and every raw free the session made is given
+    /// back at that figure (the larger bound for a probe's own free where there is one; the
+    /// engine's own frees, where the device counts them, are given back too: the safe side
+    /// for the engine alone's room). Where, with all of it given back, what was allocatable
+    /// less the run's need still leaves no room for one request of the KV cache the caller
+    /// named ([`with_kv`](Self::with_kv)), the plan's physical cap at that figure refuses: the
+    /// engine alone would have had no room for it either, and the refusal, naming the
+    /// out-of-memory, is what the plan owed. Elsewhere `e` stands: the session's own frees may
+    /// have taken room the engine alone had.
+    fn refusal_beside_own_keeps(
+        &mut self,
+        e: Error,
+        reached: u64,
+        now: &MemoryInfo,
+        probed: Option<(u64, u64)>,
+    ) -> Error {
+        let (Some((kv, limits)), Some(request), Some((allocatable, _)), Some(limit)) = (
+            self.kv.clone(),
+            self.request,
+            probed,
+            self.rec.p.probe_baseline,
+        ) else {
+            return e;
+        };
+        let frees = self
+            .rec
+            .device
+            .raw_frees()
+            .saturating_sub(self.rec.own_frees.start);
+        let Ok(per_free) = self.own_keep_per_free(now) else {
+            return e;
+        };
+        let given_back = per_free.saturating_mul(frees);
+        // The probe's figure lies within its resolution and a raw page below what was there.
+        let upper = allocatable
+            .saturating_add(probe::resolution(limit))
+            .saturating_add(2 * MIB)
+            .saturating_add(given_back);
+        let mut p = self.profile_to_plan();
+        p.activation_peak_bytes = Some(reached);
+        p.graph = None;
+        let Ok(b) = PlanBuilder::from_profile(&p, self.why.clone(), request, kv, limits) else {
+            return e;
+        };
+        // The cap keeps a slack for the allocator's rounding: given back here, so that the
+        // refusal stands only where one request has no room at all.
+        let cap = upper.saturating_add(crate::plan::physical::rounding_slack(upper));
+        let b = b.sizing_rules(self.plan_rules()).probed(cap, false);
+        match b.build() {
+            Err(r) if r.refusal().is_some() => {
+                tracing::info!(
+                    reached,
+                    allocatable,
+                    frees,
+                    per_free,
+                    "profile run out of memory with no room for one request beside what the \
+                     session's own frees kept"
+                );
+                r.during(format!(
+                    "the engine's profile run ran out of memory ({e}) after its activation had \
+                     taken {} above the weights; {} was allocatable before it, and the {frees} \
+                     raw frees this start-up made kept at most {} ({} each): with all of it \
+                     given back, the device leaves no room for one request beside the \
+                     activation",
+                    fmt_bytes(reached),
+                    fmt_bytes(allocatable),
+                    fmt_bytes(given_back),
+                    fmt_bytes(per_free)
+                ))
+            }
+            _ => e,
+        }
+    }
+
+    /// What one of the session's raw frees keeps at most, as measured: where nothing has
+    /// measured it yet (the keep test is still owed), a probe now (`now`: the engine's memory
+    /// as read) and the keep test from it; the larger of the test's figures and the bound for
+    /// a probe's own free.
+    fn own_keep_per_free(&mut self, now: &MemoryInfo) -> Result<u64> {
+        if self.rec.keep_test.is_some() {
+            let ceiling = probe_ceiling(&self.rec.p.capability, now);
+            self.rec.probe_now(now.allocator.reserved, ceiling)?;
+            self.keep_test()?;
+        }
+        let p = &self.rec.p;
+        Ok([
+            p.kept_per_free,
+            p.unseen_kept_per_free,
+            self.rec.probe_free_keep,
+        ]
+        .into_iter()
+        .flatten()
+        .max()
+        .unwrap_or(0))
     }
 
     /// After the engine's profile run, where the session measures by allocation probes and
@@ -1223,7 +1360,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         let mid = self
             .alloc_conf
             .as_ref()
-            .map_or(20 * memplan_core::bytes::MIB, |(c, _)| c.mid_segment());
+            .map_or(20 * MIB, |(c, _)| c.mid_segment());
         let bound = crate::plan::granule_bound_of_segments(
             &profile.segment_readings,
             profile.weights_reading,
