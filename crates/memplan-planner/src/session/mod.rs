@@ -184,7 +184,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         request: Request,
     ) -> Result<Self> {
         let r = StartRequest::read(device, request)?;
-        let mut s = Self::open(device, engine, capability, false, r.most)?;
+        let mut s = Self::open(device, engine, capability, false, r.most, None)?;
         if let Some(w) = r.below_in_use(r.most) {
             s.rec.warn(w);
         }
@@ -226,7 +226,8 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             probed = probe::baseline(device, Some(ceiling))?.map(|(b, f)| (b, ceiling, f));
             Ok(())
         })?;
-        let mut s = Self::open(device, engine, report.calibrated.clone(), true, most)?;
+        let hint = probed.map(|(b, _, _)| b);
+        let mut s = Self::open(device, engine, report.calibrated.clone(), true, most, hint)?;
         s.rec.own_frees.start = frees_at_start;
         s.rec.before_baseline("calibration", pre);
         s.calibrated_by_probe(probed, &pre);
@@ -299,18 +300,28 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         engine: &'e mut E,
         capability: ProfilingCapability,
     ) -> Result<Self> {
-        Self::open(device, engine, capability, false, probe::start_most(None))
+        Self::open(
+            device,
+            engine,
+            capability,
+            false,
+            probe::start_most(None),
+            None,
+        )
     }
 
     /// [`Session::begin`]; `calibrated`: calibration checked the free reading's windows over
     /// known allocations already (an exact reading is then only read again on the idle device);
-    /// `most`: the most one of its windows over allocations holds ([`probe::start_most`]).
+    /// `most`: the most one of its windows over allocations holds ([`probe::start_most`]);
+    /// `hint`: what calibration's probe found allocatable before its checks, where it probed
+    /// (the baseline's probe searches from it, see [`probe::baseline_from`]).
     fn open(
         device: &SharedDevice,
         engine: &'e mut E,
         mut capability: ProfilingCapability,
         calibrated: bool,
         most: u64,
+        hint: Option<u64>,
     ) -> Result<Self> {
         let span = tracing::info_span!("baseline", device = %device.descriptor().id);
         let _e = span.enter();
@@ -375,7 +386,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         {
             None
         } else {
-            probe::baseline(&device, probe_ceiling(&capability, &baseline))?
+            probe::baseline_from(&device, probe_ceiling(&capability, &baseline), hint)?
         };
         // An approximate free reading nothing calibrated: its window error measured by a few
         // allocations of a known size (the strategies' margins are twice it, not the declared

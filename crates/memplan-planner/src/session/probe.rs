@@ -216,11 +216,42 @@ pub(crate) fn alike_within(limit: u64) -> u64 {
 /// ([`frees_shown`](super::recorder::frees_shown)); `None` where the device cannot allocate,
 /// or gives no total to search up to.
 pub(crate) fn baseline(device: &Device, total: Option<u64>) -> Result<Option<(u64, u64)>> {
+    baseline_from(device, total, None)
+}
+
+/// [`baseline`], where a probe found `hint` allocatable just before (calibration's, before its
+/// checks that may leave memory held): what those checks and that probe's own last free kept
+/// lies a few steps below it, so the baseline descends from it in steps of the keep test's
+/// slack ([`allocatable_by_descent`]: tries that fail cost nothing, and the first that succeeds
+/// ends it, within a step of what was allocatable), where a search from the total gallops down
+/// to a first success up to as far below what is allocatable as the total is above it, and its
+/// refinement succeeds again. On a device that keeps memory of every raw free, that second
+/// success is a free the engine loses for good before its own steps: a 12 GiB Arc B580 keeping
+/// 32 MiB a free, beside a neighbour that left the engine alone 235 MiB to spare in its profile
+/// run, ran it out of memory after eight frees (256 MiB), two of them this probe's. The figure
+/// lies up to a step lower than a search's (its resolution), and it reads what calibration's
+/// checks left held that much higher: the safe side.
+pub(crate) fn baseline_from(
+    device: &Device,
+    total: Option<u64>,
+    hint: Option<u64>,
+) -> Result<Option<(u64, u64)>> {
     let Some(total) = total.filter(|t| *t > 0) else {
         return Ok(None);
     };
     let frees = device.raw_frees();
-    let found = largest_allocatable(device, total).and_then(|b| {
+    let largest = |need: u64| -> Result<u64> {
+        match hint.filter(|h| *h > 0 && *h < need) {
+            // Calibration's probe found `h` before its checks: what they and that probe's own
+            // free kept lies a few steps below it, found by descending (one success).
+            Some(h) => {
+                let step = resolution(need).saturating_add(crate::calibrate::tolerance(0));
+                allocatable_by_descent(device, need, Some(need), h, step)
+            }
+            None => largest_allocatable(device, need),
+        }
+    };
+    let found = largest(total).and_then(|b| {
         if b >= total {
             past_total(device, total)
         } else {
@@ -996,6 +1027,24 @@ mod tests {
             assert!(got <= truth && truth - got <= keeps, "{got} of {truth}");
             last = got;
         }
+    }
+
+    #[test]
+    fn a_baseline_from_calibrations_figure_succeeds_once_where_each_free_keeps_memory() {
+        let keeps = 32 * MIB;
+        let total = 12 * GIB;
+        let (device, (free, _)) = Fake::keeping(total - 300 * MIB, 1, keeps);
+        let (before, _) = baseline(&device, Some(total)).unwrap().unwrap();
+        // Calibration's checks leave 13 MiB held between the two probes.
+        *free.lock().unwrap() -= 13 * MIB;
+        let truth = *free.lock().unwrap();
+        let frees = device.raw_frees();
+        let (got, _) = baseline_from(&device, Some(total), Some(before))
+            .unwrap()
+            .unwrap();
+        assert_eq!(device.raw_frees() - frees, 1, "{got} of {truth}");
+        let step = resolution(total) + crate::calibrate::tolerance(0);
+        assert!(got <= truth && truth - got <= step, "{got} of {truth}");
     }
 
     #[test]
