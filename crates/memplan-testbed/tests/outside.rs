@@ -3094,3 +3094,23 @@ fn a_baseline_probe_from_calibrations_figure_leaves_the_profile_run_room() {
         &[3, 4],
     );
 }
+
+/// An Intel Max 1550 whose Sysman gives no free reading of its own, composed from the
+/// per-process query instead (the total less this process's memory): exact for this process,
+/// blind to a neighbour of 111 GiB that arrives before the profile run; every raw free keeps
+/// 16 MiB. The session measures by that reading, not by probes; calibration's free check (four
+/// allocations the reading follows) kept 64 MiB, and the profile run, which fitted the engine
+/// alone, ran out of memory (outside battery o29, class LK-leak: seeds 1, 3, 5, 8 and 11; on
+/// seed 11 the engine alone had under 16 MiB to spare). Nothing the session read could see
+/// the room was gone: one probe after the failed run finds what the device had, and with
+/// every free's keep given back the engine alone has no room for one request of 4,096 tokens
+/// beside its activation: the start is the plan's refusal, and right.
+#[test]
+fn a_reading_blind_to_others_is_refused_where_no_request_fits_beside_own_keeps() {
+    let seeds = [1, 3, 5, 8, 11];
+    let cases = passes(
+        "max1550-process-local-free-leak-16m-neighbour-profile-run.toml",
+        &[0, 1, 3, 5, 6, 8, 11, 13],
+    );
+    refused_beside_own_keeps(&cases, &seeds);
+}

@@ -989,6 +989,10 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
                 let need = grown(before.allocator.allocated, now.allocator.allocated)
                     .map_or(0, |g| g.saturating_add(e.requested_bytes().unwrap_or(0)))
                     .max(reached);
+                let probed = match probed {
+                    Some(p) => Some(p),
+                    None => self.allocatable_before_failed_run(before, &now),
+                };
                 self.refusal_beside_own_keeps(e, need, &now, probed)
             }
         }
@@ -1023,7 +1027,10 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             self.kv.clone(),
             self.request,
             probed,
-            self.rec.p.probe_baseline,
+            self.rec
+                .p
+                .probe_baseline
+                .or_else(|| probe_ceiling(&self.rec.p.capability, now)),
         ) else {
             return e;
         };
@@ -1075,6 +1082,41 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             }
             _ => e,
         }
+    }
+
+    /// Where the session does not measure by allocation probes (a free reading measures this
+    /// process) but the device was seen keeping memory of every raw free and the session made
+    /// raw frees of its own: what was allocatable before the profile run that failed (from
+    /// `before`; `now` read after it), for
+    /// [`refusal_beside_own_keeps`](Self::refusal_beside_own_keeps), with the raw frees that
+    /// figure shows; `None` elsewhere. A reading that measures this process need not see
+    /// another process's memory (one composed from a per-process query, the total less this
+    /// process's memory, reads the same beside a neighbour of 111 GiB as on an idle device), so
+    /// only an allocation can tell what the device had: one probe now, plus what this process
+    /// took in the run and still holds (the larger of its free reading's drop and its
+    /// allocator's growth). The start-up ends here, so the probe's frees take nothing the
+    /// engine needs, and they are given back with the session's others.
+    fn allocatable_before_failed_run(
+        &mut self,
+        before: &MemoryInfo,
+        now: &MemoryInfo,
+    ) -> Option<(u64, u64)> {
+        let made = self.rec.device.raw_frees() > self.rec.own_frees.start;
+        if self.rec.p.probe_baseline.is_some() || self.rec.p.kept_per_free.is_none() || !made {
+            return None;
+        }
+        let ceiling = probe_ceiling(&self.rec.p.capability, now)?;
+        let frees = self.rec.device.raw_frees();
+        let got = probe::allocatable_now(&self.rec.device, ceiling, Some(ceiling), None).ok()?;
+        self.rec.probed(got);
+        let less = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (Some(a), Some(b)) => a.saturating_sub(b),
+            _ => 0,
+        };
+        let held = less(before.driver.free, now.driver.free)
+            .max(less(now.allocator.reserved, before.allocator.reserved));
+        let shown = recorder::frees_shown(frees, self.rec.device.raw_frees());
+        Some((got.saturating_add(held), shown))
     }
 
     /// What one of the session's raw frees keeps at most, as measured: where nothing has
