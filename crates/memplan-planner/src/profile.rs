@@ -92,9 +92,11 @@ pub struct Profile {
     pub non_allocator_windows_moved: u64,
     /// The graph-memory phase's result.
     pub graph: Option<GraphEstimate>,
-    /// The largest error calibration saw on a window of the free reading (see
-    /// [`CalibrationReport::free_window_error`](crate::calibrate::CalibrationReport)); absent
-    /// without calibration.
+    /// The largest error seen on a window of the free reading: calibration's (see
+    /// [`CalibrationReport::free_window_error`](crate::calibrate::CalibrationReport)), the
+    /// session's own windows of the idle device where nothing calibrated, and an engine step's
+    /// window that can only be the reading's error (a reading of this process's memory alone
+    /// that read memory outside the allocator freed); absent where none was measured.
     pub free_window_error: Option<u64>,
     /// Where no reading measures this process: the largest allocation that succeeded at the
     /// baseline (the allocation probe, `session/probe.rs`); the engine's steps are then

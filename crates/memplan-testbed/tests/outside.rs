@@ -3114,3 +3114,18 @@ fn a_reading_blind_to_others_is_refused_where_no_request_fits_beside_own_keeps()
     );
     refused_beside_own_keeps(&cases, &seeds);
 }
+
+/// An RX 7900 XTX on ROCm 5.4, whose free reading counts this process alone, moving in 64
+/// MiB steps, uncalibrated: the step goes unseen by the session's own check, the weights'
+/// window reads 34 MiB freed outside the allocator (no other process can free memory in such
+/// a reading: it is the reading's error), and what a library takes on the first capture reads
+/// as nothing. The allocation probe at the last quiet point took the whole room the request
+/// left and went up to 27 MiB past it (outside battery o30, class NS-step-uncal). The probe is
+/// now held below the room by the error such a window showed.
+#[test]
+fn a_process_local_reading_that_reads_memory_freed_keeps_the_probe_below_the_request() {
+    passes(
+        "rocm54-stepped-uncalibrated-plan-probe-beside-unseen-growth.toml",
+        &[7, 18, 20, 29, 30],
+    );
+}

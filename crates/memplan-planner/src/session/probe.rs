@@ -62,12 +62,15 @@ const BISECTION_SHARE: u64 = 65536;
 
 /// Check `b` (a plan builder that [`PlanBuilder::is_blind`]) by an allocation probe on
 /// `device`. A builder whose plan cannot be built is returned as it is (building it again
-/// gives the refusal).
-pub(crate) fn check(device: &Device, b: PlanBuilder) -> Result<PlanBuilder> {
+/// gives the refusal). The probe is held below the room the request leaves less `held_error` too (as
+/// [`verify`]'s): where figures the plan counts as held were read through windows of a free
+/// reading, they may read low by that much, and a probe that took the room whole would take
+/// it past the request.
+pub(crate) fn check(device: &Device, b: PlanBuilder, held_error: u64) -> Result<PlanBuilder> {
     let Ok(plan) = b.clone().build() else {
         return Ok(b);
     };
-    let need = within_request(&b, &plan);
+    let need = need_below_held_error(&b, &plan, held_error);
     let got = largest_allocatable(device, need)?;
     tracing::info!(need, got, "allocation probe at the last quiet point");
     Ok(b.probed(got, got >= need))
@@ -95,6 +98,16 @@ pub(crate) fn within_request(b: &PlanBuilder, plan: &crate::plan::Plan) -> u64 {
     let room = b.room_under_request(plan);
     b.needs(plan.kv_cache_bytes)
         .min(room.saturating_sub(room % RAW_PAGE))
+}
+
+/// What a probe that checks `plan` allocates ([`within_request`]), held below the room the
+/// request leaves less `held_error` too; where the error would leave less than a page of the
+/// room, the room alone (a check of nothing proves nothing).
+fn need_below_held_error(b: &PlanBuilder, plan: &crate::plan::Plan, held_error: u64) -> u64 {
+    match below_held_error(b, plan, held_error) {
+        0 => within_request(b, plan),
+        room => within_request(b, plan).min(room),
+    }
 }
 
 /// The room the request leaves ([`PlanBuilder::room_under_request`]) less `held_error`, taken
@@ -132,15 +145,10 @@ pub(crate) fn verify(device: &Device, b: PlanBuilder, held_error: u64) -> Result
     if plan.physical_check == Some(crate::plan::PhysicalCheck::Probe) {
         return Ok(b);
     }
-    // Where the error would leave less than a page of the room, the room alone (a check of
-    // nothing proves nothing).
-    let need = match below_held_error(&b, &plan, held_error) {
-        0 => within_request(&b, &plan),
-        room => within_request(&b, &plan).min(room),
-    };
+    let need = need_below_held_error(&b, &plan, held_error);
     match fits(device, need) {
         Ok(true) => Ok(b),
-        Ok(false) => check(device, b),
+        Ok(false) => check(device, b, held_error),
         // A device that cannot allocate (none of memplan's) keeps its readings' plan.
         Err(Error::Unsupported { .. }) => Ok(b),
         Err(e) => Err(e),
@@ -151,8 +159,13 @@ pub(crate) fn verify(device: &Device, b: PlanBuilder, held_error: u64) -> Result
 /// much: graphics allocations a runtime cannot see, a host figure that moves), and it is wider
 /// than a probe's resolution, check the plan that takes the reading at its word with an
 /// allocation probe instead: what is physically there replaces the tolerance. A builder whose
-/// caps do not bind is returned as it is.
-pub(crate) fn resolve_tolerance(device: &Device, b: PlanBuilder) -> Result<PlanBuilder> {
+/// caps do not bind is returned as it is. The probe is held below the room the request leaves
+/// less `held_error`, as [`verify`]'s is.
+pub(crate) fn resolve_tolerance(
+    device: &Device,
+    b: PlanBuilder,
+    held_error: u64,
+) -> Result<PlanBuilder> {
     let Ok(plan) = b.clone().build() else {
         return Ok(b);
     };
@@ -166,7 +179,7 @@ pub(crate) fn resolve_tolerance(device: &Device, b: PlanBuilder) -> Result<PlanB
     if better.kv_cache_bytes <= plan.kv_cache_bytes {
         return Ok(b);
     }
-    match check(device, optimistic) {
+    match check(device, optimistic, held_error) {
         Ok(probed) => Ok(probed),
         // A device that cannot allocate keeps the tolerance.
         Err(Error::Unsupported { .. }) => Ok(b),

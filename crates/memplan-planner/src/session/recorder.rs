@@ -475,6 +475,7 @@ impl Recorder {
             Some(d) if d < 0 => {
                 self.own_windows += 1;
                 self.p.non_allocator_windows_moved += 1;
+                self.reading_erred(d.unsigned_abs());
                 self.warn(Warning::FreeMemoryGrewInStep {
                     step: name.into(),
                     bytes: d.unsigned_abs(),
@@ -488,6 +489,32 @@ impl Recorder {
         }
         self.p.last = after;
         w
+    }
+
+    /// A step's window read the memory outside the allocator shrinking by `bytes`. On a free
+    /// reading that counts this process's memory only (it cannot see other processes), no one
+    /// else can have freed it: the reading erred by at least that much, and every other window
+    /// of it may be off as far (the plan's margins, and the room the last allocation probe
+    /// leaves below the request, take [`Profile::free_window_error`] as a window's error). A
+    /// reading that moves in steps its idle windows never showed (a 64 MiB step, which a
+    /// session's own check of 1 GiB reads as exact) read an engine's load of weights as 34 MiB
+    /// freed; kept at no error, the probe at the last quiet point took the whole room the
+    /// request left while what a library took on the first capture, read as nothing, sat on
+    /// top of it (up to 27 MiB past the request). Where the reading sees the whole device, a
+    /// neighbour may have freed memory, and the window is kept as another process's.
+    ///
+    /// [`Profile::free_window_error`]: crate::Profile
+    fn reading_erred(&mut self, bytes: u64) {
+        let r = self.p.capability.reading(memplan_core::Reading::DriverFree);
+        if r.measures_own_usage() && !r.sees_whole_device() {
+            let e = self.p.free_window_error.map_or(bytes, |e| e.max(bytes));
+            tracing::info!(
+                bytes,
+                window_error = e,
+                "a process-local reading read memory freed: its error"
+            );
+            self.p.free_window_error = Some(e);
+        }
     }
 
     /// Account a step the session itself took before its baseline, from `pre` to the baseline
