@@ -498,6 +498,89 @@ fn conservative_reports_a_shrinking_allocator_instead_of_clamping_silently() {
     );
 }
 
+/// An engine that records the sizes it is asked to warm up, in order, and counts its captures.
+struct Warming {
+    inner: SimEngine,
+    warmed: Vec<u32>,
+    captured: u64,
+}
+
+impl Engine for Warming {
+    fn allocator(&mut self) -> &mut dyn memplan_core::AllocatorView {
+        self.inner.allocator()
+    }
+    fn graph_sizes(&self) -> Vec<u32> {
+        self.inner.graph_sizes()
+    }
+    fn warm_up(&mut self, size: u32) -> memplan_core::Result<()> {
+        self.warmed.push(size);
+        self.inner.warm_up(size)
+    }
+    fn capture_graph(&mut self, size: u32) -> memplan_core::Result<()> {
+        self.inner.capture_graph(size)?;
+        self.captured += 1;
+        Ok(())
+    }
+    fn release_graphs(&mut self) -> memplan_core::Result<()> {
+        self.inner.release_graphs()
+    }
+}
+
+/// A session that did not calibrate asks the device whether it records a graph allocation
+/// node (a capture abandoned before it ends: nothing instantiated, nothing kept) instead of
+/// capturing the engine's smallest graph first: that trial capture left a capture's memory held
+/// (per-capture memory, 4 MiB here) on every uncalibrated session whose device records the
+/// node, and cost generated runs KV blocks. Where the device refuses the node, the trial still
+/// warms up the smallest size before the strategy warms up the largest.
+#[test]
+fn an_uncalibrated_session_asks_the_device_whether_graphs_record_before_a_trial_capture() {
+    for (quirk, trial) in [("", false), (",no-graph-alloc-nodes=on", true)] {
+        let mut s = setup("deferred-release-24g");
+        s.physics = Some("nominal".into());
+        s.scenario.device = format!("{}{quirk}", s.scenario.device);
+        // Graphs without allocation nodes: the device's refusal of the node does not refuse
+        // them, so the trial records and the strategy runs.
+        s.alloc_node_bytes = 0;
+        let gpu = open(&s).unwrap();
+        let mut engine = Warming {
+            inner: SimEngine::new(gpu.clone(), s.clone()),
+            warmed: Vec::new(),
+            captured: 0,
+        };
+        let sizes = engine.graph_sizes();
+        let smallest = *sizes.iter().min().unwrap();
+        assert_ne!(
+            sizes.first(),
+            Some(&smallest),
+            "the engine warms its largest up first"
+        );
+        let dev = gpu.clone();
+        let cap = dev.capabilities().clone();
+        let mut session = Session::begin(&SharedDevice::new(dev), &mut engine, cap).unwrap();
+        session.load_weights(|e| e.inner.load_weights()).unwrap();
+        session.profile_run(|e| e.inner.profile_run()).unwrap();
+        session.engine().warmed.clear();
+        let hidden = gpu.truth().hidden_capture;
+        session
+            .graph_phase(&memplan_planner::strategy::Full, "test")
+            .unwrap();
+        let warmed = session.engine().warmed.clone();
+        assert_eq!(
+            warmed.first() == Some(&smallest),
+            trial,
+            "{quirk}: {warmed:?}"
+        );
+        // Only the engine's captures kept what the runtime keeps of each: asking the device
+        // instantiated nothing.
+        let captured = session.engine().captured;
+        assert_eq!(
+            gpu.truth().hidden_capture - hidden,
+            captured * gpu.physics().hidden_bytes_per_capture,
+            "{quirk}: {captured} captures"
+        );
+    }
+}
+
 #[test]
 fn memory_a_failed_graph_phase_leaves_held_is_the_engines_not_a_neighbours() {
     // A runtime keeping 4 MiB per capture: a graph phase that fails after 3 captures leaves

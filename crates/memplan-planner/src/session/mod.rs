@@ -82,8 +82,9 @@ pub struct Session<'e, E: AsDynEngine + ?Sized> {
     unmeasured_granule: u64,
     /// Whether the warm-ups that narrow the granule's bound ran ([`rounding`]).
     granule_narrowed: bool,
-    /// Whether the trial capture found that the device records the engine's graphs (it runs
-    /// once a session).
+    /// Whether the session knows the device records the engine's graphs: the trial capture
+    /// recorded one, or the device records graph allocation nodes, the one thing it refuses
+    /// them for (each is asked once a session).
     graphs_record: bool,
     /// Whether the graph phase's refusal check ran, before the first phase that captures
     /// (it runs once a session, on what the profile run left).
