@@ -3152,3 +3152,32 @@ fn a_process_local_reading_that_reads_memory_freed_keeps_the_probe_below_the_req
         &[7, 18, 20, 29, 30],
     );
 }
+
+/// An H100 whose free reading moves in 512 MiB steps (calibration sees the step), an engine
+/// that cannot size its KV cache after capture, 131 capture sizes: sampled, eight samples read
+/// each graph's own memory below a step as nothing or one step, and the model extrapolated
+/// that to the 123 unsampled graphs: 0.88 GB reserved for 2.07 GB of graphs, past the request
+/// in serving (outside battery o30, class SS-coarse: reserve below real on 15 of 40 seeds).
+/// Where a step per unsampled graph costs more than a sampled margin may, every size is
+/// measured instead.
+#[test]
+fn a_reading_too_coarse_for_the_samples_measures_every_size() {
+    let cases = passes(
+        "h100-step512-sampled-131-sizes-reserve-below-real.toml",
+        &[2, 3, 5, 7, 8, 11, 15, 22, 26, 28, 29, 30, 32, 37, 39],
+    );
+    assert!(cases
+        .iter()
+        .all(|c| c.out.strategy == memplan_planner::strategy::StrategyKind::Full));
+}
+
+/// The same on ROCm 6.2 in 512 MiB steps, 67 sizes, a 6.8 GiB neighbour before the plan: the
+/// sampled reserve (~93 MB for 0.5-1.7 GB of graphs) ran out of memory in the serve burst
+/// where the neighbour made the device's cap bind (o30, SS-coarse: seeds 7, 8, 19, 20, 23, 25).
+#[test]
+fn a_reading_too_coarse_for_the_samples_measures_every_size_beside_a_neighbour() {
+    passes(
+        "rocm62-step512-sampled-neighbour-at-plan-serve-oom.toml",
+        &[7, 8, 19, 20, 23, 25],
+    );
+}

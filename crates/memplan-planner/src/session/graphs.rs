@@ -10,7 +10,8 @@ use memplan_core::{CaptureWork, Error, Result};
 use super::{AsDynEngine, Session, Step, SAMPLED_MARGIN_LIMIT_PER_MILLE};
 use crate::kv_range::KvRange;
 use crate::strategy::{
-    select, GraphContext, GraphEstimate, GraphStrategy, Selection, SelectionPolicy, StrategyKind,
+    select, GraphContext, GraphEstimate, GraphStrategy, Sampled, Selection, SelectionPolicy,
+    StrategyKind,
 };
 use crate::warning::Warning;
 
@@ -46,7 +47,63 @@ impl<E: AsDynEngine + ?Sized> Session<'_, E> {
                 why,
             };
         }
+        if sel.kind == StrategyKind::Sampled {
+            if let Some(why) = self.sampled_below_resolution(&sel.why) {
+                tracing::info!(strategy = %StrategyKind::Full, %why, "strategy selected");
+                return Selection {
+                    kind: StrategyKind::Full,
+                    why,
+                };
+            }
+        }
         sel
+    }
+
+    /// Where the free reading moves in a step ([`Profile::free_step`](crate::Profile), as
+    /// calibration or the session's start measured it) too coarse for the samples: each
+    /// sample reads a graph's own memory beyond the allocator's (executable objects, driver-only
+    /// memory) as a window of the free reading, which is off by up to that
+    /// step, and the sampled model extrapolates each unsampled graph's term from those windows,
+    /// so its point may miss up to a step for every unsampled graph, and its margin, sized by
+    /// the samples' spread, does not see a miss the samples share (a 512 MiB step read eight
+    /// samples' tens of MiB as nothing: 0.88 GB reserved for 2.07 GB of graphs). Capturing
+    /// every size reads all of them in the same few windows, each off by one step at most.
+    /// So where a step per unsampled graph would take more of the KV cache's room than a
+    /// sampled margin may ([`SAMPLED_MARGIN_LIMIT_PER_MILLE`], the rule that measures every
+    /// size where the margin costs more), and more than capturing every size would leave held
+    /// at what calibration measured one capture keeping, every size is measured instead; the
+    /// reason, or `None` where sampling stays (no step, or the request unknown).
+    fn sampled_below_resolution(&mut self, why: &str) -> Option<String> {
+        let step = self.rec.p.free_step;
+        if step == 0 {
+            return None;
+        }
+        let sizes = self.engine.as_dyn().graph_sizes();
+        let samples = crate::strategy::sample_sizes(&sizes, Sampled::default().samples).len();
+        let unsampled = sizes.len().saturating_sub(samples) as u64;
+        let unseen = step.saturating_mul(unsampled);
+        let room = self.kv_room(0)?;
+        // As where the margin costs more: capturing every size must not leave more held for
+        // good than it saves, at what calibration measured one capture keeping.
+        let full_cost = self
+            .calibration
+            .as_ref()
+            .and_then(|r| r.observed(crate::calibrate::HIDDEN_PER_CAPTURE))
+            .and(self.rec.p.capability.facts.hidden_bytes_per_capture)
+            .unwrap_or(0)
+            .saturating_mul(sizes.len() as u64);
+        let costly =
+            unseen.saturating_mul(1000) > room.saturating_mul(SAMPLED_MARGIN_LIMIT_PER_MILLE);
+        if !costly || unseen <= full_cost {
+            return None;
+        }
+        Some(format!(
+            "{why}; but the free reading moves in steps of {}, within which the samples' windows cannot resolve a graph's own memory: a step for each of the {unsampled} unsampled graphs ({}) would take over {}% of the KV cache's room ({}): every size measured instead",
+            fmt_bytes(step),
+            fmt_bytes(unseen),
+            SAMPLED_MARGIN_LIMIT_PER_MILLE as f64 / 10.0,
+            fmt_bytes(room)
+        ))
     }
 
     /// The graph-memory phase with the strategy chosen from the capability
