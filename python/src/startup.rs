@@ -157,7 +157,12 @@ fn chain(
         .extras(extras);
     let set = defaults::settings(&dry)?;
     *dry_run = Some(dry);
-    let mut s = s.with_sizing_rules(set.rules, set.engine.clone());
+    // The KV cache is known before the profile run: where the run runs out of memory after
+    // the session's own frees kept some on a device that keeps memory of every free, the
+    // session judges with it whether the engine alone would have had room for one request.
+    let mut s = s
+        .with_sizing_rules(set.rules, set.engine.clone())
+        .with_kv(&set.kv_spec, set.limits);
     if let Some((c, source)) = &o.alloc_conf {
         s = s.with_allocator_config(c.clone(), source.clone());
     }

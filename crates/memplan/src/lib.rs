@@ -17,7 +17,8 @@
 //! let request = Request::Utilization(0.9);
 //! let dev = memplan::open_shared("sim:rtx4090")?;      // or "cuda:0" with feature `cuda`
 //! let mut engine = ToyEngine::new(dev.clone());        // your engine: it implements `Engine`
-//! let mut s = Session::start_for(&dev, &mut engine, request)?; // calibrate within it, baseline
+//! let mut s = Session::start_for(&dev, &mut engine, request)?  // calibrate within it, baseline
+//!     .with_kv(&kv_spec, limits);                      // the cache to come (optional)
 //! s.check_request(request)?;                          // free < requested: refused early
 //! s.load_weights(ToyEngine::load)?;                   // weights: allocator growth
 //! s.profile_run(|e| e.forward(8192))?;                // activation peak

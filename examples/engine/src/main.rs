@@ -57,7 +57,8 @@ fn one_gpu(id: &str) -> Result<(), Box<dyn std::error::Error>> {
     // The start-up, through memplan.
     let dev = memplan::open(id)?;
     let mut engine = ToyEngine::new(dev.clone());
-    let mut s = Session::start_for(&dev, &mut engine, REQUEST)?; // calibrate within the request
+    let mut s = Session::start_for(&dev, &mut engine, REQUEST)? // calibrate within the request
+        .with_kv(&kv_spec(Rank::SINGLE), limits()); // the cache to come: judges a failed profile run
     s.check_request(REQUEST)?; // free memory below the request: refused before loading
     s.load_weights(ToyEngine::load)?;
     s.profile_run(|e| e.forward(limits().max_num_batched_tokens))?;

@@ -111,7 +111,9 @@ pub fn worker(args: &[String]) -> Res<()> {
         // The start-up, through memplan, up to the plan.
         let dev = memplan::open(device)?;
         let mut engine = ToyEngine::sharded(dev.clone(), rank.world_size());
-        let mut s = Session::start_for(&dev, &mut engine, REQUEST)?.with_rank(rank);
+        let mut s = Session::start_for(&dev, &mut engine, REQUEST)?
+            .with_rank(rank)
+            .with_kv(&kv_spec(rank), limits());
         s.check_request(REQUEST)?;
         s.load_weights(ToyEngine::load)?;
         s.profile_run(|e| e.forward(limits().max_num_batched_tokens))?;
