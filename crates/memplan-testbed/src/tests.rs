@@ -452,8 +452,9 @@ impl Engine for Releasing {
         self.inner.warm_up(size)
     }
     fn capture_graph(&mut self, size: u32) -> memplan_core::Result<()> {
-        // Inside the strategy's pass: an uncalibrated session's trial capture of the smallest
-        // size comes first.
+        // Inside the strategy's pass: where an uncalibrated session runs its trial capture of
+        // the smallest size (a device that refuses graph allocation nodes, or cannot be
+        // asked), that comes first.
         let smallest = self.inner.graph_sizes().into_iter().min();
         if Some(size) != smallest {
             if let Some(b) = self.held.take() {

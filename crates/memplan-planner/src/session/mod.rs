@@ -97,6 +97,15 @@ pub struct Session<'e, E: AsDynEngine + ?Sized> {
     kv: Option<(KvSpec, KvLimits)>,
 }
 
+/// How far `b` is above `a` (0 where it is not), where both were read; `None` where either
+/// was not.
+fn grown(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+        _ => None,
+    }
+}
+
 /// Reads each snapshot combines where a window of single reads of the free memory is off by
 /// more than the caching allocator's rounding of one large request
 /// ([`ALLOCATOR_ROUNDING_BOUND`](crate::plan::ALLOCATOR_ROUNDING_BOUND); see
@@ -955,10 +964,6 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         let Ok(now) = self.rec.snap(self.engine.as_dyn()) else {
             return e;
         };
-        let grown = |a: Option<u64>, b: Option<u64>| match (a, b) {
-            (Some(a), Some(b)) => Some(b.saturating_sub(a)),
-            _ => None,
-        };
         // The allocation that failed is part of the activation too: the run needed it on top
         // of whatever it held then, so it bounds the peak from below where the allocator's
         // peak, which never counted it, stayed small (a 1.5 GiB workspace refused at once).
@@ -1110,12 +1115,9 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         let frees = self.rec.device.raw_frees();
         let got = probe::allocatable_now(&self.rec.device, ceiling, Some(ceiling), None).ok()?;
         self.rec.probed(got);
-        let less = |a: Option<u64>, b: Option<u64>| match (a, b) {
-            (Some(a), Some(b)) => a.saturating_sub(b),
-            _ => 0,
-        };
-        let held = less(before.driver.free, now.driver.free)
-            .max(less(now.allocator.reserved, before.allocator.reserved));
+        let held = grown(now.driver.free, before.driver.free)
+            .unwrap_or(0)
+            .max(grown(before.allocator.reserved, now.allocator.reserved).unwrap_or(0));
         let shown = recorder::frees_shown(frees, self.rec.device.raw_frees());
         Some((got.saturating_add(held), shown))
     }

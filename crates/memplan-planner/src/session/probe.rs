@@ -257,10 +257,7 @@ pub(crate) fn baseline_from(
         match hint.filter(|h| *h > 0 && *h < need) {
             // Calibration's probe found `h` before its checks: what they and that probe's own
             // free kept lies a few steps below it, found by descending (one success).
-            Some(h) => {
-                let step = resolution(need).saturating_add(crate::calibrate::tolerance(0));
-                allocatable_by_descent(device, need, Some(need), h, step)
-            }
+            Some(h) => allocatable_by_descent(device, need, Some(need), h, keep_slack(need)),
             None => largest_allocatable(device, need),
         }
     };
@@ -576,8 +573,8 @@ pub(crate) fn kept_by_probes(
     ceiling: Option<u64>,
     from: u64,
 ) -> Result<ProbedKeep> {
-    let slack = i128::from(resolution(limit)) + i128::from(crate::calibrate::tolerance(0));
-    let slack_step = u64::try_from(slack).unwrap_or(u64::MAX);
+    let slack_step = keep_slack(limit);
+    let slack = i128::from(slack_step);
     let size = KEEP_TEST_SIZE.min(from / 8);
     let mut at = (from, device.raw_frees().saturating_sub(1));
     let none = |(allocatable, frees_shown)| ProbedKeep {
@@ -689,6 +686,14 @@ pub(crate) fn kept_by_probes(
         }
         frees = made.min(KEEP_TEST_FREES - made);
     }
+}
+
+/// How far one probe of a search up to `limit` may read below what was allocatable: the
+/// search's resolution and a raw allocation's rounding ([`tolerance`](crate::calibrate::tolerance)
+/// of nothing). The keep test's rounds, and the descents that find what is allocatable from a
+/// figure just found ([`allocatable_by_descent`]), step by it.
+fn keep_slack(limit: u64) -> u64 {
+    resolution(limit).saturating_add(crate::calibrate::tolerance(0))
 }
 
 /// The most tries [`allocatable_by_descent`] makes before it gallops instead: 256 steps of
@@ -1056,7 +1061,7 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(device.raw_frees() - frees, 1, "{got} of {truth}");
-        let step = resolution(total) + crate::calibrate::tolerance(0);
+        let step = keep_slack(total);
         assert!(got <= truth && truth - got <= step, "{got} of {truth}");
     }
 
