@@ -123,6 +123,7 @@ mod tests {
             kv_bytes: 1024,
             max_model_len_fit: None,
             rounding: None,
+            capped: None,
         });
         let d = describe(&e);
         assert!(
@@ -168,6 +169,7 @@ mod tests {
             kv_bytes: 1 << 30,
             max_model_len_fit: Some(144_000),
             rounding: None,
+            capped: None,
         });
         assert!(describe(&e).contains("the longest --max-model-len that fits is 144000"));
         let e = Error::param(Param::Utilization, "1.5 is outside (0, 1]").during("plan");

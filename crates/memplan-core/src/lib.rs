@@ -92,7 +92,7 @@ pub use handle::{Failed, GraphId, Mapping, RawAllocation, VaRange};
 pub use memory::{
     AllocatorMemory, DeviceWideMemory, DriverMemory, GraphPoolMemory, MemoryInfo, MemoryWindow,
 };
-pub use refusal::{Param, Refusal, RoundingReserve};
+pub use refusal::{MemoryNowCap, Param, Refusal, RoundingReserve};
 pub use registry::BackendRegistration;
 pub use tables::Live;
 pub use vmm::VirtualMemory;

@@ -171,6 +171,10 @@ pub enum Refusal {
         /// that is what stood in the way (see [`RoundingReserve`]).
         #[serde(skip_serializing_if = "Option::is_none")]
         rounding: Option<RoundingReserve>,
+        /// The memory physically there when the plan was made, where that, not the request,
+        /// is what stood in the way (see [`MemoryNowCap`]).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        capped: Option<MemoryNowCap>,
     },
     /// The engine admits requests shorter than its pool where one of `max_model_len` does not
     /// fit ([`LongRequests::CapByPool`](crate::kv::LongRequests::CapByPool)), but the pool
@@ -186,6 +190,10 @@ pub enum Refusal {
         /// that is what stood in the way (see [`RoundingReserve`]).
         #[serde(skip_serializing_if = "Option::is_none")]
         rounding: Option<RoundingReserve>,
+        /// The memory physically there when the plan was made, where that, not the request,
+        /// is what stood in the way (see [`MemoryNowCap`]).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        capped: Option<MemoryNowCap>,
     },
     /// Capturing the engine's graphs ran out of device memory during profiling, before any KV
     /// cache existed: they cannot fit next to one either.
@@ -250,6 +258,45 @@ impl RoundingReserve {
             return Ok(());
         }
         write!(f, "; or have the cache rounded less: {}", self.fewer)
+    }
+}
+
+/// The memory physically there when the plan was made (what a free reading, a device-wide
+/// reading or an allocation probe found, less what the engine still takes beside the cache:
+/// its activation peak, graphs still to capture) capped the KV cache below what the request's
+/// budget left it: carried by a refusal where the budget alone would have held a cache the
+/// engine starts with, so the refusal says that a larger share of the device cannot help
+/// (other processes hold the rest) instead of asking for one.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MemoryNowCap {
+    /// Bytes the request's budget left the KV cache.
+    pub budget: u64,
+    /// Bytes the memory there left it.
+    pub cap: u64,
+    /// What found the memory there, in words (`driver free memory`, `an allocation probe`).
+    pub source: String,
+}
+
+impl MemoryNowCap {
+    /// `; the memory there now ...`, the clause a refusal adds after what fits.
+    fn write(&self, f: &mut dyn fmt::Write) -> fmt::Result {
+        write!(
+            f,
+            "; the memory physically there when the plan was made ({}) leaves the KV cache {}, less than the {} the request's budget leaves it, once the engine's activation peak, the graphs it still captures and what the reading may be off by are counted: memory held outside this engine (other processes) takes the rest of the request's share",
+            self.source,
+            fmt_bytes(self.cap),
+            fmt_bytes(self.budget)
+        )
+    }
+
+    /// The remedy where the memory there, not the request, is short.
+    fn write_remedy(&self, f: &mut dyn fmt::Write, name: &dyn Fn(Param) -> String) -> fmt::Result {
+        write!(
+            f,
+            "free the memory held outside this engine or start where it is free (a larger {} cannot help), or shrink what else the engine holds (a smaller {} lowers the activation peak)",
+            name(Param::Utilization),
+            name(Param::MaxNumBatchedTokens)
+        )
     }
 }
 
@@ -368,6 +415,7 @@ impl Refusal {
                 kv_bytes,
                 max_model_len_fit,
                 rounding,
+                capped,
             } => {
                 write!(
                     f,
@@ -377,16 +425,23 @@ impl Refusal {
                 if let Some(r) = rounding {
                     r.write(f)?;
                 }
+                if let Some(c) = capped {
+                    c.write(f)?;
+                }
                 f.write_str("; ")?;
-                match max_model_len_fit {
-                    Some(n) => write!(
+                match (max_model_len_fit, capped) {
+                    (Some(n), _) => write!(
                         f,
                         "the longest {} that fits is {n}",
                         name(Param::MaxModelLen)
                     )?,
+                    (None, Some(c)) => {
+                        f.write_str("not even one block fits: ")?;
+                        c.write_remedy(f, name)?
+                    }
                     // The KV cache needs more memory, from whichever parameter sets it, or the
                     // other consumers less (the activation peak grows with the tokens per step).
-                    None => write!(
+                    (None, None) => write!(
                         f,
                         "not even one block fits: give the KV cache more memory ({} or {}, or a larger device) or shrink what else the engine holds (a smaller {} lowers the activation peak)",
                         name(Param::Utilization),
@@ -401,25 +456,33 @@ impl Refusal {
                 least_tokens,
                 kv_bytes,
                 rounding,
+                capped,
             } => {
                 write!(
                     f,
                     "the KV cache's {} hold a pool of {pool_tokens} tokens, fewer than the {least_tokens} the engine needs to start (it admits requests shorter than its pool, but not from a pool this small)",
                     fmt_bytes(*kv_bytes)
                 )?;
-                match rounding {
-                    Some(r) => {
-                        r.write(f)?;
-                        f.write_str("; ")?;
-                    }
-                    None => f.write_str(": ")?,
+                if let Some(r) = rounding {
+                    r.write(f)?;
                 }
-                write!(
-                    f,
-                    "give the KV cache more memory ({} or {}, or a larger device)",
-                    name(Param::Utilization),
-                    name(Param::KvCacheBytes)
-                )?;
+                if let Some(c) = capped {
+                    c.write(f)?;
+                }
+                f.write_str(if rounding.is_some() || capped.is_some() {
+                    "; "
+                } else {
+                    ": "
+                })?;
+                match capped {
+                    Some(c) => c.write_remedy(f, name)?,
+                    None => write!(
+                        f,
+                        "give the KV cache more memory ({} or {}, or a larger device)",
+                        name(Param::Utilization),
+                        name(Param::KvCacheBytes)
+                    )?,
+                }
                 rounding.as_ref().map_or(Ok(()), |r| r.write_remedy(f))
             }
             Refusal::GraphsDoNotFit {
@@ -500,6 +563,7 @@ mod tests {
             kv_bytes: 0,
             max_model_len_fit: None,
             rounding: Some(reserve("expandable segments")),
+            capped: None,
         };
         let text = r.to_string();
         assert!(
@@ -517,6 +581,7 @@ mod tests {
             least_tokens: 2,
             kv_bytes: 0,
             rounding: Some(reserve("")),
+            capped: None,
         };
         let text = r.to_string();
         assert!(
@@ -535,11 +600,40 @@ mod tests {
             least_tokens: 2,
             kv_bytes: 1 << 20,
             rounding: None,
+            capped: None,
         };
         assert!(serde_json::to_value(&r).unwrap().get("rounding").is_none());
         assert!(r
             .to_string()
             .contains("pool this small): give the KV cache"));
+    }
+
+    #[test]
+    fn a_pool_the_memory_there_left_too_small_asks_for_that_memory_not_a_larger_share() {
+        let r = Refusal::PoolTooSmall {
+            pool_tokens: 0,
+            least_tokens: 2,
+            kv_bytes: 0,
+            rounding: None,
+            capped: Some(MemoryNowCap {
+                budget: 3 << 30,
+                cap: 0,
+                source: "driver free memory".into(),
+            }),
+        };
+        let text = r.to_string();
+        assert!(
+            text.contains("pool this small); the memory physically there when the plan was made (driver free memory) leaves the KV cache 0 B, less than the 3.00 GiB the request's budget leaves it"),
+            "{text}"
+        );
+        assert!(
+            text.contains("the rest of the request's share; free the memory held outside this engine"),
+            "{text}"
+        );
+        assert!(!text.contains("give the KV cache more memory"), "{text}");
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["capped"]["budget"], 3u64 << 30, "{json}");
+        assert_eq!(json["capped"]["source"], "driver free memory", "{json}");
     }
 
     #[test]

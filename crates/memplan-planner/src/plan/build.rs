@@ -5,7 +5,7 @@ use memplan_core::kv::{
     KvAllocation, KvLimits, KvSizing, KvSpec, LongRequests, SizingRules, StartCheck,
 };
 use memplan_core::{
-    AllocatorConfig, Error, MemoryInfo, Param, Reading, Refusal, Reliability, Result,
+    AllocatorConfig, Error, MemoryInfo, MemoryNowCap, Param, Reading, Refusal, Reliability, Result,
     RoundingReserve,
 };
 use std::collections::BTreeMap;
@@ -1304,6 +1304,7 @@ impl PlanBuilder {
         // 109 blocks of 1 MB where 111 fit in its 55 granules).
         let mut kv_bytes = b.kv_budget;
         let mut capped_by_free = None;
+        let mut capped_source = None;
         let mut physical_check = None;
         let to_capture = if self.graph.kept { 0 } else { b.graph_reserve };
         let activation = consumers.bytes(ConsumerKind::Activation);
@@ -1353,6 +1354,7 @@ impl PlanBuilder {
                 });
                 kv_bytes = cap;
                 capped_by_free = Some(cap);
+                capped_source = Some(PhysicalCheck::DriverFree);
             }
         }
         if let Some((avail, tol, check)) = self.available_now {
@@ -1366,8 +1368,28 @@ impl PlanBuilder {
                 });
                 kv_bytes = cap;
                 capped_by_free = Some(cap);
+                capped_source = Some(check);
             }
         }
+        // Whether the engine starts with a cache of `bytes`, fitted as the plan fits it: one
+        // request of the max model length, or a shorter pool the engine admits requests from.
+        let starts = |bytes: u64| {
+            let fitted = match self.granularity.filter(|g| *g > 1) {
+                _ if per_tensor => fit_rounded(bytes, fit.0, fit.1, fit.2, &alloc),
+                Some(g) => bytes / g * g,
+                None => bytes,
+            };
+            self.kv_spec
+                .size_with(fitted, &self.limits, &self.rules)
+                .is_ok_and(|k| {
+                    k.max_concurrency >= 1.0
+                        || self
+                            .rules
+                            .long_requests
+                            .longest_admitted(k.tokens, self.limits.max_model_len)
+                            .is_some()
+                })
+        };
         // The engine's own pool rule where the free memory at its start is below the request
         // (`EngineRule`): where the free memory now, not the request or the engine's pool,
         // bounds the cache, the older rule's budget stands, as a margin below the physical
@@ -1382,23 +1404,6 @@ impl PlanBuilder {
             engine_rule.older,
             capped_by_free.is_some() && warned_margin.is_some(),
         ) {
-            let starts = |bytes: u64| {
-                let fitted = match self.granularity.filter(|g| *g > 1) {
-                    _ if per_tensor => fit_rounded(bytes, fit.0, fit.1, fit.2, &alloc),
-                    Some(g) => bytes / g * g,
-                    None => bytes,
-                };
-                self.kv_spec
-                    .size_with(fitted, &self.limits, &self.rules)
-                    .is_ok_and(|k| {
-                        k.max_concurrency >= 1.0
-                            || self
-                                .rules
-                                .long_requests
-                                .longest_admitted(k.tokens, self.limits.max_model_len)
-                                .is_some()
-                    })
-            };
             match older {
                 Ok(older) if older < kv_bytes && starts(older) => {
                     notes.push(format!(
@@ -1430,6 +1435,16 @@ impl PlanBuilder {
         let kv = self
             .kv_spec
             .size_with(kv_bytes, &self.limits, &self.rules)?;
+        // A refusal names the memory there where it, not the request, left the cache too
+        // small: the request's budget alone held a cache the engine starts with.
+        let capped = || {
+            let (cap, source) = capped_by_free.zip(capped_source)?;
+            starts(b.kv_budget).then(|| MemoryNowCap {
+                budget: b.kv_budget,
+                cap,
+                source: source.to_string(),
+            })
+        };
         // One request of `max_model_len` does not fit: vLLM refuses to start; an engine that
         // admits shorter requests (SGLang) starts where its pool holds its least, warned.
         if kv.max_concurrency < 1.0 {
@@ -1459,6 +1474,7 @@ impl PlanBuilder {
                         kv_bytes,
                         max_model_len_fit: kv.max_model_len_fit,
                         rounding,
+                        capped: capped(),
                     }))
                 }
                 (_, Some(longest)) => warnings.push(Warning::RequestsCappedByPool {
@@ -1476,6 +1492,7 @@ impl PlanBuilder {
                         least_tokens,
                         kv_bytes,
                         rounding,
+                        capped: capped(),
                     }))
                 }
             }

@@ -213,3 +213,39 @@ fn a_process_local_tolerance_widens_the_margin_and_its_locality_picks_the_check(
         .iter()
         .any(|w| matches!(w, Warning::KvCappedByFreeMemory { .. })));
 }
+
+#[test]
+fn a_refusal_names_the_memory_there_where_it_not_the_request_left_no_room() {
+    // Others took 19.5 GiB during the start-up, seen by the device-wide reading: what is there
+    // leaves the KV cache nothing beside the activation peak, where the request's 16 GiB would
+    // have left it 11 GiB. More of the device cannot help: the refusal says so, and names the
+    // reading that found it.
+    let mut p = profile(process_local(), drm(), 39 * GIB / 2, true);
+    p.baseline.device.available = Some(TOTAL - GIB);
+    let e = plan(&p, Request::Bytes(16 * GIB)).unwrap_err();
+    let Some(Refusal::RequestDoesNotFit {
+        usable_blocks: 0,
+        capped: Some(c),
+        ..
+    }) = e.refusal()
+    else {
+        panic!("{e}");
+    };
+    assert!(c.cap < c.budget && c.budget > 10 * GIB, "{c:?}");
+    assert_eq!(c.source, PhysicalCheck::DeviceAvailable.to_string());
+    let text = e.to_string();
+    assert!(text.contains("(the device-wide available memory) leaves the KV cache"), "{text}");
+    assert!(text.contains("a larger GPU memory utilisation cannot help"), "{text}");
+    assert!(!text.contains("give the KV cache more memory"), "{text}");
+    // A request whose own budget holds no request either: the request is short too, and the
+    // refusal asks for more of it as before.
+    let e = plan(&p, Request::Bytes(4 * GIB + 64 * (1 << 20))).unwrap_err();
+    assert!(
+        matches!(
+            e.refusal(),
+            Some(Refusal::RequestDoesNotFit { capped: None, .. })
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("give the KV cache more memory"), "{e}");
+}
