@@ -3181,3 +3181,19 @@ fn a_reading_too_coarse_for_the_samples_measures_every_size_beside_a_neighbour()
         &[7, 8, 19, 20, 23, 25],
     );
 }
+
+/// The same 96 MiB file, seed 36 (outside battery o29, fr-03, fr-16 and fr-17: the same device
+/// and its twins): the plan kept room for the probe's free after its last reading, and the
+/// engine's KV cache, packed into pages, took no whole number of the pages the plan kept, so
+/// its count grew to what the finer page holds, 5 MB short of its room. The check beside the
+/// grown count asked for the engine's need (its 461 MiB activation) but not for its own free's
+/// 96 MiB keep, the request having no more room than that need; it passed, its free kept
+/// 96 MiB, and the serve burst's activation ran out of memory. A grown count whose room left
+/// over cannot hold the check's own keep does not stand.
+#[test]
+fn a_kv_count_grown_past_the_plan_leaves_room_for_its_checks_own_keep() {
+    passes(
+        "b580-nosysman-leak-96m-uncalibrated-serve-burst.toml",
+        &[36],
+    );
+}

@@ -761,12 +761,18 @@ fn measured_with(
     // Below the count the search starts from only (it bisects up from there).
     let (mut fit, mut over): (Option<u64>, Option<u64>) =
         (measured_fit.filter(|f| *f < blocks), None);
+    // What the planned count took where it fit the room: a count grown past it that takes no
+    // more stands as it did ([`grown_fits`]).
+    let mut planned_took: Option<u64> = None;
     for n in 0..KV_ATTEMPTS {
         let taken = match attempt(rec, engine, way, blocks, block_bytes)? {
             Attempt::NotOffered => return Ok(None),
             Attempt::Took(t) => Some(t),
             Attempt::OutOfMemory => None,
         };
+        if blocks == planned {
+            planned_took = taken.filter(|t| *t <= room).or(planned_took);
+        }
         if n == first_attempt && first_taken.is_none() {
             first_taken = taken;
         }
@@ -808,7 +814,8 @@ fn measured_with(
         match taken {
             Some(t)
                 if (t <= room
-                    && (blocks <= planned || grown_fits(rec, blocks, (t, room), after_kv)?))
+                    && (blocks <= planned
+                        || grown_fits(rec, blocks, (t, room, planned_took), after_kv)?))
                     || still_fits(rec, t, capped)? =>
             {
                 fit = Some(blocks);
@@ -874,7 +881,8 @@ fn measured_with(
     // The last attempts bisected without settling: allocate the largest count that fit.
     if let Some(lo) = fit {
         if let Attempt::Took(t) = attempt(rec, engine, way, lo, block_bytes)? {
-            if (t <= room && (lo <= planned || grown_fits(rec, lo, (t, room), after_kv)?))
+            if (t <= room
+                && (lo <= planned || grown_fits(rec, lo, (t, room, planned_took), after_kv)?))
                 || still_fits(rec, t, capped)?
             {
                 return Ok(Some((lo, shrunk(planned, lo, first_taken, room))));
@@ -965,15 +973,35 @@ fn with_own_keep(rec: &Recorder, need: u64) -> Option<(u64, u64)> {
 /// kept, so the request has `room - taken + after_kv` left, and a raw allocation is rounded up
 /// by as much as calibration allows one ([`tolerance`](crate::calibrate::tolerance)); where
 /// the need is closer to that than the rounding, the check asks for what the request holds.
+///
+/// A grown count that took no more than the planned count did within the room
+/// (`planned_took`: tensors packed into pages, the finer count filling pages the planned one
+/// already took) holds nothing the planned count did not, and stands as the planned count
+/// did, unchecked. Where the check's own free keeps memory for good, that keep is the grown
+/// count's too: it stays this process's beside the cache, and the engine's need comes after
+/// it. A grown count whose room left over (`room - taken`) cannot hold it does not stand
+/// here, and no check is made: asking for only what the request holds, as above, passes where
+/// the engine's need fits and the keep does not, and the keep then takes the engine's room (an
+/// Arc B580 keeping 96 MiB a free: a count grown within the 146.8 MB pages the planned count
+/// took, 5 MB short of its room, passed its check, whose free left the engine's first
+/// activation allocation of 461 MiB out of memory in serving). The check of a cache past its
+/// cap ([`still_fits`]), which asks for the need and the keep whole, may still hold it.
 fn grown_fits(
     rec: &Recorder,
     blocks: u64,
-    (taken, room): (u64, u64),
+    (taken, room, planned_took): (u64, u64, Option<u64>),
     after_kv: u64,
 ) -> Result<bool> {
-    let Some((need, _)) = with_own_keep(rec, after_kv) else {
+    if planned_took.is_some_and(|p| taken <= p) {
+        return Ok(true);
+    }
+    let Some((need, kept)) = with_own_keep(rec, after_kv) else {
         return Ok(false);
     };
+    if kept > room.saturating_sub(taken) {
+        tracing::info!(blocks, taken, room, kept, "a KV cache grown past the plan's count leaves less room than the check beside it keeps of its own free: the count goes back down");
+        return Ok(false);
+    }
     let left = room
         .saturating_sub(taken)
         .saturating_add(after_kv)
