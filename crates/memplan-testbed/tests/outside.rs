@@ -3197,3 +3197,19 @@ fn a_kv_count_grown_past_the_plan_leaves_room_for_its_checks_own_keep() {
         &[36],
     );
 }
+
+/// The same B580 file, where the neighbour arrives just before the profile run: the probe
+/// before the run started from the last figure, 7.4 GiB above what was allocatable, galloped
+/// down by doubling to a first success up to as far below, and its refinement succeeded again
+/// (243 KB more for a free of 32 MiB); calibration's probe from the device's total did the
+/// same. Seven frees before the run, more than the engine alone had room for (five on seed 17):
+/// the profile run ran out of memory (outside battery o29, fr-13 and fr-14, seeds 17, 32 and
+/// 39). The gallop down steps by a probe's slack, then by a 256th of the distance: its first
+/// success lies within a step, and the refinement fails where a free keeps more than the step.
+#[test]
+fn a_probe_far_above_what_is_allocatable_leaves_the_profile_run_room() {
+    passes(
+        "b580-nosysman-leak-32m-adversarial-neighbour-profile-run.toml",
+        &[17, 32, 39],
+    );
+}

@@ -814,19 +814,27 @@ pub(crate) fn allocatable_now(
 /// each try: at most this many failed tries per level, one that succeeds.
 const FAN: u64 = 16;
 
-/// How much [`search`]'s gallop down widens each try: its first success then lies within
-/// twice the distance from where it started, so what is allocatable lies less far above that
-/// success than the search had gone below it. A device that keeps memory of every raw free
-/// keeps some of that success's free, and a probe started from the last probe's figure is
-/// about that much above what is allocatable (the last probe's own free kept it): the
-/// refinement above the success then fails and costs nothing. Galloping [`FAN`] times
-/// further each try, the success lay up to fifteen times the distance below, and the
-/// refinement succeeded again: on an Arc B580 keeping 128 MiB a free, each of the four probes
-/// before the profile run made two frees, and the profile run, which fitted the engine alone
-/// beside another process, ran out of memory. A try that fails costs a call that returns an
-/// error at once: the few more tries a gallop by doubling makes over a whole device (about
-/// sixteen) cost nothing the device keeps.
-const GALLOP_DOWN: u64 = 2;
+/// How [`search`]'s gallop down steps: [`GALLOP_DOWN_STEPS`] steps of a probe's slack (a
+/// search's resolution and a raw allocation's rounding, what two probes of the same memory may
+/// differ by), then steps that each grow by a [`GALLOP_DOWN_STEPS`]th, so that a step stays
+/// about a [`GALLOP_DOWN_STEPS`]th of the distance descended. The first success then lies less
+/// than a step below what was allocatable, and the refinement above it succeeds again only
+/// where a free keeps less than that step: on a device that keeps memory of every raw free,
+/// that success's own free keeps a free's worth, so what is allocatable after it lies below
+/// it, and the refinement's tries fail and cost nothing. Galloping by doubling (each try twice
+/// as far below), the first success lay up to as far below what was allocatable as the search
+/// had gone, and the refinement succeeded again, where the gallop had gone further than a free
+/// keeps: on a 12 GiB Arc B580 keeping 32 MiB a free, beside a neighbour of 7.4 GiB that
+/// arrived just before the profile run, the probe before it succeeded at 958,014,428 B and
+/// again 243 KB higher, and the profile run, which fitted the engine alone with room for five
+/// of the start-up's frees, ran out of memory after seven (calibration's probe, from the
+/// device's total 377 MB above what was allocatable, had made two the same way). (Galloping
+/// [`FAN`] times further each try, a B580 keeping 128 MiB a free made two frees in each of its
+/// four probes before the profile run: the reason the gallop down was made finer than the
+/// gallop up.) A try that fails costs a call that returns an error at once: a search down a
+/// whole 12 GiB device makes about a thousand (by doubling, about thirty), none of them a
+/// free.
+const GALLOP_DOWN_STEPS: u64 = 256;
 
 /// The largest allocation in `lo..hi` that succeeds (`lo` known to, or 0; `hi` known not to),
 /// to within `res`, searched from `hint` (what the caller expects to find, e.g. what the last
@@ -839,11 +847,12 @@ const GALLOP_DOWN: u64 = 2;
 /// profile run (a 12 GiB Arc B580 keeping 4 MiB per free lost 160 MiB, and the profile run,
 /// which fitted the engine alone, ran out of memory). A try that fails costs nothing. So the
 /// search is built to succeed as seldom as it can: from the hint (or from `hi`), it gallops
-/// down (each try [`GALLOP_DOWN`] times further below than the last) until one succeeds, then
-/// narrows the bracket by descending in steps of a [`FAN`]th of it, stopping at the first that
-/// succeeds: one success per level, about four for a search over a whole device (a bisection
-/// succeeds on about half of its sixteen tries), one where the hint was right. Where the hint
-/// itself succeeds (memory was released since), it gallops up instead.
+/// down (in steps a [`GALLOP_DOWN_STEPS`]th of the distance at most, after the first few)
+/// until one succeeds, then narrows the bracket by descending in steps of a [`FAN`]th of it,
+/// stopping at the first that succeeds: one success per level on a device that keeps nothing
+/// of a free (a bisection succeeds on about half of its sixteen tries), and one in all where a
+/// free keeps more than the step the gallop's success came in. Where the hint itself succeeds
+/// (memory was released since), it gallops up instead.
 fn search(device: &Device, lo: u64, mut hi: u64, hint: Option<u64>, res: u64) -> Result<u64> {
     let res = res.max(1);
     if hi <= lo {
@@ -862,7 +871,13 @@ fn search(device: &Device, lo: u64, mut hi: u64, hint: Option<u64>, res: u64) ->
 /// was the hint, and it fitted) or down from `hi`, then narrowing the bracket.
 fn narrow(device: &Device, mut lo: u64, mut hi: u64, up: bool, res: u64) -> Result<u64> {
     let res = res.max(1);
-    let mut d = res;
+    // Down: steps of a probe's slack, then a growing share of the distance (`GALLOP_DOWN_STEPS`).
+    let mut d = if up {
+        res
+    } else {
+        res.saturating_add(crate::calibrate::tolerance(0))
+    };
+    let mut tries = 0u64;
     while hi - lo > res {
         if up {
             let x = lo.saturating_add(d);
@@ -886,7 +901,16 @@ fn narrow(device: &Device, mut lo: u64, mut hi: u64, up: bool, res: u64) -> Resu
             }
             hi = x;
         }
-        d = d.saturating_mul(if up { FAN } else { GALLOP_DOWN });
+        d = if up {
+            d.saturating_mul(FAN)
+        } else {
+            tries += 1;
+            if tries < GALLOP_DOWN_STEPS {
+                d
+            } else {
+                d.saturating_add(d.div_ceil(GALLOP_DOWN_STEPS))
+            }
+        };
     }
     while hi - lo > res {
         let step = res.max((hi - lo).div_ceil(FAN));
@@ -1044,6 +1068,45 @@ mod tests {
             assert_eq!(device.raw_frees() - frees, 1, "{got} of {truth}");
             assert!(got <= truth && truth - got <= keeps, "{got} of {truth}");
             last = got;
+        }
+    }
+
+    /// A probe whose hint lies far above what is allocatable (a neighbour took gigabytes since
+    /// the last probe), and a search from the device's total, on a device that keeps 32 MiB of
+    /// every raw free: each succeeds once, its figure within a step of the gallop of what was
+    /// there. Galloping by doubling, the first success lay up to as far below as the search had
+    /// gone and the refinement succeeded again: on an Arc B580 beside a neighbour of 7.4 GiB
+    /// that arrived just before the profile run, the probe before it made two frees, and the
+    /// profile run, which fitted the engine alone, ran out of memory.
+    #[test]
+    fn a_probe_far_above_what_is_allocatable_succeeds_once_where_each_free_keeps_memory() {
+        let keeps = 32 * MIB;
+        let limit = 12 * GIB;
+        for neighbour in [GIB, 4 * GIB, 7417 * MIB] {
+            let (device, (free, _)) = Fake::keeping(limit - 377 * MIB, 1, keeps);
+            let frees = device.raw_frees();
+            let truth = *free.lock().unwrap();
+            let last = allocatable_now(&device, limit, Some(limit), None).unwrap();
+            assert_eq!(
+                device.raw_frees() - frees,
+                1,
+                "from the total: {last} of {truth}"
+            );
+            assert!(
+                last <= truth && truth - last <= keep_slack(limit),
+                "{last} of {truth}"
+            );
+            *free.lock().unwrap() -= neighbour;
+            let frees = device.raw_frees();
+            let truth = *free.lock().unwrap();
+            let got = allocatable_now(&device, limit, Some(limit), Some(last)).unwrap();
+            assert_eq!(
+                device.raw_frees() - frees,
+                1,
+                "{neighbour}: {got} of {truth}"
+            );
+            let step = (last - truth) / GALLOP_DOWN_STEPS + keep_slack(limit);
+            assert!(got <= truth && truth - got <= step, "{got} of {truth}");
         }
     }
 
