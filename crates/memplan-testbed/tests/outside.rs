@@ -3213,3 +3213,18 @@ fn a_probe_far_above_what_is_allocatable_leaves_the_profile_run_room() {
         &[17, 32, 39],
     );
 }
+
+/// An Arc 140V capped by its device-wide reading less its tolerance (256 MiB), every raw free
+/// keeping 48 MiB, a neighbour of 12,414 MiB before the profile run (outside battery o29,
+/// fr-05): the reading less its tolerance left no room for one request, and the allocation
+/// probe that checks the plan taking the reading at its word ran only where the tolerance
+/// capped a plan, not where it refused one: every seed refused. A refusal the tolerance made is
+/// checked as a cap it set is: where the probe finds the room, the plan stands.
+#[test]
+fn a_refusal_a_readings_tolerance_made_is_checked_by_a_probe() {
+    let cases = passes(
+        "arc140v-leak-48m-neighbour-profile-run-tolerance-refusal.toml",
+        &[0, 13, 14, 15, 26, 27, 35, 36],
+    );
+    assert!(cases.iter().all(|c| c.out.plan.is_some()));
+}

@@ -158,25 +158,32 @@ pub(crate) fn verify(device: &Device, b: PlanBuilder, held_error: u64) -> Result
 /// Where a reading's tolerance is what caps the plan (it may over-state free memory by that
 /// much: graphics allocations a runtime cannot see, a host figure that moves), and it is wider
 /// than a probe's resolution, check the plan that takes the reading at its word with an
-/// allocation probe instead: what is physically there replaces the tolerance. A builder whose
-/// caps do not bind is returned as it is. The probe is held below the room the request leaves
+/// allocation probe instead: what is physically there replaces the tolerance. So too where the
+/// tolerance refuses the plan and the reading at its word holds one (an Arc 140V capped by its
+/// device-wide reading less 256 MiB beside a neighbour of 12 GiB refused where the device held
+/// 83-100% of the engine alone's KV cache). A builder whose caps do not bind is returned as it
+/// is. The probe is held below the room the request leaves
 /// less `held_error`, as [`verify`]'s is.
 pub(crate) fn resolve_tolerance(
     device: &Device,
     b: PlanBuilder,
     held_error: u64,
 ) -> Result<PlanBuilder> {
-    let Ok(plan) = b.clone().build() else {
-        return Ok(b);
-    };
-    if plan.capped_by_free_bytes.is_none() || b.cap_tolerance() <= 2 * RESOLUTION {
+    if b.cap_tolerance() <= 2 * RESOLUTION {
         return Ok(b);
     }
+    // A plan the tolerance refused is checked as one it caps is: where the reading at its word
+    // holds a plan, the refusal was the tolerance's.
+    let plan = match b.clone().build() {
+        Ok(plan) if plan.capped_by_free_bytes.is_some() => Some(plan),
+        Err(e) if e.refusal().is_some() => None,
+        _ => return Ok(b),
+    };
     let optimistic = b.clone().without_cap_tolerance();
     let Ok(better) = optimistic.clone().build() else {
         return Ok(b);
     };
-    if better.kv_cache_bytes <= plan.kv_cache_bytes {
+    if plan.is_some_and(|p| better.kv_cache_bytes <= p.kv_cache_bytes) {
         return Ok(b);
     }
     match check(device, optimistic, held_error) {
