@@ -627,7 +627,9 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("the rest of the request's share; free the memory held outside this engine"),
+            text.contains(
+                "the rest of the request's share; free the memory held outside this engine"
+            ),
             "{text}"
         );
         assert!(!text.contains("give the KV cache more memory"), "{text}");

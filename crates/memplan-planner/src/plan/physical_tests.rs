@@ -234,8 +234,14 @@ fn a_refusal_names_the_memory_there_where_it_not_the_request_left_no_room() {
     assert!(c.cap < c.budget && c.budget > 10 * GIB, "{c:?}");
     assert_eq!(c.source, PhysicalCheck::DeviceAvailable.to_string());
     let text = e.to_string();
-    assert!(text.contains("(the device-wide available memory) leaves the KV cache"), "{text}");
-    assert!(text.contains("a larger GPU memory utilisation cannot help"), "{text}");
+    assert!(
+        text.contains("(the device-wide available memory) leaves the KV cache"),
+        "{text}"
+    );
+    assert!(
+        text.contains("a larger GPU memory utilisation cannot help"),
+        "{text}"
+    );
     assert!(!text.contains("give the KV cache more memory"), "{text}");
     // A request whose own budget holds no request either: the request is short too, and the
     // refusal asks for more of it as before.
@@ -247,5 +253,8 @@ fn a_refusal_names_the_memory_there_where_it_not_the_request_left_no_room() {
         ),
         "{e}"
     );
-    assert!(e.to_string().contains("give the KV cache more memory"), "{e}");
+    assert!(
+        e.to_string().contains("give the KV cache more memory"),
+        "{e}"
+    );
 }
