@@ -3228,3 +3228,18 @@ fn a_refusal_a_readings_tolerance_made_is_checked_by_a_probe() {
     );
     assert!(cases.iter().all(|c| c.out.plan.is_some()));
 }
+
+/// A calibrated Arc B580 with no free reading, every raw free keeping 32 MiB, a neighbour
+/// before the profile run: the KV cache's count grew past the plan's (877 to 960 blocks), did
+/// not stand, and bisected back: 918 fitted, then 939, 928, 923, 920 and on each allocated a
+/// check and freed it, each free keeping 32 MiB of the room, until no count fitted and the
+/// start was refused after 42 allocations. On a device that keeps memory of every free, the
+/// first grown count that stands is kept.
+#[test]
+fn a_grown_kv_count_that_stands_is_kept_where_each_check_keeps_memory() {
+    let cases = passes(
+        "b580-nosysman-leak-32m-calibrated-neighbour-profile-run.toml",
+        &[14],
+    );
+    assert!(cases.iter().all(|c| c.out.plan.is_some()));
+}

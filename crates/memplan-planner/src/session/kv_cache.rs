@@ -838,7 +838,15 @@ fn measured_with(
                     blocks = more;
                     continue;
                 }
-                if over.is_none_or(|o| o <= blocks + 1) || last {
+                // A grown count stands on a check that allocates and frees raw memory
+                // ([`grown_fits`]); on a device that keeps memory of every raw free, each
+                // further count bisected up spends a keep, and the room with it: an Arc B580
+                // keeping 32 MiB a free, its count grown past the plan's, fitted 918 blocks of
+                // 960, then bisected 939, 928, 923, 920 and on, each check failing as the keeps
+                // took the room, until no count fitted and the start was refused. The first
+                // grown count that stands there is kept.
+                let keeps = blocks > planned && with_own_keep(rec, 0).is_some_and(|(_, k)| k > 0);
+                if over.is_none_or(|o| o <= blocks + 1) || last || keeps {
                     return Ok(Some((blocks, shrunk(planned, blocks, first_taken, room))));
                 }
             }
