@@ -3243,3 +3243,16 @@ fn a_grown_kv_count_that_stands_is_kept_where_each_check_keeps_memory() {
     );
     assert!(cases.iter().all(|c| c.out.plan.is_some()));
 }
+/// An RX 7900 XTX on ROCm 5.4 (a free reading of this process alone, in 64 MiB steps),
+/// uncalibrated: the weights' window read 20 MiB freed outside the allocator, which showed the
+/// reading's error, but what a library took on the first capture (read as nothing) was more,
+/// and the plan's last probe, held below the request by 20 MiB, went up to 9 MiB past it
+/// (outside battery o30, random rn6-194). The reading's windows are now measured at the plan's
+/// quiet point once such a window contradicted it, and its 64 MiB step holds the probe.
+#[test]
+fn a_process_local_reading_that_erred_is_measured_before_the_plan() {
+    passes(
+        "rocm54-stepped-uncalibrated-weights-window-understates-first-capture.toml",
+        &[18, 28, 29],
+    );
+}

@@ -1289,6 +1289,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         // seen only by the allocation probe.
         self.rec.settle(self.engine.as_dyn())?;
         let rules = self.plan_rules();
+        self.measure_erred_reading(request, kv, limits, rules)?;
         // Tensors from the engine's allocator measure the cache only where its layout is
         // tensors of one size (`kv_cache::measurable_layout`); otherwise the plan keeps room
         // for the rounding as where they are not offered.
@@ -1352,6 +1353,75 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             probe::verify(&self.rec.device, b, held_error)?
         };
         Ok(self.kept_by_own_frees(b, frees))
+    }
+
+    /// A free reading of this process's memory alone, declared exact and never measured (no
+    /// calibration; the session's own windows measure only approximate readings), whose engine
+    /// steps read memory outside the allocator freed ([`Profile::free_window_error`], set by
+    /// the recorder): the declaration is contradicted, and one window's error says nothing of
+    /// how far another may be off. Its windows are measured here, at the plan's quiet point, as
+    /// the session's start measures an approximate reading's
+    /// ([`probe::window_error_and_step`], with the error seen as the tolerance: allocations of
+    /// an odd number of 2 MiB pages, which a reading moving in a power-of-two step reads off by
+    /// up to the step), and the window error and step it showed are kept for the plan's
+    /// margins and the last probe. The allocations hold at most half the room the request
+    /// leaves before the plan ([`probe::start_most`]), so that they stay within the request. A
+    /// reading moving in 64 MiB steps, which the start's 1 GiB check read as exact, read an
+    /// engine's load of weights as 20 MiB freed, while what a library took on its first
+    /// capture, read as nothing, was larger: a probe held below the request by 20 MiB still
+    /// went up to 9 MiB past it.
+    fn measure_erred_reading(
+        &mut self,
+        request: Request,
+        kv: &KvSpec,
+        limits: KvLimits,
+        rules: SizingRules,
+    ) -> Result<()> {
+        let r = self
+            .rec
+            .p
+            .capability
+            .reading(memplan_core::Reading::DriverFree);
+        let Some(seen) = self.rec.p.free_window_error.filter(|e| *e > 0) else {
+            return Ok(());
+        };
+        if r.tolerance_bytes() > 0
+            || !r.measures_own_usage()
+            || r.sees_whole_device()
+            || self.rec.p.free_step > 0
+            || self.rec.p.probe_baseline.is_some()
+        {
+            return Ok(());
+        }
+        let sizing = self.sizing.as_ref().map_or(rules, |(r, _)| *r);
+        let room = PlanBuilder::from_profile(
+            &self.profile_to_plan(),
+            self.why.clone(),
+            request,
+            kv.clone(),
+            limits,
+        )?
+        .sizing_rules(sizing)
+        .room_before_plan();
+        let most = probe::start_most(room);
+        let free = self.rec.p.last.driver.free;
+        let reads = self.rec.p.free_reads;
+        let Some(w) = probe::window_error_and_step(&self.rec.device, seen, free, reads, most)?
+        else {
+            return Ok(());
+        };
+        let step = crate::calibrate::coarse_step(w.step);
+        let error = seen.max(w.error).max(step);
+        tracing::info!(
+            seen,
+            measured = w.error,
+            step = w.step,
+            window_error = error,
+            "a process-local reading that erred, measured at the plan's quiet point"
+        );
+        self.rec.p.free_window_error = Some(error);
+        self.rec.p.free_step = self.rec.p.free_step.max(step);
+        Ok(())
     }
 
     /// Where the device keeps memory per free ([`Profile::kept_per_free`]): room for what the
