@@ -3256,3 +3256,21 @@ fn a_process_local_reading_that_erred_is_measured_before_the_plan() {
         &[18, 28, 29],
     );
 }
+
+/// The same card on a runtime whose raw frees each keep 32 MiB: the measurement of the
+/// reading's windows at the plan's quiet point frees four allocations raw, and what they kept
+/// (128 MiB, which the reading's 64 MiB step hides per free) is this process's. Made from the
+/// reading before the measurement, the plan did not count it and went 65-89 MB past the
+/// request in the plan step (named only by the start's loose figure for its own checks); the
+/// plan is now made from a reading after it, the window between the two the session's own
+/// step, and nothing goes past the request before the plan at all.
+#[test]
+fn what_the_reading_measurement_frees_keep_is_counted_by_the_plan() {
+    let cases = passes(
+        "rocm54-stepped-uncalibrated-leak-32m-erred-reading-measured-before-the-plan.toml",
+        &[7, 8, 18, 28],
+    );
+    for c in &cases {
+        assert_eq!(c.out.own_over_request_before_plan, None, "{}", c.what);
+    }
+}

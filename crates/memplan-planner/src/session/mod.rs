@@ -1370,6 +1370,12 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     /// engine's load of weights as 20 MiB freed, while what a library took on its first
     /// capture, read as nothing, was larger: a probe held below the request by 20 MiB still
     /// went up to 9 MiB past it.
+    ///
+    /// The measurement comes before the reading the plan is made from: on a device that keeps
+    /// memory of every raw free, its four frees of up to 64 MiB each kept what no reading
+    /// before them shows (32 MiB each: a plan made from the earlier reading went 88 MB past
+    /// the request), so the reading is taken again after them and the window between the two
+    /// is accounted as the session's own step.
     fn measure_erred_reading(
         &mut self,
         request: Request,
@@ -1404,23 +1410,41 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         .sizing_rules(sizing)
         .room_before_plan();
         let most = probe::start_most(room);
-        let free = self.rec.p.last.driver.free;
+        let read = self.rec.p.last;
+        let frees = self.rec.device.raw_frees();
         let reads = self.rec.p.free_reads;
-        let Some(w) = probe::window_error_and_step(&self.rec.device, seen, free, reads, most)?
-        else {
-            return Ok(());
-        };
-        let step = crate::calibrate::coarse_step(w.step);
-        let error = seen.max(w.error).max(step);
-        tracing::info!(
-            seen,
-            measured = w.error,
-            step = w.step,
-            window_error = error,
-            "a process-local reading that erred, measured at the plan's quiet point"
-        );
-        self.rec.p.free_window_error = Some(error);
-        self.rec.p.free_step = self.rec.p.free_step.max(step);
+        let measured =
+            probe::window_error_and_step(&self.rec.device, seen, read.driver.free, reads, most)?;
+        if let Some(w) = measured {
+            let step = crate::calibrate::coarse_step(w.step);
+            let error = seen.max(w.error).max(step);
+            tracing::info!(
+                seen,
+                measured = w.error,
+                step = w.step,
+                window_error = error,
+                "a process-local reading that erred, measured at the plan's quiet point"
+            );
+            self.rec.p.free_window_error = Some(error);
+            self.rec.p.free_step = self.rec.p.free_step.max(step);
+        }
+        // The measurement's allocations were freed raw after the reading the plan was to be
+        // made from, and a device that keeps memory of every raw free keeps some of what they
+        // held, this process's from then on, which that reading cannot show: the plan is made
+        // from a reading taken after them instead, and the window from the earlier one is a
+        // step of the session's own (nothing else of this process ran in it, and the reading
+        // counts this process alone), counted as this process's and named as the session's
+        // start counts and names its own check's ([`recorder::Recorder::before_baseline`]),
+        // at the window error just measured.
+        if self.rec.device.raw_frees() > frees {
+            let after = self.rec.snap(self.engine.as_dyn())?;
+            let w = self
+                .rec
+                .engine_step("free reading measurement", read, after);
+            if let Some(held) = w.non_allocator.filter(|d| *d > 0) {
+                self.rec.left_held(held.unsigned_abs(), true);
+            }
+        }
         Ok(())
     }
 
