@@ -1297,16 +1297,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         if self.rec.kv_range.is_none() && !measurable {
             // The warm-ups are held to what the request leaves beside what the plan counts as
             // this process's (see `rounding`): the same budget the plan is made from.
-            let sizing = self.sizing.as_ref().map_or(rules, |(r, _)| *r);
-            let room = PlanBuilder::from_profile(
-                &self.profile_to_plan(),
-                self.why.clone(),
-                request,
-                kv.clone(),
-                limits,
-            )?
-            .sizing_rules(sizing)
-            .room_before_plan();
+            let room = self.room_before_plan(request, kv, limits, rules)?;
             self.narrow_granule_bound(limits.max_num_batched_tokens, room)?;
         }
         let profile = self.profile_to_plan();
@@ -1355,6 +1346,28 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         Ok(self.kept_by_own_frees(b, frees))
     }
 
+    /// What the request leaves before the plan beside what the plan made from what was
+    /// measured so far counts as this process's ([`PlanBuilder::room_before_plan`]), under the
+    /// sizing rules the caller chose, else `rules`.
+    fn room_before_plan(
+        &self,
+        request: Request,
+        kv: &KvSpec,
+        limits: KvLimits,
+        rules: SizingRules,
+    ) -> Result<Option<u64>> {
+        let sizing = self.sizing.as_ref().map_or(rules, |(r, _)| *r);
+        Ok(PlanBuilder::from_profile(
+            &self.profile_to_plan(),
+            self.why.clone(),
+            request,
+            kv.clone(),
+            limits,
+        )?
+        .sizing_rules(sizing)
+        .room_before_plan())
+    }
+
     /// A free reading of this process's memory alone, declared exact and never measured (no
     /// calibration; the session's own windows measure only approximate readings), whose engine
     /// steps read memory outside the allocator freed ([`Profile::free_window_error`], set by
@@ -1399,16 +1412,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         {
             return Ok(());
         }
-        let sizing = self.sizing.as_ref().map_or(rules, |(r, _)| *r);
-        let room = PlanBuilder::from_profile(
-            &self.profile_to_plan(),
-            self.why.clone(),
-            request,
-            kv.clone(),
-            limits,
-        )?
-        .sizing_rules(sizing)
-        .room_before_plan();
+        let room = self.room_before_plan(request, kv, limits, rules)?;
         let most = probe::start_most(room);
         let read = self.rec.p.last;
         let frees = self.rec.device.raw_frees();
