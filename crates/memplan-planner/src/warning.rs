@@ -341,6 +341,12 @@ pub enum Warning {
     DeviceKeepsMemoryOnFree {
         /// Bytes kept per free.
         bytes_per_free: u64,
+        /// Whether the figure is a bound, not a measure: every round of the session's own
+        /// frees lost more than its measurements can tell apart, but the rounds did not lose
+        /// alike, so a free keeps at least this much (the least one lost), and the plan's
+        /// figures take no keep per free from it.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        at_least: bool,
     },
     /// No reading measures this process's memory (a stale, absent or lost free reading), so
     /// the session measures what is free by the largest allocation that succeeds
@@ -522,7 +528,8 @@ impl fmt::Display for Warning {
             Warning::OtherProcessesUnseen { free_reading, device_wide } => write!(f, "memory other processes hold is invisible to this device's readings: driver free is {free_reading}; device-wide reading: {device_wide}"),
             Warning::ForeignMemoryChanged { bytes } => write!(f, "other processes changed their memory by {} while profiling: attributed to them, not to this engine", fmt_signed(*bytes)),
             Warning::GraphMemoryNotReserved { estimate } => write!(f, "graph memory is not reserved; capture will take about {} outside the budget", fmt_bytes(*estimate)),
-            Warning::DeviceKeepsMemoryOnFree { bytes_per_free } => write!(f, "the device keeps {} of every raw allocation it frees (each allocate/free pair its checks made left about that much held): the plan keeps room for the frees this start-up makes after its last reading, but every free the engine makes while serving takes {} more, and how many it makes is the engine's: no plan made before serving can bound it", fmt_bytes(*bytes_per_free), fmt_bytes(*bytes_per_free)),
+            Warning::DeviceKeepsMemoryOnFree { bytes_per_free, at_least: true } => write!(f, "the device keeps at least {} of every raw allocation it frees (every round of this start-up's own allocate/free checks lost more than its measurements can tell apart, though not alike: the figure is the least a free lost, not a measure, and the plan's figures take no keep from it): every free the engine makes while serving takes that much or more, and how many it makes is the engine's: no plan made before serving can bound it", fmt_bytes(*bytes_per_free)),
+            Warning::DeviceKeepsMemoryOnFree { bytes_per_free, at_least: false } => write!(f, "the device keeps {} of every raw allocation it frees (each allocate/free pair its checks made left about that much held): the plan keeps room for the frees this start-up makes after its last reading, but every free the engine makes while serving takes {} more, and how many it makes is the engine's: no plan made before serving can bound it", fmt_bytes(*bytes_per_free), fmt_bytes(*bytes_per_free)),
             Warning::ProbesTakeFreeMemory { largest } => write!(f, "the session measures free memory by the largest allocation that succeeds (where no reading measures this process's memory, at its start and around each of the engine's steps; where the free reading moves in steps too coarse for the graphs, around their captures), and each such probe holds what is free for an instant (the largest held {}): where more is free than the request leaves, the process goes past the request by the probe, which it cannot bound", fmt_bytes(*largest)),
             Warning::RequestBelowMemoryInUse { requested, in_use, largest } => write!(f, "the request ({}) is below the memory the device held in use before the session's start ({}): what of that is this process's own (its runtime's context) is past the request already, and the start's checks, up to {} at once, go past it further; no device-wide reading tells this process's memory from other processes', so nothing before the engine's own steps can tell whether the request leaves it room", fmt_bytes(*requested), fmt_bytes(*in_use), fmt_bytes(*largest)),
             Warning::ChecksLeftHeld { bytes, within } => write!(f, "the session's own checks (calibration's test capture, captures torn down after measuring) left {} held for good (measured within {}): counted as this engine's memory in the plan, but held before the engine's own steps showed whether the request leaves room for them, and past the request where those take it", fmt_bytes(*bytes), fmt_bytes(*within)),
@@ -651,7 +658,14 @@ mod tests {
                 device: 1,
                 why: s(),
             },
-            Warning::DeviceKeepsMemoryOnFree { bytes_per_free: 1 },
+            Warning::DeviceKeepsMemoryOnFree {
+                bytes_per_free: 1,
+                at_least: false,
+            },
+            Warning::DeviceKeepsMemoryOnFree {
+                bytes_per_free: 1,
+                at_least: true,
+            },
             Warning::ProbesTakeFreeMemory { largest: 1 },
             Warning::ChecksLeftHeld {
                 bytes: 1,

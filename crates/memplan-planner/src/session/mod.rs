@@ -254,8 +254,10 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         // are beyond any plan), and the plan keeps room for the session's own later frees.
         if let Some(k) = report.kept_per_free.max(s.rec.p.kept_per_free) {
             s.rec.p.kept_per_free = Some(k);
-            s.rec
-                .warn(Warning::DeviceKeepsMemoryOnFree { bytes_per_free: k });
+            s.rec.warn(Warning::DeviceKeepsMemoryOnFree {
+                bytes_per_free: k,
+                at_least: false,
+            });
         }
         s.calibration = Some(report);
         Ok(s)
@@ -563,7 +565,10 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         }
         // Said once: here where nothing calibrates, in `start` (with calibration's figure) else.
         if let Some(k) = kept_per_free.filter(|_| !calibrated) {
-            rec.warn(Warning::DeviceKeepsMemoryOnFree { bytes_per_free: k });
+            rec.warn(Warning::DeviceKeepsMemoryOnFree {
+                bytes_per_free: k,
+                at_least: false,
+            });
         }
         if let Some(pre) = checked {
             rec.before_baseline("free reading check", pre);
@@ -1172,14 +1177,42 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         if let Some(bytes) = seen.filter(|_| k.kept.is_some()) {
             p.kept_per_free = Some(bytes);
             let named = p.warnings.iter_mut().find_map(|w| match w {
-                Warning::DeviceKeepsMemoryOnFree { bytes_per_free } => Some(bytes_per_free),
+                Warning::DeviceKeepsMemoryOnFree {
+                    bytes_per_free,
+                    at_least,
+                } => {
+                    *at_least = false;
+                    Some(bytes_per_free)
+                }
                 _ => None,
             });
             match named {
                 Some(b) => *b = bytes,
                 None => self.rec.warn(Warning::DeviceKeepsMemoryOnFree {
                     bytes_per_free: bytes,
+                    at_least: false,
                 }),
+            }
+        } else if let Some(bytes) = k.lost_least.filter(|_| seen.is_none()) {
+            // Every round lost more than the probes tell apart, but not alike: no figure for
+            // the plan, yet the device may keep memory of every free, the engine's frees while
+            // serving included; said by name, at the least a free lost.
+            let named = self
+                .rec
+                .p
+                .warnings
+                .iter()
+                .any(|w| matches!(w, Warning::DeviceKeepsMemoryOnFree { .. }));
+            if !named {
+                tracing::debug!(
+                    target: "memplan_planner::session::keep_at_least",
+                    bytes,
+                    "raw frees lost in every round, not alike: warned at least"
+                );
+                self.rec.warn(Warning::DeviceKeepsMemoryOnFree {
+                    bytes_per_free: bytes,
+                    at_least: true,
+                });
             }
         }
         if let Some(frees) = test.named_frees {

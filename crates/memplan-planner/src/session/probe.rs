@@ -555,6 +555,10 @@ pub(crate) struct ProbedKeep {
     /// may keep ([`unseen_of_round`]; each such free is as large as what was allocatable,
     /// larger than the test's, and a free keeps at most what it held).
     pub unseen_large: Option<u64>,
+    /// Where both rounds lost more than the probes can tell apart, but not alike: the least
+    /// one of their frees lost, less the slack two measurements may differ by (a free keeps at
+    /// least that much; no figure for the plan).
+    pub lost_least: Option<u64>,
 }
 
 /// Where no reading measures this process (stale, absent, or lost), the windows that see what
@@ -590,6 +594,7 @@ pub(crate) fn kept_by_probes(
         kept: None,
         unseen: None,
         unseen_large: None,
+        lost_least: None,
     };
     if size == 0 {
         return Ok(none(at));
@@ -667,12 +672,20 @@ pub(crate) fn kept_by_probes(
                     .max()
                     .unwrap_or(0)
             });
+            let lost_least = (kept.is_none() && lost2 > 2 * slack).then(|| {
+                rounds
+                    .iter()
+                    .map(|(l, o, _)| (l - slack).max(0) / o)
+                    .min()
+                    .map_or(0, |b| u64::try_from(b).unwrap_or(0))
+            });
             return Ok(ProbedKeep {
                 allocatable: now2,
                 frees_shown: n2,
                 kept,
                 unseen,
                 unseen_large: large,
+                lost_least: lost_least.filter(|b| *b > 0),
             });
         }
         if made >= KEEP_TEST_FREES {
@@ -689,6 +702,7 @@ pub(crate) fn kept_by_probes(
                 kept: None,
                 unseen: Some(unseen),
                 unseen_large: None,
+                lost_least: None,
             });
         }
         frees = made.min(KEEP_TEST_FREES - made);
