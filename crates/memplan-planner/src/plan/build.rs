@@ -1303,8 +1303,8 @@ impl PlanBuilder {
         // besides lost up to two granules' blocks (a 117 MB budget on a 2 MiB granularity held
         // 109 blocks of 1 MB where 111 fit in its 55 granules).
         let mut kv_bytes = b.kv_budget;
-        let mut capped_by_free = None;
-        let mut capped_source = None;
+        // What the memory physically there capped the KV cache at, and what found it.
+        let mut capped_by: Option<(u64, PhysicalCheck)> = None;
         let mut physical_check = None;
         let to_capture = if self.graph.kept { 0 } else { b.graph_reserve };
         let activation = consumers.bytes(ConsumerKind::Activation);
@@ -1353,8 +1353,7 @@ impl PlanBuilder {
                     foreign: self.foreign.unwrap_or(0),
                 });
                 kv_bytes = cap;
-                capped_by_free = Some(cap);
-                capped_source = Some(PhysicalCheck::DriverFree);
+                capped_by = Some((cap, PhysicalCheck::DriverFree));
             }
         }
         if let Some((avail, tol, check)) = self.available_now {
@@ -1367,8 +1366,7 @@ impl PlanBuilder {
                     source: check,
                 });
                 kv_bytes = cap;
-                capped_by_free = Some(cap);
-                capped_source = Some(check);
+                capped_by = Some((cap, check));
             }
         }
         // Whether the engine starts with a cache of `bytes`, fitted as the plan fits it: one
@@ -1402,7 +1400,7 @@ impl PlanBuilder {
         // share refused by 718 MiB where the engine alone held 29,120 tokens.
         if let (Some(older), true) = (
             engine_rule.older,
-            capped_by_free.is_some() && warned_margin.is_some(),
+            capped_by.is_some() && warned_margin.is_some(),
         ) {
             match older {
                 Ok(older) if older < kv_bytes && starts(older) => {
@@ -1438,7 +1436,7 @@ impl PlanBuilder {
         // A refusal names the memory there where it, not the request, left the cache too
         // small: the request's budget alone held a cache the engine starts with.
         let capped = || {
-            let (cap, source) = capped_by_free.zip(capped_source)?;
+            let (cap, source) = capped_by?;
             starts(b.kv_budget).then(|| MemoryNowCap {
                 budget: b.kv_budget,
                 cap,
@@ -1538,7 +1536,7 @@ impl PlanBuilder {
             graph: self.graph,
             kv_budget_bytes: b.kv_budget,
             kv_cache_bytes: kv_bytes,
-            capped_by_free_bytes: capped_by_free,
+            capped_by_free_bytes: capped_by.map(|(cap, _)| cap),
             physical_check,
             kv_spec: self.kv_spec,
             limits: self.limits,

@@ -845,7 +845,7 @@ fn measured_with(
                 // 960, then bisected 939, 928, 923, 920 and on, each check failing as the keeps
                 // took the room, until no count fitted and the start was refused. The first
                 // grown count that stands there is kept.
-                let keeps = blocks > planned && with_own_keep(rec, 0).is_some_and(|(_, k)| k > 0);
+                let keeps = blocks > planned && own_keep(rec) > 0;
                 if over.is_none_or(|o| o <= blocks + 1) || last || keeps {
                     return Ok(Some((blocks, shrunk(planned, blocks, first_taken, room))));
                 }
@@ -959,16 +959,20 @@ fn still_fits(rec: &Recorder, taken: u64, capped: Option<(u64, u64)>) -> Result<
     }
 }
 
-/// `need` and what one raw free of the session's keeps on this device (its measured keep per
-/// free, else the bound the reading's noise leaves on it, else nothing), with that keep:
-/// `None` where the sum overflows (no such allocation can be asked for).
-fn with_own_keep(rec: &Recorder, need: u64) -> Option<(u64, u64)> {
-    let kept = rec
-        .p
+/// What one raw free of the session's keeps on this device: its measured keep per free, else
+/// the bound the reading's noise leaves on it, else nothing.
+fn own_keep(rec: &Recorder) -> u64 {
+    rec.p
         .kept_per_free
         .or(rec.p.unseen_kept_per_free)
         .max(rec.probe_free_keep)
-        .unwrap_or(0);
+        .unwrap_or(0)
+}
+
+/// `need` and what one raw free of the session's keeps ([`own_keep`]), with that keep: `None`
+/// where the sum overflows (no such allocation can be asked for).
+fn with_own_keep(rec: &Recorder, need: u64) -> Option<(u64, u64)> {
+    let kept = own_keep(rec);
     need.checked_add(kept).map(|ask| (ask, kept))
 }
 

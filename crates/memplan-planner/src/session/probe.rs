@@ -714,7 +714,13 @@ pub(crate) fn kept_by_probes(
 /// of nothing). The keep test's rounds, and the descents that find what is allocatable from a
 /// figure just found ([`allocatable_by_descent`]), step by it.
 fn keep_slack(limit: u64) -> u64 {
-    resolution(limit).saturating_add(crate::calibrate::tolerance(0))
+    slack_of(resolution(limit))
+}
+
+/// A probe's slack where its search resolves to `res`: that resolution and a raw allocation's
+/// rounding ([`keep_slack`]).
+fn slack_of(res: u64) -> u64 {
+    res.saturating_add(crate::calibrate::tolerance(0))
 }
 
 /// The most tries [`allocatable_by_descent`] makes before it gallops instead: 256 steps of
@@ -893,11 +899,7 @@ fn search(device: &Device, lo: u64, mut hi: u64, hint: Option<u64>, res: u64) ->
 fn narrow(device: &Device, mut lo: u64, mut hi: u64, up: bool, res: u64) -> Result<u64> {
     let res = res.max(1);
     // Down: steps of a probe's slack, then a growing share of the distance (`GALLOP_DOWN_STEPS`).
-    let mut d = if up {
-        res
-    } else {
-        res.saturating_add(crate::calibrate::tolerance(0))
-    };
+    let mut d = if up { res } else { slack_of(res) };
     let mut tries = 0u64;
     while hi - lo > res {
         if up {
