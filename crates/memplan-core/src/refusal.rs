@@ -293,11 +293,22 @@ impl MemoryNowCap {
     fn write_remedy(&self, f: &mut dyn fmt::Write, name: &dyn Fn(Param) -> String) -> fmt::Result {
         write!(
             f,
-            "free the memory held outside this engine or start where it is free (a larger {} cannot help), or shrink what else the engine holds (a smaller {} lowers the activation peak)",
+            "free the memory held outside this engine or start where it is free (a larger {} cannot help), or ",
             name(Param::Utilization),
-            name(Param::MaxNumBatchedTokens)
-        )
+        )?;
+        write_shrink_peak(f, name)
     }
+}
+
+/// `shrink what else the engine holds ...`: the remedy that lowers the other consumers (the
+/// activation peak grows with the tokens per step), the end of every remedy where not even one
+/// block fits.
+fn write_shrink_peak(f: &mut dyn fmt::Write, name: &dyn Fn(Param) -> String) -> fmt::Result {
+    write!(
+        f,
+        "shrink what else the engine holds (a smaller {} lowers the activation peak)",
+        name(Param::MaxNumBatchedTokens)
+    )
 }
 
 /// The consumers' sum in words. A consumer is named as the plan's JSON names it, except the
@@ -440,14 +451,16 @@ impl Refusal {
                         c.write_remedy(f, name)?
                     }
                     // The KV cache needs more memory, from whichever parameter sets it, or the
-                    // other consumers less (the activation peak grows with the tokens per step).
-                    (None, None) => write!(
-                        f,
-                        "not even one block fits: give the KV cache more memory ({} or {}, or a larger device) or shrink what else the engine holds (a smaller {} lowers the activation peak)",
-                        name(Param::Utilization),
-                        name(Param::KvCacheBytes),
-                        name(Param::MaxNumBatchedTokens)
-                    )?,
+                    // other consumers less.
+                    (None, None) => {
+                        write!(
+                            f,
+                            "not even one block fits: give the KV cache more memory ({} or {}, or a larger device) or ",
+                            name(Param::Utilization),
+                            name(Param::KvCacheBytes),
+                        )?;
+                        write_shrink_peak(f, name)?
+                    }
                 }
                 rounding.as_ref().map_or(Ok(()), |r| r.write_remedy(f))
             }
