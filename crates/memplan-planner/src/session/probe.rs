@@ -389,34 +389,39 @@ pub(crate) fn window_error_and_step(
         reads.extend([before, held, after]);
         windows.push((before, held, after));
     }
+    // What two reads of the same memory may differ by, for the rules below that read what a
+    // free keeps from the windows' pairs of reads: the idle spread, and the step the reading is
+    // shown to move in ([`shown_step`]).
+    let step = crate::calibrate::reading_step(&reads);
+    let noise = idle.max(shown_step(&windows, size, step));
     // Only where every window saw its allocation (a reading that lags or misses allocations
     // says nothing about what a free gave back).
     let followed = windows.iter().all(|(b, h, _)| {
         (i128::from(*b) - i128::from(*h) - i128::from(size)).unsigned_abs()
-            <= u128::from(crate::calibrate::tolerance(size).saturating_add(idle))
+            <= u128::from(crate::calibrate::tolerance(size).saturating_add(noise))
     });
     let pairs: Vec<(u64, u64)> = windows.iter().map(|(b, _, a)| (*b, *a)).collect();
     let kept = if followed {
-        crate::calibrate::kept_per_free(&pairs, idle).or_else(|| kept_over_all_frees(&pairs, idle))
+        crate::calibrate::kept_per_free(&pairs, noise)
+            .or_else(|| kept_over_all_frees(&pairs, noise))
     } else {
         None
     };
     let unseen_kept = if followed && kept.is_none() {
-        unseen_kept_per_free(&pairs, idle)
+        unseen_kept_per_free(&pairs, noise)
     } else {
         None
     };
     // The most a free may keep, seen or not: each pair's loss is the keep give or take what
-    // two reads of the same memory differ by (the idle spread). The reads' common divisor is
-    // not taken for a step here: an exact reading of round sizes shares one too (14 MiB on an
-    // idle RTX 4090), and every session would name its checks' frees by it.
+    // two reads of the same memory differ by.
     let most_kept = followed
-        .then(|| unseen_kept_per_free(&pairs, idle))
+        .then(|| unseen_kept_per_free(&pairs, noise))
         .flatten()
         .map(|m| m.max(kept.unwrap_or(0)));
     tracing::debug!(
         ?windows,
         idle,
+        noise,
         followed,
         ?kept,
         ?unseen_kept,
@@ -435,7 +440,6 @@ pub(crate) fn window_error_and_step(
     }
     // A window off while every reading was a multiple of a larger step: another window can be
     // off by up to the step (calibration's rule, `reading_step`).
-    let step = crate::calibrate::reading_step(&reads);
     if worst > 0 {
         worst = worst.max(step);
     }
@@ -446,6 +450,30 @@ pub(crate) fn window_error_and_step(
         unseen_kept,
         most_kept,
     }))
+}
+
+/// The step a free reading is shown to move in by `windows` (the reads before, while holding
+/// and after freeing each allocation of `size`, [`window_error_and_step`]'s) whose reads all
+/// share `step` (their common divisor, [`reading_step`](crate::calibrate::reading_step)): the
+/// step where it is coarse ([`coarse_step`](crate::calibrate::coarse_step)) and a window read
+/// its allocation off, else 0. The windows' size is an odd number of 2 MiB pages
+/// ([`window_size`]), which no step of 4 MiB or more divides: a reading in such steps reads
+/// every one of them off (a 62 MiB allocation as 0 or 64 MiB), so two reads of the same
+/// memory may differ by up to the step, and a device that keeps less than the step of each
+/// raw free shows pairs that lost 0 or a step (64, 0, 64 and 64 MiB for 48 MiB kept). An
+/// exact reading reads them exactly, whatever divisor its reads share (an idle RTX 4090's
+/// exact reads of round sizes share 14 MiB): the divisor alone is no step, and naming the
+/// session's frees by it would warn on every such session. A reading in steps of a page
+/// reads such windows exactly too, and is told from an exact one by nothing here.
+fn shown_step(windows: &[(u64, u64, u64)], size: u64, step: u64) -> u64 {
+    let off = windows
+        .iter()
+        .any(|(b, h, _)| i128::from(*b) - i128::from(*h) != i128::from(size));
+    if off {
+        crate::calibrate::coarse_step(step)
+    } else {
+        0
+    }
 }
 
 /// What [`window_error_and_step`] measured.
@@ -467,7 +495,8 @@ pub(crate) struct Windows {
     /// ([`unseen_kept_per_free`]).
     pub unseen_kept: Option<u64>,
     /// Where every window saw its allocation: the most a free may have kept, seen or not
-    /// ([`unseen_kept_per_free`] of the idle spread), never below [`Windows::kept`]. `kept` is the mean
+    /// ([`unseen_kept_per_free`] of the idle spread, or of the step the reading is shown to move
+    /// in where that is larger, [`shown_step`]), never below [`Windows::kept`]. `kept` is the mean
     /// of noisy losses and may be below what each free kept (1009 KiB for a device keeping
     /// 1 MiB); what the session's own checks left held is named by this bound.
     pub most_kept: Option<u64>,
@@ -1355,6 +1384,52 @@ mod tests {
             unseen_of_round(300 * mb, 2, 2, 32 * MIB, slack),
             u64::try_from((300 * mb + slack + 1) / 2).unwrap()
         );
+    }
+
+    /// A simulated H100 whose free reading moves in 64 MiB steps, its idle reads never moving,
+    /// and whose frees keep 48 MiB each (an uncalibrated start-up): four windows over 62 MiB
+    /// read 64, 64, 64 and 0 MiB, and the pairs lost 64, 64, 64 and 0 MiB. Against the idle
+    /// spread (0) nothing was seen or bounded, and the plan kept no room for its probe's free
+    /// (serving ran out of memory); against the step the windows show, the loss over all is
+    /// the figure. An exact reading of round sizes whose reads share 14 MiB shows no step.
+    #[test]
+    fn frees_keeping_less_than_a_shown_step_are_read_against_the_step() {
+        use crate::calibrate::{kept_per_free, reading_step};
+        let size = 62 * MIB;
+        let stepped = [
+            (79_993_765_888, 79_926_657_024, 79_926_657_024),
+            (79_926_657_024, 79_859_548_160, 79_859_548_160),
+            (79_859_548_160, 79_792_439_296, 79_792_439_296),
+            (79_792_439_296, 79_792_439_296, 79_792_439_296),
+        ];
+        let reads: Vec<u64> = stepped.iter().flat_map(|(b, h, a)| [*b, *h, *a]).collect();
+        let step = reading_step(&reads);
+        assert_eq!(step, 64 * MIB);
+        assert_eq!(shown_step(&stepped, size, step), step);
+        let pairs: Vec<(u64, u64)> = stepped.iter().map(|(b, _, a)| (*b, *a)).collect();
+        // Against the idle spread alone: nothing seen, nothing a free may keep unseen.
+        assert_eq!(kept_per_free(&pairs, 0), None);
+        assert_eq!(kept_over_all_frees(&pairs, 0), None);
+        assert_eq!(unseen_kept_per_free(&pairs, 0), Some(0));
+        // Against the step: 192 MiB lost over four frees.
+        assert_eq!(kept_over_all_frees(&pairs, step), Some(48 * MIB));
+        // The same reading where frees keep nothing: every read comes back, and a free may
+        // keep up to a quarter of the step unseen (the loss over all plus the step, shared).
+        let f = 1192 * 64 * MIB;
+        let clean = [(f, f - 64 * MIB, f); 4];
+        let reads: Vec<u64> = clean.iter().flat_map(|(b, h, a)| [*b, *h, *a]).collect();
+        let step = shown_step(&clean, size, reading_step(&reads));
+        assert_eq!(step, 64 * MIB);
+        let pairs: Vec<(u64, u64)> = clean.iter().map(|(b, _, a)| (*b, *a)).collect();
+        assert_eq!(kept_over_all_frees(&pairs, step), None);
+        assert_eq!(unseen_kept_per_free(&pairs, step), Some(16 * MIB));
+        // An exact reading of 434 MiB windows (217 pages) from 21,000 MiB free: its reads share
+        // 14 MiB, and read every window exactly, so no step is shown.
+        let (f, size) = (1500 * 14 * MIB, 434 * MIB);
+        let exact = [(f, f - size, f); 4];
+        let reads: Vec<u64> = exact.iter().flat_map(|(b, h, a)| [*b, *h, *a]).collect();
+        assert_eq!(reading_step(&reads), 14 * MIB);
+        assert_eq!(shown_step(&exact, size, reading_step(&reads)), 0);
     }
 
     #[test]
