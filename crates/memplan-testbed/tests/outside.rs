@@ -3295,3 +3295,34 @@ fn probe_rounds_that_lose_but_not_alike_warn_the_device_keeps_memory_on_free() {
         });
     }
 }
+
+/// A device whose raw frees each keep less than its free reading's step (outside battery,
+/// class "keeps on each raw free, less than the step"): an H100 reading free memory in 64 MiB
+/// steps, its idle reads never moving, keeping 48 MiB of every free. The session's windows over
+/// 62 MiB read 64 or 0 MiB, and their pairs lost 64, 64, 64 and 0 MiB: read against the idle
+/// spread (0), no keep was seen or bounded, the plan kept no room for what its probe's own free
+/// kept, and serving ran out of memory (4 of 200 seeds each, calibrated or not). Two reads of
+/// the same memory may differ by the step the windows show the reading moves in (a window over
+/// an odd number of 2 MiB pages read off, on reads that share the step: `probe::shown_step`),
+/// so the pair rules read the losses against it: 192 MiB over four frees, 48 MiB each, warned
+/// by name and kept room for.
+#[test]
+fn frees_keeping_less_than_the_readings_step_are_read_against_the_step() {
+    for (file, seeds) in [
+        (
+            "h100-step64-keep48-uncalibrated-neighbour-at-plan-serve-oom.toml",
+            &[2, 9, 45, 190][..],
+        ),
+        (
+            "h100-step64-keep48-calibrated-neighbour-at-plan-serve-oom.toml",
+            &[2, 33, 74, 154][..],
+        ),
+    ] {
+        for c in &passes(file, seeds) {
+            assert_warns(c, |w| {
+                matches!(w, memplan_planner::Warning::DeviceKeepsMemoryOnFree { bytes_per_free, .. }
+                    if (32 << 20..=64 << 20).contains(bytes_per_free))
+            });
+        }
+    }
+}
