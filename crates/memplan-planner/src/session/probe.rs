@@ -320,6 +320,13 @@ pub(crate) fn start_most(requested: Option<u64>) -> u64 {
 /// calibrated it ([`window_error_and_step`]).
 const WINDOW_ALLOCATIONS: usize = 4;
 
+/// The most allocations [`window_error_and_step`] makes where its windows show a step
+/// ([`shown_step`]) larger than the idle spread and no keep was seen: what a free may keep
+/// unseen is then bounded by the step shared among the frees, a quarter of it over
+/// [`WINDOW_ALLOCATIONS`] (16 MiB a free in 64 MiB steps, kept for each of the session's own
+/// raw frees after its last reading), a sixteenth over these.
+const STEPPED_WINDOW_ALLOCATIONS: usize = 16;
+
 /// The size of the allocations [`window_error_and_step`] measures windows over, with `free` free and a
 /// reading's `tolerance`: well above the reading's step, small beside what is free, an odd
 /// number of 2 MiB pages: no multiple of a step of 4 MiB or more, so that a reading that moves
@@ -337,7 +344,8 @@ pub(crate) fn window_size(free: u64, tolerance: u64, most: u64) -> u64 {
 
 /// How far a window of an approximate free reading is off, measured: the spread of
 /// [`IDLE_READS`](crate::calibrate::IDLE_READS) synchronized reads of the idle device, and
-/// [`WINDOW_ALLOCATIONS`] raw allocations of a known size, the reading taken (synchronized)
+/// [`WINDOW_ALLOCATIONS`] raw allocations of a known size (up to
+/// [`STEPPED_WINDOW_ALLOCATIONS`] where a step hides what a free keeps), the reading taken (synchronized)
 /// before each, after it and after it is freed; the largest difference between what a window
 /// showed and the size (or what two idle reads differ by). A
 /// declared tolerance often covers a constant offset (graphics allocations the reading cannot
@@ -370,9 +378,14 @@ pub(crate) fn window_error_and_step(
     };
     let mut worst = idle;
     // Every reading the windows are made of (see the step rule below).
-    let mut reads: Vec<u64> = Vec::with_capacity(3 * WINDOW_ALLOCATIONS);
-    let mut windows = Vec::with_capacity(WINDOW_ALLOCATIONS);
-    for _ in 0..WINDOW_ALLOCATIONS {
+    let mut reads: Vec<u64> = Vec::with_capacity(3 * STEPPED_WINDOW_ALLOCATIONS);
+    let mut windows: Vec<(u64, u64, u64)> = Vec::with_capacity(STEPPED_WINDOW_ALLOCATIONS);
+    for made in 0..STEPPED_WINDOW_ALLOCATIONS {
+        // Past the first few, only while a step hides what a free keeps: a device that was
+        // seen to keep memory is not made to keep more of the session's start.
+        if made >= WINDOW_ALLOCATIONS && !keep_hidden_by_step(&windows, &reads, size, idle) {
+            break;
+        }
         let Some(before) = read()? else {
             return Ok(None);
         };
@@ -474,6 +487,20 @@ fn shown_step(windows: &[(u64, u64, u64)], size: u64, step: u64) -> u64 {
     } else {
         0
     }
+}
+
+/// Whether `windows` over allocations of `size` (whose `reads` they are, with an idle spread
+/// of `idle`) show a step larger than the idle spread ([`shown_step`]) and, read against it,
+/// no keep per free: more pairs narrow what a free may keep unseen.
+fn keep_hidden_by_step(windows: &[(u64, u64, u64)], reads: &[u64], size: u64, idle: u64) -> bool {
+    let step = shown_step(windows, size, crate::calibrate::reading_step(reads));
+    if step <= idle {
+        return false;
+    }
+    let pairs: Vec<(u64, u64)> = windows.iter().map(|(b, _, a)| (*b, *a)).collect();
+    crate::calibrate::kept_per_free(&pairs, step)
+        .or_else(|| kept_over_all_frees(&pairs, step))
+        .is_none()
 }
 
 /// What [`window_error_and_step`] measured.
@@ -1411,8 +1438,9 @@ mod tests {
         assert_eq!(kept_per_free(&pairs, 0), None);
         assert_eq!(kept_over_all_frees(&pairs, 0), None);
         assert_eq!(unseen_kept_per_free(&pairs, 0), Some(0));
-        // Against the step: 192 MiB lost over four frees.
+        // Against the step: 192 MiB lost over four frees, and no more windows are made.
         assert_eq!(kept_over_all_frees(&pairs, step), Some(48 * MIB));
+        assert!(!keep_hidden_by_step(&stepped, &reads, size, 0));
         // The same reading where frees keep nothing: every read comes back, and a free may
         // keep up to a quarter of the step unseen (the loss over all plus the step, shared).
         let f = 1192 * 64 * MIB;
@@ -1423,6 +1451,11 @@ mod tests {
         let pairs: Vec<(u64, u64)> = clean.iter().map(|(b, _, a)| (*b, *a)).collect();
         assert_eq!(kept_over_all_frees(&pairs, step), None);
         assert_eq!(unseen_kept_per_free(&pairs, step), Some(16 * MIB));
+        // More windows narrow that: sixteen bound a free by 4 MiB.
+        assert!(keep_hidden_by_step(&clean, &reads, size, 0));
+        let more = vec![(f, f - 64 * MIB, f); STEPPED_WINDOW_ALLOCATIONS];
+        let pairs: Vec<(u64, u64)> = more.iter().map(|(b, _, a)| (*b, *a)).collect();
+        assert_eq!(unseen_kept_per_free(&pairs, step), Some(4 * MIB));
         // An exact reading of 434 MiB windows (217 pages) from 21,000 MiB free: its reads share
         // 14 MiB, and read every window exactly, so no step is shown.
         let (f, size) = (1500 * 14 * MIB, 434 * MIB);
@@ -1430,6 +1463,7 @@ mod tests {
         let reads: Vec<u64> = exact.iter().flat_map(|(b, h, a)| [*b, *h, *a]).collect();
         assert_eq!(reading_step(&reads), 14 * MIB);
         assert_eq!(shown_step(&exact, size, reading_step(&reads)), 0);
+        assert!(!keep_hidden_by_step(&exact, &reads, size, 0));
     }
 
     #[test]
