@@ -172,6 +172,7 @@ impl Device {
             Ok(()) => {
                 g.t.allocations.remove(&allocation.id);
                 g.t.raw_frees += 1;
+                g.t.raw_freed_bytes = g.t.raw_freed_bytes.saturating_add(bytes);
                 Ok(())
             }
             Err(e) => Err(Failed::new(allocation, e)),
@@ -204,6 +205,14 @@ impl Device {
     /// all of a freed allocation back) counts what its own frees kept.
     pub fn raw_frees(&self) -> u64 {
         self.lock().t.raw_frees
+    }
+
+    /// The bytes of the raw allocations freed through this device so far (those
+    /// [`Device::raw_frees`] counts): however much a driver keeps of a free, it cannot keep
+    /// more than the allocation held, so this bounds what a caller's own allocate/free pairs
+    /// can have left held.
+    pub fn raw_freed_bytes(&self) -> u64 {
+        self.lock().t.raw_freed_bytes
     }
 
     /// What this device holds for its callers right now (for leak checks).

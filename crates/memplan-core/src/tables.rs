@@ -79,6 +79,8 @@ pub(crate) struct Tables {
     pub granularity: Option<u64>,
     /// Raw allocations freed so far ([`Device::raw_frees`](crate::Device::raw_frees)).
     pub raw_frees: u64,
+    /// The bytes of those allocations ([`Device::raw_freed_bytes`](crate::Device::raw_freed_bytes)).
+    pub raw_freed_bytes: u64,
 }
 
 /// The error of an operation the protocol forbids while a capture is in progress.
