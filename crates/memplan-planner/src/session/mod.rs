@@ -239,7 +239,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         let hint = probed.map(|(b, _, _)| b);
         let mut s = Self::open(device, engine, report.calibrated.clone(), true, most, hint)?;
         s.rec.own_frees.start = frees_at_start;
-        s.rec.before_baseline("calibration", pre);
+        s.rec.before_baseline("calibration", pre, None);
         s.calibrated_by_probe(probed, &pre);
         for w in report.downgrade_warnings() {
             s.rec.warn(w);
@@ -341,6 +341,8 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         // The session's own raw frees start here (where it calibrated, `start` counts from
         // before calibration).
         let frees_at_open = device.raw_frees();
+        let freed_at_open = device.raw_freed_bytes();
+        let live_at_open = device.live();
         let e = engine.as_dyn();
         check_same_gpu(&device, e)?;
         // Asked before the baseline (the cache release below gives back what the question took).
@@ -571,7 +573,22 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             });
         }
         if let Some(pre) = checked {
-            rec.before_baseline("free reading check", pre);
+            // The check is raw allocations of known sizes, each freed again (nothing of it is
+            // live at the baseline): it can have left held no more than those allocations held,
+            // nor more than its frees times the most the windows bound a free's keep by, where
+            // they bound it. A larger drop of a reading that sees the whole device is another
+            // process's ([`recorder::Recorder::before_baseline`]).
+            let own_most = (rec.device.live() == live_at_open).then(|| {
+                let freed = rec.device.raw_freed_bytes().saturating_sub(freed_at_open);
+                let frees = rec.device.raw_frees().saturating_sub(frees_at_open);
+                most_kept
+                    .map(|m| {
+                        m.max(rec.p.kept_per_free.unwrap_or(0))
+                            .saturating_mul(frees)
+                    })
+                    .map_or(freed, |k| k.min(freed))
+            });
+            rec.before_baseline("free reading check", pre, own_most);
             // The check's allocations were freed raw, and each free may have kept up to the
             // most the windows bound a free's keep by (seen or not), else what the device was
             // seen to keep per free, else the most a free may keep that the windows could not

@@ -523,17 +523,50 @@ impl Recorder {
     /// what it left held outside the allocator is also what the session's check of the request
     /// gives back ([`Profile::held_by_calibration`]): the engine's start-up compares its
     /// request with the free memory it found before any of that existed.
-    pub fn before_baseline(&mut self, name: &str, pre: MemoryInfo) {
+    ///
+    /// `own_most`: where the step was nothing but raw allocations the session freed again,
+    /// the most they can have left held (no free keeps more than its allocation held, and
+    /// windows over known allocations may bound what each free keeps more tightly). Where the
+    /// free reading sees the whole device, a drop past that bound and the reading's window
+    /// error is other processes' memory, which came (or, for a reading that lags, showed)
+    /// while the step ran: it is counted as another process's, as an idle window's is, not as
+    /// this engine's. An uncalibrated start-up on a reading that lagged one synchronize read
+    /// 20 GiB that another process held before it started as its own check's leftovers, and
+    /// refused a request the device had room for.
+    ///
+    /// [`Profile::held_by_calibration`]: crate::Profile
+    pub fn before_baseline(&mut self, name: &str, pre: MemoryInfo, own_most: Option<u64>) {
         let w = self.engine_step(name, pre, self.p.baseline);
-        if self
-            .p
-            .capability
-            .reading(memplan_core::Reading::DriverFree)
-            .measures_own_usage()
-        {
-            self.p.held_by_calibration = w.non_allocator.map_or(0, |d| d.max(0).unsigned_abs());
-            self.left_held(self.p.held_by_calibration, true);
+        let r = self.p.capability.reading(memplan_core::Reading::DriverFree);
+        if !r.measures_own_usage() {
+            return;
         }
+        let held = w.non_allocator.map_or(0, |d| d.max(0).unsigned_abs());
+        let own = match own_most.filter(|_| r.sees_whole_device()) {
+            Some(most) => {
+                let error = self
+                    .p
+                    .free_window_margin()
+                    .max(self.p.free_window_error.unwrap_or(0));
+                held.min(most.saturating_add(error))
+            }
+            None => held,
+        };
+        let others = held - own;
+        if others > 0 && self.free_ok {
+            let others = i64::try_from(others).unwrap_or(i64::MAX);
+            self.own_growth = self.own_growth.saturating_sub(others);
+            self.p.foreign_bytes = self.p.foreign_bytes.saturating_add(others);
+            tracing::info!(
+                step = name,
+                read = held,
+                own_most = ?own_most,
+                others,
+                "memory taken past what the session's own allocations can have left held; attributed to another process"
+            );
+        }
+        self.p.held_by_calibration = own;
+        self.left_held(own, true);
     }
 
     /// Account the graph phase: memory left held after a teardown is the engine's.
@@ -645,7 +678,7 @@ mod tests {
     #[test]
     fn what_a_checks_raw_frees_may_keep_is_named() {
         let mut rec = recorder(20 * GIB, 2304 * KIB);
-        rec.before_baseline("free reading check", snap(20 * GIB));
+        rec.before_baseline("free reading check", snap(20 * GIB), None);
         assert_eq!(named(&rec), Some((0, 2304 * KIB)));
         rec.left_held_at_least(12 * 256 * KIB);
         assert_eq!(named(&rec), Some((0, 3 * MIB)));
@@ -656,6 +689,37 @@ mod tests {
         assert_eq!(named(&rec), Some((0, 3 * MIB)));
     }
 
+    /// Another process took 4 GiB while the session's own check (raw allocations freed again,
+    /// which can have left at most 2 MiB held) ran: on a reading of the whole device, the check
+    /// is named at that bound and its window error, the rest is another process's and no part of
+    /// this engine's memory or of what the start-up check gives back. A reading of this process
+    /// alone cannot have seen another process: all of it stays the check's.
+    #[test]
+    fn a_drop_past_what_the_checks_allocations_can_leave_is_another_process() {
+        let mut rec = recorder(20 * GIB, MIB);
+        let error = rec.p.free_window_margin().max(MIB);
+        rec.before_baseline("free reading check", snap(24 * GIB), Some(2 * MIB));
+        assert_eq!(named(&rec), Some((2 * MIB + error, error)));
+        assert_eq!(rec.p.held_by_calibration, 2 * MIB + error);
+        let others = 4 * GIB - 2 * MIB - error;
+        assert_eq!(rec.p.foreign_bytes, others as i64);
+        assert_eq!(rec.non_allocator_growth(), Some((2 * MIB + error) as i64));
+        // Within the bound, all of it is the check's.
+        let mut rec = recorder(20 * GIB, MIB);
+        rec.before_baseline("free reading check", snap(20 * GIB + MIB), Some(2 * MIB));
+        assert_eq!(rec.p.held_by_calibration, MIB);
+        assert_eq!(rec.p.foreign_bytes, 0);
+        // A process-local reading: the check's, whatever the bound.
+        let mut rec = recorder(20 * GIB, MIB);
+        rec.p.capability.set(
+            memplan_core::Reading::DriverFree,
+            memplan_core::Reliability::process_local(0, "test"),
+        );
+        rec.before_baseline("free reading check", snap(24 * GIB), Some(2 * MIB));
+        assert_eq!(rec.p.held_by_calibration, 4 * GIB);
+        assert_eq!(rec.p.foreign_bytes, 0);
+    }
+
     #[test]
     fn a_check_the_free_reading_read_as_leaving_nothing_is_named_within_its_window_error() {
         // A reading in 32 MiB steps (windows off by up to 64 MiB) read calibration's test
@@ -664,16 +728,16 @@ mod tests {
         // request in the weights' step, named by nothing). What the reading cannot see is named
         // as its window error.
         let mut rec = recorder(20 * GIB, 64 * MIB);
-        rec.before_baseline("calibration", snap(20 * GIB));
+        rec.before_baseline("calibration", snap(20 * GIB), None);
         assert_eq!(rec.p.held_by_calibration, 0);
         assert_eq!(named(&rec), Some((0, 64 * MIB)));
         // What it saw is named with the same error.
         let mut rec = recorder(20 * GIB, 64 * MIB);
-        rec.before_baseline("calibration", snap(20 * GIB + 96 * MIB));
+        rec.before_baseline("calibration", snap(20 * GIB + 96 * MIB), None);
         assert_eq!(named(&rec), Some((96 * MIB, 64 * MIB)));
         // An exact window that read nothing names nothing.
         let mut rec = recorder(20 * GIB, 0);
-        rec.before_baseline("calibration", snap(20 * GIB));
+        rec.before_baseline("calibration", snap(20 * GIB), None);
         assert_eq!(named(&rec), None);
     }
 
@@ -695,12 +759,12 @@ mod tests {
             rec
         };
         let mut rec = approximate(64 * MIB);
-        rec.before_baseline("calibration", snap(20 * GIB + 5 * MIB));
+        rec.before_baseline("calibration", snap(20 * GIB + 5 * MIB), None);
         let kept = 7 * MIB + 7 * MIB / 4 + MIB;
         assert_eq!(named(&rec), Some((5 * MIB, kept)));
         // Never below the error seen, where a declaration is narrower than what was seen.
         let mut rec = approximate(2 * MIB);
-        rec.before_baseline("calibration", snap(20 * GIB + 5 * MIB));
+        rec.before_baseline("calibration", snap(20 * GIB + 5 * MIB), None);
         assert_eq!(named(&rec), Some((5 * MIB, 7 * MIB)));
     }
 
