@@ -942,7 +942,7 @@ pub(super) fn fit_rounded(
 
 /// The fewest divisions (more than one) `roundup_power2_divisions` sets for any interval: the
 /// coarsest of its roundings (`None`: it rounds nothing).
-pub(super) fn fewest_divisions(a: &AllocatorConfig) -> Option<u64> {
+pub(crate) fn fewest_divisions(a: &AllocatorConfig) -> Option<u64> {
     a.roundup_power2_divisions
         .iter()
         .filter(|d| **d > 1)

@@ -44,7 +44,7 @@ pub mod render;
 
 pub use build::{PlanBuilder, UNMEASURED_NON_ALLOCATOR_BYTES};
 pub use consumer::{Consumer, ConsumerKind, Consumers, Provenance};
-pub(crate) use footprint::{gcd, kv_layout, MID_SEGMENT};
+pub(crate) use footprint::{fewest_divisions, gcd, kv_layout, MID_SEGMENT};
 pub use footprint::{
     granule_bound, granule_bound_beside, granule_bound_of_segments, granule_bound_segments,
     is_large_request, is_small_request, weights_left_out, GranuleBound, ALLOCATOR_ROUNDING_BOUND,

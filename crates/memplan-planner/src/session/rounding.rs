@@ -33,10 +33,11 @@
 //! as the engine's). The warm-ups run smallest first, each only where what the largest warm-up
 //! so far and the profile run took per token say it fits in what the request leaves beside
 //! what the plan counts as this process's (the KV cache's budget, the activation peak and the
-//! graphs still to capture), less one granule of rounding; where the batch's sizes do not fit,
-//! each is the same fraction of the tokens that do (`narrow_by_warm_ups`): a forward pass can
-//! take more per token than the profile run did, and the plan step is the session's own, so
-//! what it takes past the request is memplan's. The session stops where the bound reaches
+//! graphs still to capture), less one granule of rounding and what the power-of-two divisions
+//! the engine declared may round a request up by ([`before_divisions`]); where the batch's
+//! sizes do not fit, each is the same fraction of the tokens that do (`narrow_by_warm_ups`): a
+//! forward pass can take more per token than the profile run did, and the plan step is the
+//! session's own, so what it takes past the request is memplan's. The session stops where the bound reaches
 //! [`ALLOCATOR_ROUNDING_BOUND`] (the plan keeps no less), after [`GRANULE_WARM_UPS`] warm-ups,
 //! where no size fits, or at the first one that makes the allocator reserve nothing (an engine
 //! without a warm-up, whose default does nothing) or fails (the bound stays as the earlier
@@ -45,7 +46,7 @@
 //! [`AllocatorView::allocate_tensor`]: memplan_core::AllocatorView::allocate_tensor
 
 use memplan_core::bytes::MIB;
-use memplan_core::Result;
+use memplan_core::{AllocatorConfig, Result};
 
 use super::kv_cache::one_tensor;
 use super::{AsDynEngine, Session};
@@ -143,6 +144,22 @@ pub(crate) fn tensor_sizes() -> Vec<u64> {
     out
 }
 
+/// The most bytes of requests whose rounding by the power-of-two divisions the engine declared
+/// (`roundup_power2_divisions` in `conf`) still fits in `room`: a request in `[2^k, 2^(k+1))`
+/// rounded up to one of `d` steps of `2^k / d` gains less than `1/d` of itself, so requests of
+/// `room x d / (d + 1)` take at most `room` (`room` itself where it declared none). A warm-up's
+/// cost scaled from a smaller one's per token is its request before that rounding: warm-ups of
+/// 19,315 tokens that reserved 2 GiB scaled to 2.32 GiB for 22,387 tokens, which two divisions
+/// rounded up to 3 GiB, 89.6 MiB past the request.
+pub(crate) fn before_divisions(room: u64, conf: Option<&AllocatorConfig>) -> u64 {
+    match conf.and_then(crate::plan::fewest_divisions) {
+        Some(d) => {
+            u64::try_from(u128::from(room) * u128::from(d) / u128::from(d + 1)).unwrap_or(u64::MAX)
+        }
+        None => room,
+    }
+}
+
 impl<E: AsDynEngine + ?Sized> Session<'_, E> {
     /// See the module docs. Runs once per session; `max_tokens` is the scheduler's
     /// `max_num_batched_tokens`.
@@ -165,7 +182,10 @@ impl<E: AsDynEngine + ?Sized> Session<'_, E> {
             // the request at the plan step with them, where the engine alone took nothing).
             let most = self.rounding_margin().saturating_mul(TENSORS_PER_READING);
             let fits = |b: &u64| {
-                room.is_none_or(|r| b.saturating_mul(TENSORS_PER_READING).saturating_add(most) <= r)
+                room.is_none_or(|r| {
+                    b.saturating_mul(TENSORS_PER_READING).saturating_add(most)
+                        <= self.before_divisions(r)
+                })
             };
             let sizes: Vec<u64> = tensor_sizes().into_iter().filter(fits).collect();
             self.narrow_by(sizes, "a tensor", Self::granule_tensor);
@@ -219,7 +239,7 @@ impl<E: AsDynEngine + ?Sized> Session<'_, E> {
                 if let Some(a) = self.rec.p.activation_peak_bytes {
                     costs.push((max_tokens, a));
                 }
-                warm_up_tokens_within(&costs, room.saturating_sub(margin))
+                warm_up_tokens_within(&costs, self.before_divisions(room.saturating_sub(margin)))
             });
             let sizes = warm_up_sizes(max_tokens.min(within));
             let Some(size) = sizes.get(i).copied().filter(|s| !done.contains(s)) else {
@@ -241,6 +261,11 @@ impl<E: AsDynEngine + ?Sized> Session<'_, E> {
                 }
             }
         }
+    }
+
+    /// [`before_divisions`] by the allocator configuration the engine declared.
+    fn before_divisions(&self, room: u64) -> u64 {
+        before_divisions(room, self.alloc_conf.as_ref().map(|(c, _)| c))
     }
 
     /// The most the allocator's rounding may add to one request by the readings so far: the
@@ -351,6 +376,24 @@ mod tests {
         assert_eq!(warm_up_tokens_within(&[], MIB), u64::MAX);
         assert_eq!(warm_up_tokens_within(&costs, 0), 0);
         assert_eq!(warm_up_tokens_within(&[(0, MIB), (10, 0)], MIB), u64::MAX);
+    }
+
+    #[test]
+    fn warm_ups_keep_room_for_power_of_two_divisions() {
+        let room = 3 * 1024 * MIB;
+        assert_eq!(before_divisions(room, None), room);
+        let plain = AllocatorConfig::parse("max_split_size_mb:512").unwrap();
+        assert_eq!(before_divisions(room, Some(&plain)), room);
+        let two = AllocatorConfig::parse("roundup_power2_divisions:2").unwrap();
+        let kept = before_divisions(room, Some(&two));
+        assert_eq!(kept, 2 * 1024 * MIB);
+        // What is kept, rounded up by less than half of itself (two divisions), stays within
+        // the room; the 2.32 GiB a warm-up was scaled to is not kept (it rounds to 3 GiB).
+        assert!(kept + kept / 2 <= room);
+        assert!(2_490_000_000 > kept);
+        // The coarsest division of any interval counts.
+        let mixed = AllocatorConfig::parse("roundup_power2_divisions:[64:8,>:4]").unwrap();
+        assert_eq!(before_divisions(room, Some(&mixed)), room * 4 / 5);
     }
 
     #[test]
