@@ -3420,3 +3420,22 @@ fn warm_ups_for_the_granule_keep_room_for_power_of_two_divisions() {
         assert!(c.out.plan.is_some(), "{}: refused", c.what);
     }
 }
+
+/// A KV count grown to the finer page the cache showed (expandable segments of 20 MiB pages
+/// where the plan kept a 64 MiB one) is checked by allocating what the engine still needs in
+/// the room the request leaves beside it. That room is the request less figures the free
+/// reading's windows measured, which may read low by the windows' error (30 and 4 MiB steps
+/// here): the check takes the error off, as the plan's own probes do. Without it the check's
+/// allocation took the margin kept for the error and the process went 1.25 MiB (seed 14, 30 MiB
+/// steps) and 505 KiB (seed 36, 4 MiB steps) past the request (outside battery o32).
+#[test]
+fn a_grown_kv_counts_check_keeps_the_free_readings_window_error() {
+    passes(
+        "rtx3090-free-step-30m-expandable-grown-kv-count-within-request.toml",
+        &[0, 14],
+    );
+    passes(
+        "rtx3090-free-step-4m-expandable-grown-kv-count-within-request.toml",
+        &[0, 36],
+    );
+}

@@ -1014,9 +1014,13 @@ fn grown_fits(
         tracing::info!(blocks, taken, room, kept, "a KV cache grown past the plan's count leaves less room than the check beside it keeps of its own free: the count goes back down");
         return Ok(false);
     }
+    // The room is the request less figures the free reading's windows may have read low by
+    // their error, which the plan keeps a margin for: the check takes it off, as the plan's own
+    // probes do (a count grown on a reading in 30 MiB steps went 1.25 MiB past the request).
     let left = room
         .saturating_sub(taken)
         .saturating_add(after_kv)
+        .saturating_sub(rec.held_error())
         .saturating_sub(crate::calibrate::tolerance(0));
     let ask = need.min(left);
     match crate::session::probe::fits(&rec.device, ask) {

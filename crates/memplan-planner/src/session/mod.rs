@@ -1379,12 +1379,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         };
         let frees = self.rec.device.raw_frees();
         let b = self.kept_by_frees_between_probes(b, frees);
-        // What the plan counts as held was measured by the free reading's windows, unless
-        // allocation probes measured it (no reading measures this process).
-        let held_error = match self.rec.p.probe_baseline {
-            Some(_) => 0,
-            None => self.rec.p.free_window_error.unwrap_or(0),
-        };
+        let held_error = self.rec.held_error();
         let b = if b.is_blind() {
             // Nothing reads memory other processes hold: allocate what the plan still needs
             // once, at this quiet point, and cap the KV cache by what was there.

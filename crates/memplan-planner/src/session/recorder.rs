@@ -491,6 +491,19 @@ impl Recorder {
         w
     }
 
+    /// What the plan's figures of memory held may be off by, where the free reading's windows
+    /// measured them ([`Profile::free_window_error`]); 0 where allocation probes measured them
+    /// (no reading measures this process). An allocation that checks the room the request
+    /// leaves takes this off that room: the plan's margin for it is not room to take.
+    ///
+    /// [`Profile::free_window_error`]: crate::Profile
+    pub(crate) fn held_error(&self) -> u64 {
+        match self.p.probe_baseline {
+            Some(_) => 0,
+            None => self.p.free_window_error.unwrap_or(0),
+        }
+    }
+
     /// A step's window read the memory outside the allocator shrinking by `bytes`. On a free
     /// reading that counts this process's memory only (it cannot see other processes), no one
     /// else can have freed it: the reading erred by at least that much, and every other window
