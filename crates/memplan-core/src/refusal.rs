@@ -227,7 +227,8 @@ pub struct RoundingReserve {
     /// The most the plan takes one allocation to be rounded up by: the allocator's granule
     /// as the plan keeps it (an expandable segment's page, where the allocations are packed).
     pub granule: u64,
-    /// The most the plan takes every allocation's rounding to be, together.
+    /// The most the plan takes every allocation's rounding to be, together (what power-of-two
+    /// divisions add first included, where the allocator declares them).
     pub most: u64,
     /// The allocations in words (`a K and a V tensor for each of 34 layers, allocated apart`).
     pub layout: String,

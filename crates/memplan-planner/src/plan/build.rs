@@ -824,10 +824,20 @@ impl PlanBuilder {
             Some(_) if expandable => granule.saturating_add(MIN_BLOCK.saturating_mul(allocations)),
             Some(_) => granule.saturating_mul(allocations),
         };
+        // Power-of-two divisions round each tensor up first, by under `1/d` of itself
+        // (`power2_waste`, which the fit keeps): named, and counted in `most` once the cache's
+        // bytes are known (`RoundingWords::reserve`).
+        let divisions = fewest_divisions(a);
+        if let Some(d) = divisions {
+            layout.push_str(&format!(
+                "; each first rounded up to its power-of-two division (`roundup_power2_divisions`, {d} at the coarsest), by up to 1/{d} of itself"
+            ));
+        }
         RoundingWords {
             allocations,
             granule,
             most,
+            divisions,
             layout,
             fewer: fewer.join("; "),
         }
@@ -1566,20 +1576,26 @@ impl PlanBuilder {
 struct RoundingWords {
     allocations: u64,
     granule: u64,
+    /// The granules' rounding of every allocation, together.
     most: u64,
+    /// The fewest power-of-two divisions the allocator rounds a tensor to, where it does.
+    divisions: Option<u64>,
     layout: String,
     fewer: String,
 }
 
 impl RoundingWords {
-    /// The reserve where `room` was left for the KV cache and `kv_bytes` of it fit.
+    /// The reserve where `room` was left for the KV cache and `kv_bytes` of it fit: the most
+    /// the rounding takes is the granules' beside what the power-of-two divisions add to
+    /// tensors of `kv_bytes` in all (under `1/d` of them).
     fn reserve(self, room: u64, kv_bytes: u64) -> RoundingReserve {
+        let divided = self.divisions.map_or(0, |d| kv_bytes.div_ceil(d));
         RoundingReserve {
             room,
             reserve: room.saturating_sub(kv_bytes),
             allocations: self.allocations,
             granule: self.granule,
-            most: self.most,
+            most: self.most.saturating_add(divided),
             layout: self.layout,
             fewer: self.fewer,
         }

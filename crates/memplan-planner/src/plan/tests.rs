@@ -1214,6 +1214,49 @@ fn a_refusal_names_the_rounding_reserve_that_took_the_room() {
     );
 }
 
+/// Where the engine declared power-of-two divisions (`roundup_power2_divisions`), each KV tensor
+/// is rounded up to its division before the granule rounds it, and the fit keeps room for that
+/// too: the refusal names the divisions and counts what they add (under `1/d` of the cache's
+/// bytes) in the most the rounding takes, so the figures it gives add up to what it kept (a
+/// refusal on a 1 GiB-stepped A100 said 6.32 GiB kept, "64.00 MiB for all of them").
+#[test]
+fn a_rounding_refusal_counts_power_of_two_divisions() {
+    use memplan_core::kv::{KvAllocation, LongRequests};
+    let spec = gemma3_4b_like(8);
+    let limits = KvLimits::new(8192, 16384).with_max_len_limit(1 << 20);
+    let p = profile(48 * GIB, 47 * GIB, 46 * GIB, 20 * GIB, GIB, 0, None);
+    let conf = memplan_core::AllocatorConfig::parse("roundup_power2_divisions:2").unwrap();
+    let mut b =
+        PlanBuilder::from_profile(&p, "test", Request::Bytes(23 * GIB + GIB / 2), spec, limits)
+            .unwrap()
+            .sizing_rules(
+                SizingRules::default()
+                    .with_kv_allocation(KvAllocation::SplitKv)
+                    .with_long_requests(LongRequests::Refuse),
+            )
+            .allocator_config(conf, "the test");
+    b.unmeasured_kv_allocation(Some(40 * MIB));
+    let e = b.build().unwrap_err();
+    let Some(Refusal::RequestDoesNotFit {
+        kv_bytes,
+        rounding: Some(r),
+        ..
+    }) = e.refusal()
+    else {
+        panic!("{e}");
+    };
+    assert_eq!(
+        r.most,
+        r.allocations * r.granule + kv_bytes.div_ceil(2),
+        "{e}"
+    );
+    let text = e.to_string();
+    assert!(
+        text.contains("power-of-two division (`roundup_power2_divisions`, 2 at the coarsest)"),
+        "{text}"
+    );
+}
+
 /// The non-allocator consumer of the plan of `p` at 90% utilisation, its KV cache allocated
 /// as `allocation` says.
 fn non_allocator_bytes(p: &Profile, allocation: memplan_core::kv::KvAllocation) -> u64 {
