@@ -3442,3 +3442,68 @@ fn a_grown_kv_counts_check_keeps_the_free_readings_window_error() {
         &[0, 36],
     );
 }
+
+/// Where the files of the third battery written from the docs alone live.
+const VENDORS_QUIRKS_ENGINES: &str = "vendors-quirks-engines";
+
+/// Every `shards`-th file of `tests/outside/vendors-quirks-engines/` from `shard` on, each on
+/// one seed (its place in the list, modulo 40).
+fn vendors_quirks_engines_pass(shard: usize, shards: usize) {
+    let files = folder(VENDORS_QUIRKS_ENGINES);
+    for (i, file) in files.iter().enumerate().skip(shard).step_by(shards) {
+        passes(
+            &format!("{VENDORS_QUIRKS_ENGINES}/{file}"),
+            &[(i % 40) as u64],
+        );
+    }
+}
+
+// Scenario files written from docs/scenarios.md, docs/simulator-physics.md,
+// docs/measurement-protocol.md, docs/engine-rules.md, docs/capability-matrix.md, the README
+// and shared/data's model configs alone, before the planner's or the test-bed's source was
+// read: every simulated profile but a few (CUDA, ROCm 5.4 to 6.2, MI300X, Strix Halo, Arc
+// A770, B580 and 140V, Max 1550, the `broken-*` backends), each selector quirk (stale, stepped
+// from 4 MiB to 1 GiB, process-local, blind to graphics or equal to the total free readings,
+// Sysman or NVML missing, a total reported low, frees and VM releases that keep memory, memory
+// hidden per capture, deferred graph release, zeroed graph pool attributes, no allocation
+// nodes, captures that keep the cache, APU pools), adversarial and pinned physics, neighbours
+// before every step (growing, leaving, alternating), vLLM's tensor per layer and one backing
+// buffer, SGLang's K and V apart and paired, engines with no hook and with or without the
+// allocator's tensors, hybrid sliding-window, MLA and a window past the context, block sizes 1
+// to 4,096, int8 to fp32 caches, post-capture, full, sampled and eager graph phases with up
+// to 5,000 kernel nodes, calibration on and off, shares from 0.05 to 0.98 and byte budgets,
+// 65,536 weight tensors. Misreported totals with no second reading are left out (judged against
+// the real total, they are over the request by design: docs/scenarios.md, "Devices that
+// misreport their total"). When written, 71 of the 80 passed every rule on seeds 0 to 39; the
+// other nine refused needlessly on a seed or two (13 runs: refusals beside memory the
+// session's own measurement captures left held, an SGLang pool from an APU's aperture, a
+// calibration beside a device that keeps 64 MiB of every free), none failed a gating rule. In
+// two shards, each file on one seed.
+#[test]
+fn vendors_quirks_engines_pass_the_gating_rules_0() {
+    vendors_quirks_engines_pass(0, 2);
+}
+
+#[test]
+fn vendors_quirks_engines_pass_the_gating_rules_1() {
+    vendors_quirks_engines_pass(1, 2);
+}
+
+/// Every file of `tests/outside/vendors-quirks-engines/` on seeds 0 to 39, judged by the gating
+/// rules alone (the needless refusals the files were written with stay open).
+#[test]
+#[ignore = "40 seeds per file: run by hand in a release build"]
+fn vendors_quirks_engines_over_40_seeds() {
+    let seeds: Vec<u64> = (0..40).collect();
+    let mut failed = Vec::new();
+    for file in folder(VENDORS_QUIRKS_ENGINES) {
+        let cases = cases_with(&format!("{VENDORS_QUIRKS_ENGINES}/{file}"), &seeds, |_| {});
+        failed.extend(
+            acceptance::failures(&cases)
+                .into_iter()
+                .filter(|f| acceptance::GATING.contains(&f.check))
+                .map(|f| f.line),
+        );
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
