@@ -3507,3 +3507,27 @@ fn vendors_quirks_engines_over_40_seeds() {
     }
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
+
+/// The Arc B580 with no free reading, keeping 128 MiB of every raw free (seeds 33, 148 and 167
+/// of 200), and the same keeping 96 MiB (6 of 200 seeds), a neighbour of 7,794 MiB arriving
+/// before the profile run: the engine alone fits its profile run, and the run runs out of
+/// memory. Each of the four allocation probes before the run (the start's, two around the
+/// weights, one after the settle that opens the run) succeeds once, as it must to measure, and
+/// its free keeps a free's worth: 512 MiB kept where the engine alone had 864 MiB for a
+/// 614 MiB activation (seed 167, an allocator holding 3.30 GiB for 2.30 GiB of weights). Even
+/// two probes would leave 608 MiB there, and each is what tells memory that lands at a step's
+/// start (another process's) from the step's own: nothing the session reads before the run
+/// says how much a free keeps (the keep test runs after it, to cost nothing before it).
+/// Found by running the outside folder over seeds 0..40 and 0..200.
+#[test]
+#[ignore = "open: each allocation probe before the profile run keeps a free's worth, and four of them can take more than the engine alone had to spare"]
+fn probes_before_the_profile_run_keep_less_than_the_engine_alone_spares() {
+    passes(
+        "b580-nosysman-leak-128m-uncalibrated-neighbour-profile-run.toml",
+        &[33, 148, 167],
+    );
+    passes(
+        "open/b580-nosysman-leak-96m-uncalibrated-neighbour-profile-run.toml",
+        &[24, 31, 44, 96, 167, 184],
+    );
+}
