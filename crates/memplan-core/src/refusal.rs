@@ -243,7 +243,7 @@ impl RoundingReserve {
     fn write(&self, f: &mut dyn fmt::Write) -> fmt::Result {
         write!(
             f,
-            ": {} was left for the KV cache, and the plan keeps {} of it for the caching allocator's rounding of the cache's {} allocations ({}), each of which the allocator may round up by as much as {} ({} for all of them)",
+            ": {} was left for the KV cache, and the plan keeps {} of it for the caching allocator's rounding of the cache's {} allocations ({}), each of which the allocator's granule may round up by as much as {} ({} for all of them)",
             fmt_bytes(self.room),
             fmt_bytes(self.reserve.min(self.room)),
             self.allocations,
@@ -581,7 +581,7 @@ mod tests {
         };
         let text = r.to_string();
         assert!(
-            text.contains("only 0 fit in 0 B: 1.50 GiB was left for the KV cache, and the plan keeps 1.50 GiB of it for the caching allocator's rounding of the cache's 68 allocations (a K and a V tensor for each of 34 layers), each of which the allocator may round up by as much as 40.00 MiB (2.66 GiB for all of them); not even one block fits"),
+            text.contains("only 0 fit in 0 B: 1.50 GiB was left for the KV cache, and the plan keeps 1.50 GiB of it for the caching allocator's rounding of the cache's 68 allocations (a K and a V tensor for each of 34 layers), each of which the allocator's granule may round up by as much as 40.00 MiB (2.66 GiB for all of them); not even one block fits"),
             "{text}"
         );
         assert!(
