@@ -485,9 +485,16 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         let mut free_reads = 1;
         let mut still = None;
         let single = free_window_error;
+        // Where the window error is no more than that step, no combined read can narrow it
+        // (a combined window's error is taken at the step at least, below), and a pass would
+        // only make more allocate/free pairs: on a device whose raw frees each keep memory,
+        // every pair leaves its keep held for good, counted as this process's memory though
+        // an engine alone never takes it (an L4 whose reading moves in 256 MiB steps and
+        // keeping 32 MiB a free left 1.25 GiB held after the start's checks with a combined
+        // pass that could not narrow a window error of exactly the step, 768 MiB without it).
         for reads in [FREE_READS, MORE_FREE_READS] {
-            let Some(narrowest) =
-                free_window_error.filter(|e| *e > crate::plan::ALLOCATOR_ROUNDING_BOUND)
+            let Some(narrowest) = free_window_error
+                .filter(|e| *e > crate::plan::ALLOCATOR_ROUNDING_BOUND && *e > step)
             else {
                 break;
             };
