@@ -1463,12 +1463,34 @@ fn folder(name: &str) -> Vec<String> {
     files
 }
 
+/// Every `shards`-th file of `tests/outside/<name>/` from `shard` on, each on one seed (its
+/// place in the list, modulo `seeds`), judged as [`passes`] judges.
+fn folder_passes(name: &str, shard: usize, shards: usize, seeds: u64) {
+    for (i, file) in folder(name).iter().enumerate().skip(shard).step_by(shards) {
+        passes(&format!("{name}/{file}"), &[i as u64 % seeds]);
+    }
+}
+
+/// Every file of `tests/outside/<name>/` on `seeds`, judged by the gating rules alone (the
+/// needless refusals a folder was written with stay open).
+fn folder_passes_the_gating_rules(name: &str, seeds: &[u64]) {
+    let mut failed = Vec::new();
+    for file in folder(name) {
+        let cases = cases_with(&format!("{name}/{file}"), seeds, |_| {});
+        failed.extend(
+            acceptance::failures(&cases)
+                .into_iter()
+                .filter(|f| acceptance::GATING.contains(&f.check))
+                .map(|f| f.line),
+        );
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
 /// Every `shards`-th file of `tests/outside/real-shapes/` from `shard` on, each on one seed (its
 /// place in the list, modulo 40: the seeds differ from file to file).
 fn real_shapes_pass(shard: usize, shards: usize) {
-    for (i, file) in real_shapes().iter().enumerate().skip(shard).step_by(shards) {
-        passes(&format!("real-shapes/{file}"), &[(i % 40) as u64]);
-    }
+    folder_passes("real-shapes", shard, shards, 40);
 }
 
 // Scenario files written from docs/scenarios.md alone, outside the test-bed's generator: real
@@ -1519,13 +1541,7 @@ const RELEASES_BUDGETS_QUIRKS: &str = "releases-budgets-quirks";
 /// Every `shards`-th file of `tests/outside/releases-budgets-quirks/` from `shard` on, each on
 /// one seed (its place in the list, modulo 20).
 fn releases_budgets_quirks_pass(shard: usize, shards: usize) {
-    let files = folder(RELEASES_BUDGETS_QUIRKS);
-    for (i, file) in files.iter().enumerate().skip(shard).step_by(shards) {
-        passes(
-            &format!("{RELEASES_BUDGETS_QUIRKS}/{file}"),
-            &[(i % 20) as u64],
-        );
-    }
+    folder_passes(RELEASES_BUDGETS_QUIRKS, shard, shards, 20);
 }
 
 // Scenario files written from docs/scenarios.md, docs/simulator-physics.md, the README and
@@ -3446,18 +3462,6 @@ fn a_grown_kv_counts_check_keeps_the_free_readings_window_error() {
 /// Where the files of the third battery written from the docs alone live.
 const VENDORS_QUIRKS_ENGINES: &str = "vendors-quirks-engines";
 
-/// Every `shards`-th file of `tests/outside/vendors-quirks-engines/` from `shard` on, each on
-/// one seed (its place in the list, modulo 40).
-fn vendors_quirks_engines_pass(shard: usize, shards: usize) {
-    let files = folder(VENDORS_QUIRKS_ENGINES);
-    for (i, file) in files.iter().enumerate().skip(shard).step_by(shards) {
-        passes(
-            &format!("{VENDORS_QUIRKS_ENGINES}/{file}"),
-            &[(i % 40) as u64],
-        );
-    }
-}
-
 // Scenario files written from docs/scenarios.md, docs/simulator-physics.md,
 // docs/measurement-protocol.md, docs/engine-rules.md, docs/capability-matrix.md, the README
 // and shared/data's model configs alone, before the planner's or the test-bed's source was
@@ -3482,7 +3486,7 @@ fn vendors_quirks_engines_pass(shard: usize, shards: usize) {
 // minutes of one core: `vendors_quirks_engines_over_40_seeds` runs it all, by hand).
 #[test]
 fn vendors_quirks_engines_pass_the_gating_rules() {
-    vendors_quirks_engines_pass(0, 4);
+    folder_passes(VENDORS_QUIRKS_ENGINES, 0, 4, 40);
 }
 
 /// Every file of `tests/outside/vendors-quirks-engines/` on seeds 0 to 39, judged by the gating
@@ -3491,17 +3495,7 @@ fn vendors_quirks_engines_pass_the_gating_rules() {
 #[ignore = "40 seeds per file: run by hand in a release build"]
 fn vendors_quirks_engines_over_40_seeds() {
     let seeds: Vec<u64> = (0..40).collect();
-    let mut failed = Vec::new();
-    for file in folder(VENDORS_QUIRKS_ENGINES) {
-        let cases = cases_with(&format!("{VENDORS_QUIRKS_ENGINES}/{file}"), &seeds, |_| {});
-        failed.extend(
-            acceptance::failures(&cases)
-                .into_iter()
-                .filter(|f| acceptance::GATING.contains(&f.check))
-                .map(|f| f.line),
-        );
-    }
-    assert!(failed.is_empty(), "{}", failed.join("\n"));
+    folder_passes_the_gating_rules(VENDORS_QUIRKS_ENGINES, &seeds);
 }
 
 /// The Arc B580 with no free reading, keeping 128 MiB of every raw free (seeds 33, 148 and 167
@@ -3531,18 +3525,6 @@ fn probes_before_the_profile_run_keep_less_than_the_engine_alone_spares() {
 /// Where the files of the fourth battery written from the docs alone live.
 const READINGS_SLICES_BUDGETS: &str = "readings-slices-budgets";
 
-/// Every `shards`-th file of `tests/outside/readings-slices-budgets/` from `shard` on, each on
-/// one seed (its place in the list, modulo 40).
-fn readings_slices_budgets_pass(shard: usize, shards: usize) {
-    let files = folder(READINGS_SLICES_BUDGETS);
-    for (i, file) in files.iter().enumerate().skip(shard).step_by(shards) {
-        passes(
-            &format!("{READINGS_SLICES_BUDGETS}/{file}"),
-            &[(i % 40) as u64],
-        );
-    }
-}
-
 // Scenario files written from the docs and shared/data's model configs alone, on what the
 // other folders cover least: free readings in steps of 4 MiB to 1 GiB beside frees that keep
 // memory (keeps below and above the step), stale readings beside memory other processes held
@@ -3556,7 +3538,7 @@ fn readings_slices_budgets_pass(shard: usize, shards: usize) {
 // fourth file on one seed each (`readings_slices_budgets_over_40_seeds` runs them all).
 #[test]
 fn readings_slices_budgets_pass_the_gating_rules() {
-    readings_slices_budgets_pass(0, 4);
+    folder_passes(READINGS_SLICES_BUDGETS, 0, 4, 40);
 }
 
 /// Every file of `tests/outside/readings-slices-budgets/` on seeds 0 to 39, judged by the
@@ -3565,17 +3547,7 @@ fn readings_slices_budgets_pass_the_gating_rules() {
 #[ignore = "40 seeds per file: run by hand in a release build"]
 fn readings_slices_budgets_over_40_seeds() {
     let seeds: Vec<u64> = (0..40).collect();
-    let mut failed = Vec::new();
-    for file in folder(READINGS_SLICES_BUDGETS) {
-        let cases = cases_with(&format!("{READINGS_SLICES_BUDGETS}/{file}"), &seeds, |_| {});
-        failed.extend(
-            acceptance::failures(&cases)
-                .into_iter()
-                .filter(|f| acceptance::GATING.contains(&f.check))
-                .map(|f| f.line),
-        );
-    }
-    assert!(failed.is_empty(), "{}", failed.join("\n"));
+    folder_passes_the_gating_rules(READINGS_SLICES_BUDGETS, &seeds);
 }
 
 /// An L4 whose free reading moves in 256 MiB steps and whose raw frees each keep 32 MiB: the
