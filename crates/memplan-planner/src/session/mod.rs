@@ -585,15 +585,15 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             // nor more than its frees times the most the windows bound a free's keep by, where
             // they bound it. A larger drop of a reading that sees the whole device is another
             // process's ([`recorder::Recorder::before_baseline`]).
+            let frees = rec.device.raw_frees().saturating_sub(frees_at_open);
+            // The most the windows bound a free's keep by, never below what was seen.
+            let bounded = most_kept.max(rec.p.kept_per_free);
             let own_most = (rec.device.live() == live_at_open).then(|| {
                 let freed = rec.device.raw_freed_bytes().saturating_sub(freed_at_open);
-                let frees = rec.device.raw_frees().saturating_sub(frees_at_open);
+                // Only where the windows bound it (what was seen alone bounds nothing).
                 most_kept
-                    .map(|m| {
-                        m.max(rec.p.kept_per_free.unwrap_or(0))
-                            .saturating_mul(frees)
-                    })
-                    .map_or(freed, |k| k.min(freed))
+                    .and(bounded)
+                    .map_or(freed, |k| k.saturating_mul(frees).min(freed))
             });
             rec.before_baseline("free reading check", pre, own_most);
             // The check's allocations were freed raw, and each free may have kept up to the
@@ -604,11 +604,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             // frees passed on reading noise: 3 MiB held, 2.25 MiB named). The figure seen is
             // a mean of noisy losses and no bound: 16 frees keeping 1 MiB each were named as
             // 16 times 1009 KiB, and the weights went 16 MiB past the request.
-            let frees = rec.device.raw_frees().saturating_sub(frees_at_open);
-            let per_free = most_kept
-                .max(rec.p.kept_per_free)
-                .or(rec.p.unseen_kept_per_free);
-            if let Some(k) = per_free {
+            if let Some(k) = bounded.or(rec.p.unseen_kept_per_free) {
                 rec.left_held_at_least(k.saturating_mul(frees));
             }
         }
