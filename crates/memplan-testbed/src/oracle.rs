@@ -355,6 +355,13 @@ pub struct AtPlan {
     /// may be before its engine loaded its weights or ran its profile run, and `alone` the
     /// engine alone beside what other processes hold then ([`crate::run::run_judged`]).
     pub refused: bool,
+    /// The most an engine that sizes its KV pool from its own free readings can give its pool
+    /// at any fraction: what it read free once its weights were loaded (SGLang's `rest` at a
+    /// fraction of 1). Memory that came free later (other processes that left after the
+    /// weights) is in no pool it can make. `None` for an engine that sizes its pool otherwise,
+    /// and where the plan named that it could not model those readings
+    /// (`engine_pool_unmodelled`: the plan is judged on its own there).
+    pub engine_pool_most: Option<u64>,
 }
 
 /// An oracle's verdict on a setup.
@@ -533,7 +540,9 @@ pub fn oracle_tokens(setup: &Setup, alone: &EngineAlone, at: &AtPlan) -> Option<
     let room = if alone.nothing_fits || graphs_refused {
         0
     } else {
-        in_request.min(physical)
+        in_request
+            .min(physical)
+            .min(at.engine_pool_most.unwrap_or(u64::MAX))
     };
     let jitter = if at.graphs_kept || at.eager {
         0

@@ -461,6 +461,7 @@ pub fn run_judged(
                 eager: false,
                 allocator: gpu.allocator().snapshot(),
                 refused: true,
+                engine_pool_most: None,
             };
             judge(setup, alone.as_ref(), &at, &mut out);
             return Ok(out);
@@ -510,6 +511,18 @@ pub fn run_judged(
         })
         .collect();
 
+    // An engine that sizes its pool from its own free readings (SGLang) keeps no more than
+    // what it read free once its weights were loaded, whatever fraction it is given: memory
+    // other processes released after that is in no pool it can make, and a plan that counts
+    // on it is served below the plan. The oracle is held to the same, except where the plan
+    // named that it could not model those readings (`engine_pool_unmodelled`: the plan is then
+    // judged on its own and the engine's smaller pool is not held against it, as
+    // `acceptance::served_below_plan` says).
+    let pool_unmodelled = pr
+        .plan
+        .warnings
+        .iter()
+        .any(|w| matches!(w, memplan_planner::Warning::EnginePoolUnmodelled { .. }));
     // Where the world stood when the plan was made (for the oracle).
     let at = AtPlan {
         start,
@@ -518,6 +531,10 @@ pub fn run_judged(
         eager: out.strategy == StrategyKind::None,
         allocator: pr.at_plan_allocator.clone(),
         refused: false,
+        engine_pool_most: engine
+            .own_free_readings()
+            .filter(|_| !pool_unmodelled)
+            .map(|(_, after)| after),
     };
 
     // What happens next in a real engine; the simulator keeps the process's high-water mark
