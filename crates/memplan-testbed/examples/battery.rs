@@ -8,6 +8,8 @@
 //! Each file runs on seeds `FROM..TO` (end exclusive) exactly as the outside scenarios of
 //! `tests/outside.rs` do. Every gating failure is printed with its run; the summary counts
 //! each check, and the floor and oracle shares. `BATTERY_DETAIL=1` prints one line per run;
+//! `BATTERY_ALL=1` prints every failure of the other checks too (below the floor, needless
+//! refusals beyond reach), one line each, so a battery's classes can be counted per file;
 //! `BATTERY_THREADS` sets the worker count (default: the machine's cores); `RUST_LOG` the
 //! planner's tracing (for example `memplan_planner=debug`).
 
@@ -90,10 +92,11 @@ fn main() {
             println!("GATING {:?}: {}", f.check, f.line);
         }
     }
-    for f in failures
-        .iter()
-        .filter(|f| f.check == Check::NeedlessRefusalWithinReach)
-    {
+    let all = std::env::var("BATTERY_ALL").is_ok_and(|v| v == "1");
+    for f in failures.iter().filter(|f| {
+        f.check == Check::NeedlessRefusalWithinReach
+            || (all && !acceptance::GATING.contains(&f.check))
+    }) {
         println!("{:?}: {}", f.check, f.line);
     }
     let gating: usize = counts
