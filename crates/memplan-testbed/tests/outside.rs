@@ -3637,3 +3637,40 @@ fn what_the_start_check_left_held_is_named_beyond_the_spread_seen() {
         &[3, 16, 29],
     );
 }
+
+const MODELS_GRAPHS: &str = "models-graphs";
+
+// Scenario files written from docs/scenarios.md, docs/simulator-physics.md,
+// docs/engine-rules.md and shared/data's model configs and start-up logs alone, on model shapes
+// and graph phases beside device quirks: MoE models loaded as 18,867 weight tensors, MLA
+// latents (bf16, fp8, fp8_ds_mla) up to a DeepSeek-V3 slice of 78 GiB, Llama-3.1-405B's 126
+// one-head layers, hybrid sliding and full layers (gemma-3 1B to 27B, gpt-oss-20b and 120b,
+// a 2-token window, 4,096-token blocks), three kinds of layers in one cache and 36 full layers
+// of different shapes, models of 0.5B to 32B at 1 to 131,072 tokens per block and request,
+// int8 to fp32 caches; graph phases of one size to vLLM's 67, up to 2,048 tokens, piecewise
+// node counts, allocation nodes recordable or not, engine hints, per-capture memory kept,
+// deferred release, captures that keep the cache, post-capture on and off, eager; vLLM's tensor
+// per layer and one backing, SGLang 0.5.1, 0.5.14 and 0.5.23 pools; shares from 0.03 to 0.995
+// and byte budgets down to weights plus a few hundred MiB; stale, stepped (8 MiB to 1 GiB),
+// process-local, blind, lost and equal-to-total readings, totals misreported where a second
+// reading exists, frees and VM releases that keep memory, neighbours before every step.
+// When written: gating 0 on seeds 0 to 39 of all 119 (4,760 runs; a 120th, which failed a
+// gating rule on one seed, is reduced in `open/`), 12 needless refusals in 7 files, 7 within
+// reach (the session's own checks' allocate/free pairs on a device keeping memory of each
+// free, a full-capture reserve beside memory a deferred release had not given back,
+// power-of-two divisions beside an APU's reading tolerance, a budget whose room was one
+// request), mean share 98.2%. In CI every fourth file on one seed each
+// (`models_graphs_over_40_seeds` runs them all, by hand).
+#[test]
+fn models_graphs_pass_the_gating_rules() {
+    folder_passes(MODELS_GRAPHS, 0, 4, 40);
+}
+
+/// Every file of `tests/outside/models-graphs/` on seeds 0 to 39, judged by the gating rules
+/// alone (the needless refusals the files were written with stay open).
+#[test]
+#[ignore = "40 seeds per file: run by hand in a release build"]
+fn models_graphs_over_40_seeds() {
+    let seeds: Vec<u64> = (0..40).collect();
+    folder_passes_the_gating_rules(MODELS_GRAPHS, &seeds);
+}
