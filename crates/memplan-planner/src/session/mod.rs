@@ -194,7 +194,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         request: Request,
     ) -> Result<Self> {
         let r = StartRequest::read(device, request)?;
-        let mut s = Self::open(device, engine, capability, false, r.most, None)?;
+        let mut s = Self::open(device, engine, capability, false, r.most, None, None)?;
         if let Some(w) = r.below_in_use(r.most) {
             s.rec.warn(w);
         }
@@ -237,7 +237,15 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             Ok(())
         })?;
         let hint = probed.map(|(b, _, _)| b);
-        let mut s = Self::open(device, engine, report.calibrated.clone(), true, most, hint)?;
+        let mut s = Self::open(
+            device,
+            engine,
+            report.calibrated.clone(),
+            true,
+            most,
+            hint,
+            report.kept_per_free,
+        )?;
         s.rec.own_frees.start = frees_at_start;
         s.rec.before_baseline("calibration", pre, None);
         s.calibrated_by_probe(probed, &pre);
@@ -319,6 +327,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             false,
             probe::start_most(None),
             None,
+            None,
         )
     }
 
@@ -326,7 +335,9 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     /// known allocations already (an exact reading is then only read again on the idle device);
     /// `most`: the most one of its windows over allocations holds ([`probe::start_most`]);
     /// `hint`: what calibration's probe found allocatable before its checks, where it probed
-    /// (the baseline's probe searches from it, see [`probe::baseline_from`]).
+    /// (the baseline's probe searches from it, see [`probe::baseline_from`]); `known_kept`:
+    /// what calibration saw the device keep of every raw free, where it did (the session's
+    /// windows then do not measure it again, [`probe::window_error_and_step`]).
     fn open(
         device: &SharedDevice,
         engine: &'e mut E,
@@ -334,6 +345,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         calibrated: bool,
         most: u64,
         hint: Option<u64>,
+        known_kept: Option<u64>,
     ) -> Result<Self> {
         let span = tracing::info_span!("baseline", device = %device.descriptor().id);
         let _e = span.enter();
@@ -408,8 +420,14 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         let tolerance = capability
             .reading(memplan_core::Reading::DriverFree)
             .tolerance_bytes();
-        let mut single_read =
-            probe::window_error_and_step(&device, tolerance, baseline.driver.free, 1, most)?;
+        let mut single_read = probe::window_error_and_step(
+            &device,
+            tolerance,
+            baseline.driver.free,
+            1,
+            most,
+            known_kept,
+        )?;
         // Windows whose reads never moved while allocations came and went: the reading does not
         // follow allocations at all (free reported as total, a stale or wrong pool), and no
         // tolerance makes its windows usable: unavailable, calibration's rule for a reading that
@@ -498,12 +516,14 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             else {
                 break;
             };
+            // A keep the windows so far showed (or calibration's) is not measured again.
             let combined = probe::window_error_and_step(
                 &device,
                 tolerance,
                 baseline.driver.free,
                 reads,
                 most,
+                kept_per_free.or(known_kept),
             )?;
             kept_per_free = kept_per_free.max(combined.and_then(|w| w.kept));
             unseen_kept = least(unseen_kept, combined.and_then(|w| w.unseen_kept));
@@ -1465,8 +1485,14 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         let read = self.rec.p.last;
         let frees = self.rec.device.raw_frees();
         let reads = self.rec.p.free_reads;
-        let measured =
-            probe::window_error_and_step(&self.rec.device, seen, read.driver.free, reads, most)?;
+        let measured = probe::window_error_and_step(
+            &self.rec.device,
+            seen,
+            read.driver.free,
+            reads,
+            most,
+            self.rec.p.kept_per_free,
+        )?;
         if let Some(w) = measured {
             let step = crate::calibrate::coarse_step(w.step);
             let error = seen.max(w.error).max(step);
@@ -1986,7 +2012,7 @@ fn exact_free_that_moves(
     let cap = total.unwrap_or(u64::MAX);
     // The windows also say what the device kept of each allocation they freed (judged apart
     // from the reading's error, see `probe::window_error_and_step`): returned as they are.
-    let checked = probe::window_error_and_step(device, cap, free, 1, most)?;
+    let checked = probe::window_error_and_step(device, cap, free, 1, most, None)?;
     let worst = checked.map_or(spread, |w| w.error).max(spread);
     // Read only on windows over allocations (the idle reads did not move): an error within what
     // calibration allows a window for a raw allocation's rounding keeps the declaration.
