@@ -143,6 +143,13 @@ pub struct Profile {
     /// was seen). Absent where no window measured it (an exact reading calibration checked, a
     /// reading whose windows missed their allocations).
     pub unseen_kept_per_free: Option<u64>,
+    /// Where the session's own windows over allocations saw a keep per free
+    /// ([`Profile::kept_per_free`]): the most a free may have kept as they bound it (each
+    /// pair's loss is the keep give or take what two reads of the same memory differ by). The
+    /// figure seen is a mean, and where each pair's loss is within a reading's step it is the
+    /// loss over all the frees shared among them, which may sit up to the step shared among
+    /// the frees below what each kept: the room for the session's own frees takes this bound.
+    pub most_kept_per_free: Option<u64>,
     /// Reads of the free and device-wide readings each snapshot of the session combines (their
     /// interquartile mean, each read after a synchronize): 1 where one read is good to its
     /// window error; more where the reading moves from one read to the next by more than the
@@ -164,6 +171,15 @@ pub struct Profile {
 }
 
 impl Profile {
+    /// What the plan keeps room for per raw free of the session's own where a keep per free
+    /// was seen: the figure seen ([`Self::kept_per_free`]), or the most the windows bound a
+    /// free's keep by ([`Self::most_kept_per_free`]) where that is larger. `None` where no
+    /// keep was seen.
+    pub(crate) fn keep_per_free_bound(&self) -> Option<u64> {
+        self.kept_per_free
+            .map(|k| k.max(self.most_kept_per_free.unwrap_or(0)))
+    }
+
     /// `total`, or where an allocation probe found more allocatable than the total searched
     /// up to, the least the device can have ([`Self::allocatable_total`]) where that is more.
     pub(crate) fn total_at_least(&self, total: u64) -> u64 {
@@ -214,9 +230,35 @@ impl Profile {
             kept_per_free: None,
             free_step: 0,
             unseen_kept_per_free: None,
+            most_kept_per_free: None,
             free_reads: 1,
             segment_readings: Vec::new(),
             weights_reading: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memplan_core::bytes::MIB;
+
+    /// A keep seen under a reading's step is a mean of the pairs' losses: 16 windows of a
+    /// reading in 256 MiB steps on a device keeping 32 MiB a free lost 546 MiB over all, read
+    /// as 34.13 MiB a free, and a figure read the same way can sit up to 16 MiB (the step over
+    /// the frees) under what each free kept. The room for the session's own frees takes the
+    /// windows' bound; where none is known, the figure seen; where nothing was seen, nothing.
+    #[test]
+    fn the_room_for_the_sessions_own_frees_takes_the_windows_bound() {
+        let mut p = Profile::new(ProfilingCapability::exact_discrete(), MemoryInfo::default());
+        assert_eq!(p.keep_per_free_bound(), None);
+        p.most_kept_per_free = Some(50 * MIB);
+        assert_eq!(p.keep_per_free_bound(), None);
+        p.kept_per_free = Some(34 * MIB);
+        assert_eq!(p.keep_per_free_bound(), Some(50 * MIB));
+        p.most_kept_per_free = None;
+        assert_eq!(p.keep_per_free_bound(), Some(34 * MIB));
+        p.most_kept_per_free = Some(MIB);
+        assert_eq!(p.keep_per_free_bound(), Some(34 * MIB));
     }
 }

@@ -963,7 +963,7 @@ fn still_fits(rec: &Recorder, taken: u64, capped: Option<(u64, u64)>) -> Result<
 /// the bound the reading's noise leaves on it, else nothing.
 fn own_keep(rec: &Recorder) -> u64 {
     rec.p
-        .kept_per_free
+        .keep_per_free_bound()
         .or(rec.p.unseen_kept_per_free)
         .max(rec.probe_free_keep)
         .unwrap_or(0)

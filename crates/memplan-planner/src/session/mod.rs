@@ -561,6 +561,9 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         profile.kept_per_free = kept_per_free;
         profile.free_step = crate::calibrate::coarse_step(step);
         profile.unseen_kept_per_free = unseen_kept.filter(|_| kept_per_free.is_none());
+        // Where these windows saw the keep themselves (not where they only judged against
+        // calibration's figure, whose pairs each lost it beyond the reading's spread).
+        profile.most_kept_per_free = most_kept.filter(|_| kept_per_free.is_some());
         let mut rec = Recorder::new(device, profile);
         rec.still = still;
         rec.last_probe = probe_baseline.map(|(b, _)| (b, rec.p.baseline.allocator.reserved));
@@ -1179,7 +1182,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         }
         let p = &self.rec.p;
         Ok([
-            p.kept_per_free,
+            p.keep_per_free_bound(),
             p.unseen_kept_per_free,
             self.rec.probe_free_keep,
         ]
@@ -1543,7 +1546,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         // (`Recorder::probe_free_keep`), that bound stands where it is larger.
         let large = self.rec.probe_free_keep;
         tracing::debug!(frees = n, kept = ?p.kept_per_free, unseen = ?p.unseen_kept_per_free, ?large, "raw frees after the last reading");
-        match (p.kept_per_free, p.unseen_kept_per_free) {
+        match (p.keep_per_free_bound(), p.unseen_kept_per_free) {
             (Some(k), _) => {
                 let k = k.max(large.unwrap_or(0));
                 b.kept_by_own_frees(k.saturating_mul(n), n)
@@ -1573,7 +1576,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         let n = self.rec.own_frees.unmeasured(frees_now);
         let p = &self.rec.p;
         tracing::debug!(frees = n, own = ?self.rec.own_frees, kept = ?p.kept_per_free, unseen = ?p.unseen_kept_per_free, "raw frees outside the windows probes measured");
-        match (p.kept_per_free, p.unseen_kept_per_free) {
+        match (p.keep_per_free_bound(), p.unseen_kept_per_free) {
             (Some(k), _) => b.kept_by_frees_between_probes(k.saturating_mul(n), n, true),
             (None, Some(u)) => b.kept_by_frees_between_probes(u.saturating_mul(n), n, false),
             (None, None) => b,
