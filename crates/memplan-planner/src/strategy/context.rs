@@ -692,6 +692,18 @@ impl<'s> GraphContext<'s> {
         }
     }
 
+    /// What the device was seen to keep of each raw free of the session's, as the cost of
+    /// further frees is weighed (the figure seen, [`Profile::kept_per_free`](crate::Profile),
+    /// or what the keep test bounds a probe's large free by, where larger); 0 where no keep
+    /// was seen (a bound on a keep nobody saw is no cost of the session's frees).
+    pub(crate) fn own_keep_per_free(&self) -> u64 {
+        self.session
+            .p
+            .kept_per_free
+            .max(self.session.probe_free_keep)
+            .unwrap_or(0)
+    }
+
     /// The step the free reading moves in where calibration (or the session's start) saw one
     /// of a MiB or more ([`Profile::free_step`](crate::Profile)); 0 elsewhere.
     pub fn reading_step(&self) -> u64 {

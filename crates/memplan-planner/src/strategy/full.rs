@@ -173,6 +173,29 @@ fn further_repeats_pay(twelve: u64, kept: u64) -> bool {
     (kept as f64) * (FURTHER_REPEATS as f64) < twelve as f64 * off
 }
 
+/// Whether the probed repeats after the `first` ones ([`PROBED_REPEATS`] in all) are worth
+/// taking where their probes' frees keep `cost` for good (what the device keeps of every raw
+/// free, times the frees the first ones made per repeat, times the repeats still to take): the
+/// margin they are expected to take off ([`probed_variation_margin`] of the first ones against
+/// the same range at the factor of all of them) is more than that. The range of more repeats
+/// only grows, and the pass's margin joins the reading's window error in quadrature
+/// ([`probed_pass_margin`]), so the margin taken off is at most that: the rule errs towards
+/// taking them. A device that keeps nothing of a free (`cost` 0) takes them all.
+pub(super) fn more_probed_repeats_pay(
+    first: &[i64],
+    graphs: usize,
+    resolution: u64,
+    alike: u64,
+    cost: u64,
+) -> bool {
+    if cost == 0 || first.is_empty() {
+        return true;
+    }
+    let now = probed_variation_margin(first, graphs, resolution, alike) as f64;
+    let all = now * margin_factor(PROBED_REPEATS) / margin_factor(first.len());
+    now - all > cost as f64
+}
+
 /// Repeats that differ by more than this (per mille of their mean) are reported
 /// ([`Warning::GraphCaptureVaries`]).
 pub const VARIATION_REPORTED_PER_MILLE: u64 = 10;
@@ -1005,14 +1028,16 @@ fn by_probes(
     let Some(end) = ctx.probe_free(limit, Some(start))? else {
         return Ok(None);
     };
-    let Some(repeats) =
-        super::simple::probed_repeats(ctx, size, |c, hint| c.probe_free(limit, hint))?
-    else {
-        return Ok(None);
-    };
     let n = pass.each.len();
     let resolution = crate::session::probe::resolution(limit);
     let alike = crate::session::probe::alike_within(limit);
+    let Some(repeats) =
+        super::simple::probed_repeats(ctx, size, (n, resolution, alike), |c, hint| {
+            c.probe_free(limit, hint)
+        })?
+    else {
+        return Ok(None);
+    };
     let took = crate::session::probe::step_growth(start, end, limit, 0).max(0);
     let variation = probed_variation_margin(&repeats, n, resolution, alike);
     let spread = probed_spread_per_mille(&repeats, resolution);

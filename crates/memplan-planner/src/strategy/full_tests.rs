@@ -688,3 +688,34 @@ fn a_variation_with_light_tails_is_taken_at_its_standard_deviation() {
         (margin_factor(32) * (10.0 / 100.0) * (100 * mib) as f64).ceil() as u64
     );
 }
+
+/// Probed repeats past the first four are taken only where the margin they are expected to
+/// take off is more than their probes' frees keep for good: an L4 keeping 32 MiB a free held
+/// 1 GiB after the graph phase, most of it the twelve repeats' probes' frees.
+#[test]
+fn more_probed_repeats_are_taken_where_they_take_off_more_than_their_frees_keep() {
+    let mib = 1i64 << 20;
+    let first = [100 * mib, 105 * mib, 100 * mib, 105 * mib];
+    let (res, alike) = (mib as u64 / 4, 2 * mib as u64);
+    let four = probed_variation_margin(&first, 67, res, alike);
+    let off = four as f64 * (1.0 - margin_factor(PROBED_REPEATS) / margin_factor(REPEATS));
+    // A device that keeps nothing of a free takes them all.
+    assert!(more_probed_repeats_pay(&first, 67, res, alike, 0));
+    assert!(more_probed_repeats_pay(
+        &first,
+        67,
+        res,
+        alike,
+        (off * 0.9) as u64
+    ));
+    assert!(!more_probed_repeats_pay(
+        &first,
+        67,
+        res,
+        alike,
+        (off * 1.1) as u64
+    ));
+    // 8 repeats of two probes, each with one try that succeeded, at 32 MiB a free: 512 MiB,
+    // more than they take off a margin of 5 MiB of range over 67 graphs.
+    assert!(!more_probed_repeats_pay(&first, 67, res, alike, 512 << 20));
+}

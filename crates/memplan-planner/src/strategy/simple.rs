@@ -177,11 +177,14 @@ impl GraphStrategy for Conservative {
         // same capture varies by, measured by probes too where they measured the pass (also
         // where a reading showed more than they did: the larger measurement stands, and a
         // quarter of it is no figure of a capture's variation).
+        let alike = ctx.probes_alike_within().unwrap_or(0);
         let repeats = match (contradicted, probed, sizes.first()) {
-            (Some(_), Some(_), Some(&first)) => probed_repeats(ctx, first, |c, _| c.allocatable())?,
+            (Some(_), Some(_), Some(&first)) => {
+                let margin = (sizes.len(), ctx.probe_resolution().unwrap_or(0), alike);
+                probed_repeats(ctx, first, margin, |c, _| c.allocatable())?
+            }
             _ => None,
         };
-        let alike = ctx.probes_alike_within().unwrap_or(0);
         let (margin, margin_basis) = match (&repeats, ctx.probe_resolution()) {
             (Some(r), Some(res)) => {
                 let m = super::full::probed_variation_margin(r, sizes.len(), res, alike);
@@ -382,9 +385,22 @@ fn prime_by_probes(ctx: &mut GraphContext<'_>, size: u32) -> Result<Option<Prime
 /// and each repeat released before the next), each measured by what its capture made
 /// unallocatable, `probe` taking each measurement (given the last one's figure, where its
 /// search may start). `None` where a probe could not be taken.
+///
+/// On a device seen to keep memory of every raw free, each probe's tries that succeed are raw
+/// frees whose keep stays held for good, counted as this engine's memory though the engine
+/// alone never takes it: past the first [`REPEATS`](super::full::REPEATS), the rest are taken
+/// only where the margin they are expected to take off is more than what their frees keep
+/// ([`more_probed_repeats_pay`](super::full::more_probed_repeats_pay), the frees counted over
+/// the first ones but the first, whose first probe searched without a figure to start from,
+/// at the keep seen per free). An L4 keeping 32 MiB a free, whose reading's 256 MiB steps hid the
+/// captures, held 1 GiB after the graph phase's teardown, most of it the twelve repeats'
+/// probes' frees, where the eight after the first four took about 80 MiB off the margin.
+/// `graphs`, `resolution` and `alike` are the margin's
+/// ([`probed_variation_margin`](super::full::probed_variation_margin)).
 pub(super) fn probed_repeats<F>(
     ctx: &mut GraphContext<'_>,
     size: u32,
+    (graphs, resolution, alike): (usize, u64, u64),
     mut probe: F,
 ) -> Result<Option<Vec<i64>>>
 where
@@ -392,7 +408,29 @@ where
 {
     let mut taken = Vec::with_capacity(super::full::PROBED_REPEATS);
     let mut last = None;
-    for _ in 0..super::full::PROBED_REPEATS {
+    // The raw frees from the end of the first repeat: its first probe searches without a
+    // figure to start from, and the later ones from the last one's, as further repeats would.
+    let mut frees_after_first = 0;
+    for made in 0..super::full::PROBED_REPEATS {
+        if made == 1 {
+            frees_after_first = ctx.device().raw_frees();
+        }
+        if made == super::full::REPEATS {
+            let frees = ctx.device().raw_frees().saturating_sub(frees_after_first);
+            let per_repeat = frees.div_ceil(made as u64 - 1);
+            let cost = ctx
+                .own_keep_per_free()
+                .saturating_mul(per_repeat)
+                .saturating_mul((super::full::PROBED_REPEATS - made) as u64);
+            if !super::full::more_probed_repeats_pay(&taken, graphs, resolution, alike, cost) {
+                tracing::debug!(
+                    frees,
+                    cost,
+                    "no more probed repeats: their frees would keep more than they take off the margin"
+                );
+                break;
+            }
+        }
         ctx.release_graphs()?;
         ctx.warm_up(size)?;
         ctx.flushed_snapshot()?;
