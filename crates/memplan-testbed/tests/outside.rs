@@ -3693,3 +3693,19 @@ fn a_keep_per_free_larger_than_a_calibration_size_is_measured_once() {
         assert!(share >= 0.98, "{}: {share}", c.what);
     }
 }
+
+/// The L4 above (free reading in 256 MiB steps, 32 MiB kept a free): its steps hide the
+/// captures, so `full` measures the pass and twelve repeats of the first size by allocation
+/// probes, and every probe's tries that succeed are raw frees that each keep 32 MiB: 1 GiB
+/// held after the graph phase's teardown, where the last eight repeats took about 80 MiB off
+/// the margin (outside battery o33, class L1). Past the first four, repeats are taken only
+/// where they take off more margin than their frees keep: 86.3%, 88.0% and 87.3% of the
+/// oracle on these seeds before, 89.0%, 91.0% and 89.8% after.
+#[test]
+fn probed_repeats_stop_where_their_frees_keep_more_than_they_take_off() {
+    let file = "l4-free-step-256m-keep-32m-no-combined-pass-the-step-cannot-narrow.toml";
+    for c in passes(file, &[0, 3, 5]) {
+        let share = c.out.kv_vs_oracle.expect("an oracle");
+        assert!(share >= 0.885, "{}: {share}", c.what);
+    }
+}
