@@ -405,11 +405,25 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         // A free reading declared to measure it that gives nothing at the baseline measures
         // nothing either (a declaration for a reading the device does not grant, e.g. Level
         // Zero's Sysman memory state where Sysman is not enabled): the probe measures instead.
-        let probe_baseline = if capability
+        // Where nothing before the engine's first step needs that figure (no probe of
+        // calibration's, `hint`, whose checks it closes), the probe is owed and made at that
+        // step, after its settle, as the step's own probe before it
+        // ([`Session::load_weights`]): a probe here measures nothing of this engine's (memory
+        // that changes between here and there is another process's either way), and on a
+        // device that keeps memory of every raw free its free would keep a free's worth for
+        // good before the engine's weights and profile run, which need every byte the engine
+        // alone has (with it, four frees of 128 MiB came before the profile run of an Arc B580
+        // with no free reading, and the run, which fitted the engine alone with 493 MiB to
+        // spare beside a neighbour that arrived just before it, ran out of memory).
+        let by_probes = !(capability
             .reading(memplan_core::Reading::DriverFree)
             .measures_own_usage()
-            && baseline.driver.free.is_some()
-        {
+            && baseline.driver.free.is_some());
+        let owe = |capability: &ProfilingCapability| {
+            hint.is_none() && probe_ceiling(capability, &baseline).is_some()
+        };
+        let mut baseline_owed = by_probes && owe(&capability);
+        let probe_baseline = if !by_probes || baseline_owed {
             None
         } else {
             probe::baseline_from(&device, probe_ceiling(&capability, &baseline), hint)?
@@ -444,7 +458,13 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             )
         };
         let probe_baseline = match (&lost, probe_baseline) {
-            (Some(_), None) => probe::baseline(&device, probe_ceiling(&capability, &baseline))?,
+            (Some(_), None) if !baseline_owed && owe(&capability) => {
+                baseline_owed = true;
+                None
+            }
+            (Some(_), None) if !baseline_owed => {
+                probe::baseline(&device, probe_ceiling(&capability, &baseline))?
+            }
             (_, b) => b,
         };
         if lost.is_some() {
@@ -485,7 +505,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         // instead (`probe::kept_by_probes`), after the engine's profile run
         // (`recorder::KeepTest`: what the test's frees keep must not take the room of the
         // engine's own steps).
-        let keep_test = matches!((probe_baseline, kept_per_free), (Some(_), None));
+        let keep_test = (probe_baseline.is_some() || baseline_owed) && kept_per_free.is_none();
         let mut free_window_error = single_read.map(|w| w.error);
         // Combining reads narrows a window of a reading that varies from read to read; of a
         // reading that moves in steps, it narrows one only where the reads' noise carries
@@ -565,6 +585,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         // calibration's figure, whose pairs each lost it beyond the reading's spread).
         profile.most_kept_per_free = most_kept.filter(|_| kept_per_free.is_some());
         let mut rec = Recorder::new(device, profile);
+        rec.baseline_owed = baseline_owed;
         rec.still = still;
         rec.last_probe = probe_baseline.map(|(b, _)| (b, rec.p.baseline.allocator.reserved));
         rec.own_frees = recorder::OwnFrees {
@@ -872,9 +893,40 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     /// Where the session measures by allocation probes ([`Profile::probe_baseline`]): what is
     /// allocatable now, with the raw frees that figure shows ([`recorder::frees_shown`]).
     fn probe_allocatable(&mut self, before: &MemoryInfo) -> Result<Option<(u64, u64)>> {
+        if self.rec.baseline_owed {
+            return self.owed_baseline(before);
+        }
         let ceiling = probe_ceiling(&self.rec.p.capability, &self.rec.p.last);
         let got = self.rec.probe_now(before.allocator.reserved, ceiling)?;
         Ok(got.map(|g| (g, self.rec.own_frees.at_last_probe)))
+    }
+
+    /// The baseline's probe, owed since the start ([`Recorder::baseline_owed`]): made now,
+    /// `before` the engine's first step (after its settle), as the start's would have been
+    /// (searched from the device's total, past it where all of it is allocatable,
+    /// [`probe::baseline`]); its figure is that step's probe before it. `None` where the
+    /// device cannot allocate: the session then does not measure by probes.
+    fn owed_baseline(&mut self, before: &MemoryInfo) -> Result<Option<(u64, u64)>> {
+        self.rec.baseline_owed = false;
+        let ceiling = probe_ceiling(&self.rec.p.capability, before);
+        let Some((b, frees)) = probe::baseline(&self.rec.device, ceiling)? else {
+            return Ok(None);
+        };
+        tracing::info!(
+            allocatable = b,
+            "allocation probe at the baseline, before the first step"
+        );
+        let p = &mut self.rec.p;
+        p.probe_baseline = Some(b);
+        // A probe that found more allocatable than the total it searched up to contradicts
+        // that total, as at the start ([`Session::begin`]).
+        if ceiling.is_some_and(|c| b > c) {
+            p.allocatable_total = Some(b.saturating_add(before.allocator.reserved.unwrap_or(0)));
+        }
+        self.rec.last_probe = Some((b, before.allocator.reserved));
+        self.rec.own_frees.at_last_probe = frees;
+        self.rec.probed(b);
+        Ok(Some((b, frees)))
     }
 
     /// After an engine step measured by probes (`before_probe`, from

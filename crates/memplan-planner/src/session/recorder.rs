@@ -66,6 +66,10 @@ pub(crate) struct Recorder {
     /// ([`ProbedKeep::unseen_large`](super::probe::ProbedKeep::unseen_large)), counted for each
     /// such free after the last reading, beside what a free of the test's size showed.
     pub probe_free_keep: Option<u64>,
+    /// Where the session measures by allocation probes and nothing before the engine's first
+    /// step needs the figure: the baseline's probe is still owed, made as that step's probe
+    /// before it ([`Session::load_weights`](crate::Session::load_weights)).
+    pub baseline_owed: bool,
 }
 
 /// The test of what a raw free keeps ([`probe::kept_by_probes`](super::probe::kept_by_probes)),
@@ -248,6 +252,7 @@ impl Recorder {
             largest_warm_up: None,
             keep_test: None,
             probe_free_keep: None,
+            baseline_owed: false,
         }
     }
 
