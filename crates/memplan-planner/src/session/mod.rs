@@ -947,14 +947,17 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             return Ok(());
         };
         let own = &mut self.rec.own_frees;
-        own.measured = own
-            .measured
-            .saturating_add(own.at_last_probe.saturating_sub(frees));
+        let inside = own.at_last_probe.saturating_sub(frees);
+        own.measured = own.measured.saturating_add(inside);
         let grown = match (before.allocator.reserved, after.allocator.reserved) {
             (Some(x), Some(y)) => signed(y).saturating_sub(signed(x)),
             _ => 0,
         };
         let g = probe::step_growth(a, b, limit, grown);
+        if let Some(g) = u64::try_from(g).ok().filter(|_| inside > 0) {
+            let bound = g.saturating_add(probe::RAW_PAGE);
+            self.rec.free_keep_bound = least(self.rec.free_keep_bound, Some(bound));
+        }
         tracing::info!(
             before = a,
             after = b,
@@ -1113,10 +1116,15 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     /// more: on a 12 GiB Arc B580 keeping 8 MiB a free beside another process's 7.5 GiB, ten
     /// frees before the profile run left it 6 MB short where the engine alone had 62 MiB to
     /// spare. What a free keeps is measured now where nothing measured it yet (the keep test,
-    /// otherwise run after the profile run), and every raw free the session made is given
-    /// back at that figure (the larger bound for a probe's own free where there is one; the
-    /// engine's own frees, where the device counts them, are given back too: the safe side
-    /// for the engine alone's room). Where, with all of it given back, what was allocatable
+    /// otherwise run after the profile run), and every raw free the session made before what
+    /// was allocatable was found is given back at that figure (the larger bound for a probe's
+    /// own free where there is one, at most what an engine step's window that held one of its
+    /// frees grew by, [`Recorder::free_keep_bound`]; the engine's own frees, where the device
+    /// counts them, are given back too: the safe side for the engine alone's room). The
+    /// probe's own last try is freed after its figure, and the run saw what that free kept
+    /// gone: given back, it read an engine alone 61 MiB past a 614 MiB activation, no room for
+    /// a 128 MiB request, as 160 MiB past it, and the out-of-memory stood where the plan owed a
+    /// refusal. Where, with all of it given back, what was allocatable
     /// less the run's need still leaves no room for one request of the KV cache the caller
     /// named ([`with_kv`](Self::with_kv)), the plan's physical cap at that figure refuses: the
     /// engine alone would have had no room for it either, and the refusal, naming the
@@ -1129,7 +1137,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         now: &MemoryInfo,
         probed: Option<(u64, u64)>,
     ) -> Error {
-        let (Some((kv, limits)), Some(request), Some((allocatable, _)), Some(limit)) = (
+        let (Some((kv, limits)), Some(request), Some((allocatable, shown)), Some(limit)) = (
             self.kv.clone(),
             self.request,
             probed,
@@ -1140,14 +1148,16 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         ) else {
             return e;
         };
-        let frees = self
-            .rec
-            .device
-            .raw_frees()
-            .saturating_sub(self.rec.own_frees.start);
+        // The frees that figure shows: not the probe's own last try's, whose free came after
+        // it (the run saw that free's keep gone, and the figure did not).
+        let frees = shown.saturating_sub(self.rec.own_frees.start);
         let Ok(per_free) = self.own_keep_per_free(now) else {
             return e;
         };
+        // No free kept more than an engine step's window that held one showed
+        // ([`Recorder::free_keep_bound`]): where the keep test bounds a free's keep only
+        // loosely (rounds that lost, but not alike), that window bounds it tighter.
+        let per_free = least(Some(per_free), self.rec.free_keep_bound).unwrap_or(per_free);
         let given_back = per_free.saturating_mul(frees);
         // The probe's figure lies within its resolution and a raw page below what was there.
         let upper = allocatable

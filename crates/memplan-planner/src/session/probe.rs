@@ -123,7 +123,7 @@ fn below_held_error(b: &PlanBuilder, plan: &crate::plan::Plan, held_error: u64) 
 /// allocation, [`tolerance`](crate::calibrate::tolerance)); the simulator's raw allocations
 /// round the same way (`RAW_ROUND` in `backends/sim`). A probe held within the request is
 /// taken down to a whole page of it ([`within_request`]).
-const RAW_PAGE: u64 = 2 * MIB;
+pub(crate) const RAW_PAGE: u64 = 2 * MIB;
 
 /// Every plan not already checked by a probe is verified by one before it is handed over: the
 /// engine's KV cache, activation and graphs still to capture are allocated once, at this quiet

@@ -70,6 +70,14 @@ pub(crate) struct Recorder {
     /// step needs the figure: the baseline's probe is still owed, made as that step's probe
     /// before it ([`Session::load_weights`](crate::Session::load_weights)).
     pub baseline_owed: bool,
+    /// Where the session measures by allocation probes: the least growth of an engine step's
+    /// window between two probes that holds one of the session's own raw frees (the last try
+    /// of the probe that opened it), on the safe side of the probes' resolution, and a raw page
+    /// more. That free kept no more than the window's growth, and a free keeps no more than a
+    /// free of a larger allocation does (the window's is of the first probe's, the largest
+    /// allocation the session makes before the engine's profile run): the most one of the
+    /// session's frees before that run can have kept.
+    pub free_keep_bound: Option<u64>,
 }
 
 /// The test of what a raw free keeps ([`probe::kept_by_probes`](super::probe::kept_by_probes)),
@@ -253,6 +261,7 @@ impl Recorder {
             keep_test: None,
             probe_free_keep: None,
             baseline_owed: false,
+            free_keep_bound: None,
         }
     }
 
