@@ -440,14 +440,21 @@ pub(crate) fn window_error_and_step(
         None
     };
     // The most a free may keep, seen or not: each pair's loss is the keep give or take what
-    // two reads of the same memory differ by, which the idle spread only samples: a later pair
-    // can differ by more, and the bound takes the error kept for a spread seen
+    // two reads of the same memory differ by, which a nonzero idle spread only samples: a later
+    // pair can differ by more, and the bound takes the error kept for a spread seen
     // ([`kept_window_error`](crate::strategy::kept_window_error)). With the spread as seen, an
     // MI300X keeping 16 MiB a free, its idle reads 4.9 MiB apart and one pair 5.2 MiB under the
     // keep, was bounded at 15.73 MiB a free: the start's twelve frees left 192 MiB held where
     // the plan named 188.8 MiB, and the engine's profile run went past the request by the rest.
+    // Idle reads that never moved sample no spread to widen, and a step the windows show is
+    // no sample either: what a read can be off by in steps is the step.
+    let spread_kept = if idle > 0 {
+        crate::strategy::kept_window_error(idle)
+    } else {
+        0
+    };
     let most_kept = followed
-        .then(|| unseen_kept_per_free(&pairs, crate::strategy::kept_window_error(noise)))
+        .then(|| unseen_kept_per_free(&pairs, spread_kept.max(noise)))
         .flatten()
         .map(|m| m.max(kept.unwrap_or(0)));
     tracing::debug!(
