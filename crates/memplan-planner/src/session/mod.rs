@@ -473,12 +473,13 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         // A probe that found more allocatable than the total it searched up to contradicts
         // that total (`probe::baseline`): the least the device can have is what was
         // allocatable and what this process's allocator held.
-        let allocatable_total = match (probe_baseline, probe_ceiling(&capability, &baseline)) {
-            (Some((b, _)), Some(ceiling)) if b > ceiling => {
-                Some(b.saturating_add(baseline.allocator.reserved.unwrap_or(0)))
-            }
-            _ => None,
-        };
+        let allocatable_total = probe_baseline.and_then(|(b, _)| {
+            total_from_probe(
+                b,
+                probe_ceiling(&capability, &baseline),
+                baseline.allocator.reserved,
+            )
+        });
         // What the device kept of each allocation the windows above (and the combined ones
         // below) freed, the largest figure any of them showed: their windows are judged against
         // what a free gave back, so what a free keeps must be counted here (beside
@@ -920,8 +921,8 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         p.probe_baseline = Some(b);
         // A probe that found more allocatable than the total it searched up to contradicts
         // that total, as at the start ([`Session::begin`]).
-        if ceiling.is_some_and(|c| b > c) {
-            p.allocatable_total = Some(b.saturating_add(before.allocator.reserved.unwrap_or(0)));
+        if let Some(t) = total_from_probe(b, ceiling, before.allocator.reserved) {
+            p.allocatable_total = Some(t);
         }
         self.rec.last_probe = Some((b, before.allocator.reserved));
         self.rec.own_frees.at_last_probe = frees;
@@ -1157,7 +1158,10 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         // No free kept more than an engine step's window that held one showed
         // ([`Recorder::free_keep_bound`]): where the keep test bounds a free's keep only
         // loosely (rounds that lost, but not alike), that window bounds it tighter.
-        let per_free = least(Some(per_free), self.rec.free_keep_bound).unwrap_or(per_free);
+        let per_free = self
+            .rec
+            .free_keep_bound
+            .map_or(per_free, |b| b.min(per_free));
         let given_back = per_free.saturating_mul(frees);
         // The probe's figure lies within its resolution and a raw page below what was there.
         let upper = allocatable
@@ -2028,6 +2032,16 @@ fn measured_beyond_declared(
         declared: format!("approximate (±{})", fmt_bytes(declared)),
         observed,
     })
+}
+
+/// The least the device's total can be where a probe found `found` allocatable past the
+/// `ceiling` it searched up to (`probe::baseline`): what was allocatable and what this
+/// process's allocator held (`reserved`). `None` where the probe found no more than the
+/// ceiling, or searched without one.
+fn total_from_probe(found: u64, ceiling: Option<u64>, reserved: Option<u64>) -> Option<u64> {
+    ceiling
+        .is_some_and(|c| found > c)
+        .then(|| found.saturating_add(reserved.unwrap_or(0)))
 }
 
 /// Where `capability` trusts the free reading as exact, read it [`IDLE_READS`] times on the
