@@ -319,6 +319,28 @@ impl SimGpu {
         &self.shared.physics
     }
 
+    /// This GPU with the engine's caching-allocator options pinned to `options` in place of the
+    /// ones its seed drew (a scenario that fixes the engine's `PYTORCH_ALLOC_CONF`): the
+    /// device's own rules stay ([`AllocatorRules::with_options`](crate::AllocatorRules::with_options)).
+    /// Only on a GPU of its own that nothing has allocated from: the allocator's rules are
+    /// the device's from its first allocation on.
+    pub fn pin_allocator_options(mut self, options: &crate::EngineOptions) -> Result<Self> {
+        let shared = Arc::get_mut(&mut self.shared).ok_or_else(|| {
+            Error::Measurement("sim: allocator options pinned on a GPU already shared".into())
+        })?;
+        let rules = shared.physics.allocator.with_options(options);
+        shared.physics.allocator = rules;
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if state.heap.reserved(None) > 0 {
+            return Err(Error::Measurement(
+                "sim: allocator options pinned after the allocator reserved memory".into(),
+            ));
+        }
+        state.heap = crate::heap::Heap::with_rules(rules);
+        drop(state);
+        Ok(self)
+    }
+
     /// Memory held by other processes, from now on.
     pub fn set_other_processes(&self, bytes: u64) {
         self.lock().other = bytes;

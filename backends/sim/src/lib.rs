@@ -116,7 +116,7 @@ pub use backend::SimBackend;
 pub use declared::PlatformFacts;
 pub use gpu::{SimGpu, RAW_ROUND};
 pub use heap::BlockId;
-pub use physics::{AllocatorRules, Physics, Pin, Regime, Rng, DEFAULT_SEED};
+pub use physics::{AllocatorRules, EngineOptions, Physics, Pin, Regime, Rng, DEFAULT_SEED};
 pub use profile::{profile, profile_names, profiles, DeviceWideSource, SimProfile};
 pub use quirks::{Modifiers, Quirks, BYTE_QUIRK_NAMES, QUIRK_NAMES};
 pub use truth::GroundTruth;

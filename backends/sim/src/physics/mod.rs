@@ -22,7 +22,7 @@ mod ranges;
 mod rules;
 
 pub use ranges::*;
-pub use rules::AllocatorRules;
+pub use rules::{AllocatorRules, EngineOptions};
 
 use memplan_core::bytes::{KIB, MIB};
 use serde::{Deserialize, Serialize};

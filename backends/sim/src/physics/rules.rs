@@ -48,6 +48,21 @@ pub struct AllocatorRules {
     pub large_segment_mb: Option<u64>,
 }
 
+/// The options an engine sets in `PYTORCH_ALLOC_CONF` (`PYTORCH_CUDA_ALLOC_CONF`) that the
+/// simulated caching allocator follows, as a scenario pins them instead of the ones a seed
+/// draws ([`AllocatorRules::with_options`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EngineOptions {
+    /// `expandable_segments:True`.
+    pub expandable: bool,
+    /// `max_split_size_mb`, in bytes.
+    pub max_split: Option<u64>,
+    /// `roundup_power2_divisions`, per size interval (see [`AllocatorRules::divisions`]).
+    pub divisions: [u32; 16],
+    /// `large_segment_size_mb`.
+    pub large_segment_mb: Option<u64>,
+}
+
 /// The page an expandable segment of large requests maps: `kLargeBuffer`, 20 MiB
 /// (`find_expandable_block`), whatever `large_segment_size_mb` says in the release read.
 pub const EXPANDABLE_LARGE_PAGE: u64 = 20 * MIB;
@@ -75,6 +90,25 @@ impl AllocatorRules {
         min_large_alloc: 0,
         ..AllocatorRules::PYTORCH
     };
+
+    /// These rules with the engine's options replaced by `options`: the device's own rules (its
+    /// large-allocation granule) stay, every option the seed drew goes. The mid-sized segment is
+    /// `large_segment_size_mb` where set (never below the granule, as the drawn options set
+    /// it), else PyTorch's 20 MiB, never below the granule.
+    pub fn with_options(self, options: &EngineOptions) -> Self {
+        let large_buffer = match options.large_segment_mb {
+            Some(mb) => mb.saturating_mul(MIB).max(self.round_large),
+            None => Self::PYTORCH.large_buffer.max(self.round_large),
+        };
+        AllocatorRules {
+            expandable: options.expandable,
+            max_split: options.max_split,
+            divisions: options.divisions,
+            large_segment_mb: options.large_segment_mb,
+            large_buffer,
+            ..self
+        }
+    }
 
     /// A request rounded the way the allocator rounds it. Saturating: an absurd request must
     /// become an out-of-memory error, not an overflow.
