@@ -43,6 +43,11 @@ pub struct SimEngine {
     /// The free memory the engine read before and after loading its weights, where it sizes
     /// its pool from them (SGLang, [`SimEngine::own_free_readings`]).
     own_free: (Option<u64>, Option<u64>),
+    /// Neighbour changes still to land between this step's captures: `(after_capture, bytes)`
+    /// ([`SimEngine::arm_neighbour`]).
+    neighbour: Vec<(u32, u64)>,
+    /// Captures since the changes were armed.
+    armed_captures: u32,
 }
 
 impl SimEngine {
@@ -65,7 +70,27 @@ impl SimEngine {
             fail_capture_at: None,
             captures: 0,
             own_free: (None, None),
+            neighbour: Vec::new(),
+            armed_captures: 0,
         }
+    }
+
+    /// Another process changes what it holds between this step's captures: each `(k, bytes)`
+    /// lands right after the `k`-th capture from now (a capture that completed; one that
+    /// failed ends the step), at once ([`crate::run::others_now`]).
+    pub fn arm_neighbour(&mut self, changes: Vec<(u32, u64)>) {
+        self.neighbour = changes;
+        self.armed_captures = 0;
+    }
+
+    /// The changes armed that no capture reached, in order (they land as the step ends);
+    /// nothing stays armed.
+    pub fn disarm_neighbour(&mut self) -> Vec<u64> {
+        self.armed_captures = 0;
+        std::mem::take(&mut self.neighbour)
+            .into_iter()
+            .map(|(_, b)| b)
+            .collect()
     }
 
     /// The graph of one size: the scenario's figures as the device's physics vary them.
@@ -274,6 +299,14 @@ impl Engine for SimEngine {
         let g = self.alloc.end_graph_capture(&self.spec(size));
         self.capturing = false;
         self.graphs.push(g?);
+        if !self.neighbour.is_empty() {
+            self.armed_captures += 1;
+            let now = self.armed_captures;
+            while let Some(&(_, bytes)) = self.neighbour.first().filter(|(at, _)| *at <= now) {
+                crate::run::others_now(&self.gpu, bytes);
+                self.neighbour.remove(0);
+            }
+        }
         Ok(())
     }
 

@@ -91,6 +91,13 @@ pub struct Outcome {
     pub checks_left_held: Option<u64>,
     /// The out-of-memory error, when something ran out of memory.
     pub oom: Option<String>,
+    /// An out-of-memory that memory other processes took after the plan caused alone
+    /// (`neighbour.before` a step after the plan, or `during = "engine_capture"`): the run
+    /// ran out of memory, and the same run with the others left as they were at the plan did
+    /// not. The deployment's overcommit, not the plan's error: reported as its own outcome,
+    /// never a success. The rest of the outcome is that run's (the same plan, judged by every
+    /// other rule); [`Outcome::oom`] stays `None`.
+    pub oom_others_after_plan: Option<String>,
     /// Any other failure (start-up refused, plan error).
     pub failed: Option<String>,
     /// Calibration downgrades.
@@ -140,6 +147,7 @@ impl Outcome {
             probes_named: None,
             checks_left_held: None,
             oom: None,
+            oom_others_after_plan: None,
             failed: None,
             downgrades: Vec::new(),
             kv_warnings: Vec::new(),

@@ -46,7 +46,10 @@ pub fn graph_truth(t: &GroundTruth) -> u64 {
 
 /// Open the scenario's device (with the setup's seed) and its world.
 pub fn open(setup: &Setup) -> Result<SimGpu> {
-    let gpu = SimGpu::open(&setup.selector())?;
+    let mut gpu = SimGpu::open(&setup.selector())?;
+    if let Some((options, _)) = &setup.allocator {
+        gpu = gpu.pin_allocator_options(options)?;
+    }
     if setup.other_processes > 0 {
         gpu.set_other_processes(setup.other_processes);
     }
@@ -58,9 +61,32 @@ pub fn calibration(setup: &Setup) -> Result<CalibrationReport> {
     calibrate(&open(setup)?.device())
 }
 
+/// Other processes hold `bytes` from now on, or what they held and all that is free where
+/// `bytes` is more: memory no process holds is all another one can take (the allocation that
+/// finds none fails in that process, not in this one). A change between captures or after the
+/// plan lands so, at once.
+pub fn others_now(gpu: &SimGpu, bytes: u64) {
+    let t = gpu.truth();
+    gpu.set_other_processes(bytes.min(t.other_processes.saturating_add(t.free)));
+}
+
+/// The neighbour changes between captures of `step` (`neighbour.during`): `(after_capture,
+/// bytes)`, in capture order.
+fn capture_changes(setup: &Setup, step: &str) -> Vec<(u32, u64)> {
+    setup
+        .neighbour_captures
+        .iter()
+        .filter(|(s, _, _)| s == step)
+        .map(|(_, at, b)| (*at, *b))
+        .collect()
+}
+
 fn neighbour(setup: &Setup, gpu: &SimGpu, step: &str) {
     for (s, bytes) in &setup.neighbour {
-        if s == step && step == "plan" {
+        if s == step && crate::setup::AFTER_PLAN_STEPS.contains(&step) {
+            // After the plan: at once (the plan made, nothing of the session left to see it).
+            others_now(gpu, *bytes);
+        } else if s == step && step == "plan" {
             // Lands now, in the quiet window after the graph phase's teardown: the plan step
             // opens with no settle snapshot of its own, and a session that plans without a
             // synchronize would otherwise see the change land after its plan (the oracle,
@@ -147,10 +173,18 @@ fn declare_allocator<'a>(
     gpu: &SimGpu,
     setup: &Setup,
 ) -> Result<Session<'a, SimEngine>> {
-    let options = match gpu.physics().allocator.option_string() {
-        Some(o) => o,
-        None if setup.seed.is_multiple_of(2) => return Ok(s),
-        None => String::new(),
+    let options = match (gpu.physics().allocator.option_string(), &setup.allocator) {
+        // Pinned by the scenario: stated on every seed, the default configuration included,
+        // with the collection threshold the simulated allocator does not act on (see
+        // docs/scenarios.md, "Allocator options").
+        (o, Some((_, gc))) => {
+            let mut o: Vec<String> = o.into_iter().collect();
+            o.extend(gc.map(|g| format!("garbage_collection_threshold:{g}")));
+            o.join(",")
+        }
+        (Some(o), None) => o,
+        (None, None) if setup.seed.is_multiple_of(2) => return Ok(s),
+        (None, None) => String::new(),
     };
     let conf = memplan_core::AllocatorConfig::parse(&options)?;
     Ok(s.with_allocator_config(conf, "the simulated engine's PYTORCH_ALLOC_CONF"))
@@ -271,6 +305,8 @@ fn profile(
     neighbour(setup, gpu, "graph_phase");
     let before = graph_truth(&gpu.truth());
     out.ended_in = Some(PHASE_GRAPHS);
+    s.engine()
+        .arm_neighbour(capture_changes(setup, "graph_phase"));
     let phase = match choice {
         // The automatic phase as an engine runs it (it may measure instead of sampling).
         Choice::Auto => match s.capture_graphs().map(|g| g.strategy) {
@@ -282,6 +318,10 @@ fn profile(
             s.graph_phase(&*k.strategy(), why.clone()).map(|_| (k, why))
         }
     };
+    // Changes after more captures than the phase made land as it ends.
+    for bytes in s.engine().disarm_neighbour() {
+        others_now(gpu, bytes);
+    }
     named(out, s.warnings());
     let (kind, why) = phase?;
     out.strategy = kind;
@@ -318,6 +358,7 @@ fn profile(
     // From here on the simulator keeps the process's high-water mark: over the request is
     // judged on the most the process ever held after the plan, not on sampled points.
     gpu.watch_peak();
+    neighbour(setup, gpu, "kv_cache");
     // The engine's KV cache, as an engine ends its start-up: the session has the engine
     // allocate the plan's blocks (measured, fewer where they take more than the plan kept),
     // or maps them after post-capture.
@@ -349,6 +390,7 @@ fn alone_beside(
     let mut beside = setup.clone();
     beside.other_processes = others;
     beside.neighbour.clear();
+    beside.neighbour_captures.clear();
     engine_alone(&beside).unwrap_or(alone)
 }
 
@@ -386,6 +428,42 @@ pub fn run_with(setup: &Setup, choice: Choice, tamper: Option<Tamper<'_>>) -> Re
 /// setup, [`engine_alone`]; computed once for several strategies of one setup; `None` when it
 /// could not be computed, which the outcome records as the harness's error).
 pub fn run_judged(
+    setup: &Setup,
+    choice: Choice,
+    tamper: Option<Tamper<'_>>,
+    alone: Option<crate::oracle::EngineAlone>,
+) -> Result<Outcome> {
+    let out = run_once(setup, choice, tamper, alone.clone())?;
+    let Some(calm) = setup.calm_after_plan().filter(|_| out.oom.is_some()) else {
+        return Ok(out);
+    };
+    // Other processes took memory after the plan and the run ran out of memory. The plan and
+    // every step before it are the same with the others left as they were at the plan (no
+    // change lands before it): run that world, on the same seed. Where it runs out of memory
+    // too, the out-of-memory is the run's, judged as any. Where it does not, only the memory
+    // the others took after the plan caused it: no plan made at start-up could see it (the
+    // engine's request is its own share of the device; what others take past what was free
+    // at the plan is the deployment's overcommit). That run is judged by every other rule, and
+    // the out-of-memory is reported as the others', never dropped.
+    let judged = run_once(&calm, choice, tamper, alone)?;
+    if judged.planned_tokens != out.planned_tokens && out.planned_tokens.is_some() {
+        let mut out = out;
+        out.failed = Some(format!(
+            "harness: the plan moved ({:?} tokens, {:?} without the changes after the plan): a change after the plan reached the start-up",
+            out.planned_tokens, judged.planned_tokens
+        ));
+        return Ok(out);
+    }
+    if judged.oom.is_some() {
+        return Ok(out);
+    }
+    let mut judged = judged;
+    judged.oom_others_after_plan = out.oom;
+    Ok(judged)
+}
+
+/// One run of [`run_judged`], as the world of the setup has it.
+fn run_once(
     setup: &Setup,
     choice: Choice,
     tamper: Option<Tamper<'_>>,
@@ -791,6 +869,8 @@ fn serve(
     see(gpu);
     marks.push(("the engine's KV cache allocation", gpu.peak()));
     r.map_err(|e| e.during("KV cache allocation"))?;
+    neighbour(setup, gpu, "engine_capture");
+    engine.arm_neighbour(capture_changes(setup, "engine_capture"));
     if !at.eager && !at.graphs_kept {
         let g0 = graph_truth(&gpu.truth());
         let r = setup.sizes.clone().into_iter().try_for_each(|s| {
@@ -804,6 +884,12 @@ fn serve(
         r.map_err(|e: memplan_core::Error| e.during("graph capture"))?;
         *real_graph = Some(graph_truth(&gpu.truth()).saturating_sub(g0));
     }
+    // Changes after more captures than the engine made (none, where it keeps the session's
+    // graphs or runs eagerly) land as its captures end.
+    for bytes in engine.disarm_neighbour() {
+        others_now(gpu, bytes);
+    }
+    neighbour(setup, gpu, "serve");
     let alloc = gpu.allocator();
     let b = alloc.malloc(setup.activation_peak.max(1));
     see(gpu);

@@ -243,15 +243,79 @@ impl StartRule {
     }
 }
 
-/// A change of the memory other processes hold, applied at the synchronize that opens a step.
+/// A change of the memory other processes hold: before a step (`before`), or between two
+/// graph captures (`during` with `after_capture`); exactly one of the two.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NeighbourChange {
-    /// The step it happens before: `load_weights`, `profile_run`, `graph_phase` or `plan`
-    /// (after the graph phase and its teardown, [`crate::setup::NEIGHBOUR_STEPS`]).
-    pub before: String,
+    /// The step it happens before ([`crate::setup::NEIGHBOUR_STEPS`]): `load_weights`,
+    /// `profile_run`, `graph_phase` or `plan` (after the graph phase and its teardown) land at
+    /// the synchronize that opens the step; `kv_cache` (after the plan, before the KV cache is
+    /// allocated), `engine_capture` (after the KV cache, before the engine captures its graphs)
+    /// and `serve` (before the serving burst) land at once, after the plan
+    /// ([`crate::setup::AFTER_PLAN_STEPS`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before: Option<String>,
+    /// The captures it happens between ([`crate::setup::CAPTURE_STEPS`]): `graph_phase` (the
+    /// session's graph phase, before the plan) or `engine_capture` (the engine's own capture
+    /// after the plan); with `after_capture`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub during: Option<String>,
+    /// With `during`: the change lands right after that many captures of the step (1: after
+    /// the first), at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_capture: Option<u32>,
     /// What other processes hold from then on.
     pub bytes: ByteValue,
+}
+
+impl NeighbourChange {
+    /// Other processes hold `bytes` from the synchronize that opens `step` on.
+    pub fn before(step: &str, bytes: ByteValue) -> Self {
+        NeighbourChange {
+            before: Some(step.into()),
+            during: None,
+            after_capture: None,
+            bytes,
+        }
+    }
+}
+
+/// `roundup_power2_divisions` as written: one count for every size interval, or a table of
+/// counts by interval (`{ "256" = 4, ">" = 1 }`: the interval that starts at that many MiB, a
+/// power of two; `">"` every interval after the last one named), as PyTorch's list form
+/// (`[256:4,>:1]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum DivisionsToml {
+    /// One count for every interval.
+    All(u64),
+    /// Counts by interval.
+    ByInterval(std::collections::BTreeMap<String, u64>),
+}
+
+/// The engine's caching-allocator options, pinned (`[allocator]`, optional): what the engine
+/// sets in `PYTORCH_ALLOC_CONF` (`PYTORCH_CUDA_ALLOC_CONF`) on every seed, in place of the
+/// options the device's physics draw on one seed in four. The engine states them to the
+/// session, as it states drawn ones.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AllocatorToml {
+    /// `expandable_segments`.
+    #[serde(default)]
+    pub expandable_segments: bool,
+    /// `max_split_size_mb`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_split_size_mb: Option<u64>,
+    /// `roundup_power2_divisions`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub roundup_power2_divisions: Option<DivisionsToml>,
+    /// `large_segment_size_mb`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub large_segment_size_mb: Option<u64>,
+    /// `garbage_collection_threshold`, in (0, 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub garbage_collection_threshold: Option<f64>,
 }
 
 /// The engine's request: exactly one of the two.
@@ -475,4 +539,7 @@ pub struct Scenario {
     /// The engine's KV cache: its hooks and how it allocates it.
     #[serde(default)]
     pub engine: EngineToml,
+    /// The engine's caching-allocator options, pinned (drawn per seed where absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocator: Option<AllocatorToml>,
 }

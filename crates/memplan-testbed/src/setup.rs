@@ -21,8 +21,15 @@ pub struct Setup {
     pub limits: KvLimits,
     /// Other processes at start.
     pub other_processes: u64,
-    /// `(step, bytes)` neighbour changes.
+    /// `(step, bytes)` neighbour changes before a step ([`NEIGHBOUR_STEPS`], or after the plan
+    /// [`AFTER_PLAN_STEPS`]).
     pub neighbour: Vec<(String, u64)>,
+    /// `(step, after_capture, bytes)` neighbour changes between two captures of a step
+    /// ([`CAPTURE_STEPS`]), in step and capture order.
+    pub neighbour_captures: Vec<(String, u32, u64)>,
+    /// The engine's caching-allocator options, pinned (`[allocator]`; `None`: drawn per seed),
+    /// with the garbage-collection threshold it states beside them.
+    pub allocator: Option<(memplan_backend_sim::EngineOptions, Option<f64>)>,
     /// Weights, tensors, activation peak, workspace.
     pub weights: u64,
     /// Weight tensors.
@@ -78,6 +85,27 @@ pub struct Setup {
 /// that step opens with no synchronize of its own.
 pub const NEIGHBOUR_STEPS: [&str; 4] = ["load_weights", "profile_run", "graph_phase", "plan"];
 
+/// The steps after the plan a neighbour change may come before (`neighbour.before`): it lands
+/// at once, the plan already made. `kv_cache`: after the plan, before the KV cache is allocated
+/// (by the session through the engine's hook, or by the engine); `engine_capture`: after the KV
+/// cache, before the engine captures its graphs (whether or not it captures any); `serve`:
+/// before the serving burst. No plan made at start-up can see them: the oracle is the plan's
+/// world, and an out-of-memory that only their memory caused is theirs
+/// ([`crate::report::Outcome::oom_others_after_plan`]).
+pub const AFTER_PLAN_STEPS: [&str; 3] = ["kv_cache", "engine_capture", "serve"];
+
+/// The steps whose graph captures a neighbour change may land between (`neighbour.during`,
+/// with `after_capture`): `graph_phase`, the session's graph phase before the plan (the plan is
+/// judged as any other: the session sees the captures happen), and `engine_capture`, the
+/// engine's own capture after the plan (as [`AFTER_PLAN_STEPS`]).
+pub const CAPTURE_STEPS: [&str; 2] = ["graph_phase", "engine_capture"];
+
+/// Largest `max_split_size_mb` or `large_segment_size_mb` of a scenario's `[allocator]`, in
+/// MiB (1 TiB: more than any simulated device holds).
+pub const MAX_ALLOCATOR_MB: u64 = 1 << 20;
+/// Largest `roundup_power2_divisions` count.
+pub const MAX_DIVISIONS: u64 = 1 << 16;
+
 /// The KV cache dtypes a scenario's `kv.dtype` takes, as an error says them (the names
 /// `KvDtype`'s parser accepts, its aliases left out).
 const KV_DTYPES: &str =
@@ -115,6 +143,20 @@ pub fn default_sizes(max: u32) -> Vec<u32> {
 }
 
 impl Setup {
+    /// The same setup with every change of other processes after the plan left out (they hold
+    /// what they held at the plan from then on), or `None` where it has none.
+    pub fn calm_after_plan(&self) -> Option<Setup> {
+        let after = |step: &str| AFTER_PLAN_STEPS.contains(&step);
+        let late = self.neighbour.iter().any(|(s, _)| after(s))
+            || self.neighbour_captures.iter().any(|(s, _, _)| after(s));
+        late.then(|| {
+            let mut calm = self.clone();
+            calm.neighbour.retain(|(s, _)| !after(s));
+            calm.neighbour_captures.retain(|(s, _, _)| !after(s));
+            calm
+        })
+    }
+
     /// The device selector with the seed (and pinned physics) appended.
     pub fn selector(&self) -> String {
         let mut s = format!("{},seed={}", self.scenario.device, self.seed);
@@ -164,6 +206,10 @@ impl Scenario {
                 .replace(
                     "expected u32",
                     "expected a whole number from 0 to 4294967295",
+                )
+                .replace(
+                    "data did not match any variant of untagged enum DivisionsToml",
+                    "expected a division count (0 or a power of two) or a table of counts by interval ({ \"256\" = 4, \">\" = 1 })",
                 )
                 .replace(
                     "expected u64",
@@ -473,37 +519,12 @@ impl Scenario {
                 format!("{} distinct sizes; at most {MAX_GRAPH_SIZES}", sizes.len()),
             ));
         }
-        let neighbour = self
-            .neighbour
-            .iter()
-            .enumerate()
-            .map(|(i, n)| {
-                if !NEIGHBOUR_STEPS.contains(&n.before.as_str()) {
-                    return Err(Error::invalid(
-                        f(&format!("neighbour[{i}].before")),
-                        format!(
-                            "{:?}: expected load_weights, profile_run, graph_phase or plan",
-                            n.before
-                        ),
-                    ));
-                }
-                // Each is what other processes hold from its step on: two at one step would
-                // leave one silently unused (the changes apply in step order, not file order).
-                if let Some(j) = self.neighbour[..i].iter().position(|m| m.before == n.before) {
-                    return Err(Error::invalid(
-                        f(&format!("neighbour[{i}].before")),
-                        format!(
-                            "{:?} is neighbour[{j}]'s step too: give one change per step (what other processes hold from then on)",
-                            n.before
-                        ),
-                    ));
-                }
-                Ok((
-                    n.before.clone(),
-                    n.bytes.bytes(&f(&format!("neighbour[{i}].bytes")))?,
-                ))
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let (neighbour, neighbour_captures) = self.resolve_neighbours(&sizes)?;
+        let allocator = self
+            .allocator
+            .as_ref()
+            .map(|a| resolve_allocator(a, &f))
+            .transpose()?;
         let weight_tensors = self.model.weight_tensors;
         if weight_tensors == 0 || weight_tensors > MAX_WEIGHT_TENSORS {
             return Err(Error::invalid(
@@ -590,12 +611,13 @@ impl Scenario {
             (f("device"), "graphics allocations", mods.graphics),
         ]
         .into_iter()
-        .chain(
-            neighbour
-                .iter()
-                .enumerate()
-                .map(|(i, (_, b))| (f(&format!("neighbour[{i}].bytes")), others, Some(*b))),
-        );
+        .chain(self.neighbour.iter().enumerate().map(|(i, n)| {
+            (
+                f(&format!("neighbour[{i}].bytes")),
+                others,
+                n.bytes.bytes("bytes").ok(),
+            )
+        }));
         for (field, who, bytes) in held {
             if let Some(b) = bytes.filter(|b| *b >= profile.total_bytes) {
                 return Err(Error::invalid(
@@ -615,6 +637,8 @@ impl Scenario {
             limits,
             other_processes: other,
             neighbour,
+            neighbour_captures,
+            allocator,
             weights: self.model.weights.bytes(&f("model.weights"))?,
             weight_tensors,
             activation_peak: self
@@ -654,4 +678,208 @@ impl Scenario {
         }
         Ok(setup)
     }
+}
+
+impl Scenario {
+    /// The neighbour changes, checked: before a step (`(step, bytes)`, one a step) and between
+    /// captures (`(step, after_capture, bytes)`, one a capture, sorted), each naming its key
+    /// where it is wrong.
+    #[allow(clippy::type_complexity)]
+    fn resolve_neighbours(
+        &self,
+        sizes: &[u32],
+    ) -> Result<(Vec<(String, u64)>, Vec<(String, u32, u64)>)> {
+        let f = |field: &str| format!("scenario {}: {field}", self.name);
+        let mut before: Vec<(String, u64)> = Vec::new();
+        let mut between: Vec<(String, u32, u64)> = Vec::new();
+        for (i, n) in self.neighbour.iter().enumerate() {
+            let key = |x: &str| f(&format!("neighbour[{i}].{x}"));
+            let bytes = n.bytes.bytes(&key("bytes"))?;
+            match (&n.before, &n.during, n.after_capture) {
+                (Some(_), Some(_), _) => {
+                    return Err(Error::invalid(
+                        key("during"),
+                        "give before (a step) or during (with after_capture), not both",
+                    ))
+                }
+                (Some(_), None, Some(_)) => {
+                    return Err(Error::invalid(
+                        key("after_capture"),
+                        "only with during (the step whose captures the change lands between)",
+                    ))
+                }
+                (Some(step), None, None) => {
+                    if !NEIGHBOUR_STEPS.contains(&step.as_str())
+                        && !AFTER_PLAN_STEPS.contains(&step.as_str())
+                    {
+                        return Err(Error::invalid(
+                            key("before"),
+                            format!(
+                                "{step:?}: expected load_weights, profile_run, graph_phase or plan (before the plan), or kv_cache, engine_capture or serve (after it)"
+                            ),
+                        ));
+                    }
+                    // Each is what other processes hold from its step on: two at one step would
+                    // leave one silently unused (the changes apply in step order, not file
+                    // order).
+                    if let Some(j) = self.neighbour[..i]
+                        .iter()
+                        .position(|m| m.before.as_deref() == Some(step))
+                    {
+                        return Err(Error::invalid(
+                            key("before"),
+                            format!(
+                                "{step:?} is neighbour[{j}]'s step too: give one change per step (what other processes hold from then on)"
+                            ),
+                        ));
+                    }
+                    before.push((step.clone(), bytes));
+                }
+                (None, Some(step), at) => {
+                    if !CAPTURE_STEPS.contains(&step.as_str()) {
+                        return Err(Error::invalid(
+                            key("during"),
+                            format!(
+                                "{step:?}: expected graph_phase (the session's captures, before the plan) or engine_capture (the engine's, after it)"
+                            ),
+                        ));
+                    }
+                    if sizes.is_empty() {
+                        return Err(Error::invalid(
+                            key("during"),
+                            "the engine captures no graph (graphs gives no sizes): there is no capture to land between; use before",
+                        ));
+                    }
+                    let most = sizes.len();
+                    let at = match at {
+                        None => {
+                            return Err(Error::invalid(
+                                key("after_capture"),
+                                format!("missing: give the captures of {step} the change lands after (1..={most})"),
+                            ))
+                        }
+                        Some(k) if k == 0 || k as usize > most => {
+                            return Err(Error::invalid(
+                                key("after_capture"),
+                                format!(
+                                    "{k} is outside 1..={most} (the engine captures {most} graph sizes)"
+                                ),
+                            ))
+                        }
+                        Some(k) => k,
+                    };
+                    if let Some(j) = self.neighbour[..i].iter().position(|m| {
+                        m.during.as_deref() == Some(step) && m.after_capture == Some(at)
+                    }) {
+                        return Err(Error::invalid(
+                            key("after_capture"),
+                            format!(
+                                "capture {at} of {step} is neighbour[{j}]'s too: give one change per capture (what other processes hold from then on)"
+                            ),
+                        ));
+                    }
+                    between.push((step.clone(), at, bytes));
+                }
+                (None, None, _) => {
+                    return Err(Error::invalid(
+                        key("before"),
+                        "missing: give before (a step) or during (with after_capture)",
+                    ))
+                }
+            }
+        }
+        let order = |step: &str| CAPTURE_STEPS.iter().position(|s| *s == step);
+        between.sort_by_key(|(step, at, _)| (order(step), *at));
+        Ok((before, between))
+    }
+}
+
+/// The `[allocator]` options as the simulated allocator follows them, checked as PyTorch
+/// checks them (`c10/core/AllocatorConfig.cpp`: `max_split_size_mb` at least 20, the 20 MiB
+/// segment; `large_segment_size_mb` more than the 10 MiB of `kMinLargeAlloc`; each division
+/// count 0 or a power of two; the collection threshold inside (0, 1)), and bounded, each error
+/// naming its key.
+fn resolve_allocator(
+    a: &crate::scenario::AllocatorToml,
+    f: &dyn Fn(&str) -> String,
+) -> Result<(memplan_backend_sim::EngineOptions, Option<f64>)> {
+    use crate::scenario::DivisionsToml;
+    let mb = |key: &str, v: Option<u64>, least: u64| -> Result<Option<u64>> {
+        match v {
+            Some(m) if !(least..=MAX_ALLOCATOR_MB).contains(&m) => Err(Error::invalid(
+                f(&format!("allocator.{key}")),
+                format!("{m} is outside {least}..={MAX_ALLOCATOR_MB} (MiB)"),
+            )),
+            v => Ok(v),
+        }
+    };
+    let max_split = mb("max_split_size_mb", a.max_split_size_mb, 20)?;
+    let large_segment_mb = mb("large_segment_size_mb", a.large_segment_size_mb, 11)?;
+    let count = |key: String, d: u64| -> Result<u32> {
+        if d > MAX_DIVISIONS || (d > 0 && !d.is_power_of_two()) {
+            return Err(Error::invalid(
+                key,
+                format!("{d}: divisions are 0 (none) or a power of two up to {MAX_DIVISIONS}"),
+            ));
+        }
+        Ok(d as u32)
+    };
+    let key = f("allocator.roundup_power2_divisions");
+    let mut divisions = [0u32; 16];
+    match &a.roundup_power2_divisions {
+        None => {}
+        Some(DivisionsToml::All(d)) => divisions = [count(key, *d)?; 16],
+        Some(DivisionsToml::ByInterval(t)) => {
+            // PyTorch's list form: each named interval (a power of two of MiB, from 1 MiB),
+            // the smallest fills the intervals below it, `>` every interval above the largest
+            // named.
+            let mut named: Vec<(usize, u32)> = Vec::new();
+            let mut rest = None;
+            for (k, d) in t {
+                let at = format!("{key}.{k:?}");
+                let d = count(at.clone(), *d)?;
+                if k == ">" {
+                    rest = Some(d);
+                    continue;
+                }
+                let mib: u64 = k.parse().ok().filter(|m: &u64| m.is_power_of_two() && *m <= 1 << 16).ok_or_else(|| {
+                    Error::invalid(
+                        at,
+                        format!("{k:?}: name an interval by its start in MiB, a power of two from 1 to 65536, or \">\" for every interval after the last named"),
+                    )
+                })?;
+                // 32 GiB and above share the last interval, as PyTorch clamps them.
+                named.push(((mib.trailing_zeros() as usize).min(15), d));
+            }
+            named.sort_unstable();
+            if let Some((first, d)) = named.first() {
+                divisions[..*first].fill(*d);
+            }
+            for (i, d) in &named {
+                divisions[*i] = *d;
+            }
+            if let Some(d) = rest {
+                let from = named.last().map_or(0, |(i, _)| i + 1);
+                divisions[from..].fill(d);
+            }
+        }
+    }
+    let gc = match a.garbage_collection_threshold {
+        Some(g) if !(g.is_finite() && g > 0.0 && g < 1.0) => {
+            return Err(Error::invalid(
+                f("allocator.garbage_collection_threshold"),
+                format!("{g} is outside (0, 1)"),
+            ))
+        }
+        g => g,
+    };
+    Ok((
+        memplan_backend_sim::EngineOptions {
+            expandable: a.expandable_segments,
+            max_split: max_split.map(|m| m * memplan_core::bytes::MIB),
+            divisions,
+            large_segment_mb,
+        },
+        gc,
+    ))
 }

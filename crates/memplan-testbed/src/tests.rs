@@ -1513,3 +1513,241 @@ fn warm_ups_the_allocator_gave_its_cache_back_for_are_counted_whole() {
     let plan = session.plan(s.request, &s.kv, s.limits);
     assert!(plan.is_err(), "{:?}", plan.map(|p| p.kv.tokens));
 }
+
+/// `neighbour-takes` with its neighbour replaced by `extra` (TOML appended after the file's
+/// own tables: `[[neighbour]]` and `[allocator]` tables).
+fn neighbour_takes_with(extra: &str) -> String {
+    let base = SHIPPED
+        .iter()
+        .find(|(n, _)| *n == "neighbour-takes")
+        .unwrap()
+        .1
+        .replace(
+            "[[neighbour]]\nbefore = \"graph_phase\"\nbytes = \"3GiB\"\n",
+            "",
+        );
+    format!("{base}\n{extra}\n")
+}
+
+/// Malformed or absurd values in the keys for other processes between captures and after the
+/// plan, and in `[allocator]`, are each refused naming the key.
+#[test]
+fn changes_between_captures_after_the_plan_and_allocator_options_are_checked() {
+    for (extra, key) in [
+        ("[[neighbour]]\nbytes = \"1GiB\"", "neighbour[0].before"),
+        (
+            "[[neighbour]]\nbefore = \"plan\"\nduring = \"graph_phase\"\nafter_capture = 1\nbytes = \"1GiB\"",
+            "neighbour[0].during",
+        ),
+        (
+            "[[neighbour]]\nbefore = \"serve\"\nafter_capture = 1\nbytes = \"1GiB\"",
+            "neighbour[0].after_capture",
+        ),
+        (
+            "[[neighbour]]\nbefore = \"later\"\nbytes = \"1GiB\"",
+            "neighbour[0].before",
+        ),
+        (
+            "[[neighbour]]\nduring = \"profile_run\"\nafter_capture = 1\nbytes = \"1GiB\"",
+            "neighbour[0].during",
+        ),
+        (
+            "[[neighbour]]\nduring = \"graph_phase\"\nbytes = \"1GiB\"",
+            "neighbour[0].after_capture",
+        ),
+        (
+            "[[neighbour]]\nduring = \"graph_phase\"\nafter_capture = 0\nbytes = \"1GiB\"",
+            "neighbour[0].after_capture",
+        ),
+        (
+            "[[neighbour]]\nduring = \"engine_capture\"\nafter_capture = 36\nbytes = \"1GiB\"",
+            "neighbour[0].after_capture",
+        ),
+        (
+            "[[neighbour]]\nduring = \"graph_phase\"\nafter_capture = 2\nbytes = \"1GiB\"\n\n[[neighbour]]\nduring = \"graph_phase\"\nafter_capture = 2\nbytes = \"2GiB\"",
+            "neighbour[1].after_capture",
+        ),
+        (
+            "[[neighbour]]\nbefore = \"kv_cache\"\nbytes = \"1GiB\"\n\n[[neighbour]]\nbefore = \"kv_cache\"\nbytes = \"2GiB\"",
+            "neighbour[1].before",
+        ),
+        (
+            "[[neighbour]]\nbefore = \"serve\"\nbytes = \"24GiB\"",
+            "neighbour[0].bytes",
+        ),
+        (
+            "[[neighbour]]\nduring = \"graph_phase\"\nafter_capture = 1\nbytes = \"2PiB\"",
+            "neighbour[0].bytes",
+        ),
+        ("[allocator]\nmax_split_size_mb = 19", "allocator.max_split_size_mb"),
+        (
+            "[allocator]\nmax_split_size_mb = 2000000",
+            "allocator.max_split_size_mb",
+        ),
+        (
+            "[allocator]\nlarge_segment_size_mb = 10",
+            "allocator.large_segment_size_mb",
+        ),
+        (
+            "[allocator]\nroundup_power2_divisions = 3",
+            "allocator.roundup_power2_divisions",
+        ),
+        (
+            "[allocator]\nroundup_power2_divisions = 131072",
+            "allocator.roundup_power2_divisions",
+        ),
+        (
+            "[allocator]\nroundup_power2_divisions = { \"100\" = 4 }",
+            "allocator.roundup_power2_divisions.\"100\"",
+        ),
+        (
+            "[allocator]\nroundup_power2_divisions = { \"64\" = 6 }",
+            "allocator.roundup_power2_divisions.\"64\"",
+        ),
+        (
+            "[allocator]\ngarbage_collection_threshold = 1.0",
+            "allocator.garbage_collection_threshold",
+        ),
+        (
+            "[allocator]\ngarbage_collection_threshold = 0.0",
+            "allocator.garbage_collection_threshold",
+        ),
+    ] {
+        let e = resolve_error(&neighbour_takes_with(extra));
+        assert!(e.contains(key), "{key}: {e}\n{extra}");
+    }
+    // An eager engine has no capture to land between.
+    let eager = neighbour_takes_with(
+        "[[neighbour]]\nduring = \"graph_phase\"\nafter_capture = 1\nbytes = \"1GiB\"",
+    )
+    .replace("max_capture_size = 256\n", "")
+    .replace("kernel_nodes = 64", "kernel_nodes = 0")
+    .replace(
+        "intermediate_per_token = \"128KiB\"",
+        "intermediate_per_token = 0",
+    );
+    let e = resolve_error(&eager);
+    assert!(e.contains("neighbour[0].during"), "{e}");
+    // The TOML reader's own errors name the key.
+    for (extra, key) in [
+        (
+            "[allocator]\nroundup_power2_divisions = \"four\"",
+            "allocator.roundup_power2_divisions",
+        ),
+        ("[allocator]\nexpandable = true", "expandable"),
+        (
+            "[[neighbour]]\nduring = \"graph_phase\"\nafter_capture = -1\nbytes = \"1GiB\"",
+            "neighbour[0].after_capture",
+        ),
+    ] {
+        let e = Scenario::from_toml("x", &neighbour_takes_with(extra))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(key), "{key}: {e}");
+    }
+}
+
+/// `[allocator]` pins the engine's options on every seed: the simulated allocator follows them
+/// (the list form filled as PyTorch fills it) and the engine states them.
+#[test]
+fn allocator_options_are_pinned_on_every_seed() {
+    let text = neighbour_takes_with(
+        "[allocator]\nmax_split_size_mb = 256\nroundup_power2_divisions = { \"64\" = 8, \"128\" = 2, \">\" = 1 }\ngarbage_collection_threshold = 0.6",
+    );
+    let s = Scenario::from_toml("x", &text).unwrap().resolve().unwrap();
+    for seed in 0..8 {
+        let gpu = open(&crate::sweep::seeded(s.clone(), seed)).unwrap();
+        let a = gpu.physics().allocator;
+        assert_eq!(a.max_split, Some(256 * MIB), "seed {seed}");
+        assert!(!a.expandable && a.large_segment_mb.is_none(), "seed {seed}");
+        let mut want = [8u32; 16];
+        want[7] = 2;
+        want[8..].fill(1);
+        assert_eq!(a.divisions, want, "seed {seed}");
+    }
+    let plain = neighbour_takes_with("[allocator]\nexpandable_segments = true");
+    let s = Scenario::from_toml("x", &plain).unwrap().resolve().unwrap();
+    for seed in 0..8 {
+        let a = run(&crate::sweep::seeded(s.clone(), seed), Choice::Auto).unwrap();
+        assert!(a.oom.is_none(), "seed {seed}: {:?}", a.oom);
+        let gpu = open(&crate::sweep::seeded(s.clone(), seed)).unwrap();
+        assert_eq!(
+            gpu.physics().allocator.option_string().as_deref(),
+            Some("expandable_segments:True")
+        );
+    }
+}
+
+/// A neighbour that arrives between the graph phase's captures is there when the plan is made
+/// (the plan, judged as any, sees it), and one that leaves between them is gone.
+#[test]
+fn changes_between_captures_land_in_the_graph_phase() {
+    let text = neighbour_takes_with(
+        "[[neighbour]]\nduring = \"graph_phase\"\nafter_capture = 2\nbytes = \"5GiB\"\n\n[[neighbour]]\nduring = \"graph_phase\"\nafter_capture = 4\nbytes = \"2GiB\"",
+    );
+    let s = Scenario::from_toml("x", &text).unwrap().resolve().unwrap();
+    let a = run(&s, Choice::Auto).unwrap();
+    assert!(
+        a.oom.is_none() && a.failed.is_none(),
+        "{:?} {:?}",
+        a.oom,
+        a.failed
+    );
+    // The others' level at the end of the graph phase (recorded per phase) is the last change.
+    let graphs = a.phase_others[3];
+    assert_eq!(graphs, 2 << 30, "{:?}", a.phase_others);
+    assert!(a.kv_vs_oracle.unwrap() > 0.9, "{:?}", a.kv_vs_oracle);
+}
+
+/// Other processes that take what the plan left free after it: the run runs out of memory, the
+/// same run with them as they were at the plan does not, and the out-of-memory is theirs,
+/// reported as its own outcome; the calm run is judged by every other rule. A change after the
+/// plan that leaves room changes nothing.
+#[test]
+fn an_out_of_memory_others_caused_after_the_plan_is_theirs() {
+    for step in ["kv_cache", "engine_capture", "serve"] {
+        let text = neighbour_takes_with(&format!(
+            "[[neighbour]]\nbefore = \"{step}\"\nbytes = \"23GiB\""
+        ));
+        let s = Scenario::from_toml("x", &text).unwrap().resolve().unwrap();
+        let a = run(&s, Choice::Auto).unwrap();
+        assert!(a.oom.is_none(), "{step}: {:?}", a.oom);
+        assert!(a.oom_others_after_plan.is_some(), "{step}");
+        assert!(a.plan.is_some() && a.kv_vs_oracle.is_some(), "{step}");
+        let case = crate::sweep::judge("x", step, &s, &[Choice::Auto]);
+        let checks: Vec<_> = crate::sweep::acceptance::failures(&case)
+            .into_iter()
+            .map(|f| f.check)
+            .collect();
+        assert!(
+            checks.contains(&crate::sweep::acceptance::Check::OutOfMemoryOthersAfterPlan),
+            "{step}: {checks:?}"
+        );
+        assert!(
+            checks
+                .iter()
+                .all(|c| !crate::sweep::acceptance::GATING.contains(c)),
+            "{step}: {checks:?}"
+        );
+    }
+    let text = neighbour_takes_with(
+        "[[neighbour]]\nduring = \"engine_capture\"\nafter_capture = 1\nbytes = \"23GiB\"",
+    );
+    let s = Scenario::from_toml("x", &text).unwrap().resolve().unwrap();
+    // Post-capture keeps the session's graphs: the engine captures nothing, the change lands
+    // as its captures end, before the burst.
+    let a = run(&s, Choice::Auto).unwrap();
+    assert!(
+        a.oom.is_none() && a.oom_others_after_plan.is_some(),
+        "{:?} {:?}",
+        a.oom,
+        a.oom_others_after_plan
+    );
+    let leaves = neighbour_takes_with("[[neighbour]]\nbefore = \"kv_cache\"\nbytes = 0");
+    let s = Scenario::from_toml("x", &leaves)
+        .unwrap()
+        .resolve()
+        .unwrap();
+    let a = run(&s, Choice::Auto).unwrap();
+    assert!(a.oom.is_none() && a.oom_others_after_plan.is_none());
+}

@@ -357,7 +357,8 @@ fn a_neighbour_holding_the_whole_device_is_the_files_error() {
             "{a} {b}: {e}"
         );
     }
-    let e = load_error(&text("1GiB", "2GiB").replace("graph_phase", "serve"));
+    // A step the format does not name (`serve` is one: after the plan, before the burst).
+    let e = load_error(&text("1GiB", "2GiB").replace("graph_phase", "serving"));
     assert!(e.starts_with("scenario bad: neighbour[1].before: "), "{e}");
     // Two changes at one step: one would go unused.
     let e = load_error(&text("1GiB", "2GiB").replace("graph_phase", "profile_run"));

@@ -172,6 +172,12 @@ pub enum Check {
     ReserveBelowReal,
     /// The engine's KV cache holds fewer tokens than the plan promised (by over one block).
     ServedBelowPlan,
+    /// Ran out of memory after the plan only because other processes took memory after it
+    /// (`Outcome::oom_others_after_plan`): the same run with the others as they were at the
+    /// plan did not. The deployment's overcommit, which no plan made at start-up can see:
+    /// reported as its own outcome, not gating, never a success. Not in [`Check::ALL`] (the
+    /// sweep's table): no generated scenario has a change after the plan.
+    OutOfMemoryOthersAfterPlan,
 }
 
 impl Check {
@@ -210,6 +216,9 @@ impl Check {
             Check::HarnessError => "harness error",
             Check::ReserveBelowReal => "reserve below real",
             Check::ServedBelowPlan => "served below the plan",
+            Check::OutOfMemoryOthersAfterPlan => {
+                "out of memory others took after the plan (not the plan's)"
+            }
         }
     }
 }
@@ -374,6 +383,12 @@ pub fn failures(cases: &[Case]) -> Vec<Failure<'_>> {
         }
         if let Some(e) = &o.oom {
             fail(Check::OutOfMemory, format!("ran out of memory: {e}"));
+        }
+        if let Some(e) = &o.oom_others_after_plan {
+            fail(
+                Check::OutOfMemoryOthersAfterPlan,
+                format!("ran out of memory other processes took after the plan (the run beside them as they were at the plan did not): {e}"),
+            );
         }
         if let Some(b) = o.over_request_sampled_bytes {
             if !over_request_warned(c) {

@@ -89,10 +89,10 @@ pub fn random_scenario(seed: u64) -> Scenario {
     let mut neighbour = Vec::new();
     if r.range(0, 2) == 0 {
         let step = ["load_weights", "profile_run", "graph_phase"][r.range(0, 2) as usize];
-        neighbour.push(NeighbourChange {
-            before: step.into(),
-            bytes: ByteValue::Int(pct(&mut r, 0, 150)),
-        });
+        neighbour.push(NeighbourChange::before(
+            step,
+            ByteValue::Int(pct(&mut r, 0, 150)),
+        ));
     }
     let max_capture = [0, 64, 128, 256, 512][r.range(0, 4) as usize];
     let dtype = ["bf16", "fp8", "int8", "fp16"][r.range(0, 3) as usize];
@@ -137,6 +137,7 @@ pub fn random_scenario(seed: u64) -> Scenario {
         },
         // Every hook and a tensor per layer; the sweep's groups choose others.
         engine: crate::scenario::EngineToml::default(),
+        allocator: None,
     }
 }
 

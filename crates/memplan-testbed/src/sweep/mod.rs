@@ -248,10 +248,10 @@ pub fn with_others(base: &Scenario, profile: &str, usable: u64) -> Scenario {
         memory_budget: Some(ByteValue::Int(usable / 10 * 6)),
     };
     s.other_processes = ByteValue::Int(usable / 4);
-    s.neighbour = vec![NeighbourChange {
-        before: "graph_phase".into(),
-        bytes: ByteValue::Int(usable / 10 * 4),
-    }];
+    s.neighbour = vec![NeighbourChange::before(
+        "graph_phase",
+        ByteValue::Int(usable / 10 * 4),
+    )];
     s
 }
 
