@@ -3764,3 +3764,102 @@ fn a_profile_run_out_of_memory_gives_back_only_the_frees_its_probe_shows() {
         assert!(why.contains("ran out of memory"), "{}: {why}", c.what);
     }
 }
+
+/// Where the files of the battery on other processes between captures and after the plan, and
+/// pinned allocator options, live.
+const CAPTURE_AND_AFTER: &str = "capture-and-after";
+
+/// Every file of `tests/outside/<name>/`, each on one seed (its place in the list, modulo
+/// `seeds`), judged by the gating rules alone.
+fn folder_passes_the_gating_rules_once(name: &str, seeds: u64) {
+    let mut failed = Vec::new();
+    for (i, file) in folder(name).iter().enumerate() {
+        let cases = cases_with(&format!("{name}/{file}"), &[i as u64 % seeds], |_| {});
+        failed.extend(
+            acceptance::failures(&cases)
+                .into_iter()
+                .filter(|f| acceptance::GATING.contains(&f.check))
+                .map(|f| f.line),
+        );
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+// Scenario files written from docs/scenarios.md ("Other processes between captures and after
+// the plan", "Allocator options") on files of the time-and-neighbours battery, their own
+// neighbours replaced: other processes that arrive, grow, shrink, churn or leave between the
+// graph phase's captures (after the first to after the last), that take part or all of what is
+// free after the plan (before the KV cache, before or between the engine's own captures, before
+// serving), that leave after the plan; and the engine's allocator options pinned on every seed
+// (expandable segments, max_split_size_mb 20 to 1024, roundup_power2_divisions 2, 4, 16 and
+// PyTorch's own test's list, large_segment_size_mb 11 to 1024, a stated collection threshold,
+// PyTorch's defaults), on every simulated profile family, vLLM's and SGLang's layouts and start
+// rules, engines with no hook or no post-capture sizing, eager engines. When written, 44 files on
+// seeds 0 to 39 (1,760 runs): no gating failure; 484 runs ran out of memory that other processes
+// took after the plan, each the others' (the same run with them as they were at the plan did
+// not); neighbours that arrive between captures are counted as graph memory (below the floor
+// where the same neighbour arriving at the graph phase's start is not). One file more, where
+// others leave between captures, is open (`open/a100-40-others-leave-mid-capture-post-capture-codellama.toml`).
+// In CI every file on one seed.
+#[test]
+fn capture_and_after_pass_the_gating_rules() {
+    folder_passes_the_gating_rules_once(CAPTURE_AND_AFTER, 40);
+}
+
+/// Every file of `tests/outside/capture-and-after/` on seeds 0 to 39, judged by the gating rules
+/// alone.
+#[test]
+#[ignore = "40 seeds per file: run by hand in a release build"]
+fn capture_and_after_over_40_seeds() {
+    let seeds: Vec<u64> = (0..40).collect();
+    folder_passes_the_gating_rules(CAPTURE_AND_AFTER, &seeds);
+}
+
+/// Other processes that take all that is free after the plan (before the KV cache, between the
+/// engine's captures, before serving): the run runs out of memory, and the same run with them as
+/// they were at the plan does not. The out-of-memory is theirs, reported as its own outcome and
+/// never a success or dropped; the calm run, with the same plan, passes every gating rule.
+#[test]
+fn an_out_of_memory_others_took_after_the_plan_is_reported_as_theirs() {
+    for file in [
+        "h100-step256-overcommit-before-kv-cache-llama8b.toml",
+        "a100-80-no-post-capture-overcommit-mid-engine-capture-phi4.toml",
+        "a770-eager-overcommit-before-serve-qwen25-1.5b.toml",
+    ] {
+        let cases = cases_with(&format!("{CAPTURE_AND_AFTER}/{file}"), &[0, 1], |_| {});
+        let all = acceptance::failures(&cases);
+        for c in &cases {
+            assert!(c.out.oom.is_none(), "{file} {}: {:?}", c.what, c.out.oom);
+            assert!(c.out.oom_others_after_plan.is_some(), "{file} {}", c.what);
+        }
+        assert_eq!(
+            all.iter()
+                .filter(|f| f.check == Check::OutOfMemoryOthersAfterPlan)
+                .count(),
+            cases.len(),
+            "{file}"
+        );
+        let gating: Vec<&str> = all
+            .iter()
+            .filter(|f| acceptance::GATING.contains(&f.check))
+            .map(|f| f.line.as_str())
+            .collect();
+        assert!(gating.is_empty(), "{file}:\n{}", gating.join("\n"));
+    }
+}
+
+/// Others that held 512 MiB of an A100 from the start leave between the graph phase's captures:
+/// the pass's capture window (and the whole pass's, first to last) reads their release as the
+/// graphs taking less, so the post-capture reserve is 512 MiB below the graphs' real memory and
+/// the KV cache takes it: 495 MiB past the request while serving, 102.3% of the oracle, on every
+/// seed (the same others leaving before the graph phase or before the plan: 99.9%). `full`
+/// (no post-capture sizing) the same (`capture_all` in `strategy/full.rs`). Found by the
+/// capture-and-after battery.
+#[test]
+#[ignore = "open: a release by another process inside a capture window is read as the graphs' own memory"]
+fn others_leaving_between_captures_are_not_the_graphs() {
+    passes(
+        "open/a100-40-others-leave-mid-capture-post-capture-codellama.toml",
+        &[0, 1, 2],
+    );
+}
