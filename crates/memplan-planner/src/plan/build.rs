@@ -698,7 +698,8 @@ impl PlanBuilder {
     /// (post-capture: one mapping), or where the engine's tensors are not known. vLLM v1 up to
     /// 0.28 allocates one tensor per layer of a KV-cache group
     /// (`GPUModelRunner._allocate_kv_cache_tensors`, one `torch.zeros` per tensor of
-    /// `page_size * num_blocks`), each rounded by the caching allocator; from 0.29.0 one
+    /// `page_size * num_blocks`; a layer's own page where layers of different pages form one
+    /// group), each rounded by the caching allocator; from 0.29.0 one
     /// backing allocation of `bytes_per_block * num_blocks` (`vllm/v1/worker/utils.py`
     /// `allocate_kv_cache`), whatever the pages ([`KvAllocation::OneBacking`]: one tensor of
     /// the block's bytes); SGLang a K and a V tensor per layer (or one of both, 0.5.23), in a
@@ -762,7 +763,7 @@ impl PlanBuilder {
     /// refusal where that room is what the cache lacked ([`RoundingReserve`]); `tensors` is the
     /// layout the plan fits ([`Self::kv_tensors`]), `None` where it keeps `bound` instead, the
     /// bound once per allocation ([`Self::kv_rounding_bound`]).
-    fn rounding_words(&self, tensors: Option<KvTensors>, bound: u64) -> RoundingWords {
+    fn rounding_words(&self, tensors: Option<&KvTensors>, bound: u64) -> RoundingWords {
         let a = self.alloc();
         let groups = &self.kv_spec.groups;
         let layers: u64 = groups.iter().map(|g| u64::from(g.num_layers)).sum();
@@ -1263,7 +1264,7 @@ impl PlanBuilder {
         // granules of its mapping.
         let per_tensor = !fixed_kv && self.alloc_slack > 0 && self.granularity.is_none();
         let fit = (self.granule(), self.kv_tensors(), self.kv_rounding_bound());
-        let rounding_words = per_tensor.then(|| self.rounding_words(fit.1, fit.2));
+        let rounding_words = per_tensor.then(|| self.rounding_words(fit.1.as_ref(), fit.2));
         let alloc = self.alloc().clone();
         let readings_error = self.engine_readings_error();
         let (consumers, within, b, engine_rule) = self.budget()?;
@@ -1383,7 +1384,7 @@ impl PlanBuilder {
         // request of the max model length, or a shorter pool the engine admits requests from.
         let starts = |bytes: u64| {
             let fitted = match self.granularity.filter(|g| *g > 1) {
-                _ if per_tensor => fit_rounded(bytes, fit.0, fit.1, fit.2, &alloc),
+                _ if per_tensor => fit_rounded(bytes, fit.0, fit.1.as_ref(), fit.2, &alloc),
                 Some(g) => bytes / g * g,
                 None => bytes,
             };
@@ -1435,7 +1436,7 @@ impl PlanBuilder {
         }
         let room = kv_bytes;
         if per_tensor {
-            kv_bytes = fit_rounded(kv_bytes, fit.0, fit.1, fit.2, &alloc);
+            kv_bytes = fit_rounded(kv_bytes, fit.0, fit.1.as_ref(), fit.2, &alloc);
         }
         if let Some(f) = self.foreign.filter(|f| *f != 0) {
             warnings.push(Warning::ForeignMemoryChanged { bytes: f });

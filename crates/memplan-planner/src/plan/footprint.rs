@@ -157,9 +157,15 @@ fn rounded_request(bytes: u64, a: &AllocatorConfig) -> u64 {
 /// the mid-sized segment; whether for the page too depends on the release): the larger of what
 /// either page takes.
 fn expandable_footprint(b: u64, count: u64, a: &AllocatorConfig) -> u64 {
-    let total = b.saturating_mul(count);
+    expandable_pages(b.saturating_mul(count), b <= SMALL_REQUEST, a)
+}
+
+/// `total` bytes of requests packed into an expandable segment, rounded up to its pages: the
+/// small pool's where they are requests of up to `kSmallSize` (`small`), else the larger of
+/// the large pool's ([`expandable_footprint`]).
+fn expandable_pages(total: u64, small: bool, a: &AllocatorConfig) -> u64 {
     let up = |page: u64| total.div_ceil(page).saturating_mul(page);
-    if b <= SMALL_REQUEST {
+    if small {
         up(SMALL_SEGMENT)
     } else {
         up(MID_SEGMENT).max(up(a.mid_segment()))
@@ -600,7 +606,7 @@ fn common_granule(grown: &[(u64, u64)]) -> Option<u64> {
 
 /// The most blocks a cache laid out as `t` may have and all its tensors still take at most
 /// `room` once the allocator rounded them ([`footprint`]).
-fn blocks_within(room: u64, t: KvTensors, g: Granule, a: &AllocatorConfig) -> u64 {
+fn blocks_within(room: u64, t: &KvTensors, g: Granule, a: &AllocatorConfig) -> u64 {
     let (mut lo, mut hi) = (0u64, room / t.block_bytes.max(1));
     while lo < hi {
         let mid = lo + (hi - lo).div_ceil(2);
@@ -615,8 +621,9 @@ fn blocks_within(room: u64, t: KvTensors, g: Granule, a: &AllocatorConfig) -> u6
 
 /// The KV cache's tensors as the plan fits them: a cache of `n` blocks is `count` tensors of
 /// at most [`bytes_each`](Self::bytes_each)`(n)` bytes, each rounded by the engine's caching
-/// allocator ([`footprint`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// allocator ([`footprint`]); or, where [`pages`](Self::pages) is set, tensors of pages of
+/// different sizes, `page x n` bytes each ([`pages_footprint`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct KvTensors {
     /// Tensors the engine allocates for its KV cache.
     pub count: u64,
@@ -628,6 +635,10 @@ pub(crate) struct KvTensors {
     /// Where set, the tensors are SGLang's two pools of a hybrid model, of two sizes
     /// ([`SglangPools`]), instead of `count` of an even share.
     pub pools: Option<SglangPools>,
+    /// Where set, the tensors hold pages of different sizes: `(page bytes, tensors)` for each
+    /// size, a cache of `n` blocks being that many tensors of `page x n` bytes each
+    /// ([`per_layer_pages`]), instead of `count` of an even share.
+    pub pages: Option<Vec<(u64, u64)>>,
 }
 
 /// SGLang's two pools of a hybrid model's cache as the plan counts them
@@ -699,6 +710,7 @@ impl KvTensors {
             block_bytes: count.saturating_mul(page),
             beyond: 0,
             pools: None,
+            pages: None,
         }
     }
 
@@ -724,6 +736,9 @@ impl KvTensors {
     pub(crate) fn footprint(&self, blocks: u64, g: Granule, a: &AllocatorConfig) -> u64 {
         if let Some(p) = self.pools {
             return p.footprint(blocks, g, a);
+        }
+        if let Some(pages) = &self.pages {
+            return pages_footprint(pages, blocks, g, a);
         }
         let each = self.bytes_each(blocks);
         match g {
@@ -769,8 +784,98 @@ pub(crate) fn kv_fit_layout(spec: &KvSpec, s: &KvSizing, rules: &SizingRules) ->
     }
     match kv_layout(spec, s, rules) {
         Some((tensors, page)) => Some(KvTensors::equal(tensors, page)),
-        None => swa_pools(spec, s, rules),
+        None => per_layer_pages(spec, s, rules).or_else(|| swa_pools(spec, s, rules)),
     }
+}
+
+/// The KV tensors of one KV-cache group whose layers have pages of different sizes, one
+/// tensor per layer ([`KvAllocation::PerTensor`], vLLM v1 up to 0.28). vLLM lays layers that
+/// all keep every token (full attention, MLA), whatever their pages, out as one group
+/// (`UniformTypeKVCacheSpecs`, whose page is the sum of the layers' pages), and
+/// `get_kv_cache_config_from_groups` (`vllm/v1/core/kv_cache_utils.py`) makes one
+/// `KVCacheTensor` per layer of that layer's `page_size_bytes * num_blocks`, which
+/// `GPUModelRunner._allocate_kv_cache_tensors` (`vllm/v1/worker/gpu_model_runner.py`) allocates
+/// as one `torch.zeros` each. So every tensor's size is a known multiple of the block count,
+/// and each is rounded by the caching allocator on its own ([`pages_footprint`]).
+///
+/// `None` where the engine allocates otherwise, where the cache is more than one group, or
+/// where the block is not the sum of every layer's page (the sizing laid the cache out some
+/// other way).
+fn per_layer_pages(spec: &KvSpec, s: &KvSizing, rules: &SizingRules) -> Option<KvTensors> {
+    if rules.kv_allocation != KvAllocation::PerTensor || s.num_groups != 1 || s.block_bytes == 0 {
+        return None;
+    }
+    let mut pages: Vec<(u64, u64)> = Vec::new();
+    let (mut block, mut count) = (0u64, 0u64);
+    for g in spec.groups.iter().filter(|g| g.num_layers > 0) {
+        let page = g.page_bytes(spec.dtype, spec.block_size).ok()?;
+        let layers = u64::from(g.num_layers);
+        block = block.checked_add(page.checked_mul(layers)?)?;
+        count = count.checked_add(layers)?;
+        match pages.iter_mut().find(|(p, _)| *p == page) {
+            Some((_, n)) => *n += layers,
+            None => pages.push((page, layers)),
+        }
+    }
+    if block != s.block_bytes || pages.len() < 2 || pages.iter().any(|(p, _)| *p == 0) {
+        return None;
+    }
+    Some(KvTensors {
+        count,
+        block_bytes: block,
+        beyond: 0,
+        pools: None,
+        pages: Some(pages),
+    })
+}
+
+/// What tensors of pages of different sizes (`(page bytes, tensors)` each) take from the
+/// driver for a cache of `blocks` blocks, each tensor `page x blocks` bytes. Where the
+/// allocator packs them into an expandable segment, their rounded requests lie one after
+/// another ([`expandable_footprint`] of their sum, in each pool). Otherwise each large request
+/// is rounded as `g` says and takes at most its own segment: the caching allocator makes a new
+/// segment only for a request no cached block holds, of that request's rounding
+/// (PyTorch: `get_allocation_size`), so the segments made number at most the requests and
+/// none is larger than its request's rounding, however tensors of different sizes then share
+/// them. Small and mid-sized requests of different sizes need not pack as each size alone
+/// would (a 6 MiB, an 8 MiB and a 6 MiB tensor fill a 20 MiB segment and leave the next 8 MiB
+/// one a new segment), so each is taken to make its own segment, the largest any granule
+/// allows ([`footprint`] of that one request).
+pub(crate) fn pages_footprint(
+    pages: &[(u64, u64)],
+    blocks: u64,
+    g: Granule,
+    a: &AllocatorConfig,
+) -> u64 {
+    let sizes = || {
+        pages
+            .iter()
+            .map(move |(p, n)| (p.saturating_mul(blocks), *n))
+    };
+    if a.expandable_segments {
+        let (mut small, mut large) = (0u64, 0u64);
+        for (bytes, n) in sizes() {
+            let b = rounded_request(bytes, a);
+            let pool = if b <= SMALL_REQUEST {
+                &mut small
+            } else {
+                &mut large
+            };
+            *pool = pool.saturating_add(b.saturating_mul(n));
+        }
+        return expandable_pages(small, true, a).saturating_add(expandable_pages(large, false, a));
+    }
+    sizes()
+        .map(|(bytes, n)| {
+            let b = rounded_request(bytes, a);
+            let one = if b >= MID_REQUEST_BELOW {
+                g.large(b)
+            } else {
+                footprint(bytes, 1, g, a)
+            };
+            one.saturating_mul(n)
+        })
+        .fold(0u64, u64::saturating_add)
 }
 
 /// SGLang's KV tensors for a cache of full-attention and sliding-window layers whose K and V
@@ -823,6 +928,7 @@ fn swa_pools(spec: &KvSpec, s: &KvSizing, rules: &SizingRules) -> Option<KvTenso
         block_bytes: s.block_bytes,
         beyond: page / per_layer,
         pools: None,
+        pages: None,
     })
 }
 
@@ -867,6 +973,7 @@ fn sglang_pools(spec: &KvSpec, s: &KvSizing, rules: &SizingRules) -> Option<KvTe
             swa: (swa.0, swa.1?),
             per_layer,
         }),
+        pages: None,
     })
 }
 
@@ -911,12 +1018,14 @@ pub(crate) fn kv_layout(spec: &KvSpec, s: &KvSizing, rules: &SizingRules) -> Opt
 /// ([`tensors_footprint`]: a large one rounded up to the granule `g`, bounded by
 /// [`ALLOCATOR_ROUNDING_BOUND`]; small and mid-sized ones their share of shared segments), take
 /// at most `room`: whole blocks, so the blocks the plan promises are the blocks the engine
-/// holds there. `tensors`: the layout (`PlanBuilder::kv_tensors`); where it is not known,
-/// `bound` (the granule once per layer) is kept instead.
+/// holds there. `tensors`: the layout (`PlanBuilder::kv_tensors`), every tensor's size a known
+/// function of the block count; where it is not known, `bound` (the granule once per layer)
+/// is kept instead, and with power-of-two divisions `1/(d+1)` of the rest, the most a request
+/// of unknown size may gain.
 pub(super) fn fit_rounded(
     room: u64,
     g: Granule,
-    tensors: Option<KvTensors>,
+    tensors: Option<&KvTensors>,
     bound: u64,
     a: &AllocatorConfig,
 ) -> u64 {

@@ -44,7 +44,7 @@ fn the_fit_holds_what_the_allocator_takes() {
     let kv = fit_rounded(
         512 * MIB,
         Granule::Multiple(2 * MIB),
-        Some(KvTensors::equal(64, page)),
+        Some(&KvTensors::equal(64, page)),
         0,
         &D,
     );
@@ -56,7 +56,7 @@ fn the_fit_holds_what_the_allocator_takes() {
     let kv = fit_rounded(
         64 * 101 * MIB,
         Granule::Multiple(2 * MIB),
-        Some(KvTensors::equal(64, page)),
+        Some(&KvTensors::equal(64, page)),
         0,
         &D,
     );
@@ -174,7 +174,7 @@ fn mid_sized_tensors_are_not_rounded_to_the_large_granule() {
     let kv = fit_rounded(
         room,
         Granule::Multiple(2 * MIB),
-        Some(KvTensors::equal(178, page)),
+        Some(&KvTensors::equal(178, page)),
         0,
         &D,
     );
@@ -291,7 +291,7 @@ fn a_default_granule_bounds_what_any_smaller_granule_takes() {
     let kv = fit_rounded(
         room,
         Granule::AtMost(20 * MIB),
-        Some(KvTensors::equal(1, 458_752)),
+        Some(&KvTensors::equal(1, 458_752)),
         0,
         &D,
     );
@@ -336,6 +336,7 @@ fn sliding_window_pools_are_tensors_of_one_size_per_layer() {
             block_bytes: 4 * 16_384,
             beyond: 8_192,
             pools: None,
+            pages: None,
         }
     );
     let one = kv_fit_layout(&spec, &s, &paired).unwrap();
@@ -372,9 +373,9 @@ fn a_small_sliding_window_cache_shares_segments_instead_of_a_granule_per_tensor(
     // Its tensors of under 10 MiB share mid-sized segments, whatever granule up to 31 MiB
     // makes them: the cache has most of the room.
     for granule in [Granule::AtMost(g), Granule::Multiple(g)] {
-        let kv = fit_rounded(room, granule, layout, 52 * g, &D);
+        let kv = fit_rounded(room, granule, layout.as_ref(), 52 * g, &D);
         let blocks = kv / s.block_bytes;
-        let t = layout.unwrap();
+        let t = layout.clone().unwrap();
         assert!(t.footprint(blocks, granule, &D) <= room);
         assert!(t.footprint(blocks + 1, granule, &D) > room);
         assert!(kv > room / 2, "{granule:?}: {kv}");
@@ -557,4 +558,82 @@ fn sglang_pools_hold_the_rows_sglang_gives_them() {
             assert!(bytes <= n * t.block_bytes, "{n} blocks: {bytes}");
         }
     }
+}
+
+/// Full-attention layers of many shapes (variable grouped-query attention: 36 layers of 1 to 8
+/// KV heads of 64 or 128) form one KV-cache group whose tensors differ in size, one per layer
+/// of its own page: each tensor's size is known at any block count, so the fit rounds each as
+/// the allocator does instead of keeping `1/(d+1)` of the cache for sizes it does not know.
+/// Found by an outside battery (36 one-layer groups of different shapes on an allocator with
+/// `roundup_power2_divisions:2`: two thirds of the cache kept, 60.7% of the oracle).
+#[test]
+fn layers_of_different_pages_are_each_rounded_as_the_allocator_rounds_them() {
+    use memplan_core::kv::{KvDtype, KvLimits, LayerGroup};
+    let groups: Vec<LayerGroup> = (0..36u32)
+        .map(|i| LayerGroup::new(AttentionKind::Full, 1, i % 8 + 1, 64 << (i % 2)))
+        .collect();
+    let spec = KvSpec::new(groups, KvDtype::Bf16, 16);
+    let rules = SizingRules::default();
+    let s = spec
+        .size_with(0, &KvLimits::new(40_960, 8_192), &rules)
+        .unwrap();
+    // A page of a layer: 16 tokens x heads x dim x (K and V) x 2 B.
+    let pages: Vec<u64> = (0..36u64)
+        .map(|i| 16 * (i % 8 + 1) * (64 << (i % 2)) * 4)
+        .collect();
+    assert_eq!(s.block_bytes, pages.iter().sum::<u64>());
+    let t = kv_fit_layout(&spec, &s, &rules).expect("each layer's tensor is known");
+    assert_eq!((t.count, t.block_bytes), (36, s.block_bytes));
+    let a = AllocatorConfig::parse("roundup_power2_divisions:2").unwrap();
+    let g = Granule::Multiple(2 * MIB);
+    let room = 18 * 1024 * MIB;
+    let kv = fit_rounded(room, g, Some(&t), 36 * 2 * MIB, &a);
+    // PyTorch's `round_size` with 2 divisions (a request in `[2^k, 2^(k+1))` up to a multiple of
+    // `2^(k-1)`), then `kRoundLarge` (2 MiB) for a large request: worked here on its own.
+    let rounded = |bytes: u64| {
+        let floor = 1u64 << (63 - bytes.leading_zeros());
+        let up = if bytes == floor {
+            bytes
+        } else {
+            bytes.div_ceil(floor / 2) * (floor / 2)
+        };
+        up.div_ceil(2 * MIB) * 2 * MIB
+    };
+    let taken = |blocks: u64| pages.iter().map(|p| rounded(p * blocks)).sum::<u64>();
+    let blocks = kv / s.block_bytes;
+    assert_eq!(kv, blocks * s.block_bytes);
+    assert!(taken(blocks) <= room, "{} past {room}", taken(blocks));
+    assert!(
+        taken(blocks + 1) > room,
+        "{blocks} blocks leave one more room"
+    );
+    // Keeping a third of the room for sizes it does not know was the unknown layout's rule;
+    // the tensors' own rounding keeps half that here (15 of the 18 GiB are the cache's).
+    assert!(room - kv <= room / 6, "kept {} of {room}", room - kv);
+    // The unknown layout still keeps its share (a cache whose tensors are not known).
+    assert!(room - fit_rounded(room, g, None, 36 * 2 * MIB, &a) >= room / 3);
+}
+
+/// Tensors of different sizes that share the allocator's segments are bounded as each making
+/// its own (best-fit packing of mixed sizes can take more segments than each size packed
+/// alone), and large ones as each rounded alone; an expandable segment packs their sum.
+#[test]
+fn tensors_of_different_pages_take_at_most_their_own_segments() {
+    let pages = [(4 * 1024, 2), (8 * 1024, 1)];
+    let g = Granule::Multiple(2 * MIB);
+    // 1,536 blocks: tensors of 6 and 12 MiB, a mid-sized one in its own 20 MiB segment each
+    // and a large one rounded alone.
+    assert_eq!(
+        pages_footprint(&pages, 1_536, g, &D),
+        2 * 20 * MIB + 12 * MIB
+    );
+    // 1,600 blocks: 6.25 and 12.5 MiB.
+    assert_eq!(
+        pages_footprint(&pages, 1_600, g, &D),
+        2 * 20 * MIB + 14 * MIB
+    );
+    let ex = AllocatorConfig::parse("expandable_segments:True").unwrap();
+    // 24.5 MiB in the large pool, mapped in 20 MiB pages.
+    assert_eq!(pages_footprint(&pages, 1_568, g, &ex), 40 * MIB);
+    assert_eq!(pages_footprint(&pages, 0, g, &D), 0);
 }

@@ -95,8 +95,8 @@ pub(crate) fn layout(block_bytes: u64, page_bytes: u64) -> Option<(u64, u64)> {
 /// (`vllm/v1/core/kv_cache_utils.py`, `get_kv_cache_config_from_groups`: one `KVCacheTensor`
 /// per layer of `per_layer_specs[layer_name].page_size_bytes * num_blocks`); equal tensors of
 /// the largest page would not take what those take (even where the block happens to be a whole
-/// number of them), so such a cache goes unmeasured and the plan keeps room for its rounding
-/// as where the allocator offers no tensors.
+/// number of them), so such a cache goes unmeasured, and the plan fits its tensors each rounded
+/// by the allocator's rules on its own (`plan::footprint::per_layer_pages`).
 pub(crate) fn measurable_layout(kv: &KvSpec, limits: &KvLimits, rules: &SizingRules) -> bool {
     kv.size_with(0, limits, rules)
         .is_ok_and(|s| crate::plan::kv_layout(kv, &s, rules).is_some())
