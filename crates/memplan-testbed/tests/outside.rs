@@ -3863,3 +3863,27 @@ fn others_leaving_between_captures_are_not_the_graphs() {
         &[0, 1, 2],
     );
 }
+
+/// An A100 40GB whose KV cache is 36 one-layer full-attention groups of different shapes (1 to
+/// 8 KV heads of 64 or 128: variable grouped-query attention), which vLLM lays out as one
+/// group of a tensor per layer of its own page (`UniformTypeKVCacheSpecs`), beside an allocator
+/// with power-of-two divisions. With no layout of one page the plan kept what a request of
+/// unknown size may gain, `1/(d+1)` of the cache (two thirds at two divisions), though each
+/// tensor's size is known: 83.0%, 60.7% and 76.9% of the oracle on these seeds (outside battery
+/// o34, models and graphs, file mg26). Each tensor is now fitted rounded as the allocator
+/// rounds it: 100% on seeds 21 and 38; 75.0% on seed 34, where the granule read off the
+/// allocator's sizes (71 MiB, one warm-up's) is all the plan knows of a finer one and each
+/// tensor keeps that granule.
+#[test]
+fn layers_of_different_pages_are_fitted_tensor_by_tensor() {
+    let file = "models-graphs/mg26-a100-40-36-full-groups-of-shapes-per-tensor-eager.toml";
+    for c in passes(file, &[21, 34, 38]) {
+        let share = c.out.kv_vs_oracle.expect("an oracle");
+        let least = if c.what.contains("seed=34") {
+            0.74
+        } else {
+            0.99
+        };
+        assert!(share >= least, "{}: {share}", c.what);
+    }
+}
