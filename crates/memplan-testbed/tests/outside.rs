@@ -3868,7 +3868,7 @@ fn others_leaving_between_captures_are_not_the_graphs() {
 /// 8 KV heads of 64 or 128: variable grouped-query attention), which vLLM lays out as one
 /// group of a tensor per layer of its own page (`UniformTypeKVCacheSpecs`), beside an allocator
 /// with power-of-two divisions. With no layout of one page the plan kept what a request of
-/// unknown size may gain, `1/(d+1)` of the cache (two thirds at two divisions), though each
+/// unknown size may gain, `1/(d+1)` of the room (a third at two divisions), though each
 /// tensor's size is known: 83.0%, 60.7% and 76.9% of the oracle on these seeds (outside battery
 /// o34, models and graphs, file mg26). Each tensor is now fitted rounded as the allocator
 /// rounds it: 100% on seeds 21 and 38; 75.0% on seed 34, where the granule read off the

@@ -565,7 +565,8 @@ fn sglang_pools_hold_the_rows_sglang_gives_them() {
 /// of its own page: each tensor's size is known at any block count, so the fit rounds each as
 /// the allocator does instead of keeping `1/(d+1)` of the cache for sizes it does not know.
 /// Found by an outside battery (36 one-layer groups of different shapes on an allocator with
-/// `roundup_power2_divisions:2`: two thirds of the cache kept, 60.7% of the oracle).
+/// `roundup_power2_divisions:2`: a third of the room kept, the cache held to two thirds of it,
+/// 60.7% of the oracle).
 #[test]
 fn layers_of_different_pages_are_each_rounded_as_the_allocator_rounds_them() {
     use memplan_core::kv::{KvDtype, KvLimits, LayerGroup};
