@@ -174,6 +174,24 @@ pub enum Warning {
         /// held.
         total: u64,
     },
+    /// The request is a share of the device's total memory (`gpu_memory_utilization`), and that
+    /// total has one source: the driver's reading, which nothing else checks. The backend's
+    /// device-wide layer reads no total of its own (no DRM counters, no NVML, or a driver whose
+    /// total already is the management layer's), and nothing the session measures bounds a
+    /// total from above without filling the device: a free reading, the memory this process
+    /// holds and an allocation that succeeds each show only that the device has at least so
+    /// much. A driver that reports more than the device has (a runtime bug) is then told from
+    /// memory another process or the runtime's context holds by nothing read at start-up, and
+    /// the share, taken of the reported total as the engine takes it, asks for that share of
+    /// the difference past the device's memory. Not given where an allocation probe found the
+    /// total reported too low (the share is then of a measured figure,
+    /// [`Warning::TotalBelowAllocatable`]). A byte budget says what is meant.
+    UtilizationOfUncheckedTotal {
+        /// The total the share was taken of, as the driver reports it.
+        reported_total: u64,
+        /// The memory the request asks for: the share of `reported_total`.
+        requested: u64,
+    },
     /// The driver's total is unusable (calibration made it unavailable: an APU's runtime that
     /// reports its VRAM aperture while the GPU allocates from system memory), and the share of
     /// the device (`gpu_memory_utilization`) was taken of the device's memory as a second
@@ -434,6 +452,7 @@ impl Warning {
             Warning::DriverTotalAboveDevice { .. } => "driver_total_above_device",
             Warning::TotalBelowAllocatable { .. } => "total_below_allocatable",
             Warning::UtilizationOfDeviceTotal { .. } => "utilization_of_device_total",
+            Warning::UtilizationOfUncheckedTotal { .. } => "utilization_of_unchecked_total",
             Warning::DeviceKeepsMemoryOnFree { .. } => "device_keeps_memory_on_free",
             Warning::ProbesTakeFreeMemory { .. } => "probes_take_free_memory",
             Warning::RequestBelowMemoryInUse { .. } => "request_below_memory_in_use",
@@ -536,6 +555,7 @@ impl fmt::Display for Warning {
             Warning::TotalBelowAllocatable { reported, allocatable, total } => write!(f, "the device reports a total of {} but an allocation of {} succeeded: the total is reported too low, and the plan takes the device's total as {} (what was allocatable and what this process held), the least it can have; a share of the device (GPU memory utilisation) is a share of that", fmt_bytes(*reported), fmt_bytes(*allocatable), fmt_bytes(*total)),
             Warning::DriverTotalAboveDevice { driver, device } => write!(f, "the driver reports a total of {} where the device's own counters read {} ({} more than the device has): the plan takes the device's total as {}, and a share of the device (GPU memory utilisation) is a share of that", fmt_bytes(*driver), fmt_bytes(*device), fmt_bytes(driver.saturating_sub(*device)), fmt_bytes(*device)),
             Warning::UtilizationOfDeviceTotal { device, why } => write!(f, "the driver's total memory is unusable ({why}): the share of the device (GPU memory utilisation) is taken of the device's memory as its own counters read it, {}; give a byte budget if the engine takes its share of another figure", fmt_bytes(*device)),
+            Warning::UtilizationOfUncheckedTotal { reported_total, requested } => write!(f, "the request is a share of the device's total memory, and the total ({}) is the driver's reading alone: nothing else this backend reads gives the device's memory (no device-wide total), and nothing measured at start-up (free readings, this process's own allocations) can show a total too high without filling the device, so a driver that reports more than the device has cannot be told from memory held by other processes or the runtime's context; the plan asks for {}, the share of the reported total as the engine takes it, and would go past the device's real share by the same share of any excess; give a byte budget to size the plan by what is meant", fmt_bytes(*reported_total), fmt_bytes(*requested)),
             Warning::UtilizationOfInexactTotal { reported_total, tolerance, why } => write!(f, "the request is a share of the device's total memory, but its total reading ({}) is approximate ({}{why}): the share is taken of the reported total, as the engine takes it; give a byte budget to size the plan by what is meant", fmt_bytes(*reported_total), if *tolerance > 0 { format!("good to {}: ", fmt_bytes(*tolerance)) } else { String::new() }),
             Warning::MaxModelLenBeyondModel { max_model_len, max_position_embeddings } => write!(f, "the max model length {max_model_len} exceeds the model's max_position_embeddings ({max_position_embeddings})"),
             Warning::FiguresPerRank { ranks } => write!(f, "figures are per rank; the engine sizes all {ranks} ranks like the smallest"),
@@ -680,6 +700,10 @@ mod tests {
                 reported_total: 2,
                 tolerance: 1,
                 why: s(),
+            },
+            Warning::UtilizationOfUncheckedTotal {
+                reported_total: 2,
+                requested: 1,
             },
             Warning::KvAllocationUnmeasured {
                 blocks: 1,

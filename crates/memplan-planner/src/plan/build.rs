@@ -309,6 +309,18 @@ impl PlanBuilder {
                 b.warnings
                     .push(Warning::DriverTotalAboveDevice { driver, device });
             }
+        } else if let (Request::Utilization(_), None, true) =
+            (request, p.baseline.device.total, total == reported)
+        {
+            // One source of the total and nothing that checks it: no second reading of the
+            // device's memory, and nothing the session measures bounds a total from above
+            // (each reading, held byte and allocation that succeeds shows only that the device
+            // has at least so much; finding its end would fill a device others may share).
+            // Said by name; a total an allocation probe raised is measured, and not said.
+            b.warnings.push(Warning::UtilizationOfUncheckedTotal {
+                reported_total: total,
+                requested: crate::budget::requested_bytes(total, request)?,
+            });
         }
         // A share of an approximate total is a share of the reported figure, as the engine
         // takes it (vLLM's V1 worker, `vllm/v1/worker/gpu_worker.py`, `Worker.init_device`:

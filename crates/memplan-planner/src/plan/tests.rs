@@ -1748,3 +1748,65 @@ fn small_warm_ups_a_keeping_capture_leaves_cached_stay_beside_the_burst() {
     p.warmup_peak_small = true;
     assert_eq!(activation(&p), act + 2 * MIB);
 }
+
+/// A share of the device whose total has one source: the driver's total, with no second
+/// reading of the device's memory (no device-wide total) and no allocation probe that raised
+/// it, is taken as reported and said by name (`utilization_of_unchecked_total`, with the total
+/// and what its share asks for). Not said where a second total was read (equal or lower: it
+/// checked the driver's), where an allocation probe found the total reported too low (the
+/// share is of a measured figure), or for a byte budget (no share of any total).
+#[test]
+fn a_share_of_a_total_nothing_checks_is_said_by_name() {
+    use memplan_core::DeviceWideMemory;
+    let unchecked = |plan: &Plan| {
+        plan.warnings.iter().find_map(|w| match w {
+            Warning::UtilizationOfUncheckedTotal {
+                reported_total,
+                requested,
+            } => Some((*reported_total, *requested)),
+            _ => None,
+        })
+    };
+    let p = profile(24 * GIB, 23 * GIB, 19 * GIB, 3 * GIB, GIB, 0, None);
+    let shared = plan(&p, "t", Request::Utilization(0.9)).unwrap();
+    assert_eq!(
+        unchecked(&shared),
+        Some((24 * GIB, shared.requested_bytes)),
+        "{:?}",
+        shared.warnings
+    );
+    assert_eq!(
+        shared.requested_bytes,
+        (0.9 * (24 * GIB) as f64).ceil() as u64
+    );
+    let message = shared
+        .warnings
+        .iter()
+        .find(|w| w.code() == "utilization_of_unchecked_total")
+        .unwrap()
+        .to_string();
+    assert!(
+        message.contains("24.00 GiB") && message.contains("byte budget"),
+        "{message}"
+    );
+    // A byte budget is no share of the total.
+    let bytes = plan(&p, "t", Request::Bytes(20 * GIB)).unwrap();
+    assert_eq!(unchecked(&bytes), None, "{:?}", bytes.warnings);
+    // A second reading of the device's memory checks the driver's total.
+    let mut read_twice = p.clone();
+    for s in [&mut read_twice.baseline, &mut read_twice.last] {
+        *s = s.with_device(DeviceWideMemory::new(Some(23 * GIB)).with_total(Some(24 * GIB)));
+    }
+    let checked = plan(&read_twice, "t", Request::Utilization(0.9)).unwrap();
+    assert_eq!(unchecked(&checked), None, "{:?}", checked.warnings);
+    // An allocation that succeeded past the reported total measured the device's total.
+    let mut probed = p.clone();
+    probed.probe_baseline = Some(25 * GIB);
+    probed.allocatable_total = Some(25 * GIB);
+    let raised = plan(&probed, "t", Request::Utilization(0.9)).unwrap();
+    assert_eq!(unchecked(&raised), None, "{:?}", raised.warnings);
+    assert!(raised
+        .warnings
+        .iter()
+        .any(|w| w.code() == "total_below_allocatable"));
+}
