@@ -10,8 +10,9 @@
 //! each check, and the floor and oracle shares. `BATTERY_DETAIL=1` prints one line per run;
 //! `BATTERY_ALL=1` prints every failure of the other checks too (below the floor, needless
 //! refusals beyond reach), one line each, so a battery's classes can be counted per file;
-//! `BATTERY_THREADS` sets the worker count (default: the machine's cores); `RUST_LOG` the
-//! planner's tracing (for example `memplan_planner=debug`).
+//! `BATTERY_WARNING=CODE[,CODE...]` counts the runs whose plan carries each warning code (and
+//! the files they are in); `BATTERY_THREADS` sets the worker count (default: the machine's
+//! cores); `RUST_LOG` the planner's tracing (for example `memplan_planner=debug`).
 
 use std::collections::BTreeMap;
 
@@ -117,5 +118,25 @@ fn main() {
     );
     for (check, n) in &counts {
         println!("  {}: {n}", check.name());
+    }
+    let codes = std::env::var("BATTERY_WARNING").unwrap_or_default();
+    for code in codes.split(',').map(str::trim).filter(|c| !c.is_empty()) {
+        let warned: Vec<_> = cases
+            .iter()
+            .filter(|c| {
+                c.out
+                    .plan
+                    .as_ref()
+                    .is_some_and(|p| p.warnings.iter().any(|w| w.code() == code))
+            })
+            .collect();
+        let files: std::collections::BTreeSet<&str> =
+            warned.iter().map(|c| c.group.as_str()).collect();
+        println!(
+            "plans warning {code}: {} of {} runs, in {} files",
+            warned.len(),
+            cases.len(),
+            files.len()
+        );
     }
 }

@@ -5,7 +5,8 @@
 //! [--profile-seeds N] [--random N] [--hookless N] [--unmeasured N] [--one-backing N]
 //! [--split-kv N] [--hybrid N] [--threads N] [--physics low|high] [--shown N]`: Markdown on stdout;
 //! every failed gating check on stderr, exit code 1 when there is one (see
-//! `memplan_testbed::sweep::acceptance`).
+//! `memplan_testbed::sweep::acceptance`). `SWEEP_WARNING=CODE[,CODE...]` counts on stderr the
+//! automatic runs whose plan carries each warning code.
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -116,6 +117,20 @@ fn main() -> ExitCode {
     let shown = arg(&args, "--shown", 40) as usize;
     let cases: Vec<Case> = sweep.run(threads);
     let autos = cases.iter().filter(|c| c.out.auto).count();
+    let codes = std::env::var("SWEEP_WARNING").unwrap_or_default();
+    for code in codes.split(',').map(str::trim).filter(|c| !c.is_empty()) {
+        let warned = cases
+            .iter()
+            .filter(|c| {
+                c.out.auto
+                    && c.out
+                        .plan
+                        .as_ref()
+                        .is_some_and(|p| p.warnings.iter().any(|w| w.code() == code))
+            })
+            .count();
+        eprintln!("plans warning {code}: {warned} of {autos} automatic runs");
+    }
     let adversarial = cases.iter().filter(|c| c.out.auto && c.adversarial).count();
     let mut out = String::new();
     out.push_str("# Graph-memory strategies over seeded simulator physics\n\n");

@@ -89,6 +89,13 @@ pub struct Outcome {
     /// What the session's own checks left held for good, where it said so by name
     /// (`checks_left_held`), from the same warnings.
     pub checks_left_held: Option<u64>,
+    /// Where the plan said by name that its share of the device was taken of a total nothing
+    /// checks (`utilization_of_unchecked_total`: the driver's total is read once, and nothing
+    /// read or measured at start-up bounds it from above), what that share of the total the
+    /// runtime reports asks for past the same share of the device's real memory (0 where the
+    /// runtime reports no more than the device has). The request a run is held to is the
+    /// larger of the two: the over-request rules allow this much more, and nothing else.
+    pub unchecked_total_allowance: Option<u64>,
     /// The out-of-memory error, when something ran out of memory.
     pub oom: Option<String>,
     /// An out-of-memory that memory other processes took after the plan caused alone
@@ -146,6 +153,7 @@ impl Outcome {
             own_over_request_before_plan: None,
             probes_named: None,
             checks_left_held: None,
+            unchecked_total_allowance: None,
             oom: None,
             oom_others_after_plan: None,
             failed: None,

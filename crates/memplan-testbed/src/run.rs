@@ -473,6 +473,9 @@ fn run_once(
     let _e = span.enter();
     let gpu = open(setup)?;
     let start = gpu.truth();
+    // The total the runtime reports (the simulator's driver reading, quirks applied): the
+    // share of it a plan takes where nothing checks it is judged beside the real total's.
+    let reported_total = gpu.raw_driver_memory().total;
     // Over the request is judged from the engine's start: the simulator keeps the process's
     // high-water mark from here on (each phase's, `Outcome::phase_peaks`).
     gpu.watch_peak();
@@ -656,9 +659,40 @@ fn run_once(
             .map(|(phase, _)| (*phase).to_string());
         out.over_request_sampled_bytes = (sampled > limit).then(|| sampled - limit);
     }
+    out.unchecked_total_allowance =
+        unchecked_total_allowance(setup, &start, reported_total, &pr.plan.warnings);
     out.plan = Some(pr.plan);
     out.finish();
     Ok(out)
+}
+
+/// `Outcome::unchecked_total_allowance`: where the plan warned that its share of the device is
+/// of a total nothing checks (`utilization_of_unchecked_total`), the request's share of the
+/// total the runtime reports (`reported`) less its share of the device's real memory, at
+/// least 0; `None` where the plan did not warn so, or the request is no share of the device.
+/// A runtime that reports more than the device has makes an engine ask for that much more
+/// (vLLM's worker takes its share of the runtime's total), and where no reading of the
+/// device's memory contradicts the runtime, no plan can tell; the plan that names it is held
+/// to the share as reported, never to more.
+fn unchecked_total_allowance(
+    setup: &Setup,
+    start: &GroundTruth,
+    reported: Option<u64>,
+    warnings: &[memplan_planner::Warning],
+) -> Option<u64> {
+    let warned = warnings.iter().any(|w| {
+        matches!(
+            w,
+            memplan_planner::Warning::UtilizationOfUncheckedTotal { .. }
+        )
+    });
+    let req = &setup.scenario.request;
+    if !warned || req.memory_budget.is_some() {
+        return None;
+    }
+    let share = |total| crate::oracle::requested(total, req.gpu_memory_utilization, None);
+    let real = share(start.total)?;
+    Some(share(reported?)?.saturating_sub(real))
 }
 
 /// The tokens an engine that sizes its KV pool from its own free readings keeps by its own

@@ -4,7 +4,13 @@
 //! - **over the request**: the process's high-water mark from the plan on (the simulator's
 //!   ground truth through the KV allocation, the engine's graph capture and serving, every
 //!   driver call counted) passed the memory the engine asked for, unless the plan warned by
-//!   name that it could not bound what went over ([`UNBOUNDED_WARNINGS`]); and the weaker
+//!   name that it could not bound what went over ([`UNBOUNDED_WARNINGS`]), or by no more than
+//!   what its share of the device asks past the same share of the device's real memory where
+//!   it named that it took the share of a total nothing checks (`utilization_of_unchecked_total`:
+//!   the driver's total read once, nothing read or measured at start-up bounding it from
+//!   above, and the runtime reporting more than the device has: the request is then held as
+//!   the larger of the two shares, `Outcome::unchecked_total_allowance`; the oracle, out of
+//!   memory and every other rule still take the device's real memory); and the weaker
 //!   earlier rule beside it, **over the request at sampled points** (what the process held
 //!   after the KV cache, each warm-up and capture and the serving burst);
 //! - **over the request before the plan**: the process's high-water mark from the engine's
@@ -26,7 +32,8 @@
 //!   may go past the request (`request_below_memory_in_use`); and
 //!   memory its own checks left held for good (a runtime that keeps memory of every capture
 //!   keeps that of calibration's test capture and of captures torn down after measuring) is
-//!   named too (`checks_left_held`): a run whose excess those named figures cover is not
+//!   named too (`checks_left_held`), and a share of a total nothing checks is held as above:
+//!   a run whose excess those named figures cover is not
 //!   failed ([`over_request_before_plan`]); nothing else forgives it (a start-up that refused has no plan,
 //!   and the plan's warnings of what it cannot bound are of the engine's memory after it). The
 //!   check that allocates what the engine still needs at the last quiet point (the KV cache,
@@ -276,8 +283,10 @@ pub fn over_request_warned(c: &Case) -> bool {
 /// (`probes_take_free_memory`, with the largest allocation one held), and memory its own
 /// checks left held for good (`checks_left_held`: calibration's test capture and captures
 /// torn down after measuring, on a runtime that keeps memory of every capture; as measured,
-/// with the free reading's window error it names for each window that measured it). No other
-/// warning forgives it: the plan's warnings of what it cannot bound
+/// with the free reading's window error it names for each window that measured it), and where
+/// the plan took its share of a total nothing checks (`utilization_of_unchecked_total`), what
+/// that share of the runtime's total asks past the same share of the real total
+/// (`Outcome::unchecked_total_allowance`). No other warning forgives it: the plan's warnings of what it cannot bound
 /// ([`UNBOUNDED_WARNINGS`]) are of the engine's memory after the plan, and a start-up that
 /// refused has no plan.
 pub fn over_request_before_plan(c: &Case) -> Option<(u64, &'static str)> {
@@ -286,7 +295,8 @@ pub fn over_request_before_plan(c: &Case) -> Option<(u64, &'static str)> {
         .out
         .probes_named
         .unwrap_or(0)
-        .saturating_add(c.out.checks_left_held.unwrap_or(0));
+        .saturating_add(c.out.checks_left_held.unwrap_or(0))
+        .saturating_add(c.out.unchecked_total_allowance.unwrap_or(0));
     (b > named).then_some((b, phase))
 }
 
@@ -390,7 +400,8 @@ pub fn failures(cases: &[Case]) -> Vec<Failure<'_>> {
                 format!("ran out of memory other processes took after the plan (the run beside them as they were at the plan did not): {e}"),
             );
         }
-        if let Some(b) = o.over_request_sampled_bytes {
+        let allowed = o.unchecked_total_allowance.unwrap_or(0);
+        if let Some(b) = o.over_request_sampled_bytes.filter(|b| *b > allowed) {
             if !over_request_warned(c) {
                 fail(
                     Check::OverRequestSampled,
@@ -401,7 +412,7 @@ pub fn failures(cases: &[Case]) -> Vec<Failure<'_>> {
                 );
             }
         }
-        if let Some(b) = o.over_request_bytes {
+        if let Some(b) = o.over_request_bytes.filter(|b| *b > allowed) {
             if !over_request_warned(c) {
                 fail(
                     Check::OverRequest,
