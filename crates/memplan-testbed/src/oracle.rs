@@ -10,7 +10,10 @@
 //!
 //! Two oracles judge a run:
 //! - [`oracle_tokens`], the run's: the smaller of the room within the requested memory
-//!   (`requested` less the weights, activation, library workspace and graph memory the engine
+//!   (`requested`, the request's share of the device's real memory, or where the plan named
+//!   that it took the share of a total nothing checks, of the larger of the real total and the
+//!   runtime's, as the over-request rules hold the run to: [`AtPlan::unchecked_total_allowance`];
+//!   less the weights, activation, library workspace and graph memory the engine
 //!   alone takes, less the per-capture memory the run's own profiling left held for good; where
 //!   the run kept its graphs, less the graph memory the process holds at the plan instead) and
 //!   the physical room when the plan was made (the true free memory less the peak the engine
@@ -362,6 +365,13 @@ pub struct AtPlan {
     /// and where the plan named that it could not model those readings
     /// (`engine_pool_unmodelled`: the plan is judged on its own there).
     pub engine_pool_most: Option<u64>,
+    /// What the request's share of the total the runtime reports asks past its share of the
+    /// device's real memory, where the plan named that it took the share of a total nothing
+    /// checks (`crate::report::Outcome::unchecked_total_allowance`; 0 elsewhere, and for a run
+    /// that refused): the request the run is held to is that much larger, and so is the room
+    /// the oracle fits its cache in. The physical room is the device's real free memory all
+    /// the same.
+    pub unchecked_total_allowance: u64,
 }
 
 /// An oracle's verdict on a setup.
@@ -463,7 +473,8 @@ fn requested_of(setup: &Setup, total: u64) -> Option<u64> {
 /// The largest KV cache that would have fit from the run's plan on (`None`: the request or
 /// the model cannot be judged; a harness error).
 pub fn oracle_tokens(setup: &Setup, alone: &EngineAlone, at: &AtPlan) -> Option<Oracle> {
-    let requested = requested_of(setup, at.start.total)?;
+    let requested =
+        requested_of(setup, at.start.total)?.saturating_add(at.unchecked_total_allowance);
     // Graph memory the engine serves with. Where the run kept its graphs, they are the very
     // graphs the engine serves with: what the process holds for graphs at the plan (the kept
     // graphs, and the per-capture and library memory calibration and profiling left held),
@@ -567,7 +578,8 @@ pub fn oracle_tokens(setup: &Setup, alone: &EngineAlone, at: &AtPlan) -> Option<
 /// engine as every other (the engine captures its graphs whatever memplan's strategy did), and
 /// only the world's state at the plan (the others' memory) comes from the run.
 pub fn clean_oracle_tokens(setup: &Setup, alone: &EngineAlone, at: &AtPlan) -> Option<Oracle> {
-    let requested = requested_of(setup, at.start.total)?;
+    let requested =
+        requested_of(setup, at.start.total)?.saturating_add(at.unchecked_total_allowance);
     // Where the engine alone captured graphs, its peak while warming up, capturing and
     // serving (see `oracle_tokens`); where the device could not capture, it runs eagerly.
     let captured = alone.graph > 0;

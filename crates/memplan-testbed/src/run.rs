@@ -543,6 +543,7 @@ fn run_once(
                 allocator: gpu.allocator().snapshot(),
                 refused: true,
                 engine_pool_most: None,
+                unchecked_total_allowance: 0,
             };
             judge(setup, alone.as_ref(), &at, &mut out);
             return Ok(out);
@@ -604,6 +605,8 @@ fn run_once(
         .warnings
         .iter()
         .any(|w| matches!(w, memplan_planner::Warning::EnginePoolUnmodelled { .. }));
+    out.unchecked_total_allowance =
+        unchecked_total_allowance(setup, &start, reported_total, &pr.plan.warnings);
     // Where the world stood when the plan was made (for the oracle).
     let at = AtPlan {
         start,
@@ -616,6 +619,7 @@ fn run_once(
             .own_free_readings()
             .filter(|_| !pool_unmodelled)
             .map(|(_, after)| after),
+        unchecked_total_allowance: out.unchecked_total_allowance.unwrap_or(0),
     };
 
     // What happens next in a real engine; the simulator keeps the process's high-water mark
@@ -659,8 +663,6 @@ fn run_once(
             .map(|(phase, _)| (*phase).to_string());
         out.over_request_sampled_bytes = (sampled > limit).then(|| sampled - limit);
     }
-    out.unchecked_total_allowance =
-        unchecked_total_allowance(setup, &start, reported_total, &pr.plan.warnings);
     out.plan = Some(pr.plan);
     out.finish();
     Ok(out)
@@ -673,7 +675,8 @@ fn run_once(
 /// A runtime that reports more than the device has makes an engine ask for that much more
 /// (vLLM's worker takes its share of the runtime's total), and where no reading of the
 /// device's memory contradicts the runtime, no plan can tell; the plan that names it is held
-/// to the share as reported, never to more.
+/// to the share as reported, never to more, and the oracle fits its cache in the same request
+/// ([`AtPlan::unchecked_total_allowance`]).
 fn unchecked_total_allowance(
     setup: &Setup,
     start: &GroundTruth,

@@ -9,8 +9,10 @@
 //!   it named that it took the share of a total nothing checks (`utilization_of_unchecked_total`:
 //!   the driver's total read once, nothing read or measured at start-up bounding it from
 //!   above, and the runtime reporting more than the device has: the request is then held as
-//!   the larger of the two shares, `Outcome::unchecked_total_allowance`; the oracle, out of
-//!   memory and every other rule still take the device's real memory); and the weaker
+//!   the larger of the two shares, `Outcome::unchecked_total_allowance`, and the oracle
+//!   fits its cache in the same request, `crate::oracle::AtPlan::unchecked_total_allowance`, and in
+//!   the device's real free memory; out of memory and every other rule take the device's real
+//!   memory); and the weaker
 //!   earlier rule beside it, **over the request at sampled points** (what the process held
 //!   after the KV cache, each warm-up and capture and the serving burst);
 //! - **over the request before the plan**: the process's high-water mark from the engine's
