@@ -294,6 +294,24 @@ pub(super) fn driver_free(device: &Device, sizes: &[u64]) -> Result<Observed> {
             ev.push(evd);
         }
     }
+    // The reads' common divisor is only an upper bound on the step the reading moves in
+    // (`confirm_step`): an allocation of half of it, no larger than the largest window here,
+    // shows a finer one.
+    if observed_any && !any_absent && !never_moved && !lost {
+        let shared = reading_step(&reads);
+        let made = confirm_step(&mut reads, largest, &mut |size| step_pair(device, size))?;
+        if made > 0 {
+            ev.push(Evidence {
+                check: format!(
+                    "free readings' common divisor {} confirmed as their step by {made} allocation(s) of half of it",
+                    fmt_bytes(shared)
+                ),
+                expected: Some(signed(shared)),
+                observed: Some(signed(reading_step(&reads))),
+                ok: true,
+            });
+        }
+    }
     // A window that came out off while every reading was a multiple of a step larger than its
     // error was off by where the readings fell between steps: another window of another size
     // can be off by up to the step.
@@ -358,6 +376,28 @@ pub(super) fn driver_free(device: &Device, sizes: &[u64]) -> Result<Observed> {
         kept_per_free: kept,
         step: coarse_step(step),
     })
+}
+
+/// One pair of [`confirm_step`] on `device`: the synchronized free reading before allocating
+/// `size`, while holding it and after freeing it; `None` where the allocation did not fit or a
+/// reading is absent.
+fn step_pair(device: &Device, size: u64) -> Result<Option<[u64; 3]>> {
+    device.synchronize()?;
+    let before = device.driver_memory()?.free;
+    let alloc = match device.allocate(size) {
+        Ok(a) => a,
+        Err(memplan_core::Error::OutOfMemory { .. }) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let held = (|| -> Result<Option<u64>> {
+        device.synchronize()?;
+        Ok(device.driver_memory()?.free)
+    })();
+    device.free(alloc)?;
+    let held = held?;
+    device.synchronize()?;
+    let after = device.driver_memory()?.free;
+    Ok(before.zip(held).zip(after).map(|((b, h), a)| [b, h, a]))
 }
 
 /// Allocate/free pairs [`kept_per_free`] needs at least: one pair cannot tell memory kept by
@@ -516,6 +556,54 @@ pub(crate) fn reading_step(reads: &[u64]) -> u64 {
         return 0;
     }
     reads.iter().fold(0, |g, r| crate::plan::gcd(g, *r))
+}
+
+/// Allocate/free pairs [`confirm_step`] makes at most: each one that shows a finer step at
+/// least halves it, and the one after it confirms (or halves again).
+pub(crate) const STEP_CONFIRMATIONS: usize = 4;
+
+/// Confirms the step `reads` share ([`reading_step`]) by reading the memory an allocation of
+/// half of it takes: the common divisor of a reading's reads is only an upper bound on its
+/// step. A reading counted in steps (rounded to whole steps) reads every value as a multiple
+/// of its step, so its reads' divisor is the step or a multiple of it: where every read
+/// happened to fall on an even multiple (free memory stood high within a step each time the
+/// calibration's windows crossed one), the divisor is twice the step, and every window kept
+/// the doubled step as its error (a reading in 512 MiB steps read as 1 GiB steps kept 3 GiB
+/// of margin on an engine's captures where 1.5 GiB was the step's). Half the divisor is no
+/// multiple of it, so a reading in a step that is a proper divisor of it moves by a number of
+/// its steps that is no multiple of their count in the divisor: the reads then share a finer
+/// divisor, which is confirmed again the same way; a reading truly in the divisor's steps
+/// reads it whole or not at all, and the divisor stands. Only where the divisor is coarser
+/// than a window's rounding ([`tolerance`] of nothing): a finer step within it changes no
+/// margin.
+///
+/// `pair(size)` allocates `size`, reads free memory before, while holding it and after freeing
+/// it, and returns the three reads (`None` where it could not: out of memory, no reading).
+/// No allocation above `most`. Each pair is a raw free the caller's session counts as it
+/// counts its other checks' (a device may keep memory of every free). Returns the pairs made;
+/// their reads are added to `reads`.
+pub(crate) fn confirm_step(
+    reads: &mut Vec<u64>,
+    most: u64,
+    pair: &mut dyn FnMut(u64) -> Result<Option<[u64; 3]>>,
+) -> Result<usize> {
+    let mut made = 0;
+    while made < STEP_CONFIRMATIONS {
+        let step = reading_step(reads);
+        let half = step / 2;
+        if step <= tolerance(0) || half > most {
+            break;
+        }
+        let Some(seen) = pair(half)? else {
+            break;
+        };
+        made += 1;
+        reads.extend(seen);
+        if reading_step(reads) >= step {
+            break;
+        }
+    }
+    Ok(made)
 }
 
 /// A reading's step ([`reading_step`]) where it is a MiB or more, else 0. Reads that count

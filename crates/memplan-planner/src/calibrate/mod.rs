@@ -37,8 +37,8 @@ mod report;
 mod vmm_check;
 
 pub(crate) use checks::{
-    alike, coarse_step, combined_free, idle_range_of, kept_per_free, reading_step, tolerance,
-    unified_pool, FreeLosses, KEPT_PAIRS,
+    alike, coarse_step, combined_free, confirm_step, idle_range_of, kept_per_free, reading_step,
+    tolerance, unified_pool, FreeLosses, KEPT_PAIRS,
 };
 pub use checks::{interquartile_mean, IDLE_READS};
 pub(crate) use graph_checks::HIDDEN_PER_CAPTURE;

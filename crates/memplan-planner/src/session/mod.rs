@@ -194,7 +194,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         request: Request,
     ) -> Result<Self> {
         let r = StartRequest::read(device, request)?;
-        let mut s = Self::open(device, engine, capability, false, r.most, None, None)?;
+        let mut s = Self::open(device, engine, capability, false, r.most, None, None, 0)?;
         if let Some(w) = r.below_in_use(r.most) {
             s.rec.warn(w);
         }
@@ -245,6 +245,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             most,
             hint,
             report.kept_per_free,
+            report.free_step.unwrap_or(0),
         )?;
         s.rec.own_frees.start = frees_at_start;
         s.rec.before_baseline("calibration", pre, None);
@@ -328,6 +329,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             probe::start_most(None),
             None,
             None,
+            0,
         )
     }
 
@@ -337,7 +339,10 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
     /// `hint`: what calibration's probe found allocatable before its checks, where it probed
     /// (the baseline's probe searches from it, see [`probe::baseline_from`]); `known_kept`:
     /// what calibration saw the device keep of every raw free, where it did (the session's
-    /// windows then do not measure it again, [`probe::window_error_and_step`]).
+    /// windows then do not measure it again, [`probe::window_error_and_step`]); `known_step`:
+    /// the step calibration confirmed the free reading moves in, 0 for none (the session's
+    /// windows then do not confirm theirs again).
+    #[allow(clippy::too_many_arguments)]
     fn open(
         device: &SharedDevice,
         engine: &'e mut E,
@@ -346,6 +351,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
         most: u64,
         hint: Option<u64>,
         known_kept: Option<u64>,
+        known_step: u64,
     ) -> Result<Self> {
         let span = tracing::info_span!("baseline", device = %device.descriptor().id);
         let _e = span.enter();
@@ -441,6 +447,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             1,
             most,
             known_kept,
+            known_step,
         )?;
         // Windows whose reads never moved while allocations came and went: the reading does not
         // follow allocations at all (free reported as total, a stale or wrong pool), and no
@@ -545,6 +552,10 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
                 reads,
                 most,
                 kept_per_free.or(known_kept),
+                match crate::calibrate::coarse_step(step) {
+                    0 => known_step,
+                    shown => shown,
+                },
             )?;
             kept_per_free = kept_per_free.max(combined.and_then(|w| w.kept));
             unseen_kept = least(unseen_kept, combined.and_then(|w| w.unseen_kept));
@@ -1561,6 +1572,7 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             reads,
             most,
             self.rec.p.kept_per_free,
+            0,
         )?;
         if let Some(w) = measured {
             let step = crate::calibrate::coarse_step(w.step);
@@ -2091,7 +2103,7 @@ fn exact_free_that_moves(
     let cap = total.unwrap_or(u64::MAX);
     // The windows also say what the device kept of each allocation they freed (judged apart
     // from the reading's error, see `probe::window_error_and_step`): returned as they are.
-    let checked = probe::window_error_and_step(device, cap, free, 1, most, None)?;
+    let checked = probe::window_error_and_step(device, cap, free, 1, most, None, 0)?;
     let worst = checked.map_or(spread, |w| w.error).max(spread);
     // Read only on windows over allocations (the idle reads did not move): an error within what
     // calibration allows a window for a raw allocation's rounding keeps the declaration.

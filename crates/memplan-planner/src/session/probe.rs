@@ -360,7 +360,10 @@ pub(crate) fn window_size(free: u64, tolerance: u64, most: u64) -> u64 {
 /// would only measure the keep again: they are then cut to
 /// [`KEPT_PAIRS`](crate::calibrate::KEPT_PAIRS), what still tells the window error and the
 /// step (an A100 keeping 64 MiB a free held 248 MiB more after the start's four windows where
-/// calibration had measured the keep already).
+/// calibration had measured the keep already). `known_step`: the step calibration (or the
+/// session's earlier windows) confirmed the same reading moves in, 0 for none
+/// ([`confirm_step`](crate::calibrate::confirm_step)); where it is known, the windows' step is
+/// not confirmed again by an allocation of its own, and is at most it.
 ///
 /// Returns what the windows showed ([`Windows`]).
 pub(crate) fn window_error_and_step(
@@ -370,6 +373,7 @@ pub(crate) fn window_error_and_step(
     reads: usize,
     most: u64,
     known_kept: Option<u64>,
+    known_step: u64,
 ) -> Result<Option<Windows>> {
     let Some(free) = free.filter(|_| tolerance > 0) else {
         return Ok(None);
@@ -413,10 +417,40 @@ pub(crate) fn window_error_and_step(
         reads.extend([before, held, after]);
         windows.push((before, held, after));
     }
+    // The reads' common divisor is only an upper bound on the step the reading moves in
+    // (calibration's `confirm_step`): where the windows show it, an allocation of half of it
+    // shows a finer one (windows of 1022 MiB on a reading in 512 MiB steps read 1 GiB each,
+    // and every read fell on an even multiple of the step).
+    // A step confirmed before on the same reading (`known_step`) bounds it already: every read
+    // is a multiple of the true step, and so is that one.
+    if known_step == 0
+        && shown_step(&windows, size, crate::calibrate::reading_step(&reads))
+            > crate::calibrate::tolerance(0)
+    {
+        crate::calibrate::confirm_step(&mut reads, most, &mut |half| {
+            let Some(before) = read()? else {
+                return Ok(None);
+            };
+            let a = match device.allocate(half) {
+                Ok(a) => a,
+                Err(Error::Unsupported { .. } | Error::OutOfMemory { .. }) => return Ok(None),
+                Err(e) => return Err(e),
+            };
+            let held = read();
+            device.free(a)?;
+            let (Some(held), Some(after)) = (held?, read()?) else {
+                return Ok(None);
+            };
+            Ok(Some([before, held, after]))
+        })?;
+    }
     // What two reads of the same memory may differ by, for the rules below that read what a
     // free keeps from the windows' pairs of reads: the idle spread, and the step the reading is
     // shown to move in ([`shown_step`]).
-    let step = crate::calibrate::reading_step(&reads);
+    let step = match crate::calibrate::reading_step(&reads) {
+        0 => 0,
+        divisor => crate::plan::gcd(divisor, known_step),
+    };
     let noise = idle.max(shown_step(&windows, size, step));
     // Only where every window saw its allocation (a reading that lags or misses allocations
     // says nothing about what a free gave back).
@@ -1566,14 +1600,14 @@ mod tests {
     fn a_keep_already_seen_is_not_measured_again() {
         let keeps = 8 * MIB;
         let (device, (_, asked)) = Fake::keeping(20 * GIB, 1, keeps);
-        let w = window_error_and_step(&device, 16 * MIB, Some(20 * GIB), 1, GIB, Some(keeps))
+        let w = window_error_and_step(&device, 16 * MIB, Some(20 * GIB), 1, GIB, Some(keeps), 0)
             .unwrap()
             .unwrap();
         assert_eq!(asked.lock().unwrap().len(), crate::calibrate::KEPT_PAIRS);
         assert_eq!((w.kept, w.error), (Some(keeps), 0));
         // Not known: the windows measure it.
         let (device, (_, asked)) = Fake::keeping(20 * GIB, 1, keeps);
-        let w = window_error_and_step(&device, 16 * MIB, Some(20 * GIB), 1, GIB, None)
+        let w = window_error_and_step(&device, 16 * MIB, Some(20 * GIB), 1, GIB, None, 0)
             .unwrap()
             .unwrap();
         assert_eq!(asked.lock().unwrap().len(), WINDOW_ALLOCATIONS);
@@ -1581,7 +1615,7 @@ mod tests {
         // A keep larger than the windows: each gave nothing back, which is no error of the
         // reading.
         let (device, (_, asked)) = Fake::keeping(20 * GIB, 1, GIB);
-        let w = window_error_and_step(&device, 16 * MIB, Some(20 * GIB), 1, GIB, Some(GIB))
+        let w = window_error_and_step(&device, 16 * MIB, Some(20 * GIB), 1, GIB, Some(GIB), 0)
             .unwrap()
             .unwrap();
         assert_eq!(asked.lock().unwrap().len(), crate::calibrate::KEPT_PAIRS);
