@@ -447,7 +447,12 @@ impl<'e, E: AsDynEngine + ?Sized> Session<'e, E> {
             1,
             most,
             known_kept,
-            known_step,
+            // The step the windows above confirmed for the same single reads, where they ran
+            // and calibration did not (each confirmation is one more free).
+            match known_step {
+                0 => moved_windows.map_or(0, |w| crate::calibrate::coarse_step(w.step)),
+                known => known,
+            },
         )?;
         // Windows whose reads never moved while allocations came and went: the reading does not
         // follow allocations at all (free reported as total, a stale or wrong pool), and no

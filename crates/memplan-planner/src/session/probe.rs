@@ -423,11 +423,17 @@ pub(crate) fn window_error_and_step(
     // and every read fell on an even multiple of the step).
     // A step confirmed before on the same reading (`known_step`) bounds it already: every read
     // is a multiple of the true step, and so is that one.
-    if known_step == 0
-        && shown_step(&windows, size, crate::calibrate::reading_step(&reads))
-            > crate::calibrate::tolerance(0)
-    {
-        crate::calibrate::confirm_step(&mut reads, most, &mut |half| {
+    // What a free keeps, where the windows (or calibration) showed it: each confirmation is a
+    // free of its own, made only where it may take off more than that.
+    let shown = shown_step(&windows, size, crate::calibrate::reading_step(&reads));
+    if known_step == 0 && shown > crate::calibrate::tolerance(0) {
+        let pairs: Vec<(u64, u64)> = windows.iter().map(|(b, _, a)| (*b, *a)).collect();
+        let noise = idle.max(shown);
+        let kept = known_kept
+            .or_else(|| crate::calibrate::kept_per_free(&pairs, noise))
+            .or_else(|| kept_over_all_frees(&pairs, noise))
+            .unwrap_or(0);
+        crate::calibrate::confirm_step(&mut reads, most, kept, &mut |half| {
             let Some(before) = read()? else {
                 return Ok(None);
             };
