@@ -98,7 +98,9 @@ pub struct CalibrationReport {
     /// The step the free reading moved in on calibration's windows where it is a MiB or more
     /// (every read a multiple of it): a window of two such reads may be off by up to it even
     /// where the reading is exact to calibration (a step within the allocator's rounding).
-    /// Absent where the reads count bytes or nothing could be checked.
+    /// The reads' common divisor, confirmed by allocations of half of it where it is coarser
+    /// than a window's rounding (a divisor can be a multiple of the step). Absent where the
+    /// reads count bytes or nothing could be checked.
     #[serde(default)]
     pub free_step: Option<u64>,
     /// What calibration's test capture held at once (its allocation node, the runtime's
