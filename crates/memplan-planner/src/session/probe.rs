@@ -383,6 +383,25 @@ pub(crate) fn window_error_and_step(
         return Ok(None);
     }
     let read = || crate::calibrate::combined_free(device, reads);
+    // One window over a known allocation: free memory read before allocating `size`, while
+    // holding it and after freeing it; `None` where the allocation did not fit, the device
+    // makes none, or a reading is absent.
+    let window = |size: u64| -> Result<Option<[u64; 3]>> {
+        let Some(before) = read()? else {
+            return Ok(None);
+        };
+        let a = match device.allocate(size) {
+            Ok(a) => a,
+            Err(Error::Unsupported { .. } | Error::OutOfMemory { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let held = read();
+        device.free(a)?;
+        let (Some(held), Some(after)) = (held?, read()?) else {
+            return Ok(None);
+        };
+        Ok(Some([before, held, after]))
+    };
     // The reading's spread on the idle device (see `calibrate`'s idle reads), then windows over
     // known allocations.
     let Some(idle) = crate::calibrate::idle_range_of(device, reads)? else {
@@ -401,17 +420,7 @@ pub(crate) fn window_error_and_step(
         if made >= crate::calibrate::KEPT_PAIRS && known_kept.is_some() {
             break;
         }
-        let Some(before) = read()? else {
-            return Ok(None);
-        };
-        let a = match device.allocate(size) {
-            Ok(a) => a,
-            Err(Error::Unsupported { .. } | Error::OutOfMemory { .. }) => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        let held = read();
-        device.free(a)?;
-        let (Some(held), Some(after)) = (held?, read()?) else {
+        let Some([before, held, after]) = window(size)? else {
             return Ok(None);
         };
         reads.extend([before, held, after]);
@@ -433,22 +442,7 @@ pub(crate) fn window_error_and_step(
             .or_else(|| crate::calibrate::kept_per_free(&pairs, noise))
             .or_else(|| kept_over_all_frees(&pairs, noise))
             .unwrap_or(0);
-        crate::calibrate::confirm_step(&mut reads, most, kept, &mut |half| {
-            let Some(before) = read()? else {
-                return Ok(None);
-            };
-            let a = match device.allocate(half) {
-                Ok(a) => a,
-                Err(Error::Unsupported { .. } | Error::OutOfMemory { .. }) => return Ok(None),
-                Err(e) => return Err(e),
-            };
-            let held = read();
-            device.free(a)?;
-            let (Some(held), Some(after)) = (held?, read()?) else {
-                return Ok(None);
-            };
-            Ok(Some([before, held, after]))
-        })?;
+        crate::calibrate::confirm_step(&mut reads, most, kept, &mut |half| window(half))?;
     }
     // What two reads of the same memory may differ by, for the rules below that read what a
     // free keeps from the windows' pairs of reads: the idle spread, and the step the reading is
